@@ -1,0 +1,49 @@
+"""Command-line entry point: one parser, subcommands registered by area modules.
+
+Each area module exposes ``register(subparsers)`` and sets ``func`` on its
+subparsers; heavy imports (docker, matplotlib) happen inside those functions so
+``envkit render`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from envkit import __version__
+from envkit.errors import EnvkitError
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse prints the whole usage on error; our users get one line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from envkit import cli_docker, cli_render, cli_report
+
+    parser = _OneLineParser(
+        prog="envkit",
+        description="Render, build, run and compare pinned deep-learning images for cpu, cuda and tpu-vm.",
+    )
+    parser.add_argument("--version", action="version", version=f"envkit {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
+    subparsers.required = True
+    for area in (cli_render, cli_docker, cli_report):
+        area.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except EnvkitError as exc:
+        print(f"envkit: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("envkit: interrupted", file=sys.stderr)
+        return 130

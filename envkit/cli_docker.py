@@ -1,0 +1,5 @@
+"""Placeholder until the docker commands land."""
+
+
+def register(subparsers) -> None:
+    pass

@@ -1,0 +1,5 @@
+"""Placeholder until the render commands land."""
+
+
+def register(subparsers) -> None:
+    pass

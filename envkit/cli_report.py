@@ -1,0 +1,5 @@
+"""Placeholder until the report commands land."""
+
+
+def register(subparsers) -> None:
+    pass

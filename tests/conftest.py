@@ -1,0 +1,45 @@
+"""Shared pytest switches.
+
+- ``--slow`` (or ENVKIT_SLOW=1) runs the integration tests marked ``slow``
+  (real docker engine, the XLA environment, multi-process runs); they are
+  skipped otherwise so that a plain ``pytest`` stays fast.
+- ``--update-golden`` (or ENVKIT_UPDATE_GOLDEN=1) rewrites golden files
+  instead of comparing against them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", help="also run integration tests marked slow")
+    parser.addoption("--update-golden", action="store_true", help="rewrite golden files from current output")
+
+
+def _flag(config, option: str, env: str) -> bool:
+    return bool(config.getoption(option)) or os.environ.get(env, "") not in ("", "0")
+
+
+def pytest_collection_modifyitems(config, items):
+    if _flag(config, "--slow", "ENVKIT_SLOW"):
+        return
+    skip = pytest.mark.skip(reason="slow integration test: run with --slow or ENVKIT_SLOW=1")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def update_golden(pytestconfig) -> bool:
+    return _flag(pytestconfig, "--update-golden", "ENVKIT_UPDATE_GOLDEN")
