@@ -1,0 +1,600 @@
+"""What every envkit recipe shares: arguments, devices, timing, data, checkpoints, results.
+
+Recipes run inside the images with only torch (+ tqdm, + torchvision for real
+data, + torch_xla on TPU) installed, so this module imports nothing else at top
+level and never imports envkit. Recipes import it as a sibling module
+(``python recipes/mnist.py`` puts ``recipes/`` on ``sys.path``).
+
+Errors a user can fix are raised as :class:`RecipeError` (one line: what was
+wrong, what is allowed); :func:`run_recipe` turns them into
+``<recipe>: error: ...`` on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+SCHEMA_VERSION = 1
+DEVICES = ("cpu", "cuda", "tpu")
+DATASETS = ("real", "fake")
+
+
+class RecipeError(Exception):
+    """A problem the user can fix; the message is one line: what was wrong, what is allowed."""
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+class RecipeArgumentParser(argparse.ArgumentParser):
+    """argparse prints the whole usage on a bad argument; recipe users get one line and exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        fail(self.prog, f"{message} (see '{self.prog} --help')")
+
+
+def fail(prog: str, message: str) -> None:
+    """Print ``<prog>: error: <message>`` as one line on stderr and exit with status 2."""
+    one_line = " ".join(str(message).split())
+    print(f"{prog}: error: {one_line}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def run_recipe(prog: str, main: Callable[[], Any]) -> None:
+    """Run ``main()`` and exit: RecipeError -> one line + exit 2, Ctrl-C -> exit 130.
+
+    Anything else is a bug in the recipe and keeps its traceback.
+    """
+    try:
+        main()
+    except RecipeError as exc:
+        fail(prog, str(exc))
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer > 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite float > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def add_common_arguments(parser: argparse.ArgumentParser, *, default_epochs: int) -> None:
+    """Add the arguments every recipe takes (docs/design.md section 4)."""
+    parser.add_argument("--device", choices=DEVICES, default="cpu", help="where to train (default: cpu)")
+    parser.add_argument(
+        "--dataset", choices=DATASETS, default="real",
+        help="real: the torchvision dataset under --data-dir; fake: generated, deterministic, learnable data",
+    )
+    parser.add_argument("--data-dir", type=Path, default=Path("data"), help="dataset root (default: data)")
+    parser.add_argument(
+        "--download", action=argparse.BooleanOptionalAction, default=True,
+        help="download the real dataset when it is missing (default: yes)",
+    )
+    parser.add_argument("--results-dir", type=Path, default=Path("results"), help="where the results JSON goes (default: results)")
+    parser.add_argument("--epochs", type=positive_int, default=default_epochs, help=f"training epochs (default: {default_epochs})")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    parser.add_argument("--max-steps", type=positive_int, default=None, help="stop after this many optimiser steps (smoke runs)")
+    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint of this run name")
+    parser.add_argument(
+        "--checkpoint-dir", type=Path, default=None,
+        help="where checkpoints go (default: <results-dir>/checkpoints)",
+    )
+    parser.add_argument("--run-name", default=None, help="results/checkpoint name (default: derived from the configuration)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars (for CI logs)")
+
+
+def check_run_name(name: str) -> str:
+    """A run name becomes part of file names: letters, digits, '.', '_' and '-' only."""
+    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+    if not name or not set(name) <= allowed or name.startswith("."):
+        raise RecipeError(f"--run-name {name!r} is not allowed: use letters, digits, '.', '_' and '-' (not starting with '.')")
+    return name
+
+
+# --------------------------------------------------------------------------- devices
+
+
+def select_device(kind: str) -> torch.device:
+    """The torch device for ``--device kind``; RecipeError when that hardware or software is missing."""
+    if kind == "cpu":
+        return torch.device("cpu")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            hint = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+            raise RecipeError(
+                f"--device cuda: no CUDA GPU is visible to torch {torch.__version__}{hint}; "
+                "use --device cpu, or run in the cuda image with GPUs passed in"
+            )
+        return torch.device("cuda")
+    if kind == "tpu":
+        xla = import_torch_xla()
+        return xla.device()
+    raise RecipeError(f"--device {kind!r} is not known; choose one of {', '.join(DEVICES)}")
+
+
+def import_torch_xla():
+    """Import torch_xla, or RecipeError saying which image has it."""
+    try:
+        import torch_xla  # noqa: PLC0415 - only the tpu image has it
+    except ImportError:
+        raise RecipeError(
+            "--device tpu needs torch_xla, which is not installed here; use the tpu-vm image "
+            "(or PJRT_DEVICE=CPU with torch_xla installed for a CPU dry run)"
+        ) from None
+    return torch_xla
+
+
+def is_xla(device: torch.device) -> bool:
+    return device.type == "xla"
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait until the work queued on ``device`` has finished, so a clock reading means something.
+
+    CUDA launches kernels asynchronously and XLA builds a lazy graph that runs on
+    ``sync``; without this a timer measures only how fast the host queues work.
+    """
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif is_xla(device):
+        import torch_xla  # noqa: PLC0415
+        import torch_xla.core.xla_model as xm  # noqa: PLC0415
+
+        torch_xla.sync()
+        xm.wait_device_ops()
+
+
+def seed_everything(seed: int, device: torch.device | None = None) -> None:
+    """Seed Python's ``random``, torch (CPU and CUDA) and, on XLA, the device RNG."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    if device is not None and is_xla(device):
+        import torch_xla.core.xla_model as xm  # noqa: PLC0415
+
+        xm.set_rng_state(seed, device=device)
+
+
+# --------------------------------------------------------------------------- timing
+
+
+class DeviceTimer:
+    """Wall-clock laps; ``lap(sync=True)`` first waits for the device's queued work.
+
+    Recipes sync at epoch ends, not every step: a per-step sync stalls the
+    pipeline (the mistake E1 warns about). Per-step laps then measure the host's
+    step rate, which equals the device's in steady state, and the epoch-end sync
+    lands in the epoch's last lap, so the laps of an epoch add up to its time.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._last = time.perf_counter()
+
+    def restart(self, sync: bool = False) -> None:
+        """Start a new lap now (after syncing when asked)."""
+        if sync:
+            synchronize(self.device)
+        self._last = time.perf_counter()
+
+    def lap(self, sync: bool = False) -> float:
+        """Seconds since the last lap or restart, and start the next lap."""
+        if sync:
+            synchronize(self.device)
+        now = time.perf_counter()
+        elapsed, self._last = now - self._last, now
+        return elapsed
+
+
+def summarize(values: Sequence[float]) -> dict:
+    """``{"mean", "std", "n"}`` of ``values``; std is the population std (0.0 for fewer than 2)."""
+    n = len(values)
+    if n == 0:
+        return {"mean": 0.0, "std": 0.0, "n": 0}
+    mean = sum(values) / n
+    variance = sum((v - mean) ** 2 for v in values) / n
+    return {"mean": mean, "std": variance ** 0.5, "n": n}
+
+
+# --------------------------------------------------------------------------- data
+
+
+def fake_split(
+    count: int, shape: Sequence[int], num_classes: int, *, template_seed: int, sample_seed: int, noise: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``count`` images of ``shape`` and int64 labels: class template (from ``template_seed``)
+    plus Gaussian noise and labels drawn from ``sample_seed``. Same seeds -> same tensors."""
+    templates = torch.randn((num_classes, *shape), generator=torch.Generator().manual_seed(template_seed))
+    sampler = torch.Generator().manual_seed(sample_seed)
+    labels = torch.randint(0, num_classes, (count,), generator=sampler)
+    images = templates[labels] + noise * torch.randn((count, *shape), generator=sampler)
+    return images, labels
+
+
+class IndexBatchDataset(torch.utils.data.Dataset):
+    """In-memory tensors fetched a whole batch at a time.
+
+    Used with ``DataLoader(..., sampler=BatchSampler(...), batch_size=None)`` a
+    batch is one tensor gather instead of ``batch_size`` per-sample transforms and
+    a collate, which keeps the input pipeline off the critical path.
+    """
+
+    def __init__(self, *tensors: torch.Tensor):
+        if len({len(t) for t in tensors}) != 1:
+            raise ValueError("all tensors must have the same length")
+        self.tensors = tensors
+
+    def __len__(self) -> int:
+        return len(self.tensors[0])
+
+    def __getitem__(self, indices):
+        index = torch.as_tensor(indices)
+        return tuple(t[index] for t in self.tensors)
+
+
+class ShardSampler(torch.utils.data.Sampler):
+    """Evaluation shard ``rank::world``: unlike DistributedSampler it pads nothing,
+    so summing correct counts over the shards counts every test image exactly once."""
+
+    def __init__(self, length: int, rank: int = 0, world_size: int = 1):
+        self.indices = range(rank, length, world_size)
+
+    def __iter__(self):
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def batch_loader(
+    dataset: IndexBatchDataset,
+    batch_size: int,
+    *,
+    train: bool,
+    seed: int,
+    rank: int = 0,
+    world_size: int = 1,
+) -> torch.utils.data.DataLoader:
+    """A DataLoader of pre-collated batches from in-memory tensors.
+
+    Training: a DistributedSampler shard (also at world size 1), shuffled from
+    ``seed`` and the epoch set with ``loader.sampler.sampler.set_epoch`` (see
+    :func:`set_loader_epoch`), so the order depends only on seed and epoch and a
+    resumed run sees the same batches. Evaluation: an unpadded in-order shard.
+    """
+    from torch.utils.data import BatchSampler, DataLoader, DistributedSampler  # noqa: PLC0415
+
+    if train:
+        order = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+    else:
+        order = ShardSampler(len(dataset), rank, world_size)
+    return DataLoader(dataset, sampler=BatchSampler(order, batch_size, drop_last=False), batch_size=None)
+
+
+def set_loader_epoch(loader: torch.utils.data.DataLoader, epoch: int) -> None:
+    """Reshuffle a :func:`batch_loader` training loader for ``epoch`` (DistributedSampler.set_epoch)."""
+    loader.sampler.sampler.set_epoch(epoch)
+
+
+# --------------------------------------------------------------------------- progress
+
+
+def progress(iterable: Iterable, *, total: int | None, desc: str, enabled: bool):
+    """A tqdm bar over ``iterable`` when ``enabled`` (main process, not --quiet), else the iterable."""
+    if not enabled:
+        return iterable
+    from tqdm import tqdm  # noqa: PLC0415 - only needed when a bar is shown
+
+    return tqdm(iterable, total=total, desc=desc, leave=False, dynamic_ncols=True, file=sys.stderr)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def chown_to_results_owner(path: Path) -> None:
+    """Give ``path`` to ``ENVKIT_RESULTS_OWNER=uid:gid`` when running as root.
+
+    The tpu-vm container runs as root (it needs --privileged); without this the
+    user's results directory fills with files they cannot delete.
+    """
+    owner = os.environ.get("ENVKIT_RESULTS_OWNER", "")
+    if not owner or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return
+    try:
+        uid, gid = (int(part) for part in owner.split(":"))
+    except ValueError:
+        raise RecipeError(f"ENVKIT_RESULTS_OWNER={owner!r} is not 'uid:gid' with numeric ids") from None
+    os.chown(path, uid, gid)
+
+
+def ensure_directory(path: Path) -> Path:
+    """Create ``path`` (and parents) and hand new directories to the results owner."""
+    missing = []
+    current = Path(path)
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RecipeError(f"cannot create directory {path}: {exc.strerror}") from None
+    for created in reversed(missing):
+        chown_to_results_owner(created)
+    return path
+
+
+def _write_temp(directory: Path, stem: str, write: Callable[[Any], None]) -> Path:
+    """Write through ``write(file)`` into a temp file in ``directory``; return its path."""
+    ensure_directory(directory)
+    handle, name = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(name, 0o644)
+        chown_to_results_owner(Path(name))
+    except BaseException:
+        os.unlink(name)
+        raise
+    return Path(name)
+
+
+def write_atomic(path: Path, write: Callable[[Any], None]) -> None:
+    """Replace ``path`` atomically with what ``write(binary_file)`` writes: readers see the old or the new file, never half."""
+    temp = _write_temp(path.parent, path.name, write)
+    os.replace(temp, path)
+
+
+def json_bytes(data: Any) -> bytes:
+    """Deterministic JSON: sorted keys, two-space indent, trailing newline."""
+    return (json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
+
+
+# --------------------------------------------------------------------------- results
+
+
+def default_run_name(device: str, *, world_size: int = 1, strategy: str | None = None, parallel: str | None = None) -> str:
+    """A run name from the configuration: ``cpu``, ``tpu-x8-xmp``, ``cuda-x4-ddp``."""
+    name = device
+    if world_size > 1 or strategy in ("xmp", "spmd") or parallel in ("dp", "ddp"):
+        name += f"-x{world_size}"
+    mode = strategy if strategy not in (None, "single") else parallel if parallel not in (None, "none") else None
+    if mode:
+        name += f"-{mode}"
+    return name
+
+
+def git_revision() -> str | None:
+    """``ENVKIT_REVISION`` (set by the image build), else ``git rev-parse HEAD`` next to the recipe, else None."""
+    revision = os.environ.get("ENVKIT_REVISION", "").strip()
+    if revision:
+        return revision
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+            capture_output=True, text=True, timeout=10, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
+
+
+def _package_version(module: str) -> str | None:
+    from importlib import metadata  # noqa: PLC0415
+
+    try:
+        return metadata.version(module)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def capture_environment(device: torch.device, device_kind: str) -> dict:
+    """The ``environment`` block of the results JSON (docs/design.md section 5)."""
+    if device.type == "cuda":
+        name, count = torch.cuda.get_device_name(device), torch.cuda.device_count()
+    elif is_xla(device):
+        import torch_xla.core.xla_model as xm  # noqa: PLC0415
+        import torch_xla.runtime as xr  # noqa: PLC0415
+
+        name, count = f"XLA:{xm.xla_device_hw(device)}", xr.global_runtime_device_count()
+    else:
+        name, count = _cpu_name(), os.cpu_count() or 1
+    torch_xla_version = _package_version("torch_xla") if is_xla(device) or device_kind == "tpu" else None
+    return {
+        "host": socket.gethostname(),
+        "device_type": device_kind,
+        "device_name": name,
+        "device_count": count,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchvision": _package_version("torchvision"),
+        "torch_xla": torch_xla_version,
+        "cuda": torch.version.cuda,
+        "image": os.environ.get("ENVKIT_IMAGE") or None,
+        "git_revision": git_revision(),
+    }
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601 with offset, to the second."""
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def build_results(
+    *,
+    recipe: str,
+    run_name: str,
+    started_at: str,
+    settings: dict,
+    configuration: dict,
+    timing: dict,
+    metrics: dict,
+    environment: dict,
+) -> dict:
+    """The results document of docs/design.md section 5."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "recipe": recipe,
+        "run_name": run_name,
+        "started_at": started_at,
+        "settings": settings,
+        "configuration": configuration,
+        "timing": timing,
+        "metrics": metrics,
+        "environment": environment,
+    }
+
+
+def write_results(results_dir: Path, results: dict) -> Path:
+    """Write ``<results_dir>/<recipe>-<run_name>.json`` atomically, never over an existing file.
+
+    When that name is taken, ``-2``, ``-3``, ... is appended to the run name (and
+    recorded in the document), so nobody's earlier results are lost. The file is
+    linked into place (fails if the name exists) rather than renamed (which
+    would overwrite).
+    """
+    base = results["run_name"]
+    for attempt in range(1, 10_000):
+        run_name = base if attempt == 1 else f"{base}-{attempt}"
+        path = results_dir / f"{results['recipe']}-{run_name}.json"
+        if path.exists():
+            continue
+        document = {**results, "run_name": run_name}
+        temp = _write_temp(results_dir, path.name, lambda file: file.write(json_bytes(document)))
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            continue
+        finally:
+            os.unlink(temp)
+        results.update(run_name=run_name)
+        return path
+    raise RecipeError(f"no free results file name for run {base!r} in {results_dir}")
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def checkpoint_path(checkpoint_dir: Path, recipe: str, run_name: str) -> Path:
+    """Where a run's checkpoint lives: ``<checkpoint_dir>/<recipe>-<run_name>.pt``."""
+    return checkpoint_dir / f"{recipe}-{run_name}.pt"
+
+
+def rng_states(device: torch.device | None = None) -> dict:
+    """Every RNG state a resumed run needs to continue bit-identically."""
+    states = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    if device is not None and is_xla(device):
+        import torch_xla.core.xla_model as xm  # noqa: PLC0415
+
+        states["xla"] = int(xm.get_rng_state(device=device))
+    return states
+
+
+def restore_rng_states(states: dict, device: torch.device | None = None) -> None:
+    """Undo :func:`rng_states`."""
+    random.setstate(states["python"])
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+    if "xla" in states and device is not None and is_xla(device):
+        import torch_xla.core.xla_model as xm  # noqa: PLC0415
+
+        xm.set_rng_state(states["xla"], device=device)
+
+
+def to_cpu(value: Any) -> Any:
+    """``value`` with every tensor moved to the CPU (XLA/CUDA tensors cannot be saved portably)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {key: to_cpu(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_cpu(item) for item in value)
+    return value
+
+
+def save_checkpoint(path: Path, state: dict) -> None:
+    """Save ``state`` (tensors moved to CPU) atomically: a kill mid-write leaves the previous checkpoint."""
+    cpu_state = to_cpu(state)
+    write_atomic(path, lambda file: torch.save(cpu_state, file))
+
+
+def load_checkpoint(path: Path) -> dict:
+    """Load a checkpoint written by :func:`save_checkpoint`; RecipeError if it is unreadable.
+
+    ``weights_only=True``: a checkpoint is data, never code to run.
+    """
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise RecipeError(f"checkpoint {path} does not exist") from None
+    except Exception as exc:  # torch raises many types for a damaged file
+        # Only the exception type: torch's messages span lines and suggest weights_only=False.
+        raise RecipeError(
+            f"checkpoint {path} is corrupt or unreadable ({type(exc).__name__}); "
+            "delete it to start over, or pass another --checkpoint-dir"
+        ) from None
+    if not isinstance(state, dict) or "epoch" not in state:
+        raise RecipeError(f"checkpoint {path} is not an envkit recipe checkpoint; delete it or pass another --checkpoint-dir")
+    return state
+
+
+def check_resumable(path: Path, saved: dict, current: dict) -> None:
+    """RecipeError when a checkpoint was written with different training settings than this run's."""
+    differences = [
+        f"{key}: {saved.get(key)!r} in the checkpoint, {current.get(key)!r} now"
+        for key in sorted(set(saved) | set(current))
+        if saved.get(key) != current.get(key)
+    ]
+    if differences:
+        raise RecipeError(
+            f"cannot resume from {path}: it was written with other settings ({'; '.join(differences)}); "
+            "rerun with the same settings, or without --resume"
+        )
