@@ -1,0 +1,350 @@
+"""Load envkit.yaml into validated, frozen targets (design.md section 2).
+
+Three passes, each failing with one line that names the file, line and field:
+YAML syntax, the shipped JSON Schema (types, allowed characters, unknown keys
+with the closest suggestion), then the compatibility matrix (versions that must
+go together).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from envkit.errors import EnvkitError
+from envkit.matrix import Matrix, load_matrix, minor_of, python_in_range
+
+SCHEMA_PATH = Path(__file__).resolve().parent / "data" / "envkit.schema.json"
+DEFAULT_CONFIG = Path("envkit.yaml")
+DEFAULT_PYTHON = "3.11"
+DEFAULT_SHM_SIZE = {"cpu": "2g", "cuda": "8g", "tpu-vm": "16G"}
+# Packages whose versions the matrix owns; a pip_packages entry must not re-pin them.
+MATRIX_OWNED = {"torch", "torchvision", "torch-xla", "libtpu", "libtpu-nightly"}
+KIND_ONLY_KEYS = {"cuda": ("cuda", "gpus"), "tpu-vm": ("torch_xla", "libtpu")}
+
+Path_ = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    kind: str  # "cpu" | "cuda" | "tpu-vm"
+    base_image: str
+    python: str  # major.minor
+    torch: str
+    torchvision: str | None  # None: opted out
+    torch_xla: str | None  # tpu-vm
+    libtpu: str | None  # tpu-vm
+    libtpu_package: str | None  # "libtpu" or, before torch 2.6, "libtpu-nightly"
+    cuda: str | None  # cuda: toolkit version, "12.6"
+    torch_variant: str | None  # wheel local version tag: "cpu", "cu126"; None for PyPI's default build
+    pip_index_url: str | None
+    pip_extra_index_urls: tuple[str, ...]
+    find_links: tuple[str, ...]
+    apt_packages: tuple[str, ...]
+    pip_packages: tuple[str, ...]  # extra requirements, after the recipe defaults
+    env: dict[str, str]
+    ca_certificates: tuple[Path, ...]  # absolute
+    shm_size: str
+    gpus: str | None  # cuda: "all" or "0,2"
+    config_hash: str = field(default="", compare=False)
+
+    def pins(self) -> dict[str, str]:
+        """Pinned versions, for labels, image tags and manifests."""
+        pins = {"python": self.python, "torch": self.torch}
+        optional = {
+            "torchvision": self.torchvision,
+            "torch_xla": self.torch_xla,
+            "libtpu": self.libtpu,
+            "cuda": self.cuda,
+        }
+        pins.update({name: value for name, value in optional.items() if value is not None})
+        return dict(sorted(pins.items()))
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    path: Path
+    root: Path
+    source: str | None
+    targets: dict[str, Target]
+
+    def target(self, name: str) -> Target:
+        if name not in self.targets:
+            raise EnvkitError(f"unknown target {name!r}; targets in {self.path}: {', '.join(self.targets)}")
+        return self.targets[name]
+
+
+def load_config(path: str | Path = DEFAULT_CONFIG) -> ProjectConfig:
+    path = Path(path)
+    data, lines = _parse_yaml(path)
+    where = _Locator(path, lines)
+    _validate_schema(data, where)
+    root = path.resolve().parent
+    matrix = load_matrix()
+    targets = {name: _build_target(name, raw, root, matrix, where) for name, raw in data["targets"].items()}
+    return ProjectConfig(path=path, root=root, source=data.get("source"), targets=targets)
+
+
+class _Locator:
+    """Turns a path inside the document into 'file:line: a.b[0]' for error lines."""
+
+    def __init__(self, path: Path, lines: dict[Path_, int]):
+        self.path = path
+        self.lines = lines
+
+    def __call__(self, doc_path: Path_) -> str:
+        line = next((self.lines[doc_path[:n]] for n in range(len(doc_path), -1, -1) if doc_path[:n] in self.lines), 1)
+        return f"{self.path}:{line}: {_dotted(doc_path)}" if doc_path else f"{self.path}:{line}"
+
+
+def _dotted(doc_path: Path_) -> str:
+    text = ""
+    for part in doc_path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _parse_yaml(path: Path) -> tuple[Any, dict[Path_, int]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise EnvkitError(f"config file {path} not found; create it or pass --config FILE") from None
+    except IsADirectoryError:
+        raise EnvkitError(f"config path {path} is a directory; pass --config FILE with a YAML file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EnvkitError(f"cannot read config file {path}: {exc}") from None
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    try:
+        node = loader.get_single_node()
+        lines: dict[Path_, int] = {}
+        if node is not None:
+            _index_lines(node, (), lines, path)
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark else ""
+        problem = " ".join(str(exc.problem or exc.context or "syntax error").split())
+        raise EnvkitError(f"{path}{line}: malformed YAML: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise EnvkitError(f"{path}: malformed YAML: {' '.join(str(exc).split())}") from None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        raise EnvkitError(f"{path}:1: expected a mapping with a 'targets' key, got {type(data).__name__}")
+    return data, lines
+
+
+def _index_lines(node: yaml.Node, doc_path: Path_, lines: dict[Path_, int], path: Path) -> None:
+    # Records the line of every key and item so that schema errors point at the line to fix.
+    if isinstance(node, yaml.MappingNode):
+        seen: set[Any] = set()
+        for key_node, value_node in node.value:
+            key = key_node.value
+            if key in seen:
+                raise EnvkitError(f"{path}:{key_node.start_mark.line + 1}: {_dotted(doc_path + (key,))}: duplicate key")
+            seen.add(key)
+            lines[doc_path + (key,)] = key_node.start_mark.line + 1
+            _index_lines(value_node, doc_path + (key,), lines, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            lines[doc_path + (index,)] = item.start_mark.line + 1
+            _index_lines(item, doc_path + (index,), lines, path)
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def _validate_schema(data: Any, where: _Locator) -> None:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
+    error = best_match(Draft202012Validator(schema()).iter_errors(data))
+    if error is None:
+        return
+    doc_path = tuple(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(allowed))[0]
+        close = difflib.get_close_matches(str(unknown), allowed, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise EnvkitError(f"{where(doc_path + (unknown,))}: unknown key {unknown!r}; {hint}allowed: {', '.join(allowed)}")
+    if error.validator == "required":
+        raise EnvkitError(f"{where(doc_path)}: {error.message}")
+    if error.validator == "propertyNames":
+        names = error.schema["propertyNames"]
+        bad = next(name for name in error.instance if not re.fullmatch(names["pattern"], str(name)))
+        raise EnvkitError(f"{where(doc_path + (bad,))}: {bad!r} is not allowed; expected {names['description']}")
+    description = error.schema.get("description") or _parent_description(doc_path)
+    value = json.dumps(error.instance) if not isinstance(error.instance, str) else repr(error.instance)
+    allowed = f"; allowed: {description}" if description else f" ({error.message})"
+    raise EnvkitError(f"{where(doc_path)}: {value} is not valid{allowed}")
+
+
+def _parent_description(doc_path: Path_) -> str | None:
+    # Errors inside a $ref'd definition carry that definition's schema, whose
+    # description lives on the referring property.
+    if len(doc_path) >= 3 and doc_path[0] == "targets":
+        prop = schema()["$defs"]["target"]["properties"].get(doc_path[2], {})
+        return prop.get("description")
+    return None
+
+
+def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, where: _Locator) -> Target:
+    at = ("targets", name)
+    kind = raw["kind"]
+    for other_kind, keys in KIND_ONLY_KEYS.items():
+        for key in keys:
+            if key in raw and kind != other_kind:
+                raise EnvkitError(f"{where(at + (key,))}: {key!r} applies to {other_kind} targets only, not {kind}")
+
+    torch = raw["torch"]
+    release = matrix.torch_release(where(at + ("torch",)), torch)
+    patch = torch.split(".")[2]
+    torchvision = _torchvision(raw, release.torchvision, patch, torch, where(at + ("torchvision",)))
+    torch_xla = libtpu = libtpu_package = cuda = None
+    pip_index_url = raw.get("pip_index_url")
+    extra_index_urls = list(raw.get("pip_extra_index_urls", []))
+    find_links = list(raw.get("find_links", []))
+    apt_packages = list(raw.get("apt_packages", []))
+
+    if kind == "cpu":
+        python_range, default_python = release.python, DEFAULT_PYTHON
+        torch_variant = matrix.cpu_local_version
+        extra_index_urls.append(matrix.cpu_index_url)
+        default_base = None
+    elif kind == "cuda":
+        variant = matrix.cuda_variant(where(at + ("cuda",)), release, raw.get("cuda"))
+        python_range, default_python = release.python, variant.python
+        cuda, torch_variant = variant.cuda, variant.variant
+        extra_index_urls.append(f"https://download.pytorch.org/whl/{variant.variant}")
+        default_base = variant.base_image
+        # nvidia/cuda images ship no Python: the OS's python3 seeds the venv.
+        apt_packages = ["python3", "python3-venv", *apt_packages]
+    else:
+        tpu = matrix.tpu_release(where(at + ("torch",)), torch)
+        torch_xla = raw.get("torch_xla", torch)
+        if torch_xla != torch:
+            raise EnvkitError(
+                f"{where(at + ('torch_xla',))}: torch_xla {torch_xla} does not match torch {torch}; "
+                f"torch_xla must equal torch (set both to the same release)"
+            )
+        libtpu = raw.get("libtpu", tpu.libtpu)
+        if libtpu != tpu.libtpu:
+            raise EnvkitError(
+                f"{where(at + ('libtpu',))}: libtpu {libtpu} is not the build tested with torch_xla {tpu.minor}; "
+                f"valid choice: {tpu.libtpu}"
+            )
+        libtpu_package = tpu.libtpu_package
+        python_range, default_python = tpu.python, DEFAULT_PYTHON
+        torch_variant = None
+        find_links.extend(link for link in tpu.find_links if link not in find_links)
+        default_base = None
+
+    python = raw.get("python", default_python)
+    if not python_in_range(python, python_range):
+        what = f"torch_xla {minor_of(torch)}" if kind == "tpu-vm" else f"torch {minor_of(torch)}"
+        raise EnvkitError(
+            f"{where(at + ('python',) if 'python' in raw else at)}: Python {python} is outside {what}'s "
+            f"supported range {python_range[0]}-{python_range[1]}"
+        )
+
+    return _with_hash(
+        Target(
+            name=name,
+            kind=kind,
+            base_image=raw.get("base_image") or default_base or f"python:{python}-slim-bookworm",
+            python=python,
+            torch=torch,
+            torchvision=torchvision,
+            torch_xla=torch_xla,
+            libtpu=libtpu,
+            libtpu_package=libtpu_package,
+            cuda=cuda,
+            torch_variant=torch_variant,
+            pip_index_url=pip_index_url,
+            pip_extra_index_urls=tuple(dict.fromkeys(extra_index_urls)),
+            find_links=tuple(find_links),
+            apt_packages=tuple(dict.fromkeys(apt_packages)),
+            pip_packages=_pip_packages(raw.get("pip_packages", []), matrix, where, at),
+            env={key: str(value) for key, value in sorted(raw.get("env", {}).items())},
+            ca_certificates=_certificates(raw.get("ca_certificates", []), root, where, at),
+            shm_size=raw.get("shm_size", DEFAULT_SHM_SIZE[kind]),
+            gpus=_gpus(raw.get("gpus", "all")) if kind == "cuda" else None,
+        ),
+        root,
+    )
+
+
+def _torchvision(raw: dict[str, Any], minor: str, patch: str, torch: str, field_at: str) -> str | None:
+    value = raw.get("torchvision")
+    if value is False:
+        return None
+    if value is None:
+        return f"{minor}.{patch}"
+    if minor_of(value) != minor:
+        raise EnvkitError(
+            f"{field_at}: torchvision {value} does not go with torch {torch}; valid choices: {minor}.x, or false to leave it out"
+        )
+    return value
+
+
+def requirement_name(requirement: str) -> str:
+    name = requirement
+    for stop in "[=!<>~,":
+        name = name.split(stop, 1)[0]
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def _pip_packages(extra: list[str], matrix: Matrix, where: _Locator, at: Path_) -> tuple[str, ...]:
+    for index, requirement in enumerate(extra):
+        if requirement_name(requirement) in MATRIX_OWNED:
+            raise EnvkitError(
+                f"{where(at + ('pip_packages', index))}: {requirement!r} re-pins a package the matrix owns; "
+                f"set the target's torch/torchvision/torch_xla/libtpu keys instead"
+            )
+    # A user's own tqdm (or other recipe package) spec replaces envkit's default pin.
+    overridden = {requirement_name(r) for r in extra}
+    defaults = [r for r in matrix.recipe_packages if requirement_name(r) not in overridden]
+    return tuple(dict.fromkeys([*defaults, *extra]))
+
+
+def _certificates(paths: list[str], root: Path, where: _Locator, at: Path_) -> tuple[Path, ...]:
+    resolved = []
+    for index, relative in enumerate(paths):
+        cert = (root / relative).resolve()
+        if not cert.is_file():
+            raise EnvkitError(f"{where(at + ('ca_certificates', index))}: {relative} is not a file (paths are relative to {root})")
+        resolved.append(cert)
+    return tuple(resolved)
+
+
+def _gpus(value: str | list[int]) -> str:
+    return value if value == "all" else ",".join(str(index) for index in value)
+
+
+def _with_hash(target: Target, root: Path) -> Target:
+    # Hash what decides the image, with paths made relative so that the same
+    # config yields the same hash on every machine.
+    fields = asdict(target)
+    fields.pop("config_hash")
+    fields["ca_certificates"] = [_relative(path, root) for path in target.ca_certificates]
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return replace(target, config_hash=digest)
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
