@@ -1,5 +1,160 @@
-"""Placeholder until the docker commands land."""
+"""`envkit build|run|push|save|load|doctor`: images through the Docker engine.
+
+Heavy work lives in envkit.images and envkit.doctor; this module only parses
+arguments and prints results (results on stdout, progress on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+
+def _add_config(parser) -> None:
+    parser.add_argument("--config", default="envkit.yaml", type=Path, help="project config (default: ./envkit.yaml)")
+
+
+def _load_target(args):
+    from envkit.config import load_config
+    from envkit.errors import EnvkitError
+
+    config = load_config(args.config)
+    if args.target not in config.targets:
+        raise EnvkitError(f"unknown target '{args.target}': choose from {', '.join(sorted(config.targets))}")
+    return config, config.targets[args.target]
 
 
 def register(subparsers) -> None:
-    pass
+    build = subparsers.add_parser("build", help="build a target's image (tag: envkit-<target>:<context hash> and latest)")
+    build.add_argument("target", help="target name from the config, e.g. cpu")
+    build.add_argument("--no-cache", action="store_true", help="rebuild every layer")
+    build.add_argument("--base-image", help="override the BASE_IMAGE build arg")
+    build.add_argument("--wheelhouse", type=Path, help="install only from the *.whl files in this directory (air-gapped hosts)")
+    build.add_argument("--ca-cert", action="append", default=[], type=Path, metavar="FILE", help="extra CA certificate (PEM) to trust inside the image; repeatable")
+    build.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE", help="extra docker build arg; repeatable")
+    _add_config(build)
+    build.set_defaults(func=_build)
+
+    run = subparsers.add_parser("run", help="run a recipe in a target's image through docker/<target>/run.sh")
+    run.add_argument("target")
+    run.add_argument("recipe", help="recipe name, e.g. mnist")
+    run.add_argument("recipe_args", nargs=argparse.REMAINDER, help="arguments for the recipe")
+    run.add_argument("--tag", help="image tag to run (default: latest)")
+    run.add_argument("--gpus", help="comma-separated host GPU indices or 'all' (cuda targets)")
+    run.add_argument("--results-dir", type=Path, default=Path("results"))
+    run.add_argument("--data-dir", type=Path, default=Path("data"))
+    _add_config(run)
+    run.set_defaults(func=_run)
+
+    push = subparsers.add_parser("push", help="tag a target's image for a registry and push it")
+    push.add_argument("target")
+    push.add_argument("--registry", required=True, help="HOST[:PORT][/PATH]")
+    push.add_argument("--tag", help="image tag to push (default: latest)")
+    _add_config(push)
+    push.set_defaults(func=_push)
+
+    save = subparsers.add_parser("save", help="write a target's image as .tar.gz plus a .manifest.json")
+    save.add_argument("target")
+    save.add_argument("--tag", help="image tag to save (default: latest)")
+    save.add_argument("--output-dir", type=Path, default=Path("images"))
+    _add_config(save)
+    save.set_defaults(func=_save)
+
+    load = subparsers.add_parser("load", help="verify an image tarball against its manifest, then load it")
+    load.add_argument("file", type=Path, help="the .tar.gz or its .manifest.json")
+    load.set_defaults(func=_load)
+
+    doctor = subparsers.add_parser("doctor", help="what this host offers and which make targets will work here")
+    doctor.add_argument("--require", choices=("cpu", "cuda", "tpu-vm"), help="exit 2 with the reason when this host cannot run that kind")
+    doctor.add_argument("--gpus", help="also check a GPUS value (comma-separated indices or 'all')")
+    doctor.add_argument("--json", action="store_true", help="print the facts as JSON")
+    doctor.set_defaults(func=_doctor)
+
+
+def _build(args) -> int:
+    from envkit import images
+
+    config, target = _load_target(args)
+    options = images.BuildOptions(
+        no_cache=args.no_cache,
+        base_image=args.base_image,
+        wheelhouse=args.wheelhouse,
+        ca_certs=tuple(args.ca_cert),
+        build_args=dict(images.parse_build_arg(a) for a in args.build_arg),
+    )
+    built = images.build(config.root, target, options)
+    if built.reused:
+        print(f"envkit: {built.tag} is already built; tagged it latest", file=sys.stderr)
+    print(built.tag)
+    return 0
+
+
+def _run(args) -> int:
+    from envkit import doctor, images
+
+    config, target = _load_target(args)
+    doctor.require(doctor.inspect_host(), target.kind, args.gpus)
+    image, _ = images.resolve_image(doctor.connect_engine(), target.name, args.tag)
+    # Created here so they belong to the caller; docker would create them as root.
+    for directory in (args.results_dir, args.data_dir):
+        directory.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "IMAGE": f"{images.repository(target.name)}:{args.tag or images.LATEST}",
+        "RESULTS_DIR": str(args.results_dir.resolve()),
+        "DATA_DIR": str(args.data_dir.resolve()),
+    }
+    if args.gpus:
+        env["GPUS"] = args.gpus
+    # run.sh is the one definition of how a target's container runs (user, GPUs,
+    # mounts, TPU flags); users without envkit call it directly, so we do too.
+    script = config.root / "docker" / target.name / "run.sh"
+    return subprocess.run([str(script), args.recipe, *args.recipe_args], env=env, check=False).returncode
+
+
+def _push(args) -> int:
+    from envkit import images
+
+    _, target = _load_target(args)
+    for reference in images.push(target, args.registry, args.tag, progress=lambda s: print(s, file=sys.stderr)):
+        print(reference)
+    return 0
+
+
+def _save(args) -> int:
+    from envkit import images
+
+    _, target = _load_target(args)
+    tarball, manifest = images.save(target, args.tag, args.output_dir)
+    print(tarball)
+    print(manifest)
+    return 0
+
+
+def _load(args) -> int:
+    from envkit import images
+
+    print(images.load(args.file))
+    return 0
+
+
+def _doctor(args) -> int:
+    from envkit import doctor
+
+    facts = doctor.inspect_host()
+    if args.require:
+        doctor.require(facts, args.require, args.gpus)
+        print(f"envkit: this host can run {args.require} images", file=sys.stderr)
+        return 0
+    if args.gpus:
+        doctor.parse_gpus(args.gpus, len(facts.gpus) if facts.gpus else None)
+    if args.json:
+        print(json.dumps({**asdict(facts), "runnable": doctor.runnable_experiments(facts)}, indent=2, sort_keys=True))
+    else:
+        print(doctor.format_report(facts))
+    return 0

@@ -1,0 +1,385 @@
+"""Images: stage a build context, name it by its hash, build it, save/load it, push it.
+
+Builds go through the docker CLI (BuildKit); everything else goes through the Docker
+SDK. The SDK's build endpoint speaks only the legacy builder, which cannot run the
+`RUN --mount=type=cache|bind` lines the rendered Dockerfiles rely on for fast
+rebuilds and wheelhouse installs, so `docker build` with DOCKER_BUILDKIT=1 is the one
+place where a client binary is needed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from envkit import __version__
+from envkit.doctor import connect_engine
+from envkit.errors import EnvkitError
+
+TAG_HEX = 12
+LATEST = "latest"
+MANIFEST_VERSION = 1
+# Build args that say where the image came from rather than what is in it: they do
+# not enter the tag, so the same inputs at two git revisions share one tag.
+PROVENANCE_ARGS = frozenset({"ENVKIT_REVISION"})
+LABEL_PREFIX = "org.envkit."
+_CHUNK = 1 << 20
+_BUILD_ARG = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_REGISTRY = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    no_cache: bool = False
+    base_image: str | None = None
+    wheelhouse: Path | None = None
+    ca_certs: tuple[Path, ...] = ()
+    build_args: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    tag: str
+    image_id: str
+    reused: bool  # True when an image with this content tag already existed
+
+
+def repository(target_name: str) -> str:
+    return f"envkit-{target_name}"
+
+
+def parse_build_arg(text: str) -> tuple[str, str]:
+    if not _BUILD_ARG.match(text):
+        raise EnvkitError(f"--build-arg '{text}' is not KEY=VALUE (KEY: letters, digits, underscores)")
+    key, value = text.split("=", 1)
+    return key, value
+
+
+def docker_cli() -> str:
+    """The client binary for BuildKit builds: $DOCKER, else Debian's /usr/bin/docker.
+
+    /usr/bin/docker is preferred over PATH because newer clients hand BuildKit to the
+    buildx plugin, which Debian 12 does not package.
+    """
+    configured = os.environ.get("DOCKER")
+    if configured:
+        found = shutil.which(configured)
+        if not found:
+            raise EnvkitError(f"DOCKER={configured} is not an executable docker client")
+        return found
+    if os.access("/usr/bin/docker", os.X_OK):
+        return "/usr/bin/docker"
+    found = shutil.which("docker")
+    if not found:
+        raise EnvkitError("no docker client found: apt-get install docker.io (or set DOCKER=/path/to/docker)")
+    return found
+
+
+# ---------------------------------------------------------------- build context
+
+
+def stage_context(root: Path, target, options: BuildOptions, dest: Path) -> None:
+    """Lay out the build context of docs/design.md §3 under ``dest``."""
+    rendered = root / "docker" / target.name
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("Dockerfile", ".dockerignore"):
+        source = rendered / name
+        if not source.is_file():
+            raise EnvkitError(f"{source} is missing: run 'envkit render' (or 'make render') first")
+        shutil.copyfile(source, dest / name)
+    recipes = root / "recipes"
+    if not recipes.is_dir():
+        raise EnvkitError(f"{recipes} is missing: the images need the recipes directory")
+    shutil.copytree(recipes, dest / "recipes", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    _stage_certificates([*target.ca_certificates, *options.ca_certs], dest / "certs")
+    _stage_wheels(options.wheelhouse, dest / "wheels")
+
+
+def _stage_certificates(certificates: Iterable[Path], dest: Path) -> None:
+    dest.mkdir()
+    for cert in certificates:
+        cert = Path(cert)
+        if not cert.is_file():
+            raise EnvkitError(f"CA certificate {cert} does not exist: give a PEM file")
+        data = cert.read_bytes()
+        if b"-----BEGIN CERTIFICATE-----" not in data:
+            raise EnvkitError(f"CA certificate {cert} is not PEM: give a file with '-----BEGIN CERTIFICATE-----' blocks")
+        # update-ca-certificates only picks up *.crt files.
+        staged = dest / f"{cert.stem}.crt"
+        if staged.exists() and staged.read_bytes() != data:
+            raise EnvkitError(f"two different CA certificates are named {cert.stem}: rename one of them")
+        staged.write_bytes(data)
+
+
+def _stage_wheels(wheelhouse: Path | None, dest: Path) -> None:
+    dest.mkdir()
+    if wheelhouse is None:
+        return
+    if not wheelhouse.is_dir():
+        raise EnvkitError(f"--wheelhouse {wheelhouse} is not a directory: give a directory of *.whl files")
+    wheels = sorted(wheelhouse.glob("*.whl"))
+    if not wheels:
+        raise EnvkitError(f"--wheelhouse {wheelhouse} holds no *.whl files: fill it with 'pip download -d {wheelhouse} ...'")
+    for wheel in wheels:
+        try:
+            os.link(wheel, dest / wheel.name)  # wheels are large; a hard link costs nothing
+        except OSError:
+            shutil.copyfile(wheel, dest / wheel.name)
+
+
+def context_digest(context: Path, build_args: Mapping[str, str]) -> str:
+    """sha256 over the staged files (each as path + NUL + bytes) and the content build args."""
+    total = hashlib.sha256()
+    files = sorted((p for p in context.rglob("*") if p.is_file()), key=lambda p: p.relative_to(context).as_posix())
+    for path in files:
+        entry = hashlib.sha256(path.relative_to(context).as_posix().encode() + b"\0")
+        with path.open("rb") as stream:
+            for chunk in iter(lambda: stream.read(_CHUNK), b""):
+                entry.update(chunk)
+        total.update(entry.digest())
+    content_args = {k: v for k, v in build_args.items() if k not in PROVENANCE_ARGS}
+    total.update(json.dumps(content_args, sort_keys=True).encode())
+    return total.hexdigest()
+
+
+def build_args_for(options: BuildOptions, revision: str | None) -> dict[str, str]:
+    """Only overrides: every arg has its default from the config in the Dockerfile."""
+    args: dict[str, str] = {}
+    if options.base_image:
+        args["BASE_IMAGE"] = options.base_image
+    if options.wheelhouse is not None:
+        args["PIP_NO_INDEX"] = "1"
+    if revision:
+        args["ENVKIT_REVISION"] = revision
+    args.update(options.build_args)
+    return args
+
+
+def git_revision(root: Path) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True, text=True, check=False,
+        )
+    except OSError:
+        return None
+    return done.stdout.strip() or None
+
+
+# ---------------------------------------------------------------- build
+
+
+def build(root: Path, target, options: BuildOptions) -> BuiltImage:
+    client = connect_engine()
+    repo = repository(target.name)
+    with tempfile.TemporaryDirectory(prefix=f"envkit-{target.name}-") as tmp:
+        context = Path(tmp) / "context"
+        stage_context(root, target, options, context)
+        args = build_args_for(options, git_revision(root))
+        tag = f"{repo}:{context_digest(context, args)[:TAG_HEX]}"
+        existing = _find_image(client, tag)
+        if existing is not None and not options.no_cache:
+            existing.tag(repo, LATEST)
+            return BuiltImage(tag=tag, image_id=existing.id, reused=True)
+        command = [docker_cli(), "build", "--progress=plain", "-t", tag, "-t", f"{repo}:{LATEST}"]
+        for key, value in sorted(args.items()):
+            command += ["--build-arg", f"{key}={value}"]
+        command += ["--label", f"{LABEL_PREFIX}pins={json.dumps(target.pins(), sort_keys=True)}"]
+        command += ["--label", f"{LABEL_PREFIX}target={target.name}"]
+        if options.no_cache:
+            command.append("--no-cache")
+        command.append(str(context))
+        # The build log is the user's progress display: it goes straight to stderr.
+        done = subprocess.run(command, env={**os.environ, "DOCKER_BUILDKIT": "1"}, stdout=sys.stderr, check=False)
+        if done.returncode != 0:
+            raise EnvkitError(f"docker build of {tag} failed (exit {done.returncode}); the build log is above", exit_code=1)
+    return BuiltImage(tag=tag, image_id=client.images.get(tag).id, reused=False)
+
+
+def _find_image(client, reference: str):
+    import docker
+
+    try:
+        return client.images.get(reference)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def resolve_image(client, target_name: str, tag: str | None = None):
+    """The image for a target (``latest`` unless ``tag``) and its content tag."""
+    repo = repository(target_name)
+    reference = f"{repo}:{tag or LATEST}"
+    image = _find_image(client, reference)
+    if image is None:
+        raise EnvkitError(f"no image {reference} in the engine: build it first with 'envkit build {target_name}'")
+    content_tags = sorted(t for t in image.tags if t.startswith(f"{repo}:") and t != f"{repo}:{LATEST}")
+    return image, (content_tags[0] if content_tags else reference)
+
+
+# ---------------------------------------------------------------- save / load
+
+
+def _atomic_write(path: Path, write) -> None:
+    """``write(stream)`` into a temp file beside ``path``, then rename: never a half file."""
+    fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            write(stream)
+        os.replace(partial, path)
+    except BaseException:
+        os.unlink(partial)
+        raise
+
+
+class _HashingWriter:
+    """File wrapper that hashes and counts what passes through it."""
+
+    def __init__(self, stream):
+        self.stream, self.sha256, self.size = stream, hashlib.sha256(), 0
+
+    def write(self, data) -> int:
+        self.sha256.update(data)
+        self.size += len(data)
+        return self.stream.write(data)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def save(target, tag: str | None, output_dir: Path) -> tuple[Path, Path]:
+    client = connect_engine()
+    image, content_tag = resolve_image(client, target.name, tag)
+    stem = f"{repository(target.name)}-{content_tag.split(':', 1)[1]}"
+    output_dir.mkdir(parents=True, exist_ok=True)
+    tarball, manifest_path = output_dir / f"{stem}.tar.gz", output_dir / f"{stem}.manifest.json"
+    digest: dict[str, object] = {}
+
+    def write_tarball(stream) -> None:
+        hashed = _HashingWriter(stream)
+        # mtime=0 and no file name in the gzip header: the same image gives the same bytes.
+        with gzip.GzipFile(filename="", mode="wb", fileobj=hashed, mtime=0, compresslevel=6) as compressed:
+            for chunk in image.save(named=content_tag):
+                compressed.write(chunk)
+        digest.update(sha256=hashed.sha256.hexdigest(), size=hashed.size)
+
+    _atomic_write(tarball, write_tarball)
+    labels = image.labels or {}
+    pins_label = labels.get(f"{LABEL_PREFIX}pins")
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        "envkit_version": __version__,
+        "target": target.name,
+        "tag": content_tag,
+        "image_id": image.id,
+        "pins": json.loads(pins_label) if pins_label else target.pins(),
+        "labels": labels,
+        "tarball": tarball.name,
+        "sha256": digest["sha256"],
+        "size": digest["size"],
+    }
+    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    _atomic_write(manifest_path, lambda stream: stream.write(text.encode()))
+    return tarball, manifest_path
+
+
+_MANIFEST_FIELDS = {"manifest_version": int, "tag": str, "image_id": str, "tarball": str, "sha256": str, "size": int, "pins": dict}
+
+
+def read_manifest(path: Path) -> dict:
+    """Parse and shape-check a manifest; any flaw is one line naming the field."""
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise EnvkitError(f"manifest {path} is missing: 'envkit load' needs the .manifest.json written by 'envkit save'") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EnvkitError(f"manifest {path} is not readable JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise EnvkitError(f"manifest {path} is not a JSON object")
+    for name, kind in _MANIFEST_FIELDS.items():
+        if not isinstance(manifest.get(name), kind):
+            raise EnvkitError(f"manifest {path} has no valid '{name}' ({kind.__name__} expected)")
+    if manifest["manifest_version"] > MANIFEST_VERSION:
+        raise EnvkitError(f"manifest {path} is version {manifest['manifest_version']}; this envkit reads up to {MANIFEST_VERSION}: upgrade envkit")
+    if not re.fullmatch(r"[0-9a-f]{64}", manifest["sha256"]):
+        raise EnvkitError(f"manifest {path} has a malformed sha256 (64 lowercase hex expected)")
+    if Path(manifest["tarball"]).name != manifest["tarball"]:
+        raise EnvkitError(f"manifest {path} names tarball '{manifest['tarball']}': a bare file name is expected")
+    return manifest
+
+
+def manifest_for(path: Path) -> Path:
+    """Accept either file of the pair: the tarball or its manifest."""
+    name = path.name
+    if name.endswith(".manifest.json"):
+        return path
+    if name.endswith(".tar.gz"):
+        return path.with_name(name[: -len(".tar.gz")] + ".manifest.json")
+    raise EnvkitError(f"{path} is neither an image tarball (*.tar.gz) nor a manifest (*.manifest.json)")
+
+
+def verify_tarball(manifest_path: Path, manifest: dict) -> Path:
+    tarball = manifest_path.with_name(manifest["tarball"])
+    if not tarball.is_file():
+        raise EnvkitError(f"tarball {tarball} named by {manifest_path.name} is missing")
+    sha256 = hashlib.sha256()
+    with tarball.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(_CHUNK), b""):
+            sha256.update(chunk)
+    if sha256.hexdigest() != manifest["sha256"]:
+        raise EnvkitError(
+            f"refusing to load {tarball.name}: its sha256 {sha256.hexdigest()[:16]}... does not match "
+            f"the manifest's {manifest['sha256'][:16]}... (corrupt or altered: fetch it again)"
+        )
+    return tarball
+
+
+def load(path: Path) -> str:
+    manifest_path = manifest_for(path)
+    manifest = read_manifest(manifest_path)
+    client = connect_engine()
+    tarball = verify_tarball(manifest_path, manifest)
+    import docker
+
+    with tarball.open("rb") as stream:  # the engine unpacks gzip itself
+        try:
+            client.images.load(stream)
+        except docker.errors.APIError as exc:
+            raise EnvkitError(f"the engine refused {tarball.name}: {exc.explanation or exc}", exit_code=1) from None
+    image = _find_image(client, manifest["image_id"])
+    if image is None:
+        raise EnvkitError(f"{tarball.name} loaded, but image {manifest['image_id']} from its manifest is not in the engine", exit_code=1)
+    repo, _, _ = manifest["tag"].rpartition(":")
+    image.tag(repo, manifest["tag"].rpartition(":")[2])
+    image.tag(repo, LATEST)
+    return manifest["tag"]
+
+
+# ---------------------------------------------------------------- push
+
+
+def push(target, registry: str, tag: str | None = None, progress=None) -> list[str]:
+    if not _REGISTRY.match(registry):
+        raise EnvkitError(f"registry '{registry}' is not valid: give HOST[:PORT][/PATH] in lowercase, e.g. registry.example.com:5000/team")
+    client = connect_engine()
+    image, content_tag = resolve_image(client, target.name, tag)
+    remote = f"{registry}/{repository(target.name)}"
+    pushed = []
+    for remote_tag in (content_tag.rpartition(":")[2], LATEST):
+        image.tag(remote, remote_tag)
+        for line in client.images.push(remote, tag=remote_tag, stream=True, decode=True):
+            if "error" in line:
+                raise EnvkitError(f"push of {remote}:{remote_tag} failed: {line['error']}", exit_code=1)
+            if progress and line.get("status") and "progressDetail" not in line:
+                progress(line["status"])
+        pushed.append(f"{remote}:{remote_tag}")
+    return pushed
