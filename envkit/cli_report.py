@@ -1,5 +1,136 @@
-"""Placeholder until the report commands land."""
+"""`envkit report`, `envkit compare`, `envkit demo`: turn result files into the comparison."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
 
 
 def register(subparsers) -> None:
-    pass
+    report = subparsers.add_parser(
+        "report", help="compare the runs in a results directory (tables as in the published experiments)",
+        description="Group the results files in RESULTS_DIR by recipe and configuration and print the comparison.",
+    )
+    report.add_argument("results_dir", metavar="RESULTS_DIR", type=Path, help="directory the recipes wrote results JSON into")
+    _add_report_options(report)
+    report.set_defaults(func=run_report)
+
+    compare = subparsers.add_parser(
+        "compare", help="run every experiment this host can run, then report",
+        description="Ask `envkit doctor` which experiments this host can run, run them, then print the report.",
+    )
+    compare.add_argument("--results-dir", type=Path, default=Path("results"), help="where results go (default: results)")
+    compare.add_argument("--epochs", type=_positive_int, default=None, help="epochs per run (default: each recipe's own)")
+    compare.add_argument("--dataset", choices=("real", "fake"), default="real", help="real data or generated fake data")
+    compare.add_argument("--max-steps", type=_positive_int, default=None, help="stop each run after this many steps (quick checks)")
+    compare.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
+    _add_report_options(compare, results_dir_positional=False)
+    compare.set_defaults(func=run_compare)
+
+    demo = subparsers.add_parser(
+        "demo", help="render every target, run the small comparison this machine can run, report and plot",
+        description="The whole story on any machine in a few minutes: render, run small experiments, report, plot.",
+    )
+    demo.add_argument("--results-dir", type=Path, default=Path("results/demo"), help="where results go (default: results/demo)")
+    demo.add_argument("--config", type=Path, default=Path("envkit.yaml"), help="project config (default: ./envkit.yaml)")
+    demo.add_argument("--no-docker", action="store_true", help="run on this Python even when Docker is usable")
+    demo.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
+    demo.set_defaults(func=run_demo)
+
+
+def _add_report_options(parser: argparse.ArgumentParser, results_dir_positional: bool = True) -> None:
+    parser.add_argument("--format", choices=("md", "csv", "json"), default="md", help="table format (default: md)")
+    parser.add_argument("--plot", type=Path, metavar="FILE.png", default=None, help="also write a bar chart PNG")
+    parser.add_argument("--reference", action="store_true", help="add the published numbers, labelled as published")
+    parser.add_argument("--baseline", metavar="LABEL", default=None,
+                        help="configuration the speed-ups are relative to, e.g. 'cpu ×1' (default: first single-device one)")
+    if not results_dir_positional:
+        parser.add_argument("--config", type=Path, default=Path("envkit.yaml"), help="project config (default: ./envkit.yaml)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number ≥ 1, got {text!r}")
+    return value
+
+
+def print_report(results_dir: Path, output_format: str = "md", plot: Path | None = None,
+                 reference: bool = False, baseline: str | None = None) -> None:
+    from envkit.errors import EnvkitError
+    from envkit.report import build_report, render_report
+    from envkit.results import load_results
+
+    if plot is not None and plot.suffix.lower() != ".png":
+        raise EnvkitError(f"--plot {plot}: the plot is a PNG file, give a name ending in .png")
+    results, warnings = load_results(results_dir)
+    for warning in warnings:
+        print(f"envkit: warning: {warning}", file=sys.stderr)
+    skipped = sum(1 for warning in warnings if warning.startswith("skipped "))
+    if not results:
+        raise EnvkitError(f"no results in {results_dir}: no readable results files (run a recipe, `envkit compare` or `envkit demo` first)", exit_code=1)
+    report = build_report(results, skipped=skipped, baseline=baseline, reference=reference)
+    sys.stdout.write(render_report(report, output_format))
+    sys.stdout.flush()
+    if plot is not None:
+        from envkit.plot import write_plot
+
+        write_plot(report, plot)
+        print(f"envkit: wrote {plot}", file=sys.stderr)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    print_report(args.results_dir, args.format, args.plot, args.reference, args.baseline)
+    return 0
+
+
+def _host_facts():
+    from envkit.doctor import inspect_host, runnable_experiments
+
+    facts = inspect_host()
+    return facts, runnable_experiments(facts)
+
+
+def _check_project(config: Path) -> None:
+    from envkit.errors import EnvkitError
+
+    if not config.is_file():
+        raise EnvkitError(f"config file {config} not found: run from the project directory or pass --config FILE")
+    if not (config.parent / "recipes").is_dir():
+        raise EnvkitError(f"no recipes/ directory next to {config}: the experiments run the project's recipes")
+
+
+def _report_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The report options of `compare`, passed on to its final `envkit report` step."""
+    passed = ("--format", args.format)
+    if args.plot is not None:
+        passed += ("--plot", str(args.plot))
+    if args.reference:
+        passed += ("--reference",)
+    if args.baseline is not None:
+        passed += ("--baseline", args.baseline)
+    return passed
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from envkit.experiments import compare_plan, execute
+
+    _check_project(args.config)
+    facts, runnable = _host_facts()
+    plan = compare_plan(args.results_dir, epochs=args.epochs, dataset=args.dataset, max_steps=args.max_steps,
+                        config=args.config,
+                        facts=facts, runnable=runnable, report_args=_report_args(args))
+    return 0 if execute(plan, dry_run=args.dry_run) else 1
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from envkit.experiments import demo_plan, execute
+
+    _check_project(args.config)
+    facts, _ = _host_facts()
+    plan = demo_plan(args.results_dir, config=args.config, facts=facts, use_docker=not args.no_docker)
+    return 0 if execute(plan, dry_run=args.dry_run) else 1

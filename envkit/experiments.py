@@ -1,0 +1,181 @@
+"""What `envkit compare` and `envkit demo` run: a plan of plain commands.
+
+A plan is data (a list of ``Step``), so ``--dry-run`` prints exactly what a real
+run would execute and tests compare that text. Which steps a plan holds depends
+on the host facts of ``envkit.doctor`` (docs/design.md §6): with a usable Docker
+engine the experiments run in the images (``make`` targets, ``run.sh``),
+otherwise the recipes run on the current Python.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+
+# Small enough that the whole demo takes a few minutes on two CPU cores.
+DEMO_EPOCHS = 2
+DEMO_MNIST_ARGS = ("--max-steps", "40")
+DEMO_CIFAR_ARGS = ("--model", "mobilenet_v2", "--batch-size", "32", "--max-steps", "6")
+DEMO_DDP_PROCESSES = 2
+
+
+@dataclass(frozen=True)
+class Step:
+    title: str
+    argv: tuple[str, ...]
+    env: dict = field(default_factory=dict)  # added to the caller's environment
+
+    def shell(self) -> str:
+        assignments = [f"{key}={shlex.quote(value)}" for key, value in sorted(self.env.items())]
+        return " ".join(assignments + [shlex.join(self.argv)])
+
+
+@dataclass
+class Plan:
+    steps: list[Step]
+    notes: list[str] = field(default_factory=list)  # said before running, e.g. why Docker is not used
+    fallback: Plan | None = None  # run instead when a step marked by ``fallback_after`` fails
+    fallback_after: int | None = None  # index of the step whose failure switches to ``fallback``
+
+
+def _envkit(*args: str) -> tuple[str, ...]:
+    return (sys.executable, "-m", "envkit", *args)
+
+
+def _recipe(root: Path, recipe: str, *args: str) -> tuple[str, ...]:
+    return (sys.executable, str(root / "recipes" / f"{recipe}.py"), *args)
+
+
+def _report_step(results_dir: Path, report_args: tuple[str, ...]) -> Step:
+    return Step("report", _envkit("report", str(results_dir), *report_args))
+
+
+def _size_args(epochs: int | None, dataset: str, max_steps: int | None = None) -> tuple[str, ...]:
+    return (("--dataset", dataset) + (("--epochs", str(epochs)) if epochs is not None else ())
+            + (("--max-steps", str(max_steps)) if max_steps is not None else ()))
+
+
+def local_runs(root: Path, results_dir: Path, facts, size: tuple[str, ...], extra_mnist: tuple[str, ...] = (),
+               extra_cifar: tuple[str, ...] = ()) -> list[Step]:
+    """The experiments the recipes can run on this Python, without images."""
+    common = ("--results-dir", str(results_dir), "--quiet") + size
+    steps = [
+        Step("mnist on eager CPU", _recipe(root, "mnist", "--device", "cpu", *common, *extra_mnist)),
+        Step("cifar, one CPU process", _recipe(root, "cifar", "--device", "cpu", "--parallel", "none", *common, *extra_cifar)),
+        Step(f"cifar, DDP over {DEMO_DDP_PROCESSES} gloo processes",
+             _recipe(root, "cifar", "--device", "cpu", "--parallel", "ddp", "--nproc", str(DEMO_DDP_PROCESSES),
+                     *common, *extra_cifar)),
+    ]
+    if facts.gpus:
+        gpus = str(len(facts.gpus))
+        steps += [
+            Step("mnist on one GPU", _recipe(root, "mnist", "--device", "cuda", *common, *extra_mnist)),
+            Step("cifar, one GPU", _recipe(root, "cifar", "--device", "cuda", "--parallel", "none", *common, *extra_cifar)),
+            Step(f"cifar, DataParallel over {gpus} GPUs",
+                 _recipe(root, "cifar", "--device", "cuda", "--parallel", "dp", "--nproc", gpus, *common, *extra_cifar)),
+            Step(f"cifar, DDP over {gpus} GPUs",
+                 _recipe(root, "cifar", "--device", "cuda", "--parallel", "ddp", "--nproc", gpus, *common, *extra_cifar)),
+        ]
+    if facts.tpu_devices and importlib.util.find_spec("torch_xla") is not None:
+        steps += [
+            Step("mnist on one TPU core", _recipe(root, "mnist", "--device", "tpu", "--cores", "1", *common, *extra_mnist)),
+            Step("mnist on all TPU cores", _recipe(root, "mnist", "--device", "tpu", *common, *extra_mnist)),
+        ]
+    return steps
+
+
+def _docker_usable(facts) -> bool:
+    return facts.docker_version is not None and not facts.docker_error
+
+
+def _check_local_python() -> None:
+    if importlib.util.find_spec("torch") is None:
+        raise EnvkitError(f"torch is not installed in {sys.executable}: run 'make venv' (or use a host with Docker) to run the experiments")
+
+
+def compare_plan(results_dir: Path, *, epochs: int | None, dataset: str, max_steps: int | None, config: Path,
+                 facts, runnable: list[str], report_args: tuple[str, ...] = ()) -> Plan:
+    """Every experiment this host can run: ``make`` targets when images can run, else the recipes here."""
+    root = config.parent
+    if runnable:
+        # make runs in the project root: the results directory must not depend on where that is.
+        variables = [f"DATASET={dataset}", f"RESULTS_DIR={results_dir.resolve()}"]
+        variables += [f"EPOCHS={epochs}"] if epochs is not None else []
+        variables += [f"MAX_STEPS={max_steps}"] if max_steps is not None else []
+        steps = [Step(f"experiment {name}", ("make", "-C", str(root), name, *variables)) for name in runnable]
+        notes = []
+    else:
+        reason = facts.docker_error or "no experiment image can run here"
+        notes = [f"no Docker experiments on this host ({reason}); running the recipes with {sys.executable}"]
+        steps = local_runs(root, results_dir, facts, _size_args(epochs, dataset, max_steps))
+    return Plan(steps + [_report_step(results_dir, report_args)], notes)
+
+
+def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool) -> Plan:
+    """Render every target, run the small comparison this machine can run, report and plot."""
+    root = config.parent
+    render = Step("render every target", _envkit("render", "--config", str(config)))
+    size = _size_args(DEMO_EPOCHS, "fake")
+    report = _report_step(results_dir, ("--plot", str(results_dir / "comparison.png")))
+    local = [render] + local_runs(root, results_dir, facts, size, DEMO_MNIST_ARGS, DEMO_CIFAR_ARGS) + [report]
+    if not use_docker:
+        return Plan(local, [f"--no-docker: running the recipes with {sys.executable}"])
+    if not _docker_usable(facts):
+        return Plan(local, [f"Docker is not usable ({facts.docker_error or 'no engine'}); running the recipes with {sys.executable}"])
+    run_sh = str(root / "docker" / "cpu" / "run.sh")
+    # run.sh mounts the results directory into the container: Docker needs an absolute path.
+    mount = {"RESULTS_DIR": str(results_dir.resolve())}
+    in_image = ("--quiet",) + size
+    docker_steps = [
+        render,
+        Step("build the cpu image", _envkit("build", "cpu", "--config", str(config))),
+        Step("mnist in the cpu image", (run_sh, "mnist", "--device", "cpu", *in_image, *DEMO_MNIST_ARGS), mount),
+        Step("cifar, one process in the cpu image",
+             (run_sh, "cifar", "--device", "cpu", "--parallel", "none", *in_image, *DEMO_CIFAR_ARGS), mount),
+        Step(f"cifar, DDP over {DEMO_DDP_PROCESSES} gloo processes in the cpu image",
+             (run_sh, "cifar", "--device", "cpu", "--parallel", "ddp", "--nproc", str(DEMO_DDP_PROCESSES),
+              *in_image, *DEMO_CIFAR_ARGS), mount),
+        report,
+    ]
+    fallback = Plan(local[1:], [f"the cpu image could not be built; running the recipes with {sys.executable} instead"])
+    return Plan(docker_steps, [f"Docker {facts.docker_version} is usable: running in the cpu image"], fallback, 1)
+
+
+def format_plan(plan: Plan) -> str:
+    lines = [f"# {note}" for note in plan.notes]
+    for number, step in enumerate(plan.steps, start=1):
+        lines += [f"# {number}. {step.title}", step.shell()]
+        if plan.fallback is not None and number - 1 == plan.fallback_after:
+            lines.append("#    if this fails:")
+            lines += [f"#    {step_line}" for step_line in format_plan(plan.fallback).splitlines()]
+    return "\n".join(lines) + "\n"
+
+
+def execute(plan: Plan, *, dry_run: bool) -> bool:
+    """Run every step (a failed experiment does not stop the others); True when all succeeded."""
+    if dry_run:
+        sys.stdout.write(format_plan(plan))
+        return True
+    for note in plan.notes:
+        print(f"envkit: {note}", file=sys.stderr)
+    if any(step.argv[0] == sys.executable and step.argv[1] != "-m" for step in plan.steps):
+        _check_local_python()
+    failed = []
+    for index, step in enumerate(plan.steps):
+        print(f"envkit: {step.title}: {step.shell()}", file=sys.stderr, flush=True)
+        returncode = subprocess.run(step.argv, env={**os.environ, **step.env}, check=False).returncode
+        if returncode == 0:
+            continue
+        if plan.fallback is not None and index == plan.fallback_after:
+            return execute(plan.fallback, dry_run=False)
+        failed.append(f"{step.title} (exit {returncode})")
+    for failure in failed:
+        print(f"envkit: failed: {failure}", file=sys.stderr)
+    return not failed
