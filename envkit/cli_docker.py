@@ -21,12 +21,9 @@ def _add_config(parser) -> None:
 
 def _load_target(args):
     from envkit.config import load_config
-    from envkit.errors import EnvkitError
 
     config = load_config(args.config)
-    if args.target not in config.targets:
-        raise EnvkitError(f"unknown target '{args.target}': choose from {', '.join(sorted(config.targets))}")
-    return config, config.targets[args.target]
+    return config, config.target(args.target)
 
 
 def register(subparsers) -> None:

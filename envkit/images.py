@@ -346,8 +346,8 @@ def verify_tarball(manifest_path: Path, manifest: dict) -> Path:
 def load(path: Path) -> str:
     manifest_path = manifest_for(path)
     manifest = read_manifest(manifest_path)
-    client = connect_engine()
     tarball = verify_tarball(manifest_path, manifest)
+    client = connect_engine()
     import docker
 
     with tarball.open("rb") as stream:  # the engine unpacks gzip itself
@@ -379,7 +379,7 @@ def push(target, registry: str, tag: str | None = None, progress=None) -> list[s
         for line in client.images.push(remote, tag=remote_tag, stream=True, decode=True):
             if "error" in line:
                 raise EnvkitError(f"push of {remote}:{remote_tag} failed: {line['error']}", exit_code=1)
-            if progress and line.get("status") and "progressDetail" not in line:
+            if progress and line.get("status") and not line.get("progressDetail"):
                 progress(line["status"])
         pushed.append(f"{remote}:{remote_tag}")
     return pushed

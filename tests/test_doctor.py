@@ -1,0 +1,167 @@
+"""Host facts and "which make targets work here", with the host's pieces faked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envkit import doctor
+from envkit.errors import EnvkitError
+
+NO_ENGINE = "no Docker engine answers at unix:///x: start one with ..."
+
+
+def facts(**overrides) -> doctor.HostFacts:
+    defaults = dict(docker_version="20.10.24", free_disk_gb=50.0, cpu_count=8)
+    return doctor.HostFacts(**{**defaults, **overrides})
+
+
+GPU_HOST = facts(gpus=["GPU 0: A100", "GPU 1: A100"], nvidia_runtime=True)
+TPU_HOST = facts(tpu_devices=["/dev/accel0", "/dev/accel1"])
+
+
+@pytest.mark.parametrize(
+    "host, runnable",
+    [
+        (facts(), ["cpu-mnist"]),
+        (GPU_HOST, ["cpu-mnist", "gpu-mnist", "gpu-single-cifar", "gpu-dp-cifar", "gpu-ddp-cifar"]),
+        (TPU_HOST, ["cpu-mnist", "tpu-mnist", "tpu-mnist-single"]),
+        (facts(docker_version=None, docker_error=NO_ENGINE, gpus=["GPU 0: A100"], nvidia_runtime=True), []),
+        (facts(gpus=["GPU 0: A100"], nvidia_runtime=False), ["cpu-mnist"]),
+    ],
+)
+def test_runnable_experiments_follow_the_host(host, runnable):
+    assert doctor.runnable_experiments(host) == runnable
+
+
+def test_every_makefile_experiment_is_known_to_doctor(repo_root):
+    makefile = (repo_root / "Makefile").read_text()
+    for name in doctor.EXPERIMENTS:
+        assert f"\n{name}:" in makefile
+
+
+@pytest.mark.parametrize(
+    "host, kind, reason",
+    [
+        (facts(), "cuda", "no NVIDIA GPU found"),
+        (facts(gpus=["GPU 0: T4"]), "cuda", "install nvidia-container-toolkit"),
+        (facts(), "tpu-vm", "Cloud TPU VM"),
+        (facts(docker_version=None, docker_error=NO_ENGINE), "cpu", "no Docker engine answers"),
+    ],
+)
+def test_require_names_the_reason_in_one_line(host, kind, reason):
+    with pytest.raises(EnvkitError, match=reason) as caught:
+        doctor.require(host, kind)
+    assert str(caught.value).startswith(f"this host cannot run {kind} images: ")
+    assert "\n" not in str(caught.value)
+
+
+def test_require_unknown_kind_lists_the_kinds():
+    with pytest.raises(EnvkitError, match="choose from cpu, cuda, tpu-vm"):
+        doctor.require(facts(), "gpu")
+
+
+@pytest.mark.parametrize("text, expected", [("all", None), ("0", [0]), ("1,2,3,4", [1, 2, 3, 4])])
+def test_parse_gpus_accepts_indices_or_all(text, expected):
+    assert doctor.parse_gpus(text) == expected
+
+
+@pytest.mark.parametrize("text, message", [("", "is invalid"), ("0,", "is invalid"), ("a", "is invalid"), ("-1", "is invalid"), ("0 1", "is invalid"), ("1,1", "names a GPU twice")])
+def test_parse_gpus_refuses_malformed_values(text, message):
+    with pytest.raises(EnvkitError, match=message):
+        doctor.parse_gpus(text)
+
+
+def test_gpus_beyond_the_host_are_refused_after_the_host_check():
+    with pytest.raises(EnvkitError, match="names GPU 2, but this host has 2"):
+        doctor.require(GPU_HOST, "cuda", "0,2")
+    doctor.require(GPU_HOST, "cuda", "1,0")
+    # malformed GPUS is bad input even where no GPU exists
+    with pytest.raises(EnvkitError, match="GPUS='x' is invalid"):
+        doctor.require(facts(), "cuda", "x")
+
+
+def test_report_lists_every_target_with_its_verdict():
+    text = doctor.format_report(facts(free_disk_gb=3.0))
+    for name in doctor.EXPERIMENTS:
+        assert name in text
+    assert "yes cpu-mnist" in text and "no  gpu-dp-cifar" in text
+    assert "low:" in text
+
+
+@pytest.fixture
+def fake_host(tmp_path, monkeypatch):
+    """A PATH with a fake nvidia-smi and an engine that reports the nvidia runtime."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-1)'\necho 'GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-2)'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+    class Engine:
+        def version(self):
+            return {"Version": "24.0.7"}
+
+        def info(self):
+            return {"Runtimes": {"runc": {}, "nvidia": {}}, "DockerRootDir": str(tmp_path)}
+
+    monkeypatch.setattr(doctor, "connect_engine", Engine)
+    return tmp_path
+
+
+def test_inspect_host_gathers_engine_gpus_and_disk(fake_host, monkeypatch):
+    monkeypatch.setattr(doctor, "_tpu_devices", lambda: [])
+    host = doctor.inspect_host()
+    assert host.docker_version == "24.0.7" and host.docker_error is None
+    assert host.nvidia_runtime is True
+    assert host.gpus == ["GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-1)", "GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-2)"]
+    assert host.free_disk_gb > 0 and host.cpu_count >= 1
+    assert "gpu-ddp-cifar" in doctor.runnable_experiments(host)
+
+
+def test_inspect_host_without_engine_records_the_reason(monkeypatch):
+    def no_engine():
+        raise EnvkitError(NO_ENGINE)
+
+    monkeypatch.setattr(doctor, "connect_engine", no_engine)
+    host = doctor.inspect_host()
+    assert host.docker_version is None and host.docker_error == NO_ENGINE
+    assert doctor.runnable_experiments(host) == []
+
+
+def test_tpu_devices_skip_the_vfio_control_node(monkeypatch):
+    listing = {"/dev/accel*": ["/dev/accel1", "/dev/accel0"], "/dev/vfio/*": ["/dev/vfio/vfio", "/dev/vfio/0"]}
+    monkeypatch.setattr(doctor.glob, "glob", lambda pattern: listing[pattern])
+    assert doctor._tpu_devices() == ["/dev/accel0", "/dev/accel1", "/dev/vfio/0"]
+
+
+def run_doctor(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    # An engine address that cannot answer makes the outcome the same on every machine.
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
+    return subprocess.run([sys.executable, "-m", "envkit", "doctor", *args], capture_output=True, text=True, env=env)
+
+
+def test_cli_doctor_require_fails_before_anything_is_built(tmp_path):
+    done = run_doctor("--require", "cpu", tmp_path=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith("envkit: error: this host cannot run cpu images: no Docker engine answers")
+    assert done.stderr.count("\n") == 1
+
+
+def test_cli_doctor_json_reports_the_facts(tmp_path):
+    done = run_doctor("--json", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["runnable"] == [] and "no Docker engine" in report["docker_error"]
+    assert set(report) >= {"docker_version", "nvidia_runtime", "gpus", "tpu_devices", "free_disk_gb", "cpu_count"}
+
+
+def test_cli_doctor_refuses_bad_gpus(tmp_path):
+    done = run_doctor("--gpus", "0,,1", tmp_path=tmp_path)
+    assert done.returncode == 2 and "GPUS='0,,1' is invalid" in done.stderr

@@ -1,0 +1,323 @@
+"""Build context staging, content tags, save/load manifests and bad input, without an engine.
+
+The engine-facing calls are replaced by a small in-memory engine; the real engine is
+exercised by tests/test_docker_engine.py.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from envkit import images
+from envkit.errors import EnvkitError
+
+CERT = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
+
+
+@dataclass(frozen=True)
+class FakeTarget:
+    name: str = "cpu"
+    kind: str = "cpu"
+    ca_certificates: tuple[Path, ...] = ()
+
+    def pins(self) -> dict[str, str]:
+        return {"python": "3.11", "torch": "2.13.0"}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    (root / "docker" / "cpu").mkdir(parents=True)
+    (root / "docker" / "cpu" / "Dockerfile").write_text("FROM scratch\n")
+    (root / "docker" / "cpu" / ".dockerignore").write_text("**/__pycache__\n")
+    (root / "recipes" / "__pycache__").mkdir(parents=True)
+    (root / "recipes" / "mnist.py").write_text("print('mnist')\n")
+    (root / "recipes" / "__pycache__" / "mnist.cpython-311.pyc").write_bytes(b"\0junk")
+    return root
+
+
+def staged(project: Path, tmp_path: Path, options=images.BuildOptions(), target=FakeTarget(), name="ctx") -> Path:
+    dest = tmp_path / name
+    images.stage_context(project, target, options, dest)
+    return dest
+
+
+def files(directory: Path) -> list[str]:
+    return sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
+
+
+def test_staged_context_has_the_design_layout_without_caches(project, tmp_path):
+    context = staged(project, tmp_path)
+    assert files(context) == [".dockerignore", "Dockerfile", "recipes/mnist.py"]
+    assert (context / "certs").is_dir() and (context / "wheels").is_dir()
+
+
+def test_wheelhouse_and_certificates_are_staged(project, tmp_path):
+    wheelhouse = tmp_path / "wheels"
+    wheelhouse.mkdir()
+    (wheelhouse / "tqdm-4.0-py3-none-any.whl").write_bytes(b"wheel")
+    (wheelhouse / "notes.txt").write_text("not a wheel")
+    configured, extra = tmp_path / "corp.pem", tmp_path / "proxy.crt"
+    configured.write_bytes(CERT)
+    extra.write_bytes(CERT.replace(b"fake", b"other"))
+    options = images.BuildOptions(wheelhouse=wheelhouse, ca_certs=(extra,))
+    context = staged(project, tmp_path, options, FakeTarget(ca_certificates=(configured,)))
+    assert "wheels/tqdm-4.0-py3-none-any.whl" in files(context)
+    assert "wheels/notes.txt" not in files(context)
+    # update-ca-certificates reads *.crt only, so a .pem is renamed
+    assert (context / "certs" / "corp.crt").read_bytes() == CERT
+    assert (context / "certs" / "proxy.crt").exists()
+    assert images.build_args_for(options, None) == {"PIP_NO_INDEX": "1"}
+
+
+@pytest.mark.parametrize(
+    "make_options, message",
+    [
+        (lambda tmp: images.BuildOptions(wheelhouse=tmp / "missing"), "is not a directory"),
+        (lambda tmp: images.BuildOptions(wheelhouse=tmp), "holds no *.whl files"),
+        (lambda tmp: images.BuildOptions(ca_certs=(tmp / "none.crt",)), "does not exist"),
+        (lambda tmp: images.BuildOptions(ca_certs=(tmp / "plain.crt",)), "is not PEM"),
+    ],
+)
+def test_bad_build_inputs_are_one_line(project, tmp_path, make_options, message):
+    (tmp_path / "plain.crt").write_text("hello")
+    with pytest.raises(EnvkitError, match=message.replace("*", r"\*")) as caught:
+        staged(project, tmp_path, make_options(tmp_path))
+    assert "\n" not in str(caught.value)
+
+
+def test_unrendered_target_says_how_to_render(project, tmp_path):
+    (project / "docker" / "cpu" / "Dockerfile").unlink()
+    with pytest.raises(EnvkitError, match="run 'envkit render'"):
+        staged(project, tmp_path)
+
+
+def test_identical_inputs_give_an_identical_tag(project, tmp_path):
+    first = images.context_digest(staged(project, tmp_path, name="a"), {"BASE_IMAGE": "x"})
+    second = images.context_digest(staged(project, tmp_path, name="b"), {"BASE_IMAGE": "x"})
+    assert first == second and len(first) == 64
+
+
+def test_tag_follows_content_and_content_args_but_not_the_revision(project, tmp_path):
+    context = staged(project, tmp_path)
+    base = images.context_digest(context, {"ENVKIT_REVISION": "aaa"})
+    assert images.context_digest(context, {"ENVKIT_REVISION": "bbb"}) == base
+    assert images.context_digest(context, {"BASE_IMAGE": "other"}) != base
+    (context / "recipes" / "mnist.py").write_text("print('mnist')\n# edited\n")
+    assert images.context_digest(context, {"ENVKIT_REVISION": "aaa"}) != base
+
+
+def test_renaming_a_file_changes_the_tag(project, tmp_path):
+    context = staged(project, tmp_path)
+    before = images.context_digest(context, {})
+    (context / "recipes" / "mnist.py").rename(context / "recipes" / "mnist2.py")
+    assert images.context_digest(context, {}) != before
+
+
+def test_build_args_user_values_win_and_revision_is_recorded():
+    options = images.BuildOptions(base_image="envkit-base:x", build_args={"BASE_IMAGE": "mine", "HTTP_PROXY": "p"})
+    assert images.build_args_for(options, "abc123") == {"BASE_IMAGE": "mine", "ENVKIT_REVISION": "abc123", "HTTP_PROXY": "p"}
+
+
+@pytest.mark.parametrize("text", ["NOEQUALS", "=v", "1X=2", "A B=c"])
+def test_malformed_build_arg_is_refused(text):
+    with pytest.raises(EnvkitError, match="is not KEY=VALUE"):
+        images.parse_build_arg(text)
+
+
+def test_build_arg_value_may_hold_equals_signs():
+    assert images.parse_build_arg("PIP_INDEX_URL=http://h/simple?a=b") == ("PIP_INDEX_URL", "http://h/simple?a=b")
+
+
+def test_docker_client_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("DOCKER", "definitely-not-a-docker-client")
+    with pytest.raises(EnvkitError, match="not an executable docker client"):
+        images.docker_cli()
+    monkeypatch.setenv("DOCKER", sys.executable)
+    assert images.docker_cli() == sys.executable
+
+
+# ---------------------------------------------------------------- save / load with an in-memory engine
+
+
+@dataclass
+class FakeImage:
+    id: str
+    tags: list[str]
+    labels: dict[str, str]
+    payload: bytes = b"layer-bytes" * 1000
+    saved_as: list = field(default_factory=list)
+
+    def save(self, named):
+        self.saved_as.append(named)
+        yield self.payload[:5000]
+        yield self.payload[5000:]
+
+    def tag(self, repository, tag):
+        self.tags.append(f"{repository}:{tag}")
+
+
+class FakeImages:
+    def __init__(self, image: FakeImage):
+        self.image, self.loaded = image, []
+
+    def get(self, reference):
+        import docker
+
+        if reference == self.image.id or reference in self.image.tags:
+            return self.image
+        raise docker.errors.ImageNotFound(reference)
+
+    def load(self, stream):
+        self.loaded.append(stream.read())
+        return [self.image]
+
+
+class FakeClient:
+    def __init__(self, image):
+        self.images = FakeImages(image)
+
+
+@pytest.fixture
+def engine(monkeypatch):
+    image = FakeImage(
+        id="sha256:" + "ab" * 32,
+        tags=["envkit-cpu:0123456789ab", "envkit-cpu:latest"],
+        labels={"org.envkit.pins": json.dumps({"torch": "2.13.0"})},
+    )
+    client = FakeClient(image)
+    monkeypatch.setattr(images, "connect_engine", lambda: client)
+    return client
+
+
+def test_save_writes_a_deterministic_tarball_and_a_manifest(engine, tmp_path):
+    tarball, manifest_path = images.save(FakeTarget(), None, tmp_path / "out")
+    assert tarball.name == "envkit-cpu-0123456789ab.tar.gz"
+    assert manifest_path.name == "envkit-cpu-0123456789ab.manifest.json"
+    assert engine.images.image.saved_as == ["envkit-cpu:0123456789ab"]
+    manifest = json.loads(manifest_path.read_text())
+    data = tarball.read_bytes()
+    assert manifest["sha256"] == hashlib.sha256(data).hexdigest()
+    assert manifest["size"] == len(data)
+    assert manifest["tag"] == "envkit-cpu:0123456789ab"
+    assert manifest["image_id"] == engine.images.image.id
+    assert manifest["pins"] == {"torch": "2.13.0"}  # from the image's own label
+    assert gzip.decompress(data) == engine.images.image.payload
+    first = data
+    tarball.unlink()
+    images.save(FakeTarget(), None, tmp_path / "out")
+    assert tarball.read_bytes() == first
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]  # no partial files left
+
+
+def test_load_verifies_then_loads_and_tags(engine, tmp_path):
+    tarball, manifest_path = images.save(FakeTarget(), None, tmp_path)
+    engine.images.image.tags.clear()
+    assert images.load(tarball) == "envkit-cpu:0123456789ab"
+    assert engine.images.loaded == [tarball.read_bytes()]
+    assert set(engine.images.image.tags) == {"envkit-cpu:0123456789ab", "envkit-cpu:latest"}
+    assert images.load(manifest_path) == "envkit-cpu:0123456789ab"  # either file of the pair
+
+
+def test_load_refuses_a_tarball_whose_checksum_does_not_match(engine, tmp_path):
+    tarball, _ = images.save(FakeTarget(), None, tmp_path)
+    data = bytearray(tarball.read_bytes())
+    data[-1] ^= 0xFF
+    tarball.write_bytes(bytes(data))
+    with pytest.raises(EnvkitError, match="refusing to load .* does not match the manifest"):
+        images.load(tarball)
+    assert engine.images.loaded == []
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda m: m.pop("sha256"), "no valid 'sha256'"),
+        (lambda m: m.update(sha256="XYZ"), "malformed sha256"),
+        (lambda m: m.update(size="big"), "no valid 'size'"),
+        (lambda m: m.update(tarball="../../etc/passwd"), "a bare file name is expected"),
+        (lambda m: m.update(manifest_version=99), "upgrade envkit"),
+    ],
+)
+def test_load_refuses_a_malformed_manifest(engine, tmp_path, edit, message):
+    tarball, manifest_path = images.save(FakeTarget(), None, tmp_path)
+    manifest = json.loads(manifest_path.read_text())
+    edit(manifest)
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(EnvkitError, match=message):
+        images.load(tarball)
+    assert engine.images.loaded == []
+
+
+def test_load_without_a_manifest_is_refused(engine, tmp_path):
+    tarball, manifest_path = images.save(FakeTarget(), None, tmp_path)
+    manifest_path.unlink()
+    with pytest.raises(EnvkitError, match="manifest .* is missing"):
+        images.load(tarball)
+    with pytest.raises(EnvkitError, match="neither an image tarball"):
+        images.load(tmp_path / "image.zip")
+
+
+def test_load_notices_an_image_that_is_not_the_one_saved(engine, tmp_path):
+    tarball, manifest_path = images.save(FakeTarget(), None, tmp_path)
+    manifest = json.loads(manifest_path.read_text())
+    manifest["image_id"] = "sha256:" + "cd" * 32
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(EnvkitError, match="is not in the engine"):
+        images.load(tarball)
+
+
+def test_missing_image_says_how_to_build_it(engine):
+    with pytest.raises(EnvkitError, match="build it first with 'envkit build cpu'"):
+        images.resolve_image(engine, "cpu", "nosuchtag")
+
+
+@pytest.mark.parametrize("registry", ["", "https://reg.example.com", "Reg.Example.com", "reg.example.com/", "reg:port", "a b"])
+def test_push_refuses_a_malformed_registry_before_touching_the_engine(engine, registry):
+    with pytest.raises(EnvkitError, match="is not valid: give HOST"):
+        images.push(FakeTarget(), registry)
+    assert engine.images.image.tags == ["envkit-cpu:0123456789ab", "envkit-cpu:latest"]
+
+
+@pytest.mark.parametrize("registry", ["localhost:5000", "registry.example.com/team", "10.0.0.2:5000/a/b-c"])
+def test_push_accepts_registry_forms(registry):
+    assert images._REGISTRY.match(registry)
+
+
+# ---------------------------------------------------------------- through the CLI
+
+
+def envkit(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "envkit", *args], capture_output=True, text=True, cwd=cwd, env=env)
+
+
+def test_cli_without_an_engine_says_how_to_start_one(repo_root, tmp_path):
+    import os
+
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
+    done = envkit("build", "cpu", "--config", str(repo_root / "envkit.yaml"), env=env)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "no Docker engine answers" in done.stderr and "systemctl start docker" in done.stderr
+
+
+def test_cli_load_refuses_a_tampered_tarball_in_one_line(tmp_path):
+    tarball = tmp_path / "envkit-cpu-0123456789ab.tar.gz"
+    tarball.write_bytes(gzip.compress(b"x", mtime=0))
+    manifest = {
+        "manifest_version": 1, "tag": "envkit-cpu:0123456789ab", "image_id": "sha256:" + "ab" * 32,
+        "tarball": tarball.name, "sha256": "0" * 64, "size": 1, "pins": {},
+    }
+    (tmp_path / "envkit-cpu-0123456789ab.manifest.json").write_text(json.dumps(manifest))
+    done = envkit("load", str(tarball))
+    assert done.returncode == 2
+    assert "refusing to load" in done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
