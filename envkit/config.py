@@ -25,7 +25,8 @@ from envkit.matrix import Matrix, load_matrix, minor_of, python_in_range
 SCHEMA_PATH = Path(__file__).resolve().parent / "data" / "envkit.schema.json"
 DEFAULT_CONFIG = Path("envkit.yaml")
 DEFAULT_PYTHON = "3.11"
-DEFAULT_SHM_SIZE = {"cpu": "2g", "cuda": "8g", "tpu-vm": "16G"}
+# cuda runs with --ipc=host unless a size is set (DataLoader workers and NCCL need more than 64 MB).
+DEFAULT_SHM_SIZE = {"cpu": "2g", "cuda": None, "tpu-vm": "16G"}
 # Packages whose versions the matrix owns; a pip_packages entry must not re-pin them.
 MATRIX_OWNED = {"torch", "torchvision", "torch-xla", "libtpu", "libtpu-nightly"}
 KIND_ONLY_KEYS = {"cuda": ("cuda", "gpus"), "tpu-vm": ("torch_xla", "libtpu")}
@@ -53,7 +54,7 @@ class Target:
     pip_packages: tuple[str, ...]  # extra requirements, after the recipe defaults
     env: dict[str, str]
     ca_certificates: tuple[Path, ...]  # absolute
-    shm_size: str
+    shm_size: str | None  # None: share the host IPC namespace instead
     gpus: str | None  # cuda: "all" or "0,2"
     config_hash: str = field(default="", compare=False)
 

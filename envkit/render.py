@@ -1,0 +1,199 @@
+"""Render docker/<target>/ files from templates/ (design.md section 3).
+
+Everything is rendered in memory first; files are then written all or nothing
+(temp files beside their destination, then os.replace), so a failure never
+leaves a half-written tree behind.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from envkit.config import ProjectConfig, Target
+from envkit.errors import EnvkitError
+from envkit.shellquote import FILTERS
+
+DEFAULT_OUTPUT = Path("docker")
+DEFAULT_PIP_INDEX_URL = "https://pypi.org/simple"
+# Target file -> (template, file mode).
+FILES = {
+    "Dockerfile": ("Dockerfile.j2", 0o644),
+    "run.sh": ("run.sh.j2", 0o755),
+    ".dockerignore": ("dockerignore.j2", 0o644),
+}
+NON_ROOT_KINDS = {"cpu", "cuda"}  # tpu-vm needs root for --privileged device access
+# A high fixed id: numeric USER resolves on any host, and it cannot collide with
+# the 1000 that some bases (ubuntu 24.04's "ubuntu") already use.
+IMAGE_USER = {"name": "envkit", "id": 10001}
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    path: Path  # relative to the output directory: <target>/<file>
+    text: str
+    mode: int
+
+
+def render(config: ProjectConfig, names: list[str]) -> list[RenderedFile]:
+    env = _environment(config.root / "templates")
+    files = []
+    for name in names:
+        target = config.target(name)
+        context = _context(config, target)
+        for filename, (template, mode) in FILES.items():
+            text = _render_template(env, template, context)
+            files.append(RenderedFile(Path(name) / filename, text, mode))
+    return files
+
+
+def _environment(templates: Path) -> jinja2.Environment:
+    if not templates.is_dir():
+        raise EnvkitError(f"templates directory {templates} not found; it must sit beside the config file")
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters.update(FILTERS)
+    return env
+
+
+def _render_template(env: jinja2.Environment, template: str, context: dict) -> str:
+    try:
+        return env.get_template(template).render(context)
+    except jinja2.TemplateNotFound as exc:
+        raise EnvkitError(f"template {exc.name} not found in {env.loader.searchpath[0]}") from None
+    except (jinja2.TemplateError, ValueError) as exc:
+        raise EnvkitError(f"cannot render {template}: {' '.join(str(exc).split())}") from None
+
+
+def requirements(target: Target) -> list[str]:
+    """pip requirements in install order: the matrix pins first, then the target's own."""
+    local = f"+{target.torch_variant}" if target.torch_variant else ""
+    pinned = [f"torch=={target.torch}{local}"]
+    if target.torch_xla:
+        pinned.append(f"torch_xla[tpu]=={target.torch_xla}")
+        pinned.append(f"{target.libtpu_package}=={target.libtpu}")
+    if target.torchvision:
+        pinned.append(f"torchvision=={target.torchvision}{local}")
+    return pinned + list(target.pip_packages)
+
+
+def labels(config: ProjectConfig, target: Target) -> list[tuple[str, str]]:
+    pairs = {
+        "org.opencontainers.image.title": f"envkit-{target.name}",
+        "org.opencontainers.image.description": f"envkit {target.kind} image: torch {target.torch}",
+        "io.envkit.target": target.name,
+        "io.envkit.kind": target.kind,
+        "io.envkit.config-hash": target.config_hash,
+    }
+    if config.source:
+        pairs["org.opencontainers.image.source"] = config.source
+    pairs.update({f"io.envkit.pin.{name}": version for name, version in target.pins().items()})
+    return sorted(pairs.items())
+
+
+def _context(config: ProjectConfig, target: Target) -> dict:
+    return {
+        "config_name": config.path.name,
+        "target": target,
+        "labels": labels(config, target),
+        "requirements": requirements(target),
+        "pip_index_url": target.pip_index_url or DEFAULT_PIP_INDEX_URL,
+        "user": IMAGE_USER if target.kind in NON_ROOT_KINDS else None,
+        "image": f"envkit-{target.name}:latest",
+    }
+
+
+def write(output: Path, files: list[RenderedFile]) -> None:
+    """Write every file or none: stage temp files, then rename them into place."""
+    if output.exists() and not output.is_dir():
+        raise EnvkitError(f"output path {output} is a file; pass --output DIR with a directory")
+    created: list[Path] = []
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for file in files:
+            destination = output / file.path
+            _make_dirs(destination.parent, created)
+            staged.append((_stage(destination, file), destination))
+    except OSError as exc:
+        for temp, _ in staged:
+            temp.unlink(missing_ok=True)
+        for directory in reversed(created):
+            _remove_if_empty(directory)
+        reason = exc.strerror or str(exc)
+        raise EnvkitError(f"cannot write to {exc.filename or output}: {reason}; choose a writable --output DIR") from None
+    for temp, destination in staged:
+        os.replace(temp, destination)
+
+
+def _make_dirs(directory: Path, created: list[Path]) -> None:
+    missing = []
+    for parent in [directory, *directory.parents]:
+        if parent.is_dir():
+            break
+        missing.append(parent)
+    for parent in reversed(missing):
+        if parent.exists() and not parent.is_dir():
+            raise NotADirectoryError(20, "exists and is not a directory", str(parent))
+        parent.mkdir()
+        created.append(parent)
+
+
+def _stage(destination: Path, file: RenderedFile) -> Path:
+    handle, name = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.", suffix=".tmp")
+    temp = Path(name)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
+            stream.write(file.text)
+        os.chmod(temp, file.mode)
+    except OSError:
+        temp.unlink(missing_ok=True)
+        raise
+    return temp
+
+
+def _remove_if_empty(directory: Path) -> None:
+    try:
+        directory.rmdir()
+    except OSError:
+        pass
+
+
+def stale(output: Path, files: list[RenderedFile]) -> list[str]:
+    """One line per committed file that differs from a fresh render."""
+    problems = []
+    for file in files:
+        path = output / file.path
+        try:
+            current = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            problems.append(f"{path}: missing")
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"{path}: unreadable ({exc})")
+            continue
+        if current != file.text:
+            changed = sum(
+                1
+                for line in difflib.unified_diff(current.splitlines(), file.text.splitlines(), lineterm="", n=0)
+                if line[:1] in "+-" and not line.startswith(("+++", "---"))
+            )
+            problems.append(f"{path}: stale ({changed} changed lines)")
+        elif _executable(path.stat().st_mode) != _executable(file.mode):
+            # Only the executable bit: git records nothing else, and umasks differ.
+            problems.append(f"{path}: {'should' if _executable(file.mode) else 'should not'} be executable")
+    return problems
+
+
+def _executable(mode: int) -> bool:
+    return bool(mode & 0o111)
