@@ -79,7 +79,10 @@ def print_report(results_dir: Path, output_format: str = "md", plot: Path | None
     if plot is not None:
         from envkit.plot import write_plot
 
-        write_plot(report, plot)
+        try:
+            write_plot(report, plot)
+        except OSError as exc:
+            raise EnvkitError(f"cannot write the plot {plot}: {exc.strerror or exc}") from None
         print(f"envkit: wrote {plot}", file=sys.stderr)
 
 

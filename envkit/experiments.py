@@ -21,7 +21,8 @@ from envkit.errors import EnvkitError
 
 # Small enough that the whole demo takes a few minutes on two CPU cores.
 DEMO_EPOCHS = 2
-DEMO_MNIST_ARGS = ("--max-steps", "40")
+# Whole epochs of a smaller fake set, so s/epoch stays meaningful.
+DEMO_MNIST_ARGS = ("--fake-train-size", "1920", "--fake-test-size", "500")
 DEMO_CIFAR_ARGS = ("--model", "mobilenet_v2", "--batch-size", "32", "--max-steps", "6")
 DEMO_DDP_PROCESSES = 2
 
@@ -31,6 +32,7 @@ class Step:
     title: str
     argv: tuple[str, ...]
     env: dict = field(default_factory=dict)  # added to the caller's environment
+    needs_torch: bool = False  # runs a recipe on this Python, which then needs torch
 
     def shell(self) -> str:
         assignments = [f"{key}={shlex.quote(value)}" for key, value in sorted(self.env.items())]
@@ -49,8 +51,8 @@ def _envkit(*args: str) -> tuple[str, ...]:
     return (sys.executable, "-m", "envkit", *args)
 
 
-def _recipe(root: Path, recipe: str, *args: str) -> tuple[str, ...]:
-    return (sys.executable, str(root / "recipes" / f"{recipe}.py"), *args)
+def _recipe(title: str, root: Path, recipe: str, *args: str) -> Step:
+    return Step(title, (sys.executable, str(root / "recipes" / f"{recipe}.py"), *args), needs_torch=True)
 
 
 def _report_step(results_dir: Path, report_args: tuple[str, ...]) -> Step:
@@ -67,26 +69,25 @@ def local_runs(root: Path, results_dir: Path, facts, size: tuple[str, ...], extr
     """The experiments the recipes can run on this Python, without images."""
     common = ("--results-dir", str(results_dir), "--quiet") + size
     steps = [
-        Step("mnist on eager CPU", _recipe(root, "mnist", "--device", "cpu", *common, *extra_mnist)),
-        Step("cifar, one CPU process", _recipe(root, "cifar", "--device", "cpu", "--parallel", "none", *common, *extra_cifar)),
-        Step(f"cifar, DDP over {DEMO_DDP_PROCESSES} gloo processes",
-             _recipe(root, "cifar", "--device", "cpu", "--parallel", "ddp", "--nproc", str(DEMO_DDP_PROCESSES),
-                     *common, *extra_cifar)),
+        _recipe("mnist on eager CPU", root, "mnist", "--device", "cpu", *common, *extra_mnist),
+        _recipe("cifar, one CPU process", root, "cifar", "--device", "cpu", "--parallel", "none", *common, *extra_cifar),
+        _recipe(f"cifar, DDP over {DEMO_DDP_PROCESSES} gloo processes", root, "cifar", "--device", "cpu",
+                "--parallel", "ddp", "--nproc", str(DEMO_DDP_PROCESSES), *common, *extra_cifar),
     ]
     if facts.gpus:
         gpus = str(len(facts.gpus))
         steps += [
-            Step("mnist on one GPU", _recipe(root, "mnist", "--device", "cuda", *common, *extra_mnist)),
-            Step("cifar, one GPU", _recipe(root, "cifar", "--device", "cuda", "--parallel", "none", *common, *extra_cifar)),
-            Step(f"cifar, DataParallel over {gpus} GPUs",
-                 _recipe(root, "cifar", "--device", "cuda", "--parallel", "dp", "--nproc", gpus, *common, *extra_cifar)),
-            Step(f"cifar, DDP over {gpus} GPUs",
-                 _recipe(root, "cifar", "--device", "cuda", "--parallel", "ddp", "--nproc", gpus, *common, *extra_cifar)),
+            _recipe("mnist on one GPU", root, "mnist", "--device", "cuda", *common, *extra_mnist),
+            _recipe("cifar, one GPU", root, "cifar", "--device", "cuda", "--parallel", "none", *common, *extra_cifar),
+            _recipe(f"cifar, DataParallel over {gpus} GPUs", root, "cifar", "--device", "cuda", "--parallel", "dp",
+                    "--nproc", gpus, *common, *extra_cifar),
+            _recipe(f"cifar, DDP over {gpus} GPUs", root, "cifar", "--device", "cuda", "--parallel", "ddp",
+                    "--nproc", gpus, *common, *extra_cifar),
         ]
     if facts.tpu_devices and importlib.util.find_spec("torch_xla") is not None:
         steps += [
-            Step("mnist on one TPU core", _recipe(root, "mnist", "--device", "tpu", "--cores", "1", *common, *extra_mnist)),
-            Step("mnist on all TPU cores", _recipe(root, "mnist", "--device", "tpu", *common, *extra_mnist)),
+            _recipe("mnist on one TPU core", root, "mnist", "--device", "tpu", "--cores", "1", *common, *extra_mnist),
+            _recipe("mnist on all TPU cores", root, "mnist", "--device", "tpu", *common, *extra_mnist),
         ]
     return steps
 
@@ -121,7 +122,7 @@ def compare_plan(results_dir: Path, *, epochs: int | None, dataset: str, max_ste
 def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool) -> Plan:
     """Render every target, run the small comparison this machine can run, report and plot."""
     root = config.parent
-    render = Step("render every target", _envkit("render", "--config", str(config)))
+    render = Step("render every target", _envkit("render", "--all", "--config", str(config)))
     size = _size_args(DEMO_EPOCHS, "fake")
     report = _report_step(results_dir, ("--plot", str(results_dir / "comparison.png")))
     local = [render] + local_runs(root, results_dir, facts, size, DEMO_MNIST_ARGS, DEMO_CIFAR_ARGS) + [report]
@@ -165,7 +166,7 @@ def execute(plan: Plan, *, dry_run: bool) -> bool:
         return True
     for note in plan.notes:
         print(f"envkit: {note}", file=sys.stderr)
-    if any(step.argv[0] == sys.executable and step.argv[1] != "-m" for step in plan.steps):
+    if any(step.needs_torch for step in plan.steps):
         _check_local_python()
     failed = []
     for index, step in enumerate(plan.steps):

@@ -90,7 +90,7 @@ def test_repeated_runs_and_schema_versions_aggregate(mixed):
     assert legacy.timing["epoch_s"] == Stat(6.5, pytest.approx(0.3), 2)  # upgraded from the raw list
     assert any("cifar-cpu-none-v2.json: schema_version 2 is newer" in w for w in warnings)
     text = render_report(build_report(results), "md")
-    assert "| cpu ×1 | mnist_cnn | 128 | 3 | 13.000 ± 0.408 |" in text
+    assert "| cpu ×1 | mnist-net | 128 | 3 | 13.000 ± 0.408 |" in text
 
 
 def test_pooled_stats_equal_stats_of_all_samples():
@@ -114,7 +114,7 @@ def test_baseline_is_selectable(mixed):
     results, _ = mixed
     text = render_report(build_report(results, baseline="cuda ×1"), "md")
     assert "baseline: the configuration cuda ×1 (--baseline)" in text
-    assert "| tpu ×1 | mnist_cnn | 128 | 1 | 80.000 |" in text and "| 0.62× |" in text  # 50 / 80
+    assert "| tpu ×1 | mnist-net | 128 | 1 | 80.000 |" in text and "| 0.62× |" in text  # 50 / 80
     with pytest.raises(EnvkitError, match=r"--baseline 'gpu' matches no configuration; choose one of: cpu DDP×2, cpu ×1, "):
         build_report(results, baseline="gpu")
 

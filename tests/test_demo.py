@@ -1,0 +1,165 @@
+"""`envkit demo` and `envkit compare`: the exact commands they plan (dry run), and running a plan."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from envkit import cli_report
+from envkit.cli import main
+from envkit.doctor import HostFacts
+from envkit.experiments import Plan, Step, execute
+
+PY = sys.executable
+NO_ENGINE = HostFacts(docker_error="no Docker engine answers at unix:///var/run/docker.sock", cpu_count=2)
+WITH_ENGINE = HostFacts(docker_version="20.10.24", cpu_count=2)
+GPU_HOST_NO_ENGINE = HostFacts(docker_error="no engine", gpus=["GPU 0: A", "GPU 1: B"], cpu_count=8)
+
+LOCAL_DEMO_RUNS = f"""\
+# 2. mnist on eager CPU
+{PY} recipes/mnist.py --device cpu --results-dir results/demo --quiet --dataset fake --epochs 2 --fake-train-size 1920 --fake-test-size 500
+# 3. cifar, one CPU process
+{PY} recipes/cifar.py --device cpu --parallel none --results-dir results/demo --quiet --dataset fake --epochs 2 --model mobilenet_v2 --batch-size 32 --max-steps 6
+# 4. cifar, DDP over 2 gloo processes
+{PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 --results-dir results/demo --quiet --dataset fake --epochs 2 --model mobilenet_v2 --batch-size 32 --max-steps 6
+# 5. report
+{PY} -m envkit report results/demo --plot results/demo/comparison.png
+"""
+
+
+@pytest.fixture
+def in_repo(repo_root, monkeypatch):
+    """Run the CLI from the project root, as `make demo` does, with chosen host facts."""
+    monkeypatch.chdir(repo_root)
+
+    def use(facts: HostFacts, runnable: list[str]):
+        monkeypatch.setattr(cli_report, "_host_facts", lambda: (facts, runnable))
+
+    return use
+
+
+def dry_run(argv: list[str], capsys) -> str:
+    assert main(argv + ["--dry-run"]) == 0
+    return capsys.readouterr().out
+
+
+def test_demo_without_docker_runs_the_recipes_here(in_repo, capsys):
+    in_repo(NO_ENGINE, [])
+    assert dry_run(["demo"], capsys) == (
+        f"# Docker is not usable (no Docker engine answers at unix:///var/run/docker.sock); running the recipes with {PY}\n"
+        "# 1. render every target\n"
+        f"{PY} -m envkit render --all --config envkit.yaml\n" + LOCAL_DEMO_RUNS
+    )
+
+
+def test_demo_no_docker_flag_wins_over_a_usable_engine(in_repo, capsys):
+    in_repo(WITH_ENGINE, ["cpu-mnist"])
+    out = dry_run(["demo", "--no-docker"], capsys)
+    assert out.startswith(f"# --no-docker: running the recipes with {PY}\n# 1. render every target\n")
+    assert out.endswith(LOCAL_DEMO_RUNS)
+
+
+def test_demo_with_docker_runs_in_the_cpu_image_and_falls_back(in_repo, repo_root, capsys):
+    in_repo(WITH_ENGINE, ["cpu-mnist"])
+    results = repo_root / "results" / "demo"
+    image_args = "--device cpu --quiet --dataset fake --epochs 2"
+    cifar_args = "--model mobilenet_v2 --batch-size 32 --max-steps 6"
+    out = dry_run(["demo"], capsys)
+    assert out.startswith(
+        "# Docker 20.10.24 is usable: running in the cpu image\n"
+        f"# 1. render every target\n{PY} -m envkit render --all --config envkit.yaml\n"
+        f"# 2. build the cpu image\n{PY} -m envkit build cpu --config envkit.yaml\n"
+        "#    if this fails:\n"
+        f"#    # the cpu image could not be built; running the recipes with {PY} instead\n"
+    )
+    assert out.endswith(
+        f"# 3. mnist in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh mnist {image_args} --fake-train-size 1920 --fake-test-size 500\n"
+        f"# 4. cifar, one process in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh cifar --device cpu --parallel none --quiet --dataset fake --epochs 2 {cifar_args}\n"
+        f"# 5. cifar, DDP over 2 gloo processes in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh cifar --device cpu --parallel ddp --nproc 2 --quiet --dataset fake --epochs 2 {cifar_args}\n"
+        f"# 6. report\n{PY} -m envkit report results/demo --plot results/demo/comparison.png\n"
+    )
+    # the fallback is the local plan without its render step, renumbered
+    assert f"#    # 1. mnist on eager CPU\n#    {PY} recipes/mnist.py --device cpu" in out
+
+
+def test_compare_runs_the_make_targets_doctor_allows(in_repo, repo_root, capsys):
+    in_repo(WITH_ENGINE, ["cpu-mnist"])
+    out = dry_run(["compare", "--epochs", "1", "--dataset", "fake", "--max-steps", "5", "--reference"], capsys)
+    assert out == (
+        f"# 1. experiment cpu-mnist\nmake -C . cpu-mnist DATASET=fake RESULTS_DIR={repo_root / 'results'} EPOCHS=1 MAX_STEPS=5\n"
+        f"# 2. report\n{PY} -m envkit report results --format md --reference\n"
+    )
+
+
+def test_compare_without_docker_runs_cpu_and_gpu_recipes_here(in_repo, capsys):
+    in_repo(GPU_HOST_NO_ENGINE, [])
+    out = dry_run(["compare", "--results-dir", "out", "--dataset", "fake", "--baseline", "cuda ×1"], capsys)
+    common = "--results-dir out --quiet --dataset fake"
+    assert out == (
+        f"# no Docker experiments on this host (no engine); running the recipes with {PY}\n"
+        f"# 1. mnist on eager CPU\n{PY} recipes/mnist.py --device cpu {common}\n"
+        f"# 2. cifar, one CPU process\n{PY} recipes/cifar.py --device cpu --parallel none {common}\n"
+        f"# 3. cifar, DDP over 2 gloo processes\n{PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 {common}\n"
+        f"# 4. mnist on one GPU\n{PY} recipes/mnist.py --device cuda {common}\n"
+        f"# 5. cifar, one GPU\n{PY} recipes/cifar.py --device cuda --parallel none {common}\n"
+        f"# 6. cifar, DataParallel over 2 GPUs\n{PY} recipes/cifar.py --device cuda --parallel dp --nproc 2 {common}\n"
+        f"# 7. cifar, DDP over 2 GPUs\n{PY} recipes/cifar.py --device cuda --parallel ddp --nproc 2 {common}\n"
+        f"# 8. report\n{PY} -m envkit report out --format md --baseline 'cuda ×1'\n"
+    )
+
+
+def test_missing_config_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "--dry-run"]) == 2
+    assert capsys.readouterr().err == (
+        "envkit: error: config file envkit.yaml not found: run from the project directory or pass --config FILE\n"
+    )
+
+
+def _python(code: str) -> tuple[str, ...]:
+    return (sys.executable, "-c", code)
+
+
+def test_a_failed_step_does_not_stop_the_others(tmp_path, capsys):
+    marker = tmp_path / "ran"
+    plan = Plan([
+        Step("fails", _python("raise SystemExit(3)")),
+        Step("still runs", _python(f"open({str(marker)!r}, 'w').write('x')")),
+    ])
+    assert execute(plan, dry_run=False) is False
+    assert marker.exists()
+    assert "envkit: failed: fails (exit 3)" in capsys.readouterr().err
+
+
+def test_a_failed_build_switches_to_the_fallback(tmp_path, capsys):
+    marker = tmp_path / "fallback-ran"
+    fallback = Plan([Step("local run", _python(f"open({str(marker)!r}, 'w').write('x')"))], ["building failed; running here"])
+    plan = Plan([Step("render", _python("pass")), Step("build", _python("raise SystemExit(1)")),
+                 Step("in image", _python("raise SystemExit(5)"))], [], fallback, 1)
+    assert execute(plan, dry_run=False) is True
+    assert marker.exists()
+    err = capsys.readouterr().err
+    assert "envkit: building failed; running here" in err and "in image" not in err
+
+
+def test_step_environment_reaches_the_command(tmp_path):
+    out = tmp_path / "env.json"
+    code = f"import json, os; json.dump(os.environ['RESULTS_DIR'], open({str(out)!r}, 'w'))"
+    assert execute(Plan([Step("env", _python(code), {"RESULTS_DIR": "/some/where"})]), dry_run=False)
+    assert json.loads(out.read_text()) == "/some/where"
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end_without_docker(repo_root, tmp_path, monkeypatch, capfd):
+    """The real thing on this machine: recipes on CPU (MNIST, CIFAR single vs DDP over gloo), report, plot."""
+    monkeypatch.chdir(repo_root)
+    monkeypatch.setattr(cli_report, "_host_facts", lambda: (NO_ENGINE, []))
+    results = tmp_path / "demo"
+    assert main(["demo", "--no-docker", "--results-dir", str(results)]) == 0
+    out = capfd.readouterr().out  # the report is printed by a child process
+    assert sorted(p.name for p in results.glob("*.json")) == ["cifar-cpu-x2-ddp.json", "cifar-cpu.json", "mnist-cpu.json"]
+    assert "| cpu ×1 | mnist-net |" in out and "| cpu DDP×2 | mobilenet_v2 |" in out
+    assert (results / "comparison.png").read_bytes().startswith(b"\x89PNG")
