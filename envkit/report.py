@@ -19,7 +19,7 @@ from importlib import resources
 import yaml
 
 from envkit.errors import EnvkitError
-from envkit.results import RunResult, Stat, stat_of
+from envkit.results import STAT_KEYS, RunResult, Stat, stat_of
 
 FORMATS = ("md", "csv", "json")
 DEVICE_ORDER = {"tpu": 0, "cuda": 1, "cpu": 2}
@@ -265,7 +265,7 @@ def _md_cells(row: Row) -> list[str]:
     if row.recipe == "mnist":
         cells = [row.label, _optional(c.get("model")), _optional(c.get("global_batch")), _runs(row),
                  _mean_std(total), _mean_std(row.stats.get("iter_s"), 4), _mean_std(row.stats.get("epoch_s")),
-                 _seconds(row.first_epoch_s), _accuracy(row.test_accuracy), _speedup(row)]
+                 _seconds(row.first_epoch_s), _mean_std(row.stats.get("steady_epoch_s")), _accuracy(row.test_accuracy), _speedup(row)]
     else:
         cells = [row.label, _optional(c.get("model")), _optional(c.get("global_batch")),
                  _optional(c.get("per_device_batch")), _optional(c.get("image_size")), _runs(row),
@@ -277,7 +277,8 @@ def _md_cells(row: Row) -> list[str]:
 
 MD_HEADERS = {
     "mnist": ["configuration", "model", "global batch", "runs", "total s", "s/iter (mean ± std)",
-              "s/epoch (mean ± std)", "first epoch s", "test accuracy", "speed-up (total)", "environment"],
+              "s/epoch (mean ± std)", "first epoch s", "later epochs s/epoch", "test accuracy", "speed-up (total)",
+              "environment"],
     "cifar": ["configuration", "model", "global batch", "per-device batch", "image px", "runs",
               "train s/epoch", "test s/epoch", "first epoch s", "total s", "test accuracy",
               "speed-up (train epoch)", "environment"],
@@ -320,7 +321,7 @@ def format_markdown(report: Report) -> str:
 FLAT_FIELDS = (
     "source", "recipe", "dataset", "configuration", "device", "cores", "strategy", "parallel", "world_size",
     "model", "global_batch", "per_device_batch", "image_size", "runs", "total_s", "total_s_std",
-    "iter_s_mean", "iter_s_std", "epoch_s_mean", "epoch_s_std", "first_epoch_s",
+    "iter_s_mean", "iter_s_std", "epoch_s_mean", "epoch_s_std", "first_epoch_s", "steady_epoch_s_mean", "steady_epoch_s_std",
     "train_epoch_s_mean", "train_epoch_s_std", "test_epoch_s_mean", "test_epoch_s_std",
     "test_accuracy", "speedup", "baseline", "environment",
 )
@@ -341,7 +342,7 @@ def flat_rows(report: Report) -> list[dict]:
                 "model", "global_batch", "per_device_batch", "image_size")})
             record["total_s"] = _rounded(row.total_s.mean) if row.total_s else None
             record["total_s_std"] = _rounded(row.total_s.std) if row.total_s and row.runs > 1 else None
-            for name in ("iter_s", "epoch_s", "train_epoch_s", "test_epoch_s"):
+            for name in STAT_KEYS:
                 stat = row.stats.get(name)
                 record[f"{name}_mean"] = _rounded(stat.mean) if stat else None
                 record[f"{name}_std"] = _rounded(stat.std) if stat else None

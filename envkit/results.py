@@ -19,7 +19,8 @@ from envkit.errors import EnvkitError
 
 SCHEMA_VERSION = 1
 KNOWN_RECIPES = ("cifar", "mnist")
-STAT_KEYS = ("iter_s", "epoch_s", "train_epoch_s", "test_epoch_s")
+# steady_epoch_s: epochs after the first (recipes add it; compilation makes the first slow on XLA)
+STAT_KEYS = ("iter_s", "epoch_s", "steady_epoch_s", "train_epoch_s", "test_epoch_s")
 CONFIGURATION_KEYS = (
     "device", "cores", "strategy", "parallel", "world_size", "model",
     "global_batch", "per_device_batch", "image_size", "dataset",
