@@ -35,6 +35,8 @@ def register(subparsers) -> None:
     demo.add_argument("--results-dir", type=Path, default=Path("results/demo"), help="where results go (default: results/demo)")
     demo.add_argument("--config", type=Path, default=Path("envkit.yaml"), help="project config (default: ./envkit.yaml)")
     demo.add_argument("--no-docker", action="store_true", help="run on this Python even when Docker is usable")
+    demo.add_argument("--base-image", metavar="IMAGE", default=None,
+                      help="base image for building the cpu image (e.g. one made by scripts/base-image.sh)")
     demo.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
     demo.set_defaults(func=run_demo)
 
@@ -135,5 +137,6 @@ def run_demo(args: argparse.Namespace) -> int:
 
     _check_project(args.config)
     facts, _ = _host_facts()
-    plan = demo_plan(args.results_dir, config=args.config, facts=facts, use_docker=not args.no_docker)
+    plan = demo_plan(args.results_dir, config=args.config, facts=facts, use_docker=not args.no_docker,
+                     base_image=args.base_image)
     return 0 if execute(plan, dry_run=args.dry_run) else 1

@@ -119,7 +119,7 @@ def compare_plan(results_dir: Path, *, epochs: int | None, dataset: str, max_ste
     return Plan(steps + [_report_step(results_dir, report_args)], notes)
 
 
-def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool) -> Plan:
+def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_image: str | None = None) -> Plan:
     """Render every target, run the small comparison this machine can run, report and plot."""
     root = config.parent
     render = Step("render every target", _envkit("render", "--all", "--config", str(config)))
@@ -131,12 +131,12 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool) -> Pl
     if not _docker_usable(facts):
         return Plan(local, [f"Docker is not usable ({facts.docker_error or 'no engine'}); running the recipes with {sys.executable}"])
     run_sh = str(root / "docker" / "cpu" / "run.sh")
-    # run.sh mounts the results directory into the container: Docker needs an absolute path.
-    mount = {"RESULTS_DIR": str(results_dir.resolve())}
+    mount = {"RESULTS_DIR": str(results_dir)}  # run.sh mounts it at /workspace/results
     in_image = ("--quiet",) + size
     docker_steps = [
         render,
-        Step("build the cpu image", _envkit("build", "cpu", "--config", str(config))),
+        Step("build the cpu image", _envkit("build", "cpu", "--config", str(config),
+                                             *(("--base-image", base_image) if base_image else ()))),
         Step("mnist in the cpu image", (run_sh, "mnist", "--device", "cpu", *in_image, *DEMO_MNIST_ARGS), mount),
         Step("cifar, one process in the cpu image",
              (run_sh, "cifar", "--device", "cpu", "--parallel", "none", *in_image, *DEMO_CIFAR_ARGS), mount),

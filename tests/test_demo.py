@@ -62,16 +62,16 @@ def test_demo_no_docker_flag_wins_over_a_usable_engine(in_repo, capsys):
     assert out.endswith(LOCAL_DEMO_RUNS)
 
 
-def test_demo_with_docker_runs_in_the_cpu_image_and_falls_back(in_repo, repo_root, capsys):
+def test_demo_with_docker_runs_in_the_cpu_image_and_falls_back(in_repo, capsys):
     in_repo(WITH_ENGINE, ["cpu-mnist"])
-    results = repo_root / "results" / "demo"
+    results = "results/demo"
     image_args = "--device cpu --quiet --dataset fake --epochs 2"
     cifar_args = "--model mobilenet_v2 --batch-size 32 --max-steps 6"
-    out = dry_run(["demo"], capsys)
+    out = dry_run(["demo", "--base-image", "envkit-base:bookworm"], capsys)
     assert out.startswith(
         "# Docker 20.10.24 is usable: running in the cpu image\n"
         f"# 1. render every target\n{PY} -m envkit render --all --config envkit.yaml\n"
-        f"# 2. build the cpu image\n{PY} -m envkit build cpu --config envkit.yaml\n"
+        f"# 2. build the cpu image\n{PY} -m envkit build cpu --config envkit.yaml --base-image envkit-base:bookworm\n"
         "#    if this fails:\n"
         f"#    # the cpu image could not be built; running the recipes with {PY} instead\n"
     )
