@@ -11,7 +11,6 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import re
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -140,7 +139,8 @@ def _parse_yaml(path: Path) -> tuple[Any, dict[Path_, int]]:
     finally:
         loader.dispose()
     if not isinstance(data, dict):
-        raise EnvkitError(f"{path}:1: expected a mapping with a 'targets' key, got {type(data).__name__}")
+        found = "an empty file" if data is None else f"a {type(data).__name__}"
+        raise EnvkitError(f"{path}:1: expected a mapping with a 'targets' key, found {found}")
     return data, lines
 
 
@@ -182,10 +182,6 @@ def _validate_schema(data: Any, where: _Locator) -> None:
         raise EnvkitError(f"{where(doc_path + (unknown,))}: unknown key {unknown!r}; {hint}allowed: {', '.join(allowed)}")
     if error.validator == "required":
         raise EnvkitError(f"{where(doc_path)}: {error.message}")
-    if error.validator == "propertyNames":
-        names = error.schema["propertyNames"]
-        bad = next(name for name in error.instance if not re.fullmatch(names["pattern"], str(name)))
-        raise EnvkitError(f"{where(doc_path + (bad,))}: {bad!r} is not allowed; expected {names['description']}")
     description = error.schema.get("description") or _parent_description(doc_path)
     value = json.dumps(error.instance) if not isinstance(error.instance, str) else repr(error.instance)
     allowed = f"; allowed: {description}" if description else f" ({error.message})"

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Rendered by envkit from envkit.yaml, target "cpu-local" (cpu). Do not edit:
+# change envkit.yaml and run `envkit render`.
+#
+# usage: run.sh RECIPE [RECIPE ARGS...]        e.g. run.sh mnist --epochs 1
+# Runs recipes/RECIPE.py in the image with ./data and ./results mounted.
+# Environment: IMAGE (default envkit-cpu-local:latest), DATA_DIR (./data), RESULTS_DIR (./results),
+# SHM_SIZE (2g), DOCKER (docker),
+# ENVKIT_DRY_RUN=1 (print the docker command instead of running it).
+set -euo pipefail
+
+fail() {
+  echo "run.sh: error: $*" >&2
+  exit 2
+}
+
+# shlex.quote's rules, so that a dry run prints one line a shell reads back exactly.
+quote() {
+  local single="'\"'\"'"
+  if [[ -n $1 && $1 != *[!A-Za-z0-9_@%+=:,./-]* ]]; then
+    printf '%s' "$1"
+  else
+    printf "'%s'" "${1//\'/$single}"
+  fi
+}
+
+# docker -v needs absolute host paths.
+absolute() {
+  if [[ $1 == /* ]]; then
+    printf '%s' "$1"
+  else
+    printf '%s/%s' "$PWD" "${1#./}"
+  fi
+}
+
+[[ $# -ge 1 ]] || fail "missing RECIPE; usage: run.sh RECIPE [RECIPE ARGS...], e.g. run.sh mnist --epochs 1"
+recipe=$1
+shift
+[[ $recipe =~ ^[A-Za-z0-9_]+$ ]] || fail "RECIPE must be a recipe name such as mnist (letters, digits, _), got '$recipe'"
+
+image=${IMAGE:-envkit-cpu-local:latest}
+data_dir=$(absolute "${DATA_DIR:-./data}")
+results_dir=$(absolute "${RESULTS_DIR:-./results}")
+docker=${DOCKER:-docker}
+owner="$(id -u):$(id -g)"
+
+shm_size=${SHM_SIZE:-2g}
+[[ $shm_size =~ ^[0-9]+[bkmgBKMG]?$ ]] \
+  || fail "SHM_SIZE must be a size such as 2g (digits and an optional unit b, k, m, g); got '$shm_size'"
+
+command=(
+  "$docker" run --rm --init
+  --user "$owner" -e HOME=/tmp
+  --shm-size "$shm_size"
+  -e "ENVKIT_IMAGE=$image" -e "ENVKIT_RESULTS_OWNER=$owner"
+  -v "$data_dir:/workspace/data" -v "$results_dir:/workspace/results"
+  "$image" python "/opt/envkit/recipes/$recipe.py" --data-dir /workspace/data --results-dir /workspace/results
+  "$@"
+)
+
+if [[ ${ENVKIT_DRY_RUN:-} == 1 ]]; then
+  line=""
+  for word in "${command[@]}"; do
+    line+="${line:+ }$(quote "$word")"
+  done
+  printf '%s\n' "$line"
+  exit 0
+fi
+
+# Created by the caller, not by dockerd as root.
+mkdir -p -- "$data_dir" "$results_dir"
+exec "${command[@]}"

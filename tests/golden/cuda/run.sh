@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Rendered by envkit from envkit.yaml, target "cuda" (cuda). Do not edit:
+# change envkit.yaml and run `envkit render`.
+#
+# usage: run.sh RECIPE [RECIPE ARGS...]        e.g. run.sh mnist --epochs 1
+# Runs recipes/RECIPE.py in the image with ./data and ./results mounted.
+# Environment: IMAGE (default envkit-cuda:latest), DATA_DIR (./data), RESULTS_DIR (./results),
+# GPUS (host GPU indices such as 0,2, or all; default 1,3),
+# SHM_SIZE (default: share the host's IPC namespace), DOCKER (docker),
+# ENVKIT_DRY_RUN=1 (print the docker command instead of running it).
+set -euo pipefail
+
+fail() {
+  echo "run.sh: error: $*" >&2
+  exit 2
+}
+
+# shlex.quote's rules, so that a dry run prints one line a shell reads back exactly.
+quote() {
+  local single="'\"'\"'"
+  if [[ -n $1 && $1 != *[!A-Za-z0-9_@%+=:,./-]* ]]; then
+    printf '%s' "$1"
+  else
+    printf "'%s'" "${1//\'/$single}"
+  fi
+}
+
+# docker -v needs absolute host paths.
+absolute() {
+  if [[ $1 == /* ]]; then
+    printf '%s' "$1"
+  else
+    printf '%s/%s' "$PWD" "${1#./}"
+  fi
+}
+
+[[ $# -ge 1 ]] || fail "missing RECIPE; usage: run.sh RECIPE [RECIPE ARGS...], e.g. run.sh mnist --epochs 1"
+recipe=$1
+shift
+[[ $recipe =~ ^[A-Za-z0-9_]+$ ]] || fail "RECIPE must be a recipe name such as mnist (letters, digits, _), got '$recipe'"
+
+image=${IMAGE:-envkit-cuda:latest}
+data_dir=$(absolute "${DATA_DIR:-./data}")
+results_dir=$(absolute "${RESULTS_DIR:-./results}")
+docker=${DOCKER:-docker}
+owner="$(id -u):$(id -g)"
+
+gpus=${GPUS:-1,3}
+if [[ $gpus == all ]]; then
+  device_args=(--gpus all)
+elif [[ $gpus =~ ^[0-9]+(,[0-9]+)*$ ]]; then
+  # Docker renumbers the chosen GPUs from 0 inside the container.
+  IFS=, read -r -a host_ids <<<"$gpus"
+  local_ids=""
+  for index in "${!host_ids[@]}"; do
+    local_ids+="${local_ids:+,}$index"
+  done
+  device_args=(--gpus "\"device=$gpus\"" -e "CUDA_VISIBLE_DEVICES=$local_ids")
+else
+  fail "GPUS must be 'all' or comma-separated GPU indices such as 0,2; got '$gpus'"
+fi
+
+# DataLoader workers and NCCL need more than Docker's 64 MB /dev/shm.
+shm_size=${SHM_SIZE:-8g}
+if [[ -z $shm_size ]]; then
+  ipc_args=(--ipc=host)
+elif [[ $shm_size =~ ^[0-9]+[bkmgBKMG]?$ ]]; then
+  ipc_args=(--shm-size "$shm_size")
+else
+  fail "SHM_SIZE must be a size such as 8g (digits and an optional unit b, k, m, g); got '$shm_size'"
+fi
+
+command=(
+  "$docker" run --rm --init
+  --user "$owner" -e HOME=/tmp
+  "${device_args[@]}" "${ipc_args[@]}"
+  -e "ENVKIT_IMAGE=$image" -e "ENVKIT_RESULTS_OWNER=$owner"
+  -v "$data_dir:/workspace/data" -v "$results_dir:/workspace/results"
+  "$image" python "/opt/envkit/recipes/$recipe.py" --data-dir /workspace/data --results-dir /workspace/results
+  "$@"
+)
+
+if [[ ${ENVKIT_DRY_RUN:-} == 1 ]]; then
+  line=""
+  for word in "${command[@]}"; do
+    line+="${line:+ }$(quote "$word")"
+  done
+  printf '%s\n' "$line"
+  exit 0
+fi
+
+# Created by the caller, not by dockerd as root.
+mkdir -p -- "$data_dir" "$results_dir"
+exec "${command[@]}"

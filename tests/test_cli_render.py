@@ -1,0 +1,142 @@
+"""`envkit targets | matrix | render` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envkit.cli import main
+
+
+@pytest.fixture()
+def project(tmp_path, repo_root):
+    """A copy of the repo's config and templates, so tests may render and break it freely."""
+    shutil.copy(repo_root / "envkit.yaml", tmp_path / "envkit.yaml")
+    shutil.copytree(repo_root / "templates", tmp_path / "templates")
+    return tmp_path
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def files_under(directory: Path) -> dict[str, bytes]:
+    return {p.relative_to(directory).as_posix(): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+
+
+def test_render_all_check_passes_on_the_repo(capsys, repo_root):
+    code, out, err = run(capsys, "render", "--all", "--check", "--config", str(repo_root / "envkit.yaml"))
+    assert (code, err) == (0, "") and "9 files" in out and "up to date" in out
+
+
+def test_render_writes_the_committed_files(capsys, project, repo_root):
+    code, out, _ = run(capsys, "render", "--all", "--config", str(project / "envkit.yaml"))
+    assert code == 0 and "rendered 9 files for cpu, cuda, tpu-vm" in out
+    assert files_under(project / "docker") == files_under(repo_root / "docker")
+
+
+def test_render_one_target_into_output(capsys, project):
+    code, _, _ = run(capsys, "render", "--target", "cuda", "--config", str(project / "envkit.yaml"), "--output", str(project / "out"))
+    assert code == 0 and sorted(files_under(project / "out")) == ["cuda/.dockerignore", "cuda/Dockerfile", "cuda/run.sh"]
+
+
+def test_stdout_shows_tpu_pins_and_writes_nothing(capsys, project):
+    code, out, _ = run(capsys, "render", "--target", "tpu-vm", "--stdout", "--config", str(project / "envkit.yaml"))
+    assert code == 0 and not (project / "docker").exists()
+    assert out.startswith("==> tpu-vm/Dockerfile <==\n")
+    assert "torch==2.9.0 \\" in out and "'torch_xla[tpu]==2.9.0'" in out
+    assert "==> tpu-vm/run.sh <==" in out and "==> tpu-vm/.dockerignore <==" in out
+
+
+def test_check_reports_stale_files_with_exit_1(capsys, project):
+    config = str(project / "envkit.yaml")
+    assert run(capsys, "render", "--all", "--config", config)[0] == 0
+    text = (project / "envkit.yaml").read_text().replace('cuda: "12.6"', 'cuda: "12.8"')
+    (project / "envkit.yaml").write_text(text)
+    code, out, err = run(capsys, "render", "--all", "--check", "--config", config)
+    assert code == 1 and out == ""
+    assert err.startswith("envkit: error: rendered files are stale: ") and err.count("\n") == 1
+    assert "cuda/Dockerfile: stale (" in err and "cpu/" not in err
+
+
+def test_targets_lists_pins(capsys, repo_root):
+    code, out, _ = run(capsys, "targets", "--config", str(repo_root / "envkit.yaml"))
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split() == ["TARGET", "KIND", "BASE", "IMAGE", "PINS"]
+    tpu = next(line for line in lines if line.startswith("tpu-vm"))
+    assert "torch=2.9.0" in tpu and "torch_xla=2.9.0" in tpu and "libtpu=0.0.21" in tpu
+
+
+def test_matrix_lists_supported_combinations(capsys):
+    code, out, _ = run(capsys, "matrix")
+    assert code == 0
+    row = next(line for line in out.splitlines() if line.startswith("2.9.x"))
+    assert "0.24.x" in row and "cu126 (12.6)" in row and "cu130 (13.0)" in row and "libtpu 0.0.21" in row
+    assert any(line.startswith("2.14.x") for line in out.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (('torch_xla: "2.9.0"', 'torch_xla: "2.8.0"'), "torch_xla 2.8.0 does not match torch 2.9.0"),
+        (('cuda: "12.6"', 'cuda: "12.4"'), "valid choices: 12.6, 12.8, 13.0"),
+        (("kind: cpu", "kind: cpu\n    pyhton: '3.11'"), "did you mean 'python'?"),
+        (('cuda: "12.6"', 'cuda: "12.6"\n    gpus: [0, x]'), "targets.cuda.gpus[1]"),
+        (('cuda: "12.6"', 'cuda: "12.6"\n    apt_packages: ["git;id"]'), "targets.cuda.apt_packages[0]"),
+        (("targets:", "targets: ["), "malformed YAML"),
+    ],
+)
+def test_bad_config_is_one_line_exit_2_and_writes_nothing(capsys, project, edit, message):
+    path = project / "envkit.yaml"
+    path.write_text(path.read_text().replace(*edit))
+    code, out, err = run(capsys, "render", "--all", "--config", str(path))
+    assert (code, out) == (2, "")
+    assert err.startswith("envkit: error: ") and err.count("\n") == 1 and message in err
+    assert not (project / "docker").exists()
+
+
+def test_unknown_target(capsys, repo_root):
+    code, _, err = run(capsys, "render", "--target", "tpu", "--stdout", "--config", str(repo_root / "envkit.yaml"))
+    assert code == 2 and "unknown target 'tpu'; targets in" in err and "cpu, cuda, tpu-vm" in err
+
+
+def test_output_that_is_a_file(capsys, project):
+    (project / "docker").write_text("not a directory")
+    code, _, err = run(capsys, "render", "--all", "--config", str(project / "envkit.yaml"))
+    assert code == 2 and "is a file" in err
+    assert (project / "docker").read_text() == "not a directory"
+
+
+def test_render_needs_target_or_all(capsys, repo_root):
+    with pytest.raises(SystemExit) as caught:
+        main(["render", "--config", str(repo_root / "envkit.yaml")])
+    assert caught.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_render_imports_no_torch_docker_or_matplotlib(repo_root):
+    probe = (
+        "import sys, json; from envkit.cli import main; code = main(['render', '--all', '--check']);"
+        "print(json.dumps([code, sorted(m for m in sys.modules if m.split('.')[0] in"
+        " ('torch', 'torchvision', 'docker', 'matplotlib', 'tqdm', 'numpy'))]))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], cwd=repo_root, capture_output=True, text=True)
+    code, heavy = json.loads(result.stdout.splitlines()[-1])
+    assert (code, heavy) == (0, [])
+
+
+def test_console_script_error_has_no_traceback(tmp_path):
+    (tmp_path / "envkit.yaml").write_text("targets:\n  cpu: {kind: cpu, torch: '1.0.0'}\n")
+    result = subprocess.run([sys.executable, "-m", "envkit", "render", "--all"], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr == (
+        "envkit: error: envkit.yaml:2: targets.cpu.torch: torch 1.0.0 is not in envkit's matrix; supported: "
+        "2.1.x, 2.2.x, 2.3.x, 2.4.x, 2.5.x, 2.6.x, 2.7.x, 2.8.x, 2.9.x, 2.10.x, 2.11.x, 2.12.x, 2.13.x, 2.14.x\n"
+    )

@@ -1,0 +1,221 @@
+"""envkit.yaml validation: defaults, the shipped schema, and one line per bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from envkit.config import SCHEMA_PATH, load_config
+from envkit.errors import EnvkitError
+
+
+def write_config(directory: Path, text: str) -> Path:
+    path = directory / "envkit.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def config_error(tmp_path: Path, text: str) -> str:
+    with pytest.raises(EnvkitError) as caught:
+        load_config(write_config(tmp_path, text))
+    message = str(caught.value)
+    assert "\n" not in message and caught.value.exit_code == 2
+    return message
+
+
+def test_shipped_schema_is_valid_json_schema():
+    Draft202012Validator.check_schema(json.loads(SCHEMA_PATH.read_text()))
+
+
+def test_repo_config_declares_the_three_like_for_like_targets(repo_root):
+    config = load_config(repo_root / "envkit.yaml")
+    assert config.root == repo_root
+    cpu, cuda, tpu = (config.targets[name] for name in ("cpu", "cuda", "tpu-vm"))
+    assert cpu.pins() == {"python": "3.11", "torch": "2.9.0", "torchvision": "0.24.0"}
+    assert (cpu.kind, cpu.base_image, cpu.torch_variant) == ("cpu", "python:3.11-slim-bookworm", "cpu")
+    assert cpu.pip_extra_index_urls == ("https://download.pytorch.org/whl/cpu",)
+    assert (cuda.cuda, cuda.torch_variant, cuda.python) == ("12.6", "cu126", "3.12")
+    assert cuda.base_image == "nvidia/cuda:12.6.3-base-ubuntu24.04"
+    assert tpu.torch == tpu.torch_xla == "2.9.0"
+    assert (tpu.libtpu, tpu.torch_variant) == ("0.0.21", None)
+    assert "tqdm==4.67.1" in cpu.pip_packages
+
+
+def test_cpu_target_can_leave_torchvision_out_for_newer_torch(tmp_path):
+    config = load_config(write_config(tmp_path, 'targets:\n  cpu: {kind: cpu, torch: "2.13.0", torchvision: false}\n'))
+    target = config.targets["cpu"]
+    assert target.torchvision is None
+    assert target.pins() == {"python": "3.11", "torch": "2.13.0"}
+
+
+def test_torchvision_patch_follows_torch(tmp_path):
+    config = load_config(write_config(tmp_path, 'targets:\n  cpu: {kind: cpu, torch: "2.7.1"}\n'))
+    assert config.targets["cpu"].torchvision == "0.22.1"
+
+
+def test_overrides_are_kept_in_order(tmp_path):
+    (tmp_path / "certs").mkdir()
+    (tmp_path / "certs" / "proxy.crt").write_text("pem")
+    config = load_config(
+        write_config(
+            tmp_path,
+            """
+targets:
+  gpu:
+    kind: cuda
+    torch: "2.7.0"
+    cuda: "11.8"
+    base_image: registry.example.com/cuda:11.8
+    apt_packages: [git, libgl1]
+    pip_packages: [tqdm==4.66.0, numpy>=1.26]
+    env: {OMP_NUM_THREADS: 4, NAME: "a b"}
+    ca_certificates: [certs/proxy.crt]
+    pip_index_url: https://mirror.example.com/simple
+    find_links: [/opt/wheels]
+    shm_size: 4g
+    gpus: [0, 2]
+""",
+        )
+    )
+    gpu = config.targets["gpu"]
+    assert (gpu.torch_variant, gpu.python, gpu.base_image) == ("cu118", "3.10", "registry.example.com/cuda:11.8")
+    assert gpu.apt_packages == ("python3", "python3-venv", "git", "libgl1")
+    assert gpu.pip_packages == ("tqdm==4.66.0", "numpy>=1.26"), "a user tqdm pin replaces the default"
+    assert gpu.env == {"NAME": "a b", "OMP_NUM_THREADS": "4"}
+    assert gpu.ca_certificates == ((tmp_path / "certs" / "proxy.crt").resolve(),)
+    assert (gpu.gpus, gpu.shm_size, gpu.pip_index_url) == ("0,2", "4g", "https://mirror.example.com/simple")
+
+
+def test_config_hash_is_stable_across_locations_and_sensitive_to_content(tmp_path):
+    text = 'targets:\n  cpu: {kind: cpu, torch: "2.9.0"}\n'
+    first, second = tmp_path / "a", tmp_path / "b" / "deeper"
+    second.mkdir(parents=True)
+    first.mkdir()
+    hash_a = load_config(write_config(first, text)).targets["cpu"].config_hash
+    hash_b = load_config(write_config(second, text)).targets["cpu"].config_hash
+    changed = load_config(write_config(first, text.replace("}", ", apt_packages: [git]}"))).targets["cpu"].config_hash
+    assert hash_a == hash_b != changed
+    assert len(hash_a) == 64
+
+
+# --- bad input: one line, exit code 2, the field and the valid choices -----------------
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path):
+    message = config_error(tmp_path, 'targets:\n  cpu:\n    kind: cpu\n    torch: "2.9.0\n')
+    assert message.startswith(f"{tmp_path / 'envkit.yaml'}:")
+    assert "malformed YAML" in message
+    assert message.split(":")[1].isdigit()
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(EnvkitError, match="not found; create it or pass --config FILE"):
+        load_config(tmp_path / "absent.yaml")
+
+
+def test_unknown_key_suggests_the_closest(tmp_path):
+    message = config_error(tmp_path, 'targets:\n  cpu:\n    kind: cpu\n    torch: "2.9.0"\n    pyhton: "3.11"\n')
+    assert "envkit.yaml:5: targets.cpu.pyhton: unknown key 'pyhton'; did you mean 'python'?" in message
+    assert "allowed: apt_packages," in message
+
+
+def test_unknown_top_level_key(tmp_path):
+    message = config_error(tmp_path, 'target:\n  cpu: {kind: cpu, torch: "2.9.0"}\n')
+    assert "'targets' is a required property" in message or "did you mean 'targets'" in message
+
+
+def test_torch_xla_must_equal_torch(tmp_path):
+    message = config_error(tmp_path, 'targets:\n  tpu-vm: {kind: tpu-vm, torch: "2.9.0", torch_xla: "2.8.0"}\n')
+    assert "targets.tpu-vm.torch_xla: torch_xla 2.8.0 does not match torch 2.9.0" in message
+
+
+def test_python_outside_the_release_range(tmp_path):
+    message = config_error(tmp_path, 'targets:\n  tpu-vm: {kind: tpu-vm, torch: "2.9.0", python: "3.9"}\n')
+    assert "targets.tpu-vm.python: Python 3.9 is outside torch_xla 2.9's supported range 3.10-3.13" in message
+
+
+def test_gpu_list_that_is_not_integers(tmp_path):
+    message = config_error(tmp_path, 'targets:\n  gpu: {kind: cuda, torch: "2.9.0", gpus: [0, "1;reboot"]}\n')
+    assert "targets.gpu.gpus[1]" in message and "non-negative integers" in message
+
+
+@pytest.mark.parametrize(
+    ("setting", "field"),
+    [
+        ('apt_packages: ["curl; rm -rf /"]', "apt_packages[0]"),
+        ('pip_packages: ["tqdm && curl evil"]', "pip_packages[0]"),
+        ('env: {GREETING: "$(id)"}', "env.GREETING"),
+        ('base_image: "python:3.11 && id"', "base_image"),
+        ('pip_index_url: "https://mirror/simple;id"', "pip_index_url"),
+        ('find_links: ["/opt/wheels`id`"]', "find_links[0]"),
+        ('shm_size: "2g; id"', "shm_size"),
+    ],
+)
+def test_shell_metacharacters_are_rejected(tmp_path, setting, field):
+    message = config_error(tmp_path, f'targets:\n  cpu:\n    kind: cpu\n    torch: "2.9.0"\n    {setting}\n')
+    assert f"targets.cpu.{field}: " in message and "allowed:" in message
+
+
+def test_unknown_kind_lists_the_kinds(tmp_path):
+    message = config_error(tmp_path, 'targets:\n  x: {kind: gpu, torch: "2.9.0"}\n')
+    assert "targets.x.kind: 'gpu' is not valid; allowed: one of cpu, cuda, tpu-vm" in message
+
+
+def test_unknown_cuda_variant_is_never_guessed(tmp_path):
+    message = config_error(tmp_path, 'targets:\n  gpu: {kind: cuda, torch: "2.9.0", cuda: "12.4"}\n')
+    assert "valid choices: 12.6, 12.8, 13.0" in message
+
+
+def test_cuda_for_a_release_without_cuda_variants(tmp_path):
+    message = config_error(tmp_path, 'targets:\n  gpu: {kind: cuda, torch: "2.13.0"}\n')
+    assert "torch 2.13 has no CUDA wheel variant" in message
+
+
+def test_mismatched_torchvision(tmp_path):
+    message = config_error(tmp_path, 'targets:\n  cpu: {kind: cpu, torch: "2.9.0", torchvision: "0.23.0"}\n')
+    assert "valid choices: 0.24.x, or false to leave it out" in message
+
+
+def test_wrong_libtpu(tmp_path):
+    message = config_error(tmp_path, 'targets:\n  t: {kind: tpu-vm, torch: "2.9.0", libtpu: "0.0.20"}\n')
+    assert "valid choice: 0.0.21" in message
+
+
+def test_matrix_owned_packages_cannot_be_repinned(tmp_path):
+    message = config_error(tmp_path, 'targets:\n  cpu: {kind: cpu, torch: "2.9.0", pip_packages: [Torch_XLA==2.8.0]}\n')
+    assert "re-pins a package the matrix owns" in message
+
+
+def test_kind_specific_keys(tmp_path):
+    message = config_error(tmp_path, 'targets:\n  cpu: {kind: cpu, torch: "2.9.0", torch_xla: "2.9.0"}\n')
+    assert "'torch_xla' applies to tpu-vm targets only, not cpu" in message
+
+
+def test_bad_target_name(tmp_path):
+    message = config_error(tmp_path, 'targets:\n  My_Target: {kind: cpu, torch: "2.9.0"}\n')
+    assert "'My_Target' is not valid" in message and "lowercase letters" in message
+
+
+def test_duplicate_key(tmp_path):
+    message = config_error(tmp_path, 'targets:\n  cpu: {kind: cpu, torch: "2.9.0"}\n  cpu: {kind: cpu, torch: "2.8.0"}\n')
+    assert "envkit.yaml:3: targets.cpu: duplicate key" in message
+
+
+def test_missing_certificate(tmp_path):
+    message = config_error(tmp_path, 'targets:\n  cpu: {kind: cpu, torch: "2.9.0", ca_certificates: [certs/none.crt]}\n')
+    assert "certs/none.crt is not a file" in message
+
+
+@pytest.mark.parametrize("text", ["", "- cpu\n", "targets: {}\n"])
+def test_empty_or_wrong_shape(tmp_path, text):
+    assert config_error(tmp_path, text)
+
+
+def test_loading_does_not_depend_on_the_working_directory(tmp_path, monkeypatch, repo_root):
+    shutil.copy(repo_root / "envkit.yaml", tmp_path / "envkit.yaml")
+    monkeypatch.chdir(tmp_path)
+    assert load_config().targets.keys() == load_config(repo_root / "envkit.yaml").targets.keys()

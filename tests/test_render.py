@@ -1,0 +1,158 @@
+"""Rendering: golden files, determinism, all-or-nothing writes, staleness checks."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from envkit import render
+from envkit.config import load_config
+from envkit.errors import EnvkitError
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN_TARGETS = ["cpu", "cuda", "tpu-vm", "cpu-local"]
+
+
+@pytest.fixture(scope="module")
+def golden_config(repo_root):
+    # The fixture lives beside its golden files; templates come from the repo.
+    return dataclasses.replace(load_config(GOLDEN / "envkit.yaml"), root=repo_root)
+
+
+@pytest.fixture(scope="module")
+def repo_config(repo_root):
+    return load_config(repo_root / "envkit.yaml")
+
+
+def by_path(files):
+    return {file.path.as_posix(): file for file in files}
+
+
+@pytest.mark.parametrize("target", GOLDEN_TARGETS)
+def test_golden_files(golden_config, update_golden, target):
+    files = render.render(golden_config, [target])
+    assert [file.path.name for file in files] == ["Dockerfile", "run.sh", ".dockerignore"]
+    if update_golden:
+        render.write(GOLDEN, files)
+    for file in files:
+        expected = (GOLDEN / file.path).read_text(encoding="utf-8")
+        assert file.text == expected, f"{file.path} differs from its golden file; rerun with --update-golden if intended"
+
+
+def test_committed_docker_dir_matches_a_fresh_render(repo_config, repo_root):
+    files = render.render(repo_config, list(repo_config.targets))
+    assert render.stale(repo_root / "docker", files) == []
+    assert {file.path.parts[0] for file in files} == {"cpu", "cuda", "tpu-vm"}
+
+
+def test_rendering_is_deterministic(repo_config, tmp_path):
+    names = list(repo_config.targets)
+    render.write(tmp_path / "a", render.render(repo_config, names))
+    render.write(tmp_path / "b", render.render(repo_config, names))
+    first = {p.relative_to(tmp_path / "a"): p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}
+    second = {p.relative_to(tmp_path / "b"): p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
+    assert first == second and len(first) == 9
+    assert all(b"\r\n" not in content for content in first.values())
+
+
+def test_run_sh_is_executable_and_others_are_not(repo_config, tmp_path):
+    render.write(tmp_path, render.render(repo_config, ["cpu"]))
+    assert os.access(tmp_path / "cpu" / "run.sh", os.X_OK)
+    assert not os.access(tmp_path / "cpu" / "Dockerfile", os.X_OK)
+
+
+def test_requirements_per_kind(golden_config, repo_config):
+    assert render.requirements(repo_config.targets["cpu"]) == ["torch==2.9.0+cpu", "torchvision==0.24.0+cpu", "tqdm==4.67.1"]
+    assert render.requirements(repo_config.targets["cuda"])[:2] == ["torch==2.9.0+cu126", "torchvision==0.24.0+cu126"]
+    assert render.requirements(repo_config.targets["tpu-vm"]) == [
+        "torch==2.9.0",
+        "torch_xla[tpu]==2.9.0",
+        "libtpu==0.0.21",
+        "torchvision==0.24.0",
+        "tqdm==4.67.1",
+    ]
+    assert render.requirements(golden_config.targets["cpu-local"]) == ["torch==2.13.0+cpu", "tqdm==4.67.1", "numpy==2.1.3"]
+
+
+def test_tpu_dockerfile_pins_torch_and_torch_xla_to_one_release(repo_config):
+    dockerfile = by_path(render.render(repo_config, ["tpu-vm"]))["tpu-vm/Dockerfile"].text
+    assert "torch==2.9.0 \\\n" in dockerfile and "'torch_xla[tpu]==2.9.0'" in dockerfile
+
+
+def test_older_tpu_release_uses_its_find_links(golden_config):
+    dockerfile = by_path(render.render(golden_config, ["tpu-vm"]))["tpu-vm/Dockerfile"].text
+    assert "--find-links https://storage.googleapis.com/libtpu-wheels/index.html" in dockerfile
+    assert "ARG PIP_INDEX_URL=https://mirror.example.com/pypi/simple" in dockerfile
+
+
+def test_dependencies_come_before_recipes_and_certificates_before_https(repo_config):
+    for target in repo_config.targets:
+        dockerfile = by_path(render.render(repo_config, [target]))[f"{target}/Dockerfile"].text
+        order = [
+            dockerfile.index("apt-get install"),
+            dockerfile.index("update-ca-certificates"),
+            dockerfile.index("python3 -m venv /opt/venv"),
+            dockerfile.index("pip install"),
+            dockerfile.index("COPY recipes/"),
+            dockerfile.index("ARG ENVKIT_REVISION"),
+        ]
+        assert order == sorted(order), target
+        assert "--mount=type=bind,source=wheels,target=/wheels" in dockerfile
+        assert "--mount=type=cache,target=/root/.cache/pip" in dockerfile
+        assert f'io.envkit.config-hash="{repo_config.targets[target].config_hash}"' in dockerfile
+        assert ("USER 10001:10001" in dockerfile) == (target != "tpu-vm")
+
+
+def test_output_path_that_is_a_file(repo_config, tmp_path):
+    (tmp_path / "out").write_text("keep me")
+    with pytest.raises(EnvkitError, match="is a file"):
+        render.write(tmp_path / "out", render.render(repo_config, ["cpu"]))
+    assert (tmp_path / "out").read_text() == "keep me"
+
+
+def test_output_under_a_file(repo_config, tmp_path):
+    (tmp_path / "blocker").write_text("")
+    with pytest.raises(EnvkitError, match="cannot write to"):
+        render.write(tmp_path / "blocker" / "docker", render.render(repo_config, ["cpu"]))
+
+
+def test_a_failure_part_way_writes_nothing(repo_config, tmp_path):
+    output = tmp_path / "docker"
+    output.mkdir()
+    (output / "tpu-vm").write_text("a file where a directory must go")
+    with pytest.raises(EnvkitError, match="cannot write to"):
+        render.write(output, render.render(repo_config, list(repo_config.targets)))
+    assert sorted(p.name for p in output.iterdir()) == ["tpu-vm"], "cpu/ and cuda/ must be rolled back"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_unwritable_output(repo_config, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    with pytest.raises(EnvkitError, match="cannot write to"):
+        render.write(locked / "docker", render.render(repo_config, ["cpu"]))
+
+
+def test_stale_reports_changed_missing_and_mode(repo_config, tmp_path):
+    files = render.render(repo_config, ["cpu"])
+    render.write(tmp_path, files)
+    assert render.stale(tmp_path, files) == []
+    (tmp_path / "cpu" / "Dockerfile").write_text("FROM scratch\n")
+    (tmp_path / "cpu" / ".dockerignore").unlink()
+    (tmp_path / "cpu" / "run.sh").chmod(0o644)
+    problems = render.stale(tmp_path, files)
+    assert problems[0].startswith(f"{tmp_path / 'cpu' / 'Dockerfile'}: stale (")
+    assert problems[1].endswith("run.sh: should be executable")
+    assert problems[2].endswith(".dockerignore: missing")
+
+
+def test_strict_undefined_turns_template_mistakes_into_one_line(repo_config, tmp_path):
+    (tmp_path / "templates").mkdir()
+    for name in ("Dockerfile.j2", "run.sh.j2", "dockerignore.j2"):
+        (tmp_path / "templates" / name).write_text("{{ no_such_variable }}\n")
+    broken = dataclasses.replace(repo_config, root=tmp_path)
+    with pytest.raises(EnvkitError, match="cannot render Dockerfile.j2: 'no_such_variable' is undefined"):
+        render.render(broken, ["cpu"])
