@@ -62,7 +62,7 @@ class Row:
         comparable = tuple(str(c.get(key)) if key == "model" else c.get(key) or 0 for key in COMPARABLE_BY[self.recipe])
         return (
             self.source_rank, comparable, DEVICE_ORDER.get(c.get("device"), 9), c.get("world_size") or 1,
-            MODE_ORDER.get(mode, 9),
+            MODE_ORDER.get(mode, 9), json.dumps(c, sort_keys=True),  # last: never a tie, whatever the file order
         )
 
 

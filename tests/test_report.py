@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -104,6 +105,10 @@ def test_pooled_stats_equal_stats_of_all_samples():
 
 def test_output_does_not_depend_on_file_order(mixed):
     results, _ = mixed
+    # a second cpu configuration that differs only in batch: same label, same sort position
+    cpu_mnist = next(r for r in results if r.run_name == "cpu-a")
+    smaller_batch = dataclasses.replace(cpu_mnist, configuration={**cpu_mnist.configuration, "global_batch": 64})
+    results = results + [smaller_batch]
     for output_format in ("md", "csv", "json"):
         forward = render_report(build_report(results, reference=True), output_format)
         backward = render_report(build_report(list(reversed(results)), reference=True), output_format)
