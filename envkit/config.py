@@ -256,6 +256,12 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
             f"supported range {python_range[0]}-{python_range[1]}"
         )
 
+    if kind == "cuda" and "base_image" not in raw and python != default_python:
+        raise EnvkitError(
+            f"{where(at + ('python',))}: Python {python} is not the python3 of the default base image "
+            f"{default_base} ({default_python}); set base_image to an image with Python {python}, or drop python"
+        )
+
     return _with_hash(
         Target(
             name=name,

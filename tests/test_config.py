@@ -138,6 +138,11 @@ def test_python_outside_the_release_range(tmp_path):
     assert "targets.tpu-vm.python: Python 3.9 is outside torch_xla 2.9's supported range 3.10-3.13" in message
 
 
+def test_cuda_python_must_match_the_default_base_image(tmp_path):
+    message = config_error(tmp_path, 'targets:\n  gpu: {kind: cuda, torch: "2.9.0", python: "3.11"}\n')
+    assert "nvidia/cuda:12.6.3-base-ubuntu24.04 (3.12); set base_image" in message
+
+
 def test_gpu_list_that_is_not_integers(tmp_path):
     message = config_error(tmp_path, 'targets:\n  gpu: {kind: cuda, torch: "2.9.0", gpus: [0, "1;reboot"]}\n')
     assert "targets.gpu.gpus[1]" in message and "non-negative integers" in message

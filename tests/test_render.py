@@ -136,6 +136,16 @@ def test_unwritable_output(repo_config, tmp_path):
         render.write(locked / "docker", render.render(repo_config, ["cpu"]))
 
 
+def test_unwritable_output_even_as_root(repo_config, tmp_path, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "docker" / "cpu"))
+
+    monkeypatch.setattr(render.tempfile, "mkstemp", refuse)
+    with pytest.raises(EnvkitError, match="cannot write to .*: Permission denied; choose a writable --output DIR"):
+        render.write(tmp_path / "docker", render.render(repo_config, ["cpu"]))
+    assert not (tmp_path / "docker").exists(), "directories made for the failed write are removed"
+
+
 def test_stale_reports_changed_missing_and_mode(repo_config, tmp_path):
     files = render.render(repo_config, ["cpu"])
     render.write(tmp_path, files)
