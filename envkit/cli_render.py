@@ -83,7 +83,7 @@ def cmd_render(args: argparse.Namespace) -> int:
             sys.stdout.write(f"==> {file.path.as_posix()} <==\n{file.text}")
         return 0
     if args.check:
-        problems = render.stale(output, files)
+        problems = render.stale(output, files) + (render.orphans(output, names) if args.all else [])
         if problems:
             summary = "; ".join(problems)
             raise EnvkitError(f"rendered files are stale: {summary}; run `envkit render --all` and commit", exit_code=1)

@@ -195,5 +195,15 @@ def stale(output: Path, files: list[RenderedFile]) -> list[str]:
     return problems
 
 
+def orphans(output: Path, names: list[str]) -> list[str]:
+    """Rendered target directories left behind by targets no longer in the config."""
+    if not output.is_dir():
+        return []
+    leftovers = sorted(
+        child for child in output.iterdir() if child.is_dir() and child.name not in names and (child / "Dockerfile").is_file()
+    )
+    return [f"{child}: not a target in the config (remove it)" for child in leftovers]
+
+
 def _executable(mode: int) -> bool:
     return bool(mode & 0o111)

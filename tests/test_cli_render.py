@@ -66,6 +66,15 @@ def test_check_reports_stale_files_with_exit_1(capsys, project):
     assert "cuda/Dockerfile: stale (" in err and "cpu/" not in err
 
 
+def test_check_all_reports_directories_of_removed_targets(capsys, project):
+    config = str(project / "envkit.yaml")
+    assert run(capsys, "render", "--all", "--config", config)[0] == 0
+    shutil.copytree(project / "docker" / "cpu", project / "docker" / "old-gpu")
+    code, _, err = run(capsys, "render", "--all", "--check", "--config", config)
+    assert code == 1 and "old-gpu: not a target in the config (remove it)" in err
+    assert run(capsys, "render", "--target", "cpu", "--check", "--config", config)[0] == 0
+
+
 def test_targets_lists_pins(capsys, repo_root):
     code, out, _ = run(capsys, "targets", "--config", str(repo_root / "envkit.yaml"))
     lines = out.splitlines()
