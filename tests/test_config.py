@@ -158,6 +158,7 @@ def test_gpu_list_that_is_not_integers(tmp_path):
         ('pip_index_url: "https://mirror/simple;id"', "pip_index_url"),
         ('find_links: ["/opt/wheels`id`"]', "find_links[0]"),
         ('shm_size: "2g; id"', "shm_size"),
+        ('pip_packages: ["scipy"]', "pip_packages[0]"),
     ],
 )
 def test_shell_metacharacters_are_rejected(tmp_path, setting, field):
