@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -166,3 +170,19 @@ def test_strict_undefined_turns_template_mistakes_into_one_line(repo_config, tmp
     broken = dataclasses.replace(repo_config, root=tmp_path)
     with pytest.raises(EnvkitError, match="cannot render Dockerfile.j2: 'no_such_variable' is undefined"):
         render.render(broken, ["cpu"])
+
+
+@pytest.mark.parametrize("wanted", ["3.11", "3.12"])
+def test_build_stops_with_one_line_when_the_base_has_another_python(tmp_path, repo_root, wanted):
+    config_path = tmp_path / "envkit.yaml"
+    config_path.write_text(f'targets:\n  cpu: {{kind: cpu, torch: "2.9.0", python: "{wanted}"}}\n')
+    config = dataclasses.replace(load_config(config_path), root=repo_root)
+    dockerfile = by_path(render.render(config, ["cpu"]))["cpu/Dockerfile"].text
+    check = re.search(r"python3 -c ('.*?') \\", dockerfile).group(1)
+    result = subprocess.run([sys.executable, "-c", shlex.split(check)[0]], capture_output=True, text=True)
+    here = "%d.%d" % sys.version_info[:2]
+    if wanted == here:
+        assert (result.returncode, result.stderr) == (0, "")
+    else:
+        assert result.returncode == 1
+        assert result.stderr == f"envkit: the base image has Python {here} but target cpu needs {wanted}; set its python or base_image\n"
