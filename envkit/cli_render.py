@@ -89,8 +89,8 @@ def cmd_render(args: argparse.Namespace) -> int:
             raise EnvkitError(f"rendered files are stale: {summary}; run `envkit render --all` and commit", exit_code=1)
         print(f"{len(files)} files under {output} are up to date")
         return 0
-    render.write(output, files)
-    print(f"rendered {len(files)} files for {', '.join(names)} into {output}")
+    written = render.write(output, files)
+    print(f"rendered {len(files)} files for {', '.join(names)} into {output} ({len(written)} changed)")
     return 0
 
 

@@ -114,8 +114,12 @@ def _context(config: ProjectConfig, target: Target) -> dict:
     }
 
 
-def write(output: Path, files: list[RenderedFile]) -> None:
-    """Write every file or none: stage temp files, then rename them into place."""
+def write(output: Path, files: list[RenderedFile]) -> list[Path]:
+    """Write every changed file or none: stage temp files, then rename them into place.
+
+    Unchanged files are left alone so that their timestamps do not make `make`
+    rebuild images. Returns the paths written.
+    """
     if output.exists() and not output.is_dir():
         raise EnvkitError(f"output path {output} is a file; pass --output DIR with a directory")
     created: list[Path] = []
@@ -123,6 +127,10 @@ def write(output: Path, files: list[RenderedFile]) -> None:
     try:
         for file in files:
             destination = output / file.path
+            if _difference(destination, file) is None:
+                continue
+            if destination.is_dir():
+                raise IsADirectoryError(21, "a directory is in the way", str(destination))
             _make_dirs(destination.parent, created)
             staged.append((_stage(destination, file), destination))
     except OSError as exc:
@@ -134,6 +142,7 @@ def write(output: Path, files: list[RenderedFile]) -> None:
         raise EnvkitError(f"cannot write to {exc.filename or output}: {reason}; choose a writable --output DIR") from None
     for temp, destination in staged:
         os.replace(temp, destination)
+    return [destination for _, destination in staged]
 
 
 def _make_dirs(directory: Path, created: list[Path]) -> None:
@@ -171,28 +180,29 @@ def _remove_if_empty(directory: Path) -> None:
 
 def stale(output: Path, files: list[RenderedFile]) -> list[str]:
     """One line per committed file that differs from a fresh render."""
-    problems = []
-    for file in files:
-        path = output / file.path
-        try:
-            current = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            problems.append(f"{path}: missing")
-            continue
-        except (OSError, UnicodeDecodeError) as exc:
-            problems.append(f"{path}: unreadable ({exc})")
-            continue
-        if current != file.text:
-            changed = sum(
-                1
-                for line in difflib.unified_diff(current.splitlines(), file.text.splitlines(), lineterm="", n=0)
-                if line[:1] in "+-" and not line.startswith(("+++", "---"))
-            )
-            problems.append(f"{path}: stale ({changed} changed lines)")
-        elif _executable(path.stat().st_mode) != _executable(file.mode):
-            # Only the executable bit: git records nothing else, and umasks differ.
-            problems.append(f"{path}: {'should' if _executable(file.mode) else 'should not'} be executable")
-    return problems
+    problems = (_difference(output / file.path, file) for file in files)
+    return [f"{output / file.path}: {problem}" for file, problem in zip(files, problems) if problem]
+
+
+def _difference(path: Path, file: RenderedFile) -> str | None:
+    """How the file on disk differs from the rendered one, or None when it does not."""
+    try:
+        current = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"unreadable ({exc})"
+    if current != file.text:
+        changed = sum(
+            1
+            for line in difflib.unified_diff(current.splitlines(), file.text.splitlines(), lineterm="", n=0)
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))
+        )
+        return f"stale ({changed} changed lines)"
+    if _executable(path.stat().st_mode) != _executable(file.mode):
+        # Only the executable bit: git records nothing else, and umasks differ.
+        return f"{'should' if _executable(file.mode) else 'should not'} be executable"
+    return None
 
 
 def orphans(output: Path, names: list[str]) -> list[str]:

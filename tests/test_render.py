@@ -150,6 +150,23 @@ def test_unwritable_output_even_as_root(repo_config, tmp_path, monkeypatch):
     assert not (tmp_path / "docker").exists(), "directories made for the failed write are removed"
 
 
+def test_unchanged_files_are_not_rewritten(repo_config, tmp_path):
+    files = render.render(repo_config, ["cpu"])
+    assert len(render.write(tmp_path, files)) == 3
+    before = {p.name: p.stat().st_ino for p in (tmp_path / "cpu").iterdir()}
+    (tmp_path / "cpu" / "run.sh").chmod(0o644)
+    assert render.write(tmp_path, files) == [tmp_path / "cpu" / "run.sh"]
+    after = {p.name: p.stat().st_ino for p in (tmp_path / "cpu").iterdir()}
+    assert before["Dockerfile"] == after["Dockerfile"] and before["run.sh"] != after["run.sh"]
+
+
+def test_a_directory_in_place_of_a_file_writes_nothing(repo_config, tmp_path):
+    (tmp_path / "cuda" / "run.sh").mkdir(parents=True)
+    with pytest.raises(EnvkitError, match="run.sh: a directory is in the way"):
+        render.write(tmp_path, render.render(repo_config, ["cpu", "cuda"]))
+    assert not (tmp_path / "cpu").exists() and sorted(p.name for p in (tmp_path / "cuda").iterdir()) == ["run.sh"]
+
+
 def test_stale_reports_changed_missing_and_mode(repo_config, tmp_path):
     files = render.render(repo_config, ["cpu"])
     render.write(tmp_path, files)
