@@ -286,6 +286,7 @@ def batch_loader(
     seed: int,
     rank: int = 0,
     world_size: int = 1,
+    drop_last: bool = False,
 ) -> torch.utils.data.DataLoader:
     """A DataLoader of pre-collated batches from in-memory tensors.
 
@@ -293,6 +294,8 @@ def batch_loader(
     ``seed`` and the epoch set with ``loader.sampler.sampler.set_epoch`` (see
     :func:`set_loader_epoch`), so the order depends only on seed and epoch and a
     resumed run sees the same batches. Evaluation: an unpadded in-order shard.
+    ``drop_last`` drops a final short training batch, whose new shape would make
+    XLA compile the step again.
     """
     from torch.utils.data import BatchSampler, DataLoader, DistributedSampler  # noqa: PLC0415
 
@@ -300,7 +303,7 @@ def batch_loader(
         order = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
     else:
         order = ShardSampler(len(dataset), rank, world_size)
-    return DataLoader(dataset, sampler=BatchSampler(order, batch_size, drop_last=False), batch_size=None)
+    return DataLoader(dataset, sampler=BatchSampler(order, batch_size, drop_last=drop_last and train), batch_size=None)
 
 
 def set_loader_epoch(loader: torch.utils.data.DataLoader, epoch: int) -> None:
