@@ -1,0 +1,57 @@
+"""Write a tiny CIFAR-10 in the real on-disk format, so tests read it through torchvision's loader.
+
+The real "python version" archive unpacks to ``cifar-10-batches-py/`` holding
+``data_batch_1`` .. ``data_batch_5``, ``test_batch`` (pickled dicts with
+``data``: uint8 [N, 3072] rows of 1024 red, 1024 green, 1024 blue values, and
+``labels``: a list of ints) and ``batches.meta`` (``label_names``). The images
+are the recipe's learnable fake ones, so a test can also check that training
+learns something.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from pathlib import Path
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+if str(RECIPES) not in sys.path:
+    sys.path.insert(0, str(RECIPES))
+
+import cifar  # noqa: E402 - recipes are scripts, found through sys.path like in the images
+
+LABEL_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+TRAIN_BATCHES = 5
+
+
+def _write_pickle(path: Path, payload: dict) -> None:
+    # Protocol 2: the real files were written by Python 2's cPickle.
+    path.write_bytes(pickle.dumps(payload, protocol=2))
+
+
+def _batch(images, labels, name: str) -> dict:
+    return {
+        "batch_label": name,
+        "labels": [int(label) for label in labels],
+        "data": images.reshape(len(images), -1).numpy(),  # [N, 3, 32, 32] -> rows of R, G, B planes
+        "filenames": [f"{name.replace(' ', '_')}_{index}.png" for index in range(len(images))],
+    }
+
+
+def write_cifar10(root: Path, *, train_per_batch: int = 8, test_size: int = 16, seed: int = 0) -> Path:
+    """Write ``root/cifar-10-batches-py`` with ``5 * train_per_batch`` training and ``test_size`` test images.
+
+    The images are ``cifar.fake_images`` with sample seeds ``seed + 1`` (train) and ``seed + 2`` (test),
+    the same as ``--dataset fake --seed SEED``, so tests can compare the two paths. Returns the folder.
+    """
+    folder = Path(root) / "cifar-10-batches-py"
+    folder.mkdir(parents=True, exist_ok=True)
+    train_images, train_labels = cifar.fake_images(TRAIN_BATCHES * train_per_batch, seed=seed, sample_seed=seed + 1)
+    for index in range(TRAIN_BATCHES):
+        part = slice(index * train_per_batch, (index + 1) * train_per_batch)
+        name = f"training batch {index + 1} of {TRAIN_BATCHES}"
+        _write_pickle(folder / f"data_batch_{index + 1}", _batch(train_images[part], train_labels[part], name))
+    test_images, test_labels = cifar.fake_images(test_size, seed=seed, sample_seed=seed + 2)
+    _write_pickle(folder / "test_batch", _batch(test_images, test_labels, "testing batch 1 of 1"))
+    _write_pickle(folder / "batches.meta", {"label_names": LABEL_NAMES, "num_cases_per_batch": train_per_batch, "num_vis": 3072})
+    return folder
