@@ -1,7 +1,7 @@
 """Wall time of `envkit render --all` (goal: well under 0.5 s) and proof that it imports no torch.
 
 Measures, side by side in one run:
-  - in-process: load_config + render + write into a temp dir (what the CLI does after start-up);
+  - in-process: load_config + render + write into a fresh temp dir (what the CLI does after start-up);
   - subprocess: `python -m envkit render --all --output TMP` (what a user waits for),
     against a bare `python -c pass` start-up as the floor;
 and reports whether torch, docker or matplotlib were imported on that path.
@@ -72,8 +72,13 @@ def main() -> int:
         output = Path(scratch) / "docker"
         in_process(config, output)  # warm the file cache once before timing anything
         python_floor = timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), args.repeat)
-        inside = timed(lambda: in_process(config, output), args.repeat)
-        outside = timed(lambda: subprocess_render(config, output), args.repeat)
+
+        def fresh() -> Path:
+            # A new directory each time, so every file is written: the slow case.
+            return Path(tempfile.mkdtemp(dir=scratch)) / "docker"
+
+        inside = timed(lambda: in_process(config, fresh()), args.repeat)
+        outside = timed(lambda: subprocess_render(config, fresh()), args.repeat)
         heavy = heavy_modules(config, output)
 
     median = statistics.median(outside)
