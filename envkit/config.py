@@ -30,7 +30,8 @@ DEFAULT_SHM_SIZE = {"cpu": "2g", "cuda": None, "tpu-vm": "16G"}
 MATRIX_OWNED = {"torch", "torchvision", "torch-xla", "libtpu", "libtpu-nightly"}
 KIND_ONLY_KEYS = {"cuda": ("cuda", "gpus"), "tpu-vm": ("torch_xla", "libtpu")}
 
-Path_ = tuple[Any, ...]
+# A location inside the YAML document: keys and list indices from the top.
+DocPath = tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -97,23 +98,23 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> ProjectConfig:
 class _Locator:
     """Turns a path inside the document into 'file:line: a.b[0]' for error lines."""
 
-    def __init__(self, path: Path, lines: dict[Path_, int]):
+    def __init__(self, path: Path, lines: dict[DocPath, int]):
         self.path = path
         self.lines = lines
 
-    def __call__(self, doc_path: Path_) -> str:
+    def __call__(self, doc_path: DocPath) -> str:
         line = next((self.lines[doc_path[:n]] for n in range(len(doc_path), -1, -1) if doc_path[:n] in self.lines), 1)
         return f"{self.path}:{line}: {_dotted(doc_path)}" if doc_path else f"{self.path}:{line}"
 
 
-def _dotted(doc_path: Path_) -> str:
+def _dotted(doc_path: DocPath) -> str:
     text = ""
     for part in doc_path:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
 
 
-def _parse_yaml(path: Path) -> tuple[Any, dict[Path_, int]]:
+def _parse_yaml(path: Path) -> tuple[Any, dict[DocPath, int]]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -125,7 +126,7 @@ def _parse_yaml(path: Path) -> tuple[Any, dict[Path_, int]]:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
     try:
         node = loader.get_single_node()
-        lines: dict[Path_, int] = {}
+        lines: dict[DocPath, int] = {}
         if node is not None:
             _index_lines(node, (), lines, path)
         data = loader.construct_document(node) if node is not None else None
@@ -144,7 +145,7 @@ def _parse_yaml(path: Path) -> tuple[Any, dict[Path_, int]]:
     return data, lines
 
 
-def _index_lines(node: yaml.Node, doc_path: Path_, lines: dict[Path_, int], path: Path) -> None:
+def _index_lines(node: yaml.Node, doc_path: DocPath, lines: dict[DocPath, int], path: Path) -> None:
     # Records the line of every key and item so that schema errors point at the line to fix.
     if isinstance(node, yaml.MappingNode):
         seen: set[Any] = set()
@@ -184,11 +185,16 @@ def _validate_schema(data: Any, where: _Locator) -> None:
         raise EnvkitError(f"{where(doc_path)}: {error.message}")
     description = error.schema.get("description") or _parent_description(doc_path)
     value = json.dumps(error.instance) if not isinstance(error.instance, str) else repr(error.instance)
+    if len(value) > 60:
+        value = value[:57] + "..."
     allowed = f"; allowed: {description}" if description else f" ({error.message})"
+    if error.validator == "type" and isinstance(error.instance, (int, float)) and not isinstance(error.instance, bool):
+        # YAML reads 3.10 as the number 3.1: versions must be quoted.
+        allowed += '; quote versions in YAML ("3.10", not 3.10)'
     raise EnvkitError(f"{where(doc_path)}: {value} is not valid{allowed}")
 
 
-def _parent_description(doc_path: Path_) -> str | None:
+def _parent_description(doc_path: DocPath) -> str | None:
     # Errors inside a $ref'd definition carry that definition's schema, whose
     # description lives on the referring property.
     if len(doc_path) >= 3 and doc_path[0] == "targets":
@@ -302,27 +308,27 @@ def _torchvision(raw: dict[str, Any], minor: str, patch: str, torch: str, field_
     return value
 
 
-def requirement_name(requirement: str) -> str:
+def _requirement_name(requirement: str) -> str:
     name = requirement
     for stop in "[=!<>~,":
         name = name.split(stop, 1)[0]
     return name.lower().replace("_", "-").replace(".", "-")
 
 
-def _pip_packages(extra: list[str], matrix: Matrix, where: _Locator, at: Path_) -> tuple[str, ...]:
+def _pip_packages(extra: list[str], matrix: Matrix, where: _Locator, at: DocPath) -> tuple[str, ...]:
     for index, requirement in enumerate(extra):
-        if requirement_name(requirement) in MATRIX_OWNED:
+        if _requirement_name(requirement) in MATRIX_OWNED:
             raise EnvkitError(
                 f"{where(at + ('pip_packages', index))}: {requirement!r} re-pins a package the matrix owns; "
                 f"set the target's torch/torchvision/torch_xla/libtpu keys instead"
             )
     # A user's own tqdm (or other recipe package) spec replaces envkit's default pin.
-    overridden = {requirement_name(r) for r in extra}
-    defaults = [r for r in matrix.recipe_packages if requirement_name(r) not in overridden]
+    overridden = {_requirement_name(r) for r in extra}
+    defaults = [r for r in matrix.recipe_packages if _requirement_name(r) not in overridden]
     return tuple(dict.fromkeys([*defaults, *extra]))
 
 
-def _certificates(paths: list[str], root: Path, where: _Locator, at: Path_) -> tuple[Path, ...]:
+def _certificates(paths: list[str], root: Path, where: _Locator, at: DocPath) -> tuple[Path, ...]:
     resolved = []
     for index, relative in enumerate(paths):
         cert = (root / relative).resolve()

@@ -166,6 +166,12 @@ def test_shell_metacharacters_are_rejected(tmp_path, setting, field):
     assert f"targets.cpu.{field}: " in message and "allowed:" in message
 
 
+def test_unquoted_version_gets_a_hint(tmp_path):
+    message = config_error(tmp_path, "targets:\n  cpu: {kind: cpu, torch: '2.9.0', python: 3.10}\n")
+    assert message.endswith('targets.cpu.python: 3.1 is not valid; allowed: Python major.minor, e.g. "3.11" (default: 3.11 on cpu '
+                            "and tpu-vm, the base OS's python3 on cuda); quote versions in YAML (\"3.10\", not 3.10)")
+
+
 def test_unknown_kind_lists_the_kinds(tmp_path):
     message = config_error(tmp_path, 'targets:\n  x: {kind: gpu, torch: "2.9.0"}\n')
     assert "targets.x.kind: 'gpu' is not valid; allowed: one of cpu, cuda, tpu-vm" in message
