@@ -91,6 +91,17 @@ def test_cuda_rejects_gpus_that_are_not_indices(repo_root, gpus):
     assert result.stderr.count("\n") == 1 and "GPUS must be 'all' or comma-separated GPU indices" in result.stderr
 
 
+@pytest.mark.parametrize("gpus", ["0,0", "1,2,1", "3,12,3"])
+def test_cuda_rejects_a_gpu_named_twice(repo_root, gpus):
+    result = dry_run(repo_root, "cuda", "mnist", GPUS=gpus, directory=None)
+    assert result.returncode == 2 and result.stdout == "" and "twice; give each index once" in result.stderr
+
+
+def test_cuda_accepts_indices_that_share_digits(repo_root):
+    result = dry_run(repo_root, "cuda", "mnist", GPUS="1,11,21", directory=None)
+    assert result.returncode == 0 and "CUDA_VISIBLE_DEVICES=0,1,2" in result.stdout
+
+
 def test_tpu_dry_run(repo_root):
     result = dry_run(repo_root, "tpu-vm", "mnist", "--device", "tpu", directory=None, RESULTS_DIR="out")
     assert shlex.split(result.stdout) == [

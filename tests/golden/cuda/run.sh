@@ -52,7 +52,11 @@ elif [[ $gpus =~ ^[0-9]+(,[0-9]+)*$ ]]; then
   # Docker renumbers the chosen GPUs from 0 inside the container.
   IFS=, read -r -a host_ids <<<"$gpus"
   local_ids=""
+  seen=","
   for index in "${!host_ids[@]}"; do
+    id=${host_ids[index]}
+    [[ $seen != *",$id,"* ]] || fail "GPUS names GPU $id twice; give each index once"
+    seen+="$id,"
     local_ids+="${local_ids:+,}$index"
   done
   device_args=(--gpus "\"device=$gpus\"" -e "CUDA_VISIBLE_DEVICES=$local_ids")
