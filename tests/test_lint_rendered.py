@@ -134,6 +134,11 @@ def test_run_sh_bad_input(repo_root, args, env, message):
     assert result.returncode == 2 and message in result.stderr and result.stderr.count("\n") == 1
 
 
+def test_docker_client_may_be_several_words(repo_root):
+    result = dry_run(repo_root, "cpu", "mnist", DOCKER="sudo -E docker", directory=None)
+    assert shlex.split(result.stdout)[:5] == ["sudo", "-E", "docker", "run", "--rm"]
+
+
 def test_run_sh_runs_the_docker_client_it_is_given(repo_root, tmp_path):
     fake = tmp_path / "fake-docker"
     fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$0.args"\n')

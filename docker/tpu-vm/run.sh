@@ -41,7 +41,8 @@ shift
 image=${IMAGE:-envkit-tpu-vm:latest}
 data_dir=$(absolute "${DATA_DIR:-./data}")
 results_dir=$(absolute "${RESULTS_DIR:-./results}")
-docker=${DOCKER:-docker}
+# DOCKER may be several words, such as "sudo docker".
+read -r -a docker <<<"${DOCKER:-docker}"
 owner="$(id -u):$(id -g)"
 
 shm_size=${SHM_SIZE:-16G}
@@ -49,7 +50,7 @@ shm_size=${SHM_SIZE:-16G}
   || fail "SHM_SIZE must be a size such as 16G (digits and an optional unit b, k, m, g); got '$shm_size'"
 
 command=(
-  "$docker" run --rm --init
+  "${docker[@]}" run --rm --init
   # --privileged exposes the TPU chips (/dev/accel*, /dev/vfio); pod slices need the host network.
   # Root inside: the recipe hands what it writes to ENVKIT_RESULTS_OWNER.
   --privileged --net=host --shm-size "$shm_size" -e PJRT_DEVICE=TPU

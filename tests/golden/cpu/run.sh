@@ -41,7 +41,8 @@ shift
 image=${IMAGE:-envkit-cpu:latest}
 data_dir=$(absolute "${DATA_DIR:-./data}")
 results_dir=$(absolute "${RESULTS_DIR:-./results}")
-docker=${DOCKER:-docker}
+# DOCKER may be several words, such as "sudo docker".
+read -r -a docker <<<"${DOCKER:-docker}"
 owner="$(id -u):$(id -g)"
 
 shm_size=${SHM_SIZE:-2g}
@@ -49,7 +50,7 @@ shm_size=${SHM_SIZE:-2g}
   || fail "SHM_SIZE must be a size such as 2g (digits and an optional unit b, k, m, g); got '$shm_size'"
 
 command=(
-  "$docker" run --rm --init
+  "${docker[@]}" run --rm --init
   --user "$owner" -e HOME=/tmp
   --shm-size "$shm_size"
   -e "ENVKIT_IMAGE=$image" -e "ENVKIT_RESULTS_OWNER=$owner"

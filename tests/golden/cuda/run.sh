@@ -42,7 +42,8 @@ shift
 image=${IMAGE:-envkit-cuda:latest}
 data_dir=$(absolute "${DATA_DIR:-./data}")
 results_dir=$(absolute "${RESULTS_DIR:-./results}")
-docker=${DOCKER:-docker}
+# DOCKER may be several words, such as "sudo docker".
+read -r -a docker <<<"${DOCKER:-docker}"
 owner="$(id -u):$(id -g)"
 
 gpus=${GPUS:-1,3}
@@ -75,7 +76,7 @@ else
 fi
 
 command=(
-  "$docker" run --rm --init
+  "${docker[@]}" run --rm --init
   --user "$owner" -e HOME=/tmp
   "${device_args[@]}" "${ipc_args[@]}"
   -e "ENVKIT_IMAGE=$image" -e "ENVKIT_RESULTS_OWNER=$owner"
