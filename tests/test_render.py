@@ -203,3 +203,11 @@ def test_build_stops_with_one_line_when_the_base_has_another_python(tmp_path, re
     else:
         assert result.returncode == 1
         assert result.stderr == f"envkit: the base image has Python {here} but target cpu needs {wanted}; set its python or base_image\n"
+
+
+def test_missing_templates_are_one_line_errors(repo_config, tmp_path):
+    with pytest.raises(EnvkitError, match="templates directory .* not found; it must sit beside the config file"):
+        render.render(dataclasses.replace(repo_config, root=tmp_path), ["cpu"])
+    (tmp_path / "templates").mkdir()
+    with pytest.raises(EnvkitError, match="template Dockerfile.j2 not found in "):
+        render.render(dataclasses.replace(repo_config, root=tmp_path), ["cpu"])
