@@ -81,7 +81,7 @@ render: | $(ENVKIT) ## render docker/<target>/ from envkit.yaml and templates/
 
 # Rendered files are committed; re-render only when the config or templates changed.
 docker/%/Dockerfile docker/%/run.sh: $(CONFIG) $(TEMPLATES) | $(ENVKIT)
-	$(ENVKIT) render $*
+	$(ENVKIT) render --target $*
 
 doctor: | $(ENVKIT) ## what this host offers and which experiment targets work here
 	$(ENVKIT) doctor
@@ -116,8 +116,8 @@ gpu-dp-cifar: docker/cuda/Dockerfile docker/cuda/run.sh | $(ENVKIT) ## CIFAR-10 
 gpu-ddp-cifar: docker/cuda/Dockerfile docker/cuda/run.sh | $(ENVKIT) ## CIFAR-10 with DistributedDataParallel (torchrun) over GPUS=
 	$(call experiment,cuda,$(GPUS),cifar --device cuda --parallel ddp $(CIFAR_FLAGS))
 
-compare: | $(ENVKIT) ## table and plots of every result under RESULTS_DIR
-	$(ENVKIT) compare
+compare: | $(ENVKIT) ## run the experiments this host can run, then tabulate RESULTS_DIR (EPOCHS= DATASET= MAX_STEPS=)
+	$(ENVKIT) compare --results-dir $(RESULTS_DIR) $(COMMON_FLAGS)
 
 demo: | $(ENVKIT) ## the comparisons this host can run, small and fast, then the report
 	$(ENVKIT) demo

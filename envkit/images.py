@@ -32,7 +32,8 @@ MANIFEST_VERSION = 1
 # Build args that say where the image came from rather than what is in it: they do
 # not enter the tag, so the same inputs at two git revisions share one tag.
 PROVENANCE_ARGS = frozenset({"ENVKIT_REVISION"})
-LABEL_PREFIX = "org.envkit."
+# The rendered Dockerfile labels each pinned version as io.envkit.pin.<package>.
+PIN_LABEL = "io.envkit.pin."
 _CHUNK = 1 << 20
 _BUILD_ARG = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _REGISTRY = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
@@ -194,8 +195,6 @@ def build(root: Path, target, options: BuildOptions) -> BuiltImage:
         command = [docker_cli(), "build", "--progress=plain", "-t", tag, "-t", f"{repo}:{LATEST}"]
         for key, value in sorted(args.items()):
             command += ["--build-arg", f"{key}={value}"]
-        command += ["--label", f"{LABEL_PREFIX}pins={json.dumps(target.pins(), sort_keys=True)}"]
-        command += ["--label", f"{LABEL_PREFIX}target={target.name}"]
         if options.no_cache:
             command.append("--no-cache")
         command.append(str(context))
@@ -223,7 +222,11 @@ def resolve_image(client, target_name: str, tag: str | None = None):
     if image is None:
         raise EnvkitError(f"no image {reference} in the engine: build it first with 'envkit build {target_name}'")
     content_tags = sorted(t for t in image.tags if t.startswith(f"{repo}:") and t != f"{repo}:{LATEST}")
-    return image, (content_tags[0] if content_tags else reference)
+    if not content_tags:
+        raise EnvkitError(f"image {reference} has lost its content tag: rebuild it with 'envkit build {target_name}'")
+    if tag and f"{repo}:{tag}" in content_tags:
+        return image, f"{repo}:{tag}"
+    return image, content_tags[0]
 
 
 # ---------------------------------------------------------------- save / load
@@ -274,14 +277,15 @@ def save(target, tag: str | None, output_dir: Path) -> tuple[Path, Path]:
 
     _atomic_write(tarball, write_tarball)
     labels = image.labels or {}
-    pins_label = labels.get(f"{LABEL_PREFIX}pins")
+    # The image's own labels say what is in it; the config may have moved on since.
+    pins = {k[len(PIN_LABEL):]: v for k, v in sorted(labels.items()) if k.startswith(PIN_LABEL)}
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "envkit_version": __version__,
         "target": target.name,
         "tag": content_tag,
         "image_id": image.id,
-        "pins": json.loads(pins_label) if pins_label else target.pins(),
+        "pins": pins or target.pins(),
         "labels": labels,
         "tarball": tarball.name,
         "sha256": digest["sha256"],
@@ -374,12 +378,17 @@ def push(target, registry: str, tag: str | None = None, progress=None) -> list[s
     image, content_tag = resolve_image(client, target.name, tag)
     remote = f"{registry}/{repository(target.name)}"
     pushed = []
+    import docker
+
     for remote_tag in (content_tag.rpartition(":")[2], LATEST):
-        image.tag(remote, remote_tag)
-        for line in client.images.push(remote, tag=remote_tag, stream=True, decode=True):
-            if "error" in line:
-                raise EnvkitError(f"push of {remote}:{remote_tag} failed: {line['error']}", exit_code=1)
-            if progress and line.get("status") and not line.get("progressDetail"):
-                progress(line["status"])
+        try:
+            image.tag(remote, remote_tag)
+            for line in client.images.push(remote, tag=remote_tag, stream=True, decode=True):
+                if "error" in line:
+                    raise EnvkitError(f"push of {remote}:{remote_tag} failed: {line['error']}", exit_code=1)
+                if progress and line.get("status") and not line.get("progressDetail"):
+                    progress(line["status"])
+        except docker.errors.APIError as exc:
+            raise EnvkitError(f"push of {remote}:{remote_tag} failed: {exc.explanation or exc}", exit_code=1) from None
         pushed.append(f"{remote}:{remote_tag}")
     return pushed

@@ -191,7 +191,7 @@ def engine(monkeypatch):
     image = FakeImage(
         id="sha256:" + "ab" * 32,
         tags=["envkit-cpu:0123456789ab", "envkit-cpu:latest"],
-        labels={"org.envkit.pins": json.dumps({"torch": "2.13.0"})},
+        labels={"io.envkit.pin.torch": "2.13.0", "io.envkit.kind": "cpu"},
     )
     client = FakeClient(image)
     monkeypatch.setattr(images, "connect_engine", lambda: client)
@@ -321,3 +321,10 @@ def test_cli_load_refuses_a_tampered_tarball_in_one_line(tmp_path):
     assert done.returncode == 2
     assert "refusing to load" in done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_an_image_without_its_content_tag_is_not_saved_as_latest(engine, tmp_path):
+    engine.images.image.tags.remove("envkit-cpu:0123456789ab")
+    with pytest.raises(EnvkitError, match="lost its content tag"):
+        images.save(FakeTarget(), None, tmp_path)
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,242 @@
+"""End to end against a real Docker engine: base image, build, run, results, save/load, CA.
+
+Needs a running engine (CI starts one with scripts/docker-engine.sh) and root or a
+cached base image for scripts/base-image.sh. Skips with the reason when either is
+missing, and fails instead when ENVKIT_REQUIRE_DOCKER=1.
+
+The cpu target here pins torch 2.13.0 without torchvision and installs only from a
+wheelhouse: `pip download` on the host fills it (the torch wheel comes from
+ENVKIT_TEST_WHEELS, default /opt/wheels, or the host's own pip configuration).
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.docker]
+
+TORCH = "2.13.0"
+TQDM = "4.67.1"
+SMALL_PYPI_PACKAGE = "six==1.17.0"
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+NON_ROOT = (4242, 4242)
+CONFIG = f"""\
+targets:
+  cpu:
+    kind: cpu
+    torch: "{TORCH}"
+    python: "3.11"
+    torchvision: false
+"""
+
+
+def unavailable(reason: str):
+    if os.environ.get("ENVKIT_REQUIRE_DOCKER", "") not in ("", "0"):
+        pytest.fail(f"ENVKIT_REQUIRE_DOCKER=1 but {reason}")
+    pytest.skip(reason)
+
+
+def envkit(*args: str, cwd: Path, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "envkit", *args], cwd=cwd, capture_output=True, text=True, env=env)
+    if check and done.returncode != 0:
+        pytest.fail(f"envkit {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return done
+
+
+@pytest.fixture(scope="session")
+def client():
+    from envkit.doctor import connect_engine
+    from envkit.errors import EnvkitError
+
+    try:
+        return connect_engine()
+    except EnvkitError as exc:
+        unavailable(str(exc))
+
+
+@pytest.fixture(scope="session")
+def docker_cli(client) -> str:
+    from envkit.images import docker_cli
+
+    return docker_cli()
+
+
+@pytest.fixture(scope="session")
+def base_image(client, repo_root) -> str:
+    done = subprocess.run([str(repo_root / "scripts" / "base-image.sh")], capture_output=True, text=True)
+    if done.returncode != 0:
+        unavailable(f"scripts/base-image.sh could not make the base image: {done.stderr.strip().splitlines()[-1:]}")
+    return done.stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory) -> Path:
+    wheels = tmp_path_factory.mktemp("wheelhouse")
+    local = Path(os.environ.get("ENVKIT_TEST_WHEELS", "/opt/wheels"))
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest", str(wheels)]
+    if local.is_dir():
+        command += ["--find-links", str(local)]
+    done = subprocess.run([*command, f"torch=={TORCH}+cpu", f"tqdm=={TQDM}"], capture_output=True, text=True)
+    if done.returncode != 0:
+        unavailable(f"cannot fill the wheelhouse with torch {TORCH}+cpu: {done.stderr.strip().splitlines()[-1:]}")
+    return wheels
+
+
+@pytest.fixture(scope="session")
+def project(tmp_path_factory, repo_root) -> Path:
+    root = tmp_path_factory.mktemp("project")
+    shutil.copytree(repo_root / "templates", root / "templates")
+    shutil.copytree(repo_root / "recipes", root / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "envkit.yaml").write_text(CONFIG)
+    envkit("render", "--all", "--config", "envkit.yaml", cwd=root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def build_flags(base_image, wheelhouse) -> list[str]:
+    return ["--config", "envkit.yaml", "--base-image", base_image, "--wheelhouse", str(wheelhouse)]
+
+
+@pytest.fixture(scope="session")
+def built(project, build_flags) -> str:
+    return envkit("build", "cpu", *build_flags, cwd=project).stdout.strip()
+
+
+def test_build_tags_the_image_by_its_content(client, project, build_flags, built):
+    assert re.fullmatch(r"envkit-cpu:[0-9a-f]{12}", built)
+    image = client.images.get(built)
+    assert "envkit-cpu:latest" in image.tags
+    assert image.labels["io.envkit.pin.torch"] == TORCH
+    again = envkit("build", "cpu", *build_flags, cwd=project)
+    assert again.stdout.strip() == built  # identical inputs, identical tag
+    assert "already built" in again.stderr
+
+
+def run_mnist(run_sh: Path, docker_cli: str, results: Path, user: tuple[int, int] | None = None) -> subprocess.CompletedProcess:
+    command = [str(run_sh), "mnist", "--device", "cpu", "--dataset", "fake", "--max-steps", "5", "--quiet"]
+    env = {**os.environ, "DOCKER": docker_cli, "RESULTS_DIR": str(results), "DATA_DIR": str(results / "data"), "HOME": str(results.parent)}
+    if user is not None:
+        # A real non-root caller: run.sh passes --user <uid>:<gid> and the files must follow.
+        docker_group = grp.getgrnam("docker").gr_gid
+        command = ["setpriv", f"--reuid={user[0]}", f"--regid={user[1]}", f"--groups={docker_group}", *command]
+    return subprocess.run(command, cwd=results.parent, env=env, capture_output=True, text=True)
+
+
+def check_results(results: Path, owner: tuple[int, int], image: str) -> None:
+    files = sorted(results.glob("mnist-*.json"))
+    assert len(files) == 1, f"expected one results file in {results}, found {files}"
+    document = json.loads(files[0].read_text())
+    assert document["recipe"] == "mnist"
+    assert document["environment"]["torch"].startswith(TORCH)
+    assert document["environment"]["image"] == image
+    assert (files[0].stat().st_uid, files[0].stat().st_gid) == owner
+
+
+def test_mnist_results_land_on_the_host_owned_by_the_caller(project, docker_cli, built, tmp_path):
+    results = tmp_path / "results"
+    done = run_mnist(project / "docker" / "cpu" / "run.sh", docker_cli, results)
+    assert done.returncode == 0, done.stderr[-4000:]
+    check_results(results, (os.getuid(), os.getgid()), "envkit-cpu:latest")
+
+
+@pytest.fixture
+def caller_home():
+    """A directory another user owns and can reach (pytest's own tmp dirs are 0700 root)."""
+    home = Path(tempfile.mkdtemp(prefix="envkit-caller-"))
+    os.chown(home, *NON_ROOT)
+    yield home
+    shutil.rmtree(home)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to act as another user")
+def test_mnist_results_belong_to_a_non_root_caller(project, docker_cli, built, caller_home):
+    try:
+        grp.getgrnam("docker")
+    except KeyError:
+        pytest.skip("no 'docker' group to give the non-root caller access to the engine")
+    run_sh = caller_home / "run.sh"
+    shutil.copy(project / "docker" / "cpu" / "run.sh", run_sh)  # the caller must be able to read it
+    done = run_mnist(run_sh, docker_cli, caller_home / "results", user=NON_ROOT)
+    assert done.returncode == 0, done.stderr[-4000:]
+    check_results(caller_home / "results", NON_ROOT, "envkit-cpu:latest")
+
+
+def test_doctor_sees_the_engine(project):
+    report = json.loads(envkit("doctor", "--json", cwd=project).stdout)
+    assert report["docker_version"] and report["docker_error"] is None
+    assert "cpu-mnist" in report["runnable"]
+
+
+def test_gpu_target_is_refused_before_building(client, repo_root, tmp_path):
+    from envkit.doctor import inspect_host
+
+    if inspect_host().gpus:
+        pytest.skip("this host has a GPU")
+    before = {image.id for image in client.images.list()}
+    done = envkit("run", "--config", str(repo_root / "envkit.yaml"), "cuda", "mnist", cwd=tmp_path, check=False)
+    assert done.returncode == 2
+    assert done.stderr.startswith("envkit: error: this host cannot run cuda images: no NVIDIA GPU")
+    assert done.stderr.count("\n") == 1
+    assert {image.id for image in client.images.list()} == before
+
+
+def test_extra_ca_certificate_is_trusted_by_pip_in_the_image(client, project, build_flags, built, docker_cli):
+    """HTTPS from containers here goes through a re-signing proxy whose CA is in the host bundle."""
+    if not HOST_CA_BUNDLE.is_file():
+        pytest.skip(f"no host CA bundle at {HOST_CA_BUNDLE}")
+    fetch = ["pip", "download", "--retries", "0", "--timeout", "20", "--no-deps", "-d", "/tmp/dl", SMALL_PYPI_PACKAGE]
+    without_ca = subprocess.run([docker_cli, "run", "--rm", built, *fetch], capture_output=True, text=True)
+    if without_ca.returncode == 0:
+        pytest.skip("HTTPS from containers works without an extra CA on this host: nothing to prove")
+    if "CERTIFICATE_VERIFY_FAILED" not in without_ca.stdout + without_ca.stderr:
+        pytest.skip(f"PyPI is not reachable from containers here: {without_ca.stderr.strip().splitlines()[-1:]}")
+    with_ca = envkit("build", "cpu", *build_flags, "--ca-cert", str(HOST_CA_BUNDLE), cwd=project).stdout.strip()
+    assert with_ca != built  # the certificate is part of the content, so of the tag
+    done = subprocess.run([docker_cli, "run", "--rm", with_ca, *fetch], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # leave latest where the other tests expect it
+    assert envkit("build", "cpu", *build_flags, cwd=project).stdout.strip() == built
+    client.images.remove(with_ca)
+
+
+def test_save_then_load_restores_the_same_image(client, project, built, tmp_path):
+    saved = envkit("save", "cpu", "--config", "envkit.yaml", "--output-dir", str(tmp_path), cwd=project).stdout.split()
+    tarball, manifest_path = Path(saved[0]), Path(saved[1])
+    manifest = json.loads(manifest_path.read_text())
+    image = client.images.get(built)
+    assert manifest["tag"] == built and manifest["image_id"] == image.id
+    assert manifest["pins"] == {"python": "3.11", "torch": TORCH}
+    assert manifest["size"] == tarball.stat().st_size
+
+    client.images.remove(image.id, force=True)
+    loaded = envkit("load", str(tarball), cwd=project)
+    assert loaded.stdout.strip() == built
+    assert client.images.get("envkit-cpu:latest").id == image.id
+
+    with tarball.open("r+b") as stream:  # one flipped byte in the middle of a layer
+        stream.seek(tarball.stat().st_size // 2)
+        byte = stream.read(1)
+        stream.seek(-1, os.SEEK_CUR)
+        stream.write(bytes([byte[0] ^ 0xFF]))
+    refused = envkit("load", str(tarball), cwd=project, check=False)
+    assert refused.returncode == 2
+    assert "refusing to load" in refused.stderr and refused.stderr.count("\n") == 1
+
+
+def test_push_to_an_unreachable_registry_is_one_line(client, project, built):
+    done = envkit("push", "cpu", "--config", "envkit.yaml", "--registry", "localhost:1", cwd=project, check=False)
+    assert done.returncode == 1
+    # progress lines come first; the verdict is the last line
+    assert done.stderr.splitlines()[-1].startswith(f"envkit: error: push of localhost:1/{built} failed: ")
+    assert "Traceback" not in done.stderr
+    client.images.remove(f"localhost:1/{built}")

@@ -1,0 +1,196 @@
+"""The Makefile as text: `make help` and `make -n` dry runs in a copy of the project.
+
+A copy, so that file dates can be arranged (rendered files fresh or stale, the venv
+present or not) without touching the checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
+
+ISSUE_TARGETS = [
+    "render", "build-cpu", "build-cuda", "build-tpu-vm", "cpu-mnist", "gpu-mnist", "tpu-mnist",
+    "tpu-mnist-single", "gpu-single-cifar", "gpu-dp-cifar", "gpu-ddp-cifar", "compare", "push",
+    "save", "load", "demo", "test",
+]
+KINDS = ("cpu", "cuda", "tpu-vm")
+
+
+def _age(path: Path, seconds_ago: int) -> None:
+    stamp = 1_700_000_000 - seconds_ago
+    os.utime(path, (stamp, stamp))
+
+
+@pytest.fixture
+def project(tmp_path: Path, repo_root: Path) -> Path:
+    """Makefile + inputs, with renders newer than the config and the venv newest."""
+    work = tmp_path / "project"
+    work.mkdir()
+    shutil.copy(repo_root / "Makefile", work)
+    for name in ("envkit.yaml", "pyproject.toml", "requirements/dev.txt", "requirements/xla.txt", "templates/Dockerfile.j2"):
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text("stand-in\n")
+        _age(work / name, 300)
+    for kind in KINDS:
+        for name in ("Dockerfile", "run.sh"):
+            (work / "docker" / kind).mkdir(parents=True, exist_ok=True)
+            (work / "docker" / kind / name).write_text("rendered\n")
+            _age(work / "docker" / kind / name, 200)
+    (work / ".venv" / "bin").mkdir(parents=True)
+    (work / ".venv" / "bin" / "envkit").write_text("")
+    _age(work / ".venv" / "bin" / "envkit", 100)
+    return work
+
+
+def make(project: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "--no-print-directory", "-C", str(project), *args], capture_output=True, text=True)
+
+
+def dry_run(project: Path, *args: str) -> list[str]:
+    done = make(project, "-n", *args)
+    assert done.returncode == 0, done.stderr
+    return [" ".join(line.split()) for line in done.stdout.splitlines()]
+
+
+def test_help_lists_every_target_with_one_line(project):
+    done = make(project, "help")
+    assert done.returncode == 0, done.stderr
+    described = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("  ")}
+    for target in ISSUE_TARGETS:
+        assert target in described, f"make help misses {target}"
+        assert len(described[target].split()) > 2, f"{target} has no description"
+    assert "GPUS" in done.stdout and "REGISTRY" in done.stdout
+
+
+def test_help_is_the_default_goal(project):
+    assert make(project).stdout == make(project, "help").stdout
+
+
+def test_cpu_mnist_checks_the_host_then_builds_then_runs(project):
+    lines = dry_run(project, "cpu-mnist", "DATASET=fake", "MAX_STEPS=5", "RESULTS_DIR=/r", "DATA_DIR=/d")
+    assert lines == [
+        ".venv/bin/envkit doctor --require cpu",
+        ".venv/bin/envkit build cpu",
+        "mkdir -p /r /d",
+        "RESULTS_DIR=/r DATA_DIR=/d docker/cpu/run.sh mnist --device cpu --dataset fake --max-steps 5",
+    ]
+
+
+def test_results_dir_defaults_to_the_project(project):
+    run_line = dry_run(project, "cpu-mnist")[-1]
+    assert f"RESULTS_DIR={project}/results DATA_DIR={project}/data" in run_line
+
+
+def test_gpu_dp_cifar_passes_gpus_model_batch_epochs(project):
+    lines = dry_run(project, "gpu-dp-cifar", "GPUS=1,2,3,4", "MODEL=resnet50", "BATCH=128", "EPOCHS=2")
+    assert lines[0] == ".venv/bin/envkit doctor --require cuda --gpus 1,2,3,4"
+    assert lines[1] == ".venv/bin/envkit build cuda"
+    assert "GPUS=1,2,3,4 docker/cuda/run.sh cifar --device cuda --parallel dp" in lines[-1]
+    assert lines[-1].endswith("--epochs 2 --batch-size 128 --model resnet50")
+
+
+def test_ddp_and_single_gpu_variants(project):
+    assert "run.sh cifar --device cuda --parallel ddp" in dry_run(project, "gpu-ddp-cifar", "GPUS=0,1")[-1]
+    single = dry_run(project, "gpu-single-cifar", "GPUS=2,3")
+    assert single[0].endswith("--gpus 2")  # one GPU: the first of GPUS
+    assert "GPUS=2 docker/cuda/run.sh cifar --device cuda --parallel none" in single[-1]
+    assert "GPUS=0 docker/cuda/run.sh mnist --device cuda" in dry_run(project, "gpu-mnist")[-1]
+
+
+def test_tpu_targets_differ_in_cores(project):
+    all_cores = dry_run(project, "tpu-mnist")
+    assert all_cores[0] == ".venv/bin/envkit doctor --require tpu-vm"
+    assert all_cores[-1].endswith("docker/tpu-vm/run.sh mnist --device tpu")
+    assert dry_run(project, "tpu-mnist-single")[-1].endswith("docker/tpu-vm/run.sh mnist --device tpu --cores 1")
+
+
+@pytest.mark.parametrize("gpus", ["0,x", "0,", "-1", "all,0", "0;rm"])
+def test_invalid_gpus_is_one_clear_line(project, gpus):
+    done = make(project, "-n", "gpu-dp-cifar", f"GPUS={gpus}")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1
+    assert f"GPUS='{gpus}' is invalid: give comma-separated GPU indices" in done.stderr
+
+
+def test_build_options_reach_envkit_build(project):
+    lines = dry_run(
+        project, "build-cpu", "WHEELHOUSE=/w", "BASE_IMAGE=envkit-base:x", "NO_CACHE=1",
+        "CA_CERTS=/a.crt /b.crt", "BUILD_ARGS=HTTP_PROXY=http://p:3128",
+    )
+    assert lines == [
+        ".venv/bin/envkit build cpu --no-cache --base-image envkit-base:x --wheelhouse /w "
+        "--ca-cert /a.crt --ca-cert /b.crt --build-arg HTTP_PROXY=http://p:3128"
+    ]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_build_targets(project, kind):
+    assert dry_run(project, f"build-{kind}") == [f".venv/bin/envkit build {kind}"]
+
+
+def test_stale_render_is_rendered_first(project):
+    _age(project / "envkit.yaml", 0)
+    lines = dry_run(project, "cpu-mnist")
+    assert lines[0] == ".venv/bin/envkit render --target cpu"
+    assert lines[1] == ".venv/bin/envkit doctor --require cpu"
+
+
+def test_edited_template_re_renders(project):
+    _age(project / "templates" / "Dockerfile.j2", 0)
+    assert dry_run(project, "build-tpu-vm")[0] == ".venv/bin/envkit render --target tpu-vm"
+
+
+def test_render_target_renders_everything(project):
+    assert dry_run(project, "render") == [".venv/bin/envkit render --all"]
+
+
+def test_missing_venv_is_created_from_the_pinned_requirements(project):
+    lines = dry_run(project, "cpu-mnist", "VENV=/tmp/elsewhere", "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu", "PYTHON=python3.11")
+    assert lines[:4] == [
+        "python3.11 -m venv /tmp/elsewhere",
+        "/tmp/elsewhere/bin/pip install --extra-index-url https://download.pytorch.org/whl/cpu -r requirements/dev.txt",
+        "/tmp/elsewhere/bin/pip install --no-deps -e .",
+        "touch /tmp/elsewhere/bin/envkit",
+    ]
+    assert lines[4] == "/tmp/elsewhere/bin/envkit doctor --require cpu"
+
+
+def test_xla_env_comes_from_its_requirements(project):
+    assert dry_run(project, "xla-env", "PYTHON=python3") == [
+        "python3 -m venv .venv-xla",
+        ".venv-xla/bin/pip install -r requirements/xla.txt",
+        "touch .venv-xla/bin/python",
+    ]
+
+
+def test_sharing_targets(project):
+    assert dry_run(project, "push", "REGISTRY=reg.example.com:5000/team", "TARGET=cuda") == [
+        ".venv/bin/envkit push cuda --registry reg.example.com:5000/team"
+    ]
+    assert dry_run(project, "save", "IMAGES_DIR=/out") == [".venv/bin/envkit save cpu --output-dir /out"]
+    assert dry_run(project, "load", "FILE=/out/envkit-cpu-0123456789ab.tar.gz") == [
+        ".venv/bin/envkit load /out/envkit-cpu-0123456789ab.tar.gz"
+    ]
+
+
+@pytest.mark.parametrize("target, variable", [("push", "REGISTRY"), ("load", "FILE")])
+def test_sharing_targets_need_their_variable(project, target, variable):
+    done = make(project, "-n", target)
+    assert done.returncode == 2
+    assert f"{variable} is empty" in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_report_and_test_targets(project):
+    assert dry_run(project, "compare", "RESULTS_DIR=/r", "EPOCHS=1", "DATASET=fake") == [
+        ".venv/bin/envkit compare --results-dir /r --epochs 1 --dataset fake"
+    ]
+    assert dry_run(project, "demo") == [".venv/bin/envkit demo"]
+    assert dry_run(project, "test") == [".venv/bin/pytest --slow"]
