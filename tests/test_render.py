@@ -99,6 +99,7 @@ def test_dependencies_come_before_recipes_and_certificates_before_https(repo_con
             dockerfile.index("apt-get install"),
             dockerfile.index("update-ca-certificates"),
             dockerfile.index("python3 -m venv /opt/venv"),
+            dockerfile.index("ARG PIP_NO_INDEX="),  # late: changing it keeps the OS layers cached
             dockerfile.index("pip install"),
             dockerfile.index("COPY recipes/"),
             dockerfile.index("ARG ENVKIT_REVISION"),
