@@ -14,14 +14,27 @@ from envkit.config import DEFAULT_CONFIG
 
 
 def register(subparsers) -> None:
-    targets = subparsers.add_parser("targets", help="list the configured targets and their pins")
+    targets = subparsers.add_parser(
+        "targets",
+        help="list the configured targets and their pins",
+        description="List each target in the config with its kind, base image and pinned versions.",
+    )
     _add_config(targets)
     targets.set_defaults(func=cmd_targets)
 
-    matrix = subparsers.add_parser("matrix", help="list the supported torch / CUDA / torch_xla combinations")
+    matrix = subparsers.add_parser(
+        "matrix",
+        help="list the supported torch / CUDA / torch_xla combinations",
+        description="Print envkit's compatibility matrix (envkit/data/matrix.yaml): what a config may combine.",
+    )
     matrix.set_defaults(func=cmd_matrix)
 
-    render = subparsers.add_parser("render", help="render docker/<target>/ (Dockerfile, run.sh, .dockerignore)")
+    render = subparsers.add_parser(
+        "render",
+        help="render docker/<target>/ (Dockerfile, run.sh, .dockerignore)",
+        description="Render each target's Dockerfile, run.sh and .dockerignore from templates/. Output is "
+        "byte-identical on every run and machine; all files are written or none.",
+    )
     _add_config(render)
     which = render.add_mutually_exclusive_group(required=True)
     which.add_argument("--target", metavar="NAME", help="render one target")
