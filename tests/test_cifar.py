@@ -1,0 +1,245 @@
+"""recipes/cifar.py on CPU: arguments, CIFAR-10's file format, DataParallel, --show-scatter, resume, presets.
+
+Runs use 32 px images and a few dozen images so the whole file stays fast; the
+multi-process DDP runs are in test_cifar_ddp.py (slow).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cifar_files import write_cifar10
+
+import cifar  # noqa: E402 - on sys.path through cifar_files
+import common  # noqa: E402
+
+RECIPE = Path(cifar.__file__)
+TINY = [
+    "--dataset", "fake", "--image-size", "32", "--global-batch", "16", "--lr", "0.02",
+    "--fake-train-size", "64", "--fake-test-size", "21", "--quiet",
+]
+
+
+def run_recipe(argv: list[str]) -> None:
+    """Run the recipe in this process exactly as its ``__main__`` does (SystemExit(2) on bad input)."""
+    common.run_recipe(cifar.PROG, lambda: cifar.main(argv))
+
+
+def results_of(directory: Path) -> list[dict]:
+    return [json.loads(path.read_text()) for path in sorted(directory.glob("cifar-*.json"))]
+
+
+def bad_input_line(capsys, argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        run_recipe(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("cifar.py: error: "), err
+    return err
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--model", "vgg16"], "argument --model: invalid choice: 'vgg16'"),
+        (["--parallel", "ddp", "--nproc", "1"], "--parallel ddp needs at least 2 devices, got 1"),
+        (["--device", "cuda", "--gpus", "1,two"], "--gpus '1,two' is not a comma-separated list of GPU ids"),
+        (["--device", "cuda", "--gpus", "0,-1"], "--gpus '0,-1' is not a comma-separated list of GPU ids"),
+        (["--device", "cuda", "--gpus", "1,1"], "--gpus '1,1' names a GPU twice"),
+        (["--parallel", "ddp", "--nproc", "3", "--global-batch", "256"], "--global-batch 256 does not divide over 3 replicas"),
+        (["--gpus", "0"], "--gpus applies to --device cuda only"),
+        (["--nproc", "2"], "--nproc applies to --device cpu with --parallel dp or ddp"),
+        (["--epochs", "2", "--warmup-epochs", "2"], "--warmup-epochs 2 leaves no epoch for the decay"),
+        (["--pin-memory"], "--pin-memory speeds up copies to a GPU only"),
+        (["--parallel", "dp", "--compile"], "--compile does not work with --parallel dp"),
+        (["--image-size", "0"], "argument --image-size: expected a positive integer, got '0'"),
+        (["--run-name", "../x"], "--run-name '../x' is not allowed"),
+        (["--device", "tpu"], "--device tpu is not supported by the cifar recipe"),
+    ],
+)
+def test_bad_arguments_give_one_line_and_exit_2(capsys, monkeypatch, argv, expected):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert expected in bad_input_line(capsys, argv)
+
+
+def test_bad_argument_from_the_command_line_has_no_traceback(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(RECIPE), "--parallel", "ddp", "--nproc", "3", "--global-batch", "256"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr == "cifar.py: error: --global-batch 256 does not divide over 3 replicas; use a multiple of 3 or --per-device-batch\n"
+    assert not list(tmp_path.iterdir()), "a rejected run must write nothing"
+
+
+def test_defaults_are_e2s():
+    args = cifar.parse_args([])
+    assert (args.model, args.image_size, args.global_batch, args.epochs) == ("mobilenet_v2", 112, 256, 10)
+    assert (args.lr, args.momentum, args.weight_decay, args.effective_lr) == (0.1, 0.9, 5e-4, 0.1)
+    assert (args.parallel, args.world_size, args.per_device_batch) == ("none", 1, 256)
+    assert (args.amp, args.channels_last, args.pin_memory, args.workers, args.compile) == ("none", False, False, 0, False)
+
+
+def test_ddp_splits_the_global_batch_and_linear_scaling_follows_it():
+    args = cifar.parse_args(["--parallel", "ddp", "--nproc", "4", "--global-batch", "512", "--lr-scaling", "linear"])
+    assert (args.world_size, args.per_device_batch, args.process_batch) == (4, 128, 128)
+    assert args.effective_lr == pytest.approx(0.2)
+    args = cifar.parse_args(["--parallel", "ddp", "--per-device-batch", "32"])
+    assert (args.world_size, args.global_batch) == (2, 64)
+
+
+def test_fast_preset_on_cpu_and_explicit_options_win():
+    args = cifar.parse_args(["--preset", "fast"])
+    assert (args.amp, args.channels_last, args.pin_memory, args.workers, args.compile) == ("bf16", True, False, 2, False)
+    args = cifar.parse_args(["--preset", "fast", "--amp", "none", "--no-channels-last", "--workers", "0"])
+    assert (args.amp, args.channels_last, args.workers) == ("none", False, 0)
+
+
+def test_warmup_then_cosine_per_epoch():
+    args = cifar.parse_args(["--epochs", "4", "--warmup-epochs", "1"])
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=args.effective_lr)
+    scheduler = cifar.build_scheduler(optimizer, args)
+    rates = []
+    for _ in range(args.epochs):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    # Warm-up epoch at half the rate, then cosine over the 3 remaining epochs: 1, 0.75, 0.25.
+    assert rates == pytest.approx([0.05, 0.1, 0.1 * (1 + math.cos(math.pi / 3)) / 2, 0.1 * (1 + math.cos(2 * math.pi / 3)) / 2])
+
+
+# --------------------------------------------------------------------------- data
+
+
+def test_fake_data_is_deterministic_and_uint8():
+    first = cifar.fake_images(12, seed=3, sample_seed=4)
+    second = cifar.fake_images(12, seed=3, sample_seed=4)
+    assert first[0].dtype == torch.uint8 and first[0].shape == (12, 3, 32, 32)
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+    assert not torch.equal(first[0], cifar.fake_images(12, seed=3, sample_seed=5)[0])
+
+
+def test_real_format_is_read_through_torchvision(tmp_path):
+    write_cifar10(tmp_path, train_per_batch=4, test_size=6, seed=7)
+    images, labels = cifar.cifar_split(tmp_path, train=True, download=False, data_check="exists")
+    expected_images, expected_labels = cifar.fake_images(20, seed=7, sample_seed=8)
+    # Batches are concatenated in order and the R, G, B planes come back as channels.
+    assert torch.equal(images, expected_images) and torch.equal(labels, expected_labels)
+    test_images, test_labels = cifar.cifar_split(tmp_path, train=False, download=False, data_check="exists")
+    assert test_images.shape == (6, 3, 32, 32) and len(test_labels) == 6
+
+
+def test_md5_check_rejects_files_that_are_not_the_official_ones(tmp_path, capsys):
+    write_cifar10(tmp_path, train_per_batch=2, test_size=2)
+    err = bad_input_line(capsys, ["--data-dir", str(tmp_path), "--no-download", "--results-dir", str(tmp_path / "r")])
+    assert "fails torchvision's md5 check" in err and "downloading is off (--no-download)" in err
+
+
+def test_missing_real_data_without_download_is_one_line(tmp_path, capsys):
+    err = bad_input_line(capsys, ["--data-dir", str(tmp_path / "none"), "--no-download", "--results-dir", str(tmp_path / "r")])
+    assert "CIFAR-10 is not under" in err and "--dataset fake" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_test_images_are_resized_like_training_images():
+    images, labels = cifar.fake_images(4, seed=0, sample_seed=1)
+    prepared, _ = cifar.prepare_batch(images, labels, torch.device("cpu"), 112, channels_last=False)
+    assert prepared.shape == (4, 3, 112, 112) and prepared.dtype == torch.float32
+    args = cifar.parse_args([*TINY, "--image-size", "48"])
+    trainer = cifar.build_trainer(args, cifar.local_replicas(args))
+    _, test_loader = cifar.data_loaders(args, trainer.replicas)
+    with cifar.replica_calls(trainer.net) as calls:
+        cifar.evaluate(trainer, test_loader)
+    assert {given for _, given, _ in calls} == {"[16, 3, 48, 48]", "[5, 3, 48, 48]"}
+
+
+# --------------------------------------------------------------------------- training
+
+
+def test_real_format_run_writes_e2_results(tmp_path):
+    write_cifar10(tmp_path / "data", train_per_batch=8, test_size=10)
+    run_recipe([*TINY, "--dataset", "real", "--data-check", "exists", "--no-download", "--data-dir", str(tmp_path / "data"),
+                "--results-dir", str(tmp_path / "r"), "--epochs", "2", "--max-steps", "3"])
+    (results,) = results_of(tmp_path / "r")
+    assert results["recipe"] == "cifar" and results["run_name"] == "mobilenet_v2-b16-cpu"
+    assert results["configuration"] == {
+        "device": "cpu", "cores": None, "strategy": None, "parallel": "none", "world_size": 1, "model": "mobilenet_v2",
+        "global_batch": 16, "per_device_batch": 16, "image_size": 32, "dataset": "real",
+    }
+    # 40 training images in batches of 16 (the short last batch dropped): 2 steps per epoch, stopped after 3.
+    timing, metrics = results["timing"], results["metrics"]
+    assert timing["train_epoch_s"]["n"] == timing["test_epoch_s"]["n"] == timing["epoch_s"]["n"] == 2
+    assert timing["iter_s"]["n"] == 3
+    assert metrics["steps"] == 3 and metrics["images_per_s"] > 0
+    # 10 test images: a global accuracy is a multiple of 1/10.
+    assert metrics["test_accuracy"] * 10 == pytest.approx(round(metrics["test_accuracy"] * 10))
+    assert results["settings"]["lr_scaling"] == "none" and results["settings"]["warmup_epochs"] == 0
+
+
+def test_data_parallel_on_cpu_trains_and_shows_the_scatter(tmp_path, capsys):
+    run_recipe([*TINY, "--parallel", "dp", "--show-scatter", "--results-dir", str(tmp_path), "--epochs", "1", "--max-steps", "2"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[:4] == [
+        "scatter (dp, 1 replica(s)): batch [16, 3, 32, 32]",
+        "  replica 0 on cpu: input [16, 3, 32, 32] -> output [16, 10]",
+        "  gathered on cpu: output [16, 10]",
+        "  (cpu: DataParallel has no GPUs and runs the module once; over 2 GPUs the scatter would give inputs "
+        "[8, 3, 32, 32], [8, 3, 32, 32] and gather output [16, 10])",
+    ]
+    (results,) = results_of(tmp_path)
+    assert results["run_name"] == "mobilenet_v2-b16-cpu-x1-dp"
+    assert results["configuration"]["parallel"] == "dp" and results["configuration"]["world_size"] == 1
+    # The checkpoint holds the bare model's weights, whatever wrapper trained it.
+    state = torch.load(tmp_path / "checkpoints" / "cifar-mobilenet_v2-b16-cpu-x1-dp.pt", weights_only=True)
+    assert not any(key.startswith(("module.", "model.")) for key in state["model"])
+
+
+def test_scatter_would_split_an_uneven_batch_like_torch_chunk(tmp_path, capsys):
+    run_recipe([*TINY, "--parallel", "dp", "--nproc", "3", "--show-scatter", "--results-dir", str(tmp_path), "--epochs", "1", "--max-steps", "1"])
+    out = capsys.readouterr().out
+    assert "over 3 GPUs the scatter would give inputs [6, 3, 32, 32], [6, 3, 32, 32], [4, 3, 32, 32]" in out
+
+
+def test_fast_preset_trains_on_cpu(tmp_path):
+    run_recipe([*TINY, "--preset", "fast", "--workers", "1", "--results-dir", str(tmp_path), "--epochs", "1", "--max-steps", "2"])
+    (results,) = results_of(tmp_path)
+    settings = results["settings"]
+    assert (settings["amp"], settings["channels_last"], settings["workers"]) == ("bf16", True, 1)
+    assert math.isfinite(results["metrics"]["final_loss"])
+
+
+def test_resume_continues_exactly_where_the_run_stopped(tmp_path, capsys):
+    common_args = [*TINY, "--epochs", "2", "--run-name", "resume"]
+    run_recipe([*common_args, "--results-dir", str(tmp_path / "straight")])
+    interrupted = tmp_path / "interrupted"
+    run_recipe([*common_args, "--results-dir", str(interrupted), "--max-steps", "4"])  # stops after epoch 1 of 2
+    run_recipe([*common_args, "--results-dir", str(interrupted), "--resume"])
+    (straight,) = results_of(tmp_path / "straight")
+    by_name = {results["run_name"]: results for results in results_of(interrupted)}
+    first, resumed = by_name["resume"], by_name["resume-2"]  # the interrupted run's results are kept
+    assert first["metrics"]["epochs_completed"] == 1
+    assert resumed["settings"]["resumed_from_epoch"] == 1
+    for key in ("epoch_loss", "epoch_test_accuracy", "epoch_lr", "steps"):
+        assert resumed["metrics"][key] == straight["metrics"][key], key
+    assert resumed["timing"]["epoch_s"]["n"] == 2
+
+
+def test_resume_with_other_settings_or_a_corrupt_checkpoint_is_one_line(tmp_path, capsys):
+    args = [*TINY, "--epochs", "2", "--run-name", "r", "--results-dir", str(tmp_path), "--max-steps", "1"]
+    run_recipe(args)
+    capsys.readouterr()
+    err = bad_input_line(capsys, [*args[:-2], "--resume", "--model", "resnet50"])
+    assert "cannot resume from" in err and "model: 'mobilenet_v2' in the checkpoint, 'resnet50' now" in err
+    (tmp_path / "checkpoints" / "cifar-r.pt").write_bytes(b"not a checkpoint")
+    err = bad_input_line(capsys, [*args[:-2], "--resume"])
+    assert "is corrupt or unreadable" in err
