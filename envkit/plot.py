@@ -18,6 +18,7 @@ BARS = {
     "cifar": (("train_epoch_s", "train s/epoch"), ("test_epoch_s", "test s/epoch")),
 }
 HATCHES = ("", "//", "..", "xx")
+MIN_SLOTS = 4
 
 
 def _tick_label(row: Row) -> str:
@@ -43,7 +44,10 @@ def _draw_section(axes, section: Section, rows: list[Row], sources: list[str]) -
             # Published rows share the colours but are hatched, so they cannot pass for ours.
             patch.set_hatch(HATCHES[sources.index(row.source) % len(HATCHES)])
         axes.bar_label(drawn, labels=[f"{m:.3g}" if m else "" for m in means], padding=2, fontsize=7)
-    axes.set_xticks(list(positions), [_tick_label(row) for row in rows], fontsize=7,
+    # A few configurations must not stretch into slabs: keep room for at least MIN_SLOTS bars.
+    spare = (max(len(rows), MIN_SLOTS) - len(rows)) / 2
+    axes.set_xlim(-0.5 - spare, len(rows) - 0.5 + spare)
+    axes.set_xticks(list(positions), [_tick_label(row) for row in rows], fontsize=8,
                     rotation=30 if len(rows) > 6 else 0, ha="right" if len(rows) > 6 else "center")
     axes.set_ylabel("seconds per epoch (s)")
     axes.set_title(f"{section.recipe} · dataset {section.dataset}")

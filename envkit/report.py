@@ -113,7 +113,9 @@ def environment_line(environment: dict) -> str:
     count = environment.get("device_count")
     name = environment.get("device_name") or environment.get("device_type") or "unknown device"
     parts = [f"{name} ×{count}" if isinstance(count, int) and count > 1 else name]
-    for key in ("python", "torch", "torchvision", "torch_xla", "cuda", "image"):
+    # torch's CUDA build shows in its version tag already; the cuda runtime matters only on GPUs.
+    keys = ("python", "torch", "torchvision", "torch_xla") + (("cuda",) if environment.get("device_type") == "cuda" else ()) + ("image",)
+    for key in keys:
         if environment.get(key):
             parts.append(f"{key} {environment[key]}")
     return ", ".join(parts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -154,12 +155,22 @@ def test_step_environment_reaches_the_command(tmp_path):
 
 @pytest.mark.slow
 def test_demo_runs_end_to_end_without_docker(repo_root, tmp_path, monkeypatch, capfd):
-    """The real thing on this machine: recipes on CPU (MNIST, CIFAR single vs DDP over gloo), report, plot."""
-    monkeypatch.chdir(repo_root)
+    """The real thing on this machine: render, recipes on CPU (MNIST; CIFAR one process vs DDP over gloo), report, plot."""
+    project = tmp_path / "project"  # a copy, so rendering does not touch the checkout's docker/
+    project.mkdir()
+    for part in ("envkit.yaml", "templates", "recipes"):
+        copy = shutil.copytree if (repo_root / part).is_dir() else shutil.copy
+        copy(repo_root / part, project / part)
+    monkeypatch.chdir(project)
     monkeypatch.setattr(cli_report, "_host_facts", lambda: (NO_ENGINE, []))
-    results = tmp_path / "demo"
-    assert main(["demo", "--no-docker", "--results-dir", str(results)]) == 0
+    assert main(["demo", "--no-docker"]) == 0
     out = capfd.readouterr().out  # the report is printed by a child process
-    assert sorted(p.name for p in results.glob("*.json")) == ["cifar-cpu-x2-ddp.json", "cifar-cpu.json", "mnist-cpu.json"]
-    assert "| cpu ×1 | mnist-net |" in out and "| cpu DDP×2 | mobilenet_v2 |" in out
+    results = project / "results" / "demo"
+    names = sorted(p.name for p in results.glob("*.json"))
+    assert len(names) == 3 and names[0].startswith("cifar-") and names[0].endswith("-x2-ddp.json"), names
+    assert names[1].startswith("cifar-") and names[2].startswith("mnist-"), names
+    assert (project / "docker" / "cpu" / "run.sh").is_file()
+    assert "| cpu ×1 | mnist-net | 128 | 1 |" in out
+    assert "| cpu ×1 | mobilenet_v2 | 32 | 32 | 112 | 1 |" in out and "| cpu DDP×2 | mobilenet_v2 | 32 | 16 | 112 | 1 |" in out
     assert (results / "comparison.png").read_bytes().startswith(b"\x89PNG")
+    print(out)  # shown with -s: the demo's table
