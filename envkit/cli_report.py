@@ -74,7 +74,8 @@ def print_report(results_dir: Path, output_format: str = "md", plot: Path | None
         print(f"envkit: warning: {warning}", file=sys.stderr)
     skipped = sum(1 for warning in warnings if warning.startswith("skipped "))
     if not results:
-        raise EnvkitError(f"no results in {results_dir}: no readable results files (run a recipe, `envkit compare` or `envkit demo` first)", exit_code=1)
+        found = f"all {skipped} *.json files were skipped (see warnings)" if skipped else "it holds no *.json results files"
+        raise EnvkitError(f"no results in {results_dir}: {found}; run a recipe, `envkit compare` or `envkit demo` first", exit_code=1)
     report = build_report(results, skipped=skipped, baseline=baseline, reference=reference)
     sys.stdout.write(render_report(report, output_format))
     sys.stdout.flush()

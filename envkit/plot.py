@@ -10,6 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from envkit.errors import EnvkitError
 from envkit.report import OURS, Report, Row, Section
 
 # (statistic, legend name) drawn side by side for each configuration.
@@ -65,6 +66,8 @@ def write_plot(report: Report, path: Path) -> None:
     drawable = [(section, [row for row in section.rows if any(s in row.stats for s, _ in BARS[section.recipe])])
                 for section in report.sections]
     drawable = [(section, rows) for section, rows in drawable if rows]
+    if not drawable:
+        raise EnvkitError("nothing to plot: no configuration recorded per-epoch timings (runs stopped before an epoch ended?)")
     figure, axes_list = pyplot.subplots(
         len(drawable), 1, figsize=(max(7.0, 1.1 * max(len(rows) for _, rows in drawable) + 2), 4.2 * len(drawable)),
         squeeze=False,

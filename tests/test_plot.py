@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from envkit.cli import main
+from envkit.errors import EnvkitError
 from envkit.plot import write_plot
-from envkit.report import build_report
+from envkit.report import Report, build_report
 from envkit.results import load_results
 
 RESULTS = Path(__file__).parent / "data" / "results" / "mixed"
@@ -58,4 +59,10 @@ def test_failed_write_leaves_no_file(report, tmp_path, monkeypatch):
     monkeypatch.setattr(Figure, "savefig", broken_savefig)
     with pytest.raises(OSError):
         write_plot(report, tmp_path / "chart.png")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_nothing_to_plot_is_one_line(tmp_path):
+    with pytest.raises(EnvkitError, match="^nothing to plot: no configuration recorded per-epoch timings"):
+        write_plot(Report(sections=[], runs=0, skipped=0, baseline_rule="", reference=False), tmp_path / "x.png")
     assert list(tmp_path.iterdir()) == []

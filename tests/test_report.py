@@ -128,8 +128,8 @@ def test_empty_directory_says_so_and_exits_1(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == (f"envkit: error: no results in {tmp_path}: no readable results files "
-                            "(run a recipe, `envkit compare` or `envkit demo` first)\n")
+    assert captured.err == (f"envkit: error: no results in {tmp_path}: it holds no *.json results files; "
+                            "run a recipe, `envkit compare` or `envkit demo` first\n")
 
 
 def test_only_bad_files_exit_1_after_warnings(tmp_path, capsys):
@@ -137,7 +137,8 @@ def test_only_bad_files_exit_1_after_warnings(tmp_path, capsys):
         shutil.copy(RESULTS / name, tmp_path / name)
     assert main(["report", str(tmp_path)]) == 1
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == len(BAD_FILES) + 1 and err[-1].startswith("envkit: error: no results in ")
+    assert len(err) == len(BAD_FILES) + 1
+    assert err[-1].startswith(f"envkit: error: no results in {tmp_path}: all 3 *.json files were skipped (see warnings); ")
 
 
 @pytest.mark.parametrize("argv, message", [
