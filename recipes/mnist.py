@@ -319,11 +319,6 @@ def train_epoch(model, optimizer, loader, backend: Backend, args, history: Histo
         laps.append(timer.lap())
         if args.max_steps is not None and history.steps >= args.max_steps:
             break
-    if not laps:
-        raise RecipeError(
-            f"no training step: {len(loader.sampler.sampler)} training images per replica is less than one batch of "
-            f"{args.per_device_batch}; use a smaller batch or more data"
-        )
     laps[-1] += timer.lap(sync=True)  # the epoch's queued work finishes in its last step
     history.iter_s.extend(laps)
     history.train_epoch_s.append(sum(laps))
@@ -411,6 +406,11 @@ def run(backend: Backend, args: argparse.Namespace) -> None:
                                        rank=backend.data_rank, world_size=backend.data_shards, drop_last=True)
     test_loader = common.batch_loader(test_set, args.test_batch, train=False, seed=args.seed,
                                       rank=backend.data_rank, world_size=backend.data_shards)
+    if len(train_loader) == 0:
+        raise RecipeError(
+            f"no training step: {len(train_loader.sampler.sampler)} training images per data shard is less than "
+            f"one batch of {loader_batch}; use a smaller batch or more data"
+        )
     model = Net().to(backend.device)
     optimizer = torch.optim.Adadelta(model.parameters(), lr=args.effective_lr)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=args.gamma)

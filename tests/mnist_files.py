@@ -1,4 +1,5 @@
-"""A small MNIST in MNIST's own on-disk format, so tests run torchvision's real loader.
+"""Test helpers for the MNIST recipe: a small MNIST in MNIST's own on-disk format (so
+tests run torchvision's real loader), and running the recipe as a subprocess.
 
 torchvision.datasets.MNIST(root) reads four uncompressed IDX files from
 ``<root>/MNIST/raw/`` (and skips the download when they are there). IDX: a
@@ -8,10 +9,17 @@ uint8 labels, then each dimension as uint32) followed by the raw bytes.
 
 from __future__ import annotations
 
+import json
+import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RECIPE = REPO_ROOT / "recipes" / "mnist.py"
 
 IMAGE_MAGIC = 0x00000803
 LABEL_MAGIC = 0x00000801
@@ -50,3 +58,23 @@ def write_mnist(root: Path, train_count: int = 256, test_count: int = 128, seed:
         (raw / f"{prefix}-images-idx3-ubyte").write_bytes(idx_images(images))
         (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(idx_labels(labels))
     return Path(root)
+
+
+def run_mnist(*args, python: str = sys.executable, env: dict | None = None, timeout: float = 300,
+              **popen) -> subprocess.CompletedProcess:
+    """Run ``python recipes/mnist.py ARGS`` the way an image does (a plain script, envkit not
+    imported); ``env`` entries are added to this process's environment."""
+    return subprocess.run(
+        [python, str(RECIPE), *map(str, args)], capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, **(env or {})}, **popen,
+    )
+
+
+def read_results(results_dir: Path, run_name: str) -> dict:
+    return json.loads((Path(results_dir) / f"mnist-{run_name}.json").read_text())
+
+
+def checkpoint_weights(results_dir: Path, run_name: str) -> dict:
+    """The model weights in a run's checkpoint (default checkpoint directory)."""
+    path = Path(results_dir) / "checkpoints" / f"mnist-{run_name}.pt"
+    return torch.load(path, map_location="cpu", weights_only=True)["model"]
