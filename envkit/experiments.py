@@ -108,18 +108,20 @@ def compare_plan(results_dir: Path, *, epochs: int | None, dataset: str, max_ste
                  facts, runnable: list[str], report_args: tuple[str, ...] = ()) -> Plan:
     """Every experiment this host can run: ``make`` targets when images can run, else the recipes here."""
     root = config.parent
-    if runnable:
-        # make runs in the project root: the results directory must not depend on where that is.
-        variables = [f"DATASET={dataset}", f"RESULTS_DIR={results_dir.resolve()}"]
-        variables += [f"EPOCHS={epochs}"] if epochs is not None else []
-        variables += [f"MAX_STEPS={max_steps}"] if max_steps is not None else []
-        steps = [Step(f"experiment {name}", ("make", "-C", str(root), name, *variables)) for name in runnable]
-        notes = []
-    else:
+    report = _report_step(results_dir, report_args)
+    local = local_runs(root, results_dir, facts, _size_args(epochs, dataset, max_steps)) + [report]
+    if not runnable:
         reason = facts.docker_error or "no experiment image can run here"
-        notes = [f"no Docker experiments on this host ({reason}); running the recipes with {sys.executable}"]
-        steps = local_runs(root, results_dir, facts, _size_args(epochs, dataset, max_steps))
-    return Plan(steps + [_report_step(results_dir, report_args)], notes)
+        return Plan(local, [f"no Docker experiments on this host ({reason}); running the recipes with {sys.executable}"])
+    # make runs in the project root: the results directory must not depend on where that is.
+    variables = [f"DATASET={dataset}", f"RESULTS_DIR={results_dir.resolve()}"]
+    variables += [f"EPOCHS={epochs}"] if epochs is not None else []
+    variables += [f"MAX_STEPS={max_steps}"] if max_steps is not None else []
+    steps = [Step(f"experiment {name}", ("make", "-C", str(root), name, *variables)) for name in runnable]
+    # The first target also builds its image: when that fails the host cannot build
+    # images at all (no reachable base image, say), so the recipes run here instead.
+    fallback = Plan(local, [f"the first Docker experiment failed; running the recipes with {sys.executable} instead"])
+    return Plan(steps + [report], [], fallback, 0)
 
 
 def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_image: str | None = None) -> Plan:

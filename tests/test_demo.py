@@ -89,9 +89,16 @@ def test_demo_with_docker_runs_in_the_cpu_image_and_falls_back(in_repo, capsys):
 def test_compare_runs_the_make_targets_doctor_allows(in_repo, repo_root, capsys):
     in_repo(WITH_ENGINE, ["cpu-mnist"])
     out = dry_run(["compare", "--epochs", "1", "--dataset", "fake", "--max-steps", "5", "--reference"], capsys)
+    report = f"{PY} -m envkit report results --format md --reference\n"
     assert out == (
         f"# 1. experiment cpu-mnist\nmake -C . cpu-mnist DATASET=fake RESULTS_DIR={repo_root / 'results'} EPOCHS=1 MAX_STEPS=5\n"
-        f"# 2. report\n{PY} -m envkit report results --format md --reference\n"
+        "#    if this fails:\n"
+        f"#    # the first Docker experiment failed; running the recipes with {PY} instead\n"
+        f"#    # 1. mnist on eager CPU\n#    {PY} recipes/mnist.py --device cpu --results-dir results --quiet --dataset fake --epochs 1 --max-steps 5\n"
+        f"#    # 2. cifar, one CPU process\n#    {PY} recipes/cifar.py --device cpu --parallel none --results-dir results --quiet --dataset fake --epochs 1 --max-steps 5\n"
+        f"#    # 3. cifar, DDP over 2 gloo processes\n#    {PY} recipes/cifar.py --device cpu --parallel ddp --results-dir results --quiet --dataset fake --epochs 1 --max-steps 5\n"
+        f"#    # 4. report\n#    {report}"
+        f"# 2. report\n{report}"
     )
 
 
