@@ -1,0 +1,95 @@
+"""The MNIST recipe's XLA paths on XLA:CPU (PJRT_DEVICE=CPU) in the torch_xla environment.
+
+Collectives across spawned replicas hang on XLA:CPU, so the one-process-per-core
+path runs at world size 1; SPMD is what runs over 2 CPU devices, checked against
+single-device training.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mnist_files import checkpoint_weights, read_results, run_mnist, write_mnist
+from xla_env import xla_python
+
+
+
+def needs_xla(test):
+    return pytest.mark.slow(pytest.mark.xla(test))
+
+
+FAKE = ("--dataset", "fake", "--fake-train-size", "256", "--fake-test-size", "128", "--quiet")
+
+
+@pytest.fixture(scope="module")
+def python() -> str:
+    return xla_python()
+
+
+def run_xla(python: str, *args, devices: int = 1):
+    """Run the recipe on ``devices`` XLA:CPU devices; assert it succeeded."""
+    done = run_mnist(*args, python=python, env={"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@needs_xla
+def test_single_core_trains_without_recompiling(python, tmp_path):
+    data = write_mnist(tmp_path / "data", train_count=256, test_count=128)
+    run_xla(python, "--device", "tpu", "--cores", "1", "--data-dir", data, "--no-download", "--results-dir", tmp_path,
+            "--epochs", "3", "--per-device-batch", "32", "--quiet")
+    results = read_results(tmp_path, "tpu")
+    metrics = results["metrics"]
+    assert metrics["epoch_loss"][-1] < metrics["epoch_loss"][0]
+    # Every graph is compiled in the first epoch; later epochs reuse them.
+    first, *later = metrics["xla_compilations_per_epoch"]
+    assert first > 0 and later == [first] * len(later)
+    assert results["configuration"]["strategy"] == "single" and results["configuration"]["cores"] == 1
+    assert results["environment"]["device_name"] == "XLA:CPU"
+    assert results["environment"]["torch_xla"] is not None
+
+
+@needs_xla
+def test_multi_core_path_runs_at_world_size_one(python, tmp_path):
+    run_xla(python, "--device", "tpu", "--cores", "all", *FAKE, "--results-dir", tmp_path, "--epochs", "2",
+            "--per-device-batch", "64")
+    results = read_results(tmp_path, "tpu-x1-xmp")
+    assert results["configuration"]["strategy"] == "xmp" and results["configuration"]["world_size"] == 1
+    assert results["metrics"]["epochs_completed"] == 2 and results["metrics"]["steps"] == 8
+    assert 0.0 <= results["metrics"]["test_accuracy"] <= 1.0
+
+
+@needs_xla
+def test_spmd_over_two_devices_matches_one_device(python, tmp_path):
+    common_args = ("--device", "tpu", *FAKE, "--epochs", "1", "--global-batch", "64")
+    run_xla(python, *common_args, "--strategy", "xmp", "--results-dir", tmp_path / "one")
+    run_xla(python, *common_args, "--strategy", "spmd", "--results-dir", tmp_path / "two", devices=2)
+    one, two = read_results(tmp_path / "one", "tpu-x1-xmp"), read_results(tmp_path / "two", "tpu-x2-spmd")
+    assert two["configuration"]["world_size"] == 2 and two["configuration"]["per_device_batch"] == 32
+    assert two["settings"]["effective_lr"] == one["settings"]["effective_lr"]
+    assert two["metrics"]["final_loss"] == pytest.approx(one["metrics"]["final_loss"], rel=1e-5)
+    weights_one, weights_two = checkpoint_weights(tmp_path / "one", "tpu-x1-xmp"), checkpoint_weights(tmp_path / "two", "tpu-x2-spmd")
+    for name, tensor in weights_one.items():
+        torch.testing.assert_close(weights_two[name], tensor, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+@needs_xla
+def test_xla_run_resumes_from_its_checkpoint(python, tmp_path):
+    args = ("--device", "tpu", *FAKE, "--per-device-batch", "64", "--results-dir", tmp_path)
+    run_xla(python, *args, "--epochs", "1")
+    run_xla(python, *args, "--epochs", "2", "--resume")
+    resumed = read_results(tmp_path, "tpu-2")
+    assert resumed["settings"]["resumed_from_epoch"] == 1
+    assert resumed["metrics"]["epochs_completed"] == 2 and resumed["timing"]["epoch_s"]["n"] == 2
+    assert resumed["metrics"]["epoch_loss"][0] == read_results(tmp_path, "tpu")["metrics"]["epoch_loss"][0]
+
+
+def test_missing_torch_xla_interpreter_is_reported(monkeypatch, tmp_path):
+    monkeypatch.setenv("ENVKIT_XLA_PYTHON", str(tmp_path / "no-python"))
+    monkeypatch.setenv("ENVKIT_REQUIRE_XLA", "1")
+    with pytest.raises(pytest.fail.Exception, match="ENVKIT_REQUIRE_XLA=1 but no XLA interpreter at"):
+        xla_python()
+    monkeypatch.setenv("ENVKIT_REQUIRE_XLA", "0")
+    with pytest.raises(pytest.skip.Exception, match="no XLA interpreter at"):
+        xla_python()
