@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from envkit.config import DEFAULT_CONFIG
+
 
 def register(subparsers) -> None:
     report = subparsers.add_parser(
@@ -20,35 +22,37 @@ def register(subparsers) -> None:
         "compare", help="run every experiment this host can run, then report",
         description="Ask `envkit doctor` which experiments this host can run, run them, then print the report.",
     )
-    compare.add_argument("--results-dir", type=Path, default=Path("results"), help="where results go (default: results)")
+    _add_run_options(compare, default_results=Path("results"))
     compare.add_argument("--epochs", type=_positive_int, default=None, help="epochs per run (default: each recipe's own)")
     compare.add_argument("--dataset", choices=("real", "fake"), default="real", help="real data or generated fake data")
     compare.add_argument("--max-steps", type=_positive_int, default=None, help="stop each run after this many steps (quick checks)")
-    compare.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
-    _add_report_options(compare, results_dir_positional=False)
+    _add_report_options(compare)
     compare.set_defaults(func=run_compare)
 
     demo = subparsers.add_parser(
         "demo", help="render every target, run the small comparison this machine can run, report and plot",
         description="The whole story on any machine in a few minutes: render, run small experiments, report, plot.",
     )
-    demo.add_argument("--results-dir", type=Path, default=Path("results/demo"), help="where results go (default: results/demo)")
-    demo.add_argument("--config", type=Path, default=Path("envkit.yaml"), help="project config (default: ./envkit.yaml)")
+    _add_run_options(demo, default_results=Path("results/demo"))
     demo.add_argument("--no-docker", action="store_true", help="run on this Python even when Docker is usable")
     demo.add_argument("--base-image", metavar="IMAGE", default=None,
                       help="base image for building the cpu image (e.g. one made by scripts/base-image.sh)")
-    demo.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
     demo.set_defaults(func=run_demo)
 
 
-def _add_report_options(parser: argparse.ArgumentParser, results_dir_positional: bool = True) -> None:
+def _add_run_options(parser: argparse.ArgumentParser, default_results: Path) -> None:
+    """What `compare` and `demo` share: where results go, the project, and a dry run."""
+    parser.add_argument("--results-dir", type=Path, default=default_results, help=f"where results go (default: {default_results})")
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help=f"project config (default: ./{DEFAULT_CONFIG})")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
+
+
+def _add_report_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("md", "csv", "json"), default="md", help="table format (default: md)")
     parser.add_argument("--plot", type=Path, metavar="FILE.png", default=None, help="also write a bar chart PNG")
     parser.add_argument("--reference", action="store_true", help="add the published numbers, labelled as published")
     parser.add_argument("--baseline", metavar="LABEL", default=None,
                         help="configuration the speed-ups are relative to, e.g. 'cpu ×1' (default: first single-device one)")
-    if not results_dir_positional:
-        parser.add_argument("--config", type=Path, default=Path("envkit.yaml"), help="project config (default: ./envkit.yaml)")
 
 
 def _positive_int(text: str) -> int:
