@@ -9,6 +9,7 @@ place where a client binary is needed.
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import hashlib
 import json
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -135,7 +137,7 @@ def _stage_wheels(wheelhouse: Path | None, dest: Path) -> None:
         try:
             os.link(wheel, dest / wheel.name)  # wheels are large; a hard link costs nothing
         except OSError:
-            shutil.copyfile(wheel, dest / wheel.name)
+            shutil.copy2(wheel, dest / wheel.name)
 
 
 def context_digest(context: Path, build_args: Mapping[str, str]) -> str:
@@ -180,11 +182,39 @@ def git_revision(root: Path) -> str | None:
 # ---------------------------------------------------------------- build
 
 
+def cache_dir() -> Path:
+    """Same place scripts/base-image.sh caches the base image."""
+    configured = os.environ.get("ENVKIT_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envkit"
+
+
+def staging_path(root: Path, target_name: str) -> Path:
+    return cache_dir() / "contexts" / f"{target_name}-{hashlib.sha256(str(root).encode()).hexdigest()[:TAG_HEX]}"
+
+
+@contextmanager
+def staging_area(root: Path, target_name: str):
+    """A fixed staging directory per project and target, held under an exclusive lock.
+
+    Fixed rather than temporary because the docker client names its BuildKit context
+    session after the directory: the same path lets BuildKit send only changed files
+    instead of the whole wheelhouse on every build. Hard-linked wheels and copied
+    recipes keep their mtimes, so unchanged files are recognised as such.
+    """
+    context = staging_path(root, target_name)
+    context.parent.mkdir(parents=True, exist_ok=True)
+    with open(context.parent / f".{context.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two builds of one target must not stage into each other
+        shutil.rmtree(context, ignore_errors=True)
+        yield context
+
+
 def build(root: Path, target, options: BuildOptions) -> BuiltImage:
     client = connect_engine()
     repo = repository(target.name)
-    with tempfile.TemporaryDirectory(prefix=f"envkit-{target.name}-") as tmp:
-        context = Path(tmp) / "context"
+    with staging_area(root, target.name) as context:
         stage_context(root, target, options, context)
         args = build_args_for(options, git_revision(root))
         tag = f"{repo}:{context_digest(context, args)[:TAG_HEX]}"

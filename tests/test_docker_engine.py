@@ -99,7 +99,10 @@ def project(tmp_path_factory, repo_root) -> Path:
     shutil.copytree(repo_root / "recipes", root / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
     (root / "envkit.yaml").write_text(CONFIG)
     envkit("render", "--all", "--config", "envkit.yaml", cwd=root)
-    return root
+    yield root
+    from envkit.images import staging_path
+
+    shutil.rmtree(staging_path(root, "cpu"), ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -328,3 +328,15 @@ def test_an_image_without_its_content_tag_is_not_saved_as_latest(engine, tmp_pat
     with pytest.raises(EnvkitError, match="lost its content tag"):
         images.save(FakeTarget(), None, tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_staging_area_is_fixed_per_project_and_starts_empty(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
+    with images.staging_area(tmp_path / "a", "cpu") as first:
+        first.mkdir()
+        (first / "stale.txt").write_text("left from the last build")
+    with images.staging_area(tmp_path / "a", "cpu") as again:
+        assert again == first and not again.exists()
+    assert images.staging_path(tmp_path / "b", "cpu") != first
+    assert images.staging_path(tmp_path / "a", "cuda") != first
+    assert first.parent == tmp_path / "cache" / "contexts"
