@@ -171,9 +171,12 @@ def _validate_schema(data: Any, where: _Locator) -> None:
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
-    error = best_match(Draft202012Validator(schema()).iter_errors(data))
-    if error is None:
+    errors = list(Draft202012Validator(schema()).iter_errors(data))
+    if not errors:
         return
+    # A misspelt key also leaves a required one missing: name the typo, it is the cause.
+    unknown_keys = [error for error in errors if error.validator == "additionalProperties"]
+    error = best_match(unknown_keys or errors)
     doc_path = tuple(error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = sorted(error.schema.get("properties", {}))

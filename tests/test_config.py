@@ -125,7 +125,12 @@ def test_unknown_key_suggests_the_closest(tmp_path):
 
 def test_unknown_top_level_key(tmp_path):
     message = config_error(tmp_path, 'target:\n  cpu: {kind: cpu, torch: "2.9.0"}\n')
-    assert "'targets' is a required property" in message or "did you mean 'targets'" in message
+    assert message.endswith("envkit.yaml:1: target: unknown key 'target'; did you mean 'targets'? allowed: source, targets")
+
+
+def test_missing_required_key(tmp_path):
+    message = config_error(tmp_path, 'source: https://example.com/x\n')
+    assert message.endswith("envkit.yaml:1: 'targets' is a required property")
 
 
 def test_torch_xla_must_equal_torch(tmp_path):
