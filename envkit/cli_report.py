@@ -14,7 +14,8 @@ def register(subparsers) -> None:
         "report", help="compare the runs in a results directory (tables as in the published experiments)",
         description="Group the results files in RESULTS_DIR by recipe and configuration and print the comparison.",
     )
-    report.add_argument("results_dir", metavar="RESULTS_DIR", type=Path, help="directory the recipes wrote results JSON into")
+    report.add_argument("results_dir", metavar="RESULTS_DIR", type=Path,
+                        help="directory the recipes wrote results JSON into (its *.json files, not subdirectories)")
     _add_report_options(report)
     report.set_defaults(func=run_report)
 

@@ -60,11 +60,23 @@ def test_skip_reasons_say_what_is_wrong(mixed):
     assert reasons["notes.json"] == "not a results object"
 
 
-def test_mistyped_field_is_named(tmp_path):
+def _broken(change) -> str:
     document = json.loads((RESULTS / "mnist-cpu-a.json").read_text())
-    document["timing"]["total_s"] = "12.5"
-    with pytest.raises(ValueError, match=r"^timing.total_s: '12.5' is not of type 'number'$"):
-        parse(tmp_path / "x.json", json.dumps(document))
+    change(document)
+    return json.dumps(document)
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda d: d["timing"].update(total_s="12.5"), "timing.total_s: '12.5' is not of type 'number'"),
+    (lambda d: d.update(recipe="imagenet"), "recipe: 'imagenet' is not one of ['cifar', 'mnist']"),
+    (lambda d: d["configuration"].pop("dataset"), "configuration: 'dataset' is a required property"),
+    (lambda d: d["metrics"].update(test_accuracy=97.5), "metrics.test_accuracy: 97.5 is greater than the maximum of 1"),
+    (lambda d: d.update(schema_version="1"), "schema_version must be an integer, got '1'"),
+], ids=["type", "recipe", "missing", "percent", "version"])
+def test_unusable_file_reason_names_the_field(tmp_path, change, reason):
+    with pytest.raises(ValueError) as error:
+        parse(tmp_path / "x.json", _broken(change))
+    assert str(error.value) == reason
 
 
 def test_reference_rows_are_labelled_and_carry_published_numbers(mixed):
