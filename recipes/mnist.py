@@ -161,8 +161,12 @@ def mnist_split(data_dir: Path, *, train: bool, download: bool) -> tuple[torch.T
             f"MNIST is not under {data_dir}/MNIST/raw and {how} ({' '.join(str(exc).split())[:120]}); "
             "put the four idx files there, allow the download, or use --dataset fake"
         ) from None
-    images = (dataset.data.unsqueeze(1).float() / 255 - MNIST_MEAN) / MNIST_STD
-    return images, dataset.targets
+    return normalize(dataset.data), dataset.targets
+
+
+def normalize(images: torch.Tensor) -> torch.Tensor:
+    """uint8 [N,28,28] -> float [N,1,28,28], the values ToTensor() + Normalize(mean, std) give per sample."""
+    return (images.unsqueeze(1).float() / 255 - MNIST_MEAN) / MNIST_STD
 
 
 def load_data(args: argparse.Namespace) -> tuple[common.IndexBatchDataset, common.IndexBatchDataset]:
