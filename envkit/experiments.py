@@ -14,6 +14,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -175,7 +176,13 @@ def execute(plan: Plan, *, dry_run: bool) -> bool:
     failed = []
     for index, step in enumerate(plan.steps):
         print(f"envkit: {step.title}: {step.shell()}", file=sys.stderr, flush=True)
-        returncode = subprocess.run(step.argv, env={**os.environ, **step.env}, check=False).returncode
+        started = time.perf_counter()
+        try:
+            returncode = subprocess.run(step.argv, env={**os.environ, **step.env}, check=False).returncode
+        except OSError as exc:  # e.g. no `make` on this host
+            print(f"envkit: cannot start {step.argv[0]}: {exc.strerror or exc}", file=sys.stderr)
+            returncode = 127
+        print(f"envkit: {step.title}: exit {returncode} after {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
         if returncode == 0:
             continue
         if plan.fallback is not None and index == plan.fallback_after:

@@ -153,6 +153,14 @@ def test_a_failed_build_switches_to_the_fallback(tmp_path, capsys):
     assert "envkit: building failed; running here" in err and "in image" not in err
 
 
+def test_a_missing_program_is_a_failed_step_not_a_traceback(tmp_path, capsys):
+    plan = Plan([Step("make something", (str(tmp_path / "no-such-make"), "target"))])
+    assert execute(plan, dry_run=False) is False
+    err = capsys.readouterr().err
+    assert f"envkit: cannot start {tmp_path / 'no-such-make'}: No such file or directory" in err
+    assert "envkit: failed: make something (exit 127)" in err
+
+
 def test_step_environment_reaches_the_command(tmp_path):
     out = tmp_path / "env.json"
     code = f"import json, os; json.dump(os.environ['RESULTS_DIR'], open({str(out)!r}, 'w'))"
