@@ -300,7 +300,9 @@ def save(target, tag: str | None, output_dir: Path) -> tuple[Path, Path]:
     def write_tarball(stream) -> None:
         hashed = _HashingWriter(stream)
         # mtime=0 and no file name in the gzip header: the same image gives the same bytes.
-        with gzip.GzipFile(filename="", mode="wb", fileobj=hashed, mtime=0, compresslevel=6) as compressed:
+        # Level 1: measured on the 1.16 GB cpu image, 386 MB in 19 s against 343 MB in
+        # 62 s at level 6; the time saved outweighs 12% more bytes to copy.
+        with gzip.GzipFile(filename="", mode="wb", fileobj=hashed, mtime=0, compresslevel=1) as compressed:
             for chunk in image.save(named=content_tag):
                 compressed.write(chunk)
         digest.update(sha256=hashed.sha256.hexdigest(), size=hashed.size)
