@@ -21,7 +21,6 @@ import yaml
 from envkit.errors import EnvkitError
 from envkit.results import STAT_KEYS, RunResult, Stat, stat_of
 
-FORMATS = ("md", "csv", "json")
 DEVICE_ORDER = {"tpu": 0, "cuda": 1, "cpu": 2}
 MODE_ORDER = {"single": 0, "none": 0, "dp": 1, "xmp": 2, "spmd": 3, "ddp": 4}
 OURS = "ours"
@@ -292,11 +291,15 @@ def _md_line(cells: list[str]) -> str:
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def format_markdown(report: Report) -> str:
     configurations = sum(1 for section in report.sections for row in section.rows if row.source == OURS)
-    summary = f"{report.runs} run{'s' if report.runs != 1 else ''} in {configurations} configuration{'s' if configurations != 1 else ''}"
+    summary = f"{_count(report.runs, 'run')} in {_count(configurations, 'configuration')}"
     if report.skipped:
-        summary += f"; {report.skipped} file{'s' if report.skipped != 1 else ''} skipped (see warnings)"
+        summary += f"; {_count(report.skipped, 'file')} skipped (see warnings)"
     lines = ["# envkit comparison report", "", summary + ".", ""]
     for section in report.sections:
         lines += [f"## {section.recipe} · dataset {section.dataset}", ""]
