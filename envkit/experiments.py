@@ -28,7 +28,7 @@ DEMO_CIFAR_ARGS = ("--model", "mobilenet_v2", "--global-batch", "32", "--fake-tr
 # cifar.py's default process count for CPU DDP. Not passed as --nproc: torchrun, which
 # the recipe relaunches itself under, rejects "--nproc" in the script's arguments as
 # an ambiguous abbreviation of its own --nproc-per-node.
-DEMO_DDP_PROCESSES = 2
+CPU_DDP_PROCESSES = 2
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def local_runs(root: Path, results_dir: Path, facts, size: tuple[str, ...], extr
     steps = [
         _recipe("mnist on eager CPU", root, "mnist", "--device", "cpu", *common, *extra_mnist),
         _recipe("cifar, one CPU process", root, "cifar", "--device", "cpu", "--parallel", "none", *common, *extra_cifar),
-        _recipe(f"cifar, DDP over {DEMO_DDP_PROCESSES} gloo processes", root, "cifar", "--device", "cpu",
+        _recipe(f"cifar, DDP over {CPU_DDP_PROCESSES} gloo processes", root, "cifar", "--device", "cpu",
                 "--parallel", "ddp", *common, *extra_cifar),
     ]
     if facts.gpus:
@@ -146,7 +146,7 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_
         Step("mnist in the cpu image", (run_sh, "mnist", "--device", "cpu", *in_image, *DEMO_MNIST_ARGS), mount),
         Step("cifar, one process in the cpu image",
              (run_sh, "cifar", "--device", "cpu", "--parallel", "none", *in_image, *DEMO_CIFAR_ARGS), mount),
-        Step(f"cifar, DDP over {DEMO_DDP_PROCESSES} gloo processes in the cpu image",
+        Step(f"cifar, DDP over {CPU_DDP_PROCESSES} gloo processes in the cpu image",
              (run_sh, "cifar", "--device", "cpu", "--parallel", "ddp", *in_image, *DEMO_CIFAR_ARGS), mount),
         report,
     ]
