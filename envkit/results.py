@@ -180,7 +180,8 @@ def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
 def load_results(directory: Path) -> tuple[list[RunResult], list[str]]:
     """Every readable ``*.json`` in ``directory`` (not recursive), plus one warning per skipped file."""
     if not directory.is_dir():
-        raise EnvkitError(f"results directory {directory} does not exist (give the directory the recipes wrote with --results-dir)")
+        problem = "is not a directory" if directory.exists() else "does not exist"
+        raise EnvkitError(f"results directory {directory} {problem} (give the directory the recipes wrote with --results-dir)")
     results: list[RunResult] = []
     warnings: list[str] = []
     for path in sorted(directory.glob("*.json")):

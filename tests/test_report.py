@@ -155,6 +155,7 @@ def test_only_bad_files_exit_1_after_warnings(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["report", "/nonexistent/results"], "envkit: error: results directory /nonexistent/results does not exist"),
+    (["report", str(RESULTS / "mnist-cpu-a.json")], f"envkit: error: results directory {RESULTS / 'mnist-cpu-a.json'} is not a directory"),
     (["report", str(RESULTS), "--plot", "chart.svg"], "envkit: error: --plot chart.svg: the plot is a PNG file"),
     (["report", str(RESULTS), "--baseline", "x"], "envkit: error: --baseline 'x' matches no configuration"),
 ])
