@@ -80,8 +80,11 @@ render: | $(ENVKIT) ## render docker/<target>/ from envkit.yaml and templates/
 	$(ENVKIT) render --all
 
 # Rendered files are committed; re-render only when the config or templates changed.
+# render leaves unchanged files alone, so touch them: otherwise every later make would
+# render again. Dates never decide an image build (envkit build hashes the content).
 docker/%/Dockerfile docker/%/run.sh: $(CONFIG) $(TEMPLATES) | $(ENVKIT)
 	$(ENVKIT) render --target $*
+	touch docker/$*/Dockerfile docker/$*/run.sh
 
 doctor: | $(ENVKIT) ## what this host offers and which experiment targets work here
 	$(ENVKIT) doctor

@@ -174,6 +174,33 @@ def test_mnist_results_belong_to_a_non_root_caller(project, docker_cli, built, c
     check_results(caller_home / "results", NON_ROOT, "envkit-cpu:latest")
 
 
+def test_envkit_run_goes_through_run_sh(project, docker_cli, built, tmp_path):
+    results = tmp_path / "results"
+    env = {**os.environ, "DOCKER": docker_cli}
+    envkit("run", "--config", "envkit.yaml", "--results-dir", str(results), "--data-dir", str(tmp_path / "data"),
+           "cpu", "mnist", "--dataset", "fake", "--max-steps", "5", "--quiet", cwd=project, env=env)
+    check_results(results, (os.getuid(), os.getgid()), "envkit-cpu:latest")
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
+def test_make_cpu_mnist_checks_builds_and_runs(project, repo_root, base_image, wheelhouse, docker_cli, built, tmp_path):
+    for name in ("Makefile", "requirements/dev.txt", "pyproject.toml"):
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(repo_root / name, project / name)
+        os.utime(project / name, (0, 0))  # older than the venv: make must not reinstall it
+    venv = Path(sys.executable).parent.parent
+    results = tmp_path / "results"
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(project), "cpu-mnist", f"VENV={venv}", f"BASE_IMAGE={base_image}",
+         f"WHEELHOUSE={wheelhouse}", "DATASET=fake", "MAX_STEPS=5", f"RESULTS_DIR={results}", f"DATA_DIR={tmp_path / 'data'}"],
+        capture_output=True, text=True, env={**os.environ, "DOCKER": docker_cli},
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "render" not in done.stdout  # the rendered files were fresh
+    assert f"{built} is already built" in done.stderr
+    check_results(results, (os.getuid(), os.getgid()), "envkit-cpu:latest")
+
+
 def test_doctor_sees_the_engine(project):
     report = json.loads(envkit("doctor", "--json", cwd=project).stdout)
     assert report["docker_version"] and report["docker_error"] is None
