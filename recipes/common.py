@@ -260,8 +260,12 @@ class IndexBatchDataset(torch.utils.data.Dataset):
         return len(self.tensors[0])
 
     def __getitem__(self, indices):
-        index = torch.as_tensor(indices)
+        index = torch.as_tensor(indices, device=self.tensors[0].device)
         return tuple(t[index] for t in self.tensors)
+
+    def to(self, device: torch.device) -> "IndexBatchDataset":
+        """The same data on ``device``: on a GPU, batches are then gathered there, with no copy per step."""
+        return IndexBatchDataset(*(t.to(device) for t in self.tensors))
 
 
 class ShardSampler(torch.utils.data.Sampler):

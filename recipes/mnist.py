@@ -405,6 +405,8 @@ def run(backend: Backend, args: argparse.Namespace) -> None:
 
     common.seed_everything(args.seed, backend.device)
     train_set, test_set = load_data(args)
+    if backend.device.type == "cuda":  # MNIST fits in GPU memory many times over
+        train_set, test_set = train_set.to(backend.device), test_set.to(backend.device)
     loader_batch = args.global_batch if backend.data_shards == 1 else args.per_device_batch
     train_loader = common.batch_loader(train_set, loader_batch, train=True, seed=args.seed,
                                        rank=backend.data_rank, world_size=backend.data_shards, drop_last=True)

@@ -216,6 +216,29 @@ def test_bad_input_is_one_line_and_exit_2(case, tmp_path, capsys):
     assert not list(tmp_path.glob("mnist-*.json"))
 
 
+def test_failed_download_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    from torchvision.datasets import MNIST
+
+    def unreachable(self):
+        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz:\nTried https://example.invalid/")
+
+    monkeypatch.setattr(MNIST, "download", unreachable)
+    code, message = _exit_of(["--data-dir", str(tmp_path / "empty"), "--results-dir", str(tmp_path)], capsys)
+    assert code == 2 and message.count("\n") == 1
+    assert f"MNIST is not under {tmp_path / 'empty'}/MNIST/raw and the download failed (Error downloading" in message
+
+
+def test_progress_bar_unless_quiet(mnist_dir, tmp_path, capsys):
+    args = ["--data-dir", str(mnist_dir), "--no-download", "--results-dir", str(tmp_path), "--max-steps", "2",
+            "--per-device-batch", "32", "--log-every", "1"]
+    mnist.main(args)
+    shown = capsys.readouterr()
+    assert "epoch 1/10" in shown.err and "loss=" in shown.err
+    mnist.main([*args, "--quiet"])
+    quiet = capsys.readouterr()
+    assert quiet.err == "" and "test accuracy" in quiet.out
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is visible here")
 def test_cuda_without_gpu_is_a_clear_error(capsys):
     code, message = _exit_of(["--device", "cuda", "--dataset", "fake"], capsys)

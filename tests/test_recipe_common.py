@@ -120,6 +120,14 @@ def test_train_loader_shards_partition_each_epoch_and_reshuffle():
     assert [int(i) for _, labels in again for i in labels] == seen[1][0]
 
 
+def test_index_batch_dataset_gathers_a_whole_batch_on_its_device():
+    data = common.IndexBatchDataset(torch.arange(10).float() * 2, torch.arange(10)).to(torch.device("cpu"))
+    images, labels = data[[3, 1]]
+    assert images.tolist() == [6.0, 2.0] and labels.tolist() == [3, 1]
+    with pytest.raises(ValueError):
+        common.IndexBatchDataset(torch.zeros(2), torch.zeros(3))
+
+
 def test_drop_last_drops_only_a_short_training_batch():
     data = common.IndexBatchDataset(torch.zeros(10), torch.arange(10))
     assert [len(y) for _, y in common.batch_loader(data, 4, train=True, seed=0, drop_last=True)] == [4, 4]
