@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -68,24 +69,25 @@ def parse_build_arg(text: str) -> tuple[str, str]:
     return key, value
 
 
-def docker_cli() -> str:
-    """The client binary for BuildKit builds: $DOCKER, else Debian's /usr/bin/docker.
+def docker_cli() -> list[str]:
+    """The client command for BuildKit builds: $DOCKER, else Debian's /usr/bin/docker.
 
     /usr/bin/docker is preferred over PATH because newer clients hand BuildKit to the
-    buildx plugin, which Debian 12 does not package.
+    buildx plugin, which Debian 12 does not package. $DOCKER may be several words
+    ("sudo docker"), as run.sh allows.
     """
-    configured = os.environ.get("DOCKER")
+    configured = shlex.split(os.environ.get("DOCKER", ""))
     if configured:
-        found = shutil.which(configured)
+        found = shutil.which(configured[0])
         if not found:
-            raise EnvkitError(f"DOCKER={configured} is not an executable docker client")
-        return found
+            raise EnvkitError(f"DOCKER={os.environ['DOCKER']} does not start with an executable: give the docker client's path")
+        return [found, *configured[1:]]
     if os.access("/usr/bin/docker", os.X_OK):
-        return "/usr/bin/docker"
+        return ["/usr/bin/docker"]
     found = shutil.which("docker")
     if not found:
         raise EnvkitError("no docker client found: apt-get install docker.io (or set DOCKER=/path/to/docker)")
-    return found
+    return [found]
 
 
 # ---------------------------------------------------------------- build context
@@ -222,7 +224,7 @@ def build(root: Path, target, options: BuildOptions) -> BuiltImage:
         if existing is not None and not options.no_cache:
             existing.tag(repo, LATEST)
             return BuiltImage(tag=tag, image_id=existing.id, reused=True)
-        command = [docker_cli(), "build", "--progress=plain", "-t", tag, "-t", f"{repo}:{LATEST}"]
+        command = [*docker_cli(), "build", "--progress=plain", "-t", tag, "-t", f"{repo}:{LATEST}"]
         for key, value in sorted(args.items()):
             command += ["--build-arg", f"{key}={value}"]
         if options.no_cache:

@@ -16,6 +16,7 @@ import grp
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -73,7 +74,7 @@ def client():
 def docker_cli(client) -> str:
     from envkit.images import docker_cli
 
-    return docker_cli()
+    return shlex.join(docker_cli())
 
 
 @pytest.fixture(scope="session")
@@ -238,14 +239,14 @@ def test_extra_ca_certificate_is_trusted_by_pip_in_the_image(client, project, bu
     if not HOST_CA_BUNDLE.is_file():
         pytest.skip(f"no host CA bundle at {HOST_CA_BUNDLE}")
     fetch = ["pip", "download", "--retries", "0", "--timeout", "20", "--no-deps", "-d", "/tmp/dl", SMALL_PYPI_PACKAGE]
-    without_ca = subprocess.run([docker_cli, "run", "--rm", built, *fetch], capture_output=True, text=True)
+    without_ca = subprocess.run([*shlex.split(docker_cli), "run", "--rm", built, *fetch], capture_output=True, text=True)
     if without_ca.returncode == 0:
         pytest.skip("HTTPS from containers works without an extra CA on this host: nothing to prove")
     if "CERTIFICATE_VERIFY_FAILED" not in without_ca.stdout + without_ca.stderr:
         pytest.skip(f"PyPI is not reachable from containers here: {without_ca.stderr.strip().splitlines()[-1:]}")
     with_ca = envkit("build", "cpu", *build_flags, "--ca-cert", str(HOST_CA_BUNDLE), cwd=project).stdout.strip()
     assert with_ca != built  # the certificate is part of the content, so of the tag
-    done = subprocess.run([docker_cli, "run", "--rm", with_ca, *fetch], capture_output=True, text=True)
+    done = subprocess.run([*shlex.split(docker_cli), "run", "--rm", with_ca, *fetch], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     # leave latest where the other tests expect it
     assert envkit("build", "cpu", *build_flags, cwd=project).stdout.strip() == built

@@ -139,10 +139,12 @@ def test_build_arg_value_may_hold_equals_signs():
 
 def test_docker_client_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("DOCKER", "definitely-not-a-docker-client")
-    with pytest.raises(EnvkitError, match="not an executable docker client"):
+    with pytest.raises(EnvkitError, match="does not start with an executable"):
         images.docker_cli()
     monkeypatch.setenv("DOCKER", sys.executable)
-    assert images.docker_cli() == sys.executable
+    assert images.docker_cli() == [sys.executable]
+    monkeypatch.setenv("DOCKER", f"{sys.executable} --host unix:///x.sock")  # several words, as run.sh allows
+    assert images.docker_cli() == [sys.executable, "--host", "unix:///x.sock"]
 
 
 # ---------------------------------------------------------------- save / load with an in-memory engine
