@@ -6,6 +6,7 @@ VENV ?= .venv
 GPUS ?= all
 MODEL ?=
 BATCH ?=
+PER_DEVICE_BATCH ?=
 EPOCHS ?=
 DATASET ?=
 MAX_STEPS ?=
@@ -34,7 +35,8 @@ endif
 
 # Recipe flags only for the variables that were set; the recipes own the defaults.
 COMMON_FLAGS := $(if $(EPOCHS),--epochs $(EPOCHS)) $(if $(DATASET),--dataset $(DATASET)) $(if $(MAX_STEPS),--max-steps $(MAX_STEPS))
-BATCH_FLAGS := $(if $(BATCH),--batch-size $(BATCH))
+# BATCH is the global batch (the published tables' column); PER_DEVICE_BATCH the per-replica one.
+BATCH_FLAGS := $(if $(BATCH),--global-batch $(BATCH)) $(if $(PER_DEVICE_BATCH),--per-device-batch $(PER_DEVICE_BATCH))
 CIFAR_FLAGS := $(COMMON_FLAGS) $(BATCH_FLAGS) $(if $(MODEL),--model $(MODEL))
 BUILD_FLAGS := $(if $(NO_CACHE),--no-cache) $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) \
 	$(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE)) $(foreach c,$(CA_CERTS),--ca-cert $(c)) \
@@ -58,8 +60,8 @@ endef
 
 help: ## list the targets and the variables they read
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z0-9-]*:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "variables: GPUS MODEL BATCH EPOCHS DATASET MAX_STEPS RESULTS_DIR DATA_DIR VENV PYTHON TORCH_INDEX_URL"
-	@echo "           WHEELHOUSE BASE_IMAGE CA_CERTS BUILD_ARGS NO_CACHE REGISTRY TARGET IMAGES_DIR FILE"
+	@echo "variables: GPUS MODEL BATCH PER_DEVICE_BATCH EPOCHS DATASET MAX_STEPS RESULTS_DIR DATA_DIR VENV PYTHON"
+	@echo "           TORCH_INDEX_URL WHEELHOUSE BASE_IMAGE CA_CERTS BUILD_ARGS NO_CACHE REGISTRY TARGET IMAGES_DIR FILE"
 
 venv: $(ENVKIT) ## create the pinned dev environment in $(VENV)
 
@@ -105,7 +107,7 @@ gpu-mnist: docker/cuda/Dockerfile docker/cuda/run.sh | $(ENVKIT) ## MNIST on one
 	$(call experiment,cuda,$(FIRST_GPU),mnist --device cuda $(COMMON_FLAGS) $(BATCH_FLAGS))
 
 tpu-mnist: docker/tpu-vm/Dockerfile docker/tpu-vm/run.sh | $(ENVKIT) ## MNIST on all TPU cores (one replica per core)
-	$(call experiment,tpu-vm,,mnist --device tpu $(COMMON_FLAGS) $(BATCH_FLAGS))
+	$(call experiment,tpu-vm,,mnist --device tpu --cores all $(COMMON_FLAGS) $(BATCH_FLAGS))
 
 tpu-mnist-single: docker/tpu-vm/Dockerfile docker/tpu-vm/run.sh | $(ENVKIT) ## MNIST on one TPU core
 	$(call experiment,tpu-vm,,mnist --device tpu --cores 1 $(COMMON_FLAGS) $(BATCH_FLAGS))

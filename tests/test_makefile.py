@@ -93,7 +93,7 @@ def test_gpu_dp_cifar_passes_gpus_model_batch_epochs(project):
     assert lines[0] == ".venv/bin/envkit doctor --require cuda --gpus 1,2,3,4"
     assert lines[1] == ".venv/bin/envkit build cuda"
     assert "GPUS=1,2,3,4 docker/cuda/run.sh cifar --device cuda --parallel dp" in lines[-1]
-    assert lines[-1].endswith("--epochs 2 --batch-size 128 --model resnet50")
+    assert lines[-1].endswith("--epochs 2 --global-batch 128 --model resnet50")
 
 
 def test_ddp_and_single_gpu_variants(project):
@@ -104,10 +104,14 @@ def test_ddp_and_single_gpu_variants(project):
     assert "GPUS=0 docker/cuda/run.sh mnist --device cuda" in dry_run(project, "gpu-mnist")[-1]
 
 
+def test_per_device_batch_for_the_batch_scaling_experiments(project):
+    assert dry_run(project, "tpu-mnist", "PER_DEVICE_BATCH=16")[-1].endswith("--cores all --per-device-batch 16")
+
+
 def test_tpu_targets_differ_in_cores(project):
     all_cores = dry_run(project, "tpu-mnist")
     assert all_cores[0] == ".venv/bin/envkit doctor --require tpu-vm"
-    assert all_cores[-1].endswith("docker/tpu-vm/run.sh mnist --device tpu")
+    assert all_cores[-1].endswith("docker/tpu-vm/run.sh mnist --device tpu --cores all")
     assert dry_run(project, "tpu-mnist-single")[-1].endswith("docker/tpu-vm/run.sh mnist --device tpu --cores 1")
 
 
