@@ -18,9 +18,12 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -276,6 +279,45 @@ def test_save_then_load_restores_the_same_image(client, project, built, tmp_path
     refused = envkit("load", str(tarball), cwd=project, check=False)
     assert refused.returncode == 2
     assert "refusing to load" in refused.stderr and refused.stderr.count("\n") == 1
+
+
+@pytest.fixture
+def registry(tmp_path):
+    """Debian's docker-registry on a free local port (dockerd trusts 127.0.0.0/8 over plain http)."""
+    binary = shutil.which("docker-registry")
+    if binary is None:
+        unavailable("docker-registry is not installed (apt-get install docker-registry)")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (tmp_path / "registry.yml").write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'store'}\nhttp:\n  addr: 127.0.0.1:{port}\n"
+    )
+    server = subprocess.Popen([binary, "serve", str(tmp_path / "registry.yml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(50):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("docker-registry did not answer within 10 s")
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@engine_test
+def test_push_sends_both_tags_to_the_registry(client, project, built, registry):
+    done = envkit("push", "cpu", "--config", "envkit.yaml", "--registry", f"{registry}/team", cwd=project)
+    tag = built.split(":")[1]
+    assert done.stdout.split() == [f"{registry}/team/envkit-cpu:{tag}", f"{registry}/team/envkit-cpu:latest"]
+    listing = json.load(urllib.request.urlopen(f"http://{registry}/v2/team/envkit-cpu/tags/list", timeout=10))
+    assert sorted(listing["tags"]) == sorted([tag, "latest"])
+    for reference in done.stdout.split():
+        client.images.remove(reference)
 
 
 @engine_test
