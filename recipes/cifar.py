@@ -427,7 +427,8 @@ def relaunch_under_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     load_data(args, download=args.download)
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.world_size}",
-        str(Path(__file__).resolve()), *argv,
+        # "--": otherwise torchrun's parser reads our options as (abbreviations of) its own, e.g. --nproc.
+        "--", str(Path(__file__).resolve()), *argv,
     ]
     if not args.quiet:
         print(f"{PROG}: starting {args.world_size} processes: torchrun --standalone --nproc_per_node={args.world_size} ...", file=sys.stderr)

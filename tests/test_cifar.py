@@ -23,7 +23,7 @@ import common  # noqa: E402
 RECIPE = Path(cifar.__file__)
 TINY = [
     "--dataset", "fake", "--image-size", "32", "--global-batch", "16", "--lr", "0.02",
-    "--fake-train-size", "64", "--fake-test-size", "21", "--quiet",
+    "--fake-train-size", "32", "--fake-test-size", "21", "--quiet",
 ]
 
 
@@ -211,7 +211,7 @@ def test_scatter_would_split_an_uneven_batch_like_torch_chunk(tmp_path, capsys):
 
 
 def test_fast_preset_trains_on_cpu(tmp_path):
-    run_recipe([*TINY, "--preset", "fast", "--workers", "1", "--results-dir", str(tmp_path), "--epochs", "1", "--max-steps", "2"])
+    run_recipe([*TINY, "--preset", "fast", "--workers", "1", "--results-dir", str(tmp_path), "--epochs", "1", "--max-steps", "1"])
     (results,) = results_of(tmp_path)
     settings = results["settings"]
     assert (settings["amp"], settings["channels_last"], settings["workers"]) == ("bf16", True, 1)
@@ -222,7 +222,7 @@ def test_resume_continues_exactly_where_the_run_stopped(tmp_path, capsys):
     common_args = [*TINY, "--epochs", "2", "--run-name", "resume"]
     run_recipe([*common_args, "--results-dir", str(tmp_path / "straight")])
     interrupted = tmp_path / "interrupted"
-    run_recipe([*common_args, "--results-dir", str(interrupted), "--max-steps", "4"])  # stops after epoch 1 of 2
+    run_recipe([*common_args, "--results-dir", str(interrupted), "--max-steps", "2"])  # stops after epoch 1 of 2
     run_recipe([*common_args, "--results-dir", str(interrupted), "--resume"])
     (straight,) = results_of(tmp_path / "straight")
     by_name = {results["run_name"]: results for results in results_of(interrupted)}

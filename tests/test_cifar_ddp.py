@@ -1,0 +1,135 @@
+"""recipes/cifar.py --parallel ddp: two gloo processes on CPU, started through torchrun (slow: ~1-2 min).
+
+Run with ``pytest --slow tests/test_cifar_ddp.py``. This file is also the
+torchrun worker of the one-step gradient test (see ``__main__`` below).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cifar_files import write_cifar10  # noqa: E402
+
+import cifar  # noqa: E402 - on sys.path through cifar_files
+
+RECIPE = Path(cifar.__file__)
+TRAIN_PER_BATCH = 52  # x 5 training batches = 260 images: 16 steps of 16 per epoch
+STEPS_PER_EPOCH = 5 * TRAIN_PER_BATCH // 16
+TEST_IMAGES = 63  # odd: the two test shards differ (32 + 31), so only a global count gives a multiple of 1/63
+# Learnable tiny data: both runs reach ~98% here, so the comparison does not hinge on BatchNorm
+# statistics from 8 images per process (DDP) versus 16 (one process), which slow DDP's first epochs.
+TRAINING = [
+    "--image-size", "32", "--global-batch", "16", "--lr", "0.02", "--epochs", "6", "--quiet",
+    "--dataset", "real", "--data-check", "exists", "--no-download",
+]
+
+pytestmark = pytest.mark.slow
+
+
+def recipe(argv: list[str], cwd: Path, threads: int) -> subprocess.CompletedProcess:
+    # One thread per process: torchrun sets the same for each ddp process, and
+    # oversubscribed OpenMP threads on a busy machine slow a run down tenfold.
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    done = subprocess.run([sys.executable, str(RECIPE), *argv], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def only_results(directory: Path) -> dict:
+    (path,) = directory.glob("cifar-*.json")
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("cifar")
+    write_cifar10(root, train_per_batch=TRAIN_PER_BATCH, test_size=TEST_IMAGES)
+    return root
+
+
+def test_ddp_splits_the_global_batch_and_matches_one_process(tmp_path, data_dir):
+    common_args = [*TRAINING, "--data-dir", str(data_dir)]
+    ddp = recipe([*common_args, "--parallel", "ddp", "--nproc", "2", "--show-scatter", "--results-dir", "ddp"], tmp_path, threads=1)
+    recipe([*common_args, "--results-dir", "single"], tmp_path, threads=1)
+
+    # Each process got half of the global batch of 16, and nothing was gathered.
+    scatter = sorted(line for line in ddp.stdout.splitlines() if line.startswith("scatter"))
+    assert scatter == [
+        f"scatter (ddp rank {rank}/2, cpu): input [8, 3, 32, 32] -> output [8, 10]; "
+        "no gather: each process keeps its outputs and DDP all-reduces gradients"
+        for rank in (0, 1)
+    ]
+    distributed, single = only_results(tmp_path / "ddp"), only_results(tmp_path / "single")
+    assert distributed["run_name"] == "mobilenet_v2-b16-cpu-x2-ddp"
+    configuration = distributed["configuration"]
+    assert (configuration["parallel"], configuration["world_size"]) == ("ddp", 2)
+    assert (configuration["global_batch"], configuration["per_device_batch"]) == (16, 8)
+    # Only rank 0 writes: one results file, one checkpoint, no temp files.
+    assert sorted(p.name for p in (tmp_path / "ddp").rglob("*") if p.is_file()) == [
+        "cifar-mobilenet_v2-b16-cpu-x2-ddp.json", "cifar-mobilenet_v2-b16-cpu-x2-ddp.pt",
+    ]
+
+    ours, theirs = distributed["metrics"], single["metrics"]
+    assert ours["steps"] == theirs["steps"] == 6 * STEPS_PER_EPOCH  # same global steps: 16 images each
+    for accuracy in ours["epoch_test_accuracy"]:
+        assert accuracy * TEST_IMAGES == pytest.approx(round(accuracy * TEST_IMAGES)), "accuracy is not over the whole test set"
+    assert ours["test_accuracy"] == pytest.approx(theirs["test_accuracy"], abs=0.1)
+    assert ours["test_accuracy"] > 0.8, "ddp did not learn the learnable data"
+    assert ours["epoch_loss"][-1] < ours["epoch_loss"][0]
+
+
+def test_ddp_resume_continues_from_rank_0s_checkpoint(tmp_path, data_dir):
+    common_args = [*TRAINING, "--data-dir", str(data_dir), "--parallel", "ddp", "--epochs", "2", "--run-name", "r"]
+    recipe([*common_args, "--max-steps", str(STEPS_PER_EPOCH)], tmp_path, threads=1)  # stops after epoch 1
+    recipe([*common_args, "--resume"], tmp_path, threads=1)
+    resumed = json.loads((tmp_path / "results" / "cifar-r-2.json").read_text())
+    assert resumed["settings"]["resumed_from_epoch"] == 1
+    assert resumed["metrics"]["epochs_completed"] == 2 and resumed["timing"]["epoch_s"]["n"] == 2
+
+
+def test_one_ddp_step_equals_one_full_batch_step(tmp_path):
+    """With BatchNorm on running statistics and no dropout (eval mode), two processes
+    stepping on half a batch each must end where one process stepping on the whole batch does."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CIFAR_DDP_STEP_OUT": str(tmp_path / "ddp.pt")}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    single = one_step(cifar.Replicas(device=torch.device("cpu"), parallel="none"))
+    distributed = torch.load(tmp_path / "ddp.pt", weights_only=True)
+    for name, value in single.items():
+        torch.testing.assert_close(distributed[name], value, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def one_step(replicas: cifar.Replicas) -> dict:
+    """One SGD step of the recipe's wrapped model on this process's share of a fixed batch of 16."""
+    images, labels = cifar.fake_images(16, seed=0, sample_seed=1)
+    torch.manual_seed(0)
+    net = cifar.build_model("mobilenet_v2")
+    model = replicas.wrap(net)
+    model.eval()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    share = slice(replicas.rank, None, replicas.world_size)
+    images, labels = cifar.prepare_batch(images[share], labels[share], replicas.device, 32, channels_last=False)
+    F.cross_entropy(model(images), labels).backward()
+    optimizer.step()
+    return net.state_dict()
+
+
+if __name__ == "__main__":
+    # The torchrun worker of test_one_ddp_step_equals_one_full_batch_step.
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    state = one_step(cifar.Replicas(device=torch.device("cpu"), parallel="ddp", rank=dist.get_rank(), world_size=dist.get_world_size()))
+    if dist.get_rank() == 0:
+        torch.save(state, os.environ["CIFAR_DDP_STEP_OUT"])
+    dist.destroy_process_group()
