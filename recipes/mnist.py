@@ -43,7 +43,7 @@ REFERENCE_BATCH = 128
 # Settings a checkpoint must share with the run that resumes it (epochs may grow).
 RESUME_KEYS = (
     "device", "strategy", "world_size", "dataset", "seed", "per_device_batch", "global_batch",
-    "lr", "lr_scaling", "effective_lr", "gamma", "fake_train_size", "fake_test_size",
+    "lr", "lr_scaling", "effective_lr", "gamma", "warmup_epochs", "fake_train_size", "fake_test_size",
 )
 
 
@@ -90,7 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lr", type=common.positive_float, default=1.0, help="Adadelta learning rate at the reference batch (default: 1.0)")
     parser.add_argument("--lr-scaling", choices=("linear", "none"), default="linear",
                         help=f"linear: lr x global batch / {REFERENCE_BATCH} (E3); none: --lr as given (default: linear)")
-    parser.add_argument("--gamma", type=common.positive_float, default=0.7, help="StepLR decay per epoch (default: 0.7)")
+    parser.add_argument("--gamma", type=common.positive_float, default=0.7, help="learning-rate decay per epoch (default: 0.7)")
+    parser.add_argument("--warmup-epochs", type=common.non_negative_int, default=0,
+                        help="ramp the learning rate up linearly over this many epochs before decaying it; "
+                             "large scaled batches need it (E3) (default: 0, as E1)")
     parser.add_argument("--fake-train-size", type=common.positive_int, default=3840, help="--dataset fake: training images (default: 3840)")
     parser.add_argument("--fake-test-size", type=common.positive_int, default=1000, help="--dataset fake: test images (default: 1000)")
     parser.add_argument("--log-every", type=common.positive_int, default=50,
@@ -275,6 +278,20 @@ def spmd_backend() -> Backend:
 # --------------------------------------------------------------------------- training
 
 
+@dataclass(frozen=True)
+class WarmupThenDecay:
+    """Learning-rate factor per epoch: a linear ramp over ``warmup`` epochs (1/(w+1) ... w/(w+1)),
+    then ``gamma`` ** (epochs since the ramp). With no warm-up this is E1's StepLR(step_size=1, gamma)."""
+
+    warmup: int
+    gamma: float
+
+    def __call__(self, epoch: int) -> float:
+        if epoch < self.warmup:
+            return (epoch + 1) / (self.warmup + 1)
+        return self.gamma ** (epoch - self.warmup)
+
+
 @dataclass
 class History:
     """Everything measured so far; saved in checkpoints so a resumed run reports the whole run."""
@@ -419,7 +436,7 @@ def run(backend: Backend, args: argparse.Namespace) -> None:
         )
     model = Net().to(backend.device)
     optimizer = torch.optim.Adadelta(model.parameters(), lr=args.effective_lr)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=args.gamma)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupThenDecay(args.warmup_epochs, args.gamma))
     history, first_epoch = History(), 0
     if saved is not None:
         model.load_state_dict(saved["model"])

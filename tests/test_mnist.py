@@ -112,6 +112,21 @@ def test_fake_dataset_is_deterministic_and_learnable():
     assert same < different
 
 
+def test_learning_rate_schedule_is_step_lr_without_warmup_and_ramps_with_it():
+    def lrs(warmup: int) -> list[float]:
+        optimizer = torch.optim.Adadelta([torch.zeros(1, requires_grad=True)], lr=2.0)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, mnist.WarmupThenDecay(warmup, 0.5))
+        rates = []
+        for _ in range(5):
+            rates.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            scheduler.step()
+        return rates
+
+    assert lrs(0) == [2.0, 1.0, 0.5, 0.25, 0.125]  # StepLR(step_size=1, gamma=0.5)
+    assert lrs(3) == [0.5, 1.0, 1.5, 2.0, 1.0]
+
+
 def test_max_steps_stops_early(mnist_dir, tmp_path):
     mnist.main(["--data-dir", str(mnist_dir), "--results-dir", str(tmp_path), "--epochs", "5", "--max-steps", "3", *TINY])
     metrics = read_results(tmp_path, "cpu")["metrics"]
@@ -193,6 +208,7 @@ BAD_ARGUMENTS = {
     "zero batch": (lambda tmp: ["--per-device-batch", "0"], "argument --per-device-batch: expected a positive integer"),
     "both batches": (lambda tmp: ["--per-device-batch", "8", "--global-batch", "8"], "not allowed with argument"),
     "bad lr": (lambda tmp: ["--lr", "nan"], "argument --lr: expected a positive number, got 'nan'"),
+    "negative warm-up": (lambda tmp: ["--warmup-epochs", "-1"], "argument --warmup-epochs: expected an integer >= 0"),
     "bad run name": (lambda tmp: ["--run-name", "../x"], "--run-name '../x' is not allowed"),
     "missing data, no download": (
         lambda tmp: ["--data-dir", str(tmp / "nowhere"), "--no-download", "--results-dir", str(tmp)],
