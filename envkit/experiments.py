@@ -25,9 +25,7 @@ DEMO_EPOCHS = 2
 # Whole epochs of a smaller fake set, so s/epoch stays meaningful.
 DEMO_MNIST_ARGS = ("--fake-train-size", "1920", "--fake-test-size", "500")
 DEMO_CIFAR_ARGS = ("--model", "mobilenet_v2", "--global-batch", "32", "--fake-train-size", "128", "--fake-test-size", "64")
-# cifar.py's default process count for CPU DDP. Not passed as --nproc: torchrun, which
-# the recipe relaunches itself under, rejects "--nproc" in the script's arguments as
-# an ambiguous abbreviation of its own --nproc-per-node.
+# Two gloo processes: the smallest DDP that shows the lesson, and all a 2-core laptop has.
 CPU_DDP_PROCESSES = 2
 
 
@@ -76,7 +74,7 @@ def local_runs(root: Path, results_dir: Path, facts, size: tuple[str, ...], extr
         _recipe("mnist on eager CPU", root, "mnist", "--device", "cpu", *common, *extra_mnist),
         _recipe("cifar, one CPU process", root, "cifar", "--device", "cpu", "--parallel", "none", *common, *extra_cifar),
         _recipe(f"cifar, DDP over {CPU_DDP_PROCESSES} gloo processes", root, "cifar", "--device", "cpu",
-                "--parallel", "ddp", *common, *extra_cifar),
+                "--parallel", "ddp", "--nproc", str(CPU_DDP_PROCESSES), *common, *extra_cifar),
     ]
     if facts.gpus:
         gpus = str(len(facts.gpus))
@@ -147,7 +145,8 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_
         Step("cifar, one process in the cpu image",
              (run_sh, "cifar", "--device", "cpu", "--parallel", "none", *in_image, *DEMO_CIFAR_ARGS), mount),
         Step(f"cifar, DDP over {CPU_DDP_PROCESSES} gloo processes in the cpu image",
-             (run_sh, "cifar", "--device", "cpu", "--parallel", "ddp", *in_image, *DEMO_CIFAR_ARGS), mount),
+             (run_sh, "cifar", "--device", "cpu", "--parallel", "ddp", "--nproc", str(CPU_DDP_PROCESSES),
+              *in_image, *DEMO_CIFAR_ARGS), mount),
         report,
     ]
     fallback = Plan(local[1:], [f"the cpu image could not be built; running the recipes with {sys.executable} instead"])

@@ -25,7 +25,7 @@ LOCAL_DEMO_RUNS = f"""\
 # 3. cifar, one CPU process
 {PY} recipes/cifar.py --device cpu --parallel none --results-dir results/demo --quiet --dataset fake --epochs 2 --model mobilenet_v2 --global-batch 32 --fake-train-size 128 --fake-test-size 64
 # 4. cifar, DDP over 2 gloo processes
-{PY} recipes/cifar.py --device cpu --parallel ddp --results-dir results/demo --quiet --dataset fake --epochs 2 --model mobilenet_v2 --global-batch 32 --fake-train-size 128 --fake-test-size 64
+{PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 --results-dir results/demo --quiet --dataset fake --epochs 2 --model mobilenet_v2 --global-batch 32 --fake-train-size 128 --fake-test-size 64
 # 5. report
 {PY} -m envkit report results/demo --plot results/demo/comparison.png
 """
@@ -79,7 +79,7 @@ def test_demo_with_docker_runs_in_the_cpu_image_and_falls_back(in_repo, capsys):
     assert out.endswith(
         f"# 3. mnist in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh mnist {image_args} --fake-train-size 1920 --fake-test-size 500\n"
         f"# 4. cifar, one process in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh cifar --device cpu --parallel none --quiet --dataset fake --epochs 2 {cifar_args}\n"
-        f"# 5. cifar, DDP over 2 gloo processes in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh cifar --device cpu --parallel ddp --quiet --dataset fake --epochs 2 {cifar_args}\n"
+        f"# 5. cifar, DDP over 2 gloo processes in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh cifar --device cpu --parallel ddp --nproc 2 --quiet --dataset fake --epochs 2 {cifar_args}\n"
         f"# 6. report\n{PY} -m envkit report results/demo --plot results/demo/comparison.png\n"
     )
     # the fallback is the local plan without its render step, renumbered
@@ -96,7 +96,7 @@ def test_compare_runs_the_make_targets_doctor_allows(in_repo, repo_root, capsys)
         f"#    # the first Docker experiment failed; running the recipes with {PY} instead\n"
         f"#    # 1. mnist on eager CPU\n#    {PY} recipes/mnist.py --device cpu --results-dir results --quiet --dataset fake --epochs 1 --max-steps 5\n"
         f"#    # 2. cifar, one CPU process\n#    {PY} recipes/cifar.py --device cpu --parallel none --results-dir results --quiet --dataset fake --epochs 1 --max-steps 5\n"
-        f"#    # 3. cifar, DDP over 2 gloo processes\n#    {PY} recipes/cifar.py --device cpu --parallel ddp --results-dir results --quiet --dataset fake --epochs 1 --max-steps 5\n"
+        f"#    # 3. cifar, DDP over 2 gloo processes\n#    {PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 --results-dir results --quiet --dataset fake --epochs 1 --max-steps 5\n"
         f"#    # 4. report\n#    {report}"
         f"# 2. report\n{report}"
     )
@@ -110,7 +110,7 @@ def test_compare_without_docker_runs_cpu_and_gpu_recipes_here(in_repo, capsys):
         f"# no Docker experiments on this host (no engine); running the recipes with {PY}\n"
         f"# 1. mnist on eager CPU\n{PY} recipes/mnist.py --device cpu {common}\n"
         f"# 2. cifar, one CPU process\n{PY} recipes/cifar.py --device cpu --parallel none {common}\n"
-        f"# 3. cifar, DDP over 2 gloo processes\n{PY} recipes/cifar.py --device cpu --parallel ddp {common}\n"
+        f"# 3. cifar, DDP over 2 gloo processes\n{PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 {common}\n"
         f"# 4. mnist on one GPU\n{PY} recipes/mnist.py --device cuda {common}\n"
         f"# 5. cifar, one GPU\n{PY} recipes/cifar.py --device cuda --parallel none {common}\n"
         f"# 6. cifar, DataParallel over 2 GPUs\n{PY} recipes/cifar.py --device cuda --parallel dp {common}\n"
