@@ -247,6 +247,7 @@ def test_load_refuses_a_tarball_whose_checksum_does_not_match(engine, tmp_path):
         (lambda m: m.update(size="big"), "no valid 'size'"),
         (lambda m: m.update(tarball="../../etc/passwd"), "a bare file name is expected"),
         (lambda m: m.update(manifest_version=99), "upgrade envkit"),
+        (lambda m: m.update(tag="ubuntu:latest"), "envkit-<target>:<12 hex> expected"),
     ],
 )
 def test_load_refuses_a_malformed_manifest(engine, tmp_path, edit, message):
@@ -342,3 +343,10 @@ def test_staging_area_is_fixed_per_project_and_starts_empty(tmp_path, monkeypatc
     assert images.staging_path(tmp_path / "b", "cpu") != first
     assert images.staging_path(tmp_path / "a", "cuda") != first
     assert first.parent == tmp_path / "cache" / "contexts"
+
+
+def test_save_into_an_unwritable_place_is_one_line(engine, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(EnvkitError, match="cannot create --output-dir .*: Not a directory"):
+        images.save(FakeTarget(), None, blocker / "out")
