@@ -12,9 +12,12 @@ built" for contexts an earlier run left behind.
 Works on a copy of the project (config, templates, recipes) in a temp directory, so
 the recipe edit never touches the checkout. Needs a running Docker engine.
 
-    .venv/bin/python benchmarks/bench_build.py                       # the project's cpu target
-    .venv/bin/python benchmarks/bench_build.py --config my.yaml \\
-        --base-image "$(scripts/base-image.sh)" --wheelhouse /path/to/wheels   # offline host
+    .venv/bin/python benchmarks/bench_build.py          # the project's cpu target (needs PyPI)
+
+    # a host without a registry or PyTorch's index: debootstrap'd base + wheelhouse
+    .venv/bin/pip download -d /tmp/wheels 'torch==2.13.0+cpu' tqdm==4.67.1
+    .venv/bin/python benchmarks/bench_build.py --config benchmarks/envkit-offline.yaml \\
+        --base-image "$(scripts/base-image.sh)" --wheelhouse /tmp/wheels
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ def changed_layers(before: list[str], after: list[str]) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, default=REPO / "envkit.yaml")
+    parser.add_argument("--config", type=Path, default=REPO / "envkit.yaml", help="targets to build (templates and recipes are the checkout's)")
     parser.add_argument("--target", default="cpu")
     parser.add_argument("--recipe", default="mnist", help="recipe to edit (default: mnist)")
     parser.add_argument("--base-image", help="passed to envkit build")
@@ -90,7 +93,7 @@ def main() -> int:
         project = Path(tmp)
         shutil.copy(args.config, project / "envkit.yaml")
         for part in ("templates", "recipes"):
-            shutil.copytree(args.config.resolve().parent / part, project / part, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(REPO / part, project / part, ignore=shutil.ignore_patterns("__pycache__"))
         envkit("render", "--all", "--config", "envkit.yaml", cwd=project)
 
         if not args.skip_cold:

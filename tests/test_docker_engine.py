@@ -5,8 +5,8 @@ Needs a running engine (CI starts one with scripts/docker-engine.sh) and root or
 cached base image for scripts/base-image.sh. Skips with the reason when either is
 missing, and fails instead when ENVKIT_REQUIRE_DOCKER=1.
 
-The cpu target here pins torch 2.13.0 without torchvision and installs only from a
-wheelhouse: `pip download` on the host fills it (the torch wheel comes from
+The cpu target (benchmarks/envkit-offline.yaml) pins torch without torchvision and
+installs only from a wheelhouse: `pip download` on the host fills it (the torch wheel comes from
 ENVKIT_TEST_WHEELS, default /opt/wheels, or the host's own pip configuration).
 """
 
@@ -27,6 +27,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 
 
@@ -34,19 +35,11 @@ def engine_test(test):
     return pytest.mark.slow(pytest.mark.docker(test))
 
 
-TORCH = "2.13.0"
-TQDM = "4.67.1"
+OFFLINE_CONFIG = Path(__file__).resolve().parent.parent / "benchmarks" / "envkit-offline.yaml"
+TORCH = yaml.safe_load(OFFLINE_CONFIG.read_text())["targets"]["cpu"]["torch"]
 SMALL_PYPI_PACKAGE = "six==1.17.0"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 NON_ROOT = (4242, 4242)
-CONFIG = f"""\
-targets:
-  cpu:
-    kind: cpu
-    torch: "{TORCH}"
-    python: "3.11"
-    torchvision: false
-"""
 
 
 def unavailable(reason: str):
@@ -95,9 +88,13 @@ def wheelhouse(tmp_path_factory) -> Path:
     command = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest", str(wheels)]
     if local.is_dir():
         command += ["--find-links", str(local)]
-    done = subprocess.run([*command, f"torch=={TORCH}+cpu", f"tqdm=={TQDM}"], capture_output=True, text=True)
+    from envkit.config import load_config
+    from envkit.render import requirements
+
+    wanted = requirements(load_config(OFFLINE_CONFIG).target("cpu"))  # what the Dockerfile installs
+    done = subprocess.run([*command, *wanted], capture_output=True, text=True)
     if done.returncode != 0:
-        unavailable(f"cannot fill the wheelhouse with torch {TORCH}+cpu: {done.stderr.strip().splitlines()[-1:]}")
+        unavailable(f"cannot fill the wheelhouse with {' '.join(wanted)}: {done.stderr.strip().splitlines()[-1:]}")
     return wheels
 
 
@@ -106,7 +103,7 @@ def project(tmp_path_factory, repo_root) -> Path:
     root = tmp_path_factory.mktemp("project")
     shutil.copytree(repo_root / "templates", root / "templates")
     shutil.copytree(repo_root / "recipes", root / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "envkit.yaml").write_text(CONFIG)
+    shutil.copy(OFFLINE_CONFIG, root / "envkit.yaml")
     envkit("render", "--all", "--config", "envkit.yaml", cwd=root)
     yield root
     from envkit.images import staging_path
