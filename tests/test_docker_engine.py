@@ -268,6 +268,10 @@ def test_save_then_load_restores_the_same_image(client, project, built, tmp_path
     assert loaded.stdout.strip() == built
     assert client.images.get("envkit-cpu:latest").id == image.id
 
+    # same image, same bytes: saving the loaded image again reproduces the tarball
+    again = envkit("save", "cpu", "--config", "envkit.yaml", "--output-dir", str(tmp_path / "again"), cwd=project).stdout.split()
+    assert json.loads(Path(again[1]).read_text())["sha256"] == manifest["sha256"]
+
     with tarball.open("r+b") as stream:  # one flipped byte in the middle of a layer
         stream.seek(tarball.stat().st_size // 2)
         byte = stream.read(1)
@@ -276,6 +280,8 @@ def test_save_then_load_restores_the_same_image(client, project, built, tmp_path
     refused = envkit("load", str(tarball), cwd=project, check=False)
     assert refused.returncode == 2
     assert "refusing to load" in refused.stderr and refused.stderr.count("\n") == 1
+    for saved_tarball in (tarball, Path(again[0])):  # ~400 MB each; pytest keeps tmp dirs around
+        saved_tarball.unlink()
 
 
 @pytest.fixture
