@@ -8,10 +8,15 @@ All three loops train the same network from the same initial weights with the
 same optimiser on the same images, in this one process, taking turns epoch by
 epoch so that load from elsewhere on the machine hits them alike:
 
-- recipe:    recipes/mnist.py's own train_epoch (pre-collated batches, no per-step sync);
+- recipe:    recipes/mnist.py's own loaders and train_epoch (pre-collated batches,
+             per-step timing, no per-step sync);
 - bare:      the least a loop can do: batches already on the device, no loader, no timing;
-- published: a per-sample transform DataLoader (PIL -> ToTensor -> Normalize) and
+- published: torchvision's MNIST with per-sample ToTensor/Normalize in a DataLoader and
              ``loss.cpu().item()`` every step, as the published comparison did.
+
+The images are generated and written in MNIST's on-disk format to a temporary
+directory (the real dataset cannot be downloaded everywhere); the recipe reads
+them through its real-data path.
 
 Goals (issue 3): recipe within 3% of bare; faster than published; on XLA no
 compilation after the warm-up epoch.
@@ -20,43 +25,21 @@ compilation after the warm-up epoch.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "recipes"))
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO_ROOT / "recipes"), str(REPO_ROOT / "tests")]
 import common  # noqa: E402
 import mnist  # noqa: E402
-
-
-def uint8_digits(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The recipe's fake images as MNIST's raw uint8 [N,28,28], so every loop can start from raw pixels."""
-    images, labels = common.fake_split(count, (28, 28), mnist.NUM_CLASSES, template_seed=seed, sample_seed=seed + 1,
-                                       noise=mnist.FAKE_NOISE)
-    scaled = (images - images.min()) / (images.max() - images.min()) * 255
-    return scaled.round().to(torch.uint8), labels
-
-
-class PublishedStyleDataset(torch.utils.data.Dataset):
-    """One image at a time through PIL and torchvision transforms, like torchvision's MNIST with a transform."""
-
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor):
-        from torchvision import transforms  # noqa: PLC0415
-
-        self.images, self.labels = images, labels
-        self.transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((mnist.MNIST_MEAN,), (mnist.MNIST_STD,))])
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, index: int):
-        from PIL import Image  # noqa: PLC0415
-
-        return self.transform(Image.fromarray(self.images[index].numpy(), mode="L")), int(self.labels[index])
+from mnist_files import write_mnist  # noqa: E402 - MNIST's IDX format, shared with the tests
 
 
 def fresh_model(device: torch.device, lr: float, seed: int):
@@ -68,10 +51,10 @@ def fresh_model(device: torch.device, lr: float, seed: int):
 class RecipeLoop:
     name = "recipe"
 
-    def __init__(self, backend, args, dataset, seed):
+    def __init__(self, backend, args):
         self.backend, self.args = backend, args
-        self.loader = common.batch_loader(dataset, args.per_device_batch, train=True, seed=seed, drop_last=True)
-        self.model, self.optimizer = fresh_model(backend.device, args.effective_lr, seed)
+        self.loader, _ = mnist.build_loaders(args, backend)
+        self.model, self.optimizer = fresh_model(backend.device, args.effective_lr, args.seed)
         self.history = mnist.History()
 
     def epoch(self, epoch: int) -> int:
@@ -83,11 +66,11 @@ class RecipeLoop:
 class BareLoop:
     name = "bare"
 
-    def __init__(self, backend, args, dataset, seed):
+    def __init__(self, backend, args):
         self.backend = backend
-        loader = common.batch_loader(dataset, args.per_device_batch, train=True, seed=seed, drop_last=True)
+        loader, _ = mnist.build_loaders(args, backend)
         self.batches = [(x.to(backend.device), y.to(backend.device)) for x, y in loader]
-        self.model, self.optimizer = fresh_model(backend.device, args.effective_lr, seed)
+        self.model, self.optimizer = fresh_model(backend.device, args.effective_lr, args.seed)
 
     def epoch(self, epoch: int) -> int:
         self.model.train()
@@ -100,14 +83,20 @@ class BareLoop:
 
 
 class PublishedLoop:
+    """torchvision's MNIST with per-sample ToTensor + Normalize, a shuffling DataLoader, and a
+    ``loss.cpu().item()`` every step, as the published notebooks had it."""
+
     name = "published"
 
-    def __init__(self, backend, args, raw, seed):
+    def __init__(self, backend, args):
+        from torchvision import datasets, transforms  # noqa: PLC0415
+
         self.backend = backend
-        generator = torch.Generator().manual_seed(seed)
-        self.loader = torch.utils.data.DataLoader(PublishedStyleDataset(*raw), batch_size=args.per_device_batch,
-                                                  shuffle=True, drop_last=True, generator=generator)
-        self.model, self.optimizer = fresh_model(backend.device, args.effective_lr, seed)
+        transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((mnist.MNIST_MEAN,), (mnist.MNIST_STD,))])
+        dataset = datasets.MNIST(str(args.data_dir), train=True, download=False, transform=transform)
+        self.loader = torch.utils.data.DataLoader(dataset, batch_size=args.per_device_batch, shuffle=True, drop_last=True,
+                                                  generator=torch.Generator().manual_seed(args.seed))
+        self.model, self.optimizer = fresh_model(backend.device, args.effective_lr, args.seed)
 
     def epoch(self, epoch: int) -> int:
         self.model.train()
@@ -118,13 +107,32 @@ class PublishedLoop:
             loss = F.nll_loss(self.model(images), labels)
             loss.backward()
             self.backend.step_optimizer(self.optimizer)
-            loss.cpu().item()  # the published loop logged every step, forcing a device sync
+            loss.cpu().item()  # logged every step: a device sync every step
             steps += 1
         return steps
 
 
 def compilations(backend) -> int | None:
     return mnist.xla_compilations() if backend.xla else None
+
+
+def measure(loops, backend, repeats: int) -> tuple[dict, dict]:
+    """Steps/s per loop over ``repeats`` epochs each, taking turns; and XLA compilations while timed."""
+    for loop in loops:  # warm-up: allocator, caches, and XLA's compilations
+        loop.epoch(0)
+    rates = {loop.name: [] for loop in loops}
+    compiled = {loop.name: 0 for loop in loops}
+    for repeat in range(1, repeats + 1):
+        for loop in loops:
+            before = compilations(backend)
+            common.synchronize(backend.device)
+            start = time.perf_counter()
+            steps = loop.epoch(repeat)
+            common.synchronize(backend.device)
+            rates[loop.name].append(steps / (time.perf_counter() - start))
+            if before is not None:
+                compiled[loop.name] += compilations(backend) - before
+    return rates, compiled
 
 
 def main() -> None:
@@ -136,42 +144,31 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     options = parser.parse_args()
 
-    args = mnist.parse_args(["--device", options.device, "--dataset", "fake", "--quiet",
-                             "--per-device-batch", str(options.batch)])
-    backend = mnist.eager_backend(options.device) if options.device != "tpu" else mnist.single_core_backend()
-    mnist.resolve_batches(args, backend.world_size)
-    raw = uint8_digits(options.batch * options.steps, options.seed)
-    dataset = common.IndexBatchDataset(mnist.normalize(raw[0]), raw[1])
-    loops = [RecipeLoop(backend, args, dataset, options.seed), BareLoop(backend, args, dataset, options.seed),
-             PublishedLoop(backend, args, raw, options.seed)]
-
-    print(f"device {backend.device} | torch {torch.__version__} | threads {torch.get_num_threads()} | "
-          f"batch {options.batch} | {options.steps} steps/epoch | 1 warm-up + {options.repeats} timed epochs per loop")
-    for loop in loops:  # warm-up: allocator, caches, and XLA's compilations
-        loop.epoch(0)
-    compiled_before = {loop.name: 0 for loop in loops}
-    rates = {loop.name: [] for loop in loops}
-    for repeat in range(1, options.repeats + 1):
-        for loop in loops:
-            before = compilations(backend)
-            common.synchronize(backend.device)
-            start = time.perf_counter()
-            steps = loop.epoch(repeat)
-            common.synchronize(backend.device)
-            rates[loop.name].append(steps / (time.perf_counter() - start))
-            if before is not None:
-                compiled_before[loop.name] += compilations(backend) - before
+    data_dir = Path(tempfile.mkdtemp(prefix="bench-mnist-"))
+    try:
+        # The same images, on disk in MNIST's format, feed all three loops.
+        write_mnist(data_dir, train_count=options.batch * options.steps, test_count=options.batch, seed=options.seed)
+        args = mnist.parse_args(["--device", options.device, "--data-dir", str(data_dir), "--no-download", "--quiet",
+                                 "--per-device-batch", str(options.batch), "--seed", str(options.seed)])
+        backend = mnist.eager_backend(options.device) if options.device != "tpu" else mnist.single_core_backend()
+        mnist.resolve_batches(args, backend.world_size)
+        loops = [RecipeLoop(backend, args), BareLoop(backend, args), PublishedLoop(backend, args)]
+        print(f"device {backend.device} | torch {torch.__version__} | threads {torch.get_num_threads()} | "
+              f"batch {options.batch} | {options.steps} steps/epoch | 1 warm-up + {options.repeats} timed epochs per loop")
+        rates, compiled = measure(loops, backend, options.repeats)
+    finally:
+        shutil.rmtree(data_dir)
 
     median = {name: statistics.median(values) for name, values in rates.items()}
     for name, values in rates.items():
         line = f"{name:>10}: {median[name]:8.2f} steps/s (median; min {min(values):.2f}, max {max(values):.2f})"
         if backend.xla:
-            line += f", compilations in timed epochs: {compiled_before[name]}"
+            line += f", compilations in timed epochs: {compiled[name]}"
         print(line)
     print(f"recipe / bare      = {median['recipe'] / median['bare']:.3f}  (goal >= 0.97)")
     print(f"recipe / published = {median['recipe'] / median['published']:.3f}  (goal > 1)")
     if backend.xla:
-        print(f"XLA compilations in total: {mnist.xla_compilations()}; after warm-up in the recipe loop: {compiled_before['recipe']} (goal 0)")
+        print(f"XLA compilations in total: {mnist.xla_compilations()}; in the recipe loop after warm-up: {compiled['recipe']} (goal 0)")
 
 
 if __name__ == "__main__":

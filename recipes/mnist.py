@@ -11,7 +11,10 @@ Network, optimiser and schedule are the PyTorch MNIST example's (Adadelta 1.0,
 StepLR 0.7, batch 128, 10 epochs). Fixed mistakes of the published comparison:
 no ``.item()`` per step, the learning rate follows the global batch (E3), and
 test accuracy is counted over the whole test set, not one replica's shard.
-Writes ``<results-dir>/mnist-<run-name>.json`` and a checkpoint every epoch.
+``--per-device-batch`` / ``--global-batch`` and ``--lr-scaling`` / ``--warmup-epochs``
+make the E3 scaling rule explicit; ``settings`` records what was used.
+Writes ``<results-dir>/mnist-<run-name>.json`` and a checkpoint every epoch
+(``--resume`` continues from it; on CPU with a fixed seed, bit-identically).
 """
 
 from __future__ import annotations
@@ -199,6 +202,10 @@ class Backend:
     to_device: Callable[[Iterable], Iterable] | None = None
     sum_over_replicas: Callable[[list[float]], list[float]] = lambda values: values
     is_main: bool = True
+    # Keep the whole dataset on the device and gather batches there: no host-to-device
+    # copy per step. Not with MpDeviceLoader, which copies in background threads and
+    # needs host tensors to shard.
+    preload: bool = False
 
     @property
     def xla(self) -> bool:
@@ -221,7 +228,8 @@ class Backend:
 
 def eager_backend(device_kind: str) -> Backend:
     """cpu or cuda: plain PyTorch on one device."""
-    return Backend(device=common.select_device(device_kind))
+    device = common.select_device(device_kind)
+    return Backend(device=device, preload=device.type == "cuda")
 
 
 def single_core_backend() -> Backend:
@@ -231,6 +239,7 @@ def single_core_backend() -> Backend:
     return Backend(
         device=common.select_device("tpu"),
         step_optimizer=lambda optimizer: xm.optimizer_step(optimizer, barrier=True),
+        preload=True,
     )
 
 
@@ -397,16 +406,36 @@ def timing_record(history: History, total_s: float) -> dict:
     }
 
 
-def resume_state(args: argparse.Namespace, path: Path) -> dict | None:
+def resume_state(args: argparse.Namespace, path: Path, backend: Backend) -> dict | None:
     """The checkpoint to continue from, or None for a fresh start."""
     if not args.resume:
         return None
     if not path.exists():
-        print(f"{PROG}: no checkpoint at {path}; starting from the first epoch", file=sys.stderr)
+        if backend.is_main:
+            print(f"{PROG}: no checkpoint at {path}; starting from the first epoch", file=sys.stderr)
         return None
     state = common.load_checkpoint(path)
     common.check_resumable(path, state.get("training_settings", {}), training_settings(args))
     return state
+
+
+def build_loaders(args: argparse.Namespace, backend: Backend):
+    """This process's training and test loaders of pre-collated batches."""
+    train_set, test_set = load_data(args)
+    if backend.preload:  # MNIST (~200 MB as floats) fits in any accelerator's memory
+        train_set, test_set = train_set.to(backend.device), test_set.to(backend.device)
+    # SPMD: one process loads whole global batches and the loader shards them over the devices.
+    loader_batch = args.global_batch if backend.data_shards == 1 else args.per_device_batch
+    train_loader = common.batch_loader(train_set, loader_batch, train=True, seed=args.seed,
+                                       rank=backend.data_rank, world_size=backend.data_shards, drop_last=True)
+    test_loader = common.batch_loader(test_set, args.test_batch, train=False, seed=args.seed,
+                                      rank=backend.data_rank, world_size=backend.data_shards)
+    if len(train_loader) == 0:
+        raise RecipeError(
+            f"no training step: {len(train_loader.sampler.sampler)} training images per data shard is less than "
+            f"one batch of {loader_batch}; use a smaller batch or more data"
+        )
+    return train_loader, test_loader
 
 
 def run(backend: Backend, args: argparse.Namespace) -> None:
@@ -418,22 +447,10 @@ def run(backend: Backend, args: argparse.Namespace) -> None:
     checkpoint_dir = args.checkpoint_dir or args.results_dir / "checkpoints"
     args.run_name, args.checkpoint_dir = run_name, checkpoint_dir
     checkpoint = common.checkpoint_path(checkpoint_dir, RECIPE, run_name)
-    saved = resume_state(args, checkpoint)
+    saved = resume_state(args, checkpoint, backend)
 
     common.seed_everything(args.seed, backend.device)
-    train_set, test_set = load_data(args)
-    if backend.device.type == "cuda":  # MNIST fits in GPU memory many times over
-        train_set, test_set = train_set.to(backend.device), test_set.to(backend.device)
-    loader_batch = args.global_batch if backend.data_shards == 1 else args.per_device_batch
-    train_loader = common.batch_loader(train_set, loader_batch, train=True, seed=args.seed,
-                                       rank=backend.data_rank, world_size=backend.data_shards, drop_last=True)
-    test_loader = common.batch_loader(test_set, args.test_batch, train=False, seed=args.seed,
-                                      rank=backend.data_rank, world_size=backend.data_shards)
-    if len(train_loader) == 0:
-        raise RecipeError(
-            f"no training step: {len(train_loader.sampler.sampler)} training images per data shard is less than "
-            f"one batch of {loader_batch}; use a smaller batch or more data"
-        )
+    train_loader, test_loader = build_loaders(args, backend)
     model = Net().to(backend.device)
     optimizer = torch.optim.Adadelta(model.parameters(), lr=args.effective_lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupThenDecay(args.warmup_epochs, args.gamma))
@@ -466,7 +483,7 @@ def run(backend: Backend, args: argparse.Namespace) -> None:
             save_start = time.perf_counter()
             common.save_checkpoint(checkpoint, {
                 "epoch": epoch + 1,
-                "sampler_epoch": epoch + 1,
+                "sampler_epoch": epoch + 1,  # the next epoch's shuffle (DistributedSampler.set_epoch)
                 "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(),
