@@ -53,7 +53,11 @@ def connect_engine():
     """A Docker SDK client whose engine answered a ping, or EnvkitError in one line."""
     try:
         import docker
-    except ImportError:
+
+        # Without the SDK, `python -m envkit` in a project root imports the rendered
+        # docker/ directory as an empty namespace package instead of failing.
+        docker.from_env
+    except (ImportError, AttributeError):
         raise EnvkitError("the Docker SDK for Python is missing: pip install docker (or run 'make venv')") from None
     try:
         client = docker.from_env(timeout=int(os.environ.get("ENVKIT_DOCKER_TIMEOUT", "600")))

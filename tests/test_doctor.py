@@ -165,3 +165,26 @@ def test_cli_doctor_json_reports_the_facts(tmp_path):
 def test_cli_doctor_refuses_bad_gpus(tmp_path):
     done = run_doctor("--gpus", "0,,1", tmp_path=tmp_path)
     assert done.returncode == 2 and "GPUS='0,,1' is invalid" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "failure, message",
+    [
+        ("Error while fetching server API version: ('Connection aborted.', PermissionError(13, 'Permission denied'))",
+         "permission denied on the Docker socket: add yourself to the 'docker' group"),
+        ("Error while fetching server API version: ('Connection aborted.', FileNotFoundError(2, 'No such file or directory'))",
+         "no Docker engine answers at unix:///var/run/docker.sock: start one with 'sudo systemctl start docker'"),
+    ],
+)
+def test_engine_failures_become_one_actionable_line(monkeypatch, failure, message):
+    import docker
+
+    def refuse(**_):
+        raise docker.errors.DockerException(failure)
+
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.setattr(docker, "from_env", refuse)
+    with pytest.raises(EnvkitError) as caught:
+        doctor.connect_engine()
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
