@@ -46,10 +46,10 @@ FIRST_GPU := $(if $(filter all,$(GPUS)),0,$(firstword $(subst $(comma), ,$(GPUS)
 RUN_ENV = RESULTS_DIR=$(RESULTS_DIR) DATA_DIR=$(DATA_DIR)
 
 # experiment(kind, gpus, recipe and flags): check the host, build (cached), run.
+# run.sh creates RESULTS_DIR and DATA_DIR as the caller, so results stay the caller's.
 define experiment
 	$(ENVKIT) doctor --require $(1) $(if $(2),--gpus $(2))
 	$(ENVKIT) build $(1) $(BUILD_FLAGS)
-	mkdir -p $(RESULTS_DIR) $(DATA_DIR)
 	$(RUN_ENV) $(if $(2),GPUS=$(2)) docker/$(1)/run.sh $(3)
 endef
 
@@ -63,7 +63,7 @@ help: ## list the targets and the variables they read
 	@echo "variables: GPUS MODEL BATCH PER_DEVICE_BATCH EPOCHS DATASET MAX_STEPS RESULTS_DIR DATA_DIR VENV PYTHON"
 	@echo "           TORCH_INDEX_URL WHEELHOUSE BASE_IMAGE CA_CERTS BUILD_ARGS NO_CACHE REGISTRY TARGET IMAGES_DIR FILE"
 
-venv: $(ENVKIT) ## create the pinned dev environment in $(VENV)
+venv: $(ENVKIT) ## create the pinned dev environment in VENV (default .venv)
 
 $(ENVKIT): requirements/dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)

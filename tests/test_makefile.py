@@ -78,7 +78,6 @@ def test_cpu_mnist_checks_the_host_then_builds_then_runs(project):
     assert lines == [
         ".venv/bin/envkit doctor --require cpu",
         ".venv/bin/envkit build cpu",
-        "mkdir -p /r /d",
         "RESULTS_DIR=/r DATA_DIR=/d docker/cpu/run.sh mnist --device cpu --dataset fake --max-steps 5",
     ]
 
