@@ -25,7 +25,8 @@ FILE ?=
 
 ENVKIT := $(VENV)/bin/envkit
 CONFIG := envkit.yaml
-TEMPLATES := $(wildcard templates/*)
+# What a rendered file depends on: the config, the templates and envkit's version matrix.
+RENDER_INPUTS := $(CONFIG) $(wildcard templates/*) $(wildcard envkit/data/*.yaml)
 comma := ,
 
 # A malformed GPUS= is bad input on any host: stop before anything runs.
@@ -81,10 +82,10 @@ xla-env: .venv-xla/bin/python ## create the torch_xla environment in .venv-xla (
 render: | $(ENVKIT) ## render docker/<target>/ from envkit.yaml and templates/
 	$(ENVKIT) render --all
 
-# Rendered files are committed; re-render only when the config or templates changed.
+# Rendered files are committed; re-render only when one of their inputs changed.
 # render leaves unchanged files alone, so touch them: otherwise every later make would
 # render again. Dates never decide an image build (envkit build hashes the content).
-docker/%/Dockerfile docker/%/run.sh: $(CONFIG) $(TEMPLATES) | $(ENVKIT)
+docker/%/Dockerfile docker/%/run.sh: $(RENDER_INPUTS) | $(ENVKIT)
 	$(ENVKIT) render --target $*
 	touch docker/$*/Dockerfile docker/$*/run.sh
 

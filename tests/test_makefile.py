@@ -34,7 +34,8 @@ def project(tmp_path: Path, repo_root: Path) -> Path:
     work = tmp_path / "project"
     work.mkdir()
     shutil.copy(repo_root / "Makefile", work)
-    for name in ("envkit.yaml", "pyproject.toml", "requirements/dev.txt", "requirements/xla.txt", "templates/Dockerfile.j2"):
+    for name in ("envkit.yaml", "pyproject.toml", "requirements/dev.txt", "requirements/xla.txt", "templates/Dockerfile.j2",
+                 "envkit/data/matrix.yaml"):
         (work / name).parent.mkdir(parents=True, exist_ok=True)
         (work / name).write_text("stand-in\n")
         _age(work / name, 300)
@@ -149,6 +150,11 @@ def test_stale_render_is_rendered_first(project):
 def test_edited_template_re_renders(project):
     _age(project / "templates" / "Dockerfile.j2", 0)
     assert dry_run(project, "build-tpu-vm")[0] == ".venv/bin/envkit render --target tpu-vm"
+
+
+def test_a_new_version_matrix_re_renders(project):
+    _age(project / "envkit" / "data" / "matrix.yaml", 0)
+    assert dry_run(project, "build-cuda")[0] == ".venv/bin/envkit render --target cuda"
 
 
 def test_render_target_renders_everything(project):
