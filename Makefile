@@ -26,7 +26,7 @@ FILE ?=
 ENVKIT := $(VENV)/bin/envkit
 CONFIG := envkit.yaml
 # What a rendered file depends on: the config, the templates and envkit's version matrix.
-RENDER_INPUTS := $(CONFIG) $(wildcard templates/*) $(wildcard envkit/data/*.yaml)
+RENDER_INPUTS := $(CONFIG) $(wildcard templates/*) $(wildcard envkit/data/matrix.yaml)
 comma := ,
 
 # A malformed GPUS= is bad input on any host: stop before anything runs.
