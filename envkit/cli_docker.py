@@ -85,8 +85,8 @@ def _build(args) -> int:
         build_args=dict(images.parse_build_arg(a) for a in args.build_arg),
     )
     built = images.build(config.root, target, options)
-    if built.reused:
-        print(f"envkit: {built.tag} is already built; tagged it latest", file=sys.stderr)
+    state = "is already built; tagged it latest" if built.reused else "built and tagged latest"
+    print(f"envkit: {built.tag} {state} ({built.size_bytes / 1e9:.2f} GB)", file=sys.stderr)
     print(built.tag)
     return 0
 

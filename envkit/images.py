@@ -55,6 +55,7 @@ class BuildOptions:
 class BuiltImage:
     tag: str
     image_id: str
+    size_bytes: int
     reused: bool  # True when an image with this content tag already existed
 
 
@@ -227,7 +228,7 @@ def build(root: Path, target, options: BuildOptions) -> BuiltImage:
         existing = _find_image(client, tag)
         if existing is not None and not options.no_cache:
             existing.tag(repo, LATEST)
-            return BuiltImage(tag=tag, image_id=existing.id, reused=True)
+            return BuiltImage(tag=tag, image_id=existing.id, size_bytes=existing.attrs["Size"], reused=True)
         command = [*docker_cli(), "build", "--progress=plain", "-t", tag, "-t", f"{repo}:{LATEST}"]
         for key, value in sorted(args.items()):
             command += ["--build-arg", f"{key}={value}"]
@@ -238,7 +239,8 @@ def build(root: Path, target, options: BuildOptions) -> BuiltImage:
         done = subprocess.run(command, env={**os.environ, "DOCKER_BUILDKIT": "1"}, stdout=sys.stderr, check=False)
         if done.returncode != 0:
             raise EnvkitError(f"docker build of {tag} failed (exit {done.returncode}); the build log is above", exit_code=1)
-    return BuiltImage(tag=tag, image_id=client.images.get(tag).id, reused=False)
+    image = client.images.get(tag)
+    return BuiltImage(tag=tag, image_id=image.id, size_bytes=image.attrs["Size"], reused=False)
 
 
 def _find_image(client, reference: str):
