@@ -267,6 +267,31 @@ def test_tpu_without_torch_xla_is_a_clear_error(capsys):
     assert code == 2 and "--device tpu needs torch_xla" in message
 
 
+BLOCK_AND_RUN = """
+import runpy, sys
+for name in ("envkit", "torchvision", "torch_xla"):
+    sys.modules[name] = None  # import now fails, as in the cpu image
+sys.argv = sys.argv[1:]
+sys.path.insert(0, sys.argv[0].rpartition("/")[0])  # what 'python recipes/mnist.py' does
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_fake_data_needs_neither_torchvision_nor_envkit(tmp_path):
+    done = subprocess.run([sys.executable, "-c", BLOCK_AND_RUN, str(RECIPE), "--dataset", "fake", "--max-steps", "2",
+                           "--fake-train-size", "256", "--fake-test-size", "64", "--results-dir", str(tmp_path), "--quiet"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert read_results(tmp_path, "cpu")["environment"]["torch_xla"] is None
+
+
+def test_real_data_without_torchvision_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torchvision", None)
+    monkeypatch.delitem(sys.modules, "torchvision.datasets", raising=False)
+    code, message = _exit_of(["--data-dir", str(tmp_path), "--results-dir", str(tmp_path)], capsys)
+    assert code == 2 and "--dataset real needs torchvision, which is not installed here; use --dataset fake" in message
+
+
 def test_script_entry_point_reports_bad_input_without_traceback(tmp_path):
     done = run_mnist("--device", "cpu", "--cores", "all", cwd=tmp_path)
     assert done.returncode == 2
