@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -203,3 +204,14 @@ def test_report_and_test_targets(project):
     ]
     assert dry_run(project, "demo") == [".venv/bin/envkit demo"]
     assert dry_run(project, "test") == [".venv/bin/pytest --slow"]
+
+
+def test_an_experiment_stops_before_building_when_the_host_cannot_run_it(project, tmp_path):
+    venv = Path(sys.executable).parent.parent  # a real envkit, so the host check really runs
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
+    done = subprocess.run(["make", "--no-print-directory", "-C", str(project), "cpu-mnist", f"VENV={venv}"],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 2
+    assert "envkit: error: this host cannot run cpu images: no Docker engine answers" in done.stderr
+    assert "start one with" in done.stderr
+    assert " build " not in done.stdout  # nothing was built
