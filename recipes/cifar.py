@@ -190,8 +190,9 @@ def apply_preset(args: argparse.Namespace) -> None:
     fast = args.preset == "fast"
     cuda = args.device == "cuda"
     if args.amp is None:
-        gpu_bf16 = cuda and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-        args.amp = ("bf16" if gpu_bf16 or not cuda else "fp16") if fast else "none"
+        # On GPUs bf16 needs Ampere or later; "auto" is settled by resolve_auto_amp in the training
+        # process, so a torchrun launcher never opens a CUDA context of its own.
+        args.amp = ("auto" if cuda else "bf16") if fast else "none"
     if args.channels_last is None:
         args.channels_last = fast
     if args.pin_memory is None:
@@ -205,6 +206,12 @@ def apply_preset(args: argparse.Namespace) -> None:
         raise RecipeError("--compile does not work with --parallel dp (DataParallel replicates the module every step); use none or ddp")
     if args.pin_memory and not cuda:
         raise RecipeError("--pin-memory speeds up copies to a GPU only; use it with --device cuda")
+
+
+def resolve_auto_amp(args: argparse.Namespace) -> None:
+    """``--preset fast`` on cuda: bf16 where the GPU supports it, else fp16 (with a gradient scaler)."""
+    if args.amp == "auto":
+        args.amp = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -279,6 +286,16 @@ def fake_splits(args: argparse.Namespace) -> tuple[tuple[torch.Tensor, torch.Ten
     train = fake_images(args.fake_train_size, seed=args.seed, sample_seed=args.seed + 1)
     test = fake_images(args.fake_test_size, seed=args.seed, sample_seed=args.seed + 2)
     return train, test
+
+
+def check_enough_images(args: argparse.Namespace, train_set: common.IndexBatchDataset) -> None:
+    """RecipeError unless every process gets at least one full training batch (short ones are dropped)."""
+    shards = args.world_size if args.parallel == "ddp" else 1
+    if math.ceil(len(train_set) / shards) < args.process_batch:
+        raise RecipeError(
+            f"{len(train_set)} training images give each of {shards} process(es) less than one batch of "
+            f"{args.process_batch}; use a smaller batch or more data"
+        )
 
 
 def load_data(args: argparse.Namespace, *, download: bool) -> tuple[common.IndexBatchDataset, common.IndexBatchDataset]:
@@ -424,7 +441,7 @@ def relaunch_under_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     loaded (and downloaded) here once, before any process starts, so a missing
     dataset is one line here rather than one traceback per process.
     """
-    load_data(args, download=args.download)
+    check_enough_images(args, load_data(args, download=args.download)[0])
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.world_size}",
         # "--": otherwise torchrun's parser reads our options as (abbreviations of) its own, e.g. --nproc.
@@ -459,6 +476,8 @@ def replica_calls(model: nn.Module):
         yield calls
     finally:
         handle.remove()
+        # Replica threads finish in any order; list them by device (cuda:2 before cuda:10).
+        calls.sort(key=lambda call: (len(call[0]), call[0]))
 
 
 def scatter_report(args: argparse.Namespace, replicas: Replicas, images: torch.Tensor, calls: list, output: torch.Tensor) -> list[str]:
@@ -508,6 +527,7 @@ class Trainer:
 
     net: nn.Module  # the bare torchvision model: checkpoints hold its weights
     model: nn.Module  # what training calls: autocast, DataParallel/DDP, compile
+    eval_model: nn.Module  # what evaluation calls (see evaluate)
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     scaler: torch.amp.GradScaler
@@ -525,13 +545,16 @@ def build_trainer(args: argparse.Namespace, replicas: Replicas) -> Trainer:
     if args.channels_last:
         net = net.to(memory_format=torch.channels_last)
     net = net.to(replicas.device)
-    model: nn.Module = net if args.amp == "none" else Autocast(net, replicas.device.type, AMP_DTYPES[args.amp])
-    model = replicas.wrap(model)
+    autocast: nn.Module = net if args.amp == "none" else Autocast(net, replicas.device.type, AMP_DTYPES[args.amp])
+    model = replicas.wrap(autocast)
     if args.compile:
         model = torch.compile(model)
+    # DDP's forward may communicate, and test shards may differ in length: each process
+    # evaluates its shard without DDP. DataParallel evaluates through its scatter, as E2 measured.
+    eval_model = autocast if replicas.distributed else model
     optimizer = torch.optim.SGD(net.parameters(), lr=args.effective_lr, momentum=args.momentum, weight_decay=args.weight_decay)
     return Trainer(
-        net=net, model=model, optimizer=optimizer, scheduler=build_scheduler(optimizer, args),
+        net=net, model=model, eval_model=eval_model, optimizer=optimizer, scheduler=build_scheduler(optimizer, args),
         scaler=torch.amp.GradScaler(replicas.device.type, enabled=args.amp == "fp16"), replicas=replicas, args=args,
     )
 
@@ -578,11 +601,6 @@ def train_epoch(trainer: Trainer, loader, history: History, epoch: int) -> float
         laps.append(timer.lap())
         if args.max_steps is not None and history.steps >= args.max_steps:
             break
-    if not laps:
-        raise RecipeError(
-            f"no training step: {len(loader.sampler.sampler)} training images per process is less than one batch of "
-            f"{args.process_batch}; use a smaller batch or more data"
-        )
     laps[-1] += timer.lap(sync=True)  # the epoch's queued work finishes in its last step
     history.iter_s.extend(laps)
     history.train_epoch_s.append(sum(laps))
@@ -593,16 +611,14 @@ def train_epoch(trainer: Trainer, loader, history: History, epoch: int) -> float
 
 def evaluate(trainer: Trainer, loader) -> float:
     """Accuracy over the whole test set: every process's unpadded shard, summed over processes."""
-    replicas = trainer.replicas
-    model = trainer.model
+    replicas, model = trainer.replicas, trainer.eval_model
     if replicas.distributed:
         import torch.distributed as dist  # noqa: PLC0415
 
-        # Test shards may differ in length, so evaluate without DDP (whose forward may
-        # communicate) on rank 0's weights and BatchNorm statistics, the ones checkpointed.
+        # BatchNorm statistics drift apart in each process's last steps: evaluate everywhere
+        # with rank 0's, the ones its checkpoint holds.
         for buffer in trainer.net.buffers():
             dist.broadcast(buffer, src=0)
-        model = trainer.net if trainer.args.amp == "none" else Autocast(trainer.net, replicas.device.type, AMP_DTYPES[trainer.args.amp])
     model.eval()
     correct = torch.zeros((), dtype=torch.int64, device=replicas.device)
     count = 0
@@ -707,6 +723,7 @@ def data_loaders(args: argparse.Namespace, replicas: Replicas):
         import torch.distributed as dist  # noqa: PLC0415
 
         dist.barrier()
+    check_enough_images(args, train_set)
     # drop_last: a short final batch could leave BatchNorm one image per channel, and changes shapes under compile.
     train = common.batch_loader(train_set, args.process_batch, train=True, seed=args.seed,
                                 rank=replicas.rank, world_size=replicas.world_size, drop_last=True)
@@ -720,6 +737,7 @@ def run(args: argparse.Namespace, replicas: Replicas) -> None:
     """Train, evaluate and checkpoint every epoch; the main process writes the results."""
     started_at = common.now_iso()
     started = time.perf_counter()
+    resolve_auto_amp(args)
     args.run_name = args.run_name or f"{args.model}-b{args.global_batch}-" + common.default_run_name(
         args.device, world_size=args.world_size, parallel=args.parallel)
     args.checkpoint_dir = args.checkpoint_dir or args.results_dir / "checkpoints"

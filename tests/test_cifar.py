@@ -72,6 +72,14 @@ def test_bad_arguments_give_one_line_and_exit_2(capsys, monkeypatch, argv, expec
     assert expected in bad_input_line(capsys, argv)
 
 
+@pytest.mark.parametrize("parallel", ["none", "ddp"])
+def test_too_little_data_for_one_batch_per_process_is_one_line(capsys, tmp_path, parallel):
+    # ddp: 12 images make 6 per process, less than the per-process batch of 8; refused before torchrun starts.
+    err = bad_input_line(capsys, [*TINY, "--fake-train-size", "12", "--parallel", parallel, "--results-dir", str(tmp_path)])
+    assert "12 training images give each of" in err and "use a smaller batch or more data" in err
+    assert not list(tmp_path.iterdir())
+
+
 def test_bad_argument_from_the_command_line_has_no_traceback(tmp_path):
     done = subprocess.run(
         [sys.executable, str(RECIPE), "--parallel", "ddp", "--nproc", "3", "--global-batch", "256"],
