@@ -6,8 +6,8 @@ cached base image for scripts/base-image.sh. Skips with the reason when either i
 missing, and fails instead when ENVKIT_REQUIRE_DOCKER=1.
 
 The cpu target (benchmarks/envkit-offline.yaml) pins torch without torchvision and
-installs only from a wheelhouse: `pip download` on the host fills it (the torch wheel comes from
-ENVKIT_TEST_WHEELS, default /opt/wheels, or the host's own pip configuration).
+installs only from a wheelhouse: `pip download` on the host fills it (the torch wheel
+comes from ENVKIT_TEST_WHEELS, default /opt/wheels, or the host's pip configuration).
 """
 
 from __future__ import annotations
@@ -29,17 +29,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-
-
-def engine_test(test):
-    return pytest.mark.slow(pytest.mark.docker(test))
-
+from envkit.config import load_config
+from envkit.doctor import connect_engine, inspect_host
+from envkit.errors import EnvkitError
+from envkit.images import docker_cli as docker_command, staging_path
+from envkit.render import requirements
 
 OFFLINE_CONFIG = Path(__file__).resolve().parent.parent / "benchmarks" / "envkit-offline.yaml"
 TORCH = yaml.safe_load(OFFLINE_CONFIG.read_text())["targets"]["cpu"]["torch"]
 SMALL_PYPI_PACKAGE = "six==1.17.0"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 NON_ROOT = (4242, 4242)
+
+
+def engine_test(test):
+    return pytest.mark.slow(pytest.mark.docker(test))
 
 
 def unavailable(reason: str):
@@ -57,9 +61,6 @@ def envkit(*args: str, cwd: Path, env: dict | None = None, check: bool = True) -
 
 @pytest.fixture(scope="session")
 def client():
-    from envkit.doctor import connect_engine
-    from envkit.errors import EnvkitError
-
     try:
         return connect_engine()
     except EnvkitError as exc:
@@ -68,9 +69,7 @@ def client():
 
 @pytest.fixture(scope="session")
 def docker_cli(client) -> str:
-    from envkit.images import docker_cli
-
-    return shlex.join(docker_cli())
+    return shlex.join(docker_command())
 
 
 @pytest.fixture(scope="session")
@@ -88,9 +87,6 @@ def wheelhouse(tmp_path_factory) -> Path:
     command = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest", str(wheels)]
     if local.is_dir():
         command += ["--find-links", str(local)]
-    from envkit.config import load_config
-    from envkit.render import requirements
-
     wanted = requirements(load_config(OFFLINE_CONFIG).target("cpu"))  # what the Dockerfile installs
     done = subprocess.run([*command, *wanted], capture_output=True, text=True)
     if done.returncode != 0:
@@ -106,8 +102,6 @@ def project(tmp_path_factory, repo_root) -> Path:
     shutil.copy(OFFLINE_CONFIG, root / "envkit.yaml")
     envkit("render", "--all", "--config", "envkit.yaml", cwd=root)
     yield root
-    from envkit.images import staging_path
-
     shutil.rmtree(staging_path(root, "cpu"), ignore_errors=True)
 
 
@@ -221,8 +215,6 @@ def test_doctor_sees_the_engine(project):
 
 @engine_test
 def test_gpu_target_is_refused_before_building(client, repo_root, tmp_path):
-    from envkit.doctor import inspect_host
-
     if inspect_host().gpus:
         pytest.skip("this host has a GPU")
     before = {image.id for image in client.images.list()}
