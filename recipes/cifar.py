@@ -488,10 +488,13 @@ def scatter_report(args: argparse.Namespace, replicas: Replicas, images: torch.T
             f"scatter (ddp rank {replicas.rank}/{replicas.world_size}, {device}): input {given} -> output {produced}; "
             f"no gather: each process keeps its outputs and DDP all-reduces gradients"
         ]
-    lines = [f"scatter ({args.parallel}, {len(calls)} replica(s)): batch {shape_text(images)}"]
+    if args.parallel == "none":
+        device, given, produced = calls[0]
+        return [f"scatter (none, {device}): input {given} -> output {produced}; one device, nothing to scatter or gather"]
+    lines = [f"scatter (dp, {len(calls)} replica(s)): batch {shape_text(images)}"]
     lines += [f"  replica {index} on {device}: input {given} -> output {produced}" for index, (device, given, produced) in enumerate(calls)]
     lines.append(f"  gathered on {output.device}: output {shape_text(output)}")
-    if args.parallel == "dp" and replicas.device.type == "cpu":
+    if replicas.device.type == "cpu":
         # torch.nn.parallel.scatter splits like Tensor.chunk; without GPUs nothing is scattered, so show the split it would make.
         shares = ", ".join(shape_text(chunk) for chunk in images.chunk(args.nproc))
         lines.append(

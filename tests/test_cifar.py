@@ -174,10 +174,13 @@ def test_test_images_are_resized_like_training_images():
 # --------------------------------------------------------------------------- training
 
 
-def test_real_format_run_writes_e2_results(tmp_path):
+def test_real_format_run_writes_e2_results(tmp_path, capsys):
     write_cifar10(tmp_path / "data", train_per_batch=8, test_size=10)
     run_recipe([*TINY, "--dataset", "real", "--data-check", "exists", "--no-download", "--data-dir", str(tmp_path / "data"),
-                "--results-dir", str(tmp_path / "r"), "--epochs", "2", "--max-steps", "3"])
+                "--results-dir", str(tmp_path / "r"), "--epochs", "2", "--max-steps", "3", "--show-scatter"])
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "scatter (none, cpu): input [16, 3, 32, 32] -> output [16, 10]; one device, nothing to scatter or gather"
+    )
     (results,) = results_of(tmp_path / "r")
     assert results["recipe"] == "cifar" and results["run_name"] == "mobilenet_v2-b16-cpu"
     assert results["configuration"] == {
