@@ -277,6 +277,10 @@ def _atomic_write(path: Path, write) -> None:
     except OSError as exc:
         raise EnvkitError(f"cannot write into {path.parent}: {exc.strerror}; choose a writable --output-dir") from None
     try:
+        # mkstemp makes 0600 files; a saved image is meant to be handed on, so honour the umask.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(partial, 0o666 & ~umask)
         with os.fdopen(fd, "wb") as stream:
             write(stream)
         os.replace(partial, path)

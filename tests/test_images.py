@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -218,6 +219,9 @@ def test_save_writes_a_deterministic_tarball_and_a_manifest(engine, tmp_path):
     images.save(FakeTarget(), None, tmp_path / "out")
     assert tarball.read_bytes() == first
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]  # no partial files left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert tarball.stat().st_mode & 0o777 == 0o666 & ~umask  # shareable, unlike mkstemp's 0600
 
 
 def test_load_verifies_then_loads_and_tags(engine, tmp_path):
@@ -303,8 +307,6 @@ def envkit(*args: str, cwd: Path | None = None, env: dict | None = None) -> subp
 
 
 def test_cli_without_an_engine_says_how_to_start_one(repo_root, tmp_path):
-    import os
-
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
     done = envkit("build", "cpu", "--config", str(repo_root / "envkit.yaml"), env=env)
     assert done.returncode == 2
