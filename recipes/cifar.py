@@ -116,7 +116,7 @@ def non_negative_int(text: str) -> int:
 def parse_gpu_ids(text: str) -> list[int]:
     """``"1,2,3,4"`` -> ``[1, 2, 3, 4]``; RecipeError for anything but distinct non-negative integers."""
     parts = [part.strip() for part in text.split(",")]
-    if not all(part.isdigit() for part in parts):
+    if not all(part.isascii() and part.isdigit() for part in parts):
         raise RecipeError(f"--gpus {text!r} is not a comma-separated list of GPU ids; use integers such as 0,1,2,3")
     ids = [int(part) for part in parts]
     if len(set(ids)) != len(ids):
@@ -380,7 +380,7 @@ class Replicas:
     device: torch.device
     parallel: str
     rank: int = 0
-    world_size: int = 1  # processes (ddp) ...
+    world_size: int = 1  # processes the data is sharded over: the ddp world, else 1
     local_rank: int = 0
 
     @property
