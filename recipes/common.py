@@ -612,3 +612,38 @@ def check_resumable(path: Path, saved: dict, current: dict) -> None:
             f"cannot resume from {path}: it was written with other settings ({'; '.join(differences)}); "
             "rerun with the same settings, or without --resume"
         )
+
+
+# --------------------------------------------------------------------------- run records (appended for cifar.py; general)
+
+
+def settings_record(args: argparse.Namespace) -> dict:
+    """The results' ``settings``: every argument after defaults and scaling, JSON-ready."""
+    return {key: str(value) if isinstance(value, Path) else value for key, value in sorted(vars(args).items())}
+
+
+def timing_record(history: Any, total_s: float) -> dict:
+    """The results' ``timing`` from a history with ``epoch_s``, ``iter_s``, ``train_epoch_s``,
+    ``test_epoch_s`` and ``checkpoint_s`` lists (seconds); ``steady_epoch_s`` leaves out the first epoch."""
+    return {
+        "total_s": total_s,
+        "first_epoch_s": history.epoch_s[0],
+        "iter_s": summarize(history.iter_s),
+        "epoch_s": summarize(history.epoch_s),
+        "steady_epoch_s": summarize(history.epoch_s[1:]),
+        "train_epoch_s": summarize(history.train_epoch_s),
+        "test_epoch_s": summarize(history.test_epoch_s),
+        "checkpoint_s": summarize(history.checkpoint_s),
+    }
+
+
+def resume_checkpoint(prog: str, path: Path, settings: dict, *, announce: bool) -> dict | None:
+    """For ``--resume``: the checkpoint at ``path`` if it was written with ``settings``, None if there is none
+    (said on stderr when ``announce``, e.g. on the main process only); RecipeError if it does not fit."""
+    if not path.exists():
+        if announce:
+            print(f"{prog}: no checkpoint at {path}; starting from the first epoch", file=sys.stderr)
+        return None
+    state = load_checkpoint(path)
+    check_resumable(path, state.get("training_settings", {}), settings)
+    return state
