@@ -640,11 +640,6 @@ def training_settings(args: argparse.Namespace) -> dict:
     return {key: getattr(args, key) for key in RESUME_KEYS}
 
 
-def settings_record(args: argparse.Namespace) -> dict:
-    """Every argument after defaults and scaling, JSON-ready."""
-    return {key: str(value) if isinstance(value, Path) else value for key, value in sorted(vars(args).items())}
-
-
 def configuration_record(args: argparse.Namespace) -> dict:
     return {
         "device": args.device,
@@ -660,19 +655,6 @@ def configuration_record(args: argparse.Namespace) -> dict:
     }
 
 
-def timing_record(history: History, total_s: float) -> dict:
-    return {
-        "total_s": total_s,
-        "first_epoch_s": history.epoch_s[0],
-        "iter_s": common.summarize(history.iter_s),
-        "epoch_s": common.summarize(history.epoch_s),
-        "steady_epoch_s": common.summarize(history.epoch_s[1:]),
-        "train_epoch_s": common.summarize(history.train_epoch_s),
-        "test_epoch_s": common.summarize(history.test_epoch_s),
-        "checkpoint_s": common.summarize(history.checkpoint_s),
-    }
-
-
 def write_results(args: argparse.Namespace, replicas: Replicas, history: History, started_at: str, total_s: float) -> None:
     metrics = {
         "test_accuracy": history.epoch_accuracy[-1],
@@ -685,8 +667,8 @@ def write_results(args: argparse.Namespace, replicas: Replicas, history: History
         "epochs_completed": len(history.epoch_s),
     }
     results = common.build_results(
-        recipe=RECIPE, run_name=args.run_name, started_at=started_at, settings=settings_record(args),
-        configuration=configuration_record(args), timing=timing_record(history, total_s), metrics=metrics,
+        recipe=RECIPE, run_name=args.run_name, started_at=started_at, settings=common.settings_record(args),
+        configuration=configuration_record(args), timing=common.timing_record(history, total_s), metrics=metrics,
         environment=common.capture_environment(replicas.device, args.device),
     )
     path = common.write_results(args.results_dir, results)
@@ -700,19 +682,6 @@ def write_results(args: argparse.Namespace, replicas: Replicas, history: History
 
 
 # --------------------------------------------------------------------------- run
-
-
-def resume_state(args: argparse.Namespace, path: Path, replicas: Replicas) -> dict | None:
-    """The checkpoint to continue from, or None for a fresh start."""
-    if not args.resume:
-        return None
-    if not path.exists():
-        if replicas.is_main:
-            print(f"{PROG}: no checkpoint at {path}; starting from the first epoch", file=sys.stderr)
-        return None
-    state = common.load_checkpoint(path)
-    common.check_resumable(path, state.get("training_settings", {}), training_settings(args))
-    return state
 
 
 def data_loaders(args: argparse.Namespace, replicas: Replicas):
@@ -745,7 +714,7 @@ def run(args: argparse.Namespace, replicas: Replicas) -> None:
         args.device, world_size=args.world_size, parallel=args.parallel)
     args.checkpoint_dir = args.checkpoint_dir or args.results_dir / "checkpoints"
     checkpoint = common.checkpoint_path(args.checkpoint_dir, RECIPE, args.run_name)
-    saved = resume_state(args, checkpoint, replicas)
+    saved = common.resume_checkpoint(PROG, checkpoint, training_settings(args), announce=replicas.is_main) if args.resume else None
 
     train_loader, test_loader = data_loaders(args, replicas)
     trainer = build_trainer(args, replicas)
