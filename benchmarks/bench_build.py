@@ -80,7 +80,7 @@ def main() -> int:
     sys.path.insert(0, str(REPO))
     from envkit.doctor import connect_engine
     from envkit.errors import EnvkitError
-    from envkit.images import staging_path
+    from envkit.images import LATEST, repository, staging_path
 
     try:
         client = connect_engine()
@@ -89,6 +89,8 @@ def main() -> int:
     flags = [*(["--base-image", args.base_image] if args.base_image else []),
              *(["--wheelhouse", str(args.wheelhouse.resolve())] if args.wheelhouse else [])]
 
+    latest = f"{repository(args.target)}:{LATEST}"
+    latest_before = next((image for image in client.images.list(name=latest)), None)
     with tempfile.TemporaryDirectory(prefix="envkit-bench-") as tmp:
         project = Path(tmp)
         shutil.copy(args.config, project / "envkit.yaml")
@@ -106,6 +108,11 @@ def main() -> int:
         second_tag, second_s, rebuilt = timed_build(project, args.target, flags)
         second = client.images.get(second_tag).attrs
         shutil.rmtree(staging_path(project, args.target), ignore_errors=True)
+    # The per-run tags name throwaway images; latest goes back to what the user had.
+    if latest_before is not None:
+        latest_before.tag(repository(args.target), LATEST)
+    for tag in (first_tag, second_tag):
+        client.images.remove(tag)
 
     changed = changed_layers(first["RootFS"]["Layers"], second["RootFS"]["Layers"])
     size_gb = second["Size"] / 1e9
