@@ -26,6 +26,7 @@ EXPERIMENTS = {
 }
 KINDS = ("cpu", "cuda", "tpu-vm")
 START_ENGINE_HINT = "start one with 'sudo systemctl start docker' (or 'sudo dockerd &', or 'sudo scripts/docker-engine.sh start')"
+PING_TIMEOUT_S = 15
 # Below this the cuda image (several GB) and a dataset no longer fit comfortably.
 LOW_DISK_GB = 10.0
 
@@ -60,8 +61,11 @@ def connect_engine():
     except (ImportError, AttributeError):
         raise EnvkitError("the Docker SDK for Python is missing: pip install docker (or run 'make venv')") from None
     try:
-        client = docker.from_env(timeout=int(os.environ.get("ENVKIT_DOCKER_TIMEOUT", "600")))
+        # A hung engine should fail the ping quickly; saves, loads and pushes of
+        # gigabyte images then get the long timeout.
+        client = docker.from_env(timeout=PING_TIMEOUT_S)
         client.ping()
+        client.api.timeout = int(os.environ.get("ENVKIT_DOCKER_TIMEOUT", "600"))
     except docker.errors.DockerException as exc:
         raise EnvkitError(_engine_error(exc)) from None
     return client
