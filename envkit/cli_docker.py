@@ -37,7 +37,11 @@ def register(subparsers) -> None:
     _add_config(build)
     build.set_defaults(func=_build)
 
-    run = subparsers.add_parser("run", help="run a recipe in a target's image through docker/<target>/run.sh")
+    run = subparsers.add_parser(
+        "run", help="run a recipe in a target's image through docker/<target>/run.sh",
+        description="envkit's options (--config, --tag, --gpus, --results-dir, --data-dir) go before TARGET; "
+                    "everything after RECIPE goes to the recipe, e.g. envkit run cpu mnist --epochs 1",
+    )
     run.add_argument("target")
     run.add_argument("recipe", help="recipe name, e.g. mnist")
     run.add_argument("recipe_args", nargs=argparse.REMAINDER, help="arguments for the recipe")
