@@ -80,6 +80,15 @@ def test_too_little_data_for_one_batch_per_process_is_one_line(capsys, tmp_path,
     assert not list(tmp_path.iterdir())
 
 
+def test_gpu_choice_is_set_before_cuda_starts(capsys, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    if torch.cuda.is_available():
+        pytest.skip("checks the no-GPU message; this machine has a GPU")
+    err = bad_input_line(capsys, ["--device", "cuda", "--gpus", "3, 1", "--parallel", "dp"])
+    # The error comes from the CUDA query that follows, and names the chosen GPUs.
+    assert "no CUDA GPU is visible" in err and "CUDA_VISIBLE_DEVICES='3,1'" in err
+
+
 def test_bad_argument_from_the_command_line_has_no_traceback(tmp_path):
     done = subprocess.run(
         [sys.executable, str(RECIPE), "--parallel", "ddp", "--nproc", "3", "--global-batch", "256"],
