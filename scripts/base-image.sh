@@ -55,7 +55,8 @@ if ! cache_is_usable; then
     mkdir -p "$cache_dir"
     rootfs=$(mktemp -d "$cache_dir/rootfs.XXXXXX")
     partial=$(mktemp "$cache_dir/base.XXXXXX.partial")
-    trap 'rm -rf "$rootfs" "$partial"' EXIT
+    # A failed debootstrap can leave proc/sys mounted inside the rootfs: never descend into them.
+    trap 'rm -rf --one-file-system "$rootfs" "$partial"' EXIT
     log "debootstrap $variant $suite with $include (about a minute)"
     debootstrap --variant="$variant" --include="$include" "$suite" "$rootfs" "$mirror" >&2
     # apt lists and caches are dead weight in every image built on top.
