@@ -85,6 +85,25 @@ def test_xla_run_resumes_from_its_checkpoint(python, tmp_path):
     assert resumed["metrics"]["epoch_loss"][0] == read_results(tmp_path, "tpu")["metrics"]["epoch_loss"][0]
 
 
+@needs_xla
+def test_bad_input_on_xla_paths_is_one_line_and_exit_2(python, tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "mnist-tpu-x1-xmp.pt").write_bytes(b"not a checkpoint")
+    cases = [
+        # Raised inside the replica process that torch_xla.launch started.
+        ((*FAKE, "--cores", "all", "--resume", "--results-dir", tmp_path), 1, "is corrupt or unreadable"),
+        ((*FAKE, "--strategy", "spmd", "--global-batch", "3", "--results-dir", tmp_path), 2,
+         "--global-batch 3 does not divide over 2 replicas"),
+    ]
+    for args, devices, expected in cases:
+        done = run_mnist("--device", "tpu", *args, python=python, env={"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices)})
+        assert done.returncode == 2, done.stderr[-2000:]
+        errors = [line for line in done.stderr.splitlines() if line.startswith("mnist.py: error: ")]
+        assert len(errors) == 1 and expected in errors[0], done.stderr[-2000:]
+        assert "Traceback" not in done.stderr
+    assert not list(tmp_path.glob("*.json"))
+
+
 def test_missing_torch_xla_interpreter_is_reported(monkeypatch, tmp_path):
     monkeypatch.setenv("ENVKIT_XLA_PYTHON", str(tmp_path / "no-python"))
     monkeypatch.setenv("ENVKIT_REQUIRE_XLA", "1")
