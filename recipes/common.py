@@ -353,6 +353,17 @@ def chown_to_results_owner(path: Path) -> None:
     os.chown(path, uid, gid)
 
 
+def chown_tree(root: Path) -> None:
+    """:func:`chown_to_results_owner` for ``root`` and everything under it (e.g. a dataset
+    torchvision just downloaded as root into the user's mounted data directory)."""
+    if not os.environ.get("ENVKIT_RESULTS_OWNER") or not Path(root).exists():
+        return
+    chown_to_results_owner(Path(root))
+    for directory, subdirectories, files in os.walk(root):
+        for name in subdirectories + files:
+            chown_to_results_owner(Path(directory) / name)
+
+
 def ensure_directory(path: Path) -> Path:
     """Create ``path`` (and parents) and hand new directories to the results owner."""
     missing = []

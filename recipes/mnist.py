@@ -167,6 +167,8 @@ def mnist_split(data_dir: Path, *, train: bool, download: bool) -> tuple[torch.T
             f"MNIST is not under {data_dir}/MNIST/raw and {how} ({' '.join(str(exc).split())[:120]}); "
             "put the four idx files there, allow the download, or use --dataset fake"
         ) from None
+    if download:
+        common.chown_tree(Path(data_dir) / "MNIST")
     return normalize(dataset.data), dataset.targets
 
 
@@ -330,7 +332,8 @@ def train_epoch(model, optimizer, loader, backend: Backend, args, history: Histo
     model.train()
     common.set_loader_epoch(loader, epoch)
     show = backend.is_main and not args.quiet
-    bar = common.progress(backend.batches(loader), total=len(loader), desc=f"epoch {epoch + 1}/{args.epochs}", enabled=show)
+    steps = len(loader) if args.max_steps is None else min(len(loader), args.max_steps - history.steps)
+    bar = common.progress(backend.batches(loader), total=steps, desc=f"epoch {epoch + 1}/{args.epochs}", enabled=show)
     # Kept on the device and read once per epoch: a per-step .item() would sync every
     # step. A list rather than a running sum keeps every step's XLA graph identical
     # (a sum started from zeros makes each epoch's first step a new graph).

@@ -234,6 +234,18 @@ def test_files_go_to_the_results_owner_when_root(tmp_path, monkeypatch):
     assert (tmp_path.stat().st_uid, tmp_path.stat().st_gid) == (0, 0)  # existing directories are left alone
 
 
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown to another user needs root")
+def test_a_downloaded_tree_goes_to_the_results_owner(tmp_path, monkeypatch):
+    (tmp_path / "MNIST" / "raw").mkdir(parents=True)
+    (tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte").write_bytes(b"x")
+    common.chown_tree(tmp_path / "MNIST")  # no owner set: nothing changes
+    assert (tmp_path / "MNIST" / "raw").stat().st_uid == 0
+    monkeypatch.setenv("ENVKIT_RESULTS_OWNER", "4321:8765")
+    common.chown_tree(tmp_path / "MNIST")
+    for path in (tmp_path / "MNIST", tmp_path / "MNIST" / "raw", tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte"):
+        assert (path.stat().st_uid, path.stat().st_gid) == (4321, 8765)
+
+
 def test_bad_results_owner_is_a_recipe_error(tmp_path, monkeypatch):
     monkeypatch.setenv("ENVKIT_RESULTS_OWNER", "alice")
     monkeypatch.setattr(os, "geteuid", lambda: 0)
