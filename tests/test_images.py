@@ -158,6 +158,7 @@ class FakeImage:
     labels: dict[str, str]
     payload: bytes = b"layer-bytes" * 1000
     saved_as: list = field(default_factory=list)
+    attrs: dict = field(default_factory=lambda: {"Size": 1_130_000_000})
 
     def save(self, named):
         self.saved_as.append(named)
@@ -352,3 +353,88 @@ def test_save_into_an_unwritable_place_is_one_line(engine, tmp_path):
     blocker.write_text("")
     with pytest.raises(EnvkitError, match="cannot create --output-dir .*: Not a directory"):
         images.save(FakeTarget(), None, blocker / "out")
+
+
+# ---------------------------------------------------------------- build with a recording docker client
+
+
+@pytest.fixture
+def recording_docker(tmp_path, monkeypatch):
+    """A docker client that records its argv and environment, then exits with $FAKE_RC."""
+    log = tmp_path / "docker-calls.json"
+    client = tmp_path / "fake-docker"
+    client.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, sys\n"
+        f"with open({str(log)!r}, 'a') as out:\n"
+        "    out.write(json.dumps({'argv': sys.argv[1:], 'buildkit': os.environ.get('DOCKER_BUILDKIT')}) + '\\n')\n"
+        "sys.exit(int(os.environ.get('FAKE_RC', '0')))\n"
+    )
+    client.chmod(0o755)
+    monkeypatch.setenv("DOCKER", str(client))
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
+    return lambda: [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+class BuildingImages(FakeImages):
+    """Knows no image until the build ran, like an engine before and after."""
+
+    def __init__(self, image):
+        super().__init__(image)
+        self.built = False
+
+    def get(self, reference):
+        import docker
+
+        if not self.built:
+            raise docker.errors.ImageNotFound(reference)
+        return self.image
+
+
+def test_build_drives_buildkit_with_both_tags_and_the_args(project, recording_docker, monkeypatch, tmp_path):
+    image = FakeImage(id="sha256:" + "ef" * 32, tags=[], labels={})
+    client = FakeClient(image)
+    client.images = BuildingImages(image)
+    monkeypatch.setattr(images, "connect_engine", lambda: client)
+    monkeypatch.setattr(images, "git_revision", lambda root: "abc123")
+    original_run = images.subprocess.run
+
+    def build_then_exist(*args, **kwargs):
+        done = original_run(*args, **kwargs)
+        client.images.built = True
+        return done
+
+    monkeypatch.setattr(images.subprocess, "run", build_then_exist)
+    options = images.BuildOptions(no_cache=True, base_image="envkit-base:x", build_args={"HTTP_PROXY": "http://p:3128"})
+    built = images.build(project, FakeTarget(), options)
+    [call] = recording_docker()
+    assert call["buildkit"] == "1"
+    argv = call["argv"]
+    assert argv[:2] == ["build", "--progress=plain"]
+    assert argv[argv.index("-t") + 1] == built.tag and f"envkit-cpu:{images.LATEST}" in argv
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--build-arg"] == [
+        "BASE_IMAGE=envkit-base:x", "ENVKIT_REVISION=abc123", "HTTP_PROXY=http://p:3128",
+    ]
+    assert "--no-cache" in argv
+    assert argv[-1] == str(images.staging_path(project, "cpu"))
+    assert built.image_id == image.id and built.size_bytes == 1_130_000_000 and not built.reused
+
+
+def test_failed_build_is_one_line_after_the_log(project, recording_docker, monkeypatch, engine):
+    monkeypatch.setenv("FAKE_RC", "17")
+    engine.images.image.tags.clear()  # nothing built yet
+    with pytest.raises(EnvkitError, match=r"docker build of envkit-cpu:[0-9a-f]{12} failed \(exit 17\); the build log is above") as caught:
+        images.build(project, FakeTarget(), images.BuildOptions())
+    assert caught.value.exit_code == 1
+
+
+def test_an_existing_content_tag_is_reused_without_building(project, recording_docker, monkeypatch, engine):
+    context = images.staging_path(project, "cpu")
+    images.stage_context(project, FakeTarget(), images.BuildOptions(), context)
+    monkeypatch.setattr(images, "git_revision", lambda root: None)
+    tag = f"envkit-cpu:{images.context_digest(context, {})[:images.TAG_HEX]}"
+    engine.images.image.tags[:] = [tag]
+    built = images.build(project, FakeTarget(), images.BuildOptions())
+    assert built.reused and built.tag == tag
+    assert recording_docker() == []  # docker build never ran
+    assert "envkit-cpu:latest" in engine.images.image.tags
