@@ -207,7 +207,7 @@ def test_make_cpu_mnist_checks_builds_and_runs(project, repo_root, base_image, w
 
 
 @engine_test
-def test_doctor_sees_the_engine(project):
+def test_doctor_sees_the_engine(client, project):
     report = json.loads(envkit("doctor", "--json", cwd=project).stdout)
     assert report["docker_version"] and report["docker_error"] is None
     assert "cpu-mnist" in report["runnable"]
