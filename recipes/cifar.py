@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import math
 import os
 import subprocess
@@ -318,20 +319,25 @@ def with_loader_options(loader: torch.utils.data.DataLoader, *, workers: int, pi
     )
 
 
+@functools.lru_cache(maxsize=None)
+def normalisation(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """CIFAR-10's channel mean and std on ``device``, made once: a per-step host-to-GPU copy would stall the step."""
+    return (torch.tensor(CIFAR_MEAN, device=device).view(1, 3, 1, 1), torch.tensor(CIFAR_STD, device=device).view(1, 3, 1, 1))
+
+
 def prepare_batch(images: torch.Tensor, labels: torch.Tensor, device: torch.device, image_size: int, channels_last: bool):
     """uint8 32 px batch -> normalised float batch at ``image_size`` on ``device``.
 
-    Resizing here, on the device and after the copy, moves 12x fewer bytes
-    than copying 112 px images, keeps loader workers off the critical path, and
-    is one function for training and test, so both always see the same size
-    (E2's original evaluated at 32 px while training at 112).
+    Resizing here, on the device and after the copy, moves ~50x fewer bytes
+    than copying float 112 px images, keeps loader workers off the critical
+    path, and is one function for training and test, so both always see the
+    same size (E2's original evaluated at 32 px while training at 112).
     """
     images = images.to(device, non_blocking=True).float().div_(255)
     labels = labels.to(device, non_blocking=True)
     if images.shape[-1] != image_size:
         images = F.interpolate(images, size=(image_size, image_size), mode="bilinear", align_corners=False)
-    mean = torch.tensor(CIFAR_MEAN, device=device).view(1, 3, 1, 1)
-    std = torch.tensor(CIFAR_STD, device=device).view(1, 3, 1, 1)
+    mean, std = normalisation(images.device)
     images = (images - mean) / std
     if channels_last:
         images = images.contiguous(memory_format=torch.channels_last)
