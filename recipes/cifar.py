@@ -222,7 +222,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     resolve_topology(args)
     resolve_batches(args)
     apply_preset(args)
+    # Model and batch in the name: E2 compares both, and their runs must not take each other's names.
+    args.run_name = args.run_name or f"{args.model}-b{args.global_batch}-" + common.default_run_name(
+        args.device, world_size=args.world_size, parallel=args.parallel)
+    args.checkpoint_dir = args.checkpoint_dir or args.results_dir / "checkpoints"
     return args
+
+
+def checkpoint_file(args: argparse.Namespace) -> Path:
+    return common.checkpoint_path(args.checkpoint_dir, RECIPE, args.run_name)
 
 
 # --------------------------------------------------------------------------- data
@@ -448,6 +456,10 @@ def relaunch_under_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     dataset is one line here rather than one traceback per process.
     """
     check_enough_images(args, load_data(args, download=args.download)[0])
+    if args.resume and args.amp != "auto":
+        # A checkpoint that does not fit is then one line here, not one per process plus torchrun's
+        # report. ("auto" AMP is settled in the training processes, which check it there.)
+        common.resume_checkpoint(PROG, checkpoint_file(args), training_settings(args), announce=False)
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.world_size}",
         # "--": otherwise torchrun's parser reads our options as (abbreviations of) its own, e.g. --nproc.
@@ -716,10 +728,7 @@ def run(args: argparse.Namespace, replicas: Replicas) -> None:
     started_at = common.now_iso()
     started = time.perf_counter()
     resolve_auto_amp(args)
-    args.run_name = args.run_name or f"{args.model}-b{args.global_batch}-" + common.default_run_name(
-        args.device, world_size=args.world_size, parallel=args.parallel)
-    args.checkpoint_dir = args.checkpoint_dir or args.results_dir / "checkpoints"
-    checkpoint = common.checkpoint_path(args.checkpoint_dir, RECIPE, args.run_name)
+    checkpoint = checkpoint_file(args)
     saved = common.resume_checkpoint(PROG, checkpoint, training_settings(args), announce=replicas.is_main) if args.resume else None
 
     train_loader, test_loader = data_loaders(args, replicas)

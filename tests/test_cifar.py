@@ -260,6 +260,9 @@ def test_resume_with_other_settings_or_a_corrupt_checkpoint_is_one_line(tmp_path
     assert capsys.readouterr().err.count("cifar.py: no checkpoint at ") == 1
     err = bad_input_line(capsys, [*args[:-2], "--resume", "--model", "resnet50"])
     assert "cannot resume from" in err and "model: 'mobilenet_v2' in the checkpoint, 'resnet50' now" in err
+    # ddp: refused before torchrun starts (a launched run would fail in each process).
+    err = bad_input_line(capsys, [*args[:-2], "--resume", "--parallel", "ddp", "--global-batch", "16"])
+    assert "cannot resume from" in err and "parallel: 'none' in the checkpoint, 'ddp' now" in err
     (tmp_path / "checkpoints" / "cifar-r.pt").write_bytes(b"not a checkpoint")
     err = bad_input_line(capsys, [*args[:-2], "--resume"])
     assert "is corrupt or unreadable" in err
