@@ -20,7 +20,6 @@ Writes ``<results-dir>/mnist-<run-name>.json`` and a checkpoint every epoch
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -376,11 +375,6 @@ def training_settings(args: argparse.Namespace) -> dict:
     return {key: getattr(args, key) for key in RESUME_KEYS}
 
 
-def settings_record(args: argparse.Namespace) -> dict:
-    """Every argument after defaults and scaling, JSON-ready."""
-    return {key: str(value) if isinstance(value, Path) else value for key, value in sorted(vars(args).items())}
-
-
 def configuration_record(args: argparse.Namespace) -> dict:
     return {
         "device": args.device,
@@ -394,32 +388,6 @@ def configuration_record(args: argparse.Namespace) -> dict:
         "image_size": IMAGE_SHAPE[-1],
         "dataset": args.dataset,
     }
-
-
-def timing_record(history: History, total_s: float) -> dict:
-    return {
-        "total_s": total_s,
-        "first_epoch_s": history.epoch_s[0],
-        "iter_s": common.summarize(history.iter_s),
-        "epoch_s": common.summarize(history.epoch_s),
-        "steady_epoch_s": common.summarize(history.epoch_s[1:]),
-        "train_epoch_s": common.summarize(history.train_epoch_s),
-        "test_epoch_s": common.summarize(history.test_epoch_s),
-        "checkpoint_s": common.summarize(history.checkpoint_s),
-    }
-
-
-def resume_state(args: argparse.Namespace, path: Path, backend: Backend) -> dict | None:
-    """The checkpoint to continue from, or None for a fresh start."""
-    if not args.resume:
-        return None
-    if not path.exists():
-        if backend.is_main:
-            print(f"{PROG}: no checkpoint at {path}; starting from the first epoch", file=sys.stderr)
-        return None
-    state = common.load_checkpoint(path)
-    common.check_resumable(path, state.get("training_settings", {}), training_settings(args))
-    return state
 
 
 def build_loaders(args: argparse.Namespace, backend: Backend):
@@ -450,7 +418,8 @@ def run(backend: Backend, args: argparse.Namespace) -> None:
     checkpoint_dir = args.checkpoint_dir or args.results_dir / "checkpoints"
     args.run_name, args.checkpoint_dir = run_name, checkpoint_dir
     checkpoint = common.checkpoint_path(checkpoint_dir, RECIPE, run_name)
-    saved = resume_state(args, checkpoint, backend)
+    saved = (common.resume_checkpoint(PROG, checkpoint, training_settings(args), announce=backend.is_main)
+             if args.resume else None)
 
     common.seed_everything(args.seed, backend.device)
     train_loader, test_loader = build_loaders(args, backend)
@@ -515,8 +484,8 @@ def write_results(args, backend: Backend, history: History, run_name: str, start
         metrics["xla_compilations"] = history.compilations[-1]
         metrics["xla_compilations_per_epoch"] = history.compilations
     results = common.build_results(
-        recipe=RECIPE, run_name=run_name, started_at=started_at, settings=settings_record(args),
-        configuration=configuration_record(args), timing=timing_record(history, total_s), metrics=metrics,
+        recipe=RECIPE, run_name=run_name, started_at=started_at, settings=common.settings_record(args),
+        configuration=configuration_record(args), timing=common.timing_record(history, total_s), metrics=metrics,
         environment=common.capture_environment(backend.device, args.device),
     )
     path = common.write_results(args.results_dir, results)

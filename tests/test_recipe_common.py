@@ -267,3 +267,34 @@ def test_default_run_names(kwargs, name):
 def test_progress_is_silent_when_disabled():
     items = [1, 2]
     assert common.progress(items, total=2, desc="x", enabled=False) is items
+
+
+def test_timing_record_reports_the_first_epoch_apart():
+    class History:
+        epoch_s, iter_s, train_epoch_s, test_epoch_s, checkpoint_s = [5.0, 1.0, 3.0], [0.5] * 6, [4.0, 0.5, 2.5], [1.0, 0.5, 0.5], []
+
+    timing = common.timing_record(History, 9.5)
+    assert timing["total_s"] == 9.5 and timing["first_epoch_s"] == 5.0
+    assert timing["epoch_s"] == {"mean": 3.0, "std": pytest.approx((8 / 3) ** 0.5), "n": 3}
+    assert timing["steady_epoch_s"] == {"mean": 2.0, "std": 1.0, "n": 2}
+    assert timing["checkpoint_s"]["n"] == 0
+
+
+def test_settings_record_is_json_ready():
+    import argparse
+
+    record = common.settings_record(argparse.Namespace(data_dir=Path("data"), epochs=2, lr=1.0))
+    assert record == {"data_dir": "data", "epochs": 2, "lr": 1.0}
+    assert list(record) == sorted(record)
+
+
+def test_resume_checkpoint_starts_fresh_or_checks_settings(tmp_path, capsys):
+    path = tmp_path / "demo-cpu.pt"
+    assert common.resume_checkpoint("demo.py", path, {"lr": 1.0}, announce=False) is None
+    assert capsys.readouterr().err == ""
+    assert common.resume_checkpoint("demo.py", path, {"lr": 1.0}, announce=True) is None
+    assert capsys.readouterr().err == f"demo.py: no checkpoint at {path}; starting from the first epoch\n"
+    common.save_checkpoint(path, {"epoch": 3, "training_settings": {"lr": 1.0}})
+    assert common.resume_checkpoint("demo.py", path, {"lr": 1.0}, announce=True)["epoch"] == 3
+    with pytest.raises(common.RecipeError, match="cannot resume"):
+        common.resume_checkpoint("demo.py", path, {"lr": 2.0}, announce=True)
