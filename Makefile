@@ -125,8 +125,8 @@ gpu-ddp-cifar: docker/cuda/Dockerfile docker/cuda/run.sh | $(ENVKIT) ## CIFAR-10
 compare: | $(ENVKIT) ## run the experiments this host can run, then tabulate RESULTS_DIR (EPOCHS= DATASET= MAX_STEPS=)
 	$(ENVKIT) compare --results-dir $(RESULTS_DIR) $(COMMON_FLAGS)
 
-demo: | $(ENVKIT) ## the comparisons this host can run, small and fast, then the report
-	$(ENVKIT) demo
+demo: | $(ENVKIT) ## the comparisons this host can run, small and fast, then the report (BASE_IMAGE=)
+	$(ENVKIT) demo $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE))
 
 push: | $(ENVKIT) ## push TARGET's image to REGISTRY=host[:port][/path]
 	$(if $(REGISTRY),,$(error REGISTRY is empty: give one, e.g. make push REGISTRY=registry.example.com:5000/team TARGET=cpu))
