@@ -89,7 +89,7 @@ def local_runs(root: Path, results_dir: Path, facts, size: tuple[str, ...], extr
     if facts.tpu_devices and importlib.util.find_spec("torch_xla") is not None:
         steps += [
             _recipe("mnist on one TPU core", root, "mnist", "--device", "tpu", "--cores", "1", *common, *extra_mnist),
-            _recipe("mnist on all TPU cores", root, "mnist", "--device", "tpu", *common, *extra_mnist),
+            _recipe("mnist on all TPU cores", root, "mnist", "--device", "tpu", "--cores", "all", *common, *extra_mnist),
         ]
     return steps
 

@@ -119,6 +119,19 @@ def test_compare_without_docker_runs_cpu_and_gpu_recipes_here(in_repo, capsys):
     )
 
 
+def test_compare_on_a_tpu_vm_without_docker_runs_one_core_then_all_cores(in_repo, monkeypatch, capsys):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "torch_xla" else real_find_spec(name, *a))
+    in_repo(HostFacts(docker_error="no engine", tpu_devices=["/dev/accel0"], cpu_count=8), [])
+    out = dry_run(["compare", "--results-dir", "out", "--dataset", "fake"], capsys)
+    common = "--results-dir out --quiet --dataset fake"
+    assert f"# 4. mnist on one TPU core\n{PY} recipes/mnist.py --device tpu --cores 1 {common}\n" in out
+    assert f"# 5. mnist on all TPU cores\n{PY} recipes/mnist.py --device tpu --cores all {common}\n" in out
+
+
 def test_missing_config_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["demo", "--dry-run"]) == 2
