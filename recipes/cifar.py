@@ -791,6 +791,9 @@ def main(argv: list[str] | None = None) -> None:
         replicas = distributed_replicas(args)
         try:
             run(args, replicas)
+            # Leave together: a process that closes its gloo connections while rank 0 is
+            # still writing results can be aborted ("terminate called without an active exception").
+            dist.barrier()
         finally:
             dist.destroy_process_group()
 

@@ -133,4 +133,5 @@ if __name__ == "__main__":
     state = one_step(cifar.Replicas(device=torch.device("cpu"), parallel="ddp", rank=dist.get_rank(), world_size=dist.get_world_size()))
     if dist.get_rank() == 0:
         torch.save(state, os.environ["CIFAR_DDP_STEP_OUT"])
+    dist.barrier()  # as the recipe does: nobody closes the group while rank 0 still works
     dist.destroy_process_group()
