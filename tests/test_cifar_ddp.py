@@ -35,10 +35,10 @@ TRAINING = [
 pytestmark = pytest.mark.slow
 
 
-def recipe(argv: list[str], cwd: Path, threads: int) -> subprocess.CompletedProcess:
+def recipe(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
     # One thread per process: torchrun sets the same for each ddp process, and
     # oversubscribed OpenMP threads on a busy machine slow a run down tenfold.
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, str(RECIPE), *argv], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
@@ -58,8 +58,8 @@ def data_dir(tmp_path_factory) -> Path:
 
 def test_ddp_splits_the_global_batch_and_matches_one_process(tmp_path, data_dir):
     common_args = [*TRAINING, "--data-dir", str(data_dir)]
-    ddp = recipe([*common_args, "--parallel", "ddp", "--nproc", "2", "--show-scatter", "--results-dir", "ddp"], tmp_path, threads=1)
-    recipe([*common_args, "--results-dir", "single"], tmp_path, threads=1)
+    ddp = recipe([*common_args, "--parallel", "ddp", "--nproc", "2", "--show-scatter", "--results-dir", "ddp"], tmp_path)
+    recipe([*common_args, "--results-dir", "single"], tmp_path)
 
     # Each process got half of the global batch of 16, and nothing was gathered.
     scatter = sorted(line for line in ddp.stdout.splitlines() if line.startswith("scatter"))
@@ -90,8 +90,8 @@ def test_ddp_splits_the_global_batch_and_matches_one_process(tmp_path, data_dir)
 
 def test_ddp_resume_continues_from_rank_0s_checkpoint(tmp_path, data_dir):
     common_args = [*TRAINING, "--data-dir", str(data_dir), "--parallel", "ddp", "--epochs", "2", "--run-name", "r"]
-    recipe([*common_args, "--max-steps", str(STEPS_PER_EPOCH)], tmp_path, threads=1)  # stops after epoch 1
-    recipe([*common_args, "--resume"], tmp_path, threads=1)
+    recipe([*common_args, "--max-steps", str(STEPS_PER_EPOCH)], tmp_path)  # stops after epoch 1
+    recipe([*common_args, "--resume"], tmp_path)
     resumed = json.loads((tmp_path / "results" / "cifar-r-2.json").read_text())
     assert resumed["settings"]["resumed_from_epoch"] == 1
     assert resumed["metrics"]["epochs_completed"] == 2 and resumed["timing"]["epoch_s"]["n"] == 2
