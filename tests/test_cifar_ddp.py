@@ -25,10 +25,11 @@ RECIPE = Path(cifar.__file__)
 TRAIN_PER_BATCH = 52  # x 5 training batches = 260 images: 16 steps of 16 per epoch
 STEPS_PER_EPOCH = 5 * TRAIN_PER_BATCH // 16
 TEST_IMAGES = 63  # odd: the two test shards differ (32 + 31), so only a global count gives a multiple of 1/63
-# Learnable tiny data: both runs reach ~98% here, so the comparison does not hinge on BatchNorm
-# statistics from 8 images per process (DDP) versus 16 (one process), which slow DDP's first epochs.
+# Learnable tiny data at 64 px: both runs reach 100% from the 4th epoch. At 32 px the last feature
+# maps are 1x1, BatchNorm then normalises over only the 8 images of a DDP process (16 in one process),
+# and DDP's accuracy trails by up to 0.1 for several epochs.
 TRAINING = [
-    "--image-size", "32", "--global-batch", "16", "--lr", "0.02", "--epochs", "6", "--quiet",
+    "--image-size", "64", "--global-batch", "16", "--lr", "0.02", "--epochs", "6", "--quiet",
     "--dataset", "real", "--data-check", "exists", "--no-download",
 ]
 
@@ -64,7 +65,7 @@ def test_ddp_splits_the_global_batch_and_matches_one_process(tmp_path, data_dir)
     # Each process got half of the global batch of 16, and nothing was gathered.
     scatter = sorted(line for line in ddp.stdout.splitlines() if line.startswith("scatter"))
     assert scatter == [
-        f"scatter (ddp rank {rank}/2, cpu): input [8, 3, 32, 32] -> output [8, 10]; "
+        f"scatter (ddp rank {rank}/2, cpu): input [8, 3, 64, 64] -> output [8, 10]; "
         "no gather: each process keeps its outputs and DDP all-reduces gradients"
         for rank in (0, 1)
     ]
@@ -83,8 +84,8 @@ def test_ddp_splits_the_global_batch_and_matches_one_process(tmp_path, data_dir)
     for accuracy in ours["epoch_test_accuracy"]:
         assert accuracy * TEST_IMAGES == pytest.approx(round(accuracy * TEST_IMAGES)), "accuracy is not over the whole test set"
     trajectories = f"ddp {ours['epoch_test_accuracy']}, one process {theirs['epoch_test_accuracy']}"
-    assert ours["test_accuracy"] == pytest.approx(theirs["test_accuracy"], abs=0.1), trajectories
-    assert ours["test_accuracy"] > 0.8, trajectories
+    assert ours["test_accuracy"] == pytest.approx(theirs["test_accuracy"], abs=0.05), trajectories
+    assert ours["test_accuracy"] > 0.9, trajectories
     assert ours["epoch_loss"][-1] < ours["epoch_loss"][0]
 
 
