@@ -459,7 +459,7 @@ def relaunch_under_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     if args.resume and args.amp != "auto":
         # A checkpoint that does not fit is then one line here, not one per process plus torchrun's
         # report. ("auto" AMP is settled in the training processes, which check it there.)
-        common.resume_checkpoint(PROG, checkpoint_file(args), training_settings(args), announce=False)
+        common.resume_checkpoint(PROG, checkpoint_file(args), common.resume_settings(args, RESUME_KEYS), announce=False)
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.world_size}",
         # "--": otherwise torchrun's parser reads our options as (abbreviations of) its own, e.g. --nproc.
@@ -640,22 +640,10 @@ def evaluate(trainer: Trainer, loader) -> float:
         # with rank 0's, the ones its checkpoint holds.
         for buffer in trainer.net.buffers():
             dist.broadcast(buffer, src=0)
-    model.eval()
-    correct = torch.zeros((), dtype=torch.int64, device=replicas.device)
-    count = 0
-    with torch.no_grad():
-        for images, labels in trainer.batches(loader):
-            correct += (model(images).argmax(dim=1) == labels).sum()
-            count += len(labels)
-    correct_total, count_total = replicas.sum_over_processes([correct.item(), count])
-    return correct_total / count_total
+    return common.global_accuracy(model, trainer.batches(loader), replicas.device, replicas.sum_over_processes)
 
 
 # --------------------------------------------------------------------------- results
-
-
-def training_settings(args: argparse.Namespace) -> dict:
-    return {key: getattr(args, key) for key in RESUME_KEYS}
 
 
 def configuration_record(args: argparse.Namespace) -> dict:
@@ -729,7 +717,7 @@ def run(args: argparse.Namespace, replicas: Replicas) -> None:
     started = time.perf_counter()
     resolve_auto_amp(args)
     checkpoint = checkpoint_file(args)
-    saved = common.resume_checkpoint(PROG, checkpoint, training_settings(args), announce=replicas.is_main) if args.resume else None
+    saved = common.resume_checkpoint(PROG, checkpoint, common.resume_settings(args, RESUME_KEYS), announce=replicas.is_main) if args.resume else None
 
     train_loader, test_loader = data_loaders(args, replicas)
     trainer = build_trainer(args, replicas)
@@ -768,7 +756,7 @@ def run(args: argparse.Namespace, replicas: Replicas) -> None:
                 "scaler": trainer.scaler.state_dict(),
                 "rng": common.rng_states(replicas.device),
                 "history": {**vars(history), "elapsed_s": history.elapsed_s + time.perf_counter() - started},
-                "training_settings": training_settings(args),
+                "training_settings": common.resume_settings(args, RESUME_KEYS),
             })
             history.checkpoint_s.append(time.perf_counter() - save_start)
 

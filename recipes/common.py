@@ -658,3 +658,23 @@ def resume_checkpoint(prog: str, path: Path, settings: dict, *, announce: bool) 
     state = load_checkpoint(path)
     check_resumable(path, state.get("training_settings", {}), settings)
     return state
+
+
+def resume_settings(args: argparse.Namespace, keys: Sequence[str]) -> dict:
+    """The settings a checkpoint must share with the run that resumes it."""
+    return {key: getattr(args, key) for key in keys}
+
+
+def global_accuracy(model: torch.nn.Module, batches: Iterable, device: Any,
+                    sum_over_processes: Callable[[list], list]) -> float:
+    """Accuracy over the whole test set: each process counts its own shard on the device (no host
+    sync per batch), then the counts are summed over processes, so no replica reports its shard alone."""
+    model.eval()
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    count = 0
+    with torch.no_grad():
+        for images, labels in batches:
+            correct += (model(images).argmax(dim=1) == labels).sum()
+            count += len(labels)
+    correct_total, count_total = sum_over_processes([correct.item(), count])
+    return correct_total / count_total

@@ -360,19 +360,7 @@ def train_epoch(model, optimizer, loader, backend: Backend, args, history: Histo
 
 def evaluate(model, loader, backend: Backend) -> float:
     """Accuracy over the whole test set (every replica's shard counted once)."""
-    model.eval()
-    correct = torch.zeros((), dtype=torch.int64, device=backend.device)
-    count = 0
-    with torch.no_grad():
-        for images, labels in backend.batches(loader):
-            correct += (model(images).argmax(dim=1) == labels).sum()
-            count += len(labels)
-    correct_total, count_total = backend.sum_over_replicas([correct.item(), count])
-    return correct_total / count_total
-
-
-def training_settings(args: argparse.Namespace) -> dict:
-    return {key: getattr(args, key) for key in RESUME_KEYS}
+    return common.global_accuracy(model, backend.batches(loader), backend.device, backend.sum_over_replicas)
 
 
 def configuration_record(args: argparse.Namespace) -> dict:
@@ -418,7 +406,7 @@ def run(backend: Backend, args: argparse.Namespace) -> None:
     checkpoint_dir = args.checkpoint_dir or args.results_dir / "checkpoints"
     args.run_name, args.checkpoint_dir = run_name, checkpoint_dir
     checkpoint = common.checkpoint_path(checkpoint_dir, RECIPE, run_name)
-    saved = (common.resume_checkpoint(PROG, checkpoint, training_settings(args), announce=backend.is_main)
+    saved = (common.resume_checkpoint(PROG, checkpoint, common.resume_settings(args, RESUME_KEYS), announce=backend.is_main)
              if args.resume else None)
 
     common.seed_everything(args.seed, backend.device)
@@ -461,7 +449,7 @@ def run(backend: Backend, args: argparse.Namespace) -> None:
                 "scheduler": scheduler.state_dict(),
                 "rng": common.rng_states(backend.device),
                 "history": {**vars(history), "elapsed_s": history.elapsed_s + time.perf_counter() - started},
-                "training_settings": training_settings(args),
+                "training_settings": common.resume_settings(args, RESUME_KEYS),
             })
             history.checkpoint_s.append(time.perf_counter() - save_start)
 
