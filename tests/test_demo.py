@@ -21,11 +21,11 @@ GPU_HOST_NO_ENGINE = HostFacts(docker_error="no engine", gpus=["GPU 0: A", "GPU 
 
 LOCAL_DEMO_RUNS = f"""\
 # 2. mnist on eager CPU
-{PY} recipes/mnist.py --device cpu --results-dir results/demo --quiet --dataset fake --epochs 2 --fake-train-size 1920 --fake-test-size 500
+{PY} recipes/mnist.py --device cpu --results-dir results/demo --quiet --dataset fake --epochs 4 --fake-train-size 3840 --fake-test-size 1000
 # 3. cifar, one CPU process
-{PY} recipes/cifar.py --device cpu --parallel none --results-dir results/demo --quiet --dataset fake --epochs 2 --model mobilenet_v2 --global-batch 32 --fake-train-size 128 --fake-test-size 64
+{PY} recipes/cifar.py --device cpu --parallel none --results-dir results/demo --quiet --dataset fake --epochs 4 --model mobilenet_v2 --global-batch 32 --image-size 64 --fake-train-size 512 --fake-test-size 128
 # 4. cifar, DDP over 2 gloo processes
-{PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 --results-dir results/demo --quiet --dataset fake --epochs 2 --model mobilenet_v2 --global-batch 32 --fake-train-size 128 --fake-test-size 64
+{PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 --results-dir results/demo --quiet --dataset fake --epochs 4 --model mobilenet_v2 --global-batch 32 --image-size 64 --fake-train-size 512 --fake-test-size 128
 # 5. report
 {PY} -m envkit report results/demo --plot results/demo/comparison.png
 """
@@ -66,8 +66,8 @@ def test_demo_no_docker_flag_wins_over_a_usable_engine(in_repo, capsys):
 def test_demo_with_docker_runs_in_the_cpu_image_and_falls_back(in_repo, capsys):
     in_repo(WITH_ENGINE, ["cpu-mnist"])
     results = "results/demo"
-    image_args = "--device cpu --quiet --dataset fake --epochs 2"
-    cifar_args = "--model mobilenet_v2 --global-batch 32 --fake-train-size 128 --fake-test-size 64"
+    image_args = "--device cpu --quiet --dataset fake --epochs 4"
+    cifar_args = "--model mobilenet_v2 --global-batch 32 --image-size 64 --fake-train-size 512 --fake-test-size 128"
     out = dry_run(["demo", "--base-image", "envkit-base:bookworm"], capsys)
     assert out.startswith(
         "# Docker 20.10.24 is usable: running in the cpu image\n"
@@ -77,9 +77,9 @@ def test_demo_with_docker_runs_in_the_cpu_image_and_falls_back(in_repo, capsys):
         f"#    # the cpu image could not be built; running the recipes with {PY} instead\n"
     )
     assert out.endswith(
-        f"# 3. mnist in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh mnist {image_args} --fake-train-size 1920 --fake-test-size 500\n"
-        f"# 4. cifar, one process in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh cifar --device cpu --parallel none --quiet --dataset fake --epochs 2 {cifar_args}\n"
-        f"# 5. cifar, DDP over 2 gloo processes in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh cifar --device cpu --parallel ddp --nproc 2 --quiet --dataset fake --epochs 2 {cifar_args}\n"
+        f"# 3. mnist in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh mnist {image_args} --fake-train-size 3840 --fake-test-size 1000\n"
+        f"# 4. cifar, one process in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh cifar --device cpu --parallel none --quiet --dataset fake --epochs 4 {cifar_args}\n"
+        f"# 5. cifar, DDP over 2 gloo processes in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh cifar --device cpu --parallel ddp --nproc 2 --quiet --dataset fake --epochs 4 {cifar_args}\n"
         f"# 6. report\n{PY} -m envkit report results/demo --plot results/demo/comparison.png\n"
     )
     # the fallback is the local plan without its render step, renumbered
@@ -199,6 +199,9 @@ def test_demo_runs_end_to_end_without_docker(repo_root, tmp_path, monkeypatch, c
     assert names[1].startswith("cifar-") and names[2].startswith("mnist-"), names
     assert (project / "docker" / "cpu" / "run.sh").is_file()
     assert "| cpu ×1 | mnist-net | 128 | 1 |" in out
-    assert "| cpu ×1 | mobilenet_v2 | 32 | 32 | 112 | 1 |" in out and "| cpu DDP×2 | mobilenet_v2 | 32 | 16 | 112 | 1 |" in out
+    assert "| cpu ×1 | mobilenet_v2 | 32 | 32 | 64 | 1 |" in out and "| cpu DDP×2 | mobilenet_v2 | 32 | 16 | 64 | 1 |" in out
+    # the demo is long enough to show learning: every run well above chance (10%)
+    accuracies = {name: json.loads((results / name).read_text())["metrics"]["test_accuracy"] for name in names}
+    assert all(acc > 0.5 for acc in accuracies.values()), accuracies
     assert (results / "comparison.png").read_bytes().startswith(b"\x89PNG")
     print(out)  # shown with -s: the demo's table
