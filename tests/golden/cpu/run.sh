@@ -45,14 +45,21 @@ results_dir=$(absolute "${RESULTS_DIR:-./results}")
 read -r -a docker <<<"${DOCKER:-docker}"
 owner="$(id -u):$(id -g)"
 
+# DataLoader workers and NCCL need more than Docker's 64 MB /dev/shm; an empty size
+# shares the host's IPC namespace instead.
 shm_size=${SHM_SIZE:-2g}
-[[ $shm_size =~ ^[0-9]+[bkmgBKMG]?$ ]] \
-  || fail "SHM_SIZE must be a size such as 2g (digits and an optional unit b, k, m, g); got '$shm_size'"
+if [[ -z $shm_size ]]; then
+  ipc_args=(--ipc=host)
+elif [[ $shm_size =~ ^[0-9]+[bkmgBKMG]?$ ]]; then
+  ipc_args=(--shm-size "$shm_size")
+else
+  fail "SHM_SIZE must be a size such as 2g (digits and an optional unit b, k, m, g); got '$shm_size'"
+fi
 
 command=(
   "${docker[@]}" run --rm --init
   --user "$owner" -e HOME=/tmp
-  --shm-size "$shm_size"
+  "${ipc_args[@]}"
   -e "ENVKIT_IMAGE=$image" -e "ENVKIT_RESULTS_OWNER=$owner"
   -v "$data_dir:/workspace/data" -v "$results_dir:/workspace/results"
   "$image" python "/opt/envkit/recipes/$recipe.py" --data-dir /workspace/data --results-dir /workspace/results

@@ -65,7 +65,8 @@ else
   fail "GPUS must be 'all' or comma-separated GPU indices such as 0,2; got '$gpus'"
 fi
 
-# DataLoader workers and NCCL need more than Docker's 64 MB /dev/shm.
+# DataLoader workers and NCCL need more than Docker's 64 MB /dev/shm; an empty size
+# shares the host's IPC namespace instead.
 shm_size=${SHM_SIZE:-8g}
 if [[ -z $shm_size ]]; then
   ipc_args=(--ipc=host)

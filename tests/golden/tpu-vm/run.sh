@@ -45,15 +45,22 @@ results_dir=$(absolute "${RESULTS_DIR:-./results}")
 read -r -a docker <<<"${DOCKER:-docker}"
 owner="$(id -u):$(id -g)"
 
+# DataLoader workers and NCCL need more than Docker's 64 MB /dev/shm; an empty size
+# shares the host's IPC namespace instead.
 shm_size=${SHM_SIZE:-16G}
-[[ $shm_size =~ ^[0-9]+[bkmgBKMG]?$ ]] \
-  || fail "SHM_SIZE must be a size such as 16G (digits and an optional unit b, k, m, g); got '$shm_size'"
+if [[ -z $shm_size ]]; then
+  ipc_args=(--ipc=host)
+elif [[ $shm_size =~ ^[0-9]+[bkmgBKMG]?$ ]]; then
+  ipc_args=(--shm-size "$shm_size")
+else
+  fail "SHM_SIZE must be a size such as 16G (digits and an optional unit b, k, m, g); got '$shm_size'"
+fi
 
 command=(
   "${docker[@]}" run --rm --init
   # --privileged exposes the TPU chips (/dev/accel*, /dev/vfio); pod slices need the host network.
   # Root inside: the recipe hands what it writes to ENVKIT_RESULTS_OWNER.
-  --privileged --net=host --shm-size "$shm_size" -e PJRT_DEVICE=TPU
+  --privileged --net=host "${ipc_args[@]}" -e PJRT_DEVICE=TPU
   -e "ENVKIT_IMAGE=$image" -e "ENVKIT_RESULTS_OWNER=$owner"
   -v "$data_dir:/workspace/data" -v "$results_dir:/workspace/results"
   "$image" python "/opt/envkit/recipes/$recipe.py" --data-dir /workspace/data --results-dir /workspace/results
