@@ -49,7 +49,6 @@ class Matrix:
     cpu_index_url: str
     cpu_local_version: str
     cuda: dict[str, CudaVariant]
-    tpu_index_url: str
     tpu: dict[str, TpuRelease]
 
     def torch_release(self, field: str, version: str) -> TorchRelease:
@@ -130,6 +129,5 @@ def load_matrix(path: Path = MATRIX_PATH) -> Matrix:
         cpu_index_url=raw["cpu"]["index_url"],
         cpu_local_version=raw["cpu"]["local_version"],
         cuda=cuda,
-        tpu_index_url=raw["tpu"]["index_url"],
         tpu=tpu,
     )

@@ -210,14 +210,8 @@ class DeviceTimer:
         self.device = device
         self._last = time.perf_counter()
 
-    def restart(self, sync: bool = False) -> None:
-        """Start a new lap now (after syncing when asked)."""
-        if sync:
-            synchronize(self.device)
-        self._last = time.perf_counter()
-
     def lap(self, sync: bool = False) -> float:
-        """Seconds since the last lap or restart, and start the next lap."""
+        """Seconds since the last lap (or since the timer was made), and start the next lap."""
         if sync:
             synchronize(self.device)
         now = time.perf_counter()
