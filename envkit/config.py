@@ -233,7 +233,7 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
         variant = matrix.cuda_variant(where(at + ("cuda",)), release, raw.get("cuda"))
         python_range, default_python = release.python, variant.python
         cuda, torch_variant = variant.cuda, variant.variant
-        extra_index_urls.append(f"https://download.pytorch.org/whl/{variant.variant}")
+        extra_index_urls.append(variant.index_url)
         default_base = variant.base_image
         # nvidia/cuda images ship no Python: the OS's python3 seeds the venv.
         apt_packages = ["python3", "python3-venv", *apt_packages]

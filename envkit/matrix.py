@@ -21,6 +21,7 @@ MATRIX_PATH = Path(__file__).resolve().parent / "data" / "matrix.yaml"
 class CudaVariant:
     variant: str  # wheel local version tag, e.g. "cu126"
     cuda: str  # toolkit version, e.g. "12.6"
+    index_url: str  # PyTorch's index for this variant's wheels
     base_image: str
     python: str  # the base image's python3
 
@@ -110,7 +111,7 @@ def load_matrix(path: Path = MATRIX_PATH) -> Matrix:
         for minor, row in raw["torch"].items()
     }
     cuda = {
-        variant: CudaVariant(variant, row["cuda"], row["base_image"], row["python"])
+        variant: CudaVariant(variant, row["cuda"], row["index_url"], row["base_image"], row["python"])
         for variant, row in raw["cuda"].items()
     }
     tpu = {
