@@ -609,8 +609,7 @@ def train_epoch(trainer: Trainer, loader, history: History, epoch: int) -> float
         with replica_calls(trainer.net) if scatter else contextlib.nullcontext() as calls:
             output = trainer.model(images)
         if scatter:
-            for line in scatter_report(args, replicas, images, calls, output):
-                print(line, flush=True)
+            common.print_lines(scatter_report(args, replicas, images, calls, output))
         loss = F.cross_entropy(output, labels)
         trainer.optimizer.zero_grad(set_to_none=True)
         trainer.scaler.scale(loss).backward()

@@ -328,6 +328,17 @@ def progress(iterable: Iterable, *, total: int | None, desc: str, enabled: bool)
     return tqdm(iterable, total=total, desc=desc, leave=False, dynamic_ncols=True, file=sys.stderr)
 
 
+def print_lines(lines: Iterable[str]) -> None:
+    """Print ``lines`` to stdout in one write.
+
+    Several processes (DDP ranks) share one stdout, and under PYTHONUNBUFFERED
+    (set in every image) ``print`` writes the text and its newline separately,
+    so two ranks' lines would run together. One small write to a pipe is atomic.
+    """
+    sys.stdout.write("".join(f"{line}\n" for line in lines))
+    sys.stdout.flush()
+
+
 # --------------------------------------------------------------------------- files
 
 

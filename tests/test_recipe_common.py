@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -262,6 +263,26 @@ def test_bad_results_owner_is_a_recipe_error(tmp_path, monkeypatch):
 ])
 def test_default_run_names(kwargs, name):
     assert common.default_run_name(**kwargs) == name
+
+
+def test_print_lines_is_one_write_on_an_unbuffered_stdout(monkeypatch):
+    # What PYTHONUNBUFFERED=1 (set in the images) makes stdout: text goes straight to the file,
+    # one write per call. Two DDP ranks printing at once interleave at write boundaries.
+    class Recorder(io.RawIOBase):
+        def __init__(self):
+            self.writes: list[bytes] = []
+
+        def writable(self):
+            return True
+
+        def write(self, data):
+            self.writes.append(bytes(data))
+            return len(data)
+
+    raw = Recorder()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="utf-8", write_through=True))
+    common.print_lines(["scatter (ddp rank 0/2, cpu): a", "second line"])
+    assert raw.writes == [b"scatter (ddp rank 0/2, cpu): a\nsecond line\n"]
 
 
 def test_progress_is_silent_when_disabled():
