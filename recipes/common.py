@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, TextIO
 
 import torch
 
@@ -50,7 +50,7 @@ class RecipeArgumentParser(argparse.ArgumentParser):
 def fail(prog: str, message: str) -> None:
     """Print ``<prog>: error: <message>`` as one line on stderr and exit with status 2."""
     one_line = " ".join(str(message).split())
-    print(f"{prog}: error: {one_line}", file=sys.stderr)
+    print_lines([f"{prog}: error: {one_line}"], sys.stderr)
     raise SystemExit(2)
 
 
@@ -328,15 +328,16 @@ def progress(iterable: Iterable, *, total: int | None, desc: str, enabled: bool)
     return tqdm(iterable, total=total, desc=desc, leave=False, dynamic_ncols=True, file=sys.stderr)
 
 
-def print_lines(lines: Iterable[str]) -> None:
-    """Print ``lines`` to stdout in one write.
+def print_lines(lines: Iterable[str], stream: TextIO | None = None) -> None:
+    """Print ``lines`` to ``stream`` (default stdout) in one write.
 
-    Several processes (DDP ranks) share one stdout, and under PYTHONUNBUFFERED
+    Several processes (DDP ranks) share one stdout and stderr, and under PYTHONUNBUFFERED
     (set in every image) ``print`` writes the text and its newline separately,
     so two ranks' lines would run together. One small write to a pipe is atomic.
     """
-    sys.stdout.write("".join(f"{line}\n" for line in lines))
-    sys.stdout.flush()
+    stream = stream or sys.stdout
+    stream.write("".join(f"{line}\n" for line in lines))
+    stream.flush()
 
 
 # --------------------------------------------------------------------------- files
