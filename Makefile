@@ -22,6 +22,8 @@ REGISTRY ?=
 TARGET ?= cpu
 IMAGES_DIR ?= $(CURDIR)/images
 FILE ?=
+KEEP ?=
+DRY_RUN ?=
 
 ENVKIT := $(VENV)/bin/envkit
 CONFIG := envkit.yaml
@@ -57,12 +59,12 @@ endef
 .DEFAULT_GOAL := help
 .PHONY: help venv xla-env render build-cpu build-cuda build-tpu-vm cpu-mnist gpu-mnist \
 	tpu-mnist tpu-mnist-single gpu-single-cifar gpu-dp-cifar gpu-ddp-cifar compare push save load \
-	demo test doctor
+	prune demo test doctor
 
 help: ## list the targets and the variables they read
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z0-9-]*:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "variables: GPUS MODEL BATCH PER_DEVICE_BATCH EPOCHS DATASET MAX_STEPS RESULTS_DIR DATA_DIR VENV PYTHON"
-	@echo "           TORCH_INDEX_URL WHEELHOUSE BASE_IMAGE CA_CERTS BUILD_ARGS NO_CACHE REGISTRY TARGET IMAGES_DIR FILE"
+	@echo "           TORCH_INDEX_URL WHEELHOUSE BASE_IMAGE CA_CERTS BUILD_ARGS NO_CACHE REGISTRY TARGET IMAGES_DIR FILE KEEP DRY_RUN"
 
 venv: $(ENVKIT) ## create the pinned dev environment in VENV (default .venv)
 
@@ -138,6 +140,9 @@ save: | $(ENVKIT) ## write TARGET's image to IMAGES_DIR as .tar.gz + .manifest.j
 load: | $(ENVKIT) ## verify FILE (a saved .tar.gz or its manifest) and load it
 	$(if $(FILE),,$(error FILE is empty: give the saved image, e.g. make load FILE=images/envkit-cpu-<tag>.tar.gz))
 	$(ENVKIT) load $(FILE)
+
+prune: | $(ENVKIT) ## remove TARGET's older images, never latest (KEEP=N spares the N newest; DRY_RUN=1 lists)
+	$(ENVKIT) prune $(TARGET) $(if $(KEEP),--keep $(KEEP)) $(if $(DRY_RUN),--dry-run)
 
 test: | $(ENVKIT) ## the whole test suite, integration tests included
 	$(VENV)/bin/pytest --slow

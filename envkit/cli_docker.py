@@ -1,4 +1,4 @@
-"""`envkit build|run|push|save|load|doctor`: images through the Docker engine.
+"""`envkit build|run|push|save|load|prune|doctor`: images through the Docker engine.
 
 Heavy work lives in envkit.images and envkit.doctor; this module only parses
 arguments and prints results (results on stdout, progress on stderr).
@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -70,11 +71,29 @@ def register(subparsers) -> None:
     load.add_argument("file", type=Path, help="the .tar.gz or its .manifest.json")
     load.set_defaults(func=_load)
 
+    prune = subparsers.add_parser(
+        "prune", help="remove a target's superseded images (never latest)",
+        description="Every build of new content adds an envkit-<target>:<hash> image that nothing else removes. "
+                    "prune removes all of them but latest (and, with --keep N, the N newest others); "
+                    "an image with other names (e.g. from push) only loses envkit's name.",
+    )
+    prune.add_argument("target")
+    prune.add_argument("--keep", type=_count, default=0, metavar="N", help="also keep the N newest older images (default 0)")
+    prune.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
+    _add_config(prune)
+    prune.set_defaults(func=_prune)
+
     doctor = subparsers.add_parser("doctor", help="what this host offers and which make targets will work here")
     doctor.add_argument("--require", choices=("cpu", "cuda", "tpu-vm"), help="exit 2 with the reason when this host cannot run that kind")
     doctor.add_argument("--gpus", help="also check a GPUS value (comma-separated indices or 'all')")
     doctor.add_argument("--json", action="store_true", help="print the facts as JSON")
     doctor.set_defaults(func=_doctor)
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"'{text}' is not a count: give a whole number, 0 or more")
+    return int(text)
 
 
 def _build(args) -> int:
@@ -141,6 +160,31 @@ def _load(args) -> int:
     from envkit import images
 
     print(images.load(args.file))
+    return 0
+
+
+def _prune(args) -> int:
+    from envkit import images, prune
+
+    _, target = _load_target(args)
+    repo = images.repository(target.name)
+    removed = 0
+    for outcome in prune.prune(target.name, args.keep, args.dry_run):
+        image = outcome.image
+        built = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(image.created))
+        if outcome.state == prune.KEPT:
+            print(f"envkit: warning: kept {image.label}: {outcome.detail}", file=sys.stderr)
+            continue
+        removed += 1
+        still = f"; still named {outcome.detail}" if outcome.detail else ""
+        print(f"{outcome.state} {image.label} ({image.size_bytes / 1e9:.2f} GB, built {built}{still})")
+    if args.dry_run:
+        print(f"envkit: dry run: {removed} old {repo} image(s) would be removed; nothing was", file=sys.stderr)
+    elif removed:
+        # Sizes overlap: layers shared with the images kept stay on disk.
+        print(f"envkit: removed {removed} old {repo} image(s); {repo}:{images.LATEST} is kept", file=sys.stderr)
+    else:
+        print(f"envkit: no old {repo} images to remove", file=sys.stderr)
     return 0
 
 

@@ -13,6 +13,7 @@ comes from ENVKIT_TEST_WHEELS, default /opt/wheels, or the host's pip configurat
 from __future__ import annotations
 
 import grp
+import io
 import json
 import os
 import re
@@ -26,6 +27,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import docker
 import pytest
 import yaml
 
@@ -323,6 +325,40 @@ def test_push_to_an_unreachable_registry_is_one_line(client, project, built):
     assert done.stderr.splitlines()[-1].startswith(f"envkit: error: push of localhost:1/{built} failed: ")
     assert "Traceback" not in done.stderr
     client.images.remove(f"localhost:1/{built}")
+
+
+@engine_test
+def test_prune_removes_older_builds_keeps_latest_and_what_a_container_uses(client, project, built, base_image):
+    def older_build(tag: str) -> str:
+        # A one-label image on the base: an earlier build of the target, as far as the engine can tell.
+        dockerfile = f"FROM {base_image}\nLABEL io.envkit.target=cpu io.envkit.test={tag}\n".encode()
+        image, _ = client.images.build(fileobj=io.BytesIO(dockerfile), tag=f"envkit-cpu:{tag}", rm=True)
+        return image.id
+
+    unused, used = older_build("000000000001"), older_build("000000000002")
+    container = client.containers.create(used, command=["true"])
+    try:
+        # An engine that served earlier runs holds their builds too: prune takes those as well.
+        planned = envkit("prune", "cpu", "--config", "envkit.yaml", "--dry-run", cwd=project)
+        listed = {line.split(" (")[0] for line in planned.stdout.splitlines()}
+        assert {"would remove envkit-cpu:000000000001", "would remove envkit-cpu:000000000002"} <= listed
+        assert not any(built in line for line in listed)
+        assert client.images.get(unused) and client.images.get(used)
+
+        done = envkit("prune", "cpu", "--config", "envkit.yaml", cwd=project)
+        removed = [line.split(" (")[0] for line in done.stdout.splitlines()]
+        assert "removed envkit-cpu:000000000001" in removed and "removed envkit-cpu:000000000002" not in removed
+        assert "envkit: warning: kept envkit-cpu:000000000002: " in done.stderr
+        assert client.images.get("envkit-cpu:000000000002").id == used
+    finally:
+        container.remove()
+    envkit("prune", "cpu", "--config", "envkit.yaml", cwd=project)
+    for gone in (unused, used):
+        with pytest.raises(docker.errors.ImageNotFound):
+            client.images.get(gone)
+    # the build every other test runs is untouched, content tag and all
+    assert sorted(client.images.get(built).tags) == sorted([built, "envkit-cpu:latest"])
+    assert client.images.get(base_image)
 
 
 # ---------------------------------------------------------------- the scripts CI calls (fast, no engine)

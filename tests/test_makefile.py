@@ -190,6 +190,9 @@ def test_sharing_targets(project):
         ".venv/bin/envkit load /out/envkit-cpu-0123456789ab.tar.gz"
     ]
 
+    assert dry_run(project, "prune") == [".venv/bin/envkit prune cpu"]
+    assert dry_run(project, "prune", "TARGET=cuda", "KEEP=2", "DRY_RUN=1") == [".venv/bin/envkit prune cuda --keep 2 --dry-run"]
+
 
 @pytest.mark.parametrize("target, variable", [("push", "REGISTRY"), ("load", "FILE")])
 def test_sharing_targets_need_their_variable(project, target, variable):
