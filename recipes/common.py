@@ -156,10 +156,18 @@ def import_torch_xla():
     """Import torch_xla, or RecipeError saying which image has it."""
     try:
         import torch_xla  # noqa: PLC0415 - only the tpu image has it
-    except ImportError:
+    except ImportError as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "torch_xla":
+            raise RecipeError(
+                "--device tpu needs torch_xla, which is not installed here; use the tpu-vm image "
+                "(or PJRT_DEVICE=CPU with torch_xla installed for a CPU dry run)"
+            ) from None
+        # Installed but broken (a missing shared library, a torch of another release):
+        # "not installed" would send the user looking in the wrong place.
+        reason = " ".join(str(exc).split())
         raise RecipeError(
-            "--device tpu needs torch_xla, which is not installed here; use the tpu-vm image "
-            "(or PJRT_DEVICE=CPU with torch_xla installed for a CPU dry run)"
+            f"--device tpu: torch_xla is installed but does not import ({reason}); it needs torch of "
+            "the same release and the shared libpython, as the tpu-vm image provides"
         ) from None
     return torch_xla
 

@@ -8,6 +8,8 @@ missing, and fails instead when ENVKIT_REQUIRE_DOCKER=1.
 The cpu target (benchmarks/envkit-offline.yaml) pins torch without torchvision and
 installs only from a wheelhouse: `pip download` on the host fills it (the torch wheel
 comes from ENVKIT_TEST_WHEELS, default /opt/wheels, or the host's pip configuration).
+The tpu-vm target of envkit.yaml is built the same way, from its committed Dockerfile,
+and runs the MNIST recipe on XLA:CPU.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from envkit.doctor import connect_engine, inspect_host
 from envkit.errors import EnvkitError
 from envkit.images import docker_cli as docker_command, staging_path
 from envkit.render import requirements
+
+from mnist_files import read_results, write_mnist
 
 OFFLINE_CONFIG = Path(__file__).resolve().parent.parent / "benchmarks" / "envkit-offline.yaml"
 TORCH = yaml.safe_load(OFFLINE_CONFIG.read_text())["targets"]["cpu"]["torch"]
@@ -82,18 +86,22 @@ def base_image(client, repo_root) -> str:
     return done.stdout.strip()
 
 
-@pytest.fixture(scope="session")
-def wheelhouse(tmp_path_factory) -> Path:
-    wheels = tmp_path_factory.mktemp("wheelhouse")
+def fill_wheelhouse(wheels: Path, config: Path, target: str) -> Path:
+    """pip download what the target's Dockerfile installs into ``wheels``."""
     local = Path(os.environ.get("ENVKIT_TEST_WHEELS", "/opt/wheels"))
     command = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest", str(wheels)]
     if local.is_dir():
         command += ["--find-links", str(local)]
-    wanted = requirements(load_config(OFFLINE_CONFIG).target("cpu"))  # what the Dockerfile installs
+    wanted = requirements(load_config(config).target(target))
     done = subprocess.run([*command, *wanted], capture_output=True, text=True)
     if done.returncode != 0:
         unavailable(f"cannot fill the wheelhouse with {' '.join(wanted)}: {done.stderr.strip().splitlines()[-1:]}")
     return wheels
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory) -> Path:
+    return fill_wheelhouse(tmp_path_factory.mktemp("wheelhouse"), OFFLINE_CONFIG, "cpu")
 
 
 @pytest.fixture(scope="session")
@@ -359,6 +367,58 @@ def test_prune_removes_older_builds_keeps_latest_and_what_a_container_uses(clien
     # the build every other test runs is untouched, content tag and all
     assert sorted(client.images.get(built).tags) == sorted([built, "envkit-cpu:latest"])
     assert client.images.get(base_image)
+
+
+@pytest.fixture
+def tpu_vm_wheelhouse(tmp_path_factory, repo_root) -> Path:
+    wheels = fill_wheelhouse(tmp_path_factory.mktemp("tpu-vm-wheels"), repo_root / "envkit.yaml", "tpu-vm")
+    yield wheels
+    # About 4 GB (PyPI's torch brings CUDA): neither pytest's kept temporary trees nor
+    # the staged build context (hard links) may hold on to it.
+    shutil.rmtree(wheels)
+    shutil.rmtree(staging_path(repo_root, "tpu-vm"), ignore_errors=True)
+
+
+@engine_test
+def test_tpu_vm_image_installs_its_pins_and_runs_mnist_on_xla_cpu(client, repo_root, base_image, tpu_vm_wheelhouse,
+                                                                   docker_cli, caller_home):
+    """The committed tpu-vm Dockerfile, built as a user builds it, on a distro python3 base.
+
+    No TPU here, so the run is run.sh's own command with its two TPU-host parts swapped:
+    PJRT_DEVICE=TPU for CPU, and --privileged dropped (this sandbox's runtime refuses it).
+    """
+    config = repo_root / "envkit.yaml"
+    built = envkit("build", "tpu-vm", "--config", str(config), "--base-image", base_image,
+                   "--wheelhouse", str(tpu_vm_wheelhouse), cwd=repo_root).stdout.strip()
+    labels = client.images.get(built).labels
+    assert labels["io.envkit.pin.torch"] == labels["io.envkit.pin.torch_xla"]
+    assert b"No broken requirements found" in client.containers.run(built, ["pip", "check"], remove=True)
+
+    # Root inside the tpu-vm image: the recipe must hand its files to the caller.
+    owner = NON_ROOT if os.geteuid() == 0 and shutil.which("setpriv") else (os.getuid(), os.getgid())
+    as_caller = [] if owner != NON_ROOT else ["setpriv", f"--reuid={owner[0]}", f"--regid={owner[1]}", "--clear-groups"]
+    data, results = write_mnist(caller_home / "data", train_count=512, test_count=256), caller_home / "results"
+    results.mkdir()
+    planned = subprocess.run(
+        [*as_caller, str(repo_root / "docker" / "tpu-vm" / "run.sh"), "mnist", "--device", "tpu", "--cores", "1",
+         "--no-download", "--epochs", "2", "--per-device-batch", "32", "--quiet"],
+        env={**os.environ, "ENVKIT_DRY_RUN": "1", "DOCKER": docker_cli, "DATA_DIR": str(data), "RESULTS_DIR": str(results)},
+        cwd=caller_home, capture_output=True, text=True, check=True,
+    )
+    command = shlex.split(planned.stdout)
+    assert {"--privileged", "PJRT_DEVICE=TPU"} <= set(command)
+    command = [{"PJRT_DEVICE=TPU": "PJRT_DEVICE=CPU"}.get(word, word) for word in command if word != "--privileged"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+    document = read_results(results, "tpu")
+    environment = document["environment"]
+    assert environment["torch"].startswith(labels["io.envkit.pin.torch"]) and environment["torch_xla"] == labels["io.envkit.pin.torch_xla"]
+    assert environment["device_name"] == "XLA:CPU" and environment["image"] == "envkit-tpu-vm:latest"
+    assert document["metrics"]["test_accuracy"] > 0.5
+    assert {(path.stat().st_uid, path.stat().st_gid) for path in results.rglob("*")} == {owner}
+    # Each recipe change makes a new 8 GB build: keep only this one.
+    envkit("prune", "tpu-vm", "--config", str(config), cwd=repo_root)
 
 
 # ---------------------------------------------------------------- the scripts CI calls (fast, no engine)

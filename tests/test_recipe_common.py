@@ -93,6 +93,26 @@ def test_cuda_device_without_gpu_is_a_recipe_error():
         common.select_device("cuda")
 
 
+@pytest.mark.parametrize(("package", "expected"), [
+    (None, "--device tpu needs torch_xla, which is not installed here"),
+    # What the tpu-vm image showed on a distro python3 base without libpython3.11.
+    ('raise ImportError("libpython3.11.so.1.0: cannot open shared object file:\\n No such file")',
+     "--device tpu: torch_xla is installed but does not import (libpython3.11.so.1.0: cannot open shared object file: No such file)"),
+    ("import absl_is_not_here", "--device tpu: torch_xla is installed but does not import (No module named 'absl_is_not_here')"),
+])
+def test_torch_xla_that_does_not_import_says_why(tmp_path, monkeypatch, package, expected):
+    monkeypatch.delitem(sys.modules, "torch_xla", raising=False)
+    if package is None:
+        monkeypatch.setitem(sys.modules, "torch_xla", None)  # import fails as where it is not installed
+    else:
+        (tmp_path / "torch_xla").mkdir()
+        (tmp_path / "torch_xla" / "__init__.py").write_text(package + "\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(common.RecipeError) as raised:
+        common.import_torch_xla()
+    assert str(raised.value).startswith(expected) and "\n" not in str(raised.value)
+
+
 def test_fake_split_is_deterministic_and_class_conditional():
     images, labels = common.fake_split(200, (3, 4, 4), 5, template_seed=1, sample_seed=2, noise=0.5)
     again = common.fake_split(200, (3, 4, 4), 5, template_seed=1, sample_seed=2, noise=0.5)
