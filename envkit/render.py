@@ -110,6 +110,9 @@ def _context(config: ProjectConfig, target: Target) -> dict:
         "requirements": requirements(target),
         "pip_index_url": target.pip_index_url or DEFAULT_PIP_INDEX_URL,
         "user": IMAGE_USER if target.kind in NON_ROOT_KINDS else None,
+        # torch_xla's _XLAC links the shared libpython (pytorch/xla#6372), which a
+        # distro python3 base lacks: the Dockerfile installs this package there.
+        "libpython": f"libpython{target.python}" if target.torch_xla else None,
         "image": f"envkit-{target.name}:latest",
     }
 

@@ -136,13 +136,18 @@ def test_build_tags_the_image_by_its_content(client, project, build_flags, built
     assert "already built" in again.stderr
 
 
+def as_user(user: tuple[int, int], groups: tuple[int, ...] = ()) -> list[str]:
+    """Command prefix that runs the rest as ``user`` (we are root) with only ``groups``."""
+    supplementary = f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"
+    return ["setpriv", f"--reuid={user[0]}", f"--regid={user[1]}", supplementary]
+
+
 def run_mnist(run_sh: Path, docker_cli: str, results: Path, user: tuple[int, int] | None = None) -> subprocess.CompletedProcess:
     command = [str(run_sh), "mnist", "--device", "cpu", "--dataset", "fake", "--max-steps", "5", "--quiet"]
     env = {**os.environ, "DOCKER": docker_cli, "RESULTS_DIR": str(results), "DATA_DIR": str(results / "data"), "HOME": str(results.parent)}
     if user is not None:
         # A real non-root caller: run.sh passes --user <uid>:<gid> and the files must follow.
-        docker_group = grp.getgrnam("docker").gr_gid
-        command = ["setpriv", f"--reuid={user[0]}", f"--regid={user[1]}", f"--groups={docker_group}", *command]
+        command = [*as_user(user, groups=(grp.getgrnam("docker").gr_gid,)), *command]
     return subprocess.run(command, cwd=results.parent, env=env, capture_output=True, text=True)
 
 
@@ -166,9 +171,11 @@ def test_mnist_results_land_on_the_host_owned_by_the_caller(project, docker_cli,
 
 @pytest.fixture
 def caller_home():
-    """A directory another user owns and can reach (pytest's own tmp dirs are 0700 root)."""
+    """A directory the caller owns and can reach: NON_ROOT's when we are root (pytest's
+    own tmp dirs are 0700 root)."""
     home = Path(tempfile.mkdtemp(prefix="envkit-caller-"))
-    os.chown(home, *NON_ROOT)
+    if os.geteuid() == 0:
+        os.chown(home, *NON_ROOT)
     yield home
     shutil.rmtree(home)
 
@@ -394,9 +401,11 @@ def test_tpu_vm_image_installs_its_pins_and_runs_mnist_on_xla_cpu(client, repo_r
     assert labels["io.envkit.pin.torch"] == labels["io.envkit.pin.torch_xla"]
     assert b"No broken requirements found" in client.containers.run(built, ["pip", "check"], remove=True)
 
-    # Root inside the tpu-vm image: the recipe must hand its files to the caller.
-    owner = NON_ROOT if os.geteuid() == 0 and shutil.which("setpriv") else (os.getuid(), os.getgid())
-    as_caller = [] if owner != NON_ROOT else ["setpriv", f"--reuid={owner[0]}", f"--regid={owner[1]}", "--clear-groups"]
+    # Root inside the tpu-vm image: the recipe must hand its files to the caller, a
+    # real non-root one when we are root.
+    owner, as_caller = (os.getuid(), os.getgid()), []
+    if os.geteuid() == 0:
+        owner, as_caller = NON_ROOT, as_user(NON_ROOT)
     data, results = write_mnist(caller_home / "data", train_count=512, test_count=256), caller_home / "results"
     results.mkdir()
     planned = subprocess.run(
