@@ -1,0 +1,54 @@
+"""The experiments table (envkit/data/experiments.yaml) as frozen records.
+
+Every place that names an experiment (make targets, doctor, compare, demo, launch,
+the README table) reads this one table, so adding an experiment is one entry there.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from envkit.errors import EnvkitError
+
+DATA = Path(__file__).resolve().parent / "data"
+TABLE_PATH = DATA / "experiments.yaml"
+SCHEMA_PATH = DATA / "experiments.schema.json"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    summary: str
+    kind: str
+    recipe: str
+    args: tuple[str, ...]
+    gpus: str  # "none" | "first" | "all"
+    scale: str  # "single" | "torchrun" | "tpu-pod"
+    published: str | None
+
+
+@lru_cache(maxsize=None)
+def load_experiments(path: Path = TABLE_PATH) -> dict[str, Experiment]:
+    """Name -> Experiment, in the table's order; a malformed table is one line."""
+    import jsonschema  # only the commands that read the table pay for the import
+
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(data))
+    if error is not None:
+        where = "/".join(str(part) for part in error.absolute_path) or "top level"
+        raise EnvkitError(f"{path}: {where}: {error.message}")
+    return {name: Experiment(name=name, args=tuple(entry.pop("args")), **entry)
+            for name, entry in data["experiments"].items()}
+
+
+def experiment(name: str) -> Experiment:
+    table = load_experiments()
+    if name not in table:
+        raise EnvkitError(f"unknown experiment {name!r}: choose from {', '.join(table)}")
+    return table[name]
