@@ -81,10 +81,11 @@ def _from_version_0(document: dict) -> dict:
     return upgraded
 
 
-def _nullable_keys(block: str) -> list[str]:
+@lru_cache(maxsize=None)
+def _nullable_keys(block: str) -> tuple[str, ...]:
     """The keys of a block whose schema accepts null: version 1 could leave them out."""
-    return [key for key, schema in _properties(block).items()
-            if jsonschema.Draft202012Validator(schema).is_valid(None)]
+    return tuple(key for key, schema in _properties(block).items()
+                 if jsonschema.Draft202012Validator(schema).is_valid(None))
 
 
 def _from_version_1(document: dict) -> dict:
