@@ -54,6 +54,8 @@ def _add_report_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reference", action="store_true", help="add the published numbers, labelled as published")
     parser.add_argument("--baseline", metavar="LABEL", default=None,
                         help="configuration the speed-ups are relative to, e.g. 'cpu ×1' (default: first single-device one)")
+    parser.add_argument("--strict", action="store_true",
+                        help="refuse to compare runs whose python, torch, TPU backend or lock differ (default: mark them)")
 
 
 def _positive_int(text: str) -> int:
@@ -67,13 +69,15 @@ def _positive_int(text: str) -> int:
 
 
 def print_report(results_dir: Path, output_format: str = "md", plot: Path | None = None,
-                 reference: bool = False, baseline: str | None = None) -> None:
+                 reference: bool = False, baseline: str | None = None, strict: bool = False) -> None:
     from envkit.errors import EnvkitError
     from envkit.report import build_report, render_report
     from envkit.results import load_results
 
-    if plot is not None and plot.suffix.lower() != ".png":
-        raise EnvkitError(f"--plot {plot}: the plot is a PNG file, give a name ending in .png")
+    if plot is not None:
+        if plot.suffix.lower() != ".png":
+            raise EnvkitError(f"--plot {plot}: the plot is a PNG file, give a name ending in .png")
+        _require_matplotlib()
     results, warnings = load_results(results_dir)
     for warning in warnings:
         print(f"envkit: warning: {warning}", file=sys.stderr)
@@ -81,7 +85,7 @@ def print_report(results_dir: Path, output_format: str = "md", plot: Path | None
     if not results:
         found = f"all {skipped} *.json files were skipped (see warnings)" if skipped else "it holds no *.json results files"
         raise EnvkitError(f"no results in {results_dir}: {found}; run a recipe, `envkit compare` or `envkit demo` first", exit_code=1)
-    report = build_report(results, skipped=skipped, baseline=baseline, reference=reference)
+    report = build_report(results, skipped=skipped, baseline=baseline, reference=reference, strict=strict)
     sys.stdout.write(render_report(report, output_format))
     sys.stdout.flush()
     if plot is not None:
@@ -94,8 +98,15 @@ def print_report(results_dir: Path, output_format: str = "md", plot: Path | None
         print(f"envkit: wrote {plot}", file=sys.stderr)
 
 
+def _require_matplotlib() -> None:
+    """Before anything runs or prints: a plot without matplotlib is one line naming the extra."""
+    from envkit.plot import require_matplotlib
+
+    require_matplotlib()
+
+
 def run_report(args: argparse.Namespace) -> int:
-    print_report(args.results_dir, args.format, args.plot, args.reference, args.baseline)
+    print_report(args.results_dir, args.format, args.plot, args.reference, args.baseline, args.strict)
     return 0
 
 
@@ -124,6 +135,8 @@ def _report_args(args: argparse.Namespace) -> tuple[str, ...]:
         passed += ("--reference",)
     if args.baseline is not None:
         passed += ("--baseline", args.baseline)
+    if args.strict:
+        passed += ("--strict",)
     return passed
 
 
@@ -131,6 +144,8 @@ def run_compare(args: argparse.Namespace) -> int:
     from envkit.experiments import compare_plan, execute
 
     _check_project(args.config)
+    if args.plot is not None and not args.dry_run:
+        _require_matplotlib()
     facts, runnable = _host_facts()
     plan = compare_plan(args.results_dir, epochs=args.epochs, dataset=args.dataset, max_steps=args.max_steps,
                         config=args.config,
@@ -142,6 +157,8 @@ def run_demo(args: argparse.Namespace) -> int:
     from envkit.experiments import demo_plan, execute
 
     _check_project(args.config)
+    if not args.dry_run:  # the demo ends with a plot
+        _require_matplotlib()
     facts, _ = _host_facts()
     plan = demo_plan(args.results_dir, config=args.config, facts=facts, use_docker=not args.no_docker,
                      base_image=args.base_image)

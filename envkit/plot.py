@@ -1,7 +1,9 @@
 """The comparison as a picture: one bar chart per report section, error bars = std.
 
+Which statistics each recipe draws is data (envkit/data/report.yaml: bars, tick).
 matplotlib is imported inside ``write_plot`` (and forced onto the headless Agg
-backend) so that the rest of envkit never pays for it or needs a display.
+backend) so that the rest of envkit never pays for it or needs a display; it is
+the optional extra ``report``, and ``require_matplotlib`` says so in one line.
 """
 
 from __future__ import annotations
@@ -11,32 +13,44 @@ import tempfile
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.report import OURS, Report, Row, Section
+from envkit.report import COLUMNS, OURS, Report, Row, Section, recipe_facts
 
-# (statistic, legend name) drawn side by side for each configuration.
-BARS = {
-    "mnist": (("epoch_s", "s/epoch"),),
-    "cifar": (("train_epoch_s", "train s/epoch"), ("test_epoch_s", "test s/epoch")),
-}
+INSTALL_HINT = "pip install 'envkit[report]'"
 HATCHES = ("", "//", "..", "xx")
 MIN_SLOTS = 4
 
 
+def require_matplotlib() -> None:
+    """One line naming the extra to install (EnvkitError, exit 2) when matplotlib cannot be imported."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        if exc.name == "matplotlib":
+            raise EnvkitError(f"plotting needs matplotlib, which is not installed: {INSTALL_HINT}") from None
+        raise EnvkitError(f"plotting needs matplotlib, which does not import here ({exc}): {INSTALL_HINT}") from None
+
+
+def bars(recipe: str) -> list[tuple[str, str]]:
+    """(statistic, legend name) drawn side by side for each configuration of ``recipe``."""
+    return [(key, COLUMNS[key].short_name) for key in recipe_facts(recipe)["bars"]]
+
+
 def _tick_label(row: Row) -> str:
     label = row.label
-    if row.recipe == "cifar":
-        label += f"\n{row.configuration.get('model')} b{row.configuration.get('global_batch')}"
+    facts = recipe_facts(row.recipe)["tick"]
+    if facts:
+        label += "\n" + facts.format(**row.configuration)
     if row.source != OURS:
         label += f"\n(published: {row.source_short})"
     return label
 
 
 def _draw_section(axes, section: Section, rows: list[Row], sources: list[str]) -> None:
-    bars = BARS[section.recipe]
-    width = 0.8 / len(bars)
+    drawn_bars = bars(section.recipe)
+    width = 0.8 / len(drawn_bars)
     positions = range(len(rows))
-    for index, (statistic, name) in enumerate(bars):
-        offsets = [p + (index - (len(bars) - 1) / 2) * width for p in positions]
+    for index, (statistic, name) in enumerate(drawn_bars):
+        offsets = [p + (index - (len(drawn_bars) - 1) / 2) * width for p in positions]
         means = [row.stats[statistic].mean if statistic in row.stats else 0.0 for row in rows]
         errors = [row.stats[statistic].std if statistic in row.stats else 0.0 for row in rows]
         drawn = axes.bar(offsets, means, width, yerr=errors, capsize=3, color=f"C{index}",
@@ -58,12 +72,13 @@ def _draw_section(axes, section: Section, rows: list[Row], sources: list[str]) -
 
 def write_plot(report: Report, path: Path) -> None:
     """Write the PNG atomically; bars are the steady-state epoch timings of each row."""
+    require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    drawable = [(section, [row for row in section.rows if any(s in row.stats for s, _ in BARS[section.recipe])])
+    drawable = [(section, [row for row in section.rows if any(s in row.stats for s, _ in bars(section.recipe))])
                 for section in report.sections]
     drawable = [(section, rows) for section, rows in drawable if rows]
     if not drawable:

@@ -2,9 +2,10 @@
 
 The tables follow the published experiments (shared/reference/experiments.md):
 MNIST as E1 (total, s/iter, s/epoch, first epoch, accuracy, speed-up) and CIFAR
-as E2 (train and test s/epoch per parallel mode, per model and batch). Output is
-a pure function of the input files: rows are sorted and floats formatted with
-fixed precision, so the same directory always gives the same bytes.
+as E2 (train and test s/epoch per parallel mode, per model and batch). What each
+recipe shows is data (envkit/data/report.yaml); every column is one entry of
+COLUMNS. Output is a pure function of the input files: rows are sorted and floats
+formatted with fixed precision, so the same directory always gives the same bytes.
 """
 
 from __future__ import annotations
@@ -13,23 +14,41 @@ import csv
 import io
 import json
 import math
+import string
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib import resources
+from typing import Callable
 
 import yaml
 
 from envkit.errors import EnvkitError
-from envkit.results import STAT_KEYS, RunResult, Stat, stat_of
+from envkit.results import CONFIGURATION_KEYS, ENVIRONMENT_KEYS, RunResult, Stat, results_schema, stat_of
 
 DEVICE_ORDER = {"tpu": 0, "cuda": 1, "cpu": 2}
 MODE_ORDER = {"single": 0, "none": 0, "dp": 1, "xmp": 2, "spmd": 3, "ddp": 4}
+BACKEND_ORDER = results_schema()["properties"]["configuration"]["properties"]["backend"]["enum"]
+# The published experiments ran torch_xla: its rows keep their plain names, other backends are named.
+UNLABELLED_BACKEND = "torch_xla"
+# processes_per_node follows from the mode, world size and nodes (and version 1 files were upgraded
+# to processes_per_node = world_size, which DP and SPMD runs would not record): rows ignore it.
+ROW_KEYS = tuple(key for key in CONFIGURATION_KEYS if key != "processes_per_node")
 OURS = "ours"
 NOT_APPLICABLE = "–"
-# Which timing the speed-up compares: E1 compares whole runs, E2 training epochs.
-SPEEDUP_METRIC = {"mnist": "total_s", "cifar": "train_epoch_s"}
-SPEEDUP_METRIC_NAME = {"total_s": "total s", "train_epoch_s": "train s/epoch"}
-# Rows are only compared with rows that did the same work.
-COMPARABLE_BY = {"mnist": ("model",), "cifar": ("model", "global_batch", "image_size")}
+
+
+def _data(name: str):
+    return yaml.safe_load(resources.files("envkit").joinpath(f"data/{name}").read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=None)
+def report_facts() -> dict:
+    """envkit/data/report.yaml: per-recipe columns, speed-up metric, grouping and plot bars."""
+    return _data("report.yaml")
+
+
+def recipe_facts(recipe: str) -> dict:
+    return report_facts()["recipes"][recipe]
 
 
 @dataclass
@@ -47,21 +66,24 @@ class Row:
     source_rank: int = 0  # published sources keep their order in published.yaml
     speedup: float | None = None
     baseline: str | None = None
+    environments: tuple = ()  # the distinct environment_facts of its runs (none for published rows)
+    mark: str = ""  # which of its section's environments, when the section holds several
 
     @property
     def label(self) -> str:
         return configuration_label(self.configuration)
 
     def comparable_key(self) -> tuple:
-        return (self.source,) + tuple(str(self.configuration.get(key)) for key in COMPARABLE_BY[self.recipe])
+        return (self.source,) + tuple(str(self.configuration.get(key)) for key in recipe_facts(self.recipe)["comparable_by"])
 
     def sort_key(self) -> tuple:
         c = self.configuration
         mode = c.get("parallel") if c.get("parallel") not in (None, "none") else c.get("strategy") or "single"
-        comparable = tuple(str(c.get(key)) if key == "model" else c.get(key) or 0 for key in COMPARABLE_BY[self.recipe])
+        comparable = tuple(str(c.get(key)) if key == "model" else c.get(key) or 0 for key in recipe_facts(self.recipe)["comparable_by"])
         return (
             self.source_rank, comparable, DEVICE_ORDER.get(c.get("device"), 9), c.get("world_size") or 1,
-            MODE_ORDER.get(mode, 9), json.dumps(c, sort_keys=True),  # last: never a tie, whatever the file order
+            MODE_ORDER.get(mode, 9), c.get("nodes") or 1, BACKEND_ORDER.index(c.get("backend")),
+            json.dumps(c, sort_keys=True),  # last: never a tie, whatever the file order
         )
 
 
@@ -70,6 +92,7 @@ class Section:
     recipe: str
     dataset: str
     rows: list[Row] = field(default_factory=list)
+    environments: list[tuple] = field(default_factory=list)  # set only when its measured rows differ
 
 
 @dataclass
@@ -82,7 +105,7 @@ class Report:
 
 
 def configuration_label(configuration: dict) -> str:
-    """Short name of a configuration: the device and how the work is spread."""
+    """Short name of a configuration: the device, how the work is spread, and the backend and nodes where they say more."""
     device = configuration.get("device")
     size = configuration.get("world_size") or configuration.get("cores") or 1
     parallel = configuration.get("parallel")
@@ -97,7 +120,12 @@ def configuration_label(configuration: dict) -> str:
         mode = f"SPMD×{configuration.get('cores') or size}"
     else:
         mode = f"×{size}"
-    return f"{device} {mode}"
+    extras = []
+    if configuration.get("backend") not in (None, UNLABELLED_BACKEND):
+        extras.append(configuration["backend"])
+    if (configuration.get("nodes") or 1) > 1:
+        extras.append(f"{configuration['nodes']} nodes")
+    return f"{device} {mode}" + (f" ({', '.join(extras)})" if extras else "")
 
 
 def pooled(stats: list[Stat]) -> Stat:
@@ -108,16 +136,33 @@ def pooled(stats: list[Stat]) -> Stat:
     return Stat(mean, math.sqrt(variance), total)
 
 
+def _short(value) -> str:
+    # A sha256 is told apart by its first 12 digits, like an image ID.
+    return "none" if value is None else value[:12] if len(str(value)) == 64 else str(value)
+
+
 def environment_line(environment: dict) -> str:
     count = environment.get("device_count")
     name = environment.get("device_name") or environment.get("device_type") or "unknown device"
     parts = [f"{name} ×{count}" if isinstance(count, int) and count > 1 else name]
     # torch's CUDA build shows in its version tag already; the cuda runtime matters only on GPUs.
-    keys = ("python", "torch", "torchvision", "torch_xla") + (("cuda",) if environment.get("device_type") == "cuda" else ()) + ("image",)
+    keys = ("python", "torch", "torchvision", "torch_xla", "torch_tpu") + (("cuda",) if environment.get("device_type") == "cuda" else ()) + ("image",)
     for key in keys:
         if environment.get(key):
             parts.append(f"{key} {environment[key]}")
+    if environment.get("lock_sha256"):
+        parts.append(f"lock {_short(environment['lock_sha256'])}")
     return ", ".join(parts)
+
+
+def environment_facts(run: RunResult) -> tuple:
+    """The facts that make two runs' environments comparable (report.yaml environment_facts)."""
+    return tuple(run.environment[key] if key in ENVIRONMENT_KEYS else run.configuration[key]
+                 for key in report_facts()["environment_facts"])
+
+
+def describe_environment(facts: tuple) -> str:
+    return ", ".join(f"{key} {_short(value)}" for key, value in zip(report_facts()["environment_facts"], facts))
 
 
 def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult]) -> Row:
@@ -143,12 +188,12 @@ def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult]) -> R
         stats=stats,
         test_accuracy=sum(accuracies) / len(accuracies) if accuracies else None,
         environment=environment,
+        environments=tuple(sorted({environment_facts(run) for run in runs}, key=json.dumps)),
     )
 
 
 def load_published() -> dict:
-    text = resources.files("envkit").joinpath("data/published.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    return _data("published.yaml")
 
 
 def published_rows(recipe: str) -> list[Row]:
@@ -157,7 +202,9 @@ def published_rows(recipe: str) -> list[Row]:
         for entry in source["rows"]:
             configuration = {
                 "device": entry["device"], "cores": entry.get("cores"), "strategy": entry.get("strategy"),
-                "parallel": entry.get("parallel"), "world_size": entry["world_size"],
+                "parallel": entry.get("parallel"), "world_size": entry["world_size"], "nodes": 1,
+                # the published TPU numbers predate TorchTPU
+                "backend": UNLABELLED_BACKEND if entry["device"] == "tpu" else None,
                 "model": entry.get("model", source.get("model")), "global_batch": entry.get("global_batch"),
                 "per_device_batch": None, "image_size": source.get("image_size"), "dataset": source["dataset"],
             }
@@ -174,12 +221,15 @@ def published_rows(recipe: str) -> list[Row]:
     return rows
 
 
-def _speedup_value(row: Row) -> float | None:
-    metric = SPEEDUP_METRIC[row.recipe]
-    if metric == "total_s":
-        return row.total_s.mean if row.total_s else None
-    stat = row.stats.get(metric) or row.stats.get("epoch_s")
+def _metric(row: Row, name: str | None) -> float | None:
+    stat = row.total_s if name == "total_s" else row.stats.get(name)
     return stat.mean if stat else None
+
+
+def _speedup_value(row: Row) -> float | None:
+    speedup = recipe_facts(row.recipe)["speedup"]
+    value = _metric(row, speedup["metric"])
+    return value if value is not None else _metric(row, speedup.get("fallback"))
 
 
 def _assign_speedups(rows: list[Row], baseline: str | None) -> None:
@@ -201,13 +251,48 @@ def _assign_speedups(rows: list[Row], baseline: str | None) -> None:
                 row.baseline = reference.label
 
 
+def _mark_environments(section: Section) -> None:
+    """Letter each environment of a section whose measured rows ran in more than one."""
+    seen: list[tuple] = []
+    for row in section.rows:
+        seen += [facts for facts in row.environments if facts not in seen]
+    if len(seen) < 2:
+        return
+    section.environments = seen
+    for row in section.rows:
+        row.mark = ",".join(environment_letter(seen.index(facts)) for facts in row.environments)
+
+
+def environment_letter(index: int) -> str:
+    return string.ascii_uppercase[index % 26] + (str(index // 26) if index >= 26 else "")
+
+
+def _environments_text(section: Section) -> str:
+    """'2 environments that differ in backend (A = ...; B = ...)'."""
+    names = report_facts()["environment_facts"]
+    differing = [name for index, name in enumerate(names) if len({facts[index] for facts in section.environments}) > 1]
+    listed = "; ".join(f"{environment_letter(i)} = {describe_environment(facts)}" for i, facts in enumerate(section.environments))
+    return f"{len(section.environments)} environments that differ in {_and(differing)} ({listed})"
+
+
+def _refuse_mixed_environments(sections: list[Section]) -> None:
+    for section in sections:
+        if section.environments:
+            raise EnvkitError(
+                f"--strict: the {section.recipe} · dataset {section.dataset} runs come from {_environments_text(section)}; "
+                "report one environment's results, or leave out --strict to compare them marked")
+
+
 def build_report(results: list[RunResult], skipped: int = 0, baseline: str | None = None,
-                 reference: bool = False) -> Report:
-    """Group runs by recipe, dataset and configuration; add published rows on request."""
+                 reference: bool = False, strict: bool = False) -> Report:
+    """Group runs by recipe, dataset and configuration; add published rows on request.
+
+    ``strict``: refuse (EnvkitError) when a section's measured runs differ in environment_facts.
+    """
     grouped: dict[tuple, list[RunResult]] = {}
     for run in results:
-        key = (run.recipe, json.dumps(run.configuration, sort_keys=True))
-        grouped.setdefault(key, []).append(run)
+        configuration = {key: run.configuration[key] for key in ROW_KEYS}
+        grouped.setdefault((run.recipe, json.dumps(configuration, sort_keys=True)), []).append(run)
     sections: dict[tuple, Section] = {}
     for (recipe, configuration_json), runs in grouped.items():
         configuration = json.loads(configuration_json)
@@ -222,15 +307,16 @@ def build_report(results: list[RunResult], skipped: int = 0, baseline: str | Non
             section.rows.extend(published_rows(section.recipe))
         section.rows.sort(key=Row.sort_key)
         _assign_speedups(section.rows, baseline)
+        _mark_environments(section)
+    ordered = [sections[key] for key in sorted(sections)]
+    if strict:
+        _refuse_mixed_environments(ordered)
     rule = (f"the configuration {baseline} (--baseline)" if baseline is not None
             else "the first single-device configuration of each group (choose with --baseline)")
-    return Report(
-        sections=[sections[key] for key in sorted(sections)],
-        runs=len(results), skipped=skipped, baseline_rule=rule, reference=reference,
-    )
+    return Report(sections=ordered, runs=len(results), skipped=skipped, baseline_rule=rule, reference=reference)
 
 
-# ---- formatting -------------------------------------------------------------
+# ---- columns ----------------------------------------------------------------
 
 def _seconds(value: float | None, digits: int = 3) -> str:
     return NOT_APPLICABLE if value is None else f"{value:.{digits}f}"
@@ -248,44 +334,90 @@ def _accuracy(value: float | None) -> str:
     return NOT_APPLICABLE if value is None else f"{100 * value:.2f}%"
 
 
-def _speedup(row: Row) -> str:
-    return NOT_APPLICABLE if row.speedup is None else f"{row.speedup:.2f}×"
-
-
 def _optional(value) -> str:
     return NOT_APPLICABLE if value is None else str(value)
 
 
-def _runs(row: Row) -> str:
-    return str(row.runs) if row.source == OURS else NOT_APPLICABLE
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
 
 
-def _md_cells(row: Row) -> list[str]:
-    c = row.configuration
-    total = row.total_s
-    if row.recipe == "mnist":
-        cells = [row.label, _optional(c.get("model")), _optional(c.get("global_batch")), _runs(row),
-                 _mean_std(total), _mean_std(row.stats.get("iter_s"), 4), _mean_std(row.stats.get("epoch_s")),
-                 _seconds(row.first_epoch_s), _mean_std(row.stats.get("steady_epoch_s")), _accuracy(row.test_accuracy), _speedup(row)]
-    else:
-        cells = [row.label, _optional(c.get("model")), _optional(c.get("global_batch")),
-                 _optional(c.get("per_device_batch")), _optional(c.get("image_size")), _runs(row),
-                 _mean_std(row.stats.get("train_epoch_s")), _mean_std(row.stats.get("test_epoch_s")),
-                 _seconds(row.first_epoch_s), _mean_std(total), _accuracy(row.test_accuracy), _speedup(row)]
-    cells.append(row.environment)
-    return cells
+@dataclass(frozen=True)
+class Column:
+    """One column: its markdown header and cell, and its flat (csv/json) keys and values."""
+
+    key: str  # the name report.yaml uses
+    header: str | None  # markdown header ("{speedup}": the recipe's speed-up name); None: csv/json only
+    flat_keys: tuple[str, ...]
+    flat: Callable[[Row], tuple]  # one value per flat key
+    cell: Callable[[Row], str] = lambda row: NOT_APPLICABLE
+    name: str | None = None  # in prose and plot legends (default: the header)
+
+    @property
+    def short_name(self) -> str:
+        return self.name or self.header or self.key
 
 
-MD_HEADERS = {
-    "mnist": ["configuration", "model", "global batch", "runs", "total s", "s/iter (mean ± std)",
-              "s/epoch (mean ± std)", "first epoch s", "later epochs s/epoch", "test accuracy", "speed-up (total)",
-              "environment"],
-    "cifar": ["configuration", "model", "global batch", "per-device batch", "image px", "runs",
-              "train s/epoch", "test s/epoch", "first epoch s", "total s", "test accuracy",
-              "speed-up (train epoch)", "environment"],
-}
-SPEEDUP_WITHIN = {"mnist": "the same model", "cifar": "the same model, global batch and image size"}
+def _setting(key: str, header: str | None = None, name: str | None = None) -> Column:
+    return Column(key, header, (key,), lambda row: (row.configuration.get(key),),
+                  lambda row: _optional(row.configuration.get(key)), name)
 
+
+def _statistic(key: str, header: str, name: str | None = None, digits: int = 3) -> Column:
+    def flat(row: Row) -> tuple:
+        stat = row.stats.get(key)
+        return (_rounded(stat.mean), _rounded(stat.std)) if stat else (None, None)
+
+    return Column(key, header, (f"{key}_mean", f"{key}_std"), flat, lambda row: _mean_std(row.stats.get(key), digits), name)
+
+
+# In csv/json order; markdown shows report.yaml's columns of each recipe. New flat keys go last so
+# that existing csv columns keep their positions.
+COLUMNS = {column.key: column for column in (
+    Column("source", "source", ("source",), lambda row: (row.source,), lambda row: row.source),
+    Column("recipe", None, ("recipe",), lambda row: (row.recipe,)),
+    _setting("dataset"),
+    Column("configuration", "configuration", ("configuration",), lambda row: (row.label,), lambda row: row.label),
+    _setting("device"), _setting("cores"), _setting("strategy"), _setting("parallel"), _setting("world_size"),
+    _setting("model", "model"), _setting("global_batch", "global batch"),
+    _setting("per_device_batch", "per-device batch"), _setting("image_size", "image px", "image size"),
+    Column("runs", "runs", ("runs",), lambda row: (row.runs,),
+           lambda row: str(row.runs) if row.source == OURS else NOT_APPLICABLE),
+    Column("total_s", "total s", ("total_s", "total_s_std"),
+           lambda row: (_rounded(row.total_s.mean) if row.total_s else None,
+                        _rounded(row.total_s.std) if row.total_s and row.runs > 1 else None),
+           lambda row: _mean_std(row.total_s)),
+    _statistic("iter_s", "s/iter (mean ± std)", "s/iter", digits=4),
+    _statistic("epoch_s", "s/epoch (mean ± std)", "s/epoch"),
+    Column("first_epoch_s", "first epoch s", ("first_epoch_s",), lambda row: (_rounded(row.first_epoch_s),),
+           lambda row: _seconds(row.first_epoch_s)),
+    _statistic("steady_epoch_s", "later epochs s/epoch"),
+    _statistic("train_epoch_s", "train s/epoch"),
+    _statistic("test_epoch_s", "test s/epoch"),
+    Column("test_accuracy", "test accuracy", ("test_accuracy",), lambda row: (_rounded(row.test_accuracy),),
+           lambda row: _accuracy(row.test_accuracy)),
+    Column("speedup", "speed-up ({speedup})", ("speedup",), lambda row: (_rounded(row.speedup),),
+           lambda row: NOT_APPLICABLE if row.speedup is None else f"{row.speedup:.2f}×"),
+    Column("baseline", None, ("baseline",), lambda row: (row.baseline,)),
+    Column("environment", "environment", ("environment",), lambda row: (row.environment,), lambda row: row.environment),
+    _setting("nodes"), _setting("backend"),
+    # Which of its section's environments a row ran in, when they differ (A, B, ...; see the note under the table).
+    Column("env", "env", ("env",), lambda row: (row.mark or None,), lambda row: row.mark or NOT_APPLICABLE),
+)}
+FLAT_FIELDS = tuple(key for column in COLUMNS.values() for key in column.flat_keys)
+
+
+def markdown_columns(recipe: str, reference: bool, marked: bool) -> list[Column]:
+    """The columns of a recipe's table: report.yaml's, plus the source (--reference) and env (marked) columns."""
+    keys = list(recipe_facts(recipe)["columns"])
+    if marked:  # next to the environment it names
+        keys.insert(keys.index("environment") if "environment" in keys else len(keys), "env")
+    if reference:
+        keys.insert(0, "source")
+    return [COLUMNS[key] for key in keys]
+
+
+# ---- formatting -------------------------------------------------------------
 
 def _md_line(cells: list[str]) -> str:
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
@@ -295,6 +427,32 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _section_markdown(section: Section, report: Report) -> list[str]:
+    facts = recipe_facts(section.recipe)
+    metric = COLUMNS[facts["speedup"]["metric"]].short_name
+    within = _and([COLUMNS[key].short_name for key in facts["comparable_by"]])
+    lines = [f"## {section.recipe} · dataset {section.dataset}", ""]
+    lines.append(
+        f"Seconds are wall-clock; s/iter and s/epoch are mean ± std over all iterations/epochs of all runs. "
+        f"Speed-up = baseline {metric} ÷ row {metric}, within the same {within}; baseline: {report.baseline_rule}."
+    )
+    if report.reference:
+        lines.append("Rows whose source starts with \"published\" are the published numbers, not measured here.")
+    lines.append("")
+    columns = markdown_columns(section.recipe, report.reference, bool(section.environments))
+    headers = [column.header.format(speedup=facts["speedup"]["name"]) for column in columns]
+    lines += [_md_line(headers), _md_line(["---"] * len(headers))]
+    lines += [_md_line([column.cell(row) for column in columns]) for row in section.rows]
+    if section.environments:
+        lines += ["", f"env: these rows ran in {_environments_text(section)}; `--strict` refuses to compare them."]
+    lines.append("")
+    return lines
+
+
 def format_markdown(report: Report) -> str:
     configurations = sum(1 for section in report.sections for row in section.rows if row.source == OURS)
     summary = f"{_count(report.runs, 'run')} in {_count(configurations, 'configuration')}"
@@ -302,38 +460,8 @@ def format_markdown(report: Report) -> str:
         summary += f"; {_count(report.skipped, 'file')} skipped (see warnings)"
     lines = ["# envkit comparison report", "", summary + ".", ""]
     for section in report.sections:
-        lines += [f"## {section.recipe} · dataset {section.dataset}", ""]
-        metric = SPEEDUP_METRIC_NAME[SPEEDUP_METRIC[section.recipe]]
-        lines.append(
-            f"Seconds are wall-clock; s/iter and s/epoch are mean ± std over all iterations/epochs of all runs. "
-            f"Speed-up = baseline {metric} ÷ row {metric}, within "
-            f"{SPEEDUP_WITHIN[section.recipe]}; baseline: {report.baseline_rule}."
-        )
-        if report.reference:
-            lines.append("Rows whose source starts with \"published\" are the published numbers, not measured here.")
-        lines.append("")
-        headers = MD_HEADERS[section.recipe]
-        if report.reference:
-            headers = ["source"] + headers
-        lines += [_md_line(headers), _md_line(["---"] * len(headers))]
-        for row in section.rows:
-            cells = _md_cells(row)
-            lines.append(_md_line([row.source] + cells if report.reference else cells))
-        lines.append("")
+        lines += _section_markdown(section, report)
     return "\n".join(lines)
-
-
-FLAT_FIELDS = (
-    "source", "recipe", "dataset", "configuration", "device", "cores", "strategy", "parallel", "world_size",
-    "model", "global_batch", "per_device_batch", "image_size", "runs", "total_s", "total_s_std",
-    "iter_s_mean", "iter_s_std", "epoch_s_mean", "epoch_s_std", "first_epoch_s", "steady_epoch_s_mean", "steady_epoch_s_std",
-    "train_epoch_s_mean", "train_epoch_s_std", "test_epoch_s_mean", "test_epoch_s_std",
-    "test_accuracy", "speedup", "baseline", "environment",
-)
-
-
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 6)
 
 
 def flat_rows(report: Report) -> list[dict]:
@@ -341,21 +469,10 @@ def flat_rows(report: Report) -> list[dict]:
     records = []
     for section in report.sections:
         for row in section.rows:
-            record = {"source": row.source, "recipe": row.recipe, "configuration": row.label, "runs": row.runs}
-            record.update({key: row.configuration.get(key) for key in (
-                "dataset", "device", "cores", "strategy", "parallel", "world_size",
-                "model", "global_batch", "per_device_batch", "image_size")})
-            record["total_s"] = _rounded(row.total_s.mean) if row.total_s else None
-            record["total_s_std"] = _rounded(row.total_s.std) if row.total_s and row.runs > 1 else None
-            for name in STAT_KEYS:
-                stat = row.stats.get(name)
-                record[f"{name}_mean"] = _rounded(stat.mean) if stat else None
-                record[f"{name}_std"] = _rounded(stat.std) if stat else None
-            record.update(
-                first_epoch_s=_rounded(row.first_epoch_s), test_accuracy=_rounded(row.test_accuracy),
-                speedup=_rounded(row.speedup), baseline=row.baseline, environment=row.environment,
-            )
-            records.append({key: record[key] for key in FLAT_FIELDS})
+            record = {}
+            for column in COLUMNS.values():
+                record.update(zip(column.flat_keys, column.flat(row)))
+            records.append(record)
     return records
 
 

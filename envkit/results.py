@@ -1,9 +1,11 @@
-"""Read the recipes' results JSON (docs/design.md §5) into validated records.
+"""Read the recipes' results JSON into validated records.
 
+The contract is one file, envkit/data/results.schema.json: this module reads its
+version, recipes and field names from there and validates every file against it.
 A results directory collects files from many runs, envkit versions and hosts, so
 reading is forgiving: a file that is not a results file is skipped with one
 warning naming it, and older layouts are upgraded to the current one before
-validation so the report code only ever sees schema version 1.
+validation so the report code only ever sees the current schema version.
 """
 
 from __future__ import annotations
@@ -11,79 +13,31 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import jsonschema
 
 from envkit.errors import EnvkitError
 
-SCHEMA_VERSION = 1
-KNOWN_RECIPES = ("cifar", "mnist")
-# steady_epoch_s: epochs after the first (recipes add it; compilation makes the first slow on XLA)
-STAT_KEYS = ("iter_s", "epoch_s", "steady_epoch_s", "train_epoch_s", "test_epoch_s")
-CONFIGURATION_KEYS = (
-    "device", "cores", "strategy", "parallel", "world_size", "model",
-    "global_batch", "per_device_batch", "image_size", "dataset",
-)
-ENVIRONMENT_KEYS = (
-    "host", "device_type", "device_name", "device_count", "python", "torch",
-    "torchvision", "torch_xla", "cuda", "image", "git_revision",
-)
+SCHEMA_PATH = Path(__file__).resolve().parent / "data" / "results.schema.json"
 
-_STAT = {
-    "type": "object",
-    "required": ["mean", "std", "n"],
-    "properties": {
-        "mean": {"type": "number", "minimum": 0},
-        "std": {"type": "number", "minimum": 0},
-        "n": {"type": "integer", "minimum": 0},
-    },
-}
-_OPTIONAL_INT = {"type": ["integer", "null"]}
-_OPTIONAL_STR = {"type": ["string", "null"]}
 
-# Only what the report reads is required; recipes may add fields freely.
-RESULTS_SCHEMA = {
-    "type": "object",
-    "required": ["recipe", "run_name", "configuration", "timing", "metrics", "environment"],
-    "properties": {
-        "recipe": {"enum": list(KNOWN_RECIPES)},
-        "run_name": {"type": "string"},
-        "configuration": {
-            "type": "object",
-            "required": ["device", "world_size", "model", "global_batch", "dataset"],
-            "properties": {
-                "device": {"enum": ["cpu", "cuda", "tpu"]},
-                "cores": _OPTIONAL_INT,
-                "strategy": {"enum": ["single", "xmp", "spmd", None]},
-                "parallel": {"enum": ["none", "dp", "ddp", None]},
-                "world_size": {"type": "integer", "minimum": 1},
-                "model": {"type": "string"},
-                "global_batch": {"type": "integer", "minimum": 1},
-                "per_device_batch": _OPTIONAL_INT,
-                "image_size": _OPTIONAL_INT,
-                "dataset": {"enum": ["real", "fake"]},
-            },
-        },
-        "timing": {
-            "type": "object",
-            "required": ["total_s", "first_epoch_s", "epoch_s"],
-            "properties": {
-                "total_s": {"type": "number", "minimum": 0},
-                "first_epoch_s": {"type": "number", "minimum": 0},
-                **{key: _STAT for key in STAT_KEYS},
-            },
-        },
-        "metrics": {
-            "type": "object",
-            "properties": {"test_accuracy": {"type": ["number", "null"], "minimum": 0, "maximum": 1}},
-        },
-        "environment": {
-            "type": "object",
-            "properties": {key: _OPTIONAL_STR for key in ENVIRONMENT_KEYS if key != "device_count"},
-        },
-    },
-}
+@lru_cache(maxsize=None)
+def results_schema() -> dict:
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def _properties(block: str) -> dict:
+    return results_schema()["properties"][block]["properties"]
+
+
+SCHEMA_VERSION: int = results_schema()["properties"]["schema_version"]["const"]
+KNOWN_RECIPES: tuple[str, ...] = tuple(results_schema()["properties"]["recipe"]["enum"])
+CONFIGURATION_KEYS: tuple[str, ...] = tuple(_properties("configuration"))
+ENVIRONMENT_KEYS: tuple[str, ...] = tuple(_properties("environment"))
+# The timing statistics ({mean, std, n}); steady_epoch_s leaves out the first epoch (compilation on XLA).
+STAT_KEYS: tuple[str, ...] = tuple(key for key, value in _properties("timing").items() if value.get("$ref") == "#/$defs/stat")
 
 
 @dataclass(frozen=True)
@@ -98,7 +52,7 @@ class RunResult:
     path: Path
     recipe: str
     run_name: str
-    configuration: dict
+    configuration: dict  # every CONFIGURATION_KEYS entry
     timing: dict  # total_s, first_epoch_s: float; STAT_KEYS present: Stat
     test_accuracy: float | None
     environment: dict  # every ENVIRONMENT_KEYS entry, None where unknown
@@ -111,22 +65,10 @@ def stat_of(values: list[float]) -> dict:
     return {"mean": mean, "std": std, "n": len(values)}
 
 
-def upgrade(document: dict) -> tuple[dict, str | None]:
-    """Bring a document to schema version 1; return it and an optional note.
-
-    Version 0 (files written before the contract, no ``schema_version``) kept
-    the raw per-iteration / per-epoch seconds as lists and had no
-    ``configuration`` block: its fields were read from ``settings``.
-    """
-    version = document.get("schema_version", 0)
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise ValueError(f"schema_version must be an integer, got {version!r}")
-    if version > SCHEMA_VERSION:
-        note = f"schema_version {version} is newer than this envkit reads ({SCHEMA_VERSION}); using the fields it knows"
-        return document, note
-    if version == SCHEMA_VERSION:
-        return document, None
-    upgraded = dict(document, schema_version=SCHEMA_VERSION)
+def _from_version_0(document: dict) -> dict:
+    """Version 0 (before the contract, no ``schema_version``) kept the raw per-iteration /
+    per-epoch seconds as lists and had no ``configuration``: its fields were in ``settings``."""
+    upgraded = dict(document)
     timing = dict(document.get("timing") or {})
     for key in STAT_KEYS:
         if isinstance(timing.get(key), list) and timing[key]:
@@ -134,13 +76,58 @@ def upgrade(document: dict) -> tuple[dict, str | None]:
     upgraded["timing"] = timing
     if "configuration" not in document:
         settings = document.get("settings") or {}
-        upgraded["configuration"] = {key: settings.get(key) for key in CONFIGURATION_KEYS}
+        upgraded["configuration"] = {key: settings[key] for key in CONFIGURATION_KEYS if key in settings}
     upgraded.setdefault("environment", {})
-    return upgraded, None
+    return upgraded
+
+
+@lru_cache(maxsize=None)
+def _nullable_keys(block: str) -> tuple[str, ...]:
+    """The keys of a block whose schema accepts null: version 1 could leave them out."""
+    return tuple(key for key, schema in _properties(block).items()
+                 if jsonschema.Draft202012Validator(schema).is_valid(None))
+
+
+def _from_version_1(document: dict) -> dict:
+    """Version 1 ran on one host, knew one TPU backend (torch_xla) and recorded no lock,
+    image ID or distributions; it could leave out the keys that may be null."""
+    upgraded = dict(document)
+    configuration = document.get("configuration")
+    if isinstance(configuration, dict):
+        added = {"nodes": 1, "backend": "torch_xla" if configuration.get("device") == "tpu" else None}
+        if "world_size" in configuration:  # else the file is refused for lacking it, not for this
+            added["processes_per_node"] = configuration["world_size"]
+        upgraded["configuration"] = {**dict.fromkeys(_nullable_keys("configuration")), **added, **configuration}
+    environment = document.get("environment")
+    if isinstance(environment, dict):
+        upgraded["environment"] = {**dict.fromkeys(_nullable_keys("environment")), "distributions": [], **environment}
+    return upgraded
+
+
+UPGRADES = {0: _from_version_0, 1: _from_version_1}  # version -> the step to the next version
+
+
+def upgrade(document: dict) -> tuple[dict, str | None]:
+    """Bring a document to SCHEMA_VERSION; return it and an optional note."""
+    version = document.get("schema_version", 0)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ValueError(f"schema_version must be an integer, got {version!r}")
+    if version > SCHEMA_VERSION:
+        note = f"schema_version {version} is newer than this envkit reads ({SCHEMA_VERSION}); using the fields it knows"
+        return document, note
+    for step in range(version, SCHEMA_VERSION):
+        document = UPGRADES[step](document)
+    return dict(document, schema_version=SCHEMA_VERSION), None
 
 
 def _where(error: jsonschema.ValidationError) -> str:
     return ".".join(str(part) for part in error.absolute_path) or "top level"
+
+
+def schema_error(document: dict) -> str | None:
+    """The most relevant way ``document`` breaks the current schema, one line, or None."""
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(results_schema()).iter_errors(document))
+    return None if error is None else f"{_where(error)}: {error.message}"
 
 
 def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
@@ -152,9 +139,10 @@ def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
     if not isinstance(document, dict):
         raise ValueError("not a results object")
     document, note = upgrade(document)
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(RESULTS_SCHEMA).iter_errors(document))
-    if error is not None:
-        raise ValueError(f"{_where(error)}: {error.message}")
+    # A newer file is read by the fields this version knows.
+    problem = schema_error(dict(document, schema_version=SCHEMA_VERSION))
+    if problem is not None:
+        raise ValueError(problem)
     timing = {
         "total_s": float(document["timing"]["total_s"]),
         "first_epoch_s": float(document["timing"]["first_epoch_s"]),
@@ -164,15 +152,14 @@ def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
         # n == 0: the run measured nothing of this kind (e.g. stopped by --max-steps).
         if value is not None and value["n"] > 0:
             timing[key] = Stat(float(value["mean"]), float(value["std"]), int(value["n"]))
-    environment = document["environment"]
     result = RunResult(
         path=path,
         recipe=document["recipe"],
         run_name=document["run_name"],
-        configuration={key: document["configuration"].get(key) for key in CONFIGURATION_KEYS},
+        configuration={key: document["configuration"][key] for key in CONFIGURATION_KEYS},
         timing=timing,
         test_accuracy=document["metrics"].get("test_accuracy"),
-        environment={key: environment.get(key) for key in ENVIRONMENT_KEYS},
+        environment={key: document["environment"][key] for key in ENVIRONMENT_KEYS},
     )
     return result, note
 

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from envkit.cli import main
 from envkit.errors import EnvkitError
-from envkit.plot import write_plot
+from envkit.plot import require_matplotlib, write_plot
 from envkit.report import Report, build_report
 from envkit.results import load_results
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "data" / "results" / "mixed"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -66,3 +70,59 @@ def test_nothing_to_plot_is_one_line(tmp_path):
     with pytest.raises(EnvkitError, match="^nothing to plot: no configuration recorded per-epoch timings"):
         write_plot(Report(sections=[], runs=0, skipped=0, baseline_rule="", reference=False), tmp_path / "x.png")
     assert list(tmp_path.iterdir()) == []
+
+
+# Run envkit's CLI with a package hidden (HIDE, default matplotlib), as in an install without the `report` extra.
+WITHOUT_MATPLOTLIB = """
+import os
+import sys
+
+HIDDEN = os.environ.get("HIDE", "matplotlib")
+
+class Hide:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == HIDDEN:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, Hide())
+from envkit.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+MISSING_LINE = "envkit: error: plotting needs matplotlib, which is not installed: pip install 'envkit[report]'"
+
+
+def _without_matplotlib(*argv, cwd: Path, hide: str = "matplotlib") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", WITHOUT_MATPLOTLIB, *map(str, argv)], capture_output=True, text=True,
+                          timeout=120, cwd=cwd, env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "HIDE": hide})
+
+
+def test_report_plot_without_matplotlib_is_one_line_naming_the_extra(tmp_path):
+    done = _without_matplotlib("report", RESULTS, "--plot", tmp_path / "chart.png", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stdout == ""  # refused before anything is printed
+    assert done.stderr.splitlines() == [MISSING_LINE]
+    assert list(tmp_path.iterdir()) == []
+    # without --plot the report needs no matplotlib
+    assert _without_matplotlib("report", RESULTS, cwd=tmp_path).returncode == 0
+
+
+def test_demo_without_matplotlib_refuses_before_running_anything(tmp_path):
+    done = _without_matplotlib("demo", "--no-docker", "--results-dir", tmp_path / "demo",
+                               "--config", REPO_ROOT / "envkit.yaml", cwd=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr.splitlines()) == (2, "", [MISSING_LINE])
+    assert not (tmp_path / "demo").exists()
+
+
+def test_matplotlib_that_does_not_import_says_why(tmp_path):
+    done = _without_matplotlib("report", RESULTS, "--plot", tmp_path / "chart.png", cwd=tmp_path, hide="numpy")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.splitlines() == ["envkit: error: plotting needs matplotlib, which does not import here "
+                                        "(No module named 'numpy'): pip install 'envkit[report]'"]
+
+
+def test_require_matplotlib_passes_where_it_is_installed():
+    require_matplotlib()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(sys.modules, "matplotlib", None)  # what `import matplotlib` meets when it is absent
+        with pytest.raises(EnvkitError, match=r"^plotting needs matplotlib, which is not installed: "):
+            require_matplotlib()

@@ -101,7 +101,8 @@ def test_repeated_runs_and_schema_versions_aggregate(mixed):
     assert sorted(r.run_name for r in cpu_mnist) == ["cpu-a", "cpu-b", "cpu-legacy"]
     legacy = next(r for r in cpu_mnist if r.run_name == "cpu-legacy")
     assert legacy.timing["epoch_s"] == Stat(6.5, pytest.approx(0.3), 2)  # upgraded from the raw list
-    assert any("cifar-cpu-none-v2.json: schema_version 2 is newer" in w for w in warnings)
+    # version 2 is current now: the sample of a newer file is version 3
+    assert any("cifar-cpu-none-v3.json: schema_version 3 is newer" in w for w in warnings)
     text = render_report(build_report(results), "md")
     assert "| cpu ×1 | mnist-net | 128 | 3 | 13.000 ± 0.408 |" in text
 
@@ -170,3 +171,101 @@ def test_unknown_format_is_refused(capsys):
         main(["report", str(RESULTS), "--format", "xlsx"])
     assert exit_info.value.code == 2
     assert "invalid choice: 'xlsx'" in capsys.readouterr().err
+
+
+# ---- environments, backends and nodes (schema version 2) ---------------------
+
+BACKENDS = Path(__file__).parent / "data" / "results" / "backends"
+
+
+def test_backends_and_nodes_side_by_side_match_golden(update_golden):
+    results, warnings = load_results(BACKENDS)
+    assert warnings == []
+    check_golden("backends.md", render_report(build_report(results), "md"), update_golden)
+
+
+def test_torch_tpu_row_sits_beside_torch_xla_and_is_named():
+    results, _ = load_results(BACKENDS)
+    rows = [line.split(" | ")[0] for line in render_report(build_report(results), "md").splitlines() if line.startswith("| tpu")]
+    assert rows == ["| tpu ×1", "| tpu ×1 (torch_tpu)", "| tpu xmp×8"]
+    assert "| cuda DDP×8 (2 nodes) | resnet50 | 128 | 16 |" in render_report(build_report(results), "md")
+
+
+def test_rows_of_differing_environments_are_marked():
+    results, _ = load_results(BACKENDS)
+    text = render_report(build_report(results), "md")
+    assert "| 1.20× | B | TPU v5e ×8, python 3.12.3, torch 2.13.0, torch_tpu 0.2.0," in text
+    assert ("env: these rows ran in 2 environments that differ in torch, backend and lock_sha256 "
+            "(A = python 3.12.3, torch 2.9.0, backend torch_xla, lock_sha256 111111111111; ") in text
+    # the cifar section ran in one environment: no marker column there
+    cifar = text.split("## cifar")[1].split("## mnist")[0]
+    assert "| env |" not in cifar and "env:" not in cifar
+    marks = {record["configuration"]: record["env"] for record in json.loads(render_report(build_report(results), "json"))["rows"]}
+    assert marks == {"tpu ×1": "A", "tpu ×1 (torch_tpu)": "B", "tpu xmp×8": "A",
+                     "cuda DDP×4": None, "cuda DDP×8 (2 nodes)": None}
+
+
+def test_a_row_whose_runs_ran_in_two_environments_carries_both_marks():
+    results, _ = load_results(BACKENDS)
+    xla = next(r for r in results if r.run_name == "tpu-xla")
+    other_python = dataclasses.replace(xla, environment={**xla.environment, "python": "3.11.9"})
+    report = build_report(results + [other_python])
+    section = next(s for s in report.sections if s.recipe == "mnist")
+    assert {row.label: row.mark for row in section.rows} == {"tpu ×1": "A,B", "tpu ×1 (torch_tpu)": "C", "tpu xmp×8": "B"}
+    with pytest.raises(EnvkitError, match=r"^--strict: the mnist · dataset real runs come from 3 environments that differ in python, torch, backend"):
+        build_report(results + [other_python], strict=True)
+
+
+def test_strict_refuses_differing_environments_in_one_line(capsys):
+    assert main(["report", str(BACKENDS), "--strict"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        "envkit: error: --strict: the mnist · dataset real runs come from 2 environments that differ in torch, backend and "
+        "lock_sha256 (A = python 3.12.3, torch 2.9.0, backend torch_xla, lock_sha256 111111111111; B = python 3.12.3, "
+        "torch 2.13.0, backend torch_tpu, lock_sha256 222222222222); report one environment's results, or leave out "
+        "--strict to compare them marked"]
+
+
+def test_strict_compares_runs_of_one_environment(tmp_path, capsys):
+    for path in BACKENDS.glob("cifar-*.json"):
+        shutil.copy(path, tmp_path / path.name)
+    assert main(["report", str(tmp_path), "--strict"]) == 0
+    assert "| cuda DDP×8 (2 nodes) |" in capsys.readouterr().out
+    # published rows are not an environment of ours: --reference with --strict still reports
+    assert main(["report", str(tmp_path), "--strict", "--reference"]) == 0
+
+
+# ---- the report's facts are data -------------------------------------------------
+
+def test_report_data_names_known_recipes_columns_and_statistics():
+    from envkit.report import COLUMNS, FLAT_FIELDS, ROW_KEYS, report_facts
+    from envkit.results import CONFIGURATION_KEYS, ENVIRONMENT_KEYS, KNOWN_RECIPES, STAT_KEYS
+
+    facts = report_facts()
+    assert sorted(facts["recipes"]) == sorted(KNOWN_RECIPES)
+    for recipe in facts["recipes"].values():
+        assert set(recipe["columns"]) <= set(COLUMNS) and "configuration" in recipe["columns"]
+        assert set(recipe["bars"]) <= set(STAT_KEYS)
+        assert set(recipe["comparable_by"]) <= set(ROW_KEYS)
+        assert recipe["speedup"]["metric"] in recipe["columns"]
+    assert set(facts["environment_facts"]) <= set(CONFIGURATION_KEYS) | set(ENVIRONMENT_KEYS)
+    assert set(STAT_KEYS) <= set(COLUMNS)
+    assert len(FLAT_FIELDS) == len(set(FLAT_FIELDS))
+
+
+def test_a_new_recipe_is_reported_from_data_alone(monkeypatch, tmp_path):
+    """report.py and plot.py hold no per-recipe code: an entry in report.yaml is enough."""
+    from envkit import report as report_module
+    from envkit.plot import write_plot
+
+    facts = report_module.report_facts()
+    imagenet = {**facts["recipes"]["cifar"], "speedup": {"metric": "epoch_s", "name": "epoch"}, "tick": "{model}"}
+    monkeypatch.setattr(report_module, "report_facts", lambda: {**facts, "recipes": {**facts["recipes"], "imagenet": imagenet}})
+    results, _ = load_results(BACKENDS)
+    runs = [dataclasses.replace(run, recipe="imagenet") for run in results if run.recipe == "cifar"]
+    text = render_report(build_report(runs), "md")
+    assert "## imagenet · dataset fake" in text and "Speed-up = baseline s/epoch ÷ row s/epoch" in text
+    assert "| speed-up (epoch) |" in text
+    write_plot(build_report(runs), tmp_path / "imagenet.png")
+    assert (tmp_path / "imagenet.png").stat().st_size > 0

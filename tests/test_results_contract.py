@@ -1,0 +1,119 @@
+"""The results contract is one file (envkit/data/results.schema.json): the recipes' output keeps it,
+older versions upgrade into it, and the code and docs that name its facts agree with it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from envkit import results
+from mnist_files import REPO_ROOT, run_mnist
+from results_contract import assert_valid_results, contract_errors
+
+SAMPLES = Path(__file__).parent / "data" / "results" / "mixed"
+LOCK = "0123456789abcdef" * 4
+
+
+def _sample(name: str) -> dict:
+    return json.loads((SAMPLES / name).read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def mnist_output(tmp_path_factory) -> Path:
+    """What the current recipes/mnist.py writes: eager CPU, fake data, a few steps."""
+    directory = tmp_path_factory.mktemp("results")
+    done = run_mnist("--dataset", "fake", "--epochs", "1", "--per-device-batch", "32", "--fake-train-size", "128",
+                     "--fake-test-size", "64", "--results-dir", directory, "--quiet",
+                     env={"ENVKIT_LOCK_SHA256": LOCK, "ENVKIT_IMAGE_ID": "sha256:" + "ab" * 32})
+    assert done.returncode == 0, done.stderr
+    return directory / "mnist-cpu.json"
+
+
+def test_mnist_output_keeps_the_contract(mnist_output):
+    document = json.loads(mnist_output.read_text(encoding="utf-8"))
+    if document["schema_version"] == 1:
+        # Until recipes/common.py writes version 2 (issue 12, recipes stream) its output keeps the
+        # contract through the upgrade path; then this branch goes and the file is validated as written.
+        assert contract_errors(document)  # version 1 alone does not pass: the check has teeth
+        document, note = results.upgrade(document)
+        assert note is None
+    else:
+        assert document["schema_version"] == results.SCHEMA_VERSION
+        assert document["environment"]["lock_sha256"] == LOCK
+        assert document["environment"]["image_id"] == "sha256:" + "ab" * 32
+    assert_valid_results(document)
+    assert document["configuration"]["nodes"] == 1 and document["configuration"]["backend"] is None
+
+
+def test_report_reads_the_mnist_output(mnist_output):
+    result, note = results.parse(mnist_output, mnist_output.read_text(encoding="utf-8"))
+    assert note is None and result.recipe == "mnist" and result.configuration["device"] == "cpu"
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("mnist-tpu8.json", {"nodes": 1, "processes_per_node": 8, "backend": "torch_xla"}),
+    ("mnist-cuda.json", {"nodes": 1, "processes_per_node": 1, "backend": None}),
+    ("mnist-legacy-v0.json", {"nodes": 1, "processes_per_node": 1, "backend": None, "strategy": "single"}),
+])
+def test_older_versions_upgrade_into_the_contract(name, expected):
+    old = _sample(name)
+    assert contract_errors(old)  # as written, an older file is not version 2
+    document, note = results.upgrade(old)
+    assert note is None and document["schema_version"] == results.SCHEMA_VERSION == 2
+    assert_valid_results(document)
+    assert {key: document["configuration"][key] for key in expected} == expected
+    environment = document["environment"]
+    assert (environment["lock_sha256"], environment["image_id"], environment["torch_tpu"], environment["distributions"]) == (None, None, None, [])
+
+
+def test_version_1_may_leave_out_what_may_be_null():
+    document = _sample("mnist-cpu-a.json")
+    for key in ("cores", "strategy", "image_size"):
+        del document["configuration"][key]
+    del document["environment"]["cuda"]
+    upgraded, _ = results.upgrade(document)
+    assert_valid_results(upgraded)
+    assert upgraded["configuration"]["cores"] is None and upgraded["environment"]["cuda"] is None
+
+
+def test_version_2_is_read_as_written():
+    document = _sample("mnist-cpu-b.json")
+    assert document["schema_version"] == 2
+    assert_valid_results(document)
+    assert results.upgrade(document) == (document, None)
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda d: d["configuration"].pop("nodes"), "configuration: 'nodes' is a required property"),
+    (lambda d: d["configuration"].update(backend="torch_xla"), "configuration.backend: None was expected"),
+    (lambda d: d["configuration"].update(device="tpu", backend=None), "configuration.backend: None is not one of"),
+    (lambda d: d["environment"].update(lock_sha256="abc"), "environment.lock_sha256: 'abc' does not match"),
+    (lambda d: d["environment"].update(distributions=["Torch==2.14.1"]), "environment.distributions.0: 'Torch==2.14.1' does not match"),
+    (lambda d: d["environment"].update(distributions=["torch==2.14.1", "numpy==2.3.5"]), "environment.distributions: not sorted"),
+], ids=["nodes", "backend-off-tpu", "backend-on-tpu", "lock", "unnormalised", "unsorted"])
+def test_contract_violations_are_named(change, problem):
+    document = _sample("mnist-cpu-b.json")
+    change(document)
+    problems = contract_errors(document)
+    assert len(problems) == 1 and problems[0].startswith(problem)
+    with pytest.raises(AssertionError, match="results break envkit/data/results.schema.json"):
+        assert_valid_results(document)
+
+
+def test_code_reads_its_facts_from_the_schema():
+    schema = json.loads((REPO_ROOT / "envkit" / "data" / "results.schema.json").read_text(encoding="utf-8"))
+    assert results.SCHEMA_VERSION == schema["properties"]["schema_version"]["const"]
+    assert results.KNOWN_RECIPES == tuple(schema["properties"]["recipe"]["enum"])
+    assert set(results.STAT_KEYS) == {"iter_s", "epoch_s", "steady_epoch_s", "train_epoch_s", "test_epoch_s"}
+    # no second copy of the schema in Python
+    assert "RESULTS_SCHEMA" not in (REPO_ROOT / "envkit" / "results.py").read_text(encoding="utf-8")
+
+
+def test_design_doc_points_to_the_schema_file():
+    design = (REPO_ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    assert "envkit/data/results.schema.json" in design
+    assert f"schema version {results.SCHEMA_VERSION}" in design
+    # the field list lives in the schema only
+    assert '"per_device_batch": int' not in design
