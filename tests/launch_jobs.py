@@ -14,12 +14,13 @@ ROOT = Path("/srv/envkit")
 OUTPUT = Path("jobs")
 
 
-def make_job(name: str, engine: str, *, nodes: int = 2, image: str | None = None, **kwargs):
+def make_job(name: str, engine: str, *, nodes: int = 2, image: str | None = None, root: Path = ROOT,
+             data_dir: Path = Path("/shared/data"), results_dir: Path = Path("/shared/results"), **kwargs):
     exp = experiment(name)
     config = load_config(REPO_ROOT / "envkit.yaml")
     target = next(t for t in config.targets.values() if t.kind == exp.kind)
     options = kwargs.pop("options", EngineOptions())
     return build_job(
-        exp, target, engine=engine, nodes=nodes, root=ROOT, data_dir=Path("/shared/data"),
-        results_dir=Path("/shared/results"), image=image or f"{repository(target.name)}:latest", options=options, **kwargs,
+        exp, target, engine=engine, nodes=nodes, root=root, data_dir=data_dir,
+        results_dir=results_dir, image=image or f"{repository(target.name)}:latest", options=options, **kwargs,
     )
