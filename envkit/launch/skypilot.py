@@ -35,15 +35,10 @@ def run_script(job: jobs.Job) -> str:
             "torchrun", "--nnodes", Raw('"$SKYPILOT_NUM_NODES"'), "--nproc-per-node", nproc,
             "--node-rank", Raw('"$SKYPILOT_NODE_RANK"'), "--master-addr", HEAD, "--master-port", str(job.rdzv_port),
         ]
+        first = ["head=${SKYPILOT_NODE_IPS%%$'\\n'*}  # the first line: the head node's address"]
     else:
-        start = ["python"]
-    return "\n".join([
-        "set -euo pipefail",
-        line("mkdir", "-p", DATA, RESULTS),
-        'head=$(printf \'%s\\n\' "$SKYPILOT_NODE_IPS" | head -n1)',
-        line(*start, *argv),
-        "",
-    ])
+        start, first = ["python"], []
+    return "\n".join(["set -euo pipefail", line("mkdir", "-p", DATA, RESULTS), *first, line(*start, *argv), ""])
 
 
 def task(job: jobs.Job) -> dict[str, Any]:
