@@ -33,7 +33,8 @@ def register(subparsers) -> None:
         "launch",
         help="run an experiment on N hosts via Slurm, Kubernetes, TPU pods, SkyPilot or plain hosts",
         description="Render EXPERIMENT for an engine and submit it with the engine's own client (sbatch, kubectl, "
-        "gcloud, sky), or print exactly that with --dry-run. Recipe arguments follow '--', e.g. "
+        "gcloud, sky), or print exactly that with --dry-run. Recipe arguments follow '--' (the experiment's own "
+        "come from the table), e.g. "
         "envkit launch gpu-ddp-cifar --on slurm --nodes 2 --gpus-per-node 4 -- --epochs 1",
     )
     launch.add_argument("experiment", help="experiment name from envkit/data/experiments.yaml, e.g. gpu-ddp-cifar")

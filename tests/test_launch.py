@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import shlex
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -235,3 +237,26 @@ def test_hosts_prints_the_commands_and_starts_nothing(capsys, project, fake_path
     code, out, _ = run(capsys, "launch", "cpu-ddp-cifar", "--on", "hosts", "--nodes", "2", "--hosts", "a,b", "--nproc-per-node", "2")
     assert code == 0 and out.count("NNODES=2 RDZV_ENDPOINT=a:29500") == 2 and "--nproc 2" in out
     assert sorted(p.name for p in project.iterdir()) == ["envkit.yaml"]
+
+
+@pytest.mark.slow  # two gloo processes train for real (~40 s)
+def test_slurm_host_script_trains_when_srun_runs_its_task_here(tmp_path):
+    """The rendered host-environment script, run by bash with srun/scontrol stand-ins that keep
+    the task on this machine: torchrun's flags and the rendezvous are right, one results file."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/bash\necho localhost\n")
+    (bin_dir / "srun").write_text('#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\nexec "$@"\n')
+    for fake in bin_dir.iterdir():
+        fake.chmod(0o755)
+    job = make_job("cpu-ddp-cifar", "slurm", nodes=1, nproc_per_node=2, root=REPO_ROOT, data_dir=tmp_path / "data",
+                   results_dir=tmp_path / "results",
+                   extra_args=("--dataset", "fake", "--epochs", "1", "--image-size", "32", "--global-batch", "16",
+                               "--fake-train-size", "64", "--fake-test-size", "32", "--quiet"))
+    script = tmp_path / "job.sbatch"
+    script.write_text(slurm.render(job))
+    env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
+           "SLURM_JOB_NODELIST": "localhost", "SLURM_NNODES": "1", "SLURM_JOB_ID": "7"}
+    done = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(list((tmp_path / "results").glob("*.json"))) == 1  # rank 0 alone writes it

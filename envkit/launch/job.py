@@ -215,5 +215,7 @@ def _check_options(engine: str, experiment, nodes: int, options: EngineOptions, 
         raise EnvkitError(
             "a TPU JobSet needs --tpu-accelerator (GKE's name, e.g. tpu-v5-lite-podslice) and --tpu-topology (e.g. 4x4)"
         )
+    if options.tpu_chips_per_node < 1:
+        raise EnvkitError(f"--tpu-chips-per-node {options.tpu_chips_per_node} is not allowed; give 1 or more")
     if engine == "skypilot" and experiment.kind == "tpu-vm" and not options.accelerators:
         raise EnvkitError("--on skypilot for a TPU experiment needs --accelerators, e.g. tpu-v5e-16")
