@@ -90,8 +90,15 @@ class Job:
     def image_argv(self) -> list[str]:
         return self.recipe_argv(IMAGE_RECIPES, CONTAINER_DATA, CONTAINER_RESULTS)
 
+    def image_notes(self) -> tuple[str, ...]:
+        """For engines whose nodes pull the image: say so when it names no registry."""
+        if "/" in self.image:
+            return ()
+        return (f"{self.image} names no registry: every node must already have it; "
+                f"push it (envkit push {self.target} --registry R) and pass --registry R",)
 
-def gpu_range(experiment, gpus_per_node: int) -> None:
+
+def check_gpus(experiment, gpus_per_node: int) -> None:
     """The experiment's GPU rule decides how many GPUs a node may give it."""
     allowed = {"none": (0, 0), "first": (1, 1), "all": (1, None)}[experiment.gpus]
     low, high = allowed
@@ -135,7 +142,7 @@ def build_job(
         )
     if gpus_per_node is None:
         gpus_per_node = 0 if experiment.gpus == "none" else 1
-    gpu_range(experiment, gpus_per_node)
+    check_gpus(experiment, gpus_per_node)
     processes = _processes_per_node(experiment, gpus_per_node, nproc_per_node)
     name = name or experiment.name
     _check_name(engine, name)

@@ -153,7 +153,10 @@ def _plan(job: jobs.Job, output: Path, manifest: dict[str, Any], suffix: str) ->
         files=((path, dump(manifest)),),
         commands=(("kubectl", "apply", "-f", path),),
         results=f"the PersistentVolumeClaim {job.options.volume_claim!r}, under results/ (written by rank 0)",
-        notes=(f"follow it: {line('kubectl', 'get', kind.lower(), job.name)}; delete it: {line('kubectl', 'delete', '-f', path)}",),
+        notes=(
+            *job.image_notes(),
+            f"follow it: {line('kubectl', 'get', kind.lower(), job.name)}; delete it: {line('kubectl', 'delete', '-f', path)}",
+        ),
     )
 
 

@@ -57,5 +57,5 @@ def plan(job: jobs.Job, output: Path) -> Plan:
         files=((path, dump(task(job))),),
         commands=(("sky", "launch", "--yes", "--cluster", job.name, path),),
         results=f"~/{RESULTS} on the head node (rank 0): {line('rsync', '-a', f'{job.name}:{RESULTS}/', 'results/')}",
-        notes=(f"stop it: {line('sky', 'down', '--yes', job.name)}",),
+        notes=(*job.image_notes(), f"stop it: {line('sky', 'down', '--yes', job.name)}"),
     )
