@@ -16,7 +16,7 @@ from envkit.cli import main
 from envkit.launch import slurm
 from envkit.launch.job import ENGINES, EngineOptions
 from envkit.launch.plan import describe
-from tests.launch_jobs import OUTPUT, REPO_ROOT, make_job
+from launch_jobs import OUTPUT, REPO_ROOT, make_job
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "launch"
 REGISTRY_IMAGE = "registry.example:5000/team/envkit-cuda:latest"

@@ -19,7 +19,7 @@ import yaml
 from envkit.launch import hosts, kubernetes, skypilot, slurm, tpu_pod
 from envkit.launch.job import EngineOptions
 from envkit.launch.shell import line
-from tests.launch_jobs import make_job
+from launch_jobs import make_job
 
 REGISTRY_IMAGE = "registry.example:5000/team/envkit-cuda:latest"
 

@@ -17,7 +17,7 @@ import yaml
 
 from envkit.launch import kubernetes
 from envkit.launch.job import EngineOptions
-from tests.launch_jobs import REPO_ROOT, make_job
+from launch_jobs import REPO_ROOT, make_job
 
 CRD_DIR = REPO_ROOT.parent / "shared" / "reference" / "k8s"
 CRDS = {"PyTorchJob": "kubeflow-pytorchjob-crd.yaml", "JobSet": "jobset-crd.yaml"}

@@ -16,7 +16,7 @@ import pytest
 
 from envkit.launch import kubernetes, skypilot
 from envkit.launch.job import EngineOptions
-from tests.launch_jobs import make_job
+from launch_jobs import make_job
 
 CHECK = """
 import json, sys
