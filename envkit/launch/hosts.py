@@ -1,0 +1,48 @@
+"""Plain hosts: the run.sh command each host runs, with the multi-node variables.
+
+There is no engine to submit to, so envkit prints the commands and starts nothing
+on other machines (it is not a scheduler). run.sh passes NNODES/RDZV_* into the
+container and adds --net=host when NNODES > 1; the recipe starts torchrun.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from envkit.launch import job as jobs
+from envkit.launch.plan import Plan
+
+
+def run_sh(job: jobs.Job) -> str:
+    return f"{job.root}/docker/{job.target}/run.sh"
+
+
+def container_env(job: jobs.Job) -> dict[str, str]:
+    """The variables run.sh reads for this job (the image, mounts, GPUs)."""
+    env = {"IMAGE": job.image, "DATA_DIR": job.data_dir, "RESULTS_DIR": job.results_dir}
+    if job.kind == "cuda":
+        env["GPUS"] = ",".join(str(index) for index in range(job.gpus_per_node))
+    return env
+
+
+def recipe_args(job: jobs.Job) -> list[str]:
+    """The recipe starts torchrun itself here; on the CPU it needs the process count."""
+    if job.uses_torchrun and job.gpus_per_node == 0:
+        return [*job.recipe_args, "--nproc", str(job.processes_per_node)]
+    return list(job.recipe_args)
+
+
+def plan(job: jobs.Job, output: Path) -> Plan:
+    hosts = job.options.hosts or ("localhost",)
+    env = container_env(job)
+    if job.nodes > 1:
+        env.update(NNODES=str(job.nodes), RDZV_ENDPOINT=f"{hosts[0]}:{job.rdzv_port}", RDZV_ID=job.rdzv_id)
+    command = ("env", *(f"{key}={value}" for key, value in env.items()), run_sh(job), job.recipe, *recipe_args(job))
+    where = [f"{host}{' (rendezvous host)' if rank == 0 and job.nodes > 1 else ''}" for rank, host in enumerate(hosts)]
+    return Plan(
+        files=(),
+        commands=(),
+        results=f"{job.results_dir} on the host that becomes rank 0 (with c10d, any of them)",
+        notes=("envkit starts nothing on other machines: run each command on its host, in any order",),
+        elsewhere=tuple((host, command) for host in where),
+    )

@@ -1,0 +1,228 @@
+"""One job description for every engine (torchx's AppDef in spirit).
+
+``build_job`` turns an experiment from envkit/data/experiments.yaml, the config's
+target of the same kind and the command-line choices into a frozen ``Job``, and
+refuses (one line, exit 2) anything no engine could run: the renderers in this
+package only translate a valid Job into each engine's own form.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+
+# Where the image keeps the recipes and mounts data and results (as run.sh does).
+IMAGE_RECIPES = "/opt/envkit/recipes"
+CONTAINER_DATA = "/workspace/data"
+CONTAINER_RESULTS = "/workspace/results"
+DEFAULT_RDZV_PORT = 29500
+
+# The target kinds each engine has hardware for.
+ENGINE_KINDS = {
+    "hosts": ("cpu", "cuda"),
+    "slurm": ("cpu", "cuda"),
+    "pytorchjob": ("cpu", "cuda"),
+    "jobset": ("cpu", "cuda", "tpu-vm"),
+    "tpu-pod": ("tpu-vm",),
+    "skypilot": ("cpu", "cuda", "tpu-vm"),
+}
+ENGINES = tuple(ENGINE_KINDS)
+KUBERNETES_ENGINES = ("pytorchjob", "jobset")
+SLURM_CONTAINERS = ("host", "docker", "pyxis", "apptainer")
+
+# A Kubernetes object name that also serves as a DNS label (RFC 1123).
+_DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# Job names become file names and #SBATCH values: no path separators, spaces or newlines.
+_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
+_SBATCH_VALUE = {"partition": re.compile(r"^[A-Za-z0-9_.,-]+$"), "time": re.compile(r"^[0-9][0-9:-]*$")}
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Settings only some engines read; build_job checks the ones the chosen engine needs."""
+
+    container: str = "host"  # slurm: host | docker | pyxis | apptainer
+    partition: str | None = None  # slurm
+    time: str | None = None  # slurm
+    image_tarball: str | None = None  # slurm apptainer, tpu-pod: envkit save's .tar.gz (absolute)
+    hosts: tuple[str, ...] = ()  # hosts: the machines, the first one holds the rendezvous
+    tpu: str | None = None  # tpu-pod: TPU VM name
+    zone: str | None = None  # tpu-pod
+    tpu_accelerator: str | None = None  # jobset on TPU: GKE's accelerator name
+    tpu_topology: str | None = None  # jobset on TPU: slice topology, e.g. 4x4
+    tpu_chips_per_node: int = 4  # jobset on TPU: google.com/tpu per pod
+    volume_claim: str = "envkit"  # kubernetes: the PersistentVolumeClaim holding data/ and results/
+    accelerators: str | None = None  # skypilot: e.g. A100:8 or tpu-v5e-16
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    experiment: str
+    kind: str  # target kind: cpu | cuda | tpu-vm
+    scale: str  # single | torchrun | tpu-pod
+    target: str  # config target whose image runs
+    image: str
+    recipe: str
+    recipe_args: tuple[str, ...]  # the experiment's arguments, then the user's
+    nodes: int
+    processes_per_node: int  # torchrun's --nproc-per-node (1 unless scale is torchrun)
+    gpus_per_node: int
+    root: str  # the project directory (absolute): run.sh, recipes/
+    data_dir: str  # host paths for engines that mount them (absolute)
+    results_dir: str
+    rdzv_port: int = DEFAULT_RDZV_PORT
+    rdzv_id: str = "envkit"
+    options: EngineOptions = field(default_factory=EngineOptions)
+
+    @property
+    def uses_torchrun(self) -> bool:
+        return self.scale == "torchrun"
+
+    def recipe_argv(self, recipes: str, data_dir: str, results_dir: str) -> list[str]:
+        """The recipe file and its arguments, for an interpreter or torchrun to start."""
+        return [f"{recipes}/{self.recipe}.py", "--data-dir", data_dir, "--results-dir", results_dir, *self.recipe_args]
+
+    def image_argv(self) -> list[str]:
+        return self.recipe_argv(IMAGE_RECIPES, CONTAINER_DATA, CONTAINER_RESULTS)
+
+    def image_notes(self) -> tuple[str, ...]:
+        """For engines whose nodes pull the image: say so when it names no registry."""
+        if "/" in self.image:
+            return ()
+        return (f"{self.image} names no registry: every node must already have it; "
+                f"push it (envkit push {self.target} --registry R) and pass --registry R",)
+
+
+def check_gpus(experiment, gpus_per_node: int) -> None:
+    """The experiment's GPU rule decides how many GPUs a node may give it."""
+    allowed = {"none": (0, 0), "first": (1, 1), "all": (1, None)}[experiment.gpus]
+    low, high = allowed
+    if gpus_per_node < low or (high is not None and gpus_per_node > high):
+        wanted = {"none": "0 (it runs without GPUs)", "first": "1 (it uses one GPU)", "all": "1 or more"}[experiment.gpus]
+        raise EnvkitError(f"{experiment.name}: --gpus-per-node {gpus_per_node} is not allowed; give {wanted}")
+
+
+def build_job(
+    experiment,
+    target,
+    *,
+    engine: str,
+    nodes: int,
+    root: Path,
+    data_dir: Path,
+    results_dir: Path,
+    image: str,
+    gpus_per_node: int | None = None,
+    nproc_per_node: int | None = None,
+    name: str | None = None,
+    extra_args: tuple[str, ...] = (),
+    rdzv_port: int = DEFAULT_RDZV_PORT,
+    options: EngineOptions = EngineOptions(),
+) -> Job:
+    if engine not in ENGINE_KINDS:
+        raise EnvkitError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    if nodes < 1:
+        raise EnvkitError(f"--nodes {nodes} is not allowed; give 1 or more")
+    kinds = ENGINE_KINDS[engine]
+    if experiment.kind not in kinds:
+        fitting = ", ".join(e for e, k in ENGINE_KINDS.items() if experiment.kind in k)
+        raise EnvkitError(
+            f"--on {engine} runs {'/'.join(kinds)} experiments, and {experiment.name} is a {experiment.kind} "
+            f"experiment; engines for it: {fitting}"
+        )
+    if experiment.scale == "single" and nodes > 1:
+        raise EnvkitError(
+            f"{experiment.name} runs on one host only (scale single): use --nodes 1, "
+            f"or an experiment that spreads over hosts (scale torchrun or tpu-pod)"
+        )
+    if gpus_per_node is None:
+        gpus_per_node = 0 if experiment.gpus == "none" else 1
+    check_gpus(experiment, gpus_per_node)
+    processes = _processes_per_node(experiment, gpus_per_node, nproc_per_node)
+    name = name or experiment.name
+    _check_name(engine, name)
+    _check_options(engine, experiment, nodes, options, image)
+    return Job(
+        name=name,
+        experiment=experiment.name,
+        kind=experiment.kind,
+        scale=experiment.scale,
+        target=target.name,
+        image=image,
+        recipe=experiment.recipe,
+        recipe_args=(*experiment.args, *extra_args),
+        nodes=nodes,
+        processes_per_node=processes,
+        gpus_per_node=gpus_per_node,
+        root=str(root),
+        data_dir=str(data_dir),
+        results_dir=str(results_dir),
+        rdzv_port=rdzv_port,
+        rdzv_id=name,
+        options=options,
+    )
+
+
+def _processes_per_node(experiment, gpus_per_node: int, nproc_per_node: int | None) -> int:
+    if nproc_per_node is None:
+        return gpus_per_node if experiment.scale == "torchrun" and gpus_per_node else 1
+    if experiment.scale != "torchrun" or experiment.gpus != "none":
+        raise EnvkitError(
+            f"--nproc-per-node applies to CPU torchrun experiments; {experiment.name} runs "
+            + ("one process per GPU (set --gpus-per-node)" if experiment.scale == "torchrun" else "one process per node")
+        )
+    if nproc_per_node < 1:
+        raise EnvkitError(f"--nproc-per-node {nproc_per_node} is not allowed; give 1 or more")
+    return nproc_per_node
+
+
+def _check_name(engine: str, name: str) -> None:
+    if engine in KUBERNETES_ENGINES:
+        if not _DNS_1123_LABEL.match(name):
+            raise EnvkitError(
+                f"job name {name!r} is not a valid Kubernetes name (DNS-1123 label): lowercase letters, digits "
+                f"and '-', starting and ending with a letter or digit, at most 63 characters; set --name"
+            )
+    elif not _JOB_NAME.match(name):
+        raise EnvkitError(f"job name {name!r} is not valid: letters, digits, '.', '_' and '-', starting with a letter or digit")
+
+
+def _check_options(engine: str, experiment, nodes: int, options: EngineOptions, image: str) -> None:
+    if engine == "hosts" and nodes > 1 and len(options.hosts) != nodes:
+        raise EnvkitError(
+            f"--on hosts with --nodes {nodes} needs --hosts with {nodes} comma-separated host names "
+            f"(the first holds the rendezvous), got {len(options.hosts)}"
+        )
+    for host in options.hosts:
+        if not _HOST.match(host):
+            raise EnvkitError(f"--hosts: {host!r} is not a host name (letters, digits, '.', '-')")
+    if engine == "slurm":
+        if options.container not in SLURM_CONTAINERS:
+            raise EnvkitError(f"unknown --container {options.container!r}; choose from {', '.join(SLURM_CONTAINERS)}")
+        for key, pattern in _SBATCH_VALUE.items():
+            value = getattr(options, key)
+            if value is not None and not pattern.match(value):
+                raise EnvkitError(f"--{key} {value!r} is not a valid Slurm {key}")
+        if options.container == "apptainer" and not options.image_tarball:
+            raise EnvkitError("--container apptainer runs envkit save's tarball: pass --image-tarball FILE.tar.gz")
+        if options.container == "pyxis" and "/" not in image:
+            raise EnvkitError(
+                f"--container pyxis pulls the image on every node, and {image!r} names no registry: "
+                f"pass --registry HOST[:PORT][/PATH] (after envkit push) or --image"
+            )
+    if engine == "tpu-pod" and not (options.tpu and options.zone):
+        missing = " and ".join(flag for flag, value in (("--tpu NAME", options.tpu), ("--zone ZONE", options.zone)) if not value)
+        raise EnvkitError(f"--on tpu-pod needs {missing}: the TPU VM's name and zone (gcloud compute tpus tpu-vm list)")
+    if engine == "jobset" and experiment.kind == "tpu-vm" and not (options.tpu_accelerator and options.tpu_topology):
+        raise EnvkitError(
+            "a TPU JobSet needs --tpu-accelerator (GKE's name, e.g. tpu-v5-lite-podslice) and --tpu-topology (e.g. 4x4)"
+        )
+    if options.tpu_chips_per_node < 1:
+        raise EnvkitError(f"--tpu-chips-per-node {options.tpu_chips_per_node} is not allowed; give 1 or more")
+    if engine == "skypilot" and experiment.kind == "tpu-vm" and not options.accelerators:
+        raise EnvkitError("--on skypilot for a TPU experiment needs --accelerators, e.g. tpu-v5e-16")

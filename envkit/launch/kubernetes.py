@@ -1,0 +1,168 @@
+"""Kubernetes: a Kubeflow PyTorchJob (v1) or a JobSet, built as data and emitted by PyYAML.
+
+Both run a bare ``torchrun RECIPE`` that reads its settings from PET_* variables:
+the training operator injects them into a PyTorchJob's pods; a JobSet gets them
+from its own spec (node rank = the Indexed Job's completion index, master = pod
+0's name behind the JobSet's headless service). A TPU experiment becomes a JobSet
+on a GKE TPU slice: TPU node selectors, privileged, host network, one container
+per TPU host (PJRT discovers the slice).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from envkit.launch import job as jobs
+from envkit.launch.plan import Plan
+from envkit.launch.shell import line
+
+PYTORCHJOB_API = "kubeflow.org/v1"
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+REPLICATED_JOB = "node"
+COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+TPU_SELECTORS = ("cloud.google.com/gke-tpu-accelerator", "cloud.google.com/gke-tpu-topology")
+
+
+class _Dumper(yaml.SafeDumper):
+    """safe_dump's emitter, with multi-line strings (scripts) as literal blocks."""
+
+
+def _string(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_Dumper.add_representer(str, _string)
+
+
+def dump(document: dict[str, Any]) -> str:
+    return yaml.dump(document, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=False)
+
+
+def _metadata(job: jobs.Job) -> dict[str, Any]:
+    return {"name": job.name, "labels": {"app.kubernetes.io/managed-by": "envkit", "envkit/experiment": job.experiment}}
+
+
+def _command(job: jobs.Job) -> list[str]:
+    return ["torchrun" if job.uses_torchrun else "python", *job.image_argv()]
+
+
+def _container(job: jobs.Job, name: str, env: list[dict[str, Any]]) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": name,
+        "image": job.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": _command(job),
+        "env": [{"name": "ENVKIT_IMAGE", "value": job.image}, *env],
+        "volumeMounts": [
+            {"name": "envkit", "mountPath": jobs.CONTAINER_DATA, "subPath": "data"},
+            {"name": "envkit", "mountPath": jobs.CONTAINER_RESULTS, "subPath": "results"},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        ],
+    }
+    if job.kind == "cuda":
+        container["resources"] = {"limits": {"nvidia.com/gpu": job.gpus_per_node}}
+    elif job.kind == "tpu-vm":
+        container["resources"] = {"limits": {"google.com/tpu": job.options.tpu_chips_per_node}}
+        container["securityContext"] = {"privileged": True}
+    return container
+
+
+def _pod_spec(job: jobs.Job, container: dict[str, Any], restart: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "restartPolicy": restart,
+        "containers": [container],
+        "volumes": [
+            {"name": "envkit", "persistentVolumeClaim": {"claimName": job.options.volume_claim}},
+            # DataLoader workers and NCCL need more than the runtime's 64 MB /dev/shm.
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        ],
+    }
+    if job.kind == "tpu-vm":
+        spec["nodeSelector"] = dict(zip(TPU_SELECTORS, (job.options.tpu_accelerator, job.options.tpu_topology)))
+        spec["hostNetwork"] = True
+        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    return spec
+
+
+def pytorchjob(job: jobs.Job) -> dict[str, Any]:
+    # The operator finds the training container by its name, "pytorch".
+    def replica(count: int) -> dict[str, Any]:
+        # A fresh dict for each role: shared ones would come out as YAML anchors.
+        spec = _pod_spec(job, _container(job, "pytorch", []), "OnFailure")
+        return {"replicas": count, "restartPolicy": "OnFailure", "template": {"spec": spec}}
+
+    replicas = {"Master": replica(1)}
+    if job.nodes > 1:
+        replicas["Worker"] = replica(job.nodes - 1)
+    return {
+        "apiVersion": PYTORCHJOB_API,
+        "kind": "PyTorchJob",
+        "metadata": _metadata(job),
+        "spec": {
+            "nprocPerNode": str(job.processes_per_node),
+            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 0},
+            "pytorchReplicaSpecs": replicas,
+        },
+    }
+
+
+def jobset(job: jobs.Job) -> dict[str, Any]:
+    env: list[dict[str, Any]] = []
+    if job.kind == "tpu-vm":
+        env.append({"name": "PJRT_DEVICE", "value": "TPU"})
+    if job.uses_torchrun:
+        master = f"{job.name}-{REPLICATED_JOB}-0-0.{job.name}"
+        env += [
+            {"name": "PET_NNODES", "value": str(job.nodes)},
+            {"name": "PET_NPROC_PER_NODE", "value": str(job.processes_per_node)},
+            {"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX}}},
+            {"name": "PET_MASTER_ADDR", "value": master},
+            {"name": "PET_MASTER_PORT", "value": str(job.rdzv_port)},
+        ]
+    container = _container(job, "envkit", env)
+    return {
+        "apiVersion": JOBSET_API,
+        "kind": "JobSet",
+        "metadata": _metadata(job),
+        "spec": {
+            # Pods are named <jobset>-<job>-<index>-<pod> under the headless service <jobset>.
+            "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+            "failurePolicy": {"maxRestarts": 0},
+            "replicatedJobs": [{
+                "name": REPLICATED_JOB,
+                "replicas": 1,
+                "template": {"spec": {
+                    "parallelism": job.nodes,
+                    "completions": job.nodes,
+                    "completionMode": "Indexed",
+                    "backoffLimit": 0,
+                    "template": {"spec": _pod_spec(job, container, "Never")},
+                }},
+            }],
+        },
+    }
+
+
+def _plan(job: jobs.Job, output: Path, manifest: dict[str, Any], suffix: str) -> Plan:
+    path = str(output / f"{job.name}.{suffix}.yaml")
+    kind = manifest["kind"]
+    return Plan(
+        files=((path, dump(manifest)),),
+        commands=(("kubectl", "apply", "-f", path),),
+        results=f"the PersistentVolumeClaim {job.options.volume_claim!r}, under results/ (written by rank 0)",
+        notes=(
+            *job.image_notes(),
+            f"follow it: {line('kubectl', 'get', kind.lower(), job.name)}; delete it: {line('kubectl', 'delete', '-f', path)}",
+        ),
+    )
+
+
+def plan_pytorchjob(job: jobs.Job, output: Path) -> Plan:
+    return _plan(job, output, pytorchjob(job), "pytorchjob")
+
+
+def plan_jobset(job: jobs.Job, output: Path) -> Plan:
+    return _plan(job, output, jobset(job), "jobset")

@@ -1,0 +1,76 @@
+"""What a launch submits: files, then the engine client's commands (torchx's dry-run info).
+
+``describe`` prints a plan exactly as ``submit`` would carry it out, so that
+--dry-run shows what is sent and nothing else; ``submit`` writes the files
+atomically and runs the commands through the engines' own clients.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from envkit.atomic import write_text_atomic
+from envkit.errors import EnvkitError
+from envkit.launch.shell import line
+
+
+@dataclass(frozen=True)
+class Plan:
+    files: tuple[tuple[str, str], ...]  # (path, text), written before any command runs
+    commands: tuple[tuple[str, ...], ...]  # argv, run in order on this machine
+    results: str  # where the results will land
+    notes: tuple[str, ...] = ()  # what the user does next (stop the run, fetch the results)
+    elsewhere: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (where, argv): commands for the user to run there
+    executable: tuple[str, ...] = ()  # paths among files that get mode 755
+
+
+def describe(plan: Plan) -> str:
+    out = []
+    for path, text in plan.files:
+        out += [f"# --- file {path}", text.rstrip("\n")]
+    if plan.commands:
+        out.append("# --- submit")
+        out += [line(*argv) for argv in plan.commands]
+    for where, argv in plan.elsewhere:
+        out += [f"# --- on {where}", line(*argv)]
+    out += [f"# {note}" for note in plan.notes]
+    out.append(f"# results: {plan.results}")
+    return "\n".join(out) + "\n"
+
+
+def write_files(plan: Plan) -> None:
+    """All of the plan's files or, when one cannot be written, none of the new ones."""
+    written = []
+    try:
+        for path, text in plan.files:
+            target = Path(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(target, text, 0o755 if path in plan.executable else None)
+            written.append(target)
+    except OSError as exc:
+        for target in written:
+            target.unlink(missing_ok=True)
+        raise EnvkitError(f"cannot write {exc.filename or 'the launch files'}: {exc.strerror}; choose a writable --output") from None
+
+
+def submit(plan: Plan) -> None:
+    write_files(plan)
+    for argv in plan.commands:
+        run_client(argv)
+
+
+def run_client(argv: tuple[str, ...]) -> None:
+    """Run an engine client with its output live (a TPU run streams for hours); a failure is one line."""
+    try:
+        client = subprocess.Popen(list(argv), stderr=subprocess.PIPE, text=True)
+    except FileNotFoundError:
+        raise EnvkitError(f"{argv[0]} not found on PATH: install the engine's client, or submit --dry-run's output yourself") from None
+    last = ""
+    for text in client.stderr:
+        sys.stderr.write(text)
+        last = text.strip() or last
+    if client.wait() != 0:
+        raise EnvkitError(f"{argv[0]} failed (exit {client.returncode}): {last or 'no message'}", exit_code=1)

@@ -1,0 +1,61 @@
+"""SkyPilot: a task YAML (num_nodes, accelerators, the image as image_id) for ``sky launch``.
+
+SkyPilot starts ``run`` on every node and tells it the cluster through
+SKYPILOT_NODE_IPS / _NODE_RANK / _NUM_NODES / _NUM_GPUS_PER_NODE; torchrun is
+built from those (static rendezvous on the first node's address). The script
+is one YAML string made by the emitter, its words quoted by shlex.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from envkit.launch import job as jobs
+from envkit.launch.kubernetes import dump
+from envkit.launch.plan import Plan
+from envkit.launch.shell import Raw, line
+
+DEFAULT_GPU = "A100"
+HEAD = Raw('"$head"')
+DATA, RESULTS = "envkit/data", "envkit/results"  # relative to the run's directory on each node
+
+
+def accelerators(job: jobs.Job) -> str | None:
+    if job.options.accelerators:
+        return job.options.accelerators
+    return f"{DEFAULT_GPU}:{job.gpus_per_node}" if job.gpus_per_node else None
+
+
+def run_script(job: jobs.Job) -> str:
+    argv = job.recipe_argv(jobs.IMAGE_RECIPES, DATA, RESULTS)
+    if job.uses_torchrun:
+        nproc = Raw('"$SKYPILOT_NUM_GPUS_PER_NODE"') if job.gpus_per_node else str(job.processes_per_node)
+        start = [
+            "torchrun", "--nnodes", Raw('"$SKYPILOT_NUM_NODES"'), "--nproc-per-node", nproc,
+            "--node-rank", Raw('"$SKYPILOT_NODE_RANK"'), "--master-addr", HEAD, "--master-port", str(job.rdzv_port),
+        ]
+        first = ["head=${SKYPILOT_NODE_IPS%%$'\\n'*}  # the first line: the head node's address"]
+    else:
+        start, first = ["python"], []
+    return "\n".join(["set -euo pipefail", line("mkdir", "-p", DATA, RESULTS), *first, line(*start, *argv), ""])
+
+
+def task(job: jobs.Job) -> dict[str, Any]:
+    resources: dict[str, Any] = {"image_id": f"docker:{job.image}"}
+    if accelerators(job):
+        resources["accelerators"] = accelerators(job)
+    envs = {"ENVKIT_IMAGE": job.image}
+    if job.kind == "tpu-vm":
+        envs["PJRT_DEVICE"] = "TPU"
+    return {"name": job.name, "num_nodes": job.nodes, "resources": resources, "envs": envs, "run": run_script(job)}
+
+
+def plan(job: jobs.Job, output: Path) -> Plan:
+    path = str(output / f"{job.name}.sky.yaml")
+    return Plan(
+        files=((path, dump(task(job))),),
+        commands=(("sky", "launch", "--yes", "--cluster", job.name, path),),
+        results=f"~/{RESULTS} on the head node (rank 0): {line('rsync', '-a', f'{job.name}:{RESULTS}/', 'results/')}",
+        notes=(*job.image_notes(), f"stop it: {line('sky', 'down', '--yes', job.name)}"),
+    )

@@ -1,0 +1,79 @@
+"""Cloud TPU pod slices: the same container on every worker, through gcloud ... --worker=all.
+
+The workers have Docker but not this project, so the docker run line is written
+here rather than by run.sh; it keeps run.sh's TPU flags (--privileged for the
+chips, host networking for the slice). The image arrives by a registry pull
+(--registry) or as envkit save's tarball copied with tpu-vm scp and loaded with
+envkit load, which checks it against its manifest. The container is named, so
+one docker stop on all workers ends the run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from envkit.launch import job as jobs
+from envkit.launch.plan import Plan
+from envkit.launch.shell import Raw, line
+
+DOCKER = ("sudo", "docker")  # TPU VM users are not in the docker group
+WORKER_DIR = "envkit"  # under the ssh user's home on each worker
+
+
+def _gcloud(job: jobs.Job, verb: str, *operands: str, worker: str = "all") -> tuple[str, ...]:
+    return ("gcloud", "compute", "tpus", "tpu-vm", verb, *operands, "--zone", job.options.zone, f"--worker={worker}")
+
+
+def ssh(job: jobs.Job, command: str) -> tuple[str, ...]:
+    return (*_gcloud(job, "ssh", job.options.tpu), "--command", command)
+
+
+def container_name(job: jobs.Job) -> str:
+    return f"envkit-{job.name}"
+
+
+def _manifest(tarball: str) -> str:
+    return tarball[: -len(".tar.gz")] + ".manifest.json" if tarball.endswith(".tar.gz") else tarball
+
+
+def remote_command(job: jobs.Job) -> str:
+    """What each worker runs: fetch or load the image, then the container in the foreground."""
+    tarball = job.options.image_tarball
+    if tarball:
+        fetch = line("envkit", "load", f"{WORKER_DIR}/{Path(tarball).name}")
+    else:
+        fetch = line(*DOCKER, "pull", job.image)
+    dirs = [Raw(f'"$HOME"/{WORKER_DIR}/data'), Raw(f'"$HOME"/{WORKER_DIR}/results')]
+    run = line(
+        *DOCKER, "run", "--rm", "--init", "--name", container_name(job),
+        "--user", Raw('"$(id -u):$(id -g)"'), "-e", "HOME=/tmp",
+        "--privileged", "--net=host", "--shm-size", "16G", "-e", "PJRT_DEVICE=TPU", "-e", f"ENVKIT_IMAGE={job.image}",
+        "-v", Raw(f'"$HOME"/{WORKER_DIR}/data:{jobs.CONTAINER_DATA}'),
+        "-v", Raw(f'"$HOME"/{WORKER_DIR}/results:{jobs.CONTAINER_RESULTS}'),
+        job.image, "python", *job.image_argv(),
+    )
+    return " && ".join([line("mkdir", "-p", *dirs), fetch, run])
+
+
+def stop_command(job: jobs.Job) -> tuple[str, ...]:
+    return ssh(job, line(*DOCKER, "stop", container_name(job)))
+
+
+def plan(job: jobs.Job, output: Path) -> Plan:
+    copy: tuple[tuple[str, ...], ...] = ()
+    tarball = job.options.image_tarball
+    if tarball:
+        copy = (_gcloud(job, "scp", tarball, _manifest(tarball), f"{job.options.tpu}:{WORKER_DIR}/"),)
+        copy = (ssh(job, line("mkdir", "-p", WORKER_DIR)), *copy)
+    fetch_results = _gcloud(job, "scp", "--recurse", f"{job.options.tpu}:{WORKER_DIR}/results", ".", worker="0")
+    stop_again = ("envkit", "launch", job.experiment, "--on", "tpu-pod", "--tpu", job.options.tpu, "--zone", job.options.zone, "--stop")
+    return Plan(
+        files=(),
+        commands=(*copy, ssh(job, remote_command(job))),
+        results=f"~/{WORKER_DIR}/results on the worker that runs rank 0 (worker 0)",
+        notes=(
+            f"stop it on every worker: {line(*stop_command(job))}",
+            f"or: {line(*stop_again)}",
+            f"fetch the results: {line(*fetch_results)}",
+        ),
+    )

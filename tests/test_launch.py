@@ -1,0 +1,262 @@
+"""`envkit launch`: each engine's rendering (golden files), bad input, submission through fake clients."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envkit import launch
+from envkit.cli import main
+from envkit.launch import slurm
+from envkit.launch.job import ENGINES, EngineOptions
+from envkit.launch.plan import describe
+from launch_jobs import OUTPUT, REPO_ROOT, make_job
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "launch"
+REGISTRY_IMAGE = "registry.example:5000/team/envkit-cuda:latest"
+
+# One representative experiment per engine (and per Slurm container), as `--dry-run` prints it.
+CASES = {
+    "hosts-gpu-ddp-cifar": lambda: ("hosts", make_job("gpu-ddp-cifar", "hosts", gpus_per_node=4,
+                                                      options=EngineOptions(hosts=("node1", "node2")))),
+    "hosts-cpu-ddp-cifar": lambda: ("hosts", make_job("cpu-ddp-cifar", "hosts", nproc_per_node=2,
+                                                      options=EngineOptions(hosts=("node1", "node2")))),
+    "slurm-host-cpu-ddp-cifar": lambda: ("slurm", make_job("cpu-ddp-cifar", "slurm", nproc_per_node=2)),
+    "slurm-host-gpu-ddp-cifar": lambda: ("slurm", make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4,
+                                                           options=EngineOptions(partition="gpu", time="02:00:00"))),
+    "slurm-docker-gpu-ddp-cifar": lambda: ("slurm", make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4,
+                                                             options=EngineOptions(container="docker"))),
+    "slurm-pyxis-gpu-ddp-cifar": lambda: ("slurm", make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4, image=REGISTRY_IMAGE,
+                                                            options=EngineOptions(container="pyxis"))),
+    "slurm-apptainer-gpu-ddp-cifar": lambda: ("slurm", make_job(
+        "gpu-ddp-cifar", "slurm", gpus_per_node=4,
+        options=EngineOptions(container="apptainer", image_tarball="/shared/images/envkit-cuda-0123456789ab.tar.gz"))),
+    "pytorchjob-gpu-ddp-cifar": lambda: ("pytorchjob", make_job("gpu-ddp-cifar", "pytorchjob", gpus_per_node=4,
+                                                                image=REGISTRY_IMAGE)),
+    "jobset-gpu-ddp-cifar": lambda: ("jobset", make_job("gpu-ddp-cifar", "jobset", gpus_per_node=4, image=REGISTRY_IMAGE)),
+    "jobset-tpu-mnist": lambda: ("jobset", make_job(
+        "tpu-mnist", "jobset", nodes=4, options=EngineOptions(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"))),
+    "tpu-pod-registry-tpu-mnist": lambda: ("tpu-pod", make_job(
+        "tpu-mnist", "tpu-pod", nodes=4, image="registry.example:5000/team/envkit-tpu-vm:latest",
+        options=EngineOptions(tpu="my-v4-32", zone="us-central2-b"))),
+    "tpu-pod-tarball-tpu-mnist": lambda: ("tpu-pod", make_job(
+        "tpu-mnist", "tpu-pod", nodes=4,
+        options=EngineOptions(tpu="my-v4-32", zone="us-central2-b", image_tarball="/shared/images/envkit-tpu-vm-0123456789ab.tar.gz"))),
+    "skypilot-gpu-ddp-cifar": lambda: ("skypilot", make_job("gpu-ddp-cifar", "skypilot", gpus_per_node=8, image=REGISTRY_IMAGE)),
+    "skypilot-tpu-mnist": lambda: ("skypilot", make_job("tpu-mnist", "skypilot", nodes=4, options=EngineOptions(accelerators="tpu-v5e-16"))),
+}
+
+
+def test_every_engine_has_one_renderer():
+    assert tuple(launch.RENDERERS) == ENGINES
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_dry_run_matches_golden(case, update_golden):
+    engine, job = CASES[case]()
+    text = describe(launch.render(engine, job, OUTPUT))
+    golden = GOLDEN / f"{case}.txt"
+    if update_golden:
+        golden.write_text(text)
+    assert text == golden.read_text(), f"{golden.name} differs; rerun with --update-golden if intended"
+
+
+def test_rendering_is_deterministic():
+    for make in CASES.values():
+        engine, job = make()
+        assert describe(launch.render(engine, job, OUTPUT)) == describe(launch.render(engine, *make()[1:], OUTPUT))
+
+
+def test_slurm_script_asks_for_what_the_issue_names():
+    script = slurm.render(make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4))
+    assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=4\n" in script
+    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1' in script
+    assert "sacct" not in script
+
+
+def test_single_host_experiment_runs_without_torchrun():
+    job = make_job("gpu-dp-cifar", "slurm", nodes=1, gpus_per_node=4)
+    assert "srun --ntasks-per-node=1 python /srv/envkit/recipes/cifar.py" in slurm.render(job)
+
+
+# ------------------------------------------------------------------ the command line
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture()
+def project(tmp_path, monkeypatch):
+    root = tmp_path / "project"
+    root.mkdir()
+    monkeypatch.chdir(root)
+    (root / "envkit.yaml").write_text((REPO_ROOT / "envkit.yaml").read_text())
+    return root
+
+
+BAD_INPUT = {
+    "nodes below 1": (["gpu-ddp-cifar", "--on", "slurm", "--nodes", "0"], "--nodes 0"),
+    "too many GPUs (first)": (["gpu-mnist", "--on", "slurm", "--gpus-per-node", "2"], "give 1"),
+    "GPUs for a CPU experiment": (["cpu-ddp-cifar", "--on", "slurm", "--gpus-per-node", "1"], "give 0"),
+    "unknown engine": (["gpu-ddp-cifar", "--on", "nomad"], "invalid choice"),
+    "not DNS-1123": (["gpu-ddp-cifar", "--on", "pytorchjob", "--name", "GPU_job"], "DNS-1123"),
+    "DNS-1123 from the experiment name": (["gpu-ddp-cifar", "--on", "jobset", "--name", "a" * 64], "DNS-1123"),
+    "tpu-pod without zone": (["tpu-mnist", "--on", "tpu-pod", "--tpu", "my-v4"], "--zone ZONE"),
+    "tpu-pod without name": (["tpu-mnist", "--on", "tpu-pod", "--zone", "us-central2-b"], "--tpu NAME"),
+    "single-host experiment on 2 nodes": (["gpu-dp-cifar", "--on", "slurm", "--nodes", "2"], "one host only"),
+    "engine without the hardware": (["gpu-ddp-cifar", "--on", "tpu-pod", "--tpu", "t", "--zone", "z"], "engines for it"),
+    "TPU experiment on Slurm": (["tpu-mnist", "--on", "slurm"], "engines for it"),
+    "unknown experiment": (["gpu-xyz", "--on", "slurm"], "unknown experiment"),
+    "hosts without names": (["cpu-ddp-cifar", "--on", "hosts", "--nodes", "2"], "--hosts"),
+    "pyxis without a registry": (["gpu-ddp-cifar", "--on", "slurm", "--container", "pyxis"], "--registry"),
+    "apptainer without a tarball": (["gpu-ddp-cifar", "--on", "slurm", "--container", "apptainer"], "--image-tarball"),
+    "newline in a Slurm value": (["gpu-ddp-cifar", "--on", "slurm", "--partition", "gpu\n#SBATCH --x"], "--partition"),
+    "nproc for a GPU experiment": (["gpu-ddp-cifar", "--on", "slurm", "--nproc-per-node", "2"], "--nproc-per-node"),
+    "TPU JobSet without selectors": (["tpu-mnist", "--on", "jobset"], "--tpu-topology"),
+    "stop on another engine": (["gpu-ddp-cifar", "--on", "slurm", "--stop"], "--stop"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUT))
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, dry_run, capsys, project):
+    argv, expected = BAD_INPUT[case]
+    code, out, err = run(capsys, "launch", *argv, "--output", str(project / "out"), *(["--dry-run"] if dry_run else []))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and expected in err, err
+    assert sorted(p.name for p in project.iterdir()) == ["envkit.yaml"]
+
+
+def fake_client(bin_dir: Path, name: str, exit_code: int = 0, message: str = "") -> Path:
+    """A client that records its arguments (one per line, NUL-free) and answers like the real one."""
+    bin_dir.mkdir(exist_ok=True)
+    log = bin_dir / f"{name}.calls"
+    script = bin_dir / name
+    script.write_text(
+        "#!/bin/bash\n"
+        f'printf "%s\\0" "$@" >> {shlex.quote(str(log))}\nprintf "\\n" >> {shlex.quote(str(log))}\n'
+        f"echo {shlex.quote(message)} >&2\nexit {exit_code}\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return log
+
+
+def calls(log: Path) -> list[list[str]]:
+    if not log.exists():
+        return []
+    return [entry.split("\0") for entry in log.read_text().split("\0\n") if entry]
+
+
+@pytest.fixture()
+def fake_path(tmp_path, monkeypatch):
+    # The fake clients alone: this machine has real sbatch, kubectl and gcloud in /usr/bin,
+    # and none of them may run from a test.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    return bin_dir
+
+
+@pytest.mark.parametrize("engine, argv, client, file", [
+    ("slurm", ["gpu-ddp-cifar", "--gpus-per-node", "2"], "sbatch", "gpu-ddp-cifar.sbatch"),
+    ("pytorchjob", ["gpu-ddp-cifar"], "kubectl", "gpu-ddp-cifar.pytorchjob.yaml"),
+    ("jobset", ["cpu-ddp-cifar"], "kubectl", "cpu-ddp-cifar.jobset.yaml"),
+    ("skypilot", ["gpu-ddp-cifar"], "sky", "gpu-ddp-cifar.sky.yaml"),
+])
+def test_submit_writes_the_file_and_calls_the_client(engine, argv, client, file, capsys, project, fake_path):
+    log = fake_client(fake_path, client)
+    code, _, err = run(capsys, "launch", *argv, "--on", engine, "--nodes", "2", "--output", "out")
+    assert code == 0, err
+    written = project / "out" / file
+    assert written.is_file() and "results:" in err
+    assert [c[-1] for c in calls(log)] == [f"out/{file}"]
+    assert not [p for p in (project / "out").iterdir() if p.name.startswith(".")]  # no temp files left
+
+
+@pytest.mark.parametrize("client, engine", [("sbatch", "slurm"), ("kubectl", "pytorchjob"), ("sky", "skypilot")])
+def test_failed_submission_is_one_line_with_the_clients_message(client, engine, capsys, project, fake_path):
+    fake_client(fake_path, client, exit_code=1, message="error: the server could not be reached")
+    code, _, err = run(capsys, "launch", "gpu-ddp-cifar", "--on", engine, "--nodes", "2")
+    assert code == 1
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"envkit: error: {client} failed (exit 1)") and "could not be reached" in last
+
+
+def test_missing_client_is_one_line(capsys, project, fake_path):
+    code, _, err = run(capsys, "launch", "gpu-ddp-cifar", "--on", "slurm", "--nodes", "2")
+    assert code == 2 and err.count("\n") == 1 and "sbatch not found" in err
+
+
+def test_dry_run_writes_nothing_without_output(capsys, project):
+    code, out, _ = run(capsys, "launch", "gpu-ddp-cifar", "--on", "slurm", "--nodes", "2", "--dry-run")
+    assert code == 0 and "#SBATCH --nodes=2" in out and "sbatch jobs/gpu-ddp-cifar.sbatch" in out
+    assert sorted(p.name for p in project.iterdir()) == ["envkit.yaml"]
+
+
+def test_dry_run_with_output_writes_the_script_it_prints(capsys, project):
+    code, out, _ = run(capsys, "launch", "cpu-ddp-cifar", "--on", "slurm", "--nodes", "2", "--dry-run", "--output", "out")
+    script = (project / "out" / "cpu-ddp-cifar.sbatch").read_text()
+    assert code == 0 and script.rstrip("\n") in out
+
+
+def test_tpu_pod_runs_only_gcloud_and_stops_on_every_worker(capsys, project, fake_path):
+    log = fake_client(fake_path, "gcloud")
+    base = ["tpu-mnist", "--on", "tpu-pod", "--nodes", "4", "--tpu", "my-v4", "--zone", "us-central2-b"]
+    assert run(capsys, "launch", *base, "--registry", "registry.example:5000")[0] == 0
+    assert run(capsys, "launch", *base, "--stop")[0] == 0
+    submitted, stopped = calls(log)
+    assert submitted[:6] == ["compute", "tpus", "tpu-vm", "ssh", "my-v4", "--zone"]
+    assert "--worker=all" in submitted and "docker pull registry.example:5000/envkit-tpu-vm:latest" in submitted[-1]
+    assert "--privileged --net=host" in submitted[-1] and "-e PJRT_DEVICE=TPU" in submitted[-1]
+    assert stopped[-2:] == ["--command", "sudo docker stop envkit-tpu-mnist"] and "--worker=all" in stopped
+
+
+def test_tpu_pod_tarball_is_copied_to_every_worker_then_loaded(capsys, project, fake_path):
+    log = fake_client(fake_path, "gcloud")
+    code, _, err = run(capsys, "launch", "tpu-mnist", "--on", "tpu-pod", "--tpu", "my-v4", "--zone", "z",
+                       "--image-tarball", "images/envkit-tpu-vm-0123456789ab.tar.gz")
+    assert code == 0, err
+    mkdir, scp, ssh = calls(log)
+    assert scp[3] == "scp" and scp[-1] == "--worker=all" and scp[5].endswith(".manifest.json")
+    assert "envkit load envkit/envkit-tpu-vm-0123456789ab.tar.gz &&" in ssh[-1]
+
+
+def test_hosts_prints_the_commands_and_starts_nothing(capsys, project, fake_path):
+    code, out, _ = run(capsys, "launch", "cpu-ddp-cifar", "--on", "hosts", "--nodes", "2", "--hosts", "a,b", "--nproc-per-node", "2")
+    assert code == 0 and out.count("NNODES=2 RDZV_ENDPOINT=a:29500") == 2 and "--nproc 2" in out
+    assert sorted(p.name for p in project.iterdir()) == ["envkit.yaml"]
+
+
+@pytest.mark.slow  # two gloo processes train for real (~40 s)
+def test_slurm_host_script_trains_when_srun_runs_its_task_here(tmp_path):
+    """The rendered host-environment script, run by bash with srun/scontrol stand-ins that keep
+    the task on this machine: torchrun's flags and the rendezvous are right, one results file."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/bash\necho localhost\n")
+    (bin_dir / "srun").write_text('#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\nexec "$@"\n')
+    for fake in bin_dir.iterdir():
+        fake.chmod(0o755)
+    job = make_job("cpu-ddp-cifar", "slurm", nodes=1, nproc_per_node=2, root=REPO_ROOT, data_dir=tmp_path / "data",
+                   results_dir=tmp_path / "results",
+                   extra_args=("--dataset", "fake", "--epochs", "1", "--image-size", "32", "--global-batch", "16",
+                               "--fake-train-size", "64", "--fake-test-size", "32", "--quiet"))
+    script = tmp_path / "job.sbatch"
+    script.write_text(slurm.render(job))
+    env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
+           "SLURM_JOB_NODELIST": "localhost", "SLURM_NNODES": "1", "SLURM_JOB_ID": "7"}
+    done = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(list((tmp_path / "results").glob("*.json"))) == 1  # rank 0 alone writes it

@@ -1,0 +1,158 @@
+"""Hostile recipe arguments reach the recipe as literal words, and nothing else runs.
+
+Each rendered script or command is executed by bash with fake clients first on
+PATH; the fakes record their arguments. YAML outputs are parsed back: one
+document, the same keys as a clean render.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envkit.launch import hosts, kubernetes, skypilot, slurm, tpu_pod
+from envkit.launch.job import EngineOptions
+from envkit.launch.shell import line
+from launch_jobs import make_job
+
+REGISTRY_IMAGE = "registry.example:5000/team/envkit-cuda:latest"
+
+
+@pytest.fixture()
+def sandbox(tmp_path):
+    """Markers the hostile arguments try to create, fake clients, and a project root with a fake run.sh."""
+    markers = [tmp_path / name for name in ("dollar", "backtick", "quote", "newline")]
+    evil = (
+        f"$(touch {markers[0]})",
+        f"`touch {markers[1]}`",
+        f"'; touch {markers[2]}; '",
+        f"x\ntouch {markers[3]}",
+        "a\n---\nkind: Secret\nmetadata: {name: stolen}",
+        '"$HOME" ${PATH} *',
+    )
+    bin_dir, root, log = tmp_path / "bin", tmp_path / "root", tmp_path / "calls"
+    bin_dir.mkdir()
+    record = f'printf "%s\\0" "$(basename "$0")" "$@" >> {shlex.quote(str(log))}; printf "\\n" >> {shlex.quote(str(log))}\n'
+    scripts = {
+        "scontrol": 'printf "node1\\nnode2\\n"\n',
+        # srun: record, then run the task as srun would (its own options dropped).
+        "srun": record + 'while [[ $1 == --* ]]; do shift; done\nexec "$@"\n',
+        "torchrun": record, "apptainer": record, "sudo": record, "gcloud": record,
+    }
+    for name, body in scripts.items():
+        _executable(bin_dir / name, "#!/bin/bash\n" + body)
+    for target in ("cpu", "cuda"):
+        (root / "docker" / target).mkdir(parents=True)
+        _executable(root / "docker" / target / "run.sh", "#!/bin/bash\n" + record)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "SLURM_JOB_NODELIST": "node[1-2]",
+           "SLURM_NNODES": "2", "SLURM_JOB_ID": "42", "SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2",
+           "SKYPILOT_NUM_NODES": "2", "SKYPILOT_NODE_RANK": "0", "SKYPILOT_NUM_GPUS_PER_NODE": "4"}
+    return {"evil": evil, "markers": markers, "root": root, "log": log, "env": env, "tmp": tmp_path}
+
+
+def _executable(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def run_bash(sandbox, script: str) -> list[list[str]]:
+    done = subprocess.run(["bash", "-c", script], env=sandbox["env"], cwd=sandbox["tmp"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert [m for m in sandbox["markers"] if m.exists()] == [], "a hostile argument ran"
+    log = sandbox["log"]
+    return [entry.split("\0") for entry in log.read_text().split("\0\n") if entry] if log.exists() else []
+
+
+def job(sandbox, name, engine, **kwargs):
+    return make_job(name, engine, root=sandbox["root"], data_dir=sandbox["tmp"] / "data",
+                    results_dir=sandbox["tmp"] / "results", extra_args=sandbox["evil"], **kwargs)
+
+
+SLURM_VARIANTS = {
+    "host": ({}, ["srun", "torchrun"]),
+    "docker": ({}, ["srun", "run.sh"]),
+    "pyxis": ({"image": REGISTRY_IMAGE}, ["srun", "torchrun"]),
+    "apptainer": ({}, ["srun", "apptainer"]),
+}
+
+
+@pytest.mark.parametrize("container", sorted(SLURM_VARIANTS))
+def test_slurm_script_passes_hostile_arguments_as_words(sandbox, container):
+    extra, programs = SLURM_VARIANTS[container]
+    options = EngineOptions(container=container, image_tarball="/images/e.tar.gz" if container == "apptainer" else None)
+    script = slurm.render(job(sandbox, "gpu-ddp-cifar", "slurm", gpus_per_node=2, options=options, **extra))
+    clean = slurm.render(make_job("gpu-ddp-cifar", "slurm", gpus_per_node=2, options=options, **extra))
+    assert script.count("#SBATCH") == clean.count("#SBATCH")
+    recorded = run_bash(sandbox, script)
+    assert [argv[0] for argv in recorded] == programs
+    assert all(tuple(argv[-len(sandbox["evil"]):]) == sandbox["evil"] for argv in recorded)
+    if container == "host":
+        assert recorded[1][1:12] == ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+                                     "--rdzv-endpoint", "node1:29500", "--rdzv-id", "42", str(sandbox["root"] / "recipes/cifar.py")]
+
+
+def test_hosts_commands_pass_hostile_arguments_as_words(sandbox):
+    plan = hosts.plan(job(sandbox, "cpu-ddp-cifar", "hosts", nproc_per_node=2,
+                          options=EngineOptions(hosts=("node1", "node2"))), Path("jobs"))
+    recorded = run_bash(sandbox, "\n".join(line(*argv) for _, argv in plan.elsewhere))
+    assert len(recorded) == 2
+    assert all(argv[:2] == ["run.sh", "cifar"] and tuple(argv[-len(sandbox["evil"]) - 2:-2]) == sandbox["evil"]
+               for argv in recorded)
+
+
+def test_tpu_pod_commands_pass_hostile_arguments_as_words(sandbox):
+    tpu_job = job(sandbox, "tpu-mnist", "tpu-pod", image="registry.example:5000/envkit-tpu-vm:latest",
+                  options=EngineOptions(tpu="my-v4", zone="us-central2-b"))
+    plan = tpu_pod.plan(tpu_job, Path("jobs"))
+    (gcloud,) = run_bash(sandbox, "\n".join(line(*argv) for argv in plan.commands))
+    assert gcloud[-1] == tpu_pod.remote_command(tpu_job)
+    # What each worker's shell then runs:
+    sandbox["log"].unlink()
+    pull, docker_run = run_bash(sandbox, gcloud[-1])
+    assert pull[:3] == ["sudo", "docker", "pull"]
+    assert docker_run[1:3] == ["docker", "run"] and tuple(docker_run[-len(sandbox["evil"]):]) == sandbox["evil"]
+
+
+def test_skypilot_task_is_one_document_and_its_run_quotes_every_word(sandbox):
+    sky_job = job(sandbox, "gpu-ddp-cifar", "skypilot", gpus_per_node=4)
+    text = kubernetes.dump(skypilot.task(sky_job))
+    documents = list(yaml.safe_load_all(text))
+    assert len(documents) == 1
+    assert documents[0].keys() == skypilot.task(make_job("gpu-ddp-cifar", "skypilot", gpus_per_node=4)).keys()
+    (torchrun,) = run_bash(sandbox, documents[0]["run"])
+    assert torchrun[:11] == ["torchrun", "--nnodes", "2", "--nproc-per-node", "4", "--node-rank", "0",
+                             "--master-addr", "10.0.0.1", "--master-port", "29500"]
+    assert tuple(torchrun[-len(sandbox["evil"]):]) == sandbox["evil"]
+
+
+def _paths(node, prefix=()):
+    if isinstance(node, dict):
+        return {p for key, value in node.items() for p in _paths(value, (*prefix, key))} | {prefix}
+    if isinstance(node, list):
+        return {p for item in node for p in _paths(item, (*prefix, "[]"))} | {prefix}
+    return {prefix}
+
+
+@pytest.mark.parametrize("render", [kubernetes.pytorchjob, kubernetes.jobset])
+def test_kubernetes_manifest_gains_no_keys_or_documents(sandbox, render):
+    engine = "pytorchjob" if render is kubernetes.pytorchjob else "jobset"
+    hostile = render(job(sandbox, "gpu-ddp-cifar", engine, gpus_per_node=2))
+    documents = list(yaml.safe_load_all(kubernetes.dump(hostile)))
+    assert len(documents) == 1 and documents[0] == hostile
+    assert _paths(documents[0]) == _paths(render(make_job("gpu-ddp-cifar", engine, gpus_per_node=2)))
+    commands = [c["command"] for c in _containers(documents[0])]
+    assert commands and all(tuple(command[-len(sandbox["evil"]):]) == sandbox["evil"] for command in commands)
+
+
+def _containers(manifest):
+    if manifest["kind"] == "PyTorchJob":
+        specs = [r["template"]["spec"] for r in manifest["spec"]["pytorchReplicaSpecs"].values()]
+    else:
+        specs = [j["template"]["spec"]["template"]["spec"] for j in manifest["spec"]["replicatedJobs"]]
+    return [c for spec in specs for c in spec["containers"]]

@@ -1,0 +1,68 @@
+"""SkyPilot task YAMLs checked by SkyPilot itself, offline.
+
+SkyPilot is not in envkit's environments (it pulls in cloud SDKs): point
+ENVKIT_SKY_PYTHON at an interpreter that has it (`pip install skypilot` in a
+separate venv). It runs inside an empty network namespace (`unshare --net`), so
+it cannot reach any cloud.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from envkit.launch import kubernetes, skypilot
+from envkit.launch.job import EngineOptions
+from launch_jobs import make_job
+
+CHECK = """
+import json, sys
+import sky
+out = {}
+for path in sys.argv[1:]:
+    try:
+        task = sky.Task.from_yaml(path)
+        out[path] = {"num_nodes": task.num_nodes, "resources": sorted(str(r) for r in task.resources)}
+    except Exception as exc:
+        out[path] = {"error": str(exc).splitlines()[0]}
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def sky_python():
+    python = os.environ.get("ENVKIT_SKY_PYTHON")
+    if not python:
+        pytest.skip("ENVKIT_SKY_PYTHON is not set: no interpreter with SkyPilot to check the task YAML with")
+    probe = subprocess.run(["unshare", "--net", python, "-c", "import sky"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot run SkyPilot in an empty network namespace: {probe.stderr.strip().splitlines()[-1:]}")
+    return python
+
+
+@pytest.mark.slow  # SkyPilot takes about 15 s to import and check three tasks
+def test_sky_accepts_the_tasks_and_rejects_a_broken_one(sky_python, tmp_path):
+    tasks = {
+        "gpu": skypilot.task(make_job("gpu-ddp-cifar", "skypilot", gpus_per_node=8)),
+        "cpu": skypilot.task(make_job("cpu-ddp-cifar", "skypilot", nproc_per_node=4)),
+        "tpu": skypilot.task(make_job("tpu-mnist", "skypilot", nodes=4, options=EngineOptions(accelerators="tpu-v5e-16"))),
+    }
+    tasks["broken"] = {**tasks["cpu"], "num_nodes": "two"}
+    paths = []
+    for name, task in tasks.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(kubernetes.dump(task))
+        paths.append(str(path))
+    done = subprocess.run(["unshare", "--net", sky_python, "-c", CHECK, *paths], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    # SkyPilot logs to stdout too: the answer is the last line.
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    result = {os.path.basename(path)[:-5]: value for path, value in answer.items()}
+    assert result["gpu"]["num_nodes"] == 2 and "'A100': 8" in result["gpu"]["resources"][0]
+    assert "image_id=docker:envkit-cuda:latest" in result["gpu"]["resources"][0]
+    assert result["cpu"]["num_nodes"] == 2 and "error" not in result["cpu"]
+    assert result["tpu"]["num_nodes"] == 4 and "tpu-v5e-16" in result["tpu"]["resources"][0]
+    assert "error" in result["broken"]
