@@ -114,7 +114,9 @@ def _lock_text(
     base = resolve_base(inputs.target, config.target(inputs.target).base_image)
     if base.note:
         print(f"envkit: warning: target {inputs.target}: {base.note}", file=sys.stderr)
-    body, command = _compile(inputs, previous, upgrade, torch_index_url or inputs.torch_index, uv)
+    # A mirror stands in for PyTorch's index only where the target takes torch from there.
+    torch_index = (torch_index_url or inputs.torch_index) if inputs.torch_index else None
+    body, command = _compile(inputs, previous, upgrade, torch_index, uv)
     return lock_header(inputs, base.recorded(), command) + body
 
 
@@ -139,6 +141,9 @@ def _compile(
             output.write_text(previous, encoding="utf-8")  # uv keeps the versions it finds there
         argv = [uv[0], "pip", "compile", "pyproject.toml", "--output-file", output.name, *flags, *locations]
         argv += ["--no-header", "--no-annotate", "--no-config", "--quiet", "--color", "never"]
+        # The target's Python is --python-version; naming this interpreter spares uv a
+        # search (or a download) for one that --no-build never runs.
+        argv += ["--python", sys.executable]
         for package in upgrade:
             argv += ["--upgrade-package", package]
         try:
