@@ -247,3 +247,28 @@ def test_the_committed_tpu_vm_lock_is_what_envkit_lock_resolves(tmp_path, repo_r
     if "cannot be reached" in done.stderr:
         pytest.skip(f"the default package index is unreachable: {done.stderr.strip().splitlines()[-1]}")
     assert (done.returncode, done.stdout) == (0, "unchanged docker/tpu-vm/requirements.lock (48 packages)\n"), done.stderr
+
+
+def test_base_image_may_carry_a_digest_and_apt_a_snapshot(tmp_path):
+    digest = "sha256:" + "a" * 64
+    config = write_project(
+        tmp_path, "http://127.0.0.1:9/simple/", cpu={"base_image": f"python:3.11-slim-bookworm@{digest}", "apt_snapshot": "20251120T000000Z"}
+    )
+    target = load_config(config).target("cpu")
+    assert (target.base_image, target.apt_snapshot) == (f"python:3.11-slim-bookworm@{digest}", "20251120T000000Z")
+    assert load_config(config).target("tpu-vm").apt_snapshot is None
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"base_image": "python:3.11-slim-bookworm@sha256:abc"}, "base_image"),
+        ({"base_image": "python:3.11@sha512:" + "a" * 128}, "base_image"),
+        ({"apt_snapshot": "2025-11-20"}, "apt_snapshot"),
+    ],
+)
+def test_malformed_digest_or_snapshot_is_one_line(tmp_path, capsys, change, field):
+    config = write_project(tmp_path, "http://127.0.0.1:9/simple/", cpu=change)
+    code, _, err = envkit(capsys, "lock", "--check", "--config", str(config))
+    assert code == 2 and err.count("\n") == 1
+    assert f": targets.cpu.{field}: " in err and " is not valid; allowed: " in err
