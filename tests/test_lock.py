@@ -212,6 +212,16 @@ def test_unreachable_pytorch_index_says_the_target_cannot_be_locked_here(tmp_pat
     assert not (tmp_path / "docker").exists()
 
 
+def test_a_configured_digest_that_cannot_be_verified_is_recorded_with_a_warning(tmp_path, indexes, capsys):
+    base = f"{NO_REGISTRY}/python:3.11-slim-bookworm@sha256:" + "a" * 64
+    config = write_project(tmp_path, indexes[0].url, **{"tpu-vm": {"base_image": base}})
+    code, _, err = envkit(capsys, "lock", "--target", "tpu-vm", "--config", str(config))
+    assert code == 0
+    assert f"# base-image: {base}\n" in lock_text(config, "tpu-vm")
+    [warning] = err.splitlines()
+    assert warning.startswith(f"envkit: warning: target tpu-vm: digest of {NO_REGISTRY}/python:3.11-slim-bookworm not verified: ")
+
+
 def test_unresolvable_requirements_are_one_line(tmp_path, indexes, capsys):
     config = write_project(tmp_path, indexes[0].url, **{"tpu-vm": {"pip_packages": ["tqdm==9.9.9"]}})
     code, _, err = envkit(capsys, "lock", "--target", "tpu-vm", "--config", str(config))

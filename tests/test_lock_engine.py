@@ -70,7 +70,7 @@ def build(client, base: str, context: dict[str, bytes], install: str) -> str:
     """Build on the host network (the indexes listen on loopback); returns the build log."""
     dockerfile = (
         f"FROM {base}\n"
-        "COPY requirements.lock /opt/envkit/requirements.lock\n"
+        "COPY . /opt/envkit/\n"
         f"RUN python3 -m venv /opt/venv && /opt/venv/bin/{install} -r /opt/envkit/requirements.lock\n"
     )
     buffer = io.BytesIO()
@@ -101,6 +101,17 @@ def test_an_image_installs_exactly_the_lock_and_an_edited_hash_fails_naming_the_
     # One index, never an extra one: torch and torchvision come from their own project pages.
     install = f"{INSTALL} --index-url {pypi.url} --find-links {pytorch.url}torch/ --find-links {pytorch.url}torchvision/"
     log = build(client, base_image, {"requirements.lock": lock.encode()}, install)
+    assert "Successfully installed filelock-3.0 pillow-12.0.0 torch-2.9.0+cpu torchvision-0.24.0+cpu tqdm-4.67.1" in log
+
+    # Offline: the wheelhouse alone, no index at all.
+    wheels = {
+        f"wheels/{wheel.name}": wheel.read_bytes()
+        for index in indexes
+        for wheel in index.root.glob("*/*.whl")
+        if wheel.name.split("-")[0] in ("torch", "torchvision", "filelock", "pillow", "tqdm")
+    }
+    offline = f"{INSTALL} --no-index --find-links /opt/envkit/wheels"
+    log = build(client, base_image, {"requirements.lock": lock.encode(), **wheels}, offline)
     assert "Successfully installed filelock-3.0 pillow-12.0.0 torch-2.9.0+cpu torchvision-0.24.0+cpu tqdm-4.67.1" in log
 
     torch_hash = lock.split("torch==2.9.0+cpu \\\n    --hash=sha256:")[1][:64]
