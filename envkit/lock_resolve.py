@@ -191,9 +191,9 @@ def _failure(inputs: LockInputs, stderr: str, torch_index: str | None) -> str:
                 f"target {inputs.target} cannot be locked here: PyTorch's {inputs.torch_variant} index {torch_index} "
                 f"cannot be reached ({reason}); lock it where that index answers, or pass --torch-index-url MIRROR"
             )
-        index = inputs.index_url or "the default index"
+        index = f"the package index {inputs.index_url}" if inputs.index_url else "the default package index"
         return (
-            f"target {inputs.target}: the package index {index} cannot be reached ({reason}, fetching {fetched}); "
+            f"target {inputs.target}: {index} cannot be reached ({reason}, fetching {fetched}); "
             f"check the network or set the target's pip_index_url to a reachable mirror"
         )
     summary = " ".join(line.removeprefix("error:").strip() for line in lines[:1] + lines[-1:] if lines)
