@@ -111,12 +111,13 @@ def _lock_text(
     torch_index_url: str | None,
     uv: tuple[str, ...],
 ) -> str:
-    base = resolve_base(inputs.target, config.target(inputs.target).base_image)
-    if base.note:
-        print(f"envkit: warning: target {inputs.target}: {base.note}", file=sys.stderr)
     # A mirror stands in for PyTorch's index only where the target takes torch from there.
     torch_index = (torch_index_url or inputs.torch_index) if inputs.torch_index else None
     body, command = _compile(inputs, previous, upgrade, torch_index, uv)
+    # After resolving: a target that cannot be locked gets its one error line, no warning.
+    base = resolve_base(inputs.target, config.target(inputs.target).base_image)
+    if base.note:
+        print(f"envkit: warning: target {inputs.target}: {base.note}", file=sys.stderr)
     return lock_header(inputs, base.recorded(), command) + body
 
 
