@@ -56,6 +56,7 @@ class Target:
     ca_certificates: tuple[Path, ...]  # absolute
     shm_size: str | None  # None: share the host IPC namespace instead
     gpus: str | None  # cuda: "all" or "0,2"
+    apt_snapshot: str | None = None  # YYYYMMDDTHHMMSSZ: apt from the snapshot archive as of then
     config_hash: str = field(default="", compare=False)
 
     def pins(self) -> dict[str, str]:
@@ -293,6 +294,7 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
             ca_certificates=_certificates(raw.get("ca_certificates", []), root, where, at),
             shm_size=raw.get("shm_size", DEFAULT_SHM_SIZE[kind]),
             gpus=_gpus(raw.get("gpus", "all")) if kind == "cuda" else None,
+            apt_snapshot=raw.get("apt_snapshot"),
         ),
         root,
     )
@@ -350,6 +352,10 @@ def _with_hash(target: Target, root: Path) -> Target:
     # config yields the same hash on every machine.
     fields = asdict(target)
     fields.pop("config_hash")
+    # Keys added later enter the hash only when set, so unchanged configs keep their hash.
+    for later in ("apt_snapshot",):
+        if fields[later] is None:
+            fields.pop(later)
     fields["ca_certificates"] = [_relative(path, root) for path in target.ca_certificates]
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return replace(target, config_hash=digest)

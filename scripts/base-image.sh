@@ -12,7 +12,7 @@
 #
 # Environment:
 #   ENVKIT_BASE_SUITE      Debian suite (default: bookworm)
-#   ENVKIT_BASE_MIRROR     mirror URL (default: http://deb.debian.org/debian)
+#   ENVKIT_BASE_MIRROR     mirror URL (default: debootstrap's own default mirror)
 #   ENVKIT_BASE_INCLUDE    extra packages (default: python3,python3-venv,ca-certificates)
 #   ENVKIT_CACHE_DIR       cache directory (default: ${XDG_CACHE_HOME:-~/.cache}/envkit)
 #   ENVKIT_BASE_MAX_AGE_DAYS  rebuild the cached tarball after this many days (default: 30)
@@ -20,7 +20,7 @@
 set -euo pipefail
 
 suite=${ENVKIT_BASE_SUITE:-bookworm}
-mirror=${ENVKIT_BASE_MIRROR:-http://deb.debian.org/debian}
+mirror=${ENVKIT_BASE_MIRROR:-}
 include=${ENVKIT_BASE_INCLUDE:-python3,python3-venv,ca-certificates}
 variant=minbase
 cache_dir=${ENVKIT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/envkit}
@@ -58,7 +58,8 @@ if ! cache_is_usable; then
     # A failed debootstrap can leave proc/sys mounted inside the rootfs: never descend into them.
     trap 'rm -rf --one-file-system "$rootfs" "$partial"' EXIT
     log "debootstrap $variant $suite with $include (about a minute)"
-    debootstrap --variant="$variant" --include="$include" "$suite" "$rootfs" "$mirror" >&2
+    # ${mirror:+...}: without a mirror, debootstrap takes its own default.
+    debootstrap --variant="$variant" --include="$include" "$suite" "$rootfs" ${mirror:+"$mirror"} >&2
     # apt lists and caches are dead weight in every image built on top.
     rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/cache/apt/archives/*.deb
     tar --numeric-owner --sort=name -C "$rootfs" -cf "$partial" .

@@ -1,0 +1,292 @@
+"""`envkit lock` against package indexes the tests serve on 127.0.0.1 (tests/wheel_index.py).
+
+"pypi" stands for the default index (the targets' pip_index_url points at it) and
+"pytorch" for PyTorch's variant index (--torch-index-url). Both serve a decoy
+filelock and pillow, so a lock that takes either from the wrong index shows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envkit.cli import main
+from envkit.config import load_config
+from envkit.lock import lock_inputs, read_lock
+from wheel_index import IndexServer
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "lock"
+# Nothing answers on port 9 of the loopback: the base digest stays unresolved
+# without the engine ever reaching a registry off this machine.
+NO_REGISTRY = "127.0.0.1:9"
+INPUTS_HASH = re.compile(r"^(# inputs-sha256: )[0-9a-f]{64}$", re.MULTILINE)
+
+
+@pytest.fixture()
+def indexes(tmp_path, monkeypatch):
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    with IndexServer(tmp_path / "www") as server:
+        pypi, pytorch = server.index("pypi"), server.index("pytorch")
+        # The default index: PyPI's torch is the CUDA build, with nvidia-* and triton.
+        pypi.add("torch", "2.9.0", "filelock>=3", "nvidia-cublas-cu12==12.8.4.1", "triton==3.5.0")
+        pypi.add("nvidia-cublas-cu12", "12.8.4.1")
+        pypi.add("triton", "3.5.0")
+        pypi.add("torchvision", "0.24.0", "torch==2.9.0", "pillow")
+        pypi.add("torch_xla", "2.9.0", 'libtpu==0.0.21; extra == "tpu"')
+        pypi.add("libtpu", "0.0.21")
+        pypi.add("tqdm", "4.67.1")
+        pypi.add("filelock", "3.0")
+        pypi.add("pillow", "12.0.0")
+        # PyTorch's index: its own builds, plus mirrored third-party wheels that must not be taken.
+        pytorch.add("torch", "2.9.0+cpu", "filelock>=3")
+        pytorch.add("torchvision", "0.24.0+cpu", "torch==2.9.0", "pillow")
+        pytorch.add("torch", "2.9.0+cu126", "filelock>=3", "nvidia-cublas-cu12")
+        pytorch.add("torchvision", "0.24.0+cu126", "torch==2.9.0", "pillow")
+        pytorch.add("filelock", "9.9")
+        pytorch.add("pillow", "99.0")
+        yield pypi, pytorch
+
+
+def write_project(root: Path, pypi_url: str, **changes) -> Path:
+    targets = {
+        "cpu": {"kind": "cpu", "torch": "2.9.0", "python": "3.11", "base_image": f"{NO_REGISTRY}/python:3.11-slim-bookworm"},
+        "cuda": {"kind": "cuda", "torch": "2.9.0", "cuda": "12.6", "base_image": f"{NO_REGISTRY}/nvidia/cuda:12.6.3-base-ubuntu24.04"},
+        "tpu-vm": {"kind": "tpu-vm", "torch": "2.9.0", "python": "3.11", "base_image": f"{NO_REGISTRY}/python:3.11-slim-bookworm"},
+    }
+    for name, target in targets.items():
+        target["pip_index_url"] = pypi_url
+        target.update(changes.get(name, {}))
+    config = root / "envkit.yaml"
+    config.write_text(yaml.safe_dump({"targets": targets}, sort_keys=False))
+    return config
+
+
+def envkit(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture()
+def locked(tmp_path, indexes, capsys):
+    """A project whose three targets were just locked against the local indexes."""
+    pypi, pytorch = indexes
+    config = write_project(tmp_path, pypi.url)
+    code, out, err = envkit(capsys, "lock", "--all", "--config", str(config), "--torch-index-url", pytorch.url)
+    assert code == 0, err
+    assert sorted(out.splitlines()) == [
+        "wrote docker/cpu/requirements.lock (5 packages)",
+        "wrote docker/cuda/requirements.lock (6 packages)",
+        "wrote docker/tpu-vm/requirements.lock (9 packages)",
+    ]
+    return config
+
+
+def lock_text(config: Path, name: str) -> str:
+    return (config.parent / "docker" / name / "requirements.lock").read_text()
+
+
+@pytest.mark.parametrize("name", ["cpu", "cuda", "tpu-vm"])
+def test_lock_text_is_golden(locked, name, update_golden):
+    text = lock_text(locked, name)
+    # The inputs include the index URLs, whose port differs per run; the line is checked below.
+    recorded = INPUTS_HASH.search(text)
+    assert recorded and text.count(recorded.group(0)) == 1
+    assert recorded.group(0).split()[-1] == lock_inputs(load_config(locked).target(name)).digest()
+    normalised = INPUTS_HASH.sub(r"\g<1><sha256 of the inputs>", text)
+    golden = GOLDEN / f"{name}.lock"
+    if update_golden:
+        golden.write_text(normalised)
+    assert normalised == golden.read_text()
+
+
+def test_torch_comes_from_pytorch_index_and_everything_else_from_the_default(locked, indexes):
+    pypi, pytorch = indexes
+    cpu = read_lock(locked.parent / "docker" / "cpu" / "requirements.lock")
+    assert cpu.packages == {"filelock": "3.0", "pillow": "12.0.0", "torch": "2.9.0+cpu", "torchvision": "0.24.0+cpu", "tqdm": "4.67.1"}
+    text = lock_text(locked, "cpu")
+    for index, name in ((pytorch, "torch"), (pytorch, "torchvision"), (pypi, "filelock"), (pypi, "pillow")):
+        wheel = next((index.root / name).glob("*.whl"))
+        assert f"--hash=sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}" in text, name
+    # PyPI's CUDA build of torch brings nvidia-* and triton; the cpu lock must not.
+    assert not any(package.startswith(("nvidia-", "triton")) for package in cpu.packages)
+    tpu = read_lock(locked.parent / "docker" / "tpu-vm" / "requirements.lock")
+    assert {tpu.packages["torch"], tpu.packages["triton"], tpu.packages["libtpu"]} == {"2.9.0", "3.5.0", "0.0.21"}
+
+
+def test_relocking_is_byte_identical(locked, indexes, capsys):
+    before = {name: lock_text(locked, name) for name in ("cpu", "cuda", "tpu-vm")}
+    code, out, _ = envkit(capsys, "lock", "--all", "--config", str(locked), "--torch-index-url", indexes[1].url)
+    assert code == 0 and all(line.startswith("unchanged ") for line in out.splitlines())
+    assert {name: lock_text(locked, name) for name in before} == before
+
+
+def change_a_pin(config: Path, pypi_url: str) -> None:
+    write_project(config.parent, pypi_url, **{"tpu-vm": {"pip_packages": ["tqdm==4.67.0"]}})
+
+
+def add_unhashed_and_cuda_packages_to_cpu(config: Path, pypi_url: str) -> None:
+    cpu = config.parent / "docker" / "cpu" / "requirements.lock"
+    cpu.write_text(cpu.read_text() + "nvidia-cublas-cu12==12.8.4.1\ntriton==3.5.0 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+
+
+@pytest.mark.parametrize(
+    ("edit", "stale"),
+    [
+        (
+            change_a_pin,
+            "tpu-vm: stale: docker/tpu-vm/requirements.lock: its inputs changed since it was locked "
+            "(envkit lock --target tpu-vm)",
+        ),
+        (
+            add_unhashed_and_cuda_packages_to_cpu,
+            "cpu: stale: docker/cpu/requirements.lock: no --hash for nvidia-cublas-cu12==12.8.4.1; "
+            "a cpu lock with CUDA packages: nvidia-cublas-cu12, triton",
+        ),
+    ],
+)
+def test_check_passes_on_fresh_locks_and_names_each_stale_one(locked, indexes, capsys, edit, stale):
+    assert envkit(capsys, "lock", "--check", "--config", str(locked)) == (0, "", "")
+    edit(locked, indexes[0].url)
+    assert envkit(capsys, "lock", "--check", "--config", str(locked)) == (1, stale + "\n", "")
+
+
+def test_check_reports_unlocked_targets_without_failing(tmp_path, capsys):
+    config = write_project(tmp_path, "http://127.0.0.1:9/simple/")
+    code, out, _ = envkit(capsys, "lock", "--check", "--config", str(config), "--target", "cpu")
+    assert (code, out) == (0, "cpu: unlocked: docker/cpu/requirements.lock does not exist (envkit lock --target cpu)\n")
+
+
+def test_relock_keeps_versions_until_upgrade_package(locked, indexes, capsys):
+    pypi, pytorch = indexes
+    pypi.add("filelock", "3.1")
+    pypi.add("pillow", "12.1.0")
+    code, _, err = envkit(capsys, "lock", "--target", "cpu", "--config", str(locked), "--torch-index-url", pytorch.url)
+    assert code == 0, err
+    assert read_lock(locked.parent / "docker" / "cpu" / "requirements.lock").packages["filelock"] == "3.0"
+    code, out, err = envkit(
+        capsys, "lock", "--target", "cpu", "--config", str(locked), "--torch-index-url", pytorch.url, "--upgrade-package", "filelock"
+    )
+    assert (code, out) == (0, "wrote docker/cpu/requirements.lock (5 packages)\n"), err
+    packages = read_lock(locked.parent / "docker" / "cpu" / "requirements.lock").packages
+    assert (packages["filelock"], packages["pillow"]) == ("3.1", "12.0.0")
+
+
+def test_upgrade_package_not_in_the_lock_is_one_line(locked, capsys):
+    before = lock_text(locked, "cpu")
+    code, out, err = envkit(capsys, "lock", "--target", "cpu", "--config", str(locked), "--upgrade-package", "numpy")
+    assert (code, out) == (2, "")
+    assert err == (
+        "envkit: error: --upgrade-package numpy: no such package in docker/cpu/requirements.lock; name a package "
+        "the lock pins (or drop --upgrade-package to lock the target anew)\n"
+    )
+    assert lock_text(locked, "cpu") == before
+
+
+def test_unreachable_default_index_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    config = write_project(tmp_path, "http://127.0.0.1:9/simple/")
+    code, out, err = envkit(capsys, "lock", "--target", "tpu-vm", "--config", str(config))
+    assert (code, out) == (2, "")
+    [line] = err.splitlines()
+    assert line.startswith("envkit: error: target tpu-vm: the package index http://127.0.0.1:9/simple/ cannot be reached (")
+    assert not (tmp_path / "docker" / "tpu-vm").exists()
+
+
+def test_unreachable_pytorch_index_says_the_target_cannot_be_locked_here(tmp_path, indexes, capsys):
+    config = write_project(tmp_path, indexes[0].url)
+    code, out, err = envkit(capsys, "lock", "--target", "cpu", "--config", str(config), "--torch-index-url", "http://127.0.0.1:9/whl/cpu")
+    assert (code, out) == (2, "")
+    [line] = err.splitlines()
+    assert line.startswith(
+        "envkit: error: target cpu cannot be locked here: PyTorch's cpu index http://127.0.0.1:9/whl/cpu cannot be reached ("
+    )
+    assert line.endswith("); lock it where that index answers, or pass --torch-index-url MIRROR")
+    assert not (tmp_path / "docker").exists()
+
+
+def test_a_configured_digest_that_cannot_be_verified_is_recorded_with_a_warning(tmp_path, indexes, capsys):
+    base = f"{NO_REGISTRY}/python:3.11-slim-bookworm@sha256:" + "a" * 64
+    config = write_project(tmp_path, indexes[0].url, **{"tpu-vm": {"base_image": base}})
+    code, _, err = envkit(capsys, "lock", "--target", "tpu-vm", "--config", str(config))
+    assert code == 0
+    assert f"# base-image: {base}\n" in lock_text(config, "tpu-vm")
+    [warning] = err.splitlines()
+    assert warning.startswith(f"envkit: warning: target tpu-vm: digest of {NO_REGISTRY}/python:3.11-slim-bookworm not verified: ")
+
+
+def test_unresolvable_requirements_are_one_line(tmp_path, indexes, capsys):
+    config = write_project(tmp_path, indexes[0].url, **{"tpu-vm": {"pip_packages": ["tqdm==9.9.9"]}})
+    code, _, err = envkit(capsys, "lock", "--target", "tpu-vm", "--config", str(config))
+    assert code == 2
+    [line] = err.splitlines()
+    assert line.startswith("envkit: error: target tpu-vm: uv cannot resolve its requirements: ") and "tqdm" in line
+
+
+def test_unknown_target_is_one_line(tmp_path, capsys):
+    config = write_project(tmp_path, "http://127.0.0.1:9/simple/")
+    code, _, err = envkit(capsys, "lock", "--target", "gpu", "--config", str(config))
+    assert code == 2 and err.startswith("envkit: error: unknown target 'gpu'; targets in ") and err.count("\n") == 1
+
+
+def test_lock_needs_a_target_choice(tmp_path, capsys):
+    config = write_project(tmp_path, "http://127.0.0.1:9/simple/")
+    assert envkit(capsys, "lock", "--config", str(config)) == (
+        2,
+        "",
+        "envkit: error: envkit lock: choose the targets: --target NAME or --all\n",
+    )
+
+
+def test_the_repo_locks_pass_check_and_name_the_unlocked_targets(repo_root):
+    done = subprocess.run(
+        [sys.executable, "-m", "envkit", "lock", "--check"], cwd=repo_root, capture_output=True, text=True, check=False
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert [line.split(":")[0] for line in done.stdout.splitlines()] == ["cpu", "cuda"]
+    assert all(": unlocked: " in line for line in done.stdout.splitlines())
+
+
+@pytest.mark.slow
+def test_the_committed_tpu_vm_lock_is_what_envkit_lock_resolves(tmp_path, repo_root):
+    """Against the real default index: relocking the repo's tpu-vm target changes nothing."""
+    shutil.copy(repo_root / "envkit.yaml", tmp_path / "envkit.yaml")
+    shutil.copytree(repo_root / "docker" / "tpu-vm", tmp_path / "docker" / "tpu-vm")
+    done = subprocess.run(
+        [sys.executable, "-m", "envkit", "lock", "--target", "tpu-vm"], cwd=tmp_path, capture_output=True, text=True
+    )
+    if "cannot be reached" in done.stderr:
+        pytest.skip(f"the default package index is unreachable: {done.stderr.strip().splitlines()[-1]}")
+    assert (done.returncode, done.stdout) == (0, "unchanged docker/tpu-vm/requirements.lock (48 packages)\n"), done.stderr
+
+
+def test_base_image_may_carry_a_digest_and_apt_a_snapshot(tmp_path):
+    digest = "sha256:" + "a" * 64
+    config = write_project(
+        tmp_path, "http://127.0.0.1:9/simple/", cpu={"base_image": f"python:3.11-slim-bookworm@{digest}", "apt_snapshot": "20251120T000000Z"}
+    )
+    target = load_config(config).target("cpu")
+    assert (target.base_image, target.apt_snapshot) == (f"python:3.11-slim-bookworm@{digest}", "20251120T000000Z")
+    assert load_config(config).target("tpu-vm").apt_snapshot is None
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"base_image": "python:3.11-slim-bookworm@sha256:abc"}, "base_image"),
+        ({"base_image": "python:3.11@sha512:" + "a" * 128}, "base_image"),
+        ({"apt_snapshot": "2025-11-20"}, "apt_snapshot"),
+    ],
+)
+def test_malformed_digest_or_snapshot_is_one_line(tmp_path, capsys, change, field):
+    config = write_project(tmp_path, "http://127.0.0.1:9/simple/", cpu=change)
+    code, _, err = envkit(capsys, "lock", "--check", "--config", str(config))
+    assert code == 2 and err.count("\n") == 1
+    assert f": targets.cpu.{field}: " in err and " is not valid; allowed: " in err

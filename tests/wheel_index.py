@@ -1,0 +1,102 @@
+"""Package indexes for tests: tiny wheels written directly as zip files, served over
+PEP 503 "simple" pages by http.server on 127.0.0.1, so locks resolve without a network.
+
+Wheels are byte-identical on every run (fixed zip timestamps, sorted entries), so
+their sha256 hashes, and the locks that record them, can be golden text.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import html
+import io
+import re
+import threading
+import zipfile
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+def wheel_bytes(name: str, version: str, requires: tuple[str, ...] = ()) -> tuple[str, bytes]:
+    """(file name, contents) of a pure-Python wheel with no code: metadata is all a resolver reads."""
+    dist = f"{re.sub(r'[-_.]+', '_', name)}-{version}"
+    info = f"{dist}.dist-info"
+    files = {
+        f"{info}/METADATA": "Metadata-Version: 2.1\n"
+        f"Name: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires),
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: envkit-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{path},sha256={_digest(text)},{len(text.encode())}\n" for path, text in files.items())
+    files[f"{info}/RECORD"] = record + f"{info}/RECORD,,\n"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path in sorted(files):
+            archive.writestr(zipfile.ZipInfo(path, ZIP_TIME), files[path])
+    return f"{dist}-py3-none-any.whl", buffer.getvalue()
+
+
+def _digest(text: str) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+
+
+class SimpleIndex:
+    """A PEP 503 index in ``root`` (one page per project, links carry #sha256=)."""
+
+    def __init__(self, root: Path, url: str):
+        self.root = root
+        self.url = url  # ends with "/"
+        root.mkdir(parents=True, exist_ok=True)
+
+    def add(self, name: str, version: str, *requires: str) -> str:
+        """Publish a wheel; returns its sha256."""
+        filename, data = wheel_bytes(name, version, requires)
+        project = self.root / re.sub(r"[-_.]+", "-", name).lower()
+        project.mkdir(exist_ok=True)
+        (project / filename).write_bytes(data)
+        self._write_pages(project)
+        return hashlib.sha256(data).hexdigest()
+
+    def _write_pages(self, project: Path) -> None:
+        links = "".join(
+            f'<a href="{html.escape(wheel.name)}#sha256={hashlib.sha256(wheel.read_bytes()).hexdigest()}">{html.escape(wheel.name)}</a>\n'
+            for wheel in sorted(project.glob("*.whl"))
+        )
+        (project / "index.html").write_text(f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n")
+        names = "".join(f'<a href="{p.name}/">{p.name}</a>\n' for p in sorted(self.root.iterdir()) if p.is_dir())
+        (self.root / "index.html").write_text(f"<!DOCTYPE html>\n<html><body>\n{names}</body></html>\n")
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - http.server's signature
+        pass
+
+    def end_headers(self):
+        # Index pages change within a test (a new release): never let uv reuse an old one.
+        self.send_header("Cache-Control", "no-cache")
+        super().end_headers()
+
+
+class IndexServer:
+    """http.server on a free loopback port serving ``root``; indexes live in its subdirectories."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        handler = functools.partial(_QuietHandler, directory=str(root))
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> IndexServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def index(self, name: str) -> SimpleIndex:
+        host, port = self.server.server_address[:2]
+        return SimpleIndex(self.root / name, f"http://{host}:{port}/{name}/")
