@@ -48,7 +48,7 @@ def write_files(plan: Plan) -> None:
         for path, text in plan.files:
             target = Path(path)
             target.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(target, text, 0o755 if path in plan.executable else None)
+            write_text_atomic(target, text, mode=0o755 if path in plan.executable else None)
             written.append(target)
     except OSError as exc:
         for target in written:
