@@ -1,10 +1,12 @@
-"""What `envkit compare` and `envkit demo` run: a plan of plain commands.
+"""What `envkit experiment`, `envkit compare` and `envkit demo` run: plans of plain commands.
 
 A plan is data (a list of ``Step``), so ``--dry-run`` prints exactly what a real
-run would execute and tests compare that text. Which steps a plan holds depends
-on the host facts of ``envkit.doctor`` (docs/design.md §6): with a usable Docker
-engine the experiments run in the images (``make`` targets, ``run.sh``),
-otherwise the recipes run on the current Python.
+run would execute and tests compare that text. An experiment of
+envkit/data/experiments.yaml is three steps: the host check, the (cached) build,
+and the recipe in the image through docker/<target>/run.sh. Which steps compare
+and demo plan depends on the host facts of ``envkit.doctor`` (docs/design.md §6):
+with a usable Docker engine the experiments run in the images (``envkit
+experiment``, ``run.sh``), otherwise the recipes run on the current Python.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envkit.config import DEFAULT_CONFIG
 from envkit.errors import EnvkitError
+from envkit.experiment_table import Experiment
 
 # Small enough that the whole demo takes about a minute on two CPU cores, yet long enough
 # that every run learns its fake data (MNIST ~93%, CIFAR ~100% test accuracy): a demo
@@ -38,11 +42,11 @@ CPU_DDP_PROCESSES = 2
 class Step:
     title: str
     argv: tuple[str, ...]
-    env: dict = field(default_factory=dict)  # added to the caller's environment
+    env: dict = field(default_factory=dict)  # added to the caller's environment, shown in this order
     needs_torch: bool = False  # runs a recipe on this Python, which then needs torch
 
     def shell(self) -> str:
-        assignments = [f"{key}={shlex.quote(value)}" for key, value in sorted(self.env.items())]
+        assignments = [f"{key}={shlex.quote(value)}" for key, value in self.env.items()]
         return " ".join(assignments + [shlex.join(self.argv)])
 
 
@@ -91,12 +95,59 @@ def local_runs(root: Path, results_dir: Path, facts, size: tuple[str, ...], extr
             _recipe(f"cifar, DDP over {gpus} GPUs", root, "cifar", "--device", "cuda", "--parallel", "ddp",
                     *common, *extra_cifar),
         ]
-    if facts.tpu_devices and importlib.util.find_spec("torch_xla") is not None:
+    if facts.devices.get("tpu") and importlib.util.find_spec("torch_xla") is not None:
         steps += [
             _recipe("mnist on one TPU core", root, "mnist", "--device", "tpu", "--cores", "1", *common, *extra_mnist),
             _recipe("mnist on all TPU cores", root, "mnist", "--device", "tpu", "--cores", "all", *common, *extra_mnist),
         ]
     return steps
+
+
+def experiment_gpus(entry: Experiment, requested: str | None, target_gpus: str | None) -> str | None:
+    """GPUS for the run, by the experiment's GPU rule: none, every requested one, or the first of them."""
+    if entry.gpus == "none":
+        return None
+    if entry.gpus == "all":
+        return requested
+    chosen = requested or target_gpus or "all"
+    return "0" if chosen == "all" else chosen.split(",")[0]
+
+
+def experiment_plan(entry: Experiment, target, *, config: Path, gpus: str | None, results_dir: Path | None = None,
+                    data_dir: Path | None = None, build_args: tuple[str, ...] = (),
+                    recipe_args: tuple[str, ...] = ()) -> Plan:
+    """Check the host, build the target's image (cached), run the recipe in it: each step needs the one before."""
+    gpus = experiment_gpus(entry, gpus, target.gpus)
+    gpu_args = ("--gpus", gpus) if gpus is not None else ()
+    run_env = {name: str(path) for name, path in (("RESULTS_DIR", results_dir), ("DATA_DIR", data_dir)) if path is not None}
+    run_env.update({"GPUS": gpus} if gpus is not None else {})
+    run_sh = str(config.parent / "docker" / target.name / "run.sh")
+    return Plan([
+        Step(f"can this host run {entry.kind} images?", _envkit("doctor", "--require", entry.kind, *gpu_args)),
+        Step(f"build the {target.name} image (cached)",
+             _envkit("build", target.name, *_config_args(config), *build_args)),
+        Step(f"experiment {entry.name}", (run_sh, entry.recipe, *entry.args, *recipe_args), run_env),
+    ])
+
+
+def _config_args(config: Path) -> tuple[str, ...]:
+    return () if config == DEFAULT_CONFIG else ("--config", str(config))
+
+
+def experiment_target(config, entry: Experiment, name: str | None):
+    """The config's target the experiment runs in: ``name``, else the one named after its kind or its kind's only one."""
+    if name is not None:
+        target = config.target(name)
+        if target.kind != entry.kind:
+            raise EnvkitError(f"target {name!r} is a {target.kind} target, but {entry.name} runs in a {entry.kind} image")
+        return target
+    if entry.kind in config.targets and config.targets[entry.kind].kind == entry.kind:
+        return config.targets[entry.kind]
+    of_kind = [target for target in config.targets.values() if target.kind == entry.kind]
+    if len(of_kind) == 1:
+        return of_kind[0]
+    found = f"several ({', '.join(t.name for t in of_kind)}): pick one with --target NAME" if of_kind else "none: add one"
+    raise EnvkitError(f"{entry.name} runs in a {entry.kind} image, and {config.path} has {found}")
 
 
 def _docker_usable(facts) -> bool:
@@ -118,10 +169,10 @@ def compare_plan(results_dir: Path, *, epochs: int | None, dataset: str, max_ste
         reason = facts.docker_error or "no experiment image can run here"
         return Plan(local, [f"no Docker experiments on this host ({reason}); running the recipes with {sys.executable}"])
     # make runs in the project root: the results directory must not depend on where that is.
-    variables = [f"DATASET={dataset}", f"RESULTS_DIR={results_dir.resolve()}"]
-    variables += [f"EPOCHS={epochs}"] if epochs is not None else []
-    variables += [f"MAX_STEPS={max_steps}"] if max_steps is not None else []
-    steps = [Step(f"experiment {name}", ("make", "-C", str(root), name, *variables)) for name in runnable]
+    # Each runs where `envkit experiment` puts its files: results must not depend on that.
+    where = (*_config_args(config), "--results-dir", str(results_dir.resolve()))
+    size = _size_args(epochs, dataset, max_steps)
+    steps = [Step(f"experiment {name}", _envkit("experiment", *where, name, *size)) for name in runnable]
     # The first target also builds its image: when that fails the host cannot build
     # images at all (no reachable base image, say), so the recipes run here instead.
     fallback = Plan(local, [f"the first Docker experiment failed; running the recipes with {sys.executable} instead"])
@@ -179,14 +230,7 @@ def execute(plan: Plan, *, dry_run: bool) -> bool:
         _check_local_python()
     failed = []
     for index, step in enumerate(plan.steps):
-        print(f"envkit: {step.title}: {step.shell()}", file=sys.stderr, flush=True)
-        started = time.perf_counter()
-        try:
-            returncode = subprocess.run(step.argv, env={**os.environ, **step.env}, check=False).returncode
-        except OSError as exc:  # e.g. no `make` on this host
-            print(f"envkit: cannot start {step.argv[0]}: {exc.strerror or exc}", file=sys.stderr)
-            returncode = 127
-        print(f"envkit: {step.title}: exit {returncode} after {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+        returncode = run_step(step)
         if returncode == 0:
             continue
         if plan.fallback is not None and index == plan.fallback_after:
@@ -195,3 +239,25 @@ def execute(plan: Plan, *, dry_run: bool) -> bool:
     for failure in failed:
         print(f"envkit: failed: {failure}", file=sys.stderr)
     return not failed
+
+
+def run_in_order(plan: Plan) -> int:
+    """Run the steps until one fails (each needs the one before); its exit status, else 0."""
+    for step in plan.steps:
+        returncode = run_step(step)
+        if returncode != 0:
+            return returncode
+    return 0
+
+
+def run_step(step: Step) -> int:
+    """Run one step with its environment, saying what and how long; its exit status."""
+    print(f"envkit: {step.title}: {step.shell()}", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    try:
+        returncode = subprocess.run(step.argv, env={**os.environ, **step.env}, check=False).returncode
+    except OSError as exc:  # e.g. no run.sh where the config says
+        print(f"envkit: cannot start {step.argv[0]}: {exc.strerror or exc}", file=sys.stderr)
+        returncode = 127
+    print(f"envkit: {step.title}: exit {returncode} after {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    return returncode
