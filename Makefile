@@ -71,8 +71,8 @@ endef
 
 .DEFAULT_GOAL := help
 .PHONY: help venv xla-env render build-cpu build-cuda build-tpu-vm tpu-mnist tpu-mnist-single \
-	gpu-mnist cpu-mnist gpu-single-cifar gpu-dp-cifar gpu-ddp-cifar cpu-ddp-cifar compare push save \
-	load prune demo test doctor
+	gpu-mnist cpu-mnist gpu-single-cifar gpu-dp-cifar gpu-ddp-cifar cpu-single-cifar cpu-ddp-cifar compare \
+	push save load prune demo test doctor
 
 help: ## list the targets and the variables they read
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z0-9-]*:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -138,6 +138,9 @@ gpu-dp-cifar: docker/cuda/Dockerfile docker/cuda/run.sh | $(ENVKIT) ## CIFAR-10 
 	$(call experiment,$(CIFAR_FLAGS))
 
 gpu-ddp-cifar: docker/cuda/Dockerfile docker/cuda/run.sh | $(ENVKIT) ## CIFAR-10 at 112 px with DDP, one process per GPU (torchrun)
+	$(call experiment,$(CIFAR_FLAGS))
+
+cpu-single-cifar: docker/cpu/Dockerfile docker/cpu/run.sh | $(ENVKIT) ## CIFAR-10 in one CPU process (the baseline of cpu-ddp-cifar)
 	$(call experiment,$(CIFAR_FLAGS))
 
 cpu-ddp-cifar: docker/cpu/Dockerfile docker/cpu/run.sh | $(ENVKIT) ## CIFAR-10 with DDP over gloo processes on the CPU (the multi-host form CPUs can test)

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from envkit.config import DEFAULT_CONFIG
 from envkit.errors import EnvkitError
-from envkit.experiment_table import Experiment
+from envkit import kinds
+from envkit.experiment_table import Experiment, load_experiments
 
 # Small enough that the whole demo takes about a minute on two CPU cores, yet long enough
 # that every run learns its fake data (MNIST ~93%, CIFAR ~100% test accuracy): a demo
@@ -34,8 +35,29 @@ DEMO_MNIST_ARGS = ("--fake-train-size", "3840", "--fake-test-size", "1000")
 # within the demo's budget; `make compare` and the gpu-* targets keep 112.
 DEMO_CIFAR_ARGS = ("--model", "mobilenet_v2", "--global-batch", "32", "--image-size", "64",
                    "--fake-train-size", "512", "--fake-test-size", "128")
+DEMO_EXTRA_ARGS = {"mnist": DEMO_MNIST_ARGS, "cifar": DEMO_CIFAR_ARGS}
 # Two gloo processes: the smallest DDP that shows the lesson, and all a 2-core laptop has.
 CPU_DDP_PROCESSES = 2
+# How the plans title an experiment's run (else by its summary); {gpus} and {processes}
+# become this host's GPU count and CPU_DDP_PROCESSES.
+LOCAL_TITLES = {
+    "cpu-mnist": "mnist on eager CPU",
+    "cpu-single-cifar": "cifar, one CPU process",
+    "cpu-ddp-cifar": "cifar, DDP over {processes} gloo processes",
+    "gpu-mnist": "mnist on one GPU",
+    "gpu-single-cifar": "cifar, one GPU",
+    "gpu-dp-cifar": "cifar, DataParallel over {gpus} GPUs",
+    "gpu-ddp-cifar": "cifar, DDP over {gpus} GPUs",
+    "tpu-mnist-single": "mnist on one TPU core",
+    "tpu-mnist": "mnist on all TPU cores",
+}
+IMAGE_TITLES = {
+    "cpu-mnist": "mnist in the cpu image",
+    "cpu-single-cifar": "cifar, one process in the cpu image",
+    "cpu-ddp-cifar": "cifar, DDP over {processes} gloo processes in the cpu image",
+}
+# The kind whose image the demo builds and runs: every host has its device.
+DEMO_KIND = "cpu"
 
 
 @dataclass(frozen=True)
@@ -75,32 +97,38 @@ def _size_args(epochs: int | None, dataset: str, max_steps: int | None = None) -
             + (("--max-steps", str(max_steps)) if max_steps is not None else ()))
 
 
-def local_runs(root: Path, results_dir: Path, facts, size: tuple[str, ...], extra_mnist: tuple[str, ...] = (),
-               extra_cifar: tuple[str, ...] = ()) -> list[Step]:
-    """The experiments the recipes can run on this Python, without images."""
+def _runs_here(facts, kind: str) -> bool:
+    """Whether the recipes can use ``kind``'s device on this Python (no image, no engine)."""
+    check = kinds.kind(kind).host
+    if check.check == "nvidia":
+        return bool(facts.gpus)
+    if check.check == "devices":
+        return bool(facts.devices.get(check.name)) and (check.module is None or importlib.util.find_spec(check.module) is not None)
+    return True
+
+
+def _baseline_first(entries: list[Experiment]) -> list[Experiment]:
+    # Within a kind the one-device runs come before the runs that spread out, as a reader compares them.
+    return sorted(entries, key=lambda entry: (kinds.names().index(entry.kind), entry.scale != "single"))
+
+
+def _processes(entry: Experiment) -> tuple[str, ...]:
+    """torchrun over processes rather than GPUs: as many as the plans' small machines have."""
+    return ("--nproc", str(CPU_DDP_PROCESSES)) if entry.scale == "torchrun" and entry.gpus == "none" else ()
+
+
+def _title(titles: dict[str, str], entry: Experiment, gpus: int) -> str:
+    return titles.get(entry.name, entry.summary).format(gpus=gpus, processes=CPU_DDP_PROCESSES)
+
+
+def local_runs(root: Path, results_dir: Path, facts, size: tuple[str, ...],
+               extra: dict[str, tuple[str, ...]] | None = None) -> list[Step]:
+    """The experiments the recipes can run on this Python, without images; ``extra`` args by recipe."""
     common = ("--results-dir", str(results_dir), "--quiet") + size
-    steps = [
-        _recipe("mnist on eager CPU", root, "mnist", "--device", "cpu", *common, *extra_mnist),
-        _recipe("cifar, one CPU process", root, "cifar", "--device", "cpu", "--parallel", "none", *common, *extra_cifar),
-        _recipe(f"cifar, DDP over {CPU_DDP_PROCESSES} gloo processes", root, "cifar", "--device", "cpu",
-                "--parallel", "ddp", "--nproc", str(CPU_DDP_PROCESSES), *common, *extra_cifar),
-    ]
-    if facts.gpus:
-        gpus = str(len(facts.gpus))
-        steps += [
-            _recipe("mnist on one GPU", root, "mnist", "--device", "cuda", *common, *extra_mnist),
-            _recipe("cifar, one GPU", root, "cifar", "--device", "cuda", "--parallel", "none", *common, *extra_cifar),
-            _recipe(f"cifar, DataParallel over {gpus} GPUs", root, "cifar", "--device", "cuda", "--parallel", "dp",
-                    *common, *extra_cifar),
-            _recipe(f"cifar, DDP over {gpus} GPUs", root, "cifar", "--device", "cuda", "--parallel", "ddp",
-                    *common, *extra_cifar),
-        ]
-    if facts.devices.get("tpu") and importlib.util.find_spec("torch_xla") is not None:
-        steps += [
-            _recipe("mnist on one TPU core", root, "mnist", "--device", "tpu", "--cores", "1", *common, *extra_mnist),
-            _recipe("mnist on all TPU cores", root, "mnist", "--device", "tpu", "--cores", "all", *common, *extra_mnist),
-        ]
-    return steps
+    runnable = [entry for entry in load_experiments().values() if _runs_here(facts, entry.kind)]
+    return [_recipe(_title(LOCAL_TITLES, entry, len(facts.gpus)), root, entry.recipe, *entry.args, *_processes(entry),
+                    *common, *(extra or {}).get(entry.recipe, ()))
+            for entry in _baseline_first(runnable)]
 
 
 def experiment_gpus(entry: Experiment, requested: str | None, target_gpus: str | None) -> str | None:
@@ -185,24 +213,22 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_
     render = Step("render every target", _envkit("render", "--all", "--config", str(config)))
     size = _size_args(DEMO_EPOCHS, "fake")
     report = _report_step(results_dir, ("--plot", str(results_dir / "comparison.png")))
-    local = [render] + local_runs(root, results_dir, facts, size, DEMO_MNIST_ARGS, DEMO_CIFAR_ARGS) + [report]
+    local = [render] + local_runs(root, results_dir, facts, size, DEMO_EXTRA_ARGS) + [report]
     if not use_docker:
         return Plan(local, [f"--no-docker: running the recipes with {sys.executable}"])
     if not _docker_usable(facts):
         return Plan(local, [f"Docker is not usable ({facts.docker_error or 'no engine'}); running the recipes with {sys.executable}"])
-    run_sh = str(root / "docker" / "cpu" / "run.sh")
+    run_sh = str(root / "docker" / DEMO_KIND / "run.sh")
     mount = {"RESULTS_DIR": str(results_dir)}  # run.sh mounts it at /workspace/results
     in_image = ("--quiet",) + size
+    in_demo_image = _baseline_first([entry for entry in load_experiments().values() if entry.kind == DEMO_KIND])
     docker_steps = [
         render,
-        Step("build the cpu image", _envkit("build", "cpu", "--config", str(config),
-                                             *(("--base-image", base_image) if base_image else ()))),
-        Step("mnist in the cpu image", (run_sh, "mnist", "--device", "cpu", *in_image, *DEMO_MNIST_ARGS), mount),
-        Step("cifar, one process in the cpu image",
-             (run_sh, "cifar", "--device", "cpu", "--parallel", "none", *in_image, *DEMO_CIFAR_ARGS), mount),
-        Step(f"cifar, DDP over {CPU_DDP_PROCESSES} gloo processes in the cpu image",
-             (run_sh, "cifar", "--device", "cpu", "--parallel", "ddp", "--nproc", str(CPU_DDP_PROCESSES),
-              *in_image, *DEMO_CIFAR_ARGS), mount),
+        Step(f"build the {DEMO_KIND} image", _envkit("build", DEMO_KIND, "--config", str(config),
+                                                      *(("--base-image", base_image) if base_image else ()))),
+        *(Step(_title(IMAGE_TITLES, entry, 0), (run_sh, entry.recipe, *entry.args, *_processes(entry), *in_image,
+                                                 *DEMO_EXTRA_ARGS.get(entry.recipe, ())), mount)
+          for entry in in_demo_image),
         report,
     ]
     fallback = Plan(local[1:], [f"the cpu image could not be built; running the recipes with {sys.executable} instead"])

@@ -30,11 +30,11 @@ TPU_HOST = facts(devices={"tpu": ["/dev/accel0", "/dev/accel1"]})
 @pytest.mark.parametrize(
     "host, runnable",
     [
-        (facts(), ["cpu-mnist", "cpu-ddp-cifar"]),
-        (GPU_HOST, ["cpu-mnist", "cpu-ddp-cifar", "gpu-mnist", "gpu-single-cifar", "gpu-dp-cifar", "gpu-ddp-cifar"]),
-        (TPU_HOST, ["cpu-mnist", "cpu-ddp-cifar", "tpu-mnist", "tpu-mnist-single"]),
+        (facts(), ["cpu-mnist", "cpu-single-cifar", "cpu-ddp-cifar"]),
+        (GPU_HOST, ["cpu-mnist", "cpu-single-cifar", "cpu-ddp-cifar", "gpu-mnist", "gpu-single-cifar", "gpu-dp-cifar", "gpu-ddp-cifar"]),
+        (TPU_HOST, ["cpu-mnist", "cpu-single-cifar", "cpu-ddp-cifar", "tpu-mnist", "tpu-mnist-single"]),
         (facts(docker_version=None, docker_error=NO_ENGINE, gpus=["GPU 0: A100"], nvidia_runtime=True), []),
-        (facts(gpus=["GPU 0: A100"], nvidia_runtime=False), ["cpu-mnist", "cpu-ddp-cifar"]),
+        (facts(gpus=["GPU 0: A100"], nvidia_runtime=False), ["cpu-mnist", "cpu-single-cifar", "cpu-ddp-cifar"]),
     ],
 )
 def test_runnable_experiments_follow_the_host(host, runnable):
