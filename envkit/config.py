@@ -269,17 +269,17 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
             f"supported range {python_range[0]}-{python_range[1]}"
         )
 
-    if spec.base_image == "distro" and default_base is None:
-        raise EnvkitError(f"{where(at + ('kind',))}: kind {kind} takes its base image from wheels {spec.wheels!r}, which names none")
-    if spec.base_image == "distro":
-        apt_packages = [*DISTRO_PYTHON_PACKAGES, *apt_packages]
-    else:
+    if spec.base_image == "python":
         default_base = spec.python_base_image.format(python=python)
-    if spec.base_image == "distro" and "base_image" not in raw and python != default_python:
-        raise EnvkitError(
-            f"{where(at + ('python',))}: Python {python} is not the python3 of the default base image "
-            f"{default_base} ({default_python}); set base_image to an image with Python {python}, or drop python"
-        )
+    elif default_base is None:
+        raise EnvkitError(f"{where(at + ('kind',))}: kind {kind} takes its base image from wheels {spec.wheels!r}, which names none")
+    else:
+        apt_packages = [*DISTRO_PYTHON_PACKAGES, *apt_packages]
+        if "base_image" not in raw and python != default_python:
+            raise EnvkitError(
+                f"{where(at + ('python',))}: Python {python} is not the python3 of the default base image "
+                f"{default_base} ({default_python}); set base_image to an image with Python {python}, or drop python"
+            )
 
     return _with_hash(
         Target(
