@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envkit import kinds
 from envkit.config import DEFAULT_CONFIG
 from envkit.errors import EnvkitError
-from envkit import kinds
 from envkit.experiment_table import Experiment, load_experiments
 
 # Small enough that the whole demo takes about a minute on two CPU cores, yet long enough
