@@ -3,7 +3,7 @@
 
 PYTHON ?= python3
 VENV ?= .venv
-GPUS ?= all
+GPUS ?=
 MODEL ?=
 BATCH ?=
 PER_DEVICE_BATCH ?=
@@ -24,47 +24,61 @@ IMAGES_DIR ?= $(CURDIR)/images
 FILE ?=
 KEEP ?=
 DRY_RUN ?=
+# Multi-node torchrun (run.sh passes them into the container when set): hosts, this host's
+# rank, the c10d rendezvous host:port and id, and the network interfaces NCCL and gloo use.
+NNODES ?=
+NODE_RANK ?=
+RDZV_ENDPOINT ?=
+RDZV_ID ?=
+NCCL_SOCKET_IFNAME ?=
+GLOO_SOCKET_IFNAME ?=
 
 ENVKIT := $(VENV)/bin/envkit
 CONFIG := envkit.yaml
-# What a rendered file depends on: the config, the templates and envkit's version matrix.
-RENDER_INPUTS := $(CONFIG) $(wildcard templates/*) $(wildcard envkit/data/matrix.yaml)
-comma := ,
+# What a rendered file depends on: the config, the templates, envkit's version matrix and kinds.
+RENDER_INPUTS := $(CONFIG) $(wildcard templates/* templates/kinds/*) $(wildcard envkit/data/matrix.yaml envkit/data/kinds.yaml)
+MULTINODE := NNODES NODE_RANK RDZV_ENDPOINT RDZV_ID NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME
+# A value quoted for the shell: '...' with each ' written as '\''.
+quote = '$(subst ','\'',$(1))'
 
 # A malformed GPUS= is bad input on any host: stop before anything runs.
+ifneq ($(GPUS),)
 ifeq ($(shell printf '%s' '$(GPUS)' | grep -Ex 'all|[0-9]+(,[0-9]+)*'),)
 $(error GPUS='$(GPUS)' is invalid: give comma-separated GPU indices (e.g. GPUS=0,1) or GPUS=all)
+endif
 endif
 
 # Recipe flags only for the variables that were set; the recipes own the defaults.
 COMMON_FLAGS := $(if $(EPOCHS),--epochs $(EPOCHS)) $(if $(DATASET),--dataset $(DATASET)) $(if $(MAX_STEPS),--max-steps $(MAX_STEPS))
 # BATCH is the global batch (the published tables' column); PER_DEVICE_BATCH the per-replica one.
 BATCH_FLAGS := $(if $(BATCH),--global-batch $(BATCH)) $(if $(PER_DEVICE_BATCH),--per-device-batch $(PER_DEVICE_BATCH))
+MNIST_FLAGS := $(COMMON_FLAGS) $(BATCH_FLAGS)
 CIFAR_FLAGS := $(COMMON_FLAGS) $(BATCH_FLAGS) $(if $(MODEL),--model $(MODEL))
 BUILD_FLAGS := $(if $(NO_CACHE),--no-cache) $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) \
 	$(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE)) $(foreach c,$(CA_CERTS),--ca-cert $(c)) \
 	$(foreach a,$(BUILD_ARGS),--build-arg $(a))
-# single-GPU runs use the first GPU of GPUS
-FIRST_GPU := $(if $(filter all,$(GPUS)),0,$(firstword $(subst $(comma), ,$(GPUS))))
-RUN_ENV = RESULTS_DIR=$(RESULTS_DIR) DATA_DIR=$(DATA_DIR)
+MULTINODE_ENV = $(foreach name,$(MULTINODE),$(if $($(name)),$(name)=$(call quote,$($(name)))))
 
-# experiment(kind, gpus, recipe and flags): check the host, build (cached), run.
-# run.sh creates RESULTS_DIR and DATA_DIR as the caller, so results stay the caller's.
+# experiment(recipe flags): the experiment named like the make target, as
+# envkit/data/experiments.yaml defines it. `envkit experiment` checks the host, builds
+# (cached) and runs it through docker/<target>/run.sh, which creates RESULTS_DIR and
+# DATA_DIR as the caller, so results stay the caller's. The experiment's GPU rule picks
+# the first of GPUS= or all of them.
 define experiment
-	$(ENVKIT) doctor --require $(1) $(if $(2),--gpus $(2))
-	$(ENVKIT) build $(1) $(BUILD_FLAGS)
-	$(RUN_ENV) $(if $(2),GPUS=$(2)) docker/$(1)/run.sh $(3)
+	$(MULTINODE_ENV) $(ENVKIT) experiment $(if $(GPUS),--gpus $(GPUS)) --results-dir $(RESULTS_DIR) \
+		--data-dir $(DATA_DIR) $(BUILD_FLAGS) $@ $(1)
 endef
 
 .DEFAULT_GOAL := help
-.PHONY: help venv xla-env render build-cpu build-cuda build-tpu-vm cpu-mnist gpu-mnist \
-	tpu-mnist tpu-mnist-single gpu-single-cifar gpu-dp-cifar gpu-ddp-cifar compare push save load \
-	prune demo test doctor
+.PHONY: help venv xla-env render build-cpu build-cuda build-tpu-vm tpu-mnist tpu-mnist-single \
+	gpu-mnist cpu-mnist gpu-single-cifar gpu-dp-cifar gpu-ddp-cifar cpu-single-cifar cpu-ddp-cifar compare \
+	push save load prune demo test doctor
 
 help: ## list the targets and the variables they read
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z0-9-]*:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "variables: GPUS MODEL BATCH PER_DEVICE_BATCH EPOCHS DATASET MAX_STEPS RESULTS_DIR DATA_DIR VENV PYTHON"
 	@echo "           TORCH_INDEX_URL WHEELHOUSE BASE_IMAGE CA_CERTS BUILD_ARGS NO_CACHE REGISTRY TARGET IMAGES_DIR FILE KEEP DRY_RUN"
+	@echo "           NNODES NODE_RANK RDZV_ENDPOINT RDZV_ID NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME (multi-node)"
 
 venv: $(ENVKIT) ## create the pinned dev environment in VENV (default .venv)
 
@@ -103,26 +117,34 @@ build-cuda: docker/cuda/Dockerfile | $(ENVKIT) ## build the cuda image
 build-tpu-vm: docker/tpu-vm/Dockerfile | $(ENVKIT) ## build the Cloud TPU VM image
 	$(ENVKIT) build tpu-vm $(BUILD_FLAGS)
 
-cpu-mnist: docker/cpu/Dockerfile docker/cpu/run.sh | $(ENVKIT) ## MNIST on CPU (EPOCHS= DATASET=fake MAX_STEPS=)
-	$(call experiment,cpu,,mnist --device cpu $(COMMON_FLAGS) $(BATCH_FLAGS))
-
-gpu-mnist: docker/cuda/Dockerfile docker/cuda/run.sh | $(ENVKIT) ## MNIST on one GPU (first of GPUS=)
-	$(call experiment,cuda,$(FIRST_GPU),mnist --device cuda $(COMMON_FLAGS) $(BATCH_FLAGS))
-
-tpu-mnist: docker/tpu-vm/Dockerfile docker/tpu-vm/run.sh | $(ENVKIT) ## MNIST on all TPU cores (one replica per core)
-	$(call experiment,tpu-vm,,mnist --device tpu --cores all $(COMMON_FLAGS) $(BATCH_FLAGS))
+# The experiments: one line each, as envkit/data/experiments.yaml lists them (its summary is
+# the help text); tests/test_experiment_table.py fails when the two disagree.
+tpu-mnist: docker/tpu-vm/Dockerfile docker/tpu-vm/run.sh | $(ENVKIT) ## MNIST on every TPU core of a TPU VM, one replica per core
+	$(call experiment,$(MNIST_FLAGS))
 
 tpu-mnist-single: docker/tpu-vm/Dockerfile docker/tpu-vm/run.sh | $(ENVKIT) ## MNIST on one TPU core
-	$(call experiment,tpu-vm,,mnist --device tpu --cores 1 $(COMMON_FLAGS) $(BATCH_FLAGS))
+	$(call experiment,$(MNIST_FLAGS))
 
-gpu-single-cifar: docker/cuda/Dockerfile docker/cuda/run.sh | $(ENVKIT) ## CIFAR-10 at 112 px on one GPU (GPUS= MODEL= BATCH= EPOCHS=)
-	$(call experiment,cuda,$(FIRST_GPU),cifar --device cuda --parallel none $(CIFAR_FLAGS))
+gpu-mnist: docker/cuda/Dockerfile docker/cuda/run.sh | $(ENVKIT) ## MNIST on one GPU (first of GPUS=)
+	$(call experiment,$(MNIST_FLAGS))
 
-gpu-dp-cifar: docker/cuda/Dockerfile docker/cuda/run.sh | $(ENVKIT) ## CIFAR-10 with DataParallel over GPUS=
-	$(call experiment,cuda,$(GPUS),cifar --device cuda --parallel dp $(CIFAR_FLAGS))
+cpu-mnist: docker/cpu/Dockerfile docker/cpu/run.sh | $(ENVKIT) ## MNIST on the CPU
+	$(call experiment,$(MNIST_FLAGS))
 
-gpu-ddp-cifar: docker/cuda/Dockerfile docker/cuda/run.sh | $(ENVKIT) ## CIFAR-10 with DistributedDataParallel (torchrun) over GPUS=
-	$(call experiment,cuda,$(GPUS),cifar --device cuda --parallel ddp $(CIFAR_FLAGS))
+gpu-single-cifar: docker/cuda/Dockerfile docker/cuda/run.sh | $(ENVKIT) ## CIFAR-10 at 112 px on one GPU (first of GPUS=)
+	$(call experiment,$(CIFAR_FLAGS))
+
+gpu-dp-cifar: docker/cuda/Dockerfile docker/cuda/run.sh | $(ENVKIT) ## CIFAR-10 at 112 px with nn.DataParallel over GPUS=
+	$(call experiment,$(CIFAR_FLAGS))
+
+gpu-ddp-cifar: docker/cuda/Dockerfile docker/cuda/run.sh | $(ENVKIT) ## CIFAR-10 at 112 px with DDP, one process per GPU (torchrun)
+	$(call experiment,$(CIFAR_FLAGS))
+
+cpu-single-cifar: docker/cpu/Dockerfile docker/cpu/run.sh | $(ENVKIT) ## CIFAR-10 in one CPU process (the baseline of cpu-ddp-cifar)
+	$(call experiment,$(CIFAR_FLAGS))
+
+cpu-ddp-cifar: docker/cpu/Dockerfile docker/cpu/run.sh | $(ENVKIT) ## CIFAR-10 with DDP over gloo processes on the CPU (the multi-host form CPUs can test)
+	$(call experiment,$(CIFAR_FLAGS))
 
 compare: | $(ENVKIT) ## run the experiments this host can run, then tabulate RESULTS_DIR (EPOCHS= DATASET= MAX_STEPS=)
 	$(ENVKIT) compare --results-dir $(RESULTS_DIR) $(COMMON_FLAGS)

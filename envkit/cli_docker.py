@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 
@@ -30,11 +29,7 @@ def _load_target(args):
 def register(subparsers) -> None:
     build = subparsers.add_parser("build", help="build a target's image (tag: envkit-<target>:<context hash> and latest)")
     build.add_argument("target", help="target name from the config, e.g. cpu")
-    build.add_argument("--no-cache", action="store_true", help="rebuild every layer")
-    build.add_argument("--base-image", help="override the BASE_IMAGE build arg")
-    build.add_argument("--wheelhouse", type=Path, help="install only from the *.whl files in this directory (air-gapped hosts)")
-    build.add_argument("--ca-cert", action="append", default=[], type=Path, metavar="FILE", help="extra CA certificate (PEM) to trust inside the image; repeatable")
-    build.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE", help="extra docker build arg; repeatable")
+    add_build_options(build)
     _add_config(build)
     build.set_defaults(func=_build)
 
@@ -84,10 +79,32 @@ def register(subparsers) -> None:
     prune.set_defaults(func=_prune)
 
     doctor = subparsers.add_parser("doctor", help="what this host offers and which make targets will work here")
-    doctor.add_argument("--require", choices=("cpu", "cuda", "tpu-vm"), help="exit 2 with the reason when this host cannot run that kind")
+    doctor.add_argument("--require", metavar="KIND", help="exit 2 with the reason when this host cannot run that kind "
+                        "(a kind of envkit/data/kinds.yaml: cpu, cuda, tpu-vm, ...)")
     doctor.add_argument("--gpus", help="also check a GPUS value (comma-separated indices or 'all')")
     doctor.add_argument("--json", action="store_true", help="print the facts as JSON")
     doctor.set_defaults(func=_doctor)
+
+
+def add_build_options(parser) -> None:
+    """The options of `envkit build`, which `envkit experiment` passes on to it."""
+    parser.add_argument("--no-cache", action="store_true", help="rebuild every layer")
+    parser.add_argument("--base-image", help="override the BASE_IMAGE build arg")
+    parser.add_argument("--wheelhouse", type=Path, help="install only from the *.whl files in this directory (air-gapped hosts)")
+    parser.add_argument("--ca-cert", action="append", default=[], type=Path, metavar="FILE", help="extra CA certificate (PEM) to trust inside the image; repeatable")
+    parser.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE", help="extra docker build arg; repeatable")
+
+
+def build_options_argv(args) -> tuple[str, ...]:
+    """Parsed build options back as `envkit build` arguments."""
+    argv = ("--no-cache",) if args.no_cache else ()
+    argv += ("--base-image", args.base_image) if args.base_image else ()
+    argv += ("--wheelhouse", str(args.wheelhouse)) if args.wheelhouse else ()
+    for cert in args.ca_cert:
+        argv += ("--ca-cert", str(cert))
+    for build_arg in args.build_arg:
+        argv += ("--build-arg", build_arg)
+    return argv
 
 
 def _count(text: str) -> int:
@@ -189,8 +206,10 @@ def _prune(args) -> int:
 
 
 def _doctor(args) -> int:
-    from envkit import doctor
+    from envkit import doctor, kinds
 
+    if args.require:
+        kinds.kind(args.require)  # an unknown kind is bad input: say so before asking the engine
     facts = doctor.inspect_host()
     if args.require:
         doctor.require(facts, args.require, args.gpus)
@@ -199,7 +218,7 @@ def _doctor(args) -> int:
     if args.gpus:
         doctor.parse_gpus(args.gpus, len(facts.gpus) if facts.gpus else None)
     if args.json:
-        print(json.dumps({**asdict(facts), "runnable": doctor.runnable_experiments(facts)}, indent=2, sort_keys=True))
+        print(json.dumps(doctor.as_json(facts), indent=2, sort_keys=True))
     else:
         print(doctor.format_report(facts))
     return 0

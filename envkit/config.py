@@ -18,17 +18,17 @@ from typing import Any
 
 import yaml
 
+from envkit import kinds
 from envkit.errors import EnvkitError
 from envkit.matrix import Matrix, load_matrix, minor_of, python_in_range
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "data" / "envkit.schema.json"
 DEFAULT_CONFIG = Path("envkit.yaml")
 DEFAULT_PYTHON = "3.11"
-# cuda runs with --ipc=host unless a size is set (DataLoader workers and NCCL need more than 64 MB).
-DEFAULT_SHM_SIZE = {"cpu": "2g", "cuda": None, "tpu-vm": "16G"}
 # Packages whose versions the matrix owns; a pip_packages entry must not re-pin them.
 MATRIX_OWNED = {"torch", "torchvision", "torch-xla", "libtpu", "libtpu-nightly"}
-KIND_ONLY_KEYS = {"cuda": ("cuda", "gpus"), "tpu-vm": ("torch_xla", "libtpu")}
+# A distro base image (nvidia/cuda) ships no Python: the OS's python3 seeds the venv.
+DISTRO_PYTHON_PACKAGES = ("python3", "python3-venv")
 
 # A location inside the YAML document: keys and list indices from the top.
 DocPath = tuple[Any, ...]
@@ -37,7 +37,7 @@ DocPath = tuple[Any, ...]
 @dataclass(frozen=True)
 class Target:
     name: str
-    kind: str  # "cpu" | "cuda" | "tpu-vm"
+    kind: str  # a kind of envkit/data/kinds.yaml
     base_image: str
     python: str  # major.minor
     torch: str
@@ -165,7 +165,11 @@ def _index_lines(node: yaml.Node, doc_path: DocPath, lines: dict[DocPath, int], 
 
 @lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
-    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    """The shipped schema with the kinds of envkit/data/kinds.yaml as the kind's choices."""
+    loaded = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    names = kinds.names()
+    loaded["$defs"]["target"]["properties"]["kind"] = {"description": f"one of {', '.join(names)}", "enum": names}
+    return loaded
 
 
 def _validate_schema(data: Any, where: _Locator) -> None:
@@ -210,10 +214,11 @@ def _parent_description(doc_path: DocPath) -> str | None:
 def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, where: _Locator) -> Target:
     at = ("targets", name)
     kind = raw["kind"]
-    for other_kind, keys in KIND_ONLY_KEYS.items():
-        for key in keys:
-            if key in raw and kind != other_kind:
-                raise EnvkitError(f"{where(at + (key,))}: {key!r} applies to {other_kind} targets only, not {kind}")
+    spec = kinds.kind(kind)
+    for key in raw:
+        owners = [other.name for other in kinds.load_kinds().values() if key in other.keys]
+        if owners and kind not in owners:
+            raise EnvkitError(f"{where(at + (key,))}: {key!r} applies to {', '.join(owners)} targets only, not {kind}")
 
     torch = raw["torch"]
     release = matrix.torch_release(where(at + ("torch",)), torch)
@@ -225,19 +230,18 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
     find_links = list(raw.get("find_links", []))
     apt_packages = list(raw.get("apt_packages", []))
 
-    if kind == "cpu":
+    python_source = f"torch {minor_of(torch)}"
+    if spec.wheels == "cpu":
         python_range, default_python = release.python, DEFAULT_PYTHON
         torch_variant = matrix.cpu_local_version
         extra_index_urls.append(matrix.cpu_index_url)
         default_base = None
-    elif kind == "cuda":
+    elif spec.wheels == "cuda":
         variant = matrix.cuda_variant(where(at + ("cuda",)), release, raw.get("cuda"))
         python_range, default_python = release.python, variant.python
         cuda, torch_variant = variant.cuda, variant.variant
         extra_index_urls.append(variant.index_url)
         default_base = variant.base_image
-        # nvidia/cuda images ship no Python: the OS's python3 seeds the venv.
-        apt_packages = ["python3", "python3-venv", *apt_packages]
     else:
         tpu = matrix.tpu_release(where(at + ("torch",)), torch)
         torch_xla = raw.get("torch_xla", torch)
@@ -254,29 +258,35 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
             )
         libtpu_package = tpu.libtpu_package
         python_range, default_python = tpu.python, DEFAULT_PYTHON
+        python_source = f"torch_xla {minor_of(torch)}"
         torch_variant = None
         find_links.extend(link for link in tpu.find_links if link not in find_links)
         default_base = None
 
     python = raw.get("python", default_python)
     if not python_in_range(python, python_range):
-        what = f"torch_xla {minor_of(torch)}" if kind == "tpu-vm" else f"torch {minor_of(torch)}"
         raise EnvkitError(
-            f"{where(at + ('python',) if 'python' in raw else at)}: Python {python} is outside {what}'s "
+            f"{where(at + ('python',) if 'python' in raw else at)}: Python {python} is outside {python_source}'s "
             f"supported range {python_range[0]}-{python_range[1]}"
         )
 
-    if kind == "cuda" and "base_image" not in raw and python != default_python:
-        raise EnvkitError(
-            f"{where(at + ('python',))}: Python {python} is not the python3 of the default base image "
-            f"{default_base} ({default_python}); set base_image to an image with Python {python}, or drop python"
-        )
+    if spec.base_image == "python":
+        default_base = spec.python_base_image.format(python=python)
+    elif default_base is None:
+        raise EnvkitError(f"{where(at + ('kind',))}: kind {kind} takes its base image from wheels {spec.wheels!r}, which names none")
+    else:
+        apt_packages = [*DISTRO_PYTHON_PACKAGES, *apt_packages]
+        if "base_image" not in raw and python != default_python:
+            raise EnvkitError(
+                f"{where(at + ('python',))}: Python {python} is not the python3 of the default base image "
+                f"{default_base} ({default_python}); set base_image to an image with Python {python}, or drop python"
+            )
 
     return _with_hash(
         Target(
             name=name,
             kind=kind,
-            base_image=raw.get("base_image") or default_base or f"python:{python}-slim-bookworm",
+            base_image=raw.get("base_image") or default_base,
             python=python,
             torch=torch,
             torchvision=torchvision,
@@ -292,8 +302,8 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
             pip_packages=_pip_packages(raw.get("pip_packages", []), matrix, where, at),
             env={key: str(value) for key, value in sorted(raw.get("env", {}).items())},
             ca_certificates=_certificates(raw.get("ca_certificates", []), root, where, at),
-            shm_size=raw.get("shm_size", DEFAULT_SHM_SIZE[kind]),
-            gpus=_gpus(raw.get("gpus", "all")) if kind == "cuda" else None,
+            shm_size=raw.get("shm_size", spec.run.shm_size),
+            gpus=_gpus(raw.get("gpus", "all")) if "gpus" in spec.keys else None,
             apt_snapshot=raw.get("apt_snapshot"),
         ),
         root,

@@ -1,7 +1,9 @@
 """Host facts: what this machine offers, and which experiments it can therefore run.
 
-`envkit doctor`, the Makefile's pre-build check and `envkit compare` all ask these
-functions, so "can this host run gpu-dp-cifar?" has one answer everywhere.
+`envkit doctor`, `envkit experiment`'s pre-build check and `envkit compare` all ask
+these functions, so "can this host run gpu-dp-cifar?" has one answer everywhere.
+Which device each kind needs is data (envkit/data/kinds.yaml, its `host` entry);
+the experiments come from envkit/data/experiments.yaml.
 """
 
 from __future__ import annotations
@@ -10,21 +12,12 @@ import glob
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
+from envkit import kinds
 from envkit.errors import EnvkitError
-
-# make experiment target -> the image kind it runs in
-EXPERIMENTS = {
-    "cpu-mnist": "cpu",
-    "gpu-mnist": "cuda",
-    "gpu-single-cifar": "cuda",
-    "gpu-dp-cifar": "cuda",
-    "gpu-ddp-cifar": "cuda",
-    "tpu-mnist": "tpu-vm",
-    "tpu-mnist-single": "tpu-vm",
-}
-KINDS = ("cpu", "cuda", "tpu-vm")
+from envkit.experiment_table import by_kind
+from envkit.kinds import HostCheck
 START_ENGINE_HINT = "start one with 'sudo systemctl start docker' (or 'sudo dockerd &', or 'sudo scripts/docker-engine.sh start')"
 PING_TIMEOUT_S = 15
 # Below this the cuda image (several GB) and a dataset no longer fit comfortably.
@@ -37,7 +30,8 @@ class HostFacts:
     docker_error: str | None = None
     nvidia_runtime: bool = False
     gpus: list[str] = field(default_factory=list)
-    tpu_devices: list[str] = field(default_factory=list)
+    # The device files a kind's `host: {check: devices}` entry found, by its name ("tpu": [...]).
+    devices: dict[str, list[str]] = field(default_factory=dict)
     free_disk_gb: float = 0.0
     cpu_count: int = 1
 
@@ -81,14 +75,18 @@ def _nvidia_gpus() -> list[str]:
     return [line.strip() for line in done.stdout.splitlines() if line.startswith("GPU ")]
 
 
-def _tpu_devices() -> list[str]:
-    # /dev/vfio/vfio is the VFIO control node present on any VFIO host, not a TPU chip.
-    vfio = [p for p in glob.glob("/dev/vfio/*") if os.path.basename(p) != "vfio"]
-    return sorted(glob.glob("/dev/accel*")) + sorted(vfio)
+def device_files(check: HostCheck) -> list[str]:
+    """The files a kind's globs find, each glob's sorted, without the ones it says to ignore."""
+    return [path for pattern in check.globs for path in sorted(glob.glob(pattern)) if path not in check.ignore]
+
+
+def _device_checks() -> list[HostCheck]:
+    return [spec.host for spec in kinds.load_kinds().values() if spec.host.check == "devices"]
 
 
 def inspect_host() -> HostFacts:
-    facts = HostFacts(gpus=_nvidia_gpus(), tpu_devices=_tpu_devices(), cpu_count=os.cpu_count() or 1)
+    devices = {check.name: device_files(check) for check in _device_checks()}
+    facts = HostFacts(gpus=_nvidia_gpus(), devices=devices, cpu_count=os.cpu_count() or 1)
     disk_path = "."
     try:
         client = connect_engine()
@@ -103,24 +101,28 @@ def inspect_host() -> HostFacts:
     return facts
 
 
-def kind_problem(facts: HostFacts, kind: str) -> str | None:
-    """Why this host cannot run images of ``kind``, or None when it can."""
-    if kind not in KINDS:
-        raise EnvkitError(f"unknown target kind '{kind}': choose from {', '.join(KINDS)}")
-    if facts.docker_error:
-        return facts.docker_error
-    if kind == "cuda":
+def device_problem(facts: HostFacts, kind: str) -> str | None:
+    """Why this host lacks ``kind``'s device, or None when it has it (the engine aside)."""
+    check = kinds.kind(kind).host
+    if check.check == "nvidia":
         if not facts.gpus:
-            return "no NVIDIA GPU found (nvidia-smi -L lists none): gpu-* targets need a GPU host; try cpu-mnist"
+            return check.missing
         if not facts.nvidia_runtime:
             return "NVIDIA GPUs found but Docker cannot reach them: install nvidia-container-toolkit and restart the engine"
-    if kind == "tpu-vm" and not facts.tpu_devices:
-        return "no TPU devices (/dev/accel*, /dev/vfio/*) found: tpu-* targets run on a Cloud TPU VM; try cpu-mnist"
+    if check.check == "devices" and not facts.devices.get(check.name):
+        return check.missing
     return None
 
 
+def kind_problem(facts: HostFacts, kind: str) -> str | None:
+    """Why this host cannot run images of ``kind``, or None when it can."""
+    kinds.kind(kind)  # an unknown kind is bad input on any host
+    return facts.docker_error or device_problem(facts, kind)
+
+
 def runnable_experiments(facts: HostFacts) -> list[str]:
-    return [name for name, kind in EXPERIMENTS.items() if kind_problem(facts, kind) is None]
+    """The experiments this host can run in their images: cheap kinds first, as kinds.yaml lists them."""
+    return [entry.name for entry in by_kind(kinds.names()) if kind_problem(facts, entry.kind) is None]
 
 
 def parse_gpus(text: str, available: int | None = None) -> list[int] | None:
@@ -147,7 +149,7 @@ def require(facts: HostFacts, kind: str, gpus: str | None = None) -> None:
     problem = kind_problem(facts, kind)
     if problem:
         raise EnvkitError(f"this host cannot run {kind} images: {problem}")
-    if gpus is not None and kind == "cuda":
+    if gpus is not None and kinds.kind(kind).host.check == "nvidia":
         parse_gpus(gpus, len(facts.gpus))
 
 
@@ -156,13 +158,21 @@ def format_report(facts: HostFacts) -> str:
         f"docker engine   {facts.docker_version or 'none'}" + (f"  ({facts.docker_error})" if facts.docker_error else ""),
         f"nvidia runtime  {'yes' if facts.nvidia_runtime else 'no'}",
         f"gpus            {len(facts.gpus)}" + "".join(f"\n                  {g}" for g in facts.gpus),
-        f"tpu devices     {', '.join(facts.tpu_devices) or 'none'}",
+        *(f"{check.name + ' devices':16}{', '.join(facts.devices.get(check.name, [])) or 'none'}" for check in _device_checks()),
         f"cpus            {facts.cpu_count}",
         f"free disk       {facts.free_disk_gb:.1f} GB" + ("  (low: images and datasets need ~10 GB)" if facts.free_disk_gb < LOW_DISK_GB else ""),
         "",
         "make targets on this host:",
     ]
-    for name, kind in EXPERIMENTS.items():
-        problem = kind_problem(facts, kind)
-        lines.append(f"  {'yes' if problem is None else 'no ':4}{name:18}{'' if problem is None else problem}")
+    for entry in by_kind(kinds.names()):
+        problem = kind_problem(facts, entry.kind)
+        lines.append(f"  {'yes' if problem is None else 'no ':4}{entry.name:18}{'' if problem is None else problem}")
     return "\n".join(lines)
+
+
+def as_json(facts: HostFacts) -> dict:
+    """doctor --json: the facts, each kind's device files as <name>_devices (e.g. tpu_devices)."""
+    record = asdict(facts)
+    for name, files in record.pop("devices").items():
+        record[f"{name}_devices"] = files
+    return {**record, "runnable": runnable_experiments(facts)}

@@ -6,13 +6,11 @@ the README table) reads this one table, so adding an experiment is one entry the
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
+from envkit.datafile import load_checked
 from envkit.errors import EnvkitError
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -35,14 +33,7 @@ class Experiment:
 @lru_cache(maxsize=None)
 def load_experiments(path: Path = TABLE_PATH) -> dict[str, Experiment]:
     """Name -> Experiment, in the table's order; a malformed table is one line."""
-    import jsonschema  # only the commands that read the table pay for the import
-
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(data))
-    if error is not None:
-        where = "/".join(str(part) for part in error.absolute_path) or "top level"
-        raise EnvkitError(f"{path}: {where}: {error.message}")
+    data = load_checked(path, SCHEMA_PATH)
     return {name: Experiment(name=name, args=tuple(entry.pop("args")), **entry)
             for name, entry in data["experiments"].items()}
 
@@ -52,3 +43,9 @@ def experiment(name: str) -> Experiment:
     if name not in table:
         raise EnvkitError(f"unknown experiment {name!r}: choose from {', '.join(table)}")
     return table[name]
+
+
+def by_kind(kind_order: list[str]) -> list[Experiment]:
+    """The experiments grouped by kind in ``kind_order`` (cheap kinds first), table order within a kind."""
+    table = load_experiments().values()
+    return [entry for kind in kind_order for entry in table if entry.kind == kind]

@@ -15,19 +15,19 @@ from pathlib import Path
 
 import jinja2
 
+from envkit import kinds
 from envkit.config import ProjectConfig, Target
 from envkit.errors import EnvkitError
 from envkit.shellquote import FILTERS
 
 DEFAULT_OUTPUT = Path("docker")
 DEFAULT_PIP_INDEX_URL = "https://pypi.org/simple"
-# Target file -> (template, file mode).
+# Target file -> (template, file mode); {kind} is the target's kind.
 FILES = {
     "Dockerfile": ("Dockerfile.j2", 0o644),
-    "run.sh": ("run.sh.j2", 0o755),
+    "run.sh": ("kinds/{kind}.run.sh.j2", 0o755),
     ".dockerignore": ("dockerignore.j2", 0o644),
 }
-NON_ROOT_KINDS = {"cpu", "cuda"}  # tpu-vm needs root for --privileged device access
 # A high fixed id: numeric USER resolves on any host, and it cannot collide with
 # the 1000 that some bases (ubuntu 24.04's "ubuntu") already use.
 IMAGE_USER = {"name": "envkit", "id": 10001}
@@ -47,7 +47,7 @@ def render(config: ProjectConfig, names: list[str]) -> list[RenderedFile]:
         target = config.target(name)
         context = _context(config, target)
         for filename, (template, mode) in FILES.items():
-            text = _render_template(env, template, context)
+            text = _render_template(env, template.format(kind=target.kind), context)
             files.append(RenderedFile(Path(name) / filename, text, mode))
     return files
 
@@ -103,13 +103,18 @@ def labels(config: ProjectConfig, target: Target) -> list[tuple[str, str]]:
 
 
 def _context(config: ProjectConfig, target: Target) -> dict:
+    kind = kinds.kind(target.kind)
     return {
         "config_name": config.path.name,
         "target": target,
+        "kind": kind,
+        "docker_args": [*kind.run.docker_args, *(["--net=host"] if kind.run.host_network else [])],
+        "ulimits": " ".join(f"{name}={value}" for name, value in kind.run.ulimits.items()),
         "labels": labels(config, target),
         "requirements": requirements(target),
         "pip_index_url": target.pip_index_url or DEFAULT_PIP_INDEX_URL,
-        "user": IMAGE_USER if target.kind in NON_ROOT_KINDS else None,
+        # Root only where the kind's devices need it (--privileged on a TPU VM).
+        "user": IMAGE_USER if kind.run.user == "caller" else None,
         # torch_xla's _XLAC links the shared libpython (pytorch/xla#6372), which a
         # distro python3 base lacks: the Dockerfile installs this package there.
         "libpython": f"libpython{target.python}" if target.torch_xla else None,

@@ -86,12 +86,12 @@ def test_demo_with_docker_runs_in_the_cpu_image_and_falls_back(in_repo, capsys):
     assert f"#    # 1. mnist on eager CPU\n#    {PY} recipes/mnist.py --device cpu" in out
 
 
-def test_compare_runs_the_make_targets_doctor_allows(in_repo, repo_root, capsys):
+def test_compare_runs_the_experiments_doctor_allows(in_repo, repo_root, capsys):
     in_repo(WITH_ENGINE, ["cpu-mnist"])
     out = dry_run(["compare", "--epochs", "1", "--dataset", "fake", "--max-steps", "5", "--reference"], capsys)
     report = f"{PY} -m envkit report results --format md --reference\n"
     assert out == (
-        f"# 1. experiment cpu-mnist\nmake -C . cpu-mnist DATASET=fake RESULTS_DIR={repo_root / 'results'} EPOCHS=1 MAX_STEPS=5\n"
+        f"# 1. experiment cpu-mnist\n{PY} -m envkit experiment --results-dir {repo_root / 'results'} cpu-mnist --dataset fake --epochs 1 --max-steps 5\n"
         "#    if this fails:\n"
         f"#    # the first Docker experiment failed; running the recipes with {PY} instead\n"
         f"#    # 1. mnist on eager CPU\n#    {PY} recipes/mnist.py --device cpu --results-dir results --quiet --dataset fake --epochs 1 --max-steps 5\n"
@@ -125,7 +125,7 @@ def test_compare_on_a_tpu_vm_without_docker_runs_one_core_then_all_cores(in_repo
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: object() if name == "torch_xla" else real_find_spec(name, *a))
-    in_repo(HostFacts(docker_error="no engine", tpu_devices=["/dev/accel0"], cpu_count=8), [])
+    in_repo(HostFacts(docker_error="no engine", devices={"tpu": ["/dev/accel0"]}, cpu_count=8), [])
     out = dry_run(["compare", "--results-dir", "out", "--dataset", "fake"], capsys)
     common = "--results-dir out --quiet --dataset fake"
     assert f"# 4. mnist on one TPU core\n{PY} recipes/mnist.py --device tpu --cores 1 {common}\n" in out

@@ -12,6 +12,8 @@ import pytest
 
 from envkit import doctor
 from envkit.errors import EnvkitError
+from envkit.experiment_table import load_experiments
+from envkit.kinds import kind
 
 NO_ENGINE = "no Docker engine answers at unix:///x: start one with ..."
 
@@ -22,17 +24,17 @@ def facts(**overrides) -> doctor.HostFacts:
 
 
 GPU_HOST = facts(gpus=["GPU 0: A100", "GPU 1: A100"], nvidia_runtime=True)
-TPU_HOST = facts(tpu_devices=["/dev/accel0", "/dev/accel1"])
+TPU_HOST = facts(devices={"tpu": ["/dev/accel0", "/dev/accel1"]})
 
 
 @pytest.mark.parametrize(
     "host, runnable",
     [
-        (facts(), ["cpu-mnist"]),
-        (GPU_HOST, ["cpu-mnist", "gpu-mnist", "gpu-single-cifar", "gpu-dp-cifar", "gpu-ddp-cifar"]),
-        (TPU_HOST, ["cpu-mnist", "tpu-mnist", "tpu-mnist-single"]),
+        (facts(), ["cpu-mnist", "cpu-single-cifar", "cpu-ddp-cifar"]),
+        (GPU_HOST, ["cpu-mnist", "cpu-single-cifar", "cpu-ddp-cifar", "gpu-mnist", "gpu-single-cifar", "gpu-dp-cifar", "gpu-ddp-cifar"]),
+        (TPU_HOST, ["cpu-mnist", "cpu-single-cifar", "cpu-ddp-cifar", "tpu-mnist", "tpu-mnist-single"]),
         (facts(docker_version=None, docker_error=NO_ENGINE, gpus=["GPU 0: A100"], nvidia_runtime=True), []),
-        (facts(gpus=["GPU 0: A100"], nvidia_runtime=False), ["cpu-mnist"]),
+        (facts(gpus=["GPU 0: A100"], nvidia_runtime=False), ["cpu-mnist", "cpu-single-cifar", "cpu-ddp-cifar"]),
     ],
 )
 def test_runnable_experiments_follow_the_host(host, runnable):
@@ -41,7 +43,7 @@ def test_runnable_experiments_follow_the_host(host, runnable):
 
 def test_every_makefile_experiment_is_known_to_doctor(repo_root):
     makefile = (repo_root / "Makefile").read_text()
-    for name in doctor.EXPERIMENTS:
+    for name in load_experiments():
         assert f"\n{name}:" in makefile
 
 
@@ -88,7 +90,7 @@ def test_gpus_beyond_the_host_are_refused_after_the_host_check():
 
 def test_report_lists_every_target_with_its_verdict():
     text = doctor.format_report(facts(free_disk_gb=3.0))
-    for name in doctor.EXPERIMENTS:
+    for name in load_experiments():
         assert name in text
     assert "yes cpu-mnist" in text and "no  gpu-dp-cifar" in text
     assert "low:" in text
@@ -116,7 +118,7 @@ def fake_host(tmp_path, monkeypatch):
 
 
 def test_inspect_host_gathers_engine_gpus_and_disk(fake_host, monkeypatch):
-    monkeypatch.setattr(doctor, "_tpu_devices", lambda: [])
+    monkeypatch.setattr(doctor, "device_files", lambda check: [])
     host = doctor.inspect_host()
     assert host.docker_version == "24.0.7" and host.docker_error is None
     assert host.nvidia_runtime is True
@@ -138,7 +140,7 @@ def test_inspect_host_without_engine_records_the_reason(monkeypatch):
 def test_tpu_devices_skip_the_vfio_control_node(monkeypatch):
     listing = {"/dev/accel*": ["/dev/accel1", "/dev/accel0"], "/dev/vfio/*": ["/dev/vfio/vfio", "/dev/vfio/0"]}
     monkeypatch.setattr(doctor.glob, "glob", lambda pattern: listing[pattern])
-    assert doctor._tpu_devices() == ["/dev/accel0", "/dev/accel1", "/dev/vfio/0"]
+    assert doctor.device_files(kind("tpu-vm").host) == ["/dev/accel0", "/dev/accel1", "/dev/vfio/0"]
 
 
 def run_doctor(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:

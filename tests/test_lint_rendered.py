@@ -59,7 +59,7 @@ def test_cpu_dry_run(repo_root):
     assert result.returncode == 0, result.stderr
     assert shlex.split(result.stdout) == [
         "docker", "run", "--rm", "--init", "--user", OWNER, "-e", "HOME=/tmp", "--shm-size", "2g",
-        "-e", "ENVKIT_IMAGE=envkit-cpu:latest", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}",
+        "-e", "ENVKIT_IMAGE=envkit-cpu:latest", "-e", "ENVKIT_IMAGE_ID", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}",
         *mounts(), "envkit-cpu:latest", *TAIL, "--epochs", "1",
     ]  # fmt: skip
 
@@ -70,7 +70,8 @@ def test_cuda_dry_run_renumbers_chosen_gpus(repo_root):
     assert shlex.split(result.stdout) == [
         "docker", "run", "--rm", "--init", "--user", OWNER, "-e", "HOME=/tmp",
         "--gpus", '"device=0,2"', "-e", "CUDA_VISIBLE_DEVICES=0,1", "--ipc=host",
-        "-e", "ENVKIT_IMAGE=lab/envkit-cuda:abc", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}",
+        "--ulimit", "memlock=-1", "--ulimit", "stack=67108864",
+        "-e", "ENVKIT_IMAGE=lab/envkit-cuda:abc", "-e", "ENVKIT_IMAGE_ID", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}",
         *mounts(), "lab/envkit-cuda:abc", *TAIL,
     ]  # fmt: skip
     assert "--gpus '\"device=0,2\"'" in result.stdout, "the quoting a user would type"
@@ -106,7 +107,7 @@ def test_tpu_dry_run(repo_root):
     result = dry_run(repo_root, "tpu-vm", "mnist", "--device", "tpu", directory=None, RESULTS_DIR="out")
     assert shlex.split(result.stdout) == [
         "docker", "run", "--rm", "--init", "--privileged", "--net=host", "--shm-size", "16G",
-        "-e", "PJRT_DEVICE=TPU", "-e", "ENVKIT_IMAGE=envkit-tpu-vm:latest",
+        "-e", "PJRT_DEVICE=TPU", "-e", "ENVKIT_IMAGE=envkit-tpu-vm:latest", "-e", "ENVKIT_IMAGE_ID",
         "-e", f"ENVKIT_RESULTS_OWNER={OWNER}", *mounts("/tmp/out"), "envkit-tpu-vm:latest",
         *TAIL, "--device", "tpu",
     ]  # fmt: skip
@@ -137,6 +138,55 @@ def test_run_sh_bad_input(repo_root, args, env, message):
 def test_docker_client_may_be_several_words(repo_root):
     result = dry_run(repo_root, "cpu", "mnist", DOCKER="sudo -E docker", directory=None)
     assert shlex.split(result.stdout)[:5] == ["sudo", "-E", "docker", "run", "--rm"]
+
+
+def test_cuda_ulimits_are_defaults_a_user_may_replace(repo_root):
+    def limits(**env):
+        words = shlex.split(dry_run(repo_root, "cuda", "mnist", directory=None, **env).stdout)
+        return [words[i + 1] for i, word in enumerate(words) if word == "--ulimit"]
+
+    assert limits() == ["memlock=-1", "stack=67108864"]
+    assert limits(ULIMITS="") == []
+    assert limits(ULIMITS="memlock=-1 nofile=1024:2048") == ["memlock=-1", "nofile=1024:2048"]
+    bad = dry_run(repo_root, "cuda", "mnist", ULIMITS="memlock=$(id)", directory=None)
+    assert bad.returncode == 2 and bad.stdout == "" and "ULIMITS must be NAME=LIMIT words" in bad.stderr
+    assert "--ulimit" not in dry_run(repo_root, "cpu", "mnist", directory=None).stdout
+
+
+MULTINODE = {"NNODES": "2", "NODE_RANK": "1", "RDZV_ENDPOINT": "node0:29500", "RDZV_ID": "job7",
+             "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth1"}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_multi_node_settings_pass_through_by_name(repo_root, target):
+    words = shlex.split(dry_run(repo_root, target, "mnist", directory=None, **MULTINODE).stdout)
+    passed = [words[i + 1] for i, word in enumerate(words) if word == "-e" and words[i + 1] in MULTINODE]
+    assert passed == list(MULTINODE)
+    assert words.count("--net=host") == 1, "NNODES > 1 needs the host network, once"
+    one_host = shlex.split(dry_run(repo_root, target, "mnist", directory=None, NNODES="1").stdout)
+    assert one_host.count("--net=host") == (target == "tpu-vm") and "NNODES" in one_host
+
+
+def test_multi_node_settings_only_when_set(repo_root):
+    words = shlex.split(dry_run(repo_root, "cpu", "mnist", directory=None, NODE_RANK="0").stdout)
+    assert "NODE_RANK" in words and "NNODES" not in words and "--net=host" not in words
+
+
+@pytest.mark.parametrize("nnodes", ["0", "two", "-1", "1;id"])
+def test_bad_nnodes_is_one_line(repo_root, nnodes):
+    result = dry_run(repo_root, "cpu", "mnist", directory=None, NNODES=nnodes)
+    assert result.returncode == 2 and result.stdout == "" and "NNODES must be a number of hosts" in result.stderr
+
+
+def test_run_sh_passes_the_image_id_it_finds(repo_root, tmp_path):
+    fake = tmp_path / "fake-docker"
+    fake.write_text('#!/bin/sh\nif [ "$1" = image ]; then echo sha256:abc; exit 0; fi\n'
+                    'printf "%s\\n" "$ENVKIT_IMAGE_ID" > "$0.id"\n')
+    fake.chmod(0o755)
+    env = {"PATH": os.environ["PATH"], "DOCKER": str(fake), "DATA_DIR": str(tmp_path / "d"), "RESULTS_DIR": str(tmp_path / "r")}
+    result = subprocess.run([str(repo_root / "docker" / "cpu" / "run.sh"), "mnist"], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "fake-docker.id").read_text() == "sha256:abc\n"
 
 
 def test_run_sh_runs_the_docker_client_it_is_given(repo_root, tmp_path):

@@ -1,12 +1,14 @@
 """The Makefile as text: `make help` and `make -n` dry runs in a copy of the project.
 
 A copy, so that file dates can be arranged (rendered files fresh or stale, the venv
-present or not) without touching the checkout.
+present or not) without touching the checkout. An experiment target runs one
+`envkit experiment` line; ``planned`` shows the steps that line runs (its --dry-run).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -61,6 +63,24 @@ def dry_run(project: Path, *args: str) -> list[str]:
     return [" ".join(line.split()) for line in done.stdout.splitlines()]
 
 
+def planned(repo_root: Path, make_line: str) -> list[str]:
+    """The commands the `envkit experiment` line of ``make -n`` runs, envkit named as make names it."""
+    words = shlex.split(make_line)
+    start = words.index("experiment")
+    done = subprocess.run([sys.executable, "-m", "envkit", *words[start:start + 1], "--dry-run", *words[start + 1:]],
+                          cwd=repo_root, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(repo_root)})
+    assert done.returncode == 0, done.stderr
+    envkit = words[start - 1]
+    return [line.replace(f"{sys.executable} -m envkit", envkit) for line in done.stdout.splitlines() if not line.startswith("#")]
+
+
+def experiment(project: Path, repo_root: Path, *args: str) -> list[str]:
+    """``make -n`` of an experiment target: one `envkit experiment` line, expanded into its steps."""
+    lines = dry_run(project, *args)
+    assert len(lines) == 1 and " experiment " in lines[0], lines
+    return planned(repo_root, lines[0])
+
+
 def test_help_lists_every_target_with_one_line(project):
     done = make(project, "help")
     assert done.returncode == 0, done.stderr
@@ -75,8 +95,10 @@ def test_help_is_the_default_goal(project):
     assert make(project).stdout == make(project, "help").stdout
 
 
-def test_cpu_mnist_checks_the_host_then_builds_then_runs(project):
-    lines = dry_run(project, "cpu-mnist", "DATASET=fake", "MAX_STEPS=5", "RESULTS_DIR=/r", "DATA_DIR=/d")
+def test_cpu_mnist_checks_the_host_then_builds_then_runs(project, repo_root):
+    make_lines = dry_run(project, "cpu-mnist", "DATASET=fake", "MAX_STEPS=5", "RESULTS_DIR=/r", "DATA_DIR=/d")
+    assert make_lines == [".venv/bin/envkit experiment --results-dir /r --data-dir /d cpu-mnist --dataset fake --max-steps 5"]
+    lines = planned(repo_root, make_lines[0])
     assert lines == [
         ".venv/bin/envkit doctor --require cpu",
         ".venv/bin/envkit build cpu",
@@ -84,36 +106,56 @@ def test_cpu_mnist_checks_the_host_then_builds_then_runs(project):
     ]
 
 
-def test_results_dir_defaults_to_the_project(project):
-    run_line = dry_run(project, "cpu-mnist")[-1]
+def test_results_dir_defaults_to_the_project(project, repo_root):
+    run_line = experiment(project, repo_root, "cpu-mnist")[-1]
     assert f"RESULTS_DIR={project}/results DATA_DIR={project}/data" in run_line
 
 
-def test_gpu_dp_cifar_passes_gpus_model_batch_epochs(project):
-    lines = dry_run(project, "gpu-dp-cifar", "GPUS=1,2,3,4", "MODEL=resnet50", "BATCH=128", "EPOCHS=2")
+def test_gpu_dp_cifar_passes_gpus_model_batch_epochs(project, repo_root):
+    lines = experiment(project, repo_root, "gpu-dp-cifar", "GPUS=1,2,3,4", "MODEL=resnet50", "BATCH=128", "EPOCHS=2")
     assert lines[0] == ".venv/bin/envkit doctor --require cuda --gpus 1,2,3,4"
     assert lines[1] == ".venv/bin/envkit build cuda"
     assert "GPUS=1,2,3,4 docker/cuda/run.sh cifar --device cuda --parallel dp" in lines[-1]
     assert lines[-1].endswith("--epochs 2 --global-batch 128 --model resnet50")
 
 
-def test_ddp_and_single_gpu_variants(project):
-    assert "run.sh cifar --device cuda --parallel ddp" in dry_run(project, "gpu-ddp-cifar", "GPUS=0,1")[-1]
-    single = dry_run(project, "gpu-single-cifar", "GPUS=2,3")
+def test_ddp_and_single_gpu_variants(project, repo_root):
+    assert "run.sh cifar --device cuda --parallel ddp" in experiment(project, repo_root, "gpu-ddp-cifar", "GPUS=0,1")[-1]
+    single = experiment(project, repo_root, "gpu-single-cifar", "GPUS=2,3")
     assert single[0].endswith("--gpus 2")  # one GPU: the first of GPUS
     assert "GPUS=2 docker/cuda/run.sh cifar --device cuda --parallel none" in single[-1]
-    assert "GPUS=0 docker/cuda/run.sh mnist --device cuda" in dry_run(project, "gpu-mnist")[-1]
+    assert "GPUS=0 docker/cuda/run.sh mnist --device cuda" in experiment(project, repo_root, "gpu-mnist")[-1]
 
 
-def test_per_device_batch_for_the_batch_scaling_experiments(project):
-    assert dry_run(project, "tpu-mnist", "PER_DEVICE_BATCH=16")[-1].endswith("--cores all --per-device-batch 16")
+def test_per_device_batch_for_the_batch_scaling_experiments(project, repo_root):
+    assert experiment(project, repo_root, "tpu-mnist", "PER_DEVICE_BATCH=16")[-1].endswith("--cores all --per-device-batch 16")
 
 
-def test_tpu_targets_differ_in_cores(project):
-    all_cores = dry_run(project, "tpu-mnist")
+def test_tpu_targets_differ_in_cores(project, repo_root):
+    all_cores = experiment(project, repo_root, "tpu-mnist")
     assert all_cores[0] == ".venv/bin/envkit doctor --require tpu-vm"
     assert all_cores[-1].endswith("docker/tpu-vm/run.sh mnist --device tpu --cores all")
-    assert dry_run(project, "tpu-mnist-single")[-1].endswith("docker/tpu-vm/run.sh mnist --device tpu --cores 1")
+    assert experiment(project, repo_root, "tpu-mnist-single")[-1].endswith("docker/tpu-vm/run.sh mnist --device tpu --cores 1")
+
+
+def test_model_reaches_the_cifar_experiments_only(project):
+    assert dry_run(project, "gpu-dp-cifar", "MODEL=resnet50")[0].endswith("gpu-dp-cifar --model resnet50")
+    assert dry_run(project, "cpu-mnist", "MODEL=resnet50")[0].endswith("cpu-mnist")
+
+
+def test_cpu_ddp_cifar_is_a_make_target(project, repo_root):
+    lines = experiment(project, repo_root, "cpu-ddp-cifar", "EPOCHS=1")
+    assert lines[0] == ".venv/bin/envkit doctor --require cpu"
+    assert lines[-1].endswith("docker/cpu/run.sh cifar --device cpu --parallel ddp --epochs 1")
+
+
+def test_multi_node_settings_reach_run_sh_quoted(project):
+    line = dry_run(project, "gpu-ddp-cifar", "NNODES=2", "NODE_RANK=1", "RDZV_ENDPOINT=node0:29500", "RDZV_ID=job 7",
+                   "NCCL_SOCKET_IFNAME=eth0", "GLOO_SOCKET_IFNAME=it's")[0]
+    assert line.startswith("NNODES='2' NODE_RANK='1' RDZV_ENDPOINT='node0:29500' RDZV_ID='job 7' "
+                           "NCCL_SOCKET_IFNAME='eth0' GLOO_SOCKET_IFNAME='it'\\''s' .venv/bin/envkit experiment ")
+    assert shlex.split(line)[5] == "GLOO_SOCKET_IFNAME=it's"
+    assert dry_run(project, "gpu-ddp-cifar")[0].startswith(".venv/bin/envkit experiment "), "unset: not passed"
 
 
 @pytest.mark.parametrize("gpus", ["0,x", "0,", "-1", "all,0", "0;rm"])
@@ -145,7 +187,7 @@ def test_stale_render_is_rendered_first(project):
     _age(project / "envkit.yaml", 0)
     lines = dry_run(project, "cpu-mnist")
     assert lines[:2] == [".venv/bin/envkit render --target cpu", "touch docker/cpu/Dockerfile docker/cpu/run.sh"]
-    assert lines[2] == ".venv/bin/envkit doctor --require cpu"
+    assert lines[2].startswith(".venv/bin/envkit experiment ") and lines[2].endswith(" cpu-mnist")
 
 
 def test_edited_template_re_renders(project):
@@ -170,7 +212,7 @@ def test_missing_venv_is_created_from_the_pinned_requirements(project):
         "/tmp/elsewhere/bin/pip install --no-deps -e .",
         "touch /tmp/elsewhere/bin/envkit",
     ]
-    assert lines[4] == "/tmp/elsewhere/bin/envkit doctor --require cpu"
+    assert lines[4].startswith("/tmp/elsewhere/bin/envkit experiment ") and lines[4].endswith(" cpu-mnist")
 
 
 def test_xla_env_comes_from_its_requirements(project):
@@ -209,8 +251,10 @@ def test_report_and_test_targets(project):
     assert dry_run(project, "test") == [".venv/bin/pytest --slow"]
 
 
-def test_an_experiment_stops_before_building_when_the_host_cannot_run_it(project, tmp_path):
+def test_an_experiment_stops_before_building_when_the_host_cannot_run_it(project, tmp_path, repo_root):
     venv = Path(sys.executable).parent.parent  # a real envkit, so the host check really runs
+    shutil.copy(repo_root / "envkit.yaml", project / "envkit.yaml")  # which it reads to find the target
+    _age(project / "envkit.yaml", 300)
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
     done = subprocess.run(["make", "--no-print-directory", "-C", str(project), "cpu-mnist", f"VENV={venv}"],
                           capture_output=True, text=True, env=env)

@@ -7,6 +7,9 @@
 # Environment: IMAGE (default envkit-cuda:latest), DATA_DIR (./data), RESULTS_DIR (./results),
 # GPUS (host GPU indices such as 0,2, or all; default all),
 # SHM_SIZE (default: share the host's IPC namespace), DOCKER (docker),
+# ULIMITS (docker --ulimit settings; default memlock=-1 stack=67108864; empty for none),
+# NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME (multi-node
+# torchrun: passed into the container when set; NNODES above 1 runs on the host network),
 # ENVKIT_DRY_RUN=1 (print the docker command instead of running it).
 set -euo pipefail
 
@@ -76,11 +79,32 @@ else
   fail "SHM_SIZE must be a size such as 8g (digits and an optional unit b, k, m, g); got '$shm_size'"
 fi
 
+# memlock=-1 stack=67108864 are the defaults for cuda; ULIMITS replaces them.
+read -r -a limits <<<"${ULIMITS-memlock=-1 stack=67108864}"
+ulimit_args=()
+for limit in ${limits[@]+"${limits[@]}"}; do
+  [[ $limit =~ ^[a-z]+=-?[0-9]+(:-?[0-9]+)?$ ]] || fail "ULIMITS must be NAME=LIMIT words such as memlock=-1; got '$limit'"
+  ulimit_args+=(--ulimit "$limit")
+done
+
+# Multi-node torchrun (the same command on every host): the rendezvous settings reach the
+# recipe, and NCCL and gloo need the host network to reach the other hosts.
+multinode_args=()
+for name in NNODES NODE_RANK RDZV_ENDPOINT RDZV_ID NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME; do
+  [[ -z ${!name:-} ]] || multinode_args+=(-e "$name")
+done
+[[ ${NNODES:-1} =~ ^[1-9][0-9]*$ ]] || fail "NNODES must be a number of hosts, 1 or more; got '$NNODES'"
+if ((${NNODES:-1} > 1)); then
+  multinode_args+=(--net=host)
+fi
+
 command=(
   "${docker[@]}" run --rm --init
   --user "$owner" -e HOME=/tmp
   "${device_args[@]}" "${ipc_args[@]}"
-  -e "ENVKIT_IMAGE=$image" -e "ENVKIT_RESULTS_OWNER=$owner"
+  ${ulimit_args[@]+"${ulimit_args[@]}"}
+  -e "ENVKIT_IMAGE=$image" -e ENVKIT_IMAGE_ID -e "ENVKIT_RESULTS_OWNER=$owner"
+  ${multinode_args[@]+"${multinode_args[@]}"}
   -v "$data_dir:/workspace/data" -v "$results_dir:/workspace/results"
   "$image" python "/opt/envkit/recipes/$recipe.py" --data-dir /workspace/data --results-dir /workspace/results
   "$@"
@@ -97,4 +121,10 @@ fi
 
 # Created by the caller, not by dockerd as root.
 mkdir -p -- "$data_dir" "$results_dir"
+# The results record the image's id: a tag moves to the next build, an id does not.
+if image_id=$("${docker[@]}" image inspect --format '{{.Id}}' "$image" 2>/dev/null) && [[ -n $image_id ]]; then
+  export ENVKIT_IMAGE_ID=$image_id
+else
+  unset ENVKIT_IMAGE_ID
+fi
 exec "${command[@]}"

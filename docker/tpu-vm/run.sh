@@ -6,6 +6,8 @@
 # Runs recipes/RECIPE.py in the image with ./data and ./results mounted.
 # Environment: IMAGE (default envkit-tpu-vm:latest), DATA_DIR (./data), RESULTS_DIR (./results),
 # SHM_SIZE (16G), DOCKER (docker),
+# NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME (multi-node
+# torchrun: passed into the container when set; NNODES above 1 runs on the host network),
 # ENVKIT_DRY_RUN=1 (print the docker command instead of running it).
 set -euo pipefail
 
@@ -56,12 +58,21 @@ else
   fail "SHM_SIZE must be a size such as 16G (digits and an optional unit b, k, m, g); got '$shm_size'"
 fi
 
+# Multi-node torchrun (the same command on every host): the rendezvous settings reach the
+# recipe, and NCCL and gloo need the host network to reach the other hosts.
+multinode_args=()
+for name in NNODES NODE_RANK RDZV_ENDPOINT RDZV_ID NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME; do
+  [[ -z ${!name:-} ]] || multinode_args+=(-e "$name")
+done
+[[ ${NNODES:-1} =~ ^[1-9][0-9]*$ ]] || fail "NNODES must be a number of hosts, 1 or more; got '$NNODES'"
+
 command=(
   "${docker[@]}" run --rm --init
   # --privileged exposes the TPU chips (/dev/accel*, /dev/vfio); pod slices need the host network.
   # Root inside: the recipe hands what it writes to ENVKIT_RESULTS_OWNER.
   --privileged --net=host "${ipc_args[@]}" -e PJRT_DEVICE=TPU
-  -e "ENVKIT_IMAGE=$image" -e "ENVKIT_RESULTS_OWNER=$owner"
+  -e "ENVKIT_IMAGE=$image" -e ENVKIT_IMAGE_ID -e "ENVKIT_RESULTS_OWNER=$owner"
+  ${multinode_args[@]+"${multinode_args[@]}"}
   -v "$data_dir:/workspace/data" -v "$results_dir:/workspace/results"
   "$image" python "/opt/envkit/recipes/$recipe.py" --data-dir /workspace/data --results-dir /workspace/results
   "$@"
@@ -78,4 +89,10 @@ fi
 
 # Created by the caller, not by dockerd as root.
 mkdir -p -- "$data_dir" "$results_dir"
+# The results record the image's id: a tag moves to the next build, an id does not.
+if image_id=$("${docker[@]}" image inspect --format '{{.Id}}' "$image" 2>/dev/null) && [[ -n $image_id ]]; then
+  export ENVKIT_IMAGE_ID=$image_id
+else
+  unset ENVKIT_IMAGE_ID
+fi
 exec "${command[@]}"

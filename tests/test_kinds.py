@@ -1,0 +1,185 @@
+"""Target kinds as data (envkit/data/kinds.yaml + templates/kinds/<kind>.run.sh.j2).
+
+The proof that a kind is data: a copy of the project gains a ROCm kind through
+kinds.yaml and a template fragment only (plus a target and an experiment, also data),
+and that kind renders, is listed, gets a dry-run plan and is reported by doctor,
+while every Python file stays byte-identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envkit import kinds
+from envkit.config import schema
+from envkit.errors import EnvkitError
+
+ROCM_KIND = """\
+  rocm:
+    summary: AMD GPUs through ROCm
+    wheels: cpu
+    base_image: python
+    keys: []
+    device_flag: [--device, cuda]
+    host:
+      check: devices
+      name: rocm
+      globs: [/dev/kfd]
+      missing: "no ROCm devices (/dev/kfd) found: rocm-* targets need an AMD GPU host"
+    run:
+      user: caller
+      shm_size: 8g
+      docker_args: [--device=/dev/kfd, --device=/dev/dri, --group-add, video]
+"""
+ROCM_FRAGMENT = """\
+{# rocm: the device nodes and the video group are in envkit/data/kinds.yaml. #}
+{% extends "run.sh.j2" %}
+{% block run_comment %}
+  # /dev/kfd is the ROCm compute interface, /dev/dri the GPUs; the video group may open them.
+{% endblock %}
+"""
+ROCM_EXPERIMENT = """\
+  rocm-mnist:
+    summary: MNIST on one AMD GPU
+    kind: rocm
+    recipe: mnist
+    args: [--device, cuda]
+    gpus: none
+    scale: single
+    published: null
+"""
+
+
+def test_the_shipped_kinds():
+    assert kinds.names() == ["cpu", "cuda", "tpu-vm"]
+    tpu = kinds.kind("tpu-vm")
+    assert (tpu.run.user, tpu.run.host_network, tpu.run.env) == ("root", True, {"PJRT_DEVICE": "TPU"})
+    assert kinds.kind("cuda").run.ulimits == {"memlock": "-1", "stack": "67108864"}
+
+
+def test_every_kind_has_its_run_sh_fragment(repo_root):
+    for name in kinds.names():
+        assert (repo_root / "templates" / "kinds" / f"{name}.run.sh.j2").is_file(), name
+
+
+def test_the_config_schema_takes_its_kinds_from_the_data():
+    assert schema()["$defs"]["target"]["properties"]["kind"]["enum"] == kinds.names()
+
+
+def test_unknown_kind_is_one_line():
+    with pytest.raises(EnvkitError, match="unknown target kind 'rocm': choose from cpu, cuda, tpu-vm"):
+        kinds.kind("rocm")
+
+
+def test_a_malformed_kinds_file_is_one_line(tmp_path):
+    broken = tmp_path / "kinds.yaml"
+    broken.write_text(kinds.KINDS_PATH.read_text().replace("user: root", "user: admin"))
+    with pytest.raises(EnvkitError, match=r"kinds\.yaml: kinds/tpu-vm/run/user: 'admin' is not one of"):
+        kinds.load_kinds(broken)
+
+
+def python_files(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted((root / "envkit").rglob("*.py"))}
+
+
+@pytest.fixture
+def rocm_project(tmp_path, repo_root):
+    """A copy of the project that knows a rocm kind from data and a template fragment alone."""
+    project = tmp_path / "project"
+    project.mkdir()
+    for part in ("envkit", "templates", "recipes", "envkit.yaml"):
+        copy = shutil.copytree if (repo_root / part).is_dir() else shutil.copy
+        copy(repo_root / part, project / part, **({"ignore": shutil.ignore_patterns("__pycache__")} if copy is shutil.copytree else {}))
+    with open(project / "envkit" / "data" / "kinds.yaml", "a", encoding="utf-8") as table:
+        table.write(ROCM_KIND)
+    with open(project / "envkit" / "data" / "experiments.yaml", "a", encoding="utf-8") as table:
+        table.write(ROCM_EXPERIMENT)
+    (project / "templates" / "kinds" / "rocm.run.sh.j2").write_text(ROCM_FRAGMENT)
+    with open(project / "envkit.yaml", "a", encoding="utf-8") as config:
+        config.write('\n  rocm:\n    kind: rocm\n    torch: "2.9.0"\n')
+    assert python_files(project) == python_files(repo_root), "no Python file was edited"
+    return project
+
+
+def envkit(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(project), "DOCKER_HOST": f"unix://{project}/no.sock", **env}
+    return subprocess.run([sys.executable, "-m", "envkit", *args], cwd=project, capture_output=True, text=True,
+                          env=environment)
+
+
+def test_a_rocm_kind_from_data_and_a_fragment_alone(rocm_project):
+    project = rocm_project
+    # renders, with the kind's flags in its run.sh
+    done = envkit(project, "render", "--all")
+    assert done.returncode == 0, done.stderr
+    assert "rendered 12 files for cpu, cuda, tpu-vm, rocm" in done.stdout
+    run_sh = project / "docker" / "rocm" / "run.sh"
+    dry = subprocess.run([str(run_sh), "mnist", "--device", "cuda"], capture_output=True, text=True, cwd=project,
+                         env={"PATH": os.environ["PATH"], "ENVKIT_DRY_RUN": "1", "RESULTS_DIR": "/r", "DATA_DIR": "/d"})
+    assert dry.returncode == 0, dry.stderr
+    owner = f"{os.getuid()}:{os.getgid()}"
+    assert shlex.split(dry.stdout)[:14] == [
+        "docker", "run", "--rm", "--init", "--user", owner, "-e", "HOME=/tmp",
+        "--device=/dev/kfd", "--device=/dev/dri", "--group-add", "video", "--shm-size", "8g",
+    ]
+    assert "USER 10001:10001" in (project / "docker" / "rocm" / "Dockerfile").read_text()
+
+    # appears in `envkit targets`
+    done = envkit(project, "targets")
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("rocm "))
+    assert row.split()[:3] == ["rocm", "rocm", "python:3.11-slim-bookworm"]
+
+    # gets a dry-run plan
+    done = envkit(project, "experiment", "--dry-run", "--results-dir", "/r", "rocm-mnist", "--epochs", "1")
+    assert done.returncode == 0, done.stderr
+    plan = [line for line in done.stdout.splitlines() if not line.startswith("#")]
+    assert plan == [f"{sys.executable} -m envkit doctor --require rocm", f"{sys.executable} -m envkit build rocm",
+                    "RESULTS_DIR=/r docker/rocm/run.sh mnist --device cuda --epochs 1"]
+
+    # is reported by doctor, its device check from the data
+    done = envkit(project, "doctor")
+    assert done.returncode == 0, done.stderr
+    assert "rocm devices    " in done.stdout and "rocm-mnist" in done.stdout
+    report = json.loads(envkit(project, "doctor", "--json").stdout)
+    assert report["rocm_devices"] == [path for path in ["/dev/kfd"] if os.path.exists(path)]
+    done = envkit(project, "doctor", "--require", "rocm")
+    assert done.returncode == 2 and done.stderr.startswith("envkit: error: this host cannot run rocm images: ")
+    probe = (
+        "from envkit import doctor; facts = doctor.HostFacts(docker_version='x');"
+        "print(doctor.kind_problem(facts, 'rocm')); facts.devices['rocm'] = ['/dev/kfd'];"
+        "print(doctor.kind_problem(facts, 'rocm'), doctor.runnable_experiments(facts)[-1])"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=project, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(project)})
+    assert done.stdout.splitlines() == ["no ROCm devices (/dev/kfd) found: rocm-* targets need an AMD GPU host",
+                                        "None rocm-mnist"], done.stderr
+    assert python_files(project) == python_files(Path(__file__).resolve().parent.parent)
+
+
+def test_the_rocm_run_sh_passes_shellcheck(rocm_project):
+    assert envkit(rocm_project, "render", "--target", "rocm").returncode == 0
+    shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed")
+    done = subprocess.run([shellcheck, str(rocm_project / "docker" / "rocm" / "run.sh")], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, "")
+
+
+def test_kind_only_keys_come_from_the_data(tmp_path, rocm_project):
+    config = yaml.safe_load((rocm_project / "envkit.yaml").read_text())
+    config["targets"]["rocm"]["gpus"] = [0]
+    (rocm_project / "envkit.yaml").write_text(yaml.safe_dump(config))
+    done = envkit(rocm_project, "render", "--all")
+    assert done.returncode == 2 and "'gpus' applies to cuda targets only, not rocm" in done.stderr
