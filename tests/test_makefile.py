@@ -254,6 +254,9 @@ def test_report_and_test_targets(project):
 def test_an_experiment_stops_before_building_when_the_host_cannot_run_it(project, tmp_path, repo_root):
     venv = Path(sys.executable).parent.parent  # a real envkit, so the host check really runs
     shutil.copy(repo_root / "envkit.yaml", project / "envkit.yaml")  # which it reads to find the target
+    # `python -m envkit` puts the project first on sys.path: the stand-in envkit/data/ folder would
+    # shadow an editable install as an empty namespace package (in envkit's own tree it is the package).
+    shutil.rmtree(project / "envkit")
     _age(project / "envkit.yaml", 300)
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
     done = subprocess.run(["make", "--no-print-directory", "-C", str(project), "cpu-mnist", f"VENV={venv}"],
