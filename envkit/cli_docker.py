@@ -87,6 +87,10 @@ def register(subparsers) -> None:
     doctor.add_argument("--require", choices=("cpu", "cuda", "tpu-vm"), help="exit 2 with the reason when this host cannot run that kind")
     doctor.add_argument("--gpus", help="also check a GPUS value (comma-separated indices or 'all')")
     doctor.add_argument("--json", action="store_true", help="print the facts as JSON")
+    doctor.add_argument("--probe", action="store_true",
+                        help="train briefly on every device kind here (recipes/probe.py): OK with the step time, or why not")
+    doctor.add_argument("--image", metavar="TARGET", help="with --probe: run the probe inside TARGET's built image")
+    _add_config(doctor)
     doctor.set_defaults(func=_doctor)
 
 
@@ -135,6 +139,16 @@ def _run(args) -> int:
     # mounts, TPU flags); users without envkit call it directly, so we do too.
     script = config.root / "docker" / target.name / "run.sh"
     return subprocess.run([str(script), args.recipe, *args.recipe_args], env=env, check=False).returncode
+
+
+def _probe(args) -> int:
+    from envkit import probe
+
+    if args.image is None:
+        return probe.probe_here(args.config.resolve().parent, args.json)
+    run = argparse.Namespace(config=args.config, target=args.image, recipe=probe.RECIPE, recipe_args=probe.recipe_args(args.json),
+                             tag=None, gpus=args.gpus, results_dir=Path("results"), data_dir=Path("data"))
+    return _run(run)
 
 
 def _push(args) -> int:
@@ -191,6 +205,12 @@ def _prune(args) -> int:
 def _doctor(args) -> int:
     from envkit import doctor
 
+    if args.image and not args.probe:
+        from envkit.errors import EnvkitError
+
+        raise EnvkitError("--image applies to --probe only: envkit doctor --probe --image TARGET")
+    if args.probe:
+        return _probe(args)
     facts = doctor.inspect_host()
     if args.require:
         doctor.require(facts, args.require, args.gpus)
