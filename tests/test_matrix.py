@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import io
+import zipfile
+
 import pytest
 
 from envkit.errors import EnvkitError
@@ -153,3 +157,198 @@ def test_unknown_cuda_lists_the_valid_variants(matrix):
 
 def test_default_cuda_variant_is_the_first_listed(matrix):
     assert matrix.cuda_variant("cuda", matrix.torch["2.9"], None).variant == "cu126"
+
+
+# --------------------------------------------------------------------------- envkit matrix --verify
+
+
+class FakeIndex:
+    """A PEP 691 simple index built from the matrix itself, served over HTTP on loopback.
+
+    Wheels are small real zips holding only their METADATA; torch-tpu has no PEP 658
+    file, so its Requires-Dist is read through HTTP range requests as on the real index.
+    """
+
+    def __init__(self, matrix):
+        self.projects: dict[str, dict[str, str]] = {}  # name -> filename -> METADATA
+        self.no_pep658 = {"torch-tpu"}
+        for release in matrix.torch.values():
+            for version in release.versions:
+                self.add("torch", version, release.python, [])
+                if release.torchvision:
+                    vision = f"{release.torchvision}.{version.split('.')[2]}"
+                    self.add("torchvision", vision, release.python, [f"torch=={version}"])
+        for release in matrix.torch_xla.values():
+            for _, xla in release.pairs:
+                self.add("torch-xla", xla, release.python, [f'{release.libtpu_package}=={release.libtpu}; extra == "tpu"'])
+            if release.libtpu_package == "libtpu":
+                self.add("libtpu", release.libtpu, None, [])
+        for release in matrix.torch_tpu.values():
+            requires = [f"torch>={release.torch[0]},<={release.torch[1]}", f"libtpu>={release.libtpu}"]
+            self.add("torch-tpu", release.version, release.python, requires)
+            self.add("libtpu", release.libtpu, None, [])
+
+    def add(self, name, version, python, requires, drop=()):
+        files = self.projects.setdefault(name, {})
+        for filename in [f for f in list(files) if f"-{version}-" in f]:
+            del files[filename]
+        tags = ["py3-none"] if python is None else [
+            f"cp3{minor}-cp3{minor}" for minor in range(int(python[0][2:]), int(python[1][2:]) + 1) if f"3.{minor}" not in drop
+        ]
+        metadata = "".join([f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n", *(f"Requires-Dist: {r}\n" for r in requires)])
+        for tag in tags:
+            files[f"{name.replace('-', '_')}-{version}-{tag}-manylinux_2_28_x86_64.whl"] = metadata
+
+    def wheel(self, name, filename) -> bytes:
+        return _wheel_bytes(filename, self.projects[name][filename])
+
+    def serve(self):
+        import http.server
+        import json
+        import threading
+
+        index = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                parts = self.path.strip("/").split("/")
+                if parts[0] == "simple" and parts[1] in index.projects:
+                    files = [{"filename": f, "url": f"http://{self.headers['Host']}/files/{parts[1]}/{f}", "yanked": False,
+                              "size": len(index.wheel(parts[1], f))} for f in index.projects[parts[1]]]
+                    return self.reply(json.dumps({"files": files}).encode())
+                if parts[0] == "files" and len(parts) == 3:
+                    name, filename = parts[1], parts[2]
+                    if filename.endswith(".metadata") and name not in index.no_pep658:
+                        return self.reply(index.projects[name][filename.removesuffix(".metadata")].encode())
+                    if filename in index.projects.get(name, {}):
+                        data = index.wheel(name, filename)
+                        first, last = (int(x) for x in self.headers["Range"].removeprefix("bytes=").split("-"))
+                        return self.reply(data[first:last + 1], 206)
+                self.send_error(404)
+
+            def reply(self, body, status=200):
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server, f"http://127.0.0.1:{server.server_address[1]}/simple"
+
+
+@functools.lru_cache(maxsize=None)
+def _wheel_bytes(filename: str, metadata: str) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("padding.bin", b"\0" * 200_000)  # so the reader must seek, not read it all
+        archive.writestr(f"{filename.split('-')[0]}-{filename.split('-')[1]}.dist-info/METADATA", metadata)
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def fake_index(matrix):
+    return FakeIndex(matrix)
+
+
+def verify_against(matrix, index):
+    from envkit.matrix_verify import Index, verify
+
+    server, url = index.serve()
+    try:
+        return verify(matrix, Index(url))
+    finally:
+        server.shutdown()
+
+
+def test_verify_finds_nothing_when_the_index_agrees(matrix, fake_index):
+    problems, notes = verify_against(matrix, fake_index)
+    assert problems == []
+    assert notes and all("libtpu-nightly" in note and "not checked" in note for note in notes)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda i: i.add("torch", "2.16.0", ("3.11", "3.15"), []), "torch 2.16.0: on the index, but the matrix has no 2.16 row"),
+        (lambda i: i.add("torch", "2.9.2", ("3.10", "3.14"), []), "torch 2.9.2: on the index, missing from the matrix's torch 2.9 versions"),
+        (lambda i: i.add("torchvision", "0.24.1", ("3.10", "3.14"), ["torch==2.9.0"]),
+         "torchvision 0.24.1: requires torch==2.9.0, the matrix pairs it with torch 2.9.1"),
+        (lambda i: i.add("torchvision", "0.30.0", ("3.11", "3.15"), ["torch==2.15.0"]),
+         "torch 2.15: the matrix says no torchvision, the index has torchvision 0.30.0"),
+        (lambda i: i.add("torch", "2.14.1", ("3.10", "3.14"), [], drop=("3.14",)),
+         "torch 2.14.1: wheels cover Python 3.10-3.13 (torch 2.14.1: 3.10-3.13, torchvision 0.29.1: 3.10-3.14), the matrix says 3.10-3.14"),
+        (lambda i: i.add("torch-xla", "2.9.0", ("3.10", "3.13"), ['libtpu==0.0.22; extra == "tpu"']),
+         "torch_xla 2.9.0: its tpu extra requires libtpu==0.0.22, the matrix pins 0.0.21"),
+        (lambda i: i.add("torch-xla", "2.9.1", ("3.10", "3.13"), []), "torch_xla 2.9.1: on the index, in no (torch, torch_xla) pair of the matrix"),
+        (lambda i: i.add("torch-tpu", "0.2.0", ("3.11", "3.14"), ["torch>=2.11.0,<=2.16.0", "libtpu>=0.0.50"]),
+         "torch-tpu 0.2.0: requires torch<=2.16.0,>=2.11.0, the matrix says torch 2.11.0-2.15.0"),
+        (lambda i: i.add("torch-tpu", "0.2.0", ("3.11", "3.14"), ["torch>=2.11.0,<=2.15.0", "libtpu>=0.0.51"]),
+         "torch-tpu 0.2.0: requires libtpu>=0.0.51, the matrix's libtpu floor is 0.0.50"),
+        (lambda i: i.projects["libtpu"].clear(), "libtpu 0.0.21 (torch_xla 2.9): not on the index"),
+    ],
+)
+def test_verify_prints_each_disagreement(matrix, fake_index, change, expected):
+    change(fake_index)
+    problems, _ = verify_against(matrix, fake_index)
+    assert expected in problems
+
+
+def test_verify_cli_exit_codes(matrix, fake_index, capsys):
+    from envkit.matrix_verify import run
+
+    fake_index.add("torch", "2.16.0", ("3.11", "3.15"), [])
+    server, url = fake_index.serve()
+    try:
+        assert run(matrix, url) == 1
+    finally:
+        server.shutdown()
+    out = capsys.readouterr().out.splitlines()
+    assert "torch 2.16.0: on the index, but the matrix has no 2.16 row" in out
+    assert out[-1] == f"matrix --verify against {url}: 1 disagreement"
+
+
+def test_an_unreachable_index_is_one_line_exit_3(matrix):
+    from envkit.matrix_verify import run
+
+    with pytest.raises(EnvkitError) as error:
+        run(matrix, "http://127.0.0.1:9/simple")
+    assert error.value.exit_code == 3
+    assert str(error.value).startswith("cannot reach the package index http://127.0.0.1:9/simple (")
+    assert str(error.value).endswith("); the matrix was not checked")
+
+
+def test_the_index_is_pips(monkeypatch):
+    from envkit.matrix_verify import index_url
+
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:1/mirror/simple")
+    assert index_url() == "http://127.0.0.1:1/mirror/simple"
+    monkeypatch.delenv("PIP_INDEX_URL")
+    from pip._internal.models.index import PyPI
+
+    assert index_url() in (PyPI.simple_url, *_configured_index_urls())
+
+
+def _configured_index_urls() -> list[str]:
+    import subprocess
+    import sys
+
+    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+    return [line.partition("=")[2].strip("'\"") for line in listed.splitlines() if line.partition("=")[0].endswith(".index-url")]
+
+
+@pytest.mark.slow
+def test_the_matrix_agrees_with_the_package_index(matrix, capsys):
+    """What CI runs: every pin in the matrix against the index pip uses; skips when it cannot be reached."""
+    from envkit.matrix_verify import run
+
+    try:
+        code = run(matrix)
+    except EnvkitError as exc:
+        if exc.exit_code == 3:
+            pytest.skip(str(exc))
+        raise
+    assert code == 0, capsys.readouterr().out
