@@ -83,6 +83,10 @@ def register(subparsers) -> None:
                         "(a kind of envkit/data/kinds.yaml: cpu, cuda, tpu-vm, ...)")
     doctor.add_argument("--gpus", help="also check a GPUS value (comma-separated indices or 'all')")
     doctor.add_argument("--json", action="store_true", help="print the facts as JSON")
+    doctor.add_argument("--probe", action="store_true",
+                        help="train briefly on every device kind here (recipes/probe.py): OK with the step time, or why not")
+    doctor.add_argument("--image", metavar="TARGET", help="with --probe: run the probe inside TARGET's built image")
+    _add_config(doctor)
     doctor.set_defaults(func=_doctor)
 
 
@@ -154,6 +158,16 @@ def _run(args) -> int:
     return subprocess.run([str(script), args.recipe, *args.recipe_args], env=env, check=False).returncode
 
 
+def _probe(args) -> int:
+    from envkit import probe
+
+    if args.image is None:
+        return probe.probe_here(args.config.resolve().parent, args.json)
+    run = argparse.Namespace(config=args.config, target=args.image, recipe=probe.RECIPE, recipe_args=probe.recipe_args(args.json),
+                             tag=None, gpus=args.gpus, results_dir=Path("results"), data_dir=Path("data"))
+    return _run(run)
+
+
 def _push(args) -> int:
     from envkit import images
 
@@ -208,6 +222,12 @@ def _prune(args) -> int:
 def _doctor(args) -> int:
     from envkit import doctor, kinds
 
+    if args.image and not args.probe:
+        from envkit.errors import EnvkitError
+
+        raise EnvkitError("--image applies to --probe only: envkit doctor --probe --image TARGET")
+    if args.probe:
+        return _probe(args)
     if args.require:
         kinds.kind(args.require)  # an unknown kind is bad input: say so before asking the engine
     facts = doctor.inspect_host()

@@ -27,6 +27,13 @@ def register(subparsers) -> None:
         help="list the supported torch / CUDA / torch_xla combinations",
         description="Print envkit's compatibility matrix (envkit/data/matrix.yaml): what a config may combine.",
     )
+    matrix.add_argument(
+        "--verify",
+        action="store_true",
+        help="ask the package index pip uses (PIP_INDEX_URL, pip config, or pip's default) whether every pinned "
+        "version exists and its Requires-Dist and Python wheels agree; exit 1 on any disagreement, 3 when the "
+        "index cannot be reached",
+    )
     matrix.set_defaults(func=cmd_matrix)
 
     render = subparsers.add_parser(
@@ -70,16 +77,42 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from envkit.matrix import load_matrix, version_key
 
     matrix = load_matrix()
-    rows = [("TORCH", "TORCHVISION", "PYTHON", "CUDA VARIANTS (first = default)", "TPU-VM: TORCH_XLA / LIBTPU / PYTHON")]
+    if args.verify:
+        from envkit import matrix_verify
+
+        return matrix_verify.run(matrix)
+    rows = [("TORCH", "RELEASES", "TORCHVISION", "PYTHON", "CUDA VARIANTS (first = default)", "TPU-VM BACKENDS")]
     for minor in sorted(matrix.torch, key=version_key):
         release = matrix.torch[minor]
         cuda = ", ".join(f"{variant} ({matrix.cuda[variant].cuda})" for variant in release.cuda_variants) or "-"
-        tpu = matrix.tpu.get(minor)
-        tpu_text = f"{minor}.x / {tpu.libtpu_package} {tpu.libtpu} / {'-'.join(tpu.python)}" if tpu else "-"
-        rows.append((f"{minor}.x", f"{release.torchvision}.x", "-".join(release.python), cuda, tpu_text))
+        vision = f"{release.torchvision}.x" if release.torchvision else "none (torchvision: false)"
+        rows.append((f"{minor}.x", " ".join(release.versions), vision, "-".join(release.python), cuda, _tpu_backends(matrix, release)))
     _print_table(rows)
-    print(f"\ncpu wheels: {matrix.cpu_index_url}; torch_xla == torch; torchvision's patch release equals torch's.")
+    print()
+    rows = [("TORCH_XLA", "(TORCH, TORCH_XLA) PAIRS", "LIBTPU", "PYTHON")]
+    for minor, xla in matrix.torch_xla.items():
+        pairs = ", ".join(f"({torch}, {version})" for torch, version in xla.pairs)
+        rows.append((f"{minor}.x", pairs, f"{xla.libtpu_package} {xla.libtpu}", "-".join(xla.python)))
+    _print_table(rows)
+    print()
+    rows = [("TORCH_TPU", "TORCH", "LIBTPU", "PYTHON")]
+    for version, tpu in matrix.torch_tpu.items():
+        rows.append((version, "-".join(tpu.torch), f">= {tpu.libtpu}", "-".join(tpu.python)))
+    _print_table(rows)
+    print(f"\ncpu wheels: {matrix.cpu_index_url}; torchvision's patch release equals torch's; "
+          "CUDA variant lists and base images name their source in envkit/data/matrix.yaml.")
     return 0
+
+
+def _tpu_backends(matrix, release) -> str:
+    from envkit.matrix import version_in_range
+
+    backends = []
+    if release.minor in matrix.torch_xla:
+        backends.append("torch_xla")
+    if any(version_in_range(v, tpu.torch) for tpu in matrix.torch_tpu.values() for v in release.versions):
+        backends.append("torch_tpu")
+    return ", ".join(backends) or "-"
 
 
 def cmd_render(args: argparse.Namespace) -> int:

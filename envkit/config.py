@@ -20,15 +20,17 @@ import yaml
 
 from envkit import kinds
 from envkit.errors import EnvkitError
-from envkit.matrix import Matrix, load_matrix, minor_of, python_in_range
+from envkit.matrix import Matrix, TorchRelease, load_matrix, minor_of, python_in_range, version_key
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "data" / "envkit.schema.json"
 DEFAULT_CONFIG = Path("envkit.yaml")
 DEFAULT_PYTHON = "3.11"
 # Packages whose versions the matrix owns; a pip_packages entry must not re-pin them.
-MATRIX_OWNED = {"torch", "torchvision", "torch-xla", "libtpu", "libtpu-nightly"}
+MATRIX_OWNED = {"torch", "torchvision", "torch-xla", "torch-tpu", "libtpu", "libtpu-nightly"}
 # A distro base image (nvidia/cuda) ships no Python: the OS's python3 seeds the venv.
 DISTRO_PYTHON_PACKAGES = ("python3", "python3-venv")
+# Keys that belong to one TPU backend only.
+BACKEND_ONLY_KEYS = {"torch_xla": ("torch_xla",), "torch_tpu": ("torch_tpu",)}
 
 # A location inside the YAML document: keys and list indices from the top.
 DocPath = tuple[Any, ...]
@@ -42,7 +44,9 @@ class Target:
     python: str  # major.minor
     torch: str
     torchvision: str | None  # None: opted out
-    torch_xla: str | None  # tpu-vm
+    backend: str | None  # tpu-vm: "torch_xla" | "torch_tpu"
+    torch_xla: str | None  # tpu-vm, torch_xla backend
+    torch_tpu: str | None  # tpu-vm, torch_tpu backend: the torch-tpu release
     libtpu: str | None  # tpu-vm
     libtpu_package: str | None  # "libtpu" or, before torch 2.6, "libtpu-nightly"
     cuda: str | None  # cuda: toolkit version, "12.6"
@@ -65,6 +69,7 @@ class Target:
         optional = {
             "torchvision": self.torchvision,
             "torch_xla": self.torch_xla,
+            "torch_tpu": self.torch_tpu,
             "libtpu": self.libtpu,
             "cuda": self.cuda,
         }
@@ -223,14 +228,13 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
     torch = raw["torch"]
     release = matrix.torch_release(where(at + ("torch",)), torch)
     patch = torch.split(".")[2]
-    torchvision = _torchvision(raw, release.torchvision, patch, torch, where(at + ("torchvision",)))
-    torch_xla = libtpu = libtpu_package = cuda = None
+    torchvision = _torchvision(raw, release, patch, torch, where(at + ("torchvision",)))
+    backend = torch_xla = torch_tpu = libtpu = libtpu_package = cuda = None
     pip_index_url = raw.get("pip_index_url")
     extra_index_urls = list(raw.get("pip_extra_index_urls", []))
     find_links = list(raw.get("find_links", []))
     apt_packages = list(raw.get("apt_packages", []))
 
-    python_source = f"torch {minor_of(torch)}"
     if spec.wheels == "cpu":
         python_range, default_python = release.python, DEFAULT_PYTHON
         torch_variant = matrix.cpu_local_version
@@ -243,31 +247,59 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
         extra_index_urls.append(variant.index_url)
         default_base = variant.base_image
     else:
-        tpu = matrix.tpu_release(where(at + ("torch",)), torch)
-        torch_xla = raw.get("torch_xla", torch)
-        if torch_xla != torch:
-            raise EnvkitError(
-                f"{where(at + ('torch_xla',))}: torch_xla {torch_xla} does not match torch {torch}; "
-                f"torch_xla must equal torch (set both to the same release)"
-            )
-        libtpu = raw.get("libtpu", tpu.libtpu)
-        if libtpu != tpu.libtpu:
-            raise EnvkitError(
-                f"{where(at + ('libtpu',))}: libtpu {libtpu} is not the build tested with torch_xla {tpu.minor}; "
-                f"valid choice: {tpu.libtpu}"
-            )
-        libtpu_package = tpu.libtpu_package
-        python_range, default_python = tpu.python, DEFAULT_PYTHON
-        python_source = f"torch_xla {minor_of(torch)}"
-        torch_variant = None
-        find_links.extend(link for link in tpu.find_links if link not in find_links)
+        backend = raw.get("backend") or matrix.default_tpu_backend(where(at + ("torch",)), torch)
+        for other_backend, keys in BACKEND_ONLY_KEYS.items():
+            for key in keys:
+                if key in raw and backend != other_backend:
+                    raise EnvkitError(f"{where(at + (key,))}: {key!r} applies to backend {other_backend} only, not {backend}")
+        default_python = DEFAULT_PYTHON
+        if backend == "torch_xla":
+            if minor_of(torch) not in matrix.torch_xla:
+                raise EnvkitError(
+                    f"{where(at + ('backend',))}: backend torch_xla does not support torch {torch}; {matrix.backend_ranges()}"
+                )
+            tpu, torch_xla = matrix.xla_pair(where(at + ("torch_xla" if "torch_xla" in raw else "torch",)), torch, raw.get("torch_xla"))
+            libtpu = raw.get("libtpu", tpu.libtpu)
+            if libtpu != tpu.libtpu:
+                raise EnvkitError(
+                    f"{where(at + ('libtpu',))}: libtpu {libtpu} is not the build tested with torch_xla {tpu.minor}; "
+                    f"valid choice: {tpu.libtpu}"
+                )
+            libtpu_package = tpu.libtpu_package
+            python_range, python_owner = tpu.python, f"torch_xla {torch_xla}"
+            torch_variant = None
+            find_links.extend(link for link in tpu.find_links if link not in find_links)
+        else:
+            field_at = where(at + (next((key for key in ("torch_tpu", "backend") if key in raw), "torch"),))
+            if not matrix.torch_tpu:
+                raise EnvkitError(f"{field_at}: envkit's matrix lists no torch_tpu release")
+            tpu_release = matrix.torch_tpu_release(field_at, torch, raw.get("torch_tpu"))
+            torch_tpu = tpu_release.version
+            libtpu = raw.get("libtpu", tpu_release.libtpu)
+            if version_key(libtpu) < version_key(tpu_release.libtpu):
+                raise EnvkitError(
+                    f"{where(at + ('libtpu',))}: libtpu {libtpu} is older than torch_tpu {torch_tpu} accepts; "
+                    f"valid choices: {tpu_release.libtpu} or newer"
+                )
+            libtpu_package = "libtpu"
+            python_range, python_owner = tpu_release.python, f"torch_tpu {torch_tpu}"
+            # torch_tpu brings the device: PyTorch's CPU build is all torch needs to be.
+            torch_variant = matrix.cpu_local_version
+            extra_index_urls.append(matrix.cpu_index_url)
         default_base = None
+        if not python_in_range(raw.get("python", default_python), python_range):
+            raise EnvkitError(
+                f"{where(at + ('python',) if 'python' in raw else at)}: Python {raw.get('python', default_python)} is "
+                f"outside {python_owner}'s supported range {python_range[0]}-{python_range[1]}"
+            )
+        # The image runs torch as well as the backend: both ranges apply.
+        python_range = _intersection(python_range, release.python)
 
     python = raw.get("python", default_python)
     if not python_in_range(python, python_range):
         raise EnvkitError(
-            f"{where(at + ('python',) if 'python' in raw else at)}: Python {python} is outside {python_source}'s "
-            f"supported range {python_range[0]}-{python_range[1]}"
+            f"{where(at + ('python',) if 'python' in raw else at)}: Python {python} is outside torch {minor_of(torch)}'s "
+            f"supported range {release.python[0]}-{release.python[1]}"
         )
 
     if spec.base_image == "python":
@@ -290,7 +322,9 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
             python=python,
             torch=torch,
             torchvision=torchvision,
+            backend=backend,
             torch_xla=torch_xla,
+            torch_tpu=torch_tpu,
             libtpu=libtpu,
             libtpu_package=libtpu_package,
             cuda=cuda,
@@ -310,10 +344,13 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
     )
 
 
-def _torchvision(raw: dict[str, Any], minor: str, patch: str, torch: str, field_at: str) -> str | None:
+def _torchvision(raw: dict[str, Any], release: TorchRelease, patch: str, torch: str, field_at: str) -> str | None:
     value = raw.get("torchvision")
     if value is False:
         return None
+    minor = release.torchvision
+    if minor is None:
+        raise EnvkitError(f"{field_at}: torch {torch} needs torchvision: false; {release.torchvision_missing}")
     if value is None:
         return f"{minor}.{patch}"
     if minor_of(value) != minor:
@@ -321,6 +358,10 @@ def _torchvision(raw: dict[str, Any], minor: str, patch: str, torch: str, field_
             f"{field_at}: torchvision {value} does not go with torch {torch}; valid choices: {minor}.x, or false to leave it out"
         )
     return value
+
+
+def _intersection(first: tuple[str, str], second: tuple[str, str]) -> tuple[str, str]:
+    return max(first[0], second[0], key=version_key), min(first[1], second[1], key=version_key)
 
 
 def _requirement_name(requirement: str) -> str:

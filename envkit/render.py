@@ -83,6 +83,9 @@ def requirements(target: Target) -> list[str]:
     if target.torch_xla:
         pinned.append(f"torch_xla[tpu]=={target.torch_xla}")
         pinned.append(f"{target.libtpu_package}=={target.libtpu}")
+    if target.torch_tpu:
+        pinned.append(f"torch-tpu=={target.torch_tpu}")
+        pinned.append(f"{target.libtpu_package}=={target.libtpu}")
     if target.torchvision:
         pinned.append(f"torchvision=={target.torchvision}{local}")
     return pinned + list(target.pip_packages)

@@ -89,14 +89,16 @@ def test_matrix_lists_supported_combinations(capsys):
     code, out, _ = run(capsys, "matrix")
     assert code == 0
     row = next(line for line in out.splitlines() if line.startswith("2.9.x"))
-    assert "0.24.x" in row and "cu126 (12.6)" in row and "cu130 (13.0)" in row and "libtpu 0.0.21" in row
+    assert "0.24.x" in row and "cu126 (12.6)" in row and "cu130 (13.0)" in row and row.endswith("torch_xla")
     assert any(line.startswith("2.14.x") for line in out.splitlines())
+    assert any(line.startswith("2.8.x") and "(2.8.0, 2.8.1)" in line and "libtpu 0.0.17" in line for line in out.splitlines())
+    assert any(line.startswith("0.2.0") and "2.11.0-2.15.0" in line and ">= 0.0.50" in line for line in out.splitlines())
 
 
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (('torch_xla: "2.9.0"', 'torch_xla: "2.8.0"'), "torch_xla 2.8.0 does not match torch 2.9.0"),
+        (('torch_xla: "2.9.0"', 'torch_xla: "2.8.0"'), "torch 2.9.0 with torch_xla 2.8.0 is not a released torch_xla pair"),
         (('cuda: "12.6"', 'cuda: "12.4"'), "valid choices: 12.6, 12.8, 13.0"),
         (("kind: cpu", "kind: cpu\n    pyhton: '3.11'"), "did you mean 'python'?"),
         (('cuda: "12.6"', 'cuda: "12.6"\n    gpus: [0, x]'), "targets.cuda.gpus[1]"),
@@ -149,5 +151,5 @@ def test_console_script_error_has_no_traceback(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr == (
         "envkit: error: envkit.yaml:2: targets.cpu.torch: torch 1.0.0 is not in envkit's matrix; supported: "
-        "2.1.x, 2.2.x, 2.3.x, 2.4.x, 2.5.x, 2.6.x, 2.7.x, 2.8.x, 2.9.x, 2.10.x, 2.11.x, 2.12.x, 2.13.x, 2.14.x\n"
+        "2.1.x, 2.2.x, 2.3.x, 2.4.x, 2.5.x, 2.6.x, 2.7.x, 2.8.x, 2.9.x, 2.10.x, 2.11.x, 2.12.x, 2.13.x, 2.14.x, 2.15.x\n"
     )

@@ -35,13 +35,15 @@ def test_repo_config_declares_the_three_like_for_like_targets(repo_root):
     config = load_config(repo_root / "envkit.yaml")
     assert config.root == repo_root
     cpu, cuda, tpu = (config.targets[name] for name in ("cpu", "cuda", "tpu-vm"))
-    assert cpu.pins() == {"python": "3.11", "torch": "2.9.0", "torchvision": "0.24.0"}
-    assert (cpu.kind, cpu.base_image, cpu.torch_variant) == ("cpu", "python:3.11-slim-bookworm", "cpu")
+    # One Python on every target, so that comparisons across targets share the interpreter.
+    assert {target.python for target in config.targets.values()} == {"3.12"}
+    assert cpu.pins() == {"python": "3.12", "torch": "2.9.0", "torchvision": "0.24.0"}
+    assert (cpu.kind, cpu.base_image, cpu.torch_variant) == ("cpu", "python:3.12-slim-bookworm", "cpu")
     assert cpu.pip_extra_index_urls == ("https://download.pytorch.org/whl/cpu",)
     assert (cuda.cuda, cuda.torch_variant, cuda.python) == ("12.6", "cu126", "3.12")
     assert cuda.base_image == "nvidia/cuda:12.6.3-base-ubuntu24.04"
     assert tpu.torch == tpu.torch_xla == "2.9.0"
-    assert (tpu.libtpu, tpu.torch_variant) == ("0.0.21", None)
+    assert (tpu.backend, tpu.torch_tpu, tpu.libtpu, tpu.torch_variant) == ("torch_xla", None, "0.0.21", None)
     assert "tqdm==4.67.1" in cpu.pip_packages
 
 
@@ -133,14 +135,93 @@ def test_missing_required_key(tmp_path):
     assert message.endswith("envkit.yaml:1: 'targets' is a required property")
 
 
-def test_torch_xla_must_equal_torch(tmp_path):
+# Was test_torch_xla_must_equal_torch: that rule is wrong (torch_xla 2.8.1 goes with torch 2.8.0).
+def test_an_invalid_torch_xla_pair_lists_the_valid_pairs(tmp_path):
     message = config_error(tmp_path, 'targets:\n  tpu-vm: {kind: tpu-vm, torch: "2.9.0", torch_xla: "2.8.0"}\n')
-    assert "targets.tpu-vm.torch_xla: torch_xla 2.8.0 does not match torch 2.9.0" in message
+    assert message.endswith(
+        "targets.tpu-vm.torch_xla: torch 2.9.0 with torch_xla 2.8.0 is not a released torch_xla pair; "
+        "valid pairs: torch 2.8.0 + torch_xla 2.8.0, torch 2.8.0 + torch_xla 2.8.1"
+    )
+
+
+def test_a_torch_without_its_own_torch_xla_is_refused(tmp_path):
+    message = config_error(tmp_path, 'targets:\n  tpu-vm: {kind: tpu-vm, torch: "2.9.1"}\n')
+    assert message.endswith("targets.tpu-vm.torch: torch 2.9.1 is not a released torch_xla pair; valid pairs: torch 2.9.0 + torch_xla 2.9.0")
+
+
+@pytest.mark.parametrize(("torch_xla", "expected"), [(None, "2.8.1"), ("2.8.0", "2.8.0"), ("2.8.1", "2.8.1")])
+def test_torch_xla_bugfix_release_pairs_with_the_older_torch(tmp_path, torch_xla, expected):
+    extra = f', torch_xla: "{torch_xla}"' if torch_xla else ""
+    target = load_config(write_config(tmp_path, f'targets:\n  t: {{kind: tpu-vm, torch: "2.8.0", python: "3.12"{extra}}}\n')).targets["t"]
+    assert (target.backend, target.torch, target.torch_xla, target.libtpu) == ("torch_xla", "2.8.0", expected, "0.0.17")
 
 
 def test_python_outside_the_release_range(tmp_path):
     message = config_error(tmp_path, 'targets:\n  tpu-vm: {kind: tpu-vm, torch: "2.9.0", python: "3.9"}\n')
-    assert "targets.tpu-vm.python: Python 3.9 is outside torch_xla 2.9's supported range 3.10-3.13" in message
+    assert "targets.tpu-vm.python: Python 3.9 is outside torch_xla 2.9.0's supported range 3.10-3.13" in message
+
+
+def test_torch_tpu_target(tmp_path):
+    text = 'targets:\n  tpu: {kind: tpu-vm, torch: "2.13.0", backend: torch_tpu, torchvision: false}\n'
+    target = load_config(write_config(tmp_path, text)).targets["tpu"]
+    assert (target.backend, target.torch_tpu, target.libtpu, target.torch_xla) == ("torch_tpu", "0.2.0", "0.0.50", None)
+    # torch_tpu brings the device: torch is PyTorch's CPU build.
+    assert (target.torch_variant, target.pip_extra_index_urls) == ("cpu", ("https://download.pytorch.org/whl/cpu",))
+    assert target.pins() == {"libtpu": "0.0.50", "python": "3.11", "torch": "2.13.0", "torch_tpu": "0.2.0"}
+
+
+@pytest.mark.parametrize(("torch", "backend"), [("2.9.0", "torch_xla"), ("2.14.1", "torch_tpu")])
+def test_tpu_backend_defaults_by_torch(tmp_path, torch, backend):
+    target = load_config(write_config(tmp_path, f'targets:\n  t: {{kind: tpu-vm, torch: "{torch}"}}\n')).targets["t"]
+    assert target.backend == backend
+
+
+def test_newer_libtpu_is_allowed_for_torch_tpu_but_not_older(tmp_path):
+    text = 'targets:\n  t: {kind: tpu-vm, torch: "2.13.0", libtpu: "0.0.52"}\n'
+    assert load_config(write_config(tmp_path, text)).targets["t"].libtpu == "0.0.52"
+    message = config_error(tmp_path, 'targets:\n  t: {kind: tpu-vm, torch: "2.13.0", libtpu: "0.0.49"}\n')
+    assert message.endswith("targets.t.libtpu: libtpu 0.0.49 is older than torch_tpu 0.2.0 accepts; valid choices: 0.0.50 or newer")
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ('torch: "2.9.0", backend: torch_tpu',
+         "targets.t.backend: torch 2.9.0 is outside every torch_tpu release's torch range (torch_tpu 0.2.0: torch 2.11.0-2.15.0)"),
+        ('torch: "2.13.0", backend: torch_xla',
+         "targets.t.backend: backend torch_xla does not support torch 2.13.0; torch_xla needs torch 2.1.0-2.9.0 (listed pairs), "
+         "torch_tpu needs torch 2.11.0-2.15.0"),
+        ('torch: "2.10.0"', "targets.t.torch: torch 2.10.0 has no TPU backend; torch_xla needs torch 2.1.0-2.9.0"),
+        ('torch: "2.9.0", backend: jax', "targets.t.backend: 'jax' is not valid; allowed: tpu-vm only: torch_xla or torch_tpu"),
+        ('torch: "2.13.0", python: "3.10"', "targets.t.python: Python 3.10 is outside torch_tpu 0.2.0's supported range 3.11-3.14"),
+        ('torch: "2.13.0", torch_xla: "2.9.0"', "targets.t.torch_xla: 'torch_xla' applies to backend torch_xla only, not torch_tpu"),
+        ('torch: "2.9.0", torch_tpu: "0.2.0"', "targets.t.torch_tpu: 'torch_tpu' applies to backend torch_tpu only, not torch_xla"),
+        ('torch: "2.13.0", torch_tpu: "0.1.0"', "targets.t.torch_tpu: torch_tpu 0.1.0 is not in envkit's matrix; supported: 0.2.0"),
+    ],
+)
+def test_bad_tpu_backend_settings_are_one_line(tmp_path, settings, expected):
+    message = config_error(tmp_path, f"targets:\n  t: {{kind: tpu-vm, {settings}}}\n")
+    assert expected in message
+
+
+def test_torch_2_15_needs_torchvision_false(tmp_path):
+    message = config_error(tmp_path, 'targets:\n  cpu: {kind: cpu, torch: "2.15.0"}\n')
+    assert message.endswith(
+        "targets.cpu.torchvision: torch 2.15.0 needs torchvision: false; no torchvision release supports torch 2.15 yet "
+        "(0.29.x is built against torch 2.14)"
+    )
+    text = 'targets:\n  cpu: {kind: cpu, torch: "2.15.0", torchvision: false}\n'
+    assert load_config(write_config(tmp_path, text)).targets["cpu"].torchvision is None
+
+
+def test_unreleased_torch_patch(tmp_path):
+    message = config_error(tmp_path, 'targets:\n  cpu: {kind: cpu, torch: "2.9.7"}\n')
+    assert message.endswith("targets.cpu.torch: torch 2.9.7 was never released; releases of torch 2.9: 2.9.0, 2.9.1")
+
+
+def test_cu132_for_new_releases(tmp_path):
+    target = load_config(write_config(tmp_path, 'targets:\n  g: {kind: cuda, torch: "2.14.1", cuda: "13.2"}\n')).targets["g"]
+    assert (target.torch_variant, target.base_image, target.python) == ("cu132", "nvidia/cuda:13.2.0-base-ubuntu24.04", "3.12")
 
 
 def test_cuda_python_must_match_the_default_base_image(tmp_path):
@@ -188,8 +269,8 @@ def test_unknown_cuda_variant_is_never_guessed(tmp_path):
 
 
 def test_cuda_for_a_release_without_cuda_variants(tmp_path):
-    message = config_error(tmp_path, 'targets:\n  gpu: {kind: cuda, torch: "2.13.0"}\n')
-    assert "torch 2.13 has no CUDA wheel variant" in message
+    message = config_error(tmp_path, 'targets:\n  gpu: {kind: cuda, torch: "2.15.0", torchvision: false}\n')
+    assert "torch 2.15 has no CUDA wheel variant" in message
 
 
 def test_mismatched_torchvision(tmp_path):
