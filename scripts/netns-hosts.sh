@@ -71,23 +71,26 @@ run_as() {
     local state=$1 host=$2
     shift 2
     [ $# -gt 0 ] || usage
-    local ns
-    ns=$(awk -v host="$host" '$1 == host { print $2 }' "$(state_file "$state" namespaces)")
-    [ -n "$ns" ] || { echo "$0: no host '$host' in $state; hosts: $(cut -d' ' -f1 "$state/namespaces" | tr '\n' ' ')" >&2; exit 2; }
+    local namespaces hosts ns
+    namespaces=$(state_file "$state" namespaces) || exit 2
+    hosts=$(state_file "$state" hosts) || exit 2
+    ns=$(awk -v host="$host" '$1 == host { print $2 }' "$namespaces")
+    [ -n "$ns" ] || { echo "$0: no host '$host' in $state; hosts: $(cut -d' ' -f1 "$namespaces" | tr '\n' ' ')" >&2; exit 2; }
     # nsenter, not `ip netns exec`: that remounts /sys and hides the cgroup mounts slurmd needs.
     # The new UTS and mount namespaces give the host its name and hosts file without changing ours.
+    # shellcheck disable=SC2016 # $1, $2 and $@ are the inner shell's
     exec nsenter --net="/run/netns/$ns" unshare --uts --mount \
         sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"' \
-        sh "$host" "$(state_file "$state" hosts)" "$@"
+        sh "$host" "$hosts" "$@"
 }
 
 end_processes_in() { # TERM, then KILL, every process inside namespace $1 (all started by this run)
-    local ns=$1 pids tries
+    local ns=$1 pids
     pids=$(ip netns pids "$ns" 2>/dev/null || true)
     [ -n "$pids" ] || return 0
     # shellcheck disable=SC2086 # one PID per word
     kill -TERM $pids 2>/dev/null || true
-    for tries in $(seq 50); do
+    for _ in $(seq 50); do
         pids=$(ip netns pids "$ns" 2>/dev/null || true)
         [ -n "$pids" ] || return 0
         sleep 0.1

@@ -127,11 +127,11 @@ running() { # PID exists and is not a zombie (one that exited but whose parent h
 }
 
 stop() { # stop NAME PID: TERM, up to 10 s, then KILL; only while PID is still that program
-    local name=$1 pid=$2 exe tries
+    local name=$1 pid=$2 exe
     exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 0  # already gone
     [ "${exe##*/}" = "${name%%-*}" ] || return 0                # gone, and the PID reused
     kill -TERM "$pid" 2>/dev/null || return 0
-    for tries in $(seq 100); do
+    for _ in $(seq 100); do
         running "$pid" || return 0
         sleep 0.1
     done

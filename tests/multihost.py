@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -31,20 +33,27 @@ NAMESPACE_TOOLS = ("ip", "nsenter", "unshare")
 SLURM_TOOLS = (*NAMESPACE_TOOLS, "munged", "mungekey", "slurmctld", "slurmd", "sbatch", "sinfo", "srun", "scontrol")
 # The interface each node host has on the hub's bridge (netns-hosts.sh): gloo must use it, not lo.
 NODE_INTERFACE = "eth0"
+RENDEZVOUS_PORT = 29500
+CIFAR_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "cifar.py"
+
+
+def missing(tools: tuple[str, ...]) -> str | None:
+    """Why the hosts or the cluster cannot be made here (not root, tools not on PATH), or None."""
+    absent = [tool for tool in tools if shutil.which(tool) is None]
+    problems = []
+    if absent:
+        problems.append(f"{', '.join(absent)} not on PATH (apt-get install iproute2 util-linux munge "
+                        "slurmctld slurmd slurm-client slurm-wlm-basic-plugins)")
+    if os.geteuid() != 0:
+        problems.append("network namespaces need root")
+    return "; ".join(problems) or None
 
 
 def require(tools: tuple[str, ...]) -> None:
     """Skip (or, with ENVKIT_REQUIRE_SLURM=1, fail) unless this is root and every tool is on PATH."""
-    missing = [tool for tool in tools if shutil.which(tool) is None]
-    problems = []
-    if missing:
-        problems.append(f"{', '.join(missing)} not on PATH (apt-get install iproute2 util-linux munge "
-                        "slurmctld slurmd slurm-client slurm-wlm-basic-plugins)")
-    if os.geteuid() != 0:
-        problems.append("network namespaces need root")
-    if not problems:
+    reason = missing(tools)
+    if reason is None:
         return
-    reason = "; ".join(problems)
     if os.environ.get("ENVKIT_REQUIRE_SLURM", "") not in ("", "0"):
         pytest.fail(f"ENVKIT_REQUIRE_SLURM=1 but {reason}")
     pytest.skip(reason)
@@ -83,6 +92,19 @@ class SlurmCluster:
         """A Slurm client command (sbatch, sinfo, ...) run on the hub with this cluster's slurm.conf."""
         return ["bash", str(CLUSTER_SCRIPT), "exec", str(self.directory), *argv]
 
+    def sbatch_wait(self, script: str, directory: Path, timeout: float = 300) -> tuple[int, str, str]:
+        """Submit ``script`` from a new ``directory`` with ``sbatch --wait``: the job's exit code as sbatch
+        returns it, the job id, and the job's output."""
+        directory.mkdir()
+        (directory / "job.sh").write_text(script)
+        done = subprocess.run(self.command("sbatch", "--wait", f"--chdir={directory}", f"--output={directory}/slurm-%j.out",
+                                           str(directory / "job.sh")), capture_output=True, text=True, timeout=timeout)
+        submitted = re.search(r"Submitted batch job (\d+)", done.stdout)
+        if submitted is None:
+            raise RuntimeError(f"sbatch did not submit ({done.returncode}): {done.stderr.strip()}")
+        job = submitted[1]
+        return done.returncode, job, (directory / f"slurm-{job}.out").read_text()
+
 
 @contextlib.contextmanager
 def namespace_hosts(state: Path, count: int = 2) -> Iterator[Hosts]:
@@ -104,7 +126,25 @@ def slurm_cluster(directory: Path, count: int = 2) -> Iterator[SlurmCluster]:
         _script(CLUSTER_SCRIPT, "down", directory)
 
 
-def torchrun_on_hosts(hosts: Hosts, script: Path, argv: list[str], cwd: Path, port: int = 29400,
+def slurm_job_script(nodes: int, recipe_argv: list[str]) -> str:
+    """The sbatch script the Slurm test and benchmark submit: recipes/cifar.py in this Python environment,
+    one torchrun per node (``srun``), rendezvous on the allocation's first host.
+
+    The one place the job text comes from: envkit launch's rendered Slurm script is to replace it.
+    """
+    command = shlex.join([sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node", "1",
+                          "--rdzv-backend", "c10d", "--rdzv-id", "envkit"])
+    return f"""#!/bin/bash
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node=1
+set -euo pipefail
+first_host=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
+export GLOO_SOCKET_IFNAME={NODE_INTERFACE} OMP_NUM_THREADS=1
+srun {command} --rdzv-endpoint="$first_host:{RENDEZVOUS_PORT}" -- {shlex.join([str(CIFAR_RECIPE), *recipe_argv])}
+"""
+
+
+def torchrun_on_hosts(hosts: Hosts, script: Path, argv: list[str], cwd: Path, port: int = RENDEZVOUS_PORT,
                       timeout: float = 600) -> list[subprocess.CompletedProcess]:
     """One ``torchrun --nnodes N --nproc-per-node 1`` per node host, rendezvous (c10d) on node1; their results."""
     rendezvous = ["--nnodes", str(hosts.count), "--nproc-per-node", "1", "--rdzv-backend", "c10d",

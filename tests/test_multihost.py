@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from multihost import require, NAMESPACE_TOOLS, torchrun_on_hosts, two_hosts  # noqa: E402, F401 - two_hosts is a fixture
+from multihost import HOSTS_SCRIPT, NAMESPACE_TOOLS, require, torchrun_on_hosts, two_hosts  # noqa: E402, F401 - two_hosts is a fixture
 from test_cifar_ddp import RECIPE, TEST_IMAGES, TRAINING, data_dir, only_results, recipe  # noqa: E402, F401 - data_dir too
 
 
@@ -67,3 +67,18 @@ def test_a_missing_tool_fails_when_slurm_is_required(monkeypatch):
     monkeypatch.setenv("ENVKIT_REQUIRE_SLURM", "0")
     with pytest.raises(pytest.skip.Exception, match="ip, nsenter, unshare not on PATH"):
         require(NAMESPACE_TOOLS)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["up", "{state}", "0"], "NODES must be a whole number from 1 to 200, not '0'"),
+    (["up", "{state}", "2; touch /tmp/x"], "NODES must be a whole number from 1 to 200, not '2; touch /tmp/x'"),
+    (["exec", "{state}", "node1", "true"], "holds no hosts (no namespaces); run"),
+    (["sideways", "{state}"], "usage: "),
+])
+def test_netns_hosts_bad_input_is_one_line_and_exit_2(tmp_path, argv, message):
+    state = tmp_path / "state"
+    done = subprocess.run(["bash", str(HOSTS_SCRIPT), *(arg.format(state=state) for arg in argv)],
+                          capture_output=True, text=True, timeout=30)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert len(done.stderr.splitlines()) == 1 and message in done.stderr, done.stderr
+    assert not (state / "namespaces").exists()
