@@ -12,8 +12,10 @@ loopback), not what two real machines would gain.
 
 Part 2 starts a two-node Slurm cluster (munged, slurmctld, slurmd) and times
 ``sbatch --wait`` from submission to exit: an empty two-node job (``srun true``,
-Slurm's own overhead, including sbatch's polling for the end), and the recipe's
-DDP job for one epoch next to the time the recipe itself reports.
+Slurm's own overhead), and the recipe's DDP job for one epoch next to the time
+the recipe itself reports. Both include sbatch's polling for the end: after 2 s,
+then every 8 s on this cluster (MinJobAge=16, see slurm-cluster.sh); on a cluster
+with the default MinJobAge the steps grow to 32 s.
 Prints figures only; nothing is asserted.
 """
 

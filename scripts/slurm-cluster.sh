@@ -59,6 +59,10 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 MpiDefault=none
 ReturnToService=2
+# sbatch --wait polls after 2 s, then 4 times longer each time (up to 32 s) while that stays
+# under MinJobAge/2: with 16 it polls every 8 s after the first, and slurmctld still keeps a
+# finished job (its exit code for scontrol) for 16 s. The default (300) can add 32 s to a job.
+MinJobAge=16
 EOF
     while read -r address name; do
         case $name in node*) echo "NodeName=$name NodeAddr=$address CPUs=1 State=UNKNOWN" ;; esac
