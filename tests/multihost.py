@@ -20,6 +20,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,16 +151,22 @@ def torchrun_on_hosts(hosts: Hosts, script: Path, argv: list[str], cwd: Path, po
     rendezvous = ["--nnodes", str(hosts.count), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                   "--rdzv-endpoint", f"node1:{port}", "--rdzv-id", f"envkit-{os.getpid()}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": NODE_INTERFACE}
-    started = [
-        subprocess.Popen(hosts.command(node, sys.executable, "-m", "torch.distributed.run", *rendezvous, "--", str(script), *argv),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env)
-        for node in hosts.nodes
-    ]
-    finished = []
-    for process in started:
-        stdout, stderr = process.communicate(timeout=timeout)
-        finished.append(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
-    return finished
+    with contextlib.ExitStack() as files:
+        # Files, not pipes: a host blocked on a full pipe would stall the collectives the other one waits in.
+        outputs = [(files.enter_context(tempfile.TemporaryFile("w+")), files.enter_context(tempfile.TemporaryFile("w+")))
+                   for _ in hosts.nodes]
+        started = [
+            subprocess.Popen(hosts.command(node, sys.executable, "-m", "torch.distributed.run", *rendezvous, "--", str(script), *argv),
+                             stdout=stdout, stderr=stderr, text=True, cwd=cwd, env=env)
+            for node, (stdout, stderr) in zip(hosts.nodes, outputs)
+        ]
+        finished = []
+        for process, (stdout, stderr) in zip(started, outputs):
+            process.wait(timeout=timeout)
+            stdout.seek(0)
+            stderr.seek(0)
+            finished.append(subprocess.CompletedProcess(process.args, process.returncode, stdout.read(), stderr.read()))
+        return finished
 
 
 @pytest.fixture
