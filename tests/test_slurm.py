@@ -1,0 +1,52 @@
+"""A real two-node Slurm cluster on this machine runs recipes/cifar.py DDP through sbatch, issue 15 §3 (slow: ~1 min).
+
+Debian's munged, slurmctld and slurmd in network namespaces (tests/multihost.py);
+``sbatch --wait`` submits the job and returns its exit code, with no accounting.
+Run with ``pytest --slow tests/test_slurm.py`` as root.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from multihost import SlurmCluster, slurm_job_script, two_node_slurm  # noqa: E402, F401 - two_node_slurm is a fixture
+from test_cifar_ddp import TRAINING, data_dir, only_results  # noqa: E402, F401 - data_dir is a fixture
+
+pytestmark = pytest.mark.slow
+
+
+def recorded_exit_code(cluster: SlurmCluster, job: str) -> int:
+    """The job's exit code as slurmctld keeps it (scontrol, not accounting)."""
+    shown = subprocess.run(cluster.command("scontrol", "show", "job", job), capture_output=True, text=True, timeout=30)
+    assert shown.returncode == 0, shown.stderr
+    return int(re.search(r"\bExitCode=(\d+):\d+", shown.stdout)[1])
+
+
+def test_sbatch_runs_ddp_on_both_nodes_and_returns_the_exit_code(tmp_path, data_dir, two_node_slurm):
+    sinfo = subprocess.run(two_node_slurm.command("sinfo", "--noheader", "--Node", "--format=%N %t"),
+                           capture_output=True, text=True, timeout=30)
+    assert sinfo.stdout.split("\n")[:2] == ["node1 idle", "node2 idle"], sinfo.stdout
+
+    recipe_argv = [*TRAINING, "--epochs", "1", "--data-dir", str(data_dir), "--parallel", "ddp", "--show-scatter"]
+    returncode, job, output = two_node_slurm.sbatch_wait(slurm_job_script(2, [*recipe_argv, "--results-dir", "results"]), tmp_path / "good")
+    assert returncode == 0, output[-3000:]
+    assert recorded_exit_code(two_node_slurm, job) == 0
+    # Both ranks ran, each on half of the global batch; rank 0, on the first host, alone wrote results.
+    for rank in (0, 1):
+        assert output.count(f"scatter (ddp rank {rank}/2, cpu): input [8, 3, 64, 64]") == 1, output[-3000:]
+    results = only_results(tmp_path / "good" / "results")
+    assert results["environment"]["host"] == "node1"
+    assert results["configuration"]["world_size"] == 2
+
+    # A job that fails: sbatch --wait returns its exit code (the one slurmctld recorded), and nothing was written.
+    returncode, job, output = two_node_slurm.sbatch_wait(slurm_job_script(2, [*recipe_argv, "--global-batch", "15"]), tmp_path / "bad")
+    assert returncode != 0
+    assert returncode == recorded_exit_code(two_node_slurm, job)
+    assert "does not divide over 2 replicas" in output
+    assert not (tmp_path / "bad" / "results").exists()
