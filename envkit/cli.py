@@ -22,7 +22,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from envkit import cli_docker, cli_experiment, cli_launch, cli_lock, cli_render, cli_report
+    from envkit import cli_docker, cli_experiment, cli_launch, cli_lock, cli_render, cli_report, cli_verify
 
     parser = _OneLineParser(
         prog="envkit",
@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"envkit {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
     subparsers.required = True
-    for area in (cli_render, cli_docker, cli_experiment, cli_report, cli_launch, cli_lock):
+    for area in (cli_render, cli_docker, cli_experiment, cli_report, cli_launch, cli_lock, cli_verify):
         area.register(subparsers)
     return parser
 

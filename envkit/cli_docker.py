@@ -26,6 +26,26 @@ def _load_target(args):
     return config, config.target(args.target)
 
 
+def add_build_inputs(parser) -> None:
+    """The options that change what a build contains (build, verify)."""
+    parser.add_argument("--base-image", help="override the BASE_IMAGE build arg")
+    parser.add_argument("--wheelhouse", type=Path, help="install only from the *.whl files in this directory (air-gapped hosts)")
+    parser.add_argument("--ca-cert", action="append", default=[], type=Path, metavar="FILE", help="extra CA certificate (PEM) to trust inside the image; repeatable")
+    parser.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE", help="extra docker build arg; repeatable")
+
+
+def build_options(args, *, no_cache: bool):
+    from envkit import images
+
+    return images.BuildOptions(
+        no_cache=no_cache,
+        base_image=args.base_image,
+        wheelhouse=args.wheelhouse,
+        ca_certs=tuple(args.ca_cert),
+        build_args=dict(images.parse_build_arg(a) for a in args.build_arg),
+    )
+
+
 def register(subparsers) -> None:
     build = subparsers.add_parser("build", help="build a target's image (tag: envkit-<target>:<context hash> and latest)")
     build.add_argument("target", help="target name from the config, e.g. cpu")
@@ -93,10 +113,7 @@ def register(subparsers) -> None:
 def add_build_options(parser) -> None:
     """The options of `envkit build`, which `envkit experiment` passes on to it."""
     parser.add_argument("--no-cache", action="store_true", help="rebuild every layer")
-    parser.add_argument("--base-image", help="override the BASE_IMAGE build arg")
-    parser.add_argument("--wheelhouse", type=Path, help="install only from the *.whl files in this directory (air-gapped hosts)")
-    parser.add_argument("--ca-cert", action="append", default=[], type=Path, metavar="FILE", help="extra CA certificate (PEM) to trust inside the image; repeatable")
-    parser.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE", help="extra docker build arg; repeatable")
+    add_build_inputs(parser)
 
 
 def build_options_argv(args) -> tuple[str, ...]:
@@ -121,14 +138,7 @@ def _build(args) -> int:
     from envkit import images
 
     config, target = _load_target(args)
-    options = images.BuildOptions(
-        no_cache=args.no_cache,
-        base_image=args.base_image,
-        wheelhouse=args.wheelhouse,
-        ca_certs=tuple(args.ca_cert),
-        build_args=dict(images.parse_build_arg(a) for a in args.build_arg),
-    )
-    built = images.build(config.root, target, options)
+    built = images.build(config.root, target, build_options(args, no_cache=args.no_cache))
     state = "is already built; tagged it latest" if built.reused else "built and tagged latest"
     print(f"envkit: {built.tag} {state} ({built.size_bytes / 1e9:.2f} GB)", file=sys.stderr)
     print(built.tag)

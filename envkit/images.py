@@ -218,6 +218,21 @@ def staging_area(root: Path, target_name: str):
         yield context
 
 
+def _docker_build(context: Path, args: Mapping[str, str], tags: Iterable[str], no_cache: bool) -> None:
+    command = [*docker_cli(), "build", "--progress=plain"]
+    for tag in tags:
+        command += ["-t", tag]
+    for key, value in sorted(args.items()):
+        command += ["--build-arg", f"{key}={value}"]
+    if no_cache:
+        command.append("--no-cache")
+    command.append(str(context))
+    # The build log is the user's progress display: it goes straight to stderr.
+    done = subprocess.run(command, env={**os.environ, "DOCKER_BUILDKIT": "1"}, stdout=sys.stderr, check=False)
+    if done.returncode != 0:
+        raise EnvkitError(f"docker build of {', '.join(tags)} failed (exit {done.returncode}); the build log is above", exit_code=1)
+
+
 def build(root: Path, target, options: BuildOptions) -> BuiltImage:
     client = connect_engine()
     repo = repository(target.name)
@@ -229,18 +244,24 @@ def build(root: Path, target, options: BuildOptions) -> BuiltImage:
         if existing is not None and not options.no_cache:
             existing.tag(repo, LATEST)
             return BuiltImage(tag=tag, image_id=existing.id, size_bytes=existing.attrs["Size"], reused=True)
-        command = [*docker_cli(), "build", "--progress=plain", "-t", tag, "-t", f"{repo}:{LATEST}"]
-        for key, value in sorted(args.items()):
-            command += ["--build-arg", f"{key}={value}"]
-        if options.no_cache:
-            command.append("--no-cache")
-        command.append(str(context))
-        # The build log is the user's progress display: it goes straight to stderr.
-        done = subprocess.run(command, env={**os.environ, "DOCKER_BUILDKIT": "1"}, stdout=sys.stderr, check=False)
-        if done.returncode != 0:
-            raise EnvkitError(f"docker build of {tag} failed (exit {done.returncode}); the build log is above", exit_code=1)
+        _docker_build(context, args, (tag, f"{repo}:{LATEST}"), options.no_cache)
     image = client.images.get(tag)
     return BuiltImage(tag=tag, image_id=image.id, size_bytes=image.attrs["Size"], reused=False)
+
+
+def rebuild_as(root: Path, target, options: BuildOptions, scratch_tag: str) -> tuple[str, object]:
+    """Build the target from scratch (no cache) under ``scratch_tag`` only, leaving its tags alone.
+
+    Returns the content tag these inputs give, so the caller can tell whether the
+    rebuild used the same inputs as the image it is compared with.
+    """
+    client = connect_engine()
+    with staging_area(root, target.name) as context:
+        stage_context(root, target, options, context)
+        args = build_args_for(options, git_revision(root))
+        content_tag = f"{repository(target.name)}:{context_digest(context, args)[:TAG_HEX]}"
+        _docker_build(context, args, (scratch_tag,), no_cache=True)
+    return content_tag, client.images.get(scratch_tag)
 
 
 def _find_image(client, reference: str):

@@ -510,3 +510,38 @@ def test_base_image_name_is_keyed_by_its_inputs(repo_root, tmp_path):
     assert name() == default
     assert name(ENVKIT_BASE_INCLUDE="python3,python3-venv,ca-certificates,curl") != default
     assert name(ENVKIT_BASE_SUITE="trixie").startswith("envkit-base:trixie-")
+
+
+@engine_test
+def test_verify_rebuilds_with_no_cache_and_finds_the_same_packages(client, project, build_flags, built):
+    done = envkit("verify", "cpu", *build_flags, cwd=project, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "reproduced"
+    files_line = next(line for line in lines if line.startswith("files: "))
+    print(files_line)  # the closing note's figure: how many files still differ in content
+    assert client.images.get("envkit-cpu:latest").id == client.images.get(built).id  # verify moved no tag
+    assert "envkit-cpu:verify" not in {tag for image in client.images.list("envkit-cpu") for tag in image.tags}
+
+
+@engine_test
+def test_diff_names_the_one_package_and_variable_that_differ(client, project, built, tmp_path):
+    # B: the same image with tqdm uninstalled and one variable changed, as a collaborator's might be.
+    container = client.containers.run(built, ["python", "-m", "pip", "uninstall", "-y", "-q", "tqdm"], detach=True, user="0")
+    try:
+        assert container.wait()["StatusCode"] == 0
+        other = container.commit("envkit-difftest", "b", changes=["ENV ENVKIT_EXTRA=1"])
+    finally:
+        container.remove(force=True)
+    try:
+        saved = envkit("save", "cpu", "--config", "envkit.yaml", "--output-dir", str(tmp_path), cwd=project).stdout.split()
+        for a in (built, saved[0], saved[1]):  # an engine image, its saved tarball, or the tarball's manifest
+            done = envkit("diff", a, "envkit-difftest:b", cwd=project, check=False)
+            assert done.returncode == 1, done.stderr
+            assert "python packages: 1 of" in done.stdout and "  - tqdm " in done.stdout
+            assert "apt packages: same" in done.stdout
+            assert "  + ENVKIT_EXTRA 1 (only in B)" in done.stdout
+        assert envkit("diff", "cpu", built, cwd=project, check=False).returncode == 0  # a target name is its latest image
+        Path(saved[0]).unlink()
+    finally:
+        client.images.remove(other.id, force=True)
