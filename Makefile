@@ -90,7 +90,7 @@ endef
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help venv xla-env render build-cpu build-cuda build-tpu-vm tpu-mnist tpu-mnist-single \
+.PHONY: help venv xla-env sky-env render build-cpu build-cuda build-tpu-vm tpu-mnist tpu-mnist-single \
 	gpu-mnist cpu-mnist gpu-single-cifar gpu-dp-cifar gpu-ddp-cifar cpu-single-cifar cpu-ddp-cifar compare \
 	push save load prune demo test doctor
 
@@ -112,9 +112,12 @@ $(ENVKIT): requirements/dev.txt pyproject.toml
 
 xla-env: .venv-xla/bin/python ## create the torch_xla environment in .venv-xla (CPU XLA tests)
 
-.venv-xla/bin/python: requirements/xla.txt
-	$(PYTHON) -m venv .venv-xla
-	.venv-xla/bin/pip install -r requirements/xla.txt
+sky-env: .venv-sky/bin/python ## create SkyPilot's environment in .venv-sky (its own check of the launch task YAML)
+
+# An environment of its own per requirements file: .venv-xla from requirements/xla.txt, .venv-sky from sky.txt.
+.venv-%/bin/python: requirements/%.txt
+	$(PYTHON) -m venv .venv-$*
+	.venv-$*/bin/pip install -r $<
 	touch $@
 
 render: | $(ENVKIT) ## render docker/<target>/ from envkit.yaml and templates/
