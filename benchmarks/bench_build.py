@@ -78,7 +78,7 @@ def main() -> int:
     args = parser.parse_args()
 
     sys.path.insert(0, str(REPO))
-    from envkit.doctor import connect_engine
+    from envkit.engine import connect_engine
     from envkit.errors import EnvkitError
     from envkit.images import LATEST, repository, staging_path
 

@@ -6,10 +6,9 @@ backend) so that the rest of envkit never pays for it or needs a display.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
+from envkit.atomic import atomic_stream
 from envkit.errors import EnvkitError
 from envkit.report import OURS, Report, Row, Section
 
@@ -81,13 +80,9 @@ def write_plot(report: Report, path: Path) -> None:
                     else "envkit comparison (mean ± std)")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
     try:
-        # No "Software" text chunk: the same report gives the same bytes.
-        figure.savefig(temporary, format="png", dpi=110, metadata={"Software": None})
-        os.replace(temporary, path)
+        with atomic_stream(path) as stream:
+            # No "Software" text chunk: the same report gives the same bytes.
+            figure.savefig(stream, format="png", dpi=110, metadata={"Software": None})
     finally:
         pyplot.close(figure)
-        if os.path.exists(temporary):
-            os.unlink(temporary)

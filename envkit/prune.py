@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from envkit.doctor import connect_engine
+from envkit.engine import connect_engine
 from envkit.errors import EnvkitError
 from envkit.images import LATEST, repository
 

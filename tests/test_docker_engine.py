@@ -34,7 +34,8 @@ import pytest
 import yaml
 
 from envkit.config import load_config
-from envkit.doctor import connect_engine, inspect_host
+from envkit.doctor import inspect_host
+from envkit.engine import connect_engine
 from envkit.errors import EnvkitError
 from envkit.images import docker_cli as docker_command, staging_path
 from envkit.render import requirements

@@ -1,0 +1,67 @@
+"""Atomic file writes: a reader sees the old file or the new one, never half of one.
+
+Every file envkit writes goes through here (rendered files, plots, image tarballs
+and manifests, locks, launch files, caches). The bytes go to a temporary file in
+the destination's directory (so that the final rename stays on one filesystem),
+are fsync'ed (so a crash cannot leave a renamed but empty file), and then
+os.replace() puts the file in place in one step. On any failure the temporary
+file is removed and the destination is untouched; the OSError propagates for the
+caller to phrase.
+
+``mode``: the permission bits to give the file. None means what a plain open()
+would leave: the replaced file's bits, or for a new file 0o666 less the umask
+(mkstemp's 0o600 would make shared files such as saved images unreadable to others).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+
+@contextmanager
+def atomic_stream(path: str | os.PathLike, *, mode: int | None = None) -> Iterator[BinaryIO]:
+    """A binary stream whose bytes replace ``path`` when the block ends without an exception.
+
+    For output too large to hold in memory (image tarballs) or written by a library
+    that wants a file object (matplotlib); otherwise use write_bytes_atomic.
+    """
+    path = Path(path)
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            os.fchmod(stream.fileno(), _mode_for(path, mode))
+            yield stream
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(name, path)
+    except BaseException:
+        try:
+            os.unlink(name)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes, *, mode: int | None = None) -> None:
+    with atomic_stream(path, mode=mode) as stream:
+        stream.write(data)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, *, mode: int | None = None) -> None:
+    """UTF-8, and newlines written as given: the same text gives the same bytes on every platform."""
+    write_bytes_atomic(path, text.encode("utf-8"), mode=mode)
+
+
+def _mode_for(path: Path, mode: int | None) -> int:
+    if mode is not None:
+        return mode
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
