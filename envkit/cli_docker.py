@@ -1,7 +1,10 @@
 """`envkit build|run|push|save|load|prune|doctor`: images through the Docker engine.
 
-Heavy work lives in envkit.images and envkit.doctor; this module only parses
-arguments and prints results (results on stdout, progress on stderr).
+Heavy work lives in envkit.build_context, envkit.image_build, envkit.image_archive,
+envkit.prune and envkit.doctor; this module only parses arguments and prints
+results (results on stdout, progress on stderr). Every `envkit` command, render
+included, loads this module to register these subcommands, so its top level
+imports only what the render path loads anyway.
 """
 
 from __future__ import annotations
@@ -9,22 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-
-def _add_config(parser) -> None:
-    parser.add_argument("--config", default="envkit.yaml", type=Path, help="project config (default: ./envkit.yaml)")
-
-
-def _load_target(args):
-    from envkit.config import load_config
-
-    config = load_config(args.config)
-    return config, config.target(args.target)
+from envkit.cli_options import add_config, load_target
 
 
 def register(subparsers) -> None:
@@ -35,8 +28,8 @@ def register(subparsers) -> None:
     build.add_argument("--wheelhouse", type=Path, help="install only from the *.whl files in this directory (air-gapped hosts)")
     build.add_argument("--ca-cert", action="append", default=[], type=Path, metavar="FILE", help="extra CA certificate (PEM) to trust inside the image; repeatable")
     build.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE", help="extra docker build arg; repeatable")
-    _add_config(build)
-    build.set_defaults(func=_build)
+    add_config(build)
+    build.set_defaults(func=cmd_build)
 
     run = subparsers.add_parser(
         "run", help="run a recipe in a target's image through docker/<target>/run.sh",
@@ -50,26 +43,26 @@ def register(subparsers) -> None:
     run.add_argument("--gpus", help="comma-separated host GPU indices or 'all' (cuda targets)")
     run.add_argument("--results-dir", type=Path, default=Path("results"))
     run.add_argument("--data-dir", type=Path, default=Path("data"))
-    _add_config(run)
-    run.set_defaults(func=_run)
+    add_config(run)
+    run.set_defaults(func=cmd_run)
 
     push = subparsers.add_parser("push", help="tag a target's image for a registry and push it")
     push.add_argument("target")
     push.add_argument("--registry", required=True, help="HOST[:PORT][/PATH]")
     push.add_argument("--tag", help="image tag to push (default: latest)")
-    _add_config(push)
-    push.set_defaults(func=_push)
+    add_config(push)
+    push.set_defaults(func=cmd_push)
 
     save = subparsers.add_parser("save", help="write a target's image as .tar.gz plus a .manifest.json")
     save.add_argument("target")
     save.add_argument("--tag", help="image tag to save (default: latest)")
     save.add_argument("--output-dir", type=Path, default=Path("images"))
-    _add_config(save)
-    save.set_defaults(func=_save)
+    add_config(save)
+    save.set_defaults(func=cmd_save)
 
     load = subparsers.add_parser("load", help="verify an image tarball against its manifest, then load it")
     load.add_argument("file", type=Path, help="the .tar.gz or its .manifest.json")
-    load.set_defaults(func=_load)
+    load.set_defaults(func=cmd_load)
 
     prune = subparsers.add_parser(
         "prune", help="remove a target's superseded images (never latest)",
@@ -80,14 +73,14 @@ def register(subparsers) -> None:
     prune.add_argument("target")
     prune.add_argument("--keep", type=_count, default=0, metavar="N", help="also keep the N newest older images (default 0)")
     prune.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
-    _add_config(prune)
-    prune.set_defaults(func=_prune)
+    add_config(prune)
+    prune.set_defaults(func=cmd_prune)
 
     doctor = subparsers.add_parser("doctor", help="what this host offers and which make targets will work here")
     doctor.add_argument("--require", choices=("cpu", "cuda", "tpu-vm"), help="exit 2 with the reason when this host cannot run that kind")
     doctor.add_argument("--gpus", help="also check a GPUS value (comma-separated indices or 'all')")
     doctor.add_argument("--json", action="store_true", help="print the facts as JSON")
-    doctor.set_defaults(func=_doctor)
+    doctor.set_defaults(func=cmd_doctor)
 
 
 def _count(text: str) -> int:
@@ -96,36 +89,41 @@ def _count(text: str) -> int:
     return int(text)
 
 
-def _build(args) -> int:
-    from envkit import images
+def cmd_build(args: argparse.Namespace) -> int:
+    from envkit.build_context import BuildOptions, parse_build_arg
+    from envkit.image_build import build
 
-    config, target = _load_target(args)
-    options = images.BuildOptions(
+    config, target = load_target(args)
+    options = BuildOptions(
         no_cache=args.no_cache,
         base_image=args.base_image,
         wheelhouse=args.wheelhouse,
         ca_certs=tuple(args.ca_cert),
-        build_args=dict(images.parse_build_arg(a) for a in args.build_arg),
+        build_args=dict(parse_build_arg(a) for a in args.build_arg),
     )
-    built = images.build(config.root, target, options)
+    built = build(config.root, target, options)
     state = "is already built; tagged it latest" if built.reused else "built and tagged latest"
     print(f"envkit: {built.tag} {state} ({built.size_bytes / 1e9:.2f} GB)", file=sys.stderr)
     print(built.tag)
     return 0
 
 
-def _run(args) -> int:
-    from envkit import doctor, images
+def cmd_run(args: argparse.Namespace) -> int:
+    import subprocess  # only here: render never needs it
 
-    config, target = _load_target(args)
+    from envkit import doctor
+    from envkit.engine import connect_engine
+    from envkit.image_build import LATEST, repository, resolve_image
+
+    config, target = load_target(args)
     doctor.require(doctor.inspect_host(), target.kind, args.gpus)
-    image, _ = images.resolve_image(doctor.connect_engine(), target.name, args.tag)
+    resolve_image(connect_engine(), target.name, args.tag)  # one line now if it was never built
     # Created here so they belong to the caller; docker would create them as root.
     for directory in (args.results_dir, args.data_dir):
         directory.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
-        "IMAGE": f"{images.repository(target.name)}:{args.tag or images.LATEST}",
+        "IMAGE": f"{repository(target.name)}:{args.tag or LATEST}",
         "RESULTS_DIR": str(args.results_dir.resolve()),
         "DATA_DIR": str(args.data_dir.resolve()),
     }
@@ -137,37 +135,38 @@ def _run(args) -> int:
     return subprocess.run([str(script), args.recipe, *args.recipe_args], env=env, check=False).returncode
 
 
-def _push(args) -> int:
-    from envkit import images
+def cmd_push(args: argparse.Namespace) -> int:
+    from envkit.image_build import push
 
-    _, target = _load_target(args)
-    for reference in images.push(target, args.registry, args.tag, progress=lambda s: print(s, file=sys.stderr)):
+    _, target = load_target(args)
+    for reference in push(target, args.registry, args.tag, progress=lambda s: print(s, file=sys.stderr)):
         print(reference)
     return 0
 
 
-def _save(args) -> int:
-    from envkit import images
+def cmd_save(args: argparse.Namespace) -> int:
+    from envkit.image_archive import save
 
-    _, target = _load_target(args)
-    tarball, manifest = images.save(target, args.tag, args.output_dir)
+    _, target = load_target(args)
+    tarball, manifest = save(target, args.tag, args.output_dir)
     print(tarball)
     print(manifest)
     return 0
 
 
-def _load(args) -> int:
-    from envkit import images
+def cmd_load(args: argparse.Namespace) -> int:
+    from envkit.image_archive import load
 
-    print(images.load(args.file))
+    print(load(args.file))
     return 0
 
 
-def _prune(args) -> int:
-    from envkit import images, prune
+def cmd_prune(args: argparse.Namespace) -> int:
+    from envkit import prune
+    from envkit.image_build import LATEST, repository
 
-    _, target = _load_target(args)
-    repo = images.repository(target.name)
+    _, target = load_target(args)
+    repo = repository(target.name)
     removed = 0
     for outcome in prune.prune(target.name, args.keep, args.dry_run):
         image = outcome.image
@@ -182,13 +181,13 @@ def _prune(args) -> int:
         print(f"envkit: dry run: {removed} old {repo} image(s) would be removed; nothing was", file=sys.stderr)
     elif removed:
         # Sizes overlap: layers shared with the images kept stay on disk.
-        print(f"envkit: removed {removed} old {repo} image(s); {repo}:{images.LATEST} is kept", file=sys.stderr)
+        print(f"envkit: removed {removed} old {repo} image(s); {repo}:{LATEST} is kept", file=sys.stderr)
     else:
         print(f"envkit: no old {repo} images to remove", file=sys.stderr)
     return 0
 
 
-def _doctor(args) -> int:
+def cmd_doctor(args: argparse.Namespace) -> int:
     from envkit import doctor
 
     facts = doctor.inspect_host()

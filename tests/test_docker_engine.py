@@ -37,7 +37,8 @@ from envkit.config import load_config
 from envkit.doctor import inspect_host
 from envkit.engine import connect_engine
 from envkit.errors import EnvkitError
-from envkit.images import docker_cli as docker_command, staging_path
+from envkit.build_context import staging_path
+from envkit.image_build import docker_cli as docker_command
 from envkit.render import requirements
 
 from mnist_files import read_results, write_mnist
