@@ -18,6 +18,7 @@ from envkit.atomic import atomic_stream
 from envkit.config import ProjectConfig, Target
 from envkit.errors import EnvkitError
 from envkit.shellquote import FILTERS
+from envkit.template_cache import template_cache
 
 DEFAULT_OUTPUT = Path("docker")
 DEFAULT_PIP_INDEX_URL = "https://pypi.org/simple"
@@ -64,6 +65,7 @@ def _environment(templates: Path) -> jinja2.Environment:
         autoescape=False,
     )
     env.filters.update(FILTERS)
+    env.bytecode_cache = template_cache(env)
     return env
 
 
