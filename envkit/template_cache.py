@@ -24,6 +24,12 @@ _SYNTAX_SETTINGS = (
 
 
 class _OptionalBytecodeCache(jinja2.FileSystemBytecodeCache):
+    def get_cache_key(self, name: str, filename: str | None = None) -> str:
+        # By template name alone, not its path: the source checksum already refuses a
+        # stale entry, and the cache stays one file per template however many copies
+        # of a project (tests make hundreds) render.
+        return super().get_cache_key(name)
+
     def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
         try:
             super().dump_bytecode(bucket)
