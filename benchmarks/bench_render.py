@@ -98,6 +98,7 @@ def main() -> int:
     parser.add_argument("--config", type=Path, default=REPO / "envkit.yaml")
     args = parser.parse_args()
     config = args.config.resolve()
+    sys.path.insert(0, str(REPO))  # this checkout's envkit, as the subprocesses get through PYTHONPATH
 
     with tempfile.TemporaryDirectory() as scratch:
         warm = child_env()
