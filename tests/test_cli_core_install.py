@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -86,10 +87,14 @@ def test_config_is_one_option_wherever_it_appears():
 @pytest.mark.slow
 def test_a_real_core_only_install_runs_help_and_render(tmp_path, repo_root):
     """`pip install .` into a fresh virtualenv: core dependencies only, from the default index."""
+    source = tmp_path / "source"  # pip builds in the source tree: keep build/ and *.egg-info out of the checkout
+    shutil.copytree(repo_root / "envkit", source / "envkit", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(repo_root / name, source / name)
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    pip = subprocess.run([env_dir / "bin" / "pip", "install", "--quiet", str(repo_root)], capture_output=True, text=True, env=env)
+    pip = subprocess.run([env_dir / "bin" / "pip", "install", "--quiet", str(source)], capture_output=True, text=True, env=env)
     assert pip.returncode == 0, pip.stderr
     envkit = env_dir / "bin" / "envkit"
     done = subprocess.run([envkit, "--help"], capture_output=True, text=True, env=env, cwd=tmp_path)
