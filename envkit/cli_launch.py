@@ -77,7 +77,8 @@ def register(subparsers) -> None:
 
 def build(args):
     """The job and its plan from the parsed arguments (bad input: EnvkitError)."""
-    from envkit import images, launch
+    from envkit import launch
+    from envkit.image_build import repository
     from envkit.config import load_config
     from envkit.experiment_table import experiment as find_experiment
     from envkit.launch.job import EngineOptions, build_job
@@ -85,7 +86,7 @@ def build(args):
     experiment = find_experiment(args.experiment)
     config = load_config(args.config)
     target = _target(config, experiment, args.target)
-    image = args.image or f"{args.registry + '/' if args.registry else ''}{images.repository(target.name)}:{args.tag}"
+    image = args.image or f"{args.registry + '/' if args.registry else ''}{repository(target.name)}:{args.tag}"
     options = EngineOptions(
         container=args.container,
         partition=args.partition,
