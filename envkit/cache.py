@@ -19,8 +19,8 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envkit"
 
 
-def schema_checked(schema_path: Path, document: object, validate: Callable[[], None]) -> None:
-    """Run ``validate()`` unless this ``document`` already passed the schema at ``schema_path``.
+def schema_checked(schema: bytes, document: object, validate: Callable[[], None]) -> None:
+    """Run ``validate()`` unless this ``document`` already passed ``schema`` (its exact bytes).
 
     Importing jsonschema costs about 45 ms, a third of `envkit render`, to confirm
     what the last run already confirmed. A document that passed a schema passes it
@@ -30,7 +30,7 @@ def schema_checked(schema_path: Path, document: object, validate: Callable[[], N
     """
     # repr() of what YAML's safe loader builds (dicts, lists, strings, numbers, bools,
     # None, dates) tells every two different documents apart, types included.
-    key = hashlib.sha256(b"\0".join([__version__.encode(), schema_path.read_bytes(), repr(document).encode()]))
+    key = hashlib.sha256(b"\0".join([__version__.encode(), schema, repr(document).encode()]))
     marker = cache_dir() / "schema-checked" / key.hexdigest()
     if marker.exists():
         return

@@ -95,7 +95,8 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> ProjectConfig:
     path = Path(path)
     data, lines = _parse_yaml(path)
     where = _Locator(path, lines)
-    schema_checked(SCHEMA_PATH, data, lambda: _validate_schema(data, where))
+    # The effective schema, kinds included: a kind removed from kinds.yaml must not pass from the cache.
+    schema_checked(json.dumps(schema(), sort_keys=True).encode(), data, lambda: _validate_schema(data, where))
     root = path.resolve().parent
     matrix = load_matrix()
     targets = {name: _build_target(name, raw, root, matrix, where) for name, raw in data["targets"].items()}
