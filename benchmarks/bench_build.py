@@ -78,9 +78,10 @@ def main() -> int:
     args = parser.parse_args()
 
     sys.path.insert(0, str(REPO))
-    from envkit.doctor import connect_engine
+    from envkit.build_context import staging_path
+    from envkit.engine import connect_engine
     from envkit.errors import EnvkitError
-    from envkit.images import LATEST, repository, staging_path
+    from envkit.image_build import LATEST, repository
 
     try:
         client = connect_engine()

@@ -1,8 +1,11 @@
 """Command-line entry point: one parser, subcommands registered by area modules.
 
-Each area module exposes ``register(subparsers)`` and sets ``func`` on its
-subparsers; heavy imports (docker, matplotlib) happen inside those functions so
-``envkit render`` stays fast.
+Each area module exposes ``register(subparsers)`` and sets ``func`` to its
+``cmd_<command>`` handler; ``--config`` comes from envkit.cli_options.add_config.
+Every command loads every area to register it, so an area's top level imports
+only what render loads anyway; heavy imports (docker, matplotlib, jsonschema)
+happen inside the handlers, which keeps ``envkit render`` fast and ``envkit
+--help`` working without the optional extras.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from envkit.cli_docker import add_build_options, build_options_argv
-from envkit.config import DEFAULT_CONFIG
+from envkit.cli_options import add_config
 
 
 def register(subparsers) -> None:
@@ -26,7 +26,7 @@ def register(subparsers) -> None:
     )
     experiment.add_argument("name", metavar="NAME", help="experiment name, e.g. cpu-mnist")
     experiment.add_argument("recipe_args", nargs=argparse.REMAINDER, help="more arguments for the recipe")
-    experiment.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help=f"project config (default: ./{DEFAULT_CONFIG})")
+    add_config(experiment)
     experiment.add_argument("--target", metavar="NAME", help="the config's target to run in (default: the one named after "
                             "the experiment's kind, or the kind's only target)")
     experiment.add_argument("--gpus", help="host GPU indices or 'all' (the experiment's GPU rule picks the first or all)")
@@ -34,10 +34,10 @@ def register(subparsers) -> None:
     experiment.add_argument("--data-dir", type=Path, default=None, help="datasets (default: run.sh's ./data)")
     add_build_options(experiment)
     experiment.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
-    experiment.set_defaults(func=run_experiment)
+    experiment.set_defaults(func=cmd_experiment)
 
 
-def run_experiment(args: argparse.Namespace) -> int:
+def cmd_experiment(args: argparse.Namespace) -> int:
     from envkit.config import load_config
     from envkit.doctor import parse_gpus
     from envkit.experiment_table import experiment

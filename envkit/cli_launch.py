@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from envkit.config import DEFAULT_CONFIG
+from envkit.cli_options import add_config
 from envkit.errors import EnvkitError
 
 
@@ -48,7 +48,7 @@ def register(subparsers) -> None:
     launch.add_argument("--dry-run", action="store_true", help="print what would be submitted; write and submit nothing")
     launch.add_argument("--output", type=Path, help="directory for the script or manifest (default: jobs/; "
                         "with --dry-run, write them there without submitting)")
-    launch.add_argument("--config", default=DEFAULT_CONFIG, type=Path, help="project config (default: ./envkit.yaml)")
+    add_config(launch)
     launch.add_argument("--target", help="config target to run (default: the first of the experiment's kind)")
     launch.add_argument("--image", help="image reference (default: [REGISTRY/]envkit-<target>:TAG)")
     launch.add_argument("--registry", help="registry the image was pushed to (envkit push), HOST[:PORT][/PATH]")
@@ -82,15 +82,17 @@ def register(subparsers) -> None:
 
 def build(args):
     """The job and its plan from the parsed arguments (bad input: EnvkitError)."""
-    from envkit import images, launch
+    from envkit import launch
+    from envkit.image_build import repository
     from envkit.config import load_config
     from envkit.experiment_table import experiment as find_experiment
+    from envkit.experiments import experiment_target
     from envkit.launch.job import EngineOptions, build_job
 
     experiment = find_experiment(args.experiment)
     config = load_config(args.config)
-    target = _target(config, experiment, args.target)
-    image = args.image or f"{args.registry + '/' if args.registry else ''}{images.repository(target.name)}:{args.tag}"
+    target = experiment_target(config, experiment, args.target)
+    image = args.image or f"{args.registry + '/' if args.registry else ''}{repository(target.name)}:{args.tag}"
     options = EngineOptions(
         container=args.container,
         partition=args.partition,
@@ -123,18 +125,6 @@ def build(args):
         options=options,
     )
     return job, launch.render(args.on, job, args.output or Path("jobs"))
-
-
-def _target(config, experiment, name: str | None):
-    if name:
-        target = config.target(name)
-        if target.kind != experiment.kind:
-            raise EnvkitError(f"target {name!r} is {target.kind}, and {experiment.name} needs a {experiment.kind} target")
-        return target
-    for target in config.targets.values():
-        if target.kind == experiment.kind:
-            return target
-    raise EnvkitError(f"{config.path} has no {experiment.kind} target for {experiment.name}; add one or pass --config")
 
 
 def cmd_launch(args) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from envkit.cli_render import _add_config
+from envkit.cli_options import add_config
 from envkit.errors import EnvkitError
 
 
@@ -17,7 +17,7 @@ def register(subparsers) -> None:
         "torch and torchvision come from PyTorch's index for cpu/cuda variants, everything else from "
         "the default index (or the target's pip_index_url). --check runs offline.",
     )
-    _add_config(lock)
+    add_config(lock)
     which = lock.add_mutually_exclusive_group()
     which.add_argument("--target", metavar="NAME", help="lock one target")
     which.add_argument("--all", action="store_true", help="lock every target in the config")

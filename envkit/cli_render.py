@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from envkit.config import DEFAULT_CONFIG
+from envkit.cli_options import add_config
 
 
 def register(subparsers) -> None:
@@ -19,7 +19,7 @@ def register(subparsers) -> None:
         help="list the configured targets and their pins",
         description="List each target in the config with its kind, base image and pinned versions.",
     )
-    _add_config(targets)
+    add_config(targets)
     targets.set_defaults(func=cmd_targets)
 
     matrix = subparsers.add_parser(
@@ -42,7 +42,7 @@ def register(subparsers) -> None:
         description="Render each target's Dockerfile, run.sh and .dockerignore from templates/. Output is "
         "byte-identical on every run and machine; all files are written or none.",
     )
-    _add_config(render)
+    add_config(render)
     which = render.add_mutually_exclusive_group(required=True)
     which.add_argument("--target", metavar="NAME", help="render one target")
     which.add_argument("--all", action="store_true", help="render every target in the config")
@@ -53,12 +53,6 @@ def register(subparsers) -> None:
     )
     render.add_argument("--output", metavar="DIR", type=Path, help="output directory (default: docker/ beside the config)")
     render.set_defaults(func=cmd_render)
-
-
-def _add_config(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config", metavar="FILE", type=Path, default=DEFAULT_CONFIG, help="project config (default: ./envkit.yaml)"
-    )
 
 
 def cmd_targets(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from envkit.config import DEFAULT_CONFIG
+from envkit.cli_options import add_config
 
 
 def register(subparsers) -> None:
@@ -17,7 +17,7 @@ def register(subparsers) -> None:
     report.add_argument("results_dir", metavar="RESULTS_DIR", type=Path,
                         help="directory the recipes wrote results JSON into (its *.json files, not subdirectories)")
     _add_report_options(report)
-    report.set_defaults(func=run_report)
+    report.set_defaults(func=cmd_report)
 
     compare = subparsers.add_parser(
         "compare", help="run every experiment this host can run, then report",
@@ -28,7 +28,7 @@ def register(subparsers) -> None:
     compare.add_argument("--dataset", choices=("real", "fake"), default="real", help="real data or generated fake data")
     compare.add_argument("--max-steps", type=_positive_int, default=None, help="stop each run after this many steps (quick checks)")
     _add_report_options(compare)
-    compare.set_defaults(func=run_compare)
+    compare.set_defaults(func=cmd_compare)
 
     demo = subparsers.add_parser(
         "demo", help="render every target, run the small comparison this machine can run, report and plot",
@@ -38,13 +38,13 @@ def register(subparsers) -> None:
     demo.add_argument("--no-docker", action="store_true", help="run on this Python even when Docker is usable")
     demo.add_argument("--base-image", metavar="IMAGE", default=None,
                       help="base image for building the cpu image (e.g. one made by scripts/base-image.sh)")
-    demo.set_defaults(func=run_demo)
+    demo.set_defaults(func=cmd_demo)
 
 
 def _add_run_options(parser: argparse.ArgumentParser, default_results: Path) -> None:
     """What `compare` and `demo` share: where results go, the project, and a dry run."""
     parser.add_argument("--results-dir", type=Path, default=default_results, help=f"where results go (default: {default_results})")
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help=f"project config (default: ./{DEFAULT_CONFIG})")
+    add_config(parser)
     parser.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
 
 
@@ -105,7 +105,7 @@ def _require_matplotlib() -> None:
     require_matplotlib()
 
 
-def run_report(args: argparse.Namespace) -> int:
+def cmd_report(args: argparse.Namespace) -> int:
     print_report(args.results_dir, args.format, args.plot, args.reference, args.baseline, args.strict)
     return 0
 
@@ -140,7 +140,7 @@ def _report_args(args: argparse.Namespace) -> tuple[str, ...]:
     return passed
 
 
-def run_compare(args: argparse.Namespace) -> int:
+def cmd_compare(args: argparse.Namespace) -> int:
     from envkit.experiments import compare_plan, execute
 
     _check_project(args.config)
@@ -153,7 +153,7 @@ def run_compare(args: argparse.Namespace) -> int:
     return 0 if execute(plan, dry_run=args.dry_run) else 1
 
 
-def run_demo(args: argparse.Namespace) -> int:
+def cmd_demo(args: argparse.Namespace) -> int:
     from envkit.experiments import demo_plan, execute
 
     _check_project(args.config)

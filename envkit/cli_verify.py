@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from envkit.cli_docker import _add_config, _load_target, add_build_inputs, build_options
+from envkit.cli_docker import add_build_inputs, build_options
+from envkit.cli_options import add_config, load_target
 
 
 def register(subparsers) -> None:
@@ -15,8 +16,8 @@ def register(subparsers) -> None:
                     "dpkg package is the same; exit 1 with the differences otherwise. Differing files are counted.")
     verify.add_argument("target", help="target name from the config, e.g. cpu")
     add_build_inputs(verify)
-    _add_config(verify)
-    verify.set_defaults(func=_verify)
+    add_config(verify)
+    verify.set_defaults(func=cmd_verify)
 
     diff = subparsers.add_parser(
         "diff", help="what differs between two environments (images, saved tarballs or results JSON)",
@@ -25,39 +26,41 @@ def register(subparsers) -> None:
                     "Exit 0 when nothing differs, 1 when something does.")
     diff.add_argument("a")
     diff.add_argument("b")
-    _add_config(diff)
-    diff.set_defaults(func=_diff)
+    add_config(diff)
+    diff.set_defaults(func=cmd_diff)
 
 
-def _verify(args) -> int:
+def cmd_verify(args) -> int:
     from envkit.verify import verify
 
-    config, target = _load_target(args)
+    config, target = load_target(args)
     verdict = verify(config.root, target, build_options(args, no_cache=True))
     print(verdict.format())
     return 0 if verdict.reproduced else 1
 
 
 def _inventory(text: str, config_path: Path):
-    from envkit import images, inventory
+    from envkit import image_archive, inventory
+    from envkit.engine import connect_engine
+    from envkit.image_build import LATEST, repository
 
     path = Path(text)
     if path.is_file() and text.endswith(".json") and not text.endswith(".manifest.json"):
         return inventory.from_results(path)
     if path.is_file() and (text.endswith(".manifest.json") or text.endswith(".tar.gz")):
         # Through the manifest, so a tarball altered since `envkit save` is refused.
-        manifest_path = images.manifest_for(path)
-        return inventory.from_saved_tarball(images.verify_tarball(manifest_path, images.read_manifest(manifest_path)))
+        manifest_path = image_archive.manifest_for(path)
+        return inventory.from_saved_tarball(image_archive.verify_tarball(manifest_path, image_archive.read_manifest(manifest_path)))
     reference = text
     if ":" not in text and "/" not in text and config_path.is_file():
         from envkit.config import load_config
 
         if text in load_config(config_path).targets:
-            reference = f"{images.repository(text)}:{images.LATEST}"
-    return inventory.from_engine_image(images.connect_engine(), reference)
+            reference = f"{repository(text)}:{LATEST}"
+    return inventory.from_engine_image(connect_engine(), reference)
 
 
-def _diff(args) -> int:
+def cmd_diff(args) -> int:
     from envkit.env_diff import compare, format_sections
 
     a, b = _inventory(args.a, args.config), _inventory(args.b, args.config)

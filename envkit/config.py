@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from envkit import kinds
+from envkit.cache import schema_checked
 from envkit.errors import EnvkitError
 from envkit.matrix import Matrix, TorchRelease, load_matrix, minor_of, python_in_range, version_key
 
@@ -94,7 +95,8 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> ProjectConfig:
     path = Path(path)
     data, lines = _parse_yaml(path)
     where = _Locator(path, lines)
-    _validate_schema(data, where)
+    # The effective schema, kinds included: a kind removed from kinds.yaml must not pass from the cache.
+    schema_checked(json.dumps(schema(), sort_keys=True).encode(), data, lambda: _validate_schema(data, where))
     root = path.resolve().parent
     matrix = load_matrix()
     targets = {name: _build_target(name, raw, root, matrix, where) for name, raw in data["targets"].items()}

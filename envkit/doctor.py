@@ -16,11 +16,11 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 
 from envkit import kinds
+from envkit.engine import connect_engine
 from envkit.errors import EnvkitError
 from envkit.experiment_table import by_kind
 from envkit.kinds import HostCheck
-START_ENGINE_HINT = "start one with 'sudo systemctl start docker' (or 'sudo dockerd &', or 'sudo scripts/docker-engine.sh start')"
-PING_TIMEOUT_S = 15
+
 # Below this the cuda image (several GB) and a dataset no longer fit comfortably.
 LOW_DISK_GB = 10.0
 
@@ -39,35 +39,6 @@ class HostFacts:
     hostname: str = ""
     hostname_resolves: bool = True
     hostname_problem: str | None = None  # what failed and what to do, when it does not resolve
-
-
-def _engine_error(exc: Exception) -> str:
-    text = str(exc)
-    if "Permission denied" in text:
-        return "permission denied on the Docker socket: add yourself to the 'docker' group (sudo usermod -aG docker $USER) and log in again"
-    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    return f"no Docker engine answers at {where}: {START_ENGINE_HINT}"
-
-
-def connect_engine():
-    """A Docker SDK client whose engine answered a ping, or EnvkitError in one line."""
-    try:
-        import docker
-
-        # Without the SDK, `python -m envkit` in a project root imports the rendered
-        # docker/ directory as an empty namespace package instead of failing.
-        docker.from_env
-    except (ImportError, AttributeError):
-        raise EnvkitError("the Docker SDK for Python is missing: pip install docker (or run 'make venv')") from None
-    try:
-        # A hung engine should fail the ping quickly; saves, loads and pushes of
-        # gigabyte images then get the long timeout.
-        client = docker.from_env(timeout=PING_TIMEOUT_S)
-        client.ping()
-        client.api.timeout = int(os.environ.get("ENVKIT_DOCKER_TIMEOUT", "600"))
-    except docker.errors.DockerException as exc:
-        raise EnvkitError(_engine_error(exc)) from None
-    return client
 
 
 def _nvidia_gpus() -> list[str]:

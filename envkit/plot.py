@@ -8,10 +8,9 @@ the optional extra ``report``, and ``require_matplotlib`` says so in one line.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
+from envkit.atomic import atomic_stream
 from envkit.errors import EnvkitError
 from envkit.report import COLUMNS, OURS, Report, Row, Section, recipe_facts
 
@@ -96,13 +95,9 @@ def write_plot(report: Report, path: Path) -> None:
                     else "envkit comparison (mean ± std)")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
     try:
-        # No "Software" text chunk: the same report gives the same bytes.
-        figure.savefig(temporary, format="png", dpi=110, metadata={"Software": None})
-        os.replace(temporary, path)
+        with atomic_stream(path) as stream:
+            # No "Software" text chunk: the same report gives the same bytes.
+            figure.savefig(stream, format="png", dpi=110, metadata={"Software": None})
     finally:
         pyplot.close(figure)
-        if os.path.exists(temporary):
-            os.unlink(temporary)

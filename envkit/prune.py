@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from envkit.doctor import connect_engine
+from envkit.engine import connect_engine, docker_sdk
 from envkit.errors import EnvkitError
-from envkit.images import LATEST, repository
+from envkit.image_build import LATEST, repository
 
 REMOVED, UNTAGGED, KEPT, WOULD_REMOVE = "removed", "untagged", "kept", "would remove"
 
@@ -63,8 +63,7 @@ def old_images(client, target_name: str, keep: int) -> list[OldImage]:
 def prune(target_name: str, keep: int = 0, dry_run: bool = False) -> Iterator[Outcome]:
     """Remove the target's old images one at a time, yielding what happened to each."""
     client = connect_engine()
-    import docker
-
+    docker = docker_sdk()
     for image in old_images(client, target_name, keep):
         if dry_run:
             yield Outcome(image, WOULD_REMOVE)

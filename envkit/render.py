@@ -1,24 +1,25 @@
 """Render docker/<target>/ files from templates/ (design.md section 3).
 
 Everything is rendered in memory first; files are then written all or nothing
-(temp files beside their destination, then os.replace), so a failure never
-leaves a half-written tree behind.
+(every changed file staged by envkit.atomic before any replaces its destination),
+so a failure never leaves a half-written tree behind.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
-import tempfile
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
 from envkit import kinds
+from envkit.atomic import atomic_stream
 from envkit.config import ProjectConfig, Target
 from envkit.errors import EnvkitError
 from envkit.shellquote import FILTERS
+from envkit.template_cache import template_cache
 
 DEFAULT_OUTPUT = Path("docker")
 DEFAULT_PIP_INDEX_URL = "https://pypi.org/simple"
@@ -64,6 +65,7 @@ def _environment(templates: Path) -> jinja2.Environment:
         autoescape=False,
     )
     env.filters.update(FILTERS)
+    env.bytecode_cache = template_cache(env)
     return env
 
 
@@ -134,26 +136,25 @@ def write(output: Path, files: list[RenderedFile]) -> list[Path]:
     if output.exists() and not output.is_dir():
         raise EnvkitError(f"output path {output} is a file; pass --output DIR with a directory")
     created: list[Path] = []
-    staged: list[tuple[Path, Path]] = []
+    written: list[Path] = []
     try:
-        for file in files:
-            destination = output / file.path
-            if _difference(destination, file) is None:
-                continue
-            if destination.is_dir():
-                raise IsADirectoryError(21, "a directory is in the way", str(destination))
-            _make_dirs(destination.parent, created)
-            staged.append((_stage(destination, file), destination))
+        # Every changed file is staged before the first one replaces its destination.
+        with ExitStack() as staged:
+            for file in files:
+                destination = output / file.path
+                if _difference(destination, file) is None:
+                    continue
+                if destination.is_dir():
+                    raise IsADirectoryError(21, "a directory is in the way", str(destination))
+                _make_dirs(destination.parent, created)
+                staged.enter_context(atomic_stream(destination, mode=file.mode)).write(file.text.encode("utf-8"))
+                written.append(destination)
     except OSError as exc:
-        for temp, _ in staged:
-            temp.unlink(missing_ok=True)
         for directory in reversed(created):
             _remove_if_empty(directory)
         reason = exc.strerror or str(exc)
         raise EnvkitError(f"cannot write to {exc.filename or output}: {reason}; choose a writable --output DIR") from None
-    for temp, destination in staged:
-        os.replace(temp, destination)
-    return [destination for _, destination in staged]
+    return written
 
 
 def _make_dirs(directory: Path, created: list[Path]) -> None:
@@ -167,19 +168,6 @@ def _make_dirs(directory: Path, created: list[Path]) -> None:
             raise NotADirectoryError(20, "exists and is not a directory", str(parent))
         parent.mkdir()
         created.append(parent)
-
-
-def _stage(destination: Path, file: RenderedFile) -> Path:
-    handle, name = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.", suffix=".tmp")
-    temp = Path(name)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
-            stream.write(file.text)
-        os.chmod(temp, file.mode)
-    except OSError:
-        temp.unlink(missing_ok=True)
-        raise
-    return temp
 
 
 def _remove_if_empty(directory: Path) -> None:

@@ -53,12 +53,13 @@ def judge(current: Inventory, rebuilt: Inventory) -> Verdict:
 
 
 def verify(root, target, options) -> Verdict:
-    from envkit import images
+    from envkit.engine import connect_engine
+    from envkit.image_build import rebuild_as, repository, resolve_image
 
-    client = images.connect_engine()
-    current, content_tag = images.resolve_image(client, target.name)
-    scratch = f"{images.repository(target.name)}:verify"
-    rebuilt_tag, rebuilt = images.rebuild_as(root, target, options, scratch)
+    client = connect_engine()
+    current, content_tag = resolve_image(client, target.name)
+    scratch = f"{repository(target.name)}:verify"
+    rebuilt_tag, rebuilt = rebuild_as(root, target, options, scratch)
     try:
         if rebuilt_tag != content_tag:
             raise EnvkitError(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from envkit.config import load_config
 from envkit.experiment_table import experiment
-from envkit.images import repository
+from envkit.image_build import repository
 from envkit.launch.job import EngineOptions, build_job
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -33,10 +33,12 @@ import docker
 import pytest
 import yaml
 
+from envkit.build_context import staging_path
 from envkit.config import load_config
-from envkit.doctor import connect_engine, inspect_host
+from envkit.doctor import inspect_host
+from envkit.engine import connect_engine
 from envkit.errors import EnvkitError
-from envkit.images import docker_cli as docker_command, staging_path
+from envkit.image_build import docker_cli as docker_command
 from envkit.render import requirements
 
 from mnist_files import read_results, write_mnist

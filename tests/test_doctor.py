@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from envkit import doctor
+from envkit import doctor, engine
 from envkit.errors import EnvkitError
 from envkit.experiment_table import load_experiments
 from envkit.kinds import kind
@@ -255,6 +255,6 @@ def test_engine_failures_become_one_actionable_line(monkeypatch, failure, messag
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     monkeypatch.setattr(docker, "from_env", refuse)
     with pytest.raises(EnvkitError) as caught:
-        doctor.connect_engine()
+        engine.connect_engine()
     assert str(caught.value).startswith(message)
     assert "\n" not in str(caught.value)

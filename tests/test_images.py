@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from envkit import images
+from envkit import build_context, image_archive, image_build
 from envkit.errors import EnvkitError
 
 CERT = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
@@ -45,9 +45,9 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def staged(project: Path, tmp_path: Path, options=images.BuildOptions(), target=FakeTarget(), name="ctx") -> Path:
+def staged(project: Path, tmp_path: Path, options=build_context.BuildOptions(), target=FakeTarget(), name="ctx") -> Path:
     dest = tmp_path / name
-    images.stage_context(project, target, options, dest)
+    build_context.stage_context(project, target, options, dest)
     return dest
 
 
@@ -69,23 +69,23 @@ def test_wheelhouse_and_certificates_are_staged(project, tmp_path):
     configured, extra = tmp_path / "corp.pem", tmp_path / "proxy.crt"
     configured.write_bytes(CERT)
     extra.write_bytes(CERT.replace(b"fake", b"other"))
-    options = images.BuildOptions(wheelhouse=wheelhouse, ca_certs=(extra,))
+    options = build_context.BuildOptions(wheelhouse=wheelhouse, ca_certs=(extra,))
     context = staged(project, tmp_path, options, FakeTarget(ca_certificates=(configured,)))
     assert "wheels/tqdm-4.0-py3-none-any.whl" in files(context)
     assert "wheels/notes.txt" not in files(context)
     # update-ca-certificates reads *.crt only, so a .pem is renamed
     assert (context / "certs" / "corp.crt").read_bytes() == CERT
     assert (context / "certs" / "proxy.crt").exists()
-    assert images.build_args_for(options, None) == {"PIP_NO_INDEX": "1"}
+    assert build_context.build_args_for(options, None) == {"PIP_NO_INDEX": "1"}
 
 
 @pytest.mark.parametrize(
     "make_options, message",
     [
-        (lambda tmp: images.BuildOptions(wheelhouse=tmp / "missing"), "is not a directory"),
-        (lambda tmp: images.BuildOptions(wheelhouse=tmp), "holds no *.whl files"),
-        (lambda tmp: images.BuildOptions(ca_certs=(tmp / "none.crt",)), "does not exist"),
-        (lambda tmp: images.BuildOptions(ca_certs=(tmp / "plain.crt",)), "is not PEM"),
+        (lambda tmp: build_context.BuildOptions(wheelhouse=tmp / "missing"), "is not a directory"),
+        (lambda tmp: build_context.BuildOptions(wheelhouse=tmp), "holds no *.whl files"),
+        (lambda tmp: build_context.BuildOptions(ca_certs=(tmp / "none.crt",)), "does not exist"),
+        (lambda tmp: build_context.BuildOptions(ca_certs=(tmp / "plain.crt",)), "is not PEM"),
     ],
 )
 def test_bad_build_inputs_are_one_line(project, tmp_path, make_options, message):
@@ -102,50 +102,50 @@ def test_unrendered_target_says_how_to_render(project, tmp_path):
 
 
 def test_identical_inputs_give_an_identical_tag(project, tmp_path):
-    first = images.context_digest(staged(project, tmp_path, name="a"), {"BASE_IMAGE": "x"})
-    second = images.context_digest(staged(project, tmp_path, name="b"), {"BASE_IMAGE": "x"})
+    first = build_context.context_digest(staged(project, tmp_path, name="a"), {"BASE_IMAGE": "x"})
+    second = build_context.context_digest(staged(project, tmp_path, name="b"), {"BASE_IMAGE": "x"})
     assert first == second and len(first) == 64
 
 
 def test_tag_follows_content_and_content_args_but_not_the_revision(project, tmp_path):
     context = staged(project, tmp_path)
-    base = images.context_digest(context, {"ENVKIT_REVISION": "aaa"})
-    assert images.context_digest(context, {"ENVKIT_REVISION": "bbb"}) == base
-    assert images.context_digest(context, {"BASE_IMAGE": "other"}) != base
+    base = build_context.context_digest(context, {"ENVKIT_REVISION": "aaa"})
+    assert build_context.context_digest(context, {"ENVKIT_REVISION": "bbb"}) == base
+    assert build_context.context_digest(context, {"BASE_IMAGE": "other"}) != base
     (context / "recipes" / "mnist.py").write_text("print('mnist')\n# edited\n")
-    assert images.context_digest(context, {"ENVKIT_REVISION": "aaa"}) != base
+    assert build_context.context_digest(context, {"ENVKIT_REVISION": "aaa"}) != base
 
 
 def test_renaming_a_file_changes_the_tag(project, tmp_path):
     context = staged(project, tmp_path)
-    before = images.context_digest(context, {})
+    before = build_context.context_digest(context, {})
     (context / "recipes" / "mnist.py").rename(context / "recipes" / "mnist2.py")
-    assert images.context_digest(context, {}) != before
+    assert build_context.context_digest(context, {}) != before
 
 
 def test_build_args_user_values_win_and_revision_is_recorded():
-    options = images.BuildOptions(base_image="envkit-base:x", build_args={"BASE_IMAGE": "mine", "HTTP_PROXY": "p"})
-    assert images.build_args_for(options, "abc123") == {"BASE_IMAGE": "mine", "ENVKIT_REVISION": "abc123", "HTTP_PROXY": "p"}
+    options = build_context.BuildOptions(base_image="envkit-base:x", build_args={"BASE_IMAGE": "mine", "HTTP_PROXY": "p"})
+    assert build_context.build_args_for(options, "abc123") == {"BASE_IMAGE": "mine", "ENVKIT_REVISION": "abc123", "HTTP_PROXY": "p"}
 
 
 @pytest.mark.parametrize("text", ["NOEQUALS", "=v", "1X=2", "A B=c"])
 def test_malformed_build_arg_is_refused(text):
     with pytest.raises(EnvkitError, match="is not KEY=VALUE"):
-        images.parse_build_arg(text)
+        build_context.parse_build_arg(text)
 
 
 def test_build_arg_value_may_hold_equals_signs():
-    assert images.parse_build_arg("PIP_INDEX_URL=http://h/simple?a=b") == ("PIP_INDEX_URL", "http://h/simple?a=b")
+    assert build_context.parse_build_arg("PIP_INDEX_URL=http://h/simple?a=b") == ("PIP_INDEX_URL", "http://h/simple?a=b")
 
 
 def test_docker_client_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("DOCKER", "definitely-not-a-docker-client")
     with pytest.raises(EnvkitError, match="does not start with an executable"):
-        images.docker_cli()
+        image_build.docker_cli()
     monkeypatch.setenv("DOCKER", sys.executable)
-    assert images.docker_cli() == [sys.executable]
+    assert image_build.docker_cli() == [sys.executable]
     monkeypatch.setenv("DOCKER", f"{sys.executable} --host unix:///x.sock")  # several words, as run.sh allows
-    assert images.docker_cli() == [sys.executable, "--host", "unix:///x.sock"]
+    assert image_build.docker_cli() == [sys.executable, "--host", "unix:///x.sock"]
 
 
 # ---------------------------------------------------------------- save / load with an in-memory engine
@@ -198,12 +198,13 @@ def engine(monkeypatch):
         labels={"io.envkit.pin.torch": "2.13.0", "io.envkit.kind": "cpu"},
     )
     client = FakeClient(image)
-    monkeypatch.setattr(images, "connect_engine", lambda: client)
+    for module in (image_build, image_archive):
+        monkeypatch.setattr(module, "connect_engine", lambda: client)
     return client
 
 
 def test_save_writes_a_deterministic_tarball_and_a_manifest(engine, tmp_path):
-    tarball, manifest_path = images.save(FakeTarget(), None, tmp_path / "out")
+    tarball, manifest_path = image_archive.save(FakeTarget(), None, tmp_path / "out")
     assert tarball.name == "envkit-cpu-0123456789ab.tar.gz"
     assert manifest_path.name == "envkit-cpu-0123456789ab.manifest.json"
     assert engine.images.image.saved_as == ["envkit-cpu:0123456789ab"]
@@ -217,7 +218,7 @@ def test_save_writes_a_deterministic_tarball_and_a_manifest(engine, tmp_path):
     assert gzip.decompress(data) == engine.images.image.payload
     first = data
     tarball.unlink()
-    images.save(FakeTarget(), None, tmp_path / "out")
+    image_archive.save(FakeTarget(), None, tmp_path / "out")
     assert tarball.read_bytes() == first
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]  # no partial files left
     umask = os.umask(0)
@@ -226,21 +227,21 @@ def test_save_writes_a_deterministic_tarball_and_a_manifest(engine, tmp_path):
 
 
 def test_load_verifies_then_loads_and_tags(engine, tmp_path):
-    tarball, manifest_path = images.save(FakeTarget(), None, tmp_path)
+    tarball, manifest_path = image_archive.save(FakeTarget(), None, tmp_path)
     engine.images.image.tags.clear()
-    assert images.load(tarball) == "envkit-cpu:0123456789ab"
+    assert image_archive.load(tarball) == "envkit-cpu:0123456789ab"
     assert engine.images.loaded == [tarball.read_bytes()]
     assert set(engine.images.image.tags) == {"envkit-cpu:0123456789ab", "envkit-cpu:latest"}
-    assert images.load(manifest_path) == "envkit-cpu:0123456789ab"  # either file of the pair
+    assert image_archive.load(manifest_path) == "envkit-cpu:0123456789ab"  # either file of the pair
 
 
 def test_load_refuses_a_tarball_whose_checksum_does_not_match(engine, tmp_path):
-    tarball, _ = images.save(FakeTarget(), None, tmp_path)
+    tarball, _ = image_archive.save(FakeTarget(), None, tmp_path)
     data = bytearray(tarball.read_bytes())
     data[-1] ^= 0xFF
     tarball.write_bytes(bytes(data))
     with pytest.raises(EnvkitError, match="refusing to load .* does not match the manifest"):
-        images.load(tarball)
+        image_archive.load(tarball)
     assert engine.images.loaded == []
 
 
@@ -256,48 +257,48 @@ def test_load_refuses_a_tarball_whose_checksum_does_not_match(engine, tmp_path):
     ],
 )
 def test_load_refuses_a_malformed_manifest(engine, tmp_path, edit, message):
-    tarball, manifest_path = images.save(FakeTarget(), None, tmp_path)
+    tarball, manifest_path = image_archive.save(FakeTarget(), None, tmp_path)
     manifest = json.loads(manifest_path.read_text())
     edit(manifest)
     manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(EnvkitError, match=message):
-        images.load(tarball)
+        image_archive.load(tarball)
     assert engine.images.loaded == []
 
 
 def test_load_without_a_manifest_is_refused(engine, tmp_path):
-    tarball, manifest_path = images.save(FakeTarget(), None, tmp_path)
+    tarball, manifest_path = image_archive.save(FakeTarget(), None, tmp_path)
     manifest_path.unlink()
     with pytest.raises(EnvkitError, match="manifest .* is missing"):
-        images.load(tarball)
+        image_archive.load(tarball)
     with pytest.raises(EnvkitError, match="neither an image tarball"):
-        images.load(tmp_path / "image.zip")
+        image_archive.load(tmp_path / "image.zip")
 
 
 def test_load_notices_an_image_that_is_not_the_one_saved(engine, tmp_path):
-    tarball, manifest_path = images.save(FakeTarget(), None, tmp_path)
+    tarball, manifest_path = image_archive.save(FakeTarget(), None, tmp_path)
     manifest = json.loads(manifest_path.read_text())
     manifest["image_id"] = "sha256:" + "cd" * 32
     manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(EnvkitError, match="is not in the engine"):
-        images.load(tarball)
+        image_archive.load(tarball)
 
 
 def test_missing_image_says_how_to_build_it(engine):
     with pytest.raises(EnvkitError, match="build it first with 'envkit build cpu'"):
-        images.resolve_image(engine, "cpu", "nosuchtag")
+        image_build.resolve_image(engine, "cpu", "nosuchtag")
 
 
 @pytest.mark.parametrize("registry", ["", "https://reg.example.com", "Reg.Example.com", "reg.example.com/", "reg:port", "a b"])
 def test_push_refuses_a_malformed_registry_before_touching_the_engine(engine, registry):
     with pytest.raises(EnvkitError, match="is not valid: give HOST"):
-        images.push(FakeTarget(), registry)
+        image_build.push(FakeTarget(), registry)
     assert engine.images.image.tags == ["envkit-cpu:0123456789ab", "envkit-cpu:latest"]
 
 
 @pytest.mark.parametrize("registry", ["localhost:5000", "registry.example.com/team", "10.0.0.2:5000/a/b-c"])
 def test_push_accepts_registry_forms(registry):
-    assert images._REGISTRY.match(registry)
+    assert image_build._REGISTRY.match(registry)
 
 
 # ---------------------------------------------------------------- through the CLI
@@ -332,19 +333,19 @@ def test_cli_load_refuses_a_tampered_tarball_in_one_line(tmp_path):
 def test_an_image_without_its_content_tag_is_not_saved_as_latest(engine, tmp_path):
     engine.images.image.tags.remove("envkit-cpu:0123456789ab")
     with pytest.raises(EnvkitError, match="lost its content tag"):
-        images.save(FakeTarget(), None, tmp_path)
+        image_archive.save(FakeTarget(), None, tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_staging_area_is_fixed_per_project_and_starts_empty(tmp_path, monkeypatch):
     monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
-    with images.staging_area(tmp_path / "a", "cpu") as first:
+    with build_context.staging_area(tmp_path / "a", "cpu") as first:
         first.mkdir()
         (first / "stale.txt").write_text("left from the last build")
-    with images.staging_area(tmp_path / "a", "cpu") as again:
+    with build_context.staging_area(tmp_path / "a", "cpu") as again:
         assert again == first and not again.exists()
-    assert images.staging_path(tmp_path / "b", "cpu") != first
-    assert images.staging_path(tmp_path / "a", "cuda") != first
+    assert build_context.staging_path(tmp_path / "b", "cpu") != first
+    assert build_context.staging_path(tmp_path / "a", "cuda") != first
     assert first.parent == tmp_path / "cache" / "contexts"
 
 
@@ -352,7 +353,7 @@ def test_save_into_an_unwritable_place_is_one_line(engine, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(EnvkitError, match="cannot create --output-dir .*: Not a directory"):
-        images.save(FakeTarget(), None, blocker / "out")
+        image_archive.save(FakeTarget(), None, blocker / "out")
 
 
 # ---------------------------------------------------------------- build with a recording docker client
@@ -395,28 +396,29 @@ def test_build_drives_buildkit_with_both_tags_and_the_args(project, recording_do
     image = FakeImage(id="sha256:" + "ef" * 32, tags=[], labels={})
     client = FakeClient(image)
     client.images = BuildingImages(image)
-    monkeypatch.setattr(images, "connect_engine", lambda: client)
-    monkeypatch.setattr(images, "git_revision", lambda root: "abc123")
-    original_run = images.subprocess.run
+    for module in (image_build, image_archive):
+        monkeypatch.setattr(module, "connect_engine", lambda: client)
+    monkeypatch.setattr(image_build, "git_revision", lambda root: "abc123")
+    original_run = image_build.subprocess.run
 
     def build_then_exist(*args, **kwargs):
         done = original_run(*args, **kwargs)
         client.images.built = True
         return done
 
-    monkeypatch.setattr(images.subprocess, "run", build_then_exist)
-    options = images.BuildOptions(no_cache=True, base_image="envkit-base:x", build_args={"HTTP_PROXY": "http://p:3128"})
-    built = images.build(project, FakeTarget(), options)
+    monkeypatch.setattr(image_build.subprocess, "run", build_then_exist)
+    options = build_context.BuildOptions(no_cache=True, base_image="envkit-base:x", build_args={"HTTP_PROXY": "http://p:3128"})
+    built = image_build.build(project, FakeTarget(), options)
     [call] = recording_docker()
     assert call["buildkit"] == "1"
     argv = call["argv"]
     assert argv[:2] == ["build", "--progress=plain"]
-    assert argv[argv.index("-t") + 1] == built.tag and f"envkit-cpu:{images.LATEST}" in argv
+    assert argv[argv.index("-t") + 1] == built.tag and f"envkit-cpu:{image_build.LATEST}" in argv
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--build-arg"] == [
         "BASE_IMAGE=envkit-base:x", "ENVKIT_REVISION=abc123", "HTTP_PROXY=http://p:3128",
     ]
     assert "--no-cache" in argv
-    assert argv[-1] == str(images.staging_path(project, "cpu"))
+    assert argv[-1] == str(build_context.staging_path(project, "cpu"))
     assert built.image_id == image.id and built.size_bytes == 1_130_000_000 and not built.reused
 
 
@@ -424,17 +426,17 @@ def test_failed_build_is_one_line_after_the_log(project, recording_docker, monke
     monkeypatch.setenv("FAKE_RC", "17")
     engine.images.image.tags.clear()  # nothing built yet
     with pytest.raises(EnvkitError, match=r"docker build of envkit-cpu:[0-9a-f]{12} failed \(exit 17\); the build log is above") as caught:
-        images.build(project, FakeTarget(), images.BuildOptions())
+        image_build.build(project, FakeTarget(), build_context.BuildOptions())
     assert caught.value.exit_code == 1
 
 
 def test_an_existing_content_tag_is_reused_without_building(project, recording_docker, monkeypatch, engine):
-    context = images.staging_path(project, "cpu")
-    images.stage_context(project, FakeTarget(), images.BuildOptions(), context)
-    monkeypatch.setattr(images, "git_revision", lambda root: None)
-    tag = f"envkit-cpu:{images.context_digest(context, {})[:images.TAG_HEX]}"
+    context = build_context.staging_path(project, "cpu")
+    build_context.stage_context(project, FakeTarget(), build_context.BuildOptions(), context)
+    monkeypatch.setattr(image_build, "git_revision", lambda root: None)
+    tag = f"envkit-cpu:{build_context.context_digest(context, {})[:build_context.TAG_HEX]}"
     engine.images.image.tags[:] = [tag]
-    built = images.build(project, FakeTarget(), images.BuildOptions())
+    built = image_build.build(project, FakeTarget(), build_context.BuildOptions())
     assert built.reused and built.tag == tag
     assert recording_docker() == []  # docker build never ran
     assert "envkit-cpu:latest" in engine.images.image.tags

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from envkit import render
+from envkit import atomic, render
 from envkit.config import load_config
 from envkit.errors import EnvkitError
 
@@ -145,7 +145,7 @@ def test_unwritable_output_even_as_root(repo_config, tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied", str(tmp_path / "docker" / "cpu"))
 
-    monkeypatch.setattr(render.tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(atomic.tempfile, "mkstemp", refuse)
     with pytest.raises(EnvkitError, match="cannot write to .*: Permission denied; choose a writable --output DIR"):
         render.write(tmp_path / "docker", render.render(repo_config, ["cpu"]))
     assert not (tmp_path / "docker").exists(), "directories made for the failed write are removed"

@@ -1,0 +1,113 @@
+"""envkit's cache: schema-checked markers and compiled templates save time and never change an answer."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from envkit import render
+from envkit.cache import schema_checked
+from envkit.config import load_config
+from envkit.errors import EnvkitError
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    directory = tmp_path / "cache"
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(directory))
+    return directory
+
+
+class Validator:
+    def __init__(self, error: Exception | None = None):
+        self.calls, self.error = 0, error
+
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.error:
+            raise self.error
+
+
+def test_a_document_that_passed_is_not_checked_again(cache, tmp_path):
+    schema = tmp_path / "schema.json"
+    schema.write_text('{"type": "object"}')
+    check = Validator()
+    for _ in range(3):
+        schema_checked(schema.read_bytes(), {"targets": {"cpu": {}}}, check)
+    assert check.calls == 1
+
+
+@pytest.mark.parametrize("changed", ["document", "schema", "type"])
+def test_a_changed_document_or_schema_is_checked_again(cache, tmp_path, changed):
+    schema = tmp_path / "schema.json"
+    schema.write_text('{"type": "object"}')
+    check = Validator()
+    schema_checked(schema.read_bytes(), {"python": "3.10"}, check)
+    if changed == "schema":
+        schema.write_text('{"type": "array"}')
+    document = {"python": 3.1} if changed == "type" else {"python": "3.10"} if changed == "schema" else {"python": "3.11"}
+    schema_checked(schema.read_bytes(), document, check)
+    assert check.calls == 2
+
+
+def test_a_failure_is_never_remembered(cache, tmp_path):
+    schema = tmp_path / "schema.json"
+    schema.write_text("{}")
+    check = Validator(ValueError("bad"))
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            schema_checked(schema.read_bytes(), {"x": 1}, check)
+    assert check.calls == 2
+
+
+def test_an_unwritable_cache_only_costs_time(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(blocker / "cache"))
+    schema = tmp_path / "schema.json"
+    schema.write_text("{}")
+    check = Validator()
+    schema_checked(schema.read_bytes(), {}, check)
+    schema_checked(schema.read_bytes(), {}, check)
+    assert check.calls == 2
+
+
+def test_render_on_a_warm_cache_skips_jsonschema_and_gives_the_same_bytes(tmp_path, repo_root):
+    shutil.copy(repo_root / "envkit.yaml", tmp_path / "envkit.yaml")
+    shutil.copytree(repo_root / "templates", tmp_path / "templates")
+    probe = (
+        "import sys, json; from envkit.cli import main; code = main(['render', '--all', '--stdout']);"
+        "print(json.dumps([code, 'jsonschema' in sys.modules]), file=sys.stderr)"
+    )
+    env_cache = {"ENVKIT_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                           env={**os.environ, **env_cache}) for _ in range(2)]
+    assert [json.loads(run.stderr.splitlines()[-1]) for run in runs] == [[0, True], [0, False]]
+    assert runs[0].stdout == runs[1].stdout and "FROM " in runs[0].stdout
+    assert list((tmp_path / "cache" / "templates").glob("*/__jinja2_*.cache")), "compiled templates are kept"
+
+
+def test_compiled_templates_render_what_fresh_ones_do(cache, repo_root, tmp_path, monkeypatch):
+    config = load_config(repo_root / "envkit.yaml")
+    cold = render.render(config, list(config.targets))
+    warm = render.render(config, list(config.targets))  # now from the bytecode cache
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "file-in-the-way" / "x"))
+    (tmp_path / "file-in-the-way").write_text("")
+    uncached = render.render(config, list(config.targets))
+    assert cold == warm == uncached
+
+
+def test_an_invalid_config_fails_the_same_after_a_valid_one_was_cached(cache, tmp_path, repo_root):
+    config = tmp_path / "envkit.yaml"
+    shutil.copy(repo_root / "envkit.yaml", config)
+    load_config(config)
+    text = config.read_text()
+    config.write_text(text.replace("kind: cpu", "kind: cpuu", 1))
+    line = text[: text.index("kind: cpu")].count("\n") + 1
+    with pytest.raises(EnvkitError, match=rf"envkit.yaml:{line}: targets.cpu.kind: 'cpuu' is not valid"):
+        load_config(config)

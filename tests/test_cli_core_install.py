@@ -1,0 +1,106 @@
+"""The CLI in a core-only install (`pip install .` without extras), and its one style of handler and --config.
+
+The fast tests hide the optional packages from a subprocess with an import blocker;
+the slow one installs the project into a fresh virtualenv with no extras.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from envkit.cli import build_parser
+from envkit.config import DEFAULT_CONFIG
+
+# What the extras (docker, report) and the recipes bring; none of it is in a core-only install.
+OPTIONAL = ("docker", "matplotlib", "numpy", "torch", "torchvision", "torch_xla", "tqdm", "requests", "urllib3")
+SDK_LINE = "envkit: error: the Docker SDK for Python is missing: pip install 'envkit[docker]' (or run 'make venv')\n"
+BLOCKER = f"""
+import sys
+from importlib.abc import MetaPathFinder
+class Blocker(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {OPTIONAL!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, Blocker())
+from envkit.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def core_only(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", BLOCKER, *args], cwd=cwd, capture_output=True, text=True)
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_help_of_every_command_works_without_the_extras(repo_root):
+    done = core_only("--help", cwd=repo_root)
+    assert done.returncode == 0 and "render" in done.stdout, done.stderr
+    for name in subcommands():
+        done = core_only(name, "--help", cwd=repo_root)
+        assert done.returncode == 0 and done.stdout.startswith(f"usage: envkit {name}"), (name, done.stderr)
+
+
+def test_render_works_without_the_extras(repo_root):
+    done = core_only("render", "--all", "--check", cwd=repo_root)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("command", [["build", "cpu"], ["save", "cpu"], ["push", "cpu", "--registry", "localhost:5000"],
+                                     ["prune", "cpu"]])
+def test_engine_commands_without_the_sdk_are_one_line_naming_the_extra(repo_root, command):
+    done = core_only(*command, cwd=repo_root)
+    assert (done.returncode, done.stderr) == (2, SDK_LINE)
+
+
+def test_doctor_without_the_sdk_names_the_extra(repo_root):
+    done = core_only("doctor", cwd=repo_root)
+    assert done.returncode == 0 and "pip install 'envkit[docker]'" in done.stdout, done.stderr
+
+
+def test_every_handler_is_cmd_and_its_command_name():
+    for name, parser in subcommands().items():
+        assert parser.get_default("func").__name__ == f"cmd_{name}"
+
+
+def test_config_is_one_option_wherever_it_appears():
+    options = {name: next((a for a in parser._actions if "--config" in a.option_strings), None)
+               for name, parser in subcommands().items()}
+    with_config = {name for name, option in options.items() if option is not None}
+    assert with_config == {"targets", "render", "build", "run", "push", "save", "prune", "doctor", "experiment", "compare",
+                           "demo", "launch", "lock", "verify", "diff"}
+    assert {(options[n].default, options[n].metavar, options[n].help, options[n].type) for n in with_config} == {
+        (DEFAULT_CONFIG, "FILE", f"project config (default: ./{DEFAULT_CONFIG})", Path)
+    }
+
+
+@pytest.mark.slow
+def test_a_real_core_only_install_runs_help_and_render(tmp_path, repo_root):
+    """`pip install .` into a fresh virtualenv: core dependencies only, from the default index."""
+    source = tmp_path / "source"  # pip builds in the source tree: keep build/ and *.egg-info out of the checkout
+    shutil.copytree(repo_root / "envkit", source / "envkit", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(repo_root / name, source / name)
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    pip = subprocess.run([env_dir / "bin" / "pip", "install", "--quiet", str(source)], capture_output=True, text=True, env=env)
+    assert pip.returncode == 0, pip.stderr
+    envkit = env_dir / "bin" / "envkit"
+    done = subprocess.run([envkit, "--help"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0 and "render" in done.stdout, done.stderr
+    done = subprocess.run([envkit, "render", "--all", "--check"], capture_output=True, text=True, env=env, cwd=repo_root)
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run([envkit, "build", "cpu"], capture_output=True, text=True, env=env, cwd=repo_root)
+    assert (done.returncode, done.stderr) == (2, SDK_LINE)
