@@ -150,7 +150,7 @@ def format_report(facts: HostFacts) -> str:
         f"gpus            {len(facts.gpus)}" + "".join(f"\n                  {g}" for g in facts.gpus),
         *(f"{check.name + ' devices':16}{', '.join(facts.devices.get(check.name, [])) or 'none'}" for check in _device_checks()),
         f"cpus            {facts.cpu_count}",
-        f"host name       {facts.hostname}  ({'resolves' if facts.hostname_resolves else facts.hostname_problem})",
+        f"host name       {facts.hostname}  ({facts.hostname_problem or 'resolves'})",
         f"free disk       {facts.free_disk_gb:.1f} GB" + ("  (low: images and datasets need ~10 GB)" if facts.free_disk_gb < LOW_DISK_GB else ""),
         "",
         "make targets on this host:",

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from multihost import SlurmCluster, slurm_job_script, two_node_slurm  # noqa: E402, F401 - two_node_slurm is a fixture
+from multihost import (  # noqa: E402, F401 - two_node_slurm is a fixture
+    NODE_INTERFACE, SlurmCluster, slurm_job_script, two_node_slurm,
+)
 from test_cifar_ddp import TRAINING, data_dir, only_results  # noqa: E402, F401 - data_dir is a fixture
 
 pytestmark = pytest.mark.slow
@@ -37,6 +39,7 @@ def test_sbatch_runs_ddp_on_both_nodes_and_returns_the_exit_code(tmp_path, data_
         """The rendered script of ``envkit launch cpu-ddp-cifar --on slurm``, submitted from tmp_path/label."""
         directory, results = tmp_path / label, tmp_path / label / "results"
         script = slurm_job_script(2, [*TRAINING, "--epochs", "1", "--show-scatter", *recipe_argv], data_dir, results, directory)
+        assert f"\nexport GLOO_SOCKET_IFNAME={NODE_INTERFACE}\n" in script and "\nsrun --ntasks-per-node=1 torchrun " in script
         return (*two_node_slurm.sbatch_wait(script, directory), results)
 
     returncode, job, output, results_dir = submit("good", [])

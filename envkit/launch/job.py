@@ -114,10 +114,13 @@ def parse_env(assignments) -> tuple[tuple[str, str], ...]:
     for assignment in assignments:
         name, equals, value = assignment.partition("=")
         if not equals or not _ENV_NAME.match(name):
-            raise EnvkitError(f"--env {assignment!r} is not NAME=VALUE (NAME: letters, digits and '_', not starting with a digit)")
+            raise EnvkitError(
+                f"--env {assignment!r} is not NAME=VALUE (NAME: letters, digits and '_', not starting with a digit)"
+            )
         if name in pairs:
             raise EnvkitError(f"--env {name} is given twice; give each variable once")
-        source = RESERVED_ENV.get(name) or next((f"the engine's {p}* variables" for p in RESERVED_ENV_PREFIXES if name.startswith(p)), None)
+        engine_set = [f"the engine's {prefix}* variables" for prefix in RESERVED_ENV_PREFIXES if name.startswith(prefix)]
+        source = RESERVED_ENV.get(name) or next(iter(engine_set), None)
         if source:
             raise EnvkitError(f"--env {name}: envkit or the engine sets it for the job (from {source}), not --env")
         if "\0" in value:
