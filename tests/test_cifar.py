@@ -18,7 +18,8 @@ import torch
 from cifar_files import write_cifar10
 
 import cifar  # noqa: E402 - on sys.path through cifar_files
-import common  # noqa: E402
+import harness  # noqa: E402
+import scatter  # noqa: E402
 
 RECIPE = Path(cifar.__file__)
 TINY = [
@@ -29,7 +30,7 @@ TINY = [
 
 def run_recipe(argv: list[str]) -> None:
     """Run the recipe in this process exactly as its ``__main__`` does (SystemExit(2) on bad input)."""
-    common.run_recipe(cifar.PROG, lambda: cifar.main(argv))
+    harness.run_recipe(cifar.PROG, lambda: cifar.main(argv))
 
 
 def results_of(directory: Path) -> list[dict]:
@@ -175,7 +176,7 @@ def test_test_images_are_resized_like_training_images():
     args = cifar.parse_args([*TINY, "--image-size", "48"])
     trainer = cifar.build_trainer(args, cifar.local_replicas(args))
     _, test_loader = cifar.data_loaders(args, trainer.replicas)
-    with cifar.replica_calls(trainer.net) as calls:
+    with scatter.replica_calls(trainer.net) as calls:
         cifar.evaluate(trainer, test_loader)
     assert {given for _, given, _ in calls} == {"[16, 3, 48, 48]", "[5, 3, 48, 48]"}
 
@@ -195,6 +196,7 @@ def test_real_format_run_writes_e2_results(tmp_path, capsys):
     assert results["configuration"] == {
         "device": "cpu", "cores": None, "strategy": None, "parallel": "none", "world_size": 1, "model": "mobilenet_v2",
         "global_batch": 16, "per_device_batch": 16, "image_size": 32, "dataset": "real",
+        "nodes": 1, "processes_per_node": 1, "backend": None,
     }
     # 40 training images in batches of 16 (the short last batch dropped): 2 steps per epoch, stopped after 3.
     timing, metrics = results["timing"], results["metrics"]

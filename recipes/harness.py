@@ -1,36 +1,53 @@
-"""What every envkit recipe shares: arguments, devices, timing, data, checkpoints, results.
+"""The harness every envkit recipe shares, so a recipe file holds only its network, data and step.
 
-Recipes run inside the images with only torch (+ tqdm, + torchvision for real
-data, + torch_xla on TPU) installed, so this module imports nothing else at top
-level and never imports envkit. Recipes import it as a sibling module
-(``python recipes/mnist.py`` puts ``recipes/`` on ``sys.path``).
+It does, once for every recipe: arguments (the common ones, and batch size, learning-rate
+scaling and warm-up), devices, the replicas a run trains on, in-memory data loading,
+timing, progress bars, checkpoints and resume, and the results JSON.
 
-Errors a user can fix are raised as :class:`RecipeError` (one line: what was
-wrong, what is allowed); :func:`run_recipe` turns them into
-``<recipe>: error: ...`` on stderr and exit status 2.
+Recipes run inside the images with only torch (+ tqdm, + torchvision for real data,
++ torch_xla on TPU) installed, so this module imports nothing else at top level and
+never imports envkit. Recipes import it as a sibling module (``python recipes/mnist.py``
+puts ``recipes/`` on ``sys.path``).
+
+Errors a user can fix are raised as :class:`RecipeError` (one line: what was wrong,
+what is allowed); :func:`run_recipe` turns them into ``<recipe>: error: ...`` on
+stderr and exit status 2.
+
+One vocabulary for data parallelism (:class:`Replicas`): *replicas* are the copies of
+the model the global batch is split over (the results' ``world_size``); *processes*
+are what torch.distributed counts (``rank`` of ``world_size``), each loading its own
+shard of the data. They differ where one process feeds several replicas
+(DataParallel, SPMD).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import json
 import os
 import platform
 import random
+import re
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence, TextIO
 
 import torch
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEVICES = ("cpu", "cuda", "tpu")
 DATASETS = ("real", "fake")
+# The library that gives PyTorch its TPU device. TorchTPU ("torch_tpu", a native "tpu"
+# device) is meant to slot in beside it: select_device, synchronize and the results'
+# configuration.backend are the places that ask.
+TPU_BACKEND = "torch_xla"
 
 
 class RecipeError(Exception):
@@ -81,9 +98,13 @@ def positive_int(text: str) -> int:
 
 def non_negative_int(text: str) -> int:
     """argparse type: an integer >= 0."""
-    if not text.isdigit():
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return int(text)
+    return value
 
 
 def positive_float(text: str) -> float:
@@ -120,6 +141,69 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, default_epochs: int
     )
     parser.add_argument("--run-name", default=None, help="results/checkpoint name (default: derived from the configuration)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars (for CI logs)")
+    parser.add_argument("--log-every", type=positive_int, default=50, help="steps between loss updates on the progress bar (default: 50)")
+
+
+def add_fake_data_arguments(parser: argparse.ArgumentParser, *, train: int, test: int) -> None:
+    parser.add_argument("--fake-train-size", type=positive_int, default=train, help=f"--dataset fake: training images (default: {train})")
+    parser.add_argument("--fake-test-size", type=positive_int, default=test, help=f"--dataset fake: test images (default: {test})")
+
+
+def add_batch_arguments(parser: argparse.ArgumentParser, *, reference_batch: int, default: str, optimizer: str,
+                        lr: float, lr_scaling: str) -> None:
+    """Batch size, learning-rate scaling and warm-up: the knobs of E3.
+
+    ``reference_batch`` is the global batch the published ``lr`` belongs to; ``default``
+    says which batch stays fixed when the replica count changes: "per-device" (E1:
+    128 per TPU core) or "global" (E2: 256 however many GPUs).
+    """
+    batch = parser.add_mutually_exclusive_group()
+    per_device_default = f" (default: {reference_batch})" if default == "per-device" else ""
+    global_default = f" (default: {reference_batch})" if default == "global" else ""
+    batch.add_argument("--per-device-batch", type=positive_int, default=None,
+                       help=f"batch per replica; the global batch is this times the replica count{per_device_default}")
+    batch.add_argument("--global-batch", type=positive_int, default=None,
+                       help=f"batch over all replicas; must divide by their count{global_default}")
+    parser.add_argument("--lr", type=positive_float, default=lr,
+                        help=f"{optimizer} learning rate at the reference global batch of {reference_batch} (default: {lr})")
+    parser.add_argument("--lr-scaling", choices=("linear", "none"), default=lr_scaling,
+                        help=f"linear: lr x global batch / {reference_batch} (E3); none: --lr as given (default: {lr_scaling})")
+    parser.add_argument("--warmup-epochs", type=non_negative_int, default=0,
+                        help="ramp the learning rate up linearly over this many epochs before it decays; "
+                             "large scaled batches need it (E3) (default: 0, as published)")
+
+
+def resolve_batches(args: argparse.Namespace, replicas: int, *, reference_batch: int, default: str) -> None:
+    """Record on ``args`` the replica count (``world_size``), per-device and global batch,
+    and the learning rate they imply (``effective_lr``, E3)."""
+    if args.global_batch is None and args.per_device_batch is None:
+        if default == "per-device":
+            args.per_device_batch = reference_batch
+        else:
+            args.global_batch = reference_batch
+    if args.global_batch is not None:
+        if args.global_batch % replicas:
+            raise RecipeError(
+                f"--global-batch {args.global_batch} does not divide over {replicas} replicas; "
+                f"use a multiple of {replicas} or --per-device-batch"
+            )
+        args.per_device_batch = args.global_batch // replicas
+    else:
+        args.global_batch = args.per_device_batch * replicas
+    args.world_size = replicas
+    scale = args.global_batch / reference_batch if args.lr_scaling == "linear" else 1.0
+    args.effective_lr = args.lr * scale
+
+
+class WarmupThenDecay:
+    """Learning-rate factor per epoch for LambdaLR: a linear ramp over ``warmup`` epochs (1/(w+1) ... w/(w+1)),
+    then ``gamma`` ** (epochs since the ramp). With no warm-up this is StepLR(step_size=1, gamma)."""
+
+    def __init__(self, warmup: int, gamma: float):
+        self.warmup, self.gamma = warmup, gamma
+
+    def __call__(self, epoch: int) -> float:
+        return (epoch + 1) / (self.warmup + 1) if epoch < self.warmup else self.gamma ** (epoch - self.warmup)
 
 
 def check_run_name(name: str) -> str:
@@ -128,6 +212,42 @@ def check_run_name(name: str) -> str:
     if not name or not set(name) <= allowed or name.startswith("."):
         raise RecipeError(f"--run-name {name!r} is not allowed: use letters, digits, '.', '_' and '-' (not starting with '.')")
     return name
+
+
+def default_run_name(device: str, *, world_size: int = 1, strategy: str | None = None, parallel: str | None = None) -> str:
+    """A run name from the configuration: ``cpu``, ``tpu-x8-xmp``, ``cuda-x4-ddp``."""
+    name = device
+    if world_size > 1 or strategy in ("xmp", "spmd") or parallel in ("dp", "ddp"):
+        name += f"-x{world_size}"
+    mode = strategy if strategy not in (None, "single") else parallel if parallel not in (None, "none") else None
+    if mode:
+        name += f"-{mode}"
+    return name
+
+
+def import_optional(module: str, what: str, install: str, instead: str | None = None):
+    """Import an optional dependency, or RecipeError naming what to install (never a traceback)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        alternative = f"use {instead}, or " if instead else ""
+        raise RecipeError(f"{what} needs {install}, which is not installed here; {alternative}pip install {install}") from None
+
+
+def parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser.parse_args(argv)`` plus what every recipe checks and fills in after it."""
+    args = parser.parse_args(argv)
+    if args.run_name is not None:
+        check_run_name(args.run_name)
+    check_progress_bars(args)
+    args.checkpoint_dir = args.checkpoint_dir or args.results_dir / "checkpoints"
+    return args
+
+
+def check_progress_bars(args: argparse.Namespace) -> None:
+    """Progress bars need tqdm: say so before training starts, not at the first bar."""
+    if not args.quiet:
+        import_optional("tqdm", "a progress bar", "tqdm", instead="--quiet")
 
 
 # --------------------------------------------------------------------------- devices
@@ -200,6 +320,74 @@ def seed_everything(seed: int, device: torch.device | None = None) -> None:
         import torch_xla.core.xla_model as xm  # noqa: PLC0415
 
         xm.set_rng_state(seed, device=device)
+
+
+def after_step(device: torch.device, callback: Callable[[torch.Tensor], None], tensor: torch.Tensor) -> None:
+    """Run ``callback(tensor)`` once the step's value exists: on XLA when the step's graph has run
+    (reading it earlier would run the graph an extra time), elsewhere at once."""
+    if is_xla(device):
+        import torch_xla.core.xla_model as xm  # noqa: PLC0415
+
+        xm.add_step_closure(callback, args=(tensor,))
+    else:
+        callback(tensor)
+
+
+def xla_compilations() -> int:
+    """How many graphs torch_xla has compiled in this process so far (a steady epoch adds none)."""
+    import torch_xla.debug.metrics as met  # noqa: PLC0415
+
+    data = met.metric_data("CompileTime")
+    return int(data[0]) if data else 0
+
+
+# --------------------------------------------------------------------------- replicas
+
+
+@dataclass
+class Replicas:
+    """How this process takes part in data-parallel training.
+
+    ``replicas``: copies of the model the global batch is split over (the results'
+    ``world_size``). ``rank`` of ``world_size``: this process among the processes
+    that each load their own shard of the data (torch.distributed's words); one
+    process that feeds several replicas (DataParallel, SPMD) is rank 0 of 1.
+    ``nodes``: hosts those processes run on.
+    """
+
+    device: torch.device
+    rank: int = 0
+    world_size: int = 1
+    replicas: int | None = None  # default: one per process
+    local_rank: int = 0  # this process among those on its host (its GPU on cuda)
+    nodes: int = 1
+
+    def __post_init__(self):
+        if self.replicas is None:
+            self.replicas = self.world_size
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 alone prints, checkpoints and writes results."""
+        return self.rank == 0
+
+    @property
+    def processes_per_node(self) -> int:
+        return self.world_size // self.nodes
+
+    def sum_over_processes(self, values: list[float]) -> list[float]:
+        """Element-wise sum of ``values`` over every process (one collective); unchanged in one process."""
+        if self.world_size == 1:
+            return values
+        if is_xla(self.device):
+            import torch_xla.core.xla_model as xm  # noqa: PLC0415
+
+            return xm.mesh_reduce("sum_over_processes", values, lambda all_: [sum(column) for column in zip(*all_)])
+        import torch.distributed as dist  # noqa: PLC0415
+
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor)
+        return tensor.tolist()
 
 
 # --------------------------------------------------------------------------- timing
@@ -324,6 +512,28 @@ def set_loader_epoch(loader: torch.utils.data.DataLoader, epoch: int) -> None:
     loader.sampler.sampler.set_epoch(epoch)
 
 
+def shard_loaders(train_set: IndexBatchDataset, test_set: IndexBatchDataset, replicas: Replicas, *,
+                  batch: int, test_batch: int, seed: int):
+    """This process's training loader (its shuffled shard; a short last batch dropped: a new shape
+    would make XLA compile again, and BatchNorm could see one image) and test loader (its unpadded shard)."""
+    shard = {"seed": seed, "rank": replicas.rank, "world_size": replicas.world_size}
+    train = batch_loader(train_set, batch, train=True, drop_last=True, **shard)
+    if len(train) == 0:
+        raise RecipeError(f"no training step: {len(train.sampler.sampler)} training images per data shard is "
+                          f"less than one batch of {batch}; use a smaller batch or more data")
+    return train, batch_loader(test_set, test_batch, train=False, **shard)
+
+
+def open_dataset(dataset_class, data_dir: Path, *, train: bool, download: bool, missing: str, fix: str):
+    """``dataset_class(data_dir, train, download)`` from torchvision, or RecipeError: what is missing, why, what to do."""
+    try:
+        return dataset_class(str(data_dir), train=train, download=download)
+    except (RuntimeError, OSError) as exc:
+        how = "the download failed" if download else "downloading is off (--no-download)"
+        raise RecipeError(f"{missing} and {how} ({' '.join(str(exc).split())[:120]}); "
+                          f"{fix}, allow the download, or use --dataset fake") from None
+
+
 # --------------------------------------------------------------------------- progress
 
 
@@ -425,17 +635,6 @@ def json_bytes(data: Any) -> bytes:
 # --------------------------------------------------------------------------- results
 
 
-def default_run_name(device: str, *, world_size: int = 1, strategy: str | None = None, parallel: str | None = None) -> str:
-    """A run name from the configuration: ``cpu``, ``tpu-x8-xmp``, ``cuda-x4-ddp``."""
-    name = device
-    if world_size > 1 or strategy in ("xmp", "spmd") or parallel in ("dp", "ddp"):
-        name += f"-x{world_size}"
-    mode = strategy if strategy not in (None, "single") else parallel if parallel not in (None, "none") else None
-    if mode:
-        name += f"-{mode}"
-    return name
-
-
 def git_revision() -> str | None:
     """``ENVKIT_REVISION`` (set by the image build), else ``git rev-parse HEAD`` next to the recipe, else None."""
     revision = os.environ.get("ENVKIT_REVISION", "").strip()
@@ -453,13 +652,26 @@ def git_revision() -> str | None:
     return done.stdout.strip() or None
 
 
-def _package_version(module: str) -> str | None:
+def _package_version(distribution: str) -> str | None:
+    """A distribution's version, looked up without importing it (importing torch_tpu starts a runtime)."""
     from importlib import metadata  # noqa: PLC0415
 
     try:
-        return metadata.version(module)
+        return metadata.version(distribution)
     except metadata.PackageNotFoundError:
         return None
+
+
+def installed_distributions() -> list[str]:
+    """Every distribution this interpreter has, as sorted ``name==version`` with PEP 503 names."""
+    from importlib import metadata  # noqa: PLC0415
+
+    found = set()
+    for distribution in metadata.distributions():
+        name = distribution.metadata["Name"]
+        if name:
+            found.add(f"{re.sub(r'[-_.]+', '-', name).lower()}=={distribution.version}")
+    return sorted(found)
 
 
 def _cpu_name() -> str:
@@ -473,7 +685,7 @@ def _cpu_name() -> str:
 
 
 def capture_environment(device: torch.device, device_kind: str) -> dict:
-    """The ``environment`` block of the results JSON (docs/design.md section 5)."""
+    """The ``environment`` block of the results JSON (envkit/data/results.schema.json)."""
     if device.type == "cuda":
         name, count = torch.cuda.get_device_name(device), torch.cuda.device_count()
     elif is_xla(device):
@@ -493,9 +705,34 @@ def capture_environment(device: torch.device, device_kind: str) -> dict:
         "torch": torch.__version__,
         "torchvision": _package_version("torchvision"),
         "torch_xla": torch_xla_version,
+        "torch_tpu": _package_version("torch-tpu"),
         "cuda": torch.version.cuda,
         "image": os.environ.get("ENVKIT_IMAGE") or None,
+        # What the image says about itself: the hash of the lock it installed, and its own ID.
+        "lock_sha256": os.environ.get("ENVKIT_LOCK_SHA256") or None,
+        "image_id": os.environ.get("ENVKIT_IMAGE_ID") or None,
         "git_revision": git_revision(),
+        "distributions": installed_distributions(),
+    }
+
+
+def configuration_record(args: argparse.Namespace, replicas: Replicas, *, model: str, image_size: int | None,
+                         cores: int | None = None, strategy: str | None = None, parallel: str | None = None) -> dict:
+    """The results' ``configuration``: what the report groups runs by (null where it does not apply)."""
+    return {
+        "device": args.device,
+        "backend": TPU_BACKEND if args.device == "tpu" else None,
+        "cores": cores,
+        "strategy": strategy,
+        "parallel": parallel,
+        "world_size": args.world_size,
+        "nodes": replicas.nodes,
+        "processes_per_node": replicas.processes_per_node,
+        "model": model,
+        "global_batch": args.global_batch,
+        "per_device_batch": args.per_device_batch,
+        "image_size": image_size,
+        "dataset": args.dataset,
     }
 
 
@@ -515,7 +752,7 @@ def build_results(
     metrics: dict,
     environment: dict,
 ) -> dict:
-    """The results document of docs/design.md section 5."""
+    """The results document (envkit/data/results.schema.json)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "recipe": recipe,
@@ -554,6 +791,26 @@ def write_results(results_dir: Path, results: dict) -> Path:
         results.update(run_name=run_name)
         return path
     raise RecipeError(f"no free results file name for run {base!r} in {results_dir}")
+
+
+def settings_record(args: argparse.Namespace) -> dict:
+    """The results' ``settings``: every argument after defaults and scaling, JSON-ready."""
+    return {key: str(value) if isinstance(value, Path) else value for key, value in sorted(vars(args).items())}
+
+
+def timing_record(history: Any, total_s: float) -> dict:
+    """The results' ``timing`` from a history with ``epoch_s``, ``iter_s``, ``train_epoch_s``,
+    ``test_epoch_s`` and ``checkpoint_s`` lists (seconds); ``steady_epoch_s`` leaves out the first epoch."""
+    return {
+        "total_s": total_s,
+        "first_epoch_s": history.epoch_s[0],
+        "iter_s": summarize(history.iter_s),
+        "epoch_s": summarize(history.epoch_s),
+        "steady_epoch_s": summarize(history.epoch_s[1:]),
+        "train_epoch_s": summarize(history.train_epoch_s),
+        "test_epoch_s": summarize(history.test_epoch_s),
+        "checkpoint_s": summarize(history.checkpoint_s),
+    }
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -639,29 +896,6 @@ def check_resumable(path: Path, saved: dict, current: dict) -> None:
         )
 
 
-# --------------------------------------------------------------------------- run records (appended for cifar.py; general)
-
-
-def settings_record(args: argparse.Namespace) -> dict:
-    """The results' ``settings``: every argument after defaults and scaling, JSON-ready."""
-    return {key: str(value) if isinstance(value, Path) else value for key, value in sorted(vars(args).items())}
-
-
-def timing_record(history: Any, total_s: float) -> dict:
-    """The results' ``timing`` from a history with ``epoch_s``, ``iter_s``, ``train_epoch_s``,
-    ``test_epoch_s`` and ``checkpoint_s`` lists (seconds); ``steady_epoch_s`` leaves out the first epoch."""
-    return {
-        "total_s": total_s,
-        "first_epoch_s": history.epoch_s[0],
-        "iter_s": summarize(history.iter_s),
-        "epoch_s": summarize(history.epoch_s),
-        "steady_epoch_s": summarize(history.epoch_s[1:]),
-        "train_epoch_s": summarize(history.train_epoch_s),
-        "test_epoch_s": summarize(history.test_epoch_s),
-        "checkpoint_s": summarize(history.checkpoint_s),
-    }
-
-
 def resume_checkpoint(prog: str, path: Path, settings: dict, *, announce: bool) -> dict | None:
     """For ``--resume``: the checkpoint at ``path`` if it was written with ``settings``, None if there is none
     (said on stderr when ``announce``, e.g. on the main process only); RecipeError if it does not fit."""
@@ -679,16 +913,178 @@ def resume_settings(args: argparse.Namespace, keys: Sequence[str]) -> dict:
     return {key: getattr(args, key) for key in keys}
 
 
-def global_accuracy(model: torch.nn.Module, batches: Iterable, device: Any,
-                    sum_over_processes: Callable[[list], list]) -> float:
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass
+class History:
+    """Everything measured so far; saved in checkpoints so a resumed run reports the whole run."""
+
+    epoch_s: list = field(default_factory=list)
+    train_epoch_s: list = field(default_factory=list)
+    test_epoch_s: list = field(default_factory=list)
+    checkpoint_s: list = field(default_factory=list)
+    iter_s: list = field(default_factory=list)
+    epoch_loss: list = field(default_factory=list)
+    epoch_accuracy: list = field(default_factory=list)
+    epoch_lr: list = field(default_factory=list)
+    compilations: list = field(default_factory=list)  # XLA compilations after each epoch
+    train_images: int = 0  # over all processes
+    steps: int = 0
+    elapsed_s: float = 0.0  # wall time of earlier (interrupted) segments
+
+
+def global_accuracy(model: torch.nn.Module, batches: Iterable, replicas: Replicas) -> float:
     """Accuracy over the whole test set: each process counts its own shard on the device (no host
     sync per batch), then the counts are summed over processes, so no replica reports its shard alone."""
     model.eval()
-    correct = torch.zeros((), dtype=torch.int64, device=device)
+    correct = torch.zeros((), dtype=torch.int64, device=replicas.device)
     count = 0
     with torch.no_grad():
         for images, labels in batches:
             correct += (model(images).argmax(dim=1) == labels).sum()
             count += len(labels)
-    correct_total, count_total = sum_over_processes([correct.item(), count])
+    correct_total, count_total = replicas.sum_over_processes([correct.item(), count])
     return correct_total / count_total
+
+
+class Run:
+    """One training run: its clock, history, checkpoint every epoch, resume, and results.
+
+    A recipe builds its model, optimiser and scheduler, then::
+
+        run = harness.Run(args, replicas, recipe="mnist", prog="mnist.py", resume_keys=RESUME_KEYS)
+        run.restore(parts)   # --resume: state, RNGs and history from the checkpoint
+        run.fit(parts, train_epoch, evaluate)
+        run.write_results(configuration, metrics)
+
+    ``parts`` names everything with a ``state_dict`` (model, optimizer, scheduler, ...);
+    the checkpoint keeps them under those names.
+    """
+
+    def __init__(self, args: argparse.Namespace, replicas: Replicas, *, recipe: str, prog: str, resume_keys: Sequence[str]):
+        self.args, self.replicas, self.recipe, self.prog = args, replicas, recipe, prog
+        self.started_at, self.started = now_iso(), time.perf_counter()
+        self.settings = resume_settings(args, resume_keys)
+        self.checkpoint = checkpoint_path(args.checkpoint_dir, recipe, args.run_name)
+        self.saved = (resume_checkpoint(prog, self.checkpoint, self.settings, announce=replicas.is_main)
+                      if args.resume else None)
+        self.history = History()
+        self.first_epoch = 0
+
+    def elapsed_s(self) -> float:
+        """Wall time of the whole run, earlier (interrupted) segments included."""
+        return self.history.elapsed_s + time.perf_counter() - self.started
+
+    def restore(self, parts: dict) -> None:
+        """With --resume and a checkpoint: every part's state, the RNGs and the history so far."""
+        if self.saved is not None:
+            for name, part in parts.items():
+                part.load_state_dict(self.saved[name])
+            restore_rng_states(self.saved["rng"], self.replicas.device)
+            self.history, self.first_epoch = History(**self.saved["history"]), self.saved["epoch"]
+        self.args.resumed_from_epoch = self.first_epoch if self.saved is not None else None
+
+    def fit(self, parts: dict, train_epoch: Callable[[int], float], evaluate: Callable[[], float]) -> None:
+        """Train, evaluate and checkpoint every epoch until --epochs (or --max-steps).
+
+        ``train_epoch(epoch)`` returns the epoch's mean loss over every process and
+        appends its step laps to ``history.iter_s`` / ``train_epoch_s``;
+        ``evaluate()`` returns the accuracy over the whole test set.
+        """
+        args, history = self.args, self.history
+        optimizer = parts["optimizer"]
+        for epoch in range(self.first_epoch, args.epochs):
+            if args.max_steps is not None and history.steps >= args.max_steps:
+                break
+            epoch_start = time.perf_counter()
+            history.epoch_lr.append(optimizer.param_groups[0]["lr"])
+            history.epoch_loss.append(train_epoch(epoch))
+            test_start = time.perf_counter()
+            history.epoch_accuracy.append(evaluate())
+            history.test_epoch_s.append(time.perf_counter() - test_start)
+            history.epoch_s.append(time.perf_counter() - epoch_start)
+            if is_xla(self.replicas.device):
+                history.compilations.append(xla_compilations())
+            parts["scheduler"].step()
+            if self.replicas.is_main:
+                if not args.quiet:
+                    print(f"{self.prog}: epoch {epoch + 1}/{args.epochs}: loss {history.epoch_loss[-1]:.4f}, "
+                          f"test accuracy {history.epoch_accuracy[-1]:.4f}, train {history.train_epoch_s[-1]:.2f} s, "
+                          f"test {history.test_epoch_s[-1]:.2f} s", file=sys.stderr)
+                self.save(parts, epoch + 1)
+        if not history.epoch_s:
+            raise RecipeError(f"nothing to do: the checkpoint {self.checkpoint} already holds {self.first_epoch} epochs; "
+                              "raise --epochs, or start without --resume")
+
+    def steps(self, loader, batches: Iterable, epoch: int):
+        """Yield this epoch's training batches, and around each step the run's bookkeeping:
+        the shuffle of ``epoch``, the progress bar, step count, --max-steps and the timing laps.
+
+        The device is synced once, at the end of the epoch, not every step: a per-step sync
+        stalls the device (the mistake E1 warns about)."""
+        args, history = self.args, self.history
+        set_loader_epoch(loader, epoch)  # DistributedSampler.set_epoch: a new order every epoch
+        self._shown = self.replicas.is_main and not args.quiet
+        total = len(loader) if args.max_steps is None else min(len(loader), args.max_steps - history.steps)
+        self._bar = progress(batches, total=total, desc=f"epoch {epoch + 1}/{args.epochs}", enabled=self._shown)
+        timer, laps = DeviceTimer(self.replicas.device), []
+        for batch in self._bar:
+            yield batch
+            history.steps += 1
+            laps.append(timer.lap())
+            if args.max_steps is not None and history.steps >= args.max_steps:
+                break
+        laps[-1] += timer.lap(sync=True)  # the epoch's queued work finishes in its last step
+        history.iter_s.extend(laps)
+        history.train_epoch_s.append(sum(laps))
+
+    def show_loss(self, loss: torch.Tensor, step_in_epoch: int) -> None:
+        """Every --log-every steps, put ``loss`` on the progress bar once its step has run (no extra sync)."""
+        if self._shown and step_in_epoch % self.args.log_every == 0:
+            after_step(self.replicas.device, lambda value: self._bar.set_postfix(loss=f"{value.item():.4f}"), loss)
+
+    def save(self, parts: dict, epochs_done: int) -> None:
+        save_start = time.perf_counter()
+        save_checkpoint(self.checkpoint, {
+            "epoch": epochs_done,
+            "sampler_epoch": epochs_done,  # the next epoch's shuffle (DistributedSampler.set_epoch)
+            **{name: part.state_dict() for name, part in parts.items()},
+            "rng": rng_states(self.replicas.device),
+            "history": {**vars(self.history), "elapsed_s": self.elapsed_s()},
+            "training_settings": self.settings,
+        })
+        self.history.checkpoint_s.append(time.perf_counter() - save_start)
+
+    def write_results(self, configuration: dict, metrics: dict) -> Path | None:
+        """Rank 0 writes ``<results-dir>/<recipe>-<run-name>.json`` and prints one summary line."""
+        if not self.replicas.is_main:
+            return None
+        history = self.history
+        if history.compilations:  # XLA: a steady run compiles everything in its first epoch
+            metrics = {**metrics, "xla_compilations": history.compilations[-1], "xla_compilations_per_epoch": history.compilations}
+        metrics = {
+            "test_accuracy": history.epoch_accuracy[-1],
+            "final_loss": history.epoch_loss[-1],
+            "epoch_loss": history.epoch_loss,
+            "epoch_test_accuracy": history.epoch_accuracy,
+            "steps": history.steps,
+            "epochs_completed": len(history.epoch_s),
+            **metrics,
+        }
+        results = build_results(
+            recipe=self.recipe, run_name=self.args.run_name, started_at=self.started_at,
+            settings=settings_record(self.args), configuration=configuration,
+            timing=timing_record(history, self.elapsed_s()), metrics=metrics,
+            environment=capture_environment(self.replicas.device, self.args.device),
+        )
+        path = write_results(self.args.results_dir, results)
+        timing = results["timing"]
+        speed = f"{metrics['images_per_s']:.1f} images/s, " if "images_per_s" in metrics else ""
+        print(
+            f"{self.recipe} {results['run_name']}: {metrics['epochs_completed']} epochs, {history.steps} steps, "
+            f"test accuracy {metrics['test_accuracy']:.4f}, {speed}{timing['iter_s']['mean']:.4f} s/iter, "
+            f"train {timing['train_epoch_s']['mean']:.2f} s/epoch, test {timing['test_epoch_s']['mean']:.2f} s/epoch, "
+            f"first epoch {timing['first_epoch_s']:.1f} s, total {timing['total_s']:.1f} s -> {path}"
+        )
+        return path
