@@ -51,7 +51,7 @@ def fresh_model(device: torch.device, lr: float, seed: int):
 def train_loader(backend, args):
     """The recipe's own training loader of pre-collated batches (on the device where the recipe preloads)."""
     train_set, test_set = mnist.load_data(args)
-    if backend.preload:
+    if backend.feed is None:
         train_set, test_set = train_set.to(backend.replicas.device), test_set.to(backend.replicas.device)
     return harness.shard_loaders(train_set, test_set, backend.replicas, batch=args.per_device_batch,
                                  test_batch=args.test_batch, seed=args.seed)[0]
@@ -175,7 +175,7 @@ def main() -> None:
         args = mnist.parse_args(["--device", options.device, "--data-dir", str(data_dir), "--no-download", "--quiet",
                                  "--per-device-batch", str(options.batch), "--seed", str(options.seed),
                                  "--results-dir", str(data_dir / "results")])
-        backend = mnist.eager(options.device) if options.device != "tpu" else mnist.one_core()
+        backend = mnist.Strategy(mnist.Replicas(harness.select_device(options.device))) if options.device != "tpu" else mnist.one_core()
         harness.resolve_batches(args, backend.replicas.replicas, reference_batch=mnist.REFERENCE_BATCH, default="per-device")
         args.run_name = "bench"
         loops = [RecipeLoop(backend, args), BareLoop(backend, args), PublishedLoop(backend, args)]

@@ -7,12 +7,10 @@
     python recipes/cifar.py --device cuda --parallel ddp --nnodes 2 --rdzv-endpoint node1:29400   # on each host
     torchrun --standalone --nproc_per_node=4 recipes/cifar.py --device cuda --parallel ddp
 
-Model (torchvision MobileNetV2 or ResNet50, 10 classes, no pretrained weights), optimiser and
-schedule are E2's: SGD lr 0.1, momentum 0.9, weight decay 5e-4, cosine annealing stepped per
-epoch, cross-entropy, global batch 256, 10 epochs. Fixed mistakes of the published comparison:
-test images are resized like the training images, the training set is shuffled,
-DistributedSampler.set_epoch is called every epoch, and loss and accuracy are summed over every
-process. Rank 0 alone writes ``<results-dir>/cifar-<run-name>.json`` and the checkpoints.
+Model (torchvision MobileNetV2 or ResNet50, 10 classes, random weights), optimiser and schedule are
+E2's: SGD lr 0.1, momentum 0.9, weight decay 5e-4, cosine annealing per epoch, global batch 256,
+10 epochs. Fixed mistakes of the published comparison: test images are resized like the training
+images, the training set is shuffled anew every epoch, and loss and accuracy count every process.
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ from __future__ import annotations
 import argparse
 import functools
 import math
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -30,8 +27,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import ddp
 import harness
 import scatter
+import speed
 from harness import RecipeError
 
 RECIPE, PROG = "cifar", "cifar.py"
@@ -40,11 +39,10 @@ NUM_CLASSES = 10
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 REFERENCE_BATCH = 256  # the global batch E2's learning rate belongs to; --lr-scaling linear scales from it
 DEFAULT_CPU_PROCESSES = 2
-AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # Settings a checkpoint must share with the run that resumes it. The cosine schedule depends on the epoch count.
-RESUME_KEYS = ("device", "parallel", "world_size", "model", "image_size", "dataset", "seed", "epochs", "global_batch",
-               "per_device_batch", "lr", "lr_scaling", "effective_lr", "warmup_epochs", "momentum", "weight_decay", "amp",
-               "channels_last", "fake_train_size", "fake_test_size")
+RESUME_KEYS = ("device", "parallel", "world_size", "model", "image_size", "dataset", "seed", "epochs", "global_batch", "per_device_batch",
+               "lr", "lr_scaling", "effective_lr", "warmup_epochs", "momentum", "weight_decay", "amp", "channels_last",
+               "fake_train_size", "fake_test_size")
 
 
 # --------------------------------------------------------------------------- data
@@ -53,28 +51,23 @@ RESUME_KEYS = ("device", "parallel", "world_size", "model", "image_size", "datas
 def cifar_split(data_dir: Path, *, train: bool, download: bool, data_check: str) -> tuple[torch.Tensor, torch.Tensor]:
     """One CIFAR-10 split as uint8 images [N, 3, 32, 32] and int64 labels, read by torchvision.
 
-    ``data_check="exists"``: a subclass whose expected md5s are None, which torchvision's
-    check_integrity reads as "the file exists". Copies that are not the official files
-    (tests write a few images in the same pickle format) then load through torchvision's
-    own reader, rather than one of ours.
-    """
+    ``data_check="exists"``: expected md5s of None, which torchvision reads as "the file exists",
+    so copies that are not the official files (as tests write) load through torchvision's reader."""
     cifar10 = harness.import_optional("torchvision.datasets", "--dataset real", "torchvision", instead="--dataset fake").CIFAR10
     if data_check == "exists":
         cifar10 = type("ExistenceCheckedCIFAR10", (cifar10,), {
             "train_list": [[name, None] for name, _ in cifar10.train_list],
             "test_list": [[name, None] for name, _ in cifar10.test_list], "meta": {**cifar10.meta, "md5": None}})
     check = " or fails torchvision's md5 check," if data_check == "md5" else ""
-    dataset = harness.open_dataset(cifar10, data_dir, train=train, download=download,
+    dataset = harness.open_dataset(cifar10, data_dir, "cifar-10-batches-py", train=train, download=download,
                                    missing=f"CIFAR-10 is not under {data_dir}/cifar-10-batches-py{check}",
                                    fix="put the python-version batches there")
     return torch.from_numpy(dataset.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(dataset.targets, dtype=torch.int64)
 
 
 def fake_images(count: int, *, seed: int, sample_seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Learnable stand-in for CIFAR-10: uint8 32 px images, class templates (from ``seed``) plus per-image noise.
-
-    Drawn at 8x8 and smoothed up to 32 px: coarse class patterns survive the resize and the
-    models' global pooling, so MobileNetV2 learns them in a few dozen steps."""
+    """Learnable stand-in for CIFAR-10: uint8 32 px images, class templates (from ``seed``) plus per-image noise,
+    drawn at 8x8 and smoothed up to 32 px, so the class patterns survive resizing and global pooling."""
     coarse, labels = harness.fake_split(count, (3, 8, 8), NUM_CLASSES, template_seed=seed, sample_seed=sample_seed, noise=0.5)
     images = F.interpolate(coarse, size=(32, 32), mode="bilinear", align_corners=False)
     # Real pixels' range, so fake data takes the same uint8 -> normalise -> resize path.
@@ -109,10 +102,7 @@ def data_loaders(args: argparse.Namespace, replicas: Replicas):
         torch.distributed.barrier()
     check_enough_images(args, train_set)
     loaders = harness.shard_loaders(train_set, test_set, replicas, batch=args.process_batch, test_batch=args.test_batch, seed=args.seed)
-    if args.workers == 0 and not args.pin_memory:
-        return loaders
-    return tuple(torch.utils.data.DataLoader(loader.dataset, sampler=loader.sampler, batch_size=None, num_workers=args.workers,
-                                             pin_memory=args.pin_memory, persistent_workers=args.workers > 0) for loader in loaders)
+    return tuple(speed.with_loader_options(loader, args) for loader in loaders)
 
 
 @functools.lru_cache(maxsize=None)
@@ -138,19 +128,6 @@ def prepare_batch(images: torch.Tensor, labels: torch.Tensor, device: torch.devi
 
 
 # --------------------------------------------------------------------------- model and replicas
-
-
-class Autocast(nn.Module):
-    """Run the wrapped model under autocast and return float32 logits. DataParallel runs each replica
-    in its own thread, where autocast state starts afresh, so the dtype is set inside forward."""
-
-    def __init__(self, model: nn.Module, device_type: str, dtype: torch.dtype):
-        super().__init__()
-        self.model, self.device_type, self.dtype = model, device_type, dtype
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(self.device_type, dtype=self.dtype):
-            return self.model(images).float()
 
 
 def build_model(name: str) -> nn.Module:
@@ -183,51 +160,13 @@ def local_replicas(args: argparse.Namespace) -> Replicas:
     return Replicas(harness.select_device(args.device), replicas=args.world_size, parallel=args.parallel)
 
 
-def process_group_arguments(device: torch.device) -> dict:
-    """init_process_group's arguments: nccl told its GPU up front (else its first barrier guesses one), gloo on CPU."""
-    return {"backend": "nccl", "device_id": device} if device.type == "cuda" else {"backend": "gloo"}
-
-
-def distributed_replicas(args: argparse.Namespace) -> Replicas:
-    """This torchrun process: its rank's device, and the process group."""
-    local_rank = int(os.environ["LOCAL_RANK"])
-    device = torch.device("cpu")
-    if args.device == "cuda":
-        harness.select_device("cuda")
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-    torch.distributed.init_process_group(**process_group_arguments(device))
-    world = torch.distributed.get_world_size()
-    return Replicas(device, rank=torch.distributed.get_rank(), world_size=world, local_rank=local_rank,
-                    nodes=world // int(os.environ.get("LOCAL_WORLD_SIZE", world)), parallel="ddp")
-
-
-def under_torchrun() -> bool:
-    """torchrun (torch.distributed.run) sets these for every process it starts."""
-    return "LOCAL_RANK" in os.environ or "TORCHELASTIC_RUN_ID" in os.environ
-
-
-def torchrun_command(args: argparse.Namespace, argv: list[str]) -> list[str]:
-    """This script under torchrun: standalone on one host, a c10d rendezvous across ``--nnodes`` hosts."""
-    per_node = str(args.world_size // args.nnodes)
-    if args.nnodes == 1:
-        rendezvous = ["--standalone", "--nproc-per-node", per_node]
-    else:
-        rendezvous = ["--nnodes", str(args.nnodes), "--nproc-per-node", per_node, "--rdzv-backend", "c10d",
-                      "--rdzv-endpoint", args.rdzv_endpoint, "--rdzv-id", args.rdzv_id]
-        rendezvous += ["--node-rank", str(args.node_rank)] if args.node_rank is not None else []
-    # "--": otherwise torchrun's parser reads our options as (abbreviations of) its own, e.g. --nproc.
-    return [sys.executable, "-m", "torch.distributed.run", *rendezvous, "--", str(Path(__file__).resolve()), *argv]
-
-
 def relaunch_under_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
-    """Start this script under torchrun and return its exit status. Data is loaded (and downloaded)
-    here first, so a missing dataset or a checkpoint that does not fit is one line, not one per process."""
+    """Start this script under torchrun; checked here first, bad data or checkpoints are one line, not one per process."""
     check_enough_images(args, load_data(args, download=args.download)[0])
     if args.resume and args.amp != "auto":  # "auto" AMP is settled in the training processes, which check there
         harness.resume_checkpoint(PROG, harness.checkpoint_path(args.checkpoint_dir, RECIPE, args.run_name),
                                   harness.resume_settings(args, RESUME_KEYS), announce=False)
-    command = torchrun_command(args, argv)
+    command = ddp.torchrun_command(args, str(Path(__file__).resolve()), argv)
     if not args.quiet:
         print(f"{PROG}: starting {args.world_size} processes: torchrun {' '.join(command[3:command.index('--')])} ...", file=sys.stderr)
     return subprocess.run(command, check=False).returncode
@@ -256,12 +195,10 @@ class Trainer:
 
 def build_trainer(args: argparse.Namespace, replicas: Replicas) -> Trainer:
     harness.seed_everything(args.seed, replicas.device)
-    net = build_model(args.model)
-    net = net.to(memory_format=torch.channels_last) if args.channels_last else net
-    net = net.to(replicas.device)
-    autocast = net if args.amp == "none" else Autocast(net, replicas.device.type, AMP_DTYPES[args.amp])
-    model = replicas.wrap(autocast)
-    model = torch.compile(model) if args.compile else model
+    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+    net = build_model(args.model).to(replicas.device, memory_format=memory_format)
+    autocast = speed.with_amp(net, args, replicas.device)
+    model = torch.compile(replicas.wrap(autocast)) if args.compile else replicas.wrap(autocast)
     # DDP's forward may communicate, and test shards may differ in length: each process
     # evaluates its shard without DDP. DataParallel evaluates through its scatter, as E2 measured.
     eval_model = autocast if replicas.distributed else model
@@ -272,8 +209,7 @@ def build_trainer(args: argparse.Namespace, replicas: Replicas) -> Trainer:
 
 def build_scheduler(optimizer: torch.optim.Optimizer, args: argparse.Namespace):
     """Cosine annealing over the epochs, stepped per epoch (E2), after ``--warmup-epochs`` of linear warm-up (E3)."""
-    from torch.optim import lr_scheduler  # noqa: PLC0415
-
+    lr_scheduler = torch.optim.lr_scheduler
     cosine = lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs - args.warmup_epochs)
     if args.warmup_epochs == 0:
         return cosine
@@ -288,10 +224,8 @@ def train_epoch(trainer: Trainer, loader, run: harness.Run, epoch: int) -> float
     # Summed on the device and read once per epoch: a per-step .item() would sync every step.
     loss_sum, images_seen = torch.zeros((), dtype=torch.float64, device=replicas.device), 0
     for step, (images, labels) in enumerate(run.steps(loader, trainer.batches(loader), epoch), 1):
-        if args.show_scatter and run.history.steps == 0:
-            output = scatter.forward_showing_scatter(trainer.model, trainer.net, images, args.parallel, replicas, args.nproc)
-        else:
-            output = trainer.model(images)
+        output = scatter.forward(trainer.model, trainer.net, images, show=args.show_scatter and run.history.steps == 0,
+                                 parallel=args.parallel, replicas=replicas, assumed_devices=args.nproc)
         loss = F.cross_entropy(output, labels)
         trainer.optimizer.zero_grad(set_to_none=True)
         trainer.scaler.scale(loss).backward()
@@ -308,15 +242,14 @@ def train_epoch(trainer: Trainer, loader, run: harness.Run, epoch: int) -> float
 def evaluate(trainer: Trainer, loader) -> float:
     """Accuracy over the whole test set: every process's unpadded shard, summed over processes."""
     if trainer.replicas.distributed:
-        # BatchNorm statistics drift apart in each process's last steps: evaluate everywhere
-        # with rank 0's, the ones its checkpoint holds.
+        # BatchNorm statistics drift apart in each process: evaluate everywhere with rank 0's, which its checkpoint holds.
         for buffer in trainer.net.buffers():
             torch.distributed.broadcast(buffer, src=0)
     return harness.global_accuracy(trainer.eval_model, trainer.batches(loader), trainer.replicas)
 
 
 def run(args: argparse.Namespace, replicas: Replicas) -> None:
-    resolve_auto_amp(args)
+    speed.resolve_auto_amp(args)
     run = harness.Run(args, replicas, recipe=RECIPE, prog=PROG, resume_keys=RESUME_KEYS)
     train_loader, test_loader = data_loaders(args, replicas)
     trainer = build_trainer(args, replicas)
@@ -337,30 +270,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     harness.add_common_arguments(parser, default_epochs=10)
     add = parser.add_argument
     add("--model", choices=MODELS, default="mobilenet_v2", help="torchvision model, 10 classes (default: mobilenet_v2)")
-    add("--image-size", type=harness.positive_int, default=112,
-        help="side in pixels the 32 px images are resized to, for training and test alike (default: 112)")
+    add("--image-size", type=harness.positive_int, default=112, help="side the 32 px images are resized to, for training and test alike (default: 112)")
     add("--parallel", choices=("none", "dp", "ddp"), default="none", help="none: one device; dp: nn.DataParallel in one "
         "process; ddp: DistributedDataParallel, one process per device under torchrun (default: none)")
     add("--gpus", help="cuda: comma-separated GPU ids, e.g. 1,2,3,4; sets CUDA_VISIBLE_DEVICES before CUDA starts")
     add("--nproc", type=harness.positive_int, help=f"cpu: ddp processes per host, or the devices --show-scatter assumes "
         f"for dp (default: {DEFAULT_CPU_PROCESSES})")
-    hosts = parser.add_argument_group("several hosts (ddp; defaults from NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID)")
-    hosts.add_argument("--nnodes", type=harness.positive_int, default=os.environ.get("NNODES") or "1", help="hosts (default: 1)")
-    hosts.add_argument("--node-rank", type=harness.non_negative_int, default=os.environ.get("NODE_RANK") or None,
-                       help="this host's rank (default: assigned by the rendezvous)")
-    hosts.add_argument("--rdzv-endpoint", default=os.environ.get("RDZV_ENDPOINT") or None, help="host:port of the c10d rendezvous")
-    hosts.add_argument("--rdzv-id", default=os.environ.get("RDZV_ID") or "envkit", help="rendezvous (job) id (default: envkit)")
+    ddp.add_host_arguments(parser)
     harness.add_batch_arguments(parser, reference_batch=REFERENCE_BATCH, default="global", optimizer="SGD", lr=0.1, lr_scaling="none")
     add("--test-batch", type=harness.positive_int, help="evaluation batch per process (default: the per-process training batch)")
     add("--momentum", type=float, default=0.9, help="SGD momentum (default: 0.9)")
     add("--weight-decay", type=float, default=5e-4, help="SGD weight decay (default: 5e-4)")
-    add("--preset", choices=("faithful", "fast"), default="faithful", help="faithful: E2's plain settings; fast: channels_last, "
-        "AMP, pinned memory, loader workers and (cuda, not dp) torch.compile, unless set one by one (default: faithful)")
-    add("--amp", choices=("none", "bf16", "fp16"), help="autocast dtype (default: none; fast: bf16, fp16 on GPUs without bf16)")
-    add("--channels-last", action=argparse.BooleanOptionalAction, help="NHWC memory format (default: off; fast: on)")
-    add("--pin-memory", action=argparse.BooleanOptionalAction, help="page-locked host batches, cuda only (default: off; fast: on)")
-    add("--workers", type=harness.non_negative_int, help="DataLoader worker processes (default: 0; fast: 2)")
-    add("--compile", action=argparse.BooleanOptionalAction, help="torch.compile the model (default: off; fast: on for cuda without dp)")
+    speed.add_speed_arguments(parser)
     add("--show-scatter", action="store_true", help="print how the first batch is split over the replicas and the gathered output size")
     add("--data-check", choices=("md5", "exists"), default="md5", help="real data: md5 = torchvision's checksum check of the official "
         "files; exists = only check the files are there (for re-encoded or test copies) (default: md5)")
@@ -374,21 +295,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.test_batch = args.test_batch or args.process_batch
     if args.warmup_epochs >= args.epochs:
         raise RecipeError(f"--warmup-epochs {args.warmup_epochs} leaves no epoch for the decay; use fewer than --epochs {args.epochs}")
-    apply_preset(args)
+    speed.apply_preset(args)
     # Model and batch in the name: E2 compares both, and their runs must not take each other's names.
     args.run_name = args.run_name or f"{args.model}-b{args.global_batch}-" + harness.default_run_name(
         args.device, world_size=args.world_size, parallel=args.parallel)
     return args
-
-
-def parse_gpu_ids(text: str) -> list[int]:
-    """``"1,2,3,4"`` -> ``[1, 2, 3, 4]``; RecipeError for anything but distinct non-negative integers."""
-    parts = [part.strip() for part in text.split(",")]
-    if not all(part.isascii() and part.isdigit() for part in parts):
-        raise RecipeError(f"--gpus {text!r} is not a comma-separated list of GPU ids; use integers such as 0,1,2,3")
-    if len(set(map(int, parts))) != len(parts):
-        raise RecipeError(f"--gpus {text!r} names a GPU twice; list each GPU id once")
-    return [int(part) for part in parts]
 
 
 def resolve_topology(args: argparse.Namespace) -> None:
@@ -399,19 +310,14 @@ def resolve_topology(args: argparse.Namespace) -> None:
         raise RecipeError("--nproc applies to --device cpu with --parallel dp or ddp; on cuda the GPU count comes from --gpus")
     if args.device == "tpu":
         raise RecipeError("--device tpu is not supported by the cifar recipe; use cpu or cuda (the TPU comparison is mnist.py)")
-    if args.nnodes > 1 and args.parallel != "ddp":
-        raise RecipeError(f"--nnodes {args.nnodes} needs --parallel ddp: only DDP spans several hosts")
-    if args.nnodes > 1 and not args.rdzv_endpoint and not under_torchrun():
-        raise RecipeError(f"--nnodes {args.nnodes} needs --rdzv-endpoint host:port (or RDZV_ENDPOINT): "
-                          "where the hosts meet, e.g. the first host and a free port")
+    ddp.check_hosts(args)
     if args.device == "cpu":
         args.nproc = args.nproc or DEFAULT_CPU_PROCESSES if args.parallel != "none" else None
         # DataParallel without GPUs runs the module once on the whole batch: one replica.
         per_node = args.nproc if args.parallel == "ddp" else 1
     else:
         if args.gpus is not None:
-            # Set before anything initialises CUDA (torch does so lazily), so device 0 is the first listed GPU.
-            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in parse_gpu_ids(args.gpus))
+            harness.choose_gpus(args.gpus)
         count = torch.cuda.device_count()
         if count == 0:
             harness.select_device("cuda")  # raises the one-line "no GPU visible" error
@@ -419,40 +325,14 @@ def resolve_topology(args: argparse.Namespace) -> None:
             raise RecipeError(f"--parallel none trains on one GPU but --gpus lists {count}; list one GPU, or use --parallel dp or ddp")
         per_node = 1 if args.parallel == "none" else count
     args.world_size = per_node * args.nnodes
-    if under_torchrun():
+    if ddp.under_torchrun():
         if args.parallel != "ddp":
             raise RecipeError(f"running under torchrun needs --parallel ddp, not {args.parallel}")
         # torchrun's own settings count when a user (or a Kubernetes operator) starts torchrun.
-        args.world_size = int(os.environ["WORLD_SIZE"])
-        args.nnodes = args.world_size // int(os.environ.get("LOCAL_WORLD_SIZE", args.world_size))
+        args.world_size, args.nnodes = ddp.torchrun_topology()
     if args.parallel == "ddp" and args.world_size < 2:
         raise RecipeError(f"--parallel ddp needs at least 2 devices, got {args.world_size}; use --parallel none for one "
                           "device, or give more GPUs (--gpus), processes (--nproc) or hosts (--nnodes)")
-
-
-def apply_preset(args: argparse.Namespace) -> None:
-    """Fill the speed options the user left unset: all off (faithful to E2), or the ``fast`` choices."""
-    fast, cuda = args.preset == "fast", args.device == "cuda"
-    if args.amp is None:
-        # bf16 needs Ampere or later; "auto" is settled in the training process (resolve_auto_amp),
-        # so a torchrun launcher never opens a CUDA context of its own.
-        args.amp = ("auto" if cuda else "bf16") if fast else "none"
-    args.channels_last = fast if args.channels_last is None else args.channels_last
-    args.pin_memory = fast and cuda if args.pin_memory is None else args.pin_memory
-    args.workers = (2 if fast else 0) if args.workers is None else args.workers
-    if args.compile is None:
-        # Compiling on CPU needs a C++ toolchain and minutes; DataParallel re-replicates the module every step.
-        args.compile = fast and cuda and args.parallel != "dp"
-    if args.compile and args.parallel == "dp":
-        raise RecipeError("--compile does not work with --parallel dp (DataParallel replicates the module every step); use none or ddp")
-    if args.pin_memory and not cuda:
-        raise RecipeError("--pin-memory speeds up copies to a GPU only; use it with --device cuda")
-
-
-def resolve_auto_amp(args: argparse.Namespace) -> None:
-    """``--preset fast`` on cuda: bf16 where the GPU supports it, else fp16 (with a gradient scaler)."""
-    if args.amp == "auto":
-        args.amp = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -460,17 +340,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.parallel != "ddp":
         run(args, local_replicas(args))
-    elif not under_torchrun():
+    elif not ddp.under_torchrun():
         raise SystemExit(relaunch_under_torchrun(args, argv))
-    else:
-        replicas = distributed_replicas(args)
-        try:
-            run(args, replicas)
-            # Leave together: a process that closes its gloo connections while rank 0 is
-            # still writing results can be aborted ("terminate called without an active exception").
-            torch.distributed.barrier()
-        finally:
-            torch.distributed.destroy_process_group()
+    else:  # one of torchrun's processes
+        ddp.in_process_group(args.device, lambda fields: run(args, Replicas(**fields, parallel="ddp")))
 
 
 if __name__ == "__main__":

@@ -85,26 +85,22 @@ def run_recipe(prog: str, main: Callable[[], Any]) -> None:
         raise SystemExit(130) from None
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer > 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _integer_at_least(minimum: int, wanted: str) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum``; the error says ``expected <wanted>``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}")
+        return value
+
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+positive_int = _integer_at_least(1, "a positive integer")
+non_negative_int = _integer_at_least(0, "an integer >= 0")
 
 
 def positive_float(text: str) -> float:
@@ -270,6 +266,17 @@ def select_device(kind: str) -> torch.device:
         xla = import_torch_xla()
         return xla.device()
     raise RecipeError(f"--device {kind!r} is not known; choose one of {', '.join(DEVICES)}")
+
+
+def choose_gpus(text: str) -> None:
+    """``--gpus 1,2,3,4``: CUDA_VISIBLE_DEVICES, set before anything initialises CUDA (torch does so
+    lazily), so device 0 is the first GPU listed; RecipeError for anything but distinct GPU ids."""
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isascii() and part.isdigit() for part in parts):
+        raise RecipeError(f"--gpus {text!r} is not a comma-separated list of GPU ids; use integers such as 0,1,2,3")
+    if len(set(map(int, parts))) != len(parts):
+        raise RecipeError(f"--gpus {text!r} names a GPU twice; list each GPU id once")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(int(part)) for part in parts)
 
 
 def import_torch_xla():
@@ -524,14 +531,18 @@ def shard_loaders(train_set: IndexBatchDataset, test_set: IndexBatchDataset, rep
     return train, batch_loader(test_set, test_batch, train=False, **shard)
 
 
-def open_dataset(dataset_class, data_dir: Path, *, train: bool, download: bool, missing: str, fix: str):
-    """``dataset_class(data_dir, train, download)`` from torchvision, or RecipeError: what is missing, why, what to do."""
+def open_dataset(dataset_class, data_dir: Path, folder: str, *, train: bool, download: bool, missing: str, fix: str):
+    """``dataset_class(data_dir, train, download)`` from torchvision, or RecipeError: what is missing, why, what to do.
+    What a download wrote under ``data_dir/folder`` goes to the results owner (see chown_tree)."""
     try:
-        return dataset_class(str(data_dir), train=train, download=download)
+        dataset = dataset_class(str(data_dir), train=train, download=download)
     except (RuntimeError, OSError) as exc:
         how = "the download failed" if download else "downloading is off (--no-download)"
         raise RecipeError(f"{missing} and {how} ({' '.join(str(exc).split())[:120]}); "
                           f"{fix}, allow the download, or use --dataset fake") from None
+    if download:
+        chown_tree(Path(data_dir) / folder)
+    return dataset
 
 
 # --------------------------------------------------------------------------- progress
@@ -971,6 +982,7 @@ class Run:
                       if args.resume else None)
         self.history = History()
         self.first_epoch = 0
+        seed_everything(args.seed, replicas.device)
 
     def elapsed_s(self) -> float:
         """Wall time of the whole run, earlier (interrupted) segments included."""

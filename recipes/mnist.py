@@ -48,10 +48,8 @@ class Net(nn.Module):
 
 
 def load_data(args) -> tuple[harness.IndexBatchDataset, harness.IndexBatchDataset]:
-    """Train and test sets as in-memory normalised tensors [N, 1, 28, 28]: real MNIST or the seeded fake set.
-
-    Normalising a whole split once gives the values per-sample ToTensor + Normalize give,
-    and makes every training batch one tensor gather."""
+    """Train and test sets as normalised in-memory tensors [N, 1, 28, 28] (the values per-sample ToTensor +
+    Normalize give; a training batch is then one gather): real MNIST or the seeded fake set."""
     if args.dataset == "fake":  # same class templates for both splits, different samples
         return tuple(harness.IndexBatchDataset(*harness.fake_split(
             size, (1, 28, 28), 10, template_seed=args.seed, sample_seed=args.seed + offset, noise=FAKE_NOISE))
@@ -59,12 +57,9 @@ def load_data(args) -> tuple[harness.IndexBatchDataset, harness.IndexBatchDatase
     datasets = harness.import_optional("torchvision.datasets", "--dataset real", "torchvision", instead="--dataset fake")
     splits = []
     for train in (True, False):
-        mnist = harness.open_dataset(datasets.MNIST, args.data_dir, train=train, download=args.download and train,
+        mnist = harness.open_dataset(datasets.MNIST, args.data_dir, "MNIST", train=train, download=args.download and train,
                                      missing=f"MNIST is not under {args.data_dir}/MNIST/raw", fix="put the four idx files there")
-        images = (mnist.data.unsqueeze(1).float() / 255 - MNIST_MEAN) / MNIST_STD
-        splits.append(harness.IndexBatchDataset(images, mnist.targets))
-    if args.download:
-        harness.chown_tree(args.data_dir / "MNIST")
+        splits.append(harness.IndexBatchDataset((mnist.data.unsqueeze(1).float() / 255 - MNIST_MEAN) / MNIST_STD, mnist.targets))
     return tuple(splits)
 
 
@@ -85,23 +80,12 @@ class Strategy:
     """How this process trains: its replicas, how batches reach the device, and how a step ends."""
 
     replicas: Replicas
-    feed: Callable | None = None  # loader -> device batches; None: copy each batch over
+    feed: Callable | None = None  # loader -> device batches; None: all data lives on the device (MNIST fits)
     step: Callable = lambda optimizer: optimizer.step()
     share_weights: Callable[[nn.Module], None] | None = None  # make every replica start from rank 0's weights
 
-    @property
-    def preload(self) -> bool:  # keep the data on the accelerator (MNIST fits); feed needs host tensors
-        return self.feed is None and self.replicas.device.type != "cpu"
-
     def batches(self, loader):
-        if self.feed is not None:
-            return self.feed(loader)
-        device = self.replicas.device
-        return ((x.to(device, non_blocking=True), y.to(device, non_blocking=True)) for x, y in loader)
-
-
-def eager(kind: str) -> Strategy:  # cpu or cuda, as pytorch/examples
-    return Strategy(Replicas(harness.select_device(kind)))
+        return loader if self.feed is None else self.feed(loader)
 
 
 def one_core() -> Strategy:
@@ -116,10 +100,8 @@ def one_process_per_core() -> Strategy:  # runs in every process torch_xla.launc
     import torch_xla.runtime as xr  # noqa: PLC0415
 
     device = harness.select_device("tpu")
-    replicas = Replicas(device, rank=xr.global_ordinal(), world_size=xr.world_size(),
-                        nodes=max(1, xr.world_size() // xr.local_process_count()))
-    return Strategy(replicas, feed=lambda loader: pl.MpDeviceLoader(loader, device), step=xm.optimizer_step,
-                    share_weights=xm.broadcast_master_param)
+    replicas = Replicas(device, rank=xr.global_ordinal(), world_size=xr.world_size(), nodes=max(1, xr.world_size() // xr.local_process_count()))
+    return Strategy(replicas, feed=lambda loader: pl.MpDeviceLoader(loader, device), step=xm.optimizer_step, share_weights=xm.broadcast_master_param)
 
 
 def spmd() -> Strategy:
@@ -130,8 +112,8 @@ def spmd() -> Strategy:
 
     xr.use_spmd()
     devices = xr.global_runtime_device_count()
-    mesh = xs.Mesh(np.arange(devices), (devices,), ("data",))
-    sharding = xs.ShardingSpec(mesh, ("data", None, None, None))  # images split along the batch; labels replicated
+    # A 1-D mesh of every device; images are split along the batch, labels (1-D) replicated.
+    sharding = xs.ShardingSpec(xs.Mesh(np.arange(devices), (devices,), ("data",)), ("data", None, None, None))
     device = harness.select_device("tpu")
     return Strategy(Replicas(device, replicas=devices), feed=lambda loader: pl.MpDeviceLoader(loader, device, input_sharding=sharding))
 
@@ -158,8 +140,7 @@ def run(strategy: Strategy, args) -> None:
     harness.resolve_batches(args, replicas.replicas, reference_batch=REFERENCE_BATCH, default="per-device")
     args.run_name = args.run_name or harness.default_run_name(args.device, world_size=args.world_size, strategy=args.strategy)
     run = harness.Run(args, replicas, recipe=RECIPE, prog=PROG, resume_keys=RESUME_KEYS)
-    harness.seed_everything(args.seed, replicas.device)
-    train_set, test_set = (split.to(replicas.device) if strategy.preload else split for split in load_data(args))
+    train_set, test_set = (split.to(replicas.device) if strategy.feed is None else split for split in load_data(args))
     train_loader, test_loader = harness.shard_loaders(  # SPMD: one process loads whole global batches
         train_set, test_set, replicas, batch=args.global_batch // replicas.world_size, test_batch=args.test_batch, seed=args.seed)
     model = Net().to(replicas.device)
@@ -170,10 +151,9 @@ def run(strategy: Strategy, args) -> None:
     if strategy.share_weights and replicas.world_size > 1:
         strategy.share_weights(model)
     run.fit(parts, lambda epoch: train_epoch(model, optimizer, train_loader, strategy, run, epoch),
-            lambda: harness.global_accuracy(model, strategy.batches(test_loader), replicas))
+            evaluate=lambda: harness.global_accuracy(model, strategy.batches(test_loader), replicas))
     cores = (1 if args.cores == "1" else args.world_size) if args.device == "tpu" else None
-    run.write_results(harness.configuration_record(args, replicas, model="mnist-net", image_size=28, cores=cores,
-                                                   strategy=args.strategy), metrics={})
+    run.write_results(harness.configuration_record(args, replicas, model="mnist-net", image_size=28, cores=cores, strategy=args.strategy), {})
 
 
 def parse_args(argv: list[str] | None):
@@ -182,8 +162,7 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--cores", choices=("1", "all"), help="tpu only: one core, or all (default: 1, or all for xmp/spmd)")
     parser.add_argument("--strategy", choices=("single", "xmp", "spmd"), help="tpu only: single core; xmp = one process "
                         "per core (torch_xla.launch); spmd = one process sharding each batch over all devices")
-    harness.add_batch_arguments(parser, reference_batch=REFERENCE_BATCH, default="per-device", optimizer="Adadelta",
-                                lr=1.0, lr_scaling="linear")
+    harness.add_batch_arguments(parser, reference_batch=REFERENCE_BATCH, default="per-device", optimizer="Adadelta", lr=1.0, lr_scaling="linear")
     parser.add_argument("--gamma", type=harness.positive_float, default=0.7, help="learning-rate decay per epoch (default: 0.7)")
     parser.add_argument("--test-batch", type=harness.positive_int, default=1000, help="evaluation batch per process (default: 1000)")
     harness.add_fake_data_arguments(parser, train=3840, test=1000)
@@ -203,13 +182,11 @@ def parse_args(argv: list[str] | None):
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    if args.device != "tpu":
-        run(eager(args.device), args)
+    if args.device != "tpu":  # cpu or cuda, as pytorch/examples
+        run(Strategy(Replicas(harness.select_device(args.device))), args)
     elif args.strategy == "xmp":
-        import torch_xla  # noqa: PLC0415
-
         load_data(args)  # a missing dataset is one line here, not one per process (and downloads once)
-        torch_xla.launch(_one_process_per_core, args=(args,))
+        harness.import_torch_xla().launch(_one_process_per_core, args=(args,))
     else:
         run(one_core() if args.strategy == "single" else spmd(), args)
 

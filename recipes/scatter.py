@@ -65,9 +65,11 @@ def report(parallel: str, replicas, images: torch.Tensor, calls: list, output: t
     return lines
 
 
-def forward_showing_scatter(model: nn.Module, net: nn.Module, images: torch.Tensor, parallel: str, replicas,
-                            assumed_devices: int | None) -> torch.Tensor:
-    """``model(images)``, printing how ``net`` (the bare model inside ``model``'s wrappers) was called."""
+def forward(model: nn.Module, net: nn.Module, images: torch.Tensor, *, show: bool, parallel: str, replicas,
+            assumed_devices: int | None) -> torch.Tensor:
+    """``model(images)``; with ``show``, print how ``net`` (the bare model inside ``model``'s wrappers) was called."""
+    if not show:
+        return model(images)
     with replica_calls(net) as calls:
         output = model(images)
     harness.print_lines(report(parallel, replicas, images, calls, output, assumed_devices))

@@ -340,3 +340,70 @@ def test_resume_checkpoint_starts_fresh_or_checks_settings(tmp_path, capsys):
     assert harness.resume_checkpoint("demo.py", path, {"lr": 1.0}, announce=True)["epoch"] == 3
     with pytest.raises(harness.RecipeError, match="cannot resume"):
         harness.resume_checkpoint("demo.py", path, {"lr": 2.0}, announce=True)
+
+
+def test_environment_names_lock_image_and_every_distribution(monkeypatch):
+    monkeypatch.setenv("ENVKIT_LOCK_SHA256", "ab" * 32)
+    monkeypatch.setenv("ENVKIT_IMAGE_ID", "sha256:" + "cd" * 32)
+    environment = harness.capture_environment(torch.device("cpu"), "cpu")
+    assert environment["lock_sha256"] == "ab" * 32 and environment["image_id"] == "sha256:" + "cd" * 32
+    distributions = environment["distributions"]
+    assert distributions == sorted(set(distributions))
+    assert any(entry.startswith("torch==") for entry in distributions)
+    names = [entry.split("==")[0] for entry in distributions]
+    assert all(name == name.lower() and "_" not in name and "." not in name for name in names)
+    monkeypatch.delenv("ENVKIT_LOCK_SHA256")
+    monkeypatch.setenv("ENVKIT_IMAGE_ID", "")
+    environment = harness.capture_environment(torch.device("cpu"), "cpu")
+    assert environment["lock_sha256"] is None and environment["image_id"] is None
+    assert environment["torch_tpu"] is None and "torch_tpu" not in sys.modules  # looked up, never imported
+
+
+def test_one_vocabulary_for_replicas_and_processes():
+    single = harness.Replicas(torch.device("cpu"))
+    assert (single.replicas, single.rank, single.world_size, single.nodes, single.processes_per_node) == (1, 0, 1, 1, 1)
+    assert single.is_main and single.sum_over_processes([1.0, 2.0]) == [1.0, 2.0]
+    spmd = harness.Replicas(torch.device("cpu"), replicas=8)  # one process feeds 8 replicas
+    assert (spmd.replicas, spmd.world_size, spmd.processes_per_node) == (8, 1, 1)
+    two_hosts = harness.Replicas(torch.device("cpu"), rank=3, world_size=4, nodes=2)
+    assert (two_hosts.replicas, two_hosts.processes_per_node, two_hosts.is_main) == (4, 2, False)
+
+
+@pytest.mark.parametrize(("device", "backend"), [("cpu", None), ("cuda", None), ("tpu", "torch_xla")])
+def test_configuration_records_hosts_processes_and_backend(device, backend):
+    import argparse
+
+    args = argparse.Namespace(device=device, world_size=4, global_batch=64, per_device_batch=16, dataset="fake")
+    record = harness.configuration_record(args, harness.Replicas(torch.device("cpu"), world_size=4, nodes=2),
+                                          model="m", image_size=28, parallel="ddp")
+    assert record == {"device": device, "backend": backend, "cores": None, "strategy": None, "parallel": "ddp",
+                      "world_size": 4, "nodes": 2, "processes_per_node": 2, "model": "m", "global_batch": 64,
+                      "per_device_batch": 16, "image_size": 28, "dataset": "fake"}
+
+
+def test_results_are_schema_version_2():
+    assert harness.build_results(recipe="demo", run_name="x", started_at="", settings={}, configuration={}, timing={},
+                                 metrics={}, environment={})["schema_version"] == 2
+
+
+@pytest.mark.parametrize(("argv", "replicas", "expected"), [
+    ([], 8, (128, 1024, 8.0)),  # per-device default: the global batch grows with the replicas (E1)
+    (["--global-batch", "256"], 2, (128, 256, 2.0)),
+    (["--per-device-batch", "16", "--lr-scaling", "none"], 4, (16, 64, 1.0)),
+])
+def test_batch_arguments_scale_the_learning_rate(argv, replicas, expected):
+    parser = harness.RecipeArgumentParser(prog="demo.py")
+    harness.add_batch_arguments(parser, reference_batch=128, default="per-device", optimizer="SGD", lr=1.0, lr_scaling="linear")
+    args = parser.parse_args(argv)
+    harness.resolve_batches(args, replicas, reference_batch=128, default="per-device")
+    assert (args.per_device_batch, args.global_batch, args.effective_lr) == expected and args.world_size == replicas
+
+
+def test_a_missing_optional_dependency_is_one_line_naming_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    import argparse
+
+    with pytest.raises(harness.RecipeError) as raised:
+        harness.check_progress_bars(argparse.Namespace(quiet=False))
+    assert str(raised.value) == "a progress bar needs tqdm, which is not installed here; use --quiet, or pip install tqdm"
+    harness.check_progress_bars(argparse.Namespace(quiet=True))  # no bar, no tqdm needed

@@ -297,3 +297,12 @@ def test_script_entry_point_reports_bad_input_without_traceback(tmp_path):
     done = run_mnist("--device", "cpu", "--cores", "all", cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr == "mnist.py: error: --cores applies to --device tpu only; --device cpu trains on one device\n"
+
+
+def test_missing_tqdm_is_one_line_and_exit_2(tmp_path):
+    block = BLOCK_AND_RUN.replace('("envkit", "torchvision", "torch_xla")', '("envkit", "tqdm")')
+    done = subprocess.run([sys.executable, "-c", block, str(RECIPE), "--dataset", "fake", "--max-steps", "1",
+                           "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == "mnist.py: error: a progress bar needs tqdm, which is not installed here; use --quiet, or pip install tqdm\n"
+    assert not list(tmp_path.glob("*.json"))
