@@ -217,14 +217,14 @@ def build_scheduler(optimizer: torch.optim.Optimizer, args: argparse.Namespace):
     return lr_scheduler.SequentialLR(optimizer, [warmup, cosine], milestones=[args.warmup_epochs])
 
 
-def train_epoch(trainer: Trainer, loader, run: harness.Run, epoch: int) -> float:
+def train_epoch(trainer: Trainer, loader, training: harness.Run, epoch: int) -> float:
     """One pass over this process's shard; returns the mean training loss over every process."""
     args, replicas = trainer.args, trainer.replicas
     trainer.model.train()
     # Summed on the device and read once per epoch: a per-step .item() would sync every step.
     loss_sum, images_seen = torch.zeros((), dtype=torch.float64, device=replicas.device), 0
-    for step, (images, labels) in enumerate(run.steps(loader, trainer.batches(loader), epoch), 1):
-        output = scatter.forward(trainer.model, trainer.net, images, show=args.show_scatter and run.history.steps == 0,
+    for step, (images, labels) in enumerate(training.steps(loader, trainer.batches(loader), epoch), 1):
+        output = scatter.forward(trainer.model, trainer.net, images, show=args.show_scatter and training.history.steps == 0,
                                  parallel=args.parallel, replicas=replicas, assumed_devices=args.nproc)
         loss = F.cross_entropy(output, labels)
         trainer.optimizer.zero_grad(set_to_none=True)
@@ -233,9 +233,9 @@ def train_epoch(trainer: Trainer, loader, run: harness.Run, epoch: int) -> float
         trainer.scaler.update()
         loss_sum += loss.detach() * len(labels)
         images_seen += len(labels)
-        run.show_loss(loss.detach(), step)
+        training.show_loss(loss.detach(), step)
     loss_total, count_total = replicas.sum_over_processes([loss_sum.item(), images_seen])
-    run.history.train_images += int(count_total)
+    training.history.train_images += int(count_total)
     return loss_total / count_total
 
 
@@ -250,14 +250,14 @@ def evaluate(trainer: Trainer, loader) -> float:
 
 def run(args: argparse.Namespace, replicas: Replicas) -> None:
     speed.resolve_auto_amp(args)
-    run = harness.Run(args, replicas, recipe=RECIPE, prog=PROG, resume_keys=RESUME_KEYS)
+    training = harness.Run(args, replicas, recipe=RECIPE, prog=PROG, resume_keys=RESUME_KEYS)
     train_loader, test_loader = data_loaders(args, replicas)
     trainer = build_trainer(args, replicas)
     parts = {"model": trainer.net, "optimizer": trainer.optimizer, "scheduler": trainer.scheduler, "scaler": trainer.scaler}
-    run.restore(parts)
-    run.fit(parts, lambda epoch: train_epoch(trainer, train_loader, run, epoch), lambda: evaluate(trainer, test_loader))
-    history = run.history
-    run.write_results(
+    training.restore(parts)
+    training.fit(parts, lambda epoch: train_epoch(trainer, train_loader, training, epoch), lambda: evaluate(trainer, test_loader))
+    history = training.history
+    training.write_results(
         harness.configuration_record(args, replicas, model=args.model, image_size=args.image_size, parallel=args.parallel),
         {"images_per_s": history.train_images / sum(history.train_epoch_s), "epoch_lr": history.epoch_lr})
 

@@ -964,10 +964,10 @@ class Run:
 
     A recipe builds its model, optimiser and scheduler, then::
 
-        run = harness.Run(args, replicas, recipe="mnist", prog="mnist.py", resume_keys=RESUME_KEYS)
-        run.restore(parts)   # --resume: state, RNGs and history from the checkpoint
-        run.fit(parts, train_epoch, evaluate)
-        run.write_results(configuration, metrics)
+        training = harness.Run(args, replicas, recipe="mnist", prog="mnist.py", resume_keys=RESUME_KEYS)
+        training.restore(parts)   # --resume: state, RNGs and history from the checkpoint
+        training.fit(parts, train_epoch, evaluate)
+        training.write_results(configuration, metrics)
 
     ``parts`` names everything with a ``state_dict`` (model, optimizer, scheduler, ...);
     the checkpoint keeps them under those names.

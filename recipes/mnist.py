@@ -118,19 +118,19 @@ def spmd() -> Strategy:
     return Strategy(Replicas(device, replicas=devices), feed=lambda loader: pl.MpDeviceLoader(loader, device, input_sharding=sharding))
 
 
-def train_epoch(model, optimizer, loader, strategy: Strategy, run: harness.Run, epoch: int) -> float:
+def train_epoch(model, optimizer, loader, strategy: Strategy, training: harness.Run, epoch: int) -> float:
     """One pass over this process's shard; returns the mean training loss over every process."""
     model.train()
     # Kept on the device and read once per epoch (a per-step .item() syncs every step). A list,
     # not a running sum: a sum started from zeros would make each epoch's first step a new XLA graph.
     losses = []
-    for images, labels in run.steps(loader, strategy.batches(loader), epoch):
+    for images, labels in training.steps(loader, strategy.batches(loader), epoch):
         optimizer.zero_grad(set_to_none=True)
         loss = F.nll_loss(model(images), labels)
         loss.backward()
         strategy.step(optimizer)
         losses.append(loss.detach())
-        run.show_loss(losses[-1], len(losses))
+        training.show_loss(losses[-1], len(losses))
     loss_total, step_total = strategy.replicas.sum_over_processes([torch.stack(losses).sum().item(), len(losses)])
     return loss_total / step_total
 
@@ -139,7 +139,7 @@ def run(strategy: Strategy, args) -> None:
     replicas = strategy.replicas
     harness.resolve_batches(args, replicas.replicas, reference_batch=REFERENCE_BATCH, default="per-device")
     args.run_name = args.run_name or harness.default_run_name(args.device, world_size=args.world_size, strategy=args.strategy)
-    run = harness.Run(args, replicas, recipe=RECIPE, prog=PROG, resume_keys=RESUME_KEYS)
+    training = harness.Run(args, replicas, recipe=RECIPE, prog=PROG, resume_keys=RESUME_KEYS)
     train_set, test_set = (split.to(replicas.device) if strategy.feed is None else split for split in load_data(args))
     train_loader, test_loader = harness.shard_loaders(  # SPMD: one process loads whole global batches
         train_set, test_set, replicas, batch=args.global_batch // replicas.world_size, test_batch=args.test_batch, seed=args.seed)
@@ -147,13 +147,13 @@ def run(strategy: Strategy, args) -> None:
     optimizer = torch.optim.Adadelta(model.parameters(), lr=args.effective_lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, harness.WarmupThenDecay(args.warmup_epochs, args.gamma))
     parts = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
-    run.restore(parts)
+    training.restore(parts)
     if strategy.share_weights and replicas.world_size > 1:
         strategy.share_weights(model)
-    run.fit(parts, lambda epoch: train_epoch(model, optimizer, train_loader, strategy, run, epoch),
+    training.fit(parts, lambda epoch: train_epoch(model, optimizer, train_loader, strategy, training, epoch),
             evaluate=lambda: harness.global_accuracy(model, strategy.batches(test_loader), replicas))
     cores = (1 if args.cores == "1" else args.world_size) if args.device == "tpu" else None
-    run.write_results(harness.configuration_record(args, replicas, model="mnist-net", image_size=28, cores=cores, strategy=args.strategy), {})
+    training.write_results(harness.configuration_record(args, replicas, model="mnist-net", image_size=28, cores=cores, strategy=args.strategy), {})
 
 
 def parse_args(argv: list[str] | None):
