@@ -980,9 +980,20 @@ class Run:
         self.checkpoint = checkpoint_path(args.checkpoint_dir, recipe, args.run_name)
         self.saved = (resume_checkpoint(prog, self.checkpoint, self.settings, announce=replicas.is_main)
                       if args.resume else None)
+        if args.resume:
+            self._check_every_process_resumes_alike()
         self.history = History()
         self.first_epoch = 0
         seed_everything(args.seed, replicas.device)
+
+    def _check_every_process_resumes_alike(self) -> None:
+        """Rank 0 alone writes checkpoints: on several hosts, a host that cannot see them would start
+        from the first epoch while the others resume, and the run would hang. Every process says so instead."""
+        epoch = 0 if self.saved is None else self.saved["epoch"]
+        total, processes = self.replicas.sum_over_processes([epoch, 1])
+        if total != epoch * processes:
+            raise RecipeError(f"--resume: the processes do not all see the checkpoint {self.checkpoint} (this one: "
+                              f"{'epoch ' + str(epoch) if self.saved else 'none'}); put --checkpoint-dir where every host sees it")
 
     def elapsed_s(self) -> float:
         """Wall time of the whole run, earlier (interrupted) segments included."""

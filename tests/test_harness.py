@@ -407,3 +407,18 @@ def test_a_missing_optional_dependency_is_one_line_naming_what_to_install(monkey
         harness.check_progress_bars(argparse.Namespace(quiet=False))
     assert str(raised.value) == "a progress bar needs tqdm, which is not installed here; use --quiet, or pip install tqdm"
     harness.check_progress_bars(argparse.Namespace(quiet=True))  # no bar, no tqdm needed
+
+
+def test_resume_refuses_processes_that_see_different_checkpoints(tmp_path):
+    import argparse
+
+    class OtherHostHasNone(harness.Replicas):
+        def sum_over_processes(self, values):  # this process saw epoch 2; the other process saw no checkpoint
+            return [values[0] + 0, values[1] + 1]
+
+    args = argparse.Namespace(checkpoint_dir=tmp_path, run_name="r", resume=True, epochs=3, seed=0)
+    harness.save_checkpoint(tmp_path / "demo-r.pt", {"epoch": 2, "training_settings": {}})
+    replicas = OtherHostHasNone(torch.device("cpu"), world_size=2)
+    with pytest.raises(harness.RecipeError, match=r"do not all see the checkpoint .*\(this one: epoch 2\)"):
+        harness.Run(args, replicas, recipe="demo", prog="demo.py", resume_keys=())
+    assert harness.Run(args, harness.Replicas(torch.device("cpu")), recipe="demo", prog="demo.py", resume_keys=()).saved["epoch"] == 2
