@@ -34,7 +34,7 @@ def run_recipe(argv: list[str]) -> None:
 
 
 def results_of(directory: Path) -> list[dict]:
-    return [json.loads(path.read_text()) for path in sorted(directory.glob("cifar-*.json"))]
+    return [assert_valid_results(path) for path in sorted(directory.glob("cifar-*.json"))]
 
 
 def bad_input_line(capsys, argv: list[str]) -> str:
@@ -274,6 +274,7 @@ def test_resume_with_other_settings_or_a_corrupt_checkpoint_is_one_line(tmp_path
 
 
 import ddp  # noqa: E402
+from results_contract import assert_valid_results
 
 
 @pytest.fixture

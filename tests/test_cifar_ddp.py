@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cifar_files import write_cifar10  # noqa: E402
 
 import cifar  # noqa: E402 - on sys.path through cifar_files
+from results_contract import assert_valid_results
 
 RECIPE = Path(cifar.__file__)
 TRAIN_PER_BATCH = 52  # x 5 training batches = 260 images: 16 steps of 16 per epoch
@@ -48,7 +49,7 @@ def recipe(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 def only_results(directory: Path) -> dict:
     (path,) = directory.glob("cifar-*.json")
-    return json.loads(path.read_text())
+    return assert_valid_results(path)
 
 
 @pytest.fixture(scope="module")
