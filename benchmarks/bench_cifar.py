@@ -38,7 +38,7 @@ import torch.nn.functional as F
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 sys.path.insert(0, str(RECIPES))
 import cifar  # noqa: E402
-import common  # noqa: E402
+import harness  # noqa: E402
 
 GOAL_OVERHEAD = 0.03
 
@@ -71,12 +71,12 @@ class RecipeLoop:
         replicas = cifar.local_replicas(args)
         self.trainer = cifar.build_trainer(args, replicas)
         self.loader, _ = cifar.data_loaders(args, replicas)
-        self.history = cifar.History()
+        self.run = harness.Run(args, replicas, recipe=cifar.RECIPE, prog="bench_cifar.py", resume_keys=())
 
     def epoch(self, epoch: int) -> int:
-        before = self.history.steps
-        cifar.train_epoch(self.trainer, self.loader, self.history, epoch)
-        return self.history.steps - before
+        before = self.run.history.steps
+        cifar.train_epoch(self.trainer, self.loader, self.run, epoch)
+        return self.run.history.steps - before
 
 
 class BareLoop:
@@ -97,7 +97,7 @@ class BareLoop:
             F.cross_entropy(model(images), labels).backward()
             optimizer.step()
             steps += 1
-        common.synchronize(device)
+        harness.synchronize(device)
         return steps
 
 
@@ -192,13 +192,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--model", choices=cifar.MODELS, default="mobilenet_v2")
-    parser.add_argument("--image-size", type=common.positive_int, default=64)
-    parser.add_argument("--batch", type=common.positive_int, default=32, help="global batch (default: 32)")
-    parser.add_argument("--steps", type=common.positive_int, default=8, help="steps per epoch (default: 8)")
-    parser.add_argument("--repeats", type=common.positive_int, default=5, help="part 1: timed epochs per loop (default: 5)")
-    parser.add_argument("--runs", type=common.positive_int, default=3, help="part 2: recipe runs per configuration (default: 3)")
-    parser.add_argument("--epochs", type=common.positive_int, default=2, help="epochs per recipe run in part 2 (default: 2)")
-    parser.add_argument("--threads", type=common.positive_int, default=1,
+    parser.add_argument("--image-size", type=harness.positive_int, default=64)
+    parser.add_argument("--batch", type=harness.positive_int, default=32, help="global batch (default: 32)")
+    parser.add_argument("--steps", type=harness.positive_int, default=8, help="steps per epoch (default: 8)")
+    parser.add_argument("--repeats", type=harness.positive_int, default=5, help="part 1: timed epochs per loop (default: 5)")
+    parser.add_argument("--runs", type=harness.positive_int, default=3, help="part 2: recipe runs per configuration (default: 3)")
+    parser.add_argument("--epochs", type=harness.positive_int, default=2, help="epochs per recipe run in part 2 (default: 2)")
+    parser.add_argument("--threads", type=harness.positive_int, default=1,
                         help="torch threads for part 1 (default: 1; several threads on a busy machine measure the contention)")
     parser.add_argument("--part", choices=("loops", "processes", "both"), default="both")
     options = parser.parse_args()

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT / "recipes"), str(REPO_ROOT / "tests")]
-import common  # noqa: E402
+import harness  # noqa: E402
 import mnist  # noqa: E402
 from mnist_files import write_mnist  # noqa: E402 - MNIST's IDX format, shared with the tests
 
@@ -48,19 +48,28 @@ def fresh_model(device: torch.device, lr: float, seed: int):
     return model, torch.optim.Adadelta(model.parameters(), lr=lr)
 
 
+def train_loader(backend, args):
+    """The recipe's own training loader of pre-collated batches (on the device where the recipe preloads)."""
+    train_set, test_set = mnist.load_data(args)
+    if backend.feed is None:
+        train_set, test_set = train_set.to(backend.replicas.device), test_set.to(backend.replicas.device)
+    return harness.shard_loaders(train_set, test_set, backend.replicas, batch=args.per_device_batch,
+                                 test_batch=args.test_batch, seed=args.seed)[0]
+
+
 class RecipeLoop:
     name = "recipe"
 
     def __init__(self, backend, args):
         self.backend, self.args = backend, args
-        self.loader, _ = mnist.build_loaders(args, backend)
-        self.model, self.optimizer = fresh_model(backend.device, args.effective_lr, args.seed)
-        self.history = mnist.History()
+        self.loader = train_loader(backend, args)
+        self.model, self.optimizer = fresh_model(backend.replicas.device, args.effective_lr, args.seed)
+        self.run = harness.Run(args, backend.replicas, recipe=mnist.RECIPE, prog="bench_mnist.py", resume_keys=())
 
     def epoch(self, epoch: int) -> int:
-        before = self.history.steps
-        mnist.train_epoch(self.model, self.optimizer, self.loader, self.backend, self.args, self.history, epoch)
-        return self.history.steps - before
+        before = self.run.history.steps
+        mnist.train_epoch(self.model, self.optimizer, self.loader, self.backend, self.run, epoch)
+        return self.run.history.steps - before
 
 
 class BareLoop:
@@ -68,17 +77,17 @@ class BareLoop:
 
     def __init__(self, backend, args):
         self.backend = backend
-        loader, _ = mnist.build_loaders(args, backend)
-        self.batches = [(x.to(backend.device), y.to(backend.device)) for x, y in loader]
-        self.model, self.optimizer = fresh_model(backend.device, args.effective_lr, args.seed)
+        device = backend.replicas.device
+        self.batches = [(x.to(device), y.to(device)) for x, y in train_loader(backend, args)]
+        self.model, self.optimizer = fresh_model(device, args.effective_lr, args.seed)
 
     def epoch(self, epoch: int) -> int:
         self.model.train()
         for images, labels in self.batches:
             self.optimizer.zero_grad(set_to_none=True)
             F.nll_loss(self.model(images), labels).backward()
-            self.backend.step_optimizer(self.optimizer)
-        common.synchronize(self.backend.device)
+            self.backend.step(self.optimizer)
+        harness.synchronize(self.backend.replicas.device)
         return len(self.batches)
 
 
@@ -96,24 +105,24 @@ class PublishedLoop:
         dataset = datasets.MNIST(str(args.data_dir), train=True, download=False, transform=transform)
         self.loader = torch.utils.data.DataLoader(dataset, batch_size=args.per_device_batch, shuffle=True, drop_last=True,
                                                   generator=torch.Generator().manual_seed(args.seed))
-        self.model, self.optimizer = fresh_model(backend.device, args.effective_lr, args.seed)
+        self.model, self.optimizer = fresh_model(backend.replicas.device, args.effective_lr, args.seed)
 
     def epoch(self, epoch: int) -> int:
         self.model.train()
         steps = 0
         for images, labels in self.loader:
-            images, labels = images.to(self.backend.device), labels.to(self.backend.device)
+            images, labels = images.to(self.backend.replicas.device), labels.to(self.backend.replicas.device)
             self.optimizer.zero_grad()
             loss = F.nll_loss(self.model(images), labels)
             loss.backward()
-            self.backend.step_optimizer(self.optimizer)
+            self.backend.step(self.optimizer)
             loss.cpu().item()  # logged every step: a device sync every step
             steps += 1
         return steps
 
 
 def compilations(backend) -> int | None:
-    return mnist.xla_compilations() if backend.xla else None
+    return harness.xla_compilations() if harness.is_xla(backend.replicas.device) else None
 
 
 def measure(loops, backend, repeats: int) -> tuple[dict, dict, dict]:
@@ -127,10 +136,10 @@ def measure(loops, backend, repeats: int) -> tuple[dict, dict, dict]:
     for repeat in range(1, repeats + 1):
         for loop in loops:
             before = compilations(backend)
-            common.synchronize(backend.device)
+            harness.synchronize(backend.replicas.device)
             start, start_cpu = time.perf_counter(), time.process_time()
             steps = loop.epoch(repeat)
-            common.synchronize(backend.device)
+            harness.synchronize(backend.replicas.device)
             wall[loop.name].append(steps / (time.perf_counter() - start))
             cpu[loop.name].append(steps / (time.process_time() - start_cpu))
             if before is not None:
@@ -149,11 +158,11 @@ def report(label: str, rates: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("cpu", "cuda", "tpu"), default="cpu")
-    parser.add_argument("--batch", type=common.positive_int, default=128)
-    parser.add_argument("--steps", type=common.positive_int, default=30, help="steps per epoch (default: 30)")
-    parser.add_argument("--repeats", type=common.positive_int, default=3, help="timed epochs per loop (default: 3)")
+    parser.add_argument("--batch", type=harness.positive_int, default=128)
+    parser.add_argument("--steps", type=harness.positive_int, default=30, help="steps per epoch (default: 30)")
+    parser.add_argument("--repeats", type=harness.positive_int, default=3, help="timed epochs per loop (default: 3)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=common.positive_int, default=None,
+    parser.add_argument("--threads", type=harness.positive_int, default=None,
                         help="torch intra-op threads (default: torch's); 1 steadies eager CPU figures on a busy machine")
     options = parser.parse_args()
     if options.threads:
@@ -164,23 +173,25 @@ def main() -> None:
         # The same images, on disk in MNIST's format, feed all three loops.
         write_mnist(data_dir, train_count=options.batch * options.steps, test_count=options.batch, seed=options.seed)
         args = mnist.parse_args(["--device", options.device, "--data-dir", str(data_dir), "--no-download", "--quiet",
-                                 "--per-device-batch", str(options.batch), "--seed", str(options.seed)])
-        backend = mnist.eager_backend(options.device) if options.device != "tpu" else mnist.single_core_backend()
-        mnist.resolve_batches(args, backend.world_size)
+                                 "--per-device-batch", str(options.batch), "--seed", str(options.seed),
+                                 "--results-dir", str(data_dir / "results")])
+        backend = mnist.Strategy(mnist.Replicas(harness.select_device(options.device))) if options.device != "tpu" else mnist.one_core()
+        harness.resolve_batches(args, backend.replicas.replicas, reference_batch=mnist.REFERENCE_BATCH, default="per-device")
+        args.run_name = "bench"
         loops = [RecipeLoop(backend, args), BareLoop(backend, args), PublishedLoop(backend, args)]
-        print(f"device {backend.device} | torch {torch.__version__} | threads {torch.get_num_threads()} | "
+        print(f"device {backend.replicas.device} | torch {torch.__version__} | threads {torch.get_num_threads()} | "
               f"batch {options.batch} | {options.steps} steps/epoch | 1 warm-up + {options.repeats} timed epochs per loop")
         wall, cpu, compiled = measure(loops, backend, options.repeats)
     finally:
         shutil.rmtree(data_dir)
 
     report("wall-clock", wall)
-    if backend.device.type == "cpu":
+    if backend.replicas.device.type == "cpu":
         # Eager CPU: the process's own CPU time is what the loops cost even when other
         # programs share the cores (wall-clock figures then swing with their load).
         report("per CPU-second", cpu)
-    if backend.xla:
-        print(f"XLA compilations in the timed epochs: {compiled} (goal 0); in total: {mnist.xla_compilations()}")
+    if harness.is_xla(backend.replicas.device):
+        print(f"XLA compilations in the timed epochs: {compiled} (goal 0); in total: {harness.xla_compilations()}")
 
 
 if __name__ == "__main__":

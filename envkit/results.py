@@ -94,6 +94,9 @@ def _from_version_1(document: dict) -> dict:
     upgraded = dict(document)
     configuration = document.get("configuration")
     if isinstance(configuration, dict):
+        if configuration.get("device") != "tpu" and configuration.get("strategy") == "single":
+            # Version 1's mnist called every cpu/cuda run "single"; the strategies are TPU ones (cifar wrote null).
+            configuration = dict(configuration, strategy=None)
         added = {"nodes": 1, "backend": "torch_xla" if configuration.get("device") == "tpu" else None}
         if "world_size" in configuration:  # else the file is refused for lacking it, not for this
             added["processes_per_node"] = configuration["world_size"]

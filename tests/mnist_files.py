@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import torch
+from results_contract import assert_valid_results
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RECIPE = REPO_ROOT / "recipes" / "mnist.py"
@@ -71,7 +72,8 @@ def run_mnist(*args, python: str = sys.executable, env: dict | None = None, time
 
 
 def read_results(results_dir: Path, run_name: str) -> dict:
-    return json.loads((Path(results_dir) / f"mnist-{run_name}.json").read_text())
+    """A run's results, checked against the results contract as written."""
+    return assert_valid_results(Path(results_dir) / f"mnist-{run_name}.json")
 
 
 def checkpoint_weights(results_dir: Path, run_name: str) -> dict:

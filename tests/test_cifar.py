@@ -18,7 +18,8 @@ import torch
 from cifar_files import write_cifar10
 
 import cifar  # noqa: E402 - on sys.path through cifar_files
-import common  # noqa: E402
+import harness  # noqa: E402
+import scatter  # noqa: E402
 
 RECIPE = Path(cifar.__file__)
 TINY = [
@@ -29,11 +30,11 @@ TINY = [
 
 def run_recipe(argv: list[str]) -> None:
     """Run the recipe in this process exactly as its ``__main__`` does (SystemExit(2) on bad input)."""
-    common.run_recipe(cifar.PROG, lambda: cifar.main(argv))
+    harness.run_recipe(cifar.PROG, lambda: cifar.main(argv))
 
 
 def results_of(directory: Path) -> list[dict]:
-    return [json.loads(path.read_text()) for path in sorted(directory.glob("cifar-*.json"))]
+    return [assert_valid_results(path) for path in sorted(directory.glob("cifar-*.json"))]
 
 
 def bad_input_line(capsys, argv: list[str]) -> str:
@@ -175,7 +176,7 @@ def test_test_images_are_resized_like_training_images():
     args = cifar.parse_args([*TINY, "--image-size", "48"])
     trainer = cifar.build_trainer(args, cifar.local_replicas(args))
     _, test_loader = cifar.data_loaders(args, trainer.replicas)
-    with cifar.replica_calls(trainer.net) as calls:
+    with scatter.replica_calls(trainer.net) as calls:
         cifar.evaluate(trainer, test_loader)
     assert {given for _, given, _ in calls} == {"[16, 3, 48, 48]", "[5, 3, 48, 48]"}
 
@@ -195,6 +196,7 @@ def test_real_format_run_writes_e2_results(tmp_path, capsys):
     assert results["configuration"] == {
         "device": "cpu", "cores": None, "strategy": None, "parallel": "none", "world_size": 1, "model": "mobilenet_v2",
         "global_batch": 16, "per_device_batch": 16, "image_size": 32, "dataset": "real",
+        "nodes": 1, "processes_per_node": 1, "backend": None,
     }
     # 40 training images in batches of 16 (the short last batch dropped): 2 steps per epoch, stopped after 3.
     timing, metrics = results["timing"], results["metrics"]
@@ -266,3 +268,66 @@ def test_resume_with_other_settings_or_a_corrupt_checkpoint_is_one_line(tmp_path
     (tmp_path / "checkpoints" / "cifar-r.pt").write_bytes(b"not a checkpoint")
     err = bad_input_line(capsys, [*args[:-2], "--resume"])
     assert "is corrupt or unreadable" in err
+
+
+# --------------------------------------------------------------------------- several hosts
+
+
+import ddp  # noqa: E402
+from results_contract import assert_valid_results
+
+
+@pytest.fixture
+def no_host_environment(monkeypatch):
+    for name in ("NNODES", "NODE_RANK", "RDZV_ENDPOINT", "RDZV_ID", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_one_host_relaunches_standalone(no_host_environment):
+    args = cifar.parse_args(["--parallel", "ddp", "--nproc", "3", "--global-batch", "48"])
+    assert (args.nnodes, args.world_size, args.rdzv_id) == (1, 3, "envkit")
+    command = ddp.torchrun_command(args, "cifar.py", ["--parallel", "ddp"])
+    assert command[1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3", "--", "cifar.py", "--parallel", "ddp"]
+
+
+def test_several_hosts_relaunch_with_a_c10d_rendezvous(no_host_environment):
+    no_host_environment.setenv("NNODES", "2")
+    no_host_environment.setenv("RDZV_ENDPOINT", "node1:29400")
+    args = cifar.parse_args(["--parallel", "ddp", "--nproc", "2", "--global-batch", "64"])
+    assert (args.nnodes, args.world_size, args.per_device_batch, args.node_rank) == (2, 4, 16, None)
+    assert ddp.torchrun_command(args, "cifar.py", [])[3:-2] == [
+        "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node1:29400", "--rdzv-id", "envkit"]
+    args = cifar.parse_args(["--parallel", "ddp", "--nproc", "1", "--nnodes", "3", "--node-rank", "2", "--rdzv-id", "job7",
+                             "--global-batch", "6"])
+    assert args.world_size == 3
+    assert ddp.torchrun_command(args, "cifar.py", [])[3:-2] == [
+        "--nnodes", "3", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node1:29400", "--rdzv-id", "job7",
+        "--node-rank", "2"]
+
+
+def test_inside_torchrun_its_settings_count(no_host_environment):
+    for name, value in {"LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "RANK": "3"}.items():
+        no_host_environment.setenv(name, value)
+    args = cifar.parse_args(["--parallel", "ddp", "--global-batch", "64"])  # no --nnodes, no endpoint: a bare torchrun
+    assert (args.world_size, args.nnodes, args.per_device_batch) == (4, 2, 16)
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["--nnodes", "2", "--rdzv-endpoint", "h:1"], "--nnodes 2 needs --parallel ddp"),
+    (["--parallel", "ddp", "--nnodes", "2"], "--nnodes 2 needs --rdzv-endpoint host:port (or RDZV_ENDPOINT)"),
+    (["--nnodes", "0"], "argument --nnodes: expected a positive integer, got '0'"),
+    (["--parallel", "ddp", "--node-rank", "-1"], "argument --node-rank: expected an integer >= 0"),
+])
+def test_bad_host_settings_are_one_line(capsys, no_host_environment, argv, expected):
+    assert expected in bad_input_line(capsys, argv)
+
+
+def test_bad_nnodes_from_the_environment_is_one_line(capsys, no_host_environment):
+    no_host_environment.setenv("NNODES", "two")
+    assert "argument --nnodes: expected a positive integer, got 'two'" in bad_input_line(capsys, [])
+
+
+def test_nccl_is_told_its_gpu_and_gloo_is_unchanged():
+    assert ddp.process_group_arguments(torch.device("cuda", 3)) == {"backend": "nccl", "device_id": torch.device("cuda", 3)}
+    assert ddp.process_group_arguments(torch.device("cpu")) == {"backend": "gloo"}

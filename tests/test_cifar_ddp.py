@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cifar_files import write_cifar10  # noqa: E402
 
 import cifar  # noqa: E402 - on sys.path through cifar_files
+from results_contract import assert_valid_results
 
 RECIPE = Path(cifar.__file__)
 TRAIN_PER_BATCH = 52  # x 5 training batches = 260 images: 16 steps of 16 per epoch
@@ -47,7 +49,7 @@ def recipe(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 def only_results(directory: Path) -> dict:
     (path,) = directory.glob("cifar-*.json")
-    return json.loads(path.read_text())
+    return assert_valid_results(path)
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +98,36 @@ def test_ddp_resume_continues_from_rank_0s_checkpoint(tmp_path, data_dir):
     resumed = json.loads((tmp_path / "results" / "cifar-r-2.json").read_text())
     assert resumed["settings"]["resumed_from_epoch"] == 1
     assert resumed["metrics"]["epochs_completed"] == 2 and resumed["timing"]["epoch_s"]["n"] == 2
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_two_hosts_write_one_results_file(tmp_path, data_dir):
+    """Two torchrun "hosts" (local processes meeting at a c10d rendezvous on 127.0.0.1), one process each:
+    rank 0 alone writes results and checkpoints, which record 2 nodes x 1 process."""
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("NNODES", "NODE_RANK", "RDZV_ENDPOINT", "RDZV_ID", "LOCAL_RANK", "TORCHELASTIC_RUN_ID")}
+    env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    argv = [*TRAINING, "--epochs", "2", "--data-dir", str(data_dir), "--parallel", "ddp", "--nproc", "1",
+            "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--results-dir", "results"]
+    hosts = []
+    for host in ("host-a", "host-b"):
+        (tmp_path / host).mkdir()
+        hosts.append(subprocess.Popen([sys.executable, str(RECIPE), *argv], cwd=tmp_path / host, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for process in hosts:
+        _, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err[-3000:]
+    (path,) = tmp_path.rglob("cifar-*.json")
+    assert [p.name for p in tmp_path.rglob("*.pt")] == ["cifar-mobilenet_v2-b16-cpu-x2-ddp.pt"]
+    assert path.parent.parent == next(p.parent for p in tmp_path.rglob("*.pt")).parent.parent  # the same host wrote both
+    configuration = json.loads(path.read_text())["configuration"]
+    assert (configuration["nodes"], configuration["processes_per_node"], configuration["world_size"]) == (2, 1, 2)
+    assert (configuration["global_batch"], configuration["per_device_batch"]) == (16, 8)
 
 
 def test_one_ddp_step_equals_one_full_batch_step(tmp_path):

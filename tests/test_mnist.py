@@ -16,7 +16,7 @@ import torch
 from mnist_files import REPO_ROOT, RECIPE, checkpoint_weights, read_results, run_mnist, write_mnist
 
 sys.path.insert(0, str(REPO_ROOT / "recipes"))
-import common  # noqa: E402
+import harness  # noqa: E402
 import mnist  # noqa: E402
 
 TINY = ("--per-device-batch", "32", "--quiet", "--no-download")
@@ -57,11 +57,12 @@ def test_results_json_has_every_contract_key(trained):
     results, done = trained
     document = read_results(results, "cpu")
     assert set(document) == RESULT_KEYS
-    assert document["recipe"] == "mnist" and document["run_name"] == "cpu" and document["schema_version"] == 1
+    assert document["recipe"] == "mnist" and document["run_name"] == "cpu" and document["schema_version"] == 2
     assert CONFIGURATION_KEYS <= set(document["configuration"])
     assert document["configuration"] == {
         "device": "cpu", "cores": None, "strategy": None, "parallel": None, "world_size": 1, "model": "mnist-net",
         "global_batch": 32, "per_device_batch": 32, "image_size": 28, "dataset": "real",
+        "nodes": 1, "processes_per_node": 1, "backend": None,
     }
     assert ENVIRONMENT_KEYS <= set(document["environment"])
     assert document["environment"]["image"] == "envkit-cpu:test"
@@ -81,7 +82,7 @@ def test_results_json_has_every_contract_key(trained):
 
 def test_checkpoint_written_each_epoch_holds_the_state(trained):
     results, _ = trained
-    state = common.load_checkpoint(results / "checkpoints" / "mnist-cpu.pt")
+    state = harness.load_checkpoint(results / "checkpoints" / "mnist-cpu.pt")
     assert state["epoch"] == 2 and state["sampler_epoch"] == 2
     assert set(state["model"]) == set(mnist.Net().state_dict())
     assert state["scheduler"]["last_epoch"] == 2
@@ -115,7 +116,7 @@ def test_fake_dataset_is_deterministic_and_learnable():
 def test_learning_rate_schedule_is_step_lr_without_warmup_and_ramps_with_it():
     def lrs(warmup: int) -> list[float]:
         optimizer = torch.optim.Adadelta([torch.zeros(1, requires_grad=True)], lr=2.0)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, mnist.WarmupThenDecay(warmup, 0.5))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, harness.WarmupThenDecay(warmup, 0.5))
         rates = []
         for _ in range(5):
             rates.append(optimizer.param_groups[0]["lr"])
@@ -160,7 +161,7 @@ def test_killed_run_resumes_to_bit_identical_weights(tmp_path):
         time.sleep(0.01)
     killed.send_signal(signal.SIGKILL)
     assert killed.wait() == -signal.SIGKILL, "the run ended before it could be killed"
-    assert common.load_checkpoint(first_checkpoint)["epoch"] == 1
+    assert harness.load_checkpoint(first_checkpoint)["epoch"] == 1
     assert not (tmp_path / "killed" / "mnist-cpu.json").exists()
 
     resumed = run_mnist(*args, "--results-dir", tmp_path / "killed", "--resume", env={"OMP_NUM_THREADS": "1"})
@@ -178,7 +179,7 @@ def test_killed_run_resumes_to_bit_identical_weights(tmp_path):
 
 def test_resume_refuses_other_settings(mnist_dir, tmp_path, capsys):
     (tmp_path / "checkpoints").mkdir()
-    common.save_checkpoint(tmp_path / "checkpoints" / "mnist-cpu.pt", {
+    harness.save_checkpoint(tmp_path / "checkpoints" / "mnist-cpu.pt", {
         "epoch": 1, "training_settings": {**dict.fromkeys(mnist.RESUME_KEYS), "lr": 9.0},
     })
     code, message = _exit_of(["--data-dir", str(mnist_dir), "--results-dir", str(tmp_path), "--resume", "--epochs", "2"], capsys)
@@ -188,7 +189,7 @@ def test_resume_refuses_other_settings(mnist_dir, tmp_path, capsys):
 def _exit_of(argv: list[str], capsys) -> tuple[int, str]:
     """Run the recipe's entry point in this process: (exit status, stderr)."""
     with pytest.raises(SystemExit) as exited:
-        common.run_recipe(mnist.PROG, lambda: mnist.main(argv))
+        harness.run_recipe(mnist.PROG, lambda: mnist.main(argv))
     return exited.value.code, capsys.readouterr().err
 
 
@@ -296,3 +297,12 @@ def test_script_entry_point_reports_bad_input_without_traceback(tmp_path):
     done = run_mnist("--device", "cpu", "--cores", "all", cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr == "mnist.py: error: --cores applies to --device tpu only; --device cpu trains on one device\n"
+
+
+def test_missing_tqdm_is_one_line_and_exit_2(tmp_path):
+    block = BLOCK_AND_RUN.replace('("envkit", "torchvision", "torch_xla")', '("envkit", "tqdm")')
+    done = subprocess.run([sys.executable, "-c", block, str(RECIPE), "--dataset", "fake", "--max-steps", "1",
+                           "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == "mnist.py: error: a progress bar needs tqdm, which is not installed here; use --quiet, or pip install tqdm\n"
+    assert not list(tmp_path.glob("*.json"))

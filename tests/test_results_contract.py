@@ -32,18 +32,10 @@ def mnist_output(tmp_path_factory) -> Path:
 
 
 def test_mnist_output_keeps_the_contract(mnist_output):
-    document = json.loads(mnist_output.read_text(encoding="utf-8"))
-    if document["schema_version"] == 1:
-        # Until recipes/common.py writes version 2 (issue 12, recipes stream) its output keeps the
-        # contract through the upgrade path; then this branch goes and the file is validated as written.
-        assert contract_errors(document)  # version 1 alone does not pass: the check has teeth
-        document, note = results.upgrade(document)
-        assert note is None
-    else:
-        assert document["schema_version"] == results.SCHEMA_VERSION
-        assert document["environment"]["lock_sha256"] == LOCK
-        assert document["environment"]["image_id"] == "sha256:" + "ab" * 32
-    assert_valid_results(document)
+    document = assert_valid_results(mnist_output)  # as written: the recipes write the current version
+    assert document["schema_version"] == results.SCHEMA_VERSION
+    assert document["environment"]["lock_sha256"] == LOCK
+    assert document["environment"]["image_id"] == "sha256:" + "ab" * 32
     assert document["configuration"]["nodes"] == 1 and document["configuration"]["backend"] is None
 
 
@@ -55,7 +47,7 @@ def test_report_reads_the_mnist_output(mnist_output):
 @pytest.mark.parametrize("name, expected", [
     ("mnist-tpu8.json", {"nodes": 1, "processes_per_node": 8, "backend": "torch_xla"}),
     ("mnist-cuda.json", {"nodes": 1, "processes_per_node": 1, "backend": None}),
-    ("mnist-legacy-v0.json", {"nodes": 1, "processes_per_node": 1, "backend": None, "strategy": "single"}),
+    ("mnist-legacy-v0.json", {"nodes": 1, "processes_per_node": 1, "backend": None, "strategy": None}),
 ])
 def test_older_versions_upgrade_into_the_contract(name, expected):
     old = _sample(name)

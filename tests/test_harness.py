@@ -1,4 +1,4 @@
-"""recipes/common.py, the module every recipe shares."""
+"""recipes/harness.py, the module every recipe shares."""
 
 from __future__ import annotations
 
@@ -15,19 +15,19 @@ import torch
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "recipes"))
-import common  # noqa: E402
+import harness  # noqa: E402
 
 
 def test_fail_prints_one_line_and_exits_2(capsys):
     with pytest.raises(SystemExit) as exited:
-        common.fail("demo.py", "bad value\n  on two lines")
+        harness.fail("demo.py", "bad value\n  on two lines")
     assert exited.value.code == 2
     assert capsys.readouterr().err == "demo.py: error: bad value on two lines\n"
 
 
 def test_parser_errors_are_one_line(capsys):
-    parser = common.RecipeArgumentParser(prog="demo.py")
-    common.add_common_arguments(parser, default_epochs=3)
+    parser = harness.RecipeArgumentParser(prog="demo.py")
+    harness.add_common_arguments(parser, default_epochs=3)
     with pytest.raises(SystemExit) as exited:
         parser.parse_args(["--epochs", "zero"])
     assert exited.value.code == 2
@@ -37,8 +37,8 @@ def test_parser_errors_are_one_line(capsys):
 
 
 def test_common_arguments_defaults():
-    parser = common.RecipeArgumentParser(prog="demo.py")
-    common.add_common_arguments(parser, default_epochs=3)
+    parser = harness.RecipeArgumentParser(prog="demo.py")
+    harness.add_common_arguments(parser, default_epochs=3)
     args = parser.parse_args([])
     assert (args.device, args.dataset, args.epochs, args.results_dir, args.resume, args.quiet) == (
         "cpu", "real", 3, Path("results"), False, False)
@@ -46,10 +46,10 @@ def test_common_arguments_defaults():
 
 def test_run_recipe_turns_recipe_errors_into_exit_2(capsys):
     def main():
-        raise common.RecipeError("what was wrong; what is allowed")
+        raise harness.RecipeError("what was wrong; what is allowed")
 
     with pytest.raises(SystemExit) as exited:
-        common.run_recipe("demo.py", main)
+        harness.run_recipe("demo.py", main)
     assert exited.value.code == 2
     assert capsys.readouterr().err == "demo.py: error: what was wrong; what is allowed\n"
 
@@ -57,29 +57,29 @@ def test_run_recipe_turns_recipe_errors_into_exit_2(capsys):
 @pytest.mark.parametrize("text", ["0", "-1", "1.5", "x"])
 def test_positive_int_rejects(text):
     with pytest.raises(Exception, match="expected a positive integer"):
-        common.positive_int(text)
+        harness.positive_int(text)
 
 
 @pytest.mark.parametrize("text", ["0", "-1", "nan", "inf", "x"])
 def test_positive_float_rejects(text):
     with pytest.raises(Exception, match="expected a positive number"):
-        common.positive_float(text)
+        harness.positive_float(text)
 
 
 @pytest.mark.parametrize("name", ["", "../up", "a/b", ".hidden", "sp ace"])
 def test_run_names_that_are_not_file_names_are_refused(name):
-    with pytest.raises(common.RecipeError, match="is not allowed"):
-        common.check_run_name(name)
+    with pytest.raises(harness.RecipeError, match="is not allowed"):
+        harness.check_run_name(name)
 
 
 def test_summarize_is_mean_population_std_and_count():
-    assert common.summarize([1.0, 2.0, 3.0]) == {"mean": 2.0, "std": pytest.approx((2 / 3) ** 0.5), "n": 3}
-    assert common.summarize([5.0]) == {"mean": 5.0, "std": 0.0, "n": 1}
-    assert common.summarize([]) == {"mean": 0.0, "std": 0.0, "n": 0}
+    assert harness.summarize([1.0, 2.0, 3.0]) == {"mean": 2.0, "std": pytest.approx((2 / 3) ** 0.5), "n": 3}
+    assert harness.summarize([5.0]) == {"mean": 5.0, "std": 0.0, "n": 1}
+    assert harness.summarize([]) == {"mean": 0.0, "std": 0.0, "n": 0}
 
 
 def test_timer_laps_add_up_to_elapsed_time():
-    timer = common.DeviceTimer(torch.device("cpu"))
+    timer = harness.DeviceTimer(torch.device("cpu"))
     start = time.perf_counter()
     laps = [timer.lap() for _ in range(3) if time.sleep(0.01) is None]
     total = time.perf_counter() - start
@@ -89,8 +89,8 @@ def test_timer_laps_add_up_to_elapsed_time():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is visible here")
 def test_cuda_device_without_gpu_is_a_recipe_error():
-    with pytest.raises(common.RecipeError, match="--device cuda: no CUDA GPU is visible"):
-        common.select_device("cuda")
+    with pytest.raises(harness.RecipeError, match="--device cuda: no CUDA GPU is visible"):
+        harness.select_device("cuda")
 
 
 @pytest.mark.parametrize(("package", "expected"), [
@@ -108,17 +108,17 @@ def test_torch_xla_that_does_not_import_says_why(tmp_path, monkeypatch, package,
         (tmp_path / "torch_xla").mkdir()
         (tmp_path / "torch_xla" / "__init__.py").write_text(package + "\n")
         monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(common.RecipeError) as raised:
-        common.import_torch_xla()
+    with pytest.raises(harness.RecipeError) as raised:
+        harness.import_torch_xla()
     assert str(raised.value).startswith(expected) and "\n" not in str(raised.value)
 
 
 def test_fake_split_is_deterministic_and_class_conditional():
-    images, labels = common.fake_split(200, (3, 4, 4), 5, template_seed=1, sample_seed=2, noise=0.5)
-    again = common.fake_split(200, (3, 4, 4), 5, template_seed=1, sample_seed=2, noise=0.5)
+    images, labels = harness.fake_split(200, (3, 4, 4), 5, template_seed=1, sample_seed=2, noise=0.5)
+    again = harness.fake_split(200, (3, 4, 4), 5, template_seed=1, sample_seed=2, noise=0.5)
     assert torch.equal(images, again[0]) and torch.equal(labels, again[1])
     assert images.shape == (200, 3, 4, 4) and labels.dtype == torch.int64
-    test_images, test_labels = common.fake_split(50, (3, 4, 4), 5, template_seed=1, sample_seed=3, noise=0.5)
+    test_images, test_labels = harness.fake_split(50, (3, 4, 4), 5, template_seed=1, sample_seed=3, noise=0.5)
     # The nearest class mean of the train split classifies the test split: same templates.
     means = torch.stack([images[labels == c].mean(0) for c in range(5)])
     nearest = ((test_images[:, None] - means[None]) ** 2).flatten(2).sum(-1).argmin(1)
@@ -126,58 +126,58 @@ def test_fake_split_is_deterministic_and_class_conditional():
 
 
 def test_train_loader_shards_partition_each_epoch_and_reshuffle():
-    data = common.IndexBatchDataset(torch.arange(20).float(), torch.arange(20))
-    shards = [common.batch_loader(data, 4, train=True, seed=7, rank=rank, world_size=2) for rank in range(2)]
+    data = harness.IndexBatchDataset(torch.arange(20).float(), torch.arange(20))
+    shards = [harness.batch_loader(data, 4, train=True, seed=7, rank=rank, world_size=2) for rank in range(2)]
     seen = {}
     for epoch in (0, 1):
         for loader in shards:
-            common.set_loader_epoch(loader, epoch)
+            harness.set_loader_epoch(loader, epoch)
         seen[epoch] = [[int(i) for _, labels in loader for i in labels] for loader in shards]
         assert sorted(seen[epoch][0] + seen[epoch][1]) == list(range(20))
         assert [len(images) for images, _ in shards[0]] == [4, 4, 2]  # pre-collated batches of a 10-item shard
     assert seen[0] != seen[1]
-    again = common.batch_loader(data, 4, train=True, seed=7, rank=0, world_size=2)
-    common.set_loader_epoch(again, 1)
+    again = harness.batch_loader(data, 4, train=True, seed=7, rank=0, world_size=2)
+    harness.set_loader_epoch(again, 1)
     assert [int(i) for _, labels in again for i in labels] == seen[1][0]
 
 
 def test_index_batch_dataset_gathers_a_whole_batch_on_its_device():
-    data = common.IndexBatchDataset(torch.arange(10).float() * 2, torch.arange(10)).to(torch.device("cpu"))
+    data = harness.IndexBatchDataset(torch.arange(10).float() * 2, torch.arange(10)).to(torch.device("cpu"))
     images, labels = data[[3, 1]]
     assert images.tolist() == [6.0, 2.0] and labels.tolist() == [3, 1]
     with pytest.raises(ValueError):
-        common.IndexBatchDataset(torch.zeros(2), torch.zeros(3))
+        harness.IndexBatchDataset(torch.zeros(2), torch.zeros(3))
 
 
 def test_drop_last_drops_only_a_short_training_batch():
-    data = common.IndexBatchDataset(torch.zeros(10), torch.arange(10))
-    assert [len(y) for _, y in common.batch_loader(data, 4, train=True, seed=0, drop_last=True)] == [4, 4]
-    assert [len(y) for _, y in common.batch_loader(data, 4, train=False, seed=0, drop_last=True)] == [4, 4, 2]
+    data = harness.IndexBatchDataset(torch.zeros(10), torch.arange(10))
+    assert [len(y) for _, y in harness.batch_loader(data, 4, train=True, seed=0, drop_last=True)] == [4, 4]
+    assert [len(y) for _, y in harness.batch_loader(data, 4, train=False, seed=0, drop_last=True)] == [4, 4, 2]
 
 
 def test_eval_shards_count_every_example_once():
-    data = common.IndexBatchDataset(torch.zeros(11), torch.arange(11))
-    labels = [int(i) for rank in range(3) for _, y in common.batch_loader(data, 2, train=False, seed=0, rank=rank, world_size=3) for i in y]
+    data = harness.IndexBatchDataset(torch.zeros(11), torch.arange(11))
+    labels = [int(i) for rank in range(3) for _, y in harness.batch_loader(data, 2, train=False, seed=0, rank=rank, world_size=3) for i in y]
     assert sorted(labels) == list(range(11))
 
 
 def test_write_results_is_deterministic_and_never_overwrites(tmp_path):
-    results = common.build_results(recipe="demo", run_name="cpu", started_at="2026-01-01T00:00:00+00:00", settings={"b": 1, "a": 2},
+    results = harness.build_results(recipe="demo", run_name="cpu", started_at="2026-01-01T00:00:00+00:00", settings={"b": 1, "a": 2},
                                    configuration={}, timing={}, metrics={"test_accuracy": 0.5}, environment={})
-    first = common.write_results(tmp_path, dict(results))
-    second = common.write_results(tmp_path, dict(results))
+    first = harness.write_results(tmp_path, dict(results))
+    second = harness.write_results(tmp_path, dict(results))
     assert (first.name, second.name) == ("demo-cpu.json", "demo-cpu-2.json")
     assert json.loads(second.read_text())["run_name"] == "cpu-2"
-    assert first.read_bytes() == common.json_bytes(results)
+    assert first.read_bytes() == harness.json_bytes(results)
     assert first.read_text().index('"a"') < first.read_text().index('"b"')  # sorted keys
     assert sorted(p.name for p in tmp_path.iterdir()) == ["demo-cpu-2.json", "demo-cpu.json"]  # no temp files left
 
 
 def test_results_must_be_json_numbers(tmp_path):
-    results = common.build_results(recipe="demo", run_name="x", started_at="", settings={}, configuration={}, timing={},
+    results = harness.build_results(recipe="demo", run_name="x", started_at="", settings={}, configuration={}, timing={},
                                    metrics={"final_loss": float("nan")}, environment={})
     with pytest.raises(ValueError):
-        common.write_results(tmp_path, results)
+        harness.write_results(tmp_path, results)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -186,12 +186,12 @@ def test_checkpoint_round_trip_restores_rng_and_tensors(tmp_path):
     torch.manual_seed(1)
     model = torch.nn.Linear(3, 2)
     path = tmp_path / "ckpt" / "demo-cpu.pt"
-    common.save_checkpoint(path, {"epoch": 2, "model": model.state_dict(), "rng": common.rng_states()})
+    harness.save_checkpoint(path, {"epoch": 2, "model": model.state_dict(), "rng": harness.rng_states()})
     expected = (random.random(), torch.rand(3))
-    state = common.load_checkpoint(path)
-    common.restore_rng_states(state["rng"])
+    state = harness.load_checkpoint(path)
+    harness.restore_rng_states(state["rng"])
     assert (random.random(), torch.rand(3))[0] == expected[0]
-    common.restore_rng_states(state["rng"])
+    harness.restore_rng_states(state["rng"])
     random.random()
     assert torch.equal(torch.rand(3), expected[1])
     assert torch.equal(state["model"]["weight"], model.weight.detach())
@@ -200,11 +200,11 @@ def test_checkpoint_round_trip_restores_rng_and_tensors(tmp_path):
 
 def test_a_failed_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
     path = tmp_path / "demo.pt"
-    common.save_checkpoint(path, {"epoch": 1})
+    harness.save_checkpoint(path, {"epoch": 1})
     monkeypatch.setattr(torch, "save", lambda obj, file: (file.write(b"half"), (_ for _ in ()).throw(OSError("disk full"))))
     with pytest.raises(OSError):
-        common.save_checkpoint(path, {"epoch": 2})
-    assert common.load_checkpoint(path)["epoch"] == 1
+        harness.save_checkpoint(path, {"epoch": 2})
+    assert harness.load_checkpoint(path)["epoch"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["demo.pt"]
 
 
@@ -212,43 +212,44 @@ def test_a_failed_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch)
 def test_corrupt_checkpoint_is_a_recipe_error(tmp_path, content):
     path = tmp_path / "bad.pt"
     path.write_bytes(content)
-    with pytest.raises(common.RecipeError, match="is corrupt or unreadable"):
-        common.load_checkpoint(path)
+    with pytest.raises(harness.RecipeError, match="is corrupt or unreadable"):
+        harness.load_checkpoint(path)
 
 
 def test_checkpoint_of_something_else_is_refused(tmp_path):
     torch.save({"weights": torch.zeros(1)}, tmp_path / "other.pt")
-    with pytest.raises(common.RecipeError, match="is not an envkit recipe checkpoint"):
-        common.load_checkpoint(tmp_path / "other.pt")
+    with pytest.raises(harness.RecipeError, match="is not an envkit recipe checkpoint"):
+        harness.load_checkpoint(tmp_path / "other.pt")
 
 
 def test_check_resumable_names_the_differences(tmp_path):
-    common.check_resumable(tmp_path, {"lr": 1.0}, {"lr": 1.0})
-    with pytest.raises(common.RecipeError, match="lr: 1.0 in the checkpoint, 2.0 now"):
-        common.check_resumable(tmp_path, {"lr": 1.0}, {"lr": 2.0})
+    harness.check_resumable(tmp_path, {"lr": 1.0}, {"lr": 1.0})
+    with pytest.raises(harness.RecipeError, match="lr: 1.0 in the checkpoint, 2.0 now"):
+        harness.check_resumable(tmp_path, {"lr": 1.0}, {"lr": 2.0})
 
 
 def test_environment_records_image_and_revision(monkeypatch):
     monkeypatch.setenv("ENVKIT_IMAGE", "envkit-cpu:abc")
     monkeypatch.setenv("ENVKIT_REVISION", "deadbeef")
-    environment = common.capture_environment(torch.device("cpu"), "cpu")
+    environment = harness.capture_environment(torch.device("cpu"), "cpu")
     assert environment["image"] == "envkit-cpu:abc" and environment["git_revision"] == "deadbeef"
     assert environment["torch"] == torch.__version__ and environment["device_type"] == "cpu"
     assert environment["torch_xla"] is None and environment["device_count"] >= 1
     assert set(environment) == {"host", "device_type", "device_name", "device_count", "python", "torch",
-                                "torchvision", "torch_xla", "cuda", "image", "git_revision"}
+                                "torchvision", "torch_xla", "cuda", "image", "git_revision",
+                                "torch_tpu", "lock_sha256", "image_id", "distributions"}
 
 
 def test_git_revision_falls_back_to_git(monkeypatch):
     monkeypatch.delenv("ENVKIT_REVISION", raising=False)
-    revision = common.git_revision()
+    revision = harness.git_revision()
     assert revision is None or len(revision) == 40
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown to another user needs root")
 def test_files_go_to_the_results_owner_when_root(tmp_path, monkeypatch):
     monkeypatch.setenv("ENVKIT_RESULTS_OWNER", "4321:8765")
-    path = common.write_results(tmp_path / "new" / "dir", common.build_results(
+    path = harness.write_results(tmp_path / "new" / "dir", harness.build_results(
         recipe="demo", run_name="x", started_at="", settings={}, configuration={}, timing={}, metrics={}, environment={}))
     for owned in (path, path.parent, path.parent.parent):
         assert (owned.stat().st_uid, owned.stat().st_gid) == (4321, 8765)
@@ -259,10 +260,10 @@ def test_files_go_to_the_results_owner_when_root(tmp_path, monkeypatch):
 def test_a_downloaded_tree_goes_to_the_results_owner(tmp_path, monkeypatch):
     (tmp_path / "MNIST" / "raw").mkdir(parents=True)
     (tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte").write_bytes(b"x")
-    common.chown_tree(tmp_path / "MNIST")  # no owner set: nothing changes
+    harness.chown_tree(tmp_path / "MNIST")  # no owner set: nothing changes
     assert (tmp_path / "MNIST" / "raw").stat().st_uid == 0
     monkeypatch.setenv("ENVKIT_RESULTS_OWNER", "4321:8765")
-    common.chown_tree(tmp_path / "MNIST")
+    harness.chown_tree(tmp_path / "MNIST")
     for path in (tmp_path / "MNIST", tmp_path / "MNIST" / "raw", tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte"):
         assert (path.stat().st_uid, path.stat().st_gid) == (4321, 8765)
 
@@ -270,8 +271,8 @@ def test_a_downloaded_tree_goes_to_the_results_owner(tmp_path, monkeypatch):
 def test_bad_results_owner_is_a_recipe_error(tmp_path, monkeypatch):
     monkeypatch.setenv("ENVKIT_RESULTS_OWNER", "alice")
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    with pytest.raises(common.RecipeError, match="ENVKIT_RESULTS_OWNER='alice' is not 'uid:gid'"):
-        common.chown_to_results_owner(tmp_path)
+    with pytest.raises(harness.RecipeError, match="ENVKIT_RESULTS_OWNER='alice' is not 'uid:gid'"):
+        harness.chown_to_results_owner(tmp_path)
 
 
 @pytest.mark.parametrize(("kwargs", "name"), [
@@ -282,7 +283,7 @@ def test_bad_results_owner_is_a_recipe_error(tmp_path, monkeypatch):
     ({"device": "cuda", "world_size": 1, "parallel": "none"}, "cuda"),
 ])
 def test_default_run_names(kwargs, name):
-    assert common.default_run_name(**kwargs) == name
+    assert harness.default_run_name(**kwargs) == name
 
 
 def test_print_lines_is_one_write_on_an_unbuffered_stdout(monkeypatch):
@@ -301,20 +302,20 @@ def test_print_lines_is_one_write_on_an_unbuffered_stdout(monkeypatch):
 
     raw = Recorder()
     monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="utf-8", write_through=True))
-    common.print_lines(["scatter (ddp rank 0/2, cpu): a", "second line"])
+    harness.print_lines(["scatter (ddp rank 0/2, cpu): a", "second line"])
     assert raw.writes == [b"scatter (ddp rank 0/2, cpu): a\nsecond line\n"]
 
 
 def test_progress_is_silent_when_disabled():
     items = [1, 2]
-    assert common.progress(items, total=2, desc="x", enabled=False) is items
+    assert harness.progress(items, total=2, desc="x", enabled=False) is items
 
 
 def test_timing_record_reports_the_first_epoch_apart():
     class History:
         epoch_s, iter_s, train_epoch_s, test_epoch_s, checkpoint_s = [5.0, 1.0, 3.0], [0.5] * 6, [4.0, 0.5, 2.5], [1.0, 0.5, 0.5], []
 
-    timing = common.timing_record(History, 9.5)
+    timing = harness.timing_record(History, 9.5)
     assert timing["total_s"] == 9.5 and timing["first_epoch_s"] == 5.0
     assert timing["epoch_s"] == {"mean": 3.0, "std": pytest.approx((8 / 3) ** 0.5), "n": 3}
     assert timing["steady_epoch_s"] == {"mean": 2.0, "std": 1.0, "n": 2}
@@ -324,18 +325,100 @@ def test_timing_record_reports_the_first_epoch_apart():
 def test_settings_record_is_json_ready():
     import argparse
 
-    record = common.settings_record(argparse.Namespace(data_dir=Path("data"), epochs=2, lr=1.0))
+    record = harness.settings_record(argparse.Namespace(data_dir=Path("data"), epochs=2, lr=1.0))
     assert record == {"data_dir": "data", "epochs": 2, "lr": 1.0}
     assert list(record) == sorted(record)
 
 
 def test_resume_checkpoint_starts_fresh_or_checks_settings(tmp_path, capsys):
     path = tmp_path / "demo-cpu.pt"
-    assert common.resume_checkpoint("demo.py", path, {"lr": 1.0}, announce=False) is None
+    assert harness.resume_checkpoint("demo.py", path, {"lr": 1.0}, announce=False) is None
     assert capsys.readouterr().err == ""
-    assert common.resume_checkpoint("demo.py", path, {"lr": 1.0}, announce=True) is None
+    assert harness.resume_checkpoint("demo.py", path, {"lr": 1.0}, announce=True) is None
     assert capsys.readouterr().err == f"demo.py: no checkpoint at {path}; starting from the first epoch\n"
-    common.save_checkpoint(path, {"epoch": 3, "training_settings": {"lr": 1.0}})
-    assert common.resume_checkpoint("demo.py", path, {"lr": 1.0}, announce=True)["epoch"] == 3
-    with pytest.raises(common.RecipeError, match="cannot resume"):
-        common.resume_checkpoint("demo.py", path, {"lr": 2.0}, announce=True)
+    harness.save_checkpoint(path, {"epoch": 3, "training_settings": {"lr": 1.0}})
+    assert harness.resume_checkpoint("demo.py", path, {"lr": 1.0}, announce=True)["epoch"] == 3
+    with pytest.raises(harness.RecipeError, match="cannot resume"):
+        harness.resume_checkpoint("demo.py", path, {"lr": 2.0}, announce=True)
+
+
+def test_environment_names_lock_image_and_every_distribution(monkeypatch):
+    monkeypatch.setenv("ENVKIT_LOCK_SHA256", "ab" * 32)
+    monkeypatch.setenv("ENVKIT_IMAGE_ID", "sha256:" + "cd" * 32)
+    environment = harness.capture_environment(torch.device("cpu"), "cpu")
+    assert environment["lock_sha256"] == "ab" * 32 and environment["image_id"] == "sha256:" + "cd" * 32
+    distributions = environment["distributions"]
+    assert distributions == sorted(set(distributions))
+    assert any(entry.startswith("torch==") for entry in distributions)
+    names = [entry.split("==")[0] for entry in distributions]
+    assert all(name == name.lower() and "_" not in name and "." not in name for name in names)
+    monkeypatch.delenv("ENVKIT_LOCK_SHA256")
+    monkeypatch.setenv("ENVKIT_IMAGE_ID", "")
+    environment = harness.capture_environment(torch.device("cpu"), "cpu")
+    assert environment["lock_sha256"] is None and environment["image_id"] is None
+    assert environment["torch_tpu"] is None and "torch_tpu" not in sys.modules  # looked up, never imported
+
+
+def test_one_vocabulary_for_replicas_and_processes():
+    single = harness.Replicas(torch.device("cpu"))
+    assert (single.replicas, single.rank, single.world_size, single.nodes, single.processes_per_node) == (1, 0, 1, 1, 1)
+    assert single.is_main and single.sum_over_processes([1.0, 2.0]) == [1.0, 2.0]
+    spmd = harness.Replicas(torch.device("cpu"), replicas=8)  # one process feeds 8 replicas
+    assert (spmd.replicas, spmd.world_size, spmd.processes_per_node) == (8, 1, 1)
+    two_hosts = harness.Replicas(torch.device("cpu"), rank=3, world_size=4, nodes=2)
+    assert (two_hosts.replicas, two_hosts.processes_per_node, two_hosts.is_main) == (4, 2, False)
+
+
+@pytest.mark.parametrize(("device", "backend"), [("cpu", None), ("cuda", None), ("tpu", "torch_xla")])
+def test_configuration_records_hosts_processes_and_backend(device, backend):
+    import argparse
+
+    args = argparse.Namespace(device=device, world_size=4, global_batch=64, per_device_batch=16, dataset="fake")
+    record = harness.configuration_record(args, harness.Replicas(torch.device("cpu"), world_size=4, nodes=2),
+                                          model="m", image_size=28, parallel="ddp")
+    assert record == {"device": device, "backend": backend, "cores": None, "strategy": None, "parallel": "ddp",
+                      "world_size": 4, "nodes": 2, "processes_per_node": 2, "model": "m", "global_batch": 64,
+                      "per_device_batch": 16, "image_size": 28, "dataset": "fake"}
+
+
+def test_results_are_schema_version_2():
+    assert harness.build_results(recipe="demo", run_name="x", started_at="", settings={}, configuration={}, timing={},
+                                 metrics={}, environment={})["schema_version"] == 2
+
+
+@pytest.mark.parametrize(("argv", "replicas", "expected"), [
+    ([], 8, (128, 1024, 8.0)),  # per-device default: the global batch grows with the replicas (E1)
+    (["--global-batch", "256"], 2, (128, 256, 2.0)),
+    (["--per-device-batch", "16", "--lr-scaling", "none"], 4, (16, 64, 1.0)),
+])
+def test_batch_arguments_scale_the_learning_rate(argv, replicas, expected):
+    parser = harness.RecipeArgumentParser(prog="demo.py")
+    harness.add_batch_arguments(parser, reference_batch=128, default="per-device", optimizer="SGD", lr=1.0, lr_scaling="linear")
+    args = parser.parse_args(argv)
+    harness.resolve_batches(args, replicas, reference_batch=128, default="per-device")
+    assert (args.per_device_batch, args.global_batch, args.effective_lr) == expected and args.world_size == replicas
+
+
+def test_a_missing_optional_dependency_is_one_line_naming_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    import argparse
+
+    with pytest.raises(harness.RecipeError) as raised:
+        harness.check_progress_bars(argparse.Namespace(quiet=False))
+    assert str(raised.value) == "a progress bar needs tqdm, which is not installed here; use --quiet, or pip install tqdm"
+    harness.check_progress_bars(argparse.Namespace(quiet=True))  # no bar, no tqdm needed
+
+
+def test_resume_refuses_processes_that_see_different_checkpoints(tmp_path):
+    import argparse
+
+    class OtherHostHasNone(harness.Replicas):
+        def sum_over_processes(self, values):  # this process saw epoch 2; the other process saw no checkpoint
+            return [values[0] + 0, values[1] + 1]
+
+    args = argparse.Namespace(checkpoint_dir=tmp_path, run_name="r", resume=True, epochs=3, seed=0)
+    harness.save_checkpoint(tmp_path / "demo-r.pt", {"epoch": 2, "training_settings": {}})
+    replicas = OtherHostHasNone(torch.device("cpu"), world_size=2)
+    with pytest.raises(harness.RecipeError, match=r"do not all see the checkpoint .*\(this one: epoch 2\)"):
+        harness.Run(args, replicas, recipe="demo", prog="demo.py", resume_keys=())
+    assert harness.Run(args, harness.Replicas(torch.device("cpu")), recipe="demo", prog="demo.py", resume_keys=()).saved["epoch"] == 2

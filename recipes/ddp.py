@@ -1,0 +1,86 @@
+"""DistributedDataParallel's processes: torchrun on one host or several, and the process group.
+
+A recipe started as ``--parallel ddp`` outside torchrun starts itself again under torchrun
+(one command works for the user); started by torchrun, e.g. a bare ``torchrun recipe.py``
+from a Slurm script or a Kubernetes operator, it never starts torchrun again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable
+
+import torch
+
+import harness
+from harness import RecipeError
+
+
+def add_host_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags for several hosts; their defaults come from the environment that run.sh, Slurm or a launcher sets."""
+    hosts = parser.add_argument_group("several hosts (ddp; defaults from NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID)")
+    hosts.add_argument("--nnodes", type=harness.positive_int, default=os.environ.get("NNODES") or "1", help="hosts (default: 1)")
+    hosts.add_argument("--node-rank", type=harness.non_negative_int, default=os.environ.get("NODE_RANK") or None,
+                       help="this host's rank (default: the rendezvous assigns one)")
+    hosts.add_argument("--rdzv-endpoint", default=os.environ.get("RDZV_ENDPOINT") or None,
+                       help="host:port where the hosts meet (c10d), e.g. the first host and a free port")
+    hosts.add_argument("--rdzv-id", default=os.environ.get("RDZV_ID") or "envkit", help="rendezvous (job) id (default: envkit)")
+
+
+def check_hosts(args: argparse.Namespace) -> None:
+    if args.nnodes > 1 and args.parallel != "ddp":
+        raise RecipeError(f"--nnodes {args.nnodes} needs --parallel ddp: only DDP spans several hosts")
+    if args.nnodes > 1 and not args.rdzv_endpoint and not under_torchrun():
+        raise RecipeError(f"--nnodes {args.nnodes} needs --rdzv-endpoint host:port (or RDZV_ENDPOINT): "
+                          "where the hosts meet, e.g. the first host and a free port")
+
+
+def under_torchrun() -> bool:
+    """torchrun (torch.distributed.run) sets these for every process it starts."""
+    return "LOCAL_RANK" in os.environ or "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def torchrun_topology() -> tuple[int, int]:
+    """(processes in all, hosts) as torchrun set them for this process."""
+    world = int(os.environ["WORLD_SIZE"])
+    return world, world // int(os.environ.get("LOCAL_WORLD_SIZE", world))
+
+
+def torchrun_command(args: argparse.Namespace, script: str, argv: list[str]) -> list[str]:
+    """``script argv`` under torchrun: standalone on one host, a c10d rendezvous across ``--nnodes`` hosts."""
+    per_node = str(args.world_size // args.nnodes)
+    if args.nnodes == 1:
+        rendezvous = ["--standalone", "--nproc-per-node", per_node]
+    else:
+        rendezvous = ["--nnodes", str(args.nnodes), "--nproc-per-node", per_node, "--rdzv-backend", "c10d",
+                      "--rdzv-endpoint", args.rdzv_endpoint, "--rdzv-id", args.rdzv_id]
+        rendezvous += ["--node-rank", str(args.node_rank)] if args.node_rank is not None else []
+    # "--": otherwise torchrun's parser reads our options as (abbreviations of) its own, e.g. --nproc.
+    return [sys.executable, "-m", "torch.distributed.run", *rendezvous, "--", script, *argv]
+
+
+def process_group_arguments(device: torch.device) -> dict:
+    """init_process_group's arguments: nccl told its GPU up front (else its first barrier guesses one), gloo on CPU."""
+    return {"backend": "nccl", "device_id": device} if device.type == "cuda" else {"backend": "gloo"}
+
+
+def in_process_group(device_kind: str, body: Callable[[dict], None]) -> None:
+    """Join torchrun's process group, run ``body(fields)`` with the harness.Replicas fields that describe
+    this process, wait for every process, and leave the group."""
+    local_rank = int(os.environ["LOCAL_RANK"])
+    device = torch.device("cpu")
+    if device_kind == "cuda":
+        harness.select_device("cuda")  # the one-line error when no GPU is visible
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    torch.distributed.init_process_group(**process_group_arguments(device))
+    world, nodes = torchrun_topology()
+    try:
+        body({"device": device, "rank": torch.distributed.get_rank(), "world_size": world, "local_rank": local_rank, "nodes": nodes})
+        # Leave together: a process that closes its gloo connections while rank 0 is
+        # still writing results can be aborted ("terminate called without an active exception").
+        torch.distributed.barrier()
+    finally:
+        torch.distributed.destroy_process_group()
