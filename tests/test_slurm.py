@@ -50,7 +50,8 @@ def test_sbatch_runs_ddp_on_both_nodes_and_returns_the_exit_code(tmp_path, data_
         assert output.count(f"scatter (ddp rank {rank}/2, cpu): input [8, 3, 64, 64]") == 1, output[-3000:]
     results = only_results(results_dir)
     assert results["environment"]["host"] == "node1"
-    assert results["configuration"]["world_size"] == 2
+    configuration = results["configuration"]
+    assert (configuration["world_size"], configuration["nodes"], configuration["processes_per_node"]) == (2, 2, 1)
 
     # A job that fails: sbatch --wait returns its exit code (the one slurmctld recorded), and nothing was written.
     returncode, job, output, results_dir = submit("bad", ["--global-batch", "15"])
