@@ -37,6 +37,10 @@ def test_render_all_check_passes_on_the_repo(capsys, repo_root):
 
 
 def test_render_writes_the_committed_files(capsys, project, repo_root):
+    # Locks are render inputs: a locked Dockerfile installs its lock and records its sha256.
+    for lock in (repo_root / "docker").glob("*/requirements.lock"):
+        (project / "docker" / lock.parent.name).mkdir(parents=True)
+        shutil.copy(lock, project / "docker" / lock.parent.name / lock.name)
     code, out, _ = run(capsys, "render", "--all", "--config", str(project / "envkit.yaml"))
     assert code == 0 and "rendered 9 files for cpu, cuda, tpu-vm" in out
     # docker/<target>/requirements.lock comes from `envkit lock`, not from render.
@@ -53,7 +57,7 @@ def test_stdout_shows_tpu_pins_and_writes_nothing(capsys, project):
     code, out, _ = run(capsys, "render", "--target", "tpu-vm", "--stdout", "--config", str(project / "envkit.yaml"))
     assert code == 0 and not (project / "docker").exists()
     assert out.startswith("==> tpu-vm/Dockerfile <==\n")
-    assert "torch==2.9.0 \\" in out and "'torch_xla[tpu]==2.9.0'" in out
+    assert "torch==2.9.0 \\" in out and "'torch_xla[tpu]==2.9.0'" in out  # no lock in this copy: unlocked
     assert "==> tpu-vm/run.sh <==" in out and "==> tpu-vm/.dockerignore <==" in out
 
 
