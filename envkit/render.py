@@ -110,7 +110,7 @@ def requirements(target: Target) -> list[str]:
 
 def _current_lock(target: Target, path: Path) -> LockFile | None:
     """The target's lock, or None when it has none; a lock of other inputs is refused."""
-    lock = read_lock(path)
+    lock = read_lock(path) if path.is_file() else None
     if lock is not None and lock.inputs_sha256 != lock_inputs(target).digest():
         raise EnvkitError(
             f"target {target.name}: {path} was resolved from other inputs than envkit.yaml now gives: "
