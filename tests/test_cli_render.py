@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -84,9 +85,12 @@ def test_check_all_reports_directories_of_removed_targets(capsys, project):
 def test_targets_lists_pins(capsys, repo_root):
     code, out, _ = run(capsys, "targets", "--config", str(repo_root / "envkit.yaml"))
     lines = out.splitlines()
-    assert code == 0 and lines[0].split() == ["TARGET", "KIND", "BASE", "IMAGE", "PINS"]
+    assert code == 0 and lines[0].split() == ["TARGET", "KIND", "BASE", "IMAGE", "LOCK", "PINS"]
     tpu = next(line for line in lines if line.startswith("tpu-vm"))
     assert "torch=2.9.0" in tpu and "torch_xla=2.9.0" in tpu and "libtpu=0.0.21" in tpu
+    sha = hashlib.sha256((repo_root / "docker" / "tpu-vm" / "requirements.lock").read_bytes()).hexdigest()
+    assert f" locked {sha[:12]} " in tpu
+    assert " unlocked " in next(line for line in lines if line.startswith("cpu "))
 
 
 def test_matrix_lists_supported_combinations(capsys):
