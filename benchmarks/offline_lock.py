@@ -63,11 +63,13 @@ def new_project(root: Path, config: Path = OFFLINE_CONFIG) -> Path:
     return root
 
 
-def lock_and_render(project: Path, index_url: str, target: str = "cpu") -> Path:
-    """`envkit lock` (torch from ``index_url``) then `envkit render`; returns the lock."""
+def lock_and_render(project: Path, torch_index_url: str | None, target: str = "cpu") -> Path:
+    """`envkit lock` (torch from ``torch_index_url`` where the target takes it from PyTorch's
+    index) then `envkit render`; returns the lock."""
     # No engine: the base's digest would be asked of Docker Hub, which must never be reached.
     env = {**os.environ, "DOCKER_HOST": f"unix://{project}/no-engine.sock"}
-    envkit(project, "lock", "--target", target, "--config", "envkit.yaml", "--torch-index-url", index_url, env=env)
+    mirror = ["--torch-index-url", torch_index_url] if torch_index_url else []
+    envkit(project, "lock", "--target", target, "--config", "envkit.yaml", *mirror, env=env)
     envkit(project, "render", "--all", "--config", "envkit.yaml")
     return project / "docker" / target / "requirements.lock"
 
