@@ -111,6 +111,13 @@ def test_a_locked_cpu_target_takes_torch_from_pytorchs_pages_and_its_base_by_the
     assert "--index-url" not in dockerfile.replace("ARG PIP_INDEX_URL", "")
 
 
+def test_a_configured_base_digest_is_used_as_is(golden_config):
+    digest = "sha256:" + "ab" * 32
+    target = dataclasses.replace(golden_config.targets["cpu"], base_image=f"python:3.11-slim-bookworm@{digest}")
+    assert render.base_reference(target, None) == (f"python:3.11-slim-bookworm@{digest}", digest)
+    assert render.base_reference(golden_config.targets["cpu"], None) == ("python:3.11-slim-bookworm", None)
+
+
 def test_a_stale_lock_is_refused_in_one_line(golden_config, tmp_path):
     (tmp_path / "cpu-local").mkdir()
     text = (GOLDEN / "cpu-local" / "requirements.lock").read_text()
