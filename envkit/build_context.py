@@ -1,7 +1,7 @@
 """Build contexts: stage the files an image is built from, and name them by their hash.
 
-The context of docs/design.md §3 (Dockerfile, .dockerignore, recipes, CA
-certificates, wheels) is laid out in a fixed staging directory; its sha256, with
+The context of docs/design.md §3 (Dockerfile, .dockerignore, the target's lock,
+recipes, CA certificates, wheels) is laid out in a fixed staging directory; its sha256, with
 the build args that change the image's content, becomes the image's content tag.
 """
 
@@ -19,13 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from envkit.base_digest import split_reference
 from envkit.cache import cache_dir
 from envkit.errors import EnvkitError
+from envkit.lock import LOCK_FILE, read_lock
 
 TAG_HEX = 12
 # Build args that say where the image came from rather than what is in it: they do
 # not enter the tag, so the same inputs at two git revisions share one tag.
-PROVENANCE_ARGS = frozenset({"ENVKIT_REVISION"})
+# SOURCE_DATE_EPOCH only fixes timestamps (the commit's time), never content.
+PROVENANCE_ARGS = frozenset({"ENVKIT_REVISION", "SOURCE_DATE_EPOCH"})
+# What a locked Dockerfile records of its lock (templates/Dockerfile.j2).
+LOCK_SHA_LINE = "ENV ENVKIT_LOCK_SHA256="
 _CHUNK = 1 << 20
 _BUILD_ARG = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
@@ -55,12 +60,27 @@ def stage_context(root: Path, target, options: BuildOptions, dest: Path) -> None
         if not source.is_file():
             raise EnvkitError(f"{source} is missing: run 'envkit render' (or 'make render') first")
         shutil.copyfile(source, dest / name)
+    _stage_lock(rendered, dest)
     recipes = root / "recipes"
     if not recipes.is_dir():
         raise EnvkitError(f"{recipes} is missing: the images need the recipes directory")
     shutil.copytree(recipes, dest / "recipes", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     _stage_certificates([*target.ca_certificates, *options.ca_certs], dest / "certs")
     _stage_wheels(options.wheelhouse, dest / "wheels")
+
+
+def _stage_lock(rendered: Path, dest: Path) -> None:
+    """The lock beside the Dockerfile that was rendered from it, or none for an unlocked one."""
+    lock = read_lock(rendered / LOCK_FILE)
+    dockerfile = (dest / "Dockerfile").read_text(encoding="utf-8")
+    recorded = next((line[len(LOCK_SHA_LINE) :].strip() for line in dockerfile.splitlines() if line.startswith(LOCK_SHA_LINE)), None)
+    found = lock.sha256 if lock else None
+    if recorded != found:
+        now = f"{LOCK_FILE} is sha256 {found}" if found else f"there is no {LOCK_FILE}"
+        was = f"installs the lock of sha256 {recorded}" if recorded else "was rendered unlocked"
+        raise EnvkitError(f"{rendered / 'Dockerfile'} {was}, but {now}: run 'envkit render --target {rendered.name}'")
+    if lock is not None:
+        shutil.copyfile(rendered / LOCK_FILE, dest / LOCK_FILE)
 
 
 def _stage_certificates(certificates: Iterable[Path], dest: Path) -> None:
@@ -116,17 +136,43 @@ def context_digest(context: Path, build_args: Mapping[str, str]) -> str:
     return total.hexdigest()
 
 
-def build_args_for(options: BuildOptions, revision: str | None) -> dict[str, str]:
+def build_args_for(options: BuildOptions, revision: str | None, source_date_epoch: str | None = None) -> dict[str, str]:
     """Only overrides: every arg has its default from the config in the Dockerfile."""
     args: dict[str, str] = {}
     if options.base_image:
         args["BASE_IMAGE"] = options.base_image
+        args["BASE_DIGEST"] = split_reference(options.base_image)[1] or ""  # the label must not name the config's base
     if options.wheelhouse is not None:
         args["PIP_NO_INDEX"] = "1"
+        args["TORCH_FIND_LINKS"] = ""  # offline: PyTorch's pages are out of reach, the wheelhouse has its wheels
     if revision:
         args["ENVKIT_REVISION"] = revision
+    if source_date_epoch:
+        args["SOURCE_DATE_EPOCH"] = source_date_epoch
     args.update(options.build_args)
     return args
+
+
+def source_date_epoch(root: Path, target_name: str) -> str | None:
+    """The commit time of the target's rendered files (docker/<target>/), else their newest mtime.
+
+    Not HEAD's time: an unrelated commit must not invalidate the build cache of every
+    layer below the ARG. A checkout that is not a git repository falls back to the
+    files' own times, which two builds from one checkout share.
+    """
+    rendered = root / "docker" / target_name
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "log", "-1", "--format=%ct", "--", f"docker/{target_name}"],
+            capture_output=True, text=True, check=False,
+        )
+        committed = done.stdout.strip()
+    except OSError:
+        committed = ""
+    if committed.isdigit():
+        return committed
+    times = [int(path.stat().st_mtime) for path in rendered.glob("*") if path.is_file()]
+    return str(max(times)) if times else None
 
 
 def git_revision(root: Path) -> str | None:

@@ -17,7 +17,8 @@ def register(subparsers) -> None:
     targets = subparsers.add_parser(
         "targets",
         help="list the configured targets and their pins",
-        description="List each target in the config with its kind, base image and pinned versions.",
+        description="List each target in the config with its kind, base image, pinned versions and lock "
+        "(locked, with the first 12 hex of the lock's sha256, or unlocked).",
     )
     add_config(targets)
     targets.set_defaults(func=cmd_targets)
@@ -57,12 +58,14 @@ def register(subparsers) -> None:
 
 def cmd_targets(args: argparse.Namespace) -> int:
     from envkit.config import load_config
+    from envkit.lock import lock_path, read_lock
 
     config = load_config(args.config)
-    rows = [("TARGET", "KIND", "BASE IMAGE", "PINS")]
+    rows = [("TARGET", "KIND", "BASE IMAGE", "LOCK", "PINS")]
     for target in config.targets.values():
         pins = " ".join(f"{name}={version}" for name, version in target.pins().items())
-        rows.append((target.name, target.kind, target.base_image, pins))
+        lock = read_lock(lock_path(config, target.name))
+        rows.append((target.name, target.kind, target.base_image, f"locked {lock.sha256[:12]}" if lock else "unlocked", pins))
     _print_table(rows)
     return 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -23,12 +24,18 @@ from envkit.kinds import HostCheck
 
 # Below this the cuda image (several GB) and a dataset no longer fit comfortably.
 LOW_DISK_GB = 10.0
+# Identical image digests across rebuilds need BuildKit >= 0.13 (SOURCE_DATE_EPOCH
+# with rewrite-timestamp); the first engine that bundles it is Docker 26.0.
+DIGEST_BUILDKIT = (0, 13)
+DIGEST_ENGINE = (26, 0)
 
 
 @dataclass
 class HostFacts:
     docker_version: str | None = None
     docker_error: str | None = None
+    # Whether two builds of the same inputs can give the same image digest (None: no engine).
+    identical_digests: bool | None = None
     nvidia_runtime: bool = False
     gpus: list[str] = field(default_factory=list)
     # The device files a kind's `host: {check: devices}` entry found, by its name ("tpu": [...]).
@@ -80,7 +87,9 @@ def inspect_host() -> HostFacts:
     disk_path = "."
     try:
         client = connect_engine()
-        facts.docker_version = client.version().get("Version", "unknown")
+        version = client.version()
+        facts.docker_version = version.get("Version", "unknown")
+        facts.identical_digests = can_give_identical_digests(version)
         info = client.info()
         facts.nvidia_runtime = "nvidia" in (info.get("Runtimes") or {}) or bool(shutil.which("nvidia-container-runtime-hook") or shutil.which("nvidia-ctk"))
         if os.path.isdir(info.get("DockerRootDir", "")):
@@ -89,6 +98,18 @@ def inspect_host() -> HostFacts:
         facts.docker_error = str(exc)
     facts.free_disk_gb = round(shutil.disk_usage(disk_path).free / 1e9, 1)
     return facts
+
+
+def _release(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text.split("+", 1)[0])[:2])
+
+
+def can_give_identical_digests(version: dict) -> bool:
+    """From the engine's version: its BuildKit component where it lists one, else the engine release."""
+    for component in version.get("Components") or []:
+        if str(component.get("Name", "")).lower() == "buildkit":
+            return _release(str(component.get("Version", "")).lstrip("v")) >= DIGEST_BUILDKIT
+    return _release(str(version.get("Version", ""))) >= DIGEST_ENGINE
 
 
 def device_problem(facts: HostFacts, kind: str) -> str | None:
@@ -146,6 +167,7 @@ def require(facts: HostFacts, kind: str, gpus: str | None = None) -> None:
 def format_report(facts: HostFacts) -> str:
     lines = [
         f"docker engine   {facts.docker_version or 'none'}" + (f"  ({facts.docker_error})" if facts.docker_error else ""),
+        f"same digests    {_digests_line(facts.identical_digests)}",
         f"nvidia runtime  {'yes' if facts.nvidia_runtime else 'no'}",
         f"gpus            {len(facts.gpus)}" + "".join(f"\n                  {g}" for g in facts.gpus),
         *(f"{check.name + ' devices':16}{', '.join(facts.devices.get(check.name, [])) or 'none'}" for check in _device_checks()),
@@ -159,6 +181,14 @@ def format_report(facts: HostFacts) -> str:
         problem = kind_problem(facts, entry.kind)
         lines.append(f"  {'yes' if problem is None else 'no ':4}{entry.name:18}{'' if problem is None else problem}")
     return "\n".join(lines)
+
+
+def _digests_line(identical: bool | None) -> str:
+    if identical is None:
+        return "unknown (no engine)"
+    if identical:
+        return "yes: rebuilds from a lock can give identical image digests (BuildKit >= 0.13)"
+    return "no: rebuilds give the same packages and files, not the same image digest (needs BuildKit >= 0.13, Docker 26+)"
 
 
 def as_json(facts: HostFacts) -> dict:

@@ -16,14 +16,28 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from envkit.build_context import TAG_HEX, BuildOptions, build_args_for, context_digest, git_revision, stage_context, staging_area
+from envkit.build_context import (
+    TAG_HEX,
+    BuildOptions,
+    build_args_for,
+    context_digest,
+    git_revision,
+    source_date_epoch,
+    stage_context,
+    staging_area,
+)
 from envkit.engine import connect_engine, docker_sdk
 from envkit.errors import EnvkitError
 
 LATEST = "latest"
+# How much of a failed build's log is kept to find the line that says why.
+LOG_TAIL_LINES = 400
+# BuildKit's plain progress prefixes each line of a step's output with "#<step> <seconds> ".
+_STEP_PREFIX = re.compile(r"^#\d+ \d+\.\d+ ")
 _REGISTRY = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
 
 
@@ -69,10 +83,42 @@ def _docker_build(context: Path, args: dict[str, str], tags: tuple[str, ...], no
     if no_cache:
         command.append("--no-cache")
     command.append(str(context))
-    # The build log is the user's progress display: it goes straight to stderr.
-    done = subprocess.run(command, env={**os.environ, "DOCKER_BUILDKIT": "1"}, stdout=sys.stderr, check=False)
-    if done.returncode != 0:
-        raise EnvkitError(f"docker build of {tags[0]} failed (exit {done.returncode}); the build log is above", exit_code=1)
+    # The build log is the user's progress display: each line goes on to stderr as it
+    # comes, and the last ones are kept to say why a build failed.
+    tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+    with subprocess.Popen(
+        command, env={**os.environ, "DOCKER_BUILDKIT": "1"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, errors="replace",
+    ) as process:
+        for line in process.stdout:
+            sys.stderr.write(line)
+            tail.append(line.rstrip("\n"))
+    if process.returncode != 0:
+        mismatch = hash_mismatch(list(tail))
+        if mismatch:
+            raise EnvkitError(f"docker build of {tags[0]} failed: {mismatch}")
+        raise EnvkitError(f"docker build of {tags[0]} failed (exit {process.returncode}); the build log is above", exit_code=1)
+
+
+def hash_mismatch(log: list[str]) -> str | None:
+    """pip's refusal of a file whose sha256 the lock does not list, as one line naming the package."""
+    lines = [_STEP_PREFIX.sub("", line).strip() for line in log]
+    try:
+        start = next(i for i, line in enumerate(lines) if "DO NOT MATCH THE HASHES" in line)
+    except StopIteration:
+        return None
+    found = {}
+    for line in lines[start + 1 :]:
+        if " from " in line and line.endswith(":") and "package" not in found:
+            found["package"] = line.split(" from ", 1)[0]
+        elif line.startswith(("Expected sha256", "Got")) and line.split()[0] not in found:
+            found[line.split()[0]] = line.split()[-1]
+    package = found.get("package", "a package")
+    return (
+        f"pip refused {package}: its file has sha256 {found.get('Got', '?')}, which the lock does not list "
+        f"(expected {found.get('Expected', '?')}); the lock or the wheel was changed: relock with "
+        f"'envkit lock', or replace the wheel with the locked one"
+    )
 
 
 def build(root: Path, target, options: BuildOptions) -> BuiltImage:
@@ -80,7 +126,7 @@ def build(root: Path, target, options: BuildOptions) -> BuiltImage:
     repo = repository(target.name)
     with staging_area(root, target.name) as context:
         stage_context(root, target, options, context)
-        args = build_args_for(options, git_revision(root))
+        args = build_args_for(options, git_revision(root), source_date_epoch(root, target.name))
         tag = f"{repo}:{context_digest(context, args)[:TAG_HEX]}"
         existing = find_image(client, tag)
         if existing is not None and not options.no_cache:
@@ -100,7 +146,7 @@ def rebuild_as(root: Path, target, options: BuildOptions, scratch_tag: str) -> t
     client = connect_engine()
     with staging_area(root, target.name) as context:
         stage_context(root, target, options, context)
-        args = build_args_for(options, git_revision(root))
+        args = build_args_for(options, git_revision(root), source_date_epoch(root, target.name))
         content_tag = f"{repository(target.name)}:{context_digest(context, args)[:TAG_HEX]}"
         _docker_build(context, args, (scratch_tag,), no_cache=True)
     return content_tag, client.images.get(scratch_tag)

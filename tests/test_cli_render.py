@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -37,11 +38,15 @@ def test_render_all_check_passes_on_the_repo(capsys, repo_root):
 
 
 def test_render_writes_the_committed_files(capsys, project, repo_root):
+    # Locks are render inputs: a locked Dockerfile installs its lock and records its sha256.
+    for lock in (repo_root / "docker").glob("*/requirements.lock"):
+        (project / "docker" / lock.parent.name).mkdir(parents=True)
+        shutil.copy(lock, project / "docker" / lock.parent.name / lock.name)
     code, out, _ = run(capsys, "render", "--all", "--config", str(project / "envkit.yaml"))
     assert code == 0 and "rendered 9 files for cpu, cuda, tpu-vm" in out
     # docker/<target>/requirements.lock comes from `envkit lock`, not from render.
     committed = {path: data for path, data in files_under(repo_root / "docker").items() if not path.endswith(".lock")}
-    assert files_under(project / "docker") == committed
+    assert {path: data for path, data in files_under(project / "docker").items() if not path.endswith(".lock")} == committed
 
 
 def test_render_one_target_into_output(capsys, project):
@@ -53,7 +58,7 @@ def test_stdout_shows_tpu_pins_and_writes_nothing(capsys, project):
     code, out, _ = run(capsys, "render", "--target", "tpu-vm", "--stdout", "--config", str(project / "envkit.yaml"))
     assert code == 0 and not (project / "docker").exists()
     assert out.startswith("==> tpu-vm/Dockerfile <==\n")
-    assert "torch==2.9.0 \\" in out and "'torch_xla[tpu]==2.9.0'" in out
+    assert "torch==2.9.0 \\" in out and "'torch_xla[tpu]==2.9.0'" in out  # no lock in this copy: unlocked
     assert "==> tpu-vm/run.sh <==" in out and "==> tpu-vm/.dockerignore <==" in out
 
 
@@ -80,9 +85,12 @@ def test_check_all_reports_directories_of_removed_targets(capsys, project):
 def test_targets_lists_pins(capsys, repo_root):
     code, out, _ = run(capsys, "targets", "--config", str(repo_root / "envkit.yaml"))
     lines = out.splitlines()
-    assert code == 0 and lines[0].split() == ["TARGET", "KIND", "BASE", "IMAGE", "PINS"]
+    assert code == 0 and lines[0].split() == ["TARGET", "KIND", "BASE", "IMAGE", "LOCK", "PINS"]
     tpu = next(line for line in lines if line.startswith("tpu-vm"))
     assert "torch=2.9.0" in tpu and "torch_xla=2.9.0" in tpu and "libtpu=0.0.21" in tpu
+    sha = hashlib.sha256((repo_root / "docker" / "tpu-vm" / "requirements.lock").read_bytes()).hexdigest()
+    assert f" locked {sha[:12]} " in tpu
+    assert " unlocked " in next(line for line in lines if line.startswith("cpu "))
 
 
 def test_matrix_lists_supported_combinations(capsys):

@@ -8,8 +8,9 @@ missing, and fails instead when ENVKIT_REQUIRE_DOCKER=1.
 The cpu target (benchmarks/envkit-offline.yaml) pins torch without torchvision and
 installs only from a wheelhouse: `pip download` on the host fills it (the torch wheel
 comes from ENVKIT_TEST_WHEELS, default /opt/wheels, or the host's pip configuration).
-The tpu-vm target of envkit.yaml is built the same way, from its committed Dockerfile,
-and runs the MNIST recipe on XLA:CPU.
+The tpu-vm target of envkit.yaml is built the same way, locked for the base's Python
+(3.11; envkit.yaml says 3.12), and runs the MNIST recipe on XLA:CPU. The locked tests
+build the offline config from a lock (benchmarks/offline_lock.py).
 """
 
 from __future__ import annotations
@@ -39,9 +40,15 @@ from envkit.doctor import inspect_host
 from envkit.engine import connect_engine
 from envkit.errors import EnvkitError
 from envkit.image_build import docker_cli as docker_command
+from envkit.inventory import LOCK_LABEL
+from envkit.lock import normalise, read_lock
 from envkit.render import requirements
 
 from mnist_files import read_results, write_mnist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import offline_lock  # noqa: E402
+from offline_lock import OfflineLockError, lock_and_render, new_project, torch_index  # noqa: E402
 
 OFFLINE_CONFIG = Path(__file__).resolve().parent.parent / "benchmarks" / "envkit-offline.yaml"
 TORCH = yaml.safe_load(OFFLINE_CONFIG.read_text())["targets"]["cpu"]["torch"]
@@ -379,29 +386,51 @@ def test_prune_removes_older_builds_keeps_latest_and_what_a_container_uses(clien
 
 
 @pytest.fixture
-def tpu_vm_wheelhouse(tmp_path_factory, repo_root) -> Path:
-    wheels = fill_wheelhouse(tmp_path_factory.mktemp("tpu-vm-wheels"), repo_root / "envkit.yaml", "tpu-vm")
-    yield wheels
+def tpu_vm_project(tmp_path_factory, repo_root) -> Path:
+    """envkit.yaml's tpu-vm target on Python 3.11, locked against the real default index, with
+    a wheelhouse filled from that lock (see the test's docstring for why not the committed files)."""
+    root = tmp_path_factory.mktemp("tpu-vm")
+    config = yaml.safe_load((repo_root / "envkit.yaml").read_text())
+    config["targets"] = {"tpu-vm": {**config["targets"]["tpu-vm"], "python": "3.11"}}
+    project = new_project(root / "project", OFFLINE_CONFIG)
+    (project / "envkit.yaml").write_text(yaml.safe_dump(config))
+    try:
+        lock = lock_and_render(project, None, "tpu-vm")
+        offline_lock.fill_wheelhouse(lock, root / "wheels")
+    except OfflineLockError as exc:
+        unavailable(f"cannot lock tpu-vm for Python 3.11 against the default index: {exc}")
+    yield project
     # About 4 GB (PyPI's torch brings CUDA): neither pytest's kept temporary trees nor
     # the staged build context (hard links) may hold on to it.
-    shutil.rmtree(wheels)
-    shutil.rmtree(staging_path(repo_root, "tpu-vm"), ignore_errors=True)
+    shutil.rmtree(root / "wheels")
+    shutil.rmtree(staging_path(project, "tpu-vm"), ignore_errors=True)
 
 
 @engine_test
-def test_tpu_vm_image_installs_its_pins_and_runs_mnist_on_xla_cpu(client, repo_root, base_image, tpu_vm_wheelhouse,
-                                                                   docker_cli, caller_home):
-    """The committed tpu-vm Dockerfile, built as a user builds it, on a distro python3 base.
+def test_tpu_vm_image_installs_its_lock_and_runs_mnist_on_xla_cpu(client, base_image, tpu_vm_project, docker_cli, caller_home):
+    """A locked tpu-vm image, built as a user builds it, on a distro python3 base.
+
+    Not the committed docker/tpu-vm files: envkit.yaml says Python 3.12, and the only base
+    that can be made here (scripts/base-image.sh, Debian 12) has 3.11. So the target is
+    envkit.yaml's tpu-vm with python 3.11 and the same pins, locked for 3.11 with
+    `envkit lock` against the real default index, rendered from the same templates, and
+    built from a wheelhouse filled from that lock.
 
     No TPU here, so the run is run.sh's own command with its two TPU-host parts swapped:
     PJRT_DEVICE=TPU for CPU, and --privileged dropped (this sandbox's runtime refuses it).
     """
-    config = repo_root / "envkit.yaml"
-    built = envkit("build", "tpu-vm", "--config", str(config), "--base-image", base_image,
-                   "--wheelhouse", str(tpu_vm_wheelhouse), cwd=repo_root).stdout.strip()
+    project = tpu_vm_project
+    lock = read_lock(project / "docker" / "tpu-vm" / "requirements.lock")
+    built = envkit("build", "tpu-vm", "--config", "envkit.yaml", "--base-image", base_image,
+                   "--wheelhouse", str(project.parent / "wheels"), cwd=project).stdout.strip()
     labels = client.images.get(built).labels
     assert labels["io.envkit.pin.torch"] == labels["io.envkit.pin.torch_xla"]
+    assert labels[LOCK_LABEL] == lock.sha256 and labels["io.envkit.backend"] == "torch_xla"
     assert b"No broken requirements found" in client.containers.run(built, ["pip", "check"], remove=True)
+    installed = json.loads(client.containers.run(built, ["pip", "list", "--format", "json"], remove=True))
+    assert {normalise(p["name"]): p["version"] for p in installed if p["name"] not in ("pip", "setuptools")} == {
+        name: version for name, version in lock.packages.items() if name != "setuptools"
+    }
 
     # Root inside the tpu-vm image: the recipe must hand its files to the caller, a
     # real non-root one when we are root.
@@ -410,8 +439,10 @@ def test_tpu_vm_image_installs_its_pins_and_runs_mnist_on_xla_cpu(client, repo_r
         owner, as_caller = NON_ROOT, as_user(NON_ROOT)
     data, results = write_mnist(caller_home / "data", train_count=512, test_count=256), caller_home / "results"
     results.mkdir()
+    run_sh = caller_home / "run.sh"
+    shutil.copy(project / "docker" / "tpu-vm" / "run.sh", run_sh)  # the caller must be able to read it
     planned = subprocess.run(
-        [*as_caller, str(repo_root / "docker" / "tpu-vm" / "run.sh"), "mnist", "--device", "tpu", "--cores", "1",
+        [*as_caller, str(run_sh), "mnist", "--device", "tpu", "--cores", "1",
          "--no-download", "--epochs", "2", "--per-device-batch", "32", "--quiet"],
         env={**os.environ, "ENVKIT_DRY_RUN": "1", "DOCKER": docker_cli, "DATA_DIR": str(data), "RESULTS_DIR": str(results)},
         cwd=caller_home, capture_output=True, text=True, check=True,
@@ -426,10 +457,11 @@ def test_tpu_vm_image_installs_its_pins_and_runs_mnist_on_xla_cpu(client, repo_r
     environment = document["environment"]
     assert environment["torch"].startswith(labels["io.envkit.pin.torch"]) and environment["torch_xla"] == labels["io.envkit.pin.torch_xla"]
     assert environment["device_name"] == "XLA:CPU" and environment["image"] == "envkit-tpu-vm:latest"
+    assert environment["lock_sha256"] == lock.sha256
     assert document["metrics"]["test_accuracy"] > 0.5
     assert {(path.stat().st_uid, path.stat().st_gid) for path in results.rglob("*")} == {owner}
     # Each recipe change makes a new 8 GB build: keep only this one.
-    envkit("prune", "tpu-vm", "--config", str(config), cwd=repo_root)
+    envkit("prune", "tpu-vm", "--config", "envkit.yaml", cwd=project)
 
 
 # ---------------------------------------------------------------- the scripts CI calls (fast, no engine)
@@ -547,3 +579,99 @@ def test_diff_names_the_one_package_and_variable_that_differ(client, project, bu
         Path(saved[0]).unlink()
     finally:
         client.images.remove(other.id, force=True)
+
+
+# ---------------------------------------------------------------- locked images (benchmarks/offline_lock.py)
+
+
+def locked_project(root: Path, config: Path = OFFLINE_CONFIG) -> tuple[Path, Path]:
+    """The offline cpu config locked (torch from a local stand-in for PyTorch's index, the
+    rest from the default index), rendered, and its wheelhouse filled from the lock."""
+    try:
+        project = new_project(root / "project", config)
+        lock = lock_and_render(project, torch_index(root.parent / "torch-index"))
+        return project, offline_lock.fill_wheelhouse(lock, root / "wheels")
+    except OfflineLockError as exc:
+        unavailable(f"cannot make the locked offline project: {exc}")
+
+
+@pytest.fixture(scope="session")
+def locked(tmp_path_factory, client) -> tuple[Path, Path]:
+    project, wheels = locked_project(tmp_path_factory.mktemp("locked"))
+    yield project, wheels
+    shutil.rmtree(staging_path(project, "cpu"), ignore_errors=True)
+
+
+def locked_build(project: Path, wheels: Path, base_image: str, check: bool = True) -> subprocess.CompletedProcess:
+    return envkit("build", "cpu", "--config", "envkit.yaml", "--base-image", base_image, "--wheelhouse", str(wheels),
+                  cwd=project, check=check)
+
+
+@engine_test
+def test_a_locked_image_holds_exactly_its_lock_and_records_it(client, locked, base_image):
+    project, wheels = locked
+    lock_file = project / "docker" / "cpu" / "requirements.lock"
+    lock = read_lock(lock_file)
+    image = client.images.get(locked_build(project, wheels, base_image).stdout.strip())
+    assert image.labels[LOCK_LABEL] == lock.sha256 and "io.envkit.lock" not in image.labels
+    assert f"ENVKIT_LOCK_SHA256={lock.sha256}" in image.attrs["Config"]["Env"]
+    freeze = client.containers.run(image.id, ["pip", "list", "--format", "json"], remove=True)
+    installed = {normalise(entry["name"]): entry["version"] for entry in json.loads(freeze)}
+    installed = {name: version for name, version in installed.items() if name not in ("pip", "setuptools")}
+    assert installed == {name: version for name, version in lock.packages.items() if name != "setuptools"}
+    assert client.containers.run(image.id, ["cat", "/opt/envkit/requirements.lock"], remove=True) == lock_file.read_bytes()
+
+
+@engine_test
+def test_an_edited_hash_fails_the_build_in_one_line_naming_the_package(client, locked, base_image, tmp_path):
+    project, wheels = locked
+    edited = tmp_path / "edited"
+    shutil.copytree(project, edited)
+    lock_file = edited / "docker" / "cpu" / "requirements.lock"
+    text = lock_file.read_text()
+    torch_hash = re.search(r"^torch==\S+ \\\n    --hash=sha256:([0-9a-f]{64})", text, flags=re.MULTILINE).group(1)
+    lock_file.write_text(text.replace(torch_hash, "0" * 64))
+    envkit("render", "--all", "--config", "envkit.yaml", cwd=edited)  # the lock's inputs are unchanged
+    done = locked_build(edited, wheels, base_image, check=False)
+    assert done.returncode == 2, done.stderr[-3000:]
+    last = done.stderr.splitlines()[-1]
+    assert re.fullmatch(
+        rf"envkit: error: docker build of envkit-cpu:[0-9a-f]{{12}} failed: pip refused torch==2\.13\.0\+cpu: its file has "
+        rf"sha256 {torch_hash}, which the lock does not list \(expected 0{{64}}\); .*",
+        last,
+    ), last
+    shutil.rmtree(staging_path(edited, "cpu"), ignore_errors=True)
+
+
+@engine_test
+def test_diff_of_two_locks_names_the_one_package_that_differs(client, locked, base_image, tmp_path):
+    """Two builds whose locks differ in one package (tqdm), as two collaborators' might."""
+    project, wheels = locked
+    a = locked_build(project, wheels, base_image).stdout.strip()
+    other = tmp_path / "other"
+    shutil.copytree(project, other)
+    config = yaml.safe_load((other / "envkit.yaml").read_text())
+    config["targets"]["cpu"]["pip_packages"] = ["tqdm==4.66.5"]
+    (other / "envkit.yaml").write_text(yaml.safe_dump(config))
+    try:
+        # The previous lock is uv's preference: only tqdm moves.
+        lock = lock_and_render(other, torch_index(tmp_path / "torch-index"))
+        offline_lock.fill_wheelhouse(lock, tmp_path / "wheels")
+    except OfflineLockError as exc:
+        unavailable(f"cannot relock with tqdm 4.66.5: {exc}")
+    for wheel in wheels.glob("*.whl"):
+        if not (tmp_path / "wheels" / wheel.name).exists():
+            os.link(wheel, tmp_path / "wheels" / wheel.name)
+    b = locked_build(other, tmp_path / "wheels", base_image).stdout.strip()
+    try:
+        done = envkit("diff", a, b, cwd=project, check=False)
+        assert done.returncode == 1, done.stderr
+        lines = done.stdout.splitlines()
+        section = lines.index(next(line for line in lines if line.startswith("python packages: ")))
+        assert lines[section].startswith("python packages: 1 of "), done.stdout
+        assert "tqdm" in lines[section + 1] and "4.67.1" in lines[section + 1] and "4.66.5" in lines[section + 1]
+        assert "apt packages: same" in done.stdout
+    finally:
+        client.images.remove(b, force=True)
+        locked_build(project, wheels, base_image)  # latest back to A
+        shutil.rmtree(staging_path(other, "cpu"), ignore_errors=True)

@@ -128,6 +128,25 @@ def test_inspect_host_gathers_engine_gpus_and_disk(fake_host, monkeypatch):
     assert "gpu-ddp-cifar" in doctor.runnable_experiments(host)
 
 
+@pytest.mark.parametrize(
+    "version, identical",
+    [
+        ({"Version": "20.10.24+dfsg1"}, False),  # Debian 12's docker.io: BuildKit 0.8
+        ({"Version": "25.0.5"}, False),
+        ({"Version": "26.1.5+dfsg1"}, True),  # Debian 13's docker.io
+        ({"Version": "20.10.24", "Components": [{"Name": "BuildKit", "Version": "v0.13.2"}]}, True),
+        ({"Version": "27.0.1", "Components": [{"Name": "buildkit", "Version": "v0.12.5"}]}, False),
+    ],
+)
+def test_identical_digests_follow_the_engines_buildkit(fake_host, monkeypatch, version, identical):
+    monkeypatch.setattr(doctor, "device_files", lambda check: [])
+    monkeypatch.setattr(doctor.connect_engine, "version", lambda self: version)
+    host = doctor.inspect_host()
+    assert host.identical_digests is identical
+    assert doctor.as_json(host)["identical_digests"] is identical
+    assert ("same digests    yes" if identical else "same digests    no: ") in doctor.format_report(host)
+
+
 def test_inspect_host_without_engine_records_the_reason(monkeypatch):
     def no_engine():
         raise EnvkitError(NO_ENGINE)
@@ -135,6 +154,7 @@ def test_inspect_host_without_engine_records_the_reason(monkeypatch):
     monkeypatch.setattr(doctor, "connect_engine", no_engine)
     host = doctor.inspect_host()
     assert host.docker_version is None and host.docker_error == NO_ENGINE
+    assert host.identical_digests is None and "same digests    unknown" in doctor.format_report(host)
     assert doctor.runnable_experiments(host) == []
 
 

@@ -10,6 +10,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -76,7 +77,8 @@ def test_wheelhouse_and_certificates_are_staged(project, tmp_path):
     # update-ca-certificates reads *.crt only, so a .pem is renamed
     assert (context / "certs" / "corp.crt").read_bytes() == CERT
     assert (context / "certs" / "proxy.crt").exists()
-    assert build_context.build_args_for(options, None) == {"PIP_NO_INDEX": "1"}
+    # Offline: no index, and no PyTorch project pages either (a locked cpu Dockerfile names them).
+    assert build_context.build_args_for(options, None) == {"PIP_NO_INDEX": "1", "TORCH_FIND_LINKS": ""}
 
 
 @pytest.mark.parametrize(
@@ -125,7 +127,58 @@ def test_renaming_a_file_changes_the_tag(project, tmp_path):
 
 def test_build_args_user_values_win_and_revision_is_recorded():
     options = build_context.BuildOptions(base_image="envkit-base:x", build_args={"BASE_IMAGE": "mine", "HTTP_PROXY": "p"})
-    assert build_context.build_args_for(options, "abc123") == {"BASE_IMAGE": "mine", "ENVKIT_REVISION": "abc123", "HTTP_PROXY": "p"}
+    assert build_context.build_args_for(options, "abc123", "1700000000") == {
+        "BASE_IMAGE": "mine", "BASE_DIGEST": "", "ENVKIT_REVISION": "abc123", "HTTP_PROXY": "p", "SOURCE_DATE_EPOCH": "1700000000",
+    }
+
+
+def test_a_base_image_override_brings_its_own_digest_to_the_label():
+    digest = "sha256:" + "ab" * 32
+    options = build_context.BuildOptions(base_image=f"registry.example.com/debian:bookworm@{digest}")
+    assert build_context.build_args_for(options, None)["BASE_DIGEST"] == digest
+
+
+def test_source_date_epoch_is_the_commit_time_of_the_rendered_files_and_not_in_the_tag(project, tmp_path):
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "x"], check=True, env={**os.environ, "GIT_COMMITTER_DATE": "@1700000000 +0000"})
+    assert build_context.source_date_epoch(project, "cpu") == "1700000000"
+    context = staged(project, tmp_path)
+    assert build_context.context_digest(context, {"SOURCE_DATE_EPOCH": "1"}) == build_context.context_digest(context, {})
+
+
+def test_source_date_epoch_outside_git_is_the_newest_rendered_file(project):
+    os.utime(project / "docker" / "cpu" / "Dockerfile", (1600000000, 1600000000))
+    os.utime(project / "docker" / "cpu" / ".dockerignore", (1500000000, 1500000000))
+    assert build_context.source_date_epoch(project, "cpu") == "1600000000"
+
+
+LOCK = "# inputs-sha256: x\ntqdm==4.67.1 \\\n    --hash=sha256:" + "ab" * 32 + "\n"
+
+
+def test_a_locked_dockerfile_gets_its_lock_in_the_context(project, tmp_path):
+    sha = hashlib.sha256(LOCK.encode()).hexdigest()
+    (project / "docker" / "cpu" / "requirements.lock").write_text(LOCK)
+    (project / "docker" / "cpu" / "Dockerfile").write_text(f"FROM scratch\nENV ENVKIT_LOCK_SHA256={sha}\n")
+    context = staged(project, tmp_path)
+    assert (context / "requirements.lock").read_text() == LOCK
+
+
+@pytest.mark.parametrize(
+    "dockerfile, lock, message",
+    [
+        ("FROM scratch\n", LOCK, r"docker/cpu/Dockerfile was rendered unlocked, but requirements.lock is sha256 \w+: run 'envkit render --target cpu'"),
+        ("FROM scratch\nENV ENVKIT_LOCK_SHA256=abc\n", None, r"installs the lock of sha256 abc, but there is no requirements.lock"),
+        ("FROM scratch\nENV ENVKIT_LOCK_SHA256=abc\n", LOCK, r"installs the lock of sha256 abc, but requirements.lock is sha256 "),
+    ],
+)
+def test_a_lock_that_is_not_the_rendered_one_is_refused(project, tmp_path, dockerfile, lock, message):
+    (project / "docker" / "cpu" / "Dockerfile").write_text(dockerfile)
+    if lock:
+        (project / "docker" / "cpu" / "requirements.lock").write_text(lock)
+    with pytest.raises(EnvkitError, match=message):
+        staged(project, tmp_path)
 
 
 @pytest.mark.parametrize("text", ["NOEQUALS", "=v", "1X=2", "A B=c"])
@@ -399,14 +452,14 @@ def test_build_drives_buildkit_with_both_tags_and_the_args(project, recording_do
     for module in (image_build, image_archive):
         monkeypatch.setattr(module, "connect_engine", lambda: client)
     monkeypatch.setattr(image_build, "git_revision", lambda root: "abc123")
-    original_run = image_build.subprocess.run
+    monkeypatch.setattr(image_build, "source_date_epoch", lambda root, name: "1700000000")
+    original_build = image_build._docker_build
 
     def build_then_exist(*args, **kwargs):
-        done = original_run(*args, **kwargs)
+        original_build(*args, **kwargs)
         client.images.built = True
-        return done
 
-    monkeypatch.setattr(image_build.subprocess, "run", build_then_exist)
+    monkeypatch.setattr(image_build, "_docker_build", build_then_exist)
     options = build_context.BuildOptions(no_cache=True, base_image="envkit-base:x", build_args={"HTTP_PROXY": "http://p:3128"})
     built = image_build.build(project, FakeTarget(), options)
     [call] = recording_docker()
@@ -415,7 +468,8 @@ def test_build_drives_buildkit_with_both_tags_and_the_args(project, recording_do
     assert argv[:2] == ["build", "--progress=plain"]
     assert argv[argv.index("-t") + 1] == built.tag and f"envkit-cpu:{image_build.LATEST}" in argv
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--build-arg"] == [
-        "BASE_IMAGE=envkit-base:x", "ENVKIT_REVISION=abc123", "HTTP_PROXY=http://p:3128",
+        "BASE_DIGEST=", "BASE_IMAGE=envkit-base:x", "ENVKIT_REVISION=abc123", "HTTP_PROXY=http://p:3128",
+        "SOURCE_DATE_EPOCH=1700000000",
     ]
     assert "--no-cache" in argv
     assert argv[-1] == str(build_context.staging_path(project, "cpu"))
@@ -428,6 +482,35 @@ def test_failed_build_is_one_line_after_the_log(project, recording_docker, monke
     with pytest.raises(EnvkitError, match=r"docker build of envkit-cpu:[0-9a-f]{12} failed \(exit 17\); the build log is above") as caught:
         image_build.build(project, FakeTarget(), build_context.BuildOptions())
     assert caught.value.exit_code == 1
+
+
+PIP_HASH_FAILURE = """\
+#12 [5/7] RUN --mount=type=cache,target=/root/.cache/pip pip install --require-hashes ...
+#12 3.210 Looking in links: /wheels
+#12 4.020 ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE. If you have updated the package versions, please update the hashes. Otherwise, examine the package contents carefully; someone may have tampered with them.
+#12 4.020     torch==2.13.0+cpu from file:///wheels/torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl:
+#12 4.020         Expected sha256 0000000000000000000000000000000000000000000000000000000000000000
+#12 4.020              Got        6746dbcbeb526eb61330b76b41ff1b4eb848951103a892eeb080dfa2b264667b
+#12 4.020
+#12 ERROR: executor failed running [/bin/sh -c pip install]: exit code: 1
+"""
+
+
+def test_a_hash_mismatch_fails_the_build_with_one_line_naming_the_package(project, recording_docker, monkeypatch, engine, tmp_path):
+    log = tmp_path / "build.log"
+    log.write_text(PIP_HASH_FAILURE)
+    monkeypatch.setenv("FAKE_RC", "1")
+    client = Path(os.environ["DOCKER"])
+    client.write_text(client.read_text().replace("sys.exit(", f"sys.stdout.write(open({str(log)!r}).read())\nsys.exit("))
+    engine.images.image.tags.clear()
+    with pytest.raises(EnvkitError) as caught:
+        image_build.build(project, FakeTarget(), build_context.BuildOptions())
+    assert caught.value.exit_code == 2
+    assert re.fullmatch(
+        r"docker build of envkit-cpu:[0-9a-f]{12} failed: pip refused torch==2\.13\.0\+cpu: its file has sha256 6746dbcb\w+, "
+        r"which the lock does not list \(expected 0{64}\); the lock or the wheel was changed: .*",
+        str(caught.value),
+    )
 
 
 def test_an_existing_content_tag_is_reused_without_building(project, recording_docker, monkeypatch, engine):

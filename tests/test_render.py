@@ -15,9 +15,10 @@ import pytest
 from envkit import atomic, render
 from envkit.config import load_config
 from envkit.errors import EnvkitError
+from envkit.lock import read_lock
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
-GOLDEN_TARGETS = ["cpu", "cuda", "tpu-vm", "cpu-local"]
+GOLDEN_TARGETS = ["cpu", "cuda", "tpu-vm", "cpu-local", "tpu-vm-tpu"]
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,8 @@ def by_path(files):
 
 @pytest.mark.parametrize("target", GOLDEN_TARGETS)
 def test_golden_files(golden_config, update_golden, target):
-    files = render.render(golden_config, [target])
+    # Locks are render inputs: tests/golden/<case>/requirements.lock where a case has one.
+    files = render.render(golden_config, [target], locks=GOLDEN)
     assert [file.path.name for file in files] == ["Dockerfile", "run.sh", ".dockerignore"]
     if update_golden:
         render.write(GOLDEN, files)
@@ -81,13 +83,66 @@ def test_requirements_per_kind(golden_config, repo_config):
     assert render.requirements(golden_config.targets["cpu-local"]) == ["torch==2.13.0+cpu", "tqdm==4.67.1", "numpy==2.1.3"]
 
 
-def test_tpu_dockerfile_pins_torch_and_torch_xla_to_one_release(repo_config):
+def test_a_locked_target_installs_exactly_its_lock_and_records_its_sha(repo_config, repo_root):
+    lock = read_lock(repo_root / "docker" / "tpu-vm" / "requirements.lock")
     dockerfile = by_path(render.render(repo_config, ["tpu-vm"]))["tpu-vm/Dockerfile"].text
-    assert "torch==2.9.0 \\\n" in dockerfile and "'torch_xla[tpu]==2.9.0'" in dockerfile
+    assert "pip install \\\n      --require-hashes --no-deps --only-binary=:all: --find-links /wheels \\\n" in dockerfile
+    assert "      -r /opt/envkit/requirements.lock\n" in dockerfile
+    assert "COPY requirements.lock /opt/envkit/requirements.lock\n" in dockerfile
+    assert f"ENV ENVKIT_LOCK_SHA256={lock.sha256}\n" in dockerfile
+    assert f'io.envkit.lock.sha256="{lock.sha256}"' in dockerfile
+    assert "torch==" not in dockerfile and "--extra-index-url" not in dockerfile and "io.envkit.lock=" not in dockerfile
+
+
+def test_an_unlocked_target_is_flagged_in_its_dockerfile_and_labels(repo_config):
+    dockerfile = by_path(render.render(repo_config, ["cpu"]))["cpu/Dockerfile"].text
+    assert "# UNLOCKED: " in dockerfile and 'io.envkit.lock="unlocked"' in dockerfile
+    assert "ENVKIT_LOCK_SHA256" not in dockerfile and "requirements.lock" not in dockerfile
+    assert "torch==2.9.0+cpu \\\n" in dockerfile
+
+
+def test_a_locked_cpu_target_takes_torch_from_pytorchs_pages_and_its_base_by_the_locks_digest(golden_config):
+    dockerfile = by_path(render.render(golden_config, ["cpu-local"], locks=GOLDEN))["cpu-local/Dockerfile"].text
+    lock = read_lock(GOLDEN / "cpu-local" / "requirements.lock")
+    digest = lock.base_image.split("@")[1]
+    assert f"ARG BASE_IMAGE=envkit-test/debian:bookworm@{digest}\n" in dockerfile
+    assert f"ARG BASE_DIGEST={digest}\n" in dockerfile
+    assert 'ARG TORCH_FIND_LINKS="https://download.pytorch.org/whl/cpu/torch/"\n' in dockerfile
+    assert "--index-url" not in dockerfile.replace("ARG PIP_INDEX_URL", "")
+
+
+def test_a_configured_base_digest_is_used_as_is(golden_config):
+    digest = "sha256:" + "ab" * 32
+    target = dataclasses.replace(golden_config.targets["cpu"], base_image=f"python:3.11-slim-bookworm@{digest}")
+    assert render.base_reference(target, None) == (f"python:3.11-slim-bookworm@{digest}", digest)
+    assert render.base_reference(golden_config.targets["cpu"], None) == ("python:3.11-slim-bookworm", None)
+
+
+def test_a_stale_lock_is_refused_in_one_line(golden_config, tmp_path):
+    (tmp_path / "cpu-local").mkdir()
+    text = (GOLDEN / "cpu-local" / "requirements.lock").read_text()
+    (tmp_path / "cpu-local" / "requirements.lock").write_text(text.replace("# inputs-sha256: ", "# inputs-sha256: 0"))
+    with pytest.raises(EnvkitError, match=r"^target cpu-local: .* was resolved from other inputs .*: run `envkit lock --target cpu-local`"):
+        render.render(golden_config, ["cpu-local"], locks=tmp_path)
+
+
+def test_no_default_index_is_named(repo_config):
+    # pip's default index applies unless a target sets pip_index_url.
+    for target in repo_config.targets:
+        dockerfile = by_path(render.render(repo_config, [target]))[f"{target}/Dockerfile"].text
+        assert "ARG PIP_INDEX_URL\n" in dockerfile
+
+
+def test_torch_xla_alone_gets_pjrt_device(golden_config):
+    def run_sh(name: str) -> str:
+        return by_path(render.render(golden_config, [name], locks=GOLDEN))[f"{name}/run.sh"].text
+
+    assert "-e PJRT_DEVICE=TPU" in run_sh("tpu-vm")
+    assert "PJRT_DEVICE" not in run_sh("tpu-vm-tpu") and "TPU_SKIP_MDS_QUERY" not in run_sh("tpu-vm-tpu")
 
 
 def test_older_tpu_release_uses_its_find_links(golden_config):
-    dockerfile = by_path(render.render(golden_config, ["tpu-vm"]))["tpu-vm/Dockerfile"].text
+    dockerfile = by_path(render.render(golden_config, ["tpu-vm"], locks=GOLDEN))["tpu-vm/Dockerfile"].text
     assert "--find-links https://storage.googleapis.com/libtpu-wheels/index.html" in dockerfile
     assert "ARG PIP_INDEX_URL=https://mirror.example.com/pypi/simple" in dockerfile
 

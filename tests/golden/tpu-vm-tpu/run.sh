@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Rendered by envkit from envkit.yaml, target "tpu-vm-tpu" (tpu-vm). Do not edit:
+# change envkit.yaml and run `envkit render`.
+#
+# usage: run.sh RECIPE [RECIPE ARGS...]        e.g. run.sh mnist --epochs 1
+# Runs recipes/RECIPE.py in the image with ./data and ./results mounted.
+# Environment: IMAGE (default envkit-tpu-vm-tpu:latest), DATA_DIR (./data), RESULTS_DIR (./results),
+# SHM_SIZE (16G), DOCKER (docker),
+# NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME (multi-node
+# torchrun: passed into the container when set; NNODES above 1 runs on the host network),
+# ENVKIT_DRY_RUN=1 (print the docker command instead of running it).
+set -euo pipefail
+
+fail() {
+  echo "run.sh: error: $*" >&2
+  exit 2
+}
+
+# shlex.quote's rules, so that a dry run prints one line a shell reads back exactly.
+quote() {
+  local single="'\"'\"'"
+  if [[ -n $1 && $1 != *[!A-Za-z0-9_@%+=:,./-]* ]]; then
+    printf '%s' "$1"
+  else
+    printf "'%s'" "${1//\'/$single}"
+  fi
+}
+
+# docker -v needs absolute host paths.
+absolute() {
+  if [[ $1 == /* ]]; then
+    printf '%s' "$1"
+  else
+    printf '%s/%s' "$PWD" "${1#./}"
+  fi
+}
+
+[[ $# -ge 1 ]] || fail "missing RECIPE; usage: run.sh RECIPE [RECIPE ARGS...], e.g. run.sh mnist --epochs 1"
+recipe=$1
+shift
+[[ $recipe =~ ^[A-Za-z0-9_]+$ ]] || fail "RECIPE must be a recipe name such as mnist (letters, digits, _), got '$recipe'"
+
+image=${IMAGE:-envkit-tpu-vm-tpu:latest}
+data_dir=$(absolute "${DATA_DIR:-./data}")
+results_dir=$(absolute "${RESULTS_DIR:-./results}")
+# DOCKER may be several words, such as "sudo docker".
+read -r -a docker <<<"${DOCKER:-docker}"
+owner="$(id -u):$(id -g)"
+
+# DataLoader workers and NCCL need more than Docker's 64 MB /dev/shm; an empty size
+# shares the host's IPC namespace instead.
+shm_size=${SHM_SIZE:-16G}
+if [[ -z $shm_size ]]; then
+  ipc_args=(--ipc=host)
+elif [[ $shm_size =~ ^[0-9]+[bkmgBKMG]?$ ]]; then
+  ipc_args=(--shm-size "$shm_size")
+else
+  fail "SHM_SIZE must be a size such as 16G (digits and an optional unit b, k, m, g); got '$shm_size'"
+fi
+
+# Multi-node torchrun (the same command on every host): the rendezvous settings reach the
+# recipe, and NCCL and gloo need the host network to reach the other hosts.
+multinode_args=()
+for name in NNODES NODE_RANK RDZV_ENDPOINT RDZV_ID NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME; do
+  [[ -z ${!name:-} ]] || multinode_args+=(-e "$name")
+done
+[[ ${NNODES:-1} =~ ^[1-9][0-9]*$ ]] || fail "NNODES must be a number of hosts, 1 or more; got '$NNODES'"
+
+command=(
+  "${docker[@]}" run --rm --init
+  # --privileged exposes the TPU chips (/dev/accel*, /dev/vfio); pod slices need the host network.
+  # Root inside: the recipe hands what it writes to ENVKIT_RESULTS_OWNER.
+  --privileged --net=host "${ipc_args[@]}"
+  -e "ENVKIT_IMAGE=$image" -e ENVKIT_IMAGE_ID -e "ENVKIT_RESULTS_OWNER=$owner"
+  ${multinode_args[@]+"${multinode_args[@]}"}
+  -v "$data_dir:/workspace/data" -v "$results_dir:/workspace/results"
+  "$image" python "/opt/envkit/recipes/$recipe.py" --data-dir /workspace/data --results-dir /workspace/results
+  "$@"
+)
+
+if [[ ${ENVKIT_DRY_RUN:-} == 1 ]]; then
+  line=""
+  for word in "${command[@]}"; do
+    line+="${line:+ }$(quote "$word")"
+  done
+  printf '%s\n' "$line"
+  exit 0
+fi
+
+# Created by the caller, not by dockerd as root.
+mkdir -p -- "$data_dir" "$results_dir"
+# The results record the image's id: a tag moves to the next build, an id does not.
+if image_id=$("${docker[@]}" image inspect --format '{{.Id}}' "$image" 2>/dev/null) && [[ -n $image_id ]]; then
+  export ENVKIT_IMAGE_ID=$image_id
+else
+  unset ENVKIT_IMAGE_ID
+fi
+exec "${command[@]}"
