@@ -126,7 +126,9 @@ render: | $(ENVKIT) ## render docker/<target>/ from envkit.yaml and templates/
 # Rendered files are committed; re-render only when one of their inputs changed.
 # render leaves unchanged files alone, so touch them: otherwise every later make would
 # render again. Dates never decide an image build (envkit build hashes the content).
-docker/%/Dockerfile docker/%/run.sh: $(RENDER_INPUTS) | $(ENVKIT)
+# A target's lock is an input too: its Dockerfile records the lock's sha256.
+.SECONDEXPANSION:
+docker/%/Dockerfile docker/%/run.sh: $(RENDER_INPUTS) $$(wildcard docker/$$*/requirements.lock) | $(ENVKIT)
 	$(ENVKIT) render --target $*
 	touch docker/$*/Dockerfile docker/$*/run.sh
 

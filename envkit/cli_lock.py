@@ -62,4 +62,6 @@ def cmd_lock(args: argparse.Namespace) -> int:
         return 1 if stale else 0
     from envkit.lock_resolve import lock_targets
 
+    # The Dockerfile records the lock's sha256, so render follows: make re-renders by itself
+    # (the lock is a prerequisite), `envkit build` refuses a Dockerfile older than its lock.
     return lock_targets(config, names, args.upgrade_package or [], args.torch_index_url)

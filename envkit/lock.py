@@ -90,10 +90,14 @@ def lock_inputs(target: Target) -> LockInputs:
 
 
 def _torch_index(target: Target) -> str | None:
+    """PyTorch's index for the target's torch build (by its local version tag), or None for PyPI's build.
+
+    By the variant, not the kind: a torch_tpu tpu-vm target takes PyTorch's CPU build too.
+    """
     matrix = load_matrix()
-    if target.kind == "cpu":
+    if target.torch_variant == matrix.cpu_local_version:
         return matrix.cpu_index_url
-    if target.kind == "cuda" and target.torch_variant in matrix.cuda:
+    if target.torch_variant in matrix.cuda:
         return matrix.cuda[target.torch_variant].index_url
     return None
 
