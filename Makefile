@@ -95,6 +95,14 @@ xla-env: .venv-xla/bin/python ## create the torch_xla environment in .venv-xla (
 	.venv-xla/bin/pip install -r requirements/xla.txt
 	touch $@
 
+.PHONY: tpu-env
+tpu-env: .venv-tpu/bin/python ## create the TorchTPU environment in .venv-tpu (its no-TPU path is tested)
+
+.venv-tpu/bin/python: requirements/tpu.txt
+	$(PYTHON) -m venv .venv-tpu
+	.venv-tpu/bin/pip install -r requirements/tpu.txt
+	touch $@
+
 render: | $(ENVKIT) ## render docker/<target>/ from envkit.yaml and templates/
 	$(ENVKIT) render --all
 
