@@ -50,7 +50,9 @@ def installed_backends() -> list[str]:
 
 
 if "torch_tpu" in installed_backends() and not has_tpu_chip():
-    # No chip: nothing for libtpu to ask the metadata server about, and nothing worth its logs.
+    # No chip, so TorchTPU would register no device: `import torch` need not load it (a CPU run then
+    # never starts libtpu), libtpu has nothing to ask the metadata server about, and its logs say nothing.
+    os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     warnings.filterwarnings("ignore", message="<TorchTpu/Performance/TcMalloc/")
