@@ -24,6 +24,7 @@ import pytest
 import torch
 
 from mnist_files import REPO_ROOT, RECIPE, read_results
+from xla_env import environment_missing
 
 sys.path.insert(0, str(REPO_ROOT / "recipes"))
 import harness  # noqa: E402
@@ -139,9 +140,7 @@ def tpu_python() -> str:
         problem = f"{python} has no torch_tpu"
     if problem is None:
         return str(python)
-    if os.environ.get("ENVKIT_REQUIRE_TPU_ENV", "") not in ("", "0"):
-        pytest.fail(f"ENVKIT_REQUIRE_TPU_ENV=1 but {problem}")
-    pytest.skip(problem)
+    environment_missing(problem, "ENVKIT_REQUIRE_TPU_ENV")
 
 
 def offline(python: str, *args: str) -> subprocess.CompletedProcess:
@@ -172,3 +171,13 @@ def test_cpu_training_next_to_torch_tpu_neither_hangs_nor_logs(tmp_path):
     assert (done.returncode, done.stderr) == (0, ""), done.stderr[-3000:]
     environment = read_results(tmp_path, "cpu")["environment"]
     assert environment["torch_tpu"] == "0.2.0" and environment["torch"].startswith("2.13.0")
+
+
+def test_missing_torch_tpu_interpreter_is_reported(monkeypatch, tmp_path):
+    monkeypatch.setenv("ENVKIT_TPU_PYTHON", str(tmp_path / "no-python"))
+    monkeypatch.setenv("ENVKIT_REQUIRE_TPU_ENV", "1")
+    with pytest.raises(pytest.fail.Exception, match="ENVKIT_REQUIRE_TPU_ENV=1 but no TorchTPU interpreter at"):
+        tpu_python()
+    monkeypatch.setenv("ENVKIT_REQUIRE_TPU_ENV", "0")
+    with pytest.raises(pytest.skip.Exception, match="no TorchTPU interpreter at"):
+        tpu_python()
