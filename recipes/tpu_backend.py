@@ -123,8 +123,10 @@ def data_parallel(script: str, argv: list[str] | None, train: Callable[[dict], N
     device = torch_tpu_device()
     if not ddp.under_torchrun():
         before_start()
-        count = torch.accelerator.device_count()
-        torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=count)  # topology and ports the workers inherit
+        # Topology and one port per device, for the workers to inherit. Its device count comes from the PCI
+        # bus: asking torch here would start the TPU runtime in this process, which the workers need.
+        torch.tpu.distributed.set_tpu_launch_env()
+        count = len(os.environ["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(","))
         argv = sys.argv[1:] if argv is None else argv
         command = ddp.torchrun_command(argparse.Namespace(world_size=count, nnodes=1), script, argv)
         raise SystemExit(subprocess.run(command, check=False).returncode)
