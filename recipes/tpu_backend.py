@@ -90,7 +90,7 @@ def resolve(args: argparse.Namespace) -> str:
         raise RecipeError(f"--strategy {args.strategy} is not {backend}'s; use single or {' or '.join(every_device)}")
     if (args.cores == "1") != (args.strategy == "single"):
         raise RecipeError(f"--cores {args.cores} does not fit --strategy {args.strategy}: "
-                          f"--strategy single uses one core, {' and '.join(every_device)} all cores")
+                          f"--strategy single trains on one core, {' and '.join(every_device)} on all of them")
     if backend == "torch_xla":
         harness.import_torch_xla()
     else:

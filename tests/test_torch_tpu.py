@@ -60,6 +60,12 @@ def test_auto_picks_the_installed_backend_and_torch_xla_when_both_are(installed)
     assert tpu_backend.choose("torch_tpu") == "torch_tpu"
 
 
+def test_the_recipes_know_the_backends_envkit_knows():
+    from envkit.matrix import TPU_BACKENDS  # recipes never import envkit: the test keeps the two lists one
+
+    assert set(tpu_backend.BACKENDS) == set(TPU_BACKENDS) == set(tpu_backend.EVERY_DEVICE)
+
+
 def test_a_backend_that_is_not_installed_is_one_line(installed):
     installed()
     with pytest.raises(harness.RecipeError, match=r"^--device tpu needs a TPU backend \(torch_xla or torch_tpu\), "
@@ -181,3 +187,9 @@ def test_missing_torch_tpu_interpreter_is_reported(monkeypatch, tmp_path):
     monkeypatch.setenv("ENVKIT_REQUIRE_TPU_ENV", "0")
     with pytest.raises(pytest.skip.Exception, match="no TorchTPU interpreter at"):
         tpu_python()
+
+
+def test_cores_and_strategy_must_fit(cpu_as_torch_tpu):
+    with pytest.raises(harness.RecipeError, match="^--cores 1 does not fit --strategy ddp: --strategy single trains on "
+                                                  "one core, ddp on all of them$"):
+        mnist.parse_args(["--device", "tpu", "--cores", "1", "--strategy", "ddp"])
