@@ -208,7 +208,7 @@ def check_run_name(name: str) -> str:
 def default_run_name(device: str, *, world_size: int = 1, strategy: str | None = None, parallel: str | None = None) -> str:
     """A run name from the configuration: ``cpu``, ``tpu-x8-xmp``, ``cuda-x4-ddp``."""
     name = device
-    if world_size > 1 or strategy in ("xmp", "spmd") or parallel in ("dp", "ddp"):
+    if world_size > 1 or strategy in ("xmp", "spmd", "ddp") or parallel in ("dp", "ddp"):
         name += f"-x{world_size}"
     mode = strategy if strategy not in (None, "single") else parallel if parallel not in (None, "none") else None
     if mode:

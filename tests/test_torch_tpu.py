@@ -193,3 +193,40 @@ def test_cores_and_strategy_must_fit(cpu_as_torch_tpu):
     with pytest.raises(harness.RecipeError, match="^--cores 1 does not fit --strategy ddp: --strategy single trains on "
                                                   "one core, ddp on all of them$"):
         mnist.parse_args(["--device", "tpu", "--cores", "1", "--strategy", "ddp"])
+
+
+def test_every_device_starts_one_torchrun_process_per_device(cpu_as_torch_tpu, monkeypatch):
+    """The parent half of TorchTPU's launch: set_tpu_launch_env's ports give the process count."""
+    launch = type("FakeTorchTpuDistributed", (), {"set_tpu_launch_env": staticmethod(
+        lambda: os.environ.__setitem__("TORCH_TPU_SLICEBUILDER_ADDRESSES", "localhost:8471,localhost:8472"))})
+    monkeypatch.setattr(torch, "tpu", type("FakeTorchTpu", (), {"distributed": launch}), raising=False)
+    monkeypatch.delenv("TORCH_TPU_SLICEBUILDER_ADDRESSES", raising=False)
+    for name in ("LOCAL_RANK", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    started = []
+    monkeypatch.setattr(subprocess, "run", lambda command, check: started.append(command) or subprocess.CompletedProcess(command, 0))
+    with pytest.raises(SystemExit) as exit_:
+        mnist.main(["--device", "tpu", "--cores", "all", *FAKE])
+    assert exit_.value.code == 0 and len(started) == 1
+    assert started[0][1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--",
+                              str(RECIPE), "--device", "tpu", "--cores", "all", *FAKE]
+
+
+def test_each_torchrun_process_trains_a_ddp_replica(cpu_as_torch_tpu, monkeypatch, tmp_path):
+    """The worker half, at world size 1 on the CPU: gloo stands in for tpu_dist, which only a TPU registers."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    for name, value in {"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(name, value)
+    joined = []
+    real_init = torch.distributed.init_process_group
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda backend: joined.append(backend) or real_init("gloo"))
+    mnist.main(["--device", "tpu", "--cores", "all", *FAKE, "--epochs", "1", "--per-device-batch", "64",
+                "--results-dir", str(tmp_path)])
+    assert joined == ["tpu_dist"]
+    configuration = read_results(tmp_path, "tpu-x1-ddp")["configuration"]
+    assert (configuration["backend"], configuration["strategy"], configuration["world_size"]) == ("torch_tpu", "ddp", 1)
