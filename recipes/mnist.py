@@ -165,7 +165,8 @@ def run(strategy: Strategy, args) -> None:
     training.fit(parts, lambda epoch: train_epoch(model, optimizer, train_loader, strategy, training, epoch),
             evaluate=lambda: harness.global_accuracy(model, strategy.batches(test_loader), replicas))
     cores = (1 if args.cores == "1" else args.world_size) if args.device == "tpu" else None
-    training.write_results(harness.configuration_record(args, replicas, model="mnist-net", image_size=28, cores=cores, strategy=args.strategy), {})
+    spread = {"parallel": "ddp"} if args.strategy == "ddp" else {"strategy": args.strategy}  # DDP is DDP on every device
+    training.write_results(harness.configuration_record(args, replicas, model="mnist-net", image_size=28, cores=cores, **spread), {})
 
 
 def parse_args(argv: list[str] | None):

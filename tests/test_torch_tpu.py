@@ -229,4 +229,9 @@ def test_each_torchrun_process_trains_a_ddp_replica(cpu_as_torch_tpu, monkeypatc
                 "--results-dir", str(tmp_path)])
     assert joined == ["tpu_dist"]
     configuration = read_results(tmp_path, "tpu-x1-ddp")["configuration"]
-    assert (configuration["backend"], configuration["strategy"], configuration["world_size"]) == ("torch_tpu", "ddp", 1)
+    # The report's vocabulary: DDP is parallel "ddp" on every device; strategy names E1's torch_xla ones.
+    assert (configuration["backend"], configuration["parallel"], configuration["strategy"], configuration["world_size"]) == (
+        "torch_tpu", "ddp", None, 1)
+    from envkit.report import configuration_label
+
+    assert configuration_label(configuration) == "tpu DDP×1 (torch_tpu)"
