@@ -179,14 +179,12 @@ def test_cpu_training_next_to_torch_tpu_neither_hangs_nor_logs(tmp_path):
     assert environment["torch_tpu"] == "0.2.0" and environment["torch"].startswith("2.13.0")
 
 
-def test_missing_torch_tpu_interpreter_is_reported(monkeypatch, tmp_path):
+def test_missing_torch_tpu_interpreter_skips_or_fails_in_ci(monkeypatch, tmp_path):
     monkeypatch.setenv("ENVKIT_TPU_PYTHON", str(tmp_path / "no-python"))
-    monkeypatch.setenv("ENVKIT_REQUIRE_TPU_ENV", "1")
-    with pytest.raises(pytest.fail.Exception, match="ENVKIT_REQUIRE_TPU_ENV=1 but no TorchTPU interpreter at"):
-        tpu_python()
-    monkeypatch.setenv("ENVKIT_REQUIRE_TPU_ENV", "0")
-    with pytest.raises(pytest.skip.Exception, match="no TorchTPU interpreter at"):
-        tpu_python()
+    for required, outcome in (("1", pytest.fail.Exception), ("0", pytest.skip.Exception)):
+        monkeypatch.setenv("ENVKIT_REQUIRE_TPU_ENV", required)
+        with pytest.raises(outcome, match=f"no TorchTPU interpreter at {tmp_path / 'no-python'} "):
+            tpu_python()
 
 
 def test_cores_and_strategy_must_fit(cpu_as_torch_tpu):
