@@ -172,7 +172,7 @@ def run(strategy: Strategy, args) -> None:
 def parse_args(argv: list[str] | None):
     parser = harness.RecipeArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     harness.add_common_arguments(parser, default_epochs=10)
-    parser.add_argument("--cores", choices=("1", "all"), help="tpu only: one core, or all (default: 1, or all for xmp/spmd)")
+    parser.add_argument("--cores", choices=("1", "all"), help="tpu only: one core, or all (default: 1, or all for xmp/spmd/ddp)")
     parser.add_argument("--strategy", choices=("single", "xmp", "spmd", "ddp"), help="tpu only: single core; torch_xla: xmp = one "
                         "process per core, spmd = one process sharding each batch; torch_tpu: ddp = one process per device")
     parser.add_argument("--tpu-backend", choices=("auto", *tpu_backend.BACKENDS), default="auto",
