@@ -32,6 +32,13 @@ RDZV_ENDPOINT ?=
 RDZV_ID ?=
 NCCL_SOCKET_IFNAME ?=
 GLOO_SOCKET_IFNAME ?=
+# Another engine's hosts (envkit launch): ON=slurm|hosts|pytorchjob|jobset|tpu-pod|skypilot makes an
+# experiment target submit there instead of running here, on NNODES hosts with GPUS_PER_NODE GPUs
+# each (HOSTS=a,b for ON=hosts); LAUNCH_FLAGS adds any other envkit launch option.
+ON ?=
+GPUS_PER_NODE ?=
+HOSTS ?=
+LAUNCH_FLAGS ?=
 
 ENVKIT := $(VENV)/bin/envkit
 CONFIG := envkit.yaml
@@ -58,19 +65,32 @@ BUILD_FLAGS := $(if $(NO_CACHE),--no-cache) $(if $(BASE_IMAGE),--base-image $(BA
 	$(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE)) $(foreach c,$(CA_CERTS),--ca-cert $(c)) \
 	$(foreach a,$(BUILD_ARGS),--build-arg $(a))
 MULTINODE_ENV = $(foreach name,$(MULTINODE),$(if $($(name)),$(name)=$(call quote,$($(name)))))
+# The interfaces reach the job through --env; envkit launch sets the rendezvous itself.
+LAUNCH_OPTIONS = --on $(call quote,$(ON)) $(if $(NNODES),--nodes $(call quote,$(NNODES))) \
+	$(if $(GPUS_PER_NODE),--gpus-per-node $(call quote,$(GPUS_PER_NODE))) $(if $(HOSTS),--hosts $(call quote,$(HOSTS))) \
+	$(if $(REGISTRY),--registry $(call quote,$(REGISTRY))) --results-dir $(RESULTS_DIR) --data-dir $(DATA_DIR) \
+	$(foreach name,NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME,$(if $($(name)),--env $(call quote,$(name)=$($(name))))) \
+	$(if $(DRY_RUN),--dry-run) $(LAUNCH_FLAGS)
 
 # experiment(recipe flags): the experiment named like the make target, as
 # envkit/data/experiments.yaml defines it. `envkit experiment` checks the host, builds
 # (cached) and runs it through docker/<target>/run.sh, which creates RESULTS_DIR and
 # DATA_DIR as the caller, so results stay the caller's. The experiment's GPU rule picks
-# the first of GPUS= or all of them.
+# the first of GPUS= or all of them. With ON= set, `envkit launch` hands it to that
+# engine instead; either way the experiment's own arguments come from the table.
+ifeq ($(ON),)
 define experiment
 	$(MULTINODE_ENV) $(ENVKIT) experiment $(if $(GPUS),--gpus $(GPUS)) --results-dir $(RESULTS_DIR) \
 		--data-dir $(DATA_DIR) $(BUILD_FLAGS) $@ $(1)
 endef
+else
+define experiment
+	$(ENVKIT) launch $@ $(LAUNCH_OPTIONS) $(if $(strip $(1)),-- $(1))
+endef
+endif
 
 .DEFAULT_GOAL := help
-.PHONY: help venv xla-env render build-cpu build-cuda build-tpu-vm tpu-mnist tpu-mnist-single \
+.PHONY: help venv xla-env sky-env tpu-env render build-cpu build-cuda build-tpu-vm tpu-mnist tpu-mnist-single \
 	gpu-mnist cpu-mnist gpu-single-cifar gpu-dp-cifar gpu-ddp-cifar cpu-single-cifar cpu-ddp-cifar compare \
 	push save load prune demo test doctor
 
@@ -79,6 +99,8 @@ help: ## list the targets and the variables they read
 	@echo "variables: GPUS MODEL BATCH PER_DEVICE_BATCH EPOCHS DATASET MAX_STEPS RESULTS_DIR DATA_DIR VENV PYTHON"
 	@echo "           TORCH_INDEX_URL WHEELHOUSE BASE_IMAGE CA_CERTS BUILD_ARGS NO_CACHE REGISTRY TARGET IMAGES_DIR FILE KEEP DRY_RUN"
 	@echo "           NNODES NODE_RANK RDZV_ENDPOINT RDZV_ID NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME (multi-node)"
+	@echo "           ON GPUS_PER_NODE HOSTS LAUNCH_FLAGS (with ON=ENGINE an experiment target runs envkit launch:"
+	@echo "           make gpu-ddp-cifar ON=slurm NNODES=2 GPUS_PER_NODE=4 DRY_RUN=1)"
 
 venv: $(ENVKIT) ## create the pinned dev environment in VENV (default .venv)
 
@@ -90,17 +112,15 @@ $(ENVKIT): requirements/dev.txt pyproject.toml
 
 xla-env: .venv-xla/bin/python ## create the torch_xla environment in .venv-xla (CPU XLA tests)
 
-.venv-xla/bin/python: requirements/xla.txt
-	$(PYTHON) -m venv .venv-xla
-	.venv-xla/bin/pip install -r requirements/xla.txt
-	touch $@
+sky-env: .venv-sky/bin/python ## create SkyPilot's environment in .venv-sky (its own check of the launch task YAML)
 
-.PHONY: tpu-env
 tpu-env: .venv-tpu/bin/python ## create the TorchTPU environment in .venv-tpu (its no-TPU path is tested)
 
-.venv-tpu/bin/python: requirements/tpu.txt
-	$(PYTHON) -m venv .venv-tpu
-	.venv-tpu/bin/pip install -r requirements/tpu.txt
+# An environment of its own per requirements file: .venv-xla from requirements/xla.txt, .venv-sky from sky.txt,
+# .venv-tpu from tpu.txt.
+.venv-%/bin/python: requirements/%.txt
+	$(PYTHON) -m venv .venv-$*
+	.venv-$*/bin/pip install -r $<
 	touch $@
 
 render: | $(ENVKIT) ## render docker/<target>/ from envkit.yaml and templates/

@@ -56,6 +56,11 @@ def register(subparsers) -> None:
     launch.add_argument("--results-dir", type=Path, default=Path("results"), help="host results directory (hosts, slurm)")
     launch.add_argument("--data-dir", type=Path, default=Path("data"), help="host data directory (hosts, slurm)")
     launch.add_argument("--rdzv-port", type=int, default=DEFAULT_RDZV_PORT, help=f"rendezvous port (default {DEFAULT_RDZV_PORT})")
+    launch.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment variable for the job on every node, repeatable (e.g. GLOO_SOCKET_IFNAME=eth0): "
+                        "exported by the sbatch script, set on the container (Kubernetes, tpu-pod), in the task's envs "
+                        "(skypilot); hosts and slurm --container docker give it to run.sh, which passes the multi-node "
+                        "ones (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) into the container")
     engine = launch.add_argument_group("engine settings")
     engine.add_argument("--hosts", help="hosts: comma-separated host names, the rendezvous host first")
     engine.add_argument("--container", default="host", choices=SLURM_CONTAINERS,
@@ -116,6 +121,7 @@ def build(args):
         name=args.name,
         extra_args=tuple(args.recipe_args),
         rdzv_port=args.rdzv_port,
+        env=tuple(args.env),
         options=options,
     )
     return job, launch.render(args.on, job, args.output or Path("jobs"))

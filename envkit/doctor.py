@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import socket
 import subprocess
 from dataclasses import asdict, dataclass, field
 
@@ -34,6 +35,10 @@ class HostFacts:
     devices: dict[str, list[str]] = field(default_factory=dict)
     free_disk_gb: float = 0.0
     cpu_count: int = 1
+    # Multi-host torchrun's c10d rendezvous looks this host up by name (pytorch#150532).
+    hostname: str = ""
+    hostname_resolves: bool = True
+    hostname_problem: str | None = None  # what failed and what to do, when it does not resolve
 
 
 def _nvidia_gpus() -> list[str]:
@@ -55,9 +60,23 @@ def _device_checks() -> list[HostCheck]:
     return [spec.host for spec in kinds.load_kinds().values() if spec.host.check == "devices"]
 
 
+def hostname_problem(name: str) -> str | None:
+    """Why c10d cannot find this host by ``name`` (its own name and getfqdn()'s), or None when both resolve."""
+    for looked_up in dict.fromkeys((name, socket.getfqdn(name))):
+        try:
+            socket.getaddrinfo(looked_up, None)
+        except OSError as exc:
+            which = "does not resolve" if looked_up == name else f"resolves, its full name {looked_up} does not"
+            return (f"{which}: {exc.strerror or exc}; multi-host torchrun's c10d rendezvous fails without it; add "
+                    f"'ADDRESS {name}' to /etc/hosts, ADDRESS being this host's address on the network the other hosts reach")
+    return None
+
+
 def inspect_host() -> HostFacts:
     devices = {check.name: device_files(check) for check in _device_checks()}
-    facts = HostFacts(gpus=_nvidia_gpus(), devices=devices, cpu_count=os.cpu_count() or 1)
+    facts = HostFacts(gpus=_nvidia_gpus(), devices=devices, cpu_count=os.cpu_count() or 1, hostname=socket.gethostname())
+    facts.hostname_problem = hostname_problem(facts.hostname)
+    facts.hostname_resolves = facts.hostname_problem is None
     disk_path = "."
     try:
         client = connect_engine()
@@ -131,6 +150,7 @@ def format_report(facts: HostFacts) -> str:
         f"gpus            {len(facts.gpus)}" + "".join(f"\n                  {g}" for g in facts.gpus),
         *(f"{check.name + ' devices':16}{', '.join(facts.devices.get(check.name, [])) or 'none'}" for check in _device_checks()),
         f"cpus            {facts.cpu_count}",
+        f"host name       {facts.hostname}  ({facts.hostname_problem or 'resolves'})",
         f"free disk       {facts.free_disk_gb:.1f} GB" + ("  (low: images and datasets need ~10 GB)" if facts.free_disk_gb < LOW_DISK_GB else ""),
         "",
         "make targets on this host:",

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -27,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+PROJECT = Path(__file__).resolve().parent.parent
+SCRIPTS = PROJECT / "scripts"
 HOSTS_SCRIPT = SCRIPTS / "netns-hosts.sh"
 CLUSTER_SCRIPT = SCRIPTS / "slurm-cluster.sh"
 NAMESPACE_TOOLS = ("ip", "nsenter", "unshare")
@@ -35,7 +35,7 @@ SLURM_TOOLS = (*NAMESPACE_TOOLS, "munged", "mungekey", "slurmctld", "slurmd", "s
 # The interface each node host has on the hub's bridge (netns-hosts.sh): gloo must use it, not lo.
 NODE_INTERFACE = "eth0"
 RENDEZVOUS_PORT = 29500
-CIFAR_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "cifar.py"
+CIFAR_RECIPE = PROJECT / "recipes" / "cifar.py"
 
 
 def missing(tools: tuple[str, ...]) -> str | None:
@@ -94,12 +94,14 @@ class SlurmCluster:
         return ["bash", str(CLUSTER_SCRIPT), "exec", str(self.directory), *argv]
 
     def sbatch_wait(self, script: str, directory: Path, timeout: float = 300) -> tuple[int, str, str]:
-        """Submit ``script`` from a new ``directory`` with ``sbatch --wait``: the job's exit code as sbatch
+        """Submit ``script`` from ``directory`` with ``sbatch --wait``: the job's exit code as sbatch
         returns it, the job id, and the job's output."""
-        directory.mkdir()
+        directory.mkdir(exist_ok=True)
         (directory / "job.sh").write_text(script)
+        # sbatch hands its environment to the job: this Python environment's python and torchrun come first on PATH.
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', os.defpath)}"}
         done = subprocess.run(self.command("sbatch", "--wait", f"--chdir={directory}", f"--output={directory}/slurm-%j.out",
-                                           str(directory / "job.sh")), capture_output=True, text=True, timeout=timeout)
+                                           str(directory / "job.sh")), capture_output=True, text=True, timeout=timeout, env=env)
         submitted = re.search(r"Submitted batch job (\d+)", done.stdout)
         if submitted is None:
             raise RuntimeError(f"sbatch did not submit ({done.returncode}): {done.stderr.strip()}")
@@ -127,22 +129,22 @@ def slurm_cluster(directory: Path, count: int = 2) -> Iterator[SlurmCluster]:
         _script(CLUSTER_SCRIPT, "down", directory)
 
 
-def slurm_job_script(nodes: int, recipe_argv: list[str]) -> str:
-    """The sbatch script the Slurm test and benchmark submit: recipes/cifar.py in this Python environment,
-    one torchrun per node (``srun``), rendezvous on the allocation's first host.
-
-    The one place the job text comes from: envkit launch's rendered Slurm script is to replace it.
-    """
-    command = shlex.join([sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node", "1",
-                          "--rdzv-backend", "c10d", "--rdzv-id", "envkit"])
-    return f"""#!/bin/bash
-#SBATCH --nodes={nodes}
-#SBATCH --ntasks-per-node=1
-set -euo pipefail
-first_host=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
-export GLOO_SOCKET_IFNAME={NODE_INTERFACE} OMP_NUM_THREADS=1
-srun {command} --rdzv-endpoint="$first_host:{RENDEZVOUS_PORT}" -- {shlex.join([str(CIFAR_RECIPE), *recipe_argv])}
-"""
+def slurm_job_script(nodes: int, recipe_argv: list[str], data_dir: Path, results_dir: Path, output: Path) -> str:
+    """The sbatch script that ``envkit launch cpu-ddp-cifar --on slurm --container host`` renders, as a user
+    gets it (--dry-run --output): recipes/cifar.py in the Python environment sbatch is called from, one torchrun
+    per node (srun), rendezvous on the allocation's first host, gloo on the nodes' interface (--env)."""
+    argv = [
+        "launch", "cpu-ddp-cifar", "--on", "slurm", "--container", "host", "--nodes", str(nodes),
+        "--config", str(PROJECT / "envkit.yaml"), "--data-dir", str(data_dir), "--results-dir", str(results_dir),
+        # One thread per process: two nodes share this machine's cores.
+        "--env", f"GLOO_SOCKET_IFNAME={NODE_INTERFACE}", "--env", "OMP_NUM_THREADS=1",
+        "--dry-run", "--output", str(output), "--", *recipe_argv,
+    ]
+    done = subprocess.run([sys.executable, "-m", "envkit", *argv], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(PROJECT)})
+    if done.returncode != 0:
+        raise RuntimeError(f"envkit launch did not render the job ({done.returncode}): {done.stderr.strip()}")
+    return (output / "cpu-ddp-cifar.sbatch").read_text()
 
 
 def torchrun_on_hosts(hosts: Hosts, script: Path, argv: list[str], cwd: Path, port: int = RENDEZVOUS_PORT,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -141,6 +142,73 @@ def test_tpu_devices_skip_the_vfio_control_node(monkeypatch):
     listing = {"/dev/accel*": ["/dev/accel1", "/dev/accel0"], "/dev/vfio/*": ["/dev/vfio/vfio", "/dev/vfio/0"]}
     monkeypatch.setattr(doctor.glob, "glob", lambda pattern: listing[pattern])
     assert doctor.device_files(kind("tpu-vm").host) == ["/dev/accel0", "/dev/accel1", "/dev/vfio/0"]
+
+
+@pytest.fixture
+def resolver(monkeypatch):
+    """socket's name lookups answered from a dict (name -> fqdn); names not in ``known`` fail as DNS does."""
+    known: dict[str, str] = {}
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if host not in known.values() and host not in known:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.1", 0))]
+
+    monkeypatch.setattr(doctor.socket, "gethostname", lambda: "node7")
+    monkeypatch.setattr(doctor.socket, "getfqdn", lambda name="": known.get(name, name))
+    monkeypatch.setattr(doctor.socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/no.sock")  # no engine: the same answer on every machine
+    return known
+
+
+def test_a_host_name_that_resolves_is_reported_as_such(resolver):
+    resolver["node7"] = "node7.cluster.example"
+    host = doctor.inspect_host()
+    assert (host.hostname, host.hostname_resolves, host.hostname_problem) == ("node7", True, None)
+    assert "host name       node7  (resolves)" in doctor.format_report(host)
+    assert doctor.as_json(host)["hostname_resolves"] is True
+
+
+def test_a_host_name_that_does_not_resolve_says_what_to_do(resolver):
+    host = doctor.inspect_host()
+    assert (host.hostname, host.hostname_resolves) == ("node7", False)
+    assert host.hostname_problem.startswith("does not resolve: Name or service not known; multi-host torchrun's c10d")
+    assert "add 'ADDRESS node7' to /etc/hosts" in host.hostname_problem
+    line = next(text for text in doctor.format_report(host).splitlines() if text.startswith("host name"))
+    assert line.startswith("host name       node7  (does not resolve: ") and "/etc/hosts" in line
+    record = doctor.as_json(host)
+    assert (record["hostname"], record["hostname_resolves"], record["hostname_problem"]) == ("node7", False, host.hostname_problem)
+
+
+def test_a_full_name_that_does_not_resolve_is_named(resolver, monkeypatch):
+    resolver["node7"] = "node7.cluster.example"
+    monkeypatch.setattr(doctor.socket, "getfqdn", lambda name="": "node7.elsewhere.example")
+    problem = doctor.inspect_host().hostname_problem
+    assert problem.startswith("resolves, its full name node7.elsewhere.example does not: ")
+
+
+def doctor_json_as(command: list[str], tmp_path: Path) -> dict:
+    """``envkit doctor --json`` run under ``command`` (a host of another name), no engine to ask."""
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no.sock", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    done = subprocess.run([*command, sys.executable, "-m", "envkit", "doctor", "--json"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.slow  # needs root: a host of its own name in namespaces (about 2 s)
+def test_host_names_for_real_in_namespace_hosts(tmp_path):
+    from multihost import NAMESPACE_TOOLS, namespace_hosts, require
+
+    require(NAMESPACE_TOOLS)
+    # An empty network namespace (no DNS to ask) under a name no hosts file knows: c10d would fail here.
+    nowhere = doctor_json_as(["unshare", "--uts", "--net", "sh", "-c", 'hostname envkit-nowhere && exec "$@"', "sh"], tmp_path)
+    assert (nowhere["hostname"], nowhere["hostname_resolves"]) == ("envkit-nowhere", False)
+    assert "add 'ADDRESS envkit-nowhere' to /etc/hosts" in nowhere["hostname_problem"]
+    # A host from netns-hosts.sh: its /etc/hosts names it.
+    with namespace_hosts(tmp_path / "hosts", count=1) as hosts:
+        node = doctor_json_as(hosts.command("node1"), tmp_path)
+    assert (node["hostname"], node["hostname_resolves"], node["hostname_problem"]) == ("node1", True, None)
 
 
 def run_doctor(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:

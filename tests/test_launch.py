@@ -20,17 +20,20 @@ from launch_jobs import OUTPUT, REPO_ROOT, make_job
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "launch"
 REGISTRY_IMAGE = "registry.example:5000/team/envkit-cuda:latest"
+# --env in some cases of each engine (none in the others: no env, no change).
+IFNAMES = ("NCCL_SOCKET_IFNAME=ib0", "GLOO_SOCKET_IFNAME=eth0")
 
 # One representative experiment per engine (and per Slurm container), as `--dry-run` prints it.
 CASES = {
     "hosts-gpu-ddp-cifar": lambda: ("hosts", make_job("gpu-ddp-cifar", "hosts", gpus_per_node=4,
                                                       options=EngineOptions(hosts=("node1", "node2")))),
-    "hosts-cpu-ddp-cifar": lambda: ("hosts", make_job("cpu-ddp-cifar", "hosts", nproc_per_node=2,
+    "hosts-cpu-ddp-cifar": lambda: ("hosts", make_job("cpu-ddp-cifar", "hosts", nproc_per_node=2, env=IFNAMES[1:],
                                                       options=EngineOptions(hosts=("node1", "node2")))),
-    "slurm-host-cpu-ddp-cifar": lambda: ("slurm", make_job("cpu-ddp-cifar", "slurm", nproc_per_node=2)),
+    "slurm-host-cpu-ddp-cifar": lambda: ("slurm", make_job("cpu-ddp-cifar", "slurm", nproc_per_node=2,
+                                                           env=("GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1"))),
     "slurm-host-gpu-ddp-cifar": lambda: ("slurm", make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4,
                                                            options=EngineOptions(partition="gpu", time="02:00:00"))),
-    "slurm-docker-gpu-ddp-cifar": lambda: ("slurm", make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4,
+    "slurm-docker-gpu-ddp-cifar": lambda: ("slurm", make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4, env=IFNAMES,
                                                              options=EngineOptions(container="docker"))),
     "slurm-pyxis-gpu-ddp-cifar": lambda: ("slurm", make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4, image=REGISTRY_IMAGE,
                                                             options=EngineOptions(container="pyxis"))),
@@ -38,17 +41,19 @@ CASES = {
         "gpu-ddp-cifar", "slurm", gpus_per_node=4,
         options=EngineOptions(container="apptainer", image_tarball="/shared/images/envkit-cuda-0123456789ab.tar.gz"))),
     "pytorchjob-gpu-ddp-cifar": lambda: ("pytorchjob", make_job("gpu-ddp-cifar", "pytorchjob", gpus_per_node=4,
-                                                                image=REGISTRY_IMAGE)),
+                                                                image=REGISTRY_IMAGE, env=IFNAMES)),
     "jobset-gpu-ddp-cifar": lambda: ("jobset", make_job("gpu-ddp-cifar", "jobset", gpus_per_node=4, image=REGISTRY_IMAGE)),
     "jobset-tpu-mnist": lambda: ("jobset", make_job(
-        "tpu-mnist", "jobset", nodes=4, options=EngineOptions(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"))),
+        "tpu-mnist", "jobset", nodes=4, env=("XLA_FLAGS=--xla_dump_to=/tmp/x",),
+        options=EngineOptions(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"))),
     "tpu-pod-registry-tpu-mnist": lambda: ("tpu-pod", make_job(
         "tpu-mnist", "tpu-pod", nodes=4, image="registry.example:5000/team/envkit-tpu-vm:latest",
         options=EngineOptions(tpu="my-v4-32", zone="us-central2-b"))),
     "tpu-pod-tarball-tpu-mnist": lambda: ("tpu-pod", make_job(
-        "tpu-mnist", "tpu-pod", nodes=4,
+        "tpu-mnist", "tpu-pod", nodes=4, env=("XLA_FLAGS=--xla_dump_to=/tmp/x",),
         options=EngineOptions(tpu="my-v4-32", zone="us-central2-b", image_tarball="/shared/images/envkit-tpu-vm-0123456789ab.tar.gz"))),
-    "skypilot-gpu-ddp-cifar": lambda: ("skypilot", make_job("gpu-ddp-cifar", "skypilot", gpus_per_node=8, image=REGISTRY_IMAGE)),
+    "skypilot-gpu-ddp-cifar": lambda: ("skypilot", make_job("gpu-ddp-cifar", "skypilot", gpus_per_node=8, image=REGISTRY_IMAGE,
+                                                            env=IFNAMES)),
     "skypilot-tpu-mnist": lambda: ("skypilot", make_job("tpu-mnist", "skypilot", nodes=4, options=EngineOptions(accelerators="tpu-v5e-16"))),
 }
 
@@ -126,6 +131,12 @@ BAD_INPUT = {
     "nproc for a GPU experiment": (["gpu-ddp-cifar", "--on", "slurm", "--nproc-per-node", "2"], "--nproc-per-node"),
     "TPU JobSet without selectors": (["tpu-mnist", "--on", "jobset"], "--tpu-topology"),
     "stop on another engine": (["gpu-ddp-cifar", "--on", "slurm", "--stop"], "--stop"),
+    "env without a value": (["cpu-ddp-cifar", "--on", "slurm", "--env", "GLOO_SOCKET_IFNAME"], "is not NAME=VALUE"),
+    "env name a shell would run": (["cpu-ddp-cifar", "--on", "slurm", "--env", "X;touch /tmp/x=1"], "is not NAME=VALUE"),
+    "env name with a newline": (["cpu-ddp-cifar", "--on", "jobset", "--env", "A\nB=1"], "is not NAME=VALUE"),
+    "env given twice": (["cpu-ddp-cifar", "--on", "slurm", "--env", "A=1", "--env", "A=2"], "given twice"),
+    "env envkit sets": (["cpu-ddp-cifar", "--on", "slurm", "--env", "NNODES=4"], "from --nodes"),
+    "env the engine sets": (["cpu-ddp-cifar", "--on", "pytorchjob", "--env", "PET_NNODES=4"], "PET_*"),
 }
 
 

@@ -1,9 +1,9 @@
 """SkyPilot task YAMLs checked by SkyPilot itself, offline.
 
 SkyPilot is not in envkit's environments (it pulls in cloud SDKs): point
-ENVKIT_SKY_PYTHON at an interpreter that has it (`pip install skypilot` in a
-separate venv). It runs inside an empty network namespace (`unshare --net`), so
-it cannot reach any cloud.
+ENVKIT_SKY_PYTHON at an interpreter that has it (`make sky-env` makes
+.venv-sky; CI sets it). It runs inside an empty network namespace (`unshare
+--net`, root), so it cannot reach any cloud.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ out = {}
 for path in sys.argv[1:]:
     try:
         task = sky.Task.from_yaml(path)
-        out[path] = {"num_nodes": task.num_nodes, "resources": sorted(str(r) for r in task.resources)}
+        out[path] = {"num_nodes": task.num_nodes, "resources": sorted(str(r) for r in task.resources), "envs": task.envs}
     except Exception as exc:
         out[path] = {"error": str(exc).splitlines()[0]}
 print(json.dumps(out))
@@ -39,7 +39,9 @@ def sky_python():
         pytest.skip("ENVKIT_SKY_PYTHON is not set: no interpreter with SkyPilot to check the task YAML with")
     probe = subprocess.run(["unshare", "--net", python, "-c", "import sky"], capture_output=True, text=True)
     if probe.returncode != 0:
-        pytest.skip(f"cannot run SkyPilot in an empty network namespace: {probe.stderr.strip().splitlines()[-1:]}")
+        # Named on purpose (CI: make sky-env), so a SkyPilot that cannot run is a failure, not a skip.
+        pytest.fail(f"ENVKIT_SKY_PYTHON={python} cannot run SkyPilot in an empty network namespace: "
+                    f"{probe.stderr.strip().splitlines()[-1:]}")
     return python
 
 
@@ -47,7 +49,7 @@ def sky_python():
 def test_sky_accepts_the_tasks_and_rejects_a_broken_one(sky_python, tmp_path):
     tasks = {
         "gpu": skypilot.task(make_job("gpu-ddp-cifar", "skypilot", gpus_per_node=8)),
-        "cpu": skypilot.task(make_job("cpu-ddp-cifar", "skypilot", nproc_per_node=4)),
+        "cpu": skypilot.task(make_job("cpu-ddp-cifar", "skypilot", nproc_per_node=4, env=("GLOO_SOCKET_IFNAME=eth0",))),
         "tpu": skypilot.task(make_job("tpu-mnist", "skypilot", nodes=4, options=EngineOptions(accelerators="tpu-v5e-16"))),
     }
     tasks["broken"] = {**tasks["cpu"], "num_nodes": "two"}
@@ -64,5 +66,6 @@ def test_sky_accepts_the_tasks_and_rejects_a_broken_one(sky_python, tmp_path):
     assert result["gpu"]["num_nodes"] == 2 and "'A100': 8" in result["gpu"]["resources"][0]
     assert "image_id=docker:envkit-cuda:latest" in result["gpu"]["resources"][0]
     assert result["cpu"]["num_nodes"] == 2 and "error" not in result["cpu"]
+    assert result["cpu"]["envs"] == {"ENVKIT_IMAGE": "envkit-cpu:latest", "GLOO_SOCKET_IFNAME": "eth0"}
     assert result["tpu"]["num_nodes"] == 4 and "tpu-v5e-16" in result["tpu"]["resources"][0]
     assert "error" in result["broken"]

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from envkit.experiment_table import load_experiments
+
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
 
 ISSUE_TARGETS = [
@@ -37,7 +39,8 @@ def project(tmp_path: Path, repo_root: Path) -> Path:
     work = tmp_path / "project"
     work.mkdir()
     shutil.copy(repo_root / "Makefile", work)
-    for name in ("envkit.yaml", "pyproject.toml", "requirements/dev.txt", "requirements/xla.txt", "templates/Dockerfile.j2",
+    for name in ("envkit.yaml", "pyproject.toml", "requirements/dev.txt", "requirements/xla.txt", "requirements/sky.txt", "requirements/tpu.txt",
+                 "templates/Dockerfile.j2",
                  "envkit/data/matrix.yaml"):
         (work / name).parent.mkdir(parents=True, exist_ok=True)
         (work / name).write_text("stand-in\n")
@@ -72,6 +75,21 @@ def planned(repo_root: Path, make_line: str) -> list[str]:
     assert done.returncode == 0, done.stderr
     envkit = words[start - 1]
     return [line.replace(f"{sys.executable} -m envkit", envkit) for line in done.stdout.splitlines() if not line.startswith("#")]
+
+
+def launch(repo_root: Path, make_line: str) -> subprocess.CompletedProcess:
+    """The `envkit launch ...` line of ``make -n``, run by this checkout's envkit."""
+    words = shlex.split(make_line)
+    return subprocess.run([sys.executable, "-m", "envkit", *words[words.index("launch"):]], cwd=repo_root,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(repo_root)})
+
+
+def launched(repo_root: Path, make_line: str) -> str:
+    """What that line prints with DRY_RUN=1: exactly what it would submit."""
+    assert "--dry-run" in shlex.split(make_line), make_line
+    done = launch(repo_root, make_line)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def experiment(project: Path, repo_root: Path, *args: str) -> list[str]:
@@ -158,6 +176,48 @@ def test_multi_node_settings_reach_run_sh_quoted(project):
     assert dry_run(project, "gpu-ddp-cifar")[0].startswith(".venv/bin/envkit experiment "), "unset: not passed"
 
 
+def test_help_lists_the_launch_variables(project):
+    done = make(project, "help")
+    assert "ON GPUS_PER_NODE HOSTS LAUNCH_FLAGS" in done.stdout and "make gpu-ddp-cifar ON=slurm" in done.stdout
+
+
+def test_on_submits_the_experiment_through_envkit_launch(project, repo_root):
+    lines = dry_run(project, "gpu-ddp-cifar", "ON=slurm", "NNODES=2", "GPUS_PER_NODE=4", "EPOCHS=1", "GLOO_SOCKET_IFNAME=eth0",
+                    "DRY_RUN=1", "RESULTS_DIR=/r", "DATA_DIR=/d")
+    assert lines == [".venv/bin/envkit launch gpu-ddp-cifar --on 'slurm' --nodes '2' --gpus-per-node '4' --results-dir /r "
+                     "--data-dir /d --env 'GLOO_SOCKET_IFNAME=eth0' --dry-run -- --epochs 1"]
+    script = launched(repo_root, lines[0])
+    assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=4\n" in script
+    assert "\nexport GLOO_SOCKET_IFNAME=eth0\n" in script
+    # The experiment's own arguments come from the table, the user's flags after them.
+    assert "--data-dir /d --results-dir /r --device cuda --parallel ddp --epochs 1\n" in script
+
+
+def test_on_passes_only_what_was_set_quoted(project, repo_root):
+    line = dry_run(project, "cpu-ddp-cifar", "ON=hosts", "NNODES=2", "HOSTS=a,b'c", "REGISTRY=reg.example:5000/team",
+                   "NCCL_SOCKET_IFNAME=ib 0", "RDZV_ENDPOINT=x:1", "LAUNCH_FLAGS=--nproc-per-node 2 --tag v1")[0]
+    words = shlex.split(line)
+    assert words[:8] == [".venv/bin/envkit", "launch", "cpu-ddp-cifar", "--on", "hosts", "--nodes", "2", "--hosts"]
+    assert words[8:12] == ["a,b'c", "--registry", "reg.example:5000/team", "--results-dir"]
+    assert words[-6:] == ["--env", "NCCL_SOCKET_IFNAME=ib 0", "--nproc-per-node", "2", "--tag", "v1"]
+    # envkit launch sets the rendezvous itself; no recipe flags were given, so no '--'.
+    assert "RDZV_ENDPOINT" not in line and "--" not in words
+    assert dry_run(project, "tpu-mnist", "ON=tpu-pod")[0].startswith(".venv/bin/envkit launch tpu-mnist --on 'tpu-pod' --results-dir ")
+
+
+def test_on_makes_every_experiment_target_launch(project):
+    for name in load_experiments():
+        (line,) = dry_run(project, name, "ON=skypilot", "MODEL=resnet50")
+        assert line.startswith(f".venv/bin/envkit launch {name} --on 'skypilot' ") and " experiment " not in line
+        assert line.endswith("-- --model resnet50") == name.endswith("cifar"), line
+
+
+def test_an_unknown_engine_is_envkit_launchs_one_line(project, repo_root):
+    done = launch(repo_root, dry_run(project, "gpu-ddp-cifar", "ON=nomad")[0])
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "invalid choice: 'nomad'" in done.stderr
+
+
 @pytest.mark.parametrize("gpus", ["0,x", "0,", "-1", "all,0", "0;rm"])
 def test_invalid_gpus_is_one_clear_line(project, gpus):
     done = make(project, "-n", "gpu-dp-cifar", f"GPUS={gpus}")
@@ -215,12 +275,24 @@ def test_missing_venv_is_created_from_the_pinned_requirements(project):
     assert lines[4].startswith("/tmp/elsewhere/bin/envkit experiment ") and lines[4].endswith(" cpu-mnist")
 
 
-def test_xla_env_comes_from_its_requirements(project):
-    assert dry_run(project, "xla-env", "PYTHON=python3") == [
-        "python3 -m venv .venv-xla",
-        ".venv-xla/bin/pip install -r requirements/xla.txt",
-        "touch .venv-xla/bin/python",
+@pytest.mark.parametrize("name", ["xla", "sky", "tpu"])
+def test_side_environments_come_from_their_requirements(project, name):
+    assert dry_run(project, f"{name}-env", "PYTHON=python3") == [
+        f"python3 -m venv .venv-{name}",
+        f".venv-{name}/bin/pip install -r requirements/{name}.txt",
+        f"touch .venv-{name}/bin/python",
     ]
+
+
+def test_ci_checks_skypilot_and_the_kubernetes_schemas(repo_root):
+    ci = (repo_root / ".ci" / "run").read_text()
+    assert "\nmake sky-env\nexport ENVKIT_SKY_PYTHON=\"$PWD/.venv-sky/bin/python\"\n" in ci
+    assert "ENVKIT_REQUIRE_K8S_SCHEMAS=1" in ci
+
+
+def test_ci_requires_the_torch_tpu_environment(repo_root):
+    ci = (repo_root / ".ci" / "run").read_text()
+    assert "\nmake tpu-env\n" in ci and "ENVKIT_REQUIRE_TPU_ENV=1" in ci
 
 
 def test_sharing_targets(project):

@@ -49,7 +49,11 @@ def test_ddp_across_two_hosts_matches_two_processes_on_one(tmp_path, data_dir, t
     ]
     across, one_host = only_results(tmp_path / "two-hosts"), only_results(tmp_path / "one-host")
     assert across["environment"]["host"] == "node1"
-    assert (across["configuration"]["world_size"], across["configuration"]["per_device_batch"]) == (2, 8)
+    configuration = across["configuration"]
+    assert (configuration["world_size"], configuration["per_device_batch"]) == (2, 8)
+    # Two hosts of one process each; the single-host run is one host of two.
+    assert (configuration["nodes"], configuration["processes_per_node"]) == (2, 1)
+    assert (one_host["configuration"]["nodes"], one_host["configuration"]["processes_per_node"]) == (1, 2)
     ours, theirs = across["metrics"], one_host["metrics"]
     assert ours["steps"] == theirs["steps"]
     for accuracy in ours["epoch_test_accuracy"]:

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from multihost import SlurmCluster, slurm_job_script, two_node_slurm  # noqa: E402, F401 - two_node_slurm is a fixture
+from multihost import (  # noqa: E402, F401 - two_node_slurm is a fixture
+    NODE_INTERFACE, SlurmCluster, slurm_job_script, two_node_slurm,
+)
 from test_cifar_ddp import TRAINING, data_dir, only_results  # noqa: E402, F401 - data_dir is a fixture
 
 pytestmark = pytest.mark.slow
@@ -33,20 +35,27 @@ def test_sbatch_runs_ddp_on_both_nodes_and_returns_the_exit_code(tmp_path, data_
                            capture_output=True, text=True, timeout=30)
     assert sinfo.stdout.split("\n")[:2] == ["node1 idle", "node2 idle"], sinfo.stdout
 
-    recipe_argv = [*TRAINING, "--epochs", "1", "--data-dir", str(data_dir), "--parallel", "ddp", "--show-scatter"]
-    returncode, job, output = two_node_slurm.sbatch_wait(slurm_job_script(2, [*recipe_argv, "--results-dir", "results"]), tmp_path / "good")
+    def submit(label: str, recipe_argv: list[str]) -> tuple[int, str, str, Path]:
+        """The rendered script of ``envkit launch cpu-ddp-cifar --on slurm``, submitted from tmp_path/label."""
+        directory, results = tmp_path / label, tmp_path / label / "results"
+        script = slurm_job_script(2, [*TRAINING, "--epochs", "1", "--show-scatter", *recipe_argv], data_dir, results, directory)
+        assert f"\nexport GLOO_SOCKET_IFNAME={NODE_INTERFACE}\n" in script and "\nsrun --ntasks-per-node=1 torchrun " in script
+        return (*two_node_slurm.sbatch_wait(script, directory), results)
+
+    returncode, job, output, results_dir = submit("good", [])
     assert returncode == 0, output[-3000:]
     assert recorded_exit_code(two_node_slurm, job) == 0
     # Both ranks ran, each on half of the global batch; rank 0, on the first host, alone wrote results.
     for rank in (0, 1):
         assert output.count(f"scatter (ddp rank {rank}/2, cpu): input [8, 3, 64, 64]") == 1, output[-3000:]
-    results = only_results(tmp_path / "good" / "results")
+    results = only_results(results_dir)
     assert results["environment"]["host"] == "node1"
-    assert results["configuration"]["world_size"] == 2
+    configuration = results["configuration"]
+    assert (configuration["world_size"], configuration["nodes"], configuration["processes_per_node"]) == (2, 2, 1)
 
     # A job that fails: sbatch --wait returns its exit code (the one slurmctld recorded), and nothing was written.
-    returncode, job, output = two_node_slurm.sbatch_wait(slurm_job_script(2, [*recipe_argv, "--global-batch", "15"]), tmp_path / "bad")
+    returncode, job, output, results_dir = submit("bad", ["--global-batch", "15"])
     assert returncode != 0
     assert returncode == recorded_exit_code(two_node_slurm, job)
     assert "does not divide over 2 replicas" in output
-    assert not (tmp_path / "bad" / "results").exists()
+    assert list(results_dir.rglob("*")) == []  # the script made the directory; the recipe wrote nothing

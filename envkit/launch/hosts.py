@@ -37,6 +37,7 @@ def plan(job: jobs.Job, output: Path) -> Plan:
     env = container_env(job)
     if job.nodes > 1:
         env.update(NNODES=str(job.nodes), RDZV_ENDPOINT=f"{hosts[0]}:{job.rdzv_port}", RDZV_ID=job.rdzv_id)
+    env.update(job.env)
     command = ("env", *(f"{key}={value}" for key, value in env.items()), run_sh(job), job.recipe, *recipe_args(job))
     where = [f"{host}{' (rendezvous host)' if rank == 0 and job.nodes > 1 else ''}" for rank, host in enumerate(hosts)]
     return Plan(

@@ -39,6 +39,15 @@ _DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
 _SBATCH_VALUE = {"partition": re.compile(r"^[A-Za-z0-9_.,-]+$"), "time": re.compile(r"^[0-9][0-9:-]*$")}
+# --env NAME=VALUE: a name every engine can set (POSIX shell, docker -e, Kubernetes, SkyPilot).
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Set by envkit or the engine from the job itself; the options that change them are named instead.
+RESERVED_ENV = {
+    "ENVKIT_IMAGE": "--image", "IMAGE": "--image", "DATA_DIR": "--data-dir", "RESULTS_DIR": "--results-dir",
+    "GPUS": "--gpus-per-node", "NNODES": "--nodes", "NODE_RANK": "--nodes", "RDZV_ENDPOINT": "--rdzv-port",
+    "RDZV_ID": "--name", "PJRT_DEVICE": "the experiment",
+}
+RESERVED_ENV_PREFIXES = ("PET_", "SLURM_", "SKYPILOT_")
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,7 @@ class Job:
     results_dir: str
     rdzv_port: int = DEFAULT_RDZV_PORT
     rdzv_id: str = "envkit"
+    env: tuple[tuple[str, str], ...] = ()  # --env NAME=VALUE, in the order given: set for the recipe on every node
     options: EngineOptions = field(default_factory=EngineOptions)
 
     @property
@@ -96,6 +106,27 @@ class Job:
             return ()
         return (f"{self.image} names no registry: every node must already have it; "
                 f"push it (envkit push {self.target} --registry R) and pass --registry R",)
+
+
+def parse_env(assignments) -> tuple[tuple[str, str], ...]:
+    """``--env NAME=VALUE`` words as (name, value) pairs; any value, since every engine quotes or emits it."""
+    pairs: dict[str, str] = {}
+    for assignment in assignments:
+        name, equals, value = assignment.partition("=")
+        if not equals or not _ENV_NAME.match(name):
+            raise EnvkitError(
+                f"--env {assignment!r} is not NAME=VALUE (NAME: letters, digits and '_', not starting with a digit)"
+            )
+        if name in pairs:
+            raise EnvkitError(f"--env {name} is given twice; give each variable once")
+        engine_set = [f"the engine's {prefix}* variables" for prefix in RESERVED_ENV_PREFIXES if name.startswith(prefix)]
+        source = RESERVED_ENV.get(name) or next(iter(engine_set), None)
+        if source:
+            raise EnvkitError(f"--env {name}: envkit or the engine sets it for the job (from {source}), not --env")
+        if "\0" in value:
+            raise EnvkitError(f"--env {name}: a value cannot hold a NUL character")
+        pairs[name] = value
+    return tuple(pairs.items())
 
 
 def check_gpus(experiment, gpus_per_node: int) -> None:
@@ -122,6 +153,7 @@ def build_job(
     name: str | None = None,
     extra_args: tuple[str, ...] = (),
     rdzv_port: int = DEFAULT_RDZV_PORT,
+    env: tuple[str, ...] = (),
     options: EngineOptions = EngineOptions(),
 ) -> Job:
     if engine not in ENGINE_KINDS:
@@ -164,6 +196,7 @@ def build_job(
         results_dir=str(results_dir),
         rdzv_port=rdzv_port,
         rdzv_id=name,
+        env=parse_env(env),
         options=options,
     )
 

@@ -48,6 +48,7 @@ def task(job: jobs.Job) -> dict[str, Any]:
     envs = {"ENVKIT_IMAGE": job.image}
     if job.kind == "tpu-vm":
         envs["PJRT_DEVICE"] = "TPU"
+    envs.update(job.env)
     return {"name": job.name, "num_nodes": job.nodes, "resources": resources, "envs": envs, "run": run_script(job)}
 
 

@@ -46,9 +46,15 @@ def render(job: jobs.Job) -> str:
         ': "${head:?scontrol found no host in SLURM_JOB_NODELIST}"',
         "set -o pipefail",
         line("mkdir", "-p", "--", job.results_dir),
+        *_exports(job.env),
         *body,
         "",
     ])
+
+
+def _exports(env) -> list[str]:
+    # srun hands the batch script's environment to every task; Pyxis and Apptainer pass it into the container.
+    return [line("export", f"{key}={value}") for key, value in env]
 
 
 def _torchrun(job: jobs.Job) -> list[str]:
@@ -72,7 +78,7 @@ def _host(job: jobs.Job) -> list[str]:
 def _docker(job: jobs.Job) -> list[str]:
     env = hosts.container_env(job)
     env.pop("GPUS", None)  # per node, from the step's allocation (below)
-    exports = [line("export", f"{key}={value}") for key, value in env.items()]
+    exports = _exports(env.items())
     exports.append(line(Raw("export"), Raw('NNODES="$SLURM_NNODES"'), Raw(f'RDZV_ENDPOINT="$head":{job.rdzv_port}'),
                         Raw('RDZV_ID="$SLURM_JOB_ID"')))
     wrap = ["bash", "-c", STEP_GPUS] if job.kind == "cuda" else []

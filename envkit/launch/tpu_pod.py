@@ -48,6 +48,7 @@ def remote_command(job: jobs.Job) -> str:
         *DOCKER, "run", "--rm", "--init", "--name", container_name(job),
         "--user", Raw('"$(id -u):$(id -g)"'), "-e", "HOME=/tmp",
         "--privileged", "--net=host", "--shm-size", "16G", "-e", "PJRT_DEVICE=TPU", "-e", f"ENVKIT_IMAGE={job.image}",
+        *(word for key, value in job.env for word in ("-e", f"{key}={value}")),
         "-v", Raw(f'"$HOME"/{WORKER_DIR}/data:{jobs.CONTAINER_DATA}'),
         "-v", Raw(f'"$HOME"/{WORKER_DIR}/results:{jobs.CONTAINER_RESULTS}'),
         job.image, "python", *job.image_argv(),
