@@ -90,7 +90,7 @@ endef
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help venv xla-env sky-env render build-cpu build-cuda build-tpu-vm tpu-mnist tpu-mnist-single \
+.PHONY: help venv xla-env sky-env tpu-env render build-cpu build-cuda build-tpu-vm tpu-mnist tpu-mnist-single \
 	gpu-mnist cpu-mnist gpu-single-cifar gpu-dp-cifar gpu-ddp-cifar cpu-single-cifar cpu-ddp-cifar compare \
 	push save load prune demo test doctor
 
@@ -114,7 +114,10 @@ xla-env: .venv-xla/bin/python ## create the torch_xla environment in .venv-xla (
 
 sky-env: .venv-sky/bin/python ## create SkyPilot's environment in .venv-sky (its own check of the launch task YAML)
 
-# An environment of its own per requirements file: .venv-xla from requirements/xla.txt, .venv-sky from sky.txt.
+tpu-env: .venv-tpu/bin/python ## create the TorchTPU environment in .venv-tpu (its no-TPU path is tested)
+
+# An environment of its own per requirements file: .venv-xla from requirements/xla.txt, .venv-sky from sky.txt,
+# .venv-tpu from tpu.txt.
 .venv-%/bin/python: requirements/%.txt
 	$(PYTHON) -m venv .venv-$*
 	.venv-$*/bin/pip install -r $<

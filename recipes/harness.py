@@ -44,11 +44,6 @@ import torch
 SCHEMA_VERSION = 2
 DEVICES = ("cpu", "cuda", "tpu")
 DATASETS = ("real", "fake")
-# The library that gives PyTorch its TPU device. TorchTPU ("torch_tpu", a native "tpu"
-# device) is meant to slot in beside it: select_device, synchronize and the results'
-# configuration.backend are the places that ask.
-TPU_BACKEND = "torch_xla"
-
 
 class RecipeError(Exception):
     """A problem the user can fix; the message is one line: what was wrong, what is allowed."""
@@ -213,7 +208,7 @@ def check_run_name(name: str) -> str:
 def default_run_name(device: str, *, world_size: int = 1, strategy: str | None = None, parallel: str | None = None) -> str:
     """A run name from the configuration: ``cpu``, ``tpu-x8-xmp``, ``cuda-x4-ddp``."""
     name = device
-    if world_size > 1 or strategy in ("xmp", "spmd") or parallel in ("dp", "ddp"):
+    if world_size > 1 or strategy in ("xmp", "spmd", "ddp") or parallel in ("dp", "ddp"):
         name += f"-x{world_size}"
     mode = strategy if strategy not in (None, "single") else parallel if parallel not in (None, "none") else None
     if mode:
@@ -311,6 +306,8 @@ def synchronize(device: torch.device) -> None:
     """
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    elif device.type == "tpu":  # TorchTPU
+        torch.accelerator.synchronize()
     elif is_xla(device):
         import torch_xla  # noqa: PLC0415
         import torch_xla.core.xla_model as xm  # noqa: PLC0415
@@ -704,6 +701,8 @@ def capture_environment(device: torch.device, device_kind: str) -> dict:
         import torch_xla.runtime as xr  # noqa: PLC0415
 
         name, count = f"XLA:{xm.xla_device_hw(device)}", xr.global_runtime_device_count()
+    elif device.type == "tpu":  # TorchTPU
+        name, count = "TPU (torch_tpu)", torch.accelerator.device_count()
     else:
         name, count = _cpu_name(), os.cpu_count() or 1
     torch_xla_version = _package_version("torch_xla") if is_xla(device) or device_kind == "tpu" else None
@@ -732,7 +731,7 @@ def configuration_record(args: argparse.Namespace, replicas: Replicas, *, model:
     """The results' ``configuration``: what the report groups runs by (null where it does not apply)."""
     return {
         "device": args.device,
-        "backend": TPU_BACKEND if args.device == "tpu" else None,
+        "backend": args.backend if args.device == "tpu" else None,  # the library behind the TPU device (tpu_backend.py)
         "cores": cores,
         "strategy": strategy,
         "parallel": parallel,
@@ -1064,7 +1063,9 @@ class Run:
 
     def show_loss(self, loss: torch.Tensor, step_in_epoch: int) -> None:
         """Every --log-every steps, put ``loss`` on the progress bar once its step has run (no extra sync)."""
-        if self._shown and step_in_epoch % self.args.log_every == 0:
+        # TorchTPU: a .item() on rank 0 alone deadlocks the other ranks, so DDP there shows no loss.
+        tpu_ranks = self.replicas.device.type == "tpu" and self.replicas.world_size > 1
+        if self._shown and step_in_epoch % self.args.log_every == 0 and not tpu_ranks:
             after_step(self.replicas.device, lambda value: self._bar.set_postfix(loss=f"{value.item():.4f}"), loss)
 
     def save(self, parts: dict, epochs_done: int) -> None:

@@ -6,6 +6,7 @@
     python recipes/mnist.py --device tpu --cores all                    # one process per core
     python recipes/mnist.py --device tpu --cores all --strategy spmd    # one process, SPMD data parallel
     PJRT_DEVICE=CPU CPU_NUM_DEVICES=2 python recipes/mnist.py --device tpu --strategy spmd   # dry run on CPU
+    python recipes/mnist.py --device tpu --cores all    # in a TorchTPU image: DDP, one process per device
 
 Network, optimiser and schedule are the PyTorch MNIST example's (Adadelta 1.0, StepLR 0.7, batch 128,
 10 epochs); timing, checkpoints (``--resume``) and the results JSON are harness.py's, as in every recipe.
@@ -16,9 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import tpu_backend  # noqa: I001 - before torch, which loads TorchTPU where it is installed (see there)
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 
 import harness
 from harness import RecipeError, Replicas
@@ -73,6 +76,8 @@ def load_data(args) -> tuple[harness.IndexBatchDataset, harness.IndexBatchDatase
 # The published 8-core run was slower than one core (158.9 s vs 127.2 s) for reasons outside these
 # lines: a .item() every step stalls the device, the 8x global batch needs a scaled learning rate
 # (E3), and an accuracy must count every replica's shard. This recipe avoids all three.
+# TorchTPU (torch_tpu, torch >= 2.11) runs the same network eagerly on its "tpu" device: one device,
+# or DDP over its "tpu_dist" process group with one process per device (torchrun).
 
 
 @dataclass
@@ -83,6 +88,7 @@ class Strategy:
     feed: Callable | None = None  # loader -> device batches; None: all data lives on the device (MNIST fits)
     step: Callable = lambda optimizer: optimizer.step()
     share_weights: Callable[[nn.Module], None] | None = None  # make every replica start from rank 0's weights
+    wrap: Callable[[nn.Module], nn.Module] = lambda model: model  # DDP: all-reduce gradients in backward()
 
     def batches(self, loader):
         return loader if self.feed is None else self.feed(loader)
@@ -118,6 +124,12 @@ def spmd() -> Strategy:
     return Strategy(Replicas(device, replicas=devices), feed=lambda loader: pl.MpDeviceLoader(loader, device, input_sharding=sharding))
 
 
+def torch_tpu(ddp_fields: dict | None = None) -> Strategy:  # one device, or DDP in every process torchrun starts
+    if ddp_fields is None:  # eager: each .item() and the epoch-end sync wait for the device
+        return Strategy(Replicas(tpu_backend.torch_tpu_device()))
+    return Strategy(Replicas(**ddp_fields), wrap=DistributedDataParallel)  # no device_ids on TPU
+
+
 def train_epoch(model, optimizer, loader, strategy: Strategy, training: harness.Run, epoch: int) -> float:
     """One pass over this process's shard; returns the mean training loss over every process."""
     model.train()
@@ -143,7 +155,7 @@ def run(strategy: Strategy, args) -> None:
     train_set, test_set = (split.to(replicas.device) if strategy.feed is None else split for split in load_data(args))
     train_loader, test_loader = harness.shard_loaders(  # SPMD: one process loads whole global batches
         train_set, test_set, replicas, batch=args.global_batch // replicas.world_size, test_batch=args.test_batch, seed=args.seed)
-    model = Net().to(replicas.device)
+    model = strategy.wrap(Net().to(replicas.device))
     optimizer = torch.optim.Adadelta(model.parameters(), lr=args.effective_lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, harness.WarmupThenDecay(args.warmup_epochs, args.gamma))
     parts = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
@@ -153,15 +165,18 @@ def run(strategy: Strategy, args) -> None:
     training.fit(parts, lambda epoch: train_epoch(model, optimizer, train_loader, strategy, training, epoch),
             evaluate=lambda: harness.global_accuracy(model, strategy.batches(test_loader), replicas))
     cores = (1 if args.cores == "1" else args.world_size) if args.device == "tpu" else None
-    training.write_results(harness.configuration_record(args, replicas, model="mnist-net", image_size=28, cores=cores, strategy=args.strategy), {})
+    spread = {"parallel": "ddp"} if args.strategy == "ddp" else {"strategy": args.strategy}  # DDP is DDP on every device
+    training.write_results(harness.configuration_record(args, replicas, model="mnist-net", image_size=28, cores=cores, **spread), {})
 
 
 def parse_args(argv: list[str] | None):
     parser = harness.RecipeArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     harness.add_common_arguments(parser, default_epochs=10)
-    parser.add_argument("--cores", choices=("1", "all"), help="tpu only: one core, or all (default: 1, or all for xmp/spmd)")
-    parser.add_argument("--strategy", choices=("single", "xmp", "spmd"), help="tpu only: single core; xmp = one process "
-                        "per core (torch_xla.launch); spmd = one process sharding each batch over all devices")
+    parser.add_argument("--cores", choices=("1", "all"), help="tpu only: one core, or all (default: 1, or all for xmp/spmd/ddp)")
+    parser.add_argument("--strategy", choices=("single", "xmp", "spmd", "ddp"), help="tpu only: single core; torch_xla: xmp = one "
+                        "process per core, spmd = one process sharding each batch; torch_tpu: ddp = one process per device")
+    parser.add_argument("--tpu-backend", choices=("auto", *tpu_backend.BACKENDS), default="auto",
+                        help="tpu only (default: auto, the installed one; torch_xla when both are)")
     harness.add_batch_arguments(parser, reference_batch=REFERENCE_BATCH, default="per-device", optimizer="Adadelta", lr=1.0, lr_scaling="linear")
     parser.add_argument("--gamma", type=harness.positive_float, default=0.7, help="learning-rate decay per epoch (default: 0.7)")
     parser.add_argument("--test-batch", type=harness.positive_int, default=1000, help="evaluation batch per process (default: 1000)")
@@ -170,13 +185,7 @@ def parse_args(argv: list[str] | None):
     for option, value in (("--cores", args.cores), ("--strategy", args.strategy)):
         if value is not None and args.device != "tpu":
             raise RecipeError(f"{option} applies to --device tpu only; --device {args.device} trains on one device")
-    if args.device == "tpu":
-        args.strategy = args.strategy or ("xmp" if args.cores == "all" else "single")
-        args.cores = args.cores or ("1" if args.strategy == "single" else "all")
-        if (args.cores == "1") != (args.strategy == "single"):
-            raise RecipeError(f"--cores {args.cores} does not fit --strategy {args.strategy}: "
-                              "--strategy single uses one core, xmp and spmd use all cores")
-        harness.import_torch_xla()
+    args.backend = tpu_backend.resolve(args) if args.device == "tpu" else None  # and fills in strategy and cores
     return args
 
 
@@ -184,6 +193,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.device != "tpu":  # cpu or cuda, as pytorch/examples
         run(Strategy(Replicas(harness.select_device(args.device))), args)
+    elif args.backend == "torch_tpu" and args.strategy == "ddp":  # load_data: as for xmp
+        tpu_backend.data_parallel(__file__, argv, lambda fields: run(torch_tpu(fields), args), lambda: load_data(args))
+    elif args.backend == "torch_tpu":
+        run(torch_tpu(), args)
     elif args.strategy == "xmp":
         load_data(args)  # a missing dataset is one line here, not one per process (and downloads once)
         harness.import_torch_xla().launch(_one_process_per_core, args=(args,))

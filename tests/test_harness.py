@@ -369,11 +369,12 @@ def test_one_vocabulary_for_replicas_and_processes():
     assert (two_hosts.replicas, two_hosts.processes_per_node, two_hosts.is_main) == (4, 2, False)
 
 
-@pytest.mark.parametrize(("device", "backend"), [("cpu", None), ("cuda", None), ("tpu", "torch_xla")])
+@pytest.mark.parametrize(("device", "backend"), [("cpu", None), ("cuda", None), ("tpu", "torch_xla"), ("tpu", "torch_tpu")])
 def test_configuration_records_hosts_processes_and_backend(device, backend):
     import argparse
 
-    args = argparse.Namespace(device=device, world_size=4, global_batch=64, per_device_batch=16, dataset="fake")
+    # The recipe's args.backend: the TPU backend it chose (recipes/tpu_backend.py), None off the TPU.
+    args = argparse.Namespace(device=device, backend=backend, world_size=4, global_batch=64, per_device_batch=16, dataset="fake")
     record = harness.configuration_record(args, harness.Replicas(torch.device("cpu"), world_size=4, nodes=2),
                                           model="m", image_size=28, parallel="ddp")
     assert record == {"device": device, "backend": backend, "cores": None, "strategy": None, "parallel": "ddp",

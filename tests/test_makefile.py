@@ -39,7 +39,7 @@ def project(tmp_path: Path, repo_root: Path) -> Path:
     work = tmp_path / "project"
     work.mkdir()
     shutil.copy(repo_root / "Makefile", work)
-    for name in ("envkit.yaml", "pyproject.toml", "requirements/dev.txt", "requirements/xla.txt", "requirements/sky.txt",
+    for name in ("envkit.yaml", "pyproject.toml", "requirements/dev.txt", "requirements/xla.txt", "requirements/sky.txt", "requirements/tpu.txt",
                  "templates/Dockerfile.j2",
                  "envkit/data/matrix.yaml"):
         (work / name).parent.mkdir(parents=True, exist_ok=True)
@@ -275,7 +275,7 @@ def test_missing_venv_is_created_from_the_pinned_requirements(project):
     assert lines[4].startswith("/tmp/elsewhere/bin/envkit experiment ") and lines[4].endswith(" cpu-mnist")
 
 
-@pytest.mark.parametrize("name", ["xla", "sky"])
+@pytest.mark.parametrize("name", ["xla", "sky", "tpu"])
 def test_side_environments_come_from_their_requirements(project, name):
     assert dry_run(project, f"{name}-env", "PYTHON=python3") == [
         f"python3 -m venv .venv-{name}",
@@ -288,6 +288,11 @@ def test_ci_checks_skypilot_and_the_kubernetes_schemas(repo_root):
     ci = (repo_root / ".ci" / "run").read_text()
     assert "\nmake sky-env\nexport ENVKIT_SKY_PYTHON=\"$PWD/.venv-sky/bin/python\"\n" in ci
     assert "ENVKIT_REQUIRE_K8S_SCHEMAS=1" in ci
+
+
+def test_ci_requires_the_torch_tpu_environment(repo_root):
+    ci = (repo_root / ".ci" / "run").read_text()
+    assert "\nmake tpu-env\n" in ci and "ENVKIT_REQUIRE_TPU_ENV=1" in ci
 
 
 def test_sharing_targets(project):

@@ -265,7 +265,7 @@ def test_cuda_without_gpu_is_a_clear_error(capsys):
 @pytest.mark.skipif(importlib.util.find_spec("torch_xla") is not None, reason="torch_xla is installed here")
 def test_tpu_without_torch_xla_is_a_clear_error(capsys):
     code, message = _exit_of(["--device", "tpu"], capsys)
-    assert code == 2 and "--device tpu needs torch_xla" in message
+    assert code == 2 and "--device tpu needs a TPU backend (torch_xla or torch_tpu)" in message
 
 
 BLOCK_AND_RUN = """

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -32,6 +33,11 @@ def xla_python() -> str:
             problem = f"{python} cannot import torch_xla ({last})"
     if problem is None:
         return str(python)
-    if os.environ.get("ENVKIT_REQUIRE_XLA", "") not in ("", "0"):
-        pytest.fail(f"ENVKIT_REQUIRE_XLA=1 but {problem}")
+    environment_missing(problem, "ENVKIT_REQUIRE_XLA")
+
+
+def environment_missing(problem: str, required_by: str) -> NoReturn:
+    """Skip the test for ``problem``, or fail it where the variable ``required_by`` is set (CI)."""
+    if os.environ.get(required_by, "") not in ("", "0"):
+        pytest.fail(f"{required_by}=1 but {problem}")
     pytest.skip(problem)
