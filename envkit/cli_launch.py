@@ -82,7 +82,7 @@ def register(subparsers) -> None:
 
 def build(args):
     """The job and its plan from the parsed arguments (bad input: EnvkitError)."""
-    from envkit import launch
+    from envkit.launch.engines import render
     from envkit.image_build import repository
     from envkit.config import load_config
     from envkit.experiment_table import experiment as find_experiment
@@ -124,7 +124,7 @@ def build(args):
         env=tuple(args.env),
         options=options,
     )
-    return job, launch.render(args.on, job, args.output or Path("jobs"))
+    return job, render(args.on, job, args.output or Path("jobs"))
 
 
 def cmd_launch(args) -> int:

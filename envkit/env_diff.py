@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from envkit.inventory import BASE_DIGEST_LABEL, Inventory
+from envkit.inventory import Inventory
+from envkit.labels import BASE_DIGEST_LABEL
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Iterable, Iterator
 
 from envkit.errors import EnvkitError
+from envkit.labels import LOCK_LABEL
 
 # dist-info metadata of an installed distribution, anywhere a site or dist-packages sits
 _DIST_INFO = re.compile(r"^(?P<dir>.*/(?:site|dist)-packages/[^/]+\.dist-info)/(?P<file>METADATA|RECORD)$")
@@ -30,8 +31,6 @@ DPKG_STATUS = "var/lib/dpkg/status"
 # Written by the container runtime into every container, whatever the image holds.
 RUNTIME_FILES = frozenset({"etc/hostname", "etc/hosts", "etc/resolv.conf", ".dockerenv"})
 _CHUNK = 1 << 20
-LOCK_LABEL = "io.envkit.lock.sha256"
-BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
 
 
 def normalize(name: str) -> str:

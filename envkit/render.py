@@ -19,7 +19,7 @@ from envkit.atomic import atomic_stream
 from envkit.base_digest import split_reference
 from envkit.config import ProjectConfig, Target
 from envkit.errors import EnvkitError
-from envkit.inventory import BASE_DIGEST_LABEL, LOCK_LABEL
+from envkit.labels import BASE_DIGEST_LABEL, LOCK_LABEL
 from envkit.lock import LOCK_FILE, TORCH_INDEX_PACKAGES, LockFile, lock_inputs, lock_path, read_lock
 from envkit.shellquote import FILTERS
 from envkit.template_cache import template_cache

@@ -40,7 +40,7 @@ from envkit.doctor import inspect_host
 from envkit.engine import connect_engine
 from envkit.errors import EnvkitError
 from envkit.image_build import docker_cli as docker_command
-from envkit.inventory import LOCK_LABEL
+from envkit.labels import LOCK_LABEL
 from envkit.lock import normalise, read_lock
 from envkit.render import requirements
 

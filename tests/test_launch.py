@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from envkit import launch
+from envkit.launch import engines
 from envkit.cli import main
 from envkit.launch import slurm
 from envkit.launch.job import ENGINES, EngineOptions
@@ -59,13 +59,13 @@ CASES = {
 
 
 def test_every_engine_has_one_renderer():
-    assert tuple(launch.RENDERERS) == ENGINES
+    assert tuple(engines.RENDERERS) == ENGINES
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_dry_run_matches_golden(case, update_golden):
     engine, job = CASES[case]()
-    text = describe(launch.render(engine, job, OUTPUT))
+    text = describe(engines.render(engine, job, OUTPUT))
     golden = GOLDEN / f"{case}.txt"
     if update_golden:
         golden.write_text(text)
@@ -75,7 +75,7 @@ def test_dry_run_matches_golden(case, update_golden):
 def test_rendering_is_deterministic():
     for make in CASES.values():
         engine, job = make()
-        assert describe(launch.render(engine, job, OUTPUT)) == describe(launch.render(engine, *make()[1:], OUTPUT))
+        assert describe(engines.render(engine, job, OUTPUT)) == describe(engines.render(engine, *make()[1:], OUTPUT))
 
 
 def test_slurm_script_asks_for_what_the_issue_names():

@@ -1,26 +1,6 @@
-"""`envkit launch`: one job description (job.Job), one renderer per engine.
+"""`envkit launch`: one job description (job.Job), one renderer per engine (engines.py).
 
 Each engine module turns a Job into a plan.Plan (files and the engine client's
-commands); nothing here schedules anything itself.
+commands); nothing here schedules anything itself. The package imports nothing, so
+registering the `launch` command costs `envkit render` no time.
 """
-
-from __future__ import annotations
-
-from pathlib import Path
-
-from envkit.launch import hosts, kubernetes, skypilot, slurm, tpu_pod
-from envkit.launch.job import Job
-from envkit.launch.plan import Plan
-
-RENDERERS = {
-    "hosts": hosts.plan,
-    "slurm": slurm.plan,
-    "pytorchjob": kubernetes.plan_pytorchjob,
-    "jobset": kubernetes.plan_jobset,
-    "tpu-pod": tpu_pod.plan,
-    "skypilot": skypilot.plan,
-}
-
-
-def render(engine: str, job: Job, output: Path) -> Plan:
-    return RENDERERS[engine](job, output)
