@@ -24,6 +24,7 @@ from typing import IO, Iterable, Iterator
 
 from envkit.errors import EnvkitError
 from envkit.labels import LOCK_LABEL
+from envkit.lock import normalise
 
 # dist-info metadata of an installed distribution, anywhere a site or dist-packages sits
 _DIST_INFO = re.compile(r"^(?P<dir>.*/(?:site|dist)-packages/[^/]+\.dist-info)/(?P<file>METADATA|RECORD)$")
@@ -31,11 +32,6 @@ DPKG_STATUS = "var/lib/dpkg/status"
 # Written by the container runtime into every container, whatever the image holds.
 RUNTIME_FILES = frozenset({"etc/hostname", "etc/hosts", "etc/resolv.conf", ".dockerenv"})
 _CHUNK = 1 << 20
-
-
-def normalize(name: str) -> str:
-    """PEP 503: the name pip and uv compare distributions by."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @dataclass
@@ -117,7 +113,7 @@ def _parse_python(small: dict[str, bytes]) -> tuple[dict[str, str], dict[str, st
         headers = email.parser.BytesHeaderParser().parsebytes(data)
         if not headers.get("Name") or not headers.get("Version"):
             continue
-        name = normalize(headers["Name"])
+        name = normalise(headers["Name"])
         versions[name] = headers["Version"]
         record = small.get(f"{match['dir']}/RECORD")
         records[name] = hashlib.sha256(record).hexdigest() if record is not None else "no RECORD"
@@ -258,7 +254,7 @@ def from_results(path: Path) -> Inventory:
     python = None
     if isinstance(distributions, list):
         pairs = (entry.partition("==") for entry in distributions)
-        python = dict(sorted((normalize(name), version) for name, _, version in pairs))
+        python = dict(sorted((normalise(name), version) for name, _, version in pairs))
     keys = ("python", "torch", "torchvision", "torch_xla", "torch_tpu", "cuda", "lock_sha256")
     return Inventory(source=str(path), python=python, versions={key: environment.get(key) for key in keys},
                      image_id=environment.get("image_id") or environment.get("image"))

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from email.parser import HeaderParser
 
 from envkit.errors import EnvkitError
+from envkit.lock import normalise
 from envkit.matrix import Matrix, minor_of, version_key
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -297,7 +298,7 @@ def _extra_requirement(lines: list[str], extra: str | None, name: str):
 
     for line in lines:
         req = Requirement(line)
-        if _normal(req.name) != _normal(name):
+        if normalise(req.name) != normalise(name):
             continue
         plain = req.marker is None or req.marker.evaluate({"extra": ""})
         if extra is None and plain:
@@ -305,10 +306,6 @@ def _extra_requirement(lines: list[str], extra: str | None, name: str):
         if extra is not None and not plain and req.marker.evaluate({"extra": extra}):
             return req
     return None
-
-
-def _normal(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _previous_vision(matrix: Matrix, minor: str) -> str:
