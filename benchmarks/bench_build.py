@@ -134,10 +134,10 @@ def main() -> int:
     args = parser.parse_args()
 
     sys.path.insert(0, str(REPO))
-    from envkit.build_context import staging_path
-    from envkit.engine import connect_engine
+    from envkit.image.build_context import staging_path
+    from envkit.support.docker_client import connect_engine
     from envkit.errors import EnvkitError
-    from envkit.image_build import LATEST, repository
+    from envkit.image.build import LATEST, repository
 
     try:
         client = connect_engine()

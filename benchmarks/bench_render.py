@@ -60,8 +60,8 @@ def child_env(cache: Path | None = None) -> dict[str, str]:
 
 
 def in_process(config: Path, output: Path) -> None:
-    from envkit import render
-    from envkit.config import load_config
+    from envkit.render import target_files as render
+    from envkit.project.config import load_config
 
     loaded = load_config(config)
     render.write(output, render.render(loaded, list(loaded.targets)))

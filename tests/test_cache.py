@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from envkit import render
-from envkit.cache import schema_checked
-from envkit.config import load_config
+from envkit.render import target_files as render
+from envkit.support.cache import schema_checked
+from envkit.project.config import load_config
 from envkit.errors import EnvkitError
 
 

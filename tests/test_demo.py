@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from envkit import cli_report
+from envkit.cli import report as cli_report
 from envkit.cli import main
-from envkit.doctor import HostFacts
-from envkit.experiments import Plan, Step, execute
+from envkit.host.doctor import HostFacts
+from envkit.runs.plans import Plan, Step, execute
 
 PY = sys.executable
 NO_ENGINE = HostFacts(docker_error="no Docker engine answers at unix:///var/run/docker.sock", cpu_count=2)

@@ -34,15 +34,15 @@ import docker
 import pytest
 import yaml
 
-from envkit.build_context import staging_path
-from envkit.config import load_config
-from envkit.doctor import inspect_host
-from envkit.engine import connect_engine
+from envkit.image.build_context import staging_path
+from envkit.project.config import load_config
+from envkit.host.doctor import inspect_host
+from envkit.support.docker_client import connect_engine
 from envkit.errors import EnvkitError
-from envkit.image_build import docker_cli as docker_command
-from envkit.labels import LOCK_LABEL
-from envkit.lock import normalise, read_lock
-from envkit.render import requirements
+from envkit.image.build import docker_cli as docker_command
+from envkit.render.labels import LOCK_LABEL
+from envkit.lock.lockfile import normalise, read_lock
+from envkit.render.target_files import requirements
 
 from mnist_files import read_results, write_mnist
 

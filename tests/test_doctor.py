@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from envkit import doctor, engine
+from envkit.host import doctor
+from envkit.support import docker_client as engine
 from envkit.errors import EnvkitError
-from envkit.experiment_table import load_experiments
-from envkit.kinds import kind
+from envkit.project.experiments import load_experiments
+from envkit.project.kinds import kind
 
 NO_ENGINE = "no Docker engine answers at unix:///x: start one with ..."
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from envkit import engine
+from envkit.support import docker_client as engine
 from envkit.errors import EnvkitError
 
 

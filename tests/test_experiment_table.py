@@ -14,10 +14,10 @@ import sys
 import pytest
 
 from envkit.cli import main
-from envkit.config import load_config
-from envkit.experiment_table import load_experiments
-from envkit.experiments import IMAGE_TITLES, LOCAL_TITLES, experiment_target
-from envkit.kinds import load_kinds
+from envkit.project.config import load_config
+from envkit.project.experiments import load_experiments
+from envkit.runs.plans import IMAGE_TITLES, LOCAL_TITLES, experiment_target
+from envkit.project.kinds import load_kinds
 
 TABLE = load_experiments()
 # One experiment target: `name: docker/<target>/Dockerfile docker/<target>/run.sh | $(ENVKIT) ## summary`

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from envkit import build_context, image_archive, image_build
+from envkit.image import build_context
+from envkit.image import archive as image_archive
+from envkit.image import build as image_build
 from envkit.errors import EnvkitError
 
 CERT = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"

@@ -6,7 +6,7 @@ import docker
 import pytest
 import requests
 
-from envkit import prune
+from envkit.image import prune
 from envkit.cli import main
 
 DAY = 86_400

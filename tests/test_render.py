@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from envkit import atomic, render
-from envkit.config import load_config
+from envkit.support import atomic
+from envkit.render import target_files as render
+from envkit.project.config import load_config
 from envkit.errors import EnvkitError
-from envkit.lock import read_lock
+from envkit.lock.lockfile import read_lock
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 GOLDEN_TARGETS = ["cpu", "cuda", "tpu-vm", "cpu-local", "tpu-vm-tpu"]

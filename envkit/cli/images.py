@@ -1,0 +1,253 @@
+"""`envkit build|run|push|save|load|prune|doctor`: images through the Docker engine.
+
+Heavy work lives in envkit.build_context, envkit.image_build, envkit.image_archive,
+envkit.image.prune and envkit.doctor; this module only parses arguments and prints
+results (results on stdout, progress on stderr). Every `envkit` command, render
+included, loads this module to register these subcommands, so its top level
+imports only what the render path loads anyway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from envkit.cli.options import add_config, load_target
+
+
+def add_build_inputs(parser) -> None:
+    """The options that change what a build contains (build, experiment, verify)."""
+    parser.add_argument("--base-image", help="override the BASE_IMAGE build arg")
+    parser.add_argument("--wheelhouse", type=Path, help="install only from the *.whl files in this directory (air-gapped hosts)")
+    parser.add_argument("--ca-cert", action="append", default=[], type=Path, metavar="FILE", help="extra CA certificate (PEM) to trust inside the image; repeatable")
+    parser.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE", help="extra docker build arg; repeatable")
+
+
+def add_build_options(parser) -> None:
+    """The options of `envkit build`, which `envkit experiment` passes on to it."""
+    parser.add_argument("--no-cache", action="store_true", help="rebuild every layer")
+    add_build_inputs(parser)
+
+
+def build_options(args, *, no_cache: bool):
+    from envkit.image.build_context import BuildOptions, parse_build_arg
+
+    return BuildOptions(
+        no_cache=no_cache,
+        base_image=args.base_image,
+        wheelhouse=args.wheelhouse,
+        ca_certs=tuple(args.ca_cert),
+        build_args=dict(parse_build_arg(a) for a in args.build_arg),
+    )
+
+
+def build_options_argv(args) -> tuple[str, ...]:
+    """Parsed build options back as `envkit build` arguments."""
+    argv = ("--no-cache",) if args.no_cache else ()
+    argv += ("--base-image", args.base_image) if args.base_image else ()
+    argv += ("--wheelhouse", str(args.wheelhouse)) if args.wheelhouse else ()
+    for cert in args.ca_cert:
+        argv += ("--ca-cert", str(cert))
+    for build_arg in args.build_arg:
+        argv += ("--build-arg", build_arg)
+    return argv
+
+
+def register(subparsers) -> None:
+    build = subparsers.add_parser("build", help="build a target's image (tag: envkit-<target>:<context hash> and latest)")
+    build.add_argument("target", help="target name from the config, e.g. cpu")
+    add_build_options(build)
+    add_config(build)
+    build.set_defaults(func=cmd_build)
+
+    run = subparsers.add_parser(
+        "run", help="run a recipe in a target's image through docker/<target>/run.sh",
+        description="envkit's options (--config, --tag, --gpus, --results-dir, --data-dir) go before TARGET; "
+                    "everything after RECIPE goes to the recipe, e.g. envkit run cpu mnist --epochs 1",
+    )
+    run.add_argument("target")
+    run.add_argument("recipe", help="recipe name, e.g. mnist")
+    run.add_argument("recipe_args", nargs=argparse.REMAINDER, help="arguments for the recipe")
+    run.add_argument("--tag", help="image tag to run (default: latest)")
+    run.add_argument("--gpus", help="comma-separated host GPU indices or 'all' (cuda targets)")
+    run.add_argument("--results-dir", type=Path, default=Path("results"))
+    run.add_argument("--data-dir", type=Path, default=Path("data"))
+    add_config(run)
+    run.set_defaults(func=cmd_run)
+
+    push = subparsers.add_parser("push", help="tag a target's image for a registry and push it")
+    push.add_argument("target")
+    push.add_argument("--registry", required=True, help="HOST[:PORT][/PATH]")
+    push.add_argument("--tag", help="image tag to push (default: latest)")
+    add_config(push)
+    push.set_defaults(func=cmd_push)
+
+    save = subparsers.add_parser("save", help="write a target's image as .tar.gz plus a .manifest.json")
+    save.add_argument("target")
+    save.add_argument("--tag", help="image tag to save (default: latest)")
+    save.add_argument("--output-dir", type=Path, default=Path("images"))
+    add_config(save)
+    save.set_defaults(func=cmd_save)
+
+    load = subparsers.add_parser("load", help="verify an image tarball against its manifest, then load it")
+    load.add_argument("file", type=Path, help="the .tar.gz or its .manifest.json")
+    load.set_defaults(func=cmd_load)
+
+    prune = subparsers.add_parser(
+        "prune", help="remove a target's superseded images (never latest)",
+        description="Every build of new content adds an envkit-<target>:<hash> image that nothing else removes. "
+                    "prune removes all of them but latest (and, with --keep N, the N newest others); "
+                    "an image with other names (e.g. from push) only loses envkit's name.",
+    )
+    prune.add_argument("target")
+    prune.add_argument("--keep", type=_count, default=0, metavar="N", help="also keep the N newest older images (default 0)")
+    prune.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
+    add_config(prune)
+    prune.set_defaults(func=cmd_prune)
+
+    doctor = subparsers.add_parser("doctor", help="what this host offers and which make targets will work here")
+    doctor.add_argument("--require", metavar="KIND", help="exit 2 with the reason when this host cannot run that kind "
+                        "(a kind of envkit/data/kinds.yaml: cpu, cuda, tpu-vm, ...)")
+    doctor.add_argument("--gpus", help="also check a GPUS value (comma-separated indices or 'all')")
+    doctor.add_argument("--json", action="store_true", help="print the facts as JSON")
+    doctor.add_argument("--probe", action="store_true",
+                        help="train briefly on every device kind here (recipes/probe.py): OK with the step time, or why not")
+    doctor.add_argument("--image", metavar="TARGET", help="with --probe: run the probe inside TARGET's built image")
+    add_config(doctor)
+    doctor.set_defaults(func=cmd_doctor)
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"'{text}' is not a count: give a whole number, 0 or more")
+    return int(text)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from envkit.image.build import build
+
+    config, target = load_target(args)
+    built = build(config.root, target, build_options(args, no_cache=args.no_cache))
+    state = "is already built; tagged it latest" if built.reused else "built and tagged latest"
+    print(f"envkit: {built.tag} {state} ({built.size_bytes / 1e9:.2f} GB)", file=sys.stderr)
+    print(built.tag)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import subprocess  # only here: render never needs it
+
+    from envkit.host import doctor
+    from envkit.support.docker_client import connect_engine
+    from envkit.image.build import LATEST, repository, resolve_image
+
+    config, target = load_target(args)
+    doctor.require(doctor.inspect_host(), target.kind, args.gpus)
+    resolve_image(connect_engine(), target.name, args.tag)  # one line now if it was never built
+    # Created here so they belong to the caller; docker would create them as root.
+    for directory in (args.results_dir, args.data_dir):
+        directory.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "IMAGE": f"{repository(target.name)}:{args.tag or LATEST}",
+        "RESULTS_DIR": str(args.results_dir.resolve()),
+        "DATA_DIR": str(args.data_dir.resolve()),
+    }
+    if args.gpus:
+        env["GPUS"] = args.gpus
+    # run.sh is the one definition of how a target's container runs (user, GPUs,
+    # mounts, TPU flags); users without envkit call it directly, so we do too.
+    script = config.root / "docker" / target.name / "run.sh"
+    return subprocess.run([str(script), args.recipe, *args.recipe_args], env=env, check=False).returncode
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from envkit.host import probe
+
+    if args.image is None:
+        return probe.probe_here(args.config.resolve().parent, args.json)
+    run = argparse.Namespace(config=args.config, target=args.image, recipe=probe.RECIPE, recipe_args=probe.recipe_args(args.json),
+                             tag=None, gpus=args.gpus, results_dir=Path("results"), data_dir=Path("data"))
+    return cmd_run(run)
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    from envkit.image.build import push
+
+    _, target = load_target(args)
+    for reference in push(target, args.registry, args.tag, progress=lambda s: print(s, file=sys.stderr)):
+        print(reference)
+    return 0
+
+
+def cmd_save(args: argparse.Namespace) -> int:
+    from envkit.image.archive import save
+
+    _, target = load_target(args)
+    tarball, manifest = save(target, args.tag, args.output_dir)
+    print(tarball)
+    print(manifest)
+    return 0
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    from envkit.image.archive import load
+
+    print(load(args.file))
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from envkit.image import prune
+    from envkit.image.build import LATEST, repository
+
+    _, target = load_target(args)
+    repo = repository(target.name)
+    removed = 0
+    for outcome in prune.prune(target.name, args.keep, args.dry_run):
+        image = outcome.image
+        built = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(image.created))
+        if outcome.state == prune.KEPT:
+            print(f"envkit: warning: kept {image.label}: {outcome.detail}", file=sys.stderr)
+            continue
+        removed += 1
+        still = f"; still named {outcome.detail}" if outcome.detail else ""
+        print(f"{outcome.state} {image.label} ({image.size_bytes / 1e9:.2f} GB, built {built}{still})")
+    if args.dry_run:
+        print(f"envkit: dry run: {removed} old {repo} image(s) would be removed; nothing was", file=sys.stderr)
+    elif removed:
+        # Sizes overlap: layers shared with the images kept stay on disk.
+        print(f"envkit: removed {removed} old {repo} image(s); {repo}:{LATEST} is kept", file=sys.stderr)
+    else:
+        print(f"envkit: no old {repo} images to remove", file=sys.stderr)
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from envkit.host import doctor
+    from envkit.project import kinds
+
+    if args.image and not args.probe:
+        from envkit.errors import EnvkitError
+
+        raise EnvkitError("--image applies to --probe only: envkit doctor --probe --image TARGET")
+    if args.probe:
+        return _probe(args)
+    if args.require:
+        kinds.kind(args.require)  # an unknown kind is bad input: say so before asking the engine
+    facts = doctor.inspect_host()
+    if args.require:
+        doctor.require(facts, args.require, args.gpus)
+        print(f"envkit: this host can run {args.require} images", file=sys.stderr)
+        return 0
+    if args.gpus:
+        doctor.parse_gpus(args.gpus, len(facts.gpus) if facts.gpus else None)
+    if args.json:
+        print(json.dumps(doctor.as_json(facts), indent=2, sort_keys=True))
+    else:
+        print(doctor.format_report(facts))
+    return 0

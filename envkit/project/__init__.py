@@ -1,0 +1,3 @@
+"""The project's facts: envkit.yaml's config, the version matrix, the kinds, the experiments table, and the loader of envkit/data/.
+
+Import-light on purpose: `envkit render` must not pay for what other commands need."""
