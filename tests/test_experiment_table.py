@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from envkit.cli import main
+from envkit.errors import EnvkitError
 from envkit.project.config import load_config
 from envkit.project.experiments import load_experiments
 from envkit.runs.plans import IMAGE_TITLES, LOCAL_TITLES, experiment_target
@@ -80,7 +81,56 @@ def test_experiment_dry_run_checks_builds_and_runs(repo_root, monkeypatch, capsy
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
     assert lines[0].endswith(f" -m envkit doctor --require {entry.kind}" + (" --gpus 0" if entry.gpus == "first" else ""))
     assert " -m envkit build " in lines[1]
-    assert lines[2].startswith("RESULTS_DIR=/r ") and lines[2].endswith(f"/run.sh {entry.recipe} {' '.join(entry.args)} --epochs 1")
+    # one recipe run per run of the experiment, each with the experiment's arguments, then its own
+    assert len(lines) == 2 + len(entry.runs)
+    for line, run in zip(lines[2:], entry.runs):
+        assert line.startswith("RESULTS_DIR=/r ") and line.endswith(f"/run.sh {entry.recipe} {' '.join(run.args)} --epochs 1")
+        assert run.args[:len(entry.args)] == entry.args
+        if entry.named_runs:
+            assert run.args[-2:] == ("--run-name", run.name)
+
+
+@pytest.mark.parametrize("name", list(TABLE))
+def test_experiment_with_python_runs_the_recipes_here(repo_root, monkeypatch, capsys, name):
+    monkeypatch.chdir(repo_root)
+    entry = TABLE[name]
+    assert main(["experiment", "--dry-run", "--python", "/opt/py/bin/python", "--results-dir", "/r", name, "--epochs", "1"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
+    # no host check and no build: the recipe itself, with this interpreter
+    assert lines == [f"/opt/py/bin/python {repo_root}/recipes/{entry.recipe}.py {' '.join(run.args)} --results-dir /r --epochs 1"
+                     for run in entry.runs]
+
+
+def test_several_runs_are_named_after_the_experiment_and_listed_in_the_table_order():
+    named = {name: entry for name, entry in TABLE.items() if entry.named_runs}
+    assert "e3-batch-scaling" in named
+    for name, entry in named.items():
+        assert len(entry.runs) >= 2 and all(run.name == f"{name}-{run.label}" for run in entry.runs)
+    assert [run.label for run in TABLE["e3-batch-scaling"].runs] == ["b16", "b16-scaled", "b128", "b128-scaled"]
+    one = TABLE["cpu-mnist"]
+    assert [(run.label, run.name, run.args) for run in one.runs] == [(None, None, one.args)]
+
+
+def test_two_experiments_cannot_share_a_run_name(tmp_path):
+    table = tmp_path / "experiments.yaml"
+    entry = ("    summary: s\n    kind: cpu\n    recipe: mnist\n    args: [--device, cpu]\n    gpus: none\n    scale: single\n"
+             "    published: null\n    runs:\n")
+    table.write_text("schema_version: 1\nexperiments:\n"
+                     f"  e9:\n{entry}      x-y: {{summary: a, args: [--seed, '1']}}\n      z: {{summary: b, args: [--seed, '2']}}\n"
+                     f"  e9-x:\n{entry}      y: {{summary: a, args: [--seed, '1']}}\n      w: {{summary: b, args: [--seed, '2']}}\n")
+    with pytest.raises(EnvkitError, match=r"experiments/e9-x: run name e9-x-y is another experiment's too$"):
+        load_experiments(table)
+
+
+@pytest.mark.parametrize("label", ["b-16", "B16", "b16-", "2b"])
+def test_a_run_label_that_could_read_as_a_repeat_is_refused(tmp_path, label):
+    # write_results marks a repeated run with -2, -3, ...: no label may end like that
+    table = tmp_path / "experiments.yaml"
+    table.write_text("schema_version: 1\nexperiments:\n  e9:\n    summary: s\n    kind: cpu\n    recipe: mnist\n"
+                     "    args: [--device, cpu]\n    gpus: none\n    scale: single\n    published: null\n    runs:\n"
+                     f"      '{label}': {{summary: a, args: [--seed, '1']}}\n      z: {{summary: b, args: [--seed, '2']}}\n")
+    with pytest.raises(EnvkitError, match="does not match"):
+        load_experiments(table)
 
 
 @pytest.mark.parametrize(
@@ -90,6 +140,11 @@ def test_experiment_dry_run_checks_builds_and_runs(repo_root, monkeypatch, capsy
         (["experiment", "--gpus", "0,,1", "gpu-dp-cifar"], "GPUS='0,,1' is invalid"),
         (["experiment", "--target", "cpu", "gpu-dp-cifar"], "target 'cpu' is a cpu target, but gpu-dp-cifar runs in a cuda image"),
         (["experiment", "--target", "tpu", "tpu-mnist"], "unknown target 'tpu'"),
+        (["experiment", "e3-batch-scaling", "--run-name", "x"],
+         "e3-batch-scaling names each of its runs (e3-batch-scaling-b16, e3-batch-scaling-b16-scaled, "),
+        (["experiment", "--python", "py", "e3-batch-scaling", "--run-name=x"], "and the report finds them by those names"),
+        (["experiment", "--python", "py", "--gpus", "0", "--no-cache", "gpu-mnist"],
+         "--python runs gpu-mnist here, without an image: leave out --gpus and build options (image runs only; "),
     ],
 )
 def test_experiment_bad_input_is_one_line(repo_root, monkeypatch, capsys, argv, message):

@@ -137,6 +137,8 @@ BAD_INPUT = {
     "env given twice": (["cpu-ddp-cifar", "--on", "slurm", "--env", "A=1", "--env", "A=2"], "given twice"),
     "env envkit sets": (["cpu-ddp-cifar", "--on", "slurm", "--env", "NNODES=4"], "from --nodes"),
     "env the engine sets": (["cpu-ddp-cifar", "--on", "pytorchjob", "--env", "PET_NNODES=4"], "PET_*"),
+    "an experiment of several runs": (["e3-batch-scaling", "--on", "tpu-pod", "--tpu", "t", "--zone", "z"],
+                                      "e3-batch-scaling is 4 recipe runs, and envkit launch submits one"),
 }
 
 

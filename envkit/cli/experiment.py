@@ -33,6 +33,9 @@ def register(subparsers) -> None:
     experiment.add_argument("--results-dir", type=Path, default=None, help="where results go (default: run.sh's ./results)")
     experiment.add_argument("--data-dir", type=Path, default=None, help="datasets (default: run.sh's ./data)")
     add_build_options(experiment)
+    experiment.add_argument("--python", metavar="PYTHON", help="run the recipe with this interpreter on this host instead of "
+                            "in the target's image (no host check, no build), e.g. the torch_xla environment: "
+                            "PJRT_DEVICE=CPU CPU_NUM_DEVICES=8 envkit experiment --python .venv-xla/bin/python e3-batch-scaling")
     experiment.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
     experiment.set_defaults(func=cmd_experiment)
 
@@ -44,14 +47,30 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from envkit.runs.plans import experiment_plan, experiment_target, format_plan, run_in_order
 
     entry = experiment(args.name)
-    if args.gpus is not None:
-        parse_gpus(args.gpus)  # bad input on any host, before anything runs
-    config = load_config(args.config)
-    target = experiment_target(config, entry, args.target)
-    plan = experiment_plan(entry, target, config=args.config, gpus=args.gpus, results_dir=args.results_dir,
-                           data_dir=args.data_dir, build_args=build_options_argv(args),
-                           recipe_args=tuple(args.recipe_args))
+    if args.python is not None:
+        plan = _local_plan(entry, args)
+    else:
+        if args.gpus is not None:
+            parse_gpus(args.gpus)  # bad input on any host, before anything runs
+        config = load_config(args.config)
+        target = experiment_target(config, entry, args.target)
+        plan = experiment_plan(entry, target, config=args.config, gpus=args.gpus, results_dir=args.results_dir,
+                               data_dir=args.data_dir, build_args=build_options_argv(args),
+                               recipe_args=tuple(args.recipe_args))
     if args.dry_run:
         sys.stdout.write(format_plan(plan))
         return 0
     return run_in_order(plan)
+
+
+def _local_plan(entry, args: argparse.Namespace):
+    from envkit.errors import EnvkitError
+    from envkit.runs.plans import local_experiment_plan
+
+    image_only = [option for option, given in (("--target", args.target), ("--gpus", args.gpus),
+                                               ("build options", build_options_argv(args))) if given]
+    if image_only:
+        raise EnvkitError(f"--python runs {entry.name} here, without an image: leave out {' and '.join(image_only)} "
+                          "(image runs only; recipe flags such as --gpus go after NAME)")
+    return local_experiment_plan(entry, args.python, root=args.config.resolve().parent, results_dir=args.results_dir,
+                                 data_dir=args.data_dir, recipe_args=tuple(args.recipe_args))

@@ -160,6 +160,9 @@ def build_job(
         raise EnvkitError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     if nodes < 1:
         raise EnvkitError(f"--nodes {nodes} is not allowed; give 1 or more")
+    if experiment.named_runs:  # a job is one recipe run
+        raise EnvkitError(f"{experiment.name} is {len(experiment.runs)} recipe runs, and envkit launch submits one: "
+                          f"run it with make {experiment.name} or envkit experiment {experiment.name}")
     kinds = ENGINE_KINDS[engine]
     if experiment.kind not in kinds:
         fitting = ", ".join(e for e, k in ENGINE_KINDS.items() if experiment.kind in k)

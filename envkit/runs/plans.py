@@ -23,7 +23,7 @@ from pathlib import Path
 from envkit.project import kinds
 from envkit.project.config import DEFAULT_CONFIG
 from envkit.errors import EnvkitError
-from envkit.project.experiments import Experiment, load_experiments
+from envkit.project.experiments import Experiment, RecipeRun, load_experiments
 
 # Small enough that the whole demo takes about a minute on two CPU cores, yet long enough
 # that every run learns its fake data (MNIST ~93%, CIFAR ~100% test accuracy): a demo
@@ -50,6 +50,7 @@ LOCAL_TITLES = {
     "gpu-ddp-cifar": "cifar, DDP over {gpus} GPUs",
     "tpu-mnist-single": "mnist on one TPU core",
     "tpu-mnist": "mnist on all TPU cores",
+    "e3-batch-scaling": "E3, batch and learning-rate scaling on all TPU cores",
 }
 IMAGE_TITLES = {
     "cpu-mnist": "mnist in the cpu image",
@@ -108,8 +109,9 @@ def _runs_here(facts, kind: str) -> bool:
 
 
 def _baseline_first(entries: list[Experiment]) -> list[Experiment]:
-    # Within a kind the one-device runs come before the runs that spread out, as a reader compares them.
-    return sorted(entries, key=lambda entry: (kinds.names().index(entry.kind), entry.scale != "single"))
+    # Within a kind the one-device runs come before the runs that spread out, as a reader compares them;
+    # experiments of several runs (E3) come after those comparisons.
+    return sorted(entries, key=lambda entry: (kinds.names().index(entry.kind), entry.named_runs, entry.scale != "single"))
 
 
 def _processes(entry: Experiment) -> tuple[str, ...]:
@@ -117,8 +119,9 @@ def _processes(entry: Experiment) -> tuple[str, ...]:
     return ("--nproc", str(CPU_DDP_PROCESSES)) if entry.scale == "torchrun" and entry.gpus == "none" else ()
 
 
-def _title(titles: dict[str, str], entry: Experiment, gpus: int) -> str:
-    return titles.get(entry.name, entry.summary).format(gpus=gpus, processes=CPU_DDP_PROCESSES)
+def _title(titles: dict[str, str], entry: Experiment, gpus: int, run: RecipeRun) -> str:
+    title = titles.get(entry.name, entry.summary).format(gpus=gpus, processes=CPU_DDP_PROCESSES)
+    return title if run.name is None else f"{title}: {run.name}"
 
 
 def local_runs(root: Path, results_dir: Path, facts, size: tuple[str, ...],
@@ -126,9 +129,9 @@ def local_runs(root: Path, results_dir: Path, facts, size: tuple[str, ...],
     """The experiments the recipes can run on this Python, without images; ``extra`` args by recipe."""
     common = ("--results-dir", str(results_dir), "--quiet") + size
     runnable = [entry for entry in load_experiments().values() if _runs_here(facts, entry.kind)]
-    return [_recipe(_title(LOCAL_TITLES, entry, len(facts.gpus)), root, entry.recipe, *entry.args, *_processes(entry),
+    return [_recipe(_title(LOCAL_TITLES, entry, len(facts.gpus), run), root, entry.recipe, *run.args, *_processes(entry),
                     *common, *(extra or {}).get(entry.recipe, ()))
-            for entry in _baseline_first(runnable)]
+            for entry in _baseline_first(runnable) for run in entry.runs]
 
 
 def experiment_gpus(entry: Experiment, requested: str | None, target_gpus: str | None) -> str | None:
@@ -141,10 +144,18 @@ def experiment_gpus(entry: Experiment, requested: str | None, target_gpus: str |
     return "0" if chosen == "all" else chosen.split(",")[0]
 
 
+def _check_recipe_args(entry: Experiment, recipe_args: tuple[str, ...]) -> None:
+    if entry.named_runs and any(arg == "--run-name" or arg.startswith("--run-name=") for arg in recipe_args):
+        raise EnvkitError(f"{entry.name} names each of its runs ({', '.join(run.name for run in entry.runs)}), "
+                          "and the report finds them by those names: leave out --run-name")
+
+
 def experiment_plan(entry: Experiment, target, *, config: Path, gpus: str | None, results_dir: Path | None = None,
                     data_dir: Path | None = None, build_args: tuple[str, ...] = (),
                     recipe_args: tuple[str, ...] = ()) -> Plan:
-    """Check the host, build the target's image (cached), run the recipe in it: each step needs the one before."""
+    """Check the host, build the target's image (cached), run the recipe in it once per run of the
+    experiment: each step needs the one before."""
+    _check_recipe_args(entry, recipe_args)
     gpus = experiment_gpus(entry, gpus, target.gpus)
     gpu_args = ("--gpus", gpus) if gpus is not None else ()
     run_env = {name: str(path) for name, path in (("RESULTS_DIR", results_dir), ("DATA_DIR", data_dir)) if path is not None}
@@ -154,8 +165,23 @@ def experiment_plan(entry: Experiment, target, *, config: Path, gpus: str | None
         Step(f"can this host run {entry.kind} images?", _envkit("doctor", "--require", entry.kind, *gpu_args)),
         Step(f"build the {target.name} image (cached)",
              _envkit("build", target.name, *_config_args(config), *build_args)),
-        Step(f"experiment {entry.name}", (run_sh, entry.recipe, *entry.args, *recipe_args), run_env),
+        *(Step(_run_title(entry, run), (run_sh, entry.recipe, *run.args, *recipe_args), run_env) for run in entry.runs),
     ])
+
+
+def _run_title(entry: Experiment, run: RecipeRun) -> str:
+    return f"experiment {entry.name}" + (f", run {run.name}: {run.summary}" if run.name else "")
+
+
+def local_experiment_plan(entry: Experiment, python: str, *, root: Path, results_dir: Path | None = None,
+                          data_dir: Path | None = None, recipe_args: tuple[str, ...] = ()) -> Plan:
+    """The experiment's runs with ``python`` on this host instead of in its image: no host check, no build.
+    E3 runs so on XLA:CPU (the torch_xla environment with PJRT_DEVICE=CPU CPU_NUM_DEVICES=8)."""
+    _check_recipe_args(entry, recipe_args)
+    paths = tuple(arg for option, path in (("--results-dir", results_dir), ("--data-dir", data_dir)) if path is not None
+                  for arg in (option, str(path)))
+    script = str(root / "recipes" / f"{entry.recipe}.py")
+    return Plan([Step(_run_title(entry, run), (python, script, *run.args, *paths, *recipe_args)) for run in entry.runs])
 
 
 def _config_args(config: Path) -> tuple[str, ...]:
@@ -226,9 +252,9 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_
         render,
         Step(f"build the {DEMO_KIND} image", _envkit("build", DEMO_KIND, "--config", str(config),
                                                       *(("--base-image", base_image) if base_image else ()))),
-        *(Step(_title(IMAGE_TITLES, entry, 0), (run_sh, entry.recipe, *entry.args, *_processes(entry), *in_image,
-                                                 *DEMO_EXTRA_ARGS.get(entry.recipe, ())), mount)
-          for entry in in_demo_image),
+        *(Step(_title(IMAGE_TITLES, entry, 0, run), (run_sh, entry.recipe, *run.args, *_processes(entry), *in_image,
+                                                      *DEMO_EXTRA_ARGS.get(entry.recipe, ())), mount)
+          for entry in in_demo_image for run in entry.runs),
         report,
     ]
     fallback = Plan(local[1:], [f"the cpu image could not be built; running the recipes with {sys.executable} instead"])
