@@ -174,10 +174,11 @@ def test_test_images_are_resized_like_training_images():
     prepared, _ = cifar.prepare_batch(images, labels, torch.device("cpu"), 112, channels_last=False)
     assert prepared.shape == (4, 3, 112, 112) and prepared.dtype == torch.float32
     args = cifar.parse_args([*TINY, "--image-size", "48"])
-    trainer = cifar.build_trainer(args, cifar.local_replicas(args))
-    _, test_loader = cifar.data_loaders(args, trainer.replicas)
+    replicas = cifar.local_replicas(args)
+    run = harness.Run(args, replicas, recipe=cifar.RECIPE, prog=cifar.PROG, resume_keys=())
+    trainer = cifar.Trainer(args, replicas, cifar.data_loaders(args, replicas), run)
     with scatter.replica_calls(trainer.net) as calls:
-        cifar.evaluate(trainer, test_loader)
+        trainer.evaluate()
     assert {given for _, given, _ in calls} == {"[16, 3, 48, 48]", "[5, 3, 48, 48]"}
 
 
