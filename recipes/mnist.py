@@ -15,6 +15,7 @@ bar, checkpoints (``--resume``) and the results JSON.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -75,6 +76,9 @@ def load_data(args) -> tuple[harness.IndexBatchDataset, harness.IndexBatchDatase
 # The published 8-core run was slower than one core (158.9 s vs 127.2 s) for reasons outside these
 # lines: a .item() every step stalls the device, the 8x global batch needs a scaled learning rate
 # (E3), and an accuracy must count every replica's shard. This recipe avoids all three.
+# On XLA a step is a graph, compiled once while its shapes and constants stay: torch_xla bakes the scalars
+# 0 and ±1 in as constants and feeds others in, so Adadelta's lr of 1.0 in epoch 1, then 0.7, would compile
+# the step twice; parse_args sets XLA_NO_SPECIAL_SCALARS=1, which feeds every scalar in (one graph).
 # TorchTPU (torch_tpu, torch >= 2.11) runs the same network eagerly on its "tpu" device: one device,
 # or DDP over its "tpu_dist" process group with one process per device (torchrun).
 
@@ -217,6 +221,8 @@ def parse_args(argv: list[str] | None):
     for option, value in (("--cores", args.cores), ("--strategy", args.strategy)):
         if value is not None and args.device != "tpu":
             raise RecipeError(f"{option} applies to --device tpu only; --device {args.device} trains on one device")
+    if args.device == "tpu":  # read when torch_xla loads (in resolve), and inherited by its processes: see E1's lesson
+        os.environ.setdefault("XLA_NO_SPECIAL_SCALARS", "1")
     args.backend = tpu_backend.resolve(args) if args.device == "tpu" else None  # and fills in strategy and cores
     return args
 
