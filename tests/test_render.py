@@ -72,16 +72,16 @@ def test_run_sh_is_executable_and_others_are_not(repo_config, tmp_path):
 
 
 def test_requirements_per_kind(golden_config, repo_config):
-    assert render.requirements(repo_config.targets["cpu"]) == ["torch==2.9.0+cpu", "torchvision==0.24.0+cpu", "tqdm==4.67.1"]
-    assert render.requirements(repo_config.targets["cuda"])[:2] == ["torch==2.9.0+cu126", "torchvision==0.24.0+cu126"]
-    assert render.requirements(repo_config.targets["tpu-vm"]) == [
+    assert repo_config.targets["cpu"].requirements() == ["torch==2.9.0+cpu", "torchvision==0.24.0+cpu", "tqdm==4.67.1"]
+    assert repo_config.targets["cuda"].requirements()[:2] == ["torch==2.9.0+cu126", "torchvision==0.24.0+cu126"]
+    assert repo_config.targets["tpu-vm"].requirements() == [
         "torch==2.9.0",
         "torch_xla[tpu]==2.9.0",
         "libtpu==0.0.21",
         "torchvision==0.24.0",
         "tqdm==4.67.1",
     ]
-    assert render.requirements(golden_config.targets["cpu-local"]) == ["torch==2.13.0+cpu", "tqdm==4.67.1", "numpy==2.1.3"]
+    assert golden_config.targets["cpu-local"].requirements() == ["torch==2.13.0+cpu", "tqdm==4.67.1", "numpy==2.1.3"]
 
 
 def test_a_locked_target_installs_exactly_its_lock_and_records_its_sha(repo_config, repo_root):

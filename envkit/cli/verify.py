@@ -5,8 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from envkit.cli.images import add_build_inputs, build_options
-from envkit.cli.options import add_config, load_target
+from envkit.cli.options import add_build_inputs, add_config, build_options, load_target
 
 
 def register(subparsers) -> None:

@@ -69,8 +69,6 @@ def lock_path(config: ProjectConfig, name: str) -> Path:
 
 
 def lock_inputs(target: Target) -> LockInputs:
-    from envkit.render.target_files import requirements
-
     torch_index = _torch_index(target)
     user_extras = [url for url in target.pip_extra_index_urls if url != torch_index]
     if user_extras:
@@ -80,7 +78,7 @@ def lock_inputs(target: Target) -> LockInputs:
         )
     return LockInputs(
         target=target.name,
-        requirements=tuple(requirements(target)),
+        requirements=tuple(target.requirements()),
         platform=f"x86_64-manylinux_{base_glibc(target).replace('.', '_')}",
         python=target.python,
         index_url=target.pip_index_url,

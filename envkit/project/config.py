@@ -78,6 +78,23 @@ class Target:
         pins.update({name: value for name, value in optional.items() if value is not None})
         return dict(sorted(pins.items()))
 
+    def requirements(self) -> list[str]:
+        """pip requirements in install order: the matrix pins first, then the target's own.
+
+        What the Dockerfile installs when the target is unlocked, and what ``envkit lock`` resolves.
+        """
+        local = f"+{self.torch_variant}" if self.torch_variant else ""
+        pinned = [f"torch=={self.torch}{local}"]
+        if self.torch_xla:
+            pinned.append(f"torch_xla[tpu]=={self.torch_xla}")
+            pinned.append(f"{self.libtpu_package}=={self.libtpu}")
+        if self.torch_tpu:
+            pinned.append(f"torch-tpu=={self.torch_tpu}")
+            pinned.append(f"{self.libtpu_package}=={self.libtpu}")
+        if self.torchvision:
+            pinned.append(f"torchvision=={self.torchvision}{local}")
+        return pinned + list(self.pip_packages)
+
 
 @dataclass(frozen=True)
 class ProjectConfig:

@@ -20,7 +20,7 @@ from envkit.lock.base_digest import split_reference
 from envkit.project.config import ProjectConfig, Target
 from envkit.errors import EnvkitError
 from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
-from envkit.lock.lockfile import LOCK_FILE, TORCH_INDEX_PACKAGES, LockFile, lock_inputs, lock_path, read_lock
+from envkit.lock.lockfile import LOCK_FILE, TORCH_INDEX_PACKAGES, LockFile, LockInputs, lock_inputs, lock_path, read_lock
 from envkit.support.shellquote import FILTERS
 from envkit.render.template_cache import template_cache
 
@@ -61,7 +61,8 @@ def render(config: ProjectConfig, names: list[str], locks: Path | None = None) -
     for name in names:
         target = config.target(name)
         lock_file = (locks / name / LOCK_FILE) if locks is not None else lock_path(config, name)
-        context = _context(config, target, _current_lock(target, lock_file))
+        inputs = lock_inputs(target)
+        context = _context(config, target, _current_lock(target, inputs, lock_file), inputs)
         for filename, (template, mode) in FILES.items():
             text = _render_template(env, template.format(kind=target.kind), context)
             files.append(RenderedFile(Path(name) / filename, text, mode))
@@ -93,25 +94,10 @@ def _render_template(env: jinja2.Environment, template: str, context: dict) -> s
         raise EnvkitError(f"cannot render {template}: {' '.join(str(exc).split())}") from None
 
 
-def requirements(target: Target) -> list[str]:
-    """pip requirements in install order: the matrix pins first, then the target's own."""
-    local = f"+{target.torch_variant}" if target.torch_variant else ""
-    pinned = [f"torch=={target.torch}{local}"]
-    if target.torch_xla:
-        pinned.append(f"torch_xla[tpu]=={target.torch_xla}")
-        pinned.append(f"{target.libtpu_package}=={target.libtpu}")
-    if target.torch_tpu:
-        pinned.append(f"torch-tpu=={target.torch_tpu}")
-        pinned.append(f"{target.libtpu_package}=={target.libtpu}")
-    if target.torchvision:
-        pinned.append(f"torchvision=={target.torchvision}{local}")
-    return pinned + list(target.pip_packages)
-
-
-def _current_lock(target: Target, path: Path) -> LockFile | None:
+def _current_lock(target: Target, inputs: LockInputs, path: Path) -> LockFile | None:
     """The target's lock, or None when it has none; a lock of other inputs is refused."""
     lock = read_lock(path) if path.is_file() else None
-    if lock is not None and lock.inputs_sha256 != lock_inputs(target).digest():
+    if lock is not None and lock.inputs_sha256 != inputs.digest():
         raise EnvkitError(
             f"target {target.name}: {path} was resolved from other inputs than envkit.yaml now gives: "
             f"run `envkit lock --target {target.name}` (or delete the lock to build the target unlocked)"
@@ -149,9 +135,9 @@ def base_reference(target: Target, lock: LockFile | None) -> tuple[str, str | No
     return (f"{reference}@{digest}" if digest else reference), digest
 
 
-def torch_find_links(target: Target, lock: LockFile | None) -> list[str]:
+def torch_find_links(inputs: LockInputs, lock: LockFile | None) -> list[str]:
     """PyTorch's project pages for torch/torchvision: a locked install names one index, never an extra one."""
-    torch_index = lock_inputs(target).torch_index if lock is not None else None
+    torch_index = inputs.torch_index if lock is not None else None
     if torch_index is None:
         return []
     return [f"{torch_index.rstrip('/')}/{name}/" for name in TORCH_INDEX_PACKAGES if name in lock.packages]
@@ -172,7 +158,7 @@ def _run_env(kind: kinds.Kind, target: Target) -> dict[str, str]:
     return dict(kind.run.env)
 
 
-def _context(config: ProjectConfig, target: Target, lock: LockFile | None) -> dict:
+def _context(config: ProjectConfig, target: Target, lock: LockFile | None, inputs: LockInputs) -> dict:
     kind = kinds.kind(target.kind)
     base, base_digest = base_reference(target, lock)
     return {
@@ -183,10 +169,10 @@ def _context(config: ProjectConfig, target: Target, lock: LockFile | None) -> di
         "docker_args": [*kind.run.docker_args, *(["--net=host"] if kind.run.host_network else [])],
         "ulimits": " ".join(f"{name}={value}" for name, value in kind.run.ulimits.items()),
         "labels": labels(config, target, lock),
-        "requirements": requirements(target),
+        "requirements": target.requirements(),
         "lock": lock,
         "lock_file": LOCK_FILE,
-        "torch_find_links": torch_find_links(target, lock),
+        "torch_find_links": torch_find_links(inputs, lock),
         "base_image": base,
         "base_digest": base_digest or "",
         "base_digest_label": BASE_DIGEST_LABEL,
