@@ -64,7 +64,7 @@ def in_process(config: Path, output: Path) -> None:
     from envkit.project.config import load_config
 
     loaded = load_config(config)
-    render.write(output, render.render(loaded, list(loaded.targets)))
+    render.write(output, render.render_targets(loaded, list(loaded.targets)))
 
 
 def subprocess_render(config: Path, output: Path, env: dict[str, str]) -> None:

@@ -37,7 +37,7 @@ import yaml
 from envkit.image.build_context import staging_path
 from envkit.project.config import load_config
 from envkit.host.doctor import inspect_host
-from envkit.support.docker_client import connect_engine
+from envkit.support.docker_client import connect_docker
 from envkit.errors import EnvkitError
 from envkit.image.build import docker_cli as docker_command
 from envkit.render.labels import LOCK_LABEL
@@ -76,7 +76,7 @@ def envkit(*args: str, cwd: Path, env: dict | None = None, check: bool = True) -
 @pytest.fixture(scope="session")
 def client():
     try:
-        return connect_engine()
+        return connect_docker()
     except EnvkitError as exc:
         unavailable(str(exc))
 

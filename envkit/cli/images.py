@@ -89,12 +89,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     import subprocess  # only here: render never needs it
 
     from envkit.host import doctor
-    from envkit.support.docker_client import connect_engine
+    from envkit.support.docker_client import connect_docker
     from envkit.image.build import LATEST, repository, resolve_image
 
     config, target = load_target(args)
     doctor.require(doctor.inspect_host(), target.kind, args.gpus)
-    resolve_image(connect_engine(), target.name, args.tag)  # one line now if it was never built
+    resolve_image(connect_docker(), target.name, args.tag)  # one line now if it was never built
     # Created here so they belong to the caller; docker would create them as root.
     for directory in (args.results_dir, args.data_dir):
         directory.mkdir(parents=True, exist_ok=True)

@@ -119,7 +119,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     names = list(config.targets) if args.all else [config.target(args.target).name]
-    files = render.render(config, names)
+    files = render.render_targets(config, names)
     output = args.output if args.output is not None else config.root / render.DEFAULT_OUTPUT
     if args.stdout:
         for file in files:

@@ -178,7 +178,7 @@ def source_date_epoch(root: Path, target_name: str) -> str | None:
 def git_revision(root: Path) -> str | None:
     try:
         done = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
             capture_output=True, text=True, check=False,
         )
     except OSError:

@@ -54,7 +54,7 @@ class RenderedFile:
     mode: int
 
 
-def render(config: ProjectConfig, names: list[str], locks: Path | None = None) -> list[RenderedFile]:
+def render_targets(config: ProjectConfig, names: list[str], locks: Path | None = None) -> list[RenderedFile]:
     """The files of each target; ``locks`` holds <target>/requirements.lock (default: docker/ beside the config)."""
     env = _environment(config.root / "templates")
     files = []
