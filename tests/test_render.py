@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from envkit.support import atomic
+from envkit.render import output as rendered
 from envkit.render import target_files as render
 from envkit.project.config import load_config
 from envkit.errors import EnvkitError
@@ -43,7 +44,7 @@ def test_golden_files(golden_config, update_golden, target):
     files = render.render_targets(golden_config, [target], locks=GOLDEN)
     assert [file.path.name for file in files] == ["Dockerfile", "run.sh", ".dockerignore"]
     if update_golden:
-        render.write(GOLDEN, files)
+        rendered.write(GOLDEN, files)
     for file in files:
         expected = (GOLDEN / file.path).read_text(encoding="utf-8")
         assert file.text == expected, f"{file.path} differs from its golden file; rerun with --update-golden if intended"
@@ -51,14 +52,14 @@ def test_golden_files(golden_config, update_golden, target):
 
 def test_committed_docker_dir_matches_a_fresh_render(repo_config, repo_root):
     files = render.render_targets(repo_config, list(repo_config.targets))
-    assert render.stale(repo_root / "docker", files) == []
+    assert rendered.stale(repo_root / "docker", files) == []
     assert {file.path.parts[0] for file in files} == {"cpu", "cuda", "tpu-vm"}
 
 
 def test_rendering_is_deterministic(repo_config, tmp_path):
     names = list(repo_config.targets)
-    render.write(tmp_path / "a", render.render_targets(repo_config, names))
-    render.write(tmp_path / "b", render.render_targets(repo_config, names))
+    rendered.write(tmp_path / "a", render.render_targets(repo_config, names))
+    rendered.write(tmp_path / "b", render.render_targets(repo_config, names))
     first = {p.relative_to(tmp_path / "a"): p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}
     second = {p.relative_to(tmp_path / "b"): p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
     assert first == second and len(first) == 9
@@ -66,7 +67,7 @@ def test_rendering_is_deterministic(repo_config, tmp_path):
 
 
 def test_run_sh_is_executable_and_others_are_not(repo_config, tmp_path):
-    render.write(tmp_path, render.render_targets(repo_config, ["cpu"]))
+    rendered.write(tmp_path, render.render_targets(repo_config, ["cpu"]))
     assert os.access(tmp_path / "cpu" / "run.sh", os.X_OK)
     assert not os.access(tmp_path / "cpu" / "Dockerfile", os.X_OK)
 
@@ -170,14 +171,14 @@ def test_dependencies_come_before_recipes_and_certificates_before_https(repo_con
 def test_output_path_that_is_a_file(repo_config, tmp_path):
     (tmp_path / "out").write_text("keep me")
     with pytest.raises(EnvkitError, match="is a file"):
-        render.write(tmp_path / "out", render.render_targets(repo_config, ["cpu"]))
+        rendered.write(tmp_path / "out", render.render_targets(repo_config, ["cpu"]))
     assert (tmp_path / "out").read_text() == "keep me"
 
 
 def test_output_under_a_file(repo_config, tmp_path):
     (tmp_path / "blocker").write_text("")
     with pytest.raises(EnvkitError, match="cannot write to"):
-        render.write(tmp_path / "blocker" / "docker", render.render_targets(repo_config, ["cpu"]))
+        rendered.write(tmp_path / "blocker" / "docker", render.render_targets(repo_config, ["cpu"]))
 
 
 def test_a_failure_part_way_writes_nothing(repo_config, tmp_path):
@@ -185,7 +186,7 @@ def test_a_failure_part_way_writes_nothing(repo_config, tmp_path):
     output.mkdir()
     (output / "tpu-vm").write_text("a file where a directory must go")
     with pytest.raises(EnvkitError, match="cannot write to"):
-        render.write(output, render.render_targets(repo_config, list(repo_config.targets)))
+        rendered.write(output, render.render_targets(repo_config, list(repo_config.targets)))
     assert sorted(p.name for p in output.iterdir()) == ["tpu-vm"], "cpu/ and cuda/ must be rolled back"
 
 
@@ -194,7 +195,7 @@ def test_unwritable_output(repo_config, tmp_path):
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o555)
     with pytest.raises(EnvkitError, match="cannot write to"):
-        render.write(locked / "docker", render.render_targets(repo_config, ["cpu"]))
+        rendered.write(locked / "docker", render.render_targets(repo_config, ["cpu"]))
 
 
 def test_unwritable_output_even_as_root(repo_config, tmp_path, monkeypatch):
@@ -203,16 +204,16 @@ def test_unwritable_output_even_as_root(repo_config, tmp_path, monkeypatch):
 
     monkeypatch.setattr(atomic.tempfile, "mkstemp", refuse)
     with pytest.raises(EnvkitError, match="cannot write to .*: Permission denied; choose a writable --output DIR"):
-        render.write(tmp_path / "docker", render.render_targets(repo_config, ["cpu"]))
+        rendered.write(tmp_path / "docker", render.render_targets(repo_config, ["cpu"]))
     assert not (tmp_path / "docker").exists(), "directories made for the failed write are removed"
 
 
 def test_unchanged_files_are_not_rewritten(repo_config, tmp_path):
     files = render.render_targets(repo_config, ["cpu"])
-    assert len(render.write(tmp_path, files)) == 3
+    assert len(rendered.write(tmp_path, files)) == 3
     before = {p.name: p.stat().st_ino for p in (tmp_path / "cpu").iterdir()}
     (tmp_path / "cpu" / "run.sh").chmod(0o644)
-    assert render.write(tmp_path, files) == [tmp_path / "cpu" / "run.sh"]
+    assert rendered.write(tmp_path, files) == [tmp_path / "cpu" / "run.sh"]
     after = {p.name: p.stat().st_ino for p in (tmp_path / "cpu").iterdir()}
     assert before["Dockerfile"] == after["Dockerfile"] and before["run.sh"] != after["run.sh"]
 
@@ -220,18 +221,18 @@ def test_unchanged_files_are_not_rewritten(repo_config, tmp_path):
 def test_a_directory_in_place_of_a_file_writes_nothing(repo_config, tmp_path):
     (tmp_path / "cuda" / "run.sh").mkdir(parents=True)
     with pytest.raises(EnvkitError, match="run.sh: a directory is in the way"):
-        render.write(tmp_path, render.render_targets(repo_config, ["cpu", "cuda"]))
+        rendered.write(tmp_path, render.render_targets(repo_config, ["cpu", "cuda"]))
     assert not (tmp_path / "cpu").exists() and sorted(p.name for p in (tmp_path / "cuda").iterdir()) == ["run.sh"]
 
 
 def test_stale_reports_changed_missing_and_mode(repo_config, tmp_path):
     files = render.render_targets(repo_config, ["cpu"])
-    render.write(tmp_path, files)
-    assert render.stale(tmp_path, files) == []
+    rendered.write(tmp_path, files)
+    assert rendered.stale(tmp_path, files) == []
     (tmp_path / "cpu" / "Dockerfile").write_text("FROM scratch\n")
     (tmp_path / "cpu" / ".dockerignore").unlink()
     (tmp_path / "cpu" / "run.sh").chmod(0o644)
-    problems = render.stale(tmp_path, files)
+    problems = rendered.stale(tmp_path, files)
     assert problems[0].startswith(f"{tmp_path / 'cpu' / 'Dockerfile'}: stale (")
     assert problems[1].endswith("run.sh: should be executable")
     assert problems[2].endswith(".dockerignore: missing")

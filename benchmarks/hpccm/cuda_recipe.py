@@ -13,7 +13,7 @@ Stage0 += shell(commands=['update-ca-certificates',
                           'chown 10001:10001 /workspace/data /workspace/results',
                           'python3 -m venv /opt/venv'])
 Stage0 += environment(variables={'VIRTUAL_ENV': '/opt/venv', 'PATH': '/opt/venv/bin:$PATH'})
-Stage0 += pip(pip='/opt/venv/bin/pip', packages=['torch==2.9.0', 'torchvision==0.24.0', 'tqdm==4.67.1'])
+Stage0 += shell(commands=['pip install torch==2.9.0 torchvision==0.24.0 tqdm==4.67.1'])
 Stage0 += copy(src='recipes/', dest='/opt/envkit/recipes/')
 Stage0 += workdir(directory='/workspace')
 Stage0 += user(user='10001:10001')

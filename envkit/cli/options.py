@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from envkit.project.config import DEFAULT_CONFIG
+from envkit.project import DEFAULT_CONFIG
 
 
 def add_config(parser: argparse.ArgumentParser) -> None:

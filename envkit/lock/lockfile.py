@@ -2,7 +2,7 @@
 
 This module holds what a lock is resolved from (LockInputs), the file's format
 and `envkit lock --check`; it runs offline and imports neither uv nor docker.
-envkit/lock_resolve.py makes locks with uv.
+envkit/lock/resolve.py makes locks with uv.
 
 A lock is a pip requirements file (`name==version` and its `--hash=sha256:`
 lines, no URLs) under a comment header. The header records the sha256 of the

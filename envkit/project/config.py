@@ -1,4 +1,4 @@
-"""Load envkit.yaml into validated, frozen targets (design.md section 2).
+"""Load envkit.yaml into validated, frozen targets (design.md section 1).
 
 Three passes, each failing with one line that names the file, line and field:
 YAML syntax, the shipped JSON Schema (types, allowed characters, unknown keys
@@ -18,14 +18,13 @@ from typing import Any
 
 import yaml
 
-from envkit.project import kinds
+from envkit.project import DEFAULT_CONFIG, kinds
 from envkit.support.cache import schema_checked
 from envkit.errors import EnvkitError
 from envkit.project.matrix import Matrix, TorchRelease, load_matrix, minor_of, python_in_range, version_key
 from envkit.project.datafile import DATA_DIR
 
 SCHEMA_PATH = DATA_DIR / "envkit.schema.json"
-DEFAULT_CONFIG = Path("envkit.yaml")
 DEFAULT_PYTHON = "3.11"
 # Packages whose versions the matrix owns; a pip_packages entry must not re-pin them.
 MATRIX_OWNED = {"torch", "torchvision", "torch-xla", "torch-tpu", "libtpu", "libtpu-nightly"}

@@ -4,7 +4,7 @@ A plan is data (a list of ``Step``), so ``--dry-run`` prints exactly what a real
 run would execute and tests compare that text. An experiment of
 envkit/data/experiments.yaml is three steps: the host check, the (cached) build,
 and the recipe in the image through docker/<target>/run.sh. Which steps compare
-and demo plan depends on the host facts of ``envkit.doctor`` (docs/design.md §6):
+and demo plan depends on the host facts of ``envkit.host.doctor`` (docs/design.md §5):
 with a usable Docker engine the experiments run in the images (``envkit
 experiment``, ``run.sh``), otherwise the recipes run on the current Python.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envkit.project import kinds
-from envkit.project.config import DEFAULT_CONFIG
+from envkit.project import DEFAULT_CONFIG
 from envkit.errors import EnvkitError
 from envkit.project.experiments import Experiment, load_experiments
 
