@@ -22,8 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from envkit.doctor import HostFacts  # noqa: E402
-from envkit.experiments import Plan, demo_plan, execute  # noqa: E402
+from envkit.host.doctor import HostFacts  # noqa: E402
+from envkit.runs.plans import Plan, demo_plan, execute  # noqa: E402
 
 TARGET_S = 300.0
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envkit.config import load_config
-from envkit.experiment_table import experiment
-from envkit.image_build import repository
+from envkit.project.config import load_config
+from envkit.project.experiments import experiment
+from envkit.image.build import repository
 from envkit.launch.job import EngineOptions, build_job
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

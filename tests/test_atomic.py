@@ -1,4 +1,4 @@
-"""envkit.atomic: the one way envkit writes a file (all of it or none of it)."""
+"""envkit.support.atomic: the one way envkit writes a file (all of it or none of it)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from envkit import atomic
-from envkit.atomic import atomic_stream, write_bytes_atomic, write_text_atomic
+from envkit.support import atomic
+from envkit.support.atomic import atomic_stream, write_bytes_atomic, write_text_atomic
 
 
 def umask() -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from envkit.cli import build_parser
-from envkit.config import DEFAULT_CONFIG
+from envkit.project.config import DEFAULT_CONFIG
 
 # What the extras (docker, report) and the recipes bring; none of it is in a core-only install.
 OPTIONAL = ("docker", "matplotlib", "numpy", "torch", "torchvision", "torch_xla", "tqdm", "requests", "urllib3")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from envkit.config import SCHEMA_PATH, load_config
+from envkit.project.config import SCHEMA_PATH, load_config
 from envkit.errors import EnvkitError
 
 

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from envkit import env_diff, inventory, verify
+from envkit.image import diff as env_diff
+from envkit.image import inventory
+from envkit.image import verify
 from envkit.errors import EnvkitError
 
 SITE = "usr/local/lib/python3.11/site-packages"

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envkit import kinds
-from envkit.config import schema
+from envkit.project import kinds
+from envkit.project.config import schema
 from envkit.errors import EnvkitError
 
 ROCM_KIND = """\
@@ -51,6 +51,7 @@ ROCM_FRAGMENT = """\
 ROCM_EXPERIMENT = """\
   rocm-mnist:
     summary: MNIST on one AMD GPU
+    title: "mnist on one AMD GPU"
     kind: rocm
     recipe: mnist
     args: [--device, cuda]
@@ -157,7 +158,7 @@ def test_a_rocm_kind_from_data_and_a_fragment_alone(rocm_project):
     done = envkit(project, "doctor", "--require", "rocm")
     assert done.returncode == 2 and done.stderr.startswith("envkit: error: this host cannot run rocm images: ")
     probe = (
-        "from envkit import doctor; facts = doctor.HostFacts(docker_version='x');"
+        "from envkit.host import doctor; facts = doctor.HostFacts(docker_version='x');"
         "print(doctor.kind_problem(facts, 'rocm')); facts.devices['rocm'] = ['/dev/kfd'];"
         "print(doctor.kind_problem(facts, 'rocm'), doctor.runnable_experiments(facts)[-1])"
     )

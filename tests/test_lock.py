@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from envkit.cli import main
-from envkit.config import load_config
-from envkit.lock import lock_inputs, read_lock
+from envkit.project.config import load_config
+from envkit.lock.lockfile import lock_inputs, read_lock
 from wheel_index import IndexServer
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "lock"

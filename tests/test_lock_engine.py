@@ -16,7 +16,7 @@ import pytest
 from test_docker_engine import base_image, client, engine_test, registry  # noqa: F401 - fixtures
 from test_lock import envkit, indexes, lock_text, write_project  # noqa: F401 - fixtures
 
-from envkit.lock import BASE_LINE
+from envkit.lock.lockfile import BASE_LINE
 
 INSTALL = "pip install --require-hashes --no-deps --only-binary=:all:"
 

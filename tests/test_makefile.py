@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from envkit.experiment_table import load_experiments
+from envkit.project.experiments import load_experiments
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
 

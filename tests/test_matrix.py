@@ -9,7 +9,7 @@ import zipfile
 import pytest
 
 from envkit.errors import EnvkitError
-from envkit.matrix import load_matrix, minor_of, python_in_range, version_key
+from envkit.project.matrix import load_matrix, minor_of, python_in_range, version_key
 
 
 @pytest.fixture(scope="module")
@@ -255,7 +255,7 @@ def fake_index(matrix):
 
 
 def verify_against(matrix, index):
-    from envkit.matrix_verify import Index, verify
+    from envkit.lock.index_check import Index, verify
 
     server, url = index.serve()
     try:
@@ -298,7 +298,7 @@ def test_verify_prints_each_disagreement(matrix, fake_index, change, expected):
 
 
 def test_verify_cli_exit_codes(matrix, fake_index, capsys):
-    from envkit.matrix_verify import run
+    from envkit.lock.index_check import run
 
     fake_index.add("torch", "2.16.0", ("3.11", "3.15"), [])
     server, url = fake_index.serve()
@@ -312,7 +312,7 @@ def test_verify_cli_exit_codes(matrix, fake_index, capsys):
 
 
 def test_an_unreachable_index_is_one_line_exit_3(matrix):
-    from envkit.matrix_verify import run
+    from envkit.lock.index_check import run
 
     with pytest.raises(EnvkitError) as error:
         run(matrix, "http://127.0.0.1:9/simple")
@@ -322,7 +322,7 @@ def test_an_unreachable_index_is_one_line_exit_3(matrix):
 
 
 def test_the_index_is_pips(monkeypatch):
-    from envkit.matrix_verify import index_url
+    from envkit.lock.index_check import index_url
 
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:1/mirror/simple")
     assert index_url() == "http://127.0.0.1:1/mirror/simple"
@@ -343,7 +343,7 @@ def _configured_index_urls() -> list[str]:
 @pytest.mark.slow
 def test_the_matrix_agrees_with_the_package_index(matrix, capsys):
     """What CI runs: every pin in the matrix against the index pip uses; skips when it cannot be reached."""
-    from envkit.matrix_verify import run
+    from envkit.lock.index_check import run
 
     try:
         code = run(matrix)

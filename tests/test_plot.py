@@ -11,9 +11,9 @@ import pytest
 
 from envkit.cli import main
 from envkit.errors import EnvkitError
-from envkit.plot import require_matplotlib, write_plot
-from envkit.report import Report, build_report
-from envkit.results import load_results
+from envkit.runs.plot import require_matplotlib, write_plot
+from envkit.runs.report import Report, build_report
+from envkit.runs.results import load_results
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "data" / "results" / "mixed"

@@ -11,8 +11,8 @@ import pytest
 
 from envkit.cli import main
 from envkit.errors import EnvkitError
-from envkit.report import build_report, pooled, render_report
-from envkit.results import Stat, load_results, parse, stat_of
+from envkit.runs.report import build_report, pooled, render_report
+from envkit.runs.results import Stat, load_results, parse, stat_of
 
 RESULTS = Path(__file__).parent / "data" / "results" / "mixed"
 GOLDEN = Path(__file__).parent / "golden" / "report"
@@ -239,8 +239,8 @@ def test_strict_compares_runs_of_one_environment(tmp_path, capsys):
 # ---- the report's facts are data -------------------------------------------------
 
 def test_report_data_names_known_recipes_columns_and_statistics():
-    from envkit.report import COLUMNS, FLAT_FIELDS, ROW_KEYS, report_facts
-    from envkit.results import CONFIGURATION_KEYS, ENVIRONMENT_KEYS, KNOWN_RECIPES, STAT_KEYS
+    from envkit.runs.report import COLUMNS, FLAT_FIELDS, ROW_KEYS, report_facts
+    from envkit.runs.results import CONFIGURATION_KEYS, ENVIRONMENT_KEYS, KNOWN_RECIPES, STAT_KEYS
 
     facts = report_facts()
     assert sorted(facts["recipes"]) == sorted(KNOWN_RECIPES)
@@ -256,8 +256,8 @@ def test_report_data_names_known_recipes_columns_and_statistics():
 
 def test_a_new_recipe_is_reported_from_data_alone(monkeypatch, tmp_path):
     """report.py and plot.py hold no per-recipe code: an entry in report.yaml is enough."""
-    from envkit import report as report_module
-    from envkit.plot import write_plot
+    from envkit.runs import report as report_module
+    from envkit.runs.plot import write_plot
 
     facts = report_module.report_facts()
     imagenet = {**facts["recipes"]["cifar"], "speedup": {"metric": "epoch_s", "name": "epoch"}, "tick": "{model}"}

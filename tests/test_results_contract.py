@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envkit import results
+from envkit.runs import results
 from mnist_files import REPO_ROOT, run_mnist
 from results_contract import assert_valid_results, contract_errors
 
@@ -100,7 +100,7 @@ def test_code_reads_its_facts_from_the_schema():
     assert results.KNOWN_RECIPES == tuple(schema["properties"]["recipe"]["enum"])
     assert set(results.STAT_KEYS) == {"iter_s", "epoch_s", "steady_epoch_s", "train_epoch_s", "test_epoch_s"}
     # no second copy of the schema in Python
-    assert "RESULTS_SCHEMA" not in (REPO_ROOT / "envkit" / "results.py").read_text(encoding="utf-8")
+    assert "RESULTS_SCHEMA" not in (REPO_ROOT / "envkit" / "runs" / "results.py").read_text(encoding="utf-8")
 
 
 def test_design_doc_points_to_the_schema_file():

@@ -61,7 +61,7 @@ def test_auto_picks_the_installed_backend_and_torch_xla_when_both_are(installed)
 
 
 def test_the_recipes_know_the_backends_envkit_knows():
-    from envkit.matrix import TPU_BACKENDS  # recipes never import envkit: the test keeps the two lists one
+    from envkit.project.matrix import TPU_BACKENDS  # recipes never import envkit: the test keeps the two lists one
 
     assert set(tpu_backend.BACKENDS) == set(TPU_BACKENDS) == set(tpu_backend.EVERY_DEVICE)
 
@@ -230,6 +230,6 @@ def test_each_torchrun_process_trains_a_ddp_replica(cpu_as_torch_tpu, monkeypatc
     # The report's vocabulary: DDP is parallel "ddp" on every device; strategy names E1's torch_xla ones.
     assert (configuration["backend"], configuration["parallel"], configuration["strategy"], configuration["world_size"]) == (
         "torch_tpu", "ddp", None, 1)
-    from envkit.report import configuration_label
+    from envkit.runs.report import configuration_label
 
     assert configuration_label(configuration) == "tpu DDP×1 (torch_tpu)"

@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from envkit.build_context import staging_path
+from envkit.image.build_context import staging_path
 from test_docker_engine import base_image, client, docker_cli, engine_test, envkit, fill_wheelhouse  # noqa: F401 - fixtures
 from test_torch_tpu import NO_TPU_LINE
 

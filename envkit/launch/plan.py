@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from envkit.atomic import write_text_atomic
+from envkit.support.atomic import write_text_atomic
 from envkit.errors import EnvkitError
 from envkit.launch.shell import line
 

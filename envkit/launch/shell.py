@@ -7,7 +7,7 @@ value that came from the user or the config.
 
 from __future__ import annotations
 
-from envkit.shellquote import sh
+from envkit.support.shellquote import sh
 
 
 class Raw(str):

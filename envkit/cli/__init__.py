@@ -1,0 +1,72 @@
+"""Command-line entry point: one parser; each command's module is imported only when it runs.
+
+``COMMANDS`` maps every command to the module of envkit.cli that registers it (its
+``register(subparsers)`` adds the subcommand and sets ``func`` to a ``cmd_<command>``
+handler; ``--config`` and the build options come from envkit.cli.options). ``main``
+imports only the module of the command on the command line, so ``envkit render``
+loads nothing that ``envkit launch`` or ``envkit report`` needs; ``envkit --help`` and
+an unknown command load them all, to list every command. Heavy imports (docker,
+matplotlib, jsonschema) happen inside the handlers, which keeps ``envkit --help``
+working without the optional extras.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from envkit import __version__
+from envkit.errors import EnvkitError
+
+# command -> module of envkit.cli that registers it (tests/test_cli_commands.py checks both ways).
+COMMANDS = {
+    "targets": "render", "matrix": "render", "render": "render",
+    "build": "images", "run": "images", "push": "images", "save": "images", "load": "images", "prune": "images",
+    "doctor": "host",
+    "experiment": "experiment",
+    "report": "report", "compare": "report", "demo": "report",
+    "lock": "lock",
+    "verify": "verify", "diff": "verify",
+    "launch": "launch",
+}
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse prints the whole usage on error; our users get one line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser with ``command``'s module registered, or every module when None."""
+    parser = _OneLineParser(
+        prog="envkit",
+        description="Render, build, run and compare pinned deep-learning images for cpu, cuda and tpu-vm.",
+    )
+    parser.add_argument("--version", action="version", version=f"envkit {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
+    subparsers.required = True
+    modules = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
+    for name in modules:
+        importlib.import_module(f"envkit.cli.{name}").register(subparsers)
+    return parser
+
+
+def _command(argv: list[str]) -> str | None:
+    """The command word: the first argument that is not an option (top-level options take no value)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(_command(argv)).parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except EnvkitError as exc:
+        print(f"envkit: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("envkit: interrupted", file=sys.stderr)
+        return 130

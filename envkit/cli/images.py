@@ -1,0 +1,164 @@
+"""`envkit build|run|push|save|load|prune`: images through the Docker engine.
+
+Heavy work lives in envkit.image (build context, build, archive, prune); this module
+only parses arguments and prints results (results on stdout, progress on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from envkit.cli.options import add_build_options, add_config, build_options, load_target
+
+
+def register(subparsers) -> None:
+    build = subparsers.add_parser("build", help="build a target's image (tag: envkit-<target>:<context hash> and latest)")
+    build.add_argument("target", help="target name from the config, e.g. cpu")
+    add_build_options(build)
+    add_config(build)
+    build.set_defaults(func=cmd_build)
+
+    run = subparsers.add_parser(
+        "run", help="run a recipe in a target's image through docker/<target>/run.sh",
+        description="envkit's options (--config, --tag, --gpus, --results-dir, --data-dir) go before TARGET; "
+                    "everything after RECIPE goes to the recipe, e.g. envkit run cpu mnist --epochs 1",
+    )
+    run.add_argument("target")
+    run.add_argument("recipe", help="recipe name, e.g. mnist")
+    run.add_argument("recipe_args", nargs=argparse.REMAINDER, help="arguments for the recipe")
+    run.add_argument("--tag", help="image tag to run (default: latest)")
+    run.add_argument("--gpus", help="comma-separated host GPU indices or 'all' (cuda targets)")
+    run.add_argument("--results-dir", type=Path, default=Path("results"))
+    run.add_argument("--data-dir", type=Path, default=Path("data"))
+    add_config(run)
+    run.set_defaults(func=cmd_run)
+
+    push = subparsers.add_parser("push", help="tag a target's image for a registry and push it")
+    push.add_argument("target")
+    push.add_argument("--registry", required=True, help="HOST[:PORT][/PATH]")
+    push.add_argument("--tag", help="image tag to push (default: latest)")
+    add_config(push)
+    push.set_defaults(func=cmd_push)
+
+    save = subparsers.add_parser("save", help="write a target's image as .tar.gz plus a .manifest.json")
+    save.add_argument("target")
+    save.add_argument("--tag", help="image tag to save (default: latest)")
+    save.add_argument("--output-dir", type=Path, default=Path("images"))
+    add_config(save)
+    save.set_defaults(func=cmd_save)
+
+    load = subparsers.add_parser("load", help="verify an image tarball against its manifest, then load it")
+    load.add_argument("file", type=Path, help="the .tar.gz or its .manifest.json")
+    load.set_defaults(func=cmd_load)
+
+    prune = subparsers.add_parser(
+        "prune", help="remove a target's superseded images (never latest)",
+        description="Every build of new content adds an envkit-<target>:<hash> image that nothing else removes. "
+                    "prune removes all of them but latest (and, with --keep N, the N newest others); "
+                    "an image with other names (e.g. from push) only loses envkit's name.",
+    )
+    prune.add_argument("target")
+    prune.add_argument("--keep", type=_count, default=0, metavar="N", help="also keep the N newest older images (default 0)")
+    prune.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
+    add_config(prune)
+    prune.set_defaults(func=cmd_prune)
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"'{text}' is not a count: give a whole number, 0 or more")
+    return int(text)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from envkit.image.build import build
+
+    config, target = load_target(args)
+    built = build(config.root, target, build_options(args, no_cache=args.no_cache))
+    state = "is already built; tagged it latest" if built.reused else "built and tagged latest"
+    print(f"envkit: {built.tag} {state} ({built.size_bytes / 1e9:.2f} GB)", file=sys.stderr)
+    print(built.tag)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import subprocess  # only here: render never needs it
+
+    from envkit.host import doctor
+    from envkit.support.docker_client import connect_docker
+    from envkit.image.build import LATEST, repository, resolve_image
+
+    config, target = load_target(args)
+    doctor.require(doctor.inspect_host(), target.kind, args.gpus)
+    resolve_image(connect_docker(), target.name, args.tag)  # one line now if it was never built
+    # Created here so they belong to the caller; docker would create them as root.
+    for directory in (args.results_dir, args.data_dir):
+        directory.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "IMAGE": f"{repository(target.name)}:{args.tag or LATEST}",
+        "RESULTS_DIR": str(args.results_dir.resolve()),
+        "DATA_DIR": str(args.data_dir.resolve()),
+    }
+    if args.gpus:
+        env["GPUS"] = args.gpus
+    # run.sh is the one definition of how a target's container runs (user, GPUs,
+    # mounts, TPU flags); users without envkit call it directly, so we do too.
+    script = config.root / "docker" / target.name / "run.sh"
+    return subprocess.run([str(script), args.recipe, *args.recipe_args], env=env, check=False).returncode
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    from envkit.image.build import push
+
+    _, target = load_target(args)
+    for reference in push(target, args.registry, args.tag, progress=lambda s: print(s, file=sys.stderr)):
+        print(reference)
+    return 0
+
+
+def cmd_save(args: argparse.Namespace) -> int:
+    from envkit.image.archive import save
+
+    _, target = load_target(args)
+    tarball, manifest = save(target, args.tag, args.output_dir)
+    print(tarball)
+    print(manifest)
+    return 0
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    from envkit.image.archive import load
+
+    print(load(args.file))
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from envkit.image import prune
+    from envkit.image.build import LATEST, repository
+
+    _, target = load_target(args)
+    repo = repository(target.name)
+    removed = 0
+    for outcome in prune.prune(target.name, args.keep, args.dry_run):
+        image = outcome.image
+        built = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(image.created))
+        if outcome.state == prune.KEPT:
+            print(f"envkit: warning: kept {image.label}: {outcome.detail}", file=sys.stderr)
+            continue
+        removed += 1
+        still = f"; still named {outcome.detail}" if outcome.detail else ""
+        print(f"{outcome.state} {image.label} ({image.size_bytes / 1e9:.2f} GB, built {built}{still})")
+    if args.dry_run:
+        print(f"envkit: dry run: {removed} old {repo} image(s) would be removed; nothing was", file=sys.stderr)
+    elif removed:
+        # Sizes overlap: layers shared with the images kept stay on disk.
+        print(f"envkit: removed {removed} old {repo} image(s); {repo}:{LATEST} is kept", file=sys.stderr)
+    else:
+        print(f"envkit: no old {repo} images to remove", file=sys.stderr)
+    return 0

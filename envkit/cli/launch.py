@@ -1,0 +1,154 @@
+"""`envkit launch`: run an experiment on several hosts through an existing engine.
+
+Builds one job description from the experiments table and the config's target
+for the experiment's kind, renders it for the engine chosen with --on, then
+prints it (--dry-run) or submits it with the engine's own client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from envkit.cli.options import add_config
+from envkit.errors import EnvkitError
+
+
+class _RecipeArgsAfterDashes(argparse.ArgumentParser):
+    """Everything after the first '--' goes to the recipe, whatever it looks like."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        split = args.index("--") if "--" in args else len(args)
+        namespace, extras = super().parse_known_args(args[:split], namespace)
+        namespace.recipe_args = args[split + 1:]
+        return namespace, extras
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name for name in text.split(",") if name)
+
+
+def _absolute(text: str) -> str:
+    return str(Path(text).resolve())
+
+
+def register(subparsers) -> None:
+    from envkit.launch.job import DEFAULT_RDZV_PORT, ENGINES, SLURM_CONTAINERS
+
+    launch = subparsers.add_parser(
+        "launch",
+        help="run an experiment on N hosts via Slurm, Kubernetes, TPU pods, SkyPilot or plain hosts",
+        description="Render EXPERIMENT for an engine and submit it with the engine's own client (sbatch, kubectl, "
+        "gcloud, sky), or print exactly that with --dry-run. Recipe arguments follow '--' (the experiment's own "
+        "come from the table), e.g. "
+        "envkit launch gpu-ddp-cifar --on slurm --nodes 2 --gpus-per-node 4 -- --epochs 1",
+    )
+    launch.add_argument("experiment", help="experiment name from envkit/data/experiments.yaml, e.g. gpu-ddp-cifar")
+    # argparse cannot take options after a trailing positional list: split at '--' first.
+    launch.__class__ = type("LaunchParser", (_RecipeArgsAfterDashes, type(launch)), {})
+    launch.add_argument("--on", required=True, choices=ENGINES, metavar="ENGINE", help=f"one of: {', '.join(ENGINES)}")
+    launch.add_argument("--nodes", type=int, default=1, help="hosts (default 1)")
+    launch.add_argument("--gpus-per-node", type=int, help="GPUs per host (default: 1 for GPU experiments, else 0)")
+    launch.add_argument("--nproc-per-node", type=int, help="CPU torchrun experiments: processes per host (default 1)")
+    launch.add_argument("--name", help="job name (default: the experiment's); DNS-1123 for Kubernetes")
+    launch.add_argument("--dry-run", action="store_true", help="print what would be submitted; write and submit nothing")
+    launch.add_argument("--output", type=Path, help="directory for the script or manifest (default: jobs/; "
+                        "with --dry-run, write them there without submitting)")
+    add_config(launch)
+    launch.add_argument("--target", help="config target to run (default: the first of the experiment's kind)")
+    launch.add_argument("--image", help="image reference (default: [REGISTRY/]envkit-<target>:TAG)")
+    launch.add_argument("--registry", help="registry the image was pushed to (envkit push), HOST[:PORT][/PATH]")
+    launch.add_argument("--tag", default="latest", help="image tag (default: latest)")
+    launch.add_argument("--results-dir", type=Path, default=Path("results"), help="host results directory (hosts, slurm)")
+    launch.add_argument("--data-dir", type=Path, default=Path("data"), help="host data directory (hosts, slurm)")
+    launch.add_argument("--rdzv-port", type=int, default=DEFAULT_RDZV_PORT, help=f"rendezvous port (default {DEFAULT_RDZV_PORT})")
+    launch.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment variable for the job on every node, repeatable (e.g. GLOO_SOCKET_IFNAME=eth0): "
+                        "exported by the sbatch script, set on the container (Kubernetes, tpu-pod), in the task's envs "
+                        "(skypilot); hosts and slurm --container docker give it to run.sh, which passes the multi-node "
+                        "ones (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) into the container")
+    # Each engine setting's dest is a field of EngineOptions, which takes them by name (engine_options):
+    # a new setting is one line here and one field there.
+    engine = launch.add_argument_group("engine settings")
+    engine.add_argument("--hosts", type=_names, default=(), help="hosts: comma-separated host names, the rendezvous host first")
+    engine.add_argument("--container", default="host", choices=SLURM_CONTAINERS,
+                        help="slurm: host Python environment, docker (run.sh), pyxis or apptainer (default host)")
+    engine.add_argument("--partition", help="slurm: partition")
+    engine.add_argument("--time", help="slurm: time limit, e.g. 02:00:00")
+    engine.add_argument("--image-tarball", type=_absolute, help="slurm apptainer, tpu-pod: envkit save's .tar.gz")
+    engine.add_argument("--volume-claim", default="envkit",
+                        help="pytorchjob, jobset: PersistentVolumeClaim holding data/ and results/ (default envkit)")
+    engine.add_argument("--tpu-accelerator", help="jobset on TPU: GKE accelerator, e.g. tpu-v5-lite-podslice")
+    engine.add_argument("--tpu-topology", help="jobset on TPU: slice topology, e.g. 4x4")
+    engine.add_argument("--tpu-chips-per-node", type=int, default=4, help="jobset on TPU: chips per host (default 4)")
+    engine.add_argument("--tpu", help="tpu-pod: the TPU VM's name")
+    engine.add_argument("--zone", help="tpu-pod: the TPU VM's zone")
+    engine.add_argument("--stop", action="store_true", help="tpu-pod: stop the experiment's container on every worker")
+    engine.add_argument("--accelerators", help="skypilot: e.g. A100:8 or tpu-v5e-16 (default A100:<gpus-per-node>)")
+    launch.set_defaults(func=cmd_launch)
+
+
+def build(args):
+    """The job and its plan from the parsed arguments (bad input: EnvkitError)."""
+    from envkit.launch.engines import render_job
+    from envkit.image.build import repository
+    from envkit.project.config import load_config
+    from envkit.project.experiments import experiment as find_experiment
+    from envkit.runs.plans import experiment_target
+    from envkit.launch.job import build_job, engine_options
+
+    experiment = find_experiment(args.experiment)
+    config = load_config(args.config)
+    target = experiment_target(config, experiment, args.target)
+    image = args.image or f"{args.registry + '/' if args.registry else ''}{repository(target.name)}:{args.tag}"
+    job = build_job(
+        experiment,
+        target,
+        engine=args.on,
+        nodes=args.nodes,
+        root=config.root,
+        data_dir=args.data_dir.resolve(),
+        results_dir=args.results_dir.resolve(),
+        image=image,
+        gpus_per_node=args.gpus_per_node,
+        nproc_per_node=args.nproc_per_node,
+        name=args.name,
+        extra_args=tuple(args.recipe_args),
+        rdzv_port=args.rdzv_port,
+        env=tuple(args.env),
+        options=engine_options(vars(args)),
+    )
+    return job, render_job(args.on, job, args.output or Path("jobs"))
+
+
+def cmd_launch(args) -> int:
+    from envkit.launch import plan as plans
+    from envkit.launch import tpu_pod
+    from envkit.launch.shell import line
+
+    if args.stop and args.on != "tpu-pod":
+        raise EnvkitError(f"--stop applies to --on tpu-pod; stop a {args.on} job with the engine's own client")
+    if not 1 <= args.rdzv_port <= 65535:
+        raise EnvkitError(f"--rdzv-port {args.rdzv_port} is not a port; give 1-65535")
+    job, plan = build(args)
+    if args.stop:
+        stop = tpu_pod.stop_command(job)
+        if args.dry_run:
+            print(line(*stop))
+        else:
+            plans.run_client(stop)
+        return 0
+    if args.dry_run:
+        if args.output:
+            plans.write_files(plan)
+        sys.stdout.write(plans.describe(plan))
+        return 0
+    if not plan.commands:
+        # Plain hosts: no engine to hand the job to.
+        sys.stdout.write(plans.describe(plan))
+        return 0
+    plans.submit(plan)
+    print(f"envkit: submitted {job.experiment} as {job.name!r} to {args.on}; results: {plan.results}", file=sys.stderr)
+    return 0

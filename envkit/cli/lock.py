@@ -1,0 +1,67 @@
+"""`envkit lock`: write and check docker/<target>/requirements.lock (envkit/lock/lockfile.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+from envkit.cli.options import add_config
+from envkit.errors import EnvkitError
+
+
+def register(subparsers) -> None:
+    lock = subparsers.add_parser(
+        "lock",
+        help="pin every package of a target by version and sha256 (docker/<target>/requirements.lock)",
+        description="Resolve each target's complete dependency set with uv for the target's platform "
+        "(x86_64, its base image's glibc, its Python) and write docker/<target>/requirements.lock. "
+        "torch and torchvision come from PyTorch's index for cpu/cuda variants, everything else from "
+        "the default index (or the target's pip_index_url). --check runs offline.",
+    )
+    add_config(lock)
+    which = lock.add_mutually_exclusive_group()
+    which.add_argument("--target", metavar="NAME", help="lock one target")
+    which.add_argument("--all", action="store_true", help="lock every target in the config")
+    mode = lock.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--check",
+        action="store_true",
+        help="offline: exit 1 naming each stale lock (changed inputs, missing hashes, CUDA packages in cpu); "
+        "all targets unless --target",
+    )
+    mode.add_argument(
+        "--upgrade-package",
+        metavar="NAME",
+        action="append",
+        help="let this locked package move to its newest allowed version (repeatable); others stay as locked",
+    )
+    lock.add_argument(
+        "--torch-index-url",
+        metavar="URL",
+        help="a mirror of the target's PyTorch index (torch, torchvision); default: the matrix's index",
+    )
+    lock.set_defaults(func=cmd_lock)
+
+
+def cmd_lock(args: argparse.Namespace) -> int:
+    from envkit.project.config import load_config
+
+    config = load_config(args.config)
+    if args.target:
+        config.target(args.target)
+        names = [args.target]
+    elif args.all or args.check:
+        names = list(config.targets)
+    else:
+        raise EnvkitError("envkit lock: choose the targets: --target NAME or --all")
+    if args.check:
+        from envkit.lock.lockfile import check
+
+        stale, unlocked = check(config, names)
+        for line in unlocked + stale:
+            print(line)
+        return 1 if stale else 0
+    from envkit.lock.resolve import lock_targets
+
+    # The Dockerfile records the lock's sha256, so render follows: make re-renders by itself
+    # (the lock is a prerequisite), `envkit build` refuses a Dockerfile older than its lock.
+    return lock_targets(config, names, args.upgrade_package or [], args.torch_index_url)

@@ -1,0 +1,160 @@
+"""`envkit targets`, `envkit matrix` and `envkit render`.
+
+Imports only the config, matrix and render modules: this path must stay free of
+torch, docker and matplotlib so that the CLI starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from envkit.cli.options import add_config
+
+
+def register(subparsers) -> None:
+    targets = subparsers.add_parser(
+        "targets",
+        help="list the configured targets and their pins",
+        description="List each target in the config with its kind, base image, pinned versions and lock "
+        "(locked, with the first 12 hex of the lock's sha256, or unlocked).",
+    )
+    add_config(targets)
+    targets.set_defaults(func=cmd_targets)
+
+    matrix = subparsers.add_parser(
+        "matrix",
+        help="list the supported torch / CUDA / torch_xla combinations",
+        description="Print envkit's compatibility matrix (envkit/data/matrix.yaml): what a config may combine.",
+    )
+    matrix.add_argument(
+        "--verify",
+        action="store_true",
+        help="ask the package index pip uses (PIP_INDEX_URL, pip config, or pip's default) whether every pinned "
+        "version exists and its Requires-Dist and Python wheels agree; exit 1 on any disagreement, 3 when the "
+        "index cannot be reached",
+    )
+    matrix.set_defaults(func=cmd_matrix)
+
+    render = subparsers.add_parser(
+        "render",
+        help="render docker/<target>/ (Dockerfile, run.sh, .dockerignore)",
+        description="Render each target's Dockerfile, run.sh and .dockerignore from templates/. Output is "
+        "byte-identical on every run and machine; all files are written or none.",
+    )
+    add_config(render)
+    which = render.add_mutually_exclusive_group(required=True)
+    which.add_argument("--target", metavar="NAME", help="render one target")
+    which.add_argument("--all", action="store_true", help="render every target in the config")
+    output = render.add_mutually_exclusive_group()
+    output.add_argument("--stdout", action="store_true", help="print the files instead of writing them")
+    output.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if the files under --output are stale"
+    )
+    render.add_argument("--output", metavar="DIR", type=Path, help="output directory (default: docker/ beside the config)")
+    render.set_defaults(func=cmd_render)
+
+
+def cmd_targets(args: argparse.Namespace) -> int:
+    from envkit.project.config import load_config
+    from envkit.lock.lockfile import lock_path, read_lock
+
+    config = load_config(args.config)
+    rows = [("TARGET", "KIND", "BASE IMAGE", "LOCK", "PINS")]
+    for target in config.targets.values():
+        pins = " ".join(f"{name}={version}" for name, version in target.pins().items())
+        lock = read_lock(lock_path(config, target.name))
+        rows.append((target.name, target.kind, target.base_image, f"locked {lock.sha256[:12]}" if lock else "unlocked", pins))
+    _print_table(rows)
+    return 0
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    from envkit.project.matrix import load_matrix, version_key
+
+    matrix = load_matrix()
+    if args.verify:
+        from envkit.lock.lockfile import index_check as matrix_verify
+
+        return matrix_verify.run(matrix)
+    rows = [("TORCH", "RELEASES", "TORCHVISION", "PYTHON", "CUDA VARIANTS (first = default)", "TPU-VM BACKENDS")]
+    for minor in sorted(matrix.torch, key=version_key):
+        release = matrix.torch[minor]
+        cuda = ", ".join(f"{variant} ({matrix.cuda[variant].cuda})" for variant in release.cuda_variants) or "-"
+        vision = f"{release.torchvision}.x" if release.torchvision else "none (torchvision: false)"
+        rows.append((f"{minor}.x", " ".join(release.versions), vision, "-".join(release.python), cuda, _tpu_backends(matrix, release)))
+    _print_table(rows)
+    print()
+    rows = [("TORCH_XLA", "(TORCH, TORCH_XLA) PAIRS", "LIBTPU", "PYTHON")]
+    for minor, xla in matrix.torch_xla.items():
+        pairs = ", ".join(f"({torch}, {version})" for torch, version in xla.pairs)
+        rows.append((f"{minor}.x", pairs, f"{xla.libtpu_package} {xla.libtpu}", "-".join(xla.python)))
+    _print_table(rows)
+    print()
+    rows = [("TORCH_TPU", "TORCH", "LIBTPU", "PYTHON")]
+    for version, tpu in matrix.torch_tpu.items():
+        rows.append((version, "-".join(tpu.torch), f">= {tpu.libtpu}", "-".join(tpu.python)))
+    _print_table(rows)
+    print(f"\ncpu wheels: {matrix.cpu_index_url}; torchvision's patch release equals torch's; "
+          "CUDA variant lists and base images name their source in envkit/data/matrix.yaml.")
+    return 0
+
+
+def _tpu_backends(matrix, release) -> str:
+    from envkit.project.matrix import version_in_range
+
+    backends = []
+    if release.minor in matrix.torch_xla:
+        backends.append("torch_xla")
+    if any(version_in_range(v, tpu.torch) for tpu in matrix.torch_tpu.values() for v in release.versions):
+        backends.append("torch_tpu")
+    return ", ".join(backends) or "-"
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from envkit.errors import EnvkitError
+    from envkit.render import memo, output as rendered
+
+    selection = "--all" if args.all else args.target
+    remembered = memo.recall(args.config, selection)
+    names, files = remembered if remembered is not None else _render(args.config, selection)
+    output = args.output if args.output is not None else args.config.resolve().parent / rendered.DEFAULT_OUTPUT
+    if args.stdout:
+        for file in files:
+            sys.stdout.write(f"==> {file.path.as_posix()} <==\n{file.text}")
+        return 0
+    if args.check:
+        problems = rendered.stale(output, files) + (rendered.orphans(output, names) if args.all else [])
+        if problems:
+            summary = "; ".join(problems)
+            raise EnvkitError(f"rendered files are stale: {summary}; run `envkit render --all` and commit", exit_code=1)
+        print(f"{len(files)} files under {output} are up to date")
+        return 0
+    written = rendered.write(output, files)
+    print(f"rendered {len(files)} files for {', '.join(names)} into {output} ({len(written)} changed)")
+    return 0
+
+
+def _render(config_path: Path, selection: str):
+    """Render in full, and remember the result with every file it read (envkit.render.memo)."""
+    from envkit.lock.lockfile import lock_path
+    from envkit.project.config import load_config
+    from envkit.project.datafile import DATA_DIR
+    from envkit.render import memo
+    from envkit.render import target_files as render
+
+    config = load_config(config_path)
+    names = list(config.targets) if selection == "--all" else [config.target(selection).name]
+    files = render.render_targets(config, names)
+    read = [config.path, *DATA_DIR.iterdir(), *(path for path in (config.root / "templates").rglob("*") if path.is_file())]
+    for name in names:
+        read += [lock_path(config, name), *config.targets[name].ca_certificates]
+    memo.remember(config_path, selection, names, files, read)
+    return names, files
+
+
+def _print_table(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())

@@ -1,0 +1,165 @@
+"""`envkit report`, `envkit compare`, `envkit demo`: turn result files into the comparison."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from envkit.cli.options import add_config
+
+
+def register(subparsers) -> None:
+    report = subparsers.add_parser(
+        "report", help="compare the runs in a results directory (tables as in the published experiments)",
+        description="Group the results files in RESULTS_DIR by recipe and configuration and print the comparison.",
+    )
+    report.add_argument("results_dir", metavar="RESULTS_DIR", type=Path,
+                        help="directory the recipes wrote results JSON into (its *.json files, not subdirectories)")
+    _add_report_options(report)
+    report.set_defaults(func=cmd_report)
+
+    compare = subparsers.add_parser(
+        "compare", help="run every experiment this host can run, then report",
+        description="Ask `envkit doctor` which experiments this host can run, run them, then print the report.",
+    )
+    _add_run_options(compare, default_results=Path("results"))
+    compare.add_argument("--epochs", type=_positive_int, default=None, help="epochs per run (default: each recipe's own)")
+    compare.add_argument("--dataset", choices=("real", "fake"), default="real", help="real data or generated fake data")
+    compare.add_argument("--max-steps", type=_positive_int, default=None, help="stop each run after this many steps (quick checks)")
+    _add_report_options(compare)
+    compare.set_defaults(func=cmd_compare)
+
+    demo = subparsers.add_parser(
+        "demo", help="render every target, run the small comparison this machine can run, report and plot",
+        description="The whole story on any machine in a few minutes: render, run small experiments, report, plot.",
+    )
+    _add_run_options(demo, default_results=Path("results/demo"))
+    demo.add_argument("--no-docker", action="store_true", help="run on this Python even when Docker is usable")
+    demo.add_argument("--base-image", metavar="IMAGE", default=None,
+                      help="base image for building the cpu image (e.g. one made by scripts/base-image.sh)")
+    demo.set_defaults(func=cmd_demo)
+
+
+def _add_run_options(parser: argparse.ArgumentParser, default_results: Path) -> None:
+    """What `compare` and `demo` share: where results go, the project, and a dry run."""
+    parser.add_argument("--results-dir", type=Path, default=default_results, help=f"where results go (default: {default_results})")
+    add_config(parser)
+    parser.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
+
+
+def _add_report_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", choices=("md", "csv", "json"), default="md", help="table format (default: md)")
+    parser.add_argument("--plot", type=Path, metavar="FILE.png", default=None, help="also write a bar chart PNG")
+    parser.add_argument("--reference", action="store_true", help="add the published numbers, labelled as published")
+    parser.add_argument("--baseline", metavar="LABEL", default=None,
+                        help="configuration the speed-ups are relative to, e.g. 'cpu ×1' (default: first single-device one)")
+    parser.add_argument("--strict", action="store_true",
+                        help="refuse to compare runs whose python, torch, TPU backend or lock differ (default: mark them)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number ≥ 1, got {text!r}")
+    return value
+
+
+def print_report(results_dir: Path, output_format: str = "md", plot: Path | None = None,
+                 reference: bool = False, baseline: str | None = None, strict: bool = False) -> None:
+    from envkit.errors import EnvkitError
+    from envkit.runs.report import build_report, render_report
+    from envkit.runs.results import load_results
+
+    if plot is not None:
+        if plot.suffix.lower() != ".png":
+            raise EnvkitError(f"--plot {plot}: the plot is a PNG file, give a name ending in .png")
+        _require_matplotlib()
+    results, warnings = load_results(results_dir)
+    for warning in warnings:
+        print(f"envkit: warning: {warning}", file=sys.stderr)
+    skipped = sum(1 for warning in warnings if warning.startswith("skipped "))
+    if not results:
+        found = f"all {skipped} *.json files were skipped (see warnings)" if skipped else "it holds no *.json results files"
+        raise EnvkitError(f"no results in {results_dir}: {found}; run a recipe, `envkit compare` or `envkit demo` first", exit_code=1)
+    report = build_report(results, skipped=skipped, baseline=baseline, reference=reference, strict=strict)
+    sys.stdout.write(render_report(report, output_format))
+    sys.stdout.flush()
+    if plot is not None:
+        from envkit.runs.plot import write_plot
+
+        try:
+            write_plot(report, plot)
+        except OSError as exc:
+            raise EnvkitError(f"cannot write the plot {plot}: {exc.strerror or exc}") from None
+        print(f"envkit: wrote {plot}", file=sys.stderr)
+
+
+def _require_matplotlib() -> None:
+    """Before anything runs or prints: a plot without matplotlib is one line naming the extra."""
+    from envkit.runs.plot import require_matplotlib
+
+    require_matplotlib()
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    print_report(args.results_dir, args.format, args.plot, args.reference, args.baseline, args.strict)
+    return 0
+
+
+def _host_facts():
+    from envkit.host.doctor import inspect_host, runnable_experiments
+
+    facts = inspect_host()
+    return facts, runnable_experiments(facts)
+
+
+def _check_project(config: Path) -> None:
+    from envkit.errors import EnvkitError
+
+    if not config.is_file():
+        raise EnvkitError(f"config file {config} not found: run from the project directory or pass --config FILE")
+    if not (config.parent / "recipes").is_dir():
+        raise EnvkitError(f"no recipes/ directory next to {config}: the experiments run the project's recipes")
+
+
+def _report_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The report options of `compare`, passed on to its final `envkit report` step."""
+    passed = ("--format", args.format)
+    if args.plot is not None:
+        passed += ("--plot", str(args.plot))
+    if args.reference:
+        passed += ("--reference",)
+    if args.baseline is not None:
+        passed += ("--baseline", args.baseline)
+    if args.strict:
+        passed += ("--strict",)
+    return passed
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from envkit.runs.plans import compare_plan, execute
+
+    _check_project(args.config)
+    if args.plot is not None and not args.dry_run:
+        _require_matplotlib()
+    facts, runnable = _host_facts()
+    plan = compare_plan(args.results_dir, epochs=args.epochs, dataset=args.dataset, max_steps=args.max_steps,
+                        config=args.config,
+                        facts=facts, runnable=runnable, report_args=_report_args(args))
+    return 0 if execute(plan, dry_run=args.dry_run) else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from envkit.runs.plans import demo_plan, execute
+
+    _check_project(args.config)
+    if not args.dry_run:  # the demo ends with a plot
+        _require_matplotlib()
+    facts, _ = _host_facts()
+    plan = demo_plan(args.results_dir, config=args.config, facts=facts, use_docker=not args.no_docker,
+                     base_image=args.base_image)
+    return 0 if execute(plan, dry_run=args.dry_run) else 1

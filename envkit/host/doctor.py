@@ -1,0 +1,199 @@
+"""Host facts: what this machine offers, and which experiments it can therefore run.
+
+`envkit doctor`, `envkit experiment`'s pre-build check and `envkit compare` all ask
+these functions, so "can this host run gpu-dp-cifar?" has one answer everywhere.
+Which device each kind needs is data (envkit/data/kinds.yaml, its `host` entry);
+the experiments come from envkit/data/experiments.yaml.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import socket
+import subprocess
+from dataclasses import asdict, dataclass, field
+
+from envkit.project import kinds
+from envkit.support.docker_client import connect_docker
+from envkit.errors import EnvkitError
+from envkit.project.experiments import by_kind
+from envkit.project.kinds import HostCheck
+
+# Below this the cuda image (several GB) and a dataset no longer fit comfortably.
+LOW_DISK_GB = 10.0
+# Identical image digests across rebuilds need BuildKit >= 0.13 (SOURCE_DATE_EPOCH
+# with rewrite-timestamp); the first engine that bundles it is Docker 26.0.
+DIGEST_BUILDKIT = (0, 13)
+DIGEST_ENGINE = (26, 0)
+
+
+@dataclass
+class HostFacts:
+    docker_version: str | None = None
+    docker_error: str | None = None
+    # Whether two builds of the same inputs can give the same image digest (None: no engine).
+    identical_digests: bool | None = None
+    nvidia_runtime: bool = False
+    gpus: list[str] = field(default_factory=list)
+    # The device files a kind's `host: {check: devices}` entry found, by its name ("tpu": [...]).
+    devices: dict[str, list[str]] = field(default_factory=dict)
+    free_disk_gb: float = 0.0
+    cpu_count: int = 1
+    # Multi-host torchrun's c10d rendezvous looks this host up by name (pytorch#150532).
+    hostname: str = ""
+    hostname_resolves: bool = True
+    hostname_problem: str | None = None  # what failed and what to do, when it does not resolve
+
+
+def _nvidia_gpus() -> list[str]:
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in done.stdout.splitlines() if line.startswith("GPU ")]
+
+
+def device_files(check: HostCheck) -> list[str]:
+    """The files a kind's globs find, each glob's sorted, without the ones it says to ignore."""
+    return [path for pattern in check.globs for path in sorted(glob.glob(pattern)) if path not in check.ignore]
+
+
+def _device_checks() -> list[HostCheck]:
+    return [spec.host for spec in kinds.load_kinds().values() if spec.host.check == "devices"]
+
+
+def hostname_problem(name: str) -> str | None:
+    """Why c10d cannot find this host by ``name`` (its own name and getfqdn()'s), or None when both resolve."""
+    for looked_up in dict.fromkeys((name, socket.getfqdn(name))):
+        try:
+            socket.getaddrinfo(looked_up, None)
+        except OSError as exc:
+            which = "does not resolve" if looked_up == name else f"resolves, its full name {looked_up} does not"
+            return (f"{which}: {exc.strerror or exc}; multi-host torchrun's c10d rendezvous fails without it; add "
+                    f"'ADDRESS {name}' to /etc/hosts, ADDRESS being this host's address on the network the other hosts reach")
+    return None
+
+
+def inspect_host() -> HostFacts:
+    devices = {check.name: device_files(check) for check in _device_checks()}
+    facts = HostFacts(gpus=_nvidia_gpus(), devices=devices, cpu_count=os.cpu_count() or 1, hostname=socket.gethostname())
+    facts.hostname_problem = hostname_problem(facts.hostname)
+    facts.hostname_resolves = facts.hostname_problem is None
+    disk_path = "."
+    try:
+        client = connect_docker()
+        version = client.version()
+        facts.docker_version = version.get("Version", "unknown")
+        facts.identical_digests = can_give_identical_digests(version)
+        info = client.info()
+        facts.nvidia_runtime = "nvidia" in (info.get("Runtimes") or {}) or bool(shutil.which("nvidia-container-runtime-hook") or shutil.which("nvidia-ctk"))
+        if os.path.isdir(info.get("DockerRootDir", "")):
+            disk_path = info["DockerRootDir"]  # images land there, not in the project
+    except EnvkitError as exc:
+        facts.docker_error = str(exc)
+    facts.free_disk_gb = round(shutil.disk_usage(disk_path).free / 1e9, 1)
+    return facts
+
+
+def _release(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text.split("+", 1)[0])[:2])
+
+
+def can_give_identical_digests(version: dict) -> bool:
+    """From the engine's version: its BuildKit component where it lists one, else the engine release."""
+    for component in version.get("Components") or []:
+        if str(component.get("Name", "")).lower() == "buildkit":
+            return _release(str(component.get("Version", "")).lstrip("v")) >= DIGEST_BUILDKIT
+    return _release(str(version.get("Version", ""))) >= DIGEST_ENGINE
+
+
+def device_problem(facts: HostFacts, kind: str) -> str | None:
+    """Why this host lacks ``kind``'s device, or None when it has it (the engine aside)."""
+    check = kinds.kind(kind).host
+    if check.check == "nvidia":
+        if not facts.gpus:
+            return check.missing
+        if not facts.nvidia_runtime:
+            return "NVIDIA GPUs found but Docker cannot reach them: install nvidia-container-toolkit and restart the engine"
+    if check.check == "devices" and not facts.devices.get(check.name):
+        return check.missing
+    return None
+
+
+def kind_problem(facts: HostFacts, kind: str) -> str | None:
+    """Why this host cannot run images of ``kind``, or None when it can."""
+    kinds.kind(kind)  # an unknown kind is bad input on any host
+    return facts.docker_error or device_problem(facts, kind)
+
+
+def runnable_experiments(facts: HostFacts) -> list[str]:
+    """The experiments this host can run in their images: cheap kinds first, as kinds.yaml lists them."""
+    return [entry.name for entry in by_kind(kinds.names()) if kind_problem(facts, entry.kind) is None]
+
+
+def parse_gpus(text: str, available: int | None = None) -> list[int] | None:
+    """``GPUS`` as host indices (None for 'all'); checked against ``available`` when known."""
+    if text == "all":
+        return None
+    parts = text.split(",")
+    if not text or not all(p.isdigit() for p in parts):
+        raise EnvkitError(f"GPUS='{text}' is invalid: give comma-separated GPU indices (e.g. GPUS=0,1) or GPUS=all")
+    indices = [int(p) for p in parts]
+    if len(set(indices)) != len(indices):
+        raise EnvkitError(f"GPUS='{text}' names a GPU twice: give each index once")
+    if available is not None:
+        missing = [i for i in indices if i >= available]
+        if missing:
+            raise EnvkitError(f"GPUS='{text}' names GPU {missing[0]}, but this host has {available} (indices 0-{available - 1})")
+    return indices
+
+
+def require(facts: HostFacts, kind: str, gpus: str | None = None) -> None:
+    """Raise the one-line reason when the host cannot run ``kind`` (before any build)."""
+    if gpus is not None:
+        parse_gpus(gpus)  # a malformed value is bad input on any host
+    problem = kind_problem(facts, kind)
+    if problem:
+        raise EnvkitError(f"this host cannot run {kind} images: {problem}")
+    if gpus is not None and kinds.kind(kind).host.check == "nvidia":
+        parse_gpus(gpus, len(facts.gpus))
+
+
+def format_report(facts: HostFacts) -> str:
+    lines = [
+        f"docker engine   {facts.docker_version or 'none'}" + (f"  ({facts.docker_error})" if facts.docker_error else ""),
+        f"same digests    {_digests_line(facts.identical_digests)}",
+        f"nvidia runtime  {'yes' if facts.nvidia_runtime else 'no'}",
+        f"gpus            {len(facts.gpus)}" + "".join(f"\n                  {g}" for g in facts.gpus),
+        *(f"{check.name + ' devices':16}{', '.join(facts.devices.get(check.name, [])) or 'none'}" for check in _device_checks()),
+        f"cpus            {facts.cpu_count}",
+        f"host name       {facts.hostname}  ({facts.hostname_problem or 'resolves'})",
+        f"free disk       {facts.free_disk_gb:.1f} GB" + ("  (low: images and datasets need ~10 GB)" if facts.free_disk_gb < LOW_DISK_GB else ""),
+        "",
+        "make targets on this host:",
+    ]
+    for entry in by_kind(kinds.names()):
+        problem = kind_problem(facts, entry.kind)
+        lines.append(f"  {'yes' if problem is None else 'no ':4}{entry.name:18}{'' if problem is None else problem}")
+    return "\n".join(lines)
+
+
+def _digests_line(identical: bool | None) -> str:
+    if identical is None:
+        return "unknown (no engine)"
+    if identical:
+        return "yes: rebuilds from a lock can give identical image digests (BuildKit >= 0.13)"
+    return "no: rebuilds give the same packages and files, not the same image digest (needs BuildKit >= 0.13, Docker 26+)"
+
+
+def as_json(facts: HostFacts) -> dict:
+    """doctor --json: the facts, each kind's device files as <name>_devices (e.g. tpu_devices)."""
+    record = asdict(facts)
+    for name, files in record.pop("devices").items():
+        record[f"{name}_devices"] = files
+    return {**record, "runnable": runnable_experiments(facts)}

@@ -1,0 +1,197 @@
+"""Images in the engine: their names, building them, and pushing them to a registry.
+
+A target's images are ``envkit-<target>:<content hash>`` plus ``latest`` for the newest.
+Builds go through the docker CLI (BuildKit); everything else goes through the Docker
+SDK. The SDK's build endpoint speaks only the legacy builder, which cannot run the
+`RUN --mount=type=cache|bind` lines the rendered Dockerfiles rely on for fast
+rebuilds and wheelhouse installs, so `docker build` with DOCKER_BUILDKIT=1 is the one
+place where a client binary is needed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from envkit.image.build_context import (
+    TAG_HEX,
+    BuildOptions,
+    build_args_for,
+    context_digest,
+    git_revision,
+    source_date_epoch,
+    stage_context,
+    staging_area,
+)
+from envkit.support.docker_client import connect_docker, docker_sdk
+from envkit.errors import EnvkitError
+
+LATEST = "latest"
+# How much of a failed build's log is kept to find the line that says why.
+LOG_TAIL_LINES = 400
+# BuildKit's plain progress prefixes each line of a step's output with "#<step> <seconds> ".
+_STEP_PREFIX = re.compile(r"^#\d+ \d+\.\d+ ")
+_REGISTRY = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    tag: str
+    image_id: str
+    size_bytes: int
+    reused: bool  # True when an image with this content tag already existed
+
+
+def repository(target_name: str) -> str:
+    return f"envkit-{target_name}"
+
+
+def docker_cli() -> list[str]:
+    """The client command for BuildKit builds: $DOCKER, else Debian's /usr/bin/docker.
+
+    /usr/bin/docker is preferred over PATH because newer clients hand BuildKit to the
+    buildx plugin, which Debian 12 does not package. $DOCKER may be several words
+    ("sudo docker"), as run.sh allows.
+    """
+    configured = shlex.split(os.environ.get("DOCKER", ""))
+    if configured:
+        found = shutil.which(configured[0])
+        if not found:
+            raise EnvkitError(f"DOCKER={os.environ['DOCKER']} does not start with an executable: give the docker client's path")
+        return [found, *configured[1:]]
+    if os.access("/usr/bin/docker", os.X_OK):
+        return ["/usr/bin/docker"]
+    found = shutil.which("docker")
+    if not found:
+        raise EnvkitError("no docker client found: apt-get install docker.io (or set DOCKER=/path/to/docker)")
+    return [found]
+
+
+def _docker_build(context: Path, args: dict[str, str], tags: tuple[str, ...], no_cache: bool) -> None:
+    command = [*docker_cli(), "build", "--progress=plain"]
+    for tag in tags:
+        command += ["-t", tag]
+    for key, value in sorted(args.items()):
+        command += ["--build-arg", f"{key}={value}"]
+    if no_cache:
+        command.append("--no-cache")
+    command.append(str(context))
+    # The build log is the user's progress display: each line goes on to stderr as it
+    # comes, and the last ones are kept to say why a build failed.
+    tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+    with subprocess.Popen(
+        command, env={**os.environ, "DOCKER_BUILDKIT": "1"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, errors="replace",
+    ) as process:
+        for line in process.stdout:
+            sys.stderr.write(line)
+            tail.append(line.rstrip("\n"))
+    if process.returncode != 0:
+        mismatch = hash_mismatch(list(tail))
+        if mismatch:
+            raise EnvkitError(f"docker build of {tags[0]} failed: {mismatch}")
+        raise EnvkitError(f"docker build of {tags[0]} failed (exit {process.returncode}); the build log is above", exit_code=1)
+
+
+def hash_mismatch(log: list[str]) -> str | None:
+    """pip's refusal of a file whose sha256 the lock does not list, as one line naming the package."""
+    lines = [_STEP_PREFIX.sub("", line).strip() for line in log]
+    try:
+        start = next(i for i, line in enumerate(lines) if "DO NOT MATCH THE HASHES" in line)
+    except StopIteration:
+        return None
+    found = {}
+    for line in lines[start + 1 :]:
+        if " from " in line and line.endswith(":") and "package" not in found:
+            found["package"] = line.split(" from ", 1)[0]
+        elif line.startswith(("Expected sha256", "Got")) and line.split()[0] not in found:
+            found[line.split()[0]] = line.split()[-1]
+    package = found.get("package", "a package")
+    return (
+        f"pip refused {package}: its file has sha256 {found.get('Got', '?')}, which the lock does not list "
+        f"(expected {found.get('Expected', '?')}); the lock or the wheel was changed: relock with "
+        f"'envkit lock', or replace the wheel with the locked one"
+    )
+
+
+def build(root: Path, target, options: BuildOptions) -> BuiltImage:
+    client = connect_docker()
+    repo = repository(target.name)
+    with staging_area(root, target.name) as context:
+        stage_context(root, target, options, context)
+        args = build_args_for(options, git_revision(root), source_date_epoch(root, target.name))
+        tag = f"{repo}:{context_digest(context, args)[:TAG_HEX]}"
+        existing = find_image(client, tag)
+        if existing is not None and not options.no_cache:
+            existing.tag(repo, LATEST)
+            return BuiltImage(tag=tag, image_id=existing.id, size_bytes=existing.attrs["Size"], reused=True)
+        _docker_build(context, args, (tag, f"{repo}:{LATEST}"), options.no_cache)
+    image = client.images.get(tag)
+    return BuiltImage(tag=tag, image_id=image.id, size_bytes=image.attrs["Size"], reused=False)
+
+
+def rebuild_as(root: Path, target, options: BuildOptions, scratch_tag: str) -> tuple[str, object]:
+    """Build the target from scratch (no cache) under ``scratch_tag`` only, leaving its tags alone.
+
+    Returns the content tag these inputs give, so the caller can tell whether the
+    rebuild used the same inputs as the image it is compared with.
+    """
+    client = connect_docker()
+    with staging_area(root, target.name) as context:
+        stage_context(root, target, options, context)
+        args = build_args_for(options, git_revision(root), source_date_epoch(root, target.name))
+        content_tag = f"{repository(target.name)}:{context_digest(context, args)[:TAG_HEX]}"
+        _docker_build(context, args, (scratch_tag,), no_cache=True)
+    return content_tag, client.images.get(scratch_tag)
+
+
+def find_image(client, reference: str):
+    """The engine's image for ``reference`` (a name or an id), or None."""
+    try:
+        return client.images.get(reference)
+    except docker_sdk().errors.ImageNotFound:
+        return None
+
+
+def resolve_image(client, target_name: str, tag: str | None = None):
+    """The image for a target (``latest`` unless ``tag``) and its content tag."""
+    repo = repository(target_name)
+    reference = f"{repo}:{tag or LATEST}"
+    image = find_image(client, reference)
+    if image is None:
+        raise EnvkitError(f"no image {reference} in the engine: build it first with 'envkit build {target_name}'")
+    content_tags = sorted(t for t in image.tags if t.startswith(f"{repo}:") and t != f"{repo}:{LATEST}")
+    if not content_tags:
+        raise EnvkitError(f"image {reference} has lost its content tag: rebuild it with 'envkit build {target_name}'")
+    if tag and f"{repo}:{tag}" in content_tags:
+        return image, f"{repo}:{tag}"
+    return image, content_tags[0]
+
+
+def push(target, registry: str, tag: str | None = None, progress=None) -> list[str]:
+    if not _REGISTRY.match(registry):
+        raise EnvkitError(f"registry '{registry}' is not valid: give HOST[:PORT][/PATH] in lowercase, e.g. registry.example.com:5000/team")
+    client = connect_docker()
+    image, content_tag = resolve_image(client, target.name, tag)
+    remote = f"{registry}/{repository(target.name)}"
+    pushed = []
+    docker = docker_sdk()
+    for remote_tag in (content_tag.rpartition(":")[2], LATEST):
+        try:
+            image.tag(remote, remote_tag)
+            for line in client.images.push(remote, tag=remote_tag, stream=True, decode=True):
+                if "error" in line:
+                    raise EnvkitError(f"push of {remote}:{remote_tag} failed: {line['error']}", exit_code=1)
+                if progress and line.get("status") and not line.get("progressDetail"):
+                    progress(line["status"])
+        except docker.errors.APIError as exc:
+            raise EnvkitError(f"push of {remote}:{remote_tag} failed: {exc.explanation or exc}", exit_code=1) from None
+        pushed.append(f"{remote}:{remote_tag}")
+    return pushed

@@ -1,0 +1,207 @@
+"""Build contexts: stage the files an image is built from, and name them by their hash.
+
+The context of docs/design.md §4 (Dockerfile, .dockerignore, the target's lock,
+recipes, CA certificates, wheels) is laid out in a fixed staging directory; its sha256, with
+the build args that change the image's content, becomes the image's content tag.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from envkit.lock.base_digest import split_reference
+from envkit.support.cache import cache_dir
+from envkit.errors import EnvkitError
+from envkit.lock.lockfile import LOCK_FILE, read_lock
+
+TAG_HEX = 12
+# Build args that say where the image came from rather than what is in it: they do
+# not enter the tag, so the same inputs at two git revisions share one tag.
+# SOURCE_DATE_EPOCH only fixes timestamps (the commit's time), never content.
+PROVENANCE_ARGS = frozenset({"ENVKIT_REVISION", "SOURCE_DATE_EPOCH"})
+# What a locked Dockerfile records of its lock (templates/Dockerfile.j2).
+LOCK_SHA_LINE = "ENV ENVKIT_LOCK_SHA256="
+_CHUNK = 1 << 20
+_BUILD_ARG = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    no_cache: bool = False
+    base_image: str | None = None
+    wheelhouse: Path | None = None
+    ca_certs: tuple[Path, ...] = ()
+    build_args: Mapping[str, str] = field(default_factory=dict)
+
+
+def parse_build_arg(text: str) -> tuple[str, str]:
+    if not _BUILD_ARG.match(text):
+        raise EnvkitError(f"--build-arg '{text}' is not KEY=VALUE (KEY: letters, digits, underscores)")
+    key, value = text.split("=", 1)
+    return key, value
+
+
+def stage_context(root: Path, target, options: BuildOptions, dest: Path) -> None:
+    """Lay out the build context of docs/design.md §4 under ``dest``."""
+    rendered = root / "docker" / target.name
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("Dockerfile", ".dockerignore"):
+        source = rendered / name
+        if not source.is_file():
+            raise EnvkitError(f"{source} is missing: run 'envkit render' (or 'make render') first")
+        shutil.copyfile(source, dest / name)
+    _stage_lock(rendered, dest)
+    recipes = root / "recipes"
+    if not recipes.is_dir():
+        raise EnvkitError(f"{recipes} is missing: the images need the recipes directory")
+    shutil.copytree(recipes, dest / "recipes", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    _stage_certificates([*target.ca_certificates, *options.ca_certs], dest / "certs")
+    _stage_wheels(options.wheelhouse, dest / "wheels")
+
+
+def _stage_lock(rendered: Path, dest: Path) -> None:
+    """The lock beside the Dockerfile that was rendered from it, or none for an unlocked one."""
+    lock = read_lock(rendered / LOCK_FILE)
+    dockerfile = (dest / "Dockerfile").read_text(encoding="utf-8")
+    recorded = next((line[len(LOCK_SHA_LINE) :].strip() for line in dockerfile.splitlines() if line.startswith(LOCK_SHA_LINE)), None)
+    found = lock.sha256 if lock else None
+    if recorded != found:
+        now = f"{LOCK_FILE} is sha256 {found}" if found else f"there is no {LOCK_FILE}"
+        was = f"installs the lock of sha256 {recorded}" if recorded else "was rendered unlocked"
+        raise EnvkitError(f"{rendered / 'Dockerfile'} {was}, but {now}: run 'envkit render --target {rendered.name}'")
+    if lock is not None:
+        shutil.copyfile(rendered / LOCK_FILE, dest / LOCK_FILE)
+
+
+def _stage_certificates(certificates: Iterable[Path], dest: Path) -> None:
+    dest.mkdir()
+    for cert in certificates:
+        cert = Path(cert)
+        if not cert.is_file():
+            raise EnvkitError(f"CA certificate {cert} does not exist: give a PEM file")
+        data = cert.read_bytes()
+        if b"-----BEGIN CERTIFICATE-----" not in data:
+            raise EnvkitError(f"CA certificate {cert} is not PEM: give a file with '-----BEGIN CERTIFICATE-----' blocks")
+        # update-ca-certificates only picks up *.crt files.
+        staged = dest / f"{cert.stem}.crt"
+        if staged.exists() and staged.read_bytes() != data:
+            raise EnvkitError(f"two different CA certificates are named {cert.stem}: rename one of them")
+        # A plain write: the staging directory is scratch, wiped before every build.
+        staged.write_bytes(data)
+
+
+def _stage_wheels(wheelhouse: Path | None, dest: Path) -> None:
+    dest.mkdir()
+    if wheelhouse is None:
+        return
+    if not wheelhouse.is_dir():
+        raise EnvkitError(f"--wheelhouse {wheelhouse} is not a directory: give a directory of *.whl files")
+    wheels = sorted(wheelhouse.glob("*.whl"))
+    if not wheels:
+        raise EnvkitError(f"--wheelhouse {wheelhouse} holds no *.whl files: fill it with 'pip download -d {wheelhouse} ...'")
+    for wheel in wheels:
+        try:
+            os.link(wheel, dest / wheel.name)  # wheels are large; a hard link costs nothing
+        except OSError:
+            shutil.copy2(wheel, dest / wheel.name)
+
+
+def hash_file(path: Path, hasher):
+    """``hasher`` updated with the file's bytes, read in chunks (tarballs are gigabytes)."""
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(_CHUNK), b""):
+            hasher.update(chunk)
+    return hasher
+
+
+def context_digest(context: Path, build_args: Mapping[str, str]) -> str:
+    """sha256 over the staged files (each as path + NUL + bytes) and the content build args."""
+    total = hashlib.sha256()
+    files = sorted((p for p in context.rglob("*") if p.is_file()), key=lambda p: p.relative_to(context).as_posix())
+    for path in files:
+        entry = hashlib.sha256(path.relative_to(context).as_posix().encode() + b"\0")
+        total.update(hash_file(path, entry).digest())
+    content_args = {k: v for k, v in build_args.items() if k not in PROVENANCE_ARGS}
+    total.update(json.dumps(content_args, sort_keys=True).encode())
+    return total.hexdigest()
+
+
+def build_args_for(options: BuildOptions, revision: str | None, source_date_epoch: str | None = None) -> dict[str, str]:
+    """Only overrides: every arg has its default from the config in the Dockerfile."""
+    args: dict[str, str] = {}
+    if options.base_image:
+        args["BASE_IMAGE"] = options.base_image
+        args["BASE_DIGEST"] = split_reference(options.base_image)[1] or ""  # the label must not name the config's base
+    if options.wheelhouse is not None:
+        args["PIP_NO_INDEX"] = "1"
+        args["TORCH_FIND_LINKS"] = ""  # offline: PyTorch's pages are out of reach, the wheelhouse has its wheels
+    if revision:
+        args["ENVKIT_REVISION"] = revision
+    if source_date_epoch:
+        args["SOURCE_DATE_EPOCH"] = source_date_epoch
+    args.update(options.build_args)
+    return args
+
+
+def source_date_epoch(root: Path, target_name: str) -> str | None:
+    """The commit time of the target's rendered files (docker/<target>/), else their newest mtime.
+
+    Not HEAD's time: an unrelated commit must not invalidate the build cache of every
+    layer below the ARG. A checkout that is not a git repository falls back to the
+    files' own times, which two builds from one checkout share.
+    """
+    rendered = root / "docker" / target_name
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "log", "-1", "--format=%ct", "--", f"docker/{target_name}"],
+            capture_output=True, text=True, check=False,
+        )
+        committed = done.stdout.strip()
+    except OSError:
+        committed = ""
+    if committed.isdigit():
+        return committed
+    times = [int(path.stat().st_mtime) for path in rendered.glob("*") if path.is_file()]
+    return str(max(times)) if times else None
+
+
+def git_revision(root: Path) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True, text=True, check=False,
+        )
+    except OSError:
+        return None
+    return done.stdout.strip() or None
+
+
+def staging_path(root: Path, target_name: str) -> Path:
+    return cache_dir() / "contexts" / f"{target_name}-{hashlib.sha256(str(root).encode()).hexdigest()[:TAG_HEX]}"
+
+
+@contextmanager
+def staging_area(root: Path, target_name: str):
+    """A fixed staging directory per project and target, held under an exclusive lock.
+
+    Fixed rather than temporary because the docker client names its BuildKit context
+    session after the directory: the same path lets BuildKit send only changed files
+    instead of the whole wheelhouse on every build. Hard-linked wheels and copied
+    recipes keep their mtimes, so unchanged files are recognised as such.
+    """
+    context = staging_path(root, target_name)
+    context.parent.mkdir(parents=True, exist_ok=True)
+    with open(context.parent / f".{context.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two builds of one target must not stage into each other
+        shutil.rmtree(context, ignore_errors=True)
+        yield context

@@ -1,0 +1,438 @@
+"""Load envkit.yaml into validated, frozen targets (design.md section 1).
+
+Three passes, each failing with one line that names the file, line and field:
+YAML syntax, the shipped JSON Schema (types, allowed characters, unknown keys
+with the closest suggestion), then the compatibility matrix (versions that must
+go together).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from envkit.project import DEFAULT_CONFIG, kinds
+from envkit.support.cache import schema_checked
+from envkit.errors import EnvkitError
+from envkit.project.matrix import Matrix, TorchRelease, load_matrix, minor_of, python_in_range, version_key
+from envkit.project.datafile import DATA_DIR
+
+SCHEMA_PATH = DATA_DIR / "envkit.schema.json"
+DEFAULT_PYTHON = "3.11"
+# Packages whose versions the matrix owns; a pip_packages entry must not re-pin them.
+MATRIX_OWNED = {"torch", "torchvision", "torch-xla", "torch-tpu", "libtpu", "libtpu-nightly"}
+# A distro base image (nvidia/cuda) ships no Python: the OS's python3 seeds the venv.
+DISTRO_PYTHON_PACKAGES = ("python3", "python3-venv")
+# Keys that belong to one TPU backend only.
+BACKEND_ONLY_KEYS = {"torch_xla": ("torch_xla",), "torch_tpu": ("torch_tpu",)}
+
+# A location inside the YAML document: keys and list indices from the top.
+DocPath = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    kind: str  # a kind of envkit/data/kinds.yaml
+    base_image: str
+    python: str  # major.minor
+    torch: str
+    torchvision: str | None  # None: opted out
+    backend: str | None  # tpu-vm: "torch_xla" | "torch_tpu"
+    torch_xla: str | None  # tpu-vm, torch_xla backend
+    torch_tpu: str | None  # tpu-vm, torch_tpu backend: the torch-tpu release
+    libtpu: str | None  # tpu-vm
+    libtpu_package: str | None  # "libtpu" or, before torch 2.6, "libtpu-nightly"
+    cuda: str | None  # cuda: toolkit version, "12.6"
+    torch_variant: str | None  # wheel local version tag: "cpu", "cu126"; None for PyPI's default build
+    pip_index_url: str | None
+    pip_extra_index_urls: tuple[str, ...]
+    find_links: tuple[str, ...]
+    apt_packages: tuple[str, ...]
+    pip_packages: tuple[str, ...]  # extra requirements, after the recipe defaults
+    env: dict[str, str]
+    ca_certificates: tuple[Path, ...]  # absolute
+    shm_size: str | None  # None: share the host IPC namespace instead
+    gpus: str | None  # cuda: "all" or "0,2"
+    apt_snapshot: str | None = None  # YYYYMMDDTHHMMSSZ: apt from the snapshot archive as of then
+    config_hash: str = field(default="", compare=False)
+
+    def pins(self) -> dict[str, str]:
+        """Pinned versions, for labels, image tags and manifests."""
+        pins = {"python": self.python, "torch": self.torch}
+        optional = {
+            "torchvision": self.torchvision,
+            "torch_xla": self.torch_xla,
+            "torch_tpu": self.torch_tpu,
+            "libtpu": self.libtpu,
+            "cuda": self.cuda,
+        }
+        pins.update({name: value for name, value in optional.items() if value is not None})
+        return dict(sorted(pins.items()))
+
+    def requirements(self) -> list[str]:
+        """pip requirements in install order: the matrix pins first, then the target's own.
+
+        What the Dockerfile installs when the target is unlocked, and what ``envkit lock`` resolves.
+        """
+        local = f"+{self.torch_variant}" if self.torch_variant else ""
+        pinned = [f"torch=={self.torch}{local}"]
+        if self.torch_xla:
+            pinned.append(f"torch_xla[tpu]=={self.torch_xla}")
+            pinned.append(f"{self.libtpu_package}=={self.libtpu}")
+        if self.torch_tpu:
+            pinned.append(f"torch-tpu=={self.torch_tpu}")
+            pinned.append(f"{self.libtpu_package}=={self.libtpu}")
+        if self.torchvision:
+            pinned.append(f"torchvision=={self.torchvision}{local}")
+        return pinned + list(self.pip_packages)
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    path: Path
+    root: Path
+    source: str | None
+    targets: dict[str, Target]
+
+    def target(self, name: str) -> Target:
+        if name not in self.targets:
+            raise EnvkitError(f"unknown target {name!r}; targets in {self.path}: {', '.join(self.targets)}")
+        return self.targets[name]
+
+
+def load_config(path: str | Path = DEFAULT_CONFIG) -> ProjectConfig:
+    path = Path(path)
+    data, lines = _parse_yaml(path)
+    where = _Locator(path, lines)
+    # The effective schema, kinds included: a kind removed from kinds.yaml must not pass from the cache.
+    schema_checked(json.dumps(schema(), sort_keys=True).encode(), data, lambda: _validate_schema(data, where))
+    root = path.resolve().parent
+    matrix = load_matrix()
+    targets = {name: _build_target(name, raw, root, matrix, where) for name, raw in data["targets"].items()}
+    return ProjectConfig(path=path, root=root, source=data.get("source"), targets=targets)
+
+
+class _Locator:
+    """Turns a path inside the document into 'file:line: a.b[0]' for error lines."""
+
+    def __init__(self, path: Path, lines: dict[DocPath, int]):
+        self.path = path
+        self.lines = lines
+
+    def __call__(self, doc_path: DocPath) -> str:
+        line = next((self.lines[doc_path[:n]] for n in range(len(doc_path), -1, -1) if doc_path[:n] in self.lines), 1)
+        return f"{self.path}:{line}: {_dotted(doc_path)}" if doc_path else f"{self.path}:{line}"
+
+
+def _dotted(doc_path: DocPath) -> str:
+    text = ""
+    for part in doc_path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _parse_yaml(path: Path) -> tuple[Any, dict[DocPath, int]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise EnvkitError(f"config file {path} not found; create it or pass --config FILE") from None
+    except IsADirectoryError:
+        raise EnvkitError(f"config path {path} is a directory; pass --config FILE with a YAML file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EnvkitError(f"cannot read config file {path}: {exc}") from None
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    try:
+        node = loader.get_single_node()
+        lines: dict[DocPath, int] = {}
+        if node is not None:
+            _index_lines(node, (), lines, path)
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark else ""
+        problem = " ".join(str(exc.problem or exc.context or "syntax error").split())
+        raise EnvkitError(f"{path}{line}: malformed YAML: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise EnvkitError(f"{path}: malformed YAML: {' '.join(str(exc).split())}") from None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        found = "an empty file" if data is None else f"a {type(data).__name__}"
+        raise EnvkitError(f"{path}:1: expected a mapping with a 'targets' key, found {found}")
+    return data, lines
+
+
+def _index_lines(node: yaml.Node, doc_path: DocPath, lines: dict[DocPath, int], path: Path) -> None:
+    # Records the line of every key and item so that schema errors point at the line to fix.
+    if isinstance(node, yaml.MappingNode):
+        seen: set[Any] = set()
+        for key_node, value_node in node.value:
+            key = key_node.value
+            if key in seen:
+                raise EnvkitError(f"{path}:{key_node.start_mark.line + 1}: {_dotted(doc_path + (key,))}: duplicate key")
+            seen.add(key)
+            lines[doc_path + (key,)] = key_node.start_mark.line + 1
+            _index_lines(value_node, doc_path + (key,), lines, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            lines[doc_path + (index,)] = item.start_mark.line + 1
+            _index_lines(item, doc_path + (index,), lines, path)
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict[str, Any]:
+    """The shipped schema with the kinds of envkit/data/kinds.yaml as the kind's choices."""
+    loaded = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    names = kinds.names()
+    loaded["$defs"]["target"]["properties"]["kind"] = {"description": f"one of {', '.join(names)}", "enum": names}
+    return loaded
+
+
+def _validate_schema(data: Any, where: _Locator) -> None:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
+    errors = list(Draft202012Validator(schema()).iter_errors(data))
+    if not errors:
+        return
+    # A misspelt key also leaves a required one missing: name the typo, it is the cause.
+    unknown_keys = [error for error in errors if error.validator == "additionalProperties"]
+    error = best_match(unknown_keys or errors)
+    doc_path = tuple(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(allowed))[0]
+        close = difflib.get_close_matches(str(unknown), allowed, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise EnvkitError(f"{where(doc_path + (unknown,))}: unknown key {unknown!r}; {hint}allowed: {', '.join(allowed)}")
+    if error.validator == "required":
+        raise EnvkitError(f"{where(doc_path)}: {error.message}")
+    description = error.schema.get("description") or _parent_description(doc_path)
+    value = json.dumps(error.instance) if not isinstance(error.instance, str) else repr(error.instance)
+    if len(value) > 60:
+        value = value[:57] + "..."
+    allowed = f"; allowed: {description}" if description else f" ({error.message})"
+    if error.validator == "type" and isinstance(error.instance, (int, float)) and not isinstance(error.instance, bool):
+        # YAML reads 3.10 as the number 3.1: versions must be quoted.
+        allowed += '; quote versions in YAML ("3.10", not 3.10)'
+    raise EnvkitError(f"{where(doc_path)}: {value} is not valid{allowed}")
+
+
+def _parent_description(doc_path: DocPath) -> str | None:
+    # Errors inside a $ref'd definition carry that definition's schema, whose
+    # description lives on the referring property.
+    if len(doc_path) >= 3 and doc_path[0] == "targets":
+        prop = schema()["$defs"]["target"]["properties"].get(doc_path[2], {})
+        return prop.get("description")
+    return None
+
+
+def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, where: _Locator) -> Target:
+    at = ("targets", name)
+    kind = raw["kind"]
+    spec = kinds.kind(kind)
+    for key in raw:
+        owners = [other.name for other in kinds.load_kinds().values() if key in other.keys]
+        if owners and kind not in owners:
+            raise EnvkitError(f"{where(at + (key,))}: {key!r} applies to {', '.join(owners)} targets only, not {kind}")
+
+    torch = raw["torch"]
+    release = matrix.torch_release(where(at + ("torch",)), torch)
+    patch = torch.split(".")[2]
+    torchvision = _torchvision(raw, release, patch, torch, where(at + ("torchvision",)))
+    backend = torch_xla = torch_tpu = libtpu = libtpu_package = cuda = None
+    pip_index_url = raw.get("pip_index_url")
+    extra_index_urls = list(raw.get("pip_extra_index_urls", []))
+    find_links = list(raw.get("find_links", []))
+    apt_packages = list(raw.get("apt_packages", []))
+
+    if spec.wheels == "cpu":
+        python_range, default_python = release.python, DEFAULT_PYTHON
+        torch_variant = matrix.cpu_local_version
+        extra_index_urls.append(matrix.cpu_index_url)
+        default_base = None
+    elif spec.wheels == "cuda":
+        variant = matrix.cuda_variant(where(at + ("cuda",)), release, raw.get("cuda"))
+        python_range, default_python = release.python, variant.python
+        cuda, torch_variant = variant.cuda, variant.variant
+        extra_index_urls.append(variant.index_url)
+        default_base = variant.base_image
+    else:
+        backend = raw.get("backend") or matrix.default_tpu_backend(where(at + ("torch",)), torch)
+        for other_backend, keys in BACKEND_ONLY_KEYS.items():
+            for key in keys:
+                if key in raw and backend != other_backend:
+                    raise EnvkitError(f"{where(at + (key,))}: {key!r} applies to backend {other_backend} only, not {backend}")
+        default_python = DEFAULT_PYTHON
+        if backend == "torch_xla":
+            if minor_of(torch) not in matrix.torch_xla:
+                raise EnvkitError(
+                    f"{where(at + ('backend',))}: backend torch_xla does not support torch {torch}; {matrix.backend_ranges()}"
+                )
+            tpu, torch_xla = matrix.xla_pair(where(at + ("torch_xla" if "torch_xla" in raw else "torch",)), torch, raw.get("torch_xla"))
+            libtpu = raw.get("libtpu", tpu.libtpu)
+            if libtpu != tpu.libtpu:
+                raise EnvkitError(
+                    f"{where(at + ('libtpu',))}: libtpu {libtpu} is not the build tested with torch_xla {tpu.minor}; "
+                    f"valid choice: {tpu.libtpu}"
+                )
+            libtpu_package = tpu.libtpu_package
+            python_range, python_owner = tpu.python, f"torch_xla {torch_xla}"
+            torch_variant = None
+            find_links.extend(link for link in tpu.find_links if link not in find_links)
+        else:
+            field_at = where(at + (next((key for key in ("torch_tpu", "backend") if key in raw), "torch"),))
+            if not matrix.torch_tpu:
+                raise EnvkitError(f"{field_at}: envkit's matrix lists no torch_tpu release")
+            tpu_release = matrix.torch_tpu_release(field_at, torch, raw.get("torch_tpu"))
+            torch_tpu = tpu_release.version
+            libtpu = raw.get("libtpu", tpu_release.libtpu)
+            if version_key(libtpu) < version_key(tpu_release.libtpu):
+                raise EnvkitError(
+                    f"{where(at + ('libtpu',))}: libtpu {libtpu} is older than torch_tpu {torch_tpu} accepts; "
+                    f"valid choices: {tpu_release.libtpu} or newer"
+                )
+            libtpu_package = "libtpu"
+            python_range, python_owner = tpu_release.python, f"torch_tpu {torch_tpu}"
+            # torch_tpu brings the device: PyTorch's CPU build is all torch needs to be.
+            torch_variant = matrix.cpu_local_version
+            extra_index_urls.append(matrix.cpu_index_url)
+        default_base = None
+        if not python_in_range(raw.get("python", default_python), python_range):
+            raise EnvkitError(
+                f"{where(at + ('python',) if 'python' in raw else at)}: Python {raw.get('python', default_python)} is "
+                f"outside {python_owner}'s supported range {python_range[0]}-{python_range[1]}"
+            )
+        # The image runs torch as well as the backend: both ranges apply.
+        python_range = _intersection(python_range, release.python)
+
+    python = raw.get("python", default_python)
+    if not python_in_range(python, python_range):
+        raise EnvkitError(
+            f"{where(at + ('python',) if 'python' in raw else at)}: Python {python} is outside torch {minor_of(torch)}'s "
+            f"supported range {release.python[0]}-{release.python[1]}"
+        )
+
+    if spec.base_image == "python":
+        default_base = spec.python_base_image.format(python=python)
+    elif default_base is None:
+        raise EnvkitError(f"{where(at + ('kind',))}: kind {kind} takes its base image from wheels {spec.wheels!r}, which names none")
+    else:
+        apt_packages = [*DISTRO_PYTHON_PACKAGES, *apt_packages]
+        if "base_image" not in raw and python != default_python:
+            raise EnvkitError(
+                f"{where(at + ('python',))}: Python {python} is not the python3 of the default base image "
+                f"{default_base} ({default_python}); set base_image to an image with Python {python}, or drop python"
+            )
+
+    return _with_hash(
+        Target(
+            name=name,
+            kind=kind,
+            base_image=raw.get("base_image") or default_base,
+            python=python,
+            torch=torch,
+            torchvision=torchvision,
+            backend=backend,
+            torch_xla=torch_xla,
+            torch_tpu=torch_tpu,
+            libtpu=libtpu,
+            libtpu_package=libtpu_package,
+            cuda=cuda,
+            torch_variant=torch_variant,
+            pip_index_url=pip_index_url,
+            pip_extra_index_urls=tuple(dict.fromkeys(extra_index_urls)),
+            find_links=tuple(find_links),
+            apt_packages=tuple(dict.fromkeys(apt_packages)),
+            pip_packages=_pip_packages(raw.get("pip_packages", []), matrix, where, at),
+            env={key: str(value) for key, value in sorted(raw.get("env", {}).items())},
+            ca_certificates=_certificates(raw.get("ca_certificates", []), root, where, at),
+            shm_size=raw.get("shm_size", spec.run.shm_size),
+            gpus=_gpus(raw.get("gpus", "all")) if "gpus" in spec.keys else None,
+            apt_snapshot=raw.get("apt_snapshot"),
+        ),
+        root,
+    )
+
+
+def _torchvision(raw: dict[str, Any], release: TorchRelease, patch: str, torch: str, field_at: str) -> str | None:
+    value = raw.get("torchvision")
+    if value is False:
+        return None
+    minor = release.torchvision
+    if minor is None:
+        raise EnvkitError(f"{field_at}: torch {torch} needs torchvision: false; {release.torchvision_missing}")
+    if value is None:
+        return f"{minor}.{patch}"
+    if minor_of(value) != minor:
+        raise EnvkitError(
+            f"{field_at}: torchvision {value} does not go with torch {torch}; valid choices: {minor}.x, or false to leave it out"
+        )
+    return value
+
+
+def _intersection(first: tuple[str, str], second: tuple[str, str]) -> tuple[str, str]:
+    return max(first[0], second[0], key=version_key), min(first[1], second[1], key=version_key)
+
+
+def _requirement_name(requirement: str) -> str:
+    name = requirement
+    for stop in "[=!<>~,":
+        name = name.split(stop, 1)[0]
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def _pip_packages(extra: list[str], matrix: Matrix, where: _Locator, at: DocPath) -> tuple[str, ...]:
+    for index, requirement in enumerate(extra):
+        if _requirement_name(requirement) in MATRIX_OWNED:
+            raise EnvkitError(
+                f"{where(at + ('pip_packages', index))}: {requirement!r} re-pins a package the matrix owns; "
+                f"set the target's torch/torchvision/torch_xla/libtpu keys instead"
+            )
+    # A user's own tqdm (or other recipe package) spec replaces envkit's default pin.
+    overridden = {_requirement_name(r) for r in extra}
+    defaults = [r for r in matrix.recipe_packages if _requirement_name(r) not in overridden]
+    return tuple(dict.fromkeys([*defaults, *extra]))
+
+
+def _certificates(paths: list[str], root: Path, where: _Locator, at: DocPath) -> tuple[Path, ...]:
+    resolved = []
+    for index, relative in enumerate(paths):
+        cert = (root / relative).resolve()
+        if not cert.is_file():
+            raise EnvkitError(f"{where(at + ('ca_certificates', index))}: {relative} is not a file (paths are relative to {root})")
+        resolved.append(cert)
+    return tuple(resolved)
+
+
+def _gpus(value: str | list[int]) -> str:
+    return value if value == "all" else ",".join(str(index) for index in value)
+
+
+def _with_hash(target: Target, root: Path) -> Target:
+    # Hash what decides the image, with paths made relative so that the same
+    # config yields the same hash on every machine.
+    fields = asdict(target)
+    fields.pop("config_hash")
+    # Keys added later enter the hash only when set, so unchanged configs keep their hash.
+    for later in ("apt_snapshot",):
+        if fields[later] is None:
+            fields.pop(later)
+    fields["ca_certificates"] = [_relative(path, root) for path in target.ca_certificates]
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return replace(target, config_hash=digest)
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()

@@ -1,0 +1,84 @@
+"""Target kinds (envkit/data/kinds.yaml) as frozen records.
+
+config, render, doctor, the CLI and the plans ask these records instead of testing
+kind names, so a new kind is data plus its run.sh fragment
+(templates/kinds/<kind>.run.sh.j2), and no Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from envkit.project.datafile import load_checked
+from envkit.errors import EnvkitError
+from envkit.project.datafile import DATA_DIR
+
+KINDS_PATH = DATA_DIR / "kinds.yaml"
+SCHEMA_PATH = DATA_DIR / "kinds.schema.json"
+
+
+@dataclass(frozen=True)
+class HostCheck:
+    check: str  # "none" | "nvidia" | "devices"
+    name: str | None = None  # how doctor labels the devices found
+    globs: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    missing: str | None = None  # why a host without the device cannot run the kind
+    module: str | None = None  # what the recipes import to run on this Python without an image
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    user: str  # "caller" | "root"
+    shm_size: str | None  # None: share the host's IPC namespace
+    docker_args: tuple[str, ...] = ()
+    host_network: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    ulimits: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    summary: str
+    wheels: str  # "cpu" | "cuda" | "torch_xla": the rule config.py applies
+    base_image: str  # "python" | "distro"
+    keys: tuple[str, ...]
+    device_flag: tuple[str, ...]
+    host: HostCheck
+    run: RunSettings
+    python_base_image: str  # format string with {python}, for base_image "python"
+
+
+@lru_cache(maxsize=None)
+def load_kinds(path: Path = KINDS_PATH) -> dict[str, Kind]:
+    """Name -> Kind, in the file's order; a malformed file is one line."""
+    data = load_checked(path, SCHEMA_PATH)
+    kinds = {}
+    for name, entry in data["kinds"].items():
+        host, run = entry["host"], entry["run"]
+        kinds[name] = Kind(
+            name=name,
+            summary=entry["summary"],
+            wheels=entry["wheels"],
+            base_image=entry["base_image"],
+            keys=tuple(entry["keys"]),
+            device_flag=tuple(entry["device_flag"]),
+            host=HostCheck(**{**host, "globs": tuple(host.get("globs", ())), "ignore": tuple(host.get("ignore", ()))}),
+            run=RunSettings(**{**run, "docker_args": tuple(run.get("docker_args", ()))}),
+            python_base_image=data["python_base_image"],
+        )
+    return kinds
+
+
+def kind(name: str) -> Kind:
+    kinds = load_kinds()
+    if name not in kinds:
+        raise EnvkitError(f"unknown target kind '{name}': choose from {', '.join(kinds)}")
+    return kinds[name]
+
+
+def names() -> list[str]:
+    return list(load_kinds())

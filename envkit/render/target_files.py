@@ -1,0 +1,174 @@
+"""Render each target's docker/<target>/ files from templates/ with Jinja, in memory.
+
+envkit.render.output writes them (all or nothing) or compares them with what is on disk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+
+from envkit.project import kinds
+from envkit.lock.base_digest import split_reference
+from envkit.project.config import ProjectConfig, Target
+from envkit.errors import EnvkitError
+from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
+from envkit.render.output import RenderedFile
+from envkit.lock.lockfile import LOCK_FILE, TORCH_INDEX_PACKAGES, LockFile, LockInputs, lock_inputs, lock_path, read_lock
+from envkit.support.shellquote import FILTERS
+from envkit.render.template_cache import template_cache
+
+# Target file -> (template, file mode); {kind} is the target's kind.
+FILES = {
+    "Dockerfile": ("Dockerfile.j2", 0o644),
+    "run.sh": ("kinds/{kind}.run.sh.j2", 0o755),
+    ".dockerignore": ("dockerignore.j2", 0o644),
+}
+# What apt and dpkg leave behind that differs between two identical builds (logs,
+# caches with timestamps, downloaded index files): removed in the layer that made them.
+APT_LEFTOVERS = (
+    "/var/lib/apt/lists/*",
+    "/var/cache/apt/*.bin",
+    "/var/log/apt/*",
+    "/var/log/dpkg.log",
+    "/var/log/alternatives.log",
+    "/var/cache/ldconfig/aux-cache",
+    "/var/cache/debconf/*-old",
+)
+# A high fixed id: numeric USER resolves on any host, and it cannot collide with
+# the 1000 that some bases (ubuntu 24.04's "ubuntu") already use.
+IMAGE_USER = {"name": "envkit", "id": 10001}
+
+
+def render_targets(config: ProjectConfig, names: list[str], locks: Path | None = None) -> list[RenderedFile]:
+    """The files of each target; ``locks`` holds <target>/requirements.lock (default: docker/ beside the config)."""
+    env = _environment(config.root / "templates")
+    files = []
+    for name in names:
+        target = config.target(name)
+        lock_file = (locks / name / LOCK_FILE) if locks is not None else lock_path(config, name)
+        inputs = lock_inputs(target)
+        context = _context(config, target, _current_lock(target, inputs, lock_file), inputs)
+        for filename, (template, mode) in FILES.items():
+            text = _render_template(env, template.format(kind=target.kind), context)
+            files.append(RenderedFile(Path(name) / filename, text, mode))
+    return files
+
+
+def _environment(templates: Path) -> jinja2.Environment:
+    if not templates.is_dir():
+        raise EnvkitError(f"templates directory {templates} not found; it must sit beside the config file")
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters.update(FILTERS)
+    env.bytecode_cache = template_cache(env)
+    return env
+
+
+def _render_template(env: jinja2.Environment, template: str, context: dict) -> str:
+    try:
+        return env.get_template(template).render(context)
+    except jinja2.TemplateNotFound as exc:
+        raise EnvkitError(f"template {exc.name} not found in {env.loader.searchpath[0]}") from None
+    except (jinja2.TemplateError, ValueError) as exc:
+        raise EnvkitError(f"cannot render {template}: {' '.join(str(exc).split())}") from None
+
+
+def _current_lock(target: Target, inputs: LockInputs, path: Path) -> LockFile | None:
+    """The target's lock, or None when it has none; a lock of other inputs is refused."""
+    lock = read_lock(path) if path.is_file() else None
+    if lock is not None and lock.inputs_sha256 != inputs.digest():
+        raise EnvkitError(
+            f"target {target.name}: {path} was resolved from other inputs than envkit.yaml now gives: "
+            f"run `envkit lock --target {target.name}` (or delete the lock to build the target unlocked)"
+        )
+    return lock
+
+
+def labels(config: ProjectConfig, target: Target, lock: LockFile | None) -> list[tuple[str, str]]:
+    pairs = {
+        "org.opencontainers.image.title": f"envkit-{target.name}",
+        "org.opencontainers.image.description": f"envkit {target.kind} image: torch {target.torch}",
+        "io.envkit.target": target.name,
+        "io.envkit.kind": target.kind,
+        "io.envkit.config-hash": target.config_hash,
+    }
+    if target.backend:
+        pairs["io.envkit.backend"] = target.backend
+    if lock is None:
+        pairs["io.envkit.lock"] = "unlocked"
+    else:
+        pairs[LOCK_LABEL] = lock.sha256
+    if config.source:
+        pairs["org.opencontainers.image.source"] = config.source
+    pairs.update({f"io.envkit.pin.{name}": version for name, version in target.pins().items()})
+    return sorted(pairs.items())
+
+
+def base_reference(target: Target, lock: LockFile | None) -> tuple[str, str | None]:
+    """(what FROM names, the base's digest or None): a configured digest, else the lock's."""
+    reference, digest = split_reference(target.base_image)
+    if digest is None and lock is not None and lock.base_image:
+        locked, locked_digest = split_reference(lock.base_image.split(" ", 1)[0])
+        if locked == reference:
+            digest = locked_digest
+    return (f"{reference}@{digest}" if digest else reference), digest
+
+
+def torch_find_links(inputs: LockInputs, lock: LockFile | None) -> list[str]:
+    """PyTorch's project pages for torch/torchvision: a locked install names one index, never an extra one."""
+    torch_index = inputs.torch_index if lock is not None else None
+    if torch_index is None:
+        return []
+    return [f"{torch_index.rstrip('/')}/{name}/" for name in TORCH_INDEX_PACKAGES if name in lock.packages]
+
+
+def apt_snapshot(target: Target) -> dict | None:
+    """How apt reaches the snapshot archive as of ``apt_snapshot``: Ubuntu has it built in, Debian by sources."""
+    if target.apt_snapshot is None:
+        return None
+    distro = "ubuntu" if "ubuntu" in split_reference(target.base_image)[0] else "debian"
+    return {"distro": distro, "timestamp": target.apt_snapshot}
+
+
+def _run_env(kind: kinds.Kind, target: Target) -> dict[str, str]:
+    # PJRT_DEVICE selects torch_xla's device; TorchTPU finds its chips without it.
+    if target.backend == "torch_tpu":
+        return {name: value for name, value in kind.run.env.items() if name != "PJRT_DEVICE"}
+    return dict(kind.run.env)
+
+
+def _context(config: ProjectConfig, target: Target, lock: LockFile | None, inputs: LockInputs) -> dict:
+    kind = kinds.kind(target.kind)
+    base, base_digest = base_reference(target, lock)
+    return {
+        "config_name": config.path.name,
+        "target": target,
+        "kind": kind,
+        "run_env": _run_env(kind, target),
+        "docker_args": [*kind.run.docker_args, *(["--net=host"] if kind.run.host_network else [])],
+        "ulimits": " ".join(f"{name}={value}" for name, value in kind.run.ulimits.items()),
+        "labels": labels(config, target, lock),
+        "requirements": target.requirements(),
+        "lock": lock,
+        "lock_file": LOCK_FILE,
+        "torch_find_links": torch_find_links(inputs, lock),
+        "base_image": base,
+        "base_digest": base_digest or "",
+        "base_digest_label": BASE_DIGEST_LABEL,
+        "apt_snapshot": apt_snapshot(target),
+        "apt_leftovers": " ".join(APT_LEFTOVERS),
+        # Root only where the kind's devices need it (--privileged on a TPU VM).
+        "user": IMAGE_USER if kind.run.user == "caller" else None,
+        # torch_xla's _XLAC links the shared libpython (pytorch/xla#6372), which a
+        # distro python3 base lacks: the Dockerfile installs this package there.
+        "libpython": f"libpython{target.python}" if target.torch_xla else None,
+        "image": f"envkit-{target.name}:latest",
+    }

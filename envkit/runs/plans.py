@@ -1,0 +1,273 @@
+"""What `envkit experiment`, `envkit compare` and `envkit demo` run: plans of plain commands.
+
+A plan is data (a list of ``Step``), so ``--dry-run`` prints exactly what a real
+run would execute and tests compare that text. An experiment of
+envkit/data/experiments.yaml is three steps: the host check, the (cached) build,
+and the recipe in the image through docker/<target>/run.sh. Which steps compare
+and demo plan depends on the host facts of ``envkit.host.doctor`` (docs/design.md §5):
+with a usable Docker engine the experiments run in the images (``envkit
+experiment``, ``run.sh``), otherwise the recipes run on the current Python.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envkit.project import kinds
+from envkit.project import DEFAULT_CONFIG
+from envkit.errors import EnvkitError
+from envkit.project.experiments import Experiment, load_experiments
+
+# Small enough that the whole demo takes about a minute on two CPU cores, yet long enough
+# that every run learns its fake data (MNIST ~93%, CIFAR ~100% test accuracy): a demo
+# whose accuracies sit at chance would not show that training works.
+DEMO_EPOCHS = 4
+# Whole epochs of a smaller fake set, so s/epoch stays meaningful.
+DEMO_MNIST_ARGS = ("--fake-train-size", "3840", "--fake-test-size", "1000")
+# 64 px rather than E2's 112 px: four times fewer pixels keeps MobileNetV2 on a CPU
+# within the demo's budget; `make compare` and the gpu-* targets keep 112.
+DEMO_CIFAR_ARGS = ("--model", "mobilenet_v2", "--global-batch", "32", "--image-size", "64",
+                   "--fake-train-size", "512", "--fake-test-size", "128")
+DEMO_EXTRA_ARGS = {"mnist": DEMO_MNIST_ARGS, "cifar": DEMO_CIFAR_ARGS}
+# Two gloo processes: the smallest DDP that shows the lesson, and all a 2-core laptop has.
+CPU_DDP_PROCESSES = 2
+# The kind whose image the demo builds and runs: every host has its device.
+DEMO_KIND = "cpu"
+
+
+@dataclass(frozen=True)
+class Step:
+    title: str
+    argv: tuple[str, ...]
+    env: dict = field(default_factory=dict)  # added to the caller's environment, shown in this order
+    needs_torch: bool = False  # runs a recipe on this Python, which then needs torch
+
+    def shell(self) -> str:
+        assignments = [f"{key}={shlex.quote(value)}" for key, value in self.env.items()]
+        return " ".join(assignments + [shlex.join(self.argv)])
+
+
+@dataclass
+class RunPlan:
+    """The steps `envkit experiment`, `compare` and `demo` run on this host (what an engine is handed is envkit.launch.plan.Plan)."""
+
+    steps: list[Step]
+    notes: list[str] = field(default_factory=list)  # said before running, e.g. why Docker is not used
+    fallback: RunPlan | None = None  # run instead when a step marked by ``fallback_after`` fails
+    fallback_after: int | None = None  # index of the step whose failure switches to ``fallback``
+
+
+def _envkit(*args: str) -> tuple[str, ...]:
+    return (sys.executable, "-m", "envkit", *args)
+
+
+def _recipe(title: str, root: Path, recipe: str, *args: str) -> Step:
+    return Step(title, (sys.executable, str(root / "recipes" / f"{recipe}.py"), *args), needs_torch=True)
+
+
+def _report_step(results_dir: Path, report_args: tuple[str, ...]) -> Step:
+    return Step("report", _envkit("report", str(results_dir), *report_args))
+
+
+def _size_args(epochs: int | None, dataset: str, max_steps: int | None = None) -> tuple[str, ...]:
+    return (("--dataset", dataset) + (("--epochs", str(epochs)) if epochs is not None else ())
+            + (("--max-steps", str(max_steps)) if max_steps is not None else ()))
+
+
+def _runs_here(facts, kind: str) -> bool:
+    """Whether the recipes can use ``kind``'s device on this Python (no image, no engine)."""
+    check = kinds.kind(kind).host
+    if check.check == "nvidia":
+        return bool(facts.gpus)
+    if check.check == "devices":
+        return bool(facts.devices.get(check.name)) and (check.module is None or importlib.util.find_spec(check.module) is not None)
+    return True
+
+
+def _baseline_first(entries: list[Experiment]) -> list[Experiment]:
+    # Within a kind the one-device runs come before the runs that spread out, as a reader compares them.
+    return sorted(entries, key=lambda entry: (kinds.names().index(entry.kind), entry.scale != "single"))
+
+
+def _processes(entry: Experiment) -> tuple[str, ...]:
+    """torchrun over processes rather than GPUs: as many as the plans' small machines have."""
+    return ("--nproc", str(CPU_DDP_PROCESSES)) if entry.scale == "torchrun" and entry.gpus == "none" else ()
+
+
+def _title(title: str, gpus: int) -> str:
+    return title.format(gpus=gpus, processes=CPU_DDP_PROCESSES)
+
+
+def local_runs(root: Path, results_dir: Path, facts, size: tuple[str, ...],
+               extra: dict[str, tuple[str, ...]] | None = None) -> list[Step]:
+    """The experiments the recipes can run on this Python, without images; ``extra`` args by recipe."""
+    common = ("--results-dir", str(results_dir), "--quiet") + size
+    runnable = [entry for entry in load_experiments().values() if _runs_here(facts, entry.kind)]
+    return [_recipe(_title(entry.title, len(facts.gpus)), root, entry.recipe, *entry.args, *_processes(entry),
+                    *common, *(extra or {}).get(entry.recipe, ()))
+            for entry in _baseline_first(runnable)]
+
+
+def experiment_gpus(entry: Experiment, requested: str | None, target_gpus: str | None) -> str | None:
+    """GPUS for the run, by the experiment's GPU rule: none, every requested one, or the first of them."""
+    if entry.gpus == "none":
+        return None
+    if entry.gpus == "all":
+        return requested
+    chosen = requested or target_gpus or "all"
+    return "0" if chosen == "all" else chosen.split(",")[0]
+
+
+def experiment_plan(entry: Experiment, target, *, config: Path, gpus: str | None, results_dir: Path | None = None,
+                    data_dir: Path | None = None, build_args: tuple[str, ...] = (),
+                    recipe_args: tuple[str, ...] = ()) -> RunPlan:
+    """Check the host, build the target's image (cached), run the recipe in it: each step needs the one before."""
+    gpus = experiment_gpus(entry, gpus, target.gpus)
+    gpu_args = ("--gpus", gpus) if gpus is not None else ()
+    run_env = {name: str(path) for name, path in (("RESULTS_DIR", results_dir), ("DATA_DIR", data_dir)) if path is not None}
+    run_env.update({"GPUS": gpus} if gpus is not None else {})
+    run_sh = str(config.parent / "docker" / target.name / "run.sh")
+    return RunPlan([
+        Step(f"can this host run {entry.kind} images?", _envkit("doctor", "--require", entry.kind, *gpu_args)),
+        Step(f"build the {target.name} image (cached)",
+             _envkit("build", target.name, *_config_args(config), *build_args)),
+        Step(f"experiment {entry.name}", (run_sh, entry.recipe, *entry.args, *recipe_args), run_env),
+    ])
+
+
+def _config_args(config: Path) -> tuple[str, ...]:
+    return () if config == DEFAULT_CONFIG else ("--config", str(config))
+
+
+def experiment_target(config, entry: Experiment, name: str | None):
+    """The config's target the experiment runs in: ``name``, else the one named after its kind or its kind's only one."""
+    if name is not None:
+        target = config.target(name)
+        if target.kind != entry.kind:
+            raise EnvkitError(f"target {name!r} is a {target.kind} target, but {entry.name} runs in a {entry.kind} image")
+        return target
+    if entry.kind in config.targets and config.targets[entry.kind].kind == entry.kind:
+        return config.targets[entry.kind]
+    of_kind = [target for target in config.targets.values() if target.kind == entry.kind]
+    if len(of_kind) == 1:
+        return of_kind[0]
+    found = f"several ({', '.join(t.name for t in of_kind)}): pick one with --target NAME" if of_kind else "none: add one"
+    raise EnvkitError(f"{entry.name} runs in a {entry.kind} image, and {config.path} has {found}")
+
+
+def _docker_usable(facts) -> bool:
+    return facts.docker_version is not None and not facts.docker_error
+
+
+def _check_local_python() -> None:
+    if importlib.util.find_spec("torch") is None:
+        raise EnvkitError(f"torch is not installed in {sys.executable}: run 'make venv' (or use a host with Docker) to run the experiments")
+
+
+def compare_plan(results_dir: Path, *, epochs: int | None, dataset: str, max_steps: int | None, config: Path,
+                 facts, runnable: list[str], report_args: tuple[str, ...] = ()) -> RunPlan:
+    """Every experiment this host can run: ``make`` targets when images can run, else the recipes here."""
+    root = config.parent
+    report = _report_step(results_dir, report_args)
+    local = local_runs(root, results_dir, facts, _size_args(epochs, dataset, max_steps)) + [report]
+    if not runnable:
+        reason = facts.docker_error or "no experiment image can run here"
+        return RunPlan(local, [f"no Docker experiments on this host ({reason}); running the recipes with {sys.executable}"])
+    # make runs in the project root: the results directory must not depend on where that is.
+    # Each runs where `envkit experiment` puts its files: results must not depend on that.
+    where = (*_config_args(config), "--results-dir", str(results_dir.resolve()))
+    size = _size_args(epochs, dataset, max_steps)
+    steps = [Step(f"experiment {name}", _envkit("experiment", *where, name, *size)) for name in runnable]
+    # The first target also builds its image: when that fails the host cannot build
+    # images at all (no reachable base image, say), so the recipes run here instead.
+    fallback = RunPlan(local, [f"the first Docker experiment failed; running the recipes with {sys.executable} instead"])
+    return RunPlan(steps + [report], [], fallback, 0)
+
+
+def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_image: str | None = None) -> RunPlan:
+    """Render every target, run the small comparison this machine can run, report and plot."""
+    root = config.parent
+    render = Step("render every target", _envkit("render", "--all", "--config", str(config)))
+    size = _size_args(DEMO_EPOCHS, "fake")
+    report = _report_step(results_dir, ("--plot", str(results_dir / "comparison.png")))
+    local = [render] + local_runs(root, results_dir, facts, size, DEMO_EXTRA_ARGS) + [report]
+    if not use_docker:
+        return RunPlan(local, [f"--no-docker: running the recipes with {sys.executable}"])
+    if not _docker_usable(facts):
+        return RunPlan(local, [f"Docker is not usable ({facts.docker_error or 'no engine'}); running the recipes with {sys.executable}"])
+    run_sh = str(root / "docker" / DEMO_KIND / "run.sh")
+    mount = {"RESULTS_DIR": str(results_dir)}  # run.sh mounts it at /workspace/results
+    in_image = ("--quiet",) + size
+    in_demo_image = _baseline_first([entry for entry in load_experiments().values() if entry.kind == DEMO_KIND])
+    docker_steps = [
+        render,
+        Step(f"build the {DEMO_KIND} image", _envkit("build", DEMO_KIND, "--config", str(config),
+                                                      *(("--base-image", base_image) if base_image else ()))),
+        *(Step(_title(entry.image_title or entry.title, 0), (run_sh, entry.recipe, *entry.args, *_processes(entry), *in_image,
+                                                 *DEMO_EXTRA_ARGS.get(entry.recipe, ())), mount)
+          for entry in in_demo_image),
+        report,
+    ]
+    fallback = RunPlan(local[1:], [f"the cpu image could not be built; running the recipes with {sys.executable} instead"])
+    return RunPlan(docker_steps, [f"Docker {facts.docker_version} is usable: running in the cpu image"], fallback, 1)
+
+
+def format_plan(plan: RunPlan) -> str:
+    lines = [f"# {note}" for note in plan.notes]
+    for number, step in enumerate(plan.steps, start=1):
+        lines += [f"# {number}. {step.title}", step.shell()]
+        if plan.fallback is not None and number - 1 == plan.fallback_after:
+            lines.append("#    if this fails:")
+            lines += [f"#    {step_line}" for step_line in format_plan(plan.fallback).splitlines()]
+    return "\n".join(lines) + "\n"
+
+
+def execute(plan: RunPlan, *, dry_run: bool) -> bool:
+    """Run every step (a failed experiment does not stop the others); True when all succeeded."""
+    if dry_run:
+        sys.stdout.write(format_plan(plan))
+        return True
+    for note in plan.notes:
+        print(f"envkit: {note}", file=sys.stderr)
+    if any(step.needs_torch for step in plan.steps):
+        _check_local_python()
+    failed = []
+    for index, step in enumerate(plan.steps):
+        returncode = run_step(step)
+        if returncode == 0:
+            continue
+        if plan.fallback is not None and index == plan.fallback_after:
+            return execute(plan.fallback, dry_run=False)
+        failed.append(f"{step.title} (exit {returncode})")
+    for failure in failed:
+        print(f"envkit: failed: {failure}", file=sys.stderr)
+    return not failed
+
+
+def run_in_order(plan: RunPlan) -> int:
+    """Run the steps until one fails (each needs the one before); its exit status, else 0."""
+    for step in plan.steps:
+        returncode = run_step(step)
+        if returncode != 0:
+            return returncode
+    return 0
+
+
+def run_step(step: Step) -> int:
+    """Run one step with its environment, saying what and how long; its exit status."""
+    print(f"envkit: {step.title}: {step.shell()}", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    try:
+        returncode = subprocess.run(step.argv, env={**os.environ, **step.env}, check=False).returncode
+    except OSError as exc:  # e.g. no run.sh where the config says
+        print(f"envkit: cannot start {step.argv[0]}: {exc.strerror or exc}", file=sys.stderr)
+        returncode = 127
+    print(f"envkit: {step.title}: exit {returncode} after {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    return returncode

@@ -1,0 +1,500 @@
+"""Group result files into comparison rows and write them as md, csv or json.
+
+The tables follow the published experiments (shared/reference/experiments.md):
+MNIST as E1 (total, s/iter, s/epoch, first epoch, accuracy, speed-up) and CIFAR
+as E2 (train and test s/epoch per parallel mode, per model and batch). What each
+recipe shows is data (envkit/data/report.yaml); every column is one entry of
+COLUMNS. Output is a pure function of the input files: rows are sorted and floats
+formatted with fixed precision, so the same directory always gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import string
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Callable
+
+import yaml
+
+from envkit.errors import EnvkitError
+from envkit.project.datafile import DATA_DIR
+from envkit.runs.results import CONFIGURATION_KEYS, ENVIRONMENT_KEYS, RunResult, Stat, results_schema, stat_of
+
+DEVICE_ORDER = {"tpu": 0, "cuda": 1, "cpu": 2}
+MODE_ORDER = {"single": 0, "none": 0, "dp": 1, "xmp": 2, "spmd": 3, "ddp": 4}
+BACKEND_ORDER = results_schema()["properties"]["configuration"]["properties"]["backend"]["enum"]
+# The published experiments ran torch_xla: its rows keep their plain names, other backends are named.
+UNLABELLED_BACKEND = "torch_xla"
+# processes_per_node follows from the mode, world size and nodes (and version 1 files were upgraded
+# to processes_per_node = world_size, which DP and SPMD runs would not record): rows ignore it.
+ROW_KEYS = tuple(key for key in CONFIGURATION_KEYS if key != "processes_per_node")
+OURS = "ours"
+NOT_APPLICABLE = "–"
+
+
+def _data(name: str):
+    return yaml.safe_load((DATA_DIR / name).read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=None)
+def report_facts() -> dict:
+    """envkit/data/report.yaml: per-recipe columns, speed-up metric, grouping and plot bars."""
+    return _data("report.yaml")
+
+
+def recipe_facts(recipe: str) -> dict:
+    return report_facts()["recipes"][recipe]
+
+
+@dataclass
+class Row:
+    source: str  # OURS or a published label
+    source_short: str  # for plot ticks
+    recipe: str
+    configuration: dict
+    runs: int
+    total_s: Stat | None
+    first_epoch_s: float | None
+    stats: dict  # name in STAT_KEYS -> Stat, only those present
+    test_accuracy: float | None
+    environment: str
+    source_rank: int = 0  # published sources keep their order in published.yaml
+    speedup: float | None = None
+    baseline: str | None = None
+    environments: tuple = ()  # the distinct environment_facts of its runs (none for published rows)
+    mark: str = ""  # which of its section's environments, when the section holds several
+
+    @property
+    def label(self) -> str:
+        return configuration_label(self.configuration)
+
+    def comparable_key(self) -> tuple:
+        return (self.source,) + tuple(str(self.configuration.get(key)) for key in recipe_facts(self.recipe)["comparable_by"])
+
+    def sort_key(self) -> tuple:
+        c = self.configuration
+        mode = c.get("parallel") if c.get("parallel") not in (None, "none") else c.get("strategy") or "single"
+        comparable = tuple(str(c.get(key)) if key == "model" else c.get(key) or 0 for key in recipe_facts(self.recipe)["comparable_by"])
+        return (
+            self.source_rank, comparable, DEVICE_ORDER.get(c.get("device"), 9), c.get("world_size") or 1,
+            MODE_ORDER.get(mode, 9), c.get("nodes") or 1, BACKEND_ORDER.index(c.get("backend")),
+            json.dumps(c, sort_keys=True),  # last: never a tie, whatever the file order
+        )
+
+
+@dataclass
+class Section:
+    recipe: str
+    dataset: str
+    rows: list[Row] = field(default_factory=list)
+    environments: list[tuple] = field(default_factory=list)  # set only when its measured rows differ
+
+
+@dataclass
+class Report:
+    sections: list[Section]
+    runs: int
+    skipped: int
+    baseline_rule: str
+    reference: bool
+
+
+def configuration_label(configuration: dict) -> str:
+    """Short name of a configuration: the device, how the work is spread, and the backend and nodes where they say more."""
+    device = configuration.get("device")
+    size = configuration.get("world_size") or configuration.get("cores") or 1
+    parallel = configuration.get("parallel")
+    strategy = configuration.get("strategy")
+    if parallel == "dp":
+        mode = f"DP×{size}"
+    elif parallel == "ddp":
+        mode = f"DDP×{size}"
+    elif strategy == "xmp":
+        mode = f"xmp×{configuration.get('cores') or size}"
+    elif strategy == "spmd":
+        mode = f"SPMD×{configuration.get('cores') or size}"
+    else:
+        mode = f"×{size}"
+    extras = []
+    if configuration.get("backend") not in (None, UNLABELLED_BACKEND):
+        extras.append(configuration["backend"])
+    if (configuration.get("nodes") or 1) > 1:
+        extras.append(f"{configuration['nodes']} nodes")
+    return f"{device} {mode}" + (f" ({', '.join(extras)})" if extras else "")
+
+
+def pooled(stats: list[Stat]) -> Stat:
+    """Mean and population std over all samples behind several (mean, std, n)."""
+    total = sum(s.n for s in stats)
+    mean = sum(s.mean * s.n for s in stats) / total
+    variance = sum(s.n * (s.std**2 + (s.mean - mean) ** 2) for s in stats) / total
+    return Stat(mean, math.sqrt(variance), total)
+
+
+def _short(value) -> str:
+    # A sha256 is told apart by its first 12 digits, like an image ID.
+    return "none" if value is None else value[:12] if len(str(value)) == 64 else str(value)
+
+
+def environment_line(environment: dict) -> str:
+    count = environment.get("device_count")
+    name = environment.get("device_name") or environment.get("device_type") or "unknown device"
+    parts = [f"{name} ×{count}" if isinstance(count, int) and count > 1 else name]
+    # torch's CUDA build shows in its version tag already; the cuda runtime matters only on GPUs.
+    keys = ("python", "torch", "torchvision", "torch_xla", "torch_tpu") + (("cuda",) if environment.get("device_type") == "cuda" else ()) + ("image",)
+    for key in keys:
+        if environment.get(key):
+            parts.append(f"{key} {environment[key]}")
+    if environment.get("lock_sha256"):
+        parts.append(f"lock {_short(environment['lock_sha256'])}")
+    return ", ".join(parts)
+
+
+def environment_facts(run: RunResult) -> tuple:
+    """The facts that make two runs' environments comparable (report.yaml environment_facts)."""
+    return tuple(run.environment[key] if key in ENVIRONMENT_KEYS else run.configuration[key]
+                 for key in report_facts()["environment_facts"])
+
+
+def describe_environment(facts: tuple) -> str:
+    return ", ".join(f"{key} {_short(value)}" for key, value in zip(report_facts()["environment_facts"], facts))
+
+
+def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult]) -> Row:
+    stat_names = sorted({name for run in runs for name, value in run.timing.items() if isinstance(value, Stat)})
+    stats = {}
+    for name in stat_names:
+        present = [run.timing[name] for run in runs if name in run.timing]
+        # A statistic only some runs recorded would describe a subset: leave it out.
+        if len(present) == len(runs):
+            stats[name] = pooled(present)
+    totals = stat_of([run.timing["total_s"] for run in runs])
+    accuracies = [run.test_accuracy for run in runs if run.test_accuracy is not None]
+    environments = sorted({environment_line(run.environment) for run in runs})
+    environment = environments[0] if len(environments) == 1 else "mixed: " + "; ".join(environments)
+    return Row(
+        source=OURS,
+        source_short=OURS,
+        recipe=recipe,
+        configuration=configuration,
+        runs=len(runs),
+        total_s=Stat(totals["mean"], totals["std"], totals["n"]),
+        first_epoch_s=sum(run.timing["first_epoch_s"] for run in runs) / len(runs),
+        stats=stats,
+        test_accuracy=sum(accuracies) / len(accuracies) if accuracies else None,
+        environment=environment,
+        environments=tuple(sorted({environment_facts(run) for run in runs}, key=json.dumps)),
+    )
+
+
+def load_published() -> dict:
+    return _data("published.yaml")
+
+
+def published_rows(recipe: str) -> list[Row]:
+    rows = []
+    for rank, source in enumerate(load_published().get(recipe, []), start=1):
+        for entry in source["rows"]:
+            configuration = {
+                "device": entry["device"], "cores": entry.get("cores"), "strategy": entry.get("strategy"),
+                "parallel": entry.get("parallel"), "world_size": entry["world_size"], "nodes": 1,
+                # the published TPU numbers predate TorchTPU
+                "backend": UNLABELLED_BACKEND if entry["device"] == "tpu" else None,
+                "model": entry.get("model", source.get("model")), "global_batch": entry.get("global_batch"),
+                "per_device_batch": None, "image_size": source.get("image_size"), "dataset": source["dataset"],
+            }
+            # Published spreads come without a sample count (n=0); single published
+            # numbers count as one sample so no spread is printed for them.
+            stats = {name: Stat(entry[name][0], entry[name][1], 0) for name in ("iter_s", "epoch_s") if name in entry}
+            stats.update({name: Stat(entry[name], 0.0, 1) for name in ("train_epoch_s", "test_epoch_s") if name in entry})
+            total = entry.get("total_s")
+            rows.append(Row(
+                source=source["label"], source_short=source["short"], source_rank=rank, recipe=recipe, configuration=configuration, runs=0,
+                total_s=Stat(total, 0.0, 1) if total is not None else None, first_epoch_s=None,
+                stats=stats, test_accuracy=None, environment=source["note"],
+            ))
+    return rows
+
+
+def _metric(row: Row, name: str | None) -> float | None:
+    stat = row.total_s if name == "total_s" else row.stats.get(name)
+    return stat.mean if stat else None
+
+
+def _speedup_value(row: Row) -> float | None:
+    speedup = recipe_facts(row.recipe)["speedup"]
+    value = _metric(row, speedup["metric"])
+    return value if value is not None else _metric(row, speedup.get("fallback"))
+
+
+def _assign_speedups(rows: list[Row], baseline: str | None) -> None:
+    groups: dict[tuple, list[Row]] = {}
+    for row in rows:
+        groups.setdefault(row.comparable_key(), []).append(row)
+    for group in groups.values():
+        if baseline is None:
+            reference = next((row for row in group if (row.configuration.get("world_size") or 1) == 1), None)
+        else:
+            reference = next((row for row in group if row.label == baseline), None)
+        if reference is None:
+            continue
+        base_value = _speedup_value(reference)
+        for row in group:
+            value = _speedup_value(row)
+            if base_value and value:
+                row.speedup = base_value / value
+                row.baseline = reference.label
+
+
+def _mark_environments(section: Section) -> None:
+    """Letter each environment of a section whose measured rows ran in more than one."""
+    seen: list[tuple] = []
+    for row in section.rows:
+        seen += [facts for facts in row.environments if facts not in seen]
+    if len(seen) < 2:
+        return
+    section.environments = seen
+    for row in section.rows:
+        row.mark = ",".join(environment_letter(seen.index(facts)) for facts in row.environments)
+
+
+def environment_letter(index: int) -> str:
+    return string.ascii_uppercase[index % 26] + (str(index // 26) if index >= 26 else "")
+
+
+def _environments_text(section: Section) -> str:
+    """'2 environments that differ in backend (A = ...; B = ...)'."""
+    names = report_facts()["environment_facts"]
+    differing = [name for index, name in enumerate(names) if len({facts[index] for facts in section.environments}) > 1]
+    listed = "; ".join(f"{environment_letter(i)} = {describe_environment(facts)}" for i, facts in enumerate(section.environments))
+    return f"{len(section.environments)} environments that differ in {_and(differing)} ({listed})"
+
+
+def _refuse_mixed_environments(sections: list[Section]) -> None:
+    for section in sections:
+        if section.environments:
+            raise EnvkitError(
+                f"--strict: the {section.recipe} · dataset {section.dataset} runs come from {_environments_text(section)}; "
+                "report one environment's results, or leave out --strict to compare them marked")
+
+
+def build_report(results: list[RunResult], skipped: int = 0, baseline: str | None = None,
+                 reference: bool = False, strict: bool = False) -> Report:
+    """Group runs by recipe, dataset and configuration; add published rows on request.
+
+    ``strict``: refuse (EnvkitError) when a section's measured runs differ in environment_facts.
+    """
+    grouped: dict[tuple, list[RunResult]] = {}
+    for run in results:
+        configuration = {key: run.configuration[key] for key in ROW_KEYS}
+        grouped.setdefault((run.recipe, json.dumps(configuration, sort_keys=True)), []).append(run)
+    sections: dict[tuple, Section] = {}
+    for (recipe, configuration_json), runs in grouped.items():
+        configuration = json.loads(configuration_json)
+        section = sections.setdefault((recipe, configuration["dataset"]), Section(recipe, configuration["dataset"]))
+        section.rows.append(_row_from_runs(recipe, configuration, runs))
+    if baseline is not None:
+        labels = sorted({row.label for section in sections.values() for row in section.rows})
+        if baseline not in labels:
+            raise EnvkitError(f"--baseline {baseline!r} matches no configuration; choose one of: {', '.join(labels)}")
+    for section in sections.values():
+        if reference:
+            section.rows.extend(published_rows(section.recipe))
+        section.rows.sort(key=Row.sort_key)
+        _assign_speedups(section.rows, baseline)
+        _mark_environments(section)
+    ordered = [sections[key] for key in sorted(sections)]
+    if strict:
+        _refuse_mixed_environments(ordered)
+    rule = (f"the configuration {baseline} (--baseline)" if baseline is not None
+            else "the first single-device configuration of each group (choose with --baseline)")
+    return Report(sections=ordered, runs=len(results), skipped=skipped, baseline_rule=rule, reference=reference)
+
+
+# ---- columns ----------------------------------------------------------------
+
+def _seconds(value: float | None, digits: int = 3) -> str:
+    return NOT_APPLICABLE if value is None else f"{value:.{digits}f}"
+
+
+def _mean_std(stat: Stat | None, digits: int = 3) -> str:
+    if stat is None:
+        return NOT_APPLICABLE
+    if stat.n == 1:  # one sample has no spread worth printing
+        return f"{stat.mean:.{digits}f}"
+    return f"{stat.mean:.{digits}f} ± {stat.std:.{digits}f}"
+
+
+def _accuracy(value: float | None) -> str:
+    return NOT_APPLICABLE if value is None else f"{100 * value:.2f}%"
+
+
+def _optional(value) -> str:
+    return NOT_APPLICABLE if value is None else str(value)
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its markdown header and cell, and its flat (csv/json) keys and values."""
+
+    key: str  # the name report.yaml uses
+    header: str | None  # markdown header ("{speedup}": the recipe's speed-up name); None: csv/json only
+    flat_keys: tuple[str, ...]
+    flat: Callable[[Row], tuple]  # one value per flat key
+    cell: Callable[[Row], str] = lambda row: NOT_APPLICABLE
+    name: str | None = None  # in prose and plot legends (default: the header)
+
+    @property
+    def short_name(self) -> str:
+        return self.name or self.header or self.key
+
+
+def _setting(key: str, header: str | None = None, name: str | None = None) -> Column:
+    return Column(key, header, (key,), lambda row: (row.configuration.get(key),),
+                  lambda row: _optional(row.configuration.get(key)), name)
+
+
+def _statistic(key: str, header: str, name: str | None = None, digits: int = 3) -> Column:
+    def flat(row: Row) -> tuple:
+        stat = row.stats.get(key)
+        return (_rounded(stat.mean), _rounded(stat.std)) if stat else (None, None)
+
+    return Column(key, header, (f"{key}_mean", f"{key}_std"), flat, lambda row: _mean_std(row.stats.get(key), digits), name)
+
+
+# In csv/json order; markdown shows report.yaml's columns of each recipe. New flat keys go last so
+# that existing csv columns keep their positions.
+COLUMNS = {column.key: column for column in (
+    Column("source", "source", ("source",), lambda row: (row.source,), lambda row: row.source),
+    Column("recipe", None, ("recipe",), lambda row: (row.recipe,)),
+    _setting("dataset"),
+    Column("configuration", "configuration", ("configuration",), lambda row: (row.label,), lambda row: row.label),
+    _setting("device"), _setting("cores"), _setting("strategy"), _setting("parallel"), _setting("world_size"),
+    _setting("model", "model"), _setting("global_batch", "global batch"),
+    _setting("per_device_batch", "per-device batch"), _setting("image_size", "image px", "image size"),
+    Column("runs", "runs", ("runs",), lambda row: (row.runs,),
+           lambda row: str(row.runs) if row.source == OURS else NOT_APPLICABLE),
+    Column("total_s", "total s", ("total_s", "total_s_std"),
+           lambda row: (_rounded(row.total_s.mean) if row.total_s else None,
+                        _rounded(row.total_s.std) if row.total_s and row.runs > 1 else None),
+           lambda row: _mean_std(row.total_s)),
+    _statistic("iter_s", "s/iter (mean ± std)", "s/iter", digits=4),
+    _statistic("epoch_s", "s/epoch (mean ± std)", "s/epoch"),
+    Column("first_epoch_s", "first epoch s", ("first_epoch_s",), lambda row: (_rounded(row.first_epoch_s),),
+           lambda row: _seconds(row.first_epoch_s)),
+    _statistic("steady_epoch_s", "later epochs s/epoch"),
+    _statistic("train_epoch_s", "train s/epoch"),
+    _statistic("test_epoch_s", "test s/epoch"),
+    Column("test_accuracy", "test accuracy", ("test_accuracy",), lambda row: (_rounded(row.test_accuracy),),
+           lambda row: _accuracy(row.test_accuracy)),
+    Column("speedup", "speed-up ({speedup})", ("speedup",), lambda row: (_rounded(row.speedup),),
+           lambda row: NOT_APPLICABLE if row.speedup is None else f"{row.speedup:.2f}×"),
+    Column("baseline", None, ("baseline",), lambda row: (row.baseline,)),
+    Column("environment", "environment", ("environment",), lambda row: (row.environment,), lambda row: row.environment),
+    _setting("nodes"), _setting("backend"),
+    # Which of its section's environments a row ran in, when they differ (A, B, ...; see the note under the table).
+    Column("env", "env", ("env",), lambda row: (row.mark or None,), lambda row: row.mark or NOT_APPLICABLE),
+)}
+FLAT_FIELDS = tuple(key for column in COLUMNS.values() for key in column.flat_keys)
+
+
+def markdown_columns(recipe: str, reference: bool, marked: bool) -> list[Column]:
+    """The columns of a recipe's table: report.yaml's, plus the source (--reference) and env (marked) columns."""
+    keys = list(recipe_facts(recipe)["columns"])
+    if marked:  # next to the environment it names
+        keys.insert(keys.index("environment") if "environment" in keys else len(keys), "env")
+    if reference:
+        keys.insert(0, "source")
+    return [COLUMNS[key] for key in keys]
+
+
+# ---- formatting -------------------------------------------------------------
+
+def _md_line(cells: list[str]) -> str:
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _section_markdown(section: Section, report: Report) -> list[str]:
+    facts = recipe_facts(section.recipe)
+    metric = COLUMNS[facts["speedup"]["metric"]].short_name
+    within = _and([COLUMNS[key].short_name for key in facts["comparable_by"]])
+    lines = [f"## {section.recipe} · dataset {section.dataset}", ""]
+    lines.append(
+        f"Seconds are wall-clock; s/iter and s/epoch are mean ± std over all iterations/epochs of all runs. "
+        f"Speed-up = baseline {metric} ÷ row {metric}, within the same {within}; baseline: {report.baseline_rule}."
+    )
+    if report.reference:
+        lines.append("Rows whose source starts with \"published\" are the published numbers, not measured here.")
+    lines.append("")
+    columns = markdown_columns(section.recipe, report.reference, bool(section.environments))
+    headers = [column.header.format(speedup=facts["speedup"]["name"]) for column in columns]
+    lines += [_md_line(headers), _md_line(["---"] * len(headers))]
+    lines += [_md_line([column.cell(row) for column in columns]) for row in section.rows]
+    if section.environments:
+        lines += ["", f"env: these rows ran in {_environments_text(section)}; `--strict` refuses to compare them."]
+    lines.append("")
+    return lines
+
+
+def format_markdown(report: Report) -> str:
+    configurations = sum(1 for section in report.sections for row in section.rows if row.source == OURS)
+    summary = f"{_count(report.runs, 'run')} in {_count(configurations, 'configuration')}"
+    if report.skipped:
+        summary += f"; {_count(report.skipped, 'file')} skipped (see warnings)"
+    lines = ["# envkit comparison report", "", summary + ".", ""]
+    for section in report.sections:
+        lines += _section_markdown(section, report)
+    return "\n".join(lines)
+
+
+def flat_rows(report: Report) -> list[dict]:
+    """One flat record per row, shared by the csv and json formats."""
+    records = []
+    for section in report.sections:
+        for row in section.rows:
+            record = {}
+            for column in COLUMNS.values():
+                record.update(zip(column.flat_keys, column.flat(row)))
+            records.append(record)
+    return records
+
+
+def format_csv(report: Report) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=FLAT_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for record in flat_rows(report):
+        writer.writerow({key: "" if value is None else value for key, value in record.items()})
+    return buffer.getvalue()
+
+
+def format_json(report: Report) -> str:
+    document = {
+        "schema_version": 1, "runs": report.runs, "skipped": report.skipped,
+        "baseline_rule": report.baseline_rule, "rows": flat_rows(report),
+    }
+    return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+FORMATTERS = {"md": format_markdown, "csv": format_csv, "json": format_json}
+
+
+def render_report(report: Report, output_format: str) -> str:
+    return FORMATTERS[output_format](report)

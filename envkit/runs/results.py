@@ -1,0 +1,187 @@
+"""Read the recipes' results JSON into validated records.
+
+The contract is one file, envkit/data/results.schema.json: this module reads its
+version, recipes and field names from there and validates every file against it.
+A results directory collects files from many runs, envkit versions and hosts, so
+reading is forgiving: a file that is not a results file is skipped with one
+warning naming it, and older layouts are upgraded to the current one before
+validation so the report code only ever sees the current schema version.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import jsonschema
+
+from envkit.errors import EnvkitError
+from envkit.project.datafile import DATA_DIR
+
+SCHEMA_PATH = DATA_DIR / "results.schema.json"
+
+
+@lru_cache(maxsize=None)
+def results_schema() -> dict:
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def _properties(block: str) -> dict:
+    return results_schema()["properties"][block]["properties"]
+
+
+SCHEMA_VERSION: int = results_schema()["properties"]["schema_version"]["const"]
+KNOWN_RECIPES: tuple[str, ...] = tuple(results_schema()["properties"]["recipe"]["enum"])
+CONFIGURATION_KEYS: tuple[str, ...] = tuple(_properties("configuration"))
+ENVIRONMENT_KEYS: tuple[str, ...] = tuple(_properties("environment"))
+# The timing statistics ({mean, std, n}); steady_epoch_s leaves out the first epoch (compilation on XLA).
+STAT_KEYS: tuple[str, ...] = tuple(key for key, value in _properties("timing").items() if value.get("$ref") == "#/$defs/stat")
+
+
+@dataclass(frozen=True)
+class Stat:
+    mean: float
+    std: float
+    n: int
+
+
+@dataclass(frozen=True)
+class RunResult:
+    path: Path
+    recipe: str
+    run_name: str
+    configuration: dict  # every CONFIGURATION_KEYS entry
+    timing: dict  # total_s, first_epoch_s: float; STAT_KEYS present: Stat
+    test_accuracy: float | None
+    environment: dict  # every ENVIRONMENT_KEYS entry, None where unknown
+
+
+def stat_of(values: list[float]) -> dict:
+    """Population mean/std, the same statistic the recipes record."""
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    return {"mean": mean, "std": std, "n": len(values)}
+
+
+def _from_version_0(document: dict) -> dict:
+    """Version 0 (before the contract, no ``schema_version``) kept the raw per-iteration /
+    per-epoch seconds as lists and had no ``configuration``: its fields were in ``settings``."""
+    upgraded = dict(document)
+    timing = dict(document.get("timing") or {})
+    for key in STAT_KEYS:
+        if isinstance(timing.get(key), list) and timing[key]:
+            timing[key] = stat_of(timing[key])
+    upgraded["timing"] = timing
+    if "configuration" not in document:
+        settings = document.get("settings") or {}
+        upgraded["configuration"] = {key: settings[key] for key in CONFIGURATION_KEYS if key in settings}
+    upgraded.setdefault("environment", {})
+    return upgraded
+
+
+@lru_cache(maxsize=None)
+def _nullable_keys(block: str) -> tuple[str, ...]:
+    """The keys of a block whose schema accepts null: version 1 could leave them out."""
+    return tuple(key for key, schema in _properties(block).items()
+                 if jsonschema.Draft202012Validator(schema).is_valid(None))
+
+
+def _from_version_1(document: dict) -> dict:
+    """Version 1 ran on one host, knew one TPU backend (torch_xla) and recorded no lock,
+    image ID or distributions; it could leave out the keys that may be null."""
+    upgraded = dict(document)
+    configuration = document.get("configuration")
+    if isinstance(configuration, dict):
+        if configuration.get("device") != "tpu" and configuration.get("strategy") == "single":
+            # Version 1's mnist called every cpu/cuda run "single"; the strategies are TPU ones (cifar wrote null).
+            configuration = dict(configuration, strategy=None)
+        added = {"nodes": 1, "backend": "torch_xla" if configuration.get("device") == "tpu" else None}
+        if "world_size" in configuration:  # else the file is refused for lacking it, not for this
+            added["processes_per_node"] = configuration["world_size"]
+        upgraded["configuration"] = {**dict.fromkeys(_nullable_keys("configuration")), **added, **configuration}
+    environment = document.get("environment")
+    if isinstance(environment, dict):
+        upgraded["environment"] = {**dict.fromkeys(_nullable_keys("environment")), "distributions": [], **environment}
+    return upgraded
+
+
+UPGRADES = {0: _from_version_0, 1: _from_version_1}  # version -> the step to the next version
+
+
+def upgrade(document: dict) -> tuple[dict, str | None]:
+    """Bring a document to SCHEMA_VERSION; return it and an optional note."""
+    version = document.get("schema_version", 0)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ValueError(f"schema_version must be an integer, got {version!r}")
+    if version > SCHEMA_VERSION:
+        note = f"schema_version {version} is newer than this envkit reads ({SCHEMA_VERSION}); using the fields it knows"
+        return document, note
+    for step in range(version, SCHEMA_VERSION):
+        document = UPGRADES[step](document)
+    return dict(document, schema_version=SCHEMA_VERSION), None
+
+
+def _where(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(part) for part in error.absolute_path) or "top level"
+
+
+def schema_error(document: dict) -> str | None:
+    """The most relevant way ``document`` breaks the current schema, one line, or None."""
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(results_schema()).iter_errors(document))
+    return None if error is None else f"{_where(error)}: {error.message}"
+
+
+def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
+    """Parse one file's text; raise ValueError with a one-line reason when unusable."""
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON, partial or malformed ({exc.msg}: line {exc.lineno} column {exc.colno})") from None
+    if not isinstance(document, dict):
+        raise ValueError("not a results object")
+    document, note = upgrade(document)
+    # A newer file is read by the fields this version knows.
+    problem = schema_error(dict(document, schema_version=SCHEMA_VERSION))
+    if problem is not None:
+        raise ValueError(problem)
+    timing = {
+        "total_s": float(document["timing"]["total_s"]),
+        "first_epoch_s": float(document["timing"]["first_epoch_s"]),
+    }
+    for key in STAT_KEYS:
+        value = document["timing"].get(key)
+        # n == 0: the run measured nothing of this kind (e.g. stopped by --max-steps).
+        if value is not None and value["n"] > 0:
+            timing[key] = Stat(float(value["mean"]), float(value["std"]), int(value["n"]))
+    result = RunResult(
+        path=path,
+        recipe=document["recipe"],
+        run_name=document["run_name"],
+        configuration={key: document["configuration"][key] for key in CONFIGURATION_KEYS},
+        timing=timing,
+        test_accuracy=document["metrics"].get("test_accuracy"),
+        environment={key: document["environment"][key] for key in ENVIRONMENT_KEYS},
+    )
+    return result, note
+
+
+def load_results(directory: Path) -> tuple[list[RunResult], list[str]]:
+    """Every readable ``*.json`` in ``directory`` (not recursive), plus one warning per skipped file."""
+    if not directory.is_dir():
+        problem = "is not a directory" if directory.exists() else "does not exist"
+        raise EnvkitError(f"results directory {directory} {problem} (give the directory the recipes wrote with --results-dir)")
+    results: list[RunResult] = []
+    warnings: list[str] = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            result, note = parse(path, path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            warnings.append(f"skipped {path}: {exc}")
+            continue
+        if note:
+            warnings.append(f"{path}: {note}")
+        results.append(result)
+    return results, warnings
