@@ -101,8 +101,8 @@ def test_repeated_runs_and_schema_versions_aggregate(mixed):
     assert sorted(r.run_name for r in cpu_mnist) == ["cpu-a", "cpu-b", "cpu-legacy"]
     legacy = next(r for r in cpu_mnist if r.run_name == "cpu-legacy")
     assert legacy.timing["epoch_s"] == Stat(6.5, pytest.approx(0.3), 2)  # upgraded from the raw list
-    # version 2 is current now: the sample of a newer file is version 3
-    assert any("cifar-cpu-none-v3.json: schema_version 3 is newer" in w for w in warnings)
+    # version 3 is current now: the sample of a newer file is version 4
+    assert any("cifar-cpu-none-v4.json: schema_version 4 is newer" in w for w in warnings)
     text = render_report(build_report(results), "md")
     assert "| cpu ×1 | mnist-net | 128 | 3 | 13.000 ± 0.408 |" in text
 

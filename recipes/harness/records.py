@@ -21,14 +21,18 @@ from .devices import Replicas, is_xla
 from .errors import RecipeError
 from .files import json_bytes, write_temp
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+# A git commit hash; anything else in ENVKIT_REVISION (such as "unknown", which images built by older
+# envkit releases set when they had no git) names no revision.
+_REVISION = re.compile(r"[0-9a-f]{4,40}")
 
 
 def git_revision() -> str | None:
-    """``ENVKIT_REVISION`` (set by the image build), else ``git rev-parse HEAD`` next to the recipe, else None."""
+    """The commit the recipes came from: ``ENVKIT_REVISION`` (the image build passes the full hash), else
+    ``git rev-parse HEAD`` next to the recipe (the full hash), else None."""
     revision = os.environ.get("ENVKIT_REVISION", "").strip()
     if revision:
-        return revision
+        return revision if _REVISION.fullmatch(revision) else None
     try:
         done = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
@@ -97,7 +101,8 @@ def capture_environment(device: torch.device, device_kind: str) -> dict:
         "torchvision": _package_version("torchvision"),
         "torch_xla": torch_xla_version,
         "torch_tpu": _package_version("torch-tpu"),
-        "cuda": torch.version.cuda,
+        # The CUDA release this torch was built for, whatever device ran (a CPU run on a CUDA build names one too).
+        "torch_cuda_build": torch.version.cuda,
         "image": os.environ.get("ENVKIT_IMAGE") or None,
         # What the image says about itself: the hash of the lock it installed, and its own ID.
         "lock_sha256": os.environ.get("ENVKIT_LOCK_SHA256") or None,
