@@ -39,6 +39,9 @@ NUM_CLASSES = 10
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 REFERENCE_BATCH = 256  # the global batch E2's learning rate belongs to; --lr-scaling linear scales from it
 DEFAULT_CPU_PROCESSES = 2
+# nn.DataParallel scatters each batch over CUDA GPUs; without them it calls the module once, which is no DataParallel
+# run to record. The tests add "cpu" to check the dp wiring (wrap, checkpoint, --show-scatter) without GPUs.
+DATA_PARALLEL_DEVICES = ("cuda",)
 # Settings a checkpoint must share with the run that resumes it. The cosine schedule depends on the epoch count.
 RESUME_KEYS = ("device", "parallel", "world_size", "model", "image_size", "dataset", "seed", "epochs", "global_batch", "per_device_batch",
                "lr", "lr_scaling", "effective_lr", "warmup_epochs", "momentum", "weight_decay", "amp", "channels_last",
@@ -165,6 +168,8 @@ def relaunch_under_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     check_enough_images(args, load_data(args, download=args.download)[0])
     if args.resume and args.amp != "auto":  # "auto" AMP is settled in the training processes, which check there
         harness.Checkpointer(args, recipe=RECIPE, resume_keys=RESUME_KEYS).resume(PROG, announce=False)
+    if args.nnodes > 1:  # check_hosts made sure of an endpoint
+        ddp.check_rendezvous(args.rdzv_endpoint, args.rdzv_timeout)
     command = ddp.torchrun_command(args, str(Path(__file__).resolve()), argv)
     if not args.quiet:
         print(f"{PROG}: starting {args.world_size} processes: torchrun {' '.join(command[3:command.index('--')])} ...", file=sys.stderr)
@@ -290,8 +295,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--parallel", choices=("none", "dp", "ddp"), default="none", help="none: one device; dp: nn.DataParallel in one "
         "process; ddp: DistributedDataParallel, one process per device under torchrun (default: none)")
     add("--gpus", help="cuda: comma-separated GPU ids, e.g. 1,2,3,4; sets CUDA_VISIBLE_DEVICES before CUDA starts")
-    add("--nproc", type=harness.positive_int, help=f"cpu: ddp processes per host, or the devices --show-scatter assumes "
-        f"for dp (default: {DEFAULT_CPU_PROCESSES})")
+    add("--nproc", type=harness.positive_int, help=f"cpu: ddp processes per host (default: {DEFAULT_CPU_PROCESSES})")
     ddp.add_host_arguments(parser)
     harness.add_batch_arguments(parser, reference_batch=REFERENCE_BATCH, default="global", optimizer="SGD", lr=0.1, lr_scaling="none")
     add("--test-batch", type=harness.positive_int, help="evaluation batch per process (default: the per-process training batch)")
@@ -323,9 +327,12 @@ def resolve_topology(args: argparse.Namespace) -> None:
     if args.gpus is not None and args.device != "cuda":
         raise RecipeError(f"--gpus applies to --device cuda only; --device {args.device} has no GPUs to choose")
     if args.nproc is not None and not (args.device == "cpu" and args.parallel != "none"):
-        raise RecipeError("--nproc applies to --device cpu with --parallel dp or ddp; on cuda the GPU count comes from --gpus")
+        raise RecipeError("--nproc applies to --device cpu with --parallel ddp; on cuda the GPU count comes from --gpus")
     if args.device == "tpu":
         raise RecipeError("--device tpu is not supported by the cifar recipe; use cpu or cuda (the TPU comparison is mnist.py)")
+    if args.parallel == "dp" and args.device not in DATA_PARALLEL_DEVICES:
+        raise RecipeError(f"--parallel dp needs CUDA GPUs (nn.DataParallel splits each batch over them), and --device "
+                          f"{args.device} has none; use --parallel ddp for several processes, or none")
     ddp.check_hosts(args)
     if args.device == "cpu":
         args.nproc = args.nproc or DEFAULT_CPU_PROCESSES if args.parallel != "none" else None
