@@ -430,6 +430,22 @@ def test_a_missing_optional_dependency_is_one_line_naming_what_to_install(monkey
     harness.check_progress_bars(argparse.Namespace(quiet=True))  # no bar, no tqdm needed
 
 
+def test_resuming_a_finished_run_is_nothing_to_do(tmp_path):
+    import argparse
+
+    args = argparse.Namespace(checkpoint_dir=tmp_path, run_name="r", resume=True, epochs=3, seed=0, max_steps=None)
+    harness.save_checkpoint(tmp_path / "demo-r.pt", {"epoch": 3, "training_settings": {}, "rng": harness.rng_states(),
+                                                     "history": {"steps": 12}})
+    run = harness.Run(args, harness.Replicas(torch.device("cpu")), recipe="demo", prog="demo.py", resume_keys=())
+    with pytest.raises(harness.RecipeError, match=r"^nothing to do: the checkpoint .*demo-r.pt already holds 3 epochs; raise --epochs"):
+        run.restore({})
+    args.epochs, args.max_steps = 4, 12  # more epochs, but --max-steps already reached
+    with pytest.raises(harness.RecipeError, match="nothing to do"):
+        run.restore({})
+    args.max_steps = None
+    assert run.restore({}) == 3 and run.history.steps == 12 and args.resumed_from_epoch == 3
+
+
 def test_resume_refuses_processes_that_see_different_checkpoints(tmp_path):
     import argparse
 
