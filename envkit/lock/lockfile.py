@@ -19,12 +19,11 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
 from envkit.project.config import ProjectConfig, Target
 from envkit.errors import EnvkitError
 from envkit.project.matrix import load_matrix
 from envkit.project.datafile import DATA_DIR
+from envkit.support.bounded_load import Refused, load_yaml, read_stream
 
 LOCK_FILE = "requirements.lock"
 GLIBC_PATH = DATA_DIR / "base_glibc.yaml"
@@ -105,8 +104,7 @@ def _torch_index(target: Target) -> str | None:
 
 @lru_cache(maxsize=1)
 def _glibc_table() -> dict[str, str]:
-    with open(GLIBC_PATH, encoding="utf-8") as handle:
-        return yaml.safe_load(handle)["glibc"]
+    return load_yaml(GLIBC_PATH)["glibc"]
 
 
 def base_glibc(target: Target) -> str:
@@ -129,11 +127,14 @@ def normalise(name: str) -> str:
 def read_lock(path: Path) -> LockFile | None:
     """The parsed lock, or None when the target has none."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as stream:
+            data = read_stream(stream)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise EnvkitError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except Refused as exc:
+        raise EnvkitError(exc.at(path)) from None
     inputs = base = None
     packages: dict[str, str] = {}
     unhashed = []
