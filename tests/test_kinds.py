@@ -142,7 +142,7 @@ def test_a_rocm_kind_from_data_and_a_fragment_alone(rocm_project):
     assert row.split()[:3] == ["rocm", "rocm", "python:3.11-slim-bookworm"]
 
     # gets a dry-run plan
-    done = envkit(project, "experiment", "--dry-run", "--results-dir", "/r", "rocm-mnist", "--epochs", "1")
+    done = envkit(project, "experiment", "--dry-run", "--results-dir", "/r", "rocm-mnist", "--", "--epochs", "1")
     assert done.returncode == 0, done.stderr
     plan = [line for line in done.stdout.splitlines() if not line.startswith("#")]
     assert plan == [f"{sys.executable} -m envkit doctor --require rocm", f"{sys.executable} -m envkit build rocm",

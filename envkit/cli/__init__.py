@@ -2,6 +2,9 @@
 
 Each area module exposes ``register(subparsers)`` and sets ``func`` to its
 ``cmd_<command>`` handler; ``--config`` comes from envkit.cli.options.add_config.
+One rule for every command line: envkit's options may stand anywhere, and a command
+that runs a recipe (experiment, run, launch) takes the recipe's arguments after '--'
+(envkit.cli.options.add_recipe_args), so `--dry-run` at the end is envkit's.
 Every command loads every area to register it, so an area's top level imports
 only what render loads anyway; heavy imports (docker, matplotlib, jsonschema)
 happen inside the handlers, which keeps ``envkit render`` fast and ``envkit
@@ -11,6 +14,7 @@ happen inside the handlers, which keeps ``envkit render`` fast and ``envkit
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from envkit import __version__
@@ -45,9 +49,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The arguments, with everything after the first '--' as the recipe's (for the commands that run one)."""
+    from envkit.cli.options import RECIPE_ARGS_HINT
+
+    split = argv.index("--") if "--" in argv else len(argv)
+    args, unknown = parser.parse_known_args(argv[:split])
+    takes_recipe_args = hasattr(args, "recipe_args")
+    if takes_recipe_args:
+        unknown = [*args.recipe_args, *unknown]  # words before '--' that are not envkit's
+        args.recipe_args = argv[split + 1:]
+    if unknown:
+        hint = ""
+        if takes_recipe_args:
+            known = list(argv[:split])
+            for word in unknown:
+                known.remove(word)
+            hint = f"; {RECIPE_ARGS_HINT}: {shlex.join(['envkit', *known, '--', *unknown])}"
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+    if split < len(argv) and not takes_recipe_args:
+        parser.error(f"'--' passes arguments to a recipe, and {args.command} runs none (experiment, run and launch do)")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse(parser, list(sys.argv[1:] if argv is None else argv))
     try:
         return int(args.func(args) or 0)
     except EnvkitError as exc:

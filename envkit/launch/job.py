@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.project.experiments import check_recipe_args
 
 # Where the image keeps the recipes and mounts data and results (as run.sh does).
 IMAGE_RECIPES = "/opt/envkit/recipes"
@@ -175,6 +176,7 @@ def build_job(
     if gpus_per_node is None:
         gpus_per_node = 0 if experiment.gpus == "none" else 1
     check_gpus(experiment, gpus_per_node)
+    check_recipe_args(experiment, extra_args)
     processes = _processes_per_node(experiment, gpus_per_node, nproc_per_node)
     name = name or experiment.name
     _check_name(engine, name)
