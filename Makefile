@@ -51,8 +51,10 @@ endif
 DRY = $(if $(DRY_RUN),$(if $(wildcard $(ENVKIT)),+))
 DRY_FLAG = $(if $(DRY_RUN),--dry-run)
 CONFIG := envkit.yaml
-# What a rendered file depends on: the config, the templates, envkit's version matrix and kinds.
-RENDER_INPUTS := $(CONFIG) $(wildcard templates/* templates/kinds/*) $(wildcard envkit/data/matrix.yaml envkit/data/kinds.yaml)
+# What a rendered file depends on: the config, the templates, envkit's version matrix, kinds and
+# experiments (run.sh gives their recipes the kind's device).
+RENDER_INPUTS := $(CONFIG) $(wildcard templates/* templates/kinds/*) \
+	$(wildcard envkit/data/matrix.yaml envkit/data/kinds.yaml envkit/data/experiments.yaml)
 MULTINODE := NNODES NODE_RANK RDZV_ENDPOINT RDZV_ID NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME
 # A value quoted for the shell: '...' with each ' written as '\''.
 quote = '$(subst ','\'',$(1))'

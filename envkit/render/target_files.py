@@ -18,6 +18,7 @@ from envkit.project import kinds
 from envkit.support.atomic import atomic_stream
 from envkit.lock.base_digest import split_reference
 from envkit.project.config import ProjectConfig, Target
+from envkit.project.experiments import load_experiments
 from envkit.errors import EnvkitError
 from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
 from envkit.lock.lockfile import LOCK_FILE, TORCH_INDEX_PACKAGES, LockFile, lock_inputs, lock_path, read_lock
@@ -198,6 +199,8 @@ def _context(config: ProjectConfig, target: Target, lock: LockFile | None) -> di
         # distro python3 base lacks: the Dockerfile installs this package there.
         "libpython": f"libpython{target.python}" if target.torch_xla else None,
         "image": f"envkit-{target.name}:latest",
+        # The recipes that take the kind's device flag: those the experiments table runs.
+        "device_recipes": sorted({entry.recipe for entry in load_experiments().values()}),
     }
 
 
