@@ -93,6 +93,26 @@ def test_targets_lists_pins(capsys, repo_root):
     assert " unlocked " in next(line for line in lines if line.startswith("cpu "))
 
 
+def test_targets_shows_a_stale_lock_as_stale_with_lock_checks_reason(capsys, project, repo_root):
+    """Before: after `python: "3.11"` on tpu-vm, targets still said `locked <sha>` while lock --check said stale."""
+    (project / "docker" / "tpu-vm").mkdir(parents=True)
+    shutil.copy(repo_root / "docker" / "tpu-vm" / "requirements.lock", project / "docker" / "tpu-vm")
+    config = project / "envkit.yaml"
+    text = config.read_text()
+    tpu = text.index("  tpu-vm:")
+    config.write_text(text[:tpu] + text[tpu:].replace('python: "3.12"', 'python: "3.11"', 1))
+    code, out, _ = run(capsys, "targets", "--config", str(config))
+    sha = hashlib.sha256((repo_root / "docker" / "tpu-vm" / "requirements.lock").read_bytes()).hexdigest()
+    tpu_row = next(line for line in out.splitlines() if line.startswith("tpu-vm"))
+    assert code == 0 and f" stale {sha[:12]} " in tpu_row and "locked" not in tpu_row
+    reason = "tpu-vm: stale: docker/tpu-vm/requirements.lock: its inputs changed since it was locked (envkit lock --target tpu-vm)"
+    assert out.splitlines()[-1] == reason
+    assert run(capsys, "lock", "--check", "--config", str(config)) == (1, f"cpu: unlocked: docker/cpu/requirements.lock does not "
+                                                                          f"exist (envkit lock --target cpu)\ncuda: unlocked: docker/cuda/"
+                                                                          f"requirements.lock does not exist (envkit lock --target cuda)\n"
+                                                                          f"{reason}\n", "")
+
+
 def test_matrix_lists_supported_combinations(capsys):
     code, out, _ = run(capsys, "matrix")
     assert code == 0

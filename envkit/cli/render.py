@@ -18,7 +18,8 @@ def register(subparsers) -> None:
         "targets",
         help="list the configured targets and their pins",
         description="List each target in the config with its kind, base image, pinned versions and lock "
-        "(locked, with the first 12 hex of the lock's sha256, or unlocked).",
+        "(locked or stale, with the first 12 hex of the lock's sha256, or unlocked); a stale lock's reason "
+        "follows the table, as `envkit lock --check` gives it.",
     )
     add_config(targets)
     targets.set_defaults(func=cmd_targets)
@@ -58,15 +59,23 @@ def register(subparsers) -> None:
 
 def cmd_targets(args: argparse.Namespace) -> int:
     from envkit.project.config import load_config
-    from envkit.lock.lockfile import lock_path, read_lock
+    from envkit.lock.lockfile import lock_status
 
     config = load_config(args.config)
     rows = [("TARGET", "KIND", "BASE IMAGE", "LOCK", "PINS")]
+    stale = []
     for target in config.targets.values():
         pins = " ".join(f"{name}={version}" for name, version in target.pins().items())
-        lock = read_lock(lock_path(config, target.name))
-        rows.append((target.name, target.kind, target.base_image, f"locked {lock.sha256[:12]}" if lock else "unlocked", pins))
+        status = lock_status(config, target.name)
+        lock = {"fresh": "locked", "stale": "stale"}.get(status.state, "unlocked")
+        if status.lock is not None:
+            lock += f" {status.lock.sha256[:12]}"
+        rows.append((target.name, target.kind, target.base_image, lock, pins))
+        stale += [status.line()] if status.state == "stale" else []
     _print_table(rows)
+    if stale:
+        print()
+        print("\n".join(stale))
     return 0
 
 

@@ -21,7 +21,7 @@ from envkit.project.config import ProjectConfig, Target
 from envkit.project.experiments import load_experiments
 from envkit.errors import EnvkitError
 from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
-from envkit.lock.lockfile import LOCK_FILE, TORCH_INDEX_PACKAGES, LockFile, lock_inputs, lock_path, read_lock
+from envkit.lock.lockfile import LOCK_FILE, TORCH_INDEX_PACKAGES, LockFile, hand_edited, lock_inputs, lock_path, read_lock
 from envkit.support.shellquote import FILTERS
 from envkit.render.template_cache import template_cache
 
@@ -117,6 +117,8 @@ def _current_lock(target: Target, path: Path) -> LockFile | None:
             f"target {target.name}: {path} was resolved from other inputs than envkit.yaml now gives: "
             f"run `envkit lock --target {target.name}` (or delete the lock to build the target unlocked)"
         )
+    if lock is not None and (edited := hand_edited(lock)):
+        raise EnvkitError(f"target {target.name}: {path}: {edited}; run `envkit lock --target {target.name}`")
     return lock
 
 
