@@ -135,14 +135,24 @@ def cmd_render(args: argparse.Namespace) -> int:
             sys.stdout.write(f"==> {file.path.as_posix()} <==\n{file.text}")
         return 0
     if args.check:
-        problems = render.stale(output, files) + (render.orphans(output, names) if args.all else [])
-        if problems:
-            summary = "; ".join(problems)
-            raise EnvkitError(f"rendered files are stale: {summary}; run `envkit render --all` and commit", exit_code=1)
-        print(f"{len(files)} files under {output} are up to date")
+        # One line per target, up to date or not, then one error line saying what to run.
+        stale_targets = []
+        for name in names:
+            problems = render.stale(output, [file for file in files if file.path.parts[0] == name])
+            print(f"{name}: {'; '.join(problems)}" if problems else f"{name}: up to date ({output / name})")
+            stale_targets += [name] if problems else []
+        orphans = render.orphans(output, names) if args.all else []
+        for line in orphans:
+            print(line)
+        if stale_targets or orphans:
+            fix = "--all" if args.all else f"--target {args.target}"
+            what = ", ".join(stale_targets + [f"{len(orphans)} removed target(s)"] * bool(orphans))
+            raise EnvkitError(f"rendered files are stale ({what}): run `envkit render {fix}` and commit", exit_code=1)
         return 0
     written = render.write(output, files)
-    print(f"rendered {len(files)} files for {', '.join(names)} into {output} ({len(written)} changed)")
+    removed = render.remove_leftovers(output, names) if args.all else []
+    print(f"rendered {len(files)} files for {', '.join(names)} into {output} ({len(written)} changed)"
+          + "".join(f"; removed {directory}'s rendered files (not a target in the config)" for directory in removed))
     return 0
 
 
