@@ -71,6 +71,7 @@ def build(args):
     """The job and its plan from the parsed arguments (bad input: EnvkitError)."""
     from envkit.launch.engines import render
     from envkit.image.build import repository
+    from envkit.image.names import check_reference, check_registry, check_tag
     from envkit.project.config import load_config
     from envkit.project.experiments import experiment as find_experiment
     from envkit.runs.plans import experiment_target
@@ -79,7 +80,11 @@ def build(args):
     experiment = find_experiment(args.experiment)
     config = load_config(args.config)
     target = experiment_target(config, experiment, args.target)
-    image = args.image or f"{args.registry + '/' if args.registry else ''}{repository(target.name)}:{args.tag}"
+    if args.image is None:
+        registry = check_registry(args.registry) + "/" if args.registry else ""
+        image = f"{registry}{repository(target.name)}:{check_tag(args.tag)}"
+    else:
+        image = check_reference(args.image)
     options = EngineOptions(
         container=args.container,
         partition=args.partition,
@@ -124,6 +129,9 @@ def cmd_launch(args) -> int:
     if not 1 <= args.rdzv_port <= 65535:
         raise EnvkitError(f"--rdzv-port {args.rdzv_port} is not a port; give 1-65535")
     job, plan = build(args)
+    if not plan.files and args.output is not None:
+        raise EnvkitError(f"--output: --on {args.on} writes no files, it prints the command each host runs; drop --output "
+                          f"(redirect the printed commands to keep them)")
     if args.stop:
         stop = tpu_pod.stop_command(job)
         if args.dry_run:
