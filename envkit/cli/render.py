@@ -84,7 +84,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
     matrix = load_matrix()
     if args.verify:
-        from envkit.lock.lockfile import index_check as matrix_verify
+        from envkit.lock import index_check as matrix_verify
 
         return matrix_verify.run(matrix)
     rows = [("TORCH", "RELEASES", "TORCHVISION", "PYTHON", "CUDA VARIANTS (first = default)", "TPU-VM BACKENDS")]
