@@ -180,7 +180,9 @@ def test_check_says_each_target_is_fresh_or_why_it_is_stale(locked, indexes, cap
         f"{name}: fresh: docker/{name}/requirements.lock" for name in ("cpu", "cuda", "tpu-vm")]
     edit(locked, indexes[0].url)
     code, out, err = envkit(capsys, "lock", "--check", "--config", str(locked))
-    assert (code, err) == (1, "") and stale in out.splitlines()
+    target = stale.split(":")[0]
+    assert (code, err) == (1, f"envkit: error: locks are stale ({target}): run `envkit lock --target {target}` and commit\n")
+    assert stale in out.splitlines()
     assert len(out.splitlines()) == 3, "the other targets are still said to be fresh"
 
 

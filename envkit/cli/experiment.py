@@ -8,6 +8,7 @@ docker/<target>/run.sh. Python never calls make.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -44,7 +45,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from envkit.host.doctor import parse_gpus
     from envkit.errors import EnvkitError
     from envkit.project.experiments import check_recipe_args, experiment
-    from envkit.runs.plans import experiment_plan, experiment_target, format_plan, run_in_order
+    from envkit.runs.plans import experiment_gpus, experiment_plan, experiment_target, format_plan, run_in_order
 
     entry = experiment(args.name)
     if args.gpus is not None:
@@ -61,4 +62,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     if args.dry_run:
         sys.stdout.write(format_plan(plan))
         return 0
-    return run_in_order(plan)
+    # The plan's first step, the host check, runs here: a host that cannot run the experiment is
+    # one line (exit 2), not a child's line framed by progress lines.
+    from envkit.host import doctor
+
+    doctor.require(doctor.inspect_host(), entry.kind, experiment_gpus(entry, args.gpus, target.gpus))
+    return run_in_order(dataclasses.replace(plan, steps=plan.steps[1:]))

@@ -56,11 +56,15 @@ def cmd_lock(args: argparse.Namespace) -> int:
     if args.check:
         from envkit.lock.lockfile import lock_status
 
-        # One line per target, fresh ones included, as `envkit render --check` says what it checked.
+        # One line per target, fresh ones included, then one error line, as `envkit render --check` does.
         statuses = [lock_status(config, name) for name in names]
         for status in statuses:
             print(status.line())
-        return 1 if any(status.state == "stale" for status in statuses) else 0
+        stale = [status.target for status in statuses if status.state == "stale"]
+        if stale:
+            fix = f"--target {stale[0]}" if len(stale) == 1 else "--all"
+            raise EnvkitError(f"locks are stale ({', '.join(stale)}): run `envkit lock {fix}` and commit", exit_code=1)
+        return 0
     from envkit.lock.resolve import lock_targets
 
     # The Dockerfile records the lock's sha256, so render follows: make re-renders by itself

@@ -135,6 +135,8 @@ def parse_yaml(text: str, index: Callable[[yaml.Node], None] | None = None) -> A
         problem = exc.problem or exc.context or "syntax error"
         if exc.context and exc.context.startswith("found"):  # "found duplicate anchor 'a'; ...": the context says what
             problem = exc.context
+        elif exc.context and problem.startswith("but "):  # "expected a single document in the stream, but found another"
+            problem = f"{exc.context}, {problem}"
         problem = " ".join(str(problem).split())
         raise Refused(f"malformed YAML: {problem}", mark.line + 1 if mark else None) from None
     except yaml.YAMLError as exc:
