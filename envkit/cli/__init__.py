@@ -40,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(
         prog="envkit",
         description="Render, build, run and compare pinned deep-learning images for cpu, cuda and tpu-vm.",
+        epilog="envkit's options may stand anywhere on the command line; experiment, run and launch take the "
+               "recipe's arguments after '--' (envkit experiment cpu-mnist --dry-run -- --epochs 1). --dry-run, "
+               "where a command has it (experiment, launch, compare, demo, prune), prints exactly what would run "
+               "and builds, pushes or runs nothing; make's DRY_RUN=1 does the same for every make target.",
     )
     parser.add_argument("--version", action="version", version=f"envkit {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
