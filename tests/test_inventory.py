@@ -21,6 +21,7 @@ import pytest
 from envkit.image import diff as env_diff
 from envkit.image import inventory
 from envkit.image import verify
+from envkit.cli.verify import results_inventory
 from envkit.errors import EnvkitError
 
 SITE = "usr/local/lib/python3.11/site-packages"
@@ -137,9 +138,9 @@ def results(tmp_path: Path, name: str, distributions: list[str], **environment) 
 
 
 def test_diff_of_two_results_names_the_package_and_the_lock(tmp_path):
-    a = inventory.from_results(results(tmp_path, "a.json", ["numpy==2.3.5", "torch==2.9.0"], lock_sha256="1" * 64))
-    b = inventory.from_results(results(tmp_path, "b.json", ["numpy==2.4.6", "torch==2.9.0", "tpu-info==0.14.2"],
-                                       lock_sha256="2" * 64))
+    a = results_inventory(results(tmp_path, "a.json", ["numpy==2.3.5", "torch==2.9.0"], lock_sha256="1" * 64))
+    b = results_inventory(results(tmp_path, "b.json", ["numpy==2.4.6", "torch==2.9.0", "tpu-info==0.14.2"],
+                                   lock_sha256="2" * 64))
     sections = {s.title: s for s in env_diff.compare(a, b)}
     assert sections["python packages"].changes == ("numpy: 2.3.5 -> 2.4.6", "+ tpu-info 0.14.2 (only in B)")
     assert sections["versions"].changes == (f"lock_sha256: {'1' * 64} -> {'2' * 64}",)

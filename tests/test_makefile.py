@@ -43,7 +43,7 @@ def project(tmp_path: Path, repo_root: Path) -> Path:
     work = tmp_path / "project"
     work.mkdir()
     shutil.copy(repo_root / "Makefile", work)
-    for name in ("envkit.yaml", "pyproject.toml", "requirements/dev.txt", "requirements/xla.txt", "requirements/sky.txt", "requirements/tpu.txt",
+    for name in ("envkit.yaml", "pyproject.toml", "requirements/dev.txt", "requirements/xla.txt", "requirements/sky.txt", "requirements/tpu.txt", "requirements/bench.txt",
                  "templates/Dockerfile.j2",
                  "envkit/data/matrix.yaml"):
         (work / name).parent.mkdir(parents=True, exist_ok=True)
@@ -420,6 +420,7 @@ def test_a_fresh_clone_renders_by_content_and_changes_nothing(tmp_path, repo_roo
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=repo_root, check=True, capture_output=True).stdout
     for name in filter(None, tracked.decode().split("\0")):  # this checkout's files, edits included
         if (repo_root / name).is_file() and not (repo_root / name).is_symlink():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(repo_root / name, clone / name)
     for path in clone.rglob("*"):
         if path.is_file() and ".git" not in path.parts:

@@ -12,8 +12,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from envkit.cli.images import add_build_options, build_options_argv
-from envkit.cli.options import add_config, add_recipe_args
+from envkit.cli.options import add_build_options, add_config, add_recipe_args, build_options_argv
 
 
 def register(subparsers) -> None:

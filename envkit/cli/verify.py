@@ -5,8 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from envkit.cli.images import add_build_inputs, build_options
-from envkit.cli.options import add_config, load_target
+from envkit.cli.options import add_build_inputs, add_config, build_options, load_target
 
 
 def register(subparsers) -> None:
@@ -49,7 +48,7 @@ def _inventory(text: str, config_path: Path):
     from envkit.errors import EnvkitError
     from envkit.image import archive as image_archive
     from envkit.image import inventory
-    from envkit.support.docker_client import connect_engine
+    from envkit.support.docker_client import connect_docker
     from envkit.image.build import LATEST, repository
 
     path = Path(text).expanduser()
@@ -57,7 +56,7 @@ def _inventory(text: str, config_path: Path):
         raise EnvkitError(f"{text} is a directory; {SIDES}")
     if path.is_file():
         if text.endswith(".json") and not text.endswith(".manifest.json"):
-            return inventory.from_results(path)
+            return results_inventory(path)
         if text.endswith((".manifest.json", ".tar.gz")):
             # Through the manifest, so a tarball altered since `envkit save` is refused.
             manifest_path = image_archive.manifest_for(path)
@@ -71,7 +70,23 @@ def _inventory(text: str, config_path: Path):
 
         if text in load_config(config_path).targets:
             reference = f"{repository(text)}:{LATEST}"
-    return inventory.from_engine_image(connect_engine(), reference)
+    return inventory.from_engine_image(connect_docker(), reference)
+
+
+def results_inventory(path: Path):
+    """A results file read as strictly as `envkit report` reads it (its schema, its version)."""
+    from envkit.errors import EnvkitError
+    from envkit.image import inventory
+    from envkit.runs import results  # imports jsonschema: only when a results file is compared
+    from envkit.support.bounded_load import read_text
+
+    try:
+        result, note = results.parse(path, read_text(path))
+    except OSError as exc:
+        raise EnvkitError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise EnvkitError(f"{path} is not a results file envkit reads: {exc}") from None
+    return inventory.from_environment(str(path), result.environment, (f"{path}: {note}",) if note else ())
 
 
 def cmd_diff(args) -> int:

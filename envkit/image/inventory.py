@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Iterable, Iterator
 
 from envkit.errors import EnvkitError
-from envkit.support.bounded_load import parse_json, read_stream, read_text
+from envkit.support.bounded_load import parse_json, read_stream
 from envkit.render.labels import LOCK_LABEL
 from envkit.lock.lockfile import normalise
 
@@ -244,23 +244,13 @@ def from_saved_tarball(path: Path) -> Inventory:
                                    image_id="sha256:" + hashlib.sha256(config_blob).hexdigest()))
 
 
-def from_results(path: Path) -> Inventory:
-    """What a results JSON recorded about the environment that produced it, read as strictly as `envkit report` reads it."""
-    from envkit.runs import results  # imports jsonschema: only when a results file is compared
-
-    try:
-        result, note = results.parse(path, read_text(path))
-    except OSError as exc:
-        raise EnvkitError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise EnvkitError(f"{path} is not a results file envkit reads: {exc}") from None
-    environment = result.environment
+def from_environment(source: str, environment: dict, notes: tuple[str, ...] = ()) -> Inventory:
+    """What a results file's ``environment`` (envkit.runs.results, already validated) says produced it."""
     distributions = environment.get("distributions")
     python = None
     if isinstance(distributions, list):
         pairs = (entry.partition("==") for entry in distributions)
         python = dict(sorted((normalise(name), version) for name, _, version in pairs))
     keys = ("python", "torch", "torchvision", "torch_xla", "torch_tpu", "cuda", "lock_sha256")
-    return Inventory(source=str(path), python=python, versions={key: environment.get(key) for key in keys},
-                     image_id=environment.get("image_id") or environment.get("image"),
-                     notes=(f"{path}: {note}",) if note else ())
+    return Inventory(source=source, python=python, versions={key: environment.get(key) for key in keys},
+                     image_id=environment.get("image_id") or environment.get("image"), notes=notes)

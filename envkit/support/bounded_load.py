@@ -10,7 +10,8 @@ matrix.yaml, has about 1,500 nodes and depth 6).
 
 YAML is parsed by libyaml's C parser where PyYAML has it, and composed by PyYAML's own
 Composer with the caps counted on the way (about 0.3 ms more than the C composer on
-matrix.yaml), so nothing is expanded, nested or read beyond a cap. A refusal is
+matrix.yaml), so nothing is expanded, nested or read beyond a cap. PyYAML is imported only
+when YAML is read: a remembered render (envkit.render.memo) reads JSON alone. A refusal is
 ``Refused``: a ValueError with one line of reason and, where known, the line number.
 """
 
@@ -18,14 +19,8 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
+from functools import lru_cache
 from typing import IO, Any, Callable
-
-import yaml
-from yaml.composer import Composer
-from yaml.constructor import SafeConstructor
-from yaml.events import AliasEvent, CollectionStartEvent
-from yaml.resolver import Resolver
 
 from envkit.errors import EnvkitError
 
@@ -120,9 +115,11 @@ def _load(path: str | os.PathLike, parse: Callable[[str], Any]) -> Any:
         raise EnvkitError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
-def parse_yaml(text: str, index: Callable[[yaml.Node], None] | None = None) -> Any:
+def parse_yaml(text: str, index: Callable[[Any], None] | None = None) -> Any:
     """One YAML document built from safe types; ``index(node)`` sees the composed tree before it is built."""
-    loader = _BoundedLoader(text)
+    import yaml
+
+    loader = _loader_class()(text)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -150,69 +147,76 @@ def parse_yaml(text: str, index: Callable[[yaml.Node], None] | None = None) -> A
         loader.dispose()
 
 
-class _CappedComposer(Composer):
-    """PyYAML's Composer, counting values, nesting and aliases as it goes (aliases expanded)."""
+@lru_cache(maxsize=1)
+def _loader_class() -> type:
+    """PyYAML's safe loader with a Composer that counts values, nesting and aliases as it goes."""
+    from yaml.composer import Composer
+    from yaml.constructor import SafeConstructor
+    from yaml.events import AliasEvent, CollectionStartEvent
+    from yaml.resolver import Resolver
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._nodes = 0
-        self._aliases = 0
-        self._depth = 0  # lists and mappings around (and including) the node being composed
-        self._deepest = 0  # the deepest nesting reached inside the node being composed
-        self._expanded: dict[str, tuple[int, int]] = {}  # anchor -> (values, levels below its parent)
+    class CappedComposer(Composer):
+        def __init__(self) -> None:
+            super().__init__()
+            self._nodes = 0
+            self._aliases = 0
+            self._depth = 0  # lists and mappings around (and including) the node being composed
+            self._deepest = 0  # the deepest nesting reached inside the node being composed
+            self._expanded: dict[str, tuple[int, int]] = {}  # anchor -> (values, levels below its parent)
 
-    def compose_node(self, parent, index):
-        event = self.peek_event()
-        line = event.start_mark.line + 1
-        if isinstance(event, AliasEvent):
-            self._aliases += 1
-            if self._aliases > MAX_ALIASES:
-                raise Refused(f"more than {MAX_ALIASES} aliases (*name)", line)
-            if event.anchor in self.anchors and event.anchor not in self._expanded:
-                raise Refused(f"alias *{event.anchor} is inside the node it names", line)
-            values, levels = self._expanded.get(event.anchor, (0, 0))  # an unknown alias: PyYAML says so
-            self._count(values, self._depth + levels, line)
-            return super().compose_node(parent, index)
-        outer_depth, outer_deepest, start = self._depth, self._deepest, self._nodes
-        self._depth += isinstance(event, CollectionStartEvent)
-        self._deepest = self._depth
-        self._count(1, self._depth, line)
-        node = super().compose_node(parent, index)
-        if event.anchor is not None:
-            self._expanded[event.anchor] = (self._nodes - start, self._deepest - outer_depth)
-        self._depth, self._deepest = outer_depth, max(outer_deepest, self._deepest)
-        return node
+        def compose_node(self, parent, index):
+            event = self.peek_event()
+            line = event.start_mark.line + 1
+            if isinstance(event, AliasEvent):
+                self._aliases += 1
+                if self._aliases > MAX_ALIASES:
+                    raise Refused(f"more than {MAX_ALIASES} aliases (*name)", line)
+                if event.anchor in self.anchors and event.anchor not in self._expanded:
+                    raise Refused(f"alias *{event.anchor} is inside the node it names", line)
+                values, levels = self._expanded.get(event.anchor, (0, 0))  # an unknown alias: PyYAML says so
+                self._count(values, self._depth + levels, line)
+                return super().compose_node(parent, index)
+            outer_depth, outer_deepest, start = self._depth, self._deepest, self._nodes
+            self._depth += isinstance(event, CollectionStartEvent)
+            self._deepest = self._depth
+            self._count(1, self._depth, line)
+            node = super().compose_node(parent, index)
+            if event.anchor is not None:
+                self._expanded[event.anchor] = (self._nodes - start, self._deepest - outer_depth)
+            self._depth, self._deepest = outer_depth, max(outer_deepest, self._deepest)
+            return node
 
-    def _count(self, values: int, depth: int, line: int) -> None:
-        self._nodes += values
-        self._deepest = max(self._deepest, depth)
-        if depth > MAX_DEPTH:
-            raise Refused(f"nested deeper than {MAX_DEPTH} levels", line)
-        if self._nodes > MAX_NODES:
-            raise Refused(f"more than {MAX_NODES} values once aliases are expanded", line)
+        def _count(self, values: int, depth: int, line: int) -> None:
+            self._nodes += values
+            self._deepest = max(self._deepest, depth)
+            if depth > MAX_DEPTH:
+                raise Refused(f"nested deeper than {MAX_DEPTH} levels", line)
+            if self._nodes > MAX_NODES:
+                raise Refused(f"more than {MAX_NODES} values once aliases are expanded", line)
 
+    try:  # libyaml's C parser where PyYAML was built with it
+        from yaml.cyaml import CParser
+    except ImportError:  # pragma: no cover - PyYAML without libyaml
+        from yaml.parser import Parser
+        from yaml.reader import Reader
+        from yaml.scanner import Scanner
 
-try:  # libyaml's C parser where PyYAML was built with it
-    from yaml.cyaml import CParser
+        class PurePythonLoader(CappedComposer, Reader, Scanner, Parser, SafeConstructor, Resolver):
+            def __init__(self, stream: str):
+                Reader.__init__(self, stream)
+                Scanner.__init__(self)
+                Parser.__init__(self)
+                CappedComposer.__init__(self)
+                SafeConstructor.__init__(self)
+                Resolver.__init__(self)
 
-    class _BoundedLoader(_CappedComposer, CParser, SafeConstructor, Resolver):
+        return PurePythonLoader
+
+    class BoundedLoader(CappedComposer, CParser, SafeConstructor, Resolver):
         def __init__(self, stream: str):
             CParser.__init__(self, stream)
-            _CappedComposer.__init__(self)
+            CappedComposer.__init__(self)
             SafeConstructor.__init__(self)
             Resolver.__init__(self)
 
-except ImportError:  # pragma: no cover - PyYAML without libyaml
-    from yaml.parser import Parser
-    from yaml.reader import Reader
-    from yaml.scanner import Scanner
-
-    class _BoundedLoader(_CappedComposer, Reader, Scanner, Parser, SafeConstructor, Resolver):  # type: ignore[no-redef]
-        def __init__(self, stream: str):
-            Reader.__init__(self, stream)
-            Scanner.__init__(self)
-            Parser.__init__(self)
-            _CappedComposer.__init__(self)
-            SafeConstructor.__init__(self)
-            Resolver.__init__(self)
-
+    return BoundedLoader
