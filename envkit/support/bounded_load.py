@@ -9,8 +9,8 @@ anything can refuse it. Each cap is far above what envkit's own files need (the 
 matrix.yaml, has about 1,500 nodes and depth 6).
 
 YAML is parsed by libyaml's C parser where PyYAML has it, and composed by PyYAML's own
-Composer with the caps counted on the way (about 0.3 ms more than the C composer on
-matrix.yaml), so nothing is expanded, nested or read beyond a cap. PyYAML is imported only
+Composer with the caps counted on the way (0.7 ms more than yaml.CSafeLoader on matrix.yaml,
+benchmarks/bench_bounded_load.py), so nothing is expanded, nested or read beyond a cap. PyYAML is imported only
 when YAML is read: a remembered render (envkit.render.memo) reads JSON alone. A refusal is
 ``Refused``: a ValueError with one line of reason and, where known, the line number.
 """
@@ -152,7 +152,7 @@ def _loader_class() -> type:
     """PyYAML's safe loader with a Composer that counts values, nesting and aliases as it goes."""
     from yaml.composer import Composer
     from yaml.constructor import SafeConstructor
-    from yaml.events import AliasEvent, CollectionStartEvent
+    from yaml.events import AliasEvent, ScalarEvent
     from yaml.resolver import Resolver
 
     class CappedComposer(Composer):
@@ -166,33 +166,39 @@ def _loader_class() -> type:
 
         def compose_node(self, parent, index):
             event = self.peek_event()
-            line = event.start_mark.line + 1
-            if isinstance(event, AliasEvent):
+            if event.__class__ is ScalarEvent:  # most values: no nesting, checked with the least work
+                self._nodes += 1
+                if self._nodes > MAX_NODES:
+                    self._count(0, self._depth, event)
+                if event.anchor is not None:
+                    self._expanded[event.anchor] = (1, 0)
+                return Composer.compose_node(self, parent, index)
+            if event.__class__ is AliasEvent:
                 self._aliases += 1
                 if self._aliases > MAX_ALIASES:
-                    raise Refused(f"more than {MAX_ALIASES} aliases (*name)", line)
+                    raise Refused(f"more than {MAX_ALIASES} aliases (*name)", event.start_mark.line + 1)
                 if event.anchor in self.anchors and event.anchor not in self._expanded:
-                    raise Refused(f"alias *{event.anchor} is inside the node it names", line)
+                    raise Refused(f"alias *{event.anchor} is inside the node it names", event.start_mark.line + 1)
                 values, levels = self._expanded.get(event.anchor, (0, 0))  # an unknown alias: PyYAML says so
-                self._count(values, self._depth + levels, line)
-                return super().compose_node(parent, index)
+                self._count(values, self._depth + levels, event)
+                return Composer.compose_node(self, parent, index)
             outer_depth, outer_deepest, start = self._depth, self._deepest, self._nodes
-            self._depth += isinstance(event, CollectionStartEvent)
+            self._depth += 1
             self._deepest = self._depth
-            self._count(1, self._depth, line)
-            node = super().compose_node(parent, index)
+            self._count(1, self._depth, event)
+            node = Composer.compose_node(self, parent, index)
             if event.anchor is not None:
                 self._expanded[event.anchor] = (self._nodes - start, self._deepest - outer_depth)
             self._depth, self._deepest = outer_depth, max(outer_deepest, self._deepest)
             return node
 
-        def _count(self, values: int, depth: int, line: int) -> None:
+        def _count(self, values: int, depth: int, event) -> None:
             self._nodes += values
             self._deepest = max(self._deepest, depth)
             if depth > MAX_DEPTH:
-                raise Refused(f"nested deeper than {MAX_DEPTH} levels", line)
+                raise Refused(f"nested deeper than {MAX_DEPTH} levels", event.start_mark.line + 1)
             if self._nodes > MAX_NODES:
-                raise Refused(f"more than {MAX_NODES} values once aliases are expanded", line)
+                raise Refused(f"more than {MAX_NODES} values once aliases are expanded", event.start_mark.line + 1)
 
     try:  # libyaml's C parser where PyYAML was built with it
         from yaml.cyaml import CParser
