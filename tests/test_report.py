@@ -295,3 +295,10 @@ def test_a_new_recipe_is_reported_from_data_alone(monkeypatch, tmp_path):
     assert "| speed-up (epoch) |" in text
     write_plot(build_report(runs), tmp_path / "imagenet.png")
     assert (tmp_path / "imagenet.png").stat().st_size > 0
+
+
+def test_a_cpu_count_reads_as_cpus_not_sockets():
+    from envkit.runs.report import environment_line
+
+    assert environment_line({"device_type": "cpu", "device_name": "AMD EPYC", "device_count": 2}) == "AMD EPYC, 2 CPUs"
+    assert environment_line({"device_type": "tpu", "device_name": "TPU v5e", "device_count": 8}) == "TPU v5e ×8"

@@ -49,7 +49,7 @@ def positive_float(text: str) -> float:
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, *, default_epochs: int) -> None:
-    """Add the arguments every recipe takes (docs/design.md section 4)."""
+    """Add the arguments every recipe takes (docs/design.md section 6)."""
     parser.add_argument("--device", choices=DEVICES, default="cpu", help="where to train (default: cpu)")
     parser.add_argument(
         "--dataset", choices=DATASETS, default="real",
