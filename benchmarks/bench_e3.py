@@ -48,7 +48,7 @@ def main() -> int:
         recipe_flags = ["--quiet"] + (["--epochs", str(args.epochs)] if args.epochs else [])
         started = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "envkit", "experiment", "--python", args.python,
-                               "--results-dir", str(results), EXPERIMENT, *recipe_flags], env=env, cwd=REPO_ROOT,
+                               "--results-dir", str(results), EXPERIMENT, "--", *recipe_flags], env=env, cwd=REPO_ROOT,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
         wall = time.perf_counter() - started
         if done.returncode != 0:

@@ -12,7 +12,7 @@ import pytest
 from envkit.cli import report as cli_report
 from envkit.cli import main
 from envkit.host.doctor import HostFacts
-from envkit.runs.plans import Plan, Step, execute
+from envkit.runs.plans import RunPlan, Step, execute
 
 PY = sys.executable
 NO_ENGINE = HostFacts(docker_error="no Docker engine answers at unix:///var/run/docker.sock", cpu_count=2)
@@ -91,7 +91,7 @@ def test_compare_runs_the_experiments_doctor_allows(in_repo, repo_root, capsys):
     out = dry_run(["compare", "--epochs", "1", "--dataset", "fake", "--max-steps", "5", "--reference"], capsys)
     report = f"{PY} -m envkit report results --format md --reference\n"
     assert out == (
-        f"# 1. experiment cpu-mnist\n{PY} -m envkit experiment --results-dir {repo_root / 'results'} cpu-mnist --dataset fake --epochs 1 --max-steps 5\n"
+        f"# 1. experiment cpu-mnist\n{PY} -m envkit experiment --results-dir {repo_root / 'results'} cpu-mnist -- --dataset fake --epochs 1 --max-steps 5\n"
         "#    if this fails:\n"
         f"#    # the first Docker experiment failed; running the recipes with {PY} instead\n"
         f"#    # 1. mnist on eager CPU\n#    {PY} recipes/mnist.py --device cpu --results-dir results --quiet --dataset fake --epochs 1 --max-steps 5\n"
@@ -100,6 +100,16 @@ def test_compare_runs_the_experiments_doctor_allows(in_repo, repo_root, capsys):
         f"#    # 4. report\n#    {report}"
         f"# 2. report\n{report}"
     )
+
+
+def test_compare_on_real_data_says_where_it_comes_from_and_what_fake_does(in_repo, capsys):
+    """Before: `make compare` started downloads (or failed offline) without a word about them."""
+    in_repo(WITH_ENGINE, ["cpu-mnist"])
+    out = dry_run(["compare", "--epochs", "1"], capsys)
+    assert out.splitlines()[0] == (
+        "# --dataset real: each recipe downloads MNIST or CIFAR-10 into its data directory on first use, which needs "
+        "the network; DATASET=fake (make) or --dataset fake trains on generated data, no download")
+    assert "--dataset real" not in dry_run(["compare", "--dataset", "fake"], capsys).splitlines()[0]
 
 
 def test_compare_without_docker_runs_cpu_and_gpu_recipes_here(in_repo, capsys):
@@ -132,7 +142,8 @@ def test_compare_on_a_tpu_vm_without_docker_runs_one_core_then_all_cores(in_repo
     assert f"# 5. mnist on all TPU cores\n{PY} recipes/mnist.py --device tpu --cores all {common}\n" in out
     # then E3's runs, each under its own run name
     assert "# 6. E3, batch and learning-rate scaling on all TPU cores: e3-batch-scaling-b16\n" in out
-    assert f" --per-device-batch 128 --lr-scaling none --run-name e3-batch-scaling-b128 {common}\n# 9. " in out
+    assert (f" --per-device-batch 128 --lr-scaling none --warmup-epochs 0 --run-name e3-batch-scaling-b128 --dataset fake "
+            f"--fake-train-size 4096 --epochs 10 {common}\n# 9. ") in out
 
 
 def test_missing_config_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
@@ -149,7 +160,7 @@ def _python(code: str) -> tuple[str, ...]:
 
 def test_a_failed_step_does_not_stop_the_others(tmp_path, capsys):
     marker = tmp_path / "ran"
-    plan = Plan([
+    plan = RunPlan([
         Step("fails", _python("raise SystemExit(3)")),
         Step("still runs", _python(f"open({str(marker)!r}, 'w').write('x')")),
     ])
@@ -160,8 +171,8 @@ def test_a_failed_step_does_not_stop_the_others(tmp_path, capsys):
 
 def test_a_failed_build_switches_to_the_fallback(tmp_path, capsys):
     marker = tmp_path / "fallback-ran"
-    fallback = Plan([Step("local run", _python(f"open({str(marker)!r}, 'w').write('x')"))], ["building failed; running here"])
-    plan = Plan([Step("render", _python("pass")), Step("build", _python("raise SystemExit(1)")),
+    fallback = RunPlan([Step("local run", _python(f"open({str(marker)!r}, 'w').write('x')"))], ["building failed; running here"])
+    plan = RunPlan([Step("render", _python("pass")), Step("build", _python("raise SystemExit(1)")),
                  Step("in image", _python("raise SystemExit(5)"))], [], fallback, 1)
     assert execute(plan, dry_run=False) is True
     assert marker.exists()
@@ -170,7 +181,7 @@ def test_a_failed_build_switches_to_the_fallback(tmp_path, capsys):
 
 
 def test_a_missing_program_is_a_failed_step_not_a_traceback(tmp_path, capsys):
-    plan = Plan([Step("make something", (str(tmp_path / "no-such-make"), "target"))])
+    plan = RunPlan([Step("make something", (str(tmp_path / "no-such-make"), "target"))])
     assert execute(plan, dry_run=False) is False
     err = capsys.readouterr().err
     assert f"envkit: cannot start {tmp_path / 'no-such-make'}: No such file or directory" in err
@@ -180,7 +191,7 @@ def test_a_missing_program_is_a_failed_step_not_a_traceback(tmp_path, capsys):
 def test_step_environment_reaches_the_command(tmp_path):
     out = tmp_path / "env.json"
     code = f"import json, os; json.dump(os.environ['RESULTS_DIR'], open({str(out)!r}, 'w'))"
-    assert execute(Plan([Step("env", _python(code), {"RESULTS_DIR": "/some/where"})]), dry_run=False)
+    assert execute(RunPlan([Step("env", _python(code), {"RESULTS_DIR": "/some/where"})]), dry_run=False)
     assert json.loads(out.read_text()) == "/some/where"
 
 

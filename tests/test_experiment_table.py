@@ -7,6 +7,7 @@ either read the table or are checked here against it, both ways.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 import shutil
 import subprocess
 import sys
@@ -17,14 +18,14 @@ from envkit.cli import main
 from envkit.errors import EnvkitError
 from envkit.project.config import load_config
 from envkit.project.experiments import load_experiments
-from envkit.runs.plans import IMAGE_TITLES, LOCAL_TITLES, experiment_target
+from envkit.runs.plans import experiment_target
 from envkit.project.kinds import load_kinds
 
 TABLE = load_experiments()
-# One experiment target: `name: docker/<target>/Dockerfile docker/<target>/run.sh | $(ENVKIT) ## summary`
+# One experiment target: `name: $(RENDERED)/<target> | $(ENVKIT) ## summary` (the target's render stamp)
 # and the one-line recipe `$(call experiment,$(<RECIPE>_FLAGS))`.
 MAKE_EXPERIMENT = re.compile(
-    r"^([a-z0-9-]+): docker/([a-z0-9-]+)/Dockerfile docker/\2/run\.sh \| \$\(ENVKIT\) ## (.+)\n"
+    r"^([a-z0-9-]+): \$\(RENDERED\)/([a-z0-9-]+) \| \$\(ENVKIT\) ## (.+)\n"
     r"\t\$\(call experiment,\$\(([A-Z]+)_FLAGS\)\)$", re.MULTILINE)
 EXAMPLE_GPUS = {"none": "", "first": " GPUS=0", "all": " GPUS=0,1,2,3"}
 
@@ -69,23 +70,51 @@ def test_every_experiment_runs_on_its_kinds_device():
         assert entry.args[:len(flag)] == flag, f"{entry.name} does not start with {flag}"
 
 
-def test_plan_titles_name_experiments_of_the_table():
-    assert set(LOCAL_TITLES) <= set(TABLE) and set(IMAGE_TITLES) <= set(TABLE)
+def spelled_experiment_names(source: str) -> list[str]:
+    """Experiment names written as data in Python: dict keys, tuple/list/set items, comparison operands."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        candidates = {ast.Dict: lambda n: n.keys, ast.Compare: lambda n: [n.left, *n.comparators],
+                      ast.Tuple: lambda n: n.elts, ast.List: lambda n: n.elts, ast.Set: lambda n: n.elts}
+        for kind, parts in candidates.items():
+            if isinstance(node, kind):
+                found += [part.value for part in parts(node)
+                          if isinstance(part, ast.Constant) and part.value in TABLE]
+    return found
+
+
+def test_no_experiment_name_is_spelled_in_python():
+    package = Path(__file__).resolve().parent.parent / "envkit"
+    spelled = {str(path): names for path in package.rglob("*.py")
+               if (names := spelled_experiment_names(path.read_text(encoding="utf-8")))}
+    assert spelled == {}
+
+
+def test_the_spelled_name_check_sees_a_python_table():
+    assert spelled_experiment_names('TITLES = {"cpu-mnist": "mnist"}\nif name == "gpu-mnist": pass') == ["cpu-mnist", "gpu-mnist"]
+
+
+def test_every_experiment_has_a_title_and_the_demo_images_have_image_titles():
+    for entry in TABLE.values():
+        assert entry.title.format(gpus=2, processes=2), entry.name
+    assert all(entry.image_title for entry in TABLE.values() if entry.kind == "cpu")
 
 
 @pytest.mark.parametrize("name", list(TABLE))
 def test_experiment_dry_run_checks_builds_and_runs(repo_root, monkeypatch, capsys, name):
     monkeypatch.chdir(repo_root)
     entry = TABLE[name]
-    assert main(["experiment", "--dry-run", "--results-dir", "/r", name, "--epochs", "1"]) == 0
+    assert main(["experiment", "--dry-run", "--results-dir", "/r", name, "--", "--epochs", "1"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
     assert lines[0].endswith(f" -m envkit doctor --require {entry.kind}" + (" --gpus 0" if entry.gpus == "first" else ""))
     assert " -m envkit build " in lines[1]
-    # one recipe run per run of the experiment, each with the experiment's arguments, then its own
+    # one recipe run per run of the experiment: the experiment's arguments, the run's, its defaults, the user's
     assert len(lines) == 2 + len(entry.runs)
     for line, run in zip(lines[2:], entry.runs):
-        assert line.startswith("RESULTS_DIR=/r ") and line.endswith(f"/run.sh {entry.recipe} {' '.join(run.args)} --epochs 1")
-        assert run.args[:len(entry.args)] == entry.args
+        assert line.startswith("RESULTS_DIR=/r ") and line.endswith(f"/run.sh {entry.recipe} {' '.join(run.argv)} --epochs 1")
+        assert run.args[:len(entry.args)] == entry.args and run.argv == (*run.args, *entry.defaults)
         if entry.named_runs:
             assert run.args[-2:] == ("--run-name", run.name)
 
@@ -94,10 +123,10 @@ def test_experiment_dry_run_checks_builds_and_runs(repo_root, monkeypatch, capsy
 def test_experiment_with_python_runs_the_recipes_here(repo_root, monkeypatch, capsys, name):
     monkeypatch.chdir(repo_root)
     entry = TABLE[name]
-    assert main(["experiment", "--dry-run", "--python", "/opt/py/bin/python", "--results-dir", "/r", name, "--epochs", "1"]) == 0
+    assert main(["experiment", "--dry-run", "--python", "/opt/py/bin/python", "--results-dir", "/r", name, "--", "--epochs", "1"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
     # no host check and no build: the recipe itself, with this interpreter
-    assert lines == [f"/opt/py/bin/python {repo_root}/recipes/{entry.recipe}.py {' '.join(run.args)} --results-dir /r --epochs 1"
+    assert lines == [f"/opt/py/bin/python {repo_root}/recipes/{entry.recipe}.py {' '.join(run.argv)} --results-dir /r --epochs 1"
                      for run in entry.runs]
 
 
@@ -108,12 +137,12 @@ def test_several_runs_are_named_after_the_experiment_and_listed_in_the_table_ord
         assert len(entry.runs) >= 2 and all(run.name == f"{name}-{run.label}" for run in entry.runs)
     assert [run.label for run in TABLE["e3-batch-scaling"].runs] == ["b16", "b16-scaled", "b128", "b128-scaled"]
     one = TABLE["cpu-mnist"]
-    assert [(run.label, run.name, run.args) for run in one.runs] == [(None, None, one.args)]
+    assert [(run.label, run.name, run.argv) for run in one.runs] == [(None, None, one.args)]
 
 
 def test_two_experiments_cannot_share_a_run_name(tmp_path):
     table = tmp_path / "experiments.yaml"
-    entry = ("    summary: s\n    kind: cpu\n    recipe: mnist\n    args: [--device, cpu]\n    gpus: none\n    scale: single\n"
+    entry = ("    summary: s\n    title: t\n    kind: cpu\n    recipe: mnist\n    args: [--device, cpu]\n    gpus: none\n    scale: single\n"
              "    published: null\n    runs:\n")
     table.write_text("schema_version: 1\nexperiments:\n"
                      f"  e9:\n{entry}      x-y: {{summary: a, args: [--seed, '1']}}\n      z: {{summary: b, args: [--seed, '2']}}\n"
@@ -126,7 +155,7 @@ def test_two_experiments_cannot_share_a_run_name(tmp_path):
 def test_a_run_label_that_could_read_as_a_repeat_is_refused(tmp_path, label):
     # write_results marks a repeated run with -2, -3, ...: no label may end like that
     table = tmp_path / "experiments.yaml"
-    table.write_text("schema_version: 1\nexperiments:\n  e9:\n    summary: s\n    kind: cpu\n    recipe: mnist\n"
+    table.write_text("schema_version: 1\nexperiments:\n  e9:\n    summary: s\n    title: t\n    kind: cpu\n    recipe: mnist\n"
                      "    args: [--device, cpu]\n    gpus: none\n    scale: single\n    published: null\n    runs:\n"
                      f"      '{label}': {{summary: a, args: [--seed, '1']}}\n      z: {{summary: b, args: [--seed, '2']}}\n")
     with pytest.raises(EnvkitError, match="does not match"):
@@ -140,18 +169,74 @@ def test_a_run_label_that_could_read_as_a_repeat_is_refused(tmp_path, label):
         (["experiment", "--gpus", "0,,1", "gpu-dp-cifar"], "GPUS='0,,1' is invalid"),
         (["experiment", "--target", "cpu", "gpu-dp-cifar"], "target 'cpu' is a cpu target, but gpu-dp-cifar runs in a cuda image"),
         (["experiment", "--target", "tpu", "tpu-mnist"], "unknown target 'tpu'"),
-        (["experiment", "e3-batch-scaling", "--run-name", "x"],
-         "e3-batch-scaling names each of its runs (e3-batch-scaling-b16, e3-batch-scaling-b16-scaled, "),
-        (["experiment", "--python", "py", "e3-batch-scaling", "--run-name=x"], "and the report finds them by those names"),
+        # what makes E3's runs E3 (batch, learning-rate rule, run name) is the table's; its size is not
+        (["experiment", "e3-batch-scaling", "--", "--run-name", "x"],
+         "e3-batch-scaling runs with --run-name e3-batch-scaling-b16 (envkit/data/experiments.yaml), and the recipe "
+         "arguments say --run-name x: drop it"),
+        (["experiment", "--python", "py", "e3-batch-scaling", "--", "--warmup-epochs=5"],
+         "e3-batch-scaling runs with --warmup-epochs 0 "),
+        (["experiment", "--python", "py", "e3-batch-scaling", "--", "--per-device-batch", "32"],
+         "e3-batch-scaling runs with --per-device-batch 16 "),
         (["experiment", "--python", "py", "--gpus", "0", "--no-cache", "gpu-mnist"],
          "--python runs gpu-mnist here, without an image: leave out --gpus and build options (image runs only; "),
     ],
 )
 def test_experiment_bad_input_is_one_line(repo_root, monkeypatch, capsys, argv, message):
     monkeypatch.chdir(repo_root)
-    assert main([argv[0], "--dry-run", *argv[1:]]) == 2  # after NAME, --dry-run would go to the recipe
+    assert main([*argv, "--dry-run"]) == 2  # after NAME, --dry-run is still envkit's
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and message in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["experiment", "cpu-mnist", "--dry-run"],
+    ["experiment", "--dry-run", "cpu-mnist"],
+    ["experiment", "cpu-mnist", "--dry-run", "--", "--epochs", "1"],
+])
+def test_dry_run_anywhere_before_dashes_is_a_dry_run(repo_root, tmp_path, argv):
+    """Before: options after NAME went to the recipe, so this ran doctor and a real docker build."""
+    env = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": f"unix://{tmp_path}/no.sock", "PYTHONPATH": str(repo_root)}
+    done = subprocess.run([sys.executable, "-m", "envkit", *argv], cwd=repo_root, capture_output=True, text=True, env=env)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines()[-1] == "docker/cpu/run.sh mnist --device cpu" + (" --epochs 1" if "--" in argv else "")
+
+
+def test_recipe_arguments_without_dashes_are_one_line_naming_the_rule(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["experiment", "cpu-mnist", "--epochs", "1", "--gpus", "x"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        "envkit: error: unrecognized arguments: --epochs 1; recipe arguments follow '--': "
+        "envkit experiment cpu-mnist --gpus x -- --epochs 1 (see 'envkit --help')\n")
+    with pytest.raises(SystemExit):
+        main(["render", "--all", "--", "--epochs", "1"])
+    assert "'--' passes arguments to a recipe, and render runs none" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["experiment", "--gpus", "0", "cpu-mnist"],
+     "--gpus 0: cpu-mnist runs without GPUs (cpu experiments take none); drop --gpus (GPUS= for make)"),
+    (["experiment", "--gpus", "all", "tpu-mnist"], "tpu-mnist runs without GPUs (tpu-vm experiments take none)"),
+    (["experiment", "cpu-ddp-cifar", "--", "--parallel", "none", "--device", "cuda"],
+     "cpu-ddp-cifar runs with --parallel ddp (envkit/data/experiments.yaml), and the recipe arguments say --parallel none: "
+     "drop it; cpu-single-cifar runs with --device cpu --parallel none"),
+    (["experiment", "cpu-ddp-cifar", "--", "--device=cuda"],
+     "cpu-ddp-cifar runs with --device cpu (envkit/data/experiments.yaml), and the recipe arguments say --device cuda: "
+     "drop it; gpu-ddp-cifar runs with --device cuda --parallel ddp"),
+    (["experiment", "tpu-mnist", "--", "--cor", "1"], "tpu-mnist runs with --cores all"),
+])
+def test_an_experiment_keeps_its_own_settings(repo_root, monkeypatch, capsys, argv, message):
+    """Before: --gpus was ignored and the recipe's last --parallel won, silently running another experiment."""
+    monkeypatch.chdir(repo_root)
+    assert main([*argv, "--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("envkit: error: ") and err.count("\n") == 1 and message in err
+
+
+def test_recipe_arguments_that_agree_with_the_experiment_pass(repo_root, monkeypatch, capsys):
+    monkeypatch.chdir(repo_root)
+    assert main(["experiment", "cpu-ddp-cifar", "--dry-run", "--", "--parallel", "ddp", "--epochs", "1"]) == 0
+    assert capsys.readouterr().out.endswith("run.sh cifar --device cpu --parallel ddp --parallel ddp --epochs 1\n")
 
 
 def test_an_experiment_needs_a_target_of_its_kind(tmp_path, monkeypatch, capsys):

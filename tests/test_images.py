@@ -22,6 +22,7 @@ from envkit.image import build_context
 from envkit.image import archive as image_archive
 from envkit.image import build as image_build
 from envkit.errors import EnvkitError
+from envkit.image.names import check_registry
 
 CERT = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 
@@ -254,7 +255,7 @@ def engine(monkeypatch):
     )
     client = FakeClient(image)
     for module in (image_build, image_archive):
-        monkeypatch.setattr(module, "connect_engine", lambda: client)
+        monkeypatch.setattr(module, "connect_docker", lambda: client)
     return client
 
 
@@ -352,8 +353,19 @@ def test_push_refuses_a_malformed_registry_before_touching_the_engine(engine, re
 
 
 @pytest.mark.parametrize("registry", ["localhost:5000", "registry.example.com/team", "10.0.0.2:5000/a/b-c"])
-def test_push_accepts_registry_forms(registry):
-    assert image_build._REGISTRY.match(registry)
+def test_push_and_launch_accept_registry_forms(registry, tmp_path):
+    assert check_registry(registry) == registry
+    done = envkit("launch", "gpu-ddp-cifar", "--on", "pytorchjob", "--registry", registry, "--dry-run",
+                  cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0 and f"image: {registry}/envkit-cuda:latest" in done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("registry", ["https://reg.example.com", "reg example", "reg.example.com/"])
+def test_launch_refuses_what_push_refuses(registry, repo_root):
+    done = envkit("launch", "gpu-ddp-cifar", "--on", "pytorchjob", "--registry", registry, "--dry-run", cwd=repo_root)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"envkit: error: --registry '{registry}' is not valid: give HOST[:PORT][/PATH] in lowercase, "
+                           "e.g. registry.example.com:5000/team\n")
 
 
 # ---------------------------------------------------------------- through the CLI
@@ -452,7 +464,7 @@ def test_build_drives_buildkit_with_both_tags_and_the_args(project, recording_do
     client = FakeClient(image)
     client.images = BuildingImages(image)
     for module in (image_build, image_archive):
-        monkeypatch.setattr(module, "connect_engine", lambda: client)
+        monkeypatch.setattr(module, "connect_docker", lambda: client)
     monkeypatch.setattr(image_build, "git_revision", lambda root: "abc123")
     monkeypatch.setattr(image_build, "source_date_epoch", lambda root, name: "1700000000")
     original_build = image_build._docker_build
@@ -525,3 +537,13 @@ def test_an_existing_content_tag_is_reused_without_building(project, recording_d
     assert built.reused and built.tag == tag
     assert recording_docker() == []  # docker build never ran
     assert "envkit-cpu:latest" in engine.images.image.tags
+
+
+def test_the_build_and_the_recipes_record_one_form_of_git_revision():
+    """The build passes ENVKIT_REVISION; a recipe on the host asks git itself: both give the full hash."""
+    repo = Path(__file__).resolve().parent.parent
+    built = build_context.git_revision(repo)
+    env = {k: v for k, v in os.environ.items() if k != "ENVKIT_REVISION"}
+    probe = "import harness; print(harness.git_revision())"
+    on_host = subprocess.run([sys.executable, "-c", probe], cwd=repo / "recipes", env=env, capture_output=True, text=True, check=True)
+    assert re.fullmatch(r"[0-9a-f]{40}", built) and on_host.stdout.strip() == built

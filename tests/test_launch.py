@@ -65,7 +65,7 @@ def test_every_engine_has_one_renderer():
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_dry_run_matches_golden(case, update_golden):
     engine, job = CASES[case]()
-    text = describe(engines.render(engine, job, OUTPUT))
+    text = describe(engines.render_job(engine, job, OUTPUT))
     golden = GOLDEN / f"{case}.txt"
     if update_golden:
         golden.write_text(text)
@@ -73,13 +73,22 @@ def test_dry_run_matches_golden(case, update_golden):
 
 
 def test_rendering_is_deterministic():
-    for make in CASES.values():
-        engine, job = make()
-        assert describe(engines.render(engine, job, OUTPUT)) == describe(engines.render(engine, *make()[1:], OUTPUT))
+    """Every case rendered in two interpreters with different hash seeds (set and dict orders differ) is the same text."""
+    tests = Path(__file__).resolve().parent
+    script = ("import sys; from test_launch import CASES, OUTPUT, describe, engines;"
+              "sys.stdout.write(''.join(describe(engines.render_job(*CASES[c](), OUTPUT)) for c in sorted(CASES)))")
+
+    def rendered(seed: str) -> str:
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": os.pathsep.join([str(tests), str(REPO_ROOT)])}
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+        return done.stdout
+
+    first = rendered("0")
+    assert first == rendered("4242") and first.count("# results: ") == len(CASES)
 
 
 def test_slurm_script_asks_for_what_the_issue_names():
-    script = slurm.render(make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4))
+    script = slurm.sbatch_script(make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4))
     assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=4\n" in script
     assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1' in script
     assert "sacct" not in script
@@ -87,7 +96,7 @@ def test_slurm_script_asks_for_what_the_issue_names():
 
 def test_single_host_experiment_runs_without_torchrun():
     job = make_job("gpu-dp-cifar", "slurm", nodes=1, gpus_per_node=4)
-    assert "srun --ntasks-per-node=1 python /srv/envkit/recipes/cifar.py" in slurm.render(job)
+    assert "srun --ntasks-per-node=1 python /srv/envkit/recipes/cifar.py" in slurm.sbatch_script(job)
 
 
 # ------------------------------------------------------------------ the command line
@@ -137,6 +146,22 @@ BAD_INPUT = {
     "env given twice": (["cpu-ddp-cifar", "--on", "slurm", "--env", "A=1", "--env", "A=2"], "given twice"),
     "env envkit sets": (["cpu-ddp-cifar", "--on", "slurm", "--env", "NNODES=4"], "from --nodes"),
     "env the engine sets": (["cpu-ddp-cifar", "--on", "pytorchjob", "--env", "PET_NNODES=4"], "PET_*"),
+    # Before: these reached the manifest or the client, and failed only where the job ran.
+    "registry push refuses": (["gpu-ddp-cifar", "--on", "pytorchjob", "--registry", "reg example"],
+                              "--registry 'reg example' is not valid: give HOST[:PORT][/PATH] in lowercase"),
+    "tag with a colon": (["gpu-ddp-cifar", "--on", "pytorchjob", "--tag", "v1:x"], "--tag 'v1:x' is not valid"),
+    "image with a space": (["gpu-ddp-cifar", "--on", "jobset", "--image", "lab/envkit cuda"], "is not a valid reference"),
+    "TPU name a shell would split": (["tpu-mnist", "--on", "tpu-pod", "--tpu", "x;id", "--zone", "us-central2-b"],
+                                     "--tpu 'x;id' is not valid: give a TPU VM name"),
+    "zone that is no zone": (["tpu-mnist", "--on", "tpu-pod", "--tpu", "t", "--zone", "us central"], "--zone 'us central'"),
+    "accelerator count that is no number": (["gpu-ddp-cifar", "--on", "skypilot", "--accelerators", "A100:x"],
+                                            "--accelerators 'A100:x' is not valid: give NAME[:COUNT]"),
+    "TPU topology that is no topology": (["tpu-mnist", "--on", "jobset", "--tpu-accelerator", "tpu-v5-lite-podslice",
+                                          "--tpu-topology", "4*4"], "--tpu-topology '4*4'"),
+    "volume claim that is no name": (["gpu-ddp-cifar", "--on", "pytorchjob", "--volume-claim", "My Claim"], "--volume-claim"),
+    "recipe arguments against the experiment": (["gpu-ddp-cifar", "--on", "slurm", "--", "--parallel", "dp"],
+                                                "gpu-ddp-cifar runs with --parallel ddp"),
+    "output for plain hosts": (["cpu-ddp-cifar", "--on", "hosts"], "--output: --on hosts writes no files"),
     "an experiment of several runs": (["e3-batch-scaling", "--on", "tpu-pod", "--tpu", "t", "--zone", "z"],
                                       "e3-batch-scaling is 4 recipe runs, and envkit launch submits one"),
 }
@@ -238,7 +263,7 @@ def test_tpu_pod_runs_only_gcloud_and_stops_on_every_worker(capsys, project, fak
 
 def test_tpu_pod_tarball_is_copied_to_every_worker_then_loaded(capsys, project, fake_path):
     log = fake_client(fake_path, "gcloud")
-    code, _, err = run(capsys, "launch", "tpu-mnist", "--on", "tpu-pod", "--tpu", "my-v4", "--zone", "z",
+    code, _, err = run(capsys, "launch", "tpu-mnist", "--on", "tpu-pod", "--tpu", "my-v4", "--zone", "us-central2-b",
                        "--image-tarball", "images/envkit-tpu-vm-0123456789ab.tar.gz")
     assert code == 0, err
     mkdir, scp, ssh = calls(log)
@@ -267,9 +292,24 @@ def test_slurm_host_script_trains_when_srun_runs_its_task_here(tmp_path):
                    extra_args=("--dataset", "fake", "--epochs", "1", "--image-size", "32", "--global-batch", "16",
                                "--fake-train-size", "64", "--fake-test-size", "32", "--quiet"))
     script = tmp_path / "job.sbatch"
-    script.write_text(slurm.render(job))
+    script.write_text(slurm.sbatch_script(job))
     env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
            "SLURM_JOB_NODELIST": "localhost", "SLURM_NNODES": "1", "SLURM_JOB_ID": "7"}
     done = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert len(list((tmp_path / "results").glob("*.json"))) == 1  # rank 0 alone writes it
+
+
+def test_every_engine_setting_of_the_parser_is_a_field_of_engine_options():
+    import argparse
+    import dataclasses
+
+    from envkit.cli import launch as cli_launch
+    from envkit.launch.job import EngineOptions
+
+    parser = argparse.ArgumentParser()
+    cli_launch.register(parser.add_subparsers())
+    launch = parser._subparsers._group_actions[0].choices["launch"]
+    group = next(g for g in launch._action_groups if g.title == "engine settings")
+    settings = {action.dest for action in group._group_actions} - {"stop"}  # --stop is an action, not a setting
+    assert settings == {field.name for field in dataclasses.fields(EngineOptions)}

@@ -8,11 +8,11 @@ docker/<target>/run.sh. Python never calls make.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
-from envkit.cli.images import add_build_options, build_options_argv
-from envkit.cli.options import add_config
+from envkit.cli.options import add_build_options, add_config, add_recipe_args, build_options_argv
 
 
 def register(subparsers) -> None:
@@ -20,12 +20,13 @@ def register(subparsers) -> None:
         "experiment", help="check the host, build the image (cached) and run one experiment of the table",
         description="Run one experiment of envkit/data/experiments.yaml (`envkit doctor` lists them): the host check, "
                     "the cached build of its target's image, then the recipe through docker/<target>/run.sh. envkit's "
-                    "options go before NAME; everything after NAME goes to the recipe, e.g. "
-                    "envkit experiment cpu-mnist --epochs 1. run.sh reads NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, "
+                    "options may stand anywhere; the recipe's follow '--' and may add to the experiment's own arguments "
+                    "but not contradict them, e.g. envkit experiment cpu-mnist --dry-run -- --epochs 1. "
+                    "run.sh reads NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, "
                     "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME from the environment.",
     )
     experiment.add_argument("name", metavar="NAME", help="experiment name, e.g. cpu-mnist")
-    experiment.add_argument("recipe_args", nargs=argparse.REMAINDER, help="more arguments for the recipe")
+    add_recipe_args(experiment)
     add_config(experiment)
     experiment.add_argument("--target", metavar="NAME", help="the config's target to run in (default: the one named after "
                             "the experiment's kind, or the kind's only target)")
@@ -34,43 +35,60 @@ def register(subparsers) -> None:
     experiment.add_argument("--data-dir", type=Path, default=None, help="datasets (default: run.sh's ./data)")
     add_build_options(experiment)
     experiment.add_argument("--python", metavar="PYTHON", help="run the recipe with this interpreter on this host instead of "
-                            "in the target's image (no host check, no build), e.g. the torch_xla environment: "
-                            "PJRT_DEVICE=CPU CPU_NUM_DEVICES=8 envkit experiment --python .venv-xla/bin/python e3-batch-scaling")
-    experiment.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
+                            "in the target's image (no host check, no build), e.g. E3 on XLA:CPU: PJRT_DEVICE=CPU "
+                            "CPU_NUM_DEVICES=8 envkit experiment e3-batch-scaling --python .venv-xla/bin/python")
+    experiment.add_argument("--dry-run", action="store_true", help="print the commands (host check, build, run) "
+                            "instead of running them")
     experiment.set_defaults(func=cmd_experiment)
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     from envkit.project.config import load_config
     from envkit.host.doctor import parse_gpus
-    from envkit.project.experiments import experiment
-    from envkit.runs.plans import experiment_plan, experiment_target, format_plan, run_in_order
+    from envkit.errors import EnvkitError
+    from envkit.project.experiments import check_recipe_args, experiment
+    from envkit.runs.plans import experiment_gpus, experiment_plan, experiment_target, format_plan, run_in_order
 
     entry = experiment(args.name)
     if args.python is not None:
-        plan = _local_plan(entry, args)
-    else:
-        if args.gpus is not None:
-            parse_gpus(args.gpus)  # bad input on any host, before anything runs
-        config = load_config(args.config)
-        target = experiment_target(config, entry, args.target)
-        plan = experiment_plan(entry, target, config=args.config, gpus=args.gpus, results_dir=args.results_dir,
-                               data_dir=args.data_dir, build_args=build_options_argv(args),
-                               recipe_args=tuple(args.recipe_args))
+        return _run_here(entry, args)
+    if args.gpus is not None:
+        parse_gpus(args.gpus)  # bad input on any host, before anything runs
+        if entry.gpus == "none":
+            raise EnvkitError(f"--gpus {args.gpus}: {entry.name} runs without GPUs ({entry.kind} experiments take none); "
+                              f"drop --gpus (GPUS= for make)")
+    check_recipe_args(entry, args.recipe_args)
+    config = load_config(args.config)
+    target = experiment_target(config, entry, args.target)
+    plan = experiment_plan(entry, target, config=args.config, gpus=args.gpus, results_dir=args.results_dir,
+                           data_dir=args.data_dir, build_args=build_options_argv(args),
+                           recipe_args=tuple(args.recipe_args))
     if args.dry_run:
         sys.stdout.write(format_plan(plan))
         return 0
-    return run_in_order(plan)
+    # The plan's first step, the host check, runs here: a host that cannot run the experiment is
+    # one line (exit 2), not a child's line framed by progress lines.
+    from envkit.host import doctor
+
+    doctor.require(doctor.inspect_host(), entry.kind, experiment_gpus(entry, args.gpus, target.gpus))
+    return run_in_order(dataclasses.replace(plan, steps=plan.steps[1:]))
 
 
-def _local_plan(entry, args: argparse.Namespace):
+def _run_here(entry, args: argparse.Namespace) -> int:
+    """--python: the experiment's runs with that interpreter on this host, in order; no host check, no build."""
     from envkit.errors import EnvkitError
-    from envkit.runs.plans import local_experiment_plan
+    from envkit.project.experiments import check_recipe_args
+    from envkit.runs.plans import format_plan, local_experiment_plan, run_in_order
 
     image_only = [option for option, given in (("--target", args.target), ("--gpus", args.gpus),
                                                ("build options", build_options_argv(args))) if given]
     if image_only:
         raise EnvkitError(f"--python runs {entry.name} here, without an image: leave out {' and '.join(image_only)} "
-                          "(image runs only; recipe flags such as --gpus go after NAME)")
-    return local_experiment_plan(entry, args.python, root=args.config.resolve().parent, results_dir=args.results_dir,
+                          "(image runs only; recipe arguments such as --gpus go after '--')")
+    check_recipe_args(entry, args.recipe_args)
+    plan = local_experiment_plan(entry, args.python, root=args.config.resolve().parent, results_dir=args.results_dir,
                                  data_dir=args.data_dir, recipe_args=tuple(args.recipe_args))
+    if args.dry_run:
+        sys.stdout.write(format_plan(plan))
+        return 0
+    return run_in_order(plan)

@@ -1,4 +1,4 @@
-"""Load envkit.yaml into validated, frozen targets (design.md section 2).
+"""Load envkit.yaml into validated, frozen targets (design.md section 1).
 
 Three passes, each failing with one line that names the file, line and field:
 YAML syntax, the shipped JSON Schema (types, allowed characters, unknown keys
@@ -18,14 +18,14 @@ from typing import Any
 
 import yaml
 
-from envkit.project import kinds
+from envkit.project import DEFAULT_CONFIG, kinds
+from envkit.support.bounded_load import Refused, load_json, parse_yaml, read_text
 from envkit.support.cache import schema_checked
 from envkit.errors import EnvkitError
 from envkit.project.matrix import Matrix, TorchRelease, load_matrix, minor_of, python_in_range, version_key
 from envkit.project.datafile import DATA_DIR
 
 SCHEMA_PATH = DATA_DIR / "envkit.schema.json"
-DEFAULT_CONFIG = Path("envkit.yaml")
 DEFAULT_PYTHON = "3.11"
 # Packages whose versions the matrix owns; a pip_packages entry must not re-pin them.
 MATRIX_OWNED = {"torch", "torchvision", "torch-xla", "torch-tpu", "libtpu", "libtpu-nightly"}
@@ -78,6 +78,23 @@ class Target:
         pins.update({name: value for name, value in optional.items() if value is not None})
         return dict(sorted(pins.items()))
 
+    def requirements(self) -> list[str]:
+        """pip requirements in install order: the matrix pins first, then the target's own.
+
+        What the Dockerfile installs when the target is unlocked, and what ``envkit lock`` resolves.
+        """
+        local = f"+{self.torch_variant}" if self.torch_variant else ""
+        pinned = [f"torch=={self.torch}{local}"]
+        if self.torch_xla:
+            pinned.append(f"torch_xla[tpu]=={self.torch_xla}")
+            pinned.append(f"{self.libtpu_package}=={self.libtpu}")
+        if self.torch_tpu:
+            pinned.append(f"torch-tpu=={self.torch_tpu}")
+            pinned.append(f"{self.libtpu_package}=={self.libtpu}")
+        if self.torchvision:
+            pinned.append(f"torchvision=={self.torchvision}{local}")
+        return pinned + list(self.pip_packages)
+
 
 @dataclass(frozen=True)
 class ProjectConfig:
@@ -125,29 +142,20 @@ def _dotted(doc_path: DocPath) -> str:
 
 def _parse_yaml(path: Path) -> tuple[Any, dict[DocPath, int]]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except FileNotFoundError:
         raise EnvkitError(f"config file {path} not found; create it or pass --config FILE") from None
     except IsADirectoryError:
         raise EnvkitError(f"config path {path} is a directory; pass --config FILE with a YAML file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EnvkitError(f"cannot read config file {path}: {exc}") from None
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    except OSError as exc:
+        raise EnvkitError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except Refused as exc:
+        raise EnvkitError(exc.at(path)) from None
+    lines: dict[DocPath, int] = {}
     try:
-        node = loader.get_single_node()
-        lines: dict[DocPath, int] = {}
-        if node is not None:
-            _index_lines(node, (), lines, path)
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = f":{mark.line + 1}" if mark else ""
-        problem = " ".join(str(exc.problem or exc.context or "syntax error").split())
-        raise EnvkitError(f"{path}{line}: malformed YAML: {problem}") from None
-    except yaml.YAMLError as exc:
-        raise EnvkitError(f"{path}: malformed YAML: {' '.join(str(exc).split())}") from None
-    finally:
-        loader.dispose()
+        data = parse_yaml(text, index=lambda node: _index_lines(node, (), lines, path))
+    except Refused as exc:
+        raise EnvkitError(exc.at(path)) from None
     if not isinstance(data, dict):
         found = "an empty file" if data is None else f"a {type(data).__name__}"
         raise EnvkitError(f"{path}:1: expected a mapping with a 'targets' key, found {found}")
@@ -174,7 +182,7 @@ def _index_lines(node: yaml.Node, doc_path: DocPath, lines: dict[DocPath, int], 
 @lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
     """The shipped schema with the kinds of envkit/data/kinds.yaml as the kind's choices."""
-    loaded = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    loaded = load_json(SCHEMA_PATH)
     names = kinds.names()
     loaded["$defs"]["target"]["properties"]["kind"] = {"description": f"one of {', '.join(names)}", "enum": names}
     return loaded

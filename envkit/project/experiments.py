@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from envkit.project.datafile import load_checked
 from envkit.errors import EnvkitError
-from envkit.project.datafile import DATA_DIR
+from envkit.project.datafile import DATA_DIR, load_checked
 
 TABLE_PATH = DATA_DIR / "experiments.yaml"
 SCHEMA_PATH = DATA_DIR / "experiments.schema.json"
@@ -21,25 +20,34 @@ SCHEMA_PATH = DATA_DIR / "experiments.schema.json"
 
 @dataclass(frozen=True)
 class RecipeRun:
-    """One run of an experiment's recipe: the whole argument list it gets before the user's flags."""
+    """One run of an experiment's recipe."""
 
     label: str | None  # its name in the table (E3: b16, b16-scaled, ...), None for a one-run experiment
     name: str | None  # the results' run name, <experiment>-<label> (None: the recipe names it)
     summary: str
-    args: tuple[str, ...]
+    args: tuple[str, ...]  # what makes it this run: the experiment's args, its own, and --run-name
+    defaults: tuple[str, ...] = ()  # the experiment's size, which the user may change
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        """Every recipe argument before the user's."""
+        return (*self.args, *self.defaults)
 
 
 @dataclass(frozen=True)
 class Experiment:
     name: str
     summary: str
+    title: str  # a run on this host in compare and demo: {gpus} and {processes} are filled in
     kind: str
     recipe: str
-    args: tuple[str, ...]  # every run's arguments
+    args: tuple[str, ...]
     gpus: str  # "none" | "first" | "all"
     scale: str  # "single" | "torchrun" | "tpu-pod"
     published: str | None
-    runs: tuple[RecipeRun, ...]  # one, or the table's runs in order (E3: a batch and learning-rate rule each)
+    image_title: str | None = None  # the demo's run in the image
+    defaults: tuple[str, ...] = ()  # recipe arguments the user may change (its size)
+    runs: tuple[RecipeRun, ...] = ()  # one, or the table's runs in order (E3: a batch and learning-rate rule each)
 
     @property
     def named_runs(self) -> bool:
@@ -48,12 +56,12 @@ class Experiment:
 
 
 def _runs(name: str, entry: dict) -> tuple[RecipeRun, ...]:
-    args = tuple(entry["args"])
+    args, defaults = tuple(entry["args"]), tuple(entry.get("defaults", ()))
     if "runs" not in entry:
-        return (RecipeRun(None, None, entry["summary"], args),)
-    # The run name comes last: every run of the experiment keeps its own results file.
-    return tuple(RecipeRun(label, f"{name}-{label}", facts["summary"], (*args, *facts["args"], "--run-name", f"{name}-{label}"))
-                 for label, facts in entry["runs"].items())
+        return (RecipeRun(None, None, entry["summary"], args, defaults),)
+    # Each run names its results file, which the report finds it by.
+    return tuple(RecipeRun(label, f"{name}-{label}", run["summary"], (*args, *run["args"], "--run-name", f"{name}-{label}"), defaults)
+                 for label, run in entry["runs"].items())
 
 
 @lru_cache(maxsize=None)
@@ -62,8 +70,9 @@ def load_experiments(path: Path = TABLE_PATH) -> dict[str, Experiment]:
     data = load_checked(path, SCHEMA_PATH)
     table, run_names = {}, set()
     for name, entry in data["experiments"].items():
-        fields = {key: value for key, value in entry.items() if key not in ("args", "runs")}
-        table[name] = Experiment(name=name, args=tuple(entry["args"]), runs=_runs(name, entry), **fields)
+        fields = {key: value for key, value in entry.items() if key not in ("args", "defaults", "runs")}
+        table[name] = Experiment(name=name, args=tuple(entry["args"]), defaults=tuple(entry.get("defaults", ())),
+                                 runs=_runs(name, entry), **fields)
         for run in table[name].runs if table[name].named_runs else ():
             # e3 + run x-y and e3-x + run y would write the same results file
             if run.name in run_names:
@@ -77,6 +86,51 @@ def experiment(name: str) -> Experiment:
     if name not in table:
         raise EnvkitError(f"unknown experiment {name!r}: choose from {', '.join(table)}")
     return table[name]
+
+
+def _options(args: tuple[str, ...] | list[str]) -> list[tuple[str, str | None]]:
+    """(--option, value) pairs of an argument list: '--name value', '--name=value', or a flag with None."""
+    pairs = []
+    for index, word in enumerate(args):
+        if not word.startswith("--") or word == "--":
+            continue
+        name, equals, value = word.partition("=")
+        if not equals:
+            following = args[index + 1] if index + 1 < len(args) else None
+            value = following if following is not None and not following.startswith("--") else None
+        pairs.append((name, value))
+    return pairs
+
+
+def check_recipe_args(entry: Experiment, args: tuple[str, ...] | list[str]) -> None:
+    """Refuse recipe arguments that change what makes ``entry`` this experiment (a value its own args set,
+    or one of its runs': E3's batch, learning-rate rule and run name).
+
+    The recipes read the last of a repeated option, so a user's ``--parallel none`` after
+    cpu-ddp-cifar's ``--parallel ddp`` would silently run another experiment under this name.
+    An option may be abbreviated, as the recipes' argparse allows. Its ``defaults`` (its size) may change.
+    """
+    for run in entry.runs:
+        _check_against(entry, run.args, args)
+
+
+def _check_against(entry: Experiment, own_args: tuple[str, ...], args: tuple[str, ...] | list[str]) -> None:
+    own = dict(_options(own_args))
+    for name, value in _options(args):
+        meant = [option for option in own if option.startswith(name) and len(name) > 2]
+        if len(meant) != 1 or value == own[meant[0]]:
+            continue
+        option = meant[0]
+        wanted = {**own, option: value}
+        others = [other for other in load_experiments().values()
+                  if other.recipe == entry.recipe and dict(_options(other.args)).get(option) == value]
+        # The experiment that is what the user asked for: most of the wanted settings, this kind first.
+        others.sort(key=lambda other: (-sum(dict(_options(other.args)).get(k) == v for k, v in wanted.items()),
+                                       other.kind != entry.kind))
+        instead = f"; {others[0].name} runs with {' '.join(others[0].args)}" if others else ""
+        given = name if value is None else f"{name} {value}"
+        raise EnvkitError(f"{entry.name} runs with {option} {own[option]} (envkit/data/experiments.yaml), "
+                          f"and the recipe arguments say {given}: drop it{instead}")
 
 
 def by_kind(kind_order: list[str]) -> list[Experiment]:

@@ -18,13 +18,12 @@ import math
 import string
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from typing import Callable
 
-import yaml
-
 from envkit.errors import EnvkitError
+from envkit.project.datafile import DATA_DIR
 from envkit.project.experiments import experiment, run_of
+from envkit.support.bounded_load import load_yaml
 from envkit.runs.results import CONFIGURATION_KEYS, ENVIRONMENT_KEYS, RunResult, Stat, results_schema, stat_of
 
 DEVICE_ORDER = {"tpu": 0, "cuda": 1, "cpu": 2}
@@ -40,7 +39,7 @@ NOT_APPLICABLE = "–"
 
 
 def _data(name: str):
-    return yaml.safe_load(resources.files("envkit").joinpath(f"data/{name}").read_text(encoding="utf-8"))
+    return load_yaml(DATA_DIR / name)
 
 
 @lru_cache(maxsize=None)
@@ -175,12 +174,14 @@ def _short(value) -> str:
 def environment_line(environment: dict) -> str:
     count = environment.get("device_count")
     name = environment.get("device_name") or environment.get("device_type") or "unknown device"
-    parts = [f"{name} ×{count}" if isinstance(count, int) and count > 1 else name]
-    # torch's CUDA build shows in its version tag already; the cuda runtime matters only on GPUs.
-    keys = ("python", "torch", "torchvision", "torch_xla", "torch_tpu") + (("cuda",) if environment.get("device_type") == "cuda" else ()) + ("image",)
+    # For CPUs device_count is the logical CPUs, which "×2" would read as two sockets.
+    several = "{name}, {count} CPUs" if environment.get("device_type") == "cpu" else "{name} ×{count}"
+    parts = [several.format(name=name, count=count) if isinstance(count, int) and count > 1 else name]
+    # torch's CUDA build shows in its version tag already; on GPUs it is the CUDA runtime that ran.
+    keys = ("python", "torch", "torchvision", "torch_xla", "torch_tpu") + (("torch_cuda_build",) if environment.get("device_type") == "cuda" else ()) + ("image",)
     for key in keys:
         if environment.get(key):
-            parts.append(f"{key} {environment[key]}")
+            parts.append(f"{'cuda' if key == 'torch_cuda_build' else key} {environment[key]}")
     if environment.get("lock_sha256"):
         parts.append(f"lock {_short(environment['lock_sha256'])}")
     return ", ".join(parts)
@@ -334,20 +335,19 @@ def build_report(results: list[RunResult], skipped: int = 0, baseline: str | Non
 
     ``strict``: refuse (EnvkitError) when a section's measured runs differ in environment_facts.
     """
-    grouped: dict[tuple, list[RunResult]] = {}
+    grouped: dict[tuple, tuple[dict, dict, list[RunResult]]] = {}
     for run in results:
         configuration = {key: run.configuration[key] for key in ROW_KEYS}
-        experiment, name, rank = _experiment_run(run)
-        settings = {key: run.settings.get(key) for key in shown_settings(experiment)}
-        key = (experiment or "", name, rank, run.recipe, json.dumps(configuration, sort_keys=True), json.dumps(settings, sort_keys=True))
-        grouped.setdefault(key, []).append(run)
+        owner, name, rank = _experiment_run(run)
+        settings = {key: run.settings.get(key) for key in shown_settings(owner)}
+        key = (owner or "", name, rank, run.recipe, json.dumps(configuration, sort_keys=True), json.dumps(settings, sort_keys=True))
+        grouped.setdefault(key, (configuration, settings, []))[2].append(run)
     sections: dict[tuple, Section] = {}
-    for (experiment, name, rank, recipe, configuration_json, settings_json), runs in grouped.items():
-        configuration = json.loads(configuration_json)
+    for (owner, name, rank, recipe, _, _), (configuration, settings, runs) in grouped.items():
         # Experiment sections come after the recipes' ("" sorts first), each of its own.
-        section = sections.setdefault((experiment, recipe, configuration["dataset"]),
-                                      Section(recipe, configuration["dataset"], experiment=experiment or None))
-        placement = dict(experiment=experiment, run=name, run_rank=rank, settings=json.loads(settings_json)) if experiment else {}
+        section = sections.setdefault((owner, recipe, configuration["dataset"]),
+                                      Section(recipe, configuration["dataset"], experiment=owner or None))
+        placement = dict(experiment=owner, run=name, run_rank=rank, settings=settings) if owner else {}
         section.rows.append(_row_from_runs(recipe, configuration, runs, **placement))
     if baseline is not None:
         labels = sorted({row.label for section in sections.values() for row in section.rows})

@@ -1,0 +1,162 @@
+"""Rendered files: written all or nothing, or compared with what is on disk.
+
+Every changed file is staged by envkit.support.atomic before any replaces its
+destination, so a failure never leaves a half-written tree behind. No Jinja here:
+a render the memo remembers (envkit.render.memo) is written without importing it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+from envkit.support.atomic import atomic_stream
+
+DEFAULT_OUTPUT = Path("docker")
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    path: Path  # relative to the output directory: <target>/<file>
+    text: str
+    mode: int
+
+
+def write(output: Path, files: list[RenderedFile]) -> list[Path]:
+    """Write every changed file or none: stage temp files, then rename them into place.
+
+    Unchanged files are left alone so that their timestamps do not make `make`
+    rebuild images. Returns the paths written.
+    """
+    if output.exists() and not output.is_dir():
+        raise EnvkitError(f"output path {output} is a file; pass --output DIR with a directory")
+    created: list[Path] = []
+    written: list[Path] = []
+    try:
+        # Every changed file is staged before the first one replaces its destination.
+        with ExitStack() as staged:
+            for file in files:
+                destination = output / file.path
+                if _difference(destination, file) is None:
+                    continue
+                if destination.is_dir():
+                    raise IsADirectoryError(21, "a directory is in the way", str(destination))
+                _make_dirs(destination.parent, created)
+                staged.enter_context(atomic_stream(destination, mode=file.mode)).write(file.text.encode("utf-8"))
+                written.append(destination)
+    except OSError as exc:
+        for directory in reversed(created):
+            _remove_if_empty(directory)
+        reason = exc.strerror or str(exc)
+        raise EnvkitError(f"cannot write to {exc.filename or output}: {reason}; choose a writable --output DIR") from None
+    return written
+
+
+def _make_dirs(directory: Path, created: list[Path]) -> None:
+    missing = []
+    for parent in [directory, *directory.parents]:
+        if parent.is_dir():
+            break
+        missing.append(parent)
+    for parent in reversed(missing):
+        if parent.exists() and not parent.is_dir():
+            raise NotADirectoryError(20, "exists and is not a directory", str(parent))
+        parent.mkdir()
+        created.append(parent)
+
+
+def _remove_if_empty(directory: Path) -> None:
+    try:
+        directory.rmdir()
+    except OSError:
+        pass
+
+
+def stale(output: Path, files: list[RenderedFile]) -> list[str]:
+    """One line per committed file that differs from a fresh render."""
+    problems = (_difference(output / file.path, file) for file in files)
+    return [f"{output / file.path}: {problem}" for file, problem in zip(files, problems) if problem]
+
+
+def _difference(path: Path, file: RenderedFile) -> str | None:
+    """How the file on disk differs from the rendered one, or None when it does not."""
+    try:
+        current = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"unreadable ({exc})"
+    if current != file.text:
+        changed = sum(
+            1
+            for line in difflib.unified_diff(current.splitlines(), file.text.splitlines(), lineterm="", n=0)
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))
+        )
+        return f"stale ({changed} changed lines)"
+    if _executable(path.stat().st_mode) != _executable(file.mode):
+        # Only the executable bit: git records nothing else, and umasks differ.
+        return f"{'should' if _executable(file.mode) else 'should not'} be executable"
+    return None
+
+
+# How the files envkit writes into docker/<target>/ begin (render's three templates and
+# `envkit lock`'s header): a file without its mark is someone else's, and envkit never removes it.
+ENVKIT_MARKS = {
+    "Dockerfile": b"Rendered by envkit from ",
+    "run.sh": b"Rendered by envkit from ",
+    ".dockerignore": b"Rendered by envkit from ",
+    "requirements.lock": b"# envkit lock for target ",
+}
+
+
+def leftovers(output: Path, names: list[str]) -> dict[Path, list[Path]]:
+    """The files envkit wrote for targets no longer in the config, by their directory under ``output``."""
+    if not output.is_dir():
+        return {}
+    found = {}
+    for child in sorted(output.iterdir()):
+        if child.is_dir() and not child.is_symlink() and child.name not in names:
+            ours = [child / name for name, mark in ENVKIT_MARKS.items() if _begins_with(child / name, mark)]
+            if ours:
+                found[child] = ours
+    return found
+
+
+def _begins_with(path: Path, mark: bytes) -> bool:
+    try:
+        with path.open("rb") as stream:
+            return mark in stream.read(512)  # within the first lines: run.sh's mark follows its #! line
+    except OSError:
+        return False
+
+
+def orphans(output: Path, names: list[str]) -> list[str]:
+    """One line per directory of a target no longer in the config, saying what `render --all` removes."""
+    lines = []
+    for directory, files in leftovers(output, names).items():
+        kept = sorted(p.name for p in directory.iterdir() if p not in files)
+        also = f"; it keeps {', '.join(kept)}, which envkit did not write" if kept else ""
+        lines.append(f"{directory}: not a target in the config: `envkit render --all` removes "
+                     f"{', '.join(p.name for p in files)}{also}")
+    return lines
+
+
+def remove_leftovers(output: Path, names: list[str]) -> list[Path]:
+    """Remove what envkit wrote for targets no longer in the config (and the directory once empty)."""
+    removed = []
+    for directory, files in leftovers(output, names).items():
+        for path in files:
+            try:
+                path.unlink()
+            except OSError as exc:
+                raise EnvkitError(f"cannot remove {path}: {exc.strerror or exc}") from None
+        _remove_if_empty(directory)
+        removed.append(directory)
+    return removed
+
+
+def _executable(mode: int) -> bool:
+    return bool(mode & 0o111)
