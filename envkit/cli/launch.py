@@ -50,9 +50,11 @@ def register(subparsers) -> None:
                         "with --dry-run, write them there without submitting)")
     add_config(launch)
     launch.add_argument("--target", help="config target to run (default: the first of the experiment's kind)")
-    launch.add_argument("--image", help="image reference (default: [REGISTRY/]envkit-<target>:TAG)")
-    launch.add_argument("--registry", help="registry the image was pushed to (envkit push), HOST[:PORT][/PATH]")
-    launch.add_argument("--tag", default="latest", help="image tag (default: latest)")
+    launch.add_argument("--image", help="image reference, run as given (default: REGISTRY/envkit-<target>@<digest envkit push "
+                        "recorded>, or envkit-<target>:TAG without --registry)")
+    launch.add_argument("--registry", help="registry the image was pushed to (envkit push), HOST[:PORT][/PATH]: every node "
+                        "runs the digest recorded in docker/<target>/pushed.json")
+    launch.add_argument("--tag", default="latest", help="image tag whose pushed digest runs (default: latest)")
     launch.add_argument("--results-dir", type=Path, default=Path("results"), help="host results directory (hosts, slurm)")
     launch.add_argument("--data-dir", type=Path, default=Path("data"), help="host data directory (hosts, slurm)")
     launch.add_argument("--rdzv-port", type=int, default=DEFAULT_RDZV_PORT, help=f"rendezvous port (default {DEFAULT_RDZV_PORT})")
@@ -63,11 +65,13 @@ def register(subparsers) -> None:
                         "ones (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) into the container")
     engine = launch.add_argument_group("engine settings")
     engine.add_argument("--hosts", help="hosts: comma-separated host names, the rendezvous host first")
-    engine.add_argument("--container", default="host", choices=SLURM_CONTAINERS,
-                        help="slurm: host Python environment, docker (run.sh), pyxis or apptainer (default host)")
+    engine.add_argument("--container", default=SLURM_CONTAINERS[0], choices=SLURM_CONTAINERS,
+                        help="slurm: podman (the image, pulled by digest with --registry or loaded from --image-tarball; "
+                        "the default), docker (run.sh), pyxis, apptainer, or host (the Python environment sbatch runs in)")
     engine.add_argument("--partition", help="slurm: partition")
     engine.add_argument("--time", help="slurm: time limit, e.g. 02:00:00")
-    engine.add_argument("--image-tarball", type=Path, help="slurm apptainer, tpu-pod: envkit save's .tar.gz")
+    engine.add_argument("--image-tarball", type=Path, help="slurm podman/apptainer, tpu-pod: envkit save's .tar.gz "
+                        "(its .manifest.json beside it names the image)")
     engine.add_argument("--volume-claim", default="envkit",
                         help="pytorchjob, jobset: PersistentVolumeClaim holding data/ and results/ (default envkit)")
     engine.add_argument("--tpu-accelerator", help="jobset on TPU: GKE accelerator, e.g. tpu-v5-lite-podslice")
@@ -82,8 +86,8 @@ def register(subparsers) -> None:
 
 def build(args):
     """The job and its plan from the parsed arguments (bad input: EnvkitError)."""
+    from envkit.launch import images
     from envkit.launch.engines import render
-    from envkit.image.build import repository
     from envkit.project.config import load_config
     from envkit.project.experiments import experiment as find_experiment
     from envkit.runs.plans import experiment_target
@@ -92,12 +96,13 @@ def build(args):
     experiment = find_experiment(args.experiment)
     config = load_config(args.config)
     target = experiment_target(config, experiment, args.target)
-    image = args.image or f"{args.registry + '/' if args.registry else ''}{repository(target.name)}:{args.tag}"
+    tarball = args.image_tarball.resolve() if args.image_tarball else None
+    image = images.choose(config.root, target.name, tag=args.tag, image=args.image, registry=args.registry, tarball=tarball)
     options = EngineOptions(
         container=args.container,
         partition=args.partition,
         time=args.time,
-        image_tarball=str(args.image_tarball.resolve()) if args.image_tarball else None,
+        image_tarball=str(tarball) if tarball else None,
         hosts=tuple(host for host in (args.hosts or "").split(",") if host),
         tpu=args.tpu,
         zone=args.zone,
@@ -115,7 +120,8 @@ def build(args):
         root=config.root,
         data_dir=args.data_dir.resolve(),
         results_dir=args.results_dir.resolve(),
-        image=image,
+        image=image.reference,
+        image_id=image.image_id,
         gpus_per_node=args.gpus_per_node,
         nproc_per_node=args.nproc_per_node,
         name=args.name,
