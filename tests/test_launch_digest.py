@@ -88,7 +88,7 @@ class FakeImages:
 
 def fake_engine(monkeypatch, answers) -> FakeImages:
     images = FakeImages(answers)
-    monkeypatch.setattr(image_build, "connect_engine", lambda: type("Client", (), {"images": images})())
+    monkeypatch.setattr(image_build, "connect_docker", lambda: type("Client", (), {"images": images})())
     return images
 
 
@@ -212,7 +212,7 @@ def test_a_node_whose_podman_cannot_run_the_image_stops_the_job_in_one_line_befo
     job = make_job("cpu-ddp-cifar", "slurm", nodes=1, root=REPO_ROOT, image=f"{REGISTRY}/envkit-cpu@{DIGEST}", image_id=IMAGE_ID,
                    data_dir=tmp_path / "data", results_dir=tmp_path / "results")
     script = tmp_path / "job.sbatch"
-    script.write_text(slurm.render(job))
+    script.write_text(slurm.sbatch_script(job))
     done = subprocess.run(["bash", str(script)], env=fake_node(tmp_path, podman), cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 2
     assert done.stderr.splitlines() == [f"envkit: {subprocess.run(['hostname'], capture_output=True, text=True).stdout.strip()}: {message}"]
@@ -224,7 +224,7 @@ def test_the_check_pulls_a_pushed_image_by_digest_and_the_job_then_runs_it_witho
     job = make_job("cpu-ddp-cifar", "slurm", nodes=1, root=REPO_ROOT, image=f"{REGISTRY}/envkit-cpu@{DIGEST}", image_id=IMAGE_ID,
                    data_dir=tmp_path / "data", results_dir=tmp_path / "results")
     script = tmp_path / "job.sbatch"
-    script.write_text(slurm.render(job))
+    script.write_text(slurm.sbatch_script(job))
     done = subprocess.run(["bash", str(script)], env=fake_node(tmp_path, f'echo "$*" >> {log}\n'), cwd=tmp_path,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -48,7 +48,7 @@ out=$(podman run --rm --pull="$1" --network=none "$0" true 2>&1) || fail "podman
 PODMAN_USERNS = 'userns=(); [ "$(id -u)" = 0 ] || userns=(--userns=keep-id)'
 
 
-def render(job: jobs.Job) -> str:
+def sbatch_script(job: jobs.Job) -> str:
     """The sbatch script: a pure function of the job, so tests can submit it as is."""
     options = job.options
     directives = [f"--job-name={job.name}", f"--nodes={job.nodes}", "--ntasks-per-node=1"]
@@ -184,7 +184,7 @@ def _podman(job: jobs.Job) -> list[str]:
 def plan(job: jobs.Job, output: Path) -> Plan:
     script = str(output / f"{job.name}.sbatch")
     return Plan(
-        files=((script, render(job)),),
+        files=((script, sbatch_script(job)),),
         commands=(("sbatch", script),),
         results=f"{job.results_dir} (a directory every node must see: a shared filesystem)",
         notes=(
