@@ -97,7 +97,6 @@ FAKE_DATA = ["--dataset", "fake", "--epochs", "1", "--image-size", "32", "--glob
 def podman_image(tmp_path_factory, client, base_image) -> tuple[Path, str]:
     """A project whose cpu target's image (``envkit build``) can run recipes/cifar.py here; its content tag."""
     from envkit.project.config import load_config
-    from envkit.render.target_files import requirements
 
     project = tmp_path_factory.mktemp("podman-project")
     shutil.copytree(PROJECT / "templates", project / "templates")
@@ -105,7 +104,7 @@ def podman_image(tmp_path_factory, client, base_image) -> tuple[Path, str]:
     (project / "envkit.yaml").write_text(PODMAN_CONFIG)
     envkit("render", "--all", cwd=project)
     target = load_config(project / "envkit.yaml").target(PODMAN_TARGET)
-    pins = [pin.replace(f"+{target.torch_variant}", "") for pin in requirements(target)]
+    pins = [pin.replace(f"+{target.torch_variant}", "") for pin in target.requirements()]
     (project / "docker" / PODMAN_TARGET / "Dockerfile").write_text(STAND_IN_DOCKERFILE.replace("{pins}", shlex.join(pins)))
     wheels = tmp_path_factory.mktemp("podman-wheels")
     downloaded = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest", str(wheels), *pins],
