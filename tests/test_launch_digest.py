@@ -131,7 +131,7 @@ ENGINES = {
     "pytorchjob": ["gpu-ddp-cifar"],
     "jobset": ["gpu-ddp-cifar"],
     "skypilot": ["gpu-ddp-cifar"],
-    "tpu-pod": ["tpu-mnist", "--tpu", "t", "--zone", "z"],
+    "tpu-pod": ["tpu-mnist", "--tpu", "t", "--zone", "us-central2-b"],
     "slurm": ["gpu-ddp-cifar"],
     "slurm-pyxis": ["gpu-ddp-cifar", "--container", "pyxis"],
     "slurm-docker": ["gpu-ddp-cifar", "--container", "docker"],

@@ -27,9 +27,10 @@ class LaunchImage:
 def choose(root: Path, target_name: str, *, tag: str, image: str | None = None, registry: str | None = None,
            tarball: Path | None = None) -> LaunchImage:
     from envkit.image.build import LATEST, repository
+    from envkit.image.names import check_reference, check_registry, check_tag
 
     if image:
-        return LaunchImage(image)
+        return LaunchImage(check_reference(image))
     if tarball:
         from envkit.image.archive import manifest_for, read_manifest
 
@@ -39,9 +40,10 @@ def choose(root: Path, target_name: str, *, tag: str, image: str | None = None, 
                               f"the manifest that envkit save writes with the tarball")
         manifest = read_manifest(path)
         return LaunchImage(manifest["tag"], manifest["image_id"])
-    local = f"{repository(target_name)}:{tag}"
+    local = f"{repository(target_name)}:{check_tag(tag)}"
     if not registry:
         return LaunchImage(local)
+    check_registry(registry)
     from envkit.image.pushed import lookup, record_path
 
     pushed = lookup(root, target_name, f"{registry}/{repository(target_name)}", tag)

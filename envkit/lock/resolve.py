@@ -118,7 +118,7 @@ def _lock_text(
     base = resolve_base(inputs.target, config.target(inputs.target).base_image)
     if base.note:
         print(f"envkit: warning: target {inputs.target}: {base.note}", file=sys.stderr)
-    return lock_header(inputs, base.recorded(), command) + body
+    return lock_header(inputs, base.recorded(), command, body) + body
 
 
 def _compile(
