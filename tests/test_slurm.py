@@ -131,8 +131,10 @@ def test_podman_job_runs_the_pushed_image_by_digest_on_both_nodes(request, tmp_p
     for reference in pushed[:2]:
         client.images.remove(reference)
 
-    # The registry's copy (3 GB) is not kept with pytest's last temporary directories.
-    request.addfinalizer(lambda: shutil.rmtree(tmp_path / "store", ignore_errors=True))
+    # The registry's copy (3 GB) goes as soon as podman has the image, and is never kept with pytest's
+    # last temporary directories.
+    registry_copy = tmp_path / "store"
+    request.addfinalizer(lambda: shutil.rmtree(registry_copy, ignore_errors=True))
     with podman_of_its_own(tmp_path / "podman", registry) as podman_env:
         # The node hosts have no route to this registry (it listens in the root namespace), so the nodes'
         # podman store gets the image here, pulled by its digest as a node would; the job finds it there.
@@ -140,6 +142,7 @@ def test_podman_job_runs_the_pushed_image_by_digest_on_both_nodes(request, tmp_p
                                 env={**os.environ, **podman_env}, timeout=1200)
         assert pulled.returncode == 0, pulled.stderr[-2000:]
         assert f"sha256:{pulled.stdout.strip()}" == image_id  # podman and Docker know the image by one ID
+        shutil.rmtree(registry_copy)
 
         def submit(label: str, launch_args: tuple[str, ...]) -> tuple[int, str, Path, str]:
             directory, results = tmp_path / label, tmp_path / label / "results"
