@@ -22,6 +22,7 @@ from envkit.cli import main
 from envkit.project.config import load_config
 from envkit.lock.lockfile import lock_inputs, read_lock
 from wheel_index import IndexServer
+from xla_env import environment_missing
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "lock"
 # Nothing answers on port 9 of the loopback: the base digest stays unresolved
@@ -213,6 +214,18 @@ def test_unreachable_pytorch_index_says_the_target_cannot_be_locked_here(tmp_pat
     assert not (tmp_path / "docker").exists()
 
 
+def test_a_cuda_variant_of_an_unreachable_pytorch_index_names_the_one_the_default_index_has(tmp_path, indexes, capsys):
+    config = write_project(tmp_path, indexes[0].url)
+    code, out, err = envkit(capsys, "lock", "--target", "cuda", "--config", str(config), "--torch-index-url", "http://127.0.0.1:9/whl/cu126")
+    assert (code, out) == (2, "")
+    [line] = err.splitlines()
+    assert line.startswith("envkit: error: target cuda cannot be locked here: PyTorch's cu126 index http://127.0.0.1:9/whl/cu126 cannot be reached (")
+    assert line.endswith(
+        "; the default index's torch 2.9.0 is the CUDA 12.8 build, which locks from that index alone (cuda: \"12.8\")"
+    )
+    assert not (tmp_path / "docker").exists()
+
+
 def test_a_configured_digest_that_cannot_be_verified_is_recorded_with_a_warning(tmp_path, indexes, capsys):
     base = f"{NO_REGISTRY}/python:3.11-slim-bookworm@sha256:" + "a" * 64
     config = write_project(tmp_path, indexes[0].url, **{"tpu-vm": {"base_image": base}})
@@ -251,26 +264,29 @@ def test_the_repo_locks_pass_check_and_name_the_unlocked_targets(repo_root):
         [sys.executable, "-m", "envkit", "lock", "--check"], cwd=repo_root, capture_output=True, text=True, check=False
     )
     assert (done.returncode, done.stderr) == (0, "")
-    assert [line.split(":")[0] for line in done.stdout.splitlines()] == ["cpu", "cuda"]
+    # cpu only: its torch exists only on PyTorch's CPU index. cuda is the default index's own build.
+    assert [line.split(":")[0] for line in done.stdout.splitlines()] == ["cpu"]
     assert all(": unlocked: " in line for line in done.stdout.splitlines())
 
 
 @pytest.mark.slow
-def test_the_committed_tpu_vm_lock_is_what_envkit_lock_resolves(tmp_path, repo_root):
-    """Against the real default index: relocking the repo's tpu-vm target changes nothing."""
+@pytest.mark.parametrize("target", ["tpu-vm", "cuda"])
+def test_the_committed_locks_are_what_envkit_lock_resolves(tmp_path, repo_root, target):
+    """Against the real default index: relocking the repo's locked targets changes nothing
+    (skips when the index cannot be reached, fails instead under ENVKIT_REQUIRE_INDEX=1)."""
     shutil.copy(repo_root / "envkit.yaml", tmp_path / "envkit.yaml")
-    shutil.copytree(repo_root / "docker" / "tpu-vm", tmp_path / "docker" / "tpu-vm")
+    shutil.copytree(repo_root / "docker" / target, tmp_path / "docker" / target)
     # No engine: the base digest would be asked of Docker Hub, which tests must never reach.
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
     done = subprocess.run(
-        [sys.executable, "-m", "envkit", "lock", "--target", "tpu-vm"], cwd=tmp_path, capture_output=True, text=True, env=env
+        [sys.executable, "-m", "envkit", "lock", "--target", target], cwd=tmp_path, capture_output=True, text=True, env=env
     )
     if "cannot be reached" in done.stderr:
-        pytest.skip(f"the default package index is unreachable: {done.stderr.strip().splitlines()[-1]}")
-    lock = (repo_root / "docker" / "tpu-vm" / "requirements.lock").read_text()
+        environment_missing(f"the default package index is unreachable: {done.stderr.strip().splitlines()[-1]}", "ENVKIT_REQUIRE_INDEX")
+    lock = (repo_root / "docker" / target / "requirements.lock").read_text()
     packages = len(re.findall(r"^[A-Za-z0-9]", lock, flags=re.MULTILINE))  # one requirement line each
     assert done.returncode == 0, done.stderr
-    assert done.stdout == f"unchanged docker/tpu-vm/requirements.lock ({packages} packages)\n"
+    assert done.stdout == f"unchanged docker/{target}/requirements.lock ({packages} packages)\n"
 
 
 def test_base_image_may_carry_a_digest_and_apt_a_snapshot(tmp_path):

@@ -72,12 +72,6 @@ def lock_inputs(target: Target) -> LockInputs:
     from envkit.render.target_files import requirements
 
     torch_index = _torch_index(target)
-    user_extras = [url for url in target.pip_extra_index_urls if url != torch_index]
-    if user_extras:
-        raise EnvkitError(
-            f"target {target.name}: pip_extra_index_urls {', '.join(user_extras)} would let any package come from "
-            f"either index; a lock takes each package from one index: drop them, or set pip_index_url to a mirror"
-        )
     return LockInputs(
         target=target.name,
         requirements=tuple(requirements(target)),

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from envkit.support.atomic import write_text_atomic
 from envkit.lock.base_digest import resolve_base
-from envkit.project.config import ProjectConfig
+from envkit.project.config import ProjectConfig, Target
+from envkit.project.matrix import load_matrix
 from envkit.errors import EnvkitError
 from envkit.lock.lockfile import TORCH_INDEX_PACKAGES, LockInputs, lock_header, lock_inputs, lock_path, normalise, read_lock
 
@@ -113,7 +114,10 @@ def _lock_text(
 ) -> str:
     # A mirror stands in for PyTorch's index only where the target takes torch from there.
     torch_index = (torch_index_url or inputs.torch_index) if inputs.torch_index else None
-    body, command = _compile(inputs, previous, upgrade, torch_index, uv)
+    try:
+        body, command = _compile(inputs, previous, upgrade, torch_index, uv)
+    except TorchIndexUnreachable as exc:
+        raise EnvkitError(f"{exc}{_default_index_build(config.target(inputs.target))}") from None
     # After resolving: a target that cannot be locked gets its one error line, no warning.
     base = resolve_base(inputs.target, config.target(inputs.target).base_image)
     if base.note:
@@ -152,7 +156,7 @@ def _compile(
         except subprocess.TimeoutExpired:
             raise EnvkitError(f"target {inputs.target}: uv did not finish resolving within {UV_TIMEOUT_S} s") from None
         if done.returncode != 0:
-            raise EnvkitError(_failure(inputs, done.stderr, torch_index))
+            raise _failure(inputs, done.stderr, torch_index)
         body = output.read_text(encoding="utf-8")
     command = " ".join([*uv[1:], "pip", "compile", *flags])
     return body, command
@@ -179,7 +183,7 @@ def _uv_env() -> dict[str, str]:
     return env
 
 
-def _failure(inputs: LockInputs, stderr: str, torch_index: str | None) -> str:
+def _failure(inputs: LockInputs, stderr: str, torch_index: str | None) -> EnvkitError:
     """uv's error as one line: which index could not be reached, or why nothing resolves."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     causes = [line.removeprefix("cause:").strip() for line in lines if line.startswith("cause:")]
@@ -188,14 +192,30 @@ def _failure(inputs: LockInputs, stderr: str, torch_index: str | None) -> str:
     if unreachable:
         reason = causes[-1] if causes else "no answer"
         if torch_index and fetched.startswith(torch_index.rstrip("/")):
-            return (
+            return TorchIndexUnreachable(
                 f"target {inputs.target} cannot be locked here: PyTorch's {inputs.torch_variant} index {torch_index} "
                 f"cannot be reached ({reason}); lock it where that index answers, or pass --torch-index-url MIRROR"
             )
         index = f"the package index {inputs.index_url}" if inputs.index_url else "the default package index"
-        return (
+        return EnvkitError(
             f"target {inputs.target}: {index} cannot be reached ({reason}, fetching {fetched}); "
             f"check the network or set the target's pip_index_url to a reachable mirror"
         )
     summary = " ".join(line.removeprefix("error:").strip() for line in lines[:1] + lines[-1:] if lines)
-    return f"target {inputs.target}: uv cannot resolve its requirements: {' '.join(summary.split())[:400]}"
+    return EnvkitError(f"target {inputs.target}: uv cannot resolve its requirements: {' '.join(summary.split())[:400]}")
+
+
+class TorchIndexUnreachable(EnvkitError):
+    """PyTorch's index for the target's torch build did not answer."""
+
+
+def _default_index_build(target: Target) -> str:
+    """For a CUDA variant of PyTorch's index: the one the default index has, which needs no second index."""
+    if target.cuda is None or target.torch_variant is None:
+        return ""
+    matrix = load_matrix()
+    release = matrix.torch_release(f"target {target.name}", target.torch)
+    if release.pypi_cuda is None:
+        return ""
+    cuda = matrix.cuda[release.pypi_cuda].cuda
+    return f"; the default index's torch {target.torch} is the CUDA {cuda} build, which locks from that index alone (cuda: \"{cuda}\")"

@@ -149,12 +149,12 @@ def base_reference(target: Target, lock: LockFile | None) -> tuple[str, str | No
     return (f"{reference}@{digest}" if digest else reference), digest
 
 
-def torch_find_links(target: Target, lock: LockFile | None) -> list[str]:
-    """PyTorch's project pages for torch/torchvision: a locked install names one index, never an extra one."""
-    torch_index = lock_inputs(target).torch_index if lock is not None else None
+def torch_find_links(target: Target) -> list[str]:
+    """PyTorch's project pages for torch/torchvision: locked or not, each package has one index, never an extra one."""
+    torch_index = lock_inputs(target).torch_index
     if torch_index is None:
         return []
-    return [f"{torch_index.rstrip('/')}/{name}/" for name in TORCH_INDEX_PACKAGES if name in lock.packages]
+    return [f"{torch_index.rstrip('/')}/{name}/" for name in TORCH_INDEX_PACKAGES if name != "torchvision" or target.torchvision]
 
 
 def apt_snapshot(target: Target) -> dict | None:
@@ -186,7 +186,7 @@ def _context(config: ProjectConfig, target: Target, lock: LockFile | None) -> di
         "requirements": requirements(target),
         "lock": lock,
         "lock_file": LOCK_FILE,
-        "torch_find_links": torch_find_links(target, lock),
+        "torch_find_links": torch_find_links(target),
         "base_image": base,
         "base_digest": base_digest or "",
         "base_digest_label": BASE_DIGEST_LABEL,
