@@ -149,11 +149,13 @@ def base_reference(target: Target, lock: LockFile | None) -> tuple[str, str | No
     return (f"{reference}@{digest}" if digest else reference), digest
 
 
-def torch_find_links(target: Target) -> list[str]:
-    """PyTorch's project pages for torch/torchvision: locked or not, each package has one index, never an extra one."""
+def torch_find_links(target: Target, mirror: str | None = None) -> list[str]:
+    """PyTorch's project pages for torch/torchvision (on ``mirror`` if given): locked or not, each package has one
+    index, never an extra one."""
     torch_index = lock_inputs(target).torch_index
     if torch_index is None:
         return []
+    torch_index = mirror or torch_index
     return [f"{torch_index.rstrip('/')}/{name}/" for name in TORCH_INDEX_PACKAGES if name != "torchvision" or target.torchvision]
 
 
