@@ -269,6 +269,52 @@ def test_the_repo_locks_pass_check_and_name_the_unlocked_targets(repo_root):
     assert all(": unlocked: " in line for line in done.stdout.splitlines())
 
 
+def test_the_host_environments_locks_pass_check(repo_root):
+    inputs = sorted(str(path.relative_to(repo_root)) for path in (repo_root / "requirements").glob("*.in"))
+    assert inputs == ["requirements/dev.in", "requirements/sky.in", "requirements/tpu.in", "requirements/xla.in"]
+    done = subprocess.run([sys.executable, "-m", "envkit", "lock", "--check", "--requirements", *inputs],
+                          cwd=repo_root, capture_output=True, text=True, check=False)
+    # tpu only: TorchTPU needs PyTorch's CPU build of torch, which only PyTorch's CPU index serves.
+    assert (done.returncode, done.stderr, done.stdout) == (
+        0, "", "requirements/tpu.in: unlocked: requirements/tpu.lock does not exist (envkit lock --requirements requirements/tpu.in)\n")
+
+
+def test_a_requirements_input_that_names_a_pytorch_build_takes_it_from_pytorchs_index(tmp_path):
+    from envkit.lock.lockfile import requirements_inputs
+
+    (tmp_path / "env.in").write_text("# comment\ntorch==2.13.0+cpu  # the CPU build\ntqdm>=4.60\n")
+    inputs = requirements_inputs(tmp_path / "env.in")
+    assert (inputs.requirements, inputs.torch_variant, inputs.python) == (("torch==2.13.0+cpu", "tqdm>=4.60"), "cpu", "3.11")
+    assert inputs.torch_index == "https://download.pytorch.org/whl/cpu" and inputs.platform == "x86_64-manylinux_2_36"
+    (tmp_path / "plain.in").write_text("torch==2.13.0\n")
+    assert requirements_inputs(tmp_path / "plain.in").torch_index is None
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("--extra-index-url https://mirror.example.com/simple\ntqdm\n", "env.in:1: --extra-index-url: only requirements belong here"),
+    ("# nothing\n", "env.in: no requirements in it"),
+])
+def test_a_requirements_input_holds_requirements_only(tmp_path, capsys, text, problem):
+    (tmp_path / "env.in").write_text(text)
+    code, out, err = envkit(capsys, "lock", "--requirements", str(tmp_path / "env.in"))
+    assert (code, out) == (2, "") and err.startswith(f"envkit: error: {tmp_path}/{problem}") and err.count("\n") == 1
+    assert not (tmp_path / "env.lock").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["dev", "xla", "sky"])
+def test_the_committed_host_locks_are_what_envkit_lock_resolves(tmp_path, repo_root, name):
+    """Against the real default index (skips when unreachable, fails under ENVKIT_REQUIRE_INDEX=1)."""
+    for suffix in (".in", ".lock"):
+        shutil.copy(repo_root / "requirements" / f"{name}{suffix}", tmp_path / f"{name}{suffix}")
+    done = subprocess.run([sys.executable, "-m", "envkit", "lock", "--requirements", f"{name}.in"], cwd=tmp_path,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(repo_root)})
+    if "cannot be reached" in done.stderr:
+        environment_missing(f"the default package index is unreachable: {done.stderr.strip().splitlines()[-1]}", "ENVKIT_REQUIRE_INDEX")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"unchanged {name}.lock (")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["tpu-vm", "cuda"])
 def test_the_committed_locks_are_what_envkit_lock_resolves(tmp_path, repo_root, target):

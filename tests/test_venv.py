@@ -17,6 +17,7 @@ import pytest
 
 from envkit.cli import main
 from envkit.host.venv import MARKER
+from envkit.host.venv import main as venv_main
 from wheel_index import IndexServer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,10 +42,17 @@ def envkit(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+def bootstrap(capsys, *argv: str) -> tuple[int, str, str]:
+    """`python -m envkit.host.venv LOCK --path DIR`, what make venv runs."""
+    code = venv_main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def test_a_lock_for_a_python_this_host_lacks_is_one_line_and_writes_nothing(tmp_path, capsys):
     lock = tmp_path / "probe.lock"
     lock.write_text(lock_text("3.9", {"envkit-probe-a==1.0": "a" * 64}))
-    code, out, err = envkit(capsys, "venv", "--lock", str(lock), "--path", str(tmp_path / "venv"))
+    code, out, err = bootstrap(capsys, str(lock), "--path", str(tmp_path / "venv"))
     assert (code, out) == (2, "")
     [line] = err.splitlines()
     assert line.startswith(f"envkit: error: the lock needs Python 3.9; found {sys.executable} {sys.version.split()[0]}")
@@ -55,10 +63,20 @@ def test_a_lock_for_a_python_this_host_lacks_is_one_line_and_writes_nothing(tmp_
 def test_a_python_given_that_is_not_the_locks_is_refused(tmp_path, capsys):
     lock = tmp_path / "probe.lock"
     lock.write_text(lock_text("3.9", {"envkit-probe-a==1.0": "a" * 64}))
-    code, _, err = envkit(capsys, "venv", "--lock", str(lock), "--path", str(tmp_path / "venv"), "--python", sys.executable)
+    code, _, err = bootstrap(capsys, str(lock), "--path", str(tmp_path / "venv"), "--python", sys.executable)
     assert code == 2
     assert err == (f"envkit: error: the lock needs Python 3.9; found {sys.executable} {sys.version.split()[0]}: "
                    "pass --python with one\n")
+    assert not (tmp_path / "venv").exists()
+
+
+def test_a_stale_host_lock_is_refused_in_one_line(tmp_path, capsys):
+    (tmp_path / "probe.in").write_text("envkit-probe-a==1.0\n")
+    (tmp_path / "probe.lock").write_text(lock_text(THIS_PYTHON, {"envkit-probe-a==0.9": "a" * 64}))
+    code, _, err = envkit(capsys, "venv", "--requirements", str(tmp_path / "probe.in"), "--path", str(tmp_path / "venv"))
+    assert code == 2
+    assert err == (f"envkit: error: {tmp_path}/probe.lock is stale ({tmp_path}/probe.in changed since it was locked); "
+                   f"run `envkit lock --requirements {tmp_path}/probe.in`\n")
     assert not (tmp_path / "venv").exists()
 
 
@@ -80,7 +98,7 @@ def test_only_a_venv_is_ever_replaced(tmp_path, capsys, make, problem):
     path = tmp_path / "venv"
     make(path)
     before = sorted(p.name for p in tmp_path.iterdir())
-    code, _, err = envkit(capsys, "venv", "--lock", str(lock), "--path", str(path))
+    code, _, err = bootstrap(capsys, str(lock), "--path", str(path))
     assert code == 2 and err.startswith(f"envkit: error: {path} {problem}") and err.count("\n") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
@@ -143,3 +161,27 @@ def test_a_venv_holds_exactly_the_lock_and_records_its_sha(tmp_path, probe_index
                                          f"{pins['envkit-probe-b==2.0']}, which the lock does not list (expected {'0' * 64})")
     assert json.loads((venv / MARKER).read_text())["lock_sha256"] == made.lock.sha256
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".venv")) == []
+
+
+@pytest.mark.slow
+def test_a_host_environment_installs_its_lock_or_else_its_pins_unlocked(tmp_path, probe_index, capsys, monkeypatch):
+    """What make xla-env / sky-env / tpu-env run: the lock beside requirements/<name>.in where there is one."""
+    from envkit.lock.lockfile import requirements_inputs
+
+    url, pins = probe_index
+    monkeypatch.setenv("PIP_INDEX_URL", url)  # the unlocked install resolves with pip's own settings
+    requirements = tmp_path / "probe.in"
+    requirements.write_text("# two probes\nenvkit-probe-a==1.0\nenvkit-probe-b==2.0\n")
+    code, out, err = envkit(capsys, "venv", "--requirements", str(requirements), "--path", str(tmp_path / "unlocked"))
+    assert code == 0, err
+    assert err.startswith(f"envkit: warning: {tmp_path}/probe.lock does not exist (") and err.endswith(", unlocked\n")
+    assert out.startswith(f"made {tmp_path}/unlocked from the pins of {requirements} (unlocked: its runs record no lock)")
+    assert not (tmp_path / "unlocked" / MARKER).exists()
+
+    text = lock_text(THIS_PYTHON, pins).replace("0" * 64, requirements_inputs(requirements).digest(), 1)
+    (tmp_path / "probe.lock").write_text(text)
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple/")
+    monkeypatch.setenv("UV_INDEX_URL", url)  # a locked install verifies every file, wherever it comes from
+    code, out, err = envkit(capsys, "venv", "--requirements", str(requirements), "--path", str(tmp_path / "locked"))
+    assert (code, err) == (0, "")
+    assert json.loads((tmp_path / "locked" / MARKER).read_text())["lock_sha256"] == hashlib.sha256(text.encode()).hexdigest()

@@ -28,7 +28,8 @@ def register(subparsers) -> None:
         type=Path,
         nargs="+",
         help="lock host environments instead: each requirements/<name>.in into <name>.lock beside it "
-        "(Python 3.11, x86_64 Debian 12's glibc, the default index), what make venv / xla-env / tpu-env / sky-env install",
+        "(Python 3.11, x86_64 Debian 12's glibc, the default index; torch==X+cpu from PyTorch's CPU index), "
+        "what make venv / xla-env / tpu-env / sky-env install",
     )
     mode = lock.add_mutually_exclusive_group()
     mode.add_argument(
@@ -79,15 +80,13 @@ def cmd_lock(args: argparse.Namespace) -> int:
 
 
 def _lock_requirements(args: argparse.Namespace) -> int:
-    if args.torch_index_url:
-        raise EnvkitError("--torch-index-url applies to targets; a host environment takes every package from the default index")
     if args.check:
         from envkit.lock.lockfile import check_requirements
 
-        stale = check_requirements(args.requirements)
-        for line in stale:
+        stale, unlocked = check_requirements(args.requirements)
+        for line in unlocked + stale:
             print(line)
         return 1 if stale else 0
     from envkit.lock.resolve import lock_requirements
 
-    return lock_requirements(args.requirements, args.upgrade_package or [])
+    return lock_requirements(args.requirements, args.upgrade_package or [], args.torch_index_url)

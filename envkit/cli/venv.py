@@ -1,4 +1,4 @@
-"""`envkit venv`: a target's lock (or any envkit lock) as a host virtual environment (envkit/host/venv.py)."""
+"""`envkit venv`: a target's lock, or a host environment's (requirements/<name>.lock), as a host virtual environment."""
 
 from __future__ import annotations
 
@@ -13,17 +13,20 @@ def register(subparsers) -> None:
     venv = subparsers.add_parser(
         "venv",
         help="make a target's lock a virtual environment on this host, every file hash-checked",
-        description="Make a virtual environment on this host from a target's docker/<target>/requirements.lock "
-        "(or --lock FILE), with the lock's Python, installing exactly the lock's files by sha256. The venv "
-        "records the lock's sha256 (envkit-lock.json), so recipe results run with it name their lock. A venv "
-        "already at --path is replaced only once the new one is complete.",
+        description="Make a virtual environment on this host from a target's docker/<target>/requirements.lock, "
+        "or a host environment's requirements/<name>.lock (--requirements requirements/<name>.in), with the lock's "
+        "Python, installing exactly the lock's files by sha256. The venv records the lock's sha256 "
+        "(envkit-lock.json), so recipe results run with it name their lock. A venv already at --path is set "
+        "aside and comes back if the new one fails. A host environment that has no lock here gets its pins, "
+        "unlocked, and says so.",
     )
     add_config(venv)
     which = venv.add_mutually_exclusive_group(required=True)
     which.add_argument("target", nargs="?", help="the target whose lock to install")
-    which.add_argument("--lock", metavar="FILE", type=Path, help="an envkit lock file instead (e.g. requirements/xla.lock)")
+    which.add_argument("--requirements", metavar="FILE.in", type=Path,
+                       help="a host environment instead: its lock FILE.lock beside it (e.g. requirements/xla.in)")
     venv.add_argument("--path", metavar="DIR", type=Path, help="the venv to make (default: .venv-<target> beside the "
-                      "config, or .venv-<lock's stem>)")
+                      "config, or .venv-<name> for requirements/<name>.in)")
     venv.add_argument("--torch-index-url", metavar="URL", help="a mirror of the target's PyTorch index (torch, "
                       "torchvision), as for envkit lock; default: the matrix's index")
     from envkit.host.venv import add_arguments
@@ -33,18 +36,52 @@ def register(subparsers) -> None:
 
 
 def cmd_venv(args: argparse.Namespace) -> int:
-    from envkit.host.venv import Sources, describe, make_venv
+    from envkit.host.venv import describe, make_venv
 
-    if args.lock is not None:
-        if args.torch_index_url:
-            raise EnvkitError("--torch-index-url applies to a target's lock; a --lock file names no PyTorch index")
-        lock_path, sources = args.lock, Sources()
-        path = args.path or Path(f".venv-{args.lock.stem}")
+    if args.requirements is not None:
+        lock_path, sources, default_path = _requirements_lock(args)
+        if lock_path is None:
+            return _unlocked(args, sources, args.path or default_path)
     else:
         lock_path, sources, default_path = _target_lock(args)
-        path = args.path or default_path
-    made = make_venv(lock_path, path, python=args.python, sources=sources, installer=args.installer)
+    made = make_venv(lock_path, args.path or default_path, python=args.python, sources=sources, installer=args.installer)
     print(describe(made, lock_path))
+    return 0
+
+
+def _requirements_lock(args: argparse.Namespace):
+    """(its fresh lock or None when there is none, where files come from, default venv path) of a host environment."""
+    from envkit.host.venv import Sources
+    from envkit.lock.lockfile import read_lock, requirements_inputs, requirements_lock_path
+    from envkit.render.target_files import project_pages
+
+    inputs = requirements_inputs(args.requirements)
+    lock_path = requirements_lock_path(args.requirements)
+    lock = read_lock(lock_path)
+    if lock is not None and lock.inputs_sha256 != inputs.digest():
+        raise EnvkitError(f"{lock_path} is stale ({args.requirements} changed since it was locked); "
+                          f"run `envkit lock --requirements {args.requirements}`")
+    torch_index = (args.torch_index_url or inputs.torch_index) if inputs.torch_index else None
+    names = [r for r in inputs.requirements if "+" in r]
+    sources = Sources(None, tuple(project_pages(torch_index, names)) if torch_index else ())
+    default_path = Path(f".venv-{args.requirements.stem}")
+    return (lock_path if lock is not None else None), sources, default_path
+
+
+def _unlocked(args: argparse.Namespace, sources, path: Path) -> int:
+    import sys
+
+    from envkit.host.venv import make_unlocked_venv
+    from envkit.lock.lockfile import requirements_inputs, requirements_lock_path
+
+    if args.installer == "uv":
+        raise EnvkitError("--installer uv installs locks; an environment without a lock is resolved by pip")
+    inputs = requirements_inputs(args.requirements)
+    lock_path = requirements_lock_path(args.requirements)
+    print(f"envkit: warning: {lock_path} does not exist (`envkit lock --requirements {args.requirements}` makes it where "
+          f"its indexes answer): installing the pins of {args.requirements}, unlocked", file=sys.stderr)
+    version = make_unlocked_venv(args.requirements, inputs.python, path, python=args.python, sources=sources)
+    print(f"made {path} from the pins of {args.requirements} (unlocked: its runs record no lock) with Python {version}")
     return 0
 
 

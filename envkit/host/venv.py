@@ -15,6 +15,7 @@ exists (`python3 -m envkit.host.venv requirements/dev.lock --path .venv`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from envkit.errors import EnvkitError
 from envkit.lock.lockfile import LockFile, read_lock
@@ -58,14 +60,37 @@ def make_venv(lock_path: Path, path: Path, *, python: str | None = None, sources
     interpreter, version = find_python(lock.python, python)
     _check_destination(path)
     tool = _installer(installer)
+    with _replacing(path):
+        _run([interpreter, "-m", "venv", str(path)], "python -m venv")
+        _install(tool, path, ["--require-hashes", "--no-deps", "-r", str(lock_path)], sources)
+        marker = {"lock": str(lock_path.resolve()), "lock_sha256": lock.sha256, "python": lock.python, "platform": lock.platform}
+        write_text_atomic(path / MARKER, json.dumps(marker, indent=2, sort_keys=True) + "\n")
+    return Made(path, lock, version, tool)
+
+
+def make_unlocked_venv(requirements: Path, wanted: str, path: Path, *, python: str | None = None,
+                       sources: Sources = Sources()) -> str:
+    """Install the pins of a requirements input that has no lock here; no marker: its runs record no lock.
+
+    pip resolves it (as the unlocked images do), with the host's pip configuration: where the build
+    a pin names is only on an index this host cannot reach, a mirror configured for pip still serves it.
+    """
+    interpreter, version = find_python(wanted, python)
+    _check_destination(path)
+    with _replacing(path):
+        _run([interpreter, "-m", "venv", str(path)], "python -m venv")
+        _install("pip", path, ["-r", str(requirements)], sources)
+    return version
+
+
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[None]:
+    """Build at ``path``; a venv already there is set aside and comes back if the build fails."""
     aside = path.with_name(f".{path.name}.replaced-{os.getpid()}") if path.exists() else None
     if aside is not None:
         path.rename(aside)
     try:
-        _run([interpreter, "-m", "venv", str(path)], "python -m venv")
-        _install(tool, path, lock_path, sources)
-        marker = {"lock": str(lock_path.resolve()), "lock_sha256": lock.sha256, "python": lock.python, "platform": lock.platform}
-        write_text_atomic(path / MARKER, json.dumps(marker, indent=2, sort_keys=True) + "\n")
+        yield
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
         if aside is not None:
@@ -73,7 +98,6 @@ def make_venv(lock_path: Path, path: Path, *, python: str | None = None, sources
         raise
     if aside is not None:
         shutil.rmtree(aside, ignore_errors=True)
-    return Made(path, lock, version, tool)
 
 
 def _usable_lock(lock_path: Path) -> LockFile:
@@ -131,16 +155,14 @@ def _installer(choice: str) -> str:
     return "uv"
 
 
-def _install(tool: str, venv: Path, lock_path: Path, sources: Sources) -> None:
+def _install(tool: str, venv: Path, what: list[str], sources: Sources) -> None:
     python = str(venv / "bin" / "python")
     where = [*(["--index-url", sources.index_url] if sources.index_url else []),
              *(arg for link in sources.find_links for arg in ("--find-links", link))]
     if tool == "uv":
-        argv = [find_uv(), "pip", "install", "--python", python, "--require-hashes", "--no-deps",
-                "--only-binary", ":all:", "--quiet", "-r", str(lock_path), *where]
+        argv = [find_uv(), "pip", "install", "--python", python, "--only-binary", ":all:", "--quiet", *what, *where]
     else:
-        argv = [python, "-m", "pip", "install", "--require-hashes", "--no-deps", "--only-binary=:all:",
-                "--disable-pip-version-check", "--quiet", "-r", str(lock_path), *where]
+        argv = [python, "-m", "pip", "install", "--only-binary=:all:", "--disable-pip-version-check", "--quiet", *what, *where]
     _run(argv, f"{tool} install")
 
 

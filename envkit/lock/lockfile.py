@@ -87,7 +87,7 @@ def lock_path(config: ProjectConfig, name: str) -> Path:
 def lock_inputs(target: Target) -> LockInputs:
     from envkit.render.target_files import requirements
 
-    torch_index = _torch_index(target)
+    torch_index = torch_index_of(target.torch_variant)
     return LockInputs(
         target=target.name,
         requirements=tuple(requirements(target)),
@@ -100,18 +100,18 @@ def lock_inputs(target: Target) -> LockInputs:
     )
 
 
-def _torch_index(target: Target) -> str | None:
-    """PyTorch's index for the target's torch build (by its local version tag), or None for PyPI's build.
+def torch_index_of(variant: str | None) -> str | None:
+    """PyTorch's index for a torch build by its local version tag ("cpu", "cu126"), or None for the default index's.
 
     By the variant, not the kind: a torch_tpu tpu-vm target takes PyTorch's CPU build too.
     """
     from envkit.project.matrix import load_matrix
 
     matrix = load_matrix()
-    if target.torch_variant == matrix.cpu_local_version:
+    if variant == matrix.cpu_local_version:
         return matrix.cpu_index_url
-    if target.torch_variant in matrix.cuda:
-        return matrix.cuda[target.torch_variant].index_url
+    if variant in matrix.cuda:
+        return matrix.cuda[variant].index_url
     return None
 
 
@@ -146,14 +146,23 @@ def requirements_inputs(path: Path) -> LockInputs:
     from envkit.project.config import DEFAULT_PYTHON
 
     base = next(iter(kinds.load_kinds().values())).python_base_image.format(python=DEFAULT_PYTHON)
+    requirements = _requirement_list(path)
+    # torch==2.13.0+cpu names its build, and so PyTorch's index for it, as a target's torch_variant does.
+    labels = {r.split("+", 1)[1] for r in requirements if "+" in r and requirement_name(r) in TORCH_INDEX_PACKAGES}
+    if len(labels) > 1:
+        raise EnvkitError(f"{path}: torch and torchvision name different builds ({', '.join(sorted(labels))}); name one")
+    variant = labels.pop() if labels else None
+    torch_index = torch_index_of(variant)
+    if variant and torch_index is None:
+        raise EnvkitError(f"{path}: no PyTorch index in envkit's matrix serves the +{variant} build")
     return LockInputs(
         target=path.name,
-        requirements=tuple(_requirement_list(path)),
+        requirements=tuple(requirements),
         platform=f"x86_64-manylinux_{_image_glibc(base, path.name).replace('.', '_')}",
         python=DEFAULT_PYTHON,
         index_url=None,
-        torch_index=None,
-        torch_variant=None,
+        torch_index=torch_index,
+        torch_variant=variant,
         find_links=(),
         source="requirements",
     )
@@ -188,6 +197,11 @@ def _requirement_list(path: Path) -> list[str]:
 def normalise(name: str) -> str:
     """PEP 503 normal form of a distribution name."""
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_name(requirement: str) -> str:
+    """The normalised project name of a pin such as ``torch_xla[tpu]==2.9.0``."""
+    return normalise(re.split(r"[\[=<>!~;@ ]", requirement, 1)[0])
 
 
 def read_lock(path: Path) -> LockFile | None:
@@ -281,17 +295,17 @@ def check(config: ProjectConfig, names: list[str]) -> tuple[list[str], list[str]
     return stale, unlocked
 
 
-def check_requirements(paths: list[Path]) -> list[str]:
-    """One line per host environment whose lock is missing, stale or unhashed."""
-    stale = []
+def check_requirements(paths: list[Path]) -> tuple[list[str], list[str]]:
+    """(stale, unlocked), as check() says them for targets: one line per host environment."""
+    stale, unlocked = [], []
     for path in paths:
         lock_file = requirements_lock_path(path)
         lock = read_lock(lock_file)
         relock = f"envkit lock --requirements {path}"
         if lock is None:
-            stale.append(f"{path}: stale: {lock_file} does not exist ({relock})")
+            unlocked.append(f"{path}: unlocked: {lock_file} does not exist ({relock})")
         elif lock.inputs_sha256 != requirements_inputs(path).digest():
             stale.append(f"{path}: stale: {lock_file}: its inputs changed since it was locked ({relock})")
         elif lock.unhashed:
             stale.append(f"{path}: stale: {lock_file}: no --hash for {', '.join(lock.unhashed)}")
-    return stale
+    return stale, unlocked

@@ -38,6 +38,7 @@ from envkit.lock.lockfile import (
     lock_path,
     normalise,
     read_lock,
+    requirement_name,
     requirements_inputs,
     requirements_lock_path,
 )
@@ -65,13 +66,14 @@ def lock_targets(
     return _write_locks({paths[name]: functools.partial(text, name) for name in names}, config.root)
 
 
-def lock_requirements(files: list[Path], upgrade: list[str]) -> int:
+def lock_requirements(files: list[Path], upgrade: list[str], torch_index_url: str | None) -> int:
     """Lock each host environment's requirements/<name>.in into <name>.lock beside it."""
     inputs = {path: requirements_inputs(path) for path in files}
     _check_upgrade([requirements_lock_path(path) for path in files], upgrade, Path.cwd(), "the environment")
 
     def text(path: Path, previous: str | None, uv: tuple[str, ...]) -> str:
-        body, command = _compile(inputs[path], previous, upgrade, None, uv)
+        torch_index = (torch_index_url or inputs[path].torch_index) if inputs[path].torch_index else None
+        body, command = _compile(inputs[path], previous, upgrade, torch_index, uv)
         return lock_header(inputs[path], None, command) + body
 
     return _write_locks({requirements_lock_path(path): functools.partial(text, path) for path in files}, Path.cwd())
@@ -198,7 +200,7 @@ def _input_project(inputs: LockInputs, torch_index: str | None) -> str:
         f"dependencies = {json.dumps(list(inputs.requirements))}",
     ]
     if torch_index:
-        direct = {normalise(re.split(r"[\[=<>!~]", r, 1)[0]) for r in inputs.requirements}
+        direct = {requirement_name(r) for r in inputs.requirements}
         lines.append("[tool.uv.sources]")
         lines += [f'{name} = {{ index = "pytorch" }}' for name in TORCH_INDEX_PACKAGES if name in direct]
         lines += ["[[tool.uv.index]]", 'name = "pytorch"', f"url = {json.dumps(torch_index)}", "explicit = true"]
@@ -229,7 +231,10 @@ def _failure(inputs: LockInputs, stderr: str, torch_index: str | None) -> Envkit
             f"{inputs.subject}: {index} cannot be reached ({reason}, fetching {fetched}); "
             f"check the network or set the target's pip_index_url to a reachable mirror"
         )
-    summary = " ".join(line.removeprefix("error:").strip() for line in lines[:1] + lines[-1:] if lines)
+    # uv's verdict, then the first step of its explanation ("Because X was not found ..."), which names the culprit.
+    plain = [line.removeprefix("error:").removeprefix("cause:").lstrip("×╰─▶ ").strip().rstrip(":") for line in lines]
+    cause = next((line for line in plain[1:] if line.startswith("Because ")), plain[-1] if len(plain) > 1 else "")
+    summary = ": ".join(part for part in (plain[0] if plain else "", cause) if part)
     return EnvkitError(f"{inputs.subject}: uv cannot resolve its requirements: {' '.join(summary.split())[:400]}")
 
 

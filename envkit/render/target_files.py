@@ -20,7 +20,7 @@ from envkit.lock.base_digest import split_reference
 from envkit.project.config import ProjectConfig, Target
 from envkit.errors import EnvkitError
 from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
-from envkit.lock.lockfile import LOCK_FILE, TORCH_INDEX_PACKAGES, LockFile, lock_inputs, lock_path, read_lock
+from envkit.lock.lockfile import LOCK_FILE, TORCH_INDEX_PACKAGES, LockFile, lock_inputs, lock_path, read_lock, requirement_name
 from envkit.support.shellquote import FILTERS
 from envkit.render.template_cache import template_cache
 
@@ -155,8 +155,13 @@ def torch_find_links(target: Target, mirror: str | None = None) -> list[str]:
     torch_index = lock_inputs(target).torch_index
     if torch_index is None:
         return []
-    torch_index = mirror or torch_index
-    return [f"{torch_index.rstrip('/')}/{name}/" for name in TORCH_INDEX_PACKAGES if name != "torchvision" or target.torchvision]
+    return project_pages(mirror or torch_index, ["torch", *(["torchvision"] if target.torchvision else [])])
+
+
+def project_pages(torch_index: str, requirements: list[str]) -> list[str]:
+    """The pages on PyTorch's index of the torch-index packages among ``requirements`` (names or pins)."""
+    wanted = {requirement_name(r) for r in requirements}
+    return [f"{torch_index.rstrip('/')}/{name}/" for name in TORCH_INDEX_PACKAGES if name in wanted]
 
 
 def apt_snapshot(target: Target) -> dict | None:
