@@ -89,7 +89,7 @@ endef
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help venv xla-env sky-env tpu-env render build-cpu build-cuda build-tpu-vm tpu-mnist tpu-mnist-single \
+.PHONY: help venv xla-env sky-env tpu-env bench-env render build-cpu build-cuda build-tpu-vm tpu-mnist tpu-mnist-single \
 	gpu-mnist cpu-mnist gpu-single-cifar gpu-dp-cifar gpu-ddp-cifar cpu-single-cifar cpu-ddp-cifar compare \
 	push save load prune demo test doctor
 
@@ -117,8 +117,11 @@ sky-env: .venv-sky/bin/python ## create SkyPilot's environment in .venv-sky (its
 
 tpu-env: .venv-tpu/bin/python ## create the TorchTPU environment in .venv-tpu (its no-TPU path is tested)
 
+bench-env: .venv-bench/bin/python ## create .venv-bench: hpccm beside envkit's dependencies, for benchmarks/bench_render.py
+
 # An environment of its own per requirements input: .venv-xla from requirements/xla.in, .venv-sky
-# from sky.in, .venv-tpu from tpu.in; each from its lock beside it (hash-checked) where it has one.
+# from sky.in, .venv-tpu from tpu.in, .venv-bench from bench.in; each from its lock beside it
+# (hash-checked) where it has one.
 .SECONDEXPANSION:
 .venv-%/bin/python: requirements/%.in $$(wildcard requirements/$$*.lock) | $(ENVKIT)
 	$(ENVKIT) venv --requirements $< --path .venv-$*

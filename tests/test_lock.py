@@ -271,7 +271,7 @@ def test_the_repo_locks_pass_check_and_name_the_unlocked_targets(repo_root):
 
 def test_the_host_environments_locks_pass_check(repo_root):
     inputs = sorted(str(path.relative_to(repo_root)) for path in (repo_root / "requirements").glob("*.in"))
-    assert inputs == ["requirements/dev.in", "requirements/sky.in", "requirements/tpu.in", "requirements/xla.in"]
+    assert inputs == ["requirements/bench.in", "requirements/dev.in", "requirements/sky.in", "requirements/tpu.in", "requirements/xla.in"]
     done = subprocess.run([sys.executable, "-m", "envkit", "lock", "--check", "--requirements", *inputs],
                           cwd=repo_root, capture_output=True, text=True, check=False)
     # tpu only: TorchTPU needs PyTorch's CPU build of torch, which only PyTorch's CPU index serves.

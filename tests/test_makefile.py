@@ -40,7 +40,8 @@ def project(tmp_path: Path, repo_root: Path) -> Path:
     work.mkdir()
     shutil.copy(repo_root / "Makefile", work)
     for name in ("envkit.yaml", "pyproject.toml", "requirements/dev.lock", "requirements/xla.in", "requirements/xla.lock",
-                 "requirements/sky.in", "requirements/sky.lock", "requirements/tpu.in", "templates/Dockerfile.j2",
+                 "requirements/sky.in", "requirements/sky.lock", "requirements/tpu.in", "requirements/bench.in",
+                 "requirements/bench.lock", "templates/Dockerfile.j2",
                  "envkit/data/matrix.yaml"):
         (work / name).parent.mkdir(parents=True, exist_ok=True)
         (work / name).write_text("stand-in\n")
@@ -280,7 +281,7 @@ def test_a_new_dev_lock_remakes_the_venv(project):
     assert dry_run(project, "venv")[0] == "python3 -m envkit.host.venv requirements/dev.lock --path .venv"
 
 
-@pytest.mark.parametrize("name", ["xla", "sky", "tpu"])
+@pytest.mark.parametrize("name", ["xla", "sky", "tpu", "bench"])
 def test_side_environments_come_from_their_requirements(project, name):
     assert dry_run(project, f"{name}-env") == [
         f".venv/bin/envkit venv --requirements requirements/{name}.in --path .venv-{name}",

@@ -105,5 +105,5 @@ def _target_lock(args: argparse.Namespace):
                           f"run `envkit lock --target {target.name}`")
     # find_links may name paths inside the image: only URLs and what exists here reach the host's installer.
     links = [link for link in target.find_links if "://" in link or Path(link).exists()]
-    sources = Sources(target.pip_index_url, tuple(torch_find_links(target, args.torch_index_url) + links))
+    sources = Sources(target.pip_index_url, tuple(torch_find_links(target, lock_inputs(target), args.torch_index_url) + links))
     return path, sources, config.root / f".venv-{target.name}"

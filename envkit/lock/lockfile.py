@@ -85,12 +85,10 @@ def lock_path(config: ProjectConfig, name: str) -> Path:
 
 
 def lock_inputs(target: Target) -> LockInputs:
-    from envkit.render.target_files import requirements
-
     torch_index = torch_index_of(target.torch_variant)
     return LockInputs(
         target=target.name,
-        requirements=tuple(requirements(target)),
+        requirements=tuple(target.requirements()),
         platform=f"x86_64-manylinux_{base_glibc(target).replace('.', '_')}",
         python=target.python,
         index_url=target.pip_index_url,
