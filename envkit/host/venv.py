@@ -160,7 +160,9 @@ def _install(tool: str, venv: Path, what: list[str], sources: Sources) -> None:
     where = [*(["--index-url", sources.index_url] if sources.index_url else []),
              *(arg for link in sources.find_links for arg in ("--find-links", link))]
     if tool == "uv":
-        argv = [find_uv(), "pip", "install", "--python", python, "--only-binary", ":all:", "--quiet", *what, *where]
+        # Bytecode as pip writes it, so that both installers make the same venv and first imports are quick.
+        argv = [find_uv(), "pip", "install", "--python", python, "--compile-bytecode", "--only-binary", ":all:", "--quiet",
+                *what, *where]
     else:
         argv = [python, "-m", "pip", "install", "--only-binary=:all:", "--disable-pip-version-check", "--quiet", *what, *where]
     _run(argv, f"{tool} install")
