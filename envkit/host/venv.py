@@ -184,6 +184,23 @@ def _reason(stderr: str, what: str) -> str:
     return f"{what} failed: " + " ".join(" ".join(errors or lines[-1:] or ["no output"]).split())[:400]
 
 
+def interpreter_lock() -> dict | None:
+    """The marker of the venv this interpreter runs in ({"lock": path, "lock_sha256": ...}), or None."""
+    try:
+        marker = json.loads(Path(sys.prefix, MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) and isinstance(marker.get("lock_sha256"), str) else None
+
+
+def describe_interpreter() -> str:
+    """This interpreter and the lock its runs will name, for the plans' notes."""
+    marker = interpreter_lock()
+    if marker is None:
+        return f"{sys.executable} (made from no lock: its results record lock_sha256 null)"
+    return f"{sys.executable} (made from {marker.get('lock')}: its results name lock sha256 {marker['lock_sha256'][:12]})"
+
+
 def describe(made: Made, lock_path: Path) -> str:
     return (f"made {made.path} from {lock_path} ({len(made.lock.packages)} packages, lock sha256 "
             f"{made.lock.sha256[:12]}) with Python {made.python}, installed by {made.installer}")
