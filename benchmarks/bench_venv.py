@@ -29,8 +29,8 @@ from envkit.lock.lockfile import read_lock  # noqa: E402
 
 
 def size_gb(path: Path) -> float:
-    done = subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True, check=True)
-    return int(done.stdout.split()[0]) / 1e9
+    done = subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True)
+    return int(done.stdout.split()[0]) / 1e9 if done.stdout else 0.0
 
 
 def install(lock: Path, installer: str, work: Path, cache: Path) -> tuple[float, float]:
@@ -59,6 +59,7 @@ def main() -> int:
     print(f"lock {args.lock.relative_to(REPO) if args.lock.is_relative_to(REPO) else args.lock}: "
           f"{len(lock.packages)} packages, {args.lock.stat().st_size} bytes, python {lock.python}")
     rows = []
+    print(f"{'installer':<10}{'cold s':>10}{'warm s':>10}{'venv GB':>10}{'cache GB':>10}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-venv-", dir=args.work) as scratch:
         work = Path(scratch)
         for installer in args.installers:
@@ -66,10 +67,8 @@ def main() -> int:
             cold, gigabytes = install(args.lock, installer, work, cache)
             warm, _ = install(args.lock, installer, work, cache)
             rows.append((installer, cold, warm, gigabytes, size_gb(cache)))
-            shutil.rmtree(cache)
-    print(f"{'installer':<10}{'cold s':>10}{'warm s':>10}{'venv GB':>10}{'cache GB':>10}")
-    for installer, cold, warm, gigabytes, cache_gb in rows:
-        print(f"{installer:<10}{cold:>10.1f}{warm:>10.1f}{gigabytes:>10.2f}{cache_gb:>10.2f}")
+            print(f"{installer:<10}{cold:>10.1f}{warm:>10.1f}{gigabytes:>10.2f}{rows[-1][4]:>10.2f}", flush=True)
+            shutil.rmtree(cache, ignore_errors=True)
     if len(rows) == 2:
         (_, cold_a, warm_a, _, _), (_, cold_b, warm_b, _, _) = rows
         print(f"{rows[0][0]} / {rows[1][0]}: cold {cold_a / cold_b:.2f}x, warm {warm_a / warm_b:.2f}x")
