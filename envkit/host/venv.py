@@ -67,7 +67,8 @@ def make_venv(lock_path: Path, path: Path, *, python: str | None = None, sources
         tool = "uv" if uv else "pip"
         if uv is None and installer == "auto" and "uv" in lock.packages:
             # No uv here, but the lock pins it (the dev lock does): pip installs that one, hash-checked,
-            # and it installs the rest, downloading in parallel (benchmarks/bench_venv.py).
+            # and it installs the rest. Cold the two take about as long; uv keeps its cache where pip's
+            # may stay empty, so a venv remade after a relock takes half pip's time (benchmarks/bench_venv.py).
             with tempfile.NamedTemporaryFile("w", suffix=".lock", prefix="envkit-uv-") as entry:
                 entry.write(requirement_entry(lock_path, "uv") + "\n")
                 entry.flush()
