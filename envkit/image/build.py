@@ -11,7 +11,6 @@ place where a client binary is needed.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -20,6 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from envkit.image.names import check_registry
 from envkit.image.build_context import (
     TAG_HEX,
     BuildOptions,
@@ -37,8 +37,6 @@ from envkit.errors import EnvkitError
 LATEST = "latest"
 # How much of a failed build's log is kept to find the line that says why.
 LOG_TAIL_LINES = 400
-# BuildKit's plain progress prefixes each line of a step's output with "#<step> <seconds> ".
-_REGISTRY = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
 
 
 @dataclass(frozen=True)
@@ -155,8 +153,7 @@ def resolve_image(client, target_name: str, tag: str | None = None):
 
 
 def push(target, registry: str, tag: str | None = None, progress=None) -> list[str]:
-    if not _REGISTRY.match(registry):
-        raise EnvkitError(f"registry '{registry}' is not valid: give HOST[:PORT][/PATH] in lowercase, e.g. registry.example.com:5000/team")
+    check_registry(registry)
     client = connect_docker()
     image, content_tag = resolve_image(client, target.name, tag)
     remote = f"{registry}/{repository(target.name)}"
