@@ -1,4 +1,4 @@
-"""Images in the engine: their names, building them, and pushing them to a registry.
+"""Images in the engine: their names, building them, and pushing them to a registry (by digest: image/pushed.py).
 
 A target's images are ``envkit-<target>:<content hash>`` plus ``latest`` for the newest.
 Builds go through the docker CLI (BuildKit); everything else goes through the Docker
@@ -11,7 +11,6 @@ place where a client binary is needed.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -31,14 +30,14 @@ from envkit.image.build_context import (
     stage_context,
     staging_area,
 )
-from envkit.support.docker_client import connect_docker, docker_sdk
 from envkit.errors import EnvkitError
+from envkit.image.pushed import Pushed
+from envkit.support.docker_client import connect_docker, docker_sdk
+from envkit.support.install_log import hash_mismatch
 
 LATEST = "latest"
 # How much of a failed build's log is kept to find the line that says why.
 LOG_TAIL_LINES = 400
-# BuildKit's plain progress prefixes each line of a step's output with "#<step> <seconds> ".
-_STEP_PREFIX = re.compile(r"^#\d+ \d+\.\d+ ")
 
 
 @dataclass(frozen=True)
@@ -100,27 +99,6 @@ def _docker_build(context: Path, args: dict[str, str], tags: tuple[str, ...], no
         raise EnvkitError(f"docker build of {tags[0]} failed (exit {process.returncode}); the build log is above", exit_code=1)
 
 
-def hash_mismatch(log: list[str]) -> str | None:
-    """pip's refusal of a file whose sha256 the lock does not list, as one line naming the package."""
-    lines = [_STEP_PREFIX.sub("", line).strip() for line in log]
-    try:
-        start = next(i for i, line in enumerate(lines) if "DO NOT MATCH THE HASHES" in line)
-    except StopIteration:
-        return None
-    found = {}
-    for line in lines[start + 1 :]:
-        if " from " in line and line.endswith(":") and "package" not in found:
-            found["package"] = line.split(" from ", 1)[0]
-        elif line.startswith(("Expected sha256", "Got")) and line.split()[0] not in found:
-            found[line.split()[0]] = line.split()[-1]
-    package = found.get("package", "a package")
-    return (
-        f"pip refused {package}: its file has sha256 {found.get('Got', '?')}, which the lock does not list "
-        f"(expected {found.get('Expected', '?')}); the lock or the wheel was changed: relock with "
-        f"'envkit lock', or replace the wheel with the locked one"
-    )
-
-
 def build(root: Path, target, options: BuildOptions) -> BuiltImage:
     client = connect_docker()
     repo = repository(target.name)
@@ -175,7 +153,8 @@ def resolve_image(client, target_name: str, tag: str | None = None):
     return image, content_tags[0]
 
 
-def push(target, registry: str, tag: str | None = None, progress=None) -> list[str]:
+def push(target, registry: str, tag: str | None = None, progress=None) -> list[Pushed]:
+    """Push the image under its content tag and latest; each with the manifest digest the registry answered."""
     check_registry(registry)
     client = connect_docker()
     image, content_tag = resolve_image(client, target.name, tag)
@@ -183,14 +162,19 @@ def push(target, registry: str, tag: str | None = None, progress=None) -> list[s
     pushed = []
     docker = docker_sdk()
     for remote_tag in (content_tag.rpartition(":")[2], LATEST):
+        digest = None
         try:
             image.tag(remote, remote_tag)
             for line in client.images.push(remote, tag=remote_tag, stream=True, decode=True):
                 if "error" in line:
                     raise EnvkitError(f"push of {remote}:{remote_tag} failed: {line['error']}", exit_code=1)
+                # The engine's last word on a push: {"aux": {"Tag": ..., "Digest": "sha256:...", "Size": ...}}.
+                digest = (line.get("aux") or {}).get("Digest") or digest
                 if progress and line.get("status") and not line.get("progressDetail"):
                     progress(line["status"])
         except docker.errors.APIError as exc:
             raise EnvkitError(f"push of {remote}:{remote_tag} failed: {exc.explanation or exc}", exit_code=1) from None
-        pushed.append(f"{remote}:{remote_tag}")
+        if not digest:
+            raise EnvkitError(f"push of {remote}:{remote_tag} ended without the registry's digest: push again", exit_code=1)
+        pushed.append(Pushed(remote, remote_tag, digest, image.id))
     return pushed
