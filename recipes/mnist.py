@@ -3,15 +3,13 @@
     python recipes/mnist.py --device cpu --dataset fake --epochs 2
     python recipes/mnist.py --device cuda
     python recipes/mnist.py --device tpu --cores 1
-    python recipes/mnist.py --device tpu --cores all                    # one process per core
+    python recipes/mnist.py --device tpu --cores all                    # one process per core (TorchTPU: DDP per device)
     python recipes/mnist.py --device tpu --cores all --strategy spmd    # one process, SPMD data parallel
     PJRT_DEVICE=CPU CPU_NUM_DEVICES=2 python recipes/mnist.py --device tpu --strategy spmd   # dry run on CPU
-    python recipes/mnist.py --device tpu --cores all    # in a TorchTPU image: DDP, one process per device
 
 Network, optimiser and schedule are the PyTorch MNIST example's (Adadelta 1.0, StepLR 0.7, batch 128, 10 epochs;
-``--optimizer sgd`` for E3's learning-rate scaling).
-The loop is ``Trainer``, shaped like pytorch/examples' DDP series; recipes/harness/ gives it timers, a progress
-bar, checkpoints (``--resume``) and the results JSON.
+``--optimizer sgd`` for E3). The loop is ``Trainer``, shaped like pytorch/examples' DDP series; recipes/harness/
+gives it timers, a progress bar, checkpoints (``--resume``) and the results JSON.
 """
 
 from __future__ import annotations
@@ -34,9 +32,8 @@ MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 REFERENCE_BATCH = 128  # the batch E1's learning rate was tuned for; --lr-scaling linear scales from it
 FAKE_NOISE = 4.0  # per pixel (templates have std 1): fake data then takes a few epochs to learn
 # Settings a checkpoint must share with the run that resumes it (epochs may grow).
-RESUME_KEYS = ("device", "strategy", "world_size", "dataset", "seed", "per_device_batch", "global_batch", "lr",
-               "lr_scaling", "effective_lr", "gamma", "warmup_epochs", "fake_train_size", "fake_test_size", "optimizer",
-               "momentum")
+RESUME_KEYS = ("device", "strategy", "world_size", "dataset", "seed", "per_device_batch", "global_batch", "lr", "lr_scaling",
+               "effective_lr", "gamma", "warmup_epochs", "fake_train_size", "fake_test_size", "optimizer", "momentum")
 
 
 class Net(nn.Module):
@@ -55,8 +52,7 @@ class Net(nn.Module):
 
 
 def load_data(args) -> tuple[harness.IndexBatchDataset, harness.IndexBatchDataset]:
-    """Train and test sets as normalised in-memory tensors [N, 1, 28, 28] (the values per-sample ToTensor +
-    Normalize give; a training batch is then one gather): real MNIST or the seeded fake set."""
+    """Train and test sets as normalised in-memory tensors [N, 1, 28, 28] (a batch is one gather): MNIST or the fake set."""
     if args.dataset == "fake":  # same class templates for both splits, different samples
         return tuple(harness.IndexBatchDataset(*harness.fake_split(
             size, (1, 28, 28), 10, template_seed=args.seed, sample_seed=args.seed + offset, noise=FAKE_NOISE))
@@ -78,9 +74,8 @@ def load_data(args) -> tuple[harness.IndexBatchDataset, harness.IndexBatchDatase
 # The published 8-core run was slower than one core (158.9 s vs 127.2 s) for reasons outside these
 # lines: a .item() every step stalls the device, the 8x global batch needs a scaled learning rate
 # (E3), and an accuracy must count every replica's shard. This recipe avoids all three.
-# On XLA a step is a graph, compiled once while its shapes and constants stay: torch_xla bakes the scalars
-# 0 and ±1 in as constants and feeds others in, so Adadelta's lr of 1.0 in epoch 1, then 0.7, would compile
-# the step twice; parse_args sets XLA_NO_SPECIAL_SCALARS=1, which feeds every scalar in (one graph).
+# On XLA a step is a graph, compiled once while its shapes and constants stay: torch_xla bakes 0 and ±1 in as constants,
+# so an lr of 1.0 in epoch 1, then 0.7, compiles the step twice; XLA_NO_SPECIAL_SCALARS=1 (parse_args) feeds all in.
 # TorchTPU (torch_tpu, torch >= 2.11) runs the same network eagerly on its "tpu" device: one device,
 # or DDP over its "tpu_dist" process group with one process per device (torchrun).
 
@@ -141,7 +136,9 @@ class Trainer:
     def __init__(self, model: nn.Module, strategy: Strategy, loaders: tuple, run: harness.Run, args):
         self.model, self.strategy, self.replicas, self.run, self.args = model, strategy, strategy.replicas, run, args
         self.train_loader, self.test_loader = loaders
-        self.optimizer = make_optimizer(model, args)
+        # Linear lr scaling (E3) is SGD's rule (Goyal et al. 2017); Adadelta at 8x the batch and lr does worse (README, E3).
+        self.optimizer = (torch.optim.SGD(model.parameters(), lr=args.effective_lr, momentum=args.momentum) if args.optimizer == "sgd"
+                          else torch.optim.Adadelta(model.parameters(), lr=args.effective_lr))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, harness.WarmupThenDecay(args.warmup_epochs, args.gamma))
         self.parts = {"model": model, "optimizer": self.optimizer, "scheduler": self.scheduler}  # what a checkpoint holds
         self.first_epoch = run.restore(self.parts)  # --resume: their states, the RNGs and the history so far
@@ -158,8 +155,7 @@ class Trainer:
         self.model.train()
         self.train_loader.sampler.sampler.set_epoch(epoch)  # the DistributedSampler: a new order every epoch
         bar = self.run.progress_bar(self.strategy.batches(self.train_loader), len(self.train_loader), epoch)
-        # Losses stay on the device and are read once per epoch (a per-step .item() syncs every step). A list,
-        # not a running sum: a sum started from zeros would make each epoch's first step a new XLA graph.
+        # Losses stay on the device, read once per epoch (.item() per step syncs); a list, as a sum from zeros is a new XLA graph.
         losses, timer = [], harness.StepTimer(self.replicas.device)
         for images, labels in bar:
             losses.append(self._run_batch(images, labels))
@@ -207,15 +203,6 @@ def train(strategy: Strategy, args) -> None:
     run.write_results(harness.configuration_record(args, replicas, model="mnist-net", image_size=28, cores=cores, **spread), {})
 
 
-def make_optimizer(model: nn.Module, args) -> torch.optim.Optimizer:
-    # Linear learning-rate scaling (E3) is SGD's rule (Goyal et al. 2017). Adadelta's first steps are about
-    # lr x 3e-3 per weight whatever the gradient: at 8x the global batch its lr 8.0 does worse than 1.0
-    # (chance level without warm-up, unstable with it), so E3 runs SGD (README, E3).
-    if args.optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=args.effective_lr, momentum=args.momentum)
-    return torch.optim.Adadelta(model.parameters(), lr=args.effective_lr)
-
-
 def parse_args(argv: list[str] | None):
     parser = harness.RecipeArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     harness.add_common_arguments(parser, default_epochs=10)
@@ -225,8 +212,7 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--tpu-backend", choices=("auto", *tpu_backend.BACKENDS), default="auto",
                         help="tpu only (default: auto, the installed one; torch_xla when both are)")
     harness.add_batch_arguments(parser, reference_batch=REFERENCE_BATCH, default="per-device", optimizer="Adadelta (or SGD)", lr=1.0, lr_scaling="linear")
-    parser.add_argument("--optimizer", choices=("adadelta", "sgd"), default="adadelta",
-                        help="adadelta: E1's (default); sgd: SGD with --momentum, the optimiser linear lr scaling is for (E3: give --lr, e.g. 0.01)")
+    parser.add_argument("--optimizer", choices=("adadelta", "sgd"), default="adadelta", help="adadelta: E1's (default); sgd: with --momentum (E3)")
     parser.add_argument("--momentum", type=float, default=0.9, help="--optimizer sgd: momentum (default: 0.9)")
     parser.add_argument("--gamma", type=harness.positive_float, default=0.7, help="learning-rate decay per epoch (default: 0.7)")
     parser.add_argument("--test-batch", type=harness.positive_int, default=1000, help="evaluation batch per process (default: 1000)")
