@@ -81,7 +81,10 @@ def tree(project: Path) -> dict[str, tuple[int, bytes]]:
 
 
 def make(project: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "--no-print-directory", "-C", str(project), *args], capture_output=True, text=True)
+    # A top-level make whatever runs the tests: under `make test` the inherited MAKELEVEL would
+    # make it say "make[1]:", and MAKEFLAGS would pass the outer make's flags on.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    return subprocess.run(["make", "--no-print-directory", "-C", str(project), *args], capture_output=True, text=True, env=env)
 
 
 def dry_run(project: Path, *args: str) -> list[str]:
