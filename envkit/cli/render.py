@@ -160,19 +160,14 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def _render(config_path: Path, selection: str):
     """Render in full, and remember the result with every file it read (envkit.render.memo)."""
-    from envkit.lock.lockfile import lock_path
     from envkit.project.config import load_config
-    from envkit.project.datafile import DATA_DIR
     from envkit.render import memo
     from envkit.render import target_files as render
 
     config = load_config(config_path)
     names = list(config.targets) if selection == "--all" else [config.target(selection).name]
     files = render.render_targets(config, names)
-    read = [config.path, *DATA_DIR.iterdir(), *(path for path in (config.root / "templates").rglob("*") if path.is_file())]
-    for name in names:
-        read += [lock_path(config, name), *config.targets[name].ca_certificates]
-    memo.remember(config_path, selection, names, files, read)
+    memo.remember(config_path, selection, names, files, render.files_read(config, names))
     return names, files
 
 

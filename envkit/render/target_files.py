@@ -12,6 +12,7 @@ import jinja2
 from envkit.project import kinds
 from envkit.lock.base_digest import split_reference
 from envkit.project.config import ProjectConfig, Target
+from envkit.project.datafile import DATA_DIR
 from envkit.project.experiments import load_experiments
 from envkit.errors import EnvkitError
 from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
@@ -56,6 +57,14 @@ def render_targets(config: ProjectConfig, names: list[str], locks: Path | None =
             text = _render_template(env, template.format(kind=target.kind), context)
             files.append(RenderedFile(Path(name) / filename, text, mode))
     return files
+
+
+def files_read(config: ProjectConfig, names: list[str]) -> list[Path]:
+    """Every file render_targets reads for ``names``: what the render memo must see unchanged."""
+    read = [config.path, *DATA_DIR.iterdir(), *(path for path in (config.root / "templates").rglob("*") if path.is_file())]
+    for name in names:
+        read += [lock_path(config, name), *config.targets[name].ca_certificates]
+    return read
 
 
 def _environment(templates: Path) -> jinja2.Environment:
