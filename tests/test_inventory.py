@@ -117,6 +117,22 @@ def test_saved_tarball_applies_layers_and_whiteouts(tmp_path):
     assert found.image_id == "sha256:" + hashlib.sha256(json.dumps(config).encode()).hexdigest()
 
 
+def test_a_later_layer_replaces_directories_and_files_whole(tmp_path):
+    lower = tar_bytes({**filesystem(), "opt/tool/bin/run": b"r", "opt/tool/lib/x": b"x", "srv/data": b"d"})
+    # opt/tool becomes a file, srv/data a directory; a hard link takes its target's content
+    upper = tar_bytes({"opt/tool": b"now a file", "srv/data": None, "srv/data/inner": b"i"})
+    buffer = io.BytesIO(upper)
+    with tarfile.open(fileobj=buffer, mode="a") as archive:
+        info = tarfile.TarInfo("srv/copy")
+        info.type, info.linkname = tarfile.LNKTYPE, "srv/data/inner"
+        archive.addfile(info)
+    found = inventory.from_saved_tarball(saved_image(tmp_path / "img.tar.gz", [lower, buffer.getvalue()], {"config": {}}))
+    assert not [p for p in found.files if p.startswith("opt/tool/")]
+    assert found.files["opt/tool"] == hashlib.sha256(b"now a file").hexdigest()
+    assert found.files["srv/data/inner"] == found.files["srv/copy"] == hashlib.sha256(b"i").hexdigest()
+    assert "srv/data" not in found.files and found.python == {"torch": "2.13.0+cpu", "tqdm": "4.67.1"}
+
+
 def test_a_file_that_is_not_a_saved_image_is_one_line(tmp_path):
     bogus = tmp_path / "x.tar.gz"
     bogus.write_bytes(gzip.compress(b"not a tar"))
