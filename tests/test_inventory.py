@@ -180,14 +180,28 @@ def test_diff_of_a_tampered_saved_image_is_refused(tmp_path):
     assert done.stderr.count("\n") == 1 and "does not match the manifest" in done.stderr
 
 
-def test_verify_verdict_counts_files_but_judges_packages():
-    def found(tqdm_record: str, pyc: bytes):
-        files = filesystem({**dist("tqdm", "4.67.1", tqdm_record), "usr/lib/x.pyc": pyc})
-        return inventory.from_filesystem_tar(io.BytesIO(tar_bytes(files)), "img")
+def found_image(tqdm_record: str, pyc: bytes) -> inventory.Inventory:
+    files = filesystem({**dist("tqdm", "4.67.1", tqdm_record), "usr/lib/x.pyc": pyc})
+    return inventory.from_filesystem_tar(io.BytesIO(tar_bytes(files)), "img")
 
-    same_packages = verify.judge(found("r", b"1"), found("r", b"2"))
-    assert same_packages.reproduced and same_packages.files_differ == ["usr/lib/x.pyc"]
-    assert same_packages.format().endswith("files: 1 of 7 differ in content\n  usr/lib/x.pyc\nreproduced")
-    changed = verify.judge(found("r", b"1"), found("other", b"1"))
+
+def test_verify_without_identical_digests_needs_the_same_packages_and_no_file_differing():
+    same = verify.judge(found_image("r", b"1"), found_image("r", b"1"))
+    assert same.reproduced and same.format().endswith("files: 0 of 7 differ in content\nreproduced")
+    one_file = verify.judge(found_image("r", b"1"), found_image("r", b"2"))
+    assert not one_file.reproduced and one_file.files_differ == ["usr/lib/x.pyc"]
+    assert one_file.format().endswith("files: 1 of 7 differ in content\n  usr/lib/x.pyc\nnot reproduced: 1 files differ in content")
+    changed = verify.judge(found_image("r", b"1"), found_image("other", b"1"))
     assert not changed.reproduced
     assert changed.package_changes == ("python tqdm 4.67.1: installed files differ (RECORD)",)
+    assert changed.format().endswith("not reproduced: 1 package differences, 1 files differ in content")  # its RECORD
+
+
+def test_verify_with_identical_digests_reads_nothing_else():
+    digest = "sha256:" + "ab" * 32
+    verdict = verify.Verdict("envkit-cpu:0123456789ab (sha256:11)", "envkit-cpu:verify (sha256:11)", (digest, digest))
+    assert verdict.reproduced and verdict.format().splitlines()[-2:] == [f"identical: {digest}", "reproduced"]
+    # Digests that differ are said, and the inventories then decide.
+    other = "sha256:" + "cd" * 32
+    differs = verify.judge(found_image("r", b"1"), found_image("r", b"1"), digests=(digest, other))
+    assert differs.reproduced and f"digests differ: {digest} (current), {other} (rebuilt)" in differs.format()

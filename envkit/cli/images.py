@@ -17,10 +17,14 @@ import time
 from pathlib import Path
 
 from envkit.cli.options import add_config, load_target
+from envkit.image import BUILDERS
 
 
-def add_build_inputs(parser) -> None:
+def add_build_inputs(parser, builder_default: str | None = BUILDERS[0]) -> None:
     """The options that change what a build contains (build, experiment, verify)."""
+    parser.add_argument("--builder", choices=BUILDERS, default=builder_default,
+                        help=f"what builds the image (default: {builder_default or 'the one that built the current image'}); "
+                             "buildah gives identical digests on rebuild and moves its image into the Docker engine")
     parser.add_argument("--base-image", help="override the BASE_IMAGE build arg")
     parser.add_argument("--wheelhouse", type=Path, help="install only from the *.whl files in this directory (air-gapped hosts)")
     parser.add_argument("--ca-cert", action="append", default=[], type=Path, metavar="FILE", help="extra CA certificate (PEM) to trust inside the image; repeatable")
@@ -42,12 +46,14 @@ def build_options(args, *, no_cache: bool):
         wheelhouse=args.wheelhouse,
         ca_certs=tuple(args.ca_cert),
         build_args=dict(parse_build_arg(a) for a in args.build_arg),
+        builder=args.builder or BUILDERS[0],
     )
 
 
 def build_options_argv(args) -> tuple[str, ...]:
     """Parsed build options back as `envkit build` arguments."""
     argv = ("--no-cache",) if args.no_cache else ()
+    argv += ("--builder", args.builder) if args.builder != BUILDERS[0] else ()
     argv += ("--base-image", args.base_image) if args.base_image else ()
     argv += ("--wheelhouse", str(args.wheelhouse)) if args.wheelhouse else ()
     for cert in args.ca_cert:
@@ -133,7 +139,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     config, target = load_target(args)
     built = build(config.root, target, build_options(args, no_cache=args.no_cache))
     state = "is already built; tagged it latest" if built.reused else "built and tagged latest"
-    print(f"envkit: {built.tag} {state} ({built.size_bytes / 1e9:.2f} GB)", file=sys.stderr)
+    digest = f", digest {built.digest}" if built.digest else ""
+    print(f"envkit: {built.tag} {state} in {built.where} ({built.size_bytes / 1e9:.2f} GB{digest})", file=sys.stderr)
     print(built.tag)
     return 0
 
