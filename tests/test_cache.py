@@ -94,11 +94,11 @@ def test_render_on_a_warm_cache_skips_jsonschema_and_gives_the_same_bytes(tmp_pa
 
 def test_compiled_templates_render_what_fresh_ones_do(cache, repo_root, tmp_path, monkeypatch):
     config = load_config(repo_root / "envkit.yaml")
-    cold = render.render(config, list(config.targets))
-    warm = render.render(config, list(config.targets))  # now from the bytecode cache
+    cold = render.render_targets(config, list(config.targets))
+    warm = render.render_targets(config, list(config.targets))  # now from the bytecode cache
     monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "file-in-the-way" / "x"))
     (tmp_path / "file-in-the-way").write_text("")
-    uncached = render.render(config, list(config.targets))
+    uncached = render.render_targets(config, list(config.targets))
     assert cold == warm == uncached
 
 

@@ -115,7 +115,7 @@ def fake_host(tmp_path, monkeypatch):
         def info(self):
             return {"Runtimes": {"runc": {}, "nvidia": {}}, "DockerRootDir": str(tmp_path)}
 
-    monkeypatch.setattr(doctor, "connect_engine", Engine)
+    monkeypatch.setattr(doctor, "connect_docker", Engine)
     return tmp_path
 
 
@@ -141,7 +141,7 @@ def test_inspect_host_gathers_engine_gpus_and_disk(fake_host, monkeypatch):
 )
 def test_the_docker_builder_gives_no_identical_digests_and_says_why(fake_host, monkeypatch, version, engine_could):
     monkeypatch.setattr(doctor, "device_files", lambda check: [])
-    monkeypatch.setattr(doctor.connect_engine, "version", lambda self: version)
+    monkeypatch.setattr(doctor.connect_docker, "version", lambda self: version)
     docker = doctor.inspect_host().builders[0]
     assert (docker.name, docker.version, docker.identical_digests) == ("docker", version["Version"], False)
     assert doctor.engine_can_give_identical_digests(version) is engine_could
@@ -179,7 +179,7 @@ def test_inspect_host_without_engine_records_the_reason(monkeypatch, tmp_path):
     def no_engine():
         raise EnvkitError(NO_ENGINE)
 
-    monkeypatch.setattr(doctor, "connect_engine", no_engine)
+    monkeypatch.setattr(doctor, "connect_docker", no_engine)
     monkeypatch.setenv("BUILDAH", str(tmp_path / "no-buildah"))
     host = doctor.inspect_host()
     assert host.docker_version is None and host.docker_error == NO_ENGINE
@@ -305,6 +305,6 @@ def test_engine_failures_become_one_actionable_line(monkeypatch, failure, messag
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     monkeypatch.setattr(docker, "from_env", refuse)
     with pytest.raises(EnvkitError) as caught:
-        engine.connect_engine()
+        engine.connect_docker()
     assert str(caught.value).startswith(message)
     assert "\n" not in str(caught.value)

@@ -254,7 +254,7 @@ def engine(monkeypatch):
     )
     client = FakeClient(image)
     for module in (image_build, image_archive):
-        monkeypatch.setattr(module, "connect_engine", lambda: client)
+        monkeypatch.setattr(module, "connect_docker", lambda: client)
     return client
 
 
@@ -452,7 +452,7 @@ def test_build_drives_buildkit_with_both_tags_and_the_args(project, recording_do
     client = FakeClient(image)
     client.images = BuildingImages(image)
     for module in (image_build, image_archive):
-        monkeypatch.setattr(module, "connect_engine", lambda: client)
+        monkeypatch.setattr(module, "connect_docker", lambda: client)
     monkeypatch.setattr(image_build, "git_revision", lambda root: "abc123")
     monkeypatch.setattr(image_build, "source_date_epoch", lambda root, name: "1700000000")
     original_build = image_build._docker_build
@@ -525,6 +525,16 @@ def test_an_existing_content_tag_is_reused_without_building(project, recording_d
     assert built.reused and built.tag == tag
     assert recording_docker() == []  # docker build never ran
     assert "envkit-cpu:latest" in engine.images.image.tags
+
+
+def test_the_build_and_the_recipes_record_one_form_of_git_revision():
+    """The build passes ENVKIT_REVISION; a recipe on the host asks git itself: both give the full hash."""
+    repo = Path(__file__).resolve().parent.parent
+    built = build_context.git_revision(repo)
+    env = {k: v for k, v in os.environ.items() if k != "ENVKIT_REVISION"}
+    probe = "import harness; print(harness.git_revision())"
+    on_host = subprocess.run([sys.executable, "-c", probe], cwd=repo / "recipes", env=env, capture_output=True, text=True, check=True)
+    assert re.fullmatch(r"[0-9a-f]{40}", built) and on_host.stdout.strip() == built
 
 
 # ---------------------------------------------------------------- buildah, faked: its storage is a JSON file
@@ -660,7 +670,7 @@ def buildah_project(project: Path) -> Path:
 def test_buildah_builds_the_same_context_with_the_commit_time_then_moves_the_image_into_the_engine(project, fake_buildah, monkeypatch):
     client = FakeClient(FakeImage(id="", tags=[], labels={}))
     client.images = DaemonImages(fake_buildah, base="envkit-base:bookworm-x")
-    monkeypatch.setattr(image_build, "connect_engine", lambda: client)
+    monkeypatch.setattr(image_build, "connect_docker", lambda: client)
     options = build_context.BuildOptions(builder="buildah", build_args={"HTTP_PROXY": "http://p:3128"})
     built = image_build.build(buildah_project(project), FakeTarget(), options)
 
@@ -696,7 +706,7 @@ def test_buildah_without_an_engine_keeps_the_image_in_its_storage(project, fake_
     def no_engine():
         raise EnvkitError("no Docker engine answers at unix:///x.sock")
 
-    monkeypatch.setattr(image_build, "connect_engine", no_engine)
+    monkeypatch.setattr(image_build, "connect_docker", no_engine)
     built = image_build.build(buildah_project(project), FakeTarget(), build_context.BuildOptions(builder="buildah", no_cache=True))
     assert built.where == "buildah's storage only (no Docker engine to move it into)"
     assert "--no-cache" in fake_buildah.calls("bud")[0] and "pushed" not in fake_buildah.state
@@ -717,7 +727,7 @@ def test_builder_buildah_without_buildah_is_one_line_and_writes_nothing(repo_roo
 
 def test_the_builder_reaches_envkit_build_from_experiment(repo_root):
     from envkit.cli import build_parser
-    from envkit.cli.images import build_options_argv
+    from envkit.cli.options import build_options_argv
 
     args = build_parser().parse_args(["experiment", "--builder", "buildah", "--no-cache", "cpu-mnist"])
     assert build_options_argv(args) == ("--no-cache", "--builder", "buildah")
@@ -754,8 +764,8 @@ def verifiable(project, fake_buildah, monkeypatch, tmp_path):
     """A project built once with buildah into a faked engine; the engine's image carries buildah's label."""
     client = FakeClient(FakeImage(id="", tags=[], labels={}))
     client.images = DaemonImages(fake_buildah, base="envkit-base:bookworm-x")
-    monkeypatch.setattr(image_build, "connect_engine", lambda: client)
-    monkeypatch.setattr("envkit.support.docker_client.connect_engine", lambda: client)
+    monkeypatch.setattr(image_build, "connect_docker", lambda: client)
+    monkeypatch.setattr("envkit.support.docker_client.connect_docker", lambda: client)
     options = build_context.BuildOptions(builder="buildah")
     built = image_build.build(buildah_project(project), FakeTarget(), options)
     client.images.get(built.tag).labels["io.buildah.version"] = "1.28.2"
@@ -797,7 +807,7 @@ def test_verify_refuses_a_rebuild_from_other_inputs(project, fake_buildah, verif
 def test_verify_of_a_target_never_built_is_one_line_and_builds_nothing(project, fake_buildah, engine, monkeypatch,
                                                                         builder, message):
     engine.images.image.tags.clear()
-    monkeypatch.setattr("envkit.support.docker_client.connect_engine", lambda: engine)
+    monkeypatch.setattr("envkit.support.docker_client.connect_docker", lambda: engine)
     with pytest.raises(EnvkitError, match=re.escape(message)) as caught:
         image_verify.verify(project, FakeTarget(), build_context.BuildOptions(), builder)
     assert caught.value.exit_code == 2 and "\n" not in str(caught.value)

@@ -113,28 +113,45 @@ def _tpu_backends(matrix, release) -> str:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from envkit.render import target_files as render
-    from envkit.project.config import load_config
     from envkit.errors import EnvkitError
+    from envkit.render import memo, output as rendered
 
-    config = load_config(args.config)
-    names = list(config.targets) if args.all else [config.target(args.target).name]
-    files = render.render(config, names)
-    output = args.output if args.output is not None else config.root / render.DEFAULT_OUTPUT
+    selection = "--all" if args.all else args.target
+    remembered = memo.recall(args.config, selection)
+    names, files = remembered if remembered is not None else _render(args.config, selection)
+    output = args.output if args.output is not None else args.config.resolve().parent / rendered.DEFAULT_OUTPUT
     if args.stdout:
         for file in files:
             sys.stdout.write(f"==> {file.path.as_posix()} <==\n{file.text}")
         return 0
     if args.check:
-        problems = render.stale(output, files) + (render.orphans(output, names) if args.all else [])
+        problems = rendered.stale(output, files) + (rendered.orphans(output, names) if args.all else [])
         if problems:
             summary = "; ".join(problems)
             raise EnvkitError(f"rendered files are stale: {summary}; run `envkit render --all` and commit", exit_code=1)
         print(f"{len(files)} files under {output} are up to date")
         return 0
-    written = render.write(output, files)
+    written = rendered.write(output, files)
     print(f"rendered {len(files)} files for {', '.join(names)} into {output} ({len(written)} changed)")
     return 0
+
+
+def _render(config_path: Path, selection: str):
+    """Render in full, and remember the result with every file it read (envkit.render.memo)."""
+    from envkit.lock.lockfile import lock_path
+    from envkit.project.config import load_config
+    from envkit.project.datafile import DATA_DIR
+    from envkit.render import memo
+    from envkit.render import target_files as render
+
+    config = load_config(config_path)
+    names = list(config.targets) if selection == "--all" else [config.target(selection).name]
+    files = render.render_targets(config, names)
+    read = [config.path, *DATA_DIR.iterdir(), *(path for path in (config.root / "templates").rglob("*") if path.is_file())]
+    for name in names:
+        read += [lock_path(config, name), *config.targets[name].ca_certificates]
+    memo.remember(config_path, selection, names, files, read)
+    return names, files
 
 
 def _print_table(rows: list[tuple[str, ...]]) -> None:

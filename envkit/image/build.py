@@ -35,7 +35,7 @@ from envkit.image.build_context import (
     stage_context,
     staging_area,
 )
-from envkit.support.docker_client import connect_engine, docker_sdk
+from envkit.support.docker_client import connect_docker, docker_sdk
 from envkit.errors import EnvkitError
 
 LATEST = "latest"
@@ -138,7 +138,7 @@ def hash_mismatch(log: list[str]) -> str | None:
 def build(root: Path, target, options: BuildOptions) -> BuiltImage:
     if options.builder == "buildah":
         return _build_with_buildah(root, target, options)
-    client = connect_engine()
+    client = connect_docker()
     repo = repository(target.name)
     with staging_area(root, target.name) as context:
         stage_context(root, target, options, context)
@@ -186,7 +186,7 @@ def _build_with_buildah(root: Path, target, options: BuildOptions) -> BuiltImage
 
 def _engine_or_none():
     try:
-        return connect_engine()
+        return connect_docker()
     except EnvkitError:
         return None
 
@@ -239,7 +239,7 @@ def rebuild_as(root: Path, target, options: BuildOptions, scratch_tag: str) -> t
             _stream_build(command, os.environ, f"buildah bud of {scratch_tag}")
             return content_tag, buildah.find(scratch_tag).image_id
         _docker_build(context, args, (scratch_tag,), no_cache=True)
-    return content_tag, connect_engine().images.get(scratch_tag).id
+    return content_tag, connect_docker().images.get(scratch_tag).id
 
 
 def find_image(client, reference: str):
@@ -268,7 +268,7 @@ def resolve_image(client, target_name: str, tag: str | None = None):
 def push(target, registry: str, tag: str | None = None, progress=None) -> list[str]:
     if not _REGISTRY.match(registry):
         raise EnvkitError(f"registry '{registry}' is not valid: give HOST[:PORT][/PATH] in lowercase, e.g. registry.example.com:5000/team")
-    client = connect_engine()
+    client = connect_docker()
     image, content_tag = resolve_image(client, target.name, tag)
     remote = f"{registry}/{repository(target.name)}"
     pushed = []

@@ -96,10 +96,10 @@ def verify(root, target, options, builder: str | None = None) -> Verdict:
 
 
 def _engine_or_none():
-    from envkit.support.docker_client import connect_engine
+    from envkit.support.docker_client import connect_docker
 
     try:
-        return connect_engine()
+        return connect_docker()
     except EnvkitError:
         return None
 
@@ -118,10 +118,10 @@ def _same_inputs(content_tag: str, rebuilt_tag: str) -> None:
 
 
 def _verify_docker(root, target, options) -> Verdict:
-    from envkit.support.docker_client import connect_engine
+    from envkit.support.docker_client import connect_docker
     from envkit.image.build import rebuild_as, repository, resolve_image
 
-    client = connect_engine()
+    client = connect_docker()
     current, content_tag = resolve_image(client, target.name)
     scratch = f"{repository(target.name)}:{SCRATCH_TAG}"
     rebuilt_tag, rebuilt_id = rebuild_as(root, target, options, scratch)
