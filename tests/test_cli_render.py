@@ -65,7 +65,7 @@ def test_stdout_shows_tpu_pins_and_writes_nothing(capsys, project):
 def test_check_reports_stale_files_with_exit_1(capsys, project):
     config = str(project / "envkit.yaml")
     assert run(capsys, "render", "--all", "--config", config)[0] == 0
-    text = (project / "envkit.yaml").read_text().replace('cuda: "12.6"', 'cuda: "12.8"')
+    text = (project / "envkit.yaml").read_text().replace('cuda: "12.8"', 'cuda: "13.0"')
     (project / "envkit.yaml").write_text(text)
     code, out, err = run(capsys, "render", "--all", "--check", "--config", config)
     assert code == 1 and out == ""
@@ -97,7 +97,8 @@ def test_matrix_lists_supported_combinations(capsys):
     code, out, _ = run(capsys, "matrix")
     assert code == 0
     row = next(line for line in out.splitlines() if line.startswith("2.9.x"))
-    assert "0.24.x" in row and "cu126 (12.6)" in row and "cu130 (13.0)" in row and row.endswith("torch_xla")
+    assert "0.24.x" in row and "cu128* (12.8), cu126 (12.6), cu130 (13.0)" in row and row.endswith("torch_xla")
+    assert "cu132* (13.2)" in next(line for line in out.splitlines() if line.startswith("2.15.x"))
     assert any(line.startswith("2.14.x") for line in out.splitlines())
     assert any(line.startswith("2.8.x") and "(2.8.0, 2.8.1)" in line and "libtpu 0.0.17" in line for line in out.splitlines())
     assert any(line.startswith("0.2.0") and "2.11.0-2.15.0" in line and ">= 0.0.50" in line for line in out.splitlines())
@@ -107,10 +108,10 @@ def test_matrix_lists_supported_combinations(capsys):
     ("edit", "message"),
     [
         (('torch_xla: "2.9.0"', 'torch_xla: "2.8.0"'), "torch 2.9.0 with torch_xla 2.8.0 is not a released torch_xla pair"),
-        (('cuda: "12.6"', 'cuda: "12.4"'), "valid choices: 12.6, 12.8, 13.0"),
+        (('cuda: "12.8"', 'cuda: "12.4"'), "valid choices: 12.6, 12.8, 13.0"),
         (("kind: cpu", "kind: cpu\n    pyhton: '3.11'"), "did you mean 'python'?"),
-        (('cuda: "12.6"', 'cuda: "12.6"\n    gpus: [0, x]'), "targets.cuda.gpus[1]"),
-        (('cuda: "12.6"', 'cuda: "12.6"\n    apt_packages: ["git;id"]'), "targets.cuda.apt_packages[0]"),
+        (('cuda: "12.8"', 'cuda: "12.8"\n    gpus: [0, x]'), "targets.cuda.gpus[1]"),
+        (('cuda: "12.8"', 'cuda: "12.8"\n    apt_packages: ["git;id"]'), "targets.cuda.apt_packages[0]"),
         (("targets:", "targets: ["), "malformed YAML"),
     ],
 )

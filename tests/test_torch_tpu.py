@@ -4,7 +4,7 @@ Fast, in the dev environment (no TPU backend installed): which backend ``--tpu-b
 what is installed (module discovery faked), the strategies each backend allows, and the backend the
 results record, with TorchTPU's one-device strategy run on the CPU.
 
-Slow, in the TorchTPU environment (``.venv-tpu`` from requirements/tpu.txt, ``make tpu-env``):
+Slow, in the TorchTPU environment (``.venv-tpu`` from requirements/tpu.in, ``make tpu-env``):
 torch-tpu 0.2.0 has no CPU mode, so what runs is its no-TPU path. ``import torch_tpu`` works and
 mnist.py says in one line that there is no TPU, with exit status 2, no traceback and no hang.
 Every such process runs in an empty network namespace (``unshare -n``) with TPU_SKIP_MDS_QUERY=1:

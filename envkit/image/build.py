@@ -36,13 +36,13 @@ from envkit.image.build_context import (
     staging_area,
 )
 from envkit.support.docker_client import connect_docker, docker_sdk
+from envkit.support.install_log import hash_mismatch
 from envkit.errors import EnvkitError
 
 LATEST = "latest"
 # How much of a failed build's log is kept to find the line that says why.
 LOG_TAIL_LINES = 400
 # BuildKit's plain progress prefixes each line of a step's output with "#<step> <seconds> ".
-_STEP_PREFIX = re.compile(r"^#\d+ \d+\.\d+ ")
 _REGISTRY = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
 
 
@@ -112,27 +112,6 @@ def _stream_build(command: list[str], env: Mapping[str, str], what: str) -> None
         if mismatch:
             raise EnvkitError(f"{what} failed: {mismatch}")
         raise EnvkitError(f"{what} failed (exit {process.returncode}); the build log is above", exit_code=1)
-
-
-def hash_mismatch(log: list[str]) -> str | None:
-    """pip's refusal of a file whose sha256 the lock does not list, as one line naming the package."""
-    lines = [_STEP_PREFIX.sub("", line).strip() for line in log]
-    try:
-        start = next(i for i, line in enumerate(lines) if "DO NOT MATCH THE HASHES" in line)
-    except StopIteration:
-        return None
-    found = {}
-    for line in lines[start + 1 :]:
-        if " from " in line and line.endswith(":") and "package" not in found:
-            found["package"] = line.split(" from ", 1)[0]
-        elif line.startswith(("Expected sha256", "Got")) and line.split()[0] not in found:
-            found[line.split()[0]] = line.split()[-1]
-    package = found.get("package", "a package")
-    return (
-        f"pip refused {package}: its file has sha256 {found.get('Got', '?')}, which the lock does not list "
-        f"(expected {found.get('Expected', '?')}); the lock or the wheel was changed: relock with "
-        f"'envkit lock', or replace the wheel with the locked one"
-    )
 
 
 def build(root: Path, target, options: BuildOptions) -> BuiltImage:

@@ -6,8 +6,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from envkit.support.cache import schema_checked
 from envkit.errors import EnvkitError
 
@@ -17,6 +15,8 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 def load_checked(path: Path, schema_path: Path) -> Any:
     """The YAML document at ``path``; a malformed table is one line naming where."""
+    import yaml  # here, not at the top: the lock-file reader imports DATA_DIR with the stdlib alone
+
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (OSError, yaml.YAMLError) as exc:
