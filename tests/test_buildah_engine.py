@@ -52,7 +52,10 @@ def buildah_project(tmp_path_factory, locked) -> tuple[Path, Path]:
 
 
 def build_flags(base_image: str, wheels: Path) -> list[str]:
-    return ["--config", "envkit.yaml", "--base-image", base_image, "--wheelhouse", str(wheels)]
+    # A fixed SOURCE_DATE_EPOCH (the project is no git checkout: it would be the files' mtime,
+    # new every session), so that the layers buildah keeps as its cache are the next session's.
+    return ["--config", "envkit.yaml", "--base-image", base_image, "--wheelhouse", str(wheels),
+            "--build-arg", "SOURCE_DATE_EPOCH=1700000000"]
 
 
 @engine_test

@@ -187,7 +187,7 @@ def _base_into_buildah(reference: str, client) -> None:
     A base neither has is pulled by buildah as Docker would pull it."""
     if buildah.find(reference) is not None or client is None or find_image(client, reference) is None:
         return
-    buildah.copy_from_engine(reference)
+    buildah.pull_from_docker(reference)
 
 
 def into_engine(client, tag: str, image_id: str) -> None:

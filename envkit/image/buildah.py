@@ -29,8 +29,6 @@ from envkit.errors import EnvkitError
 FORMAT = "oci"
 # buildah adds this label to every image it builds; envkit reads it to tell which builder made an image.
 VERSION_LABEL = "io.buildah.version"
-# containers-image's name for a reference without a registry: what `buildah images` lists.
-LOCAL_PREFIX = "localhost/"
 
 
 @dataclass(frozen=True)
@@ -109,9 +107,10 @@ def bud_command(context: Path, args: Mapping[str, str], tags: tuple[str, ...], n
     return command
 
 
-def copy_from_engine(reference: str) -> None:
-    """Copy the Docker engine's image into buildah's storage under ``reference``, so that a
-    build FROM it starts from the engine's bytes and never asks a registry."""
+def pull_from_docker(reference: str) -> None:
+    """Copy the Docker engine's image ``reference`` into containers-storage (buildah's and
+    podman's) under its name (buildah qualifies a short one): a build FROM it then starts from the engine's bytes and
+    never asks a registry, and podman can run it."""
     _run("pull", "--quiet", f"docker-daemon:{reference}")
 
 
