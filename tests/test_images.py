@@ -540,8 +540,10 @@ def test_the_build_and_the_recipes_record_one_form_of_git_revision():
 # ---------------------------------------------------------------- buildah, faked: its storage is a JSON file
 
 FAKE_BUILDAH = r'''
-import hashlib, json, os, sys
+import fcntl, hashlib, json, os, sys
 state_path = os.environ["FAKE_BUILDAH_STATE"]
+lock = open(state_path + ".lock", "w")
+fcntl.flock(lock, fcntl.LOCK_EX)  # verify runs two at once, as buildah's storage allows
 state = json.load(open(state_path)) if os.path.exists(state_path) else {"images": [], "calls": []}
 argv = sys.argv[1:]
 state["calls"].append(argv)

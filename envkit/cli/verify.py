@@ -64,8 +64,9 @@ def _inventory(text: str, config_path: Path):
 
 def cmd_diff(args) -> int:
     from envkit.image.diff import compare, format_sections
+    from envkit.image.inventory import side_by_side
 
-    a, b = _inventory(args.a, args.config), _inventory(args.b, args.config)
+    a, b = side_by_side(lambda: _inventory(args.a, args.config), lambda: _inventory(args.b, args.config))
     sections = compare(a, b)
     sys.stdout.write(format_sections(sections, a, b) + "\n")
     return 1 if any(section.differs for section in sections) else 0

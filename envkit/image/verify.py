@@ -19,7 +19,7 @@ from pathlib import Path
 
 from envkit.image.diff import dict_changes, file_changes, record_changes
 from envkit.errors import EnvkitError
-from envkit.image.inventory import Inventory, from_engine_image, from_saved_tarball
+from envkit.image.inventory import Inventory, from_engine_image, from_saved_tarball, side_by_side
 
 # The differing files a report names before it only counts them.
 FILES_SHOWN = 20
@@ -127,7 +127,8 @@ def _verify_docker(root, target, options) -> Verdict:
     rebuilt_tag, rebuilt_id = rebuild_as(root, target, options, scratch)
     try:
         _same_inputs(content_tag, rebuilt_tag)
-        return judge(from_engine_image(client, current.id), from_engine_image(client, rebuilt_id))
+        return judge(*side_by_side(lambda: from_engine_image(connect_docker(), current.id),
+                                   lambda: from_engine_image(connect_docker(), rebuilt_id)))
     finally:
         client.images.remove(scratch, noprune=False)
 
@@ -157,12 +158,13 @@ def _verify_buildah(root, target, options) -> Verdict:
             return Verdict(f"{content_tags[0]} ({current.image_id})", f"{scratch} ({rebuilt.image_id})",
                            (current.digest, rebuilt.digest))
         with tempfile.TemporaryDirectory(prefix="envkit-verify-") as scratch_dir:
-            inventories = []
-            for name, image in ((content_tags[0], current), (scratch, rebuilt)):
-                archive = Path(scratch_dir) / f"{len(inventories)}.tar"
+
+            def read(name: str, image, archive: Path) -> Inventory:
                 buildah.push(image.image_id, f"docker-archive:{archive}")
-                inventories.append(dataclasses.replace(from_saved_tarball(archive), source=name))
-                archive.unlink()
+                return dataclasses.replace(from_saved_tarball(archive), source=name)
+
+            inventories = side_by_side(lambda: read(content_tags[0], current, Path(scratch_dir) / "current.tar"),
+                                       lambda: read(scratch, rebuilt, Path(scratch_dir) / "rebuilt.tar"))
         return judge(*inventories, digests=(current.digest, rebuilt.digest))
     finally:
         buildah.untag(scratch)
