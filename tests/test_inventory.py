@@ -156,6 +156,19 @@ def test_diff_of_two_results_names_the_package_and_the_lock(tmp_path):
     assert sections["apt packages"].unknown == "not recorded by A or B"
 
 
+def test_a_host_run_and_an_image_run_of_one_lock_differ_only_where_they_really_do(tmp_path):
+    """The host's venv (envkit venv) and the image install the same lock; each venv has its own
+    Python's pip, and the image's Python is its base's patch release."""
+    locked = ["filelock==4.2.12", "torch==2.9.0", "triton==3.5.0"]
+    host = results(tmp_path, "host.json", [*locked, "pip==23.2.1", "setuptools==65.5.0"], lock_sha256="ab" * 32,
+                   cuda="12.8", image=None, image_id=None)
+    image = results(tmp_path, "image.json", [*locked, "pip==24.0", "setuptools==65.5.0"], lock_sha256="ab" * 32,
+                    cuda="12.8", python="3.11.2", image="envkit-cuda:latest", image_id="sha256:" + "cd" * 32)
+    sections = {s.title: s for s in env_diff.compare(inventory.from_results(host), inventory.from_results(image))}
+    assert sections["versions"].changes == ("python: 3.11.7 -> 3.11.2",)
+    assert sections["python packages"].changes == ("pip: 23.2.1 -> 24.0",)
+
+
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "envkit", *args], cwd=cwd, capture_output=True, text=True)
 

@@ -15,7 +15,6 @@ without the wheel or the index it skips, and fails instead under ENVKIT_REQUIRE_
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -28,7 +27,7 @@ import yaml
 
 from envkit.cli import main
 from envkit.lock.lockfile import read_lock
-from wheel_index import IndexServer
+from wheel_index import IndexServer, file_sha256
 from xla_env import environment_missing
 
 pytestmark = pytest.mark.slow
@@ -37,14 +36,6 @@ REPO = Path(__file__).resolve().parent.parent
 TORCH_WHEELS = Path(os.environ.get("ENVKIT_TEST_WHEELS", "/opt/wheels"))
 TORCH = "2.13.0"
 PYTHON = "%d.%d" % sys.version_info[:2]
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +107,7 @@ def test_torch_comes_from_pytorchs_index_by_its_real_hash_and_nothing_else_does(
     assert lock.packages["torch"] == f"{TORCH}+cpu" and "tqdm" in lock.packages
     assert not any(name.startswith(("nvidia-", "triton")) for name in lock.packages)
     # Every file hashed by uv from the bytes it was served: one file per package, the one on its own index.
-    assert lock_hashes(lock_file) == {name: {sha256(files[name])} for name in lock.packages}
+    assert lock_hashes(lock_file) == {name: {file_sha256(files[name])} for name in lock.packages}
     assert files["torch"].parent.parent == pytorch.root and all(files[n].parent.parent == pypi.root for n in lock.packages if n != "torch")
     assert "# indexes: torch, torchvision from PyTorch's cpu index; everything else from the target's pip_index_url\n" in lock_file.read_text()
 

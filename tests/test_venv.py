@@ -117,13 +117,13 @@ def test_the_bootstrap_module_needs_the_standard_library_alone():
 
 @pytest.fixture()
 def probe_index(tmp_path, monkeypatch):
-    """Two real wheels of made-up projects on a loopback index; yields (index URL, {requirement: sha256})."""
+    """Two real wheels of made-up projects on a loopback index; yields (the index, {requirement: sha256})."""
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
     monkeypatch.setenv("PIP_CACHE_DIR", str(tmp_path / "pip-cache"))
     with IndexServer(tmp_path / "www") as server:
         index = server.index("simple")
         pins = {"envkit-probe-a==1.0": index.add("envkit-probe-a", "1.0"), "envkit-probe-b==2.0": index.add("envkit-probe-b", "2.0")}
-        yield index.url, pins
+        yield index, pins
 
 
 def installed(venv: Path) -> dict[str, str]:
@@ -137,7 +137,8 @@ def test_a_venv_holds_exactly_the_lock_and_records_its_sha(tmp_path, probe_index
     """What it costs: two venvs per installer (python -m venv with its pip), about 10 s."""
     from envkit.host.venv import Sources, make_venv
 
-    url, pins = probe_index
+    index, pins = probe_index
+    url = index.url
     lock = tmp_path / "probe.lock"
     lock.write_text(lock_text(THIS_PYTHON, pins))
     venv = tmp_path / "venv"
@@ -168,7 +169,8 @@ def test_a_host_environment_installs_its_lock_or_else_its_pins_unlocked(tmp_path
     """What make xla-env / sky-env / tpu-env run: the lock beside requirements/<name>.in where there is one."""
     from envkit.lock.lockfile import requirements_inputs
 
-    url, pins = probe_index
+    index, pins = probe_index
+    url = index.url
     monkeypatch.setenv("PIP_INDEX_URL", url)  # the unlocked install resolves with pip's own settings
     requirements = tmp_path / "probe.in"
     requirements.write_text("# two probes\nenvkit-probe-a==1.0\nenvkit-probe-b==2.0\n")
@@ -185,3 +187,29 @@ def test_a_host_environment_installs_its_lock_or_else_its_pins_unlocked(tmp_path
     code, out, err = envkit(capsys, "venv", "--requirements", str(requirements), "--path", str(tmp_path / "locked"))
     assert (code, err) == (0, "")
     assert json.loads((tmp_path / "locked" / MARKER).read_text())["lock_sha256"] == hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.mark.slow
+def test_without_uv_pip_installs_the_locks_own_uv_which_installs_the_rest(tmp_path, probe_index, monkeypatch):
+    """What `make venv` does on a fresh host: the dev lock pins uv, pip installs that one (hash-checked)."""
+    import envkit.host.venv as host_venv
+    from envkit.host.venv import Sources, make_venv
+    from wheel_index import file_sha256
+    from xla_env import environment_missing
+
+    index, pins = probe_index
+    url = index.url
+    wheels = tmp_path / "uv-wheel"
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                           "--dest", str(wheels), "uv==0.13.9"], capture_output=True, text=True)
+    if done.returncode != 0:
+        environment_missing(f"pip cannot fetch uv's wheel: {(done.stderr.strip().splitlines() or ['?'])[-1]}", "ENVKIT_REQUIRE_INDEX")
+    [uv_wheel] = wheels.glob("uv-*.whl")
+    served = index.publish(uv_wheel)
+    lock = tmp_path / "probe.lock"
+    lock.write_text(lock_text(THIS_PYTHON, {**pins, "uv==0.13.9": file_sha256(served)}))
+    monkeypatch.setattr(host_venv, "find_uv", lambda: None)
+    made = make_venv(lock, tmp_path / "venv", sources=Sources(index_url=url))
+    assert made.installer == "uv (from the lock, by pip)"
+    assert {"envkit-probe-a", "envkit-probe-b", "uv"} <= set(installed(tmp_path / "venv"))
+

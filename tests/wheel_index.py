@@ -88,10 +88,10 @@ class SimpleIndex:
 
 
     def _fragment(self, wheel: Path) -> str:
-        return f"#sha256={_file_sha256(wheel)}" if self.link_hashes else ""
+        return f"#sha256={file_sha256(wheel)}" if self.link_hashes else ""
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

@@ -21,12 +21,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 from envkit.errors import EnvkitError
-from envkit.lock.lockfile import LockFile, read_lock
+from envkit.lock.lockfile import LockFile, read_lock, requirement_entry
 from envkit.support.atomic import write_text_atomic
 from envkit.support.install_log import hash_mismatch, uv_hash_mismatch
 from envkit.support.uv import find_uv
@@ -59,10 +60,21 @@ def make_venv(lock_path: Path, path: Path, *, python: str | None = None, sources
     lock = _usable_lock(lock_path)
     interpreter, version = find_python(lock.python, python)
     _check_destination(path)
-    tool = _installer(installer)
+    uv = _uv_for(installer)
+    locked = ["--require-hashes", "--no-deps", "-r", str(lock_path)]
     with _replacing(path):
         _run([interpreter, "-m", "venv", str(path)], "python -m venv")
-        _install(tool, path, ["--require-hashes", "--no-deps", "-r", str(lock_path)], sources)
+        tool = "uv" if uv else "pip"
+        if uv is None and installer == "auto" and "uv" in lock.packages:
+            # No uv here, but the lock pins it (the dev lock does): pip installs that one, hash-checked,
+            # and it installs the rest. Cold the two take about as long; uv keeps its cache where pip's
+            # may stay empty, so a venv remade after a relock takes half pip's time (benchmarks/bench_venv.py).
+            with tempfile.NamedTemporaryFile("w", suffix=".lock", prefix="envkit-uv-") as entry:
+                entry.write(requirement_entry(lock_path, "uv") + "\n")
+                entry.flush()
+                _install("pip", path, ["--require-hashes", "--no-deps", "-r", entry.name], sources)
+            uv, tool = str(path / "bin" / "uv"), "uv (from the lock, by pip)"
+        _install(uv or "pip", path, locked, sources)
         marker = {"lock": str(lock_path.resolve()), "lock_sha256": lock.sha256, "python": lock.python, "platform": lock.platform}
         write_text_atomic(path / MARKER, json.dumps(marker, indent=2, sort_keys=True) + "\n")
     return Made(path, lock, version, tool)
@@ -145,25 +157,28 @@ def _check_destination(path: Path) -> None:
         raise EnvkitError(f"{path} exists and is not a virtual environment; remove it or choose another --path")
 
 
-def _installer(choice: str) -> str:
+def _uv_for(choice: str) -> str | None:
+    """The uv binary that installs the lock, or None for pip."""
     if choice not in INSTALLERS:
         raise EnvkitError(f"--installer {choice}: choose one of {', '.join(INSTALLERS)}")
-    if choice == "pip" or (choice == "auto" and find_uv() is None):
-        return "pip"
-    if find_uv() is None:
+    uv = find_uv() if choice != "pip" else None
+    if choice == "uv" and uv is None:
         raise EnvkitError("--installer uv: uv is not installed here; pip install uv, or use --installer pip")
-    return "uv"
+    return uv
 
 
-def _install(tool: str, venv: Path, what: list[str], sources: Sources) -> None:
+def _install(installer: str, venv: Path, what: list[str], sources: Sources) -> None:
+    """Install into ``venv`` with ``installer``: "pip", or the path of a uv binary."""
     python = str(venv / "bin" / "python")
     where = [*(["--index-url", sources.index_url] if sources.index_url else []),
              *(arg for link in sources.find_links for arg in ("--find-links", link))]
-    if tool == "uv":
-        argv = [find_uv(), "pip", "install", "--python", python, "--only-binary", ":all:", "--quiet", *what, *where]
+    if installer != "pip":
+        # Bytecode as pip writes it, so that both installers make the same venv and first imports are quick.
+        argv = [installer, "pip", "install", "--python", python, "--compile-bytecode", "--only-binary", ":all:", "--quiet",
+                *what, *where]
     else:
         argv = [python, "-m", "pip", "install", "--only-binary=:all:", "--disable-pip-version-check", "--quiet", *what, *where]
-    _run(argv, f"{tool} install")
+    _run(argv, f"{'pip' if installer == 'pip' else 'uv'} install")
 
 
 def _run(argv: list[str], what: str) -> None:
@@ -180,6 +195,23 @@ def _reason(stderr: str, what: str) -> str:
         return mismatch
     errors = [line for line in lines if line.lower().startswith(("error:", "cause:", "caused by:"))]
     return f"{what} failed: " + " ".join(" ".join(errors or lines[-1:] or ["no output"]).split())[:400]
+
+
+def interpreter_lock() -> dict | None:
+    """The marker of the venv this interpreter runs in ({"lock": path, "lock_sha256": ...}), or None."""
+    try:
+        marker = json.loads(Path(sys.prefix, MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) and isinstance(marker.get("lock_sha256"), str) else None
+
+
+def describe_interpreter() -> str:
+    """This interpreter and the lock its runs will name, for the plans' notes."""
+    marker = interpreter_lock()
+    if marker is None:
+        return f"{sys.executable} (made from no lock: its results record lock_sha256 null)"
+    return f"{sys.executable} (made from {marker.get('lock')}: its results name lock sha256 {marker['lock_sha256'][:12]})"
 
 
 def describe(made: Made, lock_path: Path) -> str:

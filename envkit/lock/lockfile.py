@@ -229,6 +229,14 @@ def read_lock(path: Path) -> LockFile | None:
     return LockFile(inputs, base, packages, tuple(unhashed), hashlib.sha256(data).hexdigest(), platform, python or None)
 
 
+def requirement_entry(path: Path, name: str) -> str | None:
+    """The lock's line for one package, with its --hash options, or None when the lock does not pin it."""
+    for line in _requirement_lines(path.read_text(encoding="utf-8")):
+        if line and not line.startswith("#") and requirement_name(line) == normalise(name):
+            return line
+    return None
+
+
 def _requirement_lines(text: str) -> list[str]:
     # Joins each requirement with its backslash-continued --hash lines.
     lines, current = [], ""
