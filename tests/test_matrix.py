@@ -6,11 +6,13 @@ import dataclasses
 import functools
 import io
 import zipfile
+from pathlib import Path
 
 import pytest
+import yaml
 
 from envkit.errors import EnvkitError
-from envkit.project.matrix import load_matrix, minor_of, python_in_range, version_key
+from envkit.project.matrix import MATRIX_PATH, load_matrix, minor_of, python_in_range, version_key
 from xla_env import environment_missing
 
 
@@ -187,31 +189,24 @@ def test_a_release_with_no_cuda_build_anywhere_is_one_line(matrix):
 # --------------------------------------------------------------------------- envkit matrix --verify
 
 
+INDEX_FIXTURE = Path(__file__).resolve().parent / "data" / "index.yaml"
+
+
 class FakeIndex:
-    """A PEP 691 simple index built from the matrix itself, served over HTTP on loopback.
+    """A PEP 691 simple index of tests/data/index.yaml (hand-kept, never read from the matrix), served on loopback.
 
     Wheels are small real zips holding only their METADATA; torch-tpu has no PEP 658
     file, so its Requires-Dist is read through HTTP range requests as on the real index.
     """
 
-    def __init__(self, matrix):
+    def __init__(self, releases: dict):
         self.projects: dict[str, dict[str, str]] = {}  # name -> filename -> METADATA
         self.no_pep658 = {"torch-tpu"}
-        for release in matrix.torch.values():
-            for version in release.versions:
-                self.add("torch", version, release.python, [cuda_runtime_pin(release.minor, matrix.cuda[release.pypi_cuda].cuda)])
-                if release.torchvision:
-                    vision = f"{release.torchvision}.{version.split('.')[2]}"
-                    self.add("torchvision", vision, release.python, [f"torch=={version}"])
-        for release in matrix.torch_xla.values():
-            for _, xla in release.pairs:
-                self.add("torch-xla", xla, release.python, [f'{release.libtpu_package}=={release.libtpu}; extra == "tpu"'])
-            if release.libtpu_package == "libtpu":
-                self.add("libtpu", release.libtpu, None, [])
-        for release in matrix.torch_tpu.values():
-            requires = [f"torch>={release.torch[0]},<={release.torch[1]}", f"libtpu>={release.libtpu}"]
-            self.add("torch-tpu", release.version, release.python, requires)
-            self.add("libtpu", release.libtpu, None, [])
+        for name in ("torch", "torchvision", "torch-xla", "torch-tpu"):
+            for version, (python, requires) in releases[name].items():
+                self.add(name, version, tuple(python), requires)
+        for version in releases["libtpu"]:
+            self.add("libtpu", version, None, [])
 
     def add(self, name, version, python, requires, drop=()):
         files = self.projects.setdefault(name, {})
@@ -265,13 +260,6 @@ class FakeIndex:
         return server, f"http://127.0.0.1:{server.server_address[1]}/simple"
 
 
-def cuda_runtime_pin(minor: str, cuda: str) -> str:
-    """How the default index's torch wheels pin their CUDA runtime: the cu12 package up to 2.10, cuda-toolkit after."""
-    if version_key(minor) <= (2, 10):
-        return f'nvidia-cuda-runtime-cu12=={cuda}.90; platform_system == "Linux" and platform_machine == "x86_64"'
-    return f'cuda-toolkit[cublas,cudart]=={cuda}.2; platform_system == "Linux"'
-
-
 @functools.lru_cache(maxsize=None)
 def _wheel_bytes(filename: str, metadata: str) -> bytes:
     buffer = io.BytesIO()
@@ -282,8 +270,8 @@ def _wheel_bytes(filename: str, metadata: str) -> bytes:
 
 
 @pytest.fixture
-def fake_index(matrix):
-    return FakeIndex(matrix)
+def fake_index():
+    return FakeIndex(yaml.safe_load(INDEX_FIXTURE.read_text()))
 
 
 def verify_against(matrix, index):
@@ -321,7 +309,7 @@ def test_verify_finds_nothing_when_the_index_agrees(matrix, fake_index):
         (lambda i: i.add("torch-tpu", "0.2.0", ("3.11", "3.14"), ["torch>=2.11.0,<=2.15.0", "libtpu>=0.0.51"]),
          "torch-tpu 0.2.0: requires libtpu>=0.0.51, the matrix's libtpu floor is 0.0.50"),
         (lambda i: i.projects["libtpu"].clear(), "libtpu 0.0.21 (torch_xla 2.9): not on the index"),
-        (lambda i: i.add("torch", "2.9.1", ("3.10", "3.14"), [cuda_runtime_pin("2.9", "13.0")]),
+        (lambda i: i.add("torch", "2.9.1", ("3.10", "3.14"), ['cuda-toolkit[cudart]==13.0.2; platform_system == "Linux"']),
          "torch 2.9.1: the index's wheel pins CUDA 13.0, the matrix's pypi_cuda says 12.8"),
         (lambda i: i.add("torch", "2.13.0", ("3.10", "3.14"), []),
          "torch 2.13.0: the index's wheel has no nvidia-cuda-runtime-cu12 or cuda-toolkit pin, the matrix's pypi_cuda says 13.0"),
@@ -331,6 +319,28 @@ def test_verify_prints_each_disagreement(matrix, fake_index, change, expected):
     change(fake_index)
     problems, _ = verify_against(matrix, fake_index)
     assert expected in problems
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ('torchvision: "0.24"', 'torchvision: "0.25"'),  # torch 2.9 paired with the wrong torchvision
+        ('"2.8": {versions: ["2.8.0"]', '"2.8": {versions: ["2.8.0", "2.8.1"]'),  # a release that never was
+        ('version: "0.0.21"', 'version: "0.0.22"'),  # torch_xla 2.9 with another libtpu
+        ('python: ["3.10", "3.14"], cuda: [cu126, cu128, cu130], pypi_cuda: cu128, cuda_source: "PyTorch release compatibility matrix, 2.9',
+         'python: ["3.9", "3.14"], cuda: [cu126, cu128, cu130], pypi_cuda: cu128, cuda_source: "PyTorch release compatibility matrix, 2.9'),
+        ('pypi_cuda: cu128, cuda_source: "PyTorch release compatibility matrix, 2.9',
+         'pypi_cuda: cu130, cuda_source: "PyTorch release compatibility matrix, 2.9'),  # the default index's build
+    ],
+    ids=["torchvision-pairing", "invented-release", "libtpu-pin", "python-range", "pypi-cuda"],
+)
+def test_verify_catches_a_wrong_matrix_entry(tmp_path, fake_index, old, new):
+    """The served index is independent data: an error put into a copy of the matrix shows as a disagreement."""
+    text = MATRIX_PATH.read_text()
+    assert text.count(old) == 1
+    (tmp_path / "matrix.yaml").write_text(text.replace(old, new))
+    problems, _ = verify_against(load_matrix.__wrapped__(tmp_path / "matrix.yaml"), fake_index)
+    assert problems
 
 
 def test_verify_cli_exit_codes(matrix, fake_index, capsys):

@@ -41,6 +41,32 @@ def test_report_text_matches_golden(mixed, update_golden, output_format, referen
     check_golden(f"mixed{suffix}.{output_format}", render_report(report, output_format), update_golden)
 
 
+def test_golden_numbers_recomputed_from_the_files_without_envkit():
+    """The golden csv was written by the code it checks: its runs, total_s and accuracy are recomputed
+    here from the JSON files with the json module alone (mean over the runs of one device, size and dataset)."""
+    import csv
+    import statistics
+
+    groups: dict[tuple, list[dict]] = {}
+    for path in sorted(RESULTS.glob("*.json")):
+        try:
+            document = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            continue  # the truncated file, which the report skips too
+        if not isinstance(document, dict) or "total_s" not in document.get("timing", {}):
+            continue
+        setup = document.get("configuration") or document["settings"]  # version 0 kept it in settings
+        key = (document["recipe"], setup["dataset"], setup["device"], str(setup["world_size"]))
+        groups.setdefault(key, []).append(document)
+    rows = list(csv.DictReader((GOLDEN / "mixed.csv").read_text().splitlines()))
+    assert len(rows) == len(groups) == 6
+    for row in rows:
+        runs = groups[(row["recipe"], row["dataset"], row["device"], row["world_size"])]
+        assert int(row["runs"]) == len(runs), row["configuration"]
+        assert float(row["total_s"]) == pytest.approx(statistics.mean(r["timing"]["total_s"] for r in runs), abs=1e-6)
+        assert float(row["test_accuracy"]) == pytest.approx(statistics.mean(r["metrics"]["test_accuracy"] for r in runs), abs=1e-6)
+
+
 def test_cli_prints_table_and_names_each_skipped_file(capsys):
     assert main(["report", str(RESULTS)]) == 0
     captured = capsys.readouterr()
@@ -101,8 +127,8 @@ def test_repeated_runs_and_schema_versions_aggregate(mixed):
     assert sorted(r.run_name for r in cpu_mnist) == ["cpu-a", "cpu-b", "cpu-legacy"]
     legacy = next(r for r in cpu_mnist if r.run_name == "cpu-legacy")
     assert legacy.timing["epoch_s"] == Stat(6.5, pytest.approx(0.3), 2)  # upgraded from the raw list
-    # version 2 is current now: the sample of a newer file is version 3
-    assert any("cifar-cpu-none-v3.json: schema_version 3 is newer" in w for w in warnings)
+    # version 3 is current now: the sample of a newer file is version 4
+    assert any("cifar-cpu-none-v4.json: schema_version 4 is newer" in w for w in warnings)
     text = render_report(build_report(results), "md")
     assert "| cpu ×1 | mnist-net | 128 | 3 | 13.000 ± 0.408 |" in text
 
@@ -283,3 +309,10 @@ def test_a_new_recipe_is_reported_from_data_alone(monkeypatch, tmp_path):
     assert "| speed-up (epoch) |" in text
     write_plot(build_report(runs), tmp_path / "imagenet.png")
     assert (tmp_path / "imagenet.png").stat().st_size > 0
+
+
+def test_a_cpu_count_reads_as_cpus_not_sockets():
+    from envkit.runs.report import environment_line
+
+    assert environment_line({"device_type": "cpu", "device_name": "AMD EPYC", "device_count": 2}) == "AMD EPYC, 2 CPUs"
+    assert environment_line({"device_type": "tpu", "device_name": "TPU v5e", "device_count": 8}) == "TPU v5e ×8"

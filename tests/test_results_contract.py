@@ -4,6 +4,10 @@ older versions upgrade into it, and the code and docs that name its facts agree 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,6 +41,7 @@ def test_mnist_output_keeps_the_contract(mnist_output):
     assert document["environment"]["lock_sha256"] == LOCK
     assert document["environment"]["image_id"] == "sha256:" + "ab" * 32
     assert document["configuration"]["nodes"] == 1 and document["configuration"]["backend"] is None
+    assert results.upgrade(document) == (document, None)  # the current version is read as written
 
 
 def test_report_reads_the_mnist_output(mnist_output):
@@ -53,7 +58,7 @@ def test_older_versions_upgrade_into_the_contract(name, expected):
     old = _sample(name)
     assert contract_errors(old)  # as written, an older file is not version 2
     document, note = results.upgrade(old)
-    assert note is None and document["schema_version"] == results.SCHEMA_VERSION == 2
+    assert note is None and document["schema_version"] == results.SCHEMA_VERSION == 3
     assert_valid_results(document)
     assert {key: document["configuration"][key] for key in expected} == expected
     environment = document["environment"]
@@ -64,17 +69,19 @@ def test_version_1_may_leave_out_what_may_be_null():
     document = _sample("mnist-cpu-a.json")
     for key in ("cores", "strategy", "image_size"):
         del document["configuration"][key]
-    del document["environment"]["cuda"]
+    del document["environment"]["cuda"]  # version 1's name for torch_cuda_build
     upgraded, _ = results.upgrade(document)
     assert_valid_results(upgraded)
-    assert upgraded["configuration"]["cores"] is None and upgraded["environment"]["cuda"] is None
+    assert upgraded["configuration"]["cores"] is None and upgraded["environment"]["torch_cuda_build"] is None
 
 
-def test_version_2_is_read_as_written():
-    document = _sample("mnist-cpu-b.json")
-    assert document["schema_version"] == 2
-    assert_valid_results(document)
-    assert results.upgrade(document) == (document, None)
+def test_version_2s_cuda_is_named_torch_cuda_build():
+    document = json.loads((SAMPLES.parent / "backends" / "cifar-cuda-ddp.json").read_text(encoding="utf-8"))
+    assert document["schema_version"] == 2 and document["environment"]["cuda"] == "13.0"
+    upgraded, note = results.upgrade(document)
+    assert note is None and assert_valid_results(upgraded)["environment"]["torch_cuda_build"] == "13.0"
+    assert "cuda" not in upgraded["environment"]
+    assert {**upgraded["environment"], "cuda": "13.0"} == {**document["environment"], "torch_cuda_build": "13.0"}
 
 
 @pytest.mark.parametrize("change, problem", [
@@ -86,7 +93,7 @@ def test_version_2_is_read_as_written():
     (lambda d: d["environment"].update(distributions=["torch==2.14.1", "numpy==2.3.5"]), "environment.distributions: not sorted"),
 ], ids=["nodes", "backend-off-tpu", "backend-on-tpu", "lock", "unnormalised", "unsorted"])
 def test_contract_violations_are_named(change, problem):
-    document = _sample("mnist-cpu-b.json")
+    document, _ = results.upgrade(_sample("mnist-cpu-b.json"))
     change(document)
     problems = contract_errors(document)
     assert len(problems) == 1 and problems[0].startswith(problem)
@@ -94,10 +101,19 @@ def test_contract_violations_are_named(change, problem):
         assert_valid_results(document)
 
 
-def test_code_reads_its_facts_from_the_schema():
-    schema = json.loads((REPO_ROOT / "envkit" / "data" / "results.schema.json").read_text(encoding="utf-8"))
-    assert results.SCHEMA_VERSION == schema["properties"]["schema_version"]["const"]
-    assert results.KNOWN_RECIPES == tuple(schema["properties"]["recipe"]["enum"])
+def test_code_reads_its_facts_from_the_schema(tmp_path):
+    """A copy of envkit whose schema says version 7, a third recipe and a new statistic: the code follows the file."""
+    shutil.copytree(REPO_ROOT / "envkit", tmp_path / "envkit", ignore=shutil.ignore_patterns("__pycache__"))
+    path = tmp_path / "envkit" / "data" / "results.schema.json"
+    schema = json.loads(path.read_text(encoding="utf-8"))
+    schema["properties"]["schema_version"]["const"] = 7
+    schema["properties"]["recipe"]["enum"].append("imagenet")
+    schema["properties"]["timing"]["properties"]["warmup_s"] = {"$ref": "#/$defs/stat"}
+    path.write_text(json.dumps(schema), encoding="utf-8")
+    probe = "from envkit.runs import results as r; print(r.SCHEMA_VERSION, r.KNOWN_RECIPES[-1], r.STAT_KEYS[-1])"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert done.stdout.split() == ["7", "imagenet", "warmup_s"]
     assert set(results.STAT_KEYS) == {"iter_s", "epoch_s", "steady_epoch_s", "train_epoch_s", "test_epoch_s"}
     # no second copy of the schema in Python
     assert "RESULTS_SCHEMA" not in (REPO_ROOT / "envkit" / "runs" / "results.py").read_text(encoding="utf-8")

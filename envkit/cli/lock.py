@@ -35,8 +35,8 @@ def register(subparsers) -> None:
     mode.add_argument(
         "--check",
         action="store_true",
-        help="offline: exit 1 naming each stale lock (changed inputs, missing hashes, CUDA packages in cpu); "
-        "all targets unless --target",
+        help="offline: one line per target (fresh, stale and why, or unlocked); exit 1 when a lock is stale "
+        "(changed inputs, packages edited by hand, missing hashes, CUDA packages in cpu); all targets unless --target",
     )
     mode.add_argument(
         "--upgrade-package",
@@ -66,12 +66,10 @@ def cmd_lock(args: argparse.Namespace) -> int:
     else:
         raise EnvkitError("envkit lock: choose the targets: --target NAME or --all")
     if args.check:
-        from envkit.lock.lockfile import check
+        from envkit.lock.lockfile import lock_status
 
-        stale, unlocked = check(config, names)
-        for line in unlocked + stale:
-            print(line)
-        return 1 if stale else 0
+        statuses = [lock_status(config, name) for name in names]
+        return _report(statuses, f"--target {statuses[0].target}" if len(statuses) == 1 else "--all")
     from envkit.lock.resolve import lock_targets
 
     # The Dockerfile records the lock's sha256, so render follows: make re-renders by itself
@@ -81,12 +79,21 @@ def cmd_lock(args: argparse.Namespace) -> int:
 
 def _lock_requirements(args: argparse.Namespace) -> int:
     if args.check:
-        from envkit.lock.lockfile import check_requirements
+        from envkit.lock.lockfile import requirements_status
 
-        stale, unlocked = check_requirements(args.requirements)
-        for line in unlocked + stale:
-            print(line)
-        return 1 if stale else 0
+        statuses = [requirements_status(path) for path in args.requirements]
+        return _report(statuses, "--requirements " + " ".join(status.target for status in statuses))
     from envkit.lock.resolve import lock_requirements
 
     return lock_requirements(args.requirements, args.upgrade_package or [], args.torch_index_url)
+
+
+def _report(statuses, fix: str) -> int:
+    """One line per lock, fresh ones included, then one error line for stale ones, as `envkit render --check` does."""
+    for status in statuses:
+        print(status.line())
+    stale = [status for status in statuses if status.state == "stale"]
+    if stale:
+        command = stale[0].relock if len(stale) == 1 else f"envkit lock {fix}"
+        raise EnvkitError(f"locks are stale ({', '.join(s.target for s in stale)}): run `{command}` and commit", exit_code=1)
+    return 0

@@ -18,7 +18,8 @@ def register(subparsers) -> None:
         "targets",
         help="list the configured targets and their pins",
         description="List each target in the config with its kind, base image, pinned versions and lock "
-        "(locked, with the first 12 hex of the lock's sha256, or unlocked).",
+        "(locked or stale, with the first 12 hex of the lock's sha256, or unlocked); a stale lock's reason "
+        "follows the table, as `envkit lock --check` gives it.",
     )
     add_config(targets)
     targets.set_defaults(func=cmd_targets)
@@ -58,15 +59,23 @@ def register(subparsers) -> None:
 
 def cmd_targets(args: argparse.Namespace) -> int:
     from envkit.project.config import load_config
-    from envkit.lock.lockfile import lock_path, read_lock
+    from envkit.lock.lockfile import lock_status
 
     config = load_config(args.config)
     rows = [("TARGET", "KIND", "BASE IMAGE", "LOCK", "PINS")]
+    stale = []
     for target in config.targets.values():
         pins = " ".join(f"{name}={version}" for name, version in target.pins().items())
-        lock = read_lock(lock_path(config, target.name))
-        rows.append((target.name, target.kind, target.base_image, f"locked {lock.sha256[:12]}" if lock else "unlocked", pins))
+        status = lock_status(config, target.name)
+        lock = {"fresh": "locked", "stale": "stale"}.get(status.state, "unlocked")
+        if status.lock is not None:
+            lock += f" {status.lock.sha256[:12]}"
+        rows.append((target.name, target.kind, target.base_image, lock, pins))
+        stale += [status.line()] if status.state == "stale" else []
     _print_table(rows)
+    if stale:
+        print()
+        print("\n".join(stale))
     return 0
 
 
@@ -128,14 +137,24 @@ def cmd_render(args: argparse.Namespace) -> int:
             sys.stdout.write(f"==> {file.path.as_posix()} <==\n{file.text}")
         return 0
     if args.check:
-        problems = rendered.stale(output, files) + (rendered.orphans(output, names) if args.all else [])
-        if problems:
-            summary = "; ".join(problems)
-            raise EnvkitError(f"rendered files are stale: {summary}; run `envkit render --all` and commit", exit_code=1)
-        print(f"{len(files)} files under {output} are up to date")
+        # One line per target, up to date or not, then one error line saying what to run.
+        stale_targets = []
+        for name in names:
+            problems = rendered.stale(output, [file for file in files if file.path.parts[0] == name])
+            print(f"{name}: {'; '.join(problems)}" if problems else f"{name}: up to date ({output / name})")
+            stale_targets += [name] if problems else []
+        orphans = rendered.orphans(output, names) if args.all else []
+        for line in orphans:
+            print(line)
+        if stale_targets or orphans:
+            fix = "--all" if args.all else f"--target {args.target}"
+            what = ", ".join(stale_targets + [f"{len(orphans)} removed target(s)"] * bool(orphans))
+            raise EnvkitError(f"rendered files are stale ({what}): run `envkit render {fix}` and commit", exit_code=1)
         return 0
     written = rendered.write(output, files)
-    print(f"rendered {len(files)} files for {', '.join(names)} into {output} ({len(written)} changed)")
+    removed = rendered.remove_leftovers(output, names) if args.all else []
+    print(f"rendered {len(files)} files for {', '.join(names)} into {output} ({len(written)} changed)"
+          + "".join(f"; removed {directory}'s rendered files (not a target in the config)" for directory in removed))
     return 0
 
 

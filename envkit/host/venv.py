@@ -29,6 +29,7 @@ from typing import Iterator
 from envkit.errors import EnvkitError
 from envkit.lock.lockfile import LockFile, read_lock, requirement_entry
 from envkit.support.atomic import write_text_atomic
+from envkit.support.bounded_load import load_json
 from envkit.support.install_log import hash_mismatch, uv_hash_mismatch
 from envkit.support.uv import find_uv
 
@@ -199,9 +200,10 @@ def _reason(stderr: str, what: str) -> str:
 
 def interpreter_lock() -> dict | None:
     """The marker of the venv this interpreter runs in ({"lock": path, "lock_sha256": ...}), or None."""
+    path = Path(sys.prefix, MARKER)
     try:
-        marker = json.loads(Path(sys.prefix, MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        marker = load_json(path) if path.is_file() else None
+    except EnvkitError:
         return None
     return marker if isinstance(marker, dict) and isinstance(marker.get("lock_sha256"), str) else None
 

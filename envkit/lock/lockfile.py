@@ -9,7 +9,8 @@ the config and the matrix are imported where they are used.
 A lock is a pip requirements file (`name==version` and its `--hash=sha256:`
 lines, no URLs) under a comment header. The header records the sha256 of the
 inputs, so a changed top-level pin, index setting, platform or Python shows up
-as a stale lock without contacting any index.
+as a stale lock without contacting any index, and the sha256 of the packages
+below it, so a hand-edited lock shows too.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from envkit.errors import EnvkitError
 from envkit.project.datafile import DATA_DIR
+from envkit.support.bounded_load import Refused, load_yaml, read_stream
 
 if TYPE_CHECKING:
     from envkit.project.config import ProjectConfig, Target
@@ -36,6 +38,7 @@ TORCH_INDEX_PACKAGES = ("torch", "torchvision")
 # A cpu image that pulls these has resolved PyPI's CUDA build of torch.
 CUDA_ONLY_PREFIXES = ("nvidia-", "triton")
 INPUTS_LINE = "# inputs-sha256: "
+PACKAGES_LINE = "# packages-sha256: "
 BASE_LINE = "# base-image: "
 PLATFORM_LINE = "# platform: "
 
@@ -76,8 +79,32 @@ class LockFile:
     packages: dict[str, str]  # normalised name -> version
     unhashed: tuple[str, ...]  # requirement lines without a --hash
     sha256: str  # of the whole file: what images and results record
+    packages_sha256: str | None = None  # as the header records it (None: written before envkit recorded it)
+    body_sha256: str = ""  # of the requirement lines below the header as they are now
     platform: str | None = None  # uv's --python-platform it was resolved for
     python: str | None = None  # major.minor it was resolved for
+
+
+@dataclass(frozen=True)
+class LockStatus:
+    """What `envkit lock --check` and `envkit targets` say about one target's lock."""
+
+    target: str  # a target's name, or a host environment's requirements/<name>.in
+    path: str  # relative to the project
+    lock: LockFile | None
+    problems: tuple[str, ...] = ()
+    relock: str = ""  # the command that (re)makes it
+
+    @property
+    def state(self) -> str:
+        return "unlocked" if self.lock is None else "stale" if self.problems else "fresh"
+
+    def line(self) -> str:
+        if self.lock is None:
+            return f"{self.target}: unlocked: {self.path} does not exist ({self.relock})"
+        if self.problems:
+            return f"{self.target}: stale: {self.path}: {'; '.join(self.problems)}"
+        return f"{self.target}: fresh: {self.path} (sha256 {self.lock.sha256[:12]}, {len(self.lock.packages)} packages)"
 
 
 def lock_path(config: ProjectConfig, name: str) -> Path:
@@ -115,10 +142,7 @@ def torch_index_of(variant: str | None) -> str | None:
 
 @lru_cache(maxsize=1)
 def _glibc_table() -> dict[str, str]:
-    import yaml
-
-    with open(GLIBC_PATH, encoding="utf-8") as handle:
-        return yaml.safe_load(handle)["glibc"]
+    return load_yaml(GLIBC_PATH)["glibc"]
 
 
 def base_glibc(target: Target) -> str:
@@ -205,17 +229,23 @@ def requirement_name(requirement: str) -> str:
 def read_lock(path: Path) -> LockFile | None:
     """The parsed lock, or None when the target has none."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as stream:
+            data = read_stream(stream)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise EnvkitError(f"cannot read {path}: {exc.strerror or exc}") from None
-    inputs = base = platform = python = None
+    except Refused as exc:
+        raise EnvkitError(exc.at(path)) from None
+    inputs = base = recorded_packages = platform = python = None
     packages: dict[str, str] = {}
     unhashed = []
-    for line in _requirement_lines(data.decode("utf-8", errors="replace")):
+    text = data.decode("utf-8", errors="replace")
+    for line in _requirement_lines(text):
         if line.startswith(INPUTS_LINE):
             inputs = line[len(INPUTS_LINE) :].strip()
+        elif line.startswith(PACKAGES_LINE):
+            recorded_packages = line[len(PACKAGES_LINE) :].strip()
         elif line.startswith(BASE_LINE):
             base = line[len(BASE_LINE) :].strip()
         elif line.startswith(PLATFORM_LINE):
@@ -226,7 +256,8 @@ def read_lock(path: Path) -> LockFile | None:
             packages[normalise(name.split("[", 1)[0])] = version.split(";", 1)[0]
             if not any(option.startswith("--hash=sha256:") for option in options):
                 unhashed.append(requirement)
-    return LockFile(inputs, base, packages, tuple(unhashed), hashlib.sha256(data).hexdigest(), platform, python or None)
+    return LockFile(inputs, base, packages, tuple(unhashed), hashlib.sha256(data).hexdigest(), recorded_packages,
+                    body_digest(_body(text)), platform, python or None)
 
 
 def requirement_entry(path: Path, name: str) -> str | None:
@@ -234,6 +265,24 @@ def requirement_entry(path: Path, name: str) -> str | None:
     for line in _requirement_lines(path.read_text(encoding="utf-8")):
         if line and not line.startswith("#") and requirement_name(line) == normalise(name):
             return line
+    return None
+
+
+def _body(text: str) -> str:
+    """The requirement lines: everything after the header's leading comment lines."""
+    lines = text.splitlines(keepends=True)
+    start = next((index for index, line in enumerate(lines) if not line.startswith("#")), len(lines))
+    return "".join(lines[start:])
+
+
+def body_digest(body: str) -> str:
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def hand_edited(lock: LockFile) -> str | None:
+    """Why the packages are not the ones envkit lock wrote, or None when they are."""
+    if lock.packages_sha256 is not None and lock.packages_sha256 != lock.body_sha256:
+        return "its packages were edited after it was locked (the packages-sha256 of its header no longer matches)"
     return None
 
 
@@ -252,7 +301,7 @@ def _requirement_lines(text: str) -> list[str]:
     return lines
 
 
-def lock_header(inputs: LockInputs, base_image: str | None, command: str) -> str:
+def lock_header(inputs: LockInputs, base_image: str | None, command: str, body: str) -> str:
     if inputs.torch_index:
         indexes = f"torch, torchvision from PyTorch's {inputs.torch_variant} index; everything else from "
     else:
@@ -268,6 +317,7 @@ def lock_header(inputs: LockInputs, base_image: str | None, command: str) -> str
         f"# Do not edit: change {relock}.",
         f"# Install: pip install --require-hashes --no-deps --only-binary=:all: -r {name}",
         f"{INPUTS_LINE}{inputs.digest()}",
+        f"{PACKAGES_LINE}{body_digest(body)}",
         f"{PLATFORM_LINE}{inputs.platform}, python {inputs.python}",
         f"# indexes: {indexes}",
         f"# top-level: {' '.join(inputs.requirements)}",
@@ -277,41 +327,47 @@ def lock_header(inputs: LockInputs, base_image: str | None, command: str) -> str
     return "\n".join(lines) + "\n"
 
 
-def check(config: ProjectConfig, names: list[str]) -> tuple[list[str], list[str]]:
-    """(stale, unlocked): one line per stale target, one per target without a lock."""
-    stale, unlocked = [], []
-    for name in names:
-        target = config.target(name)
-        path = lock_path(config, name)
-        lock = read_lock(path)
-        if lock is None:
-            unlocked.append(f"{name}: unlocked: {path.relative_to(config.root)} does not exist (envkit lock --target {name})")
-            continue
-        problems = []
-        if lock.inputs_sha256 != lock_inputs(target).digest():
-            problems.append(f"its inputs changed since it was locked (envkit lock --target {name})")
-        if lock.unhashed:
-            problems.append(f"no --hash for {', '.join(lock.unhashed)}")
-        if target.kind == "cpu":
-            cuda_only = sorted(pkg for pkg in lock.packages if pkg.startswith(CUDA_ONLY_PREFIXES))
-            if cuda_only:
-                problems.append(f"a cpu lock with CUDA packages: {', '.join(cuda_only)}")
-        if problems:
-            stale.append(f"{name}: stale: {path.relative_to(config.root)}: {'; '.join(problems)}")
-    return stale, unlocked
+def lock_status(config: ProjectConfig, name: str) -> LockStatus:
+    """Fresh, stale (and why) or unlocked, offline: from the lock and the config alone."""
+    target = config.target(name)
+    path = lock_path(config, name)
+    lock = read_lock(path)
+    relock = f"envkit lock --target {name}"
+    relative = path.relative_to(config.root).as_posix()
+    if lock is None:
+        return LockStatus(name, relative, None, relock=relock)
+    problems = []
+    try:
+        expected = lock_inputs(target).digest()
+    except EnvkitError as exc:  # the config can no longer be locked at all (an unknown base OS, say)
+        problems.append(str(exc))
+        expected = None
+    problems += _problems(lock, expected, relock)
+    if target.kind == "cpu":
+        cuda_only = sorted(pkg for pkg in lock.packages if pkg.startswith(CUDA_ONLY_PREFIXES))
+        if cuda_only:
+            problems.append(f"a cpu lock with CUDA packages: {', '.join(cuda_only)}")
+    return LockStatus(name, relative, lock, tuple(problems), relock)
 
 
-def check_requirements(paths: list[Path]) -> tuple[list[str], list[str]]:
-    """(stale, unlocked), as check() says them for targets: one line per host environment."""
-    stale, unlocked = [], []
-    for path in paths:
-        lock_file = requirements_lock_path(path)
-        lock = read_lock(lock_file)
-        relock = f"envkit lock --requirements {path}"
-        if lock is None:
-            unlocked.append(f"{path}: unlocked: {lock_file} does not exist ({relock})")
-        elif lock.inputs_sha256 != requirements_inputs(path).digest():
-            stale.append(f"{path}: stale: {lock_file}: its inputs changed since it was locked ({relock})")
-        elif lock.unhashed:
-            stale.append(f"{path}: stale: {lock_file}: no --hash for {', '.join(lock.unhashed)}")
-    return stale, unlocked
+def requirements_status(path: Path) -> LockStatus:
+    """The same for a host environment: requirements/<name>.in and its <name>.lock."""
+    lock_file = requirements_lock_path(path)
+    lock = read_lock(lock_file)
+    relock = f"envkit lock --requirements {path}"
+    problems = () if lock is None else tuple(_problems(lock, requirements_inputs(path).digest(), relock))
+    return LockStatus(str(path), str(lock_file), lock, problems, relock)
+
+
+def _problems(lock: LockFile, inputs_sha256: str | None, relock: str) -> list[str]:
+    """Why a lock is stale: changed inputs (None: not known), a header from before packages-sha256, edits, no hashes."""
+    problems = []
+    if inputs_sha256 is not None and lock.inputs_sha256 != inputs_sha256:
+        problems.append(f"its inputs changed since it was locked ({relock})")
+    if lock.packages_sha256 is None:
+        problems.append(f"its header records no packages-sha256 (an older envkit wrote it): {relock}")
+    elif edited := hand_edited(lock):
+        problems.append(f"{edited}: {relock}")
+    if lock.unhashed:
+        problems.append(f"no --hash for {', '.join(lock.unhashed)}")
+    return problems

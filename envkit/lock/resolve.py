@@ -74,7 +74,7 @@ def lock_requirements(files: list[Path], upgrade: list[str], torch_index_url: st
     def text(path: Path, previous: str | None, uv: tuple[str, ...]) -> str:
         torch_index = (torch_index_url or inputs[path].torch_index) if inputs[path].torch_index else None
         body, command = _compile(inputs[path], previous, upgrade, torch_index, uv)
-        return lock_header(inputs[path], None, command) + body
+        return lock_header(inputs[path], None, command, body) + body
 
     return _write_locks({requirements_lock_path(path): functools.partial(text, path) for path in files}, Path.cwd())
 
@@ -152,7 +152,7 @@ def _target_text(
     base = resolve_base(inputs.target, config.target(inputs.target).base_image)
     if base.note:
         print(f"envkit: warning: target {inputs.target}: {base.note}", file=sys.stderr)
-    return lock_header(inputs, base.recorded(), command) + body
+    return lock_header(inputs, base.recorded(), command, body) + body
 
 
 def _compile(

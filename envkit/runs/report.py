@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable
 
-import yaml
-
 from envkit.errors import EnvkitError
 from envkit.project.datafile import DATA_DIR
+from envkit.support.bounded_load import load_yaml
 from envkit.runs.results import CONFIGURATION_KEYS, ENVIRONMENT_KEYS, RunResult, Stat, results_schema, stat_of
 
 DEVICE_ORDER = {"tpu": 0, "cuda": 1, "cpu": 2}
@@ -38,7 +37,7 @@ NOT_APPLICABLE = "–"
 
 
 def _data(name: str):
-    return yaml.safe_load((DATA_DIR / name).read_text(encoding="utf-8"))
+    return load_yaml(DATA_DIR / name)
 
 
 @lru_cache(maxsize=None)
@@ -144,12 +143,14 @@ def _short(value) -> str:
 def environment_line(environment: dict) -> str:
     count = environment.get("device_count")
     name = environment.get("device_name") or environment.get("device_type") or "unknown device"
-    parts = [f"{name} ×{count}" if isinstance(count, int) and count > 1 else name]
-    # torch's CUDA build shows in its version tag already; the cuda runtime matters only on GPUs.
-    keys = ("python", "torch", "torchvision", "torch_xla", "torch_tpu") + (("cuda",) if environment.get("device_type") == "cuda" else ()) + ("image",)
+    # For CPUs device_count is the logical CPUs, which "×2" would read as two sockets.
+    several = "{name}, {count} CPUs" if environment.get("device_type") == "cpu" else "{name} ×{count}"
+    parts = [several.format(name=name, count=count) if isinstance(count, int) and count > 1 else name]
+    # torch's CUDA build shows in its version tag already; on GPUs it is the CUDA runtime that ran.
+    keys = ("python", "torch", "torchvision", "torch_xla", "torch_tpu") + (("torch_cuda_build",) if environment.get("device_type") == "cuda" else ()) + ("image",)
     for key in keys:
         if environment.get(key):
-            parts.append(f"{key} {environment[key]}")
+            parts.append(f"{'cuda' if key == 'torch_cuda_build' else key} {environment[key]}")
     if environment.get("lock_sha256"):
         parts.append(f"lock {_short(environment['lock_sha256'])}")
     return ", ".join(parts)
@@ -297,13 +298,12 @@ def build_report(results: list[RunResult], skipped: int = 0, baseline: str | Non
 
     ``strict``: refuse (EnvkitError) when a section's measured runs differ in environment_facts.
     """
-    grouped: dict[tuple, list[RunResult]] = {}
+    grouped: dict[tuple, tuple[dict, list[RunResult]]] = {}
     for run in results:
         configuration = {key: run.configuration[key] for key in ROW_KEYS}
-        grouped.setdefault((run.recipe, json.dumps(configuration, sort_keys=True)), []).append(run)
+        grouped.setdefault((run.recipe, json.dumps(configuration, sort_keys=True)), (configuration, []))[1].append(run)
     sections: dict[tuple, Section] = {}
-    for (recipe, configuration_json), runs in grouped.items():
-        configuration = json.loads(configuration_json)
+    for (recipe, _), (configuration, runs) in grouped.items():
         section = sections.setdefault((recipe, configuration["dataset"]), Section(recipe, configuration["dataset"]))
         section.rows.append(_row_from_runs(recipe, configuration, runs))
     if baseline is not None:
