@@ -146,7 +146,7 @@ def test_inspect_host_gathers_engine_gpus_and_disk(fake_host, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "version, identical",
+    "version, engine_could",
     [
         ({"Version": "20.10.24+dfsg1"}, False),  # Debian 12's docker.io: BuildKit 0.8
         ({"Version": "25.0.5"}, False),
@@ -155,23 +155,52 @@ def test_inspect_host_gathers_engine_gpus_and_disk(fake_host, monkeypatch):
         ({"Version": "27.0.1", "Components": [{"Name": "buildkit", "Version": "v0.12.5"}]}, False),
     ],
 )
-def test_identical_digests_follow_the_engines_buildkit(fake_host, monkeypatch, version, identical):
+def test_the_docker_builder_gives_no_identical_digests_and_says_why(fake_host, monkeypatch, version, engine_could):
     monkeypatch.setattr(doctor, "device_files", lambda check: [])
     monkeypatch.setattr(doctor.connect_docker, "version", lambda self: version)
+    docker = doctor.inspect_host().builders[0]
+    assert (docker.name, docker.version, docker.identical_digests) == ("docker", version["Version"], False)
+    assert doctor.engine_can_give_identical_digests(version) is engine_could
+    assert ("envkit's docker builds do not ask it to" in docker.note) is engine_could
+    assert docker.buildkit == next((c["Version"][1:] for c in version.get("Components", [])), None)
+
+
+def fake_buildah(directory: Path, help_text: str) -> Path:
+    buildah = directory / "buildah"
+    buildah.write_text(f"""#!/bin/sh
+[ "$1" = --version ] && echo 'buildah version 1.28.2 (image-spec 1.1.0-rc2)'
+[ "$1" = bud ] && echo '{help_text}'
+exit 0
+""")
+    buildah.chmod(0o755)
+    return buildah
+
+
+@pytest.mark.parametrize("help_text, identical", [("  --timestamp int   set created timestamp", True), ("  --layers", False)])
+def test_doctor_lists_buildah_and_whether_it_gives_identical_digests(fake_host, monkeypatch, help_text, identical):
+    monkeypatch.setattr(doctor, "device_files", lambda check: [])
+    monkeypatch.setenv("BUILDAH", str(fake_buildah(fake_host, help_text)))
     host = doctor.inspect_host()
-    assert host.identical_digests is identical
-    assert doctor.as_json(host)["identical_digests"] is identical
-    assert ("same digests    yes" if identical else "same digests    no: ") in doctor.format_report(host)
+    assert [b.name for b in host.builders] == ["docker", "buildah"]
+    buildah = host.builders[1]
+    assert (buildah.version, buildah.identical_digests) == ("1.28.2", identical)
+    report = doctor.format_report(host).splitlines()
+    first = report.index(next(line for line in report if line.startswith("builders        docker 24.0.7: identical digests no: ")))
+    assert report[first + 1].startswith(f"                buildah 1.28.2: identical digests {'yes' if identical else 'no'}: ")
+    assert doctor.as_json(host)["builders"][1] == {"name": "buildah", "version": "1.28.2", "identical_digests": identical,
+                                                   "note": buildah.note, "buildkit": None}
 
 
-def test_inspect_host_without_engine_records_the_reason(monkeypatch):
+def test_inspect_host_without_engine_records_the_reason(monkeypatch, tmp_path):
     def no_engine():
         raise EnvkitError(NO_ENGINE)
 
     monkeypatch.setattr(doctor, "connect_docker", no_engine)
+    monkeypatch.setenv("BUILDAH", str(tmp_path / "no-buildah"))
     host = doctor.inspect_host()
     assert host.docker_version is None and host.docker_error == NO_ENGINE
-    assert host.identical_digests is None and "same digests    unknown" in doctor.format_report(host)
+    assert [(b.name, b.version, b.identical_digests) for b in host.builders] == [("docker", None, False), ("buildah", None, False)]
+    assert "builders        docker: no engine answers\n                buildah: not installed (apt-get install buildah)" in doctor.format_report(host)
     assert doctor.runnable_experiments(host) == []
 
 

@@ -553,3 +553,282 @@ def test_the_build_and_the_recipes_record_one_form_of_git_revision():
     probe = "import harness; print(harness.git_revision())"
     on_host = subprocess.run([sys.executable, "-c", probe], cwd=repo / "recipes", env=env, capture_output=True, text=True, check=True)
     assert re.fullmatch(r"[0-9a-f]{40}", built) and on_host.stdout.strip() == built
+
+
+# ---------------------------------------------------------------- buildah, faked: its storage is a JSON file
+
+FAKE_BUILDAH = r'''
+import fcntl, hashlib, json, os, sys
+state_path = os.environ["FAKE_BUILDAH_STATE"]
+lock = open(state_path + ".lock", "w")
+fcntl.flock(lock, fcntl.LOCK_EX)  # verify runs two at once, as buildah's storage allows
+state = json.load(open(state_path)) if os.path.exists(state_path) else {"images": [], "calls": []}
+argv = sys.argv[1:]
+state["calls"].append(argv)
+
+def save():
+    json.dump(state, open(state_path, "w"))
+
+def named(ref):
+    for image in state["images"]:
+        if ref in (image["id"], image["id"][7:]) or ref in image["names"] or "localhost/" + ref in image["names"]:
+            return image
+
+def listing(image):
+    return {"id": image["id"], "names": image["names"], "digest": image["digest"]}
+
+def local(name):
+    return name if "/" in name.split(":")[0] else "localhost/" + name
+
+command = argv[0]
+if command == "--version":
+    print("buildah version 1.28.2 (image-spec 1.1.0-rc2, runtime-spec 1.0.2-dev)")
+elif command == "bud" and "--help" in argv:
+    print("      --timestamp int   set created timestamp to the specified epoch seconds")
+elif command == "bud":
+    tags = [argv[i + 1] for i, a in enumerate(argv) if a == "-t"]
+    stamp = argv[argv.index("--timestamp") + 1] if "--timestamp" in argv else "now"
+    salt = os.environ.get("FAKE_BUILDAH_SALT", "")  # another buildah: other bytes from the same context
+    config = hashlib.sha256((open(os.path.join(argv[-1], "Dockerfile")).read() + stamp + salt).encode()).hexdigest()
+    digest = hashlib.sha256(config.encode()).hexdigest()
+    image = named("sha256:" + config)
+    if image is None:
+        image = {"id": "sha256:" + config, "digest": "sha256:" + digest, "names": [], "size": 1_060_000_000}
+        state["images"].append(image)
+    for tag in tags:
+        for other in state["images"]:
+            if local(tag) in other["names"]:
+                other["names"].remove(local(tag))
+        image["names"].append(local(tag))
+    print("STEP 1/1: FROM base")
+    save()
+    sys.exit(int(os.environ.get("FAKE_RC", "0")))
+elif command == "images":
+    image = named(argv[-1])
+    if image is None:
+        sys.exit(125)
+    print(json.dumps([listing(image)]))
+elif command == "inspect":
+    image = named(argv[-1])
+    print(json.dumps({"Manifest": json.dumps({"layers": [{"size": image["size"]}]})}))
+elif command == "push":
+    digest_file, source, destination = argv[argv.index("--digestfile") + 1], argv[-2], argv[-1]
+    if destination.startswith("docker-archive:"):
+        open(destination.split(":", 1)[1], "wb").write(open(os.environ["FAKE_ARCHIVE"], "rb").read())
+    open(digest_file, "w").write(named(source)["digest"])
+    state.setdefault("pushed", []).append([named(source)["id"], destination])
+    save()
+elif command == "tag":
+    named(argv[1])["names"].extend(local(name) for name in argv[2:])
+    save()
+elif command == "rmi":
+    image = named(argv[1])
+    image["names"].remove(local(argv[1]))
+    if not image["names"]:
+        state["images"].remove(image)
+    save()
+elif command == "pull":
+    state["images"].append({"id": "sha256:" + "ba" * 32, "digest": "sha256:" + "5e" * 32, "size": 1,
+                            "names": ["docker.io/library/" + argv[-1].split(":", 1)[1]]})
+    save()
+save()
+'''
+
+
+class FakeBuildah:
+    def __init__(self, directory: Path):
+        self.state_path = directory / "buildah-state.json"
+        self.executable = directory / "buildah"
+        self.executable.write_text(f"#!{sys.executable}\n{FAKE_BUILDAH}")
+        self.executable.chmod(0o755)
+
+    @property
+    def state(self) -> dict:
+        return json.loads(self.state_path.read_text()) if self.state_path.exists() else {"images": [], "calls": []}
+
+    def calls(self, command: str) -> list[list[str]]:
+        return [call for call in self.state["calls"] if call[0] == command]
+
+
+@pytest.fixture
+def fake_buildah(tmp_path, monkeypatch):
+    buildah = FakeBuildah(tmp_path)
+    monkeypatch.setenv("BUILDAH", str(buildah.executable))
+    monkeypatch.setenv("FAKE_BUILDAH_STATE", str(buildah.state_path))
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(image_build, "git_revision", lambda root: "abc123")
+    monkeypatch.setattr(image_build, "source_date_epoch", lambda root, name: "1700000000")
+    return buildah
+
+
+class DaemonImages(FakeImages):
+    """An engine that holds what buildah pushed to docker-daemon:, and a docker-imported base."""
+
+    def __init__(self, buildah: FakeBuildah, base: str | None = None):
+        super().__init__(FakeImage(id="", tags=[], labels={}))
+        self.buildah, self.base, self.images = buildah, base, {}
+
+    def get(self, reference):
+        import docker
+
+        for image_id, destination in self.buildah.state.get("pushed", []):
+            if destination == f"docker-daemon:{reference}":
+                return self.images.setdefault(image_id, FakeImage(id=image_id, tags=[reference], labels={}))
+        for image in self.images.values():
+            if reference in image.tags:
+                return image
+        if reference == self.base:
+            return FakeImage(id="sha256:" + "ba" * 32, tags=[reference], labels={})
+        raise docker.errors.ImageNotFound(reference)
+
+
+def buildah_project(project: Path) -> Path:
+    (project / "docker" / "cpu" / "Dockerfile").write_text("ARG BASE_IMAGE=envkit-base:bookworm-x\nFROM ${BASE_IMAGE}\n")
+    return project
+
+
+def test_buildah_builds_the_same_context_with_the_commit_time_then_moves_the_image_into_the_engine(project, fake_buildah, monkeypatch):
+    client = FakeClient(FakeImage(id="", tags=[], labels={}))
+    client.images = DaemonImages(fake_buildah, base="envkit-base:bookworm-x")
+    monkeypatch.setattr(image_build, "connect_docker", lambda: client)
+    options = build_context.BuildOptions(builder="buildah", build_args={"HTTP_PROXY": "http://p:3128"})
+    built = image_build.build(buildah_project(project), FakeTarget(), options)
+
+    # The base only the engine held was copied into buildah's storage first: no registry is asked.
+    assert fake_buildah.calls("pull") == [["pull", "--quiet", "docker-daemon:envkit-base:bookworm-x"]]
+    [bud] = fake_buildah.calls("bud")
+    assert bud[:3] == ["bud", "--format", "oci"] and "--layers" in bud and "--no-cache" not in bud
+    assert bud[bud.index("--timestamp") + 1] == "1700000000"
+    assert [bud[i + 1] for i, a in enumerate(bud) if a == "-t"] == [built.tag, "envkit-cpu:latest"]
+    assert [bud[i + 1] for i, a in enumerate(bud) if a == "--build-arg"] == [
+        "ENVKIT_REVISION=abc123", "HTTP_PROXY=http://p:3128", "SOURCE_DATE_EPOCH=1700000000"]
+    assert bud[-1] == str(build_context.staging_path(project, "cpu"))
+
+    stored = fake_buildah.state["images"][-1]
+    assert (built.builder, built.image_id, built.digest, built.size_bytes) == ("buildah", stored["id"], stored["digest"], 1_060_000_000)
+    assert fake_buildah.state["pushed"] == [[stored["id"], f"docker-daemon:{built.tag}"]]
+    assert client.images.get(built.tag).tags == [built.tag, "envkit-cpu:latest"]
+    assert built.where == "buildah's storage and the Docker engine" and not built.reused
+
+    # Built again: the content tag is in buildah's storage, so nothing is built or pushed.
+    again = image_build.build(project, FakeTarget(), options)
+    assert again.reused and again.tag == built.tag and again.digest == built.digest
+    assert len(fake_buildah.calls("bud")) == 1 and len(fake_buildah.state["pushed"]) == 1
+
+
+def test_buildah_and_the_docker_engine_give_one_context_two_tags(project, tmp_path):
+    context = staged(project, tmp_path)
+    assert build_context.context_digest(context, {}) != build_context.context_digest(context, {}, "buildah")
+    assert build_context.context_digest(context, {}, "docker") == build_context.context_digest(context, {})
+
+
+def test_buildah_without_an_engine_keeps_the_image_in_its_storage(project, fake_buildah, monkeypatch):
+    def no_engine():
+        raise EnvkitError("no Docker engine answers at unix:///x.sock")
+
+    monkeypatch.setattr(image_build, "connect_docker", no_engine)
+    built = image_build.build(buildah_project(project), FakeTarget(), build_context.BuildOptions(builder="buildah", no_cache=True))
+    assert built.where == "buildah's storage only (no Docker engine to move it into)"
+    assert "--no-cache" in fake_buildah.calls("bud")[0] and "pushed" not in fake_buildah.state
+
+
+def test_builder_buildah_without_buildah_is_one_line_and_writes_nothing(repo_root, tmp_path):
+    env = {**os.environ, "PATH": str(tmp_path / "empty"), "ENVKIT_CACHE_DIR": str(tmp_path / "cache"),
+           "DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
+    env.pop("BUILDAH", None)
+    done = envkit("build", "cpu", "--builder", "buildah", "--config", str(repo_root / "envkit.yaml"), env=env)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("envkit: error: --builder buildah needs buildah, and buildah is not an executable here: "
+                                  "apt-get install buildah")
+    assert not (tmp_path / "cache" / "contexts").exists()  # nothing staged
+    wrong = envkit("build", "cpu", "--builder", "kaniko", "--config", str(repo_root / "envkit.yaml"), env=env)
+    assert wrong.returncode == 2 and "invalid choice: 'kaniko' (choose from 'docker', 'buildah')" in wrong.stderr
+
+
+def test_the_builder_reaches_envkit_build_from_experiment(repo_root):
+    from envkit.cli import build_parser
+    from envkit.cli.options import build_options_argv
+
+    args = build_parser().parse_args(["experiment", "--builder", "buildah", "--no-cache", "cpu-mnist"])
+    assert build_options_argv(args) == ("--no-cache", "--builder", "buildah")
+    assert build_options_argv(build_parser().parse_args(["experiment", "cpu-mnist"])) == ()
+
+
+# ---------------------------------------------------------------- verify, with the builders faked
+
+from envkit.image import verify as image_verify  # noqa: E402
+
+
+def saved_tar(path: Path) -> Path:
+    """A one-layer `docker save` tar (what `buildah push IMAGE docker-archive:PATH` writes)."""
+    import io
+    import tarfile
+
+    def tar(members: dict[str, bytes]) -> bytes:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            for name, data in members.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+        return buffer.getvalue()
+
+    layer = tar({"opt/envkit/recipes/mnist.py": b"print()\n", "var/lib/dpkg/status": b""})
+    manifest = json.dumps([{"Config": "c.json", "Layers": ["l/layer.tar"]}]).encode()
+    path.write_bytes(tar({"manifest.json": manifest, "c.json": b'{"config": {}}', "l/layer.tar": layer}))
+    return path
+
+
+@pytest.fixture
+def verifiable(project, fake_buildah, monkeypatch, tmp_path):
+    """A project built once with buildah into a faked engine; the engine's image carries buildah's label."""
+    client = FakeClient(FakeImage(id="", tags=[], labels={}))
+    client.images = DaemonImages(fake_buildah, base="envkit-base:bookworm-x")
+    monkeypatch.setattr(image_build, "connect_docker", lambda: client)
+    monkeypatch.setattr("envkit.support.docker_client.connect_docker", lambda: client)
+    options = build_context.BuildOptions(builder="buildah")
+    built = image_build.build(buildah_project(project), FakeTarget(), options)
+    client.images.get(built.tag).labels["io.buildah.version"] = "1.28.2"
+    monkeypatch.setenv("FAKE_ARCHIVE", str(saved_tar(tmp_path / "saved.tar")))
+    return built, options
+
+
+def test_verify_of_a_buildah_image_compares_manifest_digests(project, fake_buildah, verifiable):
+    built, options = verifiable
+    verdict = image_verify.verify(project, FakeTarget(), build_context.BuildOptions())  # the builder from the label
+    assert verdict.identical and verdict.reproduced
+    assert verdict.format().splitlines()[-2:] == [f"identical: {built.digest}", "reproduced"]
+    rebuild = fake_buildah.calls("bud")[-1]
+    assert "--no-cache" in rebuild and rebuild[rebuild.index("-t") + 1] == "envkit-cpu:verify"
+    names = [name for image in fake_buildah.state["images"] for name in image["names"]]
+    assert "localhost/envkit-cpu:verify" not in names and "localhost/envkit-cpu:latest" in names
+
+
+def test_verify_reads_both_buildah_images_when_their_digests_differ(project, fake_buildah, verifiable, monkeypatch):
+    built, options = verifiable
+    monkeypatch.setenv("FAKE_BUILDAH_SALT", "another buildah")
+    verdict = image_verify.verify(project, FakeTarget(), build_context.BuildOptions(), "buildah")
+    assert not verdict.identical and verdict.digests[0] == built.digest
+    assert f"digests differ: {built.digest} (current)" in verdict.format()
+    assert verdict.reproduced and verdict.format().endswith("files: 0 of 2 differ in content\nreproduced")
+    assert [call[-1].split(":", 1)[0] for call in fake_buildah.calls("push")[-2:]] == ["docker-archive"] * 2
+    assert "localhost/envkit-cpu:verify" not in [n for image in fake_buildah.state["images"] for n in image["names"]]
+
+
+def test_verify_refuses_a_rebuild_from_other_inputs(project, fake_buildah, verifiable):
+    with pytest.raises(EnvkitError, match=r"envkit-cpu:\w{12} was built from other inputs .* pass the same --builder"):
+        image_verify.verify(project, FakeTarget(), build_context.BuildOptions(base_image="envkit-base:other"), "buildah")
+
+
+@pytest.mark.parametrize("builder, message", [
+    (None, "no image envkit-cpu:latest in the engine: build it first with 'envkit build cpu'"),
+    ("buildah", "no image envkit-cpu:latest in buildah's storage: build it first with 'envkit build cpu --builder buildah'"),
+])
+def test_verify_of_a_target_never_built_is_one_line_and_builds_nothing(project, fake_buildah, engine, monkeypatch,
+                                                                        builder, message):
+    engine.images.image.tags.clear()
+    monkeypatch.setattr("envkit.support.docker_client.connect_docker", lambda: engine)
+    with pytest.raises(EnvkitError, match=re.escape(message)) as caught:
+        image_verify.verify(project, FakeTarget(), build_context.BuildOptions(), builder)
+    assert caught.value.exit_code == 2 and "\n" not in str(caught.value)
+    assert fake_buildah.calls("bud") == [] and not build_context.staging_path(project, "cpu").exists()

@@ -119,6 +119,22 @@ def test_saved_tarball_applies_layers_and_whiteouts(tmp_path):
     assert found.image_id == "sha256:" + hashlib.sha256(json.dumps(config).encode()).hexdigest()
 
 
+def test_a_later_layer_replaces_directories_and_files_whole(tmp_path):
+    lower = tar_bytes({**filesystem(), "opt/tool/bin/run": b"r", "opt/tool/lib/x": b"x", "srv/data": b"d"})
+    # opt/tool becomes a file, srv/data a directory; a hard link takes its target's content
+    upper = tar_bytes({"opt/tool": b"now a file", "srv/data": None, "srv/data/inner": b"i"})
+    buffer = io.BytesIO(upper)
+    with tarfile.open(fileobj=buffer, mode="a") as archive:
+        info = tarfile.TarInfo("srv/copy")
+        info.type, info.linkname = tarfile.LNKTYPE, "srv/data/inner"
+        archive.addfile(info)
+    found = inventory.from_saved_tarball(saved_image(tmp_path / "img.tar.gz", [lower, buffer.getvalue()], {"config": {}}))
+    assert not [p for p in found.files if p.startswith("opt/tool/")]
+    assert found.files["opt/tool"] == hashlib.sha256(b"now a file").hexdigest()
+    assert found.files["srv/data/inner"] == found.files["srv/copy"] == hashlib.sha256(b"i").hexdigest()
+    assert "srv/data" not in found.files and found.python == {"torch": "2.13.0+cpu", "tqdm": "4.67.1"}
+
+
 def test_a_file_that_is_not_a_saved_image_is_one_line(tmp_path):
     bogus = tmp_path / "x.tar.gz"
     bogus.write_bytes(gzip.compress(b"not a tar"))
@@ -215,14 +231,28 @@ def test_diff_of_a_tampered_saved_image_is_refused(tmp_path):
     assert done.stderr.count("\n") == 1 and "does not match the manifest" in done.stderr
 
 
-def test_verify_verdict_counts_files_but_judges_packages():
-    def found(tqdm_record: str, pyc: bytes):
-        files = filesystem({**dist("tqdm", "4.67.1", tqdm_record), "usr/lib/x.pyc": pyc})
-        return inventory.from_filesystem_tar(io.BytesIO(tar_bytes(files)), "img")
+def found_image(tqdm_record: str, pyc: bytes) -> inventory.Inventory:
+    files = filesystem({**dist("tqdm", "4.67.1", tqdm_record), "usr/lib/x.pyc": pyc})
+    return inventory.from_filesystem_tar(io.BytesIO(tar_bytes(files)), "img")
 
-    same_packages = verify.judge(found("r", b"1"), found("r", b"2"))
-    assert same_packages.reproduced and same_packages.files_differ == ["usr/lib/x.pyc"]
-    assert same_packages.format().endswith("files: 1 of 7 differ in content\n  usr/lib/x.pyc\nreproduced")
-    changed = verify.judge(found("r", b"1"), found("other", b"1"))
+
+def test_verify_without_identical_digests_needs_the_same_packages_and_no_file_differing():
+    same = verify.judge(found_image("r", b"1"), found_image("r", b"1"))
+    assert same.reproduced and same.format().endswith("files: 0 of 7 differ in content\nreproduced")
+    one_file = verify.judge(found_image("r", b"1"), found_image("r", b"2"))
+    assert not one_file.reproduced and one_file.files_differ == ["usr/lib/x.pyc"]
+    assert one_file.format().endswith("files: 1 of 7 differ in content\n  usr/lib/x.pyc\nnot reproduced: 1 files differ in content")
+    changed = verify.judge(found_image("r", b"1"), found_image("other", b"1"))
     assert not changed.reproduced
     assert changed.package_changes == ("python tqdm 4.67.1: installed files differ (RECORD)",)
+    assert changed.format().endswith("not reproduced: 1 package differences, 1 files differ in content")  # its RECORD
+
+
+def test_verify_with_identical_digests_reads_nothing_else():
+    digest = "sha256:" + "ab" * 32
+    verdict = verify.Verdict("envkit-cpu:0123456789ab (sha256:11)", "envkit-cpu:verify (sha256:11)", (digest, digest))
+    assert verdict.reproduced and verdict.format().splitlines()[-2:] == [f"identical: {digest}", "reproduced"]
+    # Digests that differ are said, and the inventories then decide.
+    other = "sha256:" + "cd" * 32
+    differs = verify.judge(found_image("r", b"1"), found_image("r", b"1"), digests=(digest, other))
+    assert differs.reproduced and f"digests differ: {digest} (current), {other} (rebuilt)" in differs.format()

@@ -52,7 +52,7 @@ def test_cpu_dry_run(repo_root):
     assert result.returncode == 0, result.stderr
     assert shlex.split(result.stdout) == [
         "docker", "run", "--rm", "--init", "--user", OWNER, "-e", "HOME=/tmp", "--shm-size", "2g",
-        "-e", "ENVKIT_IMAGE=envkit-cpu:latest", "-e", "ENVKIT_IMAGE_ID", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}",
+        "-e", "ENVKIT_IMAGE=envkit-cpu:latest", "-e", "ENVKIT_IMAGE_ID", "-e", "ENVKIT_IMAGE_DIGEST", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}",
         *mounts(), "envkit-cpu:latest", *TAIL, "--device", "cpu", "--epochs", "1",
     ]  # fmt: skip
 
@@ -64,7 +64,7 @@ def test_cuda_dry_run_renumbers_chosen_gpus(repo_root):
         "docker", "run", "--rm", "--init", "--user", OWNER, "-e", "HOME=/tmp",
         "--gpus", '"device=0,2"', "-e", "CUDA_VISIBLE_DEVICES=0,1", "--ipc=host",
         "--ulimit", "memlock=-1", "--ulimit", "stack=67108864",
-        "-e", "ENVKIT_IMAGE=lab/envkit-cuda:abc", "-e", "ENVKIT_IMAGE_ID", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}",
+        "-e", "ENVKIT_IMAGE=lab/envkit-cuda:abc", "-e", "ENVKIT_IMAGE_ID", "-e", "ENVKIT_IMAGE_DIGEST", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}",
         *mounts(), "lab/envkit-cuda:abc", *TAIL, "--device", "cuda",
     ]  # fmt: skip
     assert "--gpus '\"device=0,2\"'" in result.stdout, "the quoting a user would type"
@@ -115,7 +115,7 @@ def test_tpu_dry_run(repo_root):
     assert shlex.split(result.stdout) == [
         "docker", "run", "--rm", "--init", "--privileged", "--net=host", "--shm-size", "16G",
         "-e", "PJRT_DEVICE=TPU", "-e", "ENVKIT_IMAGE=envkit-tpu-vm:latest", "-e", "ENVKIT_IMAGE_ID",
-        "-e", f"ENVKIT_RESULTS_OWNER={OWNER}", *mounts("/tmp/out"), "envkit-tpu-vm:latest",
+        "-e", "ENVKIT_IMAGE_DIGEST", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}", *mounts("/tmp/out"), "envkit-tpu-vm:latest",
         *TAIL, "--device", "tpu",
     ]  # fmt: skip
 
@@ -194,6 +194,32 @@ def test_run_sh_passes_the_image_id_it_finds(repo_root, tmp_path):
     result = subprocess.run([str(repo_root / "docker" / "cpu" / "run.sh"), "mnist"], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "fake-docker.id").read_text() == "sha256:abc\n"
+
+
+DIGEST = "sha256:" + "d1" * 32
+
+
+@pytest.mark.parametrize("image, buildah_digest, caller, expected", [
+    ("envkit-cpu:latest", DIGEST, None, DIGEST),  # buildah built it: its storage has the engine's image ID
+    ("envkit-cpu:latest", None, None, ""),  # the Docker engine built it: no manifest digest to name
+    (f"reg:5000/envkit-cpu@{DIGEST}", None, None, DIGEST),  # a reference by digest names it
+    ("envkit-cpu:latest", DIGEST, "sha256:" + "ca" * 32, "sha256:" + "ca" * 32),  # the caller's (a registry's) wins
+])
+def test_run_sh_passes_the_image_digest_it_finds(repo_root, tmp_path, image, buildah_digest, caller, expected):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "fake-docker"
+    fake.write_text('#!/bin/sh\nif [ "$1" = image ]; then echo sha256:abc; exit 0; fi\n'
+                    'printf "%s\\n" "$ENVKIT_IMAGE_DIGEST" > "$0.digest"\n')
+    fake.chmod(0o755)
+    if buildah_digest:  # answers only for the image ID the engine gave
+        (bin_dir / "buildah").write_text(f'#!/bin/sh\n[ "$6" = sha256:abc ] && echo {buildah_digest}\n')
+        (bin_dir / "buildah").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DOCKER": str(fake), "IMAGE": image,
+           "DATA_DIR": str(tmp_path / "d"), "RESULTS_DIR": str(tmp_path / "r"), **({"ENVKIT_IMAGE_DIGEST": caller} if caller else {})}
+    result = subprocess.run([str(repo_root / "docker" / "cpu" / "run.sh"), "mnist"], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert (bin_dir / "fake-docker.digest").read_text() == f"{expected}\n"
 
 
 def test_run_sh_runs_the_docker_client_it_is_given(repo_root, tmp_path):

@@ -80,7 +80,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     config, target = load_target(args)
     built = build(config.root, target, build_options(args, no_cache=args.no_cache))
     state = "is already built; tagged it latest" if built.reused else "built and tagged latest"
-    print(f"envkit: {built.tag} {state} ({built.size_bytes / 1e9:.2f} GB)", file=sys.stderr)
+    digest = f", digest {built.digest}" if built.digest else ""
+    print(f"envkit: {built.tag} {state} in {built.where} ({built.size_bytes / 1e9:.2f} GB{digest})", file=sys.stderr)
     print(built.tag)
     return 0
 

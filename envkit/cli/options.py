@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from envkit.image import BUILDERS
 from envkit.project import DEFAULT_CONFIG
 
 
@@ -33,8 +34,11 @@ def load_target(args: argparse.Namespace):
     return config, config.target(args.target)
 
 
-def add_build_inputs(parser) -> None:
+def add_build_inputs(parser, builder_default: str | None = BUILDERS[0]) -> None:
     """The options that change what a build contains (build, experiment, verify)."""
+    parser.add_argument("--builder", choices=BUILDERS, default=builder_default,
+                        help=f"what builds the image (default: {builder_default or 'the one that built the current image'}); "
+                             "buildah gives identical digests on rebuild and moves its image into the Docker engine")
     parser.add_argument("--base-image", help="override the BASE_IMAGE build arg")
     parser.add_argument("--wheelhouse", type=Path, help="install only from the *.whl files in this directory (air-gapped hosts)")
     parser.add_argument("--ca-cert", action="append", default=[], type=Path, metavar="FILE", help="extra CA certificate (PEM) to trust inside the image; repeatable")
@@ -56,12 +60,14 @@ def build_options(args, *, no_cache: bool):
         wheelhouse=args.wheelhouse,
         ca_certs=tuple(args.ca_cert),
         build_args=dict(parse_build_arg(a) for a in args.build_arg),
+        builder=args.builder or BUILDERS[0],
     )
 
 
 def build_options_argv(args) -> tuple[str, ...]:
     """Parsed build options back as `envkit build` arguments."""
     argv = ("--no-cache",) if args.no_cache else ()
+    argv += ("--builder", args.builder) if args.builder != BUILDERS[0] else ()
     argv += ("--base-image", args.base_image) if args.base_image else ()
     argv += ("--wheelhouse", str(args.wheelhouse)) if args.wheelhouse else ()
     for cert in args.ca_cert:

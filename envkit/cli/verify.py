@@ -11,10 +11,12 @@ from envkit.cli.options import add_build_inputs, add_config, build_options, load
 def register(subparsers) -> None:
     verify = subparsers.add_parser(
         "verify", help="rebuild a target with --no-cache and compare it with its current image",
-        description="Exit 0 and print 'reproduced' when every Python distribution (name, version, RECORD hash) and "
-                    "dpkg package is the same; exit 1 with the differences otherwise. Differing files are counted.")
+        description="Exit 0 and print 'reproduced' when the rebuild is the same: 'identical: sha256:...' when the "
+                    "builder gives identical manifest digests (buildah), else the same Python distributions (name, "
+                    "version, RECORD hash), dpkg packages and 0 files differing in content. Exit 1 with what "
+                    "differs otherwise.")
     verify.add_argument("target", help="target name from the config, e.g. cpu")
-    add_build_inputs(verify)
+    add_build_inputs(verify, builder_default=None)
     add_config(verify)
     verify.set_defaults(func=cmd_verify)
 
@@ -33,7 +35,7 @@ def cmd_verify(args) -> int:
     from envkit.image.verify import verify
 
     config, target = load_target(args)
-    verdict = verify(config.root, target, build_options(args, no_cache=True))
+    verdict = verify(config.root, target, build_options(args, no_cache=True), args.builder)
     print(verdict.format())
     return 0 if verdict.reproduced else 1
 
@@ -91,8 +93,9 @@ def results_inventory(path: Path):
 
 def cmd_diff(args) -> int:
     from envkit.image.diff import compare, format_sections
+    from envkit.image.inventory import side_by_side
 
-    a, b = _inventory(args.a, args.config), _inventory(args.b, args.config)
+    a, b = side_by_side(lambda: _inventory(args.a, args.config), lambda: _inventory(args.b, args.config))
     for note in a.notes + b.notes:
         print(f"envkit: warning: {note}", file=sys.stderr)
     sections = compare(a, b)

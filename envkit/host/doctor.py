@@ -24,18 +24,28 @@ from envkit.project.kinds import HostCheck
 
 # Below this the cuda image (several GB) and a dataset no longer fit comfortably.
 LOW_DISK_GB = 10.0
-# Identical image digests across rebuilds need BuildKit >= 0.13 (SOURCE_DATE_EPOCH
+# Identical image digests from the Docker engine need BuildKit >= 0.13 (SOURCE_DATE_EPOCH
 # with rewrite-timestamp); the first engine that bundles it is Docker 26.0.
 DIGEST_BUILDKIT = (0, 13)
 DIGEST_ENGINE = (26, 0)
 
 
 @dataclass
+class Builder:
+    """One of envkit's builders (envkit.image.BUILDERS) as this host has it."""
+
+    name: str
+    version: str | None  # None: not installed, or no engine answers
+    identical_digests: bool  # whether two `envkit build --no-cache` of one context give one manifest digest here
+    note: str  # how, or why not
+    buildkit: str | None = None  # the Docker engine's BuildKit, where the engine reports it
+
+
+@dataclass
 class HostFacts:
     docker_version: str | None = None
     docker_error: str | None = None
-    # Whether two builds of the same inputs can give the same image digest (None: no engine).
-    identical_digests: bool | None = None
+    builders: list[Builder] = field(default_factory=list)
     nvidia_runtime: bool = False
     gpus: list[str] = field(default_factory=list)
     # The device files a kind's `host: {check: devices}` entry found, by its name ("tpu": [...]).
@@ -89,13 +99,15 @@ def inspect_host() -> HostFacts:
         client = connect_docker()
         version = client.version()
         facts.docker_version = version.get("Version", "unknown")
-        facts.identical_digests = can_give_identical_digests(version)
+        facts.builders.append(docker_builder(version))
         info = client.info()
         facts.nvidia_runtime = "nvidia" in (info.get("Runtimes") or {}) or bool(shutil.which("nvidia-container-runtime-hook") or shutil.which("nvidia-ctk"))
         if os.path.isdir(info.get("DockerRootDir", "")):
             disk_path = info["DockerRootDir"]  # images land there, not in the project
     except EnvkitError as exc:
         facts.docker_error = str(exc)
+        facts.builders.append(Builder("docker", None, False, "no engine answers"))
+    facts.builders.append(buildah_builder())
     facts.free_disk_gb = round(shutil.disk_usage(disk_path).free / 1e9, 1)
     return facts
 
@@ -104,12 +116,45 @@ def _release(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text.split("+", 1)[0])[:2])
 
 
-def can_give_identical_digests(version: dict) -> bool:
-    """From the engine's version: its BuildKit component where it lists one, else the engine release."""
+def _buildkit(version: dict) -> str | None:
     for component in version.get("Components") or []:
         if str(component.get("Name", "")).lower() == "buildkit":
-            return _release(str(component.get("Version", "")).lstrip("v")) >= DIGEST_BUILDKIT
+            return str(component.get("Version", "")).lstrip("v")
+    return None
+
+
+def engine_can_give_identical_digests(version: dict) -> bool:
+    """From the engine's version: its BuildKit component where it lists one, else the engine release."""
+    buildkit = _buildkit(version)
+    if buildkit is not None:
+        return _release(buildkit) >= DIGEST_BUILDKIT
     return _release(str(version.get("Version", ""))) >= DIGEST_ENGINE
+
+
+def docker_builder(version: dict) -> Builder:
+    """The Docker engine's builds: compared by content, never by digest.
+
+    Its classic image store keeps no manifest digest, and envkit's docker builds do not
+    ask BuildKit to rewrite timestamps, so even an engine that could (BuildKit >= 0.13)
+    gives other digests on rebuild here; `envkit verify` compares packages and files.
+    """
+    if engine_can_give_identical_digests(version):
+        why = "the engine's BuildKit could (>= 0.13, rewrite-timestamp), envkit's docker builds do not ask it to"
+    else:
+        why = "its BuildKit predates 0.13 (rewrite-timestamp, Docker 26+)"
+    return Builder("docker", version.get("Version", "unknown"), False, f"{why}; verify compares packages and files",
+                   buildkit=_buildkit(version))
+
+
+def buildah_builder() -> Builder:
+    from envkit.image import buildah
+
+    found = buildah.version()
+    if found is None:
+        return Builder("buildah", None, False, "not installed (apt-get install buildah)")
+    if buildah.has_timestamp():
+        return Builder("buildah", found, True, "bud --timestamp from SOURCE_DATE_EPOCH; verify compares manifest digests")
+    return Builder("buildah", found, False, "this buildah's bud has no --timestamp: upgrade buildah")
 
 
 def device_problem(facts: HostFacts, kind: str) -> str | None:
@@ -177,7 +222,7 @@ def row_problem(facts: HostFacts, kind: str) -> str | None:
 def format_report(facts: HostFacts) -> str:
     lines = [
         f"docker engine   {facts.docker_version or 'none'}" + (f": {facts.docker_error}" if facts.docker_error else ""),
-        f"same digests    {_digests_line(facts.identical_digests)}",
+        *_builder_lines(facts.builders),
         f"nvidia runtime  {'yes' if facts.nvidia_runtime else 'no'}",
         f"gpus            {len(facts.gpus)}" + "".join(f"\n                  {g}" for g in facts.gpus),
         *(f"{check.name + ' devices':16}{', '.join(facts.devices.get(check.name, [])) or 'none'}" for check in _device_checks()),
@@ -193,12 +238,18 @@ def format_report(facts: HostFacts) -> str:
     return "\n".join(lines)
 
 
-def _digests_line(identical: bool | None) -> str:
-    if identical is None:
-        return "unknown (no engine)"
-    if identical:
-        return "yes: rebuilds from a lock can give identical image digests (BuildKit >= 0.13)"
-    return "no: rebuilds give the same packages and files, not the same image digest (needs BuildKit >= 0.13, Docker 26+)"
+def _builder_lines(builders: list[Builder]) -> list[str]:
+    """One line per builder: its version, and whether a rebuild gives the same image digest."""
+    lines = []
+    for builder in builders:
+        if builder.version is None:
+            state = f"{builder.name}: {builder.note}"
+        else:
+            buildkit = f" (BuildKit {builder.buildkit})" if builder.buildkit else ""
+            verdict = "yes" if builder.identical_digests else "no"
+            state = f"{builder.name} {builder.version}{buildkit}: identical digests {verdict}: {builder.note}"
+        lines.append(f"{'builders' if not lines else '':16}{state}")
+    return lines
 
 
 def as_json(facts: HostFacts) -> dict:

@@ -1,16 +1,20 @@
 """Images in the engine: their names, building them, and pushing them to a registry (by digest: image/pushed.py).
 
 A target's images are ``envkit-<target>:<content hash>`` plus ``latest`` for the newest.
-Builds go through the docker CLI (BuildKit); everything else goes through the Docker
-SDK. The SDK's build endpoint speaks only the legacy builder, which cannot run the
+Two builders take the same staged context and build args. The Docker engine's builds go
+through the docker CLI (BuildKit); everything else goes through the Docker SDK. The
+SDK's build endpoint speaks only the legacy builder, which cannot run the
 `RUN --mount=type=cache|bind` lines the rendered Dockerfiles rely on for fast
 rebuilds and wheelhouse installs, so `docker build` with DOCKER_BUILDKIT=1 is the one
-place where a client binary is needed.
+place where a client binary is needed. buildah (envkit.image.buildah) builds into its
+own storage with identical digests on rebuild; envkit then moves the image into the
+Docker engine, where run.sh runs it by the same image ID.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -18,7 +22,9 @@ import sys
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
+from envkit.image import buildah
 from envkit.image.names import check_registry
 from envkit.image.build_context import (
     TAG_HEX,
@@ -46,6 +52,9 @@ class BuiltImage:
     image_id: str
     size_bytes: int
     reused: bool  # True when an image with this content tag already existed
+    builder: str = "docker"
+    digest: str | None = None  # the manifest digest, where the builder keeps one (buildah)
+    where: str = "the Docker engine"
 
 
 def repository(target_name: str) -> str:
@@ -82,12 +91,18 @@ def _docker_build(context: Path, args: dict[str, str], tags: tuple[str, ...], no
     if no_cache:
         command.append("--no-cache")
     command.append(str(context))
-    # The build log is the user's progress display: each line goes on to stderr as it
-    # comes, and the last ones are kept to say why a build failed.
+    _stream_build(command, {**os.environ, "DOCKER_BUILDKIT": "1"}, f"docker build of {tags[0]}")
+
+
+def _stream_build(command: list[str], env: Mapping[str, str], what: str) -> None:
+    """Run a builder; its log is the user's progress display.
+
+    Each line goes on to stderr as it comes, and the last ones are kept to say why a
+    build failed.
+    """
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
     with subprocess.Popen(
-        command, env={**os.environ, "DOCKER_BUILDKIT": "1"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, errors="replace",
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
     ) as process:
         for line in process.stdout:
             sys.stderr.write(line)
@@ -95,17 +110,19 @@ def _docker_build(context: Path, args: dict[str, str], tags: tuple[str, ...], no
     if process.returncode != 0:
         mismatch = hash_mismatch(list(tail))
         if mismatch:
-            raise EnvkitError(f"docker build of {tags[0]} failed: {mismatch}")
-        raise EnvkitError(f"docker build of {tags[0]} failed (exit {process.returncode}); the build log is above", exit_code=1)
+            raise EnvkitError(f"{what} failed: {mismatch}")
+        raise EnvkitError(f"{what} failed (exit {process.returncode}); the build log is above", exit_code=1)
 
 
 def build(root: Path, target, options: BuildOptions) -> BuiltImage:
+    if options.builder == "buildah":
+        return _build_with_buildah(root, target, options)
     client = connect_docker()
     repo = repository(target.name)
     with staging_area(root, target.name) as context:
         stage_context(root, target, options, context)
         args = build_args_for(options, git_revision(root), source_date_epoch(root, target.name))
-        tag = f"{repo}:{context_digest(context, args)[:TAG_HEX]}"
+        tag = f"{repo}:{context_digest(context, args, options.builder)[:TAG_HEX]}"
         existing = find_image(client, tag)
         if existing is not None and not options.no_cache:
             existing.tag(repo, LATEST)
@@ -115,19 +132,93 @@ def build(root: Path, target, options: BuildOptions) -> BuiltImage:
     return BuiltImage(tag=tag, image_id=image.id, size_bytes=image.attrs["Size"], reused=False)
 
 
-def rebuild_as(root: Path, target, options: BuildOptions, scratch_tag: str) -> tuple[str, object]:
-    """Build the target from scratch (no cache) under ``scratch_tag`` only, leaving its tags alone.
+def _build_with_buildah(root: Path, target, options: BuildOptions) -> BuiltImage:
+    """Build into buildah's storage (cached per step), then move the image into the Docker engine.
 
-    Returns the content tag these inputs give, so the caller can tell whether the
-    rebuild used the same inputs as the image it is compared with.
+    Without an engine the image stays in buildah's storage, where podman finds it too.
     """
-    client = connect_docker()
+    buildah.cli()  # no buildah: one line before anything is staged
+    repo = repository(target.name)
+    client = _engine_or_none()
     with staging_area(root, target.name) as context:
         stage_context(root, target, options, context)
         args = build_args_for(options, git_revision(root), source_date_epoch(root, target.name))
-        content_tag = f"{repository(target.name)}:{context_digest(context, args)[:TAG_HEX]}"
+        tag = f"{repo}:{context_digest(context, args, options.builder)[:TAG_HEX]}"
+        stored = None if options.no_cache else buildah.find(tag)
+        reused = stored is not None
+        if stored is None:
+            _base_into_buildah(base_image(context, args), client)
+            command = buildah.bud_command(context, args, (tag, f"{repo}:{LATEST}"), options.no_cache)
+            _stream_build(command, os.environ, f"buildah bud of {tag}")
+            stored = buildah.find(tag)
+        else:
+            buildah.tag(tag, f"{repo}:{LATEST}")
+    where = "buildah's storage"
+    if client is None:
+        where += " only (no Docker engine to move it into)"
+    else:
+        into_engine(client, tag, stored.image_id)
+        where += " and the Docker engine"
+    return BuiltImage(tag=tag, image_id=stored.image_id, size_bytes=stored.size_bytes, reused=reused,
+                      builder="buildah", digest=stored.digest, where=where)
+
+
+def _engine_or_none():
+    try:
+        return connect_docker()
+    except EnvkitError:
+        return None
+
+
+def base_image(context: Path, args: Mapping[str, str]) -> str:
+    """The base a staged build starts FROM: the --base-image override, else the Dockerfile's default."""
+    if args.get("BASE_IMAGE"):
+        return args["BASE_IMAGE"]
+    dockerfile = (context / "Dockerfile").read_text(encoding="utf-8")
+    match = re.search(r"^ARG BASE_IMAGE=(\S+)$", dockerfile, flags=re.MULTILINE)
+    if not match:
+        raise EnvkitError(f"{context / 'Dockerfile'} declares no ARG BASE_IMAGE default: run 'envkit render' again")
+    return match.group(1)
+
+
+def _base_into_buildah(reference: str, client) -> None:
+    """A base that only the Docker engine holds (a `docker import`ed one, say) is copied into
+    buildah's storage, so both builders start from the same bytes and no registry is asked.
+    A base neither has is pulled by buildah as Docker would pull it."""
+    if buildah.find(reference) is not None or client is None or find_image(client, reference) is None:
+        return
+    buildah.pull_from_docker(reference)
+
+
+def into_engine(client, tag: str, image_id: str) -> None:
+    """Put buildah's image ``tag`` into the Docker engine under ``tag`` and the target's
+    ``latest``. The engine's image ID is buildah's: both are the digest of the config."""
+    existing = find_image(client, tag)
+    if existing is None or existing.id != image_id:
+        buildah.push(tag, f"docker-daemon:{tag}")
+        existing = client.images.get(tag)
+    repo, _, _ = tag.rpartition(":")
+    existing.tag(repo, LATEST)
+
+
+def rebuild_as(root: Path, target, options: BuildOptions, scratch_tag: str) -> tuple[str, str]:
+    """Build the target from scratch (no cache) under ``scratch_tag`` only, leaving its tags alone.
+
+    Returns the content tag these inputs give, so the caller can tell whether the
+    rebuild used the same inputs as the image it is compared with, and the rebuilt
+    image's ID (buildah's builds stay in buildah's storage).
+    """
+    with staging_area(root, target.name) as context:
+        stage_context(root, target, options, context)
+        args = build_args_for(options, git_revision(root), source_date_epoch(root, target.name))
+        content_tag = f"{repository(target.name)}:{context_digest(context, args, options.builder)[:TAG_HEX]}"
+        if options.builder == "buildah":
+            _base_into_buildah(base_image(context, args), _engine_or_none())
+            command = buildah.bud_command(context, args, (scratch_tag,), no_cache=True)
+            _stream_build(command, os.environ, f"buildah bud of {scratch_tag}")
+            return content_tag, buildah.find(scratch_tag).image_id
         _docker_build(context, args, (scratch_tag,), no_cache=True)
-    return content_tag, client.images.get(scratch_tag)
+    return content_tag, connect_docker().images.get(scratch_tag).id
 
 
 def find_image(client, reference: str):

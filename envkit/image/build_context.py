@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from envkit.image import BUILDERS
 from envkit.lock.base_digest import split_reference
 from envkit.support.cache import cache_dir
 from envkit.errors import EnvkitError
@@ -42,6 +43,7 @@ class BuildOptions:
     wheelhouse: Path | None = None
     ca_certs: tuple[Path, ...] = ()
     build_args: Mapping[str, str] = field(default_factory=dict)
+    builder: str = BUILDERS[0]
 
 
 def parse_build_arg(text: str) -> tuple[str, str]:
@@ -124,8 +126,9 @@ def hash_file(path: Path, hasher):
     return hasher
 
 
-def context_digest(context: Path, build_args: Mapping[str, str]) -> str:
-    """sha256 over the staged files (each as path + NUL + bytes) and the content build args."""
+def context_digest(context: Path, build_args: Mapping[str, str], builder: str = BUILDERS[0]) -> str:
+    """sha256 over the staged files (each as path + NUL + bytes), the content build args and
+    the builder (only when it is not the default, so the Docker engine's tags stay as they were)."""
     total = hashlib.sha256()
     files = sorted((p for p in context.rglob("*") if p.is_file()), key=lambda p: p.relative_to(context).as_posix())
     for path in files:
@@ -133,6 +136,8 @@ def context_digest(context: Path, build_args: Mapping[str, str]) -> str:
         total.update(hash_file(path, entry).digest())
     content_args = {k: v for k, v in build_args.items() if k not in PROVENANCE_ARGS}
     total.update(json.dumps(content_args, sort_keys=True).encode())
+    if builder != BUILDERS[0]:
+        total.update(f"builder={builder}".encode())
     return total.hexdigest()
 
 

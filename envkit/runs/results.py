@@ -176,7 +176,7 @@ def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
         configuration={key: document["configuration"][key] for key in CONFIGURATION_KEYS},
         timing=timing,
         test_accuracy=document["metrics"].get("test_accuracy"),
-        environment={key: document["environment"][key] for key in ENVIRONMENT_KEYS},
+        environment={key: document["environment"].get(key) for key in ENVIRONMENT_KEYS},  # optional ones (image_digest) may be absent
         settings=document.get("settings") or {},
     )
     return result, note

@@ -9,7 +9,8 @@
 # SHM_SIZE (16G), DOCKER (docker),
 # NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME (multi-node
 # torchrun: passed into the container when set; NNODES above 1 runs on the host network),
-# ENVKIT_DRY_RUN=1 (print the docker command instead of running it).
+# ENVKIT_DRY_RUN=1 (print the docker command instead of running it),
+# ENVKIT_IMAGE_DIGEST (the image's manifest digest for the results; found for name@sha256: and buildah's images).
 set -euo pipefail
 
 fail() {
@@ -84,7 +85,7 @@ command=(
   # --privileged exposes the TPU chips (/dev/accel*, /dev/vfio); pod slices need the host network.
   # Root inside: the recipe hands what it writes to ENVKIT_RESULTS_OWNER.
   --privileged --net=host "${ipc_args[@]}"
-  -e "ENVKIT_IMAGE=$image" -e ENVKIT_IMAGE_ID -e "ENVKIT_RESULTS_OWNER=$owner"
+  -e "ENVKIT_IMAGE=$image" -e ENVKIT_IMAGE_ID -e ENVKIT_IMAGE_DIGEST -e "ENVKIT_RESULTS_OWNER=$owner"
   ${multinode_args[@]+"${multinode_args[@]}"}
   -v "$data_dir:/workspace/data" -v "$results_dir:/workspace/results"
   "$image" python "/opt/envkit/recipes/$recipe.py" --data-dir /workspace/data --results-dir /workspace/results
@@ -107,5 +108,15 @@ if image_id=$("${docker[@]}" image inspect --format '{{.Id}}' "$image" 2>/dev/nu
   export ENVKIT_IMAGE_ID=$image_id
 else
   unset ENVKIT_IMAGE_ID
+fi
+# ... and its manifest digest where one is known: the caller's (a registry's), the one in
+# IMAGE=name@sha256:..., or buildah's for an image it built (the engine's copy has its ID).
+if [[ -z ${ENVKIT_IMAGE_DIGEST:-} ]]; then
+  if [[ $image == *@sha256:* ]]; then
+    export ENVKIT_IMAGE_DIGEST=${image##*@}
+  elif [[ -n ${ENVKIT_IMAGE_ID:-} ]] && command -v buildah >/dev/null \
+    && digest=$(buildah inspect --type image --format '{{.FromImageDigest}}' "$ENVKIT_IMAGE_ID" 2>/dev/null); then
+    export ENVKIT_IMAGE_DIGEST=$digest
+  fi
 fi
 exec "${command[@]}"
