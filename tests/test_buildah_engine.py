@@ -90,6 +90,7 @@ def test_two_no_cache_buildah_builds_give_one_digest_and_run_sh_runs_it_by_that_
     assert seen.read_text() == f"{digest}\n"
     [document] = [json.loads(path.read_text()) for path in results.glob("mnist-*.json")]
     assert document["environment"]["image_id"] == stored.image_id
+    assert document["environment"]["image_digest"] == digest
     assert document["environment"]["image"] == f"envkit-{TARGET}:latest"
     client.images.remove(image.id, force=True)
     for name in (tag, f"envkit-{TARGET}:latest"):

@@ -30,7 +30,8 @@ def mnist_output(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("results")
     done = run_mnist("--dataset", "fake", "--epochs", "1", "--per-device-batch", "32", "--fake-train-size", "128",
                      "--fake-test-size", "64", "--results-dir", directory, "--quiet",
-                     env={"ENVKIT_LOCK_SHA256": LOCK, "ENVKIT_IMAGE_ID": "sha256:" + "ab" * 32})
+                     env={"ENVKIT_LOCK_SHA256": LOCK, "ENVKIT_IMAGE_ID": "sha256:" + "ab" * 32,
+                          "ENVKIT_IMAGE_DIGEST": "sha256:" + "cd" * 32})
     assert done.returncode == 0, done.stderr
     return directory / "mnist-cpu.json"
 
@@ -40,6 +41,7 @@ def test_mnist_output_keeps_the_contract(mnist_output):
     assert document["schema_version"] == results.SCHEMA_VERSION
     assert document["environment"]["lock_sha256"] == LOCK
     assert document["environment"]["image_id"] == "sha256:" + "ab" * 32
+    assert document["environment"]["image_digest"] == "sha256:" + "cd" * 32
     assert document["configuration"]["nodes"] == 1 and document["configuration"]["backend"] is None
     assert results.upgrade(document) == (document, None)  # the current version is read as written
 

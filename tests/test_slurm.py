@@ -158,7 +158,8 @@ def test_podman_job_runs_the_pushed_image_by_digest_on_both_nodes(request, tmp_p
         for rank in (0, 1):
             assert output.count(f"scatter (ddp rank {rank}/2, cpu)") == 1, output[-3000:]
         document = only_results(results)
-        assert (document["environment"]["image"], document["environment"]["image_id"]) == (f"{repository}@{digest}", image_id)
+        environment = document["environment"]
+        assert (environment["image"], environment["image_id"], environment["image_digest"]) == (f"{repository}@{digest}", image_id, digest)
         assert document["environment"]["host"] == "node1"
         assert (document["configuration"]["world_size"], document["configuration"]["nodes"]) == (2, 2)
 

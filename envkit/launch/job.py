@@ -118,8 +118,12 @@ class Job:
         return self.recipe_argv(IMAGE_RECIPES, CONTAINER_DATA, CONTAINER_RESULTS)
 
     def image_env(self) -> tuple[tuple[str, str], ...]:
-        """What the results record as environment.image and .image_id (recipes/harness.py reads them)."""
-        return (("ENVKIT_IMAGE", self.image),) + ((("ENVKIT_IMAGE_ID", self.image_id),) if self.image_id else ())
+        """What the results record as environment.image, .image_id and .image_digest (recipes/harness/records.py).
+
+        A name@sha256: reference carries its manifest digest, as run.sh finds it for the engine it runs."""
+        digest = self.image.partition("@")[2]
+        return ((("ENVKIT_IMAGE", self.image),) + ((("ENVKIT_IMAGE_ID", self.image_id),) if self.image_id else ())
+                + ((("ENVKIT_IMAGE_DIGEST", digest),) if digest.startswith("sha256:") else ()))
 
     def image_notes(self) -> tuple[str, ...]:
         """For engines whose nodes pull the image: say so when it names no registry."""

@@ -124,6 +124,8 @@ def capture_environment(device: torch.device, device_kind: str) -> dict:
         # On the host, the lock `envkit venv` made this interpreter's venv from.
         "lock_sha256": os.environ.get("ENVKIT_LOCK_SHA256") or venv_lock_sha256(),
         "image_id": os.environ.get("ENVKIT_IMAGE_ID") or None,
+        # Its manifest digest where run.sh knows one (pulled by name@sha256:, or built by buildah): the same on every engine.
+        "image_digest": os.environ.get("ENVKIT_IMAGE_DIGEST") or None,
         "git_revision": git_revision(),
         "distributions": installed_distributions(),
     }
