@@ -16,9 +16,12 @@ from envkit.cli import main
 
 @pytest.fixture()
 def project(tmp_path, repo_root):
-    """A copy of the repo's config and templates, so tests may render and break it freely."""
+    """A copy of the repo's config and templates (and what its notebook targets render from: their
+    locks and the recipes), so tests may render and break it freely."""
     shutil.copy(repo_root / "envkit.yaml", tmp_path / "envkit.yaml")
     shutil.copytree(repo_root / "templates", tmp_path / "templates")
+    shutil.copytree(repo_root / "notebooks" / "locks", tmp_path / "notebooks" / "locks")
+    shutil.copytree(repo_root / "recipes", tmp_path / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
 
@@ -85,7 +88,7 @@ def test_check_all_reports_directories_of_removed_targets(capsys, project):
 def test_targets_lists_pins(capsys, repo_root):
     code, out, _ = run(capsys, "targets", "--config", str(repo_root / "envkit.yaml"))
     lines = out.splitlines()
-    assert code == 0 and lines[0].split() == ["TARGET", "KIND", "BASE", "IMAGE", "LOCK", "PINS"]
+    assert code == 0 and lines[0].split() == ["TARGET", "KIND", "BASE", "IMAGE", "OR", "NOTEBOOK", "RUNTIME", "LOCK", "PINS"]
     tpu = next(line for line in lines if line.startswith("tpu-vm"))
     assert "torch=2.9.0" in tpu and "torch_xla=2.9.0" in tpu and "libtpu=0.0.21" in tpu
     sha = hashlib.sha256((repo_root / "docker" / "tpu-vm" / "requirements.lock").read_bytes()).hexdigest()

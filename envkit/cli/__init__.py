@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     from envkit.cli import experiment as cli_experiment
     from envkit.cli import launch as cli_launch
     from envkit.cli import lock as cli_lock
+    from envkit.cli import notebook as cli_notebook
     from envkit.cli import render as cli_render
     from envkit.cli import report as cli_report
     from envkit.cli import verify as cli_verify
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"envkit {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
     subparsers.required = True
-    for area in (cli_render, cli_docker, cli_experiment, cli_report, cli_launch, cli_lock, cli_verify):
+    for area in (cli_render, cli_docker, cli_experiment, cli_report, cli_launch, cli_lock, cli_verify, cli_notebook):
         area.register(subparsers)
     return parser
 

@@ -17,8 +17,9 @@ def register(subparsers) -> None:
     targets = subparsers.add_parser(
         "targets",
         help="list the configured targets and their pins",
-        description="List each target in the config with its kind, base image, pinned versions and lock "
-        "(locked, with the first 12 hex of the lock's sha256, or unlocked).",
+        description="List each target in the config with its kind, base image (a notebook target: the platform, "
+        "accelerator and runtime it runs in), pinned versions and lock (locked, with the first 12 hex of the lock's "
+        "sha256, or unlocked).",
     )
     add_config(targets)
     targets.set_defaults(func=cmd_targets)
@@ -39,9 +40,10 @@ def register(subparsers) -> None:
 
     render = subparsers.add_parser(
         "render",
-        help="render docker/<target>/ (Dockerfile, run.sh, .dockerignore)",
-        description="Render each target's Dockerfile, run.sh and .dockerignore from templates/. Output is "
-        "byte-identical on every run and machine; all files are written or none.",
+        help="render docker/<target>/ (Dockerfile, run.sh, .dockerignore) and the notebook targets' notebooks",
+        description="Render each image target's Dockerfile, run.sh and .dockerignore from templates/, and each "
+        "notebook target's committed notebooks (its `notebooks` list) into notebooks/. Output is byte-identical on "
+        "every run and machine; all files are written or none.",
     )
     add_config(render)
     which = render.add_mutually_exclusive_group(required=True)
@@ -52,7 +54,9 @@ def register(subparsers) -> None:
     output.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 if the files under --output are stale"
     )
-    render.add_argument("--output", metavar="DIR", type=Path, help="output directory (default: docker/ beside the config)")
+    render.add_argument("--output", metavar="DIR", type=Path,
+                        help="output directory of the image targets' files (default: docker/ beside the config); "
+                        "notebooks always go to notebooks/ beside the config")
     render.set_defaults(func=cmd_render)
 
 
@@ -61,11 +65,17 @@ def cmd_targets(args: argparse.Namespace) -> int:
     from envkit.lock.lockfile import lock_path, read_lock
 
     config = load_config(args.config)
-    rows = [("TARGET", "KIND", "BASE IMAGE", "LOCK", "PINS")]
+    rows = [("TARGET", "KIND", "BASE IMAGE OR NOTEBOOK RUNTIME", "LOCK", "PINS")]
     for target in config.targets.values():
         pins = " ".join(f"{name}={version}" for name, version in target.pins().items())
         lock = read_lock(lock_path(config, target.name))
-        rows.append((target.name, target.kind, target.base_image, f"locked {lock.sha256[:12]}" if lock else "unlocked", pins))
+        if target.is_notebook:
+            from envkit.notebook.platforms import where_it_runs
+
+            base = where_it_runs(target)
+        else:
+            base = target.base_image
+        rows.append((target.name, target.kind, base, f"locked {lock.sha256[:12]}" if lock else "unlocked", pins))
     _print_table(rows)
     return 0
 
@@ -119,21 +129,35 @@ def cmd_render(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     names = list(config.targets) if args.all else [config.target(args.target).name]
-    files = render.render(config, names)
+    # Image targets get docker/<target>/; notebook targets their committed notebooks in notebooks/.
+    images = [name for name in names if name in config.images]
+    files = render.render(config, images)
     output = args.output if args.output is not None else config.root / render.DEFAULT_OUTPUT
+    notebook_names = [name for name in names if name not in config.images]
+    notebook_files, notebooks = [], None
+    if notebook_names:
+        from envkit.notebook import committed
+
+        notebook_files, notebooks = committed.render(config, notebook_names), committed.folder(config)
     if args.stdout:
-        for file in files:
+        for file in files + notebook_files:
             sys.stdout.write(f"==> {file.path.as_posix()} <==\n{file.text}")
         return 0
     if args.check:
-        problems = render.stale(output, files) + (render.orphans(output, names) if args.all else [])
+        problems = render.stale(output, files) + (render.orphans(output, images) if args.all else [])
+        if notebooks is not None:
+            problems += render.stale(notebooks, notebook_files) + (committed.orphans(config, notebook_files) if args.all else [])
         if problems:
             summary = "; ".join(problems)
             raise EnvkitError(f"rendered files are stale: {summary}; run `envkit render --all` and commit", exit_code=1)
-        print(f"{len(files)} files under {output} are up to date")
+        print(f"{len(files)} files under {output} are up to date"
+              + (f", and {len(notebook_files)} notebooks under {notebooks}" if notebooks is not None else ""))
         return 0
     written = render.write(output, files)
-    print(f"rendered {len(files)} files for {', '.join(names)} into {output} ({len(written)} changed)")
+    print(f"rendered {len(files)} files for {', '.join(images) or 'no image target'} into {output} ({len(written)} changed)")
+    if notebooks is not None:
+        written = render.write(notebooks, notebook_files)
+        print(f"rendered {len(notebook_files)} notebooks for {', '.join(notebook_names)} into {notebooks} ({len(written)} changed)")
     return 0
 
 

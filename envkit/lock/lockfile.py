@@ -64,7 +64,13 @@ class LockFile:
     sha256: str  # of the whole file: what images and results record
 
 
+# A notebook target has no docker/ directory: its lock sits beside its notebooks.
+NOTEBOOK_LOCKS = Path("notebooks") / "locks"
+
+
 def lock_path(config: ProjectConfig, name: str) -> Path:
+    if config.target(name).is_notebook:
+        return config.root / NOTEBOOK_LOCKS / name / LOCK_FILE
     return config.root / "docker" / name / LOCK_FILE
 
 
@@ -81,7 +87,7 @@ def lock_inputs(target: Target) -> LockInputs:
     return LockInputs(
         target=target.name,
         requirements=tuple(requirements(target)),
-        platform=f"x86_64-manylinux_{base_glibc(target).replace('.', '_')}",
+        platform=f"x86_64-manylinux_{_manylinux(target_glibc(target))}",
         python=target.python,
         index_url=target.pip_index_url,
         torch_index=torch_index,
@@ -107,6 +113,26 @@ def _torch_index(target: Target) -> str | None:
 def _glibc_table() -> dict[str, str]:
     with open(GLIBC_PATH, encoding="utf-8") as handle:
         return yaml.safe_load(handle)["glibc"]
+
+
+# The newest manylinux tag uv's --python-platform knows (uv 0.13: manylinux_2_40). A newer glibc
+# (Debian 13's 2.41) loads every wheel of that tag, so locking for it only leaves out wheels that
+# need the newer glibc itself.
+UV_NEWEST_GLIBC = "2.40"
+
+
+def _manylinux(glibc: str) -> str:
+    newest = min(glibc, UV_NEWEST_GLIBC, key=lambda version: tuple(int(part) for part in version.split(".")))
+    return newest.replace(".", "_")
+
+
+def target_glibc(target: Target) -> str:
+    """The glibc the target's packages load with: its base image's, or its notebook runtime's."""
+    if target.is_notebook:
+        from envkit.notebook.platforms import runtime_of
+
+        return runtime_of(target).glibc
+    return base_glibc(target)
 
 
 def base_glibc(target: Target) -> str:

@@ -114,8 +114,15 @@ def _lock_text(
     # A mirror stands in for PyTorch's index only where the target takes torch from there.
     torch_index = (torch_index_url or inputs.torch_index) if inputs.torch_index else None
     body, command = _compile(inputs, previous, upgrade, torch_index, uv)
+    target = config.target(inputs.target)
+    if target.is_notebook:
+        from envkit.notebook.platforms import runtime_of
+
+        runtime = runtime_of(target)
+        recorded = f"none: runs in {target.platform}'s {runtime.name} runtime ({runtime.facts['os'].value}, glibc {runtime.glibc})"
+        return lock_header(inputs, recorded, command) + body
     # After resolving: a target that cannot be locked gets its one error line, no warning.
-    base = resolve_base(inputs.target, config.target(inputs.target).base_image)
+    base = resolve_base(inputs.target, target.base_image)
     if base.note:
         print(f"envkit: warning: target {inputs.target}: {base.note}", file=sys.stderr)
     return lock_header(inputs, base.recorded(), command) + body

@@ -57,6 +57,7 @@ class RunResult:
     timing: dict  # total_s, first_epoch_s: float; STAT_KEYS present: Stat
     test_accuracy: float | None
     environment: dict  # every ENVIRONMENT_KEYS entry, None where unknown
+    notebook: dict | None = None  # the optional block envkit's notebooks add: where the run ran, on which packages
 
 
 def stat_of(values: list[float]) -> dict:
@@ -164,6 +165,7 @@ def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
         timing=timing,
         test_accuracy=document["metrics"].get("test_accuracy"),
         environment={key: document["environment"][key] for key in ENVIRONMENT_KEYS},
+        notebook=document.get("notebook"),
     )
     return result, note
 
