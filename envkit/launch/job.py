@@ -28,6 +28,8 @@ ENGINE_KINDS = {
     "jobset": ("cpu", "cuda", "tpu-vm"),
     "tpu-pod": ("tpu-vm",),
     "skypilot": ("cpu", "cuda", "tpu-vm"),
+    # A Kaggle notebook (envkit/launch/kaggle.py), not an image: its own path in `envkit launch`.
+    "kaggle": ("cuda", "tpu-vm"),
 }
 ENGINES = tuple(ENGINE_KINDS)
 KUBERNETES_ENGINES = ("pytorchjob", "jobset")

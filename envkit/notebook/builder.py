@@ -101,7 +101,7 @@ def render_notebook(config: ProjectConfig, experiment_name: str, target_name: st
     path = notebook_path(target.name, experiment.name, packages)
     files = _embedded_files(config, experiment, lock_file)
     rerender = rerender_command(target.name, experiment.name, packages)
-    settings = _settings(target, experiment, platform, accelerator, runtime, files, packages, rerender)
+    settings = _settings(target, experiment, platform, accelerator, files, packages, rerender)
     context = {
         "experiment": experiment, "target": target, "platform": platform, "accelerator": accelerator, "runtime": runtime,
         "packages": packages, "rerender": rerender, "command": _command(experiment),
@@ -191,18 +191,13 @@ def _embedded_files(config: ProjectConfig, experiment: Experiment, lock_file: Pa
     }
 
 
-def _settings(target, experiment, platform, accelerator, runtime, files, packages, rerender) -> dict:
+def runtime_settings(platform, accelerator) -> dict:
+    """What the notebook's runtime check reads: the accelerator it needs, how to pick it, the runtime envkit knows."""
     data = load_platforms()
-    kind = kinds.kind(target.kind)
-    from envkit.render.target_files import run_env
-
+    runtime = platform.runtime_of(accelerator)
     known = runtime.packages()
     known["source"] = ", ".join(sorted({runtime.facts[name].cite() for name in runtime.packages()})) or "no packages recorded"
-    paths = [path for group in files.values() for path in group]
     return {
-        "experiment": experiment.name,
-        "target": target.name,
-        "rerender": rerender,
         "platform": platform.name,
         "platform_title": platform.title,
         "accelerator": accelerator.name,
@@ -212,6 +207,20 @@ def _settings(target, experiment, platform, accelerator, runtime, files, package
         "tpu_chips": {"vendor": data.tpu_vendor, "devices": data.tpu_chips},
         "runtime_known": known,
         "runtime_version_env": list(platform.runtime_version_env),
+    }
+
+
+def _settings(target, experiment, platform, accelerator, files, packages, rerender) -> dict:
+    data = load_platforms()
+    kind = kinds.kind(target.kind)
+    from envkit.render.target_files import run_env
+
+    paths = [path for group in files.values() for path in group]
+    return {
+        "experiment": experiment.name,
+        "target": target.name,
+        "rerender": rerender,
+        **runtime_settings(platform, accelerator),
         "output": platform.output,
         "packages": packages,
         "lock": {"path": "requirements.lock", "python": target.python},

@@ -59,6 +59,16 @@ class NotebookStop(Exception):
     """A step cannot go on: shown as one line, and the notebook stops there."""
 
 
+def _show_one_line(shell, etype, value, tb, tb_offset=None) -> list[str]:
+    lines = [f"envkit: {value}"]
+    show = getattr(shell, "_showtraceback", None)  # how IPython (and ipykernel) send an error output
+    if show is not None:
+        show(etype, value, lines)
+    else:
+        print(lines[0], file=sys.stderr)
+    return lines
+
+
 def _one_line_errors() -> None:
     # IPython shows a NotebookStop as its message alone (no traceback); the cell still fails,
     # so "Run all" stops at it.
@@ -68,7 +78,7 @@ def _one_line_errors() -> None:
         return
     shell = get_ipython()
     if shell is not None:
-        shell.set_custom_exc((NotebookStop,), lambda shell, etype, value, tb, tb_offset=None: [f"envkit: {value}"])
+        shell.set_custom_exc((NotebookStop,), _show_one_line)
 
 
 _one_line_errors()
@@ -149,7 +159,9 @@ def accelerator_problem(settings: dict, tpus: dict[str, int], gpus: list[str]) -
     if "tpu" in device:
         fits = tpus == {device["tpu"]: device["chips"]}
     else:
-        fits = sum(device["gpu"].lower() in name.lower() for name in gpus) >= device["count"]
+        # A whole word of the name: an L4 is not an L40S.
+        model = re.compile(rf"(?<![A-Za-z0-9]){re.escape(device['gpu'])}(?![A-Za-z0-9])", re.IGNORECASE)
+        fits = sum(bool(model.search(name)) for name in gpus) >= device["count"]
     if fits:
         return None
     return (f"this runtime has {describe_found(tpus, gpus)}, but this notebook runs on {settings['platform_title']}'s "
@@ -405,12 +417,17 @@ def show_report(settings: dict) -> None:
         raise NotebookStop(f"envkit's report needs PyYAML and jsonschema in this kernel ({exc}): pip install pyyaml jsonschema")
     finally:
         sys.path.remove(str(REPORT.resolve()))
-    results, warnings = load_results(RESULTS)
-    for warning in warnings:
-        print(f"warning: {warning}")
-    report = build_report(results, reference=True)
-    picture = RESULTS / "comparison.png"
-    write_plot(report, picture)
+    try:
+        results, warnings = load_results(RESULTS)
+        for warning in warnings:
+            print(f"warning: {warning}")
+        report = build_report(results, reference=True)
+        picture = RESULTS / "comparison.png"
+        write_plot(report, picture)
+    except Exception as exc:  # envkit's own one-line errors (EnvkitError), from the embedded copy
+        if type(exc).__name__ != "EnvkitError":
+            raise
+        raise NotebookStop(str(exc)) from None
     from IPython.display import Image, Markdown, display
 
     display(Markdown(render_report(report, "md")))
