@@ -27,7 +27,7 @@ class _RecipeArgsAfterDashes(argparse.ArgumentParser):
 
 
 def register(subparsers) -> None:
-    from envkit.launch.job import DEFAULT_RDZV_PORT, ENGINES, SLURM_CONTAINERS
+    from envkit.launch.job import DEFAULT_RDZV_PORT, ENGINES, NOTEBOOK_ENGINES, SLURM_CONTAINERS
 
     launch = subparsers.add_parser(
         "launch",
@@ -40,7 +40,8 @@ def register(subparsers) -> None:
     launch.add_argument("experiment", help="experiment name from envkit/data/experiments.yaml, e.g. gpu-ddp-cifar")
     # argparse cannot take options after a trailing positional list: split at '--' first.
     launch.__class__ = type("LaunchParser", (_RecipeArgsAfterDashes, type(launch)), {})
-    launch.add_argument("--on", required=True, choices=ENGINES, metavar="ENGINE", help=f"one of: {', '.join(ENGINES)}")
+    launch.add_argument("--on", required=True, choices=ENGINES + NOTEBOOK_ENGINES, metavar="ENGINE",
+                        help=f"one of: {', '.join(ENGINES + NOTEBOOK_ENGINES)}")
     launch.add_argument("--nodes", type=int, default=1, help="hosts (default 1)")
     launch.add_argument("--gpus-per-node", type=int, help="GPUs per host (default: 1 for GPU experiments, else 0)")
     launch.add_argument("--nproc-per-node", type=int, help="CPU torchrun experiments: processes per host (default 1)")

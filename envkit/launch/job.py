@@ -28,10 +28,10 @@ ENGINE_KINDS = {
     "jobset": ("cpu", "cuda", "tpu-vm"),
     "tpu-pod": ("tpu-vm",),
     "skypilot": ("cpu", "cuda", "tpu-vm"),
-    # A Kaggle notebook (envkit/launch/kaggle.py), not an image: its own path in `envkit launch`.
-    "kaggle": ("cuda", "tpu-vm"),
 }
 ENGINES = tuple(ENGINE_KINDS)
+# Engines that run an experiment's notebook, not an image (envkit/launch/kaggle.py): no Job, no renderer.
+NOTEBOOK_ENGINES = ("kaggle",)
 KUBERNETES_ENGINES = ("pytorchjob", "jobset")
 SLURM_CONTAINERS = ("host", "docker", "pyxis", "apptainer")
 

@@ -1,7 +1,8 @@
 """The files a notebook carries, so that nothing is cloned: found from the imports themselves.
 
 A recipe brings the sibling modules it imports (recipes/ is flat: ``import harness``);
-envkit's report brings the envkit modules it imports and the data files they name.
+envkit's report brings the envkit modules it imports and the data files they name (as a
+quoted file name).
 Imports are read with ``ast`` (inside functions too), never executed, so a recipe that
 gains or loses a helper module changes its notebooks without anyone listing files.
 """
@@ -9,6 +10,8 @@ gains or loses a helper module changes its notebooks without anyone listing file
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
+from functools import lru_cache
 from pathlib import Path
 
 from envkit.errors import EnvkitError
@@ -19,19 +22,38 @@ HELPER_NAME = "envkit_notebook.py"  # what the notebook imports it as
 REPORT_MODULES = ("envkit.runs.report", "envkit.runs.plot", "envkit.runs.results")
 
 
-def _imported_names(path: Path) -> set[str]:
+def _imported_names(path: Path) -> frozenset[str]:
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise EnvkitError(f"cannot read {path} for its imports: {exc}") from None
+    return _parsed_imports(path, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=None)
+def _parsed_imports(path: Path, mtime_ns: int, size: int) -> frozenset[str]:
+    """A file's imports; its time and size in the key, so an edited file is read again."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except (OSError, SyntaxError, UnicodeDecodeError) as exc:
         raise EnvkitError(f"cannot read {path} for its imports: {exc}") from None
     names = set()
-    for node in ast.walk(tree):
+    for node in _statements(tree.body):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return names
+    return frozenset(names)
+
+
+def _statements(nodes: list) -> Iterator[ast.AST]:
+    """Every statement, nested ones included: imports are statements, so expressions need no visit
+    (a tenth of ast.walk's nodes; rendering the committed notebooks parses every recipe and report module)."""
+    for node in nodes:
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            yield from _statements(getattr(node, field, None) or [])
 
 
 def recipe_files(recipes: Path, recipe: str) -> list[Path]:
@@ -50,6 +72,7 @@ def recipe_files(recipes: Path, recipe: str) -> list[Path]:
     return [start] + sorted(found - {start})
 
 
+@lru_cache(maxsize=None)
 def report_files(root: Path) -> list[Path]:
     """envkit's report modules, every envkit module they import (with its packages' __init__.py),
     and the files of envkit/data/ they name, sorted."""
@@ -66,7 +89,9 @@ def report_files(root: Path) -> list[Path]:
             if parent != Path("."):
                 todo.append(root / parent / "__init__.py")
         todo += [_module_path(root, name) for name in _imported_names(path) if name.startswith("envkit")]
-        found.update(data[name] for name in _string_constants(path) if name in data)
+        if path.suffix == ".py":
+            text = path.read_text(encoding="utf-8")
+            found.update(data[name] for name in data if f'"{name}"' in text or f"'{name}'" in text)
     return sorted(found)
 
 
@@ -76,8 +101,3 @@ def _module_path(root: Path, name: str) -> Path | None:
         if candidate.is_file():
             return candidate
     return None  # a name imported from a module (a function, a class): its module is already listed
-
-
-def _string_constants(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
