@@ -90,7 +90,7 @@ endef
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help venv xla-env sky-env tpu-env render build-cpu build-cuda build-tpu-vm tpu-mnist tpu-mnist-single \
+.PHONY: help venv xla-env sky-env tpu-env bench-env render build-cpu build-cuda build-tpu-vm tpu-mnist tpu-mnist-single \
 	gpu-mnist cpu-mnist gpu-single-cifar gpu-dp-cifar gpu-ddp-cifar cpu-single-cifar cpu-ddp-cifar compare \
 	push save load prune demo test doctor
 
@@ -116,8 +116,10 @@ sky-env: .venv-sky/bin/python ## create SkyPilot's environment in .venv-sky (its
 
 tpu-env: .venv-tpu/bin/python ## create the TorchTPU environment in .venv-tpu (its no-TPU path is tested)
 
+bench-env: .venv-bench/bin/python ## create .venv-bench: hpccm beside envkit's dependencies, for benchmarks/bench_render.py
+
 # An environment of its own per requirements file: .venv-xla from requirements/xla.txt, .venv-sky from sky.txt,
-# .venv-tpu from tpu.txt.
+# .venv-tpu from tpu.txt, .venv-bench from bench.txt.
 .venv-%/bin/python: requirements/%.txt
 	$(PYTHON) -m venv .venv-$*
 	.venv-$*/bin/pip install -r $<

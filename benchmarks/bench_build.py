@@ -135,12 +135,12 @@ def main() -> int:
 
     sys.path.insert(0, str(REPO))
     from envkit.image.build_context import staging_path
-    from envkit.support.docker_client import connect_engine
+    from envkit.support.docker_client import connect_docker
     from envkit.errors import EnvkitError
     from envkit.image.build import LATEST, repository
 
     try:
-        client = connect_engine()
+        client = connect_docker()
     except EnvkitError as exc:
         sys.exit(f"bench_build: {exc}")
     flags = [*(["--base-image", args.base_image] if args.base_image else []),

@@ -1,4 +1,4 @@
-"""envkit.atomic: the one way envkit writes a file (all of it or none of it)."""
+"""envkit.support.atomic: the one way envkit writes a file (all of it or none of it)."""
 
 from __future__ import annotations
 

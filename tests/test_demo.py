@@ -12,7 +12,7 @@ import pytest
 from envkit.cli import report as cli_report
 from envkit.cli import main
 from envkit.host.doctor import HostFacts
-from envkit.runs.plans import Plan, Step, execute
+from envkit.runs.plans import RunPlan, Step, execute
 
 PY = sys.executable
 NO_ENGINE = HostFacts(docker_error="no Docker engine answers at unix:///var/run/docker.sock", cpu_count=2)
@@ -146,7 +146,7 @@ def _python(code: str) -> tuple[str, ...]:
 
 def test_a_failed_step_does_not_stop_the_others(tmp_path, capsys):
     marker = tmp_path / "ran"
-    plan = Plan([
+    plan = RunPlan([
         Step("fails", _python("raise SystemExit(3)")),
         Step("still runs", _python(f"open({str(marker)!r}, 'w').write('x')")),
     ])
@@ -157,8 +157,8 @@ def test_a_failed_step_does_not_stop_the_others(tmp_path, capsys):
 
 def test_a_failed_build_switches_to_the_fallback(tmp_path, capsys):
     marker = tmp_path / "fallback-ran"
-    fallback = Plan([Step("local run", _python(f"open({str(marker)!r}, 'w').write('x')"))], ["building failed; running here"])
-    plan = Plan([Step("render", _python("pass")), Step("build", _python("raise SystemExit(1)")),
+    fallback = RunPlan([Step("local run", _python(f"open({str(marker)!r}, 'w').write('x')"))], ["building failed; running here"])
+    plan = RunPlan([Step("render", _python("pass")), Step("build", _python("raise SystemExit(1)")),
                  Step("in image", _python("raise SystemExit(5)"))], [], fallback, 1)
     assert execute(plan, dry_run=False) is True
     assert marker.exists()
@@ -167,7 +167,7 @@ def test_a_failed_build_switches_to_the_fallback(tmp_path, capsys):
 
 
 def test_a_missing_program_is_a_failed_step_not_a_traceback(tmp_path, capsys):
-    plan = Plan([Step("make something", (str(tmp_path / "no-such-make"), "target"))])
+    plan = RunPlan([Step("make something", (str(tmp_path / "no-such-make"), "target"))])
     assert execute(plan, dry_run=False) is False
     err = capsys.readouterr().err
     assert f"envkit: cannot start {tmp_path / 'no-such-make'}: No such file or directory" in err
@@ -177,7 +177,7 @@ def test_a_missing_program_is_a_failed_step_not_a_traceback(tmp_path, capsys):
 def test_step_environment_reaches_the_command(tmp_path):
     out = tmp_path / "env.json"
     code = f"import json, os; json.dump(os.environ['RESULTS_DIR'], open({str(out)!r}, 'w'))"
-    assert execute(Plan([Step("env", _python(code), {"RESULTS_DIR": "/some/where"})]), dry_run=False)
+    assert execute(RunPlan([Step("env", _python(code), {"RESULTS_DIR": "/some/where"})]), dry_run=False)
     assert json.loads(out.read_text()) == "/some/where"
 
 

@@ -37,12 +37,11 @@ import yaml
 from envkit.image.build_context import staging_path
 from envkit.project.config import load_config
 from envkit.host.doctor import inspect_host
-from envkit.support.docker_client import connect_engine
+from envkit.support.docker_client import connect_docker
 from envkit.errors import EnvkitError
 from envkit.image.build import docker_cli as docker_command
 from envkit.render.labels import LOCK_LABEL
 from envkit.lock.lockfile import normalise, read_lock
-from envkit.render.target_files import requirements
 
 from mnist_files import read_results, write_mnist
 
@@ -77,7 +76,7 @@ def envkit(*args: str, cwd: Path, env: dict | None = None, check: bool = True) -
 @pytest.fixture(scope="session")
 def client():
     try:
-        return connect_engine()
+        return connect_docker()
     except EnvkitError as exc:
         unavailable(str(exc))
 
@@ -101,7 +100,7 @@ def fill_wheelhouse(wheels: Path, config: Path, target: str) -> Path:
     command = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest", str(wheels)]
     if local.is_dir():
         command += ["--find-links", str(local)]
-    wanted = requirements(load_config(config).target(target))
+    wanted = load_config(config).target(target).requirements()
     done = subprocess.run([*command, *wanted], capture_output=True, text=True)
     if done.returncode != 0:
         unavailable(f"cannot fill the wheelhouse with {' '.join(wanted)}: {done.stderr.strip().splitlines()[-1:]}")

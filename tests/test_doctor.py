@@ -115,7 +115,7 @@ def fake_host(tmp_path, monkeypatch):
         def info(self):
             return {"Runtimes": {"runc": {}, "nvidia": {}}, "DockerRootDir": str(tmp_path)}
 
-    monkeypatch.setattr(doctor, "connect_engine", Engine)
+    monkeypatch.setattr(doctor, "connect_docker", Engine)
     return tmp_path
 
 
@@ -141,7 +141,7 @@ def test_inspect_host_gathers_engine_gpus_and_disk(fake_host, monkeypatch):
 )
 def test_identical_digests_follow_the_engines_buildkit(fake_host, monkeypatch, version, identical):
     monkeypatch.setattr(doctor, "device_files", lambda check: [])
-    monkeypatch.setattr(doctor.connect_engine, "version", lambda self: version)
+    monkeypatch.setattr(doctor.connect_docker, "version", lambda self: version)
     host = doctor.inspect_host()
     assert host.identical_digests is identical
     assert doctor.as_json(host)["identical_digests"] is identical
@@ -152,7 +152,7 @@ def test_inspect_host_without_engine_records_the_reason(monkeypatch):
     def no_engine():
         raise EnvkitError(NO_ENGINE)
 
-    monkeypatch.setattr(doctor, "connect_engine", no_engine)
+    monkeypatch.setattr(doctor, "connect_docker", no_engine)
     host = doctor.inspect_host()
     assert host.docker_version is None and host.docker_error == NO_ENGINE
     assert host.identical_digests is None and "same digests    unknown" in doctor.format_report(host)
@@ -276,6 +276,6 @@ def test_engine_failures_become_one_actionable_line(monkeypatch, failure, messag
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     monkeypatch.setattr(docker, "from_env", refuse)
     with pytest.raises(EnvkitError) as caught:
-        engine.connect_engine()
+        engine.connect_docker()
     assert str(caught.value).startswith(message)
     assert "\n" not in str(caught.value)

@@ -7,6 +7,7 @@ either read the table or are checked here against it, both ways.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 from envkit.cli import main
 from envkit.project.config import load_config
 from envkit.project.experiments import load_experiments
-from envkit.runs.plans import IMAGE_TITLES, LOCAL_TITLES, experiment_target
+from envkit.runs.plans import experiment_target
 from envkit.project.kinds import load_kinds
 
 TABLE = load_experiments()
@@ -68,8 +69,36 @@ def test_every_experiment_runs_on_its_kinds_device():
         assert entry.args[:len(flag)] == flag, f"{entry.name} does not start with {flag}"
 
 
-def test_plan_titles_name_experiments_of_the_table():
-    assert set(LOCAL_TITLES) <= set(TABLE) and set(IMAGE_TITLES) <= set(TABLE)
+def spelled_experiment_names(source: str) -> list[str]:
+    """Experiment names written as data in Python: dict keys, tuple/list/set items, comparison operands."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        candidates = {ast.Dict: lambda n: n.keys, ast.Compare: lambda n: [n.left, *n.comparators],
+                      ast.Tuple: lambda n: n.elts, ast.List: lambda n: n.elts, ast.Set: lambda n: n.elts}
+        for kind, parts in candidates.items():
+            if isinstance(node, kind):
+                found += [part.value for part in parts(node)
+                          if isinstance(part, ast.Constant) and part.value in TABLE]
+    return found
+
+
+def test_no_experiment_name_is_spelled_in_python():
+    package = Path(__file__).resolve().parent.parent / "envkit"
+    spelled = {str(path): names for path in package.rglob("*.py")
+               if (names := spelled_experiment_names(path.read_text(encoding="utf-8")))}
+    assert spelled == {}
+
+
+def test_the_spelled_name_check_sees_a_python_table():
+    assert spelled_experiment_names('TITLES = {"cpu-mnist": "mnist"}\nif name == "gpu-mnist": pass') == ["cpu-mnist", "gpu-mnist"]
+
+
+def test_every_experiment_has_a_title_and_the_demo_images_have_image_titles():
+    for entry in TABLE.values():
+        assert entry.title.format(gpus=2, processes=2), entry.name
+    assert all(entry.image_title for entry in TABLE.values() if entry.kind == "cpu")
 
 
 @pytest.mark.parametrize("name", list(TABLE))

@@ -254,7 +254,7 @@ def engine(monkeypatch):
     )
     client = FakeClient(image)
     for module in (image_build, image_archive):
-        monkeypatch.setattr(module, "connect_engine", lambda: client)
+        monkeypatch.setattr(module, "connect_docker", lambda: client)
     return client
 
 
@@ -452,7 +452,7 @@ def test_build_drives_buildkit_with_both_tags_and_the_args(project, recording_do
     client = FakeClient(image)
     client.images = BuildingImages(image)
     for module in (image_build, image_archive):
-        monkeypatch.setattr(module, "connect_engine", lambda: client)
+        monkeypatch.setattr(module, "connect_docker", lambda: client)
     monkeypatch.setattr(image_build, "git_revision", lambda root: "abc123")
     monkeypatch.setattr(image_build, "source_date_epoch", lambda root, name: "1700000000")
     original_build = image_build._docker_build
@@ -525,3 +525,13 @@ def test_an_existing_content_tag_is_reused_without_building(project, recording_d
     assert built.reused and built.tag == tag
     assert recording_docker() == []  # docker build never ran
     assert "envkit-cpu:latest" in engine.images.image.tags
+
+
+def test_the_build_and_the_recipes_record_one_form_of_git_revision():
+    """The build passes ENVKIT_REVISION; a recipe on the host asks git itself: both give the full hash."""
+    repo = Path(__file__).resolve().parent.parent
+    built = build_context.git_revision(repo)
+    env = {k: v for k, v in os.environ.items() if k != "ENVKIT_REVISION"}
+    probe = "import harness; print(harness.git_revision())"
+    on_host = subprocess.run([sys.executable, "-c", probe], cwd=repo / "recipes", env=env, capture_output=True, text=True, check=True)
+    assert re.fullmatch(r"[0-9a-f]{40}", built) and on_host.stdout.strip() == built

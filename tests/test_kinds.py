@@ -51,6 +51,7 @@ ROCM_FRAGMENT = """\
 ROCM_EXPERIMENT = """\
   rocm-mnist:
     summary: MNIST on one AMD GPU
+    title: "mnist on one AMD GPU"
     kind: rocm
     recipe: mnist
     args: [--device, cuda]

@@ -65,7 +65,7 @@ def test_every_engine_has_one_renderer():
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_dry_run_matches_golden(case, update_golden):
     engine, job = CASES[case]()
-    text = describe(engines.render(engine, job, OUTPUT))
+    text = describe(engines.render_job(engine, job, OUTPUT))
     golden = GOLDEN / f"{case}.txt"
     if update_golden:
         golden.write_text(text)
@@ -75,11 +75,11 @@ def test_dry_run_matches_golden(case, update_golden):
 def test_rendering_is_deterministic():
     for make in CASES.values():
         engine, job = make()
-        assert describe(engines.render(engine, job, OUTPUT)) == describe(engines.render(engine, *make()[1:], OUTPUT))
+        assert describe(engines.render_job(engine, job, OUTPUT)) == describe(engines.render_job(engine, *make()[1:], OUTPUT))
 
 
 def test_slurm_script_asks_for_what_the_issue_names():
-    script = slurm.render(make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4))
+    script = slurm.sbatch_script(make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4))
     assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=4\n" in script
     assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1' in script
     assert "sacct" not in script
@@ -87,7 +87,7 @@ def test_slurm_script_asks_for_what_the_issue_names():
 
 def test_single_host_experiment_runs_without_torchrun():
     job = make_job("gpu-dp-cifar", "slurm", nodes=1, gpus_per_node=4)
-    assert "srun --ntasks-per-node=1 python /srv/envkit/recipes/cifar.py" in slurm.render(job)
+    assert "srun --ntasks-per-node=1 python /srv/envkit/recipes/cifar.py" in slurm.sbatch_script(job)
 
 
 # ------------------------------------------------------------------ the command line
@@ -265,9 +265,24 @@ def test_slurm_host_script_trains_when_srun_runs_its_task_here(tmp_path):
                    extra_args=("--dataset", "fake", "--epochs", "1", "--image-size", "32", "--global-batch", "16",
                                "--fake-train-size", "64", "--fake-test-size", "32", "--quiet"))
     script = tmp_path / "job.sbatch"
-    script.write_text(slurm.render(job))
+    script.write_text(slurm.sbatch_script(job))
     env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
            "SLURM_JOB_NODELIST": "localhost", "SLURM_NNODES": "1", "SLURM_JOB_ID": "7"}
     done = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert len(list((tmp_path / "results").glob("*.json"))) == 1  # rank 0 alone writes it
+
+
+def test_every_engine_setting_of_the_parser_is_a_field_of_engine_options():
+    import argparse
+    import dataclasses
+
+    from envkit.cli import launch as cli_launch
+    from envkit.launch.job import EngineOptions
+
+    parser = argparse.ArgumentParser()
+    cli_launch.register(parser.add_subparsers())
+    launch = parser._subparsers._group_actions[0].choices["launch"]
+    group = next(g for g in launch._action_groups if g.title == "engine settings")
+    settings = {action.dest for action in group._group_actions} - {"stop"}  # --stop is an action, not a setting
+    assert settings == {field.name for field in dataclasses.fields(EngineOptions)}

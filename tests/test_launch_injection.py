@@ -95,8 +95,8 @@ SLURM_VARIANTS = {
 def test_slurm_script_passes_hostile_arguments_as_words(sandbox, container):
     extra, programs = SLURM_VARIANTS[container]
     options = EngineOptions(container=container, image_tarball="/images/e.tar.gz" if container == "apptainer" else None)
-    script = slurm.render(job(sandbox, "gpu-ddp-cifar", "slurm", gpus_per_node=2, options=options, **extra))
-    clean = slurm.render(make_job("gpu-ddp-cifar", "slurm", gpus_per_node=2, options=options, **extra))
+    script = slurm.sbatch_script(job(sandbox, "gpu-ddp-cifar", "slurm", gpus_per_node=2, options=options, **extra))
+    clean = slurm.sbatch_script(make_job("gpu-ddp-cifar", "slurm", gpus_per_node=2, options=options, **extra))
     assert script.count("#SBATCH") == clean.count("#SBATCH")
     recorded = run_bash(sandbox, script)
     assert [argv[0] for argv in recorded] == programs

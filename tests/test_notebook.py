@@ -116,10 +116,11 @@ def test_use_runtime_variant_runs_on_the_runtimes_packages(config):
 
 @pytest.fixture()
 def project(tmp_path, repo_root):
+    (tmp_path / "project").mkdir()
     for part in ("envkit.yaml", "templates", "recipes", "notebooks", "docker"):
         copy = shutil.copytree if (repo_root / part).is_dir() else shutil.copy
-        copy(repo_root / part, tmp_path / part)
-    return tmp_path
+        copy(repo_root / part, tmp_path / "project" / part)
+    return tmp_path / "project"
 
 
 def test_write_and_default_path(capsys, project):
@@ -129,8 +130,10 @@ def test_write_and_default_path(capsys, project):
     assert envkit(capsys, "render", "--all", "--check", "--config", str(project / "envkit.yaml"))[0] == 0
 
 
-def test_render_check_finds_an_edited_recipe_and_render_fixes_it(capsys, project):
+def test_render_check_finds_an_edited_recipe_and_render_fixes_it(capsys, project, tmp_path, monkeypatch):
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
     config = str(project / "envkit.yaml")
+    assert envkit(capsys, "render", "--all", "--check", "--config", config)[0] == 0  # remembered (envkit.render.memo)
     with open(project / "recipes" / "ddp.py", "a", encoding="utf-8") as recipe:
         recipe.write("# an edit\n")
     code, out, err = envkit(capsys, "render", "--all", "--check", "--config", config)

@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 
 from envkit.cli import main
 from envkit.lock.lockfile import lock_inputs, lock_path, read_lock
-from envkit.notebook.platforms import PLATFORMS_PATH, SCHEMA_PATH, load_platforms
+from envkit.project.notebook_platforms import PLATFORMS_PATH, SCHEMA_PATH, load_platforms
 from envkit.project import kinds
 from envkit.project.config import load_config
 from wheel_index import IndexServer

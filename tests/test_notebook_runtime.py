@@ -13,7 +13,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from envkit.notebook import builder, runtime
-from envkit.notebook.platforms import load_platforms
+from envkit.project.notebook_platforms import load_platforms
 
 # What nvidia-smi calls each GPU model the platforms offer.
 GPU_NAMES = {"T4": "Tesla T4", "P100": "Tesla P100-PCIE-16GB", "L4": "NVIDIA L4", "A100": "NVIDIA A100-SXM4-40GB",

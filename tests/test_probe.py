@@ -179,9 +179,9 @@ def test_doctor_probe_image_that_is_not_built_is_one_line(tmp_path, monkeypatch,
         images = Images()
 
     (tmp_path / "envkit.yaml").write_text('targets:\n  cpu: {kind: cpu, torch: "2.9.0"}\n')
-    monkeypatch.setattr("envkit.support.docker_client.connect_engine", Engine)  # the engine may hold a real envkit-cpu
+    monkeypatch.setattr("envkit.support.docker_client.connect_docker", Engine)  # the engine may hold a real envkit-cpu
     monkeypatch.setattr(doctor, "inspect_host", lambda: doctor.HostFacts(docker_version="20.10.24", free_disk_gb=50.0, cpu_count=2))
-    monkeypatch.setattr(doctor, "connect_engine", Engine)
+    monkeypatch.setattr(doctor, "connect_docker", Engine)
     assert cli.main(["doctor", "--probe", "--image", "cpu", "--config", str(tmp_path / "envkit.yaml")]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == "envkit: error: no image envkit-cpu:latest in the engine: build it first with 'envkit build cpu'\n"

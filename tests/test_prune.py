@@ -68,7 +68,7 @@ def engine(monkeypatch):
         entry(LATEST_ID, ["envkit-cpu:00000000000a", "envkit-cpu:latest"], 1_700_000_000 + 2 * DAY),
         entry(OLDER_ID, ["envkit-cpu:00000000000b"], 1_700_000_000 + DAY),
     ])
-    monkeypatch.setattr(prune, "connect_engine", lambda: FakeClient(api))
+    monkeypatch.setattr(prune, "connect_docker", lambda: FakeClient(api))
     return api
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from envkit.support import atomic
+from envkit.render import output as rendered
 from envkit.render import target_files as render
 from envkit.project.config import load_config
 from envkit.errors import EnvkitError
@@ -40,25 +41,25 @@ def by_path(files):
 @pytest.mark.parametrize("target", GOLDEN_TARGETS)
 def test_golden_files(golden_config, update_golden, target):
     # Locks are render inputs: tests/golden/<case>/requirements.lock where a case has one.
-    files = render.render(golden_config, [target], locks=GOLDEN)
+    files = render.render_targets(golden_config, [target], locks=GOLDEN)
     assert [file.path.name for file in files] == ["Dockerfile", "run.sh", ".dockerignore"]
     if update_golden:
-        render.write(GOLDEN, files)
+        rendered.write(GOLDEN, files)
     for file in files:
         expected = (GOLDEN / file.path).read_text(encoding="utf-8")
         assert file.text == expected, f"{file.path} differs from its golden file; rerun with --update-golden if intended"
 
 
 def test_committed_docker_dir_matches_a_fresh_render(repo_config, repo_root):
-    files = render.render(repo_config, list(repo_config.images))
-    assert render.stale(repo_root / "docker", files) == []
+    files = render.render_targets(repo_config, list(repo_config.images))
+    assert rendered.stale(repo_root / "docker", files) == []
     assert {file.path.parts[0] for file in files} == {"cpu", "cuda", "tpu-vm"}
 
 
 def test_rendering_is_deterministic(repo_config, tmp_path):
     names = list(repo_config.images)
-    render.write(tmp_path / "a", render.render(repo_config, names))
-    render.write(tmp_path / "b", render.render(repo_config, names))
+    rendered.write(tmp_path / "a", render.render_targets(repo_config, names))
+    rendered.write(tmp_path / "b", render.render_targets(repo_config, names))
     first = {p.relative_to(tmp_path / "a"): p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}
     second = {p.relative_to(tmp_path / "b"): p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
     assert first == second and len(first) == 9
@@ -66,27 +67,27 @@ def test_rendering_is_deterministic(repo_config, tmp_path):
 
 
 def test_run_sh_is_executable_and_others_are_not(repo_config, tmp_path):
-    render.write(tmp_path, render.render(repo_config, ["cpu"]))
+    rendered.write(tmp_path, render.render_targets(repo_config, ["cpu"]))
     assert os.access(tmp_path / "cpu" / "run.sh", os.X_OK)
     assert not os.access(tmp_path / "cpu" / "Dockerfile", os.X_OK)
 
 
 def test_requirements_per_kind(golden_config, repo_config):
-    assert render.requirements(repo_config.targets["cpu"]) == ["torch==2.9.0+cpu", "torchvision==0.24.0+cpu", "tqdm==4.67.1"]
-    assert render.requirements(repo_config.targets["cuda"])[:2] == ["torch==2.9.0+cu126", "torchvision==0.24.0+cu126"]
-    assert render.requirements(repo_config.targets["tpu-vm"]) == [
+    assert repo_config.targets["cpu"].requirements() == ["torch==2.9.0+cpu", "torchvision==0.24.0+cpu", "tqdm==4.67.1"]
+    assert repo_config.targets["cuda"].requirements()[:2] == ["torch==2.9.0+cu126", "torchvision==0.24.0+cu126"]
+    assert repo_config.targets["tpu-vm"].requirements() == [
         "torch==2.9.0",
         "torch_xla[tpu]==2.9.0",
         "libtpu==0.0.21",
         "torchvision==0.24.0",
         "tqdm==4.67.1",
     ]
-    assert render.requirements(golden_config.targets["cpu-local"]) == ["torch==2.13.0+cpu", "tqdm==4.67.1", "numpy==2.1.3"]
+    assert golden_config.targets["cpu-local"].requirements() == ["torch==2.13.0+cpu", "tqdm==4.67.1", "numpy==2.1.3"]
 
 
 def test_a_locked_target_installs_exactly_its_lock_and_records_its_sha(repo_config, repo_root):
     lock = read_lock(repo_root / "docker" / "tpu-vm" / "requirements.lock")
-    dockerfile = by_path(render.render(repo_config, ["tpu-vm"]))["tpu-vm/Dockerfile"].text
+    dockerfile = by_path(render.render_targets(repo_config, ["tpu-vm"]))["tpu-vm/Dockerfile"].text
     assert "pip install \\\n      --require-hashes --no-deps --only-binary=:all: --find-links /wheels \\\n" in dockerfile
     assert "      -r /opt/envkit/requirements.lock\n" in dockerfile
     assert "COPY requirements.lock /opt/envkit/requirements.lock\n" in dockerfile
@@ -96,14 +97,14 @@ def test_a_locked_target_installs_exactly_its_lock_and_records_its_sha(repo_conf
 
 
 def test_an_unlocked_target_is_flagged_in_its_dockerfile_and_labels(repo_config):
-    dockerfile = by_path(render.render(repo_config, ["cpu"]))["cpu/Dockerfile"].text
+    dockerfile = by_path(render.render_targets(repo_config, ["cpu"]))["cpu/Dockerfile"].text
     assert "# UNLOCKED: " in dockerfile and 'io.envkit.lock="unlocked"' in dockerfile
     assert "ENVKIT_LOCK_SHA256" not in dockerfile and "requirements.lock" not in dockerfile
     assert "torch==2.9.0+cpu \\\n" in dockerfile
 
 
 def test_a_locked_cpu_target_takes_torch_from_pytorchs_pages_and_its_base_by_the_locks_digest(golden_config):
-    dockerfile = by_path(render.render(golden_config, ["cpu-local"], locks=GOLDEN))["cpu-local/Dockerfile"].text
+    dockerfile = by_path(render.render_targets(golden_config, ["cpu-local"], locks=GOLDEN))["cpu-local/Dockerfile"].text
     lock = read_lock(GOLDEN / "cpu-local" / "requirements.lock")
     digest = lock.base_image.split("@")[1]
     assert f"ARG BASE_IMAGE=envkit-test/debian:bookworm@{digest}\n" in dockerfile
@@ -124,33 +125,33 @@ def test_a_stale_lock_is_refused_in_one_line(golden_config, tmp_path):
     text = (GOLDEN / "cpu-local" / "requirements.lock").read_text()
     (tmp_path / "cpu-local" / "requirements.lock").write_text(text.replace("# inputs-sha256: ", "# inputs-sha256: 0"))
     with pytest.raises(EnvkitError, match=r"^target cpu-local: .* was resolved from other inputs .*: run `envkit lock --target cpu-local`"):
-        render.render(golden_config, ["cpu-local"], locks=tmp_path)
+        render.render_targets(golden_config, ["cpu-local"], locks=tmp_path)
 
 
 def test_no_default_index_is_named(repo_config):
     # pip's default index applies unless a target sets pip_index_url.
     for target in repo_config.images:
-        dockerfile = by_path(render.render(repo_config, [target]))[f"{target}/Dockerfile"].text
+        dockerfile = by_path(render.render_targets(repo_config, [target]))[f"{target}/Dockerfile"].text
         assert "ARG PIP_INDEX_URL\n" in dockerfile
 
 
 def test_torch_xla_alone_gets_pjrt_device(golden_config):
     def run_sh(name: str) -> str:
-        return by_path(render.render(golden_config, [name], locks=GOLDEN))[f"{name}/run.sh"].text
+        return by_path(render.render_targets(golden_config, [name], locks=GOLDEN))[f"{name}/run.sh"].text
 
     assert "-e PJRT_DEVICE=TPU" in run_sh("tpu-vm")
     assert "PJRT_DEVICE" not in run_sh("tpu-vm-tpu") and "TPU_SKIP_MDS_QUERY" not in run_sh("tpu-vm-tpu")
 
 
 def test_older_tpu_release_uses_its_find_links(golden_config):
-    dockerfile = by_path(render.render(golden_config, ["tpu-vm"], locks=GOLDEN))["tpu-vm/Dockerfile"].text
+    dockerfile = by_path(render.render_targets(golden_config, ["tpu-vm"], locks=GOLDEN))["tpu-vm/Dockerfile"].text
     assert "--find-links https://storage.googleapis.com/libtpu-wheels/index.html" in dockerfile
     assert "ARG PIP_INDEX_URL=https://mirror.example.com/pypi/simple" in dockerfile
 
 
 def test_dependencies_come_before_recipes_and_certificates_before_https(repo_config):
     for target in repo_config.images:
-        dockerfile = by_path(render.render(repo_config, [target]))[f"{target}/Dockerfile"].text
+        dockerfile = by_path(render.render_targets(repo_config, [target]))[f"{target}/Dockerfile"].text
         order = [
             dockerfile.index("apt-get install"),
             dockerfile.index("update-ca-certificates"),
@@ -170,14 +171,14 @@ def test_dependencies_come_before_recipes_and_certificates_before_https(repo_con
 def test_output_path_that_is_a_file(repo_config, tmp_path):
     (tmp_path / "out").write_text("keep me")
     with pytest.raises(EnvkitError, match="is a file"):
-        render.write(tmp_path / "out", render.render(repo_config, ["cpu"]))
+        rendered.write(tmp_path / "out", render.render_targets(repo_config, ["cpu"]))
     assert (tmp_path / "out").read_text() == "keep me"
 
 
 def test_output_under_a_file(repo_config, tmp_path):
     (tmp_path / "blocker").write_text("")
     with pytest.raises(EnvkitError, match="cannot write to"):
-        render.write(tmp_path / "blocker" / "docker", render.render(repo_config, ["cpu"]))
+        rendered.write(tmp_path / "blocker" / "docker", render.render_targets(repo_config, ["cpu"]))
 
 
 def test_a_failure_part_way_writes_nothing(repo_config, tmp_path):
@@ -185,7 +186,7 @@ def test_a_failure_part_way_writes_nothing(repo_config, tmp_path):
     output.mkdir()
     (output / "tpu-vm").write_text("a file where a directory must go")
     with pytest.raises(EnvkitError, match="cannot write to"):
-        render.write(output, render.render(repo_config, list(repo_config.images)))
+        rendered.write(output, render.render_targets(repo_config, list(repo_config.images)))
     assert sorted(p.name for p in output.iterdir()) == ["tpu-vm"], "cpu/ and cuda/ must be rolled back"
 
 
@@ -194,7 +195,7 @@ def test_unwritable_output(repo_config, tmp_path):
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o555)
     with pytest.raises(EnvkitError, match="cannot write to"):
-        render.write(locked / "docker", render.render(repo_config, ["cpu"]))
+        rendered.write(locked / "docker", render.render_targets(repo_config, ["cpu"]))
 
 
 def test_unwritable_output_even_as_root(repo_config, tmp_path, monkeypatch):
@@ -203,16 +204,16 @@ def test_unwritable_output_even_as_root(repo_config, tmp_path, monkeypatch):
 
     monkeypatch.setattr(atomic.tempfile, "mkstemp", refuse)
     with pytest.raises(EnvkitError, match="cannot write to .*: Permission denied; choose a writable --output DIR"):
-        render.write(tmp_path / "docker", render.render(repo_config, ["cpu"]))
+        rendered.write(tmp_path / "docker", render.render_targets(repo_config, ["cpu"]))
     assert not (tmp_path / "docker").exists(), "directories made for the failed write are removed"
 
 
 def test_unchanged_files_are_not_rewritten(repo_config, tmp_path):
-    files = render.render(repo_config, ["cpu"])
-    assert len(render.write(tmp_path, files)) == 3
+    files = render.render_targets(repo_config, ["cpu"])
+    assert len(rendered.write(tmp_path, files)) == 3
     before = {p.name: p.stat().st_ino for p in (tmp_path / "cpu").iterdir()}
     (tmp_path / "cpu" / "run.sh").chmod(0o644)
-    assert render.write(tmp_path, files) == [tmp_path / "cpu" / "run.sh"]
+    assert rendered.write(tmp_path, files) == [tmp_path / "cpu" / "run.sh"]
     after = {p.name: p.stat().st_ino for p in (tmp_path / "cpu").iterdir()}
     assert before["Dockerfile"] == after["Dockerfile"] and before["run.sh"] != after["run.sh"]
 
@@ -220,18 +221,18 @@ def test_unchanged_files_are_not_rewritten(repo_config, tmp_path):
 def test_a_directory_in_place_of_a_file_writes_nothing(repo_config, tmp_path):
     (tmp_path / "cuda" / "run.sh").mkdir(parents=True)
     with pytest.raises(EnvkitError, match="run.sh: a directory is in the way"):
-        render.write(tmp_path, render.render(repo_config, ["cpu", "cuda"]))
+        rendered.write(tmp_path, render.render_targets(repo_config, ["cpu", "cuda"]))
     assert not (tmp_path / "cpu").exists() and sorted(p.name for p in (tmp_path / "cuda").iterdir()) == ["run.sh"]
 
 
 def test_stale_reports_changed_missing_and_mode(repo_config, tmp_path):
-    files = render.render(repo_config, ["cpu"])
-    render.write(tmp_path, files)
-    assert render.stale(tmp_path, files) == []
+    files = render.render_targets(repo_config, ["cpu"])
+    rendered.write(tmp_path, files)
+    assert rendered.stale(tmp_path, files) == []
     (tmp_path / "cpu" / "Dockerfile").write_text("FROM scratch\n")
     (tmp_path / "cpu" / ".dockerignore").unlink()
     (tmp_path / "cpu" / "run.sh").chmod(0o644)
-    problems = render.stale(tmp_path, files)
+    problems = rendered.stale(tmp_path, files)
     assert problems[0].startswith(f"{tmp_path / 'cpu' / 'Dockerfile'}: stale (")
     assert problems[1].endswith("run.sh: should be executable")
     assert problems[2].endswith(".dockerignore: missing")
@@ -243,7 +244,7 @@ def test_strict_undefined_turns_template_mistakes_into_one_line(repo_config, tmp
         (tmp_path / "templates" / name).write_text("{{ no_such_variable }}\n")
     broken = dataclasses.replace(repo_config, root=tmp_path)
     with pytest.raises(EnvkitError, match="cannot render Dockerfile.j2: 'no_such_variable' is undefined"):
-        render.render(broken, ["cpu"])
+        render.render_targets(broken, ["cpu"])
 
 
 @pytest.mark.parametrize("wanted", ["3.11", "3.12"])
@@ -251,7 +252,7 @@ def test_build_stops_with_one_line_when_the_base_has_another_python(tmp_path, re
     config_path = tmp_path / "envkit.yaml"
     config_path.write_text(f'targets:\n  cpu: {{kind: cpu, torch: "2.9.0", python: "{wanted}"}}\n')
     config = dataclasses.replace(load_config(config_path), root=repo_root)
-    dockerfile = by_path(render.render(config, ["cpu"]))["cpu/Dockerfile"].text
+    dockerfile = by_path(render.render_targets(config, ["cpu"]))["cpu/Dockerfile"].text
     check = re.search(r"python3 -c ('.*?') \\", dockerfile).group(1)
     result = subprocess.run([sys.executable, "-c", shlex.split(check)[0]], capture_output=True, text=True)
     here = "%d.%d" % sys.version_info[:2]
@@ -264,7 +265,7 @@ def test_build_stops_with_one_line_when_the_base_has_another_python(tmp_path, re
 
 def test_missing_templates_are_one_line_errors(repo_config, tmp_path):
     with pytest.raises(EnvkitError, match="templates directory .* not found; it must sit beside the config file"):
-        render.render(dataclasses.replace(repo_config, root=tmp_path), ["cpu"])
+        render.render_targets(dataclasses.replace(repo_config, root=tmp_path), ["cpu"])
     (tmp_path / "templates").mkdir()
     with pytest.raises(EnvkitError, match="template Dockerfile.j2 not found in "):
-        render.render(dataclasses.replace(repo_config, root=tmp_path), ["cpu"])
+        render.render_targets(dataclasses.replace(repo_config, root=tmp_path), ["cpu"])

@@ -1,20 +1,36 @@
-"""Command-line entry point: one parser, subcommands registered by area modules.
+"""Command-line entry point: one parser; each command's module is imported only when it runs.
 
-Each area module exposes ``register(subparsers)`` and sets ``func`` to its
-``cmd_<command>`` handler; ``--config`` comes from envkit.cli.options.add_config.
-Every command loads every area to register it, so an area's top level imports
-only what render loads anyway; heavy imports (docker, matplotlib, jsonschema)
-happen inside the handlers, which keeps ``envkit render`` fast and ``envkit
---help`` working without the optional extras.
+``COMMANDS`` maps every command to the module of envkit.cli that registers it (its
+``register(subparsers)`` adds the subcommand and sets ``func`` to a ``cmd_<command>``
+handler; ``--config`` and the build options come from envkit.cli.options). ``main``
+imports only the module of the command on the command line, so ``envkit render``
+loads nothing that ``envkit launch`` or ``envkit report`` needs; ``envkit --help`` and
+an unknown command load them all, to list every command. Heavy imports (docker,
+matplotlib, jsonschema) happen inside the handlers, which keeps ``envkit --help``
+working without the optional extras.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from envkit import __version__
 from envkit.errors import EnvkitError
+
+# command -> module of envkit.cli that registers it (tests/test_cli_commands.py checks both ways).
+COMMANDS = {
+    "targets": "render", "matrix": "render", "render": "render",
+    "build": "images", "run": "images", "push": "images", "save": "images", "load": "images", "prune": "images",
+    "doctor": "host",
+    "experiment": "experiment",
+    "report": "report", "compare": "report", "demo": "report",
+    "lock": "lock",
+    "verify": "verify", "diff": "verify",
+    "launch": "launch",
+    "notebook": "notebook",
+}
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -24,16 +40,8 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from envkit.cli import images as cli_docker
-    from envkit.cli import experiment as cli_experiment
-    from envkit.cli import launch as cli_launch
-    from envkit.cli import lock as cli_lock
-    from envkit.cli import notebook as cli_notebook
-    from envkit.cli import render as cli_render
-    from envkit.cli import report as cli_report
-    from envkit.cli import verify as cli_verify
-
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser with ``command``'s module registered, or every module when None."""
     parser = _OneLineParser(
         prog="envkit",
         description="Render, build, run and compare pinned deep-learning images for cpu, cuda and tpu-vm.",
@@ -41,14 +49,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"envkit {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
     subparsers.required = True
-    for area in (cli_render, cli_docker, cli_experiment, cli_report, cli_launch, cli_lock, cli_verify, cli_notebook):
-        area.register(subparsers)
+    modules = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
+    for name in modules:
+        importlib.import_module(f"envkit.cli.{name}").register(subparsers)
     return parser
 
 
+def _command(argv: list[str]) -> str | None:
+    """The command word: the first argument that is not an option (top-level options take no value)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(_command(argv)).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except EnvkitError as exc:

@@ -11,8 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from envkit.cli.images import add_build_options, build_options_argv
-from envkit.cli.options import add_config
+from envkit.cli.options import add_build_options, add_config, build_options_argv
 
 
 def register(subparsers) -> None:

@@ -1,60 +1,18 @@
-"""`envkit build|run|push|save|load|prune|doctor`: images through the Docker engine.
+"""`envkit build|run|push|save|load|prune`: images through the Docker engine.
 
-Heavy work lives in envkit.build_context, envkit.image_build, envkit.image_archive,
-envkit.image.prune and envkit.doctor; this module only parses arguments and prints
-results (results on stdout, progress on stderr). Every `envkit` command, render
-included, loads this module to register these subcommands, so its top level
-imports only what the render path loads anyway.
+Heavy work lives in envkit.image (build context, build, archive, prune); this module
+only parses arguments and prints results (results on stdout, progress on stderr).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
-from envkit.cli.options import add_config, load_target
-
-
-def add_build_inputs(parser) -> None:
-    """The options that change what a build contains (build, experiment, verify)."""
-    parser.add_argument("--base-image", help="override the BASE_IMAGE build arg")
-    parser.add_argument("--wheelhouse", type=Path, help="install only from the *.whl files in this directory (air-gapped hosts)")
-    parser.add_argument("--ca-cert", action="append", default=[], type=Path, metavar="FILE", help="extra CA certificate (PEM) to trust inside the image; repeatable")
-    parser.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE", help="extra docker build arg; repeatable")
-
-
-def add_build_options(parser) -> None:
-    """The options of `envkit build`, which `envkit experiment` passes on to it."""
-    parser.add_argument("--no-cache", action="store_true", help="rebuild every layer")
-    add_build_inputs(parser)
-
-
-def build_options(args, *, no_cache: bool):
-    from envkit.image.build_context import BuildOptions, parse_build_arg
-
-    return BuildOptions(
-        no_cache=no_cache,
-        base_image=args.base_image,
-        wheelhouse=args.wheelhouse,
-        ca_certs=tuple(args.ca_cert),
-        build_args=dict(parse_build_arg(a) for a in args.build_arg),
-    )
-
-
-def build_options_argv(args) -> tuple[str, ...]:
-    """Parsed build options back as `envkit build` arguments."""
-    argv = ("--no-cache",) if args.no_cache else ()
-    argv += ("--base-image", args.base_image) if args.base_image else ()
-    argv += ("--wheelhouse", str(args.wheelhouse)) if args.wheelhouse else ()
-    for cert in args.ca_cert:
-        argv += ("--ca-cert", str(cert))
-    for build_arg in args.build_arg:
-        argv += ("--build-arg", build_arg)
-    return argv
+from envkit.cli.options import add_build_options, add_config, build_options, load_target
 
 
 def register(subparsers) -> None:
@@ -109,17 +67,6 @@ def register(subparsers) -> None:
     add_config(prune)
     prune.set_defaults(func=cmd_prune)
 
-    doctor = subparsers.add_parser("doctor", help="what this host offers and which make targets will work here")
-    doctor.add_argument("--require", metavar="KIND", help="exit 2 with the reason when this host cannot run that kind "
-                        "(a kind of envkit/data/kinds.yaml: cpu, cuda, tpu-vm, ...)")
-    doctor.add_argument("--gpus", help="also check a GPUS value (comma-separated indices or 'all')")
-    doctor.add_argument("--json", action="store_true", help="print the facts as JSON")
-    doctor.add_argument("--probe", action="store_true",
-                        help="train briefly on every device kind here (recipes/probe.py): OK with the step time, or why not")
-    doctor.add_argument("--image", metavar="TARGET", help="with --probe: run the probe inside TARGET's built image")
-    add_config(doctor)
-    doctor.set_defaults(func=cmd_doctor)
-
 
 def _count(text: str) -> int:
     if not text.isdigit():
@@ -142,12 +89,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     import subprocess  # only here: render never needs it
 
     from envkit.host import doctor
-    from envkit.support.docker_client import connect_engine
+    from envkit.support.docker_client import connect_docker
     from envkit.image.build import LATEST, repository, resolve_image
 
     config, target = load_target(args)
     doctor.require(doctor.inspect_host(), target.kind, args.gpus)
-    resolve_image(connect_engine(), target.name, args.tag)  # one line now if it was never built
+    resolve_image(connect_docker(), target.name, args.tag)  # one line now if it was never built
     # Created here so they belong to the caller; docker would create them as root.
     for directory in (args.results_dir, args.data_dir):
         directory.mkdir(parents=True, exist_ok=True)
@@ -163,16 +110,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     # mounts, TPU flags); users without envkit call it directly, so we do too.
     script = config.root / "docker" / target.name / "run.sh"
     return subprocess.run([str(script), args.recipe, *args.recipe_args], env=env, check=False).returncode
-
-
-def _probe(args: argparse.Namespace) -> int:
-    from envkit.host import probe
-
-    if args.image is None:
-        return probe.probe_here(args.config.resolve().parent, args.json)
-    run = argparse.Namespace(config=args.config, target=args.image, recipe=probe.RECIPE, recipe_args=probe.recipe_args(args.json),
-                             tag=None, gpus=args.gpus, results_dir=Path("results"), data_dir=Path("data"))
-    return cmd_run(run)
 
 
 def cmd_push(args: argparse.Namespace) -> int:
@@ -224,30 +161,4 @@ def cmd_prune(args: argparse.Namespace) -> int:
         print(f"envkit: removed {removed} old {repo} image(s); {repo}:{LATEST} is kept", file=sys.stderr)
     else:
         print(f"envkit: no old {repo} images to remove", file=sys.stderr)
-    return 0
-
-
-def cmd_doctor(args: argparse.Namespace) -> int:
-    from envkit.host import doctor
-    from envkit.project import kinds
-
-    if args.image and not args.probe:
-        from envkit.errors import EnvkitError
-
-        raise EnvkitError("--image applies to --probe only: envkit doctor --probe --image TARGET")
-    if args.probe:
-        return _probe(args)
-    if args.require:
-        kinds.kind(args.require)  # an unknown kind is bad input: say so before asking the engine
-    facts = doctor.inspect_host()
-    if args.require:
-        doctor.require(facts, args.require, args.gpus)
-        print(f"envkit: this host can run {args.require} images", file=sys.stderr)
-        return 0
-    if args.gpus:
-        doctor.parse_gpus(args.gpus, len(facts.gpus) if facts.gpus else None)
-    if args.json:
-        print(json.dumps(doctor.as_json(facts), indent=2, sort_keys=True))
-    else:
-        print(doctor.format_report(facts))
     return 0

@@ -26,6 +26,14 @@ class _RecipeArgsAfterDashes(argparse.ArgumentParser):
         return namespace, extras
 
 
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name for name in text.split(",") if name)
+
+
+def _absolute(text: str) -> str:
+    return str(Path(text).resolve())
+
+
 def register(subparsers) -> None:
     from envkit.launch.job import DEFAULT_RDZV_PORT, ENGINES, NOTEBOOK_ENGINES, SLURM_CONTAINERS
 
@@ -62,13 +70,15 @@ def register(subparsers) -> None:
                         "exported by the sbatch script, set on the container (Kubernetes, tpu-pod), in the task's envs "
                         "(skypilot); hosts and slurm --container docker give it to run.sh, which passes the multi-node "
                         "ones (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) into the container")
+    # Each engine setting's dest is a field of EngineOptions, which takes them by name (engine_options):
+    # a new setting is one line here and one field there.
     engine = launch.add_argument_group("engine settings")
-    engine.add_argument("--hosts", help="hosts: comma-separated host names, the rendezvous host first")
+    engine.add_argument("--hosts", type=_names, default=(), help="hosts: comma-separated host names, the rendezvous host first")
     engine.add_argument("--container", default="host", choices=SLURM_CONTAINERS,
                         help="slurm: host Python environment, docker (run.sh), pyxis or apptainer (default host)")
     engine.add_argument("--partition", help="slurm: partition")
     engine.add_argument("--time", help="slurm: time limit, e.g. 02:00:00")
-    engine.add_argument("--image-tarball", type=Path, help="slurm apptainer, tpu-pod: envkit save's .tar.gz")
+    engine.add_argument("--image-tarball", type=_absolute, help="slurm apptainer, tpu-pod: envkit save's .tar.gz")
     engine.add_argument("--volume-claim", default="envkit",
                         help="pytorchjob, jobset: PersistentVolumeClaim holding data/ and results/ (default envkit)")
     engine.add_argument("--tpu-accelerator", help="jobset on TPU: GKE accelerator, e.g. tpu-v5-lite-podslice")
@@ -78,43 +88,31 @@ def register(subparsers) -> None:
     engine.add_argument("--zone", help="tpu-pod: the TPU VM's zone")
     engine.add_argument("--stop", action="store_true", help="tpu-pod: stop the experiment's container on every worker")
     engine.add_argument("--accelerators", help="skypilot: e.g. A100:8 or tpu-v5e-16 (default A100:<gpus-per-node>)")
-    engine.add_argument("--kaggle-user", help="kaggle: the account the notebook goes to (default: KAGGLE_USERNAME, "
+    # Kaggle runs the experiment's notebook, not an image: its settings are no EngineOptions.
+    kaggle = launch.add_argument_group("kaggle settings")
+    kaggle.add_argument("--kaggle-user", help="kaggle: the account the notebook goes to (default: KAGGLE_USERNAME, "
                         "or kaggle.json's username); --name sets its slug (default envkit-EXPERIMENT), --target the "
                         "Kaggle notebook target")
-    engine.add_argument("--poll", type=int, default=60, metavar="SECONDS",
+    kaggle.add_argument("--poll", type=int, default=60, metavar="SECONDS",
                         help="kaggle: seconds between `kaggle kernels status` checks (default 60)")
-    engine.add_argument("--wait", type=int, default=12 * 3600, metavar="SECONDS",
+    kaggle.add_argument("--wait", type=int, default=12 * 3600, metavar="SECONDS",
                         help="kaggle: give up waiting after this long; the run goes on (default 43200)")
     launch.set_defaults(func=cmd_launch)
 
 
 def build(args):
     """The job and its plan from the parsed arguments (bad input: EnvkitError)."""
-    from envkit.launch.engines import render
+    from envkit.launch.engines import render_job
     from envkit.image.build import repository
     from envkit.project.config import load_config
     from envkit.project.experiments import experiment as find_experiment
     from envkit.runs.plans import experiment_target
-    from envkit.launch.job import EngineOptions, build_job
+    from envkit.launch.job import build_job, engine_options
 
     experiment = find_experiment(args.experiment)
     config = load_config(args.config)
     target = experiment_target(config, experiment, args.target)
     image = args.image or f"{args.registry + '/' if args.registry else ''}{repository(target.name)}:{args.tag}"
-    options = EngineOptions(
-        container=args.container,
-        partition=args.partition,
-        time=args.time,
-        image_tarball=str(args.image_tarball.resolve()) if args.image_tarball else None,
-        hosts=tuple(host for host in (args.hosts or "").split(",") if host),
-        tpu=args.tpu,
-        zone=args.zone,
-        tpu_accelerator=args.tpu_accelerator,
-        tpu_topology=args.tpu_topology,
-        tpu_chips_per_node=args.tpu_chips_per_node,
-        volume_claim=args.volume_claim,
-        accelerators=args.accelerators,
-    )
     job = build_job(
         experiment,
         target,
@@ -130,9 +128,9 @@ def build(args):
         extra_args=tuple(args.recipe_args),
         rdzv_port=args.rdzv_port,
         env=tuple(args.env),
-        options=options,
+        options=engine_options(vars(args)),
     )
-    return job, render(args.on, job, args.output or Path("jobs"))
+    return job, render_job(args.on, job, args.output or Path("jobs"))
 
 
 def cmd_launch(args) -> int:

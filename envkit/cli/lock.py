@@ -1,4 +1,4 @@
-"""`envkit lock`: write and check docker/<target>/requirements.lock (envkit/lock.py)."""
+"""`envkit lock`: write and check docker/<target>/requirements.lock (envkit/lock/lockfile.py)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""Command-line options that several areas share, each defined once."""
+"""Command-line options that several commands share, each defined once: the config, the build options."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from envkit.project.config import DEFAULT_CONFIG
+from envkit.project import DEFAULT_CONFIG
 
 
 def add_config(parser: argparse.ArgumentParser) -> None:
@@ -26,3 +26,41 @@ def load_target(args: argparse.Namespace):
         raise EnvkitError(f"target {target.name} is a notebook target ({target.platform} {target.accelerator}): it has no "
                           f"image; render its notebooks with envkit notebook EXPERIMENT --target {target.name}")
     return config, target
+
+
+def add_build_inputs(parser) -> None:
+    """The options that change what a build contains (build, experiment, verify)."""
+    parser.add_argument("--base-image", help="override the BASE_IMAGE build arg")
+    parser.add_argument("--wheelhouse", type=Path, help="install only from the *.whl files in this directory (air-gapped hosts)")
+    parser.add_argument("--ca-cert", action="append", default=[], type=Path, metavar="FILE", help="extra CA certificate (PEM) to trust inside the image; repeatable")
+    parser.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE", help="extra docker build arg; repeatable")
+
+
+def add_build_options(parser) -> None:
+    """The options of `envkit build`, which `envkit experiment` passes on to it."""
+    parser.add_argument("--no-cache", action="store_true", help="rebuild every layer")
+    add_build_inputs(parser)
+
+
+def build_options(args, *, no_cache: bool):
+    from envkit.image.build_context import BuildOptions, parse_build_arg
+
+    return BuildOptions(
+        no_cache=no_cache,
+        base_image=args.base_image,
+        wheelhouse=args.wheelhouse,
+        ca_certs=tuple(args.ca_cert),
+        build_args=dict(parse_build_arg(a) for a in args.build_arg),
+    )
+
+
+def build_options_argv(args) -> tuple[str, ...]:
+    """Parsed build options back as `envkit build` arguments."""
+    argv = ("--no-cache",) if args.no_cache else ()
+    argv += ("--base-image", args.base_image) if args.base_image else ()
+    argv += ("--wheelhouse", str(args.wheelhouse)) if args.wheelhouse else ()
+    for cert in args.ca_cert:
+        argv += ("--ca-cert", str(cert))
+    for build_arg in args.build_arg:
+        argv += ("--build-arg", build_arg)
+    return argv

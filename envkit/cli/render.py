@@ -70,7 +70,7 @@ def cmd_targets(args: argparse.Namespace) -> int:
         pins = " ".join(f"{name}={version}" for name, version in target.pins().items())
         lock = read_lock(lock_path(config, target.name))
         if target.is_notebook:
-            from envkit.notebook.platforms import where_it_runs
+            from envkit.project.notebook_platforms import where_it_runs
 
             base = where_it_runs(target)
         else:
@@ -123,42 +123,85 @@ def _tpu_backends(matrix, release) -> str:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from envkit.render import target_files as render
-    from envkit.project.config import load_config
     from envkit.errors import EnvkitError
+    from envkit.notebook import NOTEBOOKS
+    from envkit.render import memo, output as rendered
 
-    config = load_config(args.config)
-    names = list(config.targets) if args.all else [config.target(args.target).name]
-    # Image targets get docker/<target>/; notebook targets their committed notebooks in notebooks/.
-    images = [name for name in names if name in config.images]
-    files = render.render(config, images)
-    output = args.output if args.output is not None else config.root / render.DEFAULT_OUTPUT
-    notebook_names = [name for name in names if name not in config.images]
-    notebook_files, notebooks = [], None
-    if notebook_names:
-        from envkit.notebook import committed
-
-        notebook_files, notebooks = committed.render(config, notebook_names), committed.folder(config)
+    selection = "--all" if args.all else args.target
+    remembered = memo.recall(args.config, selection)
+    names, files = remembered if remembered is not None else _render(args.config, selection)
+    output = args.output if args.output is not None else args.config.resolve().parent / rendered.DEFAULT_OUTPUT
+    # Notebook targets: their committed notebooks, in notebooks/ beside the config (whatever --output says).
+    notebook_names, notebook_files = _notebooks(args.config, selection)
+    notebooks = args.config.resolve().parent / NOTEBOOKS
     if args.stdout:
         for file in files + notebook_files:
             sys.stdout.write(f"==> {file.path.as_posix()} <==\n{file.text}")
         return 0
     if args.check:
-        problems = render.stale(output, files) + (render.orphans(output, images) if args.all else [])
-        if notebooks is not None:
-            problems += render.stale(notebooks, notebook_files) + (committed.orphans(config, notebook_files) if args.all else [])
+        problems = rendered.stale(output, files) + (rendered.orphans(output, names) if args.all else [])
+        problems += rendered.stale(notebooks, notebook_files)
+        if args.all:
+            from envkit.notebook.committed import orphans
+
+            problems += orphans(notebooks, notebook_files)
         if problems:
             summary = "; ".join(problems)
             raise EnvkitError(f"rendered files are stale: {summary}; run `envkit render --all` and commit", exit_code=1)
         print(f"{len(files)} files under {output} are up to date"
-              + (f", and {len(notebook_files)} notebooks under {notebooks}" if notebooks is not None else ""))
+              + (f", and {len(notebook_files)} notebooks under {notebooks}" if notebook_names else ""))
         return 0
-    written = render.write(output, files)
-    print(f"rendered {len(files)} files for {', '.join(images) or 'no image target'} into {output} ({len(written)} changed)")
-    if notebooks is not None:
-        written = render.write(notebooks, notebook_files)
+    written = rendered.write(output, files)
+    print(f"rendered {len(files)} files for {', '.join(names) or 'no image target'} into {output} ({len(written)} changed)")
+    if notebook_names:
+        written = rendered.write(notebooks, notebook_files)
         print(f"rendered {len(notebook_files)} notebooks for {', '.join(notebook_names)} into {notebooks} ({len(written)} changed)")
     return 0
+
+
+def _selected(config, selection: str) -> list[str]:
+    return list(config.targets) if selection == "--all" else [config.target(selection).name]
+
+
+def _render(config_path: Path, selection: str):
+    """Render the image targets in full, and remember the result with every file it read (envkit.render.memo)."""
+    from envkit.lock.lockfile import lock_path
+    from envkit.project.config import load_config
+    from envkit.project.datafile import DATA_DIR
+    from envkit.render import memo
+    from envkit.render import target_files as render
+
+    config = load_config(config_path)
+    names = [name for name in _selected(config, selection) if name in config.images]
+    files = render.render_targets(config, names)
+    read = [config.path, *DATA_DIR.iterdir(), *(path for path in (config.root / "templates").rglob("*") if path.is_file())]
+    for name in names:
+        read += [lock_path(config, name), *config.targets[name].ca_certificates]
+    memo.remember(config_path, selection, names, files, read)
+    return names, files
+
+
+def _notebooks(config_path: Path, selection: str):
+    """The notebook targets' committed notebooks, remembered like the image targets' files."""
+    from envkit.render import memo
+
+    key = f"{selection} notebooks"
+    remembered = memo.recall(config_path, key)
+    if remembered is not None:
+        return remembered
+    from envkit.lock.lockfile import lock_path
+    from envkit.notebook import committed
+    from envkit.project.config import load_config
+    from envkit.project.datafile import DATA_DIR
+
+    config = load_config(config_path)
+    names = [name for name in _selected(config, selection) if name not in config.images]
+    files = committed.render(config, names)
+    # What a notebook embeds beyond envkit's own code (which the memo hashes anyway): the recipes and the locks.
+    read = [config.path, *DATA_DIR.iterdir(), *(path for path in (config.root / "templates").rglob("*") if path.is_file()),
+            *(path for path in (config.root / "recipes").rglob("*.py")), *(lock_path(config, name) for name in names)]
+    memo.remember(config_path, key, names, files, read)
+    return names, files
 
 
 def _print_table(rows: list[tuple[str, ...]]) -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from envkit.cli.images import add_build_inputs, build_options
-from envkit.cli.options import add_config, load_target
+from envkit.cli.options import add_build_inputs, add_config, build_options, load_target
 
 
 def register(subparsers) -> None:
@@ -42,7 +41,7 @@ def cmd_verify(args) -> int:
 def _inventory(text: str, config_path: Path):
     from envkit.image import archive as image_archive
     from envkit.image import inventory
-    from envkit.support.docker_client import connect_engine
+    from envkit.support.docker_client import connect_docker
     from envkit.image.build import LATEST, repository
 
     path = Path(text)
@@ -58,7 +57,7 @@ def _inventory(text: str, config_path: Path):
 
         if text in load_config(config_path).targets:
             reference = f"{repository(text)}:{LATEST}"
-    return inventory.from_engine_image(connect_engine(), reference)
+    return inventory.from_engine_image(connect_docker(), reference)
 
 
 def cmd_diff(args) -> int:

@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 
 from envkit.project import kinds
-from envkit.support.docker_client import connect_engine
+from envkit.support.docker_client import connect_docker
 from envkit.errors import EnvkitError
 from envkit.project.experiments import by_kind
 from envkit.project.kinds import HostCheck
@@ -86,7 +86,7 @@ def inspect_host() -> HostFacts:
     facts.hostname_resolves = facts.hostname_problem is None
     disk_path = "."
     try:
-        client = connect_engine()
+        client = connect_docker()
         version = client.version()
         facts.docker_version = version.get("Version", "unknown")
         facts.identical_digests = can_give_identical_digests(version)

@@ -16,7 +16,7 @@ from pathlib import Path
 from envkit import __version__
 from envkit.support.atomic import atomic_stream
 from envkit.image.build_context import TAG_HEX, hash_file
-from envkit.support.docker_client import connect_engine, docker_sdk
+from envkit.support.docker_client import connect_docker, docker_sdk
 from envkit.errors import EnvkitError
 from envkit.image.build import LATEST, find_image, repository, resolve_image
 
@@ -55,7 +55,7 @@ def _write_file(path: Path, write) -> None:
 
 
 def save(target, tag: str | None, output_dir: Path) -> tuple[Path, Path]:
-    client = connect_engine()
+    client = connect_docker()
     docker = docker_sdk()
     image, content_tag = resolve_image(client, target.name, tag)
     stem = f"{repository(target.name)}-{content_tag.split(':', 1)[1]}"
@@ -152,7 +152,7 @@ def load(path: Path) -> str:
     manifest_path = manifest_for(path)
     manifest = read_manifest(manifest_path)
     tarball = verify_tarball(manifest_path, manifest)
-    client = connect_engine()
+    client = connect_docker()
     docker = docker_sdk()
     with tarball.open("rb") as stream:  # the engine unpacks gzip itself
         try:

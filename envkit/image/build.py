@@ -30,7 +30,7 @@ from envkit.image.build_context import (
     stage_context,
     staging_area,
 )
-from envkit.support.docker_client import connect_engine, docker_sdk
+from envkit.support.docker_client import connect_docker, docker_sdk
 from envkit.errors import EnvkitError
 
 LATEST = "latest"
@@ -122,7 +122,7 @@ def hash_mismatch(log: list[str]) -> str | None:
 
 
 def build(root: Path, target, options: BuildOptions) -> BuiltImage:
-    client = connect_engine()
+    client = connect_docker()
     repo = repository(target.name)
     with staging_area(root, target.name) as context:
         stage_context(root, target, options, context)
@@ -143,7 +143,7 @@ def rebuild_as(root: Path, target, options: BuildOptions, scratch_tag: str) -> t
     Returns the content tag these inputs give, so the caller can tell whether the
     rebuild used the same inputs as the image it is compared with.
     """
-    client = connect_engine()
+    client = connect_docker()
     with staging_area(root, target.name) as context:
         stage_context(root, target, options, context)
         args = build_args_for(options, git_revision(root), source_date_epoch(root, target.name))
@@ -178,7 +178,7 @@ def resolve_image(client, target_name: str, tag: str | None = None):
 def push(target, registry: str, tag: str | None = None, progress=None) -> list[str]:
     if not _REGISTRY.match(registry):
         raise EnvkitError(f"registry '{registry}' is not valid: give HOST[:PORT][/PATH] in lowercase, e.g. registry.example.com:5000/team")
-    client = connect_engine()
+    client = connect_docker()
     image, content_tag = resolve_image(client, target.name, tag)
     remote = f"{registry}/{repository(target.name)}"
     pushed = []

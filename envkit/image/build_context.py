@@ -1,6 +1,6 @@
 """Build contexts: stage the files an image is built from, and name them by their hash.
 
-The context of docs/design.md §3 (Dockerfile, .dockerignore, the target's lock,
+The context of docs/design.md §4 (Dockerfile, .dockerignore, the target's lock,
 recipes, CA certificates, wheels) is laid out in a fixed staging directory; its sha256, with
 the build args that change the image's content, becomes the image's content tag.
 """
@@ -52,7 +52,7 @@ def parse_build_arg(text: str) -> tuple[str, str]:
 
 
 def stage_context(root: Path, target, options: BuildOptions, dest: Path) -> None:
-    """Lay out the build context of docs/design.md §3 under ``dest``."""
+    """Lay out the build context of docs/design.md §4 under ``dest``."""
     rendered = root / "docker" / target.name
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("Dockerfile", ".dockerignore"):
@@ -178,7 +178,7 @@ def source_date_epoch(root: Path, target_name: str) -> str | None:
 def git_revision(root: Path) -> str | None:
     try:
         done = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
             capture_output=True, text=True, check=False,
         )
     except OSError:

@@ -1,6 +1,6 @@
 """What differs between two environments: the answer to "why don't our numbers match?".
 
-Both sides are inventories (envkit.inventory): images, saved tarballs or results JSON.
+Both sides are inventories (envkit.image.inventory): images, saved tarballs or results JSON.
 Each comparison is a titled section; a category one side does not record is said to be
 unknown rather than silently equal.
 """

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from envkit.support.docker_client import connect_engine, docker_sdk
+from envkit.support.docker_client import connect_docker, docker_sdk
 from envkit.errors import EnvkitError
 from envkit.image.build import LATEST, repository
 
@@ -62,7 +62,7 @@ def old_images(client, target_name: str, keep: int) -> list[OldImage]:
 
 def prune(target_name: str, keep: int = 0, dry_run: bool = False) -> Iterator[Outcome]:
     """Remove the target's old images one at a time, yielding what happened to each."""
-    client = connect_engine()
+    client = connect_docker()
     docker = docker_sdk()
     for image in old_images(client, target_name, keep):
         if dry_run:

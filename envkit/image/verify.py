@@ -53,10 +53,10 @@ def judge(current: Inventory, rebuilt: Inventory) -> Verdict:
 
 
 def verify(root, target, options) -> Verdict:
-    from envkit.support.docker_client import connect_engine
+    from envkit.support.docker_client import connect_docker
     from envkit.image.build import rebuild_as, repository, resolve_image
 
-    client = connect_engine()
+    client = connect_docker()
     current, content_tag = resolve_image(client, target.name)
     scratch = f"{repository(target.name)}:verify"
     rebuilt_tag, rebuilt = rebuild_as(root, target, options, scratch)

@@ -18,5 +18,5 @@ RENDERERS = {
 }
 
 
-def render(engine: str, job: Job, output: Path) -> Plan:
+def render_job(engine: str, job: Job, output: Path) -> Plan:
     return RENDERERS[engine](job, output)

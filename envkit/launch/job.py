@@ -9,8 +9,9 @@ package only translate a valid Job into each engine's own form.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any, Mapping
 
 from envkit.errors import EnvkitError
 
@@ -138,6 +139,11 @@ def check_gpus(experiment, gpus_per_node: int) -> None:
     if gpus_per_node < low or (high is not None and gpus_per_node > high):
         wanted = {"none": "0 (it runs without GPUs)", "first": "1 (it uses one GPU)", "all": "1 or more"}[experiment.gpus]
         raise EnvkitError(f"{experiment.name}: --gpus-per-node {gpus_per_node} is not allowed; give {wanted}")
+
+
+def engine_options(values: Mapping[str, Any]) -> EngineOptions:
+    """The engine settings among parsed arguments, each taken by its field's name."""
+    return EngineOptions(**{setting.name: values[setting.name] for setting in fields(EngineOptions)})
 
 
 def build_job(

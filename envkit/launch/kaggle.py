@@ -74,7 +74,7 @@ def prepare(config, experiment: str, target_name: str | None, owner: str | None,
             output: Path, results_dir: Path) -> KaggleRun:
     """Everything a push needs, checked (bad input: EnvkitError); writes nothing."""
     from envkit.notebook.builder import fitting_experiment, render_notebook
-    from envkit.notebook.platforms import accelerator_of
+    from envkit.project.notebook_platforms import accelerator_of
     from envkit.project.experiments import experiment as find_experiment
 
     entry = find_experiment(experiment)

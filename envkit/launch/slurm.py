@@ -24,7 +24,7 @@ FIRST_HOST = 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)'
 STEP_GPUS = 'export GPUS=${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-all}}; exec "$0" "$@"'
 
 
-def render(job: jobs.Job) -> str:
+def sbatch_script(job: jobs.Job) -> str:
     """The sbatch script: a pure function of the job, so tests can submit it as is."""
     options = job.options
     directives = [f"--job-name={job.name}", f"--nodes={job.nodes}", "--ntasks-per-node=1"]
@@ -116,7 +116,7 @@ def _apptainer(job: jobs.Job) -> list[str]:
 def plan(job: jobs.Job, output: Path) -> Plan:
     script = str(output / f"{job.name}.sbatch")
     return Plan(
-        files=((script, render(job)),),
+        files=((script, sbatch_script(job)),),
         commands=(("sbatch", script),),
         results=f"{job.results_dir} (a directory every node must see: a shared filesystem)",
         notes=("follow it with squeue and the job's slurm-<id>.out; cancel with scancel <id>",),

@@ -50,10 +50,10 @@ def resolve_base(target_name: str, image: str) -> BaseDigest:
 
 
 def _tag_digest(reference: str) -> tuple[str | None, str]:
-    from envkit.support.docker_client import connect_engine, docker_sdk
+    from envkit.support.docker_client import connect_docker, docker_sdk
 
     try:
-        client = connect_engine()
+        client = connect_docker()
     except EnvkitError as exc:
         return None, str(exc)
     errors = docker_sdk().errors

@@ -2,7 +2,7 @@
 
 This module holds what a lock is resolved from (LockInputs), the file's format
 and `envkit lock --check`; it runs offline and imports neither uv nor docker.
-envkit/lock_resolve.py makes locks with uv.
+envkit/lock/resolve.py makes locks with uv.
 
 A lock is a pip requirements file (`name==version` and its `--hash=sha256:`
 lines, no URLs) under a comment header. The header records the sha256 of the
@@ -75,8 +75,6 @@ def lock_path(config: ProjectConfig, name: str) -> Path:
 
 
 def lock_inputs(target: Target) -> LockInputs:
-    from envkit.render.target_files import requirements
-
     torch_index = _torch_index(target)
     user_extras = [url for url in target.pip_extra_index_urls if url != torch_index]
     if user_extras:
@@ -86,7 +84,7 @@ def lock_inputs(target: Target) -> LockInputs:
         )
     return LockInputs(
         target=target.name,
-        requirements=tuple(requirements(target)),
+        requirements=tuple(target.requirements()),
         platform=f"x86_64-manylinux_{_manylinux(target_glibc(target))}",
         python=target.python,
         index_url=target.pip_index_url,
@@ -129,7 +127,7 @@ def _manylinux(glibc: str) -> str:
 def target_glibc(target: Target) -> str:
     """The glibc the target's packages load with: its base image's, or its notebook runtime's."""
     if target.is_notebook:
-        from envkit.notebook.platforms import runtime_of
+        from envkit.project.notebook_platforms import runtime_of
 
         return runtime_of(target).glibc
     return base_glibc(target)

@@ -116,7 +116,7 @@ def _lock_text(
     body, command = _compile(inputs, previous, upgrade, torch_index, uv)
     target = config.target(inputs.target)
     if target.is_notebook:
-        from envkit.notebook.platforms import runtime_of
+        from envkit.project.notebook_platforms import runtime_of
 
         runtime = runtime_of(target)
         recorded = f"none: runs in {target.platform}'s {runtime.name} runtime ({runtime.facts['os'].value}, glibc {runtime.glibc})"

@@ -24,14 +24,12 @@ from pathlib import Path
 from envkit import __version__
 from envkit.errors import EnvkitError
 from envkit.lock.lockfile import lock_inputs, lock_path, read_lock
-from envkit.notebook import embedded
-from envkit.notebook.platforms import accelerator_of, load_platforms
+from envkit.notebook import NOTEBOOKS, embedded
+from envkit.project.notebook_platforms import accelerator_of, load_platforms
 from envkit.project import kinds
 from envkit.project.config import ProjectConfig, Target
 from envkit.project.experiments import Experiment, experiment as find_experiment
 
-NOTEBOOKS = Path("notebooks")
-TEMPLATES = Path("templates") / "notebook"
 WORK = "/tmp/envkit"
 PACKAGES = ("lock", "runtime")
 _CELL_ID = re.compile(r"[^A-Za-z0-9]+")
@@ -73,7 +71,7 @@ def fitting_experiment(target: Target, name: str) -> Experiment:
 
 def colab_url(config: ProjectConfig, path: Path, revision: str) -> str | None:
     """'Open in Colab' for a notebook committed at ``revision`` of the project's GitHub repository."""
-    from envkit.notebook.platforms import platform
+    from envkit.project.notebook_platforms import platform
 
     match = re.match(r"^https://github\.com/([^/]+/[^/]+?)(\.git)?/?$", config.source or "")
     url = platform("colab").open_url

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envkit.notebook.builder import NOTEBOOKS, render_notebook
+from envkit.notebook import NOTEBOOKS
+from envkit.notebook.builder import render_notebook
 from envkit.project.config import ProjectConfig
-from envkit.render.target_files import RenderedFile
+from envkit.render.output import RenderedFile
 
 MODE = 0o644
-
-
-def folder(config: ProjectConfig) -> Path:
-    return config.root / NOTEBOOKS
 
 
 def render(config: ProjectConfig, names: list[str]) -> list[RenderedFile]:
@@ -32,8 +29,8 @@ def render(config: ProjectConfig, names: list[str]) -> list[RenderedFile]:
     return files
 
 
-def orphans(config: ProjectConfig, files: list[RenderedFile]) -> list[str]:
-    """Notebooks in notebooks/ that no target's `notebooks` list renders any more."""
+def orphans(folder: Path, files: list[RenderedFile]) -> list[str]:
+    """Notebooks in ``folder`` (notebooks/) that no target's `notebooks` list renders any more."""
     rendered = {file.path.name for file in files}
-    leftovers = sorted(path for path in folder(config).glob("*.ipynb") if path.name not in rendered)
+    leftovers = sorted(path for path in folder.glob("*.ipynb") if path.name not in rendered)
     return [f"{path}: no notebook target lists it (remove it)" for path in leftovers]

@@ -1,3 +1,9 @@
 """The project's facts: envkit.yaml's config, the version matrix, the kinds, the experiments table, and the loader of envkit/data/.
 
-Import-light on purpose: `envkit render` must not pay for what other commands need."""
+Import-light on purpose: `envkit render` must not pay for what other commands need.
+"""
+
+from pathlib import Path
+
+# Here rather than in config.py: the CLI names the default without loading YAML.
+DEFAULT_CONFIG = Path("envkit.yaml")

@@ -1,4 +1,4 @@
-"""Load envkit.yaml into validated, frozen targets (design.md section 2).
+"""Load envkit.yaml into validated, frozen targets (design.md section 1).
 
 Three passes, each failing with one line that names the file, line and field:
 YAML syntax, the shipped JSON Schema (types, allowed characters, unknown keys
@@ -18,15 +18,14 @@ from typing import Any
 
 import yaml
 
-from envkit.notebook import platforms as notebook_platforms
-from envkit.project import kinds
+from envkit.project import notebook_platforms
+from envkit.project import DEFAULT_CONFIG, kinds
 from envkit.support.cache import schema_checked
 from envkit.errors import EnvkitError
 from envkit.project.matrix import Matrix, TorchRelease, load_matrix, minor_of, python_in_range, version_key
 from envkit.project.datafile import DATA_DIR
 
 SCHEMA_PATH = DATA_DIR / "envkit.schema.json"
-DEFAULT_CONFIG = Path("envkit.yaml")
 DEFAULT_PYTHON = "3.11"
 # Packages whose versions the matrix owns; a pip_packages entry must not re-pin them.
 MATRIX_OWNED = {"torch", "torchvision", "torch-xla", "torch-tpu", "libtpu", "libtpu-nightly"}
@@ -92,6 +91,23 @@ class Target:
         }
         pins.update({name: value for name, value in optional.items() if value is not None})
         return dict(sorted(pins.items()))
+
+    def requirements(self) -> list[str]:
+        """pip requirements in install order: the matrix pins first, then the target's own.
+
+        What the Dockerfile installs when the target is unlocked, and what ``envkit lock`` resolves.
+        """
+        local = f"+{self.torch_variant}" if self.torch_variant else ""
+        pinned = [f"torch=={self.torch}{local}"]
+        if self.torch_xla:
+            pinned.append(f"torch_xla[tpu]=={self.torch_xla}")
+            pinned.append(f"{self.libtpu_package}=={self.libtpu}")
+        if self.torch_tpu:
+            pinned.append(f"torch-tpu=={self.torch_tpu}")
+            pinned.append(f"{self.libtpu_package}=={self.libtpu}")
+        if self.torchvision:
+            pinned.append(f"torchvision=={self.torchvision}{local}")
+        return pinned + list(self.pip_packages)
 
 
 @dataclass(frozen=True)

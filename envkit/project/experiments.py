@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from envkit.project.datafile import load_checked
 from envkit.errors import EnvkitError
-from envkit.project.datafile import DATA_DIR
+from envkit.project.datafile import DATA_DIR, load_checked
 
 TABLE_PATH = DATA_DIR / "experiments.yaml"
 SCHEMA_PATH = DATA_DIR / "experiments.schema.json"
@@ -22,12 +21,14 @@ SCHEMA_PATH = DATA_DIR / "experiments.schema.json"
 class Experiment:
     name: str
     summary: str
+    title: str  # a run on this host in compare and demo: {gpus} and {processes} are filled in
     kind: str
     recipe: str
     args: tuple[str, ...]
     gpus: str  # "none" | "first" | "all"
     scale: str  # "single" | "torchrun" | "tpu-pod"
     published: str | None
+    image_title: str | None = None  # the demo's run in the image
 
 
 @lru_cache(maxsize=None)

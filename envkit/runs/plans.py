@@ -4,7 +4,7 @@ A plan is data (a list of ``Step``), so ``--dry-run`` prints exactly what a real
 run would execute and tests compare that text. An experiment of
 envkit/data/experiments.yaml is three steps: the host check, the (cached) build,
 and the recipe in the image through docker/<target>/run.sh. Which steps compare
-and demo plan depends on the host facts of ``envkit.doctor`` (docs/design.md §6):
+and demo plan depends on the host facts of ``envkit.host.doctor`` (docs/design.md §5):
 with a usable Docker engine the experiments run in the images (``envkit
 experiment``, ``run.sh``), otherwise the recipes run on the current Python.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envkit.project import kinds
-from envkit.project.config import DEFAULT_CONFIG
+from envkit.project import DEFAULT_CONFIG
 from envkit.errors import EnvkitError
 from envkit.project.experiments import Experiment, load_experiments
 
@@ -38,24 +38,6 @@ DEMO_CIFAR_ARGS = ("--model", "mobilenet_v2", "--global-batch", "32", "--image-s
 DEMO_EXTRA_ARGS = {"mnist": DEMO_MNIST_ARGS, "cifar": DEMO_CIFAR_ARGS}
 # Two gloo processes: the smallest DDP that shows the lesson, and all a 2-core laptop has.
 CPU_DDP_PROCESSES = 2
-# How the plans title an experiment's run (else by its summary); {gpus} and {processes}
-# become this host's GPU count and CPU_DDP_PROCESSES.
-LOCAL_TITLES = {
-    "cpu-mnist": "mnist on eager CPU",
-    "cpu-single-cifar": "cifar, one CPU process",
-    "cpu-ddp-cifar": "cifar, DDP over {processes} gloo processes",
-    "gpu-mnist": "mnist on one GPU",
-    "gpu-single-cifar": "cifar, one GPU",
-    "gpu-dp-cifar": "cifar, DataParallel over {gpus} GPUs",
-    "gpu-ddp-cifar": "cifar, DDP over {gpus} GPUs",
-    "tpu-mnist-single": "mnist on one TPU core",
-    "tpu-mnist": "mnist on all TPU cores",
-}
-IMAGE_TITLES = {
-    "cpu-mnist": "mnist in the cpu image",
-    "cpu-single-cifar": "cifar, one process in the cpu image",
-    "cpu-ddp-cifar": "cifar, DDP over {processes} gloo processes in the cpu image",
-}
 # The kind whose image the demo builds and runs: every host has its device.
 DEMO_KIND = "cpu"
 
@@ -73,10 +55,12 @@ class Step:
 
 
 @dataclass
-class Plan:
+class RunPlan:
+    """The steps `envkit experiment`, `compare` and `demo` run on this host (what an engine is handed is envkit.launch.plan.Plan)."""
+
     steps: list[Step]
     notes: list[str] = field(default_factory=list)  # said before running, e.g. why Docker is not used
-    fallback: Plan | None = None  # run instead when a step marked by ``fallback_after`` fails
+    fallback: RunPlan | None = None  # run instead when a step marked by ``fallback_after`` fails
     fallback_after: int | None = None  # index of the step whose failure switches to ``fallback``
 
 
@@ -117,8 +101,8 @@ def _processes(entry: Experiment) -> tuple[str, ...]:
     return ("--nproc", str(CPU_DDP_PROCESSES)) if entry.scale == "torchrun" and entry.gpus == "none" else ()
 
 
-def _title(titles: dict[str, str], entry: Experiment, gpus: int) -> str:
-    return titles.get(entry.name, entry.summary).format(gpus=gpus, processes=CPU_DDP_PROCESSES)
+def _title(title: str, gpus: int) -> str:
+    return title.format(gpus=gpus, processes=CPU_DDP_PROCESSES)
 
 
 def local_runs(root: Path, results_dir: Path, facts, size: tuple[str, ...],
@@ -126,7 +110,7 @@ def local_runs(root: Path, results_dir: Path, facts, size: tuple[str, ...],
     """The experiments the recipes can run on this Python, without images; ``extra`` args by recipe."""
     common = ("--results-dir", str(results_dir), "--quiet") + size
     runnable = [entry for entry in load_experiments().values() if _runs_here(facts, entry.kind)]
-    return [_recipe(_title(LOCAL_TITLES, entry, len(facts.gpus)), root, entry.recipe, *entry.args, *_processes(entry),
+    return [_recipe(_title(entry.title, len(facts.gpus)), root, entry.recipe, *entry.args, *_processes(entry),
                     *common, *(extra or {}).get(entry.recipe, ()))
             for entry in _baseline_first(runnable)]
 
@@ -143,14 +127,14 @@ def experiment_gpus(entry: Experiment, requested: str | None, target_gpus: str |
 
 def experiment_plan(entry: Experiment, target, *, config: Path, gpus: str | None, results_dir: Path | None = None,
                     data_dir: Path | None = None, build_args: tuple[str, ...] = (),
-                    recipe_args: tuple[str, ...] = ()) -> Plan:
+                    recipe_args: tuple[str, ...] = ()) -> RunPlan:
     """Check the host, build the target's image (cached), run the recipe in it: each step needs the one before."""
     gpus = experiment_gpus(entry, gpus, target.gpus)
     gpu_args = ("--gpus", gpus) if gpus is not None else ()
     run_env = {name: str(path) for name, path in (("RESULTS_DIR", results_dir), ("DATA_DIR", data_dir)) if path is not None}
     run_env.update({"GPUS": gpus} if gpus is not None else {})
     run_sh = str(config.parent / "docker" / target.name / "run.sh")
-    return Plan([
+    return RunPlan([
         Step(f"can this host run {entry.kind} images?", _envkit("doctor", "--require", entry.kind, *gpu_args)),
         Step(f"build the {target.name} image (cached)",
              _envkit("build", target.name, *_config_args(config), *build_args)),
@@ -193,14 +177,14 @@ def _check_local_python() -> None:
 
 
 def compare_plan(results_dir: Path, *, epochs: int | None, dataset: str, max_steps: int | None, config: Path,
-                 facts, runnable: list[str], report_args: tuple[str, ...] = ()) -> Plan:
+                 facts, runnable: list[str], report_args: tuple[str, ...] = ()) -> RunPlan:
     """Every experiment this host can run: ``make`` targets when images can run, else the recipes here."""
     root = config.parent
     report = _report_step(results_dir, report_args)
     local = local_runs(root, results_dir, facts, _size_args(epochs, dataset, max_steps)) + [report]
     if not runnable:
         reason = facts.docker_error or "no experiment image can run here"
-        return Plan(local, [f"no Docker experiments on this host ({reason}); running the recipes with {sys.executable}"])
+        return RunPlan(local, [f"no Docker experiments on this host ({reason}); running the recipes with {sys.executable}"])
     # make runs in the project root: the results directory must not depend on where that is.
     # Each runs where `envkit experiment` puts its files: results must not depend on that.
     where = (*_config_args(config), "--results-dir", str(results_dir.resolve()))
@@ -208,11 +192,11 @@ def compare_plan(results_dir: Path, *, epochs: int | None, dataset: str, max_ste
     steps = [Step(f"experiment {name}", _envkit("experiment", *where, name, *size)) for name in runnable]
     # The first target also builds its image: when that fails the host cannot build
     # images at all (no reachable base image, say), so the recipes run here instead.
-    fallback = Plan(local, [f"the first Docker experiment failed; running the recipes with {sys.executable} instead"])
-    return Plan(steps + [report], [], fallback, 0)
+    fallback = RunPlan(local, [f"the first Docker experiment failed; running the recipes with {sys.executable} instead"])
+    return RunPlan(steps + [report], [], fallback, 0)
 
 
-def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_image: str | None = None) -> Plan:
+def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_image: str | None = None) -> RunPlan:
     """Render every target, run the small comparison this machine can run, report and plot."""
     root = config.parent
     render = Step("render every target", _envkit("render", "--all", "--config", str(config)))
@@ -220,9 +204,9 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_
     report = _report_step(results_dir, ("--plot", str(results_dir / "comparison.png")))
     local = [render] + local_runs(root, results_dir, facts, size, DEMO_EXTRA_ARGS) + [report]
     if not use_docker:
-        return Plan(local, [f"--no-docker: running the recipes with {sys.executable}"])
+        return RunPlan(local, [f"--no-docker: running the recipes with {sys.executable}"])
     if not _docker_usable(facts):
-        return Plan(local, [f"Docker is not usable ({facts.docker_error or 'no engine'}); running the recipes with {sys.executable}"])
+        return RunPlan(local, [f"Docker is not usable ({facts.docker_error or 'no engine'}); running the recipes with {sys.executable}"])
     run_sh = str(root / "docker" / DEMO_KIND / "run.sh")
     mount = {"RESULTS_DIR": str(results_dir)}  # run.sh mounts it at /workspace/results
     in_image = ("--quiet",) + size
@@ -231,16 +215,16 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_
         render,
         Step(f"build the {DEMO_KIND} image", _envkit("build", DEMO_KIND, "--config", str(config),
                                                       *(("--base-image", base_image) if base_image else ()))),
-        *(Step(_title(IMAGE_TITLES, entry, 0), (run_sh, entry.recipe, *entry.args, *_processes(entry), *in_image,
+        *(Step(_title(entry.image_title or entry.title, 0), (run_sh, entry.recipe, *entry.args, *_processes(entry), *in_image,
                                                  *DEMO_EXTRA_ARGS.get(entry.recipe, ())), mount)
           for entry in in_demo_image),
         report,
     ]
-    fallback = Plan(local[1:], [f"the cpu image could not be built; running the recipes with {sys.executable} instead"])
-    return Plan(docker_steps, [f"Docker {facts.docker_version} is usable: running in the cpu image"], fallback, 1)
+    fallback = RunPlan(local[1:], [f"the cpu image could not be built; running the recipes with {sys.executable} instead"])
+    return RunPlan(docker_steps, [f"Docker {facts.docker_version} is usable: running in the cpu image"], fallback, 1)
 
 
-def format_plan(plan: Plan) -> str:
+def format_plan(plan: RunPlan) -> str:
     lines = [f"# {note}" for note in plan.notes]
     for number, step in enumerate(plan.steps, start=1):
         lines += [f"# {number}. {step.title}", step.shell()]
@@ -250,7 +234,7 @@ def format_plan(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def execute(plan: Plan, *, dry_run: bool) -> bool:
+def execute(plan: RunPlan, *, dry_run: bool) -> bool:
     """Run every step (a failed experiment does not stop the others); True when all succeeded."""
     if dry_run:
         sys.stdout.write(format_plan(plan))
@@ -272,7 +256,7 @@ def execute(plan: Plan, *, dry_run: bool) -> bool:
     return not failed
 
 
-def run_in_order(plan: Plan) -> int:
+def run_in_order(plan: RunPlan) -> int:
     """Run the steps until one fails (each needs the one before); its exit status, else 0."""
     for step in plan.steps:
         returncode = run_step(step)

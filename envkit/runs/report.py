@@ -17,12 +17,12 @@ import math
 import string
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from typing import Callable
 
 import yaml
 
 from envkit.errors import EnvkitError
+from envkit.project.datafile import DATA_DIR
 from envkit.runs.results import CONFIGURATION_KEYS, ENVIRONMENT_KEYS, RunResult, Stat, results_schema, stat_of
 
 DEVICE_ORDER = {"tpu": 0, "cuda": 1, "cpu": 2}
@@ -41,7 +41,7 @@ NOT_APPLICABLE = "–"
 
 
 def _data(name: str):
-    return yaml.safe_load(resources.files("envkit").joinpath(f"data/{name}").read_text(encoding="utf-8"))
+    return yaml.safe_load((DATA_DIR / name).read_text(encoding="utf-8"))
 
 
 @lru_cache(maxsize=None)

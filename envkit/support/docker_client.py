@@ -1,4 +1,6 @@
-"""The Docker engine client: a pinged Docker SDK client, or one line saying why not.
+"""The Docker client: a pinged Docker SDK client for the Docker daemon, or one line saying why not.
+
+(In envkit, "engine" means a launch engine of envkit.launch; the Docker daemon is "Docker".)
 
 Every command that talks to the engine (build, run, push, save, load, prune,
 doctor) connects here, so "no engine", "no permission" and "no SDK" read the
@@ -37,7 +39,7 @@ def _engine_error(exc: Exception) -> str:
     return f"no Docker engine answers at {where}: {START_ENGINE_HINT}"
 
 
-def connect_engine():
+def connect_docker():
     """A Docker SDK client whose engine answered a ping, or EnvkitError in one line."""
     docker = docker_sdk()
     try:

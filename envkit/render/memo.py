@@ -1,0 +1,76 @@
+"""Remember a render by what it read, so an unchanged project renders without Jinja or YAML.
+
+`envkit render` is run by make before every experiment and by editors on save; most runs
+render exactly what the last one did. A render reads the config, envkit's data tables,
+the templates, each target's lock and CA certificates, and envkit's own code. The memo
+stores the rendered files with the sha256 of each of those files; a later render of the
+same config and selection whose files all hash the same is that render, so its files are
+written from the memo and neither Jinja, PyYAML nor the config schema is imported.
+Any difference, a missing or unreadable entry, or a new envkit version is a miss, and a
+miss renders in full. Errors are never remembered: bad input always reaches the code
+that explains it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from envkit import __version__
+from envkit.render.output import RenderedFile
+from envkit.support.atomic import write_bytes_atomic
+from envkit.support.cache import cache_dir
+
+PACKAGE = Path(__file__).resolve().parent.parent
+
+
+def _entry(config: Path, selection: str) -> Path:
+    key = json.dumps([__version__, str(config.resolve()), selection])
+    return cache_dir() / "render-memo" / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
+
+
+def _digest(path: str) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None  # absent (no lock yet) is a state too: a lock appearing is a change
+
+
+def _code() -> list[Path]:
+    """envkit's own source: a changed module may change what a render gives."""
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def recall(config: Path, selection: str) -> tuple[list[str], list[RenderedFile]] | None:
+    """The remembered render of ``selection`` (a target name or "--all"), or None."""
+    try:
+        entry = json.loads(_entry(config, selection).read_bytes())
+        if entry["code"] != _code_digest() or any(_digest(path) != digest for path, digest in entry["read"].items()):
+            return None
+        return entry["names"], [RenderedFile(Path(path), text, mode) for path, text, mode in entry["files"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def remember(config: Path, selection: str, names: list[str], files: list[RenderedFile], read: list[Path]) -> None:
+    """Store a successful render with the digest of every file it read (``read``)."""
+    entry = {
+        "code": _code_digest(),
+        "read": {str(path): _digest(str(path)) for path in sorted(set(read))},
+        "names": names,
+        "files": [[file.path.as_posix(), file.text, file.mode] for file in files],
+    }
+    try:
+        path = _entry(config, selection)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(path, json.dumps(entry, sort_keys=True).encode())
+    except OSError:
+        pass  # a memo that cannot be written only costs time
+
+
+def _code_digest() -> str:
+    digest = hashlib.sha256()
+    for path in _code():
+        digest.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
