@@ -71,7 +71,8 @@ def test_it_reads_top_to_bottom_and_carries_what_it_runs(config, repo_root, targ
     written = {cell.source.split("\n", 1)[0].split()[1]: cell.source.split("\n", 1)[1]
                for cell in notebook.cells if cell.source.startswith("%%writefile ")}
     sources = {embedded.HELPER_NAME: embedded.HELPER, "requirements.lock": lock_path(config, target)}
-    sources.update({f"recipes/{p.name}": p for p in embedded.recipe_files(repo_root / "recipes", "mnist")})
+    recipes = repo_root / "recipes"
+    sources.update({f"recipes/{p.relative_to(recipes).as_posix()}": p for p in embedded.recipe_files(recipes, "mnist")})
     sources.update({f"report/{p.relative_to(repo_root).as_posix()}": p for p in embedded.report_files(repo_root)})
     assert set(written) == set(sources)
     for path, body in written.items():
@@ -187,3 +188,25 @@ def test_results_schema_describes_the_notebook_block(repo_root):
     assert "notebook" not in schema["required"]
     block = schema["properties"]["notebook"]
     assert {"platform", "accelerator", "packages", "runtime", "lock_differences"} <= set(block["required"])
+
+
+def test_a_recipe_brings_the_modules_and_packages_it_imports(tmp_path):
+    recipes = tmp_path / "recipes"
+    (recipes / "harness" / "parts").mkdir(parents=True)
+    files = {
+        "mnist.py": "import torch\nimport harness\nfrom tpu_backend import choose\n",
+        "tpu_backend.py": "def choose():\n    import ddp\n",
+        "ddp.py": "import os\n",
+        "cifar.py": "import scatter\n",  # not imported by mnist: stays out
+        "scatter.py": "",
+        "harness/__init__.py": "from .run import Run\nfrom . import parts\n",
+        "harness/run.py": "from .parts.timer import Timer\n",
+        "harness/unused.py": "",
+        "harness/parts/__init__.py": "",
+        "harness/parts/timer.py": "from ..run import Run\n",
+    }
+    for name, text in files.items():
+        (recipes / name).write_text(text)
+    found = [path.relative_to(recipes).as_posix() for path in embedded.recipe_files(recipes, "mnist")]
+    assert found == ["mnist.py", "ddp.py", "harness/__init__.py", "harness/parts/__init__.py", "harness/parts/timer.py",
+                     "harness/run.py", "tpu_backend.py"]

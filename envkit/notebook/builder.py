@@ -184,7 +184,7 @@ def _embedded_files(config: ProjectConfig, experiment: Experiment, lock_file: Pa
     return {
         "helper": {embedded.HELPER_NAME: entry(embedded.HELPER)},
         "lock": {"requirements.lock": entry(lock_file)},
-        "recipes": {f"recipes/{path.name}": entry(path) for path in recipes},
+        "recipes": {f"recipes/{path.relative_to(config.root / 'recipes').as_posix()}": entry(path) for path in recipes},
         "report": {f"report/{path.relative_to(package_parent).as_posix()}": entry(path) for path in report},
     }
 
