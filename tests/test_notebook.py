@@ -210,3 +210,8 @@ def test_a_recipe_brings_the_modules_and_packages_it_imports(tmp_path):
     found = [path.relative_to(recipes).as_posix() for path in embedded.recipe_files(recipes, "mnist")]
     assert found == ["mnist.py", "ddp.py", "harness/__init__.py", "harness/parts/__init__.py", "harness/parts/timer.py",
                      "harness/run.py", "tpu_backend.py"]
+
+
+def test_ci_executes_the_notebooks(repo_root):
+    # tests/test_notebook_execute.py skips without its wheelhouse, except where this is set
+    assert "export ENVKIT_REQUIRE_NOTEBOOK=1\n" in (repo_root / ".ci" / "run").read_text()

@@ -22,68 +22,31 @@ under two minutes for all of them; the wheelhouse takes about 200 MB.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import jsonschema
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from envkit.cli import main
 from envkit.notebook import builder, runtime
 from envkit.project.config import load_config
+from notebook_cpu import build_wheelhouse, execute
 from xla_env import environment_missing
 
 pytestmark = pytest.mark.slow
-CPU_REQUIREMENTS = ("torch==2.13.0", "tqdm", "numpy")  # torch 2.13.0: the CPU build pip takes from local disk here
 IMAGE_RESULT = Path(__file__).parent / "data" / "results" / "backends" / "mnist-tpu-xla.json"
-
-
-def uv_binary() -> str:
-    from envkit.lock.resolve import uv_binary as find
-
-    return find()
 
 
 @pytest.fixture(scope="session")
 def wheelhouse(tmp_path_factory) -> Path:
     """Wheels for a CPU lock, and that lock (requirements.lock), resolved by uv from them offline."""
-    folder = tmp_path_factory.mktemp("wheelhouse")
-    download = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest",
-                               str(folder), *CPU_REQUIREMENTS], capture_output=True, text=True, timeout=900)
-    if download.returncode != 0:
-        environment_missing(f"pip cannot download {' '.join(CPU_REQUIREMENTS)} for the CPU wheelhouse: "
-                            f"{(download.stderr.strip().splitlines() or ['?'])[-1]}", "ENVKIT_REQUIRE_NOTEBOOK")
-    (folder / "requirements.in").write_text("\n".join(CPU_REQUIREMENTS) + "\n")
-    env = {key: value for key, value in os.environ.items() if not key.startswith("UV_")}
-    subprocess.run([uv_binary(), "pip", "compile", "--quiet", "--no-config", "--offline", "--no-index", "--find-links",
-                    str(folder), "--generate-hashes", "--no-header", "--no-annotate", "--python", sys.executable,
-                    str(folder / "requirements.in"), "--output-file", str(folder / "requirements.lock")],
-                   check=True, env=env, timeout=300)
-    return folder
-
-
-def execute(path: Path, wheelhouse: Path, work: Path, output: Path) -> tuple[nbformat.NotebookNode, float]:
-    notebook = nbformat.read(path, as_version=4)
-    env = {runtime.CPU_MODE: str(wheelhouse), "ENVKIT_NOTEBOOK_WORK": str(work), runtime.OUTPUT: str(output),
-           "PATH": f"{Path(uv_binary()).parent}{os.pathsep}{os.environ['PATH']}"}
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    start = time.monotonic()
     try:
-        NotebookClient(notebook, timeout=600, kernel_name="python3").execute()
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    return notebook, time.monotonic() - start
+        return build_wheelhouse(tmp_path_factory.mktemp("wheelhouse"))
+    except RuntimeError as exc:
+        environment_missing(str(exc), "ENVKIT_REQUIRE_NOTEBOOK")
 
 
 @pytest.fixture(scope="session")
