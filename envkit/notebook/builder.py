@@ -130,7 +130,8 @@ def render_notebook(config: ProjectConfig, experiment_name: str, target_name: st
         v4.new_code_cell("results = nb.run_recipe(SETTINGS, environment, runtime)", id="run"),
         v4.new_markdown_cell(markdown["result"], id="result-md"),
         *_file_cells(files["report"]),
-        v4.new_code_cell("nb.check_files(SETTINGS, \"report\")\nnb.show_report(SETTINGS)\nnb.offer(SETTINGS, results)",
+        # The results first: a report that cannot be drawn must not keep them in the runtime.
+        v4.new_code_cell("nb.offer(SETTINGS, results)\nnb.check_files(SETTINGS, \"report\")\nnb.show_report(SETTINGS)",
                          id="result"),
     ]
     metadata = {
