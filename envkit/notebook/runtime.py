@@ -94,7 +94,7 @@ def sha256_of(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def normalise(name: str) -> str:
+def normalise(name: str) -> str:  # PEP 503, as envkit.lock.lockfile.normalise (the helper imports no envkit)
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
