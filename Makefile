@@ -41,9 +41,20 @@ HOSTS ?=
 LAUNCH_FLAGS ?=
 
 ENVKIT := $(VENV)/bin/envkit
+# DRY_RUN=1 on any target prints what would run and runs nothing (make's own --just-print);
+# the lines marked $(DRY) still run because they only print: envkit's own --dry-run, which
+# says exactly what it would build, push or run (printed as a command when envkit is not
+# installed yet, as the venv would be created first).
+ifneq ($(DRY_RUN),)
+MAKEFLAGS += --just-print
+endif
+DRY = $(if $(DRY_RUN),$(if $(wildcard $(ENVKIT)),+))
+DRY_FLAG = $(if $(DRY_RUN),--dry-run)
 CONFIG := envkit.yaml
-# What a rendered file depends on: the config, the templates, envkit's version matrix and kinds.
-RENDER_INPUTS := $(CONFIG) $(wildcard templates/* templates/kinds/*) $(wildcard envkit/data/matrix.yaml envkit/data/kinds.yaml)
+# What a rendered file depends on: the config, the templates, envkit's version matrix, kinds and
+# experiments (run.sh gives their recipes the kind's device).
+RENDER_INPUTS := $(CONFIG) $(wildcard templates/* templates/kinds/*) \
+	$(wildcard envkit/data/matrix.yaml envkit/data/kinds.yaml envkit/data/experiments.yaml)
 MULTINODE := NNODES NODE_RANK RDZV_ENDPOINT RDZV_ID NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME
 # A value quoted for the shell: '...' with each ' written as '\''.
 quote = '$(subst ','\'',$(1))'
@@ -70,7 +81,7 @@ LAUNCH_OPTIONS = --on $(call quote,$(ON)) $(if $(NNODES),--nodes $(call quote,$(
 	$(if $(GPUS_PER_NODE),--gpus-per-node $(call quote,$(GPUS_PER_NODE))) $(if $(HOSTS),--hosts $(call quote,$(HOSTS))) \
 	$(if $(REGISTRY),--registry $(call quote,$(REGISTRY))) --results-dir $(RESULTS_DIR) --data-dir $(DATA_DIR) \
 	$(foreach name,NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME,$(if $($(name)),--env $(call quote,$(name)=$($(name))))) \
-	$(if $(DRY_RUN),--dry-run) $(LAUNCH_FLAGS)
+	$(DRY_FLAG) $(LAUNCH_FLAGS)
 
 # experiment(recipe flags): the experiment named like the make target, as
 # envkit/data/experiments.yaml defines it. `envkit experiment` checks the host, builds
@@ -78,29 +89,31 @@ LAUNCH_OPTIONS = --on $(call quote,$(ON)) $(if $(NNODES),--nodes $(call quote,$(
 # DATA_DIR as the caller, so results stay the caller's. The experiment's GPU rule picks
 # the first of GPUS= or all of them. With ON= set, `envkit launch` hands it to that
 # engine instead; either way the experiment's own arguments come from the table.
+# Recipe flags follow '--', as on every envkit command line.
 ifeq ($(ON),)
 define experiment
-	$(MULTINODE_ENV) $(ENVKIT) experiment $(if $(GPUS),--gpus $(GPUS)) --results-dir $(RESULTS_DIR) \
-		--data-dir $(DATA_DIR) $(BUILD_FLAGS) $@ $(1)
+	$(DRY)$(MULTINODE_ENV) $(ENVKIT) experiment $(if $(GPUS),--gpus $(GPUS)) --results-dir $(RESULTS_DIR) \
+		--data-dir $(DATA_DIR) $(BUILD_FLAGS) $(DRY_FLAG) $@ $(if $(strip $(1)),-- $(1))
 endef
 else
 define experiment
-	$(ENVKIT) launch $@ $(LAUNCH_OPTIONS) $(if $(strip $(1)),-- $(1))
+	$(DRY)$(ENVKIT) launch $@ $(LAUNCH_OPTIONS) $(if $(strip $(1)),-- $(1))
 endef
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help venv xla-env sky-env tpu-env bench-env render build-cpu build-cuda build-tpu-vm tpu-mnist tpu-mnist-single \
+.PHONY: FORCE help venv xla-env sky-env tpu-env bench-env render build-cpu build-cuda build-tpu-vm tpu-mnist tpu-mnist-single \
 	gpu-mnist cpu-mnist gpu-single-cifar gpu-dp-cifar gpu-ddp-cifar cpu-single-cifar cpu-ddp-cifar compare \
 	push save load prune demo test doctor
 
 help: ## list the targets and the variables they read
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z0-9-]*:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "variables: GPUS MODEL BATCH PER_DEVICE_BATCH EPOCHS DATASET MAX_STEPS RESULTS_DIR DATA_DIR VENV PYTHON"
-	@echo "           TORCH_INDEX_URL WHEELHOUSE BASE_IMAGE CA_CERTS BUILD_ARGS NO_CACHE REGISTRY TARGET IMAGES_DIR FILE KEEP DRY_RUN"
-	@echo "           NNODES NODE_RANK RDZV_ENDPOINT RDZV_ID NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME (multi-node)"
-	@echo "           ON GPUS_PER_NODE HOSTS LAUNCH_FLAGS (with ON=ENGINE an experiment target runs envkit launch:"
-	@echo "           make gpu-ddp-cifar ON=slurm NNODES=2 GPUS_PER_NODE=4 DRY_RUN=1)"
+	@+awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z0-9-]*:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@+echo "variables: GPUS MODEL BATCH PER_DEVICE_BATCH EPOCHS DATASET MAX_STEPS RESULTS_DIR DATA_DIR VENV PYTHON"
+	@+echo "           TORCH_INDEX_URL WHEELHOUSE BASE_IMAGE CA_CERTS BUILD_ARGS NO_CACHE REGISTRY TARGET IMAGES_DIR FILE KEEP DRY_RUN"
+	@+echo "           NNODES NODE_RANK RDZV_ENDPOINT RDZV_ID NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME (multi-node)"
+	@+echo "           ON GPUS_PER_NODE HOSTS LAUNCH_FLAGS (with ON=ENGINE an experiment target runs envkit launch:"
+	@+echo "           make gpu-ddp-cifar ON=slurm NNODES=2 GPUS_PER_NODE=4 DRY_RUN=1)"
+	@+echo "DRY_RUN=1 on any target prints what it would run and runs nothing"
 
 venv: $(ENVKIT) ## create the pinned dev environment in VENV (default .venv)
 
@@ -128,61 +141,67 @@ bench-env: .venv-bench/bin/python ## create .venv-bench: hpccm beside envkit's d
 render: | $(ENVKIT) ## render docker/<target>/ from envkit.yaml and templates/
 	$(ENVKIT) render --all
 
-# Rendered files are committed; re-render only when one of their inputs changed.
-# render leaves unchanged files alone, so touch them: otherwise every later make would
-# render again. Dates never decide an image build (envkit build hashes the content).
-# A target's lock is an input too: its Dockerfile records the lock's sha256.
+# Rendered files are committed, and content decides whether they are stale, never dates: when
+# an input is newer than the target's stamp (a fresh clone's checkout order makes them so),
+# `envkit render --target` runs, which rewrites only the files whose text differs and leaves
+# the others, dates included, alone; the stamp, outside docker/, records that it ran.
+# A target's lock is an input too: its Dockerfile records the lock's sha256. A missing
+# rendered file renders whatever the stamp says.
+RENDERED := .cache/rendered
 .SECONDEXPANSION:
-docker/%/Dockerfile docker/%/run.sh: $(RENDER_INPUTS) $$(wildcard docker/$$*/requirements.lock) | $(ENVKIT)
+$(RENDERED)/%: $(RENDER_INPUTS) $$(wildcard docker/$$*/requirements.lock) \
+		$$(if $$(filter 2,$$(words $$(wildcard docker/$$*/Dockerfile docker/$$*/run.sh))),,FORCE) | $(ENVKIT)
 	$(ENVKIT) render --target $*
-	touch docker/$*/Dockerfile docker/$*/run.sh
+	@mkdir -p $(RENDERED) && touch $@
+
+FORCE:
 
 doctor: | $(ENVKIT) ## what this host offers and which experiment targets work here
 	$(ENVKIT) doctor
 
-build-cpu: docker/cpu/Dockerfile | $(ENVKIT) ## build the cpu image (cached; WHEELHOUSE= BASE_IMAGE= NO_CACHE=1)
+build-cpu: $(RENDERED)/cpu | $(ENVKIT) ## build the cpu image (cached; WHEELHOUSE= BASE_IMAGE= NO_CACHE=1)
 	$(ENVKIT) build cpu $(BUILD_FLAGS)
 
-build-cuda: docker/cuda/Dockerfile | $(ENVKIT) ## build the cuda image
+build-cuda: $(RENDERED)/cuda | $(ENVKIT) ## build the cuda image
 	$(ENVKIT) build cuda $(BUILD_FLAGS)
 
-build-tpu-vm: docker/tpu-vm/Dockerfile | $(ENVKIT) ## build the Cloud TPU VM image
+build-tpu-vm: $(RENDERED)/tpu-vm | $(ENVKIT) ## build the Cloud TPU VM image
 	$(ENVKIT) build tpu-vm $(BUILD_FLAGS)
 
 # The experiments: one line each, as envkit/data/experiments.yaml lists them (its summary is
 # the help text); tests/test_experiment_table.py fails when the two disagree.
-tpu-mnist: docker/tpu-vm/Dockerfile docker/tpu-vm/run.sh | $(ENVKIT) ## MNIST on every TPU core of a TPU VM, one replica per core
+tpu-mnist: $(RENDERED)/tpu-vm | $(ENVKIT) ## MNIST on every TPU core of a TPU VM, one replica per core
 	$(call experiment,$(MNIST_FLAGS))
 
-tpu-mnist-single: docker/tpu-vm/Dockerfile docker/tpu-vm/run.sh | $(ENVKIT) ## MNIST on one TPU core
+tpu-mnist-single: $(RENDERED)/tpu-vm | $(ENVKIT) ## MNIST on one TPU core
 	$(call experiment,$(MNIST_FLAGS))
 
-gpu-mnist: docker/cuda/Dockerfile docker/cuda/run.sh | $(ENVKIT) ## MNIST on one GPU (first of GPUS=)
+gpu-mnist: $(RENDERED)/cuda | $(ENVKIT) ## MNIST on one GPU (first of GPUS=)
 	$(call experiment,$(MNIST_FLAGS))
 
-cpu-mnist: docker/cpu/Dockerfile docker/cpu/run.sh | $(ENVKIT) ## MNIST on the CPU
+cpu-mnist: $(RENDERED)/cpu | $(ENVKIT) ## MNIST on the CPU
 	$(call experiment,$(MNIST_FLAGS))
 
-gpu-single-cifar: docker/cuda/Dockerfile docker/cuda/run.sh | $(ENVKIT) ## CIFAR-10 at 112 px on one GPU (first of GPUS=)
+gpu-single-cifar: $(RENDERED)/cuda | $(ENVKIT) ## CIFAR-10 at 112 px on one GPU (first of GPUS=)
 	$(call experiment,$(CIFAR_FLAGS))
 
-gpu-dp-cifar: docker/cuda/Dockerfile docker/cuda/run.sh | $(ENVKIT) ## CIFAR-10 at 112 px with nn.DataParallel over GPUS=
+gpu-dp-cifar: $(RENDERED)/cuda | $(ENVKIT) ## CIFAR-10 at 112 px with nn.DataParallel over GPUS=
 	$(call experiment,$(CIFAR_FLAGS))
 
-gpu-ddp-cifar: docker/cuda/Dockerfile docker/cuda/run.sh | $(ENVKIT) ## CIFAR-10 at 112 px with DDP, one process per GPU (torchrun)
+gpu-ddp-cifar: $(RENDERED)/cuda | $(ENVKIT) ## CIFAR-10 at 112 px with DDP, one process per GPU (torchrun)
 	$(call experiment,$(CIFAR_FLAGS))
 
-cpu-single-cifar: docker/cpu/Dockerfile docker/cpu/run.sh | $(ENVKIT) ## CIFAR-10 in one CPU process (the baseline of cpu-ddp-cifar)
+cpu-single-cifar: $(RENDERED)/cpu | $(ENVKIT) ## CIFAR-10 in one CPU process (the baseline of cpu-ddp-cifar)
 	$(call experiment,$(CIFAR_FLAGS))
 
-cpu-ddp-cifar: docker/cpu/Dockerfile docker/cpu/run.sh | $(ENVKIT) ## CIFAR-10 with DDP over gloo processes on the CPU (the multi-host form CPUs can test)
+cpu-ddp-cifar: $(RENDERED)/cpu | $(ENVKIT) ## CIFAR-10 with DDP over gloo processes on the CPU (the multi-host form CPUs can test)
 	$(call experiment,$(CIFAR_FLAGS))
 
-compare: | $(ENVKIT) ## run the experiments this host can run, then tabulate RESULTS_DIR (EPOCHS= DATASET= MAX_STEPS=)
-	$(ENVKIT) compare --results-dir $(RESULTS_DIR) $(COMMON_FLAGS)
+compare: | $(ENVKIT) ## run the experiments this host can run, then tabulate RESULTS_DIR (EPOCHS= MAX_STEPS=; DATASET=fake: no download)
+	$(DRY)$(ENVKIT) compare --results-dir $(RESULTS_DIR) $(COMMON_FLAGS) $(DRY_FLAG)
 
 demo: | $(ENVKIT) ## the comparisons this host can run, small and fast, then the report (BASE_IMAGE=)
-	$(ENVKIT) demo $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE))
+	$(DRY)$(ENVKIT) demo $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) $(DRY_FLAG)
 
 push: | $(ENVKIT) ## push TARGET's image to REGISTRY=host[:port][/path]
 	$(if $(REGISTRY),,$(error REGISTRY is empty: give one, e.g. make push REGISTRY=registry.example.com:5000/team TARGET=cpu))
@@ -196,7 +215,7 @@ load: | $(ENVKIT) ## verify FILE (a saved .tar.gz or its manifest) and load it
 	$(ENVKIT) load $(FILE)
 
 prune: | $(ENVKIT) ## remove TARGET's older images, never latest (KEEP=N spares the N newest; DRY_RUN=1 lists)
-	$(ENVKIT) prune $(TARGET) $(if $(KEEP),--keep $(KEEP)) $(if $(DRY_RUN),--dry-run)
+	$(DRY)$(ENVKIT) prune $(TARGET) $(if $(KEEP),--keep $(KEEP)) $(DRY_FLAG)
 
 test: | $(ENVKIT) ## the whole test suite, integration tests included
 	$(VENV)/bin/pytest --slow

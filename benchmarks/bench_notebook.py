@@ -55,7 +55,7 @@ def render_figures(config, pairs, repeat: int) -> None:
     for target, experiment in pairs:
         notebook, first, _ = timed(lambda: builder.render_notebook(config, experiment, target))
         warm = [timed(lambda: builder.render_notebook(config, experiment, target))[1] for _ in range(repeat)]
-        print(f"  {notebook.path.name:<34} {first:7.3f}   {statistics.median(warm):7.3f}           "
+        print(f"  {notebook.path.relative_to('notebooks').as_posix():<34} {first:7.3f}   {statistics.median(warm):7.3f}           "
               f"{len(notebook.text.encode()) // 1024}")
 
 
@@ -99,8 +99,9 @@ def execute_figures(pairs, wheelhouse: Path, scratch: Path) -> None:
     print("  notebook                             wall s    cpu s")
     for target, experiment in pairs:
         path = REPO / builder.notebook_path(target, experiment)
-        (_, seconds), wall, cpu = timed(lambda: execute(path, wheelhouse, scratch / path.stem / "work", scratch / path.stem / "out"))
-        print(f"  {path.name:<34} {seconds:6.1f}   {cpu:6.1f}")
+        folder = scratch / target / experiment
+        (_, seconds), wall, cpu = timed(lambda: execute(path, wheelhouse, folder / "work", folder / "out"))
+        print(f"  {target}/{path.name:<{33 - len(target)}} {seconds:6.1f}   {cpu:6.1f}")
 
 
 def main() -> None:

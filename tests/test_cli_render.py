@@ -20,7 +20,7 @@ def project(tmp_path, repo_root):
     locks and the recipes), so tests may render and break it freely."""
     shutil.copy(repo_root / "envkit.yaml", tmp_path / "envkit.yaml")
     shutil.copytree(repo_root / "templates", tmp_path / "templates")
-    shutil.copytree(repo_root / "notebooks" / "locks", tmp_path / "notebooks" / "locks")
+    shutil.copytree(repo_root / "notebooks", tmp_path / "notebooks")
     shutil.copytree(repo_root / "recipes", tmp_path / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
@@ -37,7 +37,9 @@ def files_under(directory: Path) -> dict[str, bytes]:
 
 def test_render_all_check_passes_on_the_repo(capsys, repo_root):
     code, out, err = run(capsys, "render", "--all", "--check", "--config", str(repo_root / "envkit.yaml"))
-    assert (code, err) == (0, "") and "9 files" in out and "up to date" in out
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [f"{name}: up to date ({repo_root / 'docker' / name})" for name in ("cpu", "cuda", "tpu-vm")] + [
+        f"{name}: up to date ({repo_root / 'notebooks' / name})" for name in ("colab-tpu", "colab-t4", "kaggle-tpu")]
 
 
 def test_render_writes_the_committed_files(capsys, project, repo_root):
@@ -71,18 +73,44 @@ def test_check_reports_stale_files_with_exit_1(capsys, project):
     text = (project / "envkit.yaml").read_text().replace('cuda: "12.6"', 'cuda: "12.8"')
     (project / "envkit.yaml").write_text(text)
     code, out, err = run(capsys, "render", "--all", "--check", "--config", config)
-    assert code == 1 and out == ""
-    assert err.startswith("envkit: error: rendered files are stale: ") and err.count("\n") == 1
-    assert "cuda/Dockerfile: stale (" in err and "cpu/" not in err
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0] == f"cpu: up to date ({project / 'docker' / 'cpu'})" and lines[2].startswith("tpu-vm: up to date")
+    assert lines[1].startswith(f"cuda: {project / 'docker' / 'cuda' / 'Dockerfile'}: stale (")
+    assert err == "envkit: error: rendered files are stale (cuda): run `envkit render --all` and commit\n"
+    code, _, err = run(capsys, "render", "--target", "cuda", "--check", "--config", config)
+    assert code == 1 and err == "envkit: error: rendered files are stale (cuda): run `envkit render --target cuda` and commit\n"
 
 
-def test_check_all_reports_directories_of_removed_targets(capsys, project):
+def test_the_advice_for_a_removed_target_converges(capsys, project):
+    """Before: check said "remove it; run `envkit render --all`", and render --all left the directory, so check kept failing."""
     config = str(project / "envkit.yaml")
     assert run(capsys, "render", "--all", "--config", config)[0] == 0
     shutil.copytree(project / "docker" / "cpu", project / "docker" / "old-gpu")
-    code, _, err = run(capsys, "render", "--all", "--check", "--config", config)
-    assert code == 1 and "old-gpu: not a target in the config (remove it)" in err
+    (project / "docker" / "notes").mkdir()  # a directory of someone else's files is left alone
+    (project / "docker" / "notes" / "Dockerfile").write_text("FROM scratch\n")
+    code, out, err = run(capsys, "render", "--all", "--check", "--config", config)
+    assert code == 1 and err == "envkit: error: rendered files are stale (1 removed target(s)): run `envkit render --all` and commit\n"
+    assert out.splitlines()[-1] == (f"{project / 'docker' / 'old-gpu'}: not a target in the config: `envkit render --all` "
+                                    "removes Dockerfile, run.sh, .dockerignore")
     assert run(capsys, "render", "--target", "cpu", "--check", "--config", config)[0] == 0
+    code, out, _ = run(capsys, "render", "--all", "--config", config)  # the advice, as given
+    assert code == 0 and out.splitlines()[0].endswith(f"; removed {project / 'docker' / 'old-gpu'}'s rendered files (not a target in the config)")
+    assert not (project / "docker" / "old-gpu").exists() and (project / "docker" / "notes" / "Dockerfile").exists()
+    assert run(capsys, "render", "--all", "--check", "--config", config)[0] == 0
+
+
+def test_render_all_keeps_what_envkit_did_not_write_in_a_removed_targets_directory(capsys, project):
+    config = str(project / "envkit.yaml")
+    assert run(capsys, "render", "--all", "--config", config)[0] == 0
+    shutil.copytree(project / "docker" / "cpu", project / "docker" / "old-gpu")
+    (project / "docker" / "old-gpu" / "NOTES.md").write_text("why we had this target\n")
+    code, out, _ = run(capsys, "render", "--all", "--check", "--config", config)
+    assert code == 1 and out.splitlines()[-1].endswith("removes Dockerfile, run.sh, .dockerignore; it keeps NOTES.md, "
+                                                      "which envkit did not write")
+    assert run(capsys, "render", "--all", "--config", config)[0] == 0
+    assert sorted(p.name for p in (project / "docker" / "old-gpu").iterdir()) == ["NOTES.md"]
+    assert run(capsys, "render", "--all", "--check", "--config", config)[0] == 0
 
 
 def test_targets_lists_pins(capsys, repo_root):
@@ -94,6 +122,25 @@ def test_targets_lists_pins(capsys, repo_root):
     sha = hashlib.sha256((repo_root / "docker" / "tpu-vm" / "requirements.lock").read_bytes()).hexdigest()
     assert f" locked {sha[:12]} " in tpu
     assert " unlocked " in next(line for line in lines if line.startswith("cpu "))
+
+
+def test_targets_shows_a_stale_lock_as_stale_with_lock_checks_reason(capsys, project, repo_root):
+    """Before: after `python: "3.11"` on tpu-vm, targets still said `locked <sha>` while lock --check said stale."""
+    (project / "docker" / "tpu-vm").mkdir(parents=True)
+    shutil.copy(repo_root / "docker" / "tpu-vm" / "requirements.lock", project / "docker" / "tpu-vm")
+    config = project / "envkit.yaml"
+    text = config.read_text()
+    tpu = text.index("  tpu-vm:")
+    config.write_text(text[:tpu] + text[tpu:].replace('python: "3.12"', 'python: "3.11"', 1))
+    code, out, _ = run(capsys, "targets", "--config", str(config))
+    sha = hashlib.sha256((repo_root / "docker" / "tpu-vm" / "requirements.lock").read_bytes()).hexdigest()
+    tpu_row = next(line for line in out.splitlines() if line.startswith("tpu-vm"))
+    assert code == 0 and f" stale {sha[:12]} " in tpu_row and "locked" not in tpu_row
+    reason = "tpu-vm: stale: docker/tpu-vm/requirements.lock: its inputs changed since it was locked (envkit lock --target tpu-vm)"
+    assert out.splitlines()[-1] == reason
+    code, out, err = run(capsys, "lock", "--check", "--config", str(config))
+    assert code == 1 and reason in out.splitlines()
+    assert err == "envkit: error: locks are stale (tpu-vm): run `envkit lock --target tpu-vm` and commit\n"
 
 
 def test_matrix_lists_supported_combinations(capsys):

@@ -91,7 +91,7 @@ def test_compare_runs_the_experiments_doctor_allows(in_repo, repo_root, capsys):
     out = dry_run(["compare", "--epochs", "1", "--dataset", "fake", "--max-steps", "5", "--reference"], capsys)
     report = f"{PY} -m envkit report results --format md --reference\n"
     assert out == (
-        f"# 1. experiment cpu-mnist\n{PY} -m envkit experiment --results-dir {repo_root / 'results'} cpu-mnist --dataset fake --epochs 1 --max-steps 5\n"
+        f"# 1. experiment cpu-mnist\n{PY} -m envkit experiment --results-dir {repo_root / 'results'} cpu-mnist -- --dataset fake --epochs 1 --max-steps 5\n"
         "#    if this fails:\n"
         f"#    # the first Docker experiment failed; running the recipes with {PY} instead\n"
         f"#    # 1. mnist on eager CPU\n#    {PY} recipes/mnist.py --device cpu --results-dir results --quiet --dataset fake --epochs 1 --max-steps 5\n"
@@ -100,6 +100,16 @@ def test_compare_runs_the_experiments_doctor_allows(in_repo, repo_root, capsys):
         f"#    # 4. report\n#    {report}"
         f"# 2. report\n{report}"
     )
+
+
+def test_compare_on_real_data_says_where_it_comes_from_and_what_fake_does(in_repo, capsys):
+    """Before: `make compare` started downloads (or failed offline) without a word about them."""
+    in_repo(WITH_ENGINE, ["cpu-mnist"])
+    out = dry_run(["compare", "--epochs", "1"], capsys)
+    assert out.splitlines()[0] == (
+        "# --dataset real: each recipe downloads MNIST or CIFAR-10 into its data directory on first use, which needs "
+        "the network; DATASET=fake (make) or --dataset fake trains on generated data, no download")
+    assert "--dataset real" not in dry_run(["compare", "--dataset", "fake"], capsys).splitlines()[0]
 
 
 def test_compare_without_docker_runs_cpu_and_gpu_recipes_here(in_repo, capsys):

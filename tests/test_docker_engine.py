@@ -207,7 +207,7 @@ def test_envkit_run_goes_through_run_sh(project, docker_cli, built, tmp_path):
     results = tmp_path / "results"
     env = {**os.environ, "DOCKER": docker_cli}
     envkit("run", "--config", "envkit.yaml", "--results-dir", str(results), "--data-dir", str(tmp_path / "data"),
-           "cpu", "mnist", "--dataset", "fake", "--max-steps", "5", "--quiet", cwd=project, env=env)
+           "cpu", "mnist", "--", "--dataset", "fake", "--max-steps", "5", "--quiet", cwd=project, env=env)
     check_results(results, (os.getuid(), os.getgid()), "envkit-cpu:latest")
 
 

@@ -43,10 +43,26 @@ def test_runnable_experiments_follow_the_host(host, runnable):
     assert doctor.runnable_experiments(host) == runnable
 
 
-def test_every_makefile_experiment_is_known_to_doctor(repo_root):
+def test_doctor_reports_every_experiment_make_target(repo_root, tmp_path):
+    """Doctor's own report (the CLI, no engine) has a row for each experiment, and each row names a make target."""
+    done = run_doctor(tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = done.stdout.split("make targets on this host:\n")[1].splitlines()
+    named = [row.split()[1] for row in rows]
+    assert sorted(named) == sorted(load_experiments())
     makefile = (repo_root / "Makefile").read_text()
-    for name in load_experiments():
-        assert f"\n{name}:" in makefile
+    assert all(f"\n{name}:" in makefile for name in named)
+
+
+def test_doctor_without_an_engine_says_so_once_and_gives_each_row_its_own_reason():
+    """Before: the 170-character engine line was repeated on all 9 rows, hiding the GPU and TPU rows' reasons."""
+    text = doctor.format_report(facts(docker_version=None, docker_error=NO_ENGINE))
+    assert text.count(NO_ENGINE) == 1 and text.splitlines()[0] == f"docker engine   none: {NO_ENGINE}"
+    rows = {row.split()[1]: row for row in text.split("make targets on this host:\n")[1].splitlines()}
+    assert rows["cpu-mnist"].endswith("cpu-mnist         needs the Docker engine (see 'docker engine' above)")
+    assert rows["gpu-dp-cifar"].endswith(kind("cuda").host.missing)
+    assert rows["tpu-mnist"].endswith(kind("tpu-vm").host.missing)
+    assert all(row.startswith("  no  ") and len(row) < 140 for row in rows.values())
 
 
 @pytest.mark.parametrize(

@@ -21,10 +21,10 @@ from envkit.runs.plans import experiment_target
 from envkit.project.kinds import load_kinds
 
 TABLE = load_experiments()
-# One experiment target: `name: docker/<target>/Dockerfile docker/<target>/run.sh | $(ENVKIT) ## summary`
+# One experiment target: `name: $(RENDERED)/<target> | $(ENVKIT) ## summary` (the target's render stamp)
 # and the one-line recipe `$(call experiment,$(<RECIPE>_FLAGS))`.
 MAKE_EXPERIMENT = re.compile(
-    r"^([a-z0-9-]+): docker/([a-z0-9-]+)/Dockerfile docker/\2/run\.sh \| \$\(ENVKIT\) ## (.+)\n"
+    r"^([a-z0-9-]+): \$\(RENDERED\)/([a-z0-9-]+) \| \$\(ENVKIT\) ## (.+)\n"
     r"\t\$\(call experiment,\$\(([A-Z]+)_FLAGS\)\)$", re.MULTILINE)
 EXAMPLE_GPUS = {"none": "", "first": " GPUS=0", "all": " GPUS=0,1,2,3"}
 
@@ -105,7 +105,7 @@ def test_every_experiment_has_a_title_and_the_demo_images_have_image_titles():
 def test_experiment_dry_run_checks_builds_and_runs(repo_root, monkeypatch, capsys, name):
     monkeypatch.chdir(repo_root)
     entry = TABLE[name]
-    assert main(["experiment", "--dry-run", "--results-dir", "/r", name, "--epochs", "1"]) == 0
+    assert main(["experiment", "--dry-run", "--results-dir", "/r", name, "--", "--epochs", "1"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
     assert lines[0].endswith(f" -m envkit doctor --require {entry.kind}" + (" --gpus 0" if entry.gpus == "first" else ""))
     assert " -m envkit build " in lines[1]
@@ -123,9 +123,60 @@ def test_experiment_dry_run_checks_builds_and_runs(repo_root, monkeypatch, capsy
 )
 def test_experiment_bad_input_is_one_line(repo_root, monkeypatch, capsys, argv, message):
     monkeypatch.chdir(repo_root)
-    assert main([argv[0], "--dry-run", *argv[1:]]) == 2  # after NAME, --dry-run would go to the recipe
+    assert main([*argv, "--dry-run"]) == 2  # after NAME, --dry-run is still envkit's
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and message in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["experiment", "cpu-mnist", "--dry-run"],
+    ["experiment", "--dry-run", "cpu-mnist"],
+    ["experiment", "cpu-mnist", "--dry-run", "--", "--epochs", "1"],
+])
+def test_dry_run_anywhere_before_dashes_is_a_dry_run(repo_root, tmp_path, argv):
+    """Before: options after NAME went to the recipe, so this ran doctor and a real docker build."""
+    env = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": f"unix://{tmp_path}/no.sock", "PYTHONPATH": str(repo_root)}
+    done = subprocess.run([sys.executable, "-m", "envkit", *argv], cwd=repo_root, capture_output=True, text=True, env=env)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines()[-1] == "docker/cpu/run.sh mnist --device cpu" + (" --epochs 1" if "--" in argv else "")
+
+
+def test_recipe_arguments_without_dashes_are_one_line_naming_the_rule(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["experiment", "cpu-mnist", "--epochs", "1", "--gpus", "x"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        "envkit: error: unrecognized arguments: --epochs 1; recipe arguments follow '--': "
+        "envkit experiment cpu-mnist --gpus x -- --epochs 1 (see 'envkit --help')\n")
+    with pytest.raises(SystemExit):
+        main(["render", "--all", "--", "--epochs", "1"])
+    assert "'--' passes arguments to a recipe, and render runs none" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["experiment", "--gpus", "0", "cpu-mnist"],
+     "--gpus 0: cpu-mnist runs without GPUs (cpu experiments take none); drop --gpus (GPUS= for make)"),
+    (["experiment", "--gpus", "all", "tpu-mnist"], "tpu-mnist runs without GPUs (tpu-vm experiments take none)"),
+    (["experiment", "cpu-ddp-cifar", "--", "--parallel", "none", "--device", "cuda"],
+     "cpu-ddp-cifar runs with --parallel ddp (envkit/data/experiments.yaml), and the recipe arguments say --parallel none: "
+     "drop it; cpu-single-cifar runs with --device cpu --parallel none"),
+    (["experiment", "cpu-ddp-cifar", "--", "--device=cuda"],
+     "cpu-ddp-cifar runs with --device cpu (envkit/data/experiments.yaml), and the recipe arguments say --device cuda: "
+     "drop it; gpu-ddp-cifar runs with --device cuda --parallel ddp"),
+    (["experiment", "tpu-mnist", "--", "--cor", "1"], "tpu-mnist runs with --cores all"),
+])
+def test_an_experiment_keeps_its_own_settings(repo_root, monkeypatch, capsys, argv, message):
+    """Before: --gpus was ignored and the recipe's last --parallel won, silently running another experiment."""
+    monkeypatch.chdir(repo_root)
+    assert main([*argv, "--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("envkit: error: ") and err.count("\n") == 1 and message in err
+
+
+def test_recipe_arguments_that_agree_with_the_experiment_pass(repo_root, monkeypatch, capsys):
+    monkeypatch.chdir(repo_root)
+    assert main(["experiment", "cpu-ddp-cifar", "--dry-run", "--", "--parallel", "ddp", "--epochs", "1"]) == 0
+    assert capsys.readouterr().out.endswith("run.sh cifar --device cpu --parallel ddp --parallel ddp --epochs 1\n")
 
 
 def test_an_experiment_needs_a_target_of_its_kind(tmp_path, monkeypatch, capsys):

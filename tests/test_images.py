@@ -22,6 +22,7 @@ from envkit.image import build_context
 from envkit.image import archive as image_archive
 from envkit.image import build as image_build
 from envkit.errors import EnvkitError
+from envkit.image.names import check_registry
 
 CERT = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 
@@ -352,8 +353,19 @@ def test_push_refuses_a_malformed_registry_before_touching_the_engine(engine, re
 
 
 @pytest.mark.parametrize("registry", ["localhost:5000", "registry.example.com/team", "10.0.0.2:5000/a/b-c"])
-def test_push_accepts_registry_forms(registry):
-    assert image_build._REGISTRY.match(registry)
+def test_push_and_launch_accept_registry_forms(registry, tmp_path):
+    assert check_registry(registry) == registry
+    done = envkit("launch", "gpu-ddp-cifar", "--on", "pytorchjob", "--registry", registry, "--dry-run",
+                  cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0 and f"image: {registry}/envkit-cuda:latest" in done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("registry", ["https://reg.example.com", "reg example", "reg.example.com/"])
+def test_launch_refuses_what_push_refuses(registry, repo_root):
+    done = envkit("launch", "gpu-ddp-cifar", "--on", "pytorchjob", "--registry", registry, "--dry-run", cwd=repo_root)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"envkit: error: --registry '{registry}' is not valid: give HOST[:PORT][/PATH] in lowercase, "
+                           "e.g. registry.example.com:5000/team\n")
 
 
 # ---------------------------------------------------------------- through the CLI

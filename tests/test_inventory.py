@@ -2,7 +2,7 @@
 
 The tars are built here in the exact layouts the engine produces (`docker export`: one
 flat tree; `docker save`: manifest.json, the config blob and one tar per layer with OCI
-whiteouts), so these tests need no engine; tests/test_verify_engine.py runs the real one.
+whiteouts), so these tests need no engine; tests/test_docker_engine.py runs verify and diff against the real one.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 from envkit.image import diff as env_diff
 from envkit.image import inventory
 from envkit.image import verify
+from envkit.cli.verify import results_inventory
 from envkit.errors import EnvkitError
 
 SITE = "usr/local/lib/python3.11/site-packages"
@@ -124,19 +125,25 @@ def test_a_file_that_is_not_a_saved_image_is_one_line(tmp_path):
         inventory.from_saved_tarball(bogus)
 
 
+RESULTS = Path(__file__).resolve().parent / "data" / "results" / "mixed" / "mnist-cpu-b.json"
+
+
 def results(tmp_path: Path, name: str, distributions: list[str], **environment) -> Path:
+    """A valid results file (the report's test data) with these distributions and environment fields."""
+    document = json.loads(RESULTS.read_text())
+    document["environment"].update(torch="2.9.0", python="3.11.7", distributions=distributions, **environment)
     path = tmp_path / name
-    path.write_text(json.dumps({"environment": {"torch": "2.9.0", "python": "3.11.7", "distributions": distributions,
-                                                **environment}}))
+    path.write_text(json.dumps(document))
     return path
 
 
 def test_diff_of_two_results_names_the_package_and_the_lock(tmp_path):
-    a = inventory.from_results(results(tmp_path, "a.json", ["numpy==2.3.5", "torch==2.9.0"], lock_sha256="11"))
-    b = inventory.from_results(results(tmp_path, "b.json", ["NumPy==2.4.6", "torch==2.9.0", "tpu_info==0.14.2"], lock_sha256="22"))
+    a = results_inventory(results(tmp_path, "a.json", ["numpy==2.3.5", "torch==2.9.0"], lock_sha256="1" * 64))
+    b = results_inventory(results(tmp_path, "b.json", ["numpy==2.4.6", "torch==2.9.0", "tpu-info==0.14.2"],
+                                   lock_sha256="2" * 64))
     sections = {s.title: s for s in env_diff.compare(a, b)}
     assert sections["python packages"].changes == ("numpy: 2.3.5 -> 2.4.6", "+ tpu-info 0.14.2 (only in B)")
-    assert sections["versions"].changes == ("lock_sha256: 11 -> 22",)
+    assert sections["versions"].changes == (f"lock_sha256: {'1' * 64} -> {'2' * 64}",)
     assert sections["apt packages"].unknown == "not recorded by A or B"
 
 
@@ -152,6 +159,30 @@ def test_diff_command_exit_codes(tmp_path):
     other = run_cli("diff", str(a), str(results(tmp_path, "b.json", ["torch==2.9.1"])), cwd=tmp_path)
     assert other.returncode == 1
     assert "  torch: 2.9.0 -> 2.9.1" in other.stdout
+
+
+def test_diff_reads_results_as_strictly_as_report(tmp_path):
+    newer = json.loads(results(tmp_path, "a.json", ["torch==2.9.0"]).read_text())
+    (tmp_path / "newer.json").write_text(json.dumps(dict(newer, schema_version=999)))
+    done = run_cli("diff", "a.json", "newer.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ("envkit: warning: newer.json: schema_version 999 is newer than this envkit reads (2); "
+                           "using the fields it knows\n")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    done = run_cli("diff", "a.json", "list.json", cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "envkit: error: list.json is not a results file envkit reads: not a results object\n"
+    (tmp_path / "no-timing.json").write_text(json.dumps({k: v for k, v in newer.items() if k != "timing"}))
+    done = run_cli("diff", "a.json", "no-timing.json", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "'timing' is a required property" in done.stderr
+
+
+@pytest.mark.parametrize("missing", ["/tmp/x/nope.json", "nope.json", "./images/envkit-cpu", "old.tar.gz"])
+def test_diff_of_a_missing_file_says_so_not_docker(tmp_path, missing):
+    a = results(tmp_path, "a.json", ["torch==2.9.0"])
+    done = run_cli("diff", missing, str(a), cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(f"envkit: error: {missing}: no such file; A and B are each") and done.stderr.count("\n") == 1
 
 
 def test_diff_of_a_tampered_saved_image_is_refused(tmp_path):

@@ -23,6 +23,7 @@ import yaml
 from envkit.project import kinds
 from envkit.project.config import schema
 from envkit.errors import EnvkitError
+from linters import linter
 
 ROCM_KIND = """\
   rocm:
@@ -73,8 +74,12 @@ def test_every_kind_has_its_run_sh_fragment(repo_root):
         assert (repo_root / "templates" / "kinds" / f"{name}.run.sh.j2").is_file(), name
 
 
-def test_the_config_schema_takes_its_kinds_from_the_data():
-    assert schema()["$defs"]["target"]["properties"]["kind"]["enum"] == kinds.names()
+def test_the_config_schema_takes_its_kinds_from_the_data(repo_root):
+    """The enum the config is validated with is kinds.yaml's keys, read here without envkit's loader."""
+    table = yaml.safe_load((repo_root / "envkit" / "data" / "kinds.yaml").read_text())
+    assert schema()["$defs"]["target"]["properties"]["kind"]["enum"] == list(table["kinds"]) == ["cpu", "cuda", "tpu-vm"]
+    shipped = json.loads((repo_root / "envkit" / "data" / "envkit.schema.json").read_text())
+    assert "enum" not in shipped["$defs"]["target"]["properties"]["kind"], "no second list of kinds in the schema file"
 
 
 def test_unknown_kind_is_one_line():
@@ -109,8 +114,17 @@ def rocm_project(tmp_path, repo_root):
     (project / "templates" / "kinds" / "rocm.run.sh.j2").write_text(ROCM_FRAGMENT)
     with open(project / "envkit.yaml", "a", encoding="utf-8") as config:
         config.write('\n  rocm:\n    kind: rocm\n    torch: "2.9.0"\n')
-    assert python_files(project) == python_files(repo_root), "no Python file was edited"
     return project
+
+
+def test_the_no_python_edited_check_sees_an_edit_and_a_new_file(rocm_project, repo_root):
+    """The check the rocm test ends with can fail: a one-byte edit, or a new module, changes its answer."""
+    assert python_files(rocm_project) == python_files(repo_root)
+    kinds_py = rocm_project / "envkit" / "project" / "kinds.py"
+    kinds_py.write_text(kinds_py.read_text() + " ")
+    (rocm_project / "envkit" / "project" / "rocm.py").write_text("")
+    before, after = python_files(repo_root), python_files(rocm_project)
+    assert sorted(name for name in after if before.get(name) != after[name]) == ["envkit/project/kinds.py", "envkit/project/rocm.py"]
 
 
 def envkit(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -143,7 +157,7 @@ def test_a_rocm_kind_from_data_and_a_fragment_alone(rocm_project):
     assert row.split()[:3] == ["rocm", "rocm", "python:3.11-slim-bookworm"]
 
     # gets a dry-run plan
-    done = envkit(project, "experiment", "--dry-run", "--results-dir", "/r", "rocm-mnist", "--epochs", "1")
+    done = envkit(project, "experiment", "--dry-run", "--results-dir", "/r", "rocm-mnist", "--", "--epochs", "1")
     assert done.returncode == 0, done.stderr
     plan = [line for line in done.stdout.splitlines() if not line.startswith("#")]
     assert plan == [f"{sys.executable} -m envkit doctor --require rocm", f"{sys.executable} -m envkit build rocm",
@@ -171,10 +185,7 @@ def test_a_rocm_kind_from_data_and_a_fragment_alone(rocm_project):
 
 def test_the_rocm_run_sh_passes_shellcheck(rocm_project):
     assert envkit(rocm_project, "render", "--target", "rocm").returncode == 0
-    shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
-    if shellcheck is None:
-        pytest.skip("shellcheck is not installed")
-    done = subprocess.run([shellcheck, str(rocm_project / "docker" / "rocm" / "run.sh")], capture_output=True, text=True)
+    done = subprocess.run([linter("shellcheck"), str(rocm_project / "docker" / "rocm" / "run.sh")], capture_output=True, text=True)
     assert (done.returncode, done.stdout) == (0, "")
 
 

@@ -73,9 +73,18 @@ def test_dry_run_matches_golden(case, update_golden):
 
 
 def test_rendering_is_deterministic():
-    for make in CASES.values():
-        engine, job = make()
-        assert describe(engines.render_job(engine, job, OUTPUT)) == describe(engines.render_job(engine, *make()[1:], OUTPUT))
+    """Every case rendered in two interpreters with different hash seeds (set and dict orders differ) is the same text."""
+    tests = Path(__file__).resolve().parent
+    script = ("import sys; from test_launch import CASES, OUTPUT, describe, engines;"
+              "sys.stdout.write(''.join(describe(engines.render_job(*CASES[c](), OUTPUT)) for c in sorted(CASES)))")
+
+    def rendered(seed: str) -> str:
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": os.pathsep.join([str(tests), str(REPO_ROOT)])}
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+        return done.stdout
+
+    first = rendered("0")
+    assert first == rendered("4242") and first.count("# results: ") == len(CASES)
 
 
 def test_slurm_script_asks_for_what_the_issue_names():
@@ -137,6 +146,22 @@ BAD_INPUT = {
     "env given twice": (["cpu-ddp-cifar", "--on", "slurm", "--env", "A=1", "--env", "A=2"], "given twice"),
     "env envkit sets": (["cpu-ddp-cifar", "--on", "slurm", "--env", "NNODES=4"], "from --nodes"),
     "env the engine sets": (["cpu-ddp-cifar", "--on", "pytorchjob", "--env", "PET_NNODES=4"], "PET_*"),
+    # Before: these reached the manifest or the client, and failed only where the job ran.
+    "registry push refuses": (["gpu-ddp-cifar", "--on", "pytorchjob", "--registry", "reg example"],
+                              "--registry 'reg example' is not valid: give HOST[:PORT][/PATH] in lowercase"),
+    "tag with a colon": (["gpu-ddp-cifar", "--on", "pytorchjob", "--tag", "v1:x"], "--tag 'v1:x' is not valid"),
+    "image with a space": (["gpu-ddp-cifar", "--on", "jobset", "--image", "lab/envkit cuda"], "is not a valid reference"),
+    "TPU name a shell would split": (["tpu-mnist", "--on", "tpu-pod", "--tpu", "x;id", "--zone", "us-central2-b"],
+                                     "--tpu 'x;id' is not valid: give a TPU VM name"),
+    "zone that is no zone": (["tpu-mnist", "--on", "tpu-pod", "--tpu", "t", "--zone", "us central"], "--zone 'us central'"),
+    "accelerator count that is no number": (["gpu-ddp-cifar", "--on", "skypilot", "--accelerators", "A100:x"],
+                                            "--accelerators 'A100:x' is not valid: give NAME[:COUNT]"),
+    "TPU topology that is no topology": (["tpu-mnist", "--on", "jobset", "--tpu-accelerator", "tpu-v5-lite-podslice",
+                                          "--tpu-topology", "4*4"], "--tpu-topology '4*4'"),
+    "volume claim that is no name": (["gpu-ddp-cifar", "--on", "pytorchjob", "--volume-claim", "My Claim"], "--volume-claim"),
+    "recipe arguments against the experiment": (["gpu-ddp-cifar", "--on", "slurm", "--", "--parallel", "dp"],
+                                                "gpu-ddp-cifar runs with --parallel ddp"),
+    "output for plain hosts": (["cpu-ddp-cifar", "--on", "hosts"], "--output: --on hosts writes no files"),
 }
 
 
@@ -236,7 +261,7 @@ def test_tpu_pod_runs_only_gcloud_and_stops_on_every_worker(capsys, project, fak
 
 def test_tpu_pod_tarball_is_copied_to_every_worker_then_loaded(capsys, project, fake_path):
     log = fake_client(fake_path, "gcloud")
-    code, _, err = run(capsys, "launch", "tpu-mnist", "--on", "tpu-pod", "--tpu", "my-v4", "--zone", "z",
+    code, _, err = run(capsys, "launch", "tpu-mnist", "--on", "tpu-pod", "--tpu", "my-v4", "--zone", "us-central2-b",
                        "--image-tarball", "images/envkit-tpu-vm-0123456789ab.tar.gz")
     assert code == 0, err
     mkdir, scp, ssh = calls(log)

@@ -93,7 +93,7 @@ def test_dry_run_prints_the_metadata_and_the_kaggle_commands(capsys, repo_root, 
     assert lines[0] == "# --- file jobs/envkit-tpu-mnist/kernel-metadata.json"
     metadata = json.loads("\n".join(lines[1:lines.index("# --- submit") - 1]))
     assert metadata == {
-        "id": "student/envkit-tpu-mnist", "title": "envkit tpu mnist", "code_file": "kaggle-tpu-tpu-mnist.ipynb",
+        "id": "student/envkit-tpu-mnist", "title": "envkit tpu mnist", "code_file": "tpu-mnist.ipynb",
         "language": "python", "kernel_type": "notebook", "is_private": "true", "enable_gpu": "false", "enable_tpu": "true",
         "enable_internet": "true", "machine_shape": "TpuV5E8", "dataset_sources": [], "competition_sources": [],
         "kernel_sources": [], "model_sources": [],
@@ -119,7 +119,7 @@ def test_push_waits_and_fetches_the_results(capsys, repo_root, kaggle, tmp_path)
          "--file-pattern", ".*\\.json$", "-o"],
     ]
     # the notebook pushed is the committed one, beside metadata that asks for its accelerator
-    assert (folder / "kaggle-tpu-tpu-mnist.ipynb").read_text() == (repo_root / "notebooks" / "kaggle-tpu-tpu-mnist.ipynb").read_text()
+    assert (folder / "tpu-mnist.ipynb").read_text() == (repo_root / "notebooks" / "kaggle-tpu" / "tpu-mnist.ipynb").read_text()
     assert json.loads((folder / "kernel-metadata.json").read_text())["machine_shape"] == "TpuV5E8"
     fetched = tmp_path / "results" / "kaggle" / "envkit-tpu-mnist" / "results"
     assert "envkit: 1 results file(s) from student/envkit-tpu-mnist in " in err and f"envkit report {fetched}" in err

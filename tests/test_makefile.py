@@ -3,11 +3,15 @@
 A copy, so that file dates can be arranged (rendered files fresh or stale, the venv
 present or not) without touching the checkout. An experiment target runs one
 `envkit experiment` line; ``planned`` shows the steps that line runs (its --dry-run).
+The copy's envkit is a stand-in that only records how it was called, so a test sees
+which lines make really ran (DRY_RUN=1 runs envkit's own dry runs, nothing else).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -39,7 +43,7 @@ def project(tmp_path: Path, repo_root: Path) -> Path:
     work = tmp_path / "project"
     work.mkdir()
     shutil.copy(repo_root / "Makefile", work)
-    for name in ("envkit.yaml", "pyproject.toml", "requirements/dev.txt", "requirements/xla.txt", "requirements/sky.txt", "requirements/tpu.txt",
+    for name in ("envkit.yaml", "pyproject.toml", "requirements/dev.txt", "requirements/xla.txt", "requirements/sky.txt", "requirements/tpu.txt", "requirements/bench.txt",
                  "templates/Dockerfile.j2",
                  "envkit/data/matrix.yaml"):
         (work / name).parent.mkdir(parents=True, exist_ok=True)
@@ -50,10 +54,29 @@ def project(tmp_path: Path, repo_root: Path) -> Path:
             (work / "docker" / kind).mkdir(parents=True, exist_ok=True)
             (work / "docker" / kind / name).write_text("rendered\n")
             _age(work / "docker" / kind / name, 200)
+        (work / ".cache" / "rendered").mkdir(parents=True, exist_ok=True)
+        (work / ".cache" / "rendered" / kind).write_text("")
+        _age(work / ".cache" / "rendered" / kind, 200)
     (work / ".venv" / "bin").mkdir(parents=True)
-    (work / ".venv" / "bin" / "envkit").write_text("")
-    _age(work / ".venv" / "bin" / "envkit", 100)
+    envkit = work / ".venv" / "bin" / "envkit"
+    envkit.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                      f"with open({str(work / 'envkit-calls.jsonl')!r}, 'a') as calls:\n"
+                      "    calls.write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    envkit.chmod(0o755)
+    _age(envkit, 100)
     return work
+
+
+def envkit_calls(project: Path) -> list[list[str]]:
+    """The argument lists the stand-in envkit was run with."""
+    calls = project / "envkit-calls.jsonl"
+    return [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
+
+
+def tree(project: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file with its mtime and content (the calls log aside)."""
+    return {p.relative_to(project).as_posix(): (p.stat().st_mtime_ns, p.read_bytes())
+            for p in sorted(project.rglob("*")) if p.is_file() and p.name != "envkit-calls.jsonl"}
 
 
 def make(project: Path, *args: str) -> subprocess.CompletedProcess:
@@ -115,7 +138,7 @@ def test_help_is_the_default_goal(project):
 
 def test_cpu_mnist_checks_the_host_then_builds_then_runs(project, repo_root):
     make_lines = dry_run(project, "cpu-mnist", "DATASET=fake", "MAX_STEPS=5", "RESULTS_DIR=/r", "DATA_DIR=/d")
-    assert make_lines == [".venv/bin/envkit experiment --results-dir /r --data-dir /d cpu-mnist --dataset fake --max-steps 5"]
+    assert make_lines == [".venv/bin/envkit experiment --results-dir /r --data-dir /d cpu-mnist -- --dataset fake --max-steps 5"]
     lines = planned(repo_root, make_lines[0])
     assert lines == [
         ".venv/bin/envkit doctor --require cpu",
@@ -157,7 +180,7 @@ def test_tpu_targets_differ_in_cores(project, repo_root):
 
 
 def test_model_reaches_the_cifar_experiments_only(project):
-    assert dry_run(project, "gpu-dp-cifar", "MODEL=resnet50")[0].endswith("gpu-dp-cifar --model resnet50")
+    assert dry_run(project, "gpu-dp-cifar", "MODEL=resnet50")[0].endswith("gpu-dp-cifar -- --model resnet50")
     assert dry_run(project, "cpu-mnist", "MODEL=resnet50")[0].endswith("cpu-mnist")
 
 
@@ -246,8 +269,15 @@ def test_build_targets(project, kind):
 def test_stale_render_is_rendered_first(project):
     _age(project / "envkit.yaml", 0)
     lines = dry_run(project, "cpu-mnist")
-    assert lines[:2] == [".venv/bin/envkit render --target cpu", "touch docker/cpu/Dockerfile docker/cpu/run.sh"]
+    # render rewrites only files whose content differs; the stamp, not docker/, records that it ran
+    assert lines[:2] == [".venv/bin/envkit render --target cpu", "mkdir -p .cache/rendered && touch .cache/rendered/cpu"]
     assert lines[2].startswith(".venv/bin/envkit experiment ") and lines[2].endswith(" cpu-mnist")
+
+
+def test_a_missing_rendered_file_is_rendered(project):
+    (project / "docker" / "cuda" / "run.sh").unlink()
+    assert dry_run(project, "build-cuda")[0] == ".venv/bin/envkit render --target cuda"
+    assert dry_run(project, "build-cpu") == [".venv/bin/envkit build cpu"]
 
 
 def test_edited_template_re_renders(project):
@@ -287,7 +317,8 @@ def test_side_environments_come_from_their_requirements(project, name):
 def test_ci_checks_skypilot_and_the_kubernetes_schemas(repo_root):
     ci = (repo_root / ".ci" / "run").read_text()
     assert "\nmake sky-env\nexport ENVKIT_SKY_PYTHON=\"$PWD/.venv-sky/bin/python\"\n" in ci
-    assert "ENVKIT_REQUIRE_K8S_SCHEMAS=1" in ci
+    assert "ENVKIT_REQUIRE_K8S_SCHEMAS=1" in ci and "ENVKIT_REQUIRE_SKY=1" in ci
+
 
 
 def test_ci_requires_the_torch_tpu_environment(repo_root):
@@ -306,6 +337,7 @@ def test_sharing_targets(project):
 
     assert dry_run(project, "prune") == [".venv/bin/envkit prune cpu"]
     assert dry_run(project, "prune", "TARGET=cuda", "KEEP=2", "DRY_RUN=1") == [".venv/bin/envkit prune cuda --keep 2 --dry-run"]
+    assert envkit_calls(project) == [["prune", "cuda", "--keep", "2", "--dry-run"]], "DRY_RUN runs envkit's own dry run"
 
 
 @pytest.mark.parametrize("target, variable", [("push", "REGISTRY"), ("load", "FILE")])
@@ -337,3 +369,71 @@ def test_an_experiment_stops_before_building_when_the_host_cannot_run_it(project
     assert "envkit: error: this host cannot run cpu images: no Docker engine answers" in done.stderr
     assert "start one with" in done.stderr
     assert " build " not in done.stdout  # nothing was built
+
+
+def test_dry_run_makes_an_experiment_target_a_dry_run(project):
+    """Before: DRY_RUN reached only prune and ON= launches; `make cpu-mnist DRY_RUN=1` built and ran."""
+    done = make(project, "cpu-mnist", "DRY_RUN=1", "EPOCHS=1", "RESULTS_DIR=/r", "DATA_DIR=/d")
+    assert done.returncode == 0, done.stderr
+    assert envkit_calls(project) == [["experiment", "--results-dir", "/r", "--data-dir", "/d", "--dry-run", "cpu-mnist",
+                                      "--", "--epochs", "1"]]
+
+
+def help_targets(project: Path) -> list[str]:
+    return [line.split()[0] for line in make(project, "help").stdout.splitlines() if re.match(r"  [a-z][a-z0-9-]* ", line)]
+
+
+def test_every_target_honours_dry_run(project):
+    """DRY_RUN=1 on any target prints what it would run and changes nothing; envkit runs only its own dry runs."""
+    _age(project / "templates" / "Dockerfile.j2", 0)  # every target's render is stale: it must be printed, not run
+    (project / "requirements" / "dev.txt").touch()  # the venv too
+    before = tree(project)
+    targets = help_targets(project)
+    assert {"render", "build-cpu", "push", "prune", "save", "load", "cpu-mnist", "compare", "demo", "test"} <= set(targets)
+    for target in targets:
+        done = make(project, target, "DRY_RUN=1", "REGISTRY=reg.example:5000/team", "FILE=images/x.tar.gz")
+        assert done.returncode == 0, (target, done.stderr)
+        assert done.stdout.strip(), f"{target} printed nothing"
+        assert tree(project) == before, f"make {target} DRY_RUN=1 changed a file"
+    ran = envkit_calls(project)
+    assert ran and all("--dry-run" in call for call in ran), ran
+    assert {call[0] for call in ran} == {"experiment", "compare", "demo", "prune"}
+
+
+def test_dry_run_without_envkit_prints_the_envkit_line_too(project):
+    (project / ".venv" / "bin" / "envkit").unlink()
+    done = make(project, "cpu-mnist", "DRY_RUN=1")
+    assert done.returncode == 0, done.stderr
+    lines = [" ".join(line.split()) for line in done.stdout.splitlines()]
+    assert lines[0] == "python3 -m venv .venv" and lines[-1].endswith("--dry-run cpu-mnist")
+    assert not (project / ".venv" / "bin" / "envkit").exists()
+
+
+def test_a_fresh_clone_renders_by_content_and_changes_nothing(tmp_path, repo_root):
+    """Checkout order makes envkit.yaml look newer than docker/: make runs render, which writes nothing.
+
+    Before: the render rule touched docker/<target>/Dockerfile and run.sh on every fresh clone.
+    A real envkit (this checkout's) renders; no Docker engine answers, so the experiment stops at its host check.
+    """
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(repo_root), str(clone)], check=True, capture_output=True)
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=repo_root, check=True, capture_output=True).stdout
+    for name in filter(None, tracked.decode().split("\0")):  # this checkout's files, edits included
+        if (repo_root / name).is_file() and not (repo_root / name).is_symlink():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo_root / name, clone / name)
+    for path in clone.rglob("*"):
+        if path.is_file() and ".git" not in path.parts:
+            _age(path, 600)
+    _age(clone / "envkit.yaml", 0)  # the config checked out last
+    docker = tree(clone / "docker")
+    venv = Path(sys.executable).parent.parent  # older than the clone's requirements: make keeps it
+    env = {**os.environ, "PYTHONPATH": str(clone), "DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
+    done = subprocess.run(["make", "--no-print-directory", "-C", str(clone), "tpu-mnist", f"VENV={venv}"],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 2 and "this host cannot run tpu-vm images" in done.stderr, done.stderr
+    assert "render --target tpu-vm" in done.stdout and "(0 changed)" in done.stdout
+    assert tree(clone / "docker") == docker, "no file under docker/ was written or touched"
+    again = subprocess.run(["make", "--no-print-directory", "-C", str(clone), "-n", "tpu-mnist", f"VENV={venv}"],
+                           capture_output=True, text=True, env=env)
+    assert "render --target" not in again.stdout, "the stamp records the render"

@@ -5,11 +5,13 @@ from __future__ import annotations
 import functools
 import io
 import zipfile
+from pathlib import Path
 
 import pytest
+import yaml
 
 from envkit.errors import EnvkitError
-from envkit.project.matrix import load_matrix, minor_of, python_in_range, version_key
+from envkit.project.matrix import MATRIX_PATH, load_matrix, minor_of, python_in_range, version_key
 
 
 @pytest.fixture(scope="module")
@@ -162,31 +164,26 @@ def test_default_cuda_variant_is_the_first_listed(matrix):
 # --------------------------------------------------------------------------- envkit matrix --verify
 
 
+INDEX_FIXTURE = Path(__file__).resolve().parent / "data" / "index.yaml"
+
+
 class FakeIndex:
-    """A PEP 691 simple index built from the matrix itself, served over HTTP on loopback.
+    """A PEP 691 simple index of tests/data/index.yaml (hand-kept, never read from the matrix), served on loopback.
 
     Wheels are small real zips holding only their METADATA; torch-tpu has no PEP 658
     file, so its Requires-Dist is read through HTTP range requests as on the real index.
     """
 
-    def __init__(self, matrix):
+    def __init__(self, releases: dict):
         self.projects: dict[str, dict[str, str]] = {}  # name -> filename -> METADATA
         self.no_pep658 = {"torch-tpu"}
-        for release in matrix.torch.values():
-            for version in release.versions:
-                self.add("torch", version, release.python, [])
-                if release.torchvision:
-                    vision = f"{release.torchvision}.{version.split('.')[2]}"
-                    self.add("torchvision", vision, release.python, [f"torch=={version}"])
-        for release in matrix.torch_xla.values():
-            for _, xla in release.pairs:
-                self.add("torch-xla", xla, release.python, [f'{release.libtpu_package}=={release.libtpu}; extra == "tpu"'])
-            if release.libtpu_package == "libtpu":
-                self.add("libtpu", release.libtpu, None, [])
-        for release in matrix.torch_tpu.values():
-            requires = [f"torch>={release.torch[0]},<={release.torch[1]}", f"libtpu>={release.libtpu}"]
-            self.add("torch-tpu", release.version, release.python, requires)
-            self.add("libtpu", release.libtpu, None, [])
+        for version, python in releases["torch"].items():
+            self.add("torch", version, tuple(python), [])
+        for name in ("torchvision", "torch-xla", "torch-tpu"):
+            for version, (python, requires) in releases[name].items():
+                self.add(name, version, tuple(python), requires)
+        for version in releases["libtpu"]:
+            self.add("libtpu", version, None, [])
 
     def add(self, name, version, python, requires, drop=()):
         files = self.projects.setdefault(name, {})
@@ -250,8 +247,8 @@ def _wheel_bytes(filename: str, metadata: str) -> bytes:
 
 
 @pytest.fixture
-def fake_index(matrix):
-    return FakeIndex(matrix)
+def fake_index():
+    return FakeIndex(yaml.safe_load(INDEX_FIXTURE.read_text()))
 
 
 def verify_against(matrix, index):
@@ -295,6 +292,26 @@ def test_verify_prints_each_disagreement(matrix, fake_index, change, expected):
     change(fake_index)
     problems, _ = verify_against(matrix, fake_index)
     assert expected in problems
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ('torchvision: "0.24"', 'torchvision: "0.25"'),  # torch 2.9 paired with the wrong torchvision
+        ('"2.8": {versions: ["2.8.0"]', '"2.8": {versions: ["2.8.0", "2.8.1"]'),  # a release that never was
+        ('version: "0.0.21"', 'version: "0.0.22"'),  # torch_xla 2.9 with another libtpu
+        ('python: ["3.10", "3.14"], cuda: [cu126, cu128, cu130], cuda_source: "PyTorch release compatibility matrix, 2.9',
+         'python: ["3.9", "3.14"], cuda: [cu126, cu128, cu130], cuda_source: "PyTorch release compatibility matrix, 2.9'),
+    ],
+    ids=["torchvision-pairing", "invented-release", "libtpu-pin", "python-range"],
+)
+def test_verify_catches_a_wrong_matrix_entry(tmp_path, fake_index, old, new):
+    """The served index is independent data: an error put into a copy of the matrix shows as a disagreement."""
+    text = MATRIX_PATH.read_text()
+    assert text.count(old) == 1
+    (tmp_path / "matrix.yaml").write_text(text.replace(old, new))
+    problems, _ = verify_against(load_matrix.__wrapped__(tmp_path / "matrix.yaml"), fake_index)
+    assert problems
 
 
 def test_verify_cli_exit_codes(matrix, fake_index, capsys):

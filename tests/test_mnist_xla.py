@@ -57,7 +57,10 @@ def test_multi_core_path_runs_at_world_size_one(python, tmp_path):
     results = read_results(tmp_path, "tpu-x1-xmp")
     assert results["configuration"]["strategy"] == "xmp" and results["configuration"]["world_size"] == 1
     assert results["metrics"]["epochs_completed"] == 2 and results["metrics"]["steps"] == 8
-    assert 0.0 <= results["metrics"]["test_accuracy"] <= 1.0
+    # It learned: above chance (1 in 10 digits) on the 128 test images, and the loss fell (seed 0: 30 of 128 right).
+    accuracy = results["metrics"]["test_accuracy"]
+    assert accuracy > 0.15 and (accuracy * 128).is_integer(), accuracy
+    assert results["metrics"]["epoch_loss"][-1] < results["metrics"]["epoch_loss"][0]
 
 
 @needs_xla

@@ -45,8 +45,8 @@ def committed_pairs():
 
 def test_the_config_lists_the_committed_notebooks(config, repo_root):
     assert {name: list(t.notebooks) for name, t in config.targets.items() if t.is_notebook} == COMMITTED
-    assert sorted(path.name for path in (repo_root / "notebooks").glob("*.ipynb")) == sorted(
-        builder.notebook_path(target, experiment).name for target, experiment in committed_pairs())
+    assert sorted(path.relative_to(repo_root) for path in (repo_root / "notebooks").glob("*/*.ipynb")) == sorted(
+        builder.notebook_path(target, experiment) for target, experiment in committed_pairs())
 
 
 @pytest.mark.parametrize(("target", "experiment"), committed_pairs())
@@ -93,7 +93,7 @@ def test_colab_notebooks_preselect_their_accelerator_and_link_to_colab(config):
     notebook = nbformat.reads(builder.render_notebook(config, "tpu-mnist-single", "colab-tpu").text, as_version=4)
     assert notebook.metadata.accelerator == "TPU" and notebook.metadata.colab.gpuType == "V5E1"
     assert ("[Open in Colab](https://colab.research.google.com/github/envkit/envkit/blob/main/notebooks/"
-            "colab-tpu-tpu-mnist-single.ipynb)") in notebook.cells[0].source
+            "colab-tpu/tpu-mnist-single.ipynb)") in notebook.cells[0].source
     assert "Runtime > Change runtime type > Hardware accelerator: v5e-1 TPU" in notebook.cells[0].source
 
 
@@ -101,7 +101,7 @@ def test_colab_link_at_a_revision(capsys, repo_root):
     code, out, _ = envkit(capsys, "notebook", "gpu-mnist", "--target", "colab-t4", "--colab-link", "--revision", "abc123",
                           "--config", str(repo_root / "envkit.yaml"))
     assert (code, out) == (0, "https://colab.research.google.com/github/envkit/envkit/blob/abc123/notebooks/"
-                               "colab-t4-gpu-mnist.ipynb\n")
+                               "colab-t4/gpu-mnist.ipynb\n")
     code, _, err = envkit(capsys, "notebook", "tpu-mnist", "--target", "kaggle-tpu", "--colab-link",
                           "--config", str(repo_root / "envkit.yaml"))
     assert code == 2 and "runs on kaggle, not colab" in err
@@ -125,9 +125,9 @@ def project(tmp_path, repo_root):
 
 
 def test_write_and_default_path(capsys, project):
-    (project / "notebooks" / "colab-t4-gpu-mnist.ipynb").unlink()
+    (project / "notebooks" / "colab-t4" / "gpu-mnist.ipynb").unlink()
     code, out, _ = envkit(capsys, "notebook", "gpu-mnist", "--target", "colab-t4", "--config", str(project / "envkit.yaml"))
-    assert code == 0 and out.startswith(f"wrote {project}/notebooks/colab-t4-gpu-mnist.ipynb (")
+    assert code == 0 and out.startswith(f"wrote {project}/notebooks/colab-t4/gpu-mnist.ipynb (")
     assert envkit(capsys, "render", "--all", "--check", "--config", str(project / "envkit.yaml"))[0] == 0
 
 
@@ -138,18 +138,19 @@ def test_render_check_finds_an_edited_recipe_and_render_fixes_it(capsys, project
     with open(project / "recipes" / "ddp.py", "a", encoding="utf-8") as recipe:
         recipe.write("# an edit\n")
     code, out, err = envkit(capsys, "render", "--all", "--check", "--config", config)
-    assert (code, out) == (1, "") and err.count("\n") == 1
+    assert code == 1 and err.count("\n") == 1 and "rendered files are stale (colab-tpu, colab-t4, kaggle-tpu)" in err
     # ddp.py is part of every MNIST notebook (tpu_backend imports it)
-    assert all(f"notebooks/{target}-{exp}.ipynb: stale (" in err for target, exp in committed_pairs())
+    assert all(f"notebooks/{target}/{exp}.ipynb: stale (" in out for target, exp in committed_pairs())
     code, out, _ = envkit(capsys, "render", "--all", "--config", config)
     assert code == 0 and "rendered 3 notebooks for colab-tpu, colab-t4, kaggle-tpu" in out and "(3 changed)" in out
     assert envkit(capsys, "render", "--all", "--check", "--config", config)[0] == 0
 
 
 def test_render_check_finds_a_notebook_no_target_lists(capsys, project):
-    shutil.copy(project / "notebooks" / "colab-t4-gpu-mnist.ipynb", project / "notebooks" / "old.ipynb")
-    code, _, err = envkit(capsys, "render", "--all", "--check", "--config", str(project / "envkit.yaml"))
-    assert code == 1 and "old.ipynb: no notebook target lists it (remove it)" in err
+    shutil.copy(project / "notebooks" / "colab-t4" / "gpu-mnist.ipynb", project / "notebooks" / "colab-t4" / "old.ipynb")
+    code, out, err = envkit(capsys, "render", "--all", "--check", "--config", str(project / "envkit.yaml"))
+    assert code == 1 and "colab-t4/old.ipynb: no notebook target lists it (remove it)" in out
+    assert "rendered files are stale (1 unlisted notebook(s))" in err
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -172,10 +173,11 @@ def test_an_unlocked_or_stale_notebook_target_is_refused(capsys, project):
     config.write_text(config.read_text().replace('  kaggle-tpu:\n    platform: kaggle\n',
                                                  '  kaggle-tpu:\n    platform: kaggle\n    pip_packages: ["numpy==2.1.3"]\n'))
     code, _, err = envkit(capsys, "notebook", "tpu-mnist", "--target", "kaggle-tpu", "--config", str(config))
-    assert code == 2 and "notebooks/locks/kaggle-tpu/requirements.lock is stale (envkit.yaml changed)" in err
-    shutil.rmtree(project / "notebooks" / "locks" / "kaggle-tpu")
+    assert code == 2 and ("a notebook of target kaggle-tpu needs a fresh lock: kaggle-tpu: stale: "
+                          "notebooks/kaggle-tpu/requirements.lock: its inputs changed") in err
+    (project / "notebooks" / "kaggle-tpu" / "requirements.lock").unlink()
     code, _, err = envkit(capsys, "notebook", "tpu-mnist", "--target", "kaggle-tpu", "--config", str(config))
-    assert code == 2 and "target kaggle-tpu has no lock" in err and "envkit lock --target kaggle-tpu" in err
+    assert code == 2 and "kaggle-tpu: unlocked: notebooks/kaggle-tpu/requirements.lock does not exist" in err
 
 
 def test_notebook_targets_have_no_image(capsys, repo_root):
@@ -214,4 +216,4 @@ def test_a_recipe_brings_the_modules_and_packages_it_imports(tmp_path):
 
 def test_ci_executes_the_notebooks(repo_root):
     # tests/test_notebook_execute.py skips without its wheelhouse, except where this is set
-    assert "export ENVKIT_REQUIRE_NOTEBOOK=1\n" in (repo_root / ".ci" / "run").read_text()
+    assert "ENVKIT_REQUIRE_NOTEBOOK=1" in (repo_root / ".ci" / "run").read_text()

@@ -96,7 +96,7 @@ def test_locks_are_made_for_the_runtimes_platform(repo_root):
     assert lock_inputs(config.targets["kaggle-tpu"]).platform == "x86_64-manylinux_2_40"
     for name in ("colab-tpu", "colab-t4", "kaggle-tpu"):
         path = lock_path(config, name)
-        assert path == repo_root / "notebooks" / "locks" / name / "requirements.lock"
+        assert path == repo_root / "notebooks" / name / "requirements.lock"
         lock = read_lock(path)
         assert lock.inputs_sha256 == lock_inputs(config.targets[name]).digest() and not lock.unhashed
         assert "torch" in lock.packages
@@ -164,8 +164,8 @@ def test_a_lock_for_the_runtimes_python(tmp_path, capsys, tpu_index):
     config = write_config(tmp_path, **NOTEBOOK_TARGET, pip_index_url=tpu_index.url)
     code, out, err = envkit(capsys, "lock", "--target", "nb", "--config", str(config))
     assert (code, err) == (0, ""), err
-    assert out == "wrote notebooks/locks/nb/requirements.lock (6 packages)\n"
-    text = (tmp_path / "notebooks" / "locks" / "nb" / "requirements.lock").read_text()
+    assert out == "wrote notebooks/nb/requirements.lock (6 packages)\n"
+    text = (tmp_path / "notebooks" / "nb" / "requirements.lock").read_text()
     assert "# platform: x86_64-manylinux_2_35, python 3.12\n" in text
     assert "# base-image: none: runs in colab's tpu runtime (Ubuntu 22.04.5 LTS, glibc 2.35)\n" in text
 

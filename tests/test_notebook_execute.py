@@ -62,7 +62,7 @@ def executed(wheelhouse, tmp_path_factory, repo_root):
         if packages == "runtime":  # not committed: rendered here
             path = root / path.name
             path.write_text(builder.render_notebook(config, experiment, target, packages).text)
-        name = path.stem
+        name = f"{target}/{path.stem}"  # as under notebooks/
         notebook, seconds = execute(path, wheelhouse, root / name / "work", root / name / "output")
         runs[name] = {"notebook": notebook, "seconds": seconds, "results": sorted((root / name / "output" / "results").glob("*.json"))}
     return runs
@@ -75,7 +75,8 @@ def outputs(notebook: nbformat.NotebookNode, cell_id: str) -> str:
 
 def test_every_committed_notebook_runs_top_to_bottom(executed, wheelhouse, repo_root):
     packages = len(runtime.lock_packages(wheelhouse / "requirements.lock"))
-    committed = sorted(path.stem for path in (repo_root / "notebooks").glob("*.ipynb"))
+    committed = sorted(path.relative_to(repo_root / "notebooks").with_suffix("").as_posix()
+                       for path in (repo_root / "notebooks").glob("*/*.ipynb"))
     assert committed and set(committed) <= set(executed)
     for name in committed:
         notebook = executed[name]["notebook"]
@@ -127,8 +128,8 @@ def test_report_reads_notebook_and_image_results_together(executed, tmp_path, ca
 
 
 def test_two_notebooks_lesson_lock_and_runtime_are_two_environments(executed, tmp_path, capsys):
-    lock = executed["colab-tpu-tpu-mnist-single"]["results"][0]
-    on_runtime = executed["colab-tpu-tpu-mnist-single-runtime"]["results"][0]
+    lock = executed["colab-tpu/tpu-mnist-single"]["results"][0]
+    on_runtime = executed["colab-tpu/tpu-mnist-single-runtime"]["results"][0]
     shutil.copy(lock, tmp_path / "lock.json")
     shutil.copy(on_runtime, tmp_path / "runtime.json")
     assert main(["report", str(tmp_path), "--format", "json"]) == 0

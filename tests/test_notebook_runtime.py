@@ -128,7 +128,7 @@ def test_an_edited_file_is_one_line_naming_the_rerender(tmp_path, monkeypatch):
 
 
 def test_lock_packages_reads_a_requirements_lock(repo_root):
-    packages = runtime.lock_packages(repo_root / "notebooks" / "locks" / "colab-tpu" / "requirements.lock")
+    packages = runtime.lock_packages(repo_root / "notebooks" / "colab-tpu" / "requirements.lock")
     assert packages["torch"] == "2.9.0" and packages["torch-xla"] == "2.9.0" and packages["libtpu"] == "0.0.21"
 
 
@@ -163,7 +163,7 @@ def execute_until_stopped(notebook: nbformat.NotebookNode, work: Path, monkeypat
 
 def test_in_the_notebook_the_wrong_accelerator_is_one_line_with_the_fix(repo_root, tmp_path, monkeypatch):
     # This machine has no TPU: the committed Colab notebook's runtime check stops with the menu path.
-    notebook = committed_cells(repo_root, "colab-tpu-tpu-mnist-single.ipynb",
+    notebook = committed_cells(repo_root, "colab-tpu/tpu-mnist-single.ipynb",
                                ["settings", "file-envkit-notebook-py", "runtime-check"])
     assert execute_until_stopped(notebook, tmp_path, monkeypatch) == [
         "envkit: this runtime has no accelerator (CPU only), but this notebook runs on Google Colab's v5e-1 TPU: "
@@ -172,7 +172,7 @@ def test_in_the_notebook_the_wrong_accelerator_is_one_line_with_the_fix(repo_roo
 
 def test_in_the_notebook_an_edited_recipe_cell_is_one_line(repo_root, tmp_path, monkeypatch):
     monkeypatch.setenv(runtime.CPU_MODE, str(tmp_path / "no-wheels"))  # the runtime check passes: only files matter
-    notebook = committed_cells(repo_root, "kaggle-tpu-tpu-mnist.ipynb",
+    notebook = committed_cells(repo_root, "kaggle-tpu/tpu-mnist.ipynb",
                                ["settings", "file-envkit-notebook-py", "runtime-check", "file-recipes-mnist-py", "recipe-check"])
     recipe = next(cell for cell in notebook.cells if cell.id == "file-recipes-mnist-py")
     recipe.source = recipe.source.replace("def ", "def  ", 1)

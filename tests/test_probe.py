@@ -1,4 +1,9 @@
-"""The device probe: real on CPU; the GPU and TPU branches through their failure paths."""
+"""The device probe: real on CPU; the GPU and TPU branches through their failure paths.
+
+No GPU or TPU is here: every test named ``test_faked_*`` patches torch.cuda or installs a stand-in
+torch_tpu, so what it checks for real is the probe's own handling (one line, the exit status, the
+NCCL step), never a device. The CPU step and torch_xla's step on XLA:CPU run for real.
+"""
 
 from __future__ import annotations
 
@@ -59,7 +64,8 @@ def one_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
 
 
-def test_no_cuda_device_names_the_build(monkeypatch):
+def test_faked_no_cuda_device_names_the_build(monkeypatch):
+    """torch.version.cuda faked (this torch is a CPU build): the message for either build is real."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.version, "cuda", None)
     assert probe.probe_cuda() == [probe.Result("cuda", "absent", f"no CUDA device (torch {torch.__version__} is a CPU-only build)")]
@@ -69,7 +75,8 @@ def test_no_cuda_device_names_the_build(monkeypatch):
     assert result.detail == f"no CUDA device (torch {torch.__version__} (CUDA 13.0) sees none; CUDA_VISIBLE_DEVICES='')"
 
 
-def test_a_failing_gpu_is_one_line_and_fails_the_probe(one_gpu, monkeypatch, capsys):
+def test_faked_gpu_failure_is_one_line_and_fails_the_probe(one_gpu, monkeypatch, capsys):
+    """One GPU faked (torch.cuda patched) whose first call fails: the probe's one line and exit 1 are real."""
     def broken(device):
         raise RuntimeError("CUDA error: no kernel image is available for execution on the device\nmore detail")
 
@@ -80,7 +87,8 @@ def test_a_failing_gpu_is_one_line_and_fails_the_probe(one_gpu, monkeypatch, cap
     assert line.split(None, 2)[1:] == ["FAILED", "RuntimeError: CUDA error: no kernel image is available for execution on the device"]
 
 
-def test_two_gpus_add_an_nccl_all_reduce_whose_failure_is_one_line(monkeypatch):
+def test_faked_two_gpus_add_an_nccl_all_reduce_whose_failure_is_one_line(monkeypatch):
+    """Two GPUs and the NCCL spawn faked: that a second GPU adds the all-reduce step, and its failure line, are real."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(probe, "probe_gpu", lambda index: probe.Result(f"cuda:{index}", "ok", "fake", 0.001))
@@ -116,14 +124,16 @@ def fake_pci(tmp_path: Path, vendor: str) -> Path:
     return tmp_path / "pci"
 
 
-def test_torch_tpu_without_a_tpu_is_absent_with_the_reason(fake_torch_tpu, monkeypatch):
+def test_faked_torch_tpu_without_a_tpu_is_absent_with_the_reason(fake_torch_tpu, monkeypatch):
+    """A stand-in torch_tpu distribution (the real one is tested in tests/test_torch_tpu.py's slow tests)."""
     monkeypatch.setattr(probe, "PCI_DEVICES", fake_pci(fake_torch_tpu, "0x8086"))
     assert not probe.has_tpu_hardware()
     assert probe.probe_tpu(probe.has_tpu_hardware()) == [probe.Result(
         "tpu", "absent", "no TPU device (no Google TPU on the PCI bus); torch_tpu 0.2.0 has no CPU mode", backend="torch_tpu")]
 
 
-def test_torch_tpu_that_registers_no_device_on_a_tpu_host_fails_in_one_line(fake_torch_tpu, monkeypatch):
+def test_faked_torch_tpu_that_registers_no_device_on_a_tpu_host_fails_in_one_line(fake_torch_tpu, monkeypatch):
+    """A stand-in torch_tpu and a TPU chip faked (has_tpu_hardware patched): the failure line is real."""
     monkeypatch.setattr(probe, "PCI_DEVICES", fake_pci(fake_torch_tpu, "0x1ae0"))
     assert probe.has_tpu_hardware()
     result = probe.probe_torch_tpu(True)

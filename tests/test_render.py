@@ -57,9 +57,12 @@ def test_committed_docker_dir_matches_a_fresh_render(repo_config, repo_root):
 
 
 def test_rendering_is_deterministic(repo_config, tmp_path):
-    names = list(repo_config.images)
-    rendered.write(tmp_path / "a", render.render_targets(repo_config, names))
-    rendered.write(tmp_path / "b", render.render_targets(repo_config, names))
+    """Two `envkit render --all` processes, with different hash seeds and caches (one cold), write the same bytes."""
+    for run, seed in (("a", "0"), ("b", "4242")):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "ENVKIT_CACHE_DIR": str(tmp_path / f"cache-{run}"),
+               "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        subprocess.run([sys.executable, "-m", "envkit", "render", "--all", "--config", str(repo_config.path),
+                        "--output", str(tmp_path / run)], check=True, capture_output=True, env=env)
     first = {p.relative_to(tmp_path / "a"): p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}
     second = {p.relative_to(tmp_path / "b"): p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
     assert first == second and len(first) == 9
@@ -269,3 +272,13 @@ def test_missing_templates_are_one_line_errors(repo_config, tmp_path):
     (tmp_path / "templates").mkdir()
     with pytest.raises(EnvkitError, match="template Dockerfile.j2 not found in "):
         render.render_targets(dataclasses.replace(repo_config, root=tmp_path), ["cpu"])
+
+
+def test_render_knows_the_mark_of_every_file_it_or_lock_writes(repo_root):
+    """render --all removes only marked files: every file render or `envkit lock` writes carries its mark."""
+    from envkit.lock.lockfile import LOCK_FILE
+
+    assert set(rendered.ENVKIT_MARKS) == {*render.FILES, LOCK_FILE}
+    for name, mark in rendered.ENVKIT_MARKS.items():
+        for path in (repo_root / "docker").glob(f"*/{name}"):
+            assert mark in path.read_bytes()[:512], path

@@ -41,6 +41,32 @@ def test_report_text_matches_golden(mixed, update_golden, output_format, referen
     check_golden(f"mixed{suffix}.{output_format}", render_report(report, output_format), update_golden)
 
 
+def test_golden_numbers_recomputed_from_the_files_without_envkit():
+    """The golden csv was written by the code it checks: its runs, total_s and accuracy are recomputed
+    here from the JSON files with the json module alone (mean over the runs of one device, size and dataset)."""
+    import csv
+    import statistics
+
+    groups: dict[tuple, list[dict]] = {}
+    for path in sorted(RESULTS.glob("*.json")):
+        try:
+            document = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            continue  # the truncated file, which the report skips too
+        if not isinstance(document, dict) or "total_s" not in document.get("timing", {}):
+            continue
+        setup = document.get("configuration") or document["settings"]  # version 0 kept it in settings
+        key = (document["recipe"], setup["dataset"], setup["device"], str(setup["world_size"]))
+        groups.setdefault(key, []).append(document)
+    rows = list(csv.DictReader((GOLDEN / "mixed.csv").read_text().splitlines()))
+    assert len(rows) == len(groups) == 6
+    for row in rows:
+        runs = groups[(row["recipe"], row["dataset"], row["device"], row["world_size"])]
+        assert int(row["runs"]) == len(runs), row["configuration"]
+        assert float(row["total_s"]) == pytest.approx(statistics.mean(r["timing"]["total_s"] for r in runs), abs=1e-6)
+        assert float(row["test_accuracy"]) == pytest.approx(statistics.mean(r["metrics"]["test_accuracy"] for r in runs), abs=1e-6)
+
+
 def test_cli_prints_table_and_names_each_skipped_file(capsys):
     assert main(["report", str(RESULTS)]) == 0
     captured = capsys.readouterr()

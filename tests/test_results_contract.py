@@ -4,6 +4,10 @@ older versions upgrade into it, and the code and docs that name its facts agree 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -94,10 +98,19 @@ def test_contract_violations_are_named(change, problem):
         assert_valid_results(document)
 
 
-def test_code_reads_its_facts_from_the_schema():
-    schema = json.loads((REPO_ROOT / "envkit" / "data" / "results.schema.json").read_text(encoding="utf-8"))
-    assert results.SCHEMA_VERSION == schema["properties"]["schema_version"]["const"]
-    assert results.KNOWN_RECIPES == tuple(schema["properties"]["recipe"]["enum"])
+def test_code_reads_its_facts_from_the_schema(tmp_path):
+    """A copy of envkit whose schema says version 7, a third recipe and a new statistic: the code follows the file."""
+    shutil.copytree(REPO_ROOT / "envkit", tmp_path / "envkit", ignore=shutil.ignore_patterns("__pycache__"))
+    path = tmp_path / "envkit" / "data" / "results.schema.json"
+    schema = json.loads(path.read_text(encoding="utf-8"))
+    schema["properties"]["schema_version"]["const"] = 7
+    schema["properties"]["recipe"]["enum"].append("imagenet")
+    schema["properties"]["timing"]["properties"]["warmup_s"] = {"$ref": "#/$defs/stat"}
+    path.write_text(json.dumps(schema), encoding="utf-8")
+    probe = "from envkit.runs import results as r; print(r.SCHEMA_VERSION, r.KNOWN_RECIPES[-1], r.STAT_KEYS[-1])"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert done.stdout.split() == ["7", "imagenet", "warmup_s"]
     assert set(results.STAT_KEYS) == {"iter_s", "epoch_s", "steady_epoch_s", "train_epoch_s", "test_epoch_s"}
     # no second copy of the schema in Python
     assert "RESULTS_SCHEMA" not in (REPO_ROOT / "envkit" / "runs" / "results.py").read_text(encoding="utf-8")

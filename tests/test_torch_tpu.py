@@ -2,7 +2,9 @@
 
 Fast, in the dev environment (no TPU backend installed): which backend ``--tpu-backend`` picks from
 what is installed (module discovery faked), the strategies each backend allows, and the backend the
-results record, with TorchTPU's one-device strategy run on the CPU.
+results record, with TorchTPU's one-device strategy run on the CPU. The tests named
+``test_faked_torch_tpu_*`` run with TorchTPU faked (its device is the CPU, its launcher and
+tpu_dist stand-ins): what they check for real is mnist.py's own logic, never TorchTPU.
 
 Slow, in the TorchTPU environment (``.venv-tpu`` from requirements/tpu.txt, ``make tpu-env``):
 torch-tpu 0.2.0 has no CPU mode, so what runs is its no-TPU path. ``import torch_tpu`` works and
@@ -83,7 +85,7 @@ def cpu_as_torch_tpu(installed, monkeypatch):
     monkeypatch.setattr(tpu_backend, "torch_tpu_device", lambda: torch.device("cpu"))
 
 
-def test_each_backend_has_its_own_strategies(cpu_as_torch_tpu, installed, monkeypatch):
+def test_faked_torch_tpu_each_backend_has_its_own_strategies(cpu_as_torch_tpu, installed, monkeypatch):
     args = mnist.parse_args(["--device", "tpu"])
     assert (args.backend, args.strategy, args.cores) == ("torch_tpu", "single", "1")
     args = mnist.parse_args(["--device", "tpu", "--cores", "all"])
@@ -100,7 +102,8 @@ def test_each_backend_has_its_own_strategies(cpu_as_torch_tpu, installed, monkey
     assert mnist.parse_args(["--device", "cpu"]).backend is None
 
 
-def test_results_record_the_backend_that_trained(cpu_as_torch_tpu, tmp_path):
+def test_faked_torch_tpu_results_record_the_backend_that_trained(cpu_as_torch_tpu, tmp_path):
+    """TorchTPU faked, its device the CPU: the training and the results file are real."""
     mnist.main(["--device", "tpu", *FAKE, "--epochs", "1", "--per-device-batch", "64", "--results-dir", str(tmp_path)])
     configuration = read_results(tmp_path, "tpu")["configuration"]
     assert (configuration["backend"], configuration["strategy"], configuration["cores"]) == ("torch_tpu", "single", 1)
@@ -187,14 +190,15 @@ def test_missing_torch_tpu_interpreter_skips_or_fails_in_ci(monkeypatch, tmp_pat
             tpu_python()
 
 
-def test_cores_and_strategy_must_fit(cpu_as_torch_tpu):
+def test_faked_torch_tpu_cores_and_strategy_must_fit(cpu_as_torch_tpu):
     with pytest.raises(harness.RecipeError, match="^--cores 1 does not fit --strategy ddp: --strategy single trains on "
                                                   "one core, ddp on all of them$"):
         mnist.parse_args(["--device", "tpu", "--cores", "1", "--strategy", "ddp"])
 
 
-def test_every_device_starts_one_torchrun_process_per_device(cpu_as_torch_tpu, monkeypatch):
-    """The parent half of TorchTPU's launch: set_tpu_launch_env's ports give the process count."""
+def test_faked_torch_tpu_every_device_starts_one_torchrun_process_per_device(cpu_as_torch_tpu, monkeypatch):
+    """The parent half of TorchTPU's launch, with set_tpu_launch_env and subprocess.run faked: the count
+    of processes it derives from the ports, and the torchrun command, are real."""
     launch = type("FakeTorchTpuDistributed", (), {"set_tpu_launch_env": staticmethod(
         lambda: os.environ.__setitem__("TORCH_TPU_SLICEBUILDER_ADDRESSES", "localhost:8471,localhost:8472"))})
     monkeypatch.setattr(torch, "tpu", type("FakeTorchTpu", (), {"distributed": launch}), raising=False)
@@ -210,8 +214,9 @@ def test_every_device_starts_one_torchrun_process_per_device(cpu_as_torch_tpu, m
                               str(RECIPE), "--device", "tpu", "--cores", "all", *FAKE]
 
 
-def test_each_torchrun_process_trains_a_ddp_replica(cpu_as_torch_tpu, monkeypatch, tmp_path):
-    """The worker half, at world size 1 on the CPU: gloo stands in for tpu_dist, which only a TPU registers."""
+def test_faked_torch_tpu_each_torchrun_process_trains_a_ddp_replica(cpu_as_torch_tpu, monkeypatch, tmp_path):
+    """The worker half, at world size 1 on the CPU: gloo stands in for tpu_dist, which only a TPU registers;
+    the DDP training and its results are real."""
     import socket
 
     with socket.socket() as sock:

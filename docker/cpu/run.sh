@@ -3,7 +3,8 @@
 # change envkit.yaml and run `envkit render`.
 #
 # usage: run.sh RECIPE [RECIPE ARGS...]        e.g. run.sh mnist --epochs 1
-# Runs recipes/RECIPE.py in the image with ./data and ./results mounted.
+# Runs recipes/RECIPE.py in the image with ./data and ./results mounted, on the image's
+# device (--device cpu) unless the arguments give --device.
 # Environment: IMAGE (default envkit-cpu:latest), DATA_DIR (./data), RESULTS_DIR (./results),
 # SHM_SIZE (2g), DOCKER (docker),
 # NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME (multi-node
@@ -47,6 +48,18 @@ results_dir=$(absolute "${RESULTS_DIR:-./results}")
 read -r -a docker <<<"${DOCKER:-docker}"
 owner="$(id -u):$(id -g)"
 
+# The recipes of envkit's experiments run on this image's device unless their arguments name
+# one (--device cpu: the kind's device flag; a recipe alone would take the CPU).
+recipe_device=()
+case $recipe in
+  cifar | mnist)
+    recipe_device=(--device cpu)
+    for arg in "$@"; do
+      [[ $arg != --device && $arg != --device=* ]] || recipe_device=()
+    done
+    ;;
+esac
+
 # DataLoader workers and NCCL need more than Docker's 64 MB /dev/shm; an empty size
 # shares the host's IPC namespace instead.
 shm_size=${SHM_SIZE:-2g}
@@ -77,7 +90,7 @@ command=(
   ${multinode_args[@]+"${multinode_args[@]}"}
   -v "$data_dir:/workspace/data" -v "$results_dir:/workspace/results"
   "$image" python "/opt/envkit/recipes/$recipe.py" --data-dir /workspace/data --results-dir /workspace/results
-  "$@"
+  ${recipe_device[@]+"${recipe_device[@]}"} "$@"
 )
 
 if [[ ${ENVKIT_DRY_RUN:-} == 1 ]]; then

@@ -8,12 +8,16 @@ loads nothing that ``envkit launch`` or ``envkit report`` needs; ``envkit --help
 an unknown command load them all, to list every command. Heavy imports (docker,
 matplotlib, jsonschema) happen inside the handlers, which keeps ``envkit --help``
 working without the optional extras.
+One rule for every command line: envkit's options may stand anywhere, and a command
+that runs a recipe (experiment, run, launch) takes the recipe's arguments after '--'
+(envkit.cli.options.add_recipe_args), so `--dry-run` at the end is envkit's.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 import sys
 
 from envkit import __version__
@@ -45,6 +49,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = _OneLineParser(
         prog="envkit",
         description="Render, build, run and compare pinned deep-learning images for cpu, cuda and tpu-vm.",
+        epilog="envkit's options may stand anywhere on the command line; experiment, run and launch take the "
+               "recipe's arguments after '--' (envkit experiment cpu-mnist --dry-run -- --epochs 1). --dry-run, "
+               "where a command has it (experiment, launch, compare, demo, prune), prints exactly what would run "
+               "and builds, pushes or runs nothing; make's DRY_RUN=1 does the same for every make target.",
     )
     parser.add_argument("--version", action="version", version=f"envkit {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
@@ -55,14 +63,37 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The arguments, with everything after the first '--' as the recipe's (for the commands that run one)."""
+    from envkit.cli.options import RECIPE_ARGS_HINT
+
+    split = argv.index("--") if "--" in argv else len(argv)
+    args, unknown = parser.parse_known_args(argv[:split])
+    takes_recipe_args = hasattr(args, "recipe_args")
+    if takes_recipe_args:
+        unknown = [*args.recipe_args, *unknown]  # words before '--' that are not envkit's
+        args.recipe_args = argv[split + 1:]
+    if unknown:
+        hint = ""
+        if takes_recipe_args:
+            known = list(argv[:split])
+            for word in unknown:
+                known.remove(word)
+            hint = f"; {RECIPE_ARGS_HINT}: {shlex.join(['envkit', *known, '--', *unknown])}"
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+    if split < len(argv) and not takes_recipe_args:
+        parser.error(f"'--' passes arguments to a recipe, and {args.command} runs none (experiment, run and launch do)")
+    return args
+
+
 def _command(argv: list[str]) -> str | None:
     """The command word: the first argument that is not an option (top-level options take no value)."""
     return next((arg for arg in argv if not arg.startswith("-")), None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(_command(argv)).parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse(build_parser(_command(argv)), argv)
     try:
         return int(args.func(args) or 0)
     except EnvkitError as exc:

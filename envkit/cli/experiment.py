@@ -8,10 +8,11 @@ docker/<target>/run.sh. Python never calls make.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
-from envkit.cli.options import add_build_options, add_config, build_options_argv
+from envkit.cli.options import add_build_options, add_config, add_recipe_args, build_options_argv
 
 
 def register(subparsers) -> None:
@@ -19,12 +20,13 @@ def register(subparsers) -> None:
         "experiment", help="check the host, build the image (cached) and run one experiment of the table",
         description="Run one experiment of envkit/data/experiments.yaml (`envkit doctor` lists them): the host check, "
                     "the cached build of its target's image, then the recipe through docker/<target>/run.sh. envkit's "
-                    "options go before NAME; everything after NAME goes to the recipe, e.g. "
-                    "envkit experiment cpu-mnist --epochs 1. run.sh reads NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, "
+                    "options may stand anywhere; the recipe's follow '--' and may add to the experiment's own arguments "
+                    "but not contradict them, e.g. envkit experiment cpu-mnist --dry-run -- --epochs 1. "
+                    "run.sh reads NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, "
                     "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME from the environment.",
     )
     experiment.add_argument("name", metavar="NAME", help="experiment name, e.g. cpu-mnist")
-    experiment.add_argument("recipe_args", nargs=argparse.REMAINDER, help="more arguments for the recipe")
+    add_recipe_args(experiment)
     add_config(experiment)
     experiment.add_argument("--target", metavar="NAME", help="the config's target to run in (default: the one named after "
                             "the experiment's kind, or the kind's only target)")
@@ -32,19 +34,25 @@ def register(subparsers) -> None:
     experiment.add_argument("--results-dir", type=Path, default=None, help="where results go (default: run.sh's ./results)")
     experiment.add_argument("--data-dir", type=Path, default=None, help="datasets (default: run.sh's ./data)")
     add_build_options(experiment)
-    experiment.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
+    experiment.add_argument("--dry-run", action="store_true", help="print the commands (host check, build, run) "
+                            "instead of running them")
     experiment.set_defaults(func=cmd_experiment)
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     from envkit.project.config import load_config
     from envkit.host.doctor import parse_gpus
-    from envkit.project.experiments import experiment
-    from envkit.runs.plans import experiment_plan, experiment_target, format_plan, run_in_order
+    from envkit.errors import EnvkitError
+    from envkit.project.experiments import check_recipe_args, experiment
+    from envkit.runs.plans import experiment_gpus, experiment_plan, experiment_target, format_plan, run_in_order
 
     entry = experiment(args.name)
     if args.gpus is not None:
         parse_gpus(args.gpus)  # bad input on any host, before anything runs
+        if entry.gpus == "none":
+            raise EnvkitError(f"--gpus {args.gpus}: {entry.name} runs without GPUs ({entry.kind} experiments take none); "
+                              f"drop --gpus (GPUS= for make)")
+    check_recipe_args(entry, args.recipe_args)
     config = load_config(args.config)
     target = experiment_target(config, entry, args.target)
     plan = experiment_plan(entry, target, config=args.config, gpus=args.gpus, results_dir=args.results_dir,
@@ -53,4 +61,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     if args.dry_run:
         sys.stdout.write(format_plan(plan))
         return 0
-    return run_in_order(plan)
+    # The plan's first step, the host check, runs here: a host that cannot run the experiment is
+    # one line (exit 2), not a child's line framed by progress lines.
+    from envkit.host import doctor
+
+    doctor.require(doctor.inspect_host(), entry.kind, experiment_gpus(entry, args.gpus, target.gpus))
+    return run_in_order(dataclasses.replace(plan, steps=plan.steps[1:]))

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from envkit.cli.options import add_build_options, add_config, build_options, load_target
+from envkit.cli.options import add_build_options, add_config, add_recipe_args, build_options, load_target
 
 
 def register(subparsers) -> None:
@@ -24,12 +24,12 @@ def register(subparsers) -> None:
 
     run = subparsers.add_parser(
         "run", help="run a recipe in a target's image through docker/<target>/run.sh",
-        description="envkit's options (--config, --tag, --gpus, --results-dir, --data-dir) go before TARGET; "
-                    "everything after RECIPE goes to the recipe, e.g. envkit run cpu mnist --epochs 1",
+        description="envkit's options (--config, --tag, --gpus, --results-dir, --data-dir) may stand anywhere; "
+                    "the recipe's follow '--', e.g. envkit run cpu mnist -- --epochs 1",
     )
     run.add_argument("target")
     run.add_argument("recipe", help="recipe name, e.g. mnist")
-    run.add_argument("recipe_args", nargs=argparse.REMAINDER, help="arguments for the recipe")
+    add_recipe_args(run)
     run.add_argument("--tag", help="image tag to run (default: latest)")
     run.add_argument("--gpus", help="comma-separated host GPU indices or 'all' (cuda targets)")
     run.add_argument("--results-dir", type=Path, default=Path("results"))

@@ -7,23 +7,11 @@ prints it (--dry-run) or submits it with the engine's own client.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from envkit.cli.options import add_config
+from envkit.cli.options import add_config, add_recipe_args
 from envkit.errors import EnvkitError
-
-
-class _RecipeArgsAfterDashes(argparse.ArgumentParser):
-    """Everything after the first '--' goes to the recipe, whatever it looks like."""
-
-    def parse_known_args(self, args=None, namespace=None):
-        args = list(sys.argv[1:] if args is None else args)
-        split = args.index("--") if "--" in args else len(args)
-        namespace, extras = super().parse_known_args(args[:split], namespace)
-        namespace.recipe_args = args[split + 1:]
-        return namespace, extras
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -46,8 +34,7 @@ def register(subparsers) -> None:
         "envkit launch gpu-ddp-cifar --on slurm --nodes 2 --gpus-per-node 4 -- --epochs 1",
     )
     launch.add_argument("experiment", help="experiment name from envkit/data/experiments.yaml, e.g. gpu-ddp-cifar")
-    # argparse cannot take options after a trailing positional list: split at '--' first.
-    launch.__class__ = type("LaunchParser", (_RecipeArgsAfterDashes, type(launch)), {})
+    add_recipe_args(launch)
     launch.add_argument("--on", required=True, choices=ENGINES + NOTEBOOK_ENGINES, metavar="ENGINE",
                         help=f"one of: {', '.join(ENGINES + NOTEBOOK_ENGINES)}")
     launch.add_argument("--nodes", type=int, default=1, help="hosts (default 1)")
@@ -104,6 +91,7 @@ def build(args):
     """The job and its plan from the parsed arguments (bad input: EnvkitError)."""
     from envkit.launch.engines import render_job
     from envkit.image.build import repository
+    from envkit.image.names import check_reference, check_registry, check_tag
     from envkit.project.config import load_config
     from envkit.project.experiments import experiment as find_experiment
     from envkit.runs.plans import experiment_target
@@ -112,7 +100,11 @@ def build(args):
     experiment = find_experiment(args.experiment)
     config = load_config(args.config)
     target = experiment_target(config, experiment, args.target)
-    image = args.image or f"{args.registry + '/' if args.registry else ''}{repository(target.name)}:{args.tag}"
+    if args.image is None:
+        registry = check_registry(args.registry) + "/" if args.registry else ""
+        image = f"{registry}{repository(target.name)}:{check_tag(args.tag)}"
+    else:
+        image = check_reference(args.image)
     job = build_job(
         experiment,
         target,
@@ -145,6 +137,9 @@ def cmd_launch(args) -> int:
     if not 1 <= args.rdzv_port <= 65535:
         raise EnvkitError(f"--rdzv-port {args.rdzv_port} is not a port; give 1-65535")
     job, plan = build(args)
+    if not plan.files and args.output is not None:
+        raise EnvkitError(f"--output: --on {args.on} writes no files, it prints the command each host runs; drop --output "
+                          f"(redirect the printed commands to keep them)")
     if args.stop:
         stop = tpu_pod.stop_command(job)
         if args.dry_run:

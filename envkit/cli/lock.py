@@ -25,8 +25,8 @@ def register(subparsers) -> None:
     mode.add_argument(
         "--check",
         action="store_true",
-        help="offline: exit 1 naming each stale lock (changed inputs, missing hashes, CUDA packages in cpu); "
-        "all targets unless --target",
+        help="offline: one line per target (fresh, stale and why, or unlocked); exit 1 when a lock is stale "
+        "(changed inputs, packages edited by hand, missing hashes, CUDA packages in cpu); all targets unless --target",
     )
     mode.add_argument(
         "--upgrade-package",
@@ -54,12 +54,17 @@ def cmd_lock(args: argparse.Namespace) -> int:
     else:
         raise EnvkitError("envkit lock: choose the targets: --target NAME or --all")
     if args.check:
-        from envkit.lock.lockfile import check
+        from envkit.lock.lockfile import lock_status
 
-        stale, unlocked = check(config, names)
-        for line in unlocked + stale:
-            print(line)
-        return 1 if stale else 0
+        # One line per target, fresh ones included, then one error line, as `envkit render --check` does.
+        statuses = [lock_status(config, name) for name in names]
+        for status in statuses:
+            print(status.line())
+        stale = [status.target for status in statuses if status.state == "stale"]
+        if stale:
+            fix = f"--target {stale[0]}" if len(stale) == 1 else "--all"
+            raise EnvkitError(f"locks are stale ({', '.join(stale)}): run `envkit lock {fix}` and commit", exit_code=1)
+        return 0
     from envkit.lock.resolve import lock_targets
 
     # The Dockerfile records the lock's sha256, so render follows: make re-renders by itself

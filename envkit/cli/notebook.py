@@ -22,7 +22,7 @@ def register(subparsers) -> None:
     notebook.add_argument("experiment", help="experiment name from envkit/data/experiments.yaml, e.g. tpu-mnist")
     notebook.add_argument("--target", required=True, metavar="NAME", help="a notebook target of the config, e.g. colab-tpu")
     notebook.add_argument("--output", metavar="FILE.ipynb", type=Path,
-                          help="where to write it (default: notebooks/<target>-<experiment>.ipynb beside the config)")
+                          help="where to write it (default: notebooks/<target>/<experiment>.ipynb beside the config)")
     notebook.add_argument("--use-runtime", action="store_true",
                           help="run on the runtime's own packages instead of the lock, and record how they differ "
                           "(default name: ...-runtime.ipynb)")

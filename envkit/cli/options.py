@@ -15,6 +15,16 @@ def add_config(parser: argparse.ArgumentParser) -> None:
     )
 
 
+RECIPE_ARGS_HINT = "recipe arguments follow '--'"
+
+
+def add_recipe_args(parser: argparse.ArgumentParser) -> None:
+    """The recipe's arguments: whatever follows '--' (envkit.cli.parse puts them here), so envkit's own
+    options, --dry-run included, may stand anywhere before it."""
+    parser.add_argument("recipe_args", nargs="*", metavar="-- RECIPE_ARG",
+                        help=f"{RECIPE_ARGS_HINT}, e.g. -- --epochs 1; they come after the ones envkit passes")
+
+
 def load_target(args: argparse.Namespace):
     """The config named by ``--config`` and its image target named by the ``target`` argument."""
     from envkit.errors import EnvkitError

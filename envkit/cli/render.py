@@ -18,8 +18,8 @@ def register(subparsers) -> None:
         "targets",
         help="list the configured targets and their pins",
         description="List each target in the config with its kind, base image (a notebook target: the platform, "
-        "accelerator and runtime it runs in), pinned versions and lock (locked, with the first 12 hex of the lock's "
-        "sha256, or unlocked).",
+        "accelerator and runtime it runs in), pinned versions and lock (locked or stale, with the first 12 hex of the "
+        "lock's sha256, or unlocked); a stale lock's reason follows the table, as `envkit lock --check` gives it.",
     )
     add_config(targets)
     targets.set_defaults(func=cmd_targets)
@@ -62,21 +62,29 @@ def register(subparsers) -> None:
 
 def cmd_targets(args: argparse.Namespace) -> int:
     from envkit.project.config import load_config
-    from envkit.lock.lockfile import lock_path, read_lock
+    from envkit.lock.lockfile import lock_status
 
     config = load_config(args.config)
     rows = [("TARGET", "KIND", "BASE IMAGE OR NOTEBOOK RUNTIME", "LOCK", "PINS")]
+    stale = []
     for target in config.targets.values():
         pins = " ".join(f"{name}={version}" for name, version in target.pins().items())
-        lock = read_lock(lock_path(config, target.name))
+        status = lock_status(config, target.name)
+        lock = {"fresh": "locked", "stale": "stale"}.get(status.state, "unlocked")
+        if status.lock is not None:
+            lock += f" {status.lock.sha256[:12]}"
         if target.is_notebook:
             from envkit.project.notebook_platforms import where_it_runs
 
             base = where_it_runs(target)
         else:
             base = target.base_image
-        rows.append((target.name, target.kind, base, f"locked {lock.sha256[:12]}" if lock else "unlocked", pins))
+        rows.append((target.name, target.kind, base, lock, pins))
+        stale += [status.line()] if status.state == "stale" else []
     _print_table(rows)
+    if stale:
+        print()
+        print("\n".join(stale))
     return 0
 
 
@@ -85,7 +93,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
     matrix = load_matrix()
     if args.verify:
-        from envkit.lock.lockfile import index_check as matrix_verify
+        from envkit.lock import index_check as matrix_verify
 
         return matrix_verify.run(matrix)
     rows = [("TORCH", "RELEASES", "TORCHVISION", "PYTHON", "CUDA VARIANTS (first = default)", "TPU-VM BACKENDS")]
@@ -124,7 +132,7 @@ def _tpu_backends(matrix, release) -> str:
 
 def cmd_render(args: argparse.Namespace) -> int:
     from envkit.errors import EnvkitError
-    from envkit.notebook import NOTEBOOKS
+    from envkit.project import NOTEBOOKS
     from envkit.render import memo, output as rendered
 
     selection = "--all" if args.all else args.target
@@ -139,23 +147,36 @@ def cmd_render(args: argparse.Namespace) -> int:
             sys.stdout.write(f"==> {file.path.as_posix()} <==\n{file.text}")
         return 0
     if args.check:
-        problems = rendered.stale(output, files) + (rendered.orphans(output, names) if args.all else [])
-        problems += rendered.stale(notebooks, notebook_files)
+        # One line per target, up to date or not, then one error line saying what to run.
+        stale_targets = []
+        for folder, selected, rendered_files in ((output, names, files), (notebooks, notebook_names, notebook_files)):
+            for name in selected:
+                problems = rendered.stale(folder, [file for file in rendered_files if file.path.parts[0] == name])
+                print(f"{name}: {'; '.join(problems)}" if problems else f"{name}: up to date ({folder / name})")
+                stale_targets += [name] if problems else []
+        orphans, unlisted = [], []
         if args.all:
-            from envkit.notebook.committed import orphans
+            from envkit.notebook.committed import orphans as notebook_orphans
 
-            problems += orphans(notebooks, notebook_files)
-        if problems:
-            summary = "; ".join(problems)
-            raise EnvkitError(f"rendered files are stale: {summary}; run `envkit render --all` and commit", exit_code=1)
-        print(f"{len(files)} files under {output} are up to date"
-              + (f", and {len(notebook_files)} notebooks under {notebooks}" if notebook_names else ""))
+            orphans = rendered.orphans(output, names) + rendered.orphans(notebooks, notebook_names)
+            unlisted = notebook_orphans(notebooks, notebook_files)
+        for line in orphans + unlisted:
+            print(line)
+        if stale_targets or orphans or unlisted:
+            fix = "--all" if args.all else f"--target {args.target}"
+            what = ", ".join(stale_targets + [f"{len(orphans)} removed target(s)"] * bool(orphans)
+                             + [f"{len(unlisted)} unlisted notebook(s)"] * bool(unlisted))
+            raise EnvkitError(f"rendered files are stale ({what}): run `envkit render {fix}` and commit", exit_code=1)
         return 0
     written = rendered.write(output, files)
-    print(f"rendered {len(files)} files for {', '.join(names) or 'no image target'} into {output} ({len(written)} changed)")
+    removed = rendered.remove_leftovers(output, names) if args.all else []
+    print(f"rendered {len(files)} files for {', '.join(names) or 'no image target'} into {output} ({len(written)} changed)"
+          + "".join(f"; removed {directory}'s rendered files (not a target in the config)" for directory in removed))
     if notebook_names:
         written = rendered.write(notebooks, notebook_files)
-        print(f"rendered {len(notebook_files)} notebooks for {', '.join(notebook_names)} into {notebooks} ({len(written)} changed)")
+        removed = rendered.remove_leftovers(notebooks, notebook_names) if args.all else []
+        print(f"rendered {len(notebook_files)} notebooks for {', '.join(notebook_names)} into {notebooks} ({len(written)} changed)"
+              + "".join(f"; removed {directory}'s lock (not a notebook target in the config)" for directory in removed))
     return 0
 
 

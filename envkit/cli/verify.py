@@ -38,19 +38,32 @@ def cmd_verify(args) -> int:
     return 0 if verdict.reproduced else 1
 
 
+# What a file argument looks like: an image reference never starts like a path or ends like a file.
+FILE_PREFIXES = ("/", "./", "../", "~")
+FILE_SUFFIXES = (".json", ".tar.gz", ".tgz", ".tar")
+SIDES = "A and B are each an image in the engine, a saved .tar.gz or its .manifest.json, or a results .json"
+
+
 def _inventory(text: str, config_path: Path):
+    from envkit.errors import EnvkitError
     from envkit.image import archive as image_archive
     from envkit.image import inventory
     from envkit.support.docker_client import connect_docker
     from envkit.image.build import LATEST, repository
 
-    path = Path(text)
-    if path.is_file() and text.endswith(".json") and not text.endswith(".manifest.json"):
-        return inventory.from_results(path)
-    if path.is_file() and (text.endswith(".manifest.json") or text.endswith(".tar.gz")):
-        # Through the manifest, so a tarball altered since `envkit save` is refused.
-        manifest_path = image_archive.manifest_for(path)
-        return inventory.from_saved_tarball(image_archive.verify_tarball(manifest_path, image_archive.read_manifest(manifest_path)))
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise EnvkitError(f"{text} is a directory; {SIDES}")
+    if path.is_file():
+        if text.endswith(".json") and not text.endswith(".manifest.json"):
+            return results_inventory(path)
+        if text.endswith((".manifest.json", ".tar.gz")):
+            # Through the manifest, so a tarball altered since `envkit save` is refused.
+            manifest_path = image_archive.manifest_for(path)
+            return inventory.from_saved_tarball(image_archive.verify_tarball(manifest_path, image_archive.read_manifest(manifest_path)))
+        raise EnvkitError(f"{text} is a file envkit cannot compare; {SIDES}")
+    if text.startswith(FILE_PREFIXES) or text.endswith(FILE_SUFFIXES):
+        raise EnvkitError(f"{text}: no such file; {SIDES}")
     reference = text
     if ":" not in text and "/" not in text and config_path.is_file():
         from envkit.project.config import load_config
@@ -60,10 +73,28 @@ def _inventory(text: str, config_path: Path):
     return inventory.from_engine_image(connect_docker(), reference)
 
 
+def results_inventory(path: Path):
+    """A results file read as strictly as `envkit report` reads it (its schema, its version)."""
+    from envkit.errors import EnvkitError
+    from envkit.image import inventory
+    from envkit.runs import results  # imports jsonschema: only when a results file is compared
+    from envkit.support.bounded_load import read_text
+
+    try:
+        result, note = results.parse(path, read_text(path))
+    except OSError as exc:
+        raise EnvkitError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise EnvkitError(f"{path} is not a results file envkit reads: {exc}") from None
+    return inventory.from_environment(str(path), result.environment, (f"{path}: {note}",) if note else ())
+
+
 def cmd_diff(args) -> int:
     from envkit.image.diff import compare, format_sections
 
     a, b = _inventory(args.a, args.config), _inventory(args.b, args.config)
+    for note in a.notes + b.notes:
+        print(f"envkit: warning: {note}", file=sys.stderr)
     sections = compare(a, b)
     sys.stdout.write(format_sections(sections, a, b) + "\n")
     return 1 if any(section.differs for section in sections) else 0

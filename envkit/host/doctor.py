@@ -164,9 +164,19 @@ def require(facts: HostFacts, kind: str, gpus: str | None = None) -> None:
         parse_gpus(gpus, len(facts.gpus))
 
 
+def row_problem(facts: HostFacts, kind: str) -> str | None:
+    """Why a row of doctor's report cannot run here, said once per row: its own device first, since
+    that is the reason on GPU and TPU rows; the engine, whose state the report states once above,
+    only where the device is there."""
+    problem = device_problem(facts, kind)
+    if problem is None and facts.docker_error:
+        problem = "needs the Docker engine (see 'docker engine' above)"
+    return problem
+
+
 def format_report(facts: HostFacts) -> str:
     lines = [
-        f"docker engine   {facts.docker_version or 'none'}" + (f"  ({facts.docker_error})" if facts.docker_error else ""),
+        f"docker engine   {facts.docker_version or 'none'}" + (f": {facts.docker_error}" if facts.docker_error else ""),
         f"same digests    {_digests_line(facts.identical_digests)}",
         f"nvidia runtime  {'yes' if facts.nvidia_runtime else 'no'}",
         f"gpus            {len(facts.gpus)}" + "".join(f"\n                  {g}" for g in facts.gpus),
@@ -178,7 +188,7 @@ def format_report(facts: HostFacts) -> str:
         "make targets on this host:",
     ]
     for entry in by_kind(kinds.names()):
-        problem = kind_problem(facts, entry.kind)
+        problem = row_problem(facts, entry.kind)
         lines.append(f"  {'yes' if problem is None else 'no ':4}{entry.name:18}{'' if problem is None else problem}")
     return "\n".join(lines)
 

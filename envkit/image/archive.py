@@ -18,6 +18,7 @@ from envkit.support.atomic import atomic_stream
 from envkit.image.build_context import TAG_HEX, hash_file
 from envkit.support.docker_client import connect_docker, docker_sdk
 from envkit.errors import EnvkitError
+from envkit.support.bounded_load import Refused, parse_json, read_text
 from envkit.image.build import LATEST, find_image, repository, resolve_image
 
 MANIFEST_VERSION = 1
@@ -103,11 +104,13 @@ def save(target, tag: str | None, output_dir: Path) -> tuple[Path, Path]:
 def read_manifest(path: Path) -> dict:
     """Parse and shape-check a manifest; any flaw is one line naming the field."""
     try:
-        manifest = json.loads(path.read_text())
+        manifest = parse_json(read_text(path))
     except FileNotFoundError:
         raise EnvkitError(f"manifest {path} is missing: 'envkit load' needs the .manifest.json written by 'envkit save'") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EnvkitError(f"manifest {path} is not readable JSON ({exc})") from None
+    except OSError as exc:
+        raise EnvkitError(f"manifest {path} is not readable ({exc.strerror or exc})") from None
+    except Refused as exc:
+        raise EnvkitError(f"manifest {exc.at(path)}") from None
     if not isinstance(manifest, dict):
         raise EnvkitError(f"manifest {path} is not a JSON object")
     for name, kind in _MANIFEST_FIELDS.items():

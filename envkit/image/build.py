@@ -20,6 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from envkit.image.names import check_registry
 from envkit.image.build_context import (
     TAG_HEX,
     BuildOptions,
@@ -38,7 +39,6 @@ LATEST = "latest"
 LOG_TAIL_LINES = 400
 # BuildKit's plain progress prefixes each line of a step's output with "#<step> <seconds> ".
 _STEP_PREFIX = re.compile(r"^#\d+ \d+\.\d+ ")
-_REGISTRY = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
 
 
 @dataclass(frozen=True)
@@ -176,8 +176,7 @@ def resolve_image(client, target_name: str, tag: str | None = None):
 
 
 def push(target, registry: str, tag: str | None = None, progress=None) -> list[str]:
-    if not _REGISTRY.match(registry):
-        raise EnvkitError(f"registry '{registry}' is not valid: give HOST[:PORT][/PATH] in lowercase, e.g. registry.example.com:5000/team")
+    check_registry(registry)
     client = connect_docker()
     image, content_tag = resolve_image(client, target.name, tag)
     remote = f"{registry}/{repository(target.name)}"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import email.parser
 import gzip
 import hashlib
-import json
 import posixpath
 import re
 import shutil
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import IO, Iterable, Iterator
 
 from envkit.errors import EnvkitError
+from envkit.support.bounded_load import parse_json, read_stream
 from envkit.render.labels import LOCK_LABEL
 from envkit.lock.lockfile import normalise
 
@@ -47,6 +47,7 @@ class Inventory:
     labels: dict[str, str] | None = None
     versions: dict[str, str | None] = field(default_factory=dict)  # torch, cuda, torch_xla, libtpu, ...
     image_id: str | None = None
+    notes: tuple[str, ...] = ()  # warnings about the source, e.g. a results file newer than this envkit
 
 
 class _Tree:
@@ -228,14 +229,14 @@ def from_saved_tarball(path: Path) -> Inventory:
                     shutil.copyfileobj(source, raw, _CHUNK)
                 raw.seek(0)
             with tarfile.open(fileobj=raw, mode="r:") as outer:
-                manifest = json.load(outer.extractfile("manifest.json"))[0]
-                config_blob = outer.extractfile(manifest["Config"]).read()
+                manifest = parse_json(read_stream(outer.extractfile("manifest.json")))[0]
+                config_blob = read_stream(outer.extractfile(manifest["Config"]))
                 tree = _Tree()
                 for layer in manifest["Layers"]:
                     with tarfile.open(fileobj=outer.extractfile(layer), mode="r|*") as archive:
                         tree.add_layer(_members(archive))
-        config = json.loads(config_blob).get("config") or {}
-    except (OSError, EOFError, KeyError, IndexError, AttributeError, tarfile.TarError, json.JSONDecodeError) as exc:
+        config = parse_json(config_blob).get("config") or {}
+    except (OSError, EOFError, KeyError, IndexError, AttributeError, TypeError, tarfile.TarError, ValueError) as exc:
         raise EnvkitError(f"{path} is not a readable 'docker save' tarball ({exc})") from None
     # The image ID is the sha256 of the config blob exactly as saved.
     return _finish(tree, Inventory(source=str(path), env=_env_dict(config.get("Env")),
@@ -243,18 +244,13 @@ def from_saved_tarball(path: Path) -> Inventory:
                                    image_id="sha256:" + hashlib.sha256(config_blob).hexdigest()))
 
 
-def from_results(path: Path) -> Inventory:
-    """What a results JSON recorded about the environment that produced it."""
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-        environment = document["environment"]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise EnvkitError(f"{path} is not a results JSON with an 'environment' ({exc})") from None
+def from_environment(source: str, environment: dict, notes: tuple[str, ...] = ()) -> Inventory:
+    """What a results file's ``environment`` (envkit.runs.results, already validated) says produced it."""
     distributions = environment.get("distributions")
     python = None
     if isinstance(distributions, list):
         pairs = (entry.partition("==") for entry in distributions)
         python = dict(sorted((normalise(name), version) for name, _, version in pairs))
     keys = ("python", "torch", "torchvision", "torch_xla", "torch_tpu", "cuda", "lock_sha256")
-    return Inventory(source=str(path), python=python, versions={key: environment.get(key) for key in keys},
-                     image_id=environment.get("image_id") or environment.get("image"))
+    return Inventory(source=source, python=python, versions={key: environment.get(key) for key in keys},
+                     image_id=environment.get("image_id") or environment.get("image"), notes=notes)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from envkit.errors import EnvkitError
+from envkit.project.experiments import check_recipe_args
 
 # Where the image keeps the recipes and mounts data and results (as run.sh does).
 IMAGE_RECIPES = "/opt/envkit/recipes"
@@ -44,6 +45,19 @@ _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
 _SBATCH_VALUE = {"partition": re.compile(r"^[A-Za-z0-9_.,-]+$"), "time": re.compile(r"^[0-9][0-9:-]*$")}
 # --env NAME=VALUE: a name every engine can set (POSIX shell, docker -e, Kubernetes, SkyPilot).
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Engine options checked here because the engine would refuse them only once the job runs:
+# a TPU VM and its zone (Google Cloud's resource names), SkyPilot's NAME[:COUNT] accelerators,
+# GKE's accelerator and slice topology, a Kubernetes claim name.
+_ENGINE_VALUE = {
+    "tpu": ("a TPU VM name: lowercase letters, digits and '-', starting with a letter",
+            re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")),
+    "zone": ("a zone such as us-central2-b", re.compile(r"^[a-z]+(-[a-z]+[0-9]+)+-[a-z]$")),
+    "accelerators": ("NAME[:COUNT] such as A100:8 or tpu-v5e-16 (COUNT a positive number)",
+                     re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(:([1-9][0-9]*|[0-9]*\.[0-9]*[1-9][0-9]*))?$")),
+    "tpu_accelerator": ("GKE's accelerator name such as tpu-v5-lite-podslice", _DNS_1123_LABEL),
+    "tpu_topology": ("a slice topology such as 4x4 or 2x2x4", re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*){1,2}$")),
+    "volume_claim": ("a PersistentVolumeClaim name (DNS-1123 label)", _DNS_1123_LABEL),
+}
 # Set by envkit or the engine from the job itself; the options that change them are named instead.
 RESERVED_ENV = {
     "ENVKIT_IMAGE": "--image", "IMAGE": "--image", "DATA_DIR": "--data-dir", "RESULTS_DIR": "--results-dir",
@@ -183,6 +197,7 @@ def build_job(
     if gpus_per_node is None:
         gpus_per_node = 0 if experiment.gpus == "none" else 1
     check_gpus(experiment, gpus_per_node)
+    check_recipe_args(experiment, extra_args)
     processes = _processes_per_node(experiment, gpus_per_node, nproc_per_node)
     name = name or experiment.name
     _check_name(engine, name)
@@ -234,6 +249,10 @@ def _check_name(engine: str, name: str) -> None:
 
 
 def _check_options(engine: str, experiment, nodes: int, options: EngineOptions, image: str) -> None:
+    for key, (expected, pattern) in _ENGINE_VALUE.items():
+        value = getattr(options, key)
+        if value is not None and not pattern.match(value):
+            raise EnvkitError(f"--{key.replace('_', '-')} {value!r} is not valid: give {expected}")
     if engine == "hosts" and nodes > 1 and len(options.hosts) != nodes:
         raise EnvkitError(
             f"--on hosts with --nodes {nodes} needs --hosts with {nodes} comma-separated host names "

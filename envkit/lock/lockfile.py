@@ -7,7 +7,8 @@ envkit/lock/resolve.py makes locks with uv.
 A lock is a pip requirements file (`name==version` and its `--hash=sha256:`
 lines, no URLs) under a comment header. The header records the sha256 of the
 inputs, so a changed top-level pin, index setting, platform or Python shows up
-as a stale lock without contacting any index.
+as a stale lock without contacting any index, and the sha256 of the packages
+below it, so a hand-edited lock shows too.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
+from envkit.project import NOTEBOOKS
 from envkit.project.config import ProjectConfig, Target
 from envkit.errors import EnvkitError
 from envkit.project.matrix import load_matrix
 from envkit.project.datafile import DATA_DIR
+from envkit.support.bounded_load import Refused, load_yaml, read_stream
 
 LOCK_FILE = "requirements.lock"
 GLIBC_PATH = DATA_DIR / "base_glibc.yaml"
@@ -34,6 +35,7 @@ TORCH_INDEX_PACKAGES = ("torch", "torchvision")
 # A cpu image that pulls these has resolved PyPI's CUDA build of torch.
 CUDA_ONLY_PREFIXES = ("nvidia-", "triton")
 INPUTS_LINE = "# inputs-sha256: "
+PACKAGES_LINE = "# packages-sha256: "
 BASE_LINE = "# base-image: "
 
 
@@ -62,15 +64,34 @@ class LockFile:
     packages: dict[str, str]  # normalised name -> version
     unhashed: tuple[str, ...]  # requirement lines without a --hash
     sha256: str  # of the whole file: what images and results record
+    packages_sha256: str | None = None  # as the header records it (None: written before envkit recorded it)
+    body_sha256: str = ""  # of the requirement lines below the header as they are now
 
 
-# A notebook target has no docker/ directory: its lock sits beside its notebooks.
-NOTEBOOK_LOCKS = Path("notebooks") / "locks"
+@dataclass(frozen=True)
+class LockStatus:
+    """What `envkit lock --check` and `envkit targets` say about one target's lock."""
+
+    target: str
+    path: str  # relative to the project
+    lock: LockFile | None
+    problems: tuple[str, ...] = ()
+
+    @property
+    def state(self) -> str:
+        return "unlocked" if self.lock is None else "stale" if self.problems else "fresh"
+
+    def line(self) -> str:
+        if self.lock is None:
+            return f"{self.target}: unlocked: {self.path} does not exist (envkit lock --target {self.target})"
+        if self.problems:
+            return f"{self.target}: stale: {self.path}: {'; '.join(self.problems)}"
+        return f"{self.target}: fresh: {self.path} (sha256 {self.lock.sha256[:12]}, {len(self.lock.packages)} packages)"
 
 
 def lock_path(config: ProjectConfig, name: str) -> Path:
-    if config.target(name).is_notebook:
-        return config.root / NOTEBOOK_LOCKS / name / LOCK_FILE
+    if config.target(name).is_notebook:  # no docker/ directory: the lock sits beside its notebooks
+        return config.root / NOTEBOOKS / name / LOCK_FILE
     return config.root / "docker" / name / LOCK_FILE
 
 
@@ -109,8 +130,7 @@ def _torch_index(target: Target) -> str | None:
 
 @lru_cache(maxsize=1)
 def _glibc_table() -> dict[str, str]:
-    with open(GLIBC_PATH, encoding="utf-8") as handle:
-        return yaml.safe_load(handle)["glibc"]
+    return load_yaml(GLIBC_PATH)["glibc"]
 
 
 # The newest manylinux tag uv's --python-platform knows (uv 0.13: manylinux_2_40). A newer glibc
@@ -153,17 +173,23 @@ def normalise(name: str) -> str:
 def read_lock(path: Path) -> LockFile | None:
     """The parsed lock, or None when the target has none."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as stream:
+            data = read_stream(stream)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise EnvkitError(f"cannot read {path}: {exc.strerror or exc}") from None
-    inputs = base = None
+    except Refused as exc:
+        raise EnvkitError(exc.at(path)) from None
+    inputs = base = recorded_packages = None
     packages: dict[str, str] = {}
     unhashed = []
-    for line in _requirement_lines(data.decode("utf-8", errors="replace")):
+    text = data.decode("utf-8", errors="replace")
+    for line in _requirement_lines(text):
         if line.startswith(INPUTS_LINE):
             inputs = line[len(INPUTS_LINE) :].strip()
+        elif line.startswith(PACKAGES_LINE):
+            recorded_packages = line[len(PACKAGES_LINE) :].strip()
         elif line.startswith(BASE_LINE):
             base = line[len(BASE_LINE) :].strip()
         elif line and not line.startswith("#"):
@@ -172,7 +198,26 @@ def read_lock(path: Path) -> LockFile | None:
             packages[normalise(name.split("[", 1)[0])] = version.split(";", 1)[0]
             if not any(option.startswith("--hash=sha256:") for option in options):
                 unhashed.append(requirement)
-    return LockFile(inputs, base, packages, tuple(unhashed), hashlib.sha256(data).hexdigest())
+    return LockFile(inputs, base, packages, tuple(unhashed), hashlib.sha256(data).hexdigest(), recorded_packages,
+                    body_digest(_body(text)))
+
+
+def _body(text: str) -> str:
+    """The requirement lines: everything after the header's leading comment lines."""
+    lines = text.splitlines(keepends=True)
+    start = next((index for index, line in enumerate(lines) if not line.startswith("#")), len(lines))
+    return "".join(lines[start:])
+
+
+def body_digest(body: str) -> str:
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def hand_edited(lock: LockFile) -> str | None:
+    """Why the packages are not the ones envkit lock wrote, or None when they are."""
+    if lock.packages_sha256 is not None and lock.packages_sha256 != lock.body_sha256:
+        return "its packages were edited after it was locked (the packages-sha256 of its header no longer matches)"
+    return None
 
 
 def _requirement_lines(text: str) -> list[str]:
@@ -190,7 +235,7 @@ def _requirement_lines(text: str) -> list[str]:
     return lines
 
 
-def lock_header(inputs: LockInputs, base_image: str, command: str) -> str:
+def lock_header(inputs: LockInputs, base_image: str, command: str, body: str) -> str:
     if inputs.torch_index:
         indexes = f"torch, torchvision from PyTorch's {inputs.torch_variant} index; everything else from "
     else:
@@ -201,6 +246,7 @@ def lock_header(inputs: LockInputs, base_image: str, command: str) -> str:
         f"# Do not edit: change envkit.yaml, then run `envkit lock --target {inputs.target}`.",
         f"# Install: pip install --require-hashes --no-deps --only-binary=:all: -r {LOCK_FILE}",
         f"{INPUTS_LINE}{inputs.digest()}",
+        f"{PACKAGES_LINE}{body_digest(body)}",
         f"# platform: {inputs.platform}, python {inputs.python}",
         f"# indexes: {indexes}",
         f"# top-level: {' '.join(inputs.requirements)}",
@@ -210,25 +256,30 @@ def lock_header(inputs: LockInputs, base_image: str, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check(config: ProjectConfig, names: list[str]) -> tuple[list[str], list[str]]:
-    """(stale, unlocked): one line per stale target, one per target without a lock."""
-    stale, unlocked = [], []
-    for name in names:
-        target = config.target(name)
-        path = lock_path(config, name)
-        lock = read_lock(path)
-        if lock is None:
-            unlocked.append(f"{name}: unlocked: {path.relative_to(config.root)} does not exist (envkit lock --target {name})")
-            continue
-        problems = []
-        if lock.inputs_sha256 != lock_inputs(target).digest():
-            problems.append(f"its inputs changed since it was locked (envkit lock --target {name})")
-        if lock.unhashed:
-            problems.append(f"no --hash for {', '.join(lock.unhashed)}")
-        if target.kind == "cpu":
-            cuda_only = sorted(pkg for pkg in lock.packages if pkg.startswith(CUDA_ONLY_PREFIXES))
-            if cuda_only:
-                problems.append(f"a cpu lock with CUDA packages: {', '.join(cuda_only)}")
-        if problems:
-            stale.append(f"{name}: stale: {path.relative_to(config.root)}: {'; '.join(problems)}")
-    return stale, unlocked
+def lock_status(config: ProjectConfig, name: str) -> LockStatus:
+    """Fresh, stale (and why) or unlocked, offline: from the lock and the config alone."""
+    target = config.target(name)
+    path = lock_path(config, name)
+    lock = read_lock(path)
+    relative = path.relative_to(config.root).as_posix()
+    if lock is None:
+        return LockStatus(name, relative, None)
+    problems = []
+    try:
+        changed = lock.inputs_sha256 != lock_inputs(target).digest()
+    except EnvkitError as exc:  # the config can no longer be locked at all (an unknown base OS, say)
+        problems.append(str(exc))
+        changed = False
+    if changed:
+        problems.append(f"its inputs changed since it was locked (envkit lock --target {name})")
+    if lock.packages_sha256 is None:
+        problems.append(f"its header records no packages-sha256 (an older envkit wrote it): envkit lock --target {name}")
+    elif edited := hand_edited(lock):
+        problems.append(f"{edited}: envkit lock --target {name}")
+    if lock.unhashed:
+        problems.append(f"no --hash for {', '.join(lock.unhashed)}")
+    if target.kind == "cpu":
+        cuda_only = sorted(pkg for pkg in lock.packages if pkg.startswith(CUDA_ONLY_PREFIXES))
+        if cuda_only:
+            problems.append(f"a cpu lock with CUDA packages: {', '.join(cuda_only)}")
+    return LockStatus(name, relative, lock, tuple(problems))

@@ -120,12 +120,13 @@ def _lock_text(
 
         runtime = runtime_of(target)
         recorded = f"none: runs in {target.platform}'s {runtime.name} runtime ({runtime.facts['os'].value}, glibc {runtime.glibc})"
-        return lock_header(inputs, recorded, command) + body
-    # After resolving: a target that cannot be locked gets its one error line, no warning.
-    base = resolve_base(inputs.target, target.base_image)
-    if base.note:
-        print(f"envkit: warning: target {inputs.target}: {base.note}", file=sys.stderr)
-    return lock_header(inputs, base.recorded(), command) + body
+    else:
+        # After resolving: a target that cannot be locked gets its one error line, no warning.
+        base = resolve_base(inputs.target, target.base_image)
+        if base.note:
+            print(f"envkit: warning: target {inputs.target}: {base.note}", file=sys.stderr)
+        recorded = base.recorded()
+    return lock_header(inputs, recorded, command, body) + body
 
 
 def _compile(

@@ -9,7 +9,3 @@ library only: it runs in the platform's kernel, never imports envkit);
 
 Import-light on purpose: `envkit render` must not pay for what other commands need.
 """
-
-from pathlib import Path
-
-NOTEBOOKS = Path("notebooks")  # the committed notebooks, beside the config

@@ -23,10 +23,10 @@ from pathlib import Path
 
 from envkit import __version__
 from envkit.errors import EnvkitError
-from envkit.lock.lockfile import lock_inputs, lock_path, read_lock
-from envkit.notebook import NOTEBOOKS, embedded
+from envkit.lock.lockfile import lock_inputs, lock_path, lock_status
+from envkit.notebook import embedded
 from envkit.project.notebook_platforms import accelerator_of, load_platforms
-from envkit.project import kinds
+from envkit.project import NOTEBOOKS, kinds
 from envkit.project.config import ProjectConfig, Target
 from envkit.project.experiments import Experiment, experiment as find_experiment
 
@@ -42,7 +42,8 @@ class Notebook:
 
 
 def notebook_path(target: str, experiment: str, packages: str = "lock") -> Path:
-    return NOTEBOOKS / f"{target}-{experiment}{'-runtime' if packages == 'runtime' else ''}.ipynb"
+    """notebooks/<target>/<experiment>.ipynb (-runtime.ipynb on the runtime's packages), beside the target's lock."""
+    return NOTEBOOKS / target / f"{experiment}{'-runtime' if packages == 'runtime' else ''}.ipynb"
 
 
 def rerender_command(target: str, experiment: str, packages: str) -> str:
@@ -89,13 +90,11 @@ def render_notebook(config: ProjectConfig, experiment_name: str, target_name: st
     platform, accelerator = accelerator_of(target)
     runtime = platform.runtime_of(accelerator)
     lock_file = lock_path(config, target.name)
-    lock = read_lock(lock_file)
-    if lock is None:
-        raise EnvkitError(f"target {target.name} has no lock ({lock_file.relative_to(config.root)}): a notebook installs "
-                          f"exactly its lock; run `envkit lock --target {target.name}`")
-    if lock.inputs_sha256 != lock_inputs(target).digest():
-        raise EnvkitError(f"target {target.name}: {lock_file.relative_to(config.root)} is stale (envkit.yaml changed); "
-                          f"run `envkit lock --target {target.name}`")
+    status = lock_status(config, target.name)
+    if status.state != "fresh":
+        # A notebook installs exactly its lock: it must have one, made from what envkit.yaml now says.
+        raise EnvkitError(f"a notebook of target {target.name} needs a fresh lock: {status.line()}")
+    lock = status.lock
     path = notebook_path(target.name, experiment.name, packages)
     files = _embedded_files(config, experiment, lock_file)
     rerender = rerender_command(target.name, experiment.name, packages)

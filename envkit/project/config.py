@@ -20,6 +20,7 @@ import yaml
 
 from envkit.project import notebook_platforms
 from envkit.project import DEFAULT_CONFIG, kinds
+from envkit.support.bounded_load import Refused, load_json, parse_yaml, read_text
 from envkit.support.cache import schema_checked
 from envkit.errors import EnvkitError
 from envkit.project.matrix import Matrix, TorchRelease, load_matrix, minor_of, python_in_range, version_key
@@ -161,29 +162,20 @@ def _dotted(doc_path: DocPath) -> str:
 
 def _parse_yaml(path: Path) -> tuple[Any, dict[DocPath, int]]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except FileNotFoundError:
         raise EnvkitError(f"config file {path} not found; create it or pass --config FILE") from None
     except IsADirectoryError:
         raise EnvkitError(f"config path {path} is a directory; pass --config FILE with a YAML file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EnvkitError(f"cannot read config file {path}: {exc}") from None
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    except OSError as exc:
+        raise EnvkitError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except Refused as exc:
+        raise EnvkitError(exc.at(path)) from None
+    lines: dict[DocPath, int] = {}
     try:
-        node = loader.get_single_node()
-        lines: dict[DocPath, int] = {}
-        if node is not None:
-            _index_lines(node, (), lines, path)
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = f":{mark.line + 1}" if mark else ""
-        problem = " ".join(str(exc.problem or exc.context or "syntax error").split())
-        raise EnvkitError(f"{path}{line}: malformed YAML: {problem}") from None
-    except yaml.YAMLError as exc:
-        raise EnvkitError(f"{path}: malformed YAML: {' '.join(str(exc).split())}") from None
-    finally:
-        loader.dispose()
+        data = parse_yaml(text, index=lambda node: _index_lines(node, (), lines, path))
+    except Refused as exc:
+        raise EnvkitError(exc.at(path)) from None
     if not isinstance(data, dict):
         found = "an empty file" if data is None else f"a {type(data).__name__}"
         raise EnvkitError(f"{path}:1: expected a mapping with a 'targets' key, found {found}")
@@ -210,7 +202,7 @@ def _index_lines(node: yaml.Node, doc_path: DocPath, lines: dict[DocPath, int], 
 @lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
     """The shipped schema with the kinds of envkit/data/kinds.yaml as the kind's choices."""
-    loaded = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    loaded = load_json(SCHEMA_PATH)
     names = kinds.names()
     loaded["$defs"]["target"]["properties"]["kind"] = {"description": f"one of {', '.join(names)}", "enum": names}
     platforms = notebook_platforms.names()

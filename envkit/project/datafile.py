@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from envkit.support.cache import schema_checked
 from envkit.errors import EnvkitError
+from envkit.support.bounded_load import load_json, load_yaml
+from envkit.support.cache import schema_checked
 
 # The one place that knows where envkit/data/ is; every module names its file relative to it.
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -17,12 +15,9 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 def load_checked(path: Path, schema_path: Path) -> Any:
     """The YAML document at ``path``; a malformed table is one line naming where."""
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (OSError, yaml.YAMLError) as exc:
-        raise EnvkitError(f"{path}: cannot read: {' '.join(str(exc).split())}") from None
+    data = load_yaml(path)
     schema = schema_path.read_bytes()
-    schema_checked(schema, data, lambda: _validate(path, json.loads(schema), data))
+    schema_checked(schema, data, lambda: _validate(path, load_json(schema_path), data))
     return data
 
 

@@ -46,6 +46,45 @@ def experiment(name: str) -> Experiment:
     return table[name]
 
 
+def _options(args: tuple[str, ...] | list[str]) -> list[tuple[str, str | None]]:
+    """(--option, value) pairs of an argument list: '--name value', '--name=value', or a flag with None."""
+    pairs = []
+    for index, word in enumerate(args):
+        if not word.startswith("--") or word == "--":
+            continue
+        name, equals, value = word.partition("=")
+        if not equals:
+            following = args[index + 1] if index + 1 < len(args) else None
+            value = following if following is not None and not following.startswith("--") else None
+        pairs.append((name, value))
+    return pairs
+
+
+def check_recipe_args(entry: Experiment, args: tuple[str, ...] | list[str]) -> None:
+    """Refuse recipe arguments that change what makes ``entry`` this experiment (a value its own args set).
+
+    The recipes read the last of a repeated option, so a user's ``--parallel none`` after
+    cpu-ddp-cifar's ``--parallel ddp`` would silently run another experiment under this name.
+    An option may be abbreviated, as the recipes' argparse allows.
+    """
+    own = dict(_options(entry.args))
+    for name, value in _options(args):
+        meant = [option for option in own if option.startswith(name) and len(name) > 2]
+        if len(meant) != 1 or value == own[meant[0]]:
+            continue
+        option = meant[0]
+        wanted = {**own, option: value}
+        others = [other for other in load_experiments().values()
+                  if other.recipe == entry.recipe and dict(_options(other.args)).get(option) == value]
+        # The experiment that is what the user asked for: most of the wanted settings, this kind first.
+        others.sort(key=lambda other: (-sum(dict(_options(other.args)).get(k) == v for k, v in wanted.items()),
+                                       other.kind != entry.kind))
+        instead = f"; {others[0].name} runs with {' '.join(others[0].args)}" if others else ""
+        given = name if value is None else f"{name} {value}"
+        raise EnvkitError(f"{entry.name} runs with {option} {own[option]} (envkit/data/experiments.yaml), "
+                          f"and the recipe arguments say {given}: drop it{instead}")
+
+
 def by_kind(kind_order: list[str]) -> list[Experiment]:
     """The experiments grouped by kind in ``kind_order`` (cheap kinds first), table order within a kind."""
     table = load_experiments().values()

@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
 from envkit.errors import EnvkitError
 from envkit.project.datafile import DATA_DIR
+from envkit.support.bounded_load import load_yaml
 
 MATRIX_PATH = DATA_DIR / "matrix.yaml"
 TPU_BACKENDS = ("torch_xla", "torch_tpu")
@@ -157,8 +156,7 @@ def _join_minors(minors: list[str]) -> str:
 
 @lru_cache(maxsize=1)
 def load_matrix(path: Path = MATRIX_PATH) -> Matrix:
-    with open(path, encoding="utf-8") as handle:
-        raw = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    raw = load_yaml(path)
     torch = {
         minor: TorchRelease(
             minor,

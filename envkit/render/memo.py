@@ -20,6 +20,7 @@ from pathlib import Path
 from envkit import __version__
 from envkit.render.output import RenderedFile
 from envkit.support.atomic import write_bytes_atomic
+from envkit.support.bounded_load import parse_json, read_stream
 from envkit.support.cache import cache_dir
 
 PACKAGE = Path(__file__).resolve().parent.parent
@@ -45,7 +46,8 @@ def _code() -> list[Path]:
 def recall(config: Path, selection: str) -> tuple[list[str], list[RenderedFile]] | None:
     """The remembered render of ``selection`` (a target name or "--all"), or None."""
     try:
-        entry = json.loads(_entry(config, selection).read_bytes())
+        with _entry(config, selection).open("rb") as stream:
+            entry = parse_json(read_stream(stream))
         if entry["code"] != _code_digest() or any(_digest(path) != digest for path, digest in entry["read"].items()):
             return None
         return entry["names"], [RenderedFile(Path(path), text, mode) for path, text, mode in entry["files"]]

@@ -102,14 +102,60 @@ def _difference(path: Path, file: RenderedFile) -> str | None:
     return None
 
 
-def orphans(output: Path, names: list[str]) -> list[str]:
-    """Rendered target directories left behind by targets no longer in the config."""
+# How the files envkit writes into docker/<target>/ begin (render's three templates and
+# `envkit lock`'s header): a file without its mark is someone else's, and envkit never removes it.
+ENVKIT_MARKS = {
+    "Dockerfile": b"Rendered by envkit from ",
+    "run.sh": b"Rendered by envkit from ",
+    ".dockerignore": b"Rendered by envkit from ",
+    "requirements.lock": b"# envkit lock for target ",
+}
+
+
+def leftovers(output: Path, names: list[str]) -> dict[Path, list[Path]]:
+    """The files envkit wrote for targets no longer in the config, by their directory under ``output``."""
     if not output.is_dir():
-        return []
-    leftovers = sorted(
-        child for child in output.iterdir() if child.is_dir() and child.name not in names and (child / "Dockerfile").is_file()
-    )
-    return [f"{child}: not a target in the config (remove it)" for child in leftovers]
+        return {}
+    found = {}
+    for child in sorted(output.iterdir()):
+        if child.is_dir() and not child.is_symlink() and child.name not in names:
+            ours = [child / name for name, mark in ENVKIT_MARKS.items() if _begins_with(child / name, mark)]
+            if ours:
+                found[child] = ours
+    return found
+
+
+def _begins_with(path: Path, mark: bytes) -> bool:
+    try:
+        with path.open("rb") as stream:
+            return mark in stream.read(512)  # within the first lines: run.sh's mark follows its #! line
+    except OSError:
+        return False
+
+
+def orphans(output: Path, names: list[str]) -> list[str]:
+    """One line per directory of a target no longer in the config, saying what `render --all` removes."""
+    lines = []
+    for directory, files in leftovers(output, names).items():
+        kept = sorted(p.name for p in directory.iterdir() if p not in files)
+        also = f"; it keeps {', '.join(kept)}, which envkit did not write" if kept else ""
+        lines.append(f"{directory}: not a target in the config: `envkit render --all` removes "
+                     f"{', '.join(p.name for p in files)}{also}")
+    return lines
+
+
+def remove_leftovers(output: Path, names: list[str]) -> list[Path]:
+    """Remove what envkit wrote for targets no longer in the config (and the directory once empty)."""
+    removed = []
+    for directory, files in leftovers(output, names).items():
+        for path in files:
+            try:
+                path.unlink()
+            except OSError as exc:
+                raise EnvkitError(f"cannot remove {path}: {exc.strerror or exc}") from None
+        _remove_if_empty(directory)
+        removed.append(directory)
+    return removed
 
 
 def _executable(mode: int) -> bool:

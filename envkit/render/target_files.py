@@ -12,10 +12,12 @@ import jinja2
 from envkit.project import kinds
 from envkit.lock.base_digest import split_reference
 from envkit.project.config import ProjectConfig, Target
+from envkit.project.experiments import load_experiments
 from envkit.errors import EnvkitError
 from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
 from envkit.render.output import RenderedFile
-from envkit.lock.lockfile import LOCK_FILE, TORCH_INDEX_PACKAGES, LockFile, LockInputs, lock_inputs, lock_path, read_lock
+from envkit.lock.lockfile import (LOCK_FILE, TORCH_INDEX_PACKAGES, LockFile, LockInputs, hand_edited, lock_inputs,
+                                  lock_path, read_lock)
 from envkit.support.shellquote import FILTERS
 from envkit.render.template_cache import template_cache
 
@@ -91,6 +93,8 @@ def _current_lock(target: Target, inputs: LockInputs, path: Path) -> LockFile | 
             f"target {target.name}: {path} was resolved from other inputs than envkit.yaml now gives: "
             f"run `envkit lock --target {target.name}` (or delete the lock to build the target unlocked)"
         )
+    if lock is not None and (edited := hand_edited(lock)):
+        raise EnvkitError(f"target {target.name}: {path}: {edited}; run `envkit lock --target {target.name}`")
     return lock
 
 
@@ -173,4 +177,6 @@ def _context(config: ProjectConfig, target: Target, lock: LockFile | None, input
         # distro python3 base lacks: the Dockerfile installs this package there.
         "libpython": f"libpython{target.python}" if target.torch_xla else None,
         "image": f"envkit-{target.name}:latest",
+        # The recipes that take the kind's device flag: those the experiments table runs.
+        "device_recipes": sorted({entry.recipe for entry in load_experiments().values()}),
     }

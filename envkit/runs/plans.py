@@ -38,6 +38,9 @@ DEMO_CIFAR_ARGS = ("--model", "mobilenet_v2", "--global-batch", "32", "--image-s
 DEMO_EXTRA_ARGS = {"mnist": DEMO_MNIST_ARGS, "cifar": DEMO_CIFAR_ARGS}
 # Two gloo processes: the smallest DDP that shows the lesson, and all a 2-core laptop has.
 CPU_DDP_PROCESSES = 2
+# Said before compare runs on real data: where it comes from, and the way around the download.
+REAL_DATA_NOTE = ("--dataset real: each recipe downloads MNIST or CIFAR-10 into its data directory on first use, "
+                  "which needs the network; DATASET=fake (make) or --dataset fake trains on generated data, no download")
 # The kind whose image the demo builds and runs: every host has its device.
 DEMO_KIND = "cpu"
 
@@ -182,18 +185,19 @@ def compare_plan(results_dir: Path, *, epochs: int | None, dataset: str, max_ste
     root = config.parent
     report = _report_step(results_dir, report_args)
     local = local_runs(root, results_dir, facts, _size_args(epochs, dataset, max_steps)) + [report]
+    data = [REAL_DATA_NOTE] if dataset == "real" else []
     if not runnable:
         reason = facts.docker_error or "no experiment image can run here"
-        return RunPlan(local, [f"no Docker experiments on this host ({reason}); running the recipes with {sys.executable}"])
+        return RunPlan(local, [f"no Docker experiments on this host ({reason}); running the recipes with {sys.executable}", *data])
     # make runs in the project root: the results directory must not depend on where that is.
     # Each runs where `envkit experiment` puts its files: results must not depend on that.
     where = (*_config_args(config), "--results-dir", str(results_dir.resolve()))
     size = _size_args(epochs, dataset, max_steps)
-    steps = [Step(f"experiment {name}", _envkit("experiment", *where, name, *size)) for name in runnable]
+    steps = [Step(f"experiment {name}", _envkit("experiment", *where, name, "--", *size)) for name in runnable]
     # The first target also builds its image: when that fails the host cannot build
     # images at all (no reachable base image, say), so the recipes run here instead.
-    fallback = RunPlan(local, [f"the first Docker experiment failed; running the recipes with {sys.executable} instead"])
-    return RunPlan(steps + [report], [], fallback, 0)
+    fallback = RunPlan(local, [f"the first Docker experiment failed; running the recipes with {sys.executable} instead", *data])
+    return RunPlan(steps + [report], data, fallback, 0)
 
 
 def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_image: str | None = None) -> RunPlan:

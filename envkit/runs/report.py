@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable
 
-import yaml
-
 from envkit.errors import EnvkitError
 from envkit.project.datafile import DATA_DIR
+from envkit.support.bounded_load import load_yaml
 from envkit.runs.results import CONFIGURATION_KEYS, ENVIRONMENT_KEYS, RunResult, Stat, results_schema, stat_of
 
 DEVICE_ORDER = {"tpu": 0, "cuda": 1, "cpu": 2}
@@ -41,7 +40,7 @@ NOT_APPLICABLE = "–"
 
 
 def _data(name: str):
-    return yaml.safe_load((DATA_DIR / name).read_text(encoding="utf-8"))
+    return load_yaml(DATA_DIR / name)
 
 
 @lru_cache(maxsize=None)
@@ -300,15 +299,14 @@ def build_report(results: list[RunResult], skipped: int = 0, baseline: str | Non
 
     ``strict``: refuse (EnvkitError) when a section's measured runs differ in environment_facts.
     """
-    grouped: dict[tuple, list[RunResult]] = {}
+    grouped: dict[tuple, tuple[dict, list[RunResult]]] = {}
     for run in results:
         configuration = {key: run.configuration[key] for key in ROW_KEYS}
         if run.notebook is not None:
             configuration[NOTEBOOK_KEY] = notebook_label(run.notebook)
-        grouped.setdefault((run.recipe, json.dumps(configuration, sort_keys=True)), []).append(run)
+        grouped.setdefault((run.recipe, json.dumps(configuration, sort_keys=True)), (configuration, []))[1].append(run)
     sections: dict[tuple, Section] = {}
-    for (recipe, configuration_json), runs in grouped.items():
-        configuration = json.loads(configuration_json)
+    for (recipe, _), (configuration, runs) in grouped.items():
         section = sections.setdefault((recipe, configuration["dataset"]), Section(recipe, configuration["dataset"]))
         section.rows.append(_row_from_runs(recipe, configuration, runs))
     if baseline is not None:

@@ -10,7 +10,6 @@ validation so the report code only ever sees the current schema version.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -20,13 +19,14 @@ import jsonschema
 
 from envkit.errors import EnvkitError
 from envkit.project.datafile import DATA_DIR
+from envkit.support.bounded_load import load_json, parse_json, read_text
 
 SCHEMA_PATH = DATA_DIR / "results.schema.json"
 
 
 @lru_cache(maxsize=None)
 def results_schema() -> dict:
-    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    return load_json(SCHEMA_PATH)
 
 
 def _properties(block: str) -> dict:
@@ -137,10 +137,7 @@ def schema_error(document: dict) -> str | None:
 
 def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
     """Parse one file's text; raise ValueError with a one-line reason when unusable."""
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON, partial or malformed ({exc.msg}: line {exc.lineno} column {exc.colno})") from None
+    document = parse_json(text)
     if not isinstance(document, dict):
         raise ValueError("not a results object")
     document, note = upgrade(document)
@@ -179,8 +176,8 @@ def load_results(directory: Path) -> tuple[list[RunResult], list[str]]:
     warnings: list[str] = []
     for path in sorted(directory.glob("*.json")):
         try:
-            result, note = parse(path, path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            result, note = parse(path, read_text(path))
+        except (OSError, ValueError) as exc:
             warnings.append(f"skipped {path}: {exc}")
             continue
         if note:

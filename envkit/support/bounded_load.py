@@ -1,0 +1,228 @@
+"""Every YAML and JSON file envkit reads comes through here, with its size, depth and aliases capped.
+
+A config, a results directory or a saved image may come from anyone, and three small
+files could otherwise take a machine down before any check ran: nine nested YAML
+anchors of nine aliases each expand to 9**9 nodes from 300 bytes (the "billion
+laughs"); a few thousand nested brackets overflow the C stack of libyaml's composer,
+which is a segfault, not an exception; /dev/zero or a 100 MB file is read whole before
+anything can refuse it. Each cap is far above what envkit's own files need (the largest,
+matrix.yaml, has about 1,500 nodes and depth 6).
+
+YAML is parsed by libyaml's C parser where PyYAML has it, and composed by PyYAML's own
+Composer with the caps counted on the way (0.7 ms more than yaml.CSafeLoader on matrix.yaml,
+benchmarks/bench_bounded_load.py), so nothing is expanded, nested or read beyond a cap. PyYAML is imported only
+when YAML is read: a remembered render (envkit.render.memo) reads JSON alone. A refusal is
+``Refused``: a ValueError with one line of reason and, where known, the line number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import lru_cache
+from typing import IO, Any, Callable
+
+from envkit.errors import EnvkitError
+
+MAX_BYTES = 16 * 2**20  # a results file with every installed distribution is about 20 KB
+MAX_DEPTH = 64  # nesting of mappings and lists, aliases expanded
+MAX_ALIASES = 100  # *references to &anchors
+MAX_NODES = 100_000  # scalars, lists and mappings, aliases expanded
+
+
+class Refused(ValueError):
+    """Input envkit will not read: ``reason`` is one line, ``line`` the 1-based line where known."""
+
+    def __init__(self, reason: str, line: int | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.line = line
+
+    def at(self, path: str | os.PathLike) -> str:
+        """The one-line message naming the file (and line)."""
+        return f"{path}:{self.line}: {self.reason}" if self.line else f"{path}: {self.reason}"
+
+
+def read_text(path: str | os.PathLike, limit: int = MAX_BYTES) -> str:
+    """The file's text, refused unread when it is larger than ``limit`` bytes; OSError for the caller."""
+    with open(path, "rb") as stream:
+        if os.fstat(stream.fileno()).st_size > limit:
+            raise Refused(_too_large(limit))
+        return decode(read_stream(stream, limit))
+
+
+def read_stream(stream: IO[bytes], limit: int = MAX_BYTES) -> bytes:
+    """At most ``limit`` bytes of a stream (a pipe, /dev/zero, a member of a tarball), else Refused."""
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise Refused(_too_large(limit))
+    return data
+
+
+def decode(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Refused(f"not UTF-8 text (byte {exc.start})") from None
+
+
+def _too_large(limit: int) -> str:
+    return f"larger than {limit // 2**20} MiB, more than any file envkit reads; is it the right file?"
+
+
+def parse_json(text: str | bytes) -> Any:
+    """A JSON document nested at most MAX_DEPTH deep."""
+    try:
+        document = json.loads(text)
+    except RecursionError:
+        raise Refused(f"nested deeper than {MAX_DEPTH} levels") from None
+    except json.JSONDecodeError as exc:
+        raise Refused(f"not valid JSON, partial or malformed ({exc.msg}: line {exc.lineno} column {exc.colno})",
+                      exc.lineno) from None
+    except ValueError as exc:  # e.g. an integer longer than Python converts
+        raise Refused(f"not valid JSON ({' '.join(str(exc).split())})") from None
+    _check_depth(document)
+    return document
+
+
+def _check_depth(document: Any) -> None:
+    # Iterative: a recursive walk is what a deep document would break.
+    pending = [(document, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise Refused(f"nested deeper than {MAX_DEPTH} levels")
+            pending.extend((child, depth + 1) for child in (value.values() if isinstance(value, dict) else value))
+
+
+def load_json(path: str | os.PathLike) -> Any:
+    """The JSON file at ``path``; any problem is one EnvkitError line naming it."""
+    return _load(path, parse_json)
+
+
+def load_yaml(path: str | os.PathLike) -> Any:
+    """The YAML file at ``path`` (one document, safe types only); any problem is one EnvkitError line naming it."""
+    return _load(path, parse_yaml)
+
+
+def _load(path: str | os.PathLike, parse: Callable[[str], Any]) -> Any:
+    try:
+        return parse(read_text(path))
+    except Refused as exc:
+        raise EnvkitError(exc.at(path)) from None
+    except OSError as exc:
+        raise EnvkitError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def parse_yaml(text: str, index: Callable[[Any], None] | None = None) -> Any:
+    """One YAML document built from safe types; ``index(node)`` sees the composed tree before it is built."""
+    import yaml
+
+    loader = _loader_class()(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if index is not None:
+            index(node)
+        return loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = exc.problem or exc.context or "syntax error"
+        if exc.context and exc.context.startswith("found"):  # "found duplicate anchor 'a'; ...": the context says what
+            problem = exc.context
+        elif exc.context and problem.startswith("but "):  # "expected a single document in the stream, but found another"
+            problem = f"{exc.context}, {problem}"
+        problem = " ".join(str(problem).split())
+        raise Refused(f"malformed YAML: {problem}", mark.line + 1 if mark else None) from None
+    except yaml.YAMLError as exc:
+        raise Refused(f"malformed YAML: {' '.join(str(exc).split())}") from None
+    except ValueError as exc:
+        if isinstance(exc, Refused):
+            raise
+        # A date such as 2024-13-01, or an integer longer than Python converts.
+        raise Refused(f"malformed YAML: {' '.join(str(exc).split())}") from None
+    finally:
+        loader.dispose()
+
+
+@lru_cache(maxsize=1)
+def _loader_class() -> type:
+    """PyYAML's safe loader with a Composer that counts values, nesting and aliases as it goes."""
+    from yaml.composer import Composer
+    from yaml.constructor import SafeConstructor
+    from yaml.events import AliasEvent, ScalarEvent
+    from yaml.resolver import Resolver
+
+    class CappedComposer(Composer):
+        def __init__(self) -> None:
+            super().__init__()
+            self._nodes = 0
+            self._aliases = 0
+            self._depth = 0  # lists and mappings around (and including) the node being composed
+            self._deepest = 0  # the deepest nesting reached inside the node being composed
+            self._expanded: dict[str, tuple[int, int]] = {}  # anchor -> (values, levels below its parent)
+
+        def compose_node(self, parent, index):
+            event = self.peek_event()
+            if event.__class__ is ScalarEvent:  # most values: no nesting, checked with the least work
+                self._nodes += 1
+                if self._nodes > MAX_NODES:
+                    self._count(0, self._depth, event)
+                if event.anchor is not None:
+                    self._expanded[event.anchor] = (1, 0)
+                return Composer.compose_node(self, parent, index)
+            if event.__class__ is AliasEvent:
+                self._aliases += 1
+                if self._aliases > MAX_ALIASES:
+                    raise Refused(f"more than {MAX_ALIASES} aliases (*name)", event.start_mark.line + 1)
+                if event.anchor in self.anchors and event.anchor not in self._expanded:
+                    raise Refused(f"alias *{event.anchor} is inside the node it names", event.start_mark.line + 1)
+                values, levels = self._expanded.get(event.anchor, (0, 0))  # an unknown alias: PyYAML says so
+                self._count(values, self._depth + levels, event)
+                return Composer.compose_node(self, parent, index)
+            outer_depth, outer_deepest, start = self._depth, self._deepest, self._nodes
+            self._depth += 1
+            self._deepest = self._depth
+            self._count(1, self._depth, event)
+            node = Composer.compose_node(self, parent, index)
+            if event.anchor is not None:
+                self._expanded[event.anchor] = (self._nodes - start, self._deepest - outer_depth)
+            self._depth, self._deepest = outer_depth, max(outer_deepest, self._deepest)
+            return node
+
+        def _count(self, values: int, depth: int, event) -> None:
+            self._nodes += values
+            self._deepest = max(self._deepest, depth)
+            if depth > MAX_DEPTH:
+                raise Refused(f"nested deeper than {MAX_DEPTH} levels", event.start_mark.line + 1)
+            if self._nodes > MAX_NODES:
+                raise Refused(f"more than {MAX_NODES} values once aliases are expanded", event.start_mark.line + 1)
+
+    try:  # libyaml's C parser where PyYAML was built with it
+        from yaml.cyaml import CParser
+    except ImportError:  # pragma: no cover - PyYAML without libyaml
+        from yaml.parser import Parser
+        from yaml.reader import Reader
+        from yaml.scanner import Scanner
+
+        class PurePythonLoader(CappedComposer, Reader, Scanner, Parser, SafeConstructor, Resolver):
+            def __init__(self, stream: str):
+                Reader.__init__(self, stream)
+                Scanner.__init__(self)
+                Parser.__init__(self)
+                CappedComposer.__init__(self)
+                SafeConstructor.__init__(self)
+                Resolver.__init__(self)
+
+        return PurePythonLoader
+
+    class BoundedLoader(CappedComposer, CParser, SafeConstructor, Resolver):
+        def __init__(self, stream: str):
+            CParser.__init__(self, stream)
+            CappedComposer.__init__(self)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+
+    return BoundedLoader

@@ -1,0 +1,165 @@
+"""Every YAML and JSON file envkit reads is capped in size, depth and aliases (envkit/support/bounded_load.py).
+
+The three attacks run as a user meets them: the envkit command in a subprocess whose address
+space (RLIMIT_AS) and CPU time (RLIMIT_CPU, 1 s: the kernel stops it, this test times nothing)
+are limited. Each must end in one line and exit 2, long before either limit; before the caps, the
+alias bomb ended in a MemoryError traceback and the deep nesting in a segfault of libyaml's composer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envkit.support import bounded_load
+from envkit.support.bounded_load import MAX_ALIASES, MAX_DEPTH, Refused, parse_json, parse_yaml
+
+REPO = Path(__file__).resolve().parent.parent
+MEMORY_LIMIT = 512 * 2**20  # envkit's own commands need under 150 MiB of address space here
+CPU_LIMIT_S = 1
+CONFIG = 'targets:\n  cpu: {kind: cpu, torch: "2.9.0"}\n'
+
+
+def alias_bomb(levels: int = 9) -> str:
+    """Nine anchors, each a list of nine aliases of the one before: 9**9 values from about 400 bytes."""
+    names = [f"l{level}" for level in range(levels)]
+    lines = [f"{names[0]}: &{names[0]} [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"{name}: &{name} [{', '.join(['*' + previous] * 9)}]" for previous, name in zip(names, names[1:])]
+    return CONFIG + "\n".join(lines) + "\n"
+
+
+def _limits() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, CPU_LIMIT_S + 1))
+
+
+def limited_envkit(cwd: Path, *argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "ENVKIT_CACHE_DIR": str(cwd / "cache")}
+    return subprocess.run([sys.executable, "-m", "envkit", *argv], cwd=cwd, capture_output=True, text=True,
+                          preexec_fn=_limits, env=env, timeout=120)
+
+
+def assert_one_line(done: subprocess.CompletedProcess, fragment: str) -> None:
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert fragment in done.stderr, done.stderr
+
+
+def test_a_yaml_alias_bomb_in_the_config_is_one_line(tmp_path):
+    (tmp_path / "envkit.yaml").write_text(alias_bomb())
+    for command in (["targets"], ["render", "--all", "--check"]):
+        done = limited_envkit(tmp_path, *command)
+        assert_one_line(done, "envkit.yaml:8: more than 100000 values once aliases are expanded")
+
+
+def test_deep_nesting_is_one_line(tmp_path):
+    (tmp_path / "envkit.yaml").write_text(CONFIG + "deep: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    assert_one_line(limited_envkit(tmp_path, "targets"), f"envkit.yaml:3: nested deeper than {MAX_DEPTH} levels")
+    results = tmp_path / "deep.json"
+    results.write_text("[" * 100_000 + "]" * 100_000)
+    assert_one_line(limited_envkit(tmp_path, "diff", "deep.json", "deep.json"), f"nested deeper than {MAX_DEPTH} levels")
+
+
+def test_a_100_mb_file_is_refused_unread(tmp_path):
+    big = tmp_path / "envkit.yaml"
+    with big.open("w") as stream:  # a valid config, then 100 MB of comment that a parser would have to read
+        stream.write(CONFIG)
+        for _ in range(100):
+            stream.write("#" * 2**20)
+    assert big.stat().st_size > 100 * 10**6
+    assert_one_line(limited_envkit(tmp_path, "targets"), "envkit.yaml: larger than 16 MiB")
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "big.json").symlink_to(big)
+    done = limited_envkit(tmp_path, "report", "results")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.splitlines() == [
+        f"envkit: warning: skipped {Path('results') / 'big.json'}: larger than 16 MiB, more than any file envkit reads; is it the right file?",
+        "envkit: error: no results in results: all 1 *.json files were skipped (see warnings); "
+        "run a recipe, `envkit compare` or `envkit demo` first",
+    ]
+
+
+def test_a_stream_without_end_is_read_only_up_to_the_cap(tmp_path):
+    assert_one_line(limited_envkit(tmp_path, "targets", "--config", "/dev/zero"), "/dev/zero: larger than 16 MiB")
+
+
+def test_envkits_own_files_read_as_before():
+    """The bounded loader builds exactly what PyYAML's safe loader builds, for every YAML file envkit ships."""
+    shipped = sorted((REPO / "envkit" / "data").glob("*.yaml")) + [REPO / "envkit.yaml", REPO / "tests" / "golden" / "envkit.yaml"]
+    for path in shipped:
+        text = path.read_text()
+        assert parse_yaml(text) == yaml.safe_load(text), path
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a: &a [*a]\n", "alias *a is inside the node it names"),
+        ("a: &a {b: *a}\n", "alias *a is inside the node it names"),
+        ("a: 1\nb: [" + ", ".join(["*x"] * (MAX_ALIASES + 1)) + "]\n", "found undefined alias 'x'"),
+        ("x: &x 1\nb: [" + ", ".join(["*x"] * (MAX_ALIASES + 1)) + "]\n", f"more than {MAX_ALIASES} aliases"),
+        ("a: " + "[" * MAX_DEPTH + "]" * MAX_DEPTH, f"nested deeper than {MAX_DEPTH} levels"),
+        # Depth reached through aliases counts as well: each anchor nests the one before.
+        ("".join(f"l{i}: &l{i} [{'*l' + str(i - 1) if i else 'x'}]\n" for i in range(MAX_DEPTH + 1)),
+         f"nested deeper than {MAX_DEPTH} levels"),
+        ("a: &a 1\nb: &a 2\n", "found duplicate anchor 'a'"),
+        ("a: 2024-13-45\n", "month must be in 1..12"),
+        ("a: " + "1" * 5000 + "\n", "Exceeds the limit (4300 digits)"),
+        ("a: !!python/object/apply:os.system [id]\n", "could not determine a constructor"),
+        ("a: [\n", "malformed YAML"),
+    ],
+)
+def test_hostile_yaml_is_one_refusal(text, message):
+    with pytest.raises(Refused) as refused:
+        parse_yaml(text)
+    assert message in refused.value.at("f.yaml") and "\n" not in refused.value.at("f.yaml")
+
+
+def test_nesting_up_to_the_cap_reads():
+    assert parse_yaml("a: " + "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1))["a"] is not None  # the mapping is a level
+    anchors = "x: &x 1\nb: [" + ", ".join(["*x"] * MAX_ALIASES) + "]\n"
+    assert parse_yaml(anchors)["b"] == [1] * MAX_ALIASES
+    assert parse_json("[" * MAX_DEPTH + "]" * MAX_DEPTH) is not None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), f"nested deeper than {MAX_DEPTH} levels"),
+        ("[" * 100_000 + "]" * 100_000, f"nested deeper than {MAX_DEPTH} levels"),
+        ("1" * 5000, "Exceeds the limit"),
+        ('{"a": ', "partial or malformed"),
+        (b"\xff\xfe{}", "partial or malformed"),
+    ],
+)
+def test_hostile_json_is_one_refusal(text, message):
+    with pytest.raises(Refused, match=re.escape(message)):
+        parse_json(text)
+
+
+def test_non_utf8_text_is_one_refusal(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_bytes(b"a: \xff\n")
+    with pytest.raises(Refused, match=r"not UTF-8 text \(byte 3\)"):
+        bounded_load.read_text(path)
+
+
+def test_every_yaml_and_json_reader_goes_through_the_bounded_loader():
+    """No other module parses YAML or JSON itself (the package index's JSON is a network reply, not a file)."""
+    parser = re.compile(r"\b(yaml\.(safe_)?load|yaml\.(C?Safe)?Loader\(|json\.loads?\()")
+    allowed = {"envkit/support/bounded_load.py", "envkit/lock/index_check.py"}
+    offenders = []
+    for path in sorted((REPO / "envkit").rglob("*.py")):
+        name = path.relative_to(REPO).as_posix()
+        if name not in allowed:
+            offenders += [f"{name}:{number}" for number, line in enumerate(path.read_text().splitlines(), 1) if parser.search(line)]
+    assert offenders == []

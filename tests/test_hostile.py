@@ -1,0 +1,150 @@
+"""Hostile input as a corpus (tests/hostile/cases.yaml): one line, the right exit status, nothing changed.
+
+Each case runs `envkit` in-process (a traceback would fail the test as an uncaught exception) in a
+fresh copy of the project, with no Docker engine answering and a cache outside the copy. The copy's
+every file, with its bytes and modification time, must be the same afterwards, and no file added.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envkit.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+CASES = yaml.safe_load((Path(__file__).parent / "hostile" / "cases.yaml").read_text(encoding="utf-8"))
+RESULTS = REPO / "tests" / "data" / "results" / "mixed" / "mnist-cpu-b.json"
+
+
+def test_the_corpus_is_well_formed():
+    ids = [case["id"] for case in CASES]
+    assert len(ids) == len(set(ids)) >= 60
+    known = {"id", "argv", "config", "files", "edit", "env", "exit", "message"}
+    for case in CASES:
+        assert set(case) <= known and {"id", "argv", "message"} <= set(case), case["id"]
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    """The project's files a user has after a clone (envkit.yaml, templates, recipes, docker/)."""
+    root = tmp_path_factory.mktemp("pristine")
+    shutil.copy(REPO / "envkit.yaml", root / "envkit.yaml")
+    for part in ("templates", "recipes", "docker"):
+        shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def _merge(document: dict, changes: dict) -> dict:
+    merged = copy.deepcopy(document)
+    for key, value in changes.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _content(spec) -> bytes | int:
+    """A file's bytes from its corpus spec (an int: a sparse file of that size)."""
+    if isinstance(spec, str):
+        return spec.encode("utf-8")
+    (kind, value), = spec.items()
+    if kind == "json":
+        return json.dumps(value).encode()
+    if kind == "results":
+        return json.dumps(_merge(json.loads(RESULTS.read_text()), value)).encode()
+    if kind == "nested":
+        return b"[" * value + b"]" * value
+    if kind == "digits":
+        return b'{"schema_version": ' + b"1" * value + b"}"
+    if kind == "bytes":
+        return value.encode("latin-1")
+    if kind == "sparse":
+        return value
+    raise AssertionError(f"unknown file spec {kind}")
+
+
+def _write(path: Path, content: bytes | int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, int):
+        with path.open("wb") as stream:
+            stream.truncate(content)
+    else:
+        path.write_bytes(content)
+
+
+def _configure(config: Path, change: dict) -> None:
+    (kind, value), = change.items()
+    text = config.read_text(encoding="utf-8")
+    if kind == "replace":
+        old, new = value
+        assert old in text, f"{old!r} is not in envkit.yaml"
+        config.write_text(text.replace(old, new, 1), encoding="utf-8")
+    elif kind == "append":
+        config.write_text(text + value, encoding="utf-8")
+    elif kind == "text":
+        config.write_text(value, encoding="utf-8")
+    elif kind == "nested":
+        config.write_text(text + "deep: " + "[" * value + "]" * value + "\n", encoding="utf-8")
+    elif kind == "digits":
+        config.write_text(text + "big: " + "1" * value + "\n", encoding="utf-8")
+    elif kind == "bytes":
+        config.write_bytes(value.encode("latin-1"))
+    else:
+        raise AssertionError(f"unknown config change {kind}")
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
+    """Every file: size, modification time and (for small files) a digest of the bytes."""
+    import hashlib
+
+    state = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            stat = path.stat()
+            digest = hashlib.sha256(path.read_bytes()).hexdigest() if stat.st_size < 2**20 else ""
+            state[path.relative_to(root).as_posix()] = (stat.st_size, stat.st_mtime_ns, digest)
+        else:
+            state[path.relative_to(root).as_posix() + "/"] = (0, 0, "")
+    return state
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
+def test_hostile_input_is_one_line_and_changes_nothing(case, pristine, tmp_path, monkeypatch, capsys):
+    project = tmp_path / "project"
+    shutil.copytree(pristine, project)
+    if "config" in case:
+        _configure(project / "envkit.yaml", case["config"])
+    if "edit" in case:
+        edited = project / case["edit"]["file"]
+        old, new = case["edit"]["replace"]
+        assert old in edited.read_text(), f"{old!r} is not in {case['edit']['file']}"
+        edited.write_text(edited.read_text().replace(old, new, 1))
+    for name, spec in (case.get("files") or {}).items():
+        _write(project / name, _content(spec))
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
+    for name, value in (case.get("env") or {}).items():
+        monkeypatch.setenv(name, value)
+    before = snapshot(project)
+
+    try:
+        code = main([str(word) for word in case["argv"]])
+    except SystemExit as exit_:  # argparse's own refusals
+        code = exit_.code
+    out, err = capsys.readouterr()
+
+    assert code == case.get("exit", 2), (out, err)
+    assert err.count("\n") == 1 and err.endswith("\n") and "Traceback" not in err, err
+    assert case["message"] in err, err
+    assert snapshot(project) == before, "a file of the project was created, changed or touched"
