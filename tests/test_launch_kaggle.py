@@ -183,3 +183,10 @@ def test_the_whole_launch_needs_no_network(repo_root, kaggle, tmp_path):
     assert done.returncode == 0, done.stderr
     assert [call[:2] for call in calls(kaggle)] == [["kernels", "push"], ["kernels", "status"], ["kernels", "status"],
                                                     ["kernels", "output"]]
+
+
+def test_the_account_comes_from_kaggle_json_where_no_user_is_named(capsys, repo_root, kaggle, tmp_path):
+    (tmp_path / "home" / ".kaggle").mkdir(parents=True)
+    (tmp_path / "home" / ".kaggle" / "kaggle.json").write_text('{"username": "from-file", "key": "x"}')
+    code = main(["launch", "tpu-mnist", "--on", "kaggle", "--config", str(repo_root / "envkit.yaml"), "--dry-run"])
+    assert code == 0 and '"id": "from-file/envkit-tpu-mnist"' in capsys.readouterr().out

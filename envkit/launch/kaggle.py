@@ -119,11 +119,15 @@ def _config_folders() -> list[Path]:
 def _configured_owner() -> str | None:
     if os.environ.get("KAGGLE_USERNAME"):
         return os.environ["KAGGLE_USERNAME"]
+    from envkit.support.bounded_load import load_json
+
     for folder in _config_folders():
-        try:
-            return json.loads((folder / "kaggle.json").read_text(encoding="utf-8")).get("username")
-        except (OSError, ValueError, AttributeError):
-            continue
+        if (folder / "kaggle.json").is_file():
+            try:
+                username = load_json(folder / "kaggle.json").get("username")
+            except (EnvkitError, AttributeError):
+                continue  # the CLI would not read it either; --kaggle-user names the account
+            return username if isinstance(username, str) else None
     return None
 
 
