@@ -7,7 +7,7 @@ Part 1, in this one process, taking turns epoch by epoch so that load from
 elsewhere on the machine hits every loop alike; all train the same model from the
 same initial weights on the same images:
 
-- recipe:    recipes/cifar.py's own train_epoch (timing laps, loss summed on the device);
+- recipe:    recipes/cifar.py's own Trainer._run_epoch (timing laps, loss summed on the device);
 - bare:      the least a loop can do with the same loader and the same on-device resize;
 - published: E2's original style: per-image PIL Resize/ToTensor/Normalize in a
              DataLoader and ``loss.item()`` every step.
@@ -64,19 +64,23 @@ class PublishedStyleDataset(torch.utils.data.Dataset):
         return self.transform(Image.fromarray(self.images[index])), int(self.labels[index])
 
 
+def recipe_trainer(args) -> cifar.Trainer:
+    """The recipe's Trainer (model, optimiser, loaders) after the recipe's seeding: every loop starts from the same weights."""
+    replicas = cifar.local_replicas(args)
+    run = harness.Run(args, replicas, recipe=cifar.RECIPE, prog="bench_cifar.py", resume_keys=())
+    return cifar.Trainer(args, replicas, cifar.data_loaders(args, replicas), run)
+
+
 class RecipeLoop:
     name = "recipe"
 
     def __init__(self, args):
-        replicas = cifar.local_replicas(args)
-        self.trainer = cifar.build_trainer(args, replicas)
-        self.loader, _ = cifar.data_loaders(args, replicas)
-        self.run = harness.Run(args, replicas, recipe=cifar.RECIPE, prog="bench_cifar.py", resume_keys=())
+        self.trainer = recipe_trainer(args)
 
     def epoch(self, epoch: int) -> int:
-        before = self.run.history.steps
-        cifar.train_epoch(self.trainer, self.loader, self.run, epoch)
-        return self.run.history.steps - before
+        before = self.trainer.run.history.steps
+        self.trainer._run_epoch(epoch)
+        return self.trainer.run.history.steps - before
 
 
 class BareLoop:
@@ -84,8 +88,8 @@ class BareLoop:
 
     def __init__(self, args):
         self.args = args
-        self.trainer = cifar.build_trainer(args, cifar.local_replicas(args))
-        self.loader, _ = cifar.data_loaders(args, self.trainer.replicas)
+        self.trainer = recipe_trainer(args)
+        self.loader = self.trainer.train_loader
 
     def epoch(self, epoch: int) -> int:
         model, optimizer, device = self.trainer.model, self.trainer.optimizer, self.trainer.replicas.device
@@ -105,7 +109,7 @@ class PublishedLoop:
     name = "published"
 
     def __init__(self, args):
-        self.trainer = cifar.build_trainer(args, cifar.local_replicas(args))
+        self.trainer = recipe_trainer(args)
         images, labels = cifar.fake_images(args.fake_train_size, seed=args.seed, sample_seed=args.seed + 1)
         generator = torch.Generator().manual_seed(args.seed)
         self.loader = torch.utils.data.DataLoader(PublishedStyleDataset(images, labels, args.image_size),

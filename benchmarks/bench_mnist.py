@@ -8,7 +8,7 @@ All three loops train the same network from the same initial weights with the
 same optimiser on the same images, in this one process, taking turns epoch by
 epoch so that load from elsewhere on the machine hits them alike:
 
-- recipe:    recipes/mnist.py's own loaders and train_epoch (pre-collated batches,
+- recipe:    recipes/mnist.py's own loaders and Trainer._run_epoch (pre-collated batches,
              per-step timing, no per-step sync);
 - bare:      the least a loop can do: batches already on the device, no loader, no timing;
 - published: torchvision's MNIST with per-sample ToTensor/Normalize in a DataLoader and
@@ -48,27 +48,26 @@ def fresh_model(device: torch.device, lr: float, seed: int):
     return model, torch.optim.Adadelta(model.parameters(), lr=lr)
 
 
-def train_loader(backend, args):
-    """The recipe's own training loader of pre-collated batches (on the device where the recipe preloads)."""
+def recipe_loaders(backend, args):
+    """The recipe's own training and test loaders of pre-collated batches (on the device where the recipe preloads)."""
     train_set, test_set = mnist.load_data(args)
     if backend.feed is None:
         train_set, test_set = train_set.to(backend.replicas.device), test_set.to(backend.replicas.device)
     return harness.shard_loaders(train_set, test_set, backend.replicas, batch=args.per_device_batch,
-                                 test_batch=args.test_batch, seed=args.seed)[0]
+                                 test_batch=args.test_batch, seed=args.seed)
 
 
 class RecipeLoop:
     name = "recipe"
 
     def __init__(self, backend, args):
-        self.backend, self.args = backend, args
-        self.loader = train_loader(backend, args)
-        self.model, self.optimizer = fresh_model(backend.replicas.device, args.effective_lr, args.seed)
         self.run = harness.Run(args, backend.replicas, recipe=mnist.RECIPE, prog="bench_mnist.py", resume_keys=())
+        model, _ = fresh_model(backend.replicas.device, args.effective_lr, args.seed)
+        self.trainer = mnist.Trainer(model, backend, recipe_loaders(backend, args), self.run, args)
 
     def epoch(self, epoch: int) -> int:
         before = self.run.history.steps
-        mnist.train_epoch(self.model, self.optimizer, self.loader, self.backend, self.run, epoch)
+        self.trainer._run_epoch(epoch)
         return self.run.history.steps - before
 
 
@@ -78,7 +77,7 @@ class BareLoop:
     def __init__(self, backend, args):
         self.backend = backend
         device = backend.replicas.device
-        self.batches = [(x.to(device), y.to(device)) for x, y in train_loader(backend, args)]
+        self.batches = [(x.to(device), y.to(device)) for x, y in recipe_loaders(backend, args)[0]]
         self.model, self.optimizer = fresh_model(device, args.effective_lr, args.seed)
 
     def epoch(self, epoch: int) -> int:

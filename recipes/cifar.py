@@ -39,6 +39,9 @@ NUM_CLASSES = 10
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 REFERENCE_BATCH = 256  # the global batch E2's learning rate belongs to; --lr-scaling linear scales from it
 DEFAULT_CPU_PROCESSES = 2
+# nn.DataParallel scatters each batch over CUDA GPUs; without them it calls the module once, which is no DataParallel
+# run to record. The tests add "cpu" to check the dp wiring (wrap, checkpoint, --show-scatter) without GPUs.
+DATA_PARALLEL_DEVICES = ("cuda",)
 # Settings a checkpoint must share with the run that resumes it. The cosine schedule depends on the epoch count.
 RESUME_KEYS = ("device", "parallel", "world_size", "model", "image_size", "dataset", "seed", "epochs", "global_batch", "per_device_batch",
                "lr", "lr_scaling", "effective_lr", "warmup_epochs", "momentum", "weight_decay", "amp", "channels_last",
@@ -164,8 +167,9 @@ def relaunch_under_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     """Start this script under torchrun; checked here first, bad data or checkpoints are one line, not one per process."""
     check_enough_images(args, load_data(args, download=args.download)[0])
     if args.resume and args.amp != "auto":  # "auto" AMP is settled in the training processes, which check there
-        harness.resume_checkpoint(PROG, harness.checkpoint_path(args.checkpoint_dir, RECIPE, args.run_name),
-                                  harness.resume_settings(args, RESUME_KEYS), announce=False)
+        harness.Checkpointer(args, recipe=RECIPE, resume_keys=RESUME_KEYS).resume(PROG, announce=False)
+    if args.nnodes > 1:  # check_hosts made sure of an endpoint
+        ddp.check_rendezvous(args.rdzv_endpoint, args.rdzv_timeout)
     command = ddp.torchrun_command(args, str(Path(__file__).resolve()), argv)
     if not args.quiet:
         print(f"{PROG}: starting {args.world_size} processes: torchrun {' '.join(command[3:command.index('--')])} ...", file=sys.stderr)
@@ -173,38 +177,6 @@ def relaunch_under_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 # --------------------------------------------------------------------------- training
-
-
-@dataclass
-class Trainer:
-    """The model as trained and the step's parts, so one epoch function serves every mode."""
-
-    net: nn.Module  # the bare torchvision model: checkpoints hold its weights
-    model: nn.Module  # what training calls: autocast, DataParallel/DDP, compile
-    eval_model: nn.Module  # what evaluation calls (see build_trainer)
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-    scaler: torch.amp.GradScaler
-    replicas: Replicas
-    args: argparse.Namespace
-
-    def batches(self, loader):
-        args, device = self.args, self.replicas.device
-        return (prepare_batch(x, y, device, args.image_size, args.channels_last) for x, y in loader)
-
-
-def build_trainer(args: argparse.Namespace, replicas: Replicas) -> Trainer:
-    harness.seed_everything(args.seed, replicas.device)
-    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
-    net = build_model(args.model).to(replicas.device, memory_format=memory_format)
-    autocast = speed.with_amp(net, args, replicas.device)
-    model = torch.compile(replicas.wrap(autocast)) if args.compile else replicas.wrap(autocast)
-    # DDP's forward may communicate, and test shards may differ in length: each process
-    # evaluates its shard without DDP. DataParallel evaluates through its scatter, as E2 measured.
-    eval_model = autocast if replicas.distributed else model
-    optimizer = torch.optim.SGD(net.parameters(), lr=args.effective_lr, momentum=args.momentum, weight_decay=args.weight_decay)
-    return Trainer(net=net, model=model, eval_model=eval_model, optimizer=optimizer, scheduler=build_scheduler(optimizer, args),
-                   scaler=torch.amp.GradScaler(replicas.device.type, enabled=args.amp == "fp16"), replicas=replicas, args=args)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, args: argparse.Namespace):
@@ -217,47 +189,96 @@ def build_scheduler(optimizer: torch.optim.Optimizer, args: argparse.Namespace):
     return lr_scheduler.SequentialLR(optimizer, [warmup, cosine], milestones=[args.warmup_epochs])
 
 
-def train_epoch(trainer: Trainer, loader, training: harness.Run, epoch: int) -> float:
-    """One pass over this process's shard; returns the mean training loss over every process."""
-    args, replicas = trainer.args, trainer.replicas
-    trainer.model.train()
-    # Summed on the device and read once per epoch: a per-step .item() would sync every step.
-    loss_sum, images_seen = torch.zeros((), dtype=torch.float64, device=replicas.device), 0
-    for step, (images, labels) in enumerate(training.steps(loader, trainer.batches(loader), epoch), 1):
-        output = scatter.forward(trainer.model, trainer.net, images, show=args.show_scatter and training.history.steps == 0,
-                                 parallel=args.parallel, replicas=replicas, assumed_devices=args.nproc)
+class Trainer:
+    """E2's training loop, shaped like pytorch/examples' DDP series: the same loop for one device, DataParallel
+    and DDP, which differ only in how ``replicas.wrap`` wraps the model."""
+
+    def __init__(self, args: argparse.Namespace, replicas: Replicas, loaders: tuple, run: harness.Run):
+        self.args, self.replicas, self.run = args, replicas, run
+        self.train_loader, self.test_loader = loaders
+        memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+        self.net = build_model(args.model).to(replicas.device, memory_format=memory_format)  # checkpoints hold its weights
+        autocast = speed.with_amp(self.net, args, replicas.device)
+        # What training calls (autocast, DataParallel/DDP, compile) and what evaluation calls: DDP's forward may
+        # communicate and test shards may differ in length, so each DDP process evaluates its shard without DDP.
+        # DataParallel evaluates through its scatter, as E2 measured.
+        self.model = torch.compile(replicas.wrap(autocast)) if args.compile else replicas.wrap(autocast)
+        self.eval_model = autocast if replicas.distributed else self.model
+        self.optimizer = torch.optim.SGD(self.net.parameters(), lr=args.effective_lr, momentum=args.momentum,
+                                         weight_decay=args.weight_decay)
+        self.scheduler = build_scheduler(self.optimizer, args)
+        self.scaler = torch.amp.GradScaler(replicas.device.type, enabled=args.amp == "fp16")
+        self.parts = {"model": self.net, "optimizer": self.optimizer, "scheduler": self.scheduler, "scaler": self.scaler}
+        self.first_epoch = run.restore(self.parts)  # --resume: their states, the RNGs and the history so far
+
+    def _batches(self, loader):
+        return (prepare_batch(x, y, self.replicas.device, self.args.image_size, self.args.channels_last) for x, y in loader)
+
+    def _run_batch(self, images: torch.Tensor, labels: torch.Tensor, *, show_scatter: bool) -> torch.Tensor:
+        args = self.args
+        output = scatter.forward(self.model, self.net, images, show=show_scatter, parallel=args.parallel,
+                                 replicas=self.replicas, assumed_devices=args.nproc)
         loss = F.cross_entropy(output, labels)
-        trainer.optimizer.zero_grad(set_to_none=True)
-        trainer.scaler.scale(loss).backward()
-        trainer.scaler.step(trainer.optimizer)
-        trainer.scaler.update()
-        loss_sum += loss.detach() * len(labels)
-        images_seen += len(labels)
-        training.show_loss(loss.detach(), step)
-    loss_total, count_total = replicas.sum_over_processes([loss_sum.item(), images_seen])
-    training.history.train_images += int(count_total)
-    return loss_total / count_total
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return loss.detach()
+
+    def _run_epoch(self, epoch: int) -> float:
+        """One pass over this process's shard; returns the mean training loss over every process."""
+        history = self.run.history
+        self.model.train()
+        self.train_loader.sampler.sampler.set_epoch(epoch)  # the DistributedSampler: a new order every epoch
+        bar = self.run.progress_bar(self._batches(self.train_loader), len(self.train_loader), epoch)
+        # Summed on the device and read once per epoch: a per-step .item() would sync every step.
+        loss_sum, images_seen = torch.zeros((), dtype=torch.float64, device=self.replicas.device), 0
+        timer = harness.StepTimer(self.replicas.device)
+        for step, (images, labels) in enumerate(bar, 1):
+            loss = self._run_batch(images, labels, show_scatter=self.args.show_scatter and history.steps == 0)
+            loss_sum += loss * len(labels)
+            images_seen += len(labels)
+            timer.lap()
+            bar.show_loss(loss, step)
+            history.steps += 1
+            if self.run.out_of_steps():  # --max-steps
+                break
+        history.add_training(timer.stop())  # the epoch's one device sync
+        loss_total, count_total = self.replicas.sum_over_processes([loss_sum.item(), images_seen])
+        history.train_images += int(count_total)
+        return loss_total / count_total
+
+    def evaluate(self) -> float:
+        """Accuracy over the whole test set: every process's unpadded shard, summed over processes."""
+        if self.replicas.distributed:
+            # BatchNorm statistics drift apart in each process: evaluate everywhere with rank 0's, which its checkpoint holds.
+            for buffer in self.net.buffers():
+                torch.distributed.broadcast(buffer, src=0)
+        return harness.global_accuracy(self.eval_model, self._batches(self.test_loader), self.replicas)
+
+    def _save_checkpoint(self, epochs_done: int) -> None:  # every replica holds the same weights: one process writes them
+        if self.replicas.is_main:
+            self.run.save_checkpoint(self.parts, epochs_done)
+
+    def train(self) -> None:
+        for epoch in range(self.first_epoch, self.args.epochs):
+            if self.run.out_of_steps():
+                break
+            self.run.start_epoch()
+            loss = self._run_epoch(epoch)
+            self.run.start_test()
+            accuracy = self.evaluate()
+            self.run.end_epoch(epoch, lr=self.optimizer.param_groups[0]["lr"], loss=loss, accuracy=accuracy)
+            self.scheduler.step()
+            self._save_checkpoint(epoch + 1)
 
 
-def evaluate(trainer: Trainer, loader) -> float:
-    """Accuracy over the whole test set: every process's unpadded shard, summed over processes."""
-    if trainer.replicas.distributed:
-        # BatchNorm statistics drift apart in each process: evaluate everywhere with rank 0's, which its checkpoint holds.
-        for buffer in trainer.net.buffers():
-            torch.distributed.broadcast(buffer, src=0)
-    return harness.global_accuracy(trainer.eval_model, trainer.batches(loader), trainer.replicas)
-
-
-def run(args: argparse.Namespace, replicas: Replicas) -> None:
+def train(args: argparse.Namespace, replicas: Replicas) -> None:
     speed.resolve_auto_amp(args)
-    training = harness.Run(args, replicas, recipe=RECIPE, prog=PROG, resume_keys=RESUME_KEYS)
-    train_loader, test_loader = data_loaders(args, replicas)
-    trainer = build_trainer(args, replicas)
-    parts = {"model": trainer.net, "optimizer": trainer.optimizer, "scheduler": trainer.scheduler, "scaler": trainer.scaler}
-    training.restore(parts)
-    training.fit(parts, lambda epoch: train_epoch(trainer, train_loader, training, epoch), lambda: evaluate(trainer, test_loader))
-    history = training.history
-    training.write_results(
+    run = harness.Run(args, replicas, recipe=RECIPE, prog=PROG, resume_keys=RESUME_KEYS)  # seeds, before the model exists
+    Trainer(args, replicas, data_loaders(args, replicas), run).train()
+    history = run.history
+    run.write_results(
         harness.configuration_record(args, replicas, model=args.model, image_size=args.image_size, parallel=args.parallel),
         {"images_per_s": history.train_images / sum(history.train_epoch_s), "epoch_lr": history.epoch_lr})
 
@@ -274,8 +295,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--parallel", choices=("none", "dp", "ddp"), default="none", help="none: one device; dp: nn.DataParallel in one "
         "process; ddp: DistributedDataParallel, one process per device under torchrun (default: none)")
     add("--gpus", help="cuda: comma-separated GPU ids, e.g. 1,2,3,4; sets CUDA_VISIBLE_DEVICES before CUDA starts")
-    add("--nproc", type=harness.positive_int, help=f"cpu: ddp processes per host, or the devices --show-scatter assumes "
-        f"for dp (default: {DEFAULT_CPU_PROCESSES})")
+    add("--nproc", type=harness.positive_int, help=f"cpu: ddp processes per host (default: {DEFAULT_CPU_PROCESSES})")
     ddp.add_host_arguments(parser)
     harness.add_batch_arguments(parser, reference_batch=REFERENCE_BATCH, default="global", optimizer="SGD", lr=0.1, lr_scaling="none")
     add("--test-batch", type=harness.positive_int, help="evaluation batch per process (default: the per-process training batch)")
@@ -307,9 +327,12 @@ def resolve_topology(args: argparse.Namespace) -> None:
     if args.gpus is not None and args.device != "cuda":
         raise RecipeError(f"--gpus applies to --device cuda only; --device {args.device} has no GPUs to choose")
     if args.nproc is not None and not (args.device == "cpu" and args.parallel != "none"):
-        raise RecipeError("--nproc applies to --device cpu with --parallel dp or ddp; on cuda the GPU count comes from --gpus")
+        raise RecipeError("--nproc applies to --device cpu with --parallel ddp; on cuda the GPU count comes from --gpus")
     if args.device == "tpu":
         raise RecipeError("--device tpu is not supported by the cifar recipe; use cpu or cuda (the TPU comparison is mnist.py)")
+    if args.parallel == "dp" and args.device not in DATA_PARALLEL_DEVICES:
+        raise RecipeError(f"--parallel dp needs CUDA GPUs (nn.DataParallel splits each batch over them), and --device "
+                          f"{args.device} has none; use --parallel ddp for several processes, or none")
     ddp.check_hosts(args)
     if args.device == "cpu":
         args.nproc = args.nproc or DEFAULT_CPU_PROCESSES if args.parallel != "none" else None
@@ -339,11 +362,11 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if args.parallel != "ddp":
-        run(args, local_replicas(args))
+        train(args, local_replicas(args))
     elif not ddp.under_torchrun():
         raise SystemExit(relaunch_under_torchrun(args, argv))
     else:  # one of torchrun's processes
-        ddp.in_process_group(args.device, lambda fields: run(args, Replicas(**fields, parallel="ddp")))
+        ddp.in_process_group(args.device, lambda fields: train(args, Replicas(**fields, parallel="ddp")))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
+import time
 from typing import Callable
 
 import torch
@@ -27,6 +29,8 @@ def add_host_arguments(parser: argparse.ArgumentParser) -> None:
     hosts.add_argument("--rdzv-endpoint", default=os.environ.get("RDZV_ENDPOINT") or None,
                        help="host:port where the hosts meet (c10d), e.g. the first host and a free port")
     hosts.add_argument("--rdzv-id", default=os.environ.get("RDZV_ID") or "envkit", help="rendezvous (job) id (default: envkit)")
+    hosts.add_argument("--rdzv-timeout", type=harness.positive_int, default=60,
+                       help="seconds this host tries to reach --rdzv-endpoint before it gives up (default: 60)")
 
 
 def check_hosts(args: argparse.Namespace) -> None:
@@ -35,6 +39,50 @@ def check_hosts(args: argparse.Namespace) -> None:
     if args.nnodes > 1 and not args.rdzv_endpoint and not under_torchrun():
         raise RecipeError(f"--nnodes {args.nnodes} needs --rdzv-endpoint host:port (or RDZV_ENDPOINT): "
                           "where the hosts meet, e.g. the first host and a free port")
+
+
+def check_rendezvous(endpoint: str, timeout: int) -> None:
+    """Before torchrun starts on several hosts: RecipeError, in one line, unless this host reaches ``endpoint``.
+
+    torchrun's c10d rendezvous keeps its store on the host the endpoint names (it listens there once
+    that host's torchrun runs) and every other host connects to it; a host that cannot would retry
+    for minutes and end in a traceback. Here the endpoint's own host checks it can listen and connect
+    at once, and any other host retries for up to ``timeout`` seconds (the first host may start later).
+    """
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import DEFAULT_PORT  # noqa: PLC0415
+    from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint  # noqa: PLC0415
+
+    try:
+        host, port = parse_rendezvous_endpoint(endpoint, default_port=DEFAULT_PORT)
+        family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (ValueError, OSError) as exc:
+        raise RecipeError(f"--rdzv-endpoint {endpoint!r} names no reachable host:port ({_reason(exc)}); give the first "
+                          "host's name or address and a free port, e.g. node1:29400") from None
+    deadline = time.monotonic() + timeout
+    with socket.socket(family, kind) as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind(address)
+            listener.listen()
+            hosting = True  # the endpoint is this host's and its port is free: torchrun will keep the store here
+        except OSError:
+            hosting = False  # another host's address, or a process here (another torchrun) holds the port
+        while True:
+            try:
+                socket.create_connection(address[:2], timeout=max(0.1, min(5.0, deadline - time.monotonic()))).close()
+                return
+            except OSError as exc:
+                problem = _reason(exc)
+            if hosting or time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
+    waited = "" if hosting else f" after {timeout} s (--rdzv-timeout)"
+    raise RecipeError(f"cannot reach the rendezvous at {endpoint}: {problem}{waited}; check that the first host runs the "
+                      f"same command, that {host} is its address as seen from here, and that port {port} is open between the hosts")
+
+
+def _reason(exc: Exception) -> str:
+    return " ".join(str(getattr(exc, "strerror", None) or exc or type(exc).__name__).split())
 
 
 def under_torchrun() -> bool:

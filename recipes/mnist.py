@@ -8,12 +8,14 @@
     PJRT_DEVICE=CPU CPU_NUM_DEVICES=2 python recipes/mnist.py --device tpu --strategy spmd   # dry run on CPU
     python recipes/mnist.py --device tpu --cores all    # in a TorchTPU image: DDP, one process per device
 
-Network, optimiser and schedule are the PyTorch MNIST example's (Adadelta 1.0, StepLR 0.7, batch 128,
-10 epochs); timing, checkpoints (``--resume``) and the results JSON are harness.py's, as in every recipe.
+Network, optimiser and schedule are the PyTorch MNIST example's (Adadelta 1.0, StepLR 0.7, batch 128, 10 epochs).
+The loop is ``Trainer``, shaped like pytorch/examples' DDP series; recipes/harness/ gives it timers, a progress
+bar, checkpoints (``--resume``) and the results JSON.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -58,12 +60,10 @@ def load_data(args) -> tuple[harness.IndexBatchDataset, harness.IndexBatchDatase
             size, (1, 28, 28), 10, template_seed=args.seed, sample_seed=args.seed + offset, noise=FAKE_NOISE))
             for size, offset in ((args.fake_train_size, 1), (args.fake_test_size, 2)))
     datasets = harness.import_optional("torchvision.datasets", "--dataset real", "torchvision", instead="--dataset fake")
-    splits = []
-    for train in (True, False):
-        mnist = harness.open_dataset(datasets.MNIST, args.data_dir, "MNIST", train=train, download=args.download and train,
-                                     missing=f"MNIST is not under {args.data_dir}/MNIST/raw", fix="put the four idx files there")
-        splits.append(harness.IndexBatchDataset((mnist.data.unsqueeze(1).float() / 255 - MNIST_MEAN) / MNIST_STD, mnist.targets))
-    return tuple(splits)
+    splits = [harness.open_dataset(datasets.MNIST, args.data_dir, "MNIST", train=train, download=args.download and train,
+                                   missing=f"MNIST is not under {args.data_dir}/MNIST/raw", fix="put the four idx files there")
+              for train in (True, False)]
+    return tuple(harness.IndexBatchDataset((s.data.unsqueeze(1).float() / 255 - MNIST_MEAN) / MNIST_STD, s.targets) for s in splits)
 
 
 # --------------------------------------------------------------------------- E1: where training runs
@@ -76,6 +76,9 @@ def load_data(args) -> tuple[harness.IndexBatchDataset, harness.IndexBatchDatase
 # The published 8-core run was slower than one core (158.9 s vs 127.2 s) for reasons outside these
 # lines: a .item() every step stalls the device, the 8x global batch needs a scaled learning rate
 # (E3), and an accuracy must count every replica's shard. This recipe avoids all three.
+# On XLA a step is a graph, compiled once while its shapes and constants stay: torch_xla bakes the scalars
+# 0 and ±1 in as constants and feeds others in, so Adadelta's lr of 1.0 in epoch 1, then 0.7, would compile
+# the step twice; parse_args sets XLA_NO_SPECIAL_SCALARS=1, which feeds every scalar in (one graph).
 # TorchTPU (torch_tpu, torch >= 2.11) runs the same network eagerly on its "tpu" device: one device,
 # or DDP over its "tpu_dist" process group with one process per device (torchrun).
 
@@ -130,43 +133,76 @@ def torch_tpu(ddp_fields: dict | None = None) -> Strategy:  # one device, or DDP
     return Strategy(Replicas(**ddp_fields), wrap=DistributedDataParallel)  # no device_ids on TPU
 
 
-def train_epoch(model, optimizer, loader, strategy: Strategy, training: harness.Run, epoch: int) -> float:
-    """One pass over this process's shard; returns the mean training loss over every process."""
-    model.train()
-    # Kept on the device and read once per epoch (a per-step .item() syncs every step). A list,
-    # not a running sum: a sum started from zeros would make each epoch's first step a new XLA graph.
-    losses = []
-    for images, labels in training.steps(loader, strategy.batches(loader), epoch):
-        optimizer.zero_grad(set_to_none=True)
-        loss = F.nll_loss(model(images), labels)
+class Trainer:
+    """E1's training loop, shaped like pytorch/examples' DDP series; the same everywhere, ``strategy`` spreads the work."""
+
+    def __init__(self, model: nn.Module, strategy: Strategy, loaders: tuple, run: harness.Run, args):
+        self.model, self.strategy, self.replicas, self.run, self.args = model, strategy, strategy.replicas, run, args
+        self.train_loader, self.test_loader = loaders
+        self.optimizer = torch.optim.Adadelta(model.parameters(), lr=args.effective_lr)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, harness.WarmupThenDecay(args.warmup_epochs, args.gamma))
+        self.parts = {"model": model, "optimizer": self.optimizer, "scheduler": self.scheduler}  # what a checkpoint holds
+        self.first_epoch = run.restore(self.parts)  # --resume: their states, the RNGs and the history so far
+
+    def _run_batch(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = F.nll_loss(self.model(images), labels)
         loss.backward()
-        strategy.step(optimizer)
-        losses.append(loss.detach())
-        training.show_loss(losses[-1], len(losses))
-    loss_total, step_total = strategy.replicas.sum_over_processes([torch.stack(losses).sum().item(), len(losses)])
-    return loss_total / step_total
+        self.strategy.step(self.optimizer)
+        return loss.detach()
+
+    def _run_epoch(self, epoch: int) -> float:
+        """One pass over this process's shard; returns the mean training loss over every process."""
+        self.model.train()
+        self.train_loader.sampler.sampler.set_epoch(epoch)  # the DistributedSampler: a new order every epoch
+        bar = self.run.progress_bar(self.strategy.batches(self.train_loader), len(self.train_loader), epoch)
+        # Losses stay on the device and are read once per epoch (a per-step .item() syncs every step). A list,
+        # not a running sum: a sum started from zeros would make each epoch's first step a new XLA graph.
+        losses, timer = [], harness.StepTimer(self.replicas.device)
+        for images, labels in bar:
+            losses.append(self._run_batch(images, labels))
+            timer.lap()
+            bar.show_loss(losses[-1], len(losses))
+            self.run.history.steps += 1
+            if self.run.out_of_steps():  # --max-steps
+                break
+        self.run.history.add_training(timer.stop())  # the epoch's one device sync
+        loss_total, step_total = self.replicas.sum_over_processes([torch.stack(losses).sum().item(), len(losses)])
+        return loss_total / step_total
+
+    def _save_checkpoint(self, epochs_done: int) -> None:  # every replica holds the same weights: one process writes them
+        if self.replicas.is_main:
+            self.run.save_checkpoint(self.parts, epochs_done)
+
+    def train(self) -> None:
+        for epoch in range(self.first_epoch, self.args.epochs):
+            if self.run.out_of_steps():
+                break
+            self.run.start_epoch()
+            loss = self._run_epoch(epoch)
+            self.run.start_test()
+            accuracy = harness.global_accuracy(self.model, self.strategy.batches(self.test_loader), self.replicas)
+            self.run.end_epoch(epoch, lr=self.optimizer.param_groups[0]["lr"], loss=loss, accuracy=accuracy)
+            self.scheduler.step()
+            self._save_checkpoint(epoch + 1)
 
 
-def run(strategy: Strategy, args) -> None:
+def train(strategy: Strategy, args) -> None:
     replicas = strategy.replicas
     harness.resolve_batches(args, replicas.replicas, reference_batch=REFERENCE_BATCH, default="per-device")
     args.run_name = args.run_name or harness.default_run_name(args.device, world_size=args.world_size, strategy=args.strategy)
-    training = harness.Run(args, replicas, recipe=RECIPE, prog=PROG, resume_keys=RESUME_KEYS)
+    run = harness.Run(args, replicas, recipe=RECIPE, prog=PROG, resume_keys=RESUME_KEYS)  # seeds, before the model exists
     train_set, test_set = (split.to(replicas.device) if strategy.feed is None else split for split in load_data(args))
-    train_loader, test_loader = harness.shard_loaders(  # SPMD: one process loads whole global batches
+    loaders = harness.shard_loaders(  # SPMD: one process loads whole global batches
         train_set, test_set, replicas, batch=args.global_batch // replicas.world_size, test_batch=args.test_batch, seed=args.seed)
     model = strategy.wrap(Net().to(replicas.device))
-    optimizer = torch.optim.Adadelta(model.parameters(), lr=args.effective_lr)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, harness.WarmupThenDecay(args.warmup_epochs, args.gamma))
-    parts = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
-    training.restore(parts)
+    trainer = Trainer(model, strategy, loaders, run, args)
     if strategy.share_weights and replicas.world_size > 1:
         strategy.share_weights(model)
-    training.fit(parts, lambda epoch: train_epoch(model, optimizer, train_loader, strategy, training, epoch),
-            evaluate=lambda: harness.global_accuracy(model, strategy.batches(test_loader), replicas))
+    trainer.train()
     cores = (1 if args.cores == "1" else args.world_size) if args.device == "tpu" else None
     spread = {"parallel": "ddp"} if args.strategy == "ddp" else {"strategy": args.strategy}  # DDP is DDP on every device
-    training.write_results(harness.configuration_record(args, replicas, model="mnist-net", image_size=28, cores=cores, **spread), {})
+    run.write_results(harness.configuration_record(args, replicas, model="mnist-net", image_size=28, cores=cores, **spread), {})
 
 
 def parse_args(argv: list[str] | None):
@@ -185,6 +221,8 @@ def parse_args(argv: list[str] | None):
     for option, value in (("--cores", args.cores), ("--strategy", args.strategy)):
         if value is not None and args.device != "tpu":
             raise RecipeError(f"{option} applies to --device tpu only; --device {args.device} trains on one device")
+    if args.device == "tpu":  # read when torch_xla loads (in resolve), and inherited by its processes: see E1's lesson
+        os.environ.setdefault("XLA_NO_SPECIAL_SCALARS", "1")
     args.backend = tpu_backend.resolve(args) if args.device == "tpu" else None  # and fills in strategy and cores
     return args
 
@@ -192,20 +230,20 @@ def parse_args(argv: list[str] | None):
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.device != "tpu":  # cpu or cuda, as pytorch/examples
-        run(Strategy(Replicas(harness.select_device(args.device))), args)
+        train(Strategy(Replicas(harness.select_device(args.device))), args)
     elif args.backend == "torch_tpu" and args.strategy == "ddp":  # load_data: as for xmp
-        tpu_backend.data_parallel(__file__, argv, lambda fields: run(torch_tpu(fields), args), lambda: load_data(args))
+        tpu_backend.data_parallel(__file__, argv, lambda fields: train(torch_tpu(fields), args), lambda: load_data(args))
     elif args.backend == "torch_tpu":
-        run(torch_tpu(), args)
+        train(torch_tpu(), args)
     elif args.strategy == "xmp":
         load_data(args)  # a missing dataset is one line here, not one per process (and downloads once)
         harness.import_torch_xla().launch(_one_process_per_core, args=(args,))
     else:
-        run(one_core() if args.strategy == "single" else spmd(), args)
+        train(one_core() if args.strategy == "single" else spmd(), args)
 
 
 def _one_process_per_core(index: int, args) -> None:
-    harness.run_recipe(PROG, lambda: run(one_process_per_core(), args))
+    harness.run_recipe(PROG, lambda: train(one_process_per_core(), args))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -59,10 +61,11 @@ def bad_input_line(capsys, argv: list[str]) -> str:
         (["--device", "cuda", "--gpus", "1,1"], "--gpus '1,1' names a GPU twice"),
         (["--parallel", "ddp", "--nproc", "3", "--global-batch", "256"], "--global-batch 256 does not divide over 3 replicas"),
         (["--gpus", "0"], "--gpus applies to --device cuda only"),
-        (["--nproc", "2"], "--nproc applies to --device cpu with --parallel dp or ddp"),
+        (["--nproc", "2"], "--nproc applies to --device cpu with --parallel ddp"),
         (["--epochs", "2", "--warmup-epochs", "2"], "--warmup-epochs 2 leaves no epoch for the decay"),
         (["--pin-memory"], "--pin-memory speeds up copies to a GPU only"),
-        (["--parallel", "dp", "--compile"], "--compile does not work with --parallel dp"),
+        (["--parallel", "dp"], "--parallel dp needs CUDA GPUs (nn.DataParallel splits each batch over them), and --device "
+                               "cpu has none; use --parallel ddp for several processes, or none"),
         (["--image-size", "0"], "argument --image-size: expected a positive integer, got '0'"),
         (["--run-name", "../x"], "--run-name '../x' is not allowed"),
         (["--device", "tpu"], "--device tpu is not supported by the cifar recipe"),
@@ -71,6 +74,17 @@ def bad_input_line(capsys, argv: list[str]) -> str:
 def test_bad_arguments_give_one_line_and_exit_2(capsys, monkeypatch, argv, expected):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert expected in bad_input_line(capsys, argv)
+
+
+@pytest.fixture
+def cpu_data_parallel(monkeypatch):
+    """DataParallel on the CPU, which users cannot choose: it calls the module once, so the dp wiring
+    (wrap, checkpoint, --show-scatter) is tested without GPUs."""
+    monkeypatch.setattr(cifar, "DATA_PARALLEL_DEVICES", ("cuda", "cpu"))
+
+
+def test_compile_with_data_parallel_is_one_line(capsys, cpu_data_parallel):
+    assert "--compile does not work with --parallel dp" in bad_input_line(capsys, ["--parallel", "dp", "--compile"])
 
 
 @pytest.mark.parametrize("parallel", ["none", "ddp"])
@@ -174,10 +188,11 @@ def test_test_images_are_resized_like_training_images():
     prepared, _ = cifar.prepare_batch(images, labels, torch.device("cpu"), 112, channels_last=False)
     assert prepared.shape == (4, 3, 112, 112) and prepared.dtype == torch.float32
     args = cifar.parse_args([*TINY, "--image-size", "48"])
-    trainer = cifar.build_trainer(args, cifar.local_replicas(args))
-    _, test_loader = cifar.data_loaders(args, trainer.replicas)
+    replicas = cifar.local_replicas(args)
+    run = harness.Run(args, replicas, recipe=cifar.RECIPE, prog=cifar.PROG, resume_keys=())
+    trainer = cifar.Trainer(args, replicas, cifar.data_loaders(args, replicas), run)
     with scatter.replica_calls(trainer.net) as calls:
-        cifar.evaluate(trainer, test_loader)
+        trainer.evaluate()
     assert {given for _, given, _ in calls} == {"[16, 3, 48, 48]", "[5, 3, 48, 48]"}
 
 
@@ -208,7 +223,7 @@ def test_real_format_run_writes_e2_results(tmp_path, capsys):
     assert results["settings"]["lr_scaling"] == "none" and results["settings"]["warmup_epochs"] == 0
 
 
-def test_data_parallel_on_cpu_trains_and_shows_the_scatter(tmp_path, capsys):
+def test_data_parallel_on_cpu_trains_and_shows_the_scatter(tmp_path, capsys, cpu_data_parallel):
     run_recipe([*TINY, "--parallel", "dp", "--show-scatter", "--results-dir", str(tmp_path), "--epochs", "1", "--max-steps", "2"])
     out = capsys.readouterr().out.splitlines()
     assert out[:4] == [
@@ -226,7 +241,7 @@ def test_data_parallel_on_cpu_trains_and_shows_the_scatter(tmp_path, capsys):
     assert not any(key.startswith(("module.", "model.")) for key in state["model"])
 
 
-def test_scatter_would_split_an_uneven_batch_like_torch_chunk(tmp_path, capsys):
+def test_scatter_would_split_an_uneven_batch_like_torch_chunk(tmp_path, capsys, cpu_data_parallel):
     run_recipe([*TINY, "--parallel", "dp", "--nproc", "3", "--show-scatter", "--results-dir", str(tmp_path), "--epochs", "1", "--max-steps", "1"])
     out = capsys.readouterr().out
     assert "over 3 GPUs the scatter would give inputs [6, 3, 32, 32], [6, 3, 32, 32], [4, 3, 32, 32]" in out
@@ -326,6 +341,36 @@ def test_bad_host_settings_are_one_line(capsys, no_host_environment, argv, expec
 def test_bad_nnodes_from_the_environment_is_one_line(capsys, no_host_environment):
     no_host_environment.setenv("NNODES", "two")
     assert "argument --nnodes: expected a positive integer, got 'two'" in bad_input_line(capsys, [])
+
+
+def _unreachable_rendezvous(tmp_path: Path, endpoint: str, *launch: str) -> subprocess.CompletedProcess:
+    env = {name: value for name, value in os.environ.items() if name not in ("NNODES", "RDZV_ENDPOINT", "LOCAL_RANK", "TORCHELASTIC_RUN_ID")}
+    return subprocess.run([*launch, sys.executable, str(RECIPE), *TINY, "--parallel", "ddp", "--nproc", "1", "--nnodes", "2",
+                           "--rdzv-endpoint", endpoint, "--rdzv-timeout", "2", "--results-dir", str(tmp_path / "r")],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+
+
+def test_a_rendezvous_nobody_answers_is_one_line_after_its_timeout(tmp_path):
+    """Another host's endpoint where nothing listens (here a port bound by a socket that never listens): torchrun
+    retried for minutes and ended in a RendezvousConnectionError traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        endpoint = f"127.0.0.1:{taken.getsockname()[1]}"
+        done = _unreachable_rendezvous(tmp_path, endpoint)
+    assert done.returncode == 2
+    assert done.stderr == (f"cifar.py: error: cannot reach the rendezvous at {endpoint}: Connection refused after 2 s "
+                           f"(--rdzv-timeout); check that the first host runs the same command, that 127.0.0.1 is its address "
+                           f"as seen from here, and that port {endpoint.split(':')[1]} is open between the hosts\n")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_rendezvous_with_the_network_down_is_one_line_at_once(tmp_path):
+    """The issue's case: loopback down (an empty network namespace), the endpoint this host's own."""
+    if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
+        pytest.skip("'unshare -n' cannot make an empty network namespace here (needs root or user namespaces)")
+    done = _unreachable_rendezvous(tmp_path, "127.0.0.1:29400", "unshare", "-n")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-2000:]
+    assert done.stderr.startswith("cifar.py: error: cannot reach the rendezvous at 127.0.0.1:29400: Network is unreachable; check")
 
 
 def test_nccl_is_told_its_gpu_and_gloo_is_unchanged():

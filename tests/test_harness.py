@@ -6,6 +6,7 @@ import io
 import json
 import os
 import random
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "recipes"))
 import harness  # noqa: E402
+from results_contract import results_schema  # noqa: E402
 
 
 def test_fail_prints_one_line_and_exits_2(capsys):
@@ -236,7 +238,7 @@ def test_environment_records_image_and_revision(monkeypatch):
     assert environment["torch"] == torch.__version__ and environment["device_type"] == "cpu"
     assert environment["torch_xla"] is None and environment["device_count"] >= 1
     assert set(environment) == {"host", "device_type", "device_name", "device_count", "python", "torch",
-                                "torchvision", "torch_xla", "cuda", "image", "git_revision",
+                                "torchvision", "torch_xla", "torch_cuda_build", "image", "git_revision",
                                 "torch_tpu", "lock_sha256", "image_id", "distributions"}
 
 
@@ -244,6 +246,17 @@ def test_git_revision_falls_back_to_git(monkeypatch):
     monkeypatch.delenv("ENVKIT_REVISION", raising=False)
     revision = harness.git_revision()
     assert revision is None or len(revision) == 40
+
+
+def test_git_revision_is_the_full_hash_here_and_null_when_unknown(monkeypatch):
+    monkeypatch.setenv("ENVKIT_REVISION", "")  # what an image built without git has
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    if head.returncode == 0:  # a checkout (not an unpacked archive): the same 40 hex digits git names
+        assert harness.git_revision() == head.stdout.strip() and len(head.stdout.strip()) == 40
+    monkeypatch.setenv("ENVKIT_REVISION", "unknown")  # what images of older envkit releases set without git
+    assert harness.git_revision() is None
+    monkeypatch.setenv("ENVKIT_REVISION", "0123456789abcdef0123456789abcdef01234567")
+    assert harness.git_revision() == "0123456789abcdef0123456789abcdef01234567"
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown to another user needs root")
@@ -382,9 +395,16 @@ def test_configuration_records_hosts_processes_and_backend(device, backend):
                       "per_device_batch": 16, "image_size": 28, "dataset": "fake"}
 
 
-def test_results_are_schema_version_2():
+def test_results_are_the_schema_files_version():
+    # The recipes cannot read envkit/data/results.schema.json in an image; this keeps their constant equal to it.
+    version = results_schema()["properties"]["schema_version"]["const"]
     assert harness.build_results(recipe="demo", run_name="x", started_at="", settings={}, configuration={}, timing={},
-                                 metrics={}, environment={})["schema_version"] == 2
+                                 metrics={}, environment={})["schema_version"] == version == 3
+
+
+def test_the_cuda_torch_was_built_for_is_named_as_such_not_as_a_device():
+    environment = harness.capture_environment(torch.device("cpu"), "cpu")
+    assert "cuda" not in environment and environment["torch_cuda_build"] == torch.version.cuda
 
 
 @pytest.mark.parametrize(("argv", "replicas", "expected"), [
@@ -408,6 +428,22 @@ def test_a_missing_optional_dependency_is_one_line_naming_what_to_install(monkey
         harness.check_progress_bars(argparse.Namespace(quiet=False))
     assert str(raised.value) == "a progress bar needs tqdm, which is not installed here; use --quiet, or pip install tqdm"
     harness.check_progress_bars(argparse.Namespace(quiet=True))  # no bar, no tqdm needed
+
+
+def test_resuming_a_finished_run_is_nothing_to_do(tmp_path):
+    import argparse
+
+    args = argparse.Namespace(checkpoint_dir=tmp_path, run_name="r", resume=True, epochs=3, seed=0, max_steps=None)
+    harness.save_checkpoint(tmp_path / "demo-r.pt", {"epoch": 3, "training_settings": {}, "rng": harness.rng_states(),
+                                                     "history": {"steps": 12}})
+    run = harness.Run(args, harness.Replicas(torch.device("cpu")), recipe="demo", prog="demo.py", resume_keys=())
+    with pytest.raises(harness.RecipeError, match=r"^nothing to do: the checkpoint .*demo-r.pt already holds 3 epochs; raise --epochs"):
+        run.restore({})
+    args.epochs, args.max_steps = 4, 12  # more epochs, but --max-steps already reached
+    with pytest.raises(harness.RecipeError, match="nothing to do"):
+        run.restore({})
+    args.max_steps = None
+    assert run.restore({}) == 3 and run.history.steps == 12 and args.resumed_from_epoch == 3
 
 
 def test_resume_refuses_processes_that_see_different_checkpoints(tmp_path):

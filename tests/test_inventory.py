@@ -23,6 +23,7 @@ from envkit.image import inventory
 from envkit.image import verify
 from envkit.cli.verify import results_inventory
 from envkit.errors import EnvkitError
+from envkit.runs.results import SCHEMA_VERSION, upgrade
 
 SITE = "usr/local/lib/python3.11/site-packages"
 STATUS = """Package: dpkg
@@ -129,8 +130,9 @@ RESULTS = Path(__file__).resolve().parent / "data" / "results" / "mixed" / "mnis
 
 
 def results(tmp_path: Path, name: str, distributions: list[str], **environment) -> Path:
-    """A valid results file (the report's test data) with these distributions and environment fields."""
-    document = json.loads(RESULTS.read_text())
+    """A valid results file of the current version (the report's test data, upgraded) with these distributions
+    and environment fields."""
+    document, _ = upgrade(json.loads(RESULTS.read_text()))
     document["environment"].update(torch="2.9.0", python="3.11.7", distributions=distributions, **environment)
     path = tmp_path / name
     path.write_text(json.dumps(document))
@@ -145,6 +147,11 @@ def test_diff_of_two_results_names_the_package_and_the_lock(tmp_path):
     assert sections["python packages"].changes == ("numpy: 2.3.5 -> 2.4.6", "+ tpu-info 0.14.2 (only in B)")
     assert sections["versions"].changes == (f"lock_sha256: {'1' * 64} -> {'2' * 64}",)
     assert sections["apt packages"].unknown == "not recorded by A or B"
+
+
+def test_a_results_files_cuda_is_the_one_its_torch_was_built_for(tmp_path):
+    found = results_inventory(results(tmp_path, "a.json", ["torch==2.9.0"], torch_cuda_build="12.6"))
+    assert found.versions["cuda"] == "12.6"
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -166,7 +173,7 @@ def test_diff_reads_results_as_strictly_as_report(tmp_path):
     (tmp_path / "newer.json").write_text(json.dumps(dict(newer, schema_version=999)))
     done = run_cli("diff", "a.json", "newer.json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stderr == ("envkit: warning: newer.json: schema_version 999 is newer than this envkit reads (2); "
+    assert done.stderr == (f"envkit: warning: newer.json: schema_version 999 is newer than this envkit reads ({SCHEMA_VERSION}); "
                            "using the fields it knows\n")
     (tmp_path / "list.json").write_text("[1, 2]")
     done = run_cli("diff", "a.json", "list.json", cwd=tmp_path)

@@ -25,7 +25,7 @@ RESULT_KEYS = {"schema_version", "recipe", "run_name", "started_at", "settings",
 CONFIGURATION_KEYS = {"device", "cores", "strategy", "parallel", "world_size", "model", "global_batch",
                       "per_device_batch", "image_size", "dataset"}
 ENVIRONMENT_KEYS = {"host", "device_type", "device_name", "device_count", "python", "torch", "torchvision",
-                    "torch_xla", "cuda", "image", "git_revision"}
+                    "torch_xla", "torch_cuda_build", "image", "git_revision"}
 STAT_KEYS = {"mean", "std", "n"}
 
 
@@ -57,7 +57,7 @@ def test_results_json_has_every_contract_key(trained):
     results, done = trained
     document = read_results(results, "cpu")
     assert set(document) == RESULT_KEYS
-    assert document["recipe"] == "mnist" and document["run_name"] == "cpu" and document["schema_version"] == 2
+    assert document["recipe"] == "mnist" and document["run_name"] == "cpu" and document["schema_version"] == 3
     assert CONFIGURATION_KEYS <= set(document["configuration"])
     assert document["configuration"] == {
         "device": "cpu", "cores": None, "strategy": None, "parallel": None, "world_size": 1, "model": "mnist-net",

@@ -51,6 +51,20 @@ def test_single_core_trains_without_recompiling(python, tmp_path):
 
 
 @needs_xla
+@pytest.mark.parametrize(("strategy", "devices", "run_name"), [("single", 1, "tpu"), ("xmp", 1, "tpu-x1-xmp"), ("spmd", 2, "tpu-x2-spmd")])
+def test_no_graph_is_compiled_after_the_first_epoch(python, tmp_path, strategy, devices, run_name):
+    """At E1's learning rate, 1.0 at a global batch of 128, decaying to 0.7 after epoch 1. torch_xla bakes the
+    scalars 0 and ±1 into a graph as constants, so the step compiled again in epoch 2 ([4, 5, 5]) until the
+    recipe set XLA_NO_SPECIAL_SCALARS."""
+    run_xla(python, "--device", "tpu", "--strategy", strategy, *FAKE, "--epochs", "3", "--global-batch", "128",
+            "--results-dir", tmp_path, devices=devices)
+    results = read_results(tmp_path, run_name)
+    assert results["settings"]["effective_lr"] == 1.0
+    first, *later = results["metrics"]["xla_compilations_per_epoch"]
+    assert first > 0 and later == [first, first], results["metrics"]["xla_compilations_per_epoch"]
+
+
+@needs_xla
 def test_multi_core_path_runs_at_world_size_one(python, tmp_path):
     run_xla(python, "--device", "tpu", "--cores", "all", *FAKE, "--results-dir", tmp_path, "--epochs", "2",
             "--per-device-batch", "64")

@@ -127,8 +127,8 @@ def test_repeated_runs_and_schema_versions_aggregate(mixed):
     assert sorted(r.run_name for r in cpu_mnist) == ["cpu-a", "cpu-b", "cpu-legacy"]
     legacy = next(r for r in cpu_mnist if r.run_name == "cpu-legacy")
     assert legacy.timing["epoch_s"] == Stat(6.5, pytest.approx(0.3), 2)  # upgraded from the raw list
-    # version 2 is current now: the sample of a newer file is version 3
-    assert any("cifar-cpu-none-v3.json: schema_version 3 is newer" in w for w in warnings)
+    # version 3 is current now: the sample of a newer file is version 4
+    assert any("cifar-cpu-none-v4.json: schema_version 4 is newer" in w for w in warnings)
     text = render_report(build_report(results), "md")
     assert "| cpu ×1 | mnist-net | 128 | 3 | 13.000 ± 0.408 |" in text
 
@@ -295,3 +295,10 @@ def test_a_new_recipe_is_reported_from_data_alone(monkeypatch, tmp_path):
     assert "| speed-up (epoch) |" in text
     write_plot(build_report(runs), tmp_path / "imagenet.png")
     assert (tmp_path / "imagenet.png").stat().st_size > 0
+
+
+def test_a_cpu_count_reads_as_cpus_not_sockets():
+    from envkit.runs.report import environment_line
+
+    assert environment_line({"device_type": "cpu", "device_name": "AMD EPYC", "device_count": 2}) == "AMD EPYC, 2 CPUs"
+    assert environment_line({"device_type": "tpu", "device_name": "TPU v5e", "device_count": 8}) == "TPU v5e ×8"

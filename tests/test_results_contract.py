@@ -41,6 +41,7 @@ def test_mnist_output_keeps_the_contract(mnist_output):
     assert document["environment"]["lock_sha256"] == LOCK
     assert document["environment"]["image_id"] == "sha256:" + "ab" * 32
     assert document["configuration"]["nodes"] == 1 and document["configuration"]["backend"] is None
+    assert results.upgrade(document) == (document, None)  # the current version is read as written
 
 
 def test_report_reads_the_mnist_output(mnist_output):
@@ -57,7 +58,7 @@ def test_older_versions_upgrade_into_the_contract(name, expected):
     old = _sample(name)
     assert contract_errors(old)  # as written, an older file is not version 2
     document, note = results.upgrade(old)
-    assert note is None and document["schema_version"] == results.SCHEMA_VERSION == 2
+    assert note is None and document["schema_version"] == results.SCHEMA_VERSION == 3
     assert_valid_results(document)
     assert {key: document["configuration"][key] for key in expected} == expected
     environment = document["environment"]
@@ -68,17 +69,19 @@ def test_version_1_may_leave_out_what_may_be_null():
     document = _sample("mnist-cpu-a.json")
     for key in ("cores", "strategy", "image_size"):
         del document["configuration"][key]
-    del document["environment"]["cuda"]
+    del document["environment"]["cuda"]  # version 1's name for torch_cuda_build
     upgraded, _ = results.upgrade(document)
     assert_valid_results(upgraded)
-    assert upgraded["configuration"]["cores"] is None and upgraded["environment"]["cuda"] is None
+    assert upgraded["configuration"]["cores"] is None and upgraded["environment"]["torch_cuda_build"] is None
 
 
-def test_version_2_is_read_as_written():
-    document = _sample("mnist-cpu-b.json")
-    assert document["schema_version"] == 2
-    assert_valid_results(document)
-    assert results.upgrade(document) == (document, None)
+def test_version_2s_cuda_is_named_torch_cuda_build():
+    document = json.loads((SAMPLES.parent / "backends" / "cifar-cuda-ddp.json").read_text(encoding="utf-8"))
+    assert document["schema_version"] == 2 and document["environment"]["cuda"] == "13.0"
+    upgraded, note = results.upgrade(document)
+    assert note is None and assert_valid_results(upgraded)["environment"]["torch_cuda_build"] == "13.0"
+    assert "cuda" not in upgraded["environment"]
+    assert {**upgraded["environment"], "cuda": "13.0"} == {**document["environment"], "torch_cuda_build": "13.0"}
 
 
 @pytest.mark.parametrize("change, problem", [
@@ -90,7 +93,7 @@ def test_version_2_is_read_as_written():
     (lambda d: d["environment"].update(distributions=["torch==2.14.1", "numpy==2.3.5"]), "environment.distributions: not sorted"),
 ], ids=["nodes", "backend-off-tpu", "backend-on-tpu", "lock", "unnormalised", "unsorted"])
 def test_contract_violations_are_named(change, problem):
-    document = _sample("mnist-cpu-b.json")
+    document, _ = results.upgrade(_sample("mnist-cpu-b.json"))
     change(document)
     problems = contract_errors(document)
     assert len(problems) == 1 and problems[0].startswith(problem)

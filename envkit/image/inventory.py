@@ -251,6 +251,8 @@ def from_environment(source: str, environment: dict, notes: tuple[str, ...] = ()
     if isinstance(distributions, list):
         pairs = (entry.partition("==") for entry in distributions)
         python = dict(sorted((normalise(name), version) for name, _, version in pairs))
-    keys = ("python", "torch", "torchvision", "torch_xla", "torch_tpu", "cuda", "lock_sha256")
-    return Inventory(source=source, python=python, versions={key: environment.get(key) for key in keys},
+    keys = ("python", "torch", "torchvision", "torch_xla", "torch_tpu", "lock_sha256")
+    # An image's "cuda" is the CUDA it ships; a run records the CUDA its torch was built for (torch_cuda_build).
+    versions = {**{key: environment.get(key) for key in keys}, "cuda": environment.get("torch_cuda_build")}
+    return Inventory(source=source, python=python, versions=versions,
                      image_id=environment.get("image_id") or environment.get("image"), notes=notes)

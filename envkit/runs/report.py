@@ -154,12 +154,14 @@ def _short(value) -> str:
 def environment_line(environment: dict) -> str:
     count = environment.get("device_count")
     name = environment.get("device_name") or environment.get("device_type") or "unknown device"
-    parts = [f"{name} ×{count}" if isinstance(count, int) and count > 1 else name]
-    # torch's CUDA build shows in its version tag already; the cuda runtime matters only on GPUs.
-    keys = ("python", "torch", "torchvision", "torch_xla", "torch_tpu") + (("cuda",) if environment.get("device_type") == "cuda" else ()) + ("image",)
+    # For CPUs device_count is the logical CPUs, which "×2" would read as two sockets.
+    several = "{name}, {count} CPUs" if environment.get("device_type") == "cpu" else "{name} ×{count}"
+    parts = [several.format(name=name, count=count) if isinstance(count, int) and count > 1 else name]
+    # torch's CUDA build shows in its version tag already; on GPUs it is the CUDA runtime that ran.
+    keys = ("python", "torch", "torchvision", "torch_xla", "torch_tpu") + (("torch_cuda_build",) if environment.get("device_type") == "cuda" else ()) + ("image",)
     for key in keys:
         if environment.get(key):
-            parts.append(f"{key} {environment[key]}")
+            parts.append(f"{'cuda' if key == 'torch_cuda_build' else key} {environment[key]}")
     if environment.get("lock_sha256"):
         parts.append(f"lock {_short(environment['lock_sha256'])}")
     return ", ".join(parts)

@@ -109,7 +109,16 @@ def _from_version_1(document: dict) -> dict:
     return upgraded
 
 
-UPGRADES = {0: _from_version_0, 1: _from_version_1}  # version -> the step to the next version
+def _from_version_2(document: dict) -> dict:
+    """Version 2 called the CUDA release torch was built for ``cuda``, which read as a GPU that was used."""
+    environment = document.get("environment")
+    if not isinstance(environment, dict) or "cuda" not in environment:
+        return document
+    renamed = {("torch_cuda_build" if key == "cuda" else key): value for key, value in environment.items()}
+    return dict(document, environment=renamed)
+
+
+UPGRADES = {0: _from_version_0, 1: _from_version_1, 2: _from_version_2}  # version -> the step to the next version
 
 
 def upgrade(document: dict) -> tuple[dict, str | None]:
