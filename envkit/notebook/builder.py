@@ -101,7 +101,7 @@ def render_notebook(config: ProjectConfig, experiment_name: str, target_name: st
     settings = _settings(target, experiment, platform, accelerator, files, packages, rerender)
     context = {
         "experiment": experiment, "target": target, "platform": platform, "accelerator": accelerator, "runtime": runtime,
-        "packages": packages, "rerender": rerender, "command": _command(experiment),
+        "packages": packages, "rerender": rerender, "commands": _commands(experiment),
         "recipe_file_count": len(files["recipes"]), "select": platform.how_to_select(accelerator),
         "lock": {"sha256": lock.sha256, "count": len(lock.packages), "python": target.python,
                  "platform": lock_inputs(target).platform},
@@ -159,8 +159,14 @@ def render_notebook(config: ProjectConfig, experiment_name: str, target_name: st
     return Notebook(path, text if text.endswith("\n") else text + "\n")
 
 
-def _command(experiment: Experiment) -> str:
-    return " ".join(["python", f"recipes/{experiment.recipe}.py", *experiment.args])
+def _runs(experiment: Experiment) -> list[dict]:
+    """The recipe's runs the notebook makes (one: the experiment's arguments), each with its CPU-mode arguments."""
+    return [{"summary": experiment.summary, "args": list(experiment.args),
+             "cpu_args": load_platforms().cpu_mode_args(experiment.args)}]
+
+
+def _commands(experiment: Experiment) -> list[str]:
+    return [" ".join(["python", f"recipes/{experiment.recipe}.py", *run["args"]]) for run in _runs(experiment)]
 
 
 def _device_text(accelerator) -> str:
@@ -209,7 +215,6 @@ def runtime_settings(platform, accelerator) -> dict:
 
 
 def _settings(target, experiment, platform, accelerator, files, packages, rerender) -> dict:
-    data = load_platforms()
     kind = kinds.kind(target.kind)
     from envkit.render.target_files import run_env
 
@@ -223,9 +228,8 @@ def _settings(target, experiment, platform, accelerator, files, packages, rerend
         "packages": packages,
         "lock": {"path": "requirements.lock", "python": target.python},
         "recipe": f"recipes/{experiment.recipe}.py",
-        "args": list(experiment.args),
         "env": run_env(kind, target),
-        "cpu_args": data.cpu_mode_args(experiment.args),
+        "runs": _runs(experiment),
         "folders": sorted({Path(path).parent.as_posix() for path in paths} - {"."}),
         "files": {group: {path: sha for path, (sha, _) in entries.items()} for group, entries in files.items()},
     }

@@ -325,9 +325,9 @@ def runtime_environment(settings: dict) -> dict:
 
 
 def run_recipe(settings: dict, environment: dict, runtime: dict) -> list[Path]:
-    """The recipe in the environment's interpreter, with live progress; the results files it wrote."""
+    """Each of the experiment's runs of the recipe in the environment's interpreter, with live progress;
+    the results files they wrote."""
     cpu = cpu_mode() is not None
-    args = settings["cpu_args"] if cpu else settings["args"]
     env = dict(os.environ)
     if environment["packages"] == "lock":
         # -E -s: no PYTHONPATH, no user site (Colab and Kaggle set both): only the venv's packages.
@@ -340,11 +340,15 @@ def run_recipe(settings: dict, environment: dict, runtime: dict) -> list[Path]:
         env.update(settings["env"])
     RESULTS.mkdir(exist_ok=True)
     before = set(RESULTS.glob("*.json"))
-    argv = [environment["python"], *flags, settings["recipe"], "--data-dir", str(DATA), "--results-dir", str(RESULTS), *args]
-    print("$ " + " ".join(argv[0:1] + argv[len(flags) + 1:]), flush=True)
-    code, last = _stream(argv, env)
-    if code != 0:
-        raise NotebookStop(f"the recipe failed (exit {code}): {last}")
+    for number, run in enumerate(settings["runs"], 1):
+        if len(settings["runs"]) > 1:
+            print(f"run {number}/{len(settings['runs'])}: {run['summary']}", flush=True)
+        args = run["cpu_args"] if cpu else run["args"]
+        argv = [environment["python"], *flags, settings["recipe"], "--data-dir", str(DATA), "--results-dir", str(RESULTS), *args]
+        print("$ " + " ".join(argv[0:1] + argv[len(flags) + 1:]), flush=True)
+        code, last = _stream(argv, env)
+        if code != 0:
+            raise NotebookStop(f"the recipe failed (exit {code}): {last}")
     written = sorted(set(RESULTS.glob("*.json")) - before)
     for path in written:
         record(path, settings, environment, runtime)
