@@ -93,13 +93,14 @@ class SlurmCluster:
         """A Slurm client command (sbatch, sinfo, ...) run on the hub with this cluster's slurm.conf."""
         return ["bash", str(CLUSTER_SCRIPT), "exec", str(self.directory), *argv]
 
-    def sbatch_wait(self, script: str, directory: Path, timeout: float = 300) -> tuple[int, str, str]:
+    def sbatch_wait(self, script: str, directory: Path, timeout: float = 300, env: dict[str, str] | None = None) -> tuple[int, str, str]:
         """Submit ``script`` from ``directory`` with ``sbatch --wait``: the job's exit code as sbatch
-        returns it, the job id, and the job's output."""
+        returns it, the job id, and the job's output. ``env`` adds variables for the job (sbatch exports them)."""
         directory.mkdir(exist_ok=True)
         (directory / "job.sh").write_text(script)
         # sbatch hands its environment to the job: this Python environment's python and torchrun come first on PATH.
-        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', os.defpath)}"}
+        env = {**os.environ, **(env or {}),
+               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', os.defpath)}"}
         done = subprocess.run(self.command("sbatch", "--wait", f"--chdir={directory}", f"--output={directory}/slurm-%j.out",
                                            str(directory / "job.sh")), capture_output=True, text=True, timeout=timeout, env=env)
         submitted = re.search(r"Submitted batch job (\d+)", done.stdout)
@@ -129,13 +130,15 @@ def slurm_cluster(directory: Path, count: int = 2) -> Iterator[SlurmCluster]:
         _script(CLUSTER_SCRIPT, "down", directory)
 
 
-def slurm_job_script(nodes: int, recipe_argv: list[str], data_dir: Path, results_dir: Path, output: Path) -> str:
-    """The sbatch script that ``envkit launch cpu-ddp-cifar --on slurm --container host`` renders, as a user
-    gets it (--dry-run --output): recipes/cifar.py in the Python environment sbatch is called from, one torchrun
-    per node (srun), rendezvous on the allocation's first host, gloo on the nodes' interface (--env)."""
+def slurm_job_script(nodes: int, recipe_argv: list[str], data_dir: Path, results_dir: Path, output: Path,
+                     launch_args: tuple[str, ...] = ("--container", "host"), config: Path = PROJECT / "envkit.yaml") -> str:
+    """The sbatch script that ``envkit launch cpu-ddp-cifar --on slurm`` renders, as a user gets it
+    (--dry-run --output): by default with ``--container host``, recipes/cifar.py in the Python environment
+    sbatch is called from; one torchrun per node (srun), rendezvous on the allocation's first host, gloo on
+    the nodes' interface (--env). ``launch_args`` replace the container choice (e.g. podman and --registry)."""
     argv = [
-        "launch", "cpu-ddp-cifar", "--on", "slurm", "--container", "host", "--nodes", str(nodes),
-        "--config", str(PROJECT / "envkit.yaml"), "--data-dir", str(data_dir), "--results-dir", str(results_dir),
+        "launch", "cpu-ddp-cifar", "--on", "slurm", *launch_args, "--nodes", str(nodes),
+        "--config", str(config), "--data-dir", str(data_dir), "--results-dir", str(results_dir),
         # One thread per process: two nodes share this machine's cores.
         "--env", f"GLOO_SOCKET_IFNAME={NODE_INTERFACE}", "--env", "OMP_NUM_THREADS=1",
         "--dry-run", "--output", str(output), "--", *recipe_argv,
@@ -145,6 +148,30 @@ def slurm_job_script(nodes: int, recipe_argv: list[str], data_dir: Path, results
     if done.returncode != 0:
         raise RuntimeError(f"envkit launch did not render the job ({done.returncode}): {done.stderr.strip()}")
     return (output / "cpu-ddp-cifar.sbatch").read_text()
+
+
+@contextlib.contextmanager
+def podman_of_its_own(directory: Path, plain_http_registry: str) -> Iterator[dict[str, str]]:
+    """A podman configured for this test alone, as the variables that select its files (sbatch hands them to
+    every node's podman): its own storage (no other user of this machine's podman or buildah sees it),
+    cgroupfs and file events (no systemd here), the local registry over plain http, and limits below this
+    machine's hard ones (podman's defaults exceed them: runc fails with "error setting rlimit type 7").
+    Everything it stored is removed when the block ends."""
+    require(("podman",))
+    directory.mkdir(parents=True)
+    (directory / "storage.conf").write_text(
+        f'[storage]\ndriver = "overlay"\ngraphroot = "{directory}/storage"\nrunroot = "{directory}/run"\n')
+    (directory / "containers.conf").write_text(
+        '[containers]\ndefault_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]\n'
+        f'[engine]\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\ntmp_dir = "{directory}/tmp"\n')
+    (directory / "registries.conf").write_text(f'[[registry]]\nlocation = "{plain_http_registry}"\ninsecure = true\n')
+    env = {"CONTAINERS_STORAGE_CONF": str(directory / "storage.conf"), "CONTAINERS_CONF": str(directory / "containers.conf"),
+           "CONTAINERS_REGISTRIES_CONF": str(directory / "registries.conf")}
+    try:
+        yield env
+    finally:
+        subprocess.run(["podman", "system", "reset", "--force"], env={**os.environ, **env}, capture_output=True, timeout=300)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def torchrun_on_hosts(hosts: Hosts, script: Path, argv: list[str], cwd: Path, port: int = RENDEZVOUS_PORT,

@@ -329,14 +329,28 @@ def registry(tmp_path):
         server.wait(timeout=30)
 
 
+def manifest_digest(registry_address: str, repository: str, tag: str) -> str:
+    """What the registry itself says the tag's manifest digest is."""
+    request = urllib.request.Request(f"http://{registry_address}/v2/{repository}/manifests/{tag}", method="HEAD",
+                                     headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return answer.headers["Docker-Content-Digest"]
+
+
 @engine_test
-def test_push_sends_both_tags_to_the_registry(client, project, built, registry):
+def test_push_sends_both_tags_to_the_registry_and_records_its_digest(client, project, built, registry):
     done = envkit("push", "cpu", "--config", "envkit.yaml", "--registry", f"{registry}/team", cwd=project)
     tag = built.split(":")[1]
-    assert done.stdout.split() == [f"{registry}/team/envkit-cpu:{tag}", f"{registry}/team/envkit-cpu:latest"]
+    *tags, by_digest = done.stdout.split()
+    assert tags == [f"{registry}/team/envkit-cpu:{tag}", f"{registry}/team/envkit-cpu:latest"]
     listing = json.load(urllib.request.urlopen(f"http://{registry}/v2/team/envkit-cpu/tags/list", timeout=10))
     assert sorted(listing["tags"]) == sorted([tag, "latest"])
-    for reference in done.stdout.split():
+    # The digest recorded is the registry's own for both tags, and the ID the engine's.
+    recorded = json.loads((project / "docker" / "cpu" / "pushed.json").read_text())["images"][f"{registry}/team/envkit-cpu"]
+    assert recorded[tag]["digest"] == recorded["latest"]["digest"] == manifest_digest(registry, "team/envkit-cpu", tag)
+    assert by_digest == f"{registry}/team/envkit-cpu@{recorded[tag]['digest']}"
+    assert recorded[tag]["image_id"] == client.images.get(built).id
+    for reference in tags:
         client.images.remove(reference)
 
 

@@ -353,11 +353,17 @@ def test_push_refuses_a_malformed_registry_before_touching_the_engine(engine, re
 
 
 @pytest.mark.parametrize("registry", ["localhost:5000", "registry.example.com/team", "10.0.0.2:5000/a/b-c"])
-def test_push_and_launch_accept_registry_forms(registry, tmp_path):
+def test_push_and_launch_accept_registry_forms(registry, tmp_path, repo_root):
+    from launch_jobs import DIGEST, record_push
+
     assert check_registry(registry) == registry
-    done = envkit("launch", "gpu-ddp-cifar", "--on", "pytorchjob", "--registry", registry, "--dry-run",
-                  cwd=Path(__file__).resolve().parent.parent)
-    assert done.returncode == 0 and f"image: {registry}/envkit-cuda:latest" in done.stdout, done.stderr
+    (tmp_path / "envkit.yaml").write_text((repo_root / "envkit.yaml").read_text())
+    argv = ("launch", "gpu-ddp-cifar", "--on", "pytorchjob", "--registry", registry, "--dry-run")
+    unpushed = envkit(*argv, cwd=tmp_path)  # the form passes; launch then wants the digest envkit push records
+    assert unpushed.returncode == 2 and f"was never pushed to {registry} " in unpushed.stderr, unpushed.stderr
+    record_push(tmp_path, "cuda", registry)
+    done = envkit(*argv, cwd=tmp_path)
+    assert done.returncode == 0 and f"image: {registry}/envkit-cuda@{DIGEST}" in done.stdout, done.stderr
 
 
 @pytest.mark.parametrize("registry", ["https://reg.example.com", "reg example", "reg.example.com/"])

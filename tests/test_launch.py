@@ -16,10 +16,11 @@ from envkit.cli import main
 from envkit.launch import slurm
 from envkit.launch.job import ENGINES, EngineOptions
 from envkit.launch.plan import describe
-from launch_jobs import OUTPUT, REPO_ROOT, make_job
+from launch_jobs import DIGEST, IMAGE_ID, OUTPUT, REPO_ROOT, make_job, record_push, save_manifest
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "launch"
-REGISTRY_IMAGE = "registry.example:5000/team/envkit-cuda:latest"
+REGISTRY_IMAGE = f"registry.example:5000/team/envkit-cuda@{DIGEST}"
+CUDA_TARBALL = "/shared/images/envkit-cuda-0123456789ab.tar.gz"
 # --env in some cases of each engine (none in the others: no env, no change).
 IFNAMES = ("NCCL_SOCKET_IFNAME=ib0", "GLOO_SOCKET_IFNAME=eth0")
 
@@ -29,31 +30,42 @@ CASES = {
                                                       options=EngineOptions(hosts=("node1", "node2")))),
     "hosts-cpu-ddp-cifar": lambda: ("hosts", make_job("cpu-ddp-cifar", "hosts", nproc_per_node=2, env=IFNAMES[1:],
                                                       options=EngineOptions(hosts=("node1", "node2")))),
+    # Slurm's default: podman, here with the local image (no registry: a note says every node needs it).
+    "slurm-podman-local-cpu-ddp-cifar": lambda: ("slurm", make_job("cpu-ddp-cifar", "slurm", nproc_per_node=2,
+                                                                   env=("GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1"))),
+    "slurm-podman-registry-cpu-ddp-cifar": lambda: ("slurm", make_job(
+        "cpu-ddp-cifar", "slurm", image=f"registry.example:5000/team/envkit-cpu@{DIGEST}", image_id=IMAGE_ID)),
+    "slurm-podman-tarball-gpu-ddp-cifar": lambda: ("slurm", make_job(
+        "gpu-ddp-cifar", "slurm", gpus_per_node=4, env=IFNAMES, image="envkit-cuda:0123456789ab", image_id=IMAGE_ID,
+        options=EngineOptions(image_tarball=CUDA_TARBALL))),
     "slurm-host-cpu-ddp-cifar": lambda: ("slurm", make_job("cpu-ddp-cifar", "slurm", nproc_per_node=2,
-                                                           env=("GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1"))),
+                                                           env=("GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1"),
+                                                           options=EngineOptions(container="host"))),
     "slurm-host-gpu-ddp-cifar": lambda: ("slurm", make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4,
-                                                           options=EngineOptions(partition="gpu", time="02:00:00"))),
+                                                           options=EngineOptions(container="host", partition="gpu", time="02:00:00"))),
     "slurm-docker-gpu-ddp-cifar": lambda: ("slurm", make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4, env=IFNAMES,
                                                              options=EngineOptions(container="docker"))),
     "slurm-pyxis-gpu-ddp-cifar": lambda: ("slurm", make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4, image=REGISTRY_IMAGE,
-                                                            options=EngineOptions(container="pyxis"))),
+                                                            image_id=IMAGE_ID, options=EngineOptions(container="pyxis"))),
     "slurm-apptainer-gpu-ddp-cifar": lambda: ("slurm", make_job(
-        "gpu-ddp-cifar", "slurm", gpus_per_node=4,
-        options=EngineOptions(container="apptainer", image_tarball="/shared/images/envkit-cuda-0123456789ab.tar.gz"))),
+        "gpu-ddp-cifar", "slurm", gpus_per_node=4, image="envkit-cuda:0123456789ab", image_id=IMAGE_ID,
+        options=EngineOptions(container="apptainer", image_tarball=CUDA_TARBALL))),
     "pytorchjob-gpu-ddp-cifar": lambda: ("pytorchjob", make_job("gpu-ddp-cifar", "pytorchjob", gpus_per_node=4,
-                                                                image=REGISTRY_IMAGE, env=IFNAMES)),
-    "jobset-gpu-ddp-cifar": lambda: ("jobset", make_job("gpu-ddp-cifar", "jobset", gpus_per_node=4, image=REGISTRY_IMAGE)),
+                                                                image=REGISTRY_IMAGE, image_id=IMAGE_ID, env=IFNAMES)),
+    "jobset-gpu-ddp-cifar": lambda: ("jobset", make_job("gpu-ddp-cifar", "jobset", gpus_per_node=4, image=REGISTRY_IMAGE,
+                                                        image_id=IMAGE_ID)),
     "jobset-tpu-mnist": lambda: ("jobset", make_job(
         "tpu-mnist", "jobset", nodes=4, env=("XLA_FLAGS=--xla_dump_to=/tmp/x",),
         options=EngineOptions(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"))),
     "tpu-pod-registry-tpu-mnist": lambda: ("tpu-pod", make_job(
-        "tpu-mnist", "tpu-pod", nodes=4, image="registry.example:5000/team/envkit-tpu-vm:latest",
+        "tpu-mnist", "tpu-pod", nodes=4, image=f"registry.example:5000/team/envkit-tpu-vm@{DIGEST}", image_id=IMAGE_ID,
         options=EngineOptions(tpu="my-v4-32", zone="us-central2-b"))),
     "tpu-pod-tarball-tpu-mnist": lambda: ("tpu-pod", make_job(
-        "tpu-mnist", "tpu-pod", nodes=4, env=("XLA_FLAGS=--xla_dump_to=/tmp/x",),
-        options=EngineOptions(tpu="my-v4-32", zone="us-central2-b", image_tarball="/shared/images/envkit-tpu-vm-0123456789ab.tar.gz"))),
+        "tpu-mnist", "tpu-pod", nodes=4, env=("XLA_FLAGS=--xla_dump_to=/tmp/x",), image="envkit-tpu-vm:0123456789ab",
+        image_id=IMAGE_ID, options=EngineOptions(tpu="my-v4-32", zone="us-central2-b",
+                                                 image_tarball="/shared/images/envkit-tpu-vm-0123456789ab.tar.gz"))),
     "skypilot-gpu-ddp-cifar": lambda: ("skypilot", make_job("gpu-ddp-cifar", "skypilot", gpus_per_node=8, image=REGISTRY_IMAGE,
-                                                            env=IFNAMES)),
+                                                            image_id=IMAGE_ID, env=IFNAMES)),
     "skypilot-tpu-mnist": lambda: ("skypilot", make_job("tpu-mnist", "skypilot", nodes=4, options=EngineOptions(accelerators="tpu-v5e-16"))),
 }
 
@@ -95,8 +107,17 @@ def test_slurm_script_asks_for_what_the_issue_names():
 
 
 def test_single_host_experiment_runs_without_torchrun():
-    job = make_job("gpu-dp-cifar", "slurm", nodes=1, gpus_per_node=4)
+    job = make_job("gpu-dp-cifar", "slurm", nodes=1, gpus_per_node=4, options=EngineOptions(container="host"))
     assert "srun --ntasks-per-node=1 python /srv/envkit/recipes/cifar.py" in slurm.sbatch_script(job)
+    in_image = slurm.sbatch_script(make_job("gpu-dp-cifar", "slurm", nodes=1, gpus_per_node=4))
+    assert " envkit-cuda:latest python /opt/envkit/recipes/cifar.py" in in_image
+
+
+def test_slurm_runs_the_image_under_podman_by_default():
+    assert EngineOptions().container == "podman"
+    script = slurm.sbatch_script(make_job("cpu-ddp-cifar", "slurm"))
+    assert "container podman." in script and "\nsrun --ntasks-per-node=1 podman run " in script
+    assert "recipes/cifar.py --data-dir /workspace/data" in script
 
 
 # ------------------------------------------------------------------ the command line
@@ -146,6 +167,10 @@ BAD_INPUT = {
     "env given twice": (["cpu-ddp-cifar", "--on", "slurm", "--env", "A=1", "--env", "A=2"], "given twice"),
     "env envkit sets": (["cpu-ddp-cifar", "--on", "slurm", "--env", "NNODES=4"], "from --nodes"),
     "env the engine sets": (["cpu-ddp-cifar", "--on", "pytorchjob", "--env", "PET_NNODES=4"], "PET_*"),
+    "env envkit sets from the push record": (["cpu-ddp-cifar", "--on", "jobset", "--env", "ENVKIT_IMAGE_ID=x"], "--registry"),
+    "launch by digest, never pushed": (["cpu-ddp-cifar", "--on", "jobset", "--registry", "reg.example:5000"],
+                                       "launch by digest: envkit-cpu:latest was never pushed to reg.example:5000"),
+    "a tarball without its manifest": (["cpu-ddp-cifar", "--on", "slurm", "--image-tarball", "x.tar.gz"], "no x.manifest.json"),
     # Before: these reached the manifest or the client, and failed only where the job ran.
     "registry push refuses": (["gpu-ddp-cifar", "--on", "pytorchjob", "--registry", "reg example"],
                               "--registry 'reg example' is not valid: give HOST[:PORT][/PATH] in lowercase"),
@@ -249,24 +274,29 @@ def test_dry_run_with_output_writes_the_script_it_prints(capsys, project):
 
 def test_tpu_pod_runs_only_gcloud_and_stops_on_every_worker(capsys, project, fake_path):
     log = fake_client(fake_path, "gcloud")
+    record_push(project, "tpu-vm", "registry.example:5000")
     base = ["tpu-mnist", "--on", "tpu-pod", "--nodes", "4", "--tpu", "my-v4", "--zone", "us-central2-b"]
     assert run(capsys, "launch", *base, "--registry", "registry.example:5000")[0] == 0
     assert run(capsys, "launch", *base, "--stop")[0] == 0
     submitted, stopped = calls(log)
     assert submitted[:6] == ["compute", "tpus", "tpu-vm", "ssh", "my-v4", "--zone"]
-    assert "--worker=all" in submitted and "docker pull registry.example:5000/envkit-tpu-vm:latest" in submitted[-1]
+    assert "--worker=all" in submitted and f"docker pull registry.example:5000/envkit-tpu-vm@{DIGEST}" in submitted[-1]
+    assert f"-e ENVKIT_IMAGE_ID={IMAGE_ID}" in submitted[-1]
     assert "--privileged --net=host" in submitted[-1] and "-e PJRT_DEVICE=TPU" in submitted[-1]
     assert stopped[-2:] == ["--command", "sudo docker stop envkit-tpu-mnist"] and "--worker=all" in stopped
 
 
 def test_tpu_pod_tarball_is_copied_to_every_worker_then_loaded(capsys, project, fake_path):
     log = fake_client(fake_path, "gcloud")
+    tarball = save_manifest(project / "images", "tpu-vm")
     code, _, err = run(capsys, "launch", "tpu-mnist", "--on", "tpu-pod", "--tpu", "my-v4", "--zone", "us-central2-b",
-                       "--image-tarball", "images/envkit-tpu-vm-0123456789ab.tar.gz")
+                       "--image-tarball", str(tarball.relative_to(project)))
     assert code == 0, err
     mkdir, scp, ssh = calls(log)
     assert scp[3] == "scp" and scp[-1] == "--worker=all" and scp[5].endswith(".manifest.json")
     assert "envkit load envkit/envkit-tpu-vm-0123456789ab.tar.gz &&" in ssh[-1]
+    # The manifest names the image: its content tag runs, and the results get its ID.
+    assert f"-e ENVKIT_IMAGE=envkit-tpu-vm:0123456789ab -e ENVKIT_IMAGE_ID={IMAGE_ID} " in ssh[-1]
 
 
 def test_hosts_prints_the_commands_and_starts_nothing(capsys, project, fake_path):
@@ -286,7 +316,7 @@ def test_slurm_host_script_trains_when_srun_runs_its_task_here(tmp_path):
     for fake in bin_dir.iterdir():
         fake.chmod(0o755)
     job = make_job("cpu-ddp-cifar", "slurm", nodes=1, nproc_per_node=2, root=REPO_ROOT, data_dir=tmp_path / "data",
-                   results_dir=tmp_path / "results",
+                   results_dir=tmp_path / "results", options=EngineOptions(container="host"),
                    extra_args=("--dataset", "fake", "--epochs", "1", "--image-size", "32", "--global-batch", "16",
                                "--fake-train-size", "64", "--fake-test-size", "32", "--quiet"))
     script = tmp_path / "job.sbatch"

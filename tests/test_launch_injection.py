@@ -45,7 +45,7 @@ def sandbox(tmp_path):
         "scontrol": 'printf "node1\\nnode2\\n"\n',
         # srun: record, then run the task as srun would (its own options dropped).
         "srun": record + 'while [[ $1 == --* ]]; do shift; done\nexec "$@"\n',
-        "torchrun": record, "apptainer": record, "sudo": record, "gcloud": record,
+        "torchrun": record, "apptainer": record, "sudo": record, "gcloud": record, "podman": record,
     }
     for name, body in scripts.items():
         _executable(bin_dir / name, "#!/bin/bash\n" + body)
@@ -84,6 +84,8 @@ def seen_env(sandbox) -> tuple[str, ...]:
 
 
 SLURM_VARIANTS = {
+    # podman: srun runs the check on each node (podman runs the image's `true`), then the job.
+    "podman": ({}, ["srun", "podman", "srun", "podman"]),
     "host": ({}, ["srun", "torchrun"]),
     "docker": ({}, ["srun", "run.sh"]),
     "pyxis": ({"image": REGISTRY_IMAGE}, ["srun", "torchrun"]),
@@ -100,6 +102,9 @@ def test_slurm_script_passes_hostile_arguments_as_words(sandbox, container):
     assert script.count("#SBATCH") == clean.count("#SBATCH")
     recorded = run_bash(sandbox, script)
     assert [argv[0] for argv in recorded] == programs
+    if container == "podman":
+        check, recorded = recorded[:2], recorded[2:]
+        assert check[1] == ["podman", "run", "--rm", "--pull=never", "--network=none", "envkit-cuda:latest", "true"]
     assert seen_env(sandbox) == sandbox["evil"]
     assert all(tuple(argv[-len(sandbox["evil"]):]) == sandbox["evil"] for argv in recorded)
     if container == "host":

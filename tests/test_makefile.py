@@ -212,8 +212,9 @@ def test_on_submits_the_experiment_through_envkit_launch(project, repo_root):
     script = launched(repo_root, lines[0])
     assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=4\n" in script
     assert "\nexport GLOO_SOCKET_IFNAME=eth0\n" in script
-    # The experiment's own arguments come from the table, the user's flags after them.
-    assert "--data-dir /d --results-dir /r --device cuda --parallel ddp --epochs 1\n" in script
+    # The experiment's own arguments come from the table, the user's flags after them; the image (podman) mounts the dirs.
+    assert "-v /d:/workspace/data -v /r:/workspace/results " in script
+    assert "--data-dir /workspace/data --results-dir /workspace/results --device cuda --parallel ddp --epochs 1\n" in script
 
 
 def test_on_passes_only_what_was_set_quoted(project, repo_root):

@@ -1,4 +1,6 @@
-"""A real two-node Slurm cluster on this machine runs recipes/cifar.py DDP through sbatch, issue 15 §3 (slow: ~1 min).
+"""A real two-node Slurm cluster on this machine runs recipes/cifar.py DDP through sbatch: in the host's Python
+(issue 15 §3, ~1 min), and in the image under podman, pulled by the digest envkit push recorded (issue 20 §5;
+~10 min cold, most of it the 6 GB image: build ~3.5 min with its wheels, push ~4.5 min, pull ~1.5 min).
 
 Debian's munged, slurmctld and slurmd in network namespaces (tests/multihost.py);
 ``sbatch --wait`` submits the job and returns its exit code, with no accounting.
@@ -7,7 +9,11 @@ Run with ``pytest --slow tests/test_slurm.py`` as root.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +22,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from multihost import (  # noqa: E402, F401 - two_node_slurm is a fixture
-    NODE_INTERFACE, SlurmCluster, slurm_job_script, two_node_slurm,
+    NODE_INTERFACE, PROJECT, SlurmCluster, podman_of_its_own, slurm_job_script, two_node_slurm,
 )
 from test_cifar_ddp import TRAINING, data_dir, only_results  # noqa: E402, F401 - data_dir is a fixture
+from test_docker_engine import base_image, client, envkit, manifest_digest, registry  # noqa: E402, F401 - fixtures too
 
 pytestmark = pytest.mark.slow
 
@@ -59,3 +66,107 @@ def test_sbatch_runs_ddp_on_both_nodes_and_returns_the_exit_code(tmp_path, data_
     assert returncode == recorded_exit_code(two_node_slurm, job)
     assert "does not divide over 2 replicas" in output
     assert list(results_dir.rglob("*")) == []  # the script made the directory; the recipe wrote nothing
+
+
+# ------------------------------------------------------------------ the image, by digest, under podman
+
+# The cpu target's pins at a torch whose torchvision loads here. The committed cpu target installs PyTorch's
+# +cpu builds, from an index this machine cannot reach; PyPI's torchvision needs PyPI's torch (a CUDA build,
+# which trains on the CPU as well), so the image is about 6 GB.
+PODMAN_TARGET = "podman-cpu"
+PODMAN_CONFIG = f"""targets:
+  {PODMAN_TARGET}:
+    kind: cpu
+    torch: "2.14.1"
+    python: "3.11"
+"""
+# Stands in for the rendered Dockerfile, which pins the +cpu builds: the same pins from PyPI, the same layout.
+STAND_IN_DOCKERFILE = """ARG BASE_IMAGE
+FROM ${BASE_IMAGE}
+RUN python3 -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN --mount=type=bind,source=wheels,target=/wheels pip install --no-cache-dir --no-index --find-links /wheels {pins}
+COPY recipes/ /opt/envkit/recipes/
+WORKDIR /workspace
+"""
+FAKE_DATA = ["--dataset", "fake", "--epochs", "1", "--image-size", "32", "--global-batch", "16", "--fake-train-size", "64",
+             "--fake-test-size", "32", "--quiet", "--show-scatter"]
+
+
+@pytest.fixture(scope="module")
+def podman_image(tmp_path_factory, client, base_image) -> tuple[Path, str]:
+    """A project whose cpu target's image (``envkit build``) can run recipes/cifar.py here; its content tag."""
+    from envkit.project.config import load_config
+
+    project = tmp_path_factory.mktemp("podman-project")
+    shutil.copytree(PROJECT / "templates", project / "templates")
+    shutil.copytree(PROJECT / "recipes", project / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
+    (project / "envkit.yaml").write_text(PODMAN_CONFIG)
+    envkit("render", "--all", cwd=project)
+    target = load_config(project / "envkit.yaml").target(PODMAN_TARGET)
+    pins = [pin.replace(f"+{target.torch_variant}", "") for pin in target.requirements()]
+    (project / "docker" / PODMAN_TARGET / "Dockerfile").write_text(STAND_IN_DOCKERFILE.replace("{pins}", shlex.join(pins)))
+    wheels = tmp_path_factory.mktemp("podman-wheels")
+    downloaded = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest", str(wheels), *pins],
+                                capture_output=True, text=True)
+    assert downloaded.returncode == 0, downloaded.stderr[-2000:]
+    built = envkit("build", PODMAN_TARGET, "--base-image", base_image, "--wheelhouse", str(wheels), cwd=project)
+    shutil.rmtree(wheels)
+    return project, built.stdout.strip()
+
+
+def test_podman_job_runs_the_pushed_image_by_digest_on_both_nodes(request, tmp_path, client, podman_image, registry, two_node_slurm):
+    project, built = podman_image
+    tag = built.split(":")[1]
+    registry_path = f"{registry}/team"
+
+    # envkit push records the digest the registry answered, and the image's ID.
+    pushed = envkit("push", PODMAN_TARGET, "--registry", registry_path, "--tag", tag, cwd=project).stdout.split()
+    repository = f"{registry_path}/envkit-{PODMAN_TARGET}"
+    record = json.loads((project / "docker" / PODMAN_TARGET / "pushed.json").read_text())["images"][repository]
+    digest, image_id = record[tag]["digest"], record[tag]["image_id"]
+    assert record["latest"] == record[tag] and pushed[-1] == f"{repository}@{digest}"
+    assert digest == manifest_digest(registry, f"team/envkit-{PODMAN_TARGET}", tag)
+    assert image_id == client.images.get(built).id
+    for reference in pushed[:2]:
+        client.images.remove(reference)
+
+    # The registry's copy (3 GB) goes as soon as podman has the image, and is never kept with pytest's
+    # last temporary directories.
+    registry_copy = tmp_path / "store"
+    request.addfinalizer(lambda: shutil.rmtree(registry_copy, ignore_errors=True))
+    with podman_of_its_own(tmp_path / "podman", registry) as podman_env:
+        # The node hosts have no route to this registry (it listens in the root namespace), so the nodes'
+        # podman store gets the image here, pulled by its digest as a node would; the job finds it there.
+        pulled = subprocess.run(["podman", "pull", "--quiet", f"{repository}@{digest}"], capture_output=True, text=True,
+                                env={**os.environ, **podman_env}, timeout=1200)
+        assert pulled.returncode == 0, pulled.stderr[-2000:]
+        assert f"sha256:{pulled.stdout.strip()}" == image_id  # podman and Docker know the image by one ID
+        shutil.rmtree(registry_copy)
+
+        def submit(label: str, launch_args: tuple[str, ...]) -> tuple[int, str, Path, str]:
+            directory, results = tmp_path / label, tmp_path / label / "results"
+            script = slurm_job_script(2, FAKE_DATA, tmp_path / "data", results, directory, launch_args=launch_args,
+                                      config=project / "envkit.yaml")
+            returncode, _, output = two_node_slurm.sbatch_wait(script, directory, env=podman_env)
+            return returncode, output, results, script
+
+        # The default container is podman; --registry makes it the recorded digest.
+        returncode, output, results, script = submit("by-digest", ("--registry", registry_path, "--tag", tag))
+        assert "container podman." in script and f" {repository}@{digest} torchrun " in script
+        assert returncode == 0, output[-3000:]
+        for rank in (0, 1):
+            assert output.count(f"scatter (ddp rank {rank}/2, cpu)") == 1, output[-3000:]
+        document = only_results(results)
+        assert (document["environment"]["image"], document["environment"]["image_id"]) == (f"{repository}@{digest}", image_id)
+        assert document["environment"]["host"] == "node1"
+        assert (document["configuration"]["world_size"], document["configuration"]["nodes"]) == (2, 2)
+
+        # An image no node can get: each node says so in one line, the job exits 2, and nothing is written.
+        absent = f"{repository}@sha256:{'0' * 64}"
+        returncode, output, results, _ = submit("absent", ("--image", absent))
+        assert returncode == 2, output[-3000:]
+        said = [line for line in output.splitlines() if line.startswith("envkit: ")]
+        assert sorted(line.split(":")[1] for line in said) == [" node1", " node2"], output[-3000:]
+        assert all(f"podman cannot run {absent}: " in line for line in said)
+        assert not results.exists()

@@ -37,7 +37,7 @@ def register(subparsers) -> None:
     add_config(run)
     run.set_defaults(func=cmd_run)
 
-    push = subparsers.add_parser("push", help="tag a target's image for a registry and push it")
+    push = subparsers.add_parser("push", help="tag a target's image for a registry, push it, and record its digest in docker/<target>/pushed.json")
     push.add_argument("target")
     push.add_argument("--registry", required=True, help="HOST[:PORT][/PATH]")
     push.add_argument("--tag", help="image tag to push (default: latest)")
@@ -114,10 +114,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_push(args: argparse.Namespace) -> int:
     from envkit.image.build import push
+    from envkit.image.pushed import record
 
-    _, target = load_target(args)
-    for reference in push(target, args.registry, args.tag, progress=lambda s: print(s, file=sys.stderr)):
-        print(reference)
+    config, target = load_target(args)
+    pushed = push(target, args.registry, args.tag, progress=lambda s: print(s, file=sys.stderr))
+    path = record(config.root, target.name, pushed)
+    for each in pushed:
+        print(f"{each.repository}:{each.tag}")
+    # Both tags name one manifest: the reference `envkit launch --registry` runs.
+    print(pushed[-1].reference)
+    print(f"envkit: recorded {pushed[-1].digest} in {path}: commit it, and envkit launch --registry "
+          f"{args.registry} runs this image by digest", file=sys.stderr)
     return 0
 
 

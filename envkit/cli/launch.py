@@ -46,9 +46,11 @@ def register(subparsers) -> None:
                         "with --dry-run, write them there without submitting)")
     add_config(launch)
     launch.add_argument("--target", help="config target to run (default: the first of the experiment's kind)")
-    launch.add_argument("--image", help="image reference (default: [REGISTRY/]envkit-<target>:TAG)")
-    launch.add_argument("--registry", help="registry the image was pushed to (envkit push), HOST[:PORT][/PATH]")
-    launch.add_argument("--tag", default="latest", help="image tag (default: latest)")
+    launch.add_argument("--image", help="image reference, run as given (default: REGISTRY/envkit-<target>@<digest envkit push "
+                        "recorded>, or envkit-<target>:TAG without --registry)")
+    launch.add_argument("--registry", help="registry the image was pushed to (envkit push), HOST[:PORT][/PATH]: every node "
+                        "runs the digest recorded in docker/<target>/pushed.json")
+    launch.add_argument("--tag", default="latest", help="image tag whose pushed digest runs (default: latest)")
     launch.add_argument("--results-dir", type=Path, default=Path("results"), help="host results directory (hosts, slurm)")
     launch.add_argument("--data-dir", type=Path, default=Path("data"), help="host data directory (hosts, slurm)")
     launch.add_argument("--rdzv-port", type=int, default=DEFAULT_RDZV_PORT, help=f"rendezvous port (default {DEFAULT_RDZV_PORT})")
@@ -61,11 +63,13 @@ def register(subparsers) -> None:
     # a new setting is one line here and one field there.
     engine = launch.add_argument_group("engine settings")
     engine.add_argument("--hosts", type=_names, default=(), help="hosts: comma-separated host names, the rendezvous host first")
-    engine.add_argument("--container", default="host", choices=SLURM_CONTAINERS,
-                        help="slurm: host Python environment, docker (run.sh), pyxis or apptainer (default host)")
+    engine.add_argument("--container", default=SLURM_CONTAINERS[0], choices=SLURM_CONTAINERS,
+                        help="slurm: podman (the image, pulled by digest with --registry or loaded from --image-tarball; "
+                        "the default), docker (run.sh), pyxis, apptainer, or host (the Python environment sbatch runs in)")
     engine.add_argument("--partition", help="slurm: partition")
     engine.add_argument("--time", help="slurm: time limit, e.g. 02:00:00")
-    engine.add_argument("--image-tarball", type=_absolute, help="slurm apptainer, tpu-pod: envkit save's .tar.gz")
+    engine.add_argument("--image-tarball", type=_absolute, help="slurm podman/apptainer, tpu-pod: envkit save's .tar.gz "
+                        "(its .manifest.json beside it names the image)")
     engine.add_argument("--volume-claim", default="envkit",
                         help="pytorchjob, jobset: PersistentVolumeClaim holding data/ and results/ (default envkit)")
     engine.add_argument("--tpu-accelerator", help="jobset on TPU: GKE accelerator, e.g. tpu-v5-lite-podslice")
@@ -89,9 +93,8 @@ def register(subparsers) -> None:
 
 def build(args):
     """The job and its plan from the parsed arguments (bad input: EnvkitError)."""
+    from envkit.launch import images
     from envkit.launch.engines import render_job
-    from envkit.image.build import repository
-    from envkit.image.names import check_reference, check_registry, check_tag
     from envkit.project.config import load_config
     from envkit.project.experiments import experiment as find_experiment
     from envkit.runs.plans import experiment_target
@@ -100,11 +103,8 @@ def build(args):
     experiment = find_experiment(args.experiment)
     config = load_config(args.config)
     target = experiment_target(config, experiment, args.target)
-    if args.image is None:
-        registry = check_registry(args.registry) + "/" if args.registry else ""
-        image = f"{registry}{repository(target.name)}:{check_tag(args.tag)}"
-    else:
-        image = check_reference(args.image)
+    tarball = Path(args.image_tarball) if args.image_tarball else None
+    image = images.choose(config.root, target.name, tag=args.tag, image=args.image, registry=args.registry, tarball=tarball)
     job = build_job(
         experiment,
         target,
@@ -113,7 +113,8 @@ def build(args):
         root=config.root,
         data_dir=args.data_dir.resolve(),
         results_dir=args.results_dir.resolve(),
-        image=image,
+        image=image.reference,
+        image_id=image.image_id,
         gpus_per_node=args.gpus_per_node,
         nproc_per_node=args.nproc_per_node,
         name=args.name,

@@ -1,4 +1,4 @@
-"""Images in the engine: their names, building them, and pushing them to a registry.
+"""Images in the engine: their names, building them, and pushing them to a registry (by digest: image/pushed.py).
 
 A target's images are ``envkit-<target>:<content hash>`` plus ``latest`` for the newest.
 Builds go through the docker CLI (BuildKit); everything else goes through the Docker
@@ -31,8 +31,9 @@ from envkit.image.build_context import (
     stage_context,
     staging_area,
 )
-from envkit.support.docker_client import connect_docker, docker_sdk
 from envkit.errors import EnvkitError
+from envkit.image.pushed import Pushed
+from envkit.support.docker_client import connect_docker, docker_sdk
 
 LATEST = "latest"
 # How much of a failed build's log is kept to find the line that says why.
@@ -175,7 +176,8 @@ def resolve_image(client, target_name: str, tag: str | None = None):
     return image, content_tags[0]
 
 
-def push(target, registry: str, tag: str | None = None, progress=None) -> list[str]:
+def push(target, registry: str, tag: str | None = None, progress=None) -> list[Pushed]:
+    """Push the image under its content tag and latest; each with the manifest digest the registry answered."""
     check_registry(registry)
     client = connect_docker()
     image, content_tag = resolve_image(client, target.name, tag)
@@ -183,14 +185,19 @@ def push(target, registry: str, tag: str | None = None, progress=None) -> list[s
     pushed = []
     docker = docker_sdk()
     for remote_tag in (content_tag.rpartition(":")[2], LATEST):
+        digest = None
         try:
             image.tag(remote, remote_tag)
             for line in client.images.push(remote, tag=remote_tag, stream=True, decode=True):
                 if "error" in line:
                     raise EnvkitError(f"push of {remote}:{remote_tag} failed: {line['error']}", exit_code=1)
+                # The engine's last word on a push: {"aux": {"Tag": ..., "Digest": "sha256:...", "Size": ...}}.
+                digest = (line.get("aux") or {}).get("Digest") or digest
                 if progress and line.get("status") and not line.get("progressDetail"):
                     progress(line["status"])
         except docker.errors.APIError as exc:
             raise EnvkitError(f"push of {remote}:{remote_tag} failed: {exc.explanation or exc}", exit_code=1) from None
-        pushed.append(f"{remote}:{remote_tag}")
+        if not digest:
+            raise EnvkitError(f"push of {remote}:{remote_tag} ended without the registry's digest: push again", exit_code=1)
+        pushed.append(Pushed(remote, remote_tag, digest, image.id))
     return pushed

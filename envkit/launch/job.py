@@ -35,7 +35,8 @@ ENGINES = tuple(ENGINE_KINDS)
 # Engines that run an experiment's notebook, not an image (envkit/launch/kaggle.py): no Job, no renderer.
 NOTEBOOK_ENGINES = ("kaggle",)
 KUBERNETES_ENGINES = ("pytorchjob", "jobset")
-SLURM_CONTAINERS = ("host", "docker", "pyxis", "apptainer")
+# The first is the default: the image, through the daemonless runtime a user may run on a cluster.
+SLURM_CONTAINERS = ("podman", "docker", "pyxis", "apptainer", "host")
 
 # A Kubernetes object name that also serves as a DNS label (RFC 1123).
 _DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -60,7 +61,7 @@ _ENGINE_VALUE = {
 }
 # Set by envkit or the engine from the job itself; the options that change them are named instead.
 RESERVED_ENV = {
-    "ENVKIT_IMAGE": "--image", "IMAGE": "--image", "DATA_DIR": "--data-dir", "RESULTS_DIR": "--results-dir",
+    "ENVKIT_IMAGE": "--image", "ENVKIT_IMAGE_ID": "--registry (envkit push's record)", "IMAGE": "--image", "DATA_DIR": "--data-dir", "RESULTS_DIR": "--results-dir",
     "GPUS": "--gpus-per-node", "NNODES": "--nodes", "NODE_RANK": "--nodes", "RDZV_ENDPOINT": "--rdzv-port",
     "RDZV_ID": "--name", "PJRT_DEVICE": "the experiment",
 }
@@ -71,10 +72,10 @@ RESERVED_ENV_PREFIXES = ("PET_", "SLURM_", "SKYPILOT_")
 class EngineOptions:
     """Settings only some engines read; build_job checks the ones the chosen engine needs."""
 
-    container: str = "host"  # slurm: host | docker | pyxis | apptainer
+    container: str = SLURM_CONTAINERS[0]  # slurm: podman | docker | pyxis | apptainer | host
     partition: str | None = None  # slurm
     time: str | None = None  # slurm
-    image_tarball: str | None = None  # slurm apptainer, tpu-pod: envkit save's .tar.gz (absolute)
+    image_tarball: str | None = None  # slurm podman/apptainer, tpu-pod: envkit save's .tar.gz (absolute)
     hosts: tuple[str, ...] = ()  # hosts: the machines, the first one holds the rendezvous
     tpu: str | None = None  # tpu-pod: TPU VM name
     zone: str | None = None  # tpu-pod
@@ -92,7 +93,7 @@ class Job:
     kind: str  # target kind: cpu | cuda | tpu-vm
     scale: str  # single | torchrun | tpu-pod
     target: str  # config target whose image runs
-    image: str
+    image: str  # the reference every node runs: REGISTRY/envkit-<target>@sha256:... once pushed (launch/images.py)
     recipe: str
     recipe_args: tuple[str, ...]  # the experiment's arguments, then the user's
     nodes: int
@@ -105,6 +106,7 @@ class Job:
     rdzv_id: str = "envkit"
     env: tuple[tuple[str, str], ...] = ()  # --env NAME=VALUE, in the order given: set for the recipe on every node
     options: EngineOptions = field(default_factory=EngineOptions)
+    image_id: str | None = None  # sha256:<hex> of the image config, when known before the job starts
 
     @property
     def uses_torchrun(self) -> bool:
@@ -116,6 +118,10 @@ class Job:
 
     def image_argv(self) -> list[str]:
         return self.recipe_argv(IMAGE_RECIPES, CONTAINER_DATA, CONTAINER_RESULTS)
+
+    def image_env(self) -> tuple[tuple[str, str], ...]:
+        """What the results record as environment.image and .image_id (recipes/harness.py reads them)."""
+        return (("ENVKIT_IMAGE", self.image),) + ((("ENVKIT_IMAGE_ID", self.image_id),) if self.image_id else ())
 
     def image_notes(self) -> tuple[str, ...]:
         """For engines whose nodes pull the image: say so when it names no registry."""
@@ -170,6 +176,7 @@ def build_job(
     data_dir: Path,
     results_dir: Path,
     image: str,
+    image_id: str | None = None,
     gpus_per_node: int | None = None,
     nproc_per_node: int | None = None,
     name: str | None = None,
@@ -209,6 +216,7 @@ def build_job(
         scale=experiment.scale,
         target=target.name,
         image=image,
+        image_id=image_id,
         recipe=experiment.recipe,
         recipe_args=(*experiment.args, *extra_args),
         nodes=nodes,

@@ -55,7 +55,7 @@ def _container(job: jobs.Job, name: str, env: list[dict[str, Any]]) -> dict[str,
         "image": job.image,
         "imagePullPolicy": "IfNotPresent",
         "command": _command(job),
-        "env": [{"name": "ENVKIT_IMAGE", "value": job.image}, *env, *({"name": k, "value": v} for k, v in job.env)],
+        "env": [*({"name": k, "value": v} for k, v in job.image_env()), *env, *({"name": k, "value": v} for k, v in job.env)],
         "volumeMounts": [
             {"name": "envkit", "mountPath": jobs.CONTAINER_DATA, "subPath": "data"},
             {"name": "envkit", "mountPath": jobs.CONTAINER_RESULTS, "subPath": "results"},

@@ -45,7 +45,7 @@ def task(job: jobs.Job) -> dict[str, Any]:
     resources: dict[str, Any] = {"image_id": f"docker:{job.image}"}
     if accelerators(job):
         resources["accelerators"] = accelerators(job)
-    envs = {"ENVKIT_IMAGE": job.image}
+    envs = dict(job.image_env())
     if job.kind == "tpu-vm":
         envs["PJRT_DEVICE"] = "TPU"
     envs.update(job.env)

@@ -1,12 +1,18 @@
 """Slurm: one sbatch script per experiment, one torchrun per node (srun), no accounting.
 
-The rendezvous is the allocation's first host. Four ways to reach the software,
+The rendezvous is the allocation's first host. Five ways to reach the software,
 for the container runtimes clusters actually have (--container):
-  host       the Python environment sbatch is called from (PATH is exported)
+  podman     the image under podman (the default): daemonless, so the container
+             srun starts is a child of the step, in the node's own network
+             namespace (--network=host); pulled by digest from --registry, or
+             loaded from envkit save's tarball, on each node
   docker     docker/<target>/run.sh on each node (the recipe starts torchrun)
   pyxis      srun --container-image (NVIDIA's Pyxis/enroot), pulled from a registry
   apptainer  apptainer exec on envkit save's tarball (docker-archive)
-Nothing here reads sacct or slurmdbd: sbatch's own exit status is the job's.
+  host       the Python environment sbatch is called from (PATH is exported): no image
+The image's identity reaches the recipe as ENVKIT_IMAGE / ENVKIT_IMAGE_ID
+(run.sh sets them itself for docker). Nothing here reads sacct or slurmdbd:
+sbatch's own exit status is the job's.
 """
 
 from __future__ import annotations
@@ -22,6 +28,24 @@ from envkit.launch.shell import Raw, line
 FIRST_HOST = 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)'
 # Per node: the GPUs Slurm gave this step, as run.sh's GPUS wants them (host indices).
 STEP_GPUS = 'export GPUS=${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-all}}; exec "$0" "$@"'
+# The same GPUs as podman's CDI devices (nvidia-ctk cdi generate names them nvidia.com/gpu=<index>|all),
+# inserted after "podman run": bash -c STEP_DEVICES podman run ARGS...
+STEP_DEVICES = (
+    'devices=(); for id in $(echo "${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-all}}" | tr , " "); '
+    'do devices+=(--device "nvidia.com/gpu=$id"); done; exec "$0" "$1" "${devices[@]}" "${@:2}"'
+)
+# Run on every node before anything is written: podman there, the image there (pulled by its digest,
+# or loaded from the tarball), and a container of it starts. Otherwise one line and exit 2, which
+# srun and then the batch script (set -e) return. Arguments: IMAGE PULL_POLICY [TARBALL].
+PODMAN_CHECK = """fail() { echo "envkit: $(hostname): $1" >&2; exit 2; }
+command -v podman >/dev/null || fail "podman is not installed: install it, or choose another --container"
+if [ -n "${2:-}" ] && ! podman image exists "$0"; then
+  out=$(podman load --input "$2" 2>&1) || fail "podman cannot load $2: $(tail -n 1 <<<"$out")"
+fi
+out=$(podman run --rm --pull="$1" --network=none "$0" true 2>&1) || fail "podman cannot run $0: $(tail -n 1 <<<"$out")"
+"""
+# Rootless podman (a cluster user) maps the caller into the container only with keep-id; rootful podman refuses it.
+PODMAN_USERNS = 'userns=(); [ "$(id -u)" = 0 ] || userns=(--userns=keep-id)'
 
 
 def sbatch_script(job: jobs.Job) -> str:
@@ -34,7 +58,7 @@ def sbatch_script(job: jobs.Job) -> str:
         directives.append(f"--partition={options.partition}")
     if options.time:
         directives.append(f"--time={options.time}")
-    body = {"host": _host, "docker": _docker, "pyxis": _pyxis, "apptainer": _apptainer}[options.container](job)
+    body = {"podman": _podman, "host": _host, "docker": _docker, "pyxis": _pyxis, "apptainer": _apptainer}[options.container](job)
     return "\n".join([
         "#!/bin/bash",
         *(f"#SBATCH {directive}" for directive in directives),
@@ -45,7 +69,9 @@ def sbatch_script(job: jobs.Job) -> str:
         FIRST_HOST,
         ': "${head:?scontrol found no host in SLURM_JOB_NODELIST}"',
         "set -o pipefail",
-        line("mkdir", "-p", "--", job.results_dir),
+        *(_podman_check(job) if options.container == "podman" else []),
+        # podman, unlike docker, refuses to bind-mount a directory that does not exist.
+        line("mkdir", "-p", "--", job.results_dir, *([job.data_dir] if options.container == "podman" else [])),
         *_exports(job.env),
         *body,
         "",
@@ -94,11 +120,11 @@ def _binds(job: jobs.Job) -> str:
 
 
 def _pyxis(job: jobs.Job) -> list[str]:
-    # enroot names a registry image REGISTRY#PATH:TAG.
+    # enroot names a registry image REGISTRY#PATH:TAG, or REGISTRY#PATH@DIGEST in the enroot releases that take digests.
     registry, _, path = job.image.partition("/")
     image = f"{registry}#{path}"
     return [
-        line("export", f"ENVKIT_IMAGE={job.image}"),
+        *_exports(job.image_env()),
         line(*_srun(), f"--container-image={image}", f"--container-mounts={_binds(job)}", "--container-workdir=/workspace",
              *_torchrun(job), *job.image_argv()),
     ]
@@ -108,8 +134,50 @@ def _apptainer(job: jobs.Job) -> list[str]:
     gpu = ["--nv"] if job.kind == "cuda" else []
     source = f"docker-archive://{job.options.image_tarball}"
     return [
-        line("export", f"ENVKIT_IMAGE={job.image}"),
+        *_exports(job.image_env()),
         line(*_srun(), "apptainer", "exec", *gpu, "--bind", _binds(job), source, *_torchrun(job), *job.image_argv()),
+    ]
+
+
+def _podman_source(job: jobs.Job) -> tuple[str, str]:
+    """What podman runs, and its pull policy: the tarball's image by ID once loaded; a registry reference
+    (by digest once pushed) pulled when missing; a bare local name never pulled, so that no short name
+    is ever looked up in a registry the user did not name."""
+    if job.options.image_tarball:
+        return job.image_id or job.image, "never"
+    return job.image, "missing" if "/" in job.image else "never"
+
+
+def _podman_check(job: jobs.Job) -> list[str]:
+    image, pull = _podman_source(job)
+    tarball = [job.options.image_tarball] if job.options.image_tarball else []
+    return [
+        "# Every node: podman, the image, and a container of it start; else one line and exit 2, before anything is written.",
+        line(*_srun(), "bash", "-c", PODMAN_CHECK, image, pull, *tarball),
+    ]
+
+
+def _podman(job: jobs.Job) -> list[str]:
+    """podman run with the flags run.sh gives the kind's containers (envkit/data/kinds.yaml), the node's
+    network and host name (c10d must find the node's name), the recipe's variables passed by name."""
+    from envkit.project.kinds import kind
+
+    settings = kind(job.kind).run
+    image, _ = _podman_source(job)
+    flags = ["--rm", "--pull=never", "--network=host", "--uts=host", *settings.docker_args]
+    flags += ["--shm-size", settings.shm_size] if settings.shm_size else ["--ipc=host"]
+    for name, limit in settings.ulimits.items():
+        flags += ["--ulimit", f"{name}={limit}"]
+    if settings.user == "caller":
+        flags += [Raw('${userns[@]+"${userns[@]}"}'), "--user", Raw('"$(id -u):$(id -g)"'), "-e", "HOME=/tmp"]
+    flags += [word for key, value in settings.env.items() for word in ("-e", f"{key}={value}")]
+    flags += [word for key, _ in (*job.image_env(), *job.env) for word in ("-e", key)]
+    flags += [word for pair in _binds(job).split(",") for word in ("-v", pair)]
+    wrap = ["bash", "-c", STEP_DEVICES] if job.kind == "cuda" else []
+    return [
+        *_exports(job.image_env()),
+        PODMAN_USERNS,
+        line(*_srun(), *wrap, "podman", "run", *flags, image, *_torchrun(job), *job.image_argv()),
     ]
 
 
@@ -119,5 +187,8 @@ def plan(job: jobs.Job, output: Path) -> Plan:
         files=((script, sbatch_script(job)),),
         commands=(("sbatch", script),),
         results=f"{job.results_dir} (a directory every node must see: a shared filesystem)",
-        notes=("follow it with squeue and the job's slurm-<id>.out; cancel with scancel <id>",),
+        notes=(
+            *(job.image_notes() if job.options.container == "podman" and not job.options.image_tarball else ()),
+            "follow it with squeue and the job's slurm-<id>.out; cancel with scancel <id>",
+        ),
     )

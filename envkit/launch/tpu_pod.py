@@ -2,10 +2,10 @@
 
 The workers have Docker but not this project, so the docker run line is written
 here rather than by run.sh; it keeps run.sh's TPU flags (--privileged for the
-chips, host networking for the slice). The image arrives by a registry pull
-(--registry) or as envkit save's tarball copied with tpu-vm scp and loaded with
-envkit load, which checks it against its manifest. The container is named, so
-one docker stop on all workers ends the run.
+chips, host networking for the slice). The image arrives by a registry pull of
+the digest envkit push recorded (--registry) or as envkit save's tarball copied
+with tpu-vm scp and loaded with envkit load, which checks it against its manifest.
+The container is named, so one docker stop on all workers ends the run.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def remote_command(job: jobs.Job) -> str:
     run = line(
         *DOCKER, "run", "--rm", "--init", "--name", container_name(job),
         "--user", Raw('"$(id -u):$(id -g)"'), "-e", "HOME=/tmp",
-        "--privileged", "--net=host", "--shm-size", "16G", "-e", "PJRT_DEVICE=TPU", "-e", f"ENVKIT_IMAGE={job.image}",
-        *(word for key, value in job.env for word in ("-e", f"{key}={value}")),
+        "--privileged", "--net=host", "--shm-size", "16G", "-e", "PJRT_DEVICE=TPU",
+        *(word for key, value in (*job.image_env(), *job.env) for word in ("-e", f"{key}={value}")),
         "-v", Raw(f'"$HOME"/{WORKER_DIR}/data:{jobs.CONTAINER_DATA}'),
         "-v", Raw(f'"$HOME"/{WORKER_DIR}/results:{jobs.CONTAINER_RESULTS}'),
         job.image, "python", *job.image_argv(),

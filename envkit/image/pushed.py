@@ -1,0 +1,70 @@
+"""What `envkit push` left in registries: for each repository and tag, the manifest digest and image ID.
+
+The record is docker/<target>/pushed.json, beside the target's Dockerfile and lock,
+and is committed like the lock: a collaborator on another machine (a Slurm login
+node, a laptop with kubectl) launches exactly the image that was pushed, by digest,
+with no engine and no registry lookup. A tag in a registry moves on the next push;
+the digest recorded here does not. Schema: envkit/data/pushed.schema.json.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+from envkit.project.datafile import DATA_DIR, load_checked
+from envkit.support.atomic import write_text_atomic
+
+RECORD_FILE = "pushed.json"
+FORMAT = 1
+SCHEMA_PATH = DATA_DIR / "pushed.schema.json"
+
+
+@dataclass(frozen=True)
+class Pushed:
+    repository: str  # REGISTRY[/PATH]/envkit-<target>
+    tag: str
+    digest: str  # sha256:<hex> of the manifest the registry stored
+    image_id: str  # sha256:<hex> of the image config: the ID every engine reports
+
+    @property
+    def reference(self) -> str:
+        """The reference that pulls exactly this image, wherever the tag has moved since."""
+        return f"{self.repository}@{self.digest}"
+
+
+def record_path(root: Path, target_name: str) -> Path:
+    return root / "docker" / target_name / RECORD_FILE
+
+
+def _read(path: Path, target_name: str) -> dict:
+    if not path.is_file():
+        return {"format": FORMAT, "target": target_name, "images": {}}
+    document = load_checked(path, SCHEMA_PATH)
+    if document["target"] != target_name:
+        raise EnvkitError(f"{path} records pushes of target {document['target']!r}, not {target_name!r}: move or delete it")
+    return document
+
+
+def record(root: Path, target_name: str, pushes: list[Pushed]) -> Path:
+    """Add ``pushes`` to the target's record (a tag pushed again is replaced); the whole file or none of it."""
+    path = record_path(root, target_name)
+    document = _read(path, target_name)
+    for pushed in pushes:
+        document["images"].setdefault(pushed.repository, {})[pushed.tag] = {"digest": pushed.digest, "image_id": pushed.image_id}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps(document, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise EnvkitError(f"pushed, but cannot record the digest in {path}: {exc.strerror}", exit_code=1) from None
+    return path
+
+
+def lookup(root: Path, target_name: str, repository: str, tag: str) -> Pushed | None:
+    """What the last push of ``repository:tag`` recorded, or None when it was never pushed from this project."""
+    entry = _read(record_path(root, target_name), target_name)["images"].get(repository, {}).get(tag)
+    if entry is None:
+        return None
+    return Pushed(repository, tag, entry["digest"], entry["image_id"])
