@@ -24,6 +24,9 @@ IMAGES_DIR ?= $(CURDIR)/images
 FILE ?=
 KEEP ?=
 DRY_RUN ?=
+# An interpreter to run the experiment's recipe with on this host instead of in its image (envkit experiment
+# --python), e.g. E3 on XLA:CPU: PJRT_DEVICE=CPU CPU_NUM_DEVICES=8 make e3-batch-scaling RECIPE_PYTHON=.venv-xla/bin/python
+RECIPE_PYTHON ?=
 # Multi-node torchrun (run.sh passes them into the container when set): hosts, this host's
 # rank, the c10d rendezvous host:port and id, and the network interfaces NCCL and gloo use.
 NNODES ?=
@@ -93,7 +96,8 @@ LAUNCH_OPTIONS = --on $(call quote,$(ON)) $(if $(NNODES),--nodes $(call quote,$(
 ifeq ($(ON),)
 define experiment
 	$(DRY)$(MULTINODE_ENV) $(ENVKIT) experiment $(if $(GPUS),--gpus $(GPUS)) --results-dir $(RESULTS_DIR) \
-		--data-dir $(DATA_DIR) $(BUILD_FLAGS) $(DRY_FLAG) $@ $(if $(strip $(1)),-- $(1))
+		--data-dir $(DATA_DIR) $(BUILD_FLAGS) $(if $(RECIPE_PYTHON),--python $(call quote,$(RECIPE_PYTHON))) $(DRY_FLAG) \
+		$@ $(if $(strip $(1)),-- $(1))
 endef
 else
 define experiment
@@ -103,13 +107,14 @@ endif
 
 .DEFAULT_GOAL := help
 .PHONY: FORCE help venv xla-env sky-env tpu-env bench-env render build-cpu build-cuda build-tpu-vm tpu-mnist tpu-mnist-single \
-	gpu-mnist cpu-mnist gpu-single-cifar gpu-dp-cifar gpu-ddp-cifar cpu-single-cifar cpu-ddp-cifar compare \
+	gpu-mnist cpu-mnist gpu-single-cifar gpu-dp-cifar gpu-ddp-cifar cpu-single-cifar cpu-ddp-cifar e3-batch-scaling compare \
 	push save load prune demo test doctor
 
 help: ## list the targets and the variables they read
 	@+awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z0-9-]*:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@+echo "variables: GPUS MODEL BATCH PER_DEVICE_BATCH EPOCHS DATASET MAX_STEPS RESULTS_DIR DATA_DIR VENV PYTHON"
 	@+echo "           TORCH_INDEX_URL WHEELHOUSE BASE_IMAGE CA_CERTS BUILD_ARGS NO_CACHE REGISTRY TARGET IMAGES_DIR FILE KEEP DRY_RUN"
+	@+echo "           RECIPE_PYTHON (an experiment's recipe on this host with that interpreter, not in its image)"
 	@+echo "           NNODES NODE_RANK RDZV_ENDPOINT RDZV_ID NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME (multi-node)"
 	@+echo "           ON GPUS_PER_NODE HOSTS LAUNCH_FLAGS (with ON=ENGINE an experiment target runs envkit launch:"
 	@+echo "           make gpu-ddp-cifar ON=slurm NNODES=2 GPUS_PER_NODE=4 DRY_RUN=1)"
@@ -196,6 +201,9 @@ cpu-single-cifar: $(RENDERED)/cpu | $(ENVKIT) ## CIFAR-10 in one CPU process (th
 
 cpu-ddp-cifar: $(RENDERED)/cpu | $(ENVKIT) ## CIFAR-10 with DDP over gloo processes on the CPU (the multi-host form CPUs can test)
 	$(call experiment,$(CIFAR_FLAGS))
+
+e3-batch-scaling: $(RENDERED)/tpu-vm | $(ENVKIT) ## MNIST over every TPU core, 16 and 128 per core, each with and without linear lr scaling plus warm-up
+	$(call experiment,$(MNIST_FLAGS))
 
 compare: | $(ENVKIT) ## run the experiments this host can run, then tabulate RESULTS_DIR (EPOCHS= MAX_STEPS=; DATASET=fake: no download)
 	$(DRY)$(ENVKIT) compare --results-dir $(RESULTS_DIR) $(COMMON_FLAGS) $(DRY_FLAG)

@@ -140,6 +140,10 @@ def test_compare_on_a_tpu_vm_without_docker_runs_one_core_then_all_cores(in_repo
     common = "--results-dir out --quiet --dataset fake"
     assert f"# 4. mnist on one TPU core\n{PY} recipes/mnist.py --device tpu --cores 1 {common}\n" in out
     assert f"# 5. mnist on all TPU cores\n{PY} recipes/mnist.py --device tpu --cores all {common}\n" in out
+    # then E3's runs, each under its own run name
+    assert "# 6. E3, batch and learning-rate scaling on all TPU cores: e3-batch-scaling-b16\n" in out
+    assert (f" --per-device-batch 128 --lr-scaling none --warmup-epochs 0 --run-name e3-batch-scaling-b128 --dataset fake "
+            f"--fake-train-size 4096 --epochs 10 {common}\n# 9. ") in out
 
 
 def test_missing_config_is_one_line_exit_2(tmp_path, monkeypatch, capsys):

@@ -34,7 +34,7 @@ TPU_HOST = facts(devices={"tpu": ["/dev/accel0", "/dev/accel1"]})
     [
         (facts(), ["cpu-mnist", "cpu-single-cifar", "cpu-ddp-cifar"]),
         (GPU_HOST, ["cpu-mnist", "cpu-single-cifar", "cpu-ddp-cifar", "gpu-mnist", "gpu-single-cifar", "gpu-dp-cifar", "gpu-ddp-cifar"]),
-        (TPU_HOST, ["cpu-mnist", "cpu-single-cifar", "cpu-ddp-cifar", "tpu-mnist", "tpu-mnist-single"]),
+        (TPU_HOST, ["cpu-mnist", "cpu-single-cifar", "cpu-ddp-cifar", "tpu-mnist", "tpu-mnist-single", "e3-batch-scaling"]),
         (facts(docker_version=None, docker_error=NO_ENGINE, gpus=["GPU 0: A100"], nvidia_runtime=True), []),
         (facts(gpus=["GPU 0: A100"], nvidia_runtime=False), ["cpu-mnist", "cpu-single-cifar", "cpu-ddp-cifar"]),
     ],

@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from envkit.cli import main
+from envkit.errors import EnvkitError
 from envkit.project.config import load_config
 from envkit.project.experiments import load_experiments
 from envkit.runs.plans import experiment_target
@@ -109,7 +110,56 @@ def test_experiment_dry_run_checks_builds_and_runs(repo_root, monkeypatch, capsy
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
     assert lines[0].endswith(f" -m envkit doctor --require {entry.kind}" + (" --gpus 0" if entry.gpus == "first" else ""))
     assert " -m envkit build " in lines[1]
-    assert lines[2].startswith("RESULTS_DIR=/r ") and lines[2].endswith(f"/run.sh {entry.recipe} {' '.join(entry.args)} --epochs 1")
+    # one recipe run per run of the experiment: the experiment's arguments, the run's, its defaults, the user's
+    assert len(lines) == 2 + len(entry.runs)
+    for line, run in zip(lines[2:], entry.runs):
+        assert line.startswith("RESULTS_DIR=/r ") and line.endswith(f"/run.sh {entry.recipe} {' '.join(run.argv)} --epochs 1")
+        assert run.args[:len(entry.args)] == entry.args and run.argv == (*run.args, *entry.defaults)
+        if entry.named_runs:
+            assert run.args[-2:] == ("--run-name", run.name)
+
+
+@pytest.mark.parametrize("name", list(TABLE))
+def test_experiment_with_python_runs_the_recipes_here(repo_root, monkeypatch, capsys, name):
+    monkeypatch.chdir(repo_root)
+    entry = TABLE[name]
+    assert main(["experiment", "--dry-run", "--python", "/opt/py/bin/python", "--results-dir", "/r", name, "--", "--epochs", "1"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
+    # no host check and no build: the recipe itself, with this interpreter
+    assert lines == [f"/opt/py/bin/python {repo_root}/recipes/{entry.recipe}.py {' '.join(run.argv)} --results-dir /r --epochs 1"
+                     for run in entry.runs]
+
+
+def test_several_runs_are_named_after_the_experiment_and_listed_in_the_table_order():
+    named = {name: entry for name, entry in TABLE.items() if entry.named_runs}
+    assert "e3-batch-scaling" in named
+    for name, entry in named.items():
+        assert len(entry.runs) >= 2 and all(run.name == f"{name}-{run.label}" for run in entry.runs)
+    assert [run.label for run in TABLE["e3-batch-scaling"].runs] == ["b16", "b16-scaled", "b128", "b128-scaled"]
+    one = TABLE["cpu-mnist"]
+    assert [(run.label, run.name, run.argv) for run in one.runs] == [(None, None, one.args)]
+
+
+def test_two_experiments_cannot_share_a_run_name(tmp_path):
+    table = tmp_path / "experiments.yaml"
+    entry = ("    summary: s\n    title: t\n    kind: cpu\n    recipe: mnist\n    args: [--device, cpu]\n    gpus: none\n    scale: single\n"
+             "    published: null\n    runs:\n")
+    table.write_text("schema_version: 1\nexperiments:\n"
+                     f"  e9:\n{entry}      x-y: {{summary: a, args: [--seed, '1']}}\n      z: {{summary: b, args: [--seed, '2']}}\n"
+                     f"  e9-x:\n{entry}      y: {{summary: a, args: [--seed, '1']}}\n      w: {{summary: b, args: [--seed, '2']}}\n")
+    with pytest.raises(EnvkitError, match=r"experiments/e9-x: run name e9-x-y is another experiment's too$"):
+        load_experiments(table)
+
+
+@pytest.mark.parametrize("label", ["b-16", "B16", "b16-", "2b"])
+def test_a_run_label_that_could_read_as_a_repeat_is_refused(tmp_path, label):
+    # write_results marks a repeated run with -2, -3, ...: no label may end like that
+    table = tmp_path / "experiments.yaml"
+    table.write_text("schema_version: 1\nexperiments:\n  e9:\n    summary: s\n    title: t\n    kind: cpu\n    recipe: mnist\n"
+                     "    args: [--device, cpu]\n    gpus: none\n    scale: single\n    published: null\n    runs:\n"
+                     f"      '{label}': {{summary: a, args: [--seed, '1']}}\n      z: {{summary: b, args: [--seed, '2']}}\n")
+    with pytest.raises(EnvkitError, match="does not match"):
+        load_experiments(table)
 
 
 @pytest.mark.parametrize(
@@ -119,6 +169,16 @@ def test_experiment_dry_run_checks_builds_and_runs(repo_root, monkeypatch, capsy
         (["experiment", "--gpus", "0,,1", "gpu-dp-cifar"], "GPUS='0,,1' is invalid"),
         (["experiment", "--target", "cpu", "gpu-dp-cifar"], "target 'cpu' is a cpu target, but gpu-dp-cifar runs in a cuda image"),
         (["experiment", "--target", "tpu", "tpu-mnist"], "unknown target 'tpu'"),
+        # what makes E3's runs E3 (batch, learning-rate rule, run name) is the table's; its size is not
+        (["experiment", "e3-batch-scaling", "--", "--run-name", "x"],
+         "e3-batch-scaling runs with --run-name e3-batch-scaling-b16 (envkit/data/experiments.yaml), and the recipe "
+         "arguments say --run-name x: drop it"),
+        (["experiment", "--python", "py", "e3-batch-scaling", "--", "--warmup-epochs=5"],
+         "e3-batch-scaling runs with --warmup-epochs 0 "),
+        (["experiment", "--python", "py", "e3-batch-scaling", "--", "--per-device-batch", "32"],
+         "e3-batch-scaling runs with --per-device-batch 16 "),
+        (["experiment", "--python", "py", "--gpus", "0", "--no-cache", "gpu-mnist"],
+         "--python runs gpu-mnist here, without an image: leave out --gpus and build options (image runs only; "),
     ],
 )
 def test_experiment_bad_input_is_one_line(repo_root, monkeypatch, capsys, argv, message):

@@ -187,6 +187,8 @@ BAD_INPUT = {
     "recipe arguments against the experiment": (["gpu-ddp-cifar", "--on", "slurm", "--", "--parallel", "dp"],
                                                 "gpu-ddp-cifar runs with --parallel ddp"),
     "output for plain hosts": (["cpu-ddp-cifar", "--on", "hosts"], "--output: --on hosts writes no files"),
+    "an experiment of several runs": (["e3-batch-scaling", "--on", "tpu-pod", "--tpu", "t", "--zone", "z"],
+                                      "e3-batch-scaling is 4 recipe runs, and envkit launch submits one"),
 }
 
 

@@ -122,6 +122,20 @@ def experiment(project: Path, repo_root: Path, *args: str) -> list[str]:
     return planned(repo_root, lines[0])
 
 
+def test_e3_runs_its_four_runs_in_the_image_or_with_recipe_python(project, repo_root):
+    lines = experiment(project, repo_root, "e3-batch-scaling", "EPOCHS=3", "RESULTS_DIR=/r")
+    assert lines[:2] == [".venv/bin/envkit doctor --require tpu-vm", ".venv/bin/envkit build tpu-vm"]
+    # each run under its own name; EPOCHS= changes the experiment's size (its defaults), after them
+    assert [line.split(" --run-name ")[1] for line in lines[2:]] == [
+        f"e3-batch-scaling-{run} --dataset fake --fake-train-size 4096 --epochs 10 --epochs 3"
+        for run in ("b16", "b16-scaled", "b128", "b128-scaled")]
+    # RECIPE_PYTHON: the recipes on this host with that interpreter (E3 on XLA:CPU), no host check, no build
+    (make_line,) = dry_run(project, "e3-batch-scaling", "RECIPE_PYTHON=.venv-xla/bin/python", "RESULTS_DIR=/r")
+    assert " --python '.venv-xla/bin/python' e3-batch-scaling" in make_line
+    here = planned(repo_root, make_line)
+    assert len(here) == 4 and all(line.startswith(f".venv-xla/bin/python {repo_root}/recipes/mnist.py --device tpu ") for line in here)
+
+
 def test_help_lists_every_target_with_one_line(project):
     done = make(project, "help")
     assert done.returncode == 0, done.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
@@ -20,7 +21,7 @@ from envkit.project.config import load_config
 COMMITTED = {  # target -> experiments, as envkit.yaml lists them
     "colab-tpu": ["tpu-mnist-single"],
     "colab-t4": ["gpu-mnist"],
-    "kaggle-tpu": ["tpu-mnist"],
+    "kaggle-tpu": ["tpu-mnist", "e3-batch-scaling"],
 }
 SECTIONS = ["## 1. What it is", "## 2. Runtime check", "## 3. Environment", "## 4. The recipe", "## 5. The run",
             "## 6. The result"]
@@ -142,7 +143,7 @@ def test_render_check_finds_an_edited_recipe_and_render_fixes_it(capsys, project
     # ddp.py is part of every MNIST notebook (tpu_backend imports it)
     assert all(f"notebooks/{target}/{exp}.ipynb: stale (" in out for target, exp in committed_pairs())
     code, out, _ = envkit(capsys, "render", "--all", "--config", config)
-    assert code == 0 and "rendered 3 notebooks for colab-tpu, colab-t4, kaggle-tpu" in out and "(3 changed)" in out
+    assert code == 0 and "rendered 4 notebooks for colab-tpu, colab-t4, kaggle-tpu" in out and "(4 changed)" in out
     assert envkit(capsys, "render", "--all", "--check", "--config", config)[0] == 0
 
 
@@ -217,3 +218,18 @@ def test_a_recipe_brings_the_modules_and_packages_it_imports(tmp_path):
 def test_ci_executes_the_notebooks(repo_root):
     # tests/test_notebook_execute.py skips without its wheelhouse, except where this is set
     assert "ENVKIT_REQUIRE_NOTEBOOK=1" in (repo_root / ".ci" / "run").read_text()
+
+
+def test_e3_on_kaggle_runs_its_four_runs_in_turn(config):
+    from envkit.project.experiments import experiment
+
+    notebook = nbformat.reads(builder.render_notebook(config, "e3-batch-scaling", "kaggle-tpu").text, as_version=4)
+    runs = experiment("e3-batch-scaling").runs
+    assert len(runs) == 4
+    intro = notebook.cells[0].source
+    assert intro.count("`python recipes/mnist.py --device tpu --cores all --strategy spmd") == 4
+    cell = ast.parse(next(cell for cell in notebook.cells if cell.id == "settings").source)
+    settings = ast.literal_eval(next(node.value for node in cell.body if isinstance(node, ast.Assign)))
+    assert [run["args"] for run in settings["runs"]] == [list(run.argv) for run in runs]
+    assert all(run["cpu_args"][-12:-10] == ["--device", "cpu"] and "--run-name" in run["cpu_args"] for run in settings["runs"])
+    assert notebook.metadata.envkit.runs == [run.summary for run in runs]

@@ -272,9 +272,14 @@ def test_report_data_names_known_recipes_columns_and_statistics():
     assert sorted(facts["recipes"]) == sorted(KNOWN_RECIPES)
     for recipe in facts["recipes"].values():
         assert set(recipe["columns"]) <= set(COLUMNS) and "configuration" in recipe["columns"]
-        assert set(recipe["bars"]) <= set(STAT_KEYS)
+        assert not any(COLUMNS[key].from_settings or key == "run" for key in recipe["columns"]), "experiment sections' only"
+        assert [key for panel in recipe["panels"] for key in panel] and all(set(panel) <= set(STAT_KEYS) for panel in recipe["panels"])
         assert set(recipe["comparable_by"]) <= set(ROW_KEYS)
         assert recipe["speedup"]["metric"] in recipe["columns"]
+    for section in [*facts["recipes"].values(), *facts["experiments"].values()]:
+        for panel in section["panels"]:
+            # every bar can be drawn, and a panel's bars share its y axis
+            assert panel and all(COLUMNS[key].measure for key in panel) and len({COLUMNS[key].axis for key in panel}) == 1
     assert set(facts["environment_facts"]) <= set(CONFIGURATION_KEYS) | set(ENVIRONMENT_KEYS)
     assert set(STAT_KEYS) <= set(COLUMNS)
     assert len(FLAT_FIELDS) == len(set(FLAT_FIELDS))

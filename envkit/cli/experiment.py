@@ -34,6 +34,9 @@ def register(subparsers) -> None:
     experiment.add_argument("--results-dir", type=Path, default=None, help="where results go (default: run.sh's ./results)")
     experiment.add_argument("--data-dir", type=Path, default=None, help="datasets (default: run.sh's ./data)")
     add_build_options(experiment)
+    experiment.add_argument("--python", metavar="PYTHON", help="run the recipe with this interpreter on this host instead of "
+                            "in the target's image (no host check, no build), e.g. E3 on XLA:CPU: PJRT_DEVICE=CPU "
+                            "CPU_NUM_DEVICES=8 envkit experiment e3-batch-scaling --python .venv-xla/bin/python")
     experiment.add_argument("--dry-run", action="store_true", help="print the commands (host check, build, run) "
                             "instead of running them")
     experiment.set_defaults(func=cmd_experiment)
@@ -47,6 +50,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from envkit.runs.plans import experiment_gpus, experiment_plan, experiment_target, format_plan, run_in_order
 
     entry = experiment(args.name)
+    if args.python is not None:
+        return _run_here(entry, args)
     if args.gpus is not None:
         parse_gpus(args.gpus)  # bad input on any host, before anything runs
         if entry.gpus == "none":
@@ -67,3 +72,23 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
     doctor.require(doctor.inspect_host(), entry.kind, experiment_gpus(entry, args.gpus, target.gpus))
     return run_in_order(dataclasses.replace(plan, steps=plan.steps[1:]))
+
+
+def _run_here(entry, args: argparse.Namespace) -> int:
+    """--python: the experiment's runs with that interpreter on this host, in order; no host check, no build."""
+    from envkit.errors import EnvkitError
+    from envkit.project.experiments import check_recipe_args
+    from envkit.runs.plans import format_plan, local_experiment_plan, run_in_order
+
+    image_only = [option for option, given in (("--target", args.target), ("--gpus", args.gpus),
+                                               ("build options", build_options_argv(args))) if given]
+    if image_only:
+        raise EnvkitError(f"--python runs {entry.name} here, without an image: leave out {' and '.join(image_only)} "
+                          "(image runs only; recipe arguments such as --gpus go after '--')")
+    check_recipe_args(entry, args.recipe_args)
+    plan = local_experiment_plan(entry, args.python, root=args.config.resolve().parent, results_dir=args.results_dir,
+                                 data_dir=args.data_dir, recipe_args=tuple(args.recipe_args))
+    if args.dry_run:
+        sys.stdout.write(format_plan(plan))
+        return 0
+    return run_in_order(plan)

@@ -189,6 +189,9 @@ def build_job(
         raise EnvkitError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     if nodes < 1:
         raise EnvkitError(f"--nodes {nodes} is not allowed; give 1 or more")
+    if experiment.named_runs:  # a job is one recipe run
+        raise EnvkitError(f"{experiment.name} is {len(experiment.runs)} recipe runs, and envkit launch submits one: "
+                          f"run it with make {experiment.name} or envkit experiment {experiment.name}")
     kinds = ENGINE_KINDS[engine]
     if experiment.kind not in kinds:
         fitting = ", ".join(e for e, k in ENGINE_KINDS.items() if experiment.kind in k)
@@ -218,7 +221,7 @@ def build_job(
         image=image,
         image_id=image_id,
         recipe=experiment.recipe,
-        recipe_args=(*experiment.args, *extra_args),
+        recipe_args=(*experiment.runs[0].argv, *extra_args),  # the one run: its args, then its defaults
         nodes=nodes,
         processes_per_node=processes,
         gpus_per_node=gpus_per_node,

@@ -144,6 +144,7 @@ def render_notebook(config: ProjectConfig, experiment_name: str, target_name: st
             "platform": platform.name,
             "accelerator": accelerator.name,
             "packages": packages,
+            "runs": [run["summary"] for run in settings["runs"]],
             "files": {path: sha for group in files.values() for path, (sha, _) in group.items()},
             # The lock itself, for tools that read a notebook's environment from its metadata.
             "lock": {"sha256": lock.sha256, "python": target.python, "platform": lock_inputs(target).platform,
@@ -160,9 +161,9 @@ def render_notebook(config: ProjectConfig, experiment_name: str, target_name: st
 
 
 def _runs(experiment: Experiment) -> list[dict]:
-    """The recipe's runs the notebook makes (one: the experiment's arguments), each with its CPU-mode arguments."""
-    return [{"summary": experiment.summary, "args": list(experiment.args),
-             "cpu_args": load_platforms().cpu_mode_args(experiment.args)}]
+    """The experiment's runs of its recipe, in order (E1: one; E3: four), each with its CPU-mode arguments."""
+    cpu_mode_args = load_platforms().cpu_mode_args
+    return [{"summary": run.summary, "args": list(run.argv), "cpu_args": cpu_mode_args(run.argv)} for run in experiment.runs]
 
 
 def _commands(experiment: Experiment) -> list[str]:

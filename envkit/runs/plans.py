@@ -23,7 +23,7 @@ from pathlib import Path
 from envkit.project import kinds
 from envkit.project import DEFAULT_CONFIG
 from envkit.errors import EnvkitError
-from envkit.project.experiments import Experiment, load_experiments
+from envkit.project.experiments import Experiment, RecipeRun, load_experiments
 
 # Small enough that the whole demo takes about a minute on two CPU cores, yet long enough
 # that every run learns its fake data (MNIST ~93%, CIFAR ~100% test accuracy): a demo
@@ -95,8 +95,9 @@ def _runs_here(facts, kind: str) -> bool:
 
 
 def _baseline_first(entries: list[Experiment]) -> list[Experiment]:
-    # Within a kind the one-device runs come before the runs that spread out, as a reader compares them.
-    return sorted(entries, key=lambda entry: (kinds.names().index(entry.kind), entry.scale != "single"))
+    # Within a kind the one-device runs come before the runs that spread out, as a reader compares them;
+    # experiments of several runs (E3) come after those comparisons.
+    return sorted(entries, key=lambda entry: (kinds.names().index(entry.kind), entry.named_runs, entry.scale != "single"))
 
 
 def _processes(entry: Experiment) -> tuple[str, ...]:
@@ -104,8 +105,9 @@ def _processes(entry: Experiment) -> tuple[str, ...]:
     return ("--nproc", str(CPU_DDP_PROCESSES)) if entry.scale == "torchrun" and entry.gpus == "none" else ()
 
 
-def _title(title: str, gpus: int) -> str:
-    return title.format(gpus=gpus, processes=CPU_DDP_PROCESSES)
+def _title(title: str, gpus: int, run: RecipeRun) -> str:
+    title = title.format(gpus=gpus, processes=CPU_DDP_PROCESSES)
+    return title if run.name is None else f"{title}: {run.name}"
 
 
 def local_runs(root: Path, results_dir: Path, facts, size: tuple[str, ...],
@@ -113,9 +115,9 @@ def local_runs(root: Path, results_dir: Path, facts, size: tuple[str, ...],
     """The experiments the recipes can run on this Python, without images; ``extra`` args by recipe."""
     common = ("--results-dir", str(results_dir), "--quiet") + size
     runnable = [entry for entry in load_experiments().values() if _runs_here(facts, entry.kind)]
-    return [_recipe(_title(entry.title, len(facts.gpus)), root, entry.recipe, *entry.args, *_processes(entry),
+    return [_recipe(_title(entry.title, len(facts.gpus), run), root, entry.recipe, *run.argv, *_processes(entry),
                     *common, *(extra or {}).get(entry.recipe, ()))
-            for entry in _baseline_first(runnable)]
+            for entry in _baseline_first(runnable) for run in entry.runs]
 
 
 def experiment_gpus(entry: Experiment, requested: str | None, target_gpus: str | None) -> str | None:
@@ -131,7 +133,8 @@ def experiment_gpus(entry: Experiment, requested: str | None, target_gpus: str |
 def experiment_plan(entry: Experiment, target, *, config: Path, gpus: str | None, results_dir: Path | None = None,
                     data_dir: Path | None = None, build_args: tuple[str, ...] = (),
                     recipe_args: tuple[str, ...] = ()) -> RunPlan:
-    """Check the host, build the target's image (cached), run the recipe in it: each step needs the one before."""
+    """Check the host, build the target's image (cached), run the recipe in it once per run of the
+    experiment: each step needs the one before."""
     gpus = experiment_gpus(entry, gpus, target.gpus)
     gpu_args = ("--gpus", gpus) if gpus is not None else ()
     run_env = {name: str(path) for name, path in (("RESULTS_DIR", results_dir), ("DATA_DIR", data_dir)) if path is not None}
@@ -141,8 +144,22 @@ def experiment_plan(entry: Experiment, target, *, config: Path, gpus: str | None
         Step(f"can this host run {entry.kind} images?", _envkit("doctor", "--require", entry.kind, *gpu_args)),
         Step(f"build the {target.name} image (cached)",
              _envkit("build", target.name, *_config_args(config), *build_args)),
-        Step(f"experiment {entry.name}", (run_sh, entry.recipe, *entry.args, *recipe_args), run_env),
+        *(Step(_run_title(entry, run), (run_sh, entry.recipe, *run.argv, *recipe_args), run_env) for run in entry.runs),
     ])
+
+
+def _run_title(entry: Experiment, run: RecipeRun) -> str:
+    return f"experiment {entry.name}" + (f", run {run.name}: {run.summary}" if run.name else "")
+
+
+def local_experiment_plan(entry: Experiment, python: str, *, root: Path, results_dir: Path | None = None,
+                          data_dir: Path | None = None, recipe_args: tuple[str, ...] = ()) -> RunPlan:
+    """The experiment's runs with ``python`` on this host instead of in its image: no host check, no build.
+    E3 runs so on XLA:CPU (the torch_xla environment with PJRT_DEVICE=CPU CPU_NUM_DEVICES=8)."""
+    paths = tuple(arg for option, path in (("--results-dir", results_dir), ("--data-dir", data_dir)) if path is not None
+                  for arg in (option, str(path)))
+    script = str(root / "recipes" / f"{entry.recipe}.py")
+    return RunPlan([Step(_run_title(entry, run), (python, script, *run.argv, *paths, *recipe_args)) for run in entry.runs])
 
 
 def _config_args(config: Path) -> tuple[str, ...]:
@@ -219,9 +236,9 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_
         render,
         Step(f"build the {DEMO_KIND} image", _envkit("build", DEMO_KIND, "--config", str(config),
                                                       *(("--base-image", base_image) if base_image else ()))),
-        *(Step(_title(entry.image_title or entry.title, 0), (run_sh, entry.recipe, *entry.args, *_processes(entry), *in_image,
-                                                 *DEMO_EXTRA_ARGS.get(entry.recipe, ())), mount)
-          for entry in in_demo_image),
+        *(Step(_title(entry.image_title or entry.title, 0, run), (run_sh, entry.recipe, *run.argv, *_processes(entry),
+                                                                  *in_image, *DEMO_EXTRA_ARGS.get(entry.recipe, ())), mount)
+          for entry in in_demo_image for run in entry.runs),
         report,
     ]
     fallback = RunPlan(local[1:], [f"the cpu image could not be built; running the recipes with {sys.executable} instead"])

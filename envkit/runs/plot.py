@@ -1,6 +1,7 @@
-"""The comparison as a picture: one bar chart per report section, error bars = std.
+"""The comparison as a picture: a row of bar charts per report section, error bars = std.
 
-Which statistics each recipe draws is data (envkit/data/report.yaml: bars, tick).
+What each section draws is data (envkit/data/report.yaml: panels, tick): one panel for
+E1 and E2 (seconds per epoch), two for E3 (test accuracy beside seconds per epoch).
 matplotlib is imported inside ``write_plot`` (and forced onto the headless Agg
 backend) so that the rest of envkit never pays for it or needs a display; it is
 the optional extra ``report``, and ``require_matplotlib`` says so in one line.
@@ -8,11 +9,12 @@ the optional extra ``report``, and ``require_matplotlib`` says so in one line.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from envkit.support.atomic import atomic_stream
 from envkit.errors import EnvkitError
-from envkit.runs.report import COLUMNS, OURS, Report, Row, Section, recipe_facts
+from envkit.runs.report import COLUMNS, OURS, Report, Row, Section
 
 INSTALL_HINT = "pip install 'envkit[report]'"
 HATCHES = ("", "//", "..", "xx")
@@ -29,30 +31,29 @@ def require_matplotlib() -> None:
         raise EnvkitError(f"plotting needs matplotlib, which does not import here ({exc}): {INSTALL_HINT}") from None
 
 
-def bars(recipe: str) -> list[tuple[str, str]]:
-    """(statistic, legend name) drawn side by side for each configuration of ``recipe``."""
-    return [(key, COLUMNS[key].short_name) for key in recipe_facts(recipe)["bars"]]
+def panels(section: Section) -> list[list[tuple[str, str]]]:
+    """Per panel of ``section`` (report.yaml panels), the (column, legend name) bars drawn side by side per row."""
+    return [[(key, COLUMNS[key].short_name) for key in panel] for panel in section.facts["panels"]]
 
 
 def _tick_label(row: Row) -> str:
-    label = row.label
-    facts = recipe_facts(row.recipe)["tick"]
+    label = row.label if row.run is None else f"{row.run}\n{row.label}"
+    facts = row.facts["tick"]
     if facts:
-        label += "\n" + facts.format(**row.configuration)
+        label += "\n" + facts.format(**row.configuration, **row.settings)
     if row.source != OURS:
         label += f"\n(published: {row.source_short})"
     return label
 
 
-def _draw_section(axes, section: Section, rows: list[Row], sources: list[str]) -> None:
-    drawn_bars = bars(section.recipe)
+def _draw_panel(axes, section: Section, drawn_bars: list[tuple[str, str]], rows: list[Row], sources: list[str]) -> None:
     width = 0.8 / len(drawn_bars)
     positions = range(len(rows))
-    for index, (statistic, name) in enumerate(drawn_bars):
+    for index, (key, name) in enumerate(drawn_bars):
         offsets = [p + (index - (len(drawn_bars) - 1) / 2) * width for p in positions]
-        means = [row.stats[statistic].mean if statistic in row.stats else 0.0 for row in rows]
-        errors = [row.stats[statistic].std if statistic in row.stats else 0.0 for row in rows]
-        drawn = axes.bar(offsets, means, width, yerr=errors, capsize=3, color=f"C{index}",
+        measured = [COLUMNS[key].measure(row) or (0.0, 0.0) for row in rows]
+        means = [mean for mean, _ in measured]
+        drawn = axes.bar(offsets, means, width, yerr=[spread for _, spread in measured], capsize=3, color=f"C{index}",
                          label=name, edgecolor="black", linewidth=0.5)
         for patch, row in zip(drawn, rows):
             # Published rows share the colours but are hatched, so they cannot pass for ours.
@@ -63,34 +64,44 @@ def _draw_section(axes, section: Section, rows: list[Row], sources: list[str]) -
     axes.set_xlim(-0.5 - spare, len(rows) - 0.5 + spare)
     axes.set_xticks(list(positions), [_tick_label(row) for row in rows], fontsize=8,
                     rotation=30 if len(rows) > 6 else 0, ha="right" if len(rows) > 6 else "center")
-    axes.set_ylabel("seconds per epoch (s)")
-    axes.set_title(f"{section.recipe} · dataset {section.dataset}")
+    axes.set_ylabel(COLUMNS[drawn_bars[0][0]].axis)
+    axes.set_title(section.title)
     axes.margins(y=0.15)
     axes.legend(fontsize=7, loc="upper left")
 
 
+def _panel_width(panel_count: int, rows: int) -> float:
+    # One panel keeps the width it always had; panels side by side share theirs.
+    return max(7.0, 1.1 * rows + 2) if panel_count == 1 else panel_count * max(5.0, 1.1 * rows + 1.5)
+
+
 def write_plot(report: Report, path: Path) -> None:
-    """Write the PNG atomically; bars are the steady-state epoch timings of each row."""
+    """Write the PNG atomically: one row of panels per section, its bars per configuration (or run)."""
     require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    drawable = [(section, [row for row in section.rows if any(s in row.stats for s, _ in bars(section.recipe))])
-                for section in report.sections]
-    drawable = [(section, rows) for section, rows in drawable if rows]
+    drawable = []
+    for section in report.sections:
+        keys = {key for panel in panels(section) for key, _ in panel}
+        rows = [row for row in section.rows if any(COLUMNS[key].measure(row) is not None for key in keys)]
+        if rows:
+            drawable.append((section, rows))
     if not drawable:
         raise EnvkitError("nothing to plot: no configuration recorded per-epoch timings (runs stopped before an epoch ended?)")
-    figure, axes_list = pyplot.subplots(
+    columns = math.lcm(*(len(panels(section)) for section, _ in drawable))
+    figure = pyplot.figure(figsize=(
         # Published rows bring three-line, slanted tick labels: give each panel room for them.
-        len(drawable), 1, figsize=(max(7.0, 1.1 * max(len(rows) for _, rows in drawable) + 2),
-                                   (5.2 if report.reference else 4.2) * len(drawable)),
-        squeeze=False,
-    )
-    for axes, (section, rows) in zip(axes_list[:, 0], drawable):
+        max(_panel_width(len(panels(section)), len(rows)) for section, rows in drawable),
+        (5.2 if report.reference else 4.2) * len(drawable)))
+    grid = figure.add_gridspec(len(drawable), columns)
+    for line, (section, rows) in enumerate(drawable):
         sources = list(dict.fromkeys(row.source for row in rows))
-        _draw_section(axes, section, rows, sources)
+        span = columns // len(panels(section))
+        for index, drawn_bars in enumerate(panels(section)):
+            _draw_panel(figure.add_subplot(grid[line, index * span:(index + 1) * span]), section, drawn_bars, rows, sources)
     figure.suptitle("envkit comparison (mean ± std; hatched bars: published numbers)" if report.reference
                     else "envkit comparison (mean ± std)")
     figure.tight_layout()

@@ -2,9 +2,10 @@
 
 The tables follow the published experiments (shared/reference/experiments.md):
 MNIST as E1 (total, s/iter, s/epoch, first epoch, accuracy, speed-up) and CIFAR
-as E2 (train and test s/epoch per parallel mode, per model and batch). What each
-recipe shows is data (envkit/data/report.yaml); every column is one entry of
-COLUMNS. Output is a pure function of the input files: rows are sorted and floats
+as E2 (train and test s/epoch per parallel mode, per model and batch); the runs of
+an experiment that varies the training itself (E3: batch and learning-rate rule)
+get a section of their own, one row per run. What each section shows is data
+(envkit/data/report.yaml); every column is one entry of COLUMNS. Output is a pure function of the input files: rows are sorted and floats
 formatted with fixed precision, so the same directory always gives the same bytes.
 """
 
@@ -21,6 +22,7 @@ from typing import Callable
 
 from envkit.errors import EnvkitError
 from envkit.project.datafile import DATA_DIR
+from envkit.project.experiments import experiment, run_of
 from envkit.support.bounded_load import load_yaml
 from envkit.runs.results import CONFIGURATION_KEYS, ENVIRONMENT_KEYS, RunResult, Stat, results_schema, stat_of
 
@@ -53,6 +55,18 @@ def recipe_facts(recipe: str) -> dict:
     return report_facts()["recipes"][recipe]
 
 
+def section_facts(recipe: str, experiment: str | None) -> dict:
+    """What a section shows: its experiment's entry of report.yaml, else its recipe's."""
+    return report_facts()["experiments"][experiment] if experiment else recipe_facts(recipe)
+
+
+def shown_settings(experiment: str | None) -> tuple[str, ...]:
+    """The results settings an experiment section shows as columns (and splits its rows by)."""
+    if experiment is None:
+        return ()
+    return tuple(key for key in section_facts("", experiment)["columns"] if COLUMNS[key].from_settings)
+
+
 @dataclass
 class Row:
     source: str  # OURS or a published label
@@ -66,6 +80,10 @@ class Row:
     test_accuracy: float | None
     environment: str
     source_rank: int = 0  # published sources keep their order in published.yaml
+    experiment: str | None = None  # the experiment whose run this row is (report.yaml experiments): its own section
+    run: str | None = None  # that run's name within the experiment
+    run_rank: int = 0  # the run's place in the experiment
+    settings: dict = field(default_factory=dict)  # the shown_settings of its runs (one value each: rows split by them)
     speedup: float | None = None
     baseline: str | None = None
     environments: tuple = ()  # the distinct environment_facts of its runs (none for published rows)
@@ -75,17 +93,21 @@ class Row:
     def label(self) -> str:
         return configuration_label(self.configuration)
 
+    @property
+    def facts(self) -> dict:
+        return section_facts(self.recipe, self.experiment)
+
     def comparable_key(self) -> tuple:
-        return (self.source,) + tuple(str(self.configuration.get(key)) for key in recipe_facts(self.recipe)["comparable_by"])
+        return (self.source,) + tuple(str(self.configuration.get(key)) for key in self.facts.get("comparable_by", ()))
 
     def sort_key(self) -> tuple:
         c = self.configuration
         mode = c.get("parallel") if c.get("parallel") not in (None, "none") else c.get("strategy") or "single"
-        comparable = tuple(str(c.get(key)) if key == "model" else c.get(key) or 0 for key in recipe_facts(self.recipe)["comparable_by"])
+        comparable = tuple(str(c.get(key)) if key == "model" else c.get(key) or 0 for key in self.facts.get("comparable_by", ()))
         return (
-            self.source_rank, comparable, DEVICE_ORDER.get(c.get("device"), 9), c.get("world_size") or 1,
+            self.run_rank, self.source_rank, comparable, DEVICE_ORDER.get(c.get("device"), 9), c.get("world_size") or 1,
             MODE_ORDER.get(mode, 9), c.get("nodes") or 1, BACKEND_ORDER.index(c.get("backend")),
-            json.dumps(c, sort_keys=True),  # last: never a tie, whatever the file order
+            json.dumps([c, self.settings], sort_keys=True),  # last: never a tie, whatever the file order
         )
 
 
@@ -95,6 +117,15 @@ class Section:
     dataset: str
     rows: list[Row] = field(default_factory=list)
     environments: list[tuple] = field(default_factory=list)  # set only when its measured rows differ
+    experiment: str | None = None  # an experiment's section (report.yaml experiments), else the recipe's
+
+    @property
+    def facts(self) -> dict:
+        return section_facts(self.recipe, self.experiment)
+
+    @property
+    def title(self) -> str:
+        return f"{self.facts['title'] if self.experiment else self.recipe} · dataset {self.dataset}"
 
 
 @dataclass
@@ -177,7 +208,8 @@ def describe_environment(facts: tuple) -> str:
     return ", ".join(f"{key} {_short(value)}" for key, value in zip(report_facts()["environment_facts"], facts))
 
 
-def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult]) -> Row:
+def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult], **placement) -> Row:
+    """One measured row; ``placement``: the experiment, run, run_rank and settings of an experiment's row."""
     stat_names = sorted({name for run in runs for name, value in run.timing.items() if isinstance(value, Stat)})
     stats = {}
     for name in stat_names:
@@ -201,6 +233,7 @@ def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult]) -> R
         test_accuracy=sum(accuracies) / len(accuracies) if accuracies else None,
         environment=environment,
         environments=tuple(sorted({environment_facts(run) for run in runs}, key=json.dumps)),
+        **placement,
     )
 
 
@@ -239,7 +272,7 @@ def _metric(row: Row, name: str | None) -> float | None:
 
 
 def _speedup_value(row: Row) -> float | None:
-    speedup = recipe_facts(row.recipe)["speedup"]
+    speedup = row.facts["speedup"]
     value = _metric(row, speedup["metric"])
     return value if value is not None else _metric(row, speedup.get("fallback"))
 
@@ -291,8 +324,20 @@ def _refuse_mixed_environments(sections: list[Section]) -> None:
     for section in sections:
         if section.environments:
             raise EnvkitError(
-                f"--strict: the {section.recipe} · dataset {section.dataset} runs come from {_environments_text(section)}; "
+                f"--strict: the {section.title} runs come from {_environments_text(section)}; "
                 "report one environment's results, or leave out --strict to compare them marked")
+
+
+def _experiment_run(run: RunResult) -> tuple[str | None, str | None, int]:
+    """(experiment, the run's name within it, its place) when ``run`` is a run of an experiment that
+    report.yaml gives a section (found by the run name it was started with, and showing the settings it
+    recorded); else (None, None, 0)."""
+    found = run_of(run.requested_name)
+    if (found is None or found[0].recipe != run.recipe or found[0].name not in report_facts()["experiments"]
+            or not all(key in run.settings for key in shown_settings(found[0].name))):
+        return None, None, 0
+    entry, recipe_run = found
+    return entry.name, recipe_run.label, entry.runs.index(recipe_run)
 
 
 def build_report(results: list[RunResult], skipped: int = 0, baseline: str | None = None,
@@ -301,25 +346,32 @@ def build_report(results: list[RunResult], skipped: int = 0, baseline: str | Non
 
     ``strict``: refuse (EnvkitError) when a section's measured runs differ in environment_facts.
     """
-    grouped: dict[tuple, tuple[dict, list[RunResult]]] = {}
+    grouped: dict[tuple, tuple[dict, dict, list[RunResult]]] = {}
     for run in results:
         configuration = {key: run.configuration[key] for key in ROW_KEYS}
         if run.notebook is not None:
             configuration[NOTEBOOK_KEY] = notebook_label(run.notebook)
-        grouped.setdefault((run.recipe, json.dumps(configuration, sort_keys=True)), (configuration, []))[1].append(run)
+        owner, name, rank = _experiment_run(run)
+        settings = {key: run.settings.get(key) for key in shown_settings(owner)}
+        key = (owner or "", name, rank, run.recipe, json.dumps(configuration, sort_keys=True), json.dumps(settings, sort_keys=True))
+        grouped.setdefault(key, (configuration, settings, []))[2].append(run)
     sections: dict[tuple, Section] = {}
-    for (recipe, _), (configuration, runs) in grouped.items():
-        section = sections.setdefault((recipe, configuration["dataset"]), Section(recipe, configuration["dataset"]))
-        section.rows.append(_row_from_runs(recipe, configuration, runs))
+    for (owner, name, rank, recipe, _, _), (configuration, settings, runs) in grouped.items():
+        # Experiment sections come after the recipes' ("" sorts first), each of its own.
+        section = sections.setdefault((owner, recipe, configuration["dataset"]),
+                                      Section(recipe, configuration["dataset"], experiment=owner or None))
+        placement = dict(experiment=owner, run=name, run_rank=rank, settings=settings) if owner else {}
+        section.rows.append(_row_from_runs(recipe, configuration, runs, **placement))
     if baseline is not None:
         labels = sorted({row.label for section in sections.values() for row in section.rows})
         if baseline not in labels:
             raise EnvkitError(f"--baseline {baseline!r} matches no configuration; choose one of: {', '.join(labels)}")
     for section in sections.values():
-        if reference:
+        if reference and not section.experiment:  # nothing was published per run of an experiment
             section.rows.extend(published_rows(section.recipe))
         section.rows.sort(key=Row.sort_key)
-        _assign_speedups(section.rows, baseline)
+        if "speedup" in section.facts:
+            _assign_speedups(section.rows, baseline)
         _mark_environments(section)
     ordered = [sections[key] for key in sorted(sections)]
     if strict:
@@ -348,7 +400,7 @@ def _accuracy(value: float | None) -> str:
 
 
 def _optional(value) -> str:
-    return NOT_APPLICABLE if value is None else str(value)
+    return NOT_APPLICABLE if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _rounded(value: float | None) -> float | None:
@@ -365,6 +417,9 @@ class Column:
     flat: Callable[[Row], tuple]  # one value per flat key
     cell: Callable[[Row], str] = lambda row: NOT_APPLICABLE
     name: str | None = None  # in prose and plot legends (default: the header)
+    from_settings: bool = False  # the results' settings (an experiment section's rows split by it)
+    measure: Callable[[Row], tuple[float, float] | None] | None = None  # plottable: (value, spread), None if not measured
+    axis: str | None = None  # the plot's y label for a panel of this column
 
     @property
     def short_name(self) -> str:
@@ -376,12 +431,23 @@ def _setting(key: str, header: str | None = None, name: str | None = None) -> Co
                   lambda row: _optional(row.configuration.get(key)), name)
 
 
-def _statistic(key: str, header: str, name: str | None = None, digits: int = 3) -> Column:
+def _trained(key: str, header: str, name: str | None = None) -> Column:
+    """A training setting of the results' settings, as experiment sections show it (E3: the learning-rate rule)."""
+    return Column(key, header, (key,), lambda row: (row.settings.get(key),),
+                  lambda row: _optional(row.settings.get(key)), name, from_settings=True)
+
+
+def _statistic(key: str, header: str, name: str | None = None, digits: int = 3, axis: str = "seconds per epoch (s)") -> Column:
     def flat(row: Row) -> tuple:
         stat = row.stats.get(key)
         return (_rounded(stat.mean), _rounded(stat.std)) if stat else (None, None)
 
-    return Column(key, header, (f"{key}_mean", f"{key}_std"), flat, lambda row: _mean_std(row.stats.get(key), digits), name)
+    def measure(row: Row) -> tuple[float, float] | None:
+        stat = row.stats.get(key)
+        return (stat.mean, stat.std) if stat else None
+
+    return Column(key, header, (f"{key}_mean", f"{key}_std"), flat, lambda row: _mean_std(row.stats.get(key), digits), name,
+                  measure=measure, axis=axis)
 
 
 # In csv/json order; markdown shows report.yaml's columns of each recipe. New flat keys go last so
@@ -400,7 +466,7 @@ COLUMNS = {column.key: column for column in (
            lambda row: (_rounded(row.total_s.mean) if row.total_s else None,
                         _rounded(row.total_s.std) if row.total_s and row.runs > 1 else None),
            lambda row: _mean_std(row.total_s)),
-    _statistic("iter_s", "s/iter (mean ± std)", "s/iter", digits=4),
+    _statistic("iter_s", "s/iter (mean ± std)", "s/iter", digits=4, axis="seconds per iteration (s)"),
     _statistic("epoch_s", "s/epoch (mean ± std)", "s/epoch"),
     Column("first_epoch_s", "first epoch s", ("first_epoch_s",), lambda row: (_rounded(row.first_epoch_s),),
            lambda row: _seconds(row.first_epoch_s)),
@@ -408,7 +474,8 @@ COLUMNS = {column.key: column for column in (
     _statistic("train_epoch_s", "train s/epoch"),
     _statistic("test_epoch_s", "test s/epoch"),
     Column("test_accuracy", "test accuracy", ("test_accuracy",), lambda row: (_rounded(row.test_accuracy),),
-           lambda row: _accuracy(row.test_accuracy)),
+           lambda row: _accuracy(row.test_accuracy), axis="test accuracy (%)",
+           measure=lambda row: None if row.test_accuracy is None else (100 * row.test_accuracy, 0.0)),
     Column("speedup", "speed-up ({speedup})", ("speedup",), lambda row: (_rounded(row.speedup),),
            lambda row: NOT_APPLICABLE if row.speedup is None else f"{row.speedup:.2f}×"),
     Column("baseline", None, ("baseline",), lambda row: (row.baseline,)),
@@ -416,16 +483,21 @@ COLUMNS = {column.key: column for column in (
     _setting("nodes"), _setting("backend"),
     # Which of its section's environments a row ran in, when they differ (A, B, ...; see the note under the table).
     Column("env", "env", ("env",), lambda row: (row.mark or None,), lambda row: row.mark or NOT_APPLICABLE),
+    # Experiment sections (report.yaml experiments): which run of which experiment, and its training settings.
+    Column("experiment", None, ("experiment",), lambda row: (row.experiment,)),
+    Column("run", "run", ("run",), lambda row: (row.run,), lambda row: _optional(row.run)),
+    _trained("lr_scaling", "lr scaling"), _trained("warmup_epochs", "warm-up epochs"),
+    _trained("effective_lr", "lr", "learning rate"), _trained("epochs", "epochs"),
 )}
 FLAT_FIELDS = tuple(key for column in COLUMNS.values() for key in column.flat_keys)
 
 
-def markdown_columns(recipe: str, reference: bool, marked: bool) -> list[Column]:
-    """The columns of a recipe's table: report.yaml's, plus the source (--reference) and env (marked) columns."""
-    keys = list(recipe_facts(recipe)["columns"])
-    if marked:  # next to the environment it names
+def markdown_columns(section: Section, reference: bool) -> list[Column]:
+    """The columns of a section's table: report.yaml's, plus the source (--reference) and env (marked) columns."""
+    keys = list(section.facts["columns"])
+    if section.environments:  # next to the environment it names
         keys.insert(keys.index("environment") if "environment" in keys else len(keys), "env")
-    if reference:
+    if reference and not section.experiment:
         keys.insert(0, "source")
     return [COLUMNS[key] for key in keys]
 
@@ -444,20 +516,37 @@ def _and(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
-def _section_markdown(section: Section, report: Report) -> list[str]:
-    facts = recipe_facts(section.recipe)
+def _recipe_intro(section: Section, report: Report) -> list[str]:
+    facts = section.facts
     metric = COLUMNS[facts["speedup"]["metric"]].short_name
     within = _and([COLUMNS[key].short_name for key in facts["comparable_by"]])
-    lines = [f"## {section.recipe} · dataset {section.dataset}", ""]
-    lines.append(
+    lines = [
         f"Seconds are wall-clock; s/iter and s/epoch are mean ± std over all iterations/epochs of all runs. "
         f"Speed-up = baseline {metric} ÷ row {metric}, within the same {within}; baseline: {report.baseline_rule}."
-    )
+    ]
     if report.reference:
         lines.append("Rows whose source starts with \"published\" are the published numbers, not measured here.")
+    return lines
+
+
+def _experiment_intro(section: Section) -> list[str]:
+    """What the experiment varies, then each of its runs here with the summary experiments.yaml gives it."""
+    summaries = {run.label: run.summary for run in experiment(section.experiment).runs}
+    shown = list(dict.fromkeys(row.run for row in section.rows))
+    return [
+        f"{section.facts['intro']} Seconds are wall-clock, mean ± std over all epochs of all runs; the test accuracy "
+        f"is the last epoch's. Runs of `{section.experiment}` (envkit/data/experiments.yaml):", "",
+        *(f"- {run}: {summaries[run]}" for run in shown),
+    ]
+
+
+def _section_markdown(section: Section, report: Report) -> list[str]:
+    lines = [f"## {section.title}", ""]
+    lines += _experiment_intro(section) if section.experiment else _recipe_intro(section, report)
     lines.append("")
-    columns = markdown_columns(section.recipe, report.reference, bool(section.environments))
-    headers = [column.header.format(speedup=facts["speedup"]["name"]) for column in columns]
+    columns = markdown_columns(section, report.reference)
+    speedup_name = section.facts.get("speedup", {}).get("name")
+    headers = [column.header.format(speedup=speedup_name) for column in columns]
     lines += [_md_line(headers), _md_line(["---"] * len(headers))]
     lines += [_md_line([column.cell(row) for column in columns]) for row in section.rows]
     if section.environments:

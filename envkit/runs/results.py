@@ -11,7 +11,7 @@ validation so the report code only ever sees the current schema version.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -58,6 +58,13 @@ class RunResult:
     test_accuracy: float | None
     environment: dict  # every ENVIRONMENT_KEYS entry, None where unknown
     notebook: dict | None = None  # the optional block envkit's notebooks add: where the run ran, on which packages
+    settings: dict = field(default_factory=dict)  # every argument of the run, as the recipe recorded them ({} if not)
+
+    @property
+    def requested_name(self) -> str:
+        """The run name the run was started with: a repeated run's file adds -2, -3, ... to it, its settings do not."""
+        name = self.settings.get("run_name")
+        return name if isinstance(name, str) else self.run_name
 
 
 def stat_of(values: list[float]) -> dict:
@@ -172,6 +179,7 @@ def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
         test_accuracy=document["metrics"].get("test_accuracy"),
         environment={key: document["environment"][key] for key in ENVIRONMENT_KEYS},
         notebook=document.get("notebook"),
+        settings=document.get("settings") or {},
     )
     return result, note
 
