@@ -12,7 +12,6 @@ DATASET ?=
 MAX_STEPS ?=
 RESULTS_DIR ?= $(CURDIR)/results
 DATA_DIR ?= $(CURDIR)/data
-TORCH_INDEX_URL ?=
 WHEELHOUSE ?=
 BASE_IMAGE ?=
 CA_CERTS ?=
@@ -113,18 +112,20 @@ endif
 help: ## list the targets and the variables they read
 	@+awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z0-9-]*:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@+echo "variables: GPUS MODEL BATCH PER_DEVICE_BATCH EPOCHS DATASET MAX_STEPS RESULTS_DIR DATA_DIR VENV PYTHON"
-	@+echo "           TORCH_INDEX_URL WHEELHOUSE BASE_IMAGE CA_CERTS BUILD_ARGS NO_CACHE REGISTRY TARGET IMAGES_DIR FILE KEEP DRY_RUN"
+	@+echo "           WHEELHOUSE BASE_IMAGE CA_CERTS BUILD_ARGS NO_CACHE REGISTRY TARGET IMAGES_DIR FILE KEEP DRY_RUN"
 	@+echo "           RECIPE_PYTHON (an experiment's recipe on this host with that interpreter, not in its image)"
 	@+echo "           NNODES NODE_RANK RDZV_ENDPOINT RDZV_ID NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME (multi-node)"
 	@+echo "           ON GPUS_PER_NODE HOSTS LAUNCH_FLAGS (with ON=ENGINE an experiment target runs envkit launch:"
 	@+echo "           make gpu-ddp-cifar ON=slurm NNODES=2 GPUS_PER_NODE=4 DRY_RUN=1)"
 	@+echo "DRY_RUN=1 on any target prints what it would run and runs nothing"
 
-venv: $(ENVKIT) ## create the pinned dev environment in VENV (default .venv)
+venv: $(ENVKIT) ## create the dev environment in VENV (default .venv) from requirements/dev.lock, hash-checked
 
-$(ENVKIT): requirements/dev.txt pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) -r requirements/dev.txt
+# envkit/host/venv.py needs the standard library alone: it runs before any environment exists.
+# It makes the venv with the lock's Python (PYTHON, else python3.11 on PATH) and records the
+# lock's sha256 in it, which the recipes' results name; a venv already there comes back if it fails.
+$(ENVKIT): requirements/dev.lock pyproject.toml
+	$(PYTHON) -m envkit.host.venv requirements/dev.lock --path $(VENV)
 	$(VENV)/bin/pip install --no-deps -e .
 	touch $@
 
@@ -136,11 +137,12 @@ tpu-env: .venv-tpu/bin/python ## create the TorchTPU environment in .venv-tpu (i
 
 bench-env: .venv-bench/bin/python ## create .venv-bench: hpccm beside envkit's dependencies, for benchmarks/bench_render.py
 
-# An environment of its own per requirements file: .venv-xla from requirements/xla.txt, .venv-sky from sky.txt,
-# .venv-tpu from tpu.txt, .venv-bench from bench.txt.
-.venv-%/bin/python: requirements/%.txt
-	$(PYTHON) -m venv .venv-$*
-	.venv-$*/bin/pip install -r $<
+# An environment of its own per requirements input: .venv-xla from requirements/xla.in, .venv-sky
+# from sky.in, .venv-tpu from tpu.in, .venv-bench from bench.in; each from its lock beside it
+# (hash-checked) where it has one.
+.SECONDEXPANSION:
+.venv-%/bin/python: requirements/%.in $$(wildcard requirements/$$*.lock) | $(ENVKIT)
+	$(ENVKIT) venv --requirements $< --path .venv-$*
 	touch $@
 
 render: | $(ENVKIT) ## render docker/<target>/ from envkit.yaml and templates/
@@ -153,7 +155,6 @@ render: | $(ENVKIT) ## render docker/<target>/ from envkit.yaml and templates/
 # A target's lock is an input too: its Dockerfile records the lock's sha256. A missing
 # rendered file renders whatever the stamp says.
 RENDERED := .cache/rendered
-.SECONDEXPANSION:
 $(RENDERED)/%: $(RENDER_INPUTS) $$(wildcard docker/$$*/requirements.lock) \
 		$$(if $$(filter 2,$$(words $$(wildcard docker/$$*/Dockerfile docker/$$*/run.sh))),,FORCE) | $(ENVKIT)
 	$(ENVKIT) render --target $*

@@ -3,7 +3,7 @@
 Measures, side by side in one run:
   - `envkit render --target cuda` against hpccm 25.9 rendering an equivalent CUDA recipe
     (benchmarks/hpccm/cuda_recipe.py), both whole processes in one interpreter (.venv-bench from
-    requirements/bench.txt, `make bench-env`; envkit from this checkout through PYTHONPATH), so
+    requirements/bench.lock, `make bench-env`; envkit from this checkout through PYTHONPATH), so
     both pay the same start-up; the ratio envkit / hpccm is the figure (goal <= 1.0);
   - in-process: load_config + render + write into a fresh temp dir (what the CLI does after start-up);
   - subprocess: `python -m envkit render --all --output TMP` (what a user waits for), with envkit's

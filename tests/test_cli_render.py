@@ -70,7 +70,7 @@ def test_stdout_shows_tpu_pins_and_writes_nothing(capsys, project):
 def test_check_reports_stale_files_with_exit_1(capsys, project):
     config = str(project / "envkit.yaml")
     assert run(capsys, "render", "--all", "--config", config)[0] == 0
-    text = (project / "envkit.yaml").read_text().replace('cuda: "12.6"', 'cuda: "12.8"')
+    text = (project / "envkit.yaml").read_text().replace('cuda: "12.8"', 'cuda: "13.0"')
     (project / "envkit.yaml").write_text(text)
     code, out, err = run(capsys, "render", "--all", "--check", "--config", config)
     assert code == 1
@@ -125,13 +125,13 @@ def test_targets_lists_pins(capsys, repo_root):
 
 
 def test_targets_shows_a_stale_lock_as_stale_with_lock_checks_reason(capsys, project, repo_root):
-    """Before: after `python: "3.11"` on tpu-vm, targets still said `locked <sha>` while lock --check said stale."""
+    """Before: after `python: "3.12"` on tpu-vm, targets still said `locked <sha>` while lock --check said stale."""
     (project / "docker" / "tpu-vm").mkdir(parents=True)
     shutil.copy(repo_root / "docker" / "tpu-vm" / "requirements.lock", project / "docker" / "tpu-vm")
     config = project / "envkit.yaml"
     text = config.read_text()
     tpu = text.index("  tpu-vm:")
-    config.write_text(text[:tpu] + text[tpu:].replace('python: "3.12"', 'python: "3.11"', 1))
+    config.write_text(text[:tpu] + text[tpu:].replace('python: "3.11"', 'python: "3.12"', 1))
     code, out, _ = run(capsys, "targets", "--config", str(config))
     sha = hashlib.sha256((repo_root / "docker" / "tpu-vm" / "requirements.lock").read_bytes()).hexdigest()
     tpu_row = next(line for line in out.splitlines() if line.startswith("tpu-vm"))
@@ -147,7 +147,8 @@ def test_matrix_lists_supported_combinations(capsys):
     code, out, _ = run(capsys, "matrix")
     assert code == 0
     row = next(line for line in out.splitlines() if line.startswith("2.9.x"))
-    assert "0.24.x" in row and "cu126 (12.6)" in row and "cu130 (13.0)" in row and row.endswith("torch_xla")
+    assert "0.24.x" in row and "cu128* (12.8), cu126 (12.6), cu130 (13.0)" in row and row.endswith("torch_xla")
+    assert "cu132* (13.2)" in next(line for line in out.splitlines() if line.startswith("2.15.x"))
     assert any(line.startswith("2.14.x") for line in out.splitlines())
     assert any(line.startswith("2.8.x") and "(2.8.0, 2.8.1)" in line and "libtpu 0.0.17" in line for line in out.splitlines())
     assert any(line.startswith("0.2.0") and "2.11.0-2.15.0" in line and ">= 0.0.50" in line for line in out.splitlines())
@@ -157,10 +158,10 @@ def test_matrix_lists_supported_combinations(capsys):
     ("edit", "message"),
     [
         (('torch_xla: "2.9.0"', 'torch_xla: "2.8.0"'), "torch 2.9.0 with torch_xla 2.8.0 is not a released torch_xla pair"),
-        (('cuda: "12.6"', 'cuda: "12.4"'), "valid choices: 12.6, 12.8, 13.0"),
+        (('cuda: "12.8"', 'cuda: "12.4"'), "valid choices: 12.6, 12.8, 13.0"),
         (("kind: cpu", "kind: cpu\n    pyhton: '3.11'"), "did you mean 'python'?"),
-        (('cuda: "12.6"', 'cuda: "12.6"\n    gpus: [0, x]'), "targets.cuda.gpus[1]"),
-        (('cuda: "12.6"', 'cuda: "12.6"\n    apt_packages: ["git;id"]'), "targets.cuda.apt_packages[0]"),
+        (('cuda: "12.8"', 'cuda: "12.8"\n    gpus: [0, x]'), "targets.cuda.gpus[1]"),
+        (('cuda: "12.8"', 'cuda: "12.8"\n    apt_packages: ["git;id"]'), "targets.cuda.apt_packages[0]"),
         (("targets:", "targets: ["), "malformed YAML"),
     ],
 )

@@ -12,9 +12,12 @@ import pytest
 from envkit.cli import report as cli_report
 from envkit.cli import main
 from envkit.host.doctor import HostFacts
+from envkit.host.venv import MARKER
 from envkit.runs.plans import RunPlan, Step, execute
 
 PY = sys.executable
+# The demo runs the recipes in this interpreter's venv, made from a lock whose sha256 their results record.
+HERE = f"{PY} (made from /locks/requirements/dev.lock: its results name lock sha256 {'a' * 12})"
 NO_ENGINE = HostFacts(docker_error="no Docker engine answers at unix:///var/run/docker.sock", cpu_count=2)
 WITH_ENGINE = HostFacts(docker_version="20.10.24", cpu_count=2)
 GPU_HOST_NO_ENGINE = HostFacts(docker_error="no engine", gpus=["GPU 0: A", "GPU 1: B"], cpu_count=8)
@@ -32,9 +35,11 @@ LOCAL_DEMO_RUNS = f"""\
 
 
 @pytest.fixture
-def in_repo(repo_root, monkeypatch):
+def in_repo(repo_root, monkeypatch, tmp_path):
     """Run the CLI from the project root, as `make demo` does, with chosen host facts."""
     monkeypatch.chdir(repo_root)
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    (tmp_path / MARKER).write_text(json.dumps({"lock": "/locks/requirements/dev.lock", "lock_sha256": "a" * 64}))
 
     def use(facts: HostFacts, runnable: list[str]):
         monkeypatch.setattr(cli_report, "_host_facts", lambda: (facts, runnable))
@@ -50,7 +55,7 @@ def dry_run(argv: list[str], capsys) -> str:
 def test_demo_without_docker_runs_the_recipes_here(in_repo, capsys):
     in_repo(NO_ENGINE, [])
     assert dry_run(["demo"], capsys) == (
-        f"# Docker is not usable (no Docker engine answers at unix:///var/run/docker.sock); running the recipes with {PY}\n"
+        f"# Docker is not usable (no Docker engine answers at unix:///var/run/docker.sock); running the recipes with {HERE}\n"
         "# 1. render every target\n"
         f"{PY} -m envkit render --all --config envkit.yaml\n" + LOCAL_DEMO_RUNS
     )
@@ -59,7 +64,7 @@ def test_demo_without_docker_runs_the_recipes_here(in_repo, capsys):
 def test_demo_no_docker_flag_wins_over_a_usable_engine(in_repo, capsys):
     in_repo(WITH_ENGINE, ["cpu-mnist"])
     out = dry_run(["demo", "--no-docker"], capsys)
-    assert out.startswith(f"# --no-docker: running the recipes with {PY}\n# 1. render every target\n")
+    assert out.startswith(f"# --no-docker: running the recipes with {HERE}\n# 1. render every target\n")
     assert out.endswith(LOCAL_DEMO_RUNS)
 
 
@@ -74,7 +79,7 @@ def test_demo_with_docker_runs_in_the_cpu_image_and_falls_back(in_repo, capsys):
         f"# 1. render every target\n{PY} -m envkit render --all --config envkit.yaml\n"
         f"# 2. build the cpu image\n{PY} -m envkit build cpu --config envkit.yaml --base-image envkit-base:bookworm\n"
         "#    if this fails:\n"
-        f"#    # the cpu image could not be built; running the recipes with {PY} instead\n"
+        f"#    # the cpu image could not be built; running the recipes with {HERE} instead\n"
     )
     assert out.endswith(
         f"# 3. mnist in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh mnist {image_args} --fake-train-size 3840 --fake-test-size 1000\n"
@@ -93,7 +98,7 @@ def test_compare_runs_the_experiments_doctor_allows(in_repo, repo_root, capsys):
     assert out == (
         f"# 1. experiment cpu-mnist\n{PY} -m envkit experiment --results-dir {repo_root / 'results'} cpu-mnist -- --dataset fake --epochs 1 --max-steps 5\n"
         "#    if this fails:\n"
-        f"#    # the first Docker experiment failed; running the recipes with {PY} instead\n"
+        f"#    # the first Docker experiment failed; running the recipes with {HERE} instead\n"
         f"#    # 1. mnist on eager CPU\n#    {PY} recipes/mnist.py --device cpu --results-dir results --quiet --dataset fake --epochs 1 --max-steps 5\n"
         f"#    # 2. cifar, one CPU process\n#    {PY} recipes/cifar.py --device cpu --parallel none --results-dir results --quiet --dataset fake --epochs 1 --max-steps 5\n"
         f"#    # 3. cifar, DDP over 2 gloo processes\n#    {PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 --results-dir results --quiet --dataset fake --epochs 1 --max-steps 5\n"
@@ -117,7 +122,7 @@ def test_compare_without_docker_runs_cpu_and_gpu_recipes_here(in_repo, capsys):
     out = dry_run(["compare", "--results-dir", "out", "--dataset", "fake", "--baseline", "cuda ×1"], capsys)
     common = "--results-dir out --quiet --dataset fake"
     assert out == (
-        f"# no Docker experiments on this host (no engine); running the recipes with {PY}\n"
+        f"# no Docker experiments on this host (no engine); running the recipes with {HERE}\n"
         f"# 1. mnist on eager CPU\n{PY} recipes/mnist.py --device cpu {common}\n"
         f"# 2. cifar, one CPU process\n{PY} recipes/cifar.py --device cpu --parallel none {common}\n"
         f"# 3. cifar, DDP over 2 gloo processes\n{PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 {common}\n"
@@ -218,4 +223,18 @@ def test_demo_runs_end_to_end_without_docker(repo_root, tmp_path, monkeypatch, c
     accuracies = {name: json.loads((results / name).read_text())["metrics"]["test_accuracy"] for name in names}
     assert all(acc > 0.5 for acc in accuracies.values()), accuracies
     assert (results / "comparison.png").read_bytes().startswith(b"\x89PNG")
+    # Every run names the lock this interpreter's venv was made from (make venv: requirements/dev.lock).
+    from envkit.host.venv import interpreter_lock
+
+    marker = interpreter_lock()
+    recorded = {json.loads((results / name).read_text())["environment"]["lock_sha256"] for name in names}
+    assert recorded == {marker["lock_sha256"] if marker else None}
     print(out)  # shown with -s: the demo's table
+
+
+def test_the_demo_says_when_its_interpreter_was_made_from_no_lock(in_repo, capsys, monkeypatch, tmp_path):
+    in_repo(NO_ENGINE, [])
+    (tmp_path / MARKER).unlink()
+    assert dry_run(["demo"], capsys).startswith(
+        "# Docker is not usable (no Docker engine answers at unix:///var/run/docker.sock); running the recipes with "
+        f"{PY} (made from no lock: its results record lock_sha256 null)\n")

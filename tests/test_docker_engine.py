@@ -214,7 +214,7 @@ def test_envkit_run_goes_through_run_sh(project, docker_cli, built, tmp_path):
 @engine_test
 @pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
 def test_make_cpu_mnist_checks_builds_and_runs(project, repo_root, base_image, wheelhouse, docker_cli, built, tmp_path):
-    for name in ("Makefile", "requirements/dev.txt", "pyproject.toml"):
+    for name in ("Makefile", "requirements/dev.lock", "pyproject.toml"):
         (project / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(repo_root / name, project / name)
         os.utime(project / name, (0, 0))  # older than the venv: make must not reinstall it

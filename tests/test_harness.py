@@ -355,7 +355,8 @@ def test_resume_checkpoint_starts_fresh_or_checks_settings(tmp_path, capsys):
         harness.resume_checkpoint("demo.py", path, {"lr": 2.0}, announce=True)
 
 
-def test_environment_names_lock_image_and_every_distribution(monkeypatch):
+def test_environment_names_lock_image_and_every_distribution(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))  # a venv made from no lock
     monkeypatch.setenv("ENVKIT_LOCK_SHA256", "ab" * 32)
     monkeypatch.setenv("ENVKIT_IMAGE_ID", "sha256:" + "cd" * 32)
     environment = harness.capture_environment(torch.device("cpu"), "cpu")
@@ -370,6 +371,22 @@ def test_environment_names_lock_image_and_every_distribution(monkeypatch):
     environment = harness.capture_environment(torch.device("cpu"), "cpu")
     assert environment["lock_sha256"] is None and environment["image_id"] is None
     assert environment["torch_tpu"] is None and "torch_tpu" not in sys.modules  # looked up, never imported
+
+
+def test_a_run_on_the_host_names_the_lock_its_venv_was_made_from(monkeypatch, tmp_path):
+    from envkit.host.venv import MARKER
+
+    monkeypatch.delenv("ENVKIT_LOCK_SHA256", raising=False)
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    (tmp_path / MARKER).write_text(json.dumps({"lock": "/x/requirements.lock", "lock_sha256": "ef" * 32}))
+    assert harness.capture_environment(torch.device("cpu"), "cpu")["lock_sha256"] == "ef" * 32
+    # An image's own lock wins: its venv was made from the lock the image records.
+    monkeypatch.setenv("ENVKIT_LOCK_SHA256", "ab" * 32)
+    assert harness.capture_environment(torch.device("cpu"), "cpu")["lock_sha256"] == "ab" * 32
+    monkeypatch.delenv("ENVKIT_LOCK_SHA256")
+    for broken in ("not json", json.dumps(["ef" * 32]), json.dumps({"lock_sha256": "not a sha"})):
+        (tmp_path / MARKER).write_text(broken)
+        assert harness.capture_environment(torch.device("cpu"), "cpu")["lock_sha256"] is None
 
 
 def test_one_vocabulary_for_replicas_and_processes():

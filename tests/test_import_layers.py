@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-grimp = pytest.importorskip("grimp", reason="pip install import-linter (requirements/dev.txt)")
+grimp = pytest.importorskip("grimp", reason="pip install import-linter (requirements/dev.in)")
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 

@@ -133,7 +133,7 @@ def results(tmp_path: Path, name: str, distributions: list[str], **environment) 
     """A valid results file of the current version (the report's test data, upgraded) with these distributions
     and environment fields."""
     document, _ = upgrade(json.loads(RESULTS.read_text()))
-    document["environment"].update(torch="2.9.0", python="3.11.7", distributions=distributions, **environment)
+    document["environment"].update({"torch": "2.9.0", "python": "3.11.7", "distributions": distributions, **environment})
     path = tmp_path / name
     path.write_text(json.dumps(document))
     return path
@@ -147,6 +147,19 @@ def test_diff_of_two_results_names_the_package_and_the_lock(tmp_path):
     assert sections["python packages"].changes == ("numpy: 2.3.5 -> 2.4.6", "+ tpu-info 0.14.2 (only in B)")
     assert sections["versions"].changes == (f"lock_sha256: {'1' * 64} -> {'2' * 64}",)
     assert sections["apt packages"].unknown == "not recorded by A or B"
+
+
+def test_a_host_run_and_an_image_run_of_one_lock_differ_only_where_they_really_do(tmp_path):
+    """The host's venv (envkit venv) and the image install the same lock; each venv has its own
+    Python's pip, and the image's Python is its base's patch release."""
+    locked = ["filelock==4.2.12", "torch==2.9.0", "triton==3.5.0"]
+    host = results(tmp_path, "host.json", [*locked, "pip==23.2.1", "setuptools==65.5.0"], lock_sha256="ab" * 32,
+                   torch_cuda_build="12.8", image=None, image_id=None)
+    image = results(tmp_path, "image.json", [*locked, "pip==24.0", "setuptools==65.5.0"], lock_sha256="ab" * 32,
+                    torch_cuda_build="12.8", python="3.11.2", image="envkit-cuda:latest", image_id="sha256:" + "cd" * 32)
+    sections = {s.title: s for s in env_diff.compare(results_inventory(host), results_inventory(image))}
+    assert sections["versions"].changes == ("python: 3.11.7 -> 3.11.2",)
+    assert sections["python packages"].changes == ("pip: 23.2.1 -> 24.0",)
 
 
 def test_a_results_files_cuda_is_the_one_its_torch_was_built_for(tmp_path):

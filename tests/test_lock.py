@@ -22,6 +22,7 @@ from envkit.cli import main
 from envkit.project.config import load_config
 from envkit.lock.lockfile import lock_inputs, read_lock
 from wheel_index import IndexServer
+from xla_env import environment_missing
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "lock"
 # Nothing answers on port 9 of the loopback: the base digest stays unresolved
@@ -249,6 +250,18 @@ def test_unreachable_pytorch_index_says_the_target_cannot_be_locked_here(tmp_pat
     assert not (tmp_path / "docker").exists()
 
 
+def test_a_cuda_variant_of_an_unreachable_pytorch_index_names_the_one_the_default_index_has(tmp_path, indexes, capsys):
+    config = write_project(tmp_path, indexes[0].url)
+    code, out, err = envkit(capsys, "lock", "--target", "cuda", "--config", str(config), "--torch-index-url", "http://127.0.0.1:9/whl/cu126")
+    assert (code, out) == (2, "")
+    [line] = err.splitlines()
+    assert line.startswith("envkit: error: target cuda cannot be locked here: PyTorch's cu126 index http://127.0.0.1:9/whl/cu126 cannot be reached (")
+    assert line.endswith(
+        "; the default index's torch 2.9.0 is the CUDA 12.8 build, which locks from that index alone (cuda: \"12.8\")"
+    )
+    assert not (tmp_path / "docker").exists()
+
+
 def test_a_configured_digest_that_cannot_be_verified_is_recorded_with_a_warning(tmp_path, indexes, capsys):
     base = f"{NO_REGISTRY}/python:3.11-slim-bookworm@sha256:" + "a" * 64
     config = write_project(tmp_path, indexes[0].url, **{"tpu-vm": {"base_image": base}})
@@ -287,27 +300,77 @@ def test_the_repo_locks_pass_check_and_name_the_unlocked_targets(repo_root):
         [sys.executable, "-m", "envkit", "lock", "--check"], cwd=repo_root, capture_output=True, text=True, check=False
     )
     assert (done.returncode, done.stderr) == (0, "")
-    assert [line.split(":")[:2] for line in done.stdout.splitlines()] == [["cpu", " unlocked"], ["cuda", " unlocked"],
+    # cpu only: its torch exists only on PyTorch's CPU index. cuda is the default index's own build.
+    assert [line.split(":")[:2] for line in done.stdout.splitlines()] == [["cpu", " unlocked"], ["cuda", " fresh"],
                                                                          ["tpu-vm", " fresh"], ["colab-tpu", " fresh"],
                                                                          ["colab-t4", " fresh"], ["kaggle-tpu", " fresh"]]
 
 
+def test_the_host_environments_locks_pass_check(repo_root):
+    inputs = sorted(str(path.relative_to(repo_root)) for path in (repo_root / "requirements").glob("*.in"))
+    assert inputs == ["requirements/bench.in", "requirements/dev.in", "requirements/sky.in", "requirements/tpu.in", "requirements/xla.in"]
+    done = subprocess.run([sys.executable, "-m", "envkit", "lock", "--check", "--requirements", *inputs],
+                          cwd=repo_root, capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stderr) == (0, "")
+    # tpu only is unlocked: TorchTPU needs PyTorch's CPU build of torch, which only PyTorch's CPU index serves.
+    assert [line.split(": ")[:2] for line in done.stdout.splitlines()] == [
+        [name, "unlocked" if name == "requirements/tpu.in" else "fresh"] for name in inputs]
+
+
+def test_a_requirements_input_that_names_a_pytorch_build_takes_it_from_pytorchs_index(tmp_path):
+    from envkit.lock.lockfile import requirements_inputs
+
+    (tmp_path / "env.in").write_text("# comment\ntorch==2.13.0+cpu  # the CPU build\ntqdm>=4.60\n")
+    inputs = requirements_inputs(tmp_path / "env.in")
+    assert (inputs.requirements, inputs.torch_variant, inputs.python) == (("torch==2.13.0+cpu", "tqdm>=4.60"), "cpu", "3.11")
+    assert inputs.torch_index == "https://download.pytorch.org/whl/cpu" and inputs.platform == "x86_64-manylinux_2_36"
+    (tmp_path / "plain.in").write_text("torch==2.13.0\n")
+    assert requirements_inputs(tmp_path / "plain.in").torch_index is None
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("--extra-index-url https://mirror.example.com/simple\ntqdm\n", "env.in:1: --extra-index-url: only requirements belong here"),
+    ("# nothing\n", "env.in: no requirements in it"),
+])
+def test_a_requirements_input_holds_requirements_only(tmp_path, capsys, text, problem):
+    (tmp_path / "env.in").write_text(text)
+    code, out, err = envkit(capsys, "lock", "--requirements", str(tmp_path / "env.in"))
+    assert (code, out) == (2, "") and err.startswith(f"envkit: error: {tmp_path}/{problem}") and err.count("\n") == 1
+    assert not (tmp_path / "env.lock").exists()
+
+
 @pytest.mark.slow
-def test_the_committed_tpu_vm_lock_is_what_envkit_lock_resolves(tmp_path, repo_root):
-    """Against the real default index: relocking the repo's tpu-vm target changes nothing."""
+@pytest.mark.parametrize("name", ["dev", "xla", "sky"])
+def test_the_committed_host_locks_are_what_envkit_lock_resolves(tmp_path, repo_root, name):
+    """Against the real default index (skips when unreachable, fails under ENVKIT_REQUIRE_INDEX=1)."""
+    for suffix in (".in", ".lock"):
+        shutil.copy(repo_root / "requirements" / f"{name}{suffix}", tmp_path / f"{name}{suffix}")
+    done = subprocess.run([sys.executable, "-m", "envkit", "lock", "--requirements", f"{name}.in"], cwd=tmp_path,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(repo_root)})
+    if "cannot be reached" in done.stderr:
+        environment_missing(f"the default package index is unreachable: {done.stderr.strip().splitlines()[-1]}", "ENVKIT_REQUIRE_INDEX")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"unchanged {name}.lock (")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["tpu-vm", "cuda"])
+def test_the_committed_locks_are_what_envkit_lock_resolves(tmp_path, repo_root, target):
+    """Against the real default index: relocking the repo's locked targets changes nothing
+    (skips when the index cannot be reached, fails instead under ENVKIT_REQUIRE_INDEX=1)."""
     shutil.copy(repo_root / "envkit.yaml", tmp_path / "envkit.yaml")
-    shutil.copytree(repo_root / "docker" / "tpu-vm", tmp_path / "docker" / "tpu-vm")
+    shutil.copytree(repo_root / "docker" / target, tmp_path / "docker" / target)
     # No engine: the base digest would be asked of Docker Hub, which tests must never reach.
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
     done = subprocess.run(
-        [sys.executable, "-m", "envkit", "lock", "--target", "tpu-vm"], cwd=tmp_path, capture_output=True, text=True, env=env
+        [sys.executable, "-m", "envkit", "lock", "--target", target], cwd=tmp_path, capture_output=True, text=True, env=env
     )
     if "cannot be reached" in done.stderr:
-        pytest.skip(f"the default package index is unreachable: {done.stderr.strip().splitlines()[-1]}")
-    lock = (repo_root / "docker" / "tpu-vm" / "requirements.lock").read_text()
+        environment_missing(f"the default package index is unreachable: {done.stderr.strip().splitlines()[-1]}", "ENVKIT_REQUIRE_INDEX")
+    lock = (repo_root / "docker" / target / "requirements.lock").read_text()
     packages = len(re.findall(r"^[A-Za-z0-9]", lock, flags=re.MULTILINE))  # one requirement line each
     assert done.returncode == 0, done.stderr
-    assert done.stdout == f"unchanged docker/tpu-vm/requirements.lock ({packages} packages)\n"
+    assert done.stdout == f"unchanged docker/{target}/requirements.lock ({packages} packages)\n"
 
 
 def test_base_image_may_carry_a_digest_and_apt_a_snapshot(tmp_path):

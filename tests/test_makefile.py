@@ -43,8 +43,9 @@ def project(tmp_path: Path, repo_root: Path) -> Path:
     work = tmp_path / "project"
     work.mkdir()
     shutil.copy(repo_root / "Makefile", work)
-    for name in ("envkit.yaml", "pyproject.toml", "requirements/dev.txt", "requirements/xla.txt", "requirements/sky.txt", "requirements/tpu.txt", "requirements/bench.txt",
-                 "templates/Dockerfile.j2",
+    for name in ("envkit.yaml", "pyproject.toml", "requirements/dev.lock", "requirements/xla.in", "requirements/xla.lock",
+                 "requirements/sky.in", "requirements/sky.lock", "requirements/tpu.in", "requirements/bench.in",
+                 "requirements/bench.lock", "templates/Dockerfile.j2",
                  "envkit/data/matrix.yaml"):
         (work / name).parent.mkdir(parents=True, exist_ok=True)
         (work / name).write_text("stand-in\n")
@@ -309,24 +310,37 @@ def test_render_target_renders_everything(project):
     assert dry_run(project, "render") == [".venv/bin/envkit render --all"]
 
 
-def test_missing_venv_is_created_from_the_pinned_requirements(project):
-    lines = dry_run(project, "cpu-mnist", "VENV=/tmp/elsewhere", "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu", "PYTHON=python3.11")
-    assert lines[:4] == [
-        "python3.11 -m venv /tmp/elsewhere",
-        "/tmp/elsewhere/bin/pip install --extra-index-url https://download.pytorch.org/whl/cpu -r requirements/dev.txt",
+def test_missing_venv_is_created_from_the_dev_lock(project):
+    lines = dry_run(project, "cpu-mnist", "VENV=/tmp/elsewhere", "PYTHON=python3.11")
+    assert lines[:3] == [
+        "python3.11 -m envkit.host.venv requirements/dev.lock --path /tmp/elsewhere",
         "/tmp/elsewhere/bin/pip install --no-deps -e .",
         "touch /tmp/elsewhere/bin/envkit",
     ]
-    assert lines[4].startswith("/tmp/elsewhere/bin/envkit experiment ") and lines[4].endswith(" cpu-mnist")
+    assert lines[3].startswith("/tmp/elsewhere/bin/envkit experiment ") and lines[3].endswith(" cpu-mnist")
 
 
-@pytest.mark.parametrize("name", ["xla", "sky", "tpu"])
+def test_a_new_dev_lock_remakes_the_venv(project):
+    assert dry_run(project, "venv") == ["make: Nothing to be done for 'venv'."]
+    _age(project / "requirements" / "dev.lock", 0)
+    assert dry_run(project, "venv")[0] == "python3 -m envkit.host.venv requirements/dev.lock --path .venv"
+
+
+@pytest.mark.parametrize("name", ["xla", "sky", "tpu", "bench"])
 def test_side_environments_come_from_their_requirements(project, name):
-    assert dry_run(project, f"{name}-env", "PYTHON=python3") == [
-        f"python3 -m venv .venv-{name}",
-        f".venv-{name}/bin/pip install -r requirements/{name}.txt",
+    assert dry_run(project, f"{name}-env") == [
+        f".venv/bin/envkit venv --requirements requirements/{name}.in --path .venv-{name}",
         f"touch .venv-{name}/bin/python",
     ]
+
+
+@pytest.mark.parametrize(("changed", "remade"), [("xla.lock", True), ("xla.in", True), ("sky.lock", False)])
+def test_a_side_environment_is_remade_when_its_input_or_its_lock_changes(project, changed, remade):
+    (project / ".venv-xla" / "bin").mkdir(parents=True)
+    (project / ".venv-xla" / "bin" / "python").write_text("")
+    _age(project / ".venv-xla" / "bin" / "python", 100)
+    _age(project / "requirements" / changed, 0)
+    assert (dry_run(project, "xla-env") != ["make: Nothing to be done for 'xla-env'."]) == remade
 
 
 def test_ci_checks_skypilot_and_the_kubernetes_schemas(repo_root):
@@ -420,7 +434,7 @@ def test_dry_run_without_envkit_prints_the_envkit_line_too(project):
     done = make(project, "cpu-mnist", "DRY_RUN=1")
     assert done.returncode == 0, done.stderr
     lines = [" ".join(line.split()) for line in done.stdout.splitlines()]
-    assert lines[0] == "python3 -m venv .venv" and lines[-1].endswith("--dry-run cpu-mnist")
+    assert lines[0] == "python3 -m envkit.host.venv requirements/dev.lock --path .venv" and lines[-1].endswith("--dry-run cpu-mnist")
     assert not (project / ".venv" / "bin" / "envkit").exists()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import zipfile
@@ -12,6 +13,7 @@ import yaml
 
 from envkit.errors import EnvkitError
 from envkit.project.matrix import MATRIX_PATH, load_matrix, minor_of, python_in_range, version_key
+from xla_env import environment_missing
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +81,7 @@ def test_rows_are_internally_consistent(matrix):
         assert version_key(low) <= version_key(high)
         assert release.versions and all(minor_of(v) == release.minor for v in release.versions)
         assert release.cuda_source
-        for variant in release.cuda_variants:
+        for variant in release.cuda_choices():
             assert variant in matrix.cuda, f"torch {release.minor} names unknown variant {variant}"
             assert matrix.cuda[variant].cuda.replace(".", "") == variant[2:]
     for variant in matrix.cuda.values():
@@ -157,8 +159,31 @@ def test_unknown_cuda_lists_the_valid_variants(matrix):
         matrix.cuda_variant("cuda", matrix.torch["2.12"], "12.8")
 
 
-def test_default_cuda_variant_is_the_first_listed(matrix):
-    assert matrix.cuda_variant("cuda", matrix.torch["2.9"], None).variant == "cu126"
+# What the default index's torch wheels pin (nvidia-cuda-runtime-cu12 / cuda-toolkit), read with uv
+# for every release on 2026-11-24; `envkit matrix --verify` re-reads it.
+PYPI_CUDA = {
+    "2.1": "12.1", "2.2": "12.1", "2.3": "12.1", "2.4": "12.1", "2.5": "12.4", "2.6": "12.4", "2.7": "12.6",
+    "2.8": "12.8", "2.9": "12.8", "2.10": "12.8", "2.11": "13.0", "2.12": "13.0", "2.13": "13.0", "2.14": "13.0",
+    "2.15": "13.2",
+}
+
+
+def test_every_release_records_the_cuda_build_of_the_default_index(matrix):
+    assert {minor: matrix.cuda[release.pypi_cuda].cuda for minor, release in matrix.torch.items()} == PYPI_CUDA
+    assert "Requires-Dist" in matrix.pypi_cuda_source
+
+
+def test_default_cuda_variant_is_the_default_indexs_own_build(matrix):
+    assert matrix.cuda_variant("cuda", matrix.torch["2.9"], None).variant == "cu128"
+    assert matrix.cuda_variant("cuda", matrix.torch["2.13"], None).variant == "cu130"
+    # torch 2.15 has no variant on PyTorch's index yet, but the default index's build is CUDA 13.2.
+    assert matrix.cuda_variant("cuda", matrix.torch["2.15"], None).variant == "cu132"
+
+
+def test_a_release_with_no_cuda_build_anywhere_is_one_line(matrix):
+    bare = dataclasses.replace(matrix.torch["2.15"], pypi_cuda=None)
+    with pytest.raises(EnvkitError, match=r"torch 2\.15 has no CUDA wheel variant in envkit's matrix; torch releases with CUDA"):
+        matrix.cuda_variant("cuda", bare, None)
 
 
 # --------------------------------------------------------------------------- envkit matrix --verify
@@ -177,9 +202,7 @@ class FakeIndex:
     def __init__(self, releases: dict):
         self.projects: dict[str, dict[str, str]] = {}  # name -> filename -> METADATA
         self.no_pep658 = {"torch-tpu"}
-        for version, python in releases["torch"].items():
-            self.add("torch", version, tuple(python), [])
-        for name in ("torchvision", "torch-xla", "torch-tpu"):
+        for name in ("torch", "torchvision", "torch-xla", "torch-tpu"):
             for version, (python, requires) in releases[name].items():
                 self.add(name, version, tuple(python), requires)
         for version in releases["libtpu"]:
@@ -286,6 +309,10 @@ def test_verify_finds_nothing_when_the_index_agrees(matrix, fake_index):
         (lambda i: i.add("torch-tpu", "0.2.0", ("3.11", "3.14"), ["torch>=2.11.0,<=2.15.0", "libtpu>=0.0.51"]),
          "torch-tpu 0.2.0: requires libtpu>=0.0.51, the matrix's libtpu floor is 0.0.50"),
         (lambda i: i.projects["libtpu"].clear(), "libtpu 0.0.21 (torch_xla 2.9): not on the index"),
+        (lambda i: i.add("torch", "2.9.1", ("3.10", "3.14"), ['cuda-toolkit[cudart]==13.0.2; platform_system == "Linux"']),
+         "torch 2.9.1: the index's wheel pins CUDA 13.0, the matrix's pypi_cuda says 12.8"),
+        (lambda i: i.add("torch", "2.13.0", ("3.10", "3.14"), []),
+         "torch 2.13.0: the index's wheel has no nvidia-cuda-runtime-cu12 or cuda-toolkit pin, the matrix's pypi_cuda says 13.0"),
     ],
 )
 def test_verify_prints_each_disagreement(matrix, fake_index, change, expected):
@@ -300,10 +327,12 @@ def test_verify_prints_each_disagreement(matrix, fake_index, change, expected):
         ('torchvision: "0.24"', 'torchvision: "0.25"'),  # torch 2.9 paired with the wrong torchvision
         ('"2.8": {versions: ["2.8.0"]', '"2.8": {versions: ["2.8.0", "2.8.1"]'),  # a release that never was
         ('version: "0.0.21"', 'version: "0.0.22"'),  # torch_xla 2.9 with another libtpu
-        ('python: ["3.10", "3.14"], cuda: [cu126, cu128, cu130], cuda_source: "PyTorch release compatibility matrix, 2.9',
-         'python: ["3.9", "3.14"], cuda: [cu126, cu128, cu130], cuda_source: "PyTorch release compatibility matrix, 2.9'),
+        ('python: ["3.10", "3.14"], cuda: [cu126, cu128, cu130], pypi_cuda: cu128, cuda_source: "PyTorch release compatibility matrix, 2.9',
+         'python: ["3.9", "3.14"], cuda: [cu126, cu128, cu130], pypi_cuda: cu128, cuda_source: "PyTorch release compatibility matrix, 2.9'),
+        ('pypi_cuda: cu128, cuda_source: "PyTorch release compatibility matrix, 2.9',
+         'pypi_cuda: cu130, cuda_source: "PyTorch release compatibility matrix, 2.9'),  # the default index's build
     ],
-    ids=["torchvision-pairing", "invented-release", "libtpu-pin", "python-range"],
+    ids=["torchvision-pairing", "invented-release", "libtpu-pin", "python-range", "pypi-cuda"],
 )
 def test_verify_catches_a_wrong_matrix_entry(tmp_path, fake_index, old, new):
     """The served index is independent data: an error put into a copy of the matrix shows as a disagreement."""
@@ -359,13 +388,14 @@ def _configured_index_urls() -> list[str]:
 
 @pytest.mark.slow
 def test_the_matrix_agrees_with_the_package_index(matrix, capsys):
-    """What CI runs: every pin in the matrix against the index pip uses; skips when it cannot be reached."""
+    """What CI runs: every pin in the matrix against the index pip uses; skips when it cannot be reached,
+    fails instead under ENVKIT_REQUIRE_INDEX=1 (CI)."""
     from envkit.lock.index_check import run
 
     try:
         code = run(matrix)
     except EnvkitError as exc:
         if exc.exit_code == 3:
-            pytest.skip(str(exc))
+            environment_missing(str(exc), "ENVKIT_REQUIRE_INDEX")
         raise
     assert code == 0, capsys.readouterr().out

@@ -81,11 +81,12 @@ def test_the_repo_declares_notebook_targets_on_their_runtimes(repo_root):
     config = load_config(repo_root / "envkit.yaml")
     colab, t4, kaggle = (config.targets[name] for name in ("colab-tpu", "colab-t4", "kaggle-tpu"))
     assert (colab.kind, colab.platform, colab.accelerator, colab.base_image) == ("tpu-vm", "colab", "v5e-1", None)
-    # Colab's TPU runtime has Python 3.13; libtpu 0.0.21 has no cp313 wheel: the target names 3.12.
-    assert colab.python == "3.12" and colab.notebooks == ("tpu-mnist-single",)
-    # Without a python key, the runtime's: Colab's GPU runtime has 3.13, Kaggle's TPU runtime 3.12.
-    assert (t4.kind, t4.python, t4.torch_variant, t4.cuda) == ("cuda", "3.13", None, None)
-    assert kaggle.python == "3.12" and kaggle.accelerator == "TpuV5E8"
+    # The project's one Python, which uv provides in the notebook (Colab's runtimes have 3.13, whose
+    # cp313 libtpu 0.0.21 lacks anyway; Kaggle's TPU runtime has 3.12).
+    assert {t.python for t in (colab, t4, kaggle)} == {"3.11"} and colab.notebooks == ("tpu-mnist-single",)
+    # A notebook's torch is the default index's build: torch 2.9.0's CUDA 12.8.
+    assert (t4.kind, t4.torch_variant, t4.cuda) == ("cuda", None, "12.8")
+    assert kaggle.accelerator == "TpuV5E8" and kaggle.notebooks == ("tpu-mnist", "e3-batch-scaling")
     assert set(config.images) == {"cpu", "cuda", "tpu-vm"}
 
 
@@ -179,3 +180,9 @@ def test_a_lock_that_cannot_resolve_for_the_platforms_python_is_one_line(tmp_pat
     assert err.startswith("envkit: error: target nb: uv cannot resolve its requirements: ")
     assert "cp313" in err and "libtpu" in err
     assert not (tmp_path / "notebooks").exists()
+
+
+def test_without_python_a_notebook_target_takes_its_runtimes(tmp_path):
+    target = {key: value for key, value in NOTEBOOK_TARGET.items() if key != "python"}
+    config = load_config(write_config(tmp_path, **{**target, "platform": "kaggle", "accelerator": "TpuV5E8"}))
+    assert config.targets["nb"].python == "3.12"  # Kaggle's TPU runtime

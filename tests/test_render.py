@@ -77,7 +77,8 @@ def test_run_sh_is_executable_and_others_are_not(repo_config, tmp_path):
 
 def test_requirements_per_kind(golden_config, repo_config):
     assert repo_config.targets["cpu"].requirements() == ["torch==2.9.0+cpu", "torchvision==0.24.0+cpu", "tqdm==4.67.1"]
-    assert repo_config.targets["cuda"].requirements()[:2] == ["torch==2.9.0+cu126", "torchvision==0.24.0+cu126"]
+    # CUDA 12.8 is the default index's own build of torch 2.9.0: plain versions, one index.
+    assert repo_config.targets["cuda"].requirements() == ["torch==2.9.0", "torchvision==0.24.0", "tqdm==4.67.1"]
     assert repo_config.targets["tpu-vm"].requirements() == [
         "torch==2.9.0",
         "torch_xla[tpu]==2.9.0",
@@ -104,6 +105,17 @@ def test_an_unlocked_target_is_flagged_in_its_dockerfile_and_labels(repo_config)
     assert "# UNLOCKED: " in dockerfile and 'io.envkit.lock="unlocked"' in dockerfile
     assert "ENVKIT_LOCK_SHA256" not in dockerfile and "requirements.lock" not in dockerfile
     assert "torch==2.9.0+cpu \\\n" in dockerfile
+    # Unlocked, but still one index per package: torch and torchvision from their project pages only.
+    pages = "https://download.pytorch.org/whl/cpu/torch/ https://download.pytorch.org/whl/cpu/torchvision/"
+    assert f'ARG TORCH_FIND_LINKS="{pages}"\n' in dockerfile
+    assert 'PIP_FIND_LINKS="${TORCH_FIND_LINKS}" pip install --find-links /wheels \\\n' in dockerfile
+
+
+def test_no_template_or_rendered_dockerfile_names_a_second_index(repo_root):
+    """pip takes each name from whichever index has the best match: one index per package, always."""
+    files = [*repo_root.glob("docker/*/Dockerfile"), *repo_root.glob("templates/**/*.j2"), *GOLDEN.glob("*/Dockerfile")]
+    assert len(files) >= 9
+    assert [str(path) for path in files if "extra-index-url" in path.read_text() or "EXTRA_INDEX" in path.read_text()] == []
 
 
 def test_a_locked_cpu_target_takes_torch_from_pytorchs_pages_and_its_base_by_the_locks_digest(golden_config):

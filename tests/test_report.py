@@ -222,7 +222,7 @@ def test_rows_of_differing_environments_are_marked():
     text = render_report(build_report(results), "md")
     assert "| 1.20× | B | TPU v5e ×8, python 3.12.3, torch 2.13.0, torch_tpu 0.2.0," in text
     assert ("env: these rows ran in 2 environments that differ in torch, backend and lock_sha256 "
-            "(A = python 3.12.3, torch 2.9.0, backend torch_xla, lock_sha256 111111111111; ") in text
+            "(A = python 3.12, torch 2.9.0, backend torch_xla, lock_sha256 111111111111; ") in text
     # the cifar section ran in one environment: no marker column there
     cifar = text.split("## cifar")[1].split("## mnist")[0]
     assert "| env |" not in cifar and "env:" not in cifar
@@ -242,13 +242,27 @@ def test_a_row_whose_runs_ran_in_two_environments_carries_both_marks():
         build_report(results + [other_python], strict=True)
 
 
+def test_a_host_run_and_an_image_run_of_one_lock_and_python_are_one_environment():
+    results, _ = load_results(BACKENDS)
+    image = next(r for r in results if r.run_name == "tpu-xla")
+    # The host's venv from the same lock: no image, another patch release of the same Python.
+    host = dataclasses.replace(image, run_name="tpu-xla-host", environment={
+        **image.environment, "python": "3.12.11", "image": None, "image_id": None})
+    section = next(s for s in build_report(results + [host]).sections if s.recipe == "mnist")
+    assert {row.label: row.mark for row in section.rows} == {"tpu ×1": "A", "tpu ×1 (torch_tpu)": "B", "tpu xmp×8": "A"}
+    # Another lock is another environment, though everything else agrees.
+    other = dataclasses.replace(host, environment={**host.environment, "lock_sha256": "3" * 64})
+    section = next(s for s in build_report(results + [other]).sections if s.recipe == "mnist")
+    assert {row.label: row.mark for row in section.rows}["tpu ×1"] == "A,B"
+
+
 def test_strict_refuses_differing_environments_in_one_line(capsys):
     assert main(["report", str(BACKENDS), "--strict"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.splitlines() == [
         "envkit: error: --strict: the mnist · dataset real runs come from 2 environments that differ in torch, backend and "
-        "lock_sha256 (A = python 3.12.3, torch 2.9.0, backend torch_xla, lock_sha256 111111111111; B = python 3.12.3, "
+        "lock_sha256 (A = python 3.12, torch 2.9.0, backend torch_xla, lock_sha256 111111111111; B = python 3.12, "
         "torch 2.13.0, backend torch_tpu, lock_sha256 222222222222); report one environment's results, or leave out "
         "--strict to compare them marked"]
 

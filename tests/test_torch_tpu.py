@@ -6,7 +6,7 @@ results record, with TorchTPU's one-device strategy run on the CPU. The tests na
 ``test_faked_torch_tpu_*`` run with TorchTPU faked (its device is the CPU, its launcher and
 tpu_dist stand-ins): what they check for real is mnist.py's own logic, never TorchTPU.
 
-Slow, in the TorchTPU environment (``.venv-tpu`` from requirements/tpu.txt, ``make tpu-env``):
+Slow, in the TorchTPU environment (``.venv-tpu`` from requirements/tpu.in, ``make tpu-env``):
 torch-tpu 0.2.0 has no CPU mode, so what runs is its no-TPU path. ``import torch_tpu`` works and
 mnist.py says in one line that there is no TPU, with exit status 2, no traceback and no hang.
 Every such process runs in an empty network namespace (``unshare -n``) with TPU_SKIP_MDS_QUERY=1:

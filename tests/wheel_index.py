@@ -12,8 +12,11 @@ import functools
 import hashlib
 import html
 import io
+import os
 import re
+import shutil
 import threading
+import urllib.parse
 import zipfile
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -45,12 +48,26 @@ def _digest(text: str) -> str:
 
 
 class SimpleIndex:
-    """A PEP 503 index in ``root`` (one page per project, links carry #sha256=)."""
+    """A PEP 503 index in ``root`` (one page per project; links carry #sha256= unless ``link_hashes`` is off,
+    as PyTorch's index served torch without hashes until October 2025, so the installer must hash each file)."""
 
-    def __init__(self, root: Path, url: str):
+    def __init__(self, root: Path, url: str, link_hashes: bool = True):
         self.root = root
         self.url = url  # ends with "/"
+        self.link_hashes = link_hashes
         root.mkdir(parents=True, exist_ok=True)
+
+    def publish(self, wheel: Path) -> Path:
+        """Serve an existing wheel file (hard-linked where possible, never altered); returns where it is served."""
+        project = self.root / re.sub(r"[-_.]+", "-", wheel.name.split("-", 1)[0]).lower()
+        project.mkdir(exist_ok=True)
+        served = project / wheel.name
+        try:
+            os.link(wheel, served)
+        except OSError:
+            shutil.copyfile(wheel, served)
+        self._write_pages(project)
+        return served
 
     def add(self, name: str, version: str, *requires: str, tag: str = "py3-none-any") -> str:
         """Publish a wheel; returns its sha256."""
@@ -63,12 +80,24 @@ class SimpleIndex:
 
     def _write_pages(self, project: Path) -> None:
         links = "".join(
-            f'<a href="{html.escape(wheel.name)}#sha256={hashlib.sha256(wheel.read_bytes()).hexdigest()}">{html.escape(wheel.name)}</a>\n'
+            f'<a href="{urllib.parse.quote(wheel.name)}{self._fragment(wheel)}">{html.escape(wheel.name)}</a>\n'
             for wheel in sorted(project.glob("*.whl"))
         )
         (project / "index.html").write_text(f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n")
         names = "".join(f'<a href="{p.name}/">{p.name}</a>\n' for p in sorted(self.root.iterdir()) if p.is_dir())
         (self.root / "index.html").write_text(f"<!DOCTYPE html>\n<html><body>\n{names}</body></html>\n")
+
+
+    def _fragment(self, wheel: Path) -> str:
+        return f"#sha256={file_sha256(wheel)}" if self.link_hashes else ""
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
@@ -98,6 +127,6 @@ class IndexServer:
         self.server.shutdown()
         self.server.server_close()
 
-    def index(self, name: str) -> SimpleIndex:
+    def index(self, name: str, link_hashes: bool = True) -> SimpleIndex:
         host, port = self.server.server_address[:2]
-        return SimpleIndex(self.root / name, f"http://{host}:{port}/{name}/")
+        return SimpleIndex(self.root / name, f"http://{host}:{port}/{name}/", link_hashes)

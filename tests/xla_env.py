@@ -1,6 +1,6 @@
 """Finding the torch_xla interpreter the XLA tests run the recipes with.
 
-The XLA environment (``.venv-xla``, from requirements/xla.txt) is separate from
+The XLA environment (``.venv-xla``, from requirements/xla.lock) is separate from
 the dev environment: torch_xla 2.9.0 needs exactly torch 2.9.0. Tests run it as
 a subprocess. Missing -> the test skips, unless ENVKIT_REQUIRE_XLA=1 (CI), where
 it fails, so CI cannot pass without running them.

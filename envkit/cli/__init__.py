@@ -30,7 +30,7 @@ COMMANDS = {
     "doctor": "host",
     "experiment": "experiment",
     "report": "report", "compare": "report", "demo": "report",
-    "lock": "lock",
+    "lock": "lock", "venv": "venv",
     "verify": "verify", "diff": "verify",
     "launch": "launch",
     "notebook": "notebook",

@@ -1,8 +1,9 @@
-"""`envkit lock`: write and check docker/<target>/requirements.lock (envkit/lock/lockfile.py)."""
+"""`envkit lock`: write and check docker/<target>/requirements.lock and the host environments' requirements/*.lock."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from envkit.cli.options import add_config
 from envkit.errors import EnvkitError
@@ -21,6 +22,15 @@ def register(subparsers) -> None:
     which = lock.add_mutually_exclusive_group()
     which.add_argument("--target", metavar="NAME", help="lock one target")
     which.add_argument("--all", action="store_true", help="lock every target in the config")
+    which.add_argument(
+        "--requirements",
+        metavar="FILE.in",
+        type=Path,
+        nargs="+",
+        help="lock host environments instead: each requirements/<name>.in into <name>.lock beside it "
+        "(Python 3.11, x86_64 Debian 12's glibc, the default index; torch==X+cpu from PyTorch's CPU index), "
+        "what make venv / xla-env / tpu-env / sky-env install",
+    )
     mode = lock.add_mutually_exclusive_group()
     mode.add_argument(
         "--check",
@@ -43,6 +53,8 @@ def register(subparsers) -> None:
 
 
 def cmd_lock(args: argparse.Namespace) -> int:
+    if args.requirements:
+        return _lock_requirements(args)
     from envkit.project.config import load_config
 
     config = load_config(args.config)
@@ -56,17 +68,32 @@ def cmd_lock(args: argparse.Namespace) -> int:
     if args.check:
         from envkit.lock.lockfile import lock_status
 
-        # One line per target, fresh ones included, then one error line, as `envkit render --check` does.
         statuses = [lock_status(config, name) for name in names]
-        for status in statuses:
-            print(status.line())
-        stale = [status.target for status in statuses if status.state == "stale"]
-        if stale:
-            fix = f"--target {stale[0]}" if len(stale) == 1 else "--all"
-            raise EnvkitError(f"locks are stale ({', '.join(stale)}): run `envkit lock {fix}` and commit", exit_code=1)
-        return 0
+        return _report(statuses, f"--target {statuses[0].target}" if len(statuses) == 1 else "--all")
     from envkit.lock.resolve import lock_targets
 
     # The Dockerfile records the lock's sha256, so render follows: make re-renders by itself
     # (the lock is a prerequisite), `envkit build` refuses a Dockerfile older than its lock.
     return lock_targets(config, names, args.upgrade_package or [], args.torch_index_url)
+
+
+def _lock_requirements(args: argparse.Namespace) -> int:
+    if args.check:
+        from envkit.lock.lockfile import requirements_status
+
+        statuses = [requirements_status(path) for path in args.requirements]
+        return _report(statuses, "--requirements " + " ".join(status.target for status in statuses))
+    from envkit.lock.resolve import lock_requirements
+
+    return lock_requirements(args.requirements, args.upgrade_package or [], args.torch_index_url)
+
+
+def _report(statuses, fix: str) -> int:
+    """One line per lock, fresh ones included, then one error line for stale ones, as `envkit render --check` does."""
+    for status in statuses:
+        print(status.line())
+    stale = [status for status in statuses if status.state == "stale"]
+    if stale:
+        command = stale[0].relock if len(stale) == 1 else f"envkit lock {fix}"
+        raise EnvkitError(f"locks are stale ({', '.join(s.target for s in stale)}): run `{command}` and commit", exit_code=1)
+    return 0

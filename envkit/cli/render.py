@@ -96,10 +96,12 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         from envkit.lock import index_check as matrix_verify
 
         return matrix_verify.run(matrix)
-    rows = [("TORCH", "RELEASES", "TORCHVISION", "PYTHON", "CUDA VARIANTS (first = default)", "TPU-VM BACKENDS")]
+    rows = [("TORCH", "RELEASES", "TORCHVISION", "PYTHON", "CUDA VARIANTS (first = default, * = the default index's)", "TPU-VM BACKENDS")]
     for minor in sorted(matrix.torch, key=version_key):
         release = matrix.torch[minor]
-        cuda = ", ".join(f"{variant} ({matrix.cuda[variant].cuda})" for variant in release.cuda_variants) or "-"
+        cuda = ", ".join(
+            f"{variant}{'*' if variant == release.pypi_cuda else ''} ({matrix.cuda[variant].cuda})" for variant in release.cuda_choices()
+        ) or "-"
         vision = f"{release.torchvision}.x" if release.torchvision else "none (torchvision: false)"
         rows.append((f"{minor}.x", " ".join(release.versions), vision, "-".join(release.python), cuda, _tpu_backends(matrix, release)))
     _print_table(rows)
@@ -115,6 +117,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         rows.append((version, "-".join(tpu.torch), f">= {tpu.libtpu}", "-".join(tpu.python)))
     _print_table(rows)
     print(f"\ncpu wheels: {matrix.cpu_index_url}; torchvision's patch release equals torch's; "
+          "* marks the CUDA build of the default index's own torch, which locks with no second index; "
           "CUDA variant lists and base images name their source in envkit/data/matrix.yaml.")
     return 0
 

@@ -11,7 +11,6 @@ place where a client binary is needed.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -34,12 +33,11 @@ from envkit.image.build_context import (
 from envkit.errors import EnvkitError
 from envkit.image.pushed import Pushed
 from envkit.support.docker_client import connect_docker, docker_sdk
+from envkit.support.install_log import hash_mismatch
 
 LATEST = "latest"
 # How much of a failed build's log is kept to find the line that says why.
 LOG_TAIL_LINES = 400
-# BuildKit's plain progress prefixes each line of a step's output with "#<step> <seconds> ".
-_STEP_PREFIX = re.compile(r"^#\d+ \d+\.\d+ ")
 
 
 @dataclass(frozen=True)
@@ -99,27 +97,6 @@ def _docker_build(context: Path, args: dict[str, str], tags: tuple[str, ...], no
         if mismatch:
             raise EnvkitError(f"docker build of {tags[0]} failed: {mismatch}")
         raise EnvkitError(f"docker build of {tags[0]} failed (exit {process.returncode}); the build log is above", exit_code=1)
-
-
-def hash_mismatch(log: list[str]) -> str | None:
-    """pip's refusal of a file whose sha256 the lock does not list, as one line naming the package."""
-    lines = [_STEP_PREFIX.sub("", line).strip() for line in log]
-    try:
-        start = next(i for i, line in enumerate(lines) if "DO NOT MATCH THE HASHES" in line)
-    except StopIteration:
-        return None
-    found = {}
-    for line in lines[start + 1 :]:
-        if " from " in line and line.endswith(":") and "package" not in found:
-            found["package"] = line.split(" from ", 1)[0]
-        elif line.startswith(("Expected sha256", "Got")) and line.split()[0] not in found:
-            found[line.split()[0]] = line.split()[-1]
-    package = found.get("package", "a package")
-    return (
-        f"pip refused {package}: its file has sha256 {found.get('Got', '?')}, which the lock does not list "
-        f"(expected {found.get('Expected', '?')}); the lock or the wheel was changed: relock with "
-        f"'envkit lock', or replace the wheel with the locked one"
-    )
 
 
 def build(root: Path, target, options: BuildOptions) -> BuiltImage:

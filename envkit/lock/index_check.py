@@ -184,6 +184,7 @@ def verify(matrix: Matrix, index: Index) -> tuple[list[str], list[str]]:
     with ThreadPoolExecutor(max_workers=8) as pool:
         for release in matrix.torch.values():
             for version in release.versions:
+                jobs[("torch", version)] = pool.submit(index.requires_dist, "torch", version)
                 if release.torchvision:
                     vision = f"{release.torchvision}.{version.split('.')[2]}"
                     jobs[("torchvision", vision)] = pool.submit(index.requires_dist, "torchvision", vision)
@@ -226,6 +227,7 @@ def verify(matrix: Matrix, index: Index) -> tuple[list[str], list[str]]:
                 if newer:
                     problems.append(f"torch {minor}: the matrix says no torchvision, the index has torchvision {newer[0]}")
             _check_python(problems, f"torch {version}", release.python, pythons)
+            _check_pypi_cuda(problems, matrix, release, version, results[("torch", version)])
 
     # torch_xla: every pair exists, every release on the index is in a pair, the tpu extra pins the row's libtpu.
     paired = {xla for release in matrix.torch_xla.values() for _, xla in release.pairs}
@@ -279,6 +281,29 @@ def verify(matrix: Matrix, index: Index) -> tuple[list[str], list[str]]:
             if torch not in torch_index.wheels:
                 problems.append(f"torch-tpu {version}: torch {torch} (an end of its range) is not on the index")
     return problems, notes
+
+
+# What the default index's Linux x86-64 torch wheel pins for its CUDA runtime: the cu12 package
+# up to torch 2.10, NVIDIA's cuda-toolkit metapackage from 2.11.
+CUDA_RUNTIME_PINS = ("nvidia-cuda-runtime-cu12", "cuda-toolkit")
+
+
+def _check_pypi_cuda(problems: list[str], matrix: Matrix, release, version: str, requires: list[str]) -> None:
+    from packaging.requirements import Requirement
+
+    linux = {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64", "extra": ""}
+    pins = [
+        spec.version
+        for req in map(Requirement, requires)
+        if normalise(req.name) in CUDA_RUNTIME_PINS and (req.marker is None or req.marker.evaluate(linux))
+        for spec in req.specifier
+        if spec.operator == "=="
+    ]
+    found = minor_of(pins[0]) if pins else None
+    expected = matrix.cuda[release.pypi_cuda].cuda if release.pypi_cuda else None
+    if found != expected:
+        says = f"pins CUDA {found}" if found else f"has no {' or '.join(CUDA_RUNTIME_PINS)} pin"
+        problems.append(f"torch {version}: the index's wheel {says}, the matrix's pypi_cuda says {expected or 'none'}")
 
 
 def _check_python(problems: list[str], what: str, row: tuple[str, str], found: list) -> None:

@@ -2,7 +2,9 @@
 
 This module holds what a lock is resolved from (LockInputs), the file's format
 and `envkit lock --check`; it runs offline and imports neither uv nor docker.
-envkit/lock/resolve.py makes locks with uv.
+envkit/lock/resolve.py makes locks with uv. Reading a lock needs the standard
+library alone (envkit/host/venv.py runs before any environment exists), so YAML,
+the config and the matrix are imported where they are used.
 
 A lock is a pip requirements file (`name==version` and its `--hash=sha256:`
 lines, no URLs) under a comment header. The header records the sha256 of the
@@ -19,13 +21,15 @@ import re
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envkit.project import NOTEBOOKS
-from envkit.project.config import ProjectConfig, Target
 from envkit.errors import EnvkitError
-from envkit.project.matrix import load_matrix
 from envkit.project.datafile import DATA_DIR
 from envkit.support.bounded_load import Refused, load_yaml, read_stream
+
+if TYPE_CHECKING:
+    from envkit.project.config import ProjectConfig, Target
 
 LOCK_FILE = "requirements.lock"
 GLIBC_PATH = DATA_DIR / "base_glibc.yaml"
@@ -37,6 +41,7 @@ CUDA_ONLY_PREFIXES = ("nvidia-", "triton")
 INPUTS_LINE = "# inputs-sha256: "
 PACKAGES_LINE = "# packages-sha256: "
 BASE_LINE = "# base-image: "
+PLATFORM_LINE = "# platform: "
 
 
 @dataclass(frozen=True)
@@ -51,10 +56,21 @@ class LockInputs:
     torch_index: str | None  # PyTorch's index for torch/torchvision; None: they come from index_url too
     torch_variant: str | None  # "cpu", "cu126": names torch_index in messages
     find_links: tuple[str, ...]
+    # "target" (docker/<target>/requirements.lock) or "requirements" (a host environment's
+    # requirements/<name>.in, whose file name is ``target``).
+    source: str = "target"
 
     def digest(self) -> str:
-        text = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        fields = asdict(self)
+        if fields["source"] == "target":
+            fields.pop("source")  # target locks keep the digest they were made with
+        text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
+
+    @property
+    def subject(self) -> str:
+        """How messages name it: 'target cuda' or 'dev.in'."""
+        return f"target {self.target}" if self.source == "target" else self.target
 
 
 @dataclass(frozen=True)
@@ -66,16 +82,19 @@ class LockFile:
     sha256: str  # of the whole file: what images and results record
     packages_sha256: str | None = None  # as the header records it (None: written before envkit recorded it)
     body_sha256: str = ""  # of the requirement lines below the header as they are now
+    platform: str | None = None  # uv's --python-platform it was resolved for
+    python: str | None = None  # major.minor it was resolved for
 
 
 @dataclass(frozen=True)
 class LockStatus:
     """What `envkit lock --check` and `envkit targets` say about one target's lock."""
 
-    target: str
+    target: str  # a target's name, or a host environment's requirements/<name>.in
     path: str  # relative to the project
     lock: LockFile | None
     problems: tuple[str, ...] = ()
+    relock: str = ""  # the command that (re)makes it
 
     @property
     def state(self) -> str:
@@ -83,7 +102,7 @@ class LockStatus:
 
     def line(self) -> str:
         if self.lock is None:
-            return f"{self.target}: unlocked: {self.path} does not exist (envkit lock --target {self.target})"
+            return f"{self.target}: unlocked: {self.path} does not exist ({self.relock})"
         if self.problems:
             return f"{self.target}: stale: {self.path}: {'; '.join(self.problems)}"
         return f"{self.target}: fresh: {self.path} (sha256 {self.lock.sha256[:12]}, {len(self.lock.packages)} packages)"
@@ -96,13 +115,7 @@ def lock_path(config: ProjectConfig, name: str) -> Path:
 
 
 def lock_inputs(target: Target) -> LockInputs:
-    torch_index = _torch_index(target)
-    user_extras = [url for url in target.pip_extra_index_urls if url != torch_index]
-    if user_extras:
-        raise EnvkitError(
-            f"target {target.name}: pip_extra_index_urls {', '.join(user_extras)} would let any package come from "
-            f"either index; a lock takes each package from one index: drop them, or set pip_index_url to a mirror"
-        )
+    torch_index = torch_index_of(target.torch_variant)
     return LockInputs(
         target=target.name,
         requirements=tuple(target.requirements()),
@@ -115,16 +128,18 @@ def lock_inputs(target: Target) -> LockInputs:
     )
 
 
-def _torch_index(target: Target) -> str | None:
-    """PyTorch's index for the target's torch build (by its local version tag), or None for PyPI's build.
+def torch_index_of(variant: str | None) -> str | None:
+    """PyTorch's index for a torch build by its local version tag ("cpu", "cu126"), or None for the default index's.
 
     By the variant, not the kind: a torch_tpu tpu-vm target takes PyTorch's CPU build too.
     """
+    from envkit.project.matrix import load_matrix
+
     matrix = load_matrix()
-    if target.torch_variant == matrix.cpu_local_version:
+    if variant == matrix.cpu_local_version:
         return matrix.cpu_index_url
-    if target.torch_variant in matrix.cuda:
-        return matrix.cuda[target.torch_variant].index_url
+    if variant in matrix.cuda:
+        return matrix.cuda[variant].index_url
     return None
 
 
@@ -155,19 +170,83 @@ def target_glibc(target: Target) -> str:
 
 def base_glibc(target: Target) -> str:
     """The glibc of the target's base OS, from the suffix of the base image's tag."""
-    tag = target.base_image.split("@", 1)[0].rsplit("/", 1)[-1].partition(":")[2]
+    return _image_glibc(target.base_image, f"target {target.name}")
+
+
+def _image_glibc(base_image: str, subject: str) -> str:
+    tag = base_image.split("@", 1)[0].rsplit("/", 1)[-1].partition(":")[2]
     for suffix, glibc in _glibc_table().items():
         if tag.endswith(suffix):
             return glibc
     raise EnvkitError(
-        f"target {target.name}: cannot tell the glibc of base image {target.base_image}; envkit knows tags ending "
+        f"{subject}: cannot tell the glibc of base image {base_image}; envkit knows tags ending "
         f"in {', '.join(_glibc_table())} ({GLIBC_PATH.name} lists them)"
     )
+
+
+def requirements_inputs(path: Path) -> LockInputs:
+    """A host environment (requirements/dev.in -> dev.lock): the targets' one Python on the python base
+    image's OS (Debian 12, what CI runs on), every package from the default index."""
+    from envkit.project import kinds
+    from envkit.project.config import DEFAULT_PYTHON
+
+    base = next(iter(kinds.load_kinds().values())).python_base_image.format(python=DEFAULT_PYTHON)
+    requirements = _requirement_list(path)
+    # torch==2.13.0+cpu names its build, and so PyTorch's index for it, as a target's torch_variant does.
+    labels = {r.split("+", 1)[1] for r in requirements if "+" in r and requirement_name(r) in TORCH_INDEX_PACKAGES}
+    if len(labels) > 1:
+        raise EnvkitError(f"{path}: torch and torchvision name different builds ({', '.join(sorted(labels))}); name one")
+    variant = labels.pop() if labels else None
+    torch_index = torch_index_of(variant)
+    if variant and torch_index is None:
+        raise EnvkitError(f"{path}: no PyTorch index in envkit's matrix serves the +{variant} build")
+    return LockInputs(
+        target=path.name,
+        requirements=tuple(requirements),
+        platform=f"x86_64-manylinux_{_manylinux(_image_glibc(base, path.name))}",
+        python=DEFAULT_PYTHON,
+        index_url=None,
+        torch_index=torch_index,
+        torch_variant=variant,
+        find_links=(),
+        source="requirements",
+    )
+
+
+def requirements_lock_path(path: Path) -> Path:
+    return path.with_suffix(".lock")
+
+
+def _requirement_list(path: Path) -> list[str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise EnvkitError(f"{path} not found: give a requirements input such as requirements/dev.in") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EnvkitError(f"cannot read {path}: {exc}") from None
+    if path.suffix != ".in":
+        raise EnvkitError(f"{path}: a requirements input ends in .in (its lock is written beside it as .lock)")
+    found = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        requirement = line.split(" #", 1)[0].strip()
+        if requirement.startswith("-"):
+            raise EnvkitError(f"{path}:{number}: {requirement.split()[0]}: only requirements belong here; "
+                              f"indexes and includes are not locked")
+        if requirement and not requirement.startswith("#"):
+            found.append(requirement)
+    if not found:
+        raise EnvkitError(f"{path}: no requirements in it")
+    return found
 
 
 def normalise(name: str) -> str:
     """PEP 503 normal form of a distribution name."""
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_name(requirement: str) -> str:
+    """The normalised project name of a pin such as ``torch_xla[tpu]==2.9.0``."""
+    return normalise(re.split(r"[\[=<>!~;@ ]", requirement, 1)[0])
 
 
 def read_lock(path: Path) -> LockFile | None:
@@ -181,7 +260,7 @@ def read_lock(path: Path) -> LockFile | None:
         raise EnvkitError(f"cannot read {path}: {exc.strerror or exc}") from None
     except Refused as exc:
         raise EnvkitError(exc.at(path)) from None
-    inputs = base = recorded_packages = None
+    inputs = base = recorded_packages = platform = python = None
     packages: dict[str, str] = {}
     unhashed = []
     text = data.decode("utf-8", errors="replace")
@@ -192,6 +271,8 @@ def read_lock(path: Path) -> LockFile | None:
             recorded_packages = line[len(PACKAGES_LINE) :].strip()
         elif line.startswith(BASE_LINE):
             base = line[len(BASE_LINE) :].strip()
+        elif line.startswith(PLATFORM_LINE):
+            platform, _, python = line[len(PLATFORM_LINE) :].strip().partition(", python ")
         elif line and not line.startswith("#"):
             requirement, *options = line.split()
             name, _, version = requirement.partition("==")
@@ -199,7 +280,15 @@ def read_lock(path: Path) -> LockFile | None:
             if not any(option.startswith("--hash=sha256:") for option in options):
                 unhashed.append(requirement)
     return LockFile(inputs, base, packages, tuple(unhashed), hashlib.sha256(data).hexdigest(), recorded_packages,
-                    body_digest(_body(text)))
+                    body_digest(_body(text)), platform, python or None)
+
+
+def requirement_entry(path: Path, name: str) -> str | None:
+    """The lock's line for one package, with its --hash options, or None when the lock does not pin it."""
+    for line in _requirement_lines(path.read_text(encoding="utf-8")):
+        if line and not line.startswith("#") and requirement_name(line) == normalise(name):
+            return line
+    return None
 
 
 def _body(text: str) -> str:
@@ -235,22 +324,27 @@ def _requirement_lines(text: str) -> list[str]:
     return lines
 
 
-def lock_header(inputs: LockInputs, base_image: str, command: str, body: str) -> str:
+def lock_header(inputs: LockInputs, base_image: str | None, command: str, body: str) -> str:
     if inputs.torch_index:
         indexes = f"torch, torchvision from PyTorch's {inputs.torch_variant} index; everything else from "
     else:
         indexes = "every package from "
     indexes += "the target's pip_index_url" if inputs.index_url else "the default index"
+    if inputs.source == "target":
+        what, relock, name = f'target "{inputs.target}"', f"envkit.yaml, then run `envkit lock --target {inputs.target}`", LOCK_FILE
+    else:
+        name = requirements_lock_path(Path(inputs.target)).name
+        what, relock = inputs.target, f"{inputs.target}, then run `envkit lock --requirements` on it"
     lines = [
-        f'# envkit lock for target "{inputs.target}": every package pinned by version and sha256.',
-        f"# Do not edit: change envkit.yaml, then run `envkit lock --target {inputs.target}`.",
-        f"# Install: pip install --require-hashes --no-deps --only-binary=:all: -r {LOCK_FILE}",
+        f"# envkit lock for {what}: every package pinned by version and sha256.",
+        f"# Do not edit: change {relock}.",
+        f"# Install: pip install --require-hashes --no-deps --only-binary=:all: -r {name}",
         f"{INPUTS_LINE}{inputs.digest()}",
         f"{PACKAGES_LINE}{body_digest(body)}",
-        f"# platform: {inputs.platform}, python {inputs.python}",
+        f"{PLATFORM_LINE}{inputs.platform}, python {inputs.python}",
         f"# indexes: {indexes}",
         f"# top-level: {' '.join(inputs.requirements)}",
-        f"{BASE_LINE}{base_image}",
+        *([f"{BASE_LINE}{base_image}"] if base_image else []),
         f"# resolved with: {command}",
     ]
     return "\n".join(lines) + "\n"
@@ -261,25 +355,42 @@ def lock_status(config: ProjectConfig, name: str) -> LockStatus:
     target = config.target(name)
     path = lock_path(config, name)
     lock = read_lock(path)
+    relock = f"envkit lock --target {name}"
     relative = path.relative_to(config.root).as_posix()
     if lock is None:
-        return LockStatus(name, relative, None)
+        return LockStatus(name, relative, None, relock=relock)
     problems = []
     try:
-        changed = lock.inputs_sha256 != lock_inputs(target).digest()
+        expected = lock_inputs(target).digest()
     except EnvkitError as exc:  # the config can no longer be locked at all (an unknown base OS, say)
         problems.append(str(exc))
-        changed = False
-    if changed:
-        problems.append(f"its inputs changed since it was locked (envkit lock --target {name})")
-    if lock.packages_sha256 is None:
-        problems.append(f"its header records no packages-sha256 (an older envkit wrote it): envkit lock --target {name}")
-    elif edited := hand_edited(lock):
-        problems.append(f"{edited}: envkit lock --target {name}")
-    if lock.unhashed:
-        problems.append(f"no --hash for {', '.join(lock.unhashed)}")
+        expected = None
+    problems += _problems(lock, expected, relock)
     if target.kind == "cpu":
         cuda_only = sorted(pkg for pkg in lock.packages if pkg.startswith(CUDA_ONLY_PREFIXES))
         if cuda_only:
             problems.append(f"a cpu lock with CUDA packages: {', '.join(cuda_only)}")
-    return LockStatus(name, relative, lock, tuple(problems))
+    return LockStatus(name, relative, lock, tuple(problems), relock)
+
+
+def requirements_status(path: Path) -> LockStatus:
+    """The same for a host environment: requirements/<name>.in and its <name>.lock."""
+    lock_file = requirements_lock_path(path)
+    lock = read_lock(lock_file)
+    relock = f"envkit lock --requirements {path}"
+    problems = () if lock is None else tuple(_problems(lock, requirements_inputs(path).digest(), relock))
+    return LockStatus(str(path), str(lock_file), lock, problems, relock)
+
+
+def _problems(lock: LockFile, inputs_sha256: str | None, relock: str) -> list[str]:
+    """Why a lock is stale: changed inputs (None: not known), a header from before packages-sha256, edits, no hashes."""
+    problems = []
+    if inputs_sha256 is not None and lock.inputs_sha256 != inputs_sha256:
+        problems.append(f"its inputs changed since it was locked ({relock})")
+    if lock.packages_sha256 is None:
+        problems.append(f"its header records no packages-sha256 (an older envkit wrote it): {relock}")
+    elif edited := hand_edited(lock):
+        problems.append(f"{edited}: {relock}")
+    if lock.unhashed:
+        problems.append(f"no --hash for {', '.join(lock.unhashed)}")
+    return problems

@@ -14,20 +14,34 @@ one pin changed moves only what must move; `--upgrade-package P` lets P float.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from envkit.support.atomic import write_text_atomic
+from envkit.support.uv import uv_binary
 from envkit.lock.base_digest import resolve_base
-from envkit.project.config import ProjectConfig
+from envkit.project.config import ProjectConfig, Target
+from envkit.project.matrix import load_matrix
 from envkit.errors import EnvkitError
-from envkit.lock.lockfile import TORCH_INDEX_PACKAGES, LockInputs, lock_header, lock_inputs, lock_path, normalise, read_lock
+from envkit.lock.lockfile import (
+    TORCH_INDEX_PACKAGES,
+    LockInputs,
+    lock_header,
+    lock_inputs,
+    lock_path,
+    normalise,
+    read_lock,
+    requirement_name,
+    requirements_inputs,
+    requirements_lock_path,
+)
 
 # Settings the caller's environment must not slip into a lock: only these uv
 # variables pass (the cache, TLS and timeouts change no answer).
@@ -43,32 +57,61 @@ def lock_targets(
     config: ProjectConfig, names: list[str], upgrade: list[str], torch_index_url: str | None
 ) -> int:
     inputs = {name: lock_inputs(config.target(name)) for name in names}
-    previous = {name: _previous_text(lock_path(config, name)) for name in names}
-    _check_upgrade(config, names, upgrade)
+    paths = {name: lock_path(config, name) for name in names}
+    _check_upgrade(list(paths.values()), upgrade, config.root, "the target")
+
+    def text(name: str, previous: str | None, uv: tuple[str, ...]) -> str:
+        return _target_text(config, inputs[name], previous, upgrade, torch_index_url, uv)
+
+    return _write_locks({paths[name]: functools.partial(text, name) for name in names}, config.root)
+
+
+def lock_requirements(files: list[Path], upgrade: list[str], torch_index_url: str | None) -> int:
+    """Lock each host environment's requirements/<name>.in into <name>.lock beside it."""
+    inputs = {path: requirements_inputs(path) for path in files}
+    _check_upgrade([requirements_lock_path(path) for path in files], upgrade, Path.cwd(), "the environment")
+
+    def text(path: Path, previous: str | None, uv: tuple[str, ...]) -> str:
+        torch_index = (torch_index_url or inputs[path].torch_index) if inputs[path].torch_index else None
+        body, command = _compile(inputs[path], previous, upgrade, torch_index, uv)
+        return lock_header(inputs[path], None, command, body) + body
+
+    return _write_locks({requirements_lock_path(path): functools.partial(text, path) for path in files}, Path.cwd())
+
+
+def _write_locks(jobs: dict[Path, Callable[[str | None, tuple[str, ...]], str]], root: Path) -> int:
+    """Resolve every lock (job: previous text, uv -> new text), write those that changed, one line each."""
+    previous = {path: _previous_text(path) for path in jobs}
     uv = uv_binary()
     uv_version = subprocess.run([uv, "--version"], capture_output=True, text=True, check=False).stdout.split()[:2]
     written, failures = [], []
-    for name in names:
+    for path, make_text in jobs.items():
         try:
-            text = _lock_text(config, inputs[name], previous[name], upgrade, torch_index_url, (uv, *uv_version))
+            text = make_text(previous[path], (uv, *uv_version))
         except EnvkitError as exc:
             failures.append(str(exc))
             continue
-        path = lock_path(config, name)
-        if text != previous[name]:
+        if text != previous[path]:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 write_text_atomic(path, text)
             except OSError as exc:
                 failures.append(f"cannot write {path}: {exc.strerror or exc}")
                 continue
-        state = "wrote" if text != previous[name] else "unchanged"
-        written.append(f"{state} {path.relative_to(config.root)} ({len(read_lock(path).packages)} packages)")
+        state = "wrote" if text != previous[path] else "unchanged"
+        written.append(f"{state} {_shown(path, root)} ({len(read_lock(path).packages)} packages)")
     if written:
         print("\n".join(written))
     for failure in failures:
         print(f"envkit: error: {failure}", file=sys.stderr)
     return 2 if failures else 0
+
+
+def _shown(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _previous_text(path: Path) -> str | None:
@@ -80,30 +123,18 @@ def _previous_text(path: Path) -> str | None:
         raise EnvkitError(f"cannot read {path}: {exc}") from None
 
 
-def _check_upgrade(config: ProjectConfig, names: list[str], upgrade: list[str]) -> None:
-    locks = {name: read_lock(lock_path(config, name)) for name in names}
+def _check_upgrade(paths: list[Path], upgrade: list[str], root: Path, what: str) -> None:
+    locks = [read_lock(path) for path in paths]
     for package in upgrade:
-        if not any(lock and normalise(package) in lock.packages for lock in locks.values()):
-            where = ", ".join(str(lock_path(config, name).relative_to(config.root)) for name in names)
+        if not any(lock and normalise(package) in lock.packages for lock in locks):
+            where = ", ".join(_shown(path, root) for path in paths)
             raise EnvkitError(
                 f"--upgrade-package {package}: no such package in {where}; name a package the lock pins "
-                f"(or drop --upgrade-package to lock the target anew)"
+                f"(or drop --upgrade-package to lock {what} anew)"
             )
 
 
-def uv_binary() -> str:
-    try:
-        import uv
-
-        return uv.find_uv_bin()
-    except (ImportError, FileNotFoundError):
-        found = shutil.which("uv")
-    if found is None:
-        raise EnvkitError("uv is not installed: envkit lock resolves with it; pip install 'envkit[dev]' (or uv)")
-    return found
-
-
-def _lock_text(
+def _target_text(
     config: ProjectConfig,
     inputs: LockInputs,
     previous: str | None,
@@ -113,7 +144,10 @@ def _lock_text(
 ) -> str:
     # A mirror stands in for PyTorch's index only where the target takes torch from there.
     torch_index = (torch_index_url or inputs.torch_index) if inputs.torch_index else None
-    body, command = _compile(inputs, previous, upgrade, torch_index, uv)
+    try:
+        body, command = _compile(inputs, previous, upgrade, torch_index, uv)
+    except TorchIndexUnreachable as exc:
+        raise EnvkitError(f"{exc}{_default_index_build(config.target(inputs.target))}") from None
     target = config.target(inputs.target)
     if target.is_notebook:
         from envkit.project.notebook_platforms import runtime_of
@@ -158,9 +192,9 @@ def _compile(
         try:
             done = subprocess.run(argv, cwd=work, env=_uv_env(), capture_output=True, text=True, timeout=UV_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            raise EnvkitError(f"target {inputs.target}: uv did not finish resolving within {UV_TIMEOUT_S} s") from None
+            raise EnvkitError(f"{inputs.subject}: uv did not finish resolving within {UV_TIMEOUT_S} s") from None
         if done.returncode != 0:
-            raise EnvkitError(_failure(inputs, done.stderr, torch_index))
+            raise _failure(inputs, done.stderr, torch_index)
         body = output.read_text(encoding="utf-8")
     command = " ".join([*uv[1:], "pip", "compile", *flags])
     return body, command
@@ -169,12 +203,12 @@ def _compile(
 def _input_project(inputs: LockInputs, torch_index: str | None) -> str:
     lines = [
         "[project]",
-        f"name = {json.dumps('envkit-lock-' + inputs.target)}",
+        f"name = {json.dumps('envkit-lock-' + re.sub(r'[^A-Za-z0-9]+', '-', inputs.target))}",
         'version = "0"',
         f"dependencies = {json.dumps(list(inputs.requirements))}",
     ]
     if torch_index:
-        direct = {normalise(re.split(r"[\[=<>!~]", r, 1)[0]) for r in inputs.requirements}
+        direct = {requirement_name(r) for r in inputs.requirements}
         lines.append("[tool.uv.sources]")
         lines += [f'{name} = {{ index = "pytorch" }}' for name in TORCH_INDEX_PACKAGES if name in direct]
         lines += ["[[tool.uv.index]]", 'name = "pytorch"', f"url = {json.dumps(torch_index)}", "explicit = true"]
@@ -187,7 +221,7 @@ def _uv_env() -> dict[str, str]:
     return env
 
 
-def _failure(inputs: LockInputs, stderr: str, torch_index: str | None) -> str:
+def _failure(inputs: LockInputs, stderr: str, torch_index: str | None) -> EnvkitError:
     """uv's error as one line: which index could not be reached, or why nothing resolves."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     causes = [line.removeprefix("cause:").strip() for line in lines if line.startswith("cause:")]
@@ -196,14 +230,33 @@ def _failure(inputs: LockInputs, stderr: str, torch_index: str | None) -> str:
     if unreachable:
         reason = causes[-1] if causes else "no answer"
         if torch_index and fetched.startswith(torch_index.rstrip("/")):
-            return (
-                f"target {inputs.target} cannot be locked here: PyTorch's {inputs.torch_variant} index {torch_index} "
+            return TorchIndexUnreachable(
+                f"{inputs.subject} cannot be locked here: PyTorch's {inputs.torch_variant} index {torch_index} "
                 f"cannot be reached ({reason}); lock it where that index answers, or pass --torch-index-url MIRROR"
             )
         index = f"the package index {inputs.index_url}" if inputs.index_url else "the default package index"
-        return (
-            f"target {inputs.target}: {index} cannot be reached ({reason}, fetching {fetched}); "
+        return EnvkitError(
+            f"{inputs.subject}: {index} cannot be reached ({reason}, fetching {fetched}); "
             f"check the network or set the target's pip_index_url to a reachable mirror"
         )
-    summary = " ".join(line.removeprefix("error:").strip() for line in lines[:1] + lines[-1:] if lines)
-    return f"target {inputs.target}: uv cannot resolve its requirements: {' '.join(summary.split())[:400]}"
+    # uv's verdict, then the first step of its explanation ("Because X was not found ..."), which names the culprit.
+    plain = [line.removeprefix("error:").removeprefix("cause:").lstrip("×╰─▶ ").strip().rstrip(":") for line in lines]
+    cause = next((line for line in plain[1:] if line.startswith("Because ")), plain[-1] if len(plain) > 1 else "")
+    summary = ": ".join(part for part in (plain[0] if plain else "", cause) if part)
+    return EnvkitError(f"{inputs.subject}: uv cannot resolve its requirements: {' '.join(summary.split())[:400]}")
+
+
+class TorchIndexUnreachable(EnvkitError):
+    """PyTorch's index for the target's torch build did not answer."""
+
+
+def _default_index_build(target: Target) -> str:
+    """For a CUDA variant of PyTorch's index: the one the default index has, which needs no second index."""
+    if target.cuda is None or target.torch_variant is None:
+        return ""
+    matrix = load_matrix()
+    release = matrix.torch_release(f"target {target.name}", target.torch)
+    if release.pypi_cuda is None:
+        return ""
+    cuda = matrix.cuda[release.pypi_cuda].cuda
+    return f"; the default index's torch {target.torch} is the CUDA {cuda} build, which locks from that index alone (cuda: \"{cuda}\")"

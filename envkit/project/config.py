@@ -60,7 +60,6 @@ class Target:
     cuda: str | None  # cuda: toolkit version, "12.6"
     torch_variant: str | None  # wheel local version tag: "cpu", "cu126"; None for PyPI's default build
     pip_index_url: str | None
-    pip_extra_index_urls: tuple[str, ...]
     find_links: tuple[str, ...]
     apt_packages: tuple[str, ...]
     pip_packages: tuple[str, ...]  # extra requirements, after the recipe defaults
@@ -276,26 +275,34 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
     torchvision = _torchvision(raw, release, patch, torch, where(at + ("torchvision",)))
     backend = torch_xla = torch_tpu = libtpu = libtpu_package = cuda = None
     pip_index_url = raw.get("pip_index_url")
-    extra_index_urls = list(raw.get("pip_extra_index_urls", []))
+    if "pip_extra_index_urls" in raw:
+        # pip asks every index for every name and takes the best match from any of them.
+        raise EnvkitError(
+            f"{where(at + ('pip_extra_index_urls',))}: a second index lets any package come from either one; "
+            f"envkit takes each package from one index: set pip_index_url to a mirror that serves them all, "
+            f"or find_links for single projects' pages"
+        )
     find_links = list(raw.get("find_links", []))
     apt_packages = list(raw.get("apt_packages", []))
 
     if runtime is not None and spec.wheels == "cuda":
-        # A notebook installs no CUDA toolkit of its own: torch is PyPI's build, which bundles
-        # the CUDA libraries it was built for (the lock names them).
+        # A notebook installs no CUDA toolkit of its own: torch is the default index's build, whose
+        # wheels bundle the CUDA libraries of the release's pypi_cuda variant (the lock names them).
+        if release.pypi_cuda is None:
+            raise EnvkitError(f"{where(at + ('torch',))}: torch {torch} has no CUDA build on the default index, "
+                              f"which a notebook target installs from; choose a torch release that has one (envkit matrix)")
         python_range, default_python = release.python, runtime.python_minor
-        torch_variant = None
-        default_base = None
+        cuda, torch_variant, default_base = matrix.cuda[release.pypi_cuda].cuda, None, None
     elif spec.wheels == "cpu":
         python_range, default_python = release.python, DEFAULT_PYTHON
         torch_variant = matrix.cpu_local_version
-        extra_index_urls.append(matrix.cpu_index_url)
         default_base = None
     elif spec.wheels == "cuda":
         variant = matrix.cuda_variant(where(at + ("cuda",)), release, raw.get("cuda"))
         python_range, default_python = release.python, variant.python
-        cuda, torch_variant = variant.cuda, variant.variant
-        extra_index_urls.append(variant.index_url)
+        cuda = variant.cuda
+        # The default index's own torch is this variant's build: no local tag, no second index.
+        torch_variant = None if variant.variant == release.pypi_cuda else variant.variant
         default_base = variant.base_image
     else:
         backend = raw.get("backend") or matrix.default_tpu_backend(where(at + ("torch",)), torch)
@@ -336,7 +343,6 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
             python_range, python_owner = tpu_release.python, f"torch_tpu {torch_tpu}"
             # torch_tpu brings the device: PyTorch's CPU build is all torch needs to be.
             torch_variant = matrix.cpu_local_version
-            extra_index_urls.append(matrix.cpu_index_url)
         default_base = None
         if not python_in_range(raw.get("python", default_python), python_range):
             raise EnvkitError(
@@ -360,7 +366,8 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
     elif default_base is None:
         raise EnvkitError(f"{where(at + ('kind',))}: kind {kind} takes its base image from wheels {spec.wheels!r}, which names none")
     else:
-        apt_packages = [*DISTRO_PYTHON_PACKAGES, *apt_packages]
+        if not _carries_python(raw.get("base_image"), spec):
+            apt_packages = [*DISTRO_PYTHON_PACKAGES, *apt_packages]
         if "base_image" not in raw and python != default_python:
             raise EnvkitError(
                 f"{where(at + ('python',))}: Python {python} is not the python3 of the default base image "
@@ -383,7 +390,6 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
             cuda=cuda,
             torch_variant=torch_variant,
             pip_index_url=pip_index_url,
-            pip_extra_index_urls=tuple(dict.fromkeys(extra_index_urls)),
             find_links=tuple(find_links),
             apt_packages=tuple(dict.fromkeys(apt_packages)),
             pip_packages=_pip_packages(raw.get("pip_packages", []), matrix, where, at),
@@ -427,6 +433,14 @@ def _notebook_experiments(names: list[str], kind: str, where: _Locator, at: DocP
         if name not in fitting:
             raise EnvkitError(f"{where(at + ('notebooks', index))}: {name!r} is not an experiment of kind {kind}; choose from {', '.join(fitting)}")
     return tuple(names)
+
+
+def _carries_python(base_image: str | None, spec: kinds.Kind) -> bool:
+    """Whether a configured base is the python image kinds.yaml names, which brings its own Python."""
+    if base_image is None:
+        return False
+    name = base_image.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
+    return name == spec.python_base_image.split(":", 1)[0]
 
 
 def _torchvision(raw: dict[str, Any], release: TorchRelease, patch: str, torch: str, field_at: str) -> str | None:

@@ -35,8 +35,13 @@ class TorchRelease:
     torchvision: str | None  # minor release of torchvision, "0.24"; None: none exists yet
     torchvision_missing: str | None  # why there is none
     python: tuple[str, str]  # oldest, newest
-    cuda_variants: tuple[str, ...]  # first is the default
+    cuda_variants: tuple[str, ...]  # on PyTorch's own index
     cuda_source: str
+    pypi_cuda: str | None = None  # the variant of the default index's own torch wheel
+
+    def cuda_choices(self) -> tuple[str, ...]:
+        """Every CUDA variant a target may name: the default index's first (the default), then PyTorch's."""
+        return tuple(dict.fromkeys([*([self.pypi_cuda] if self.pypi_cuda else []), *self.cuda_variants]))
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ class Matrix:
     cuda: dict[str, CudaVariant]
     torch_xla: dict[str, XlaRelease]
     torch_tpu: dict[str, TorchTpuRelease]
+    pypi_cuda_source: str = ""
 
     def torch_release(self, field: str, version: str) -> TorchRelease:
         release = self.torch.get(minor_of(version))
@@ -78,18 +84,20 @@ class Matrix:
         return release
 
     def cuda_variant(self, field: str, release: TorchRelease, cuda: str | None) -> CudaVariant:
-        if not release.cuda_variants:
-            with_cuda = [minor for minor, rel in self.torch.items() if rel.cuda_variants]
+        """The named CUDA variant, or by default the one the default index's torch is built for."""
+        choices = release.cuda_choices()
+        if not choices:
+            with_cuda = [minor for minor, rel in self.torch.items() if rel.cuda_choices()]
             raise EnvkitError(
                 f"{field}: torch {release.minor} has no CUDA wheel variant in envkit's matrix; "
                 f"torch releases with CUDA variants: {_join_minors(with_cuda)}"
             )
         if cuda is None:
-            return self.cuda[release.cuda_variants[0]]
-        for variant in release.cuda_variants:
+            return self.cuda[choices[0]]
+        for variant in choices:
             if self.cuda[variant].cuda == cuda:
                 return self.cuda[variant]
-        valid = ", ".join(self.cuda[v].cuda for v in release.cuda_variants)
+        valid = ", ".join(sorted((self.cuda[v].cuda for v in choices), key=version_key))
         raise EnvkitError(f"{field}: CUDA {cuda} has no torch {release.minor} wheels; valid choices: {valid}")
 
     def xla_pair(self, field: str, torch: str, torch_xla: str | None) -> tuple[XlaRelease, str]:
@@ -166,6 +174,7 @@ def load_matrix(path: Path = MATRIX_PATH) -> Matrix:
             tuple(row["python"]),
             tuple(row["cuda"]),
             row["cuda_source"],
+            row.get("pypi_cuda"),
         )
         for minor, row in raw["torch"].items()
     }
@@ -196,4 +205,5 @@ def load_matrix(path: Path = MATRIX_PATH) -> Matrix:
         cuda=cuda,
         torch_xla=torch_xla,
         torch_tpu=torch_tpu,
+        pypi_cuda_source=raw["pypi_cuda_source"],
     )

@@ -17,7 +17,7 @@ from envkit.errors import EnvkitError
 from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
 from envkit.render.output import RenderedFile
 from envkit.lock.lockfile import (LOCK_FILE, TORCH_INDEX_PACKAGES, LockFile, LockInputs, hand_edited, lock_inputs,
-                                  lock_path, read_lock)
+                                  lock_path, read_lock, requirement_name)
 from envkit.support.shellquote import FILTERS
 from envkit.render.template_cache import template_cache
 
@@ -128,12 +128,19 @@ def base_reference(target: Target, lock: LockFile | None) -> tuple[str, str | No
     return (f"{reference}@{digest}" if digest else reference), digest
 
 
-def torch_find_links(inputs: LockInputs, lock: LockFile | None) -> list[str]:
-    """PyTorch's project pages for torch/torchvision: a locked install names one index, never an extra one."""
-    torch_index = inputs.torch_index if lock is not None else None
+def torch_find_links(target: Target, inputs: LockInputs, mirror: str | None = None) -> list[str]:
+    """PyTorch's project pages for torch/torchvision (on ``mirror`` if given): locked or not, each package has one
+    index, never an extra one."""
+    torch_index = inputs.torch_index
     if torch_index is None:
         return []
-    return [f"{torch_index.rstrip('/')}/{name}/" for name in TORCH_INDEX_PACKAGES if name in lock.packages]
+    return project_pages(mirror or torch_index, ["torch", *(["torchvision"] if target.torchvision else [])])
+
+
+def project_pages(torch_index: str, requirements: list[str]) -> list[str]:
+    """The pages on PyTorch's index of the torch-index packages among ``requirements`` (names or pins)."""
+    wanted = {requirement_name(r) for r in requirements}
+    return [f"{torch_index.rstrip('/')}/{name}/" for name in TORCH_INDEX_PACKAGES if name in wanted]
 
 
 def apt_snapshot(target: Target) -> dict | None:
@@ -165,7 +172,7 @@ def _context(config: ProjectConfig, target: Target, lock: LockFile | None, input
         "requirements": target.requirements(),
         "lock": lock,
         "lock_file": LOCK_FILE,
-        "torch_find_links": torch_find_links(inputs, lock),
+        "torch_find_links": torch_find_links(target, inputs),
         "base_image": base,
         "base_digest": base_digest or "",
         "base_digest_label": BASE_DIGEST_LABEL,

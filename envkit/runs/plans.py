@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envkit.host.venv import describe_interpreter
 from envkit.project import kinds
 from envkit.project import DEFAULT_CONFIG
 from envkit.errors import EnvkitError
@@ -205,7 +206,7 @@ def compare_plan(results_dir: Path, *, epochs: int | None, dataset: str, max_ste
     data = [REAL_DATA_NOTE] if dataset == "real" else []
     if not runnable:
         reason = facts.docker_error or "no experiment image can run here"
-        return RunPlan(local, [f"no Docker experiments on this host ({reason}); running the recipes with {sys.executable}", *data])
+        return RunPlan(local, [f"no Docker experiments on this host ({reason}); running the recipes with {describe_interpreter()}", *data])
     # make runs in the project root: the results directory must not depend on where that is.
     # Each runs where `envkit experiment` puts its files: results must not depend on that.
     where = (*_config_args(config), "--results-dir", str(results_dir.resolve()))
@@ -213,7 +214,7 @@ def compare_plan(results_dir: Path, *, epochs: int | None, dataset: str, max_ste
     steps = [Step(f"experiment {name}", _envkit("experiment", *where, name, "--", *size)) for name in runnable]
     # The first target also builds its image: when that fails the host cannot build
     # images at all (no reachable base image, say), so the recipes run here instead.
-    fallback = RunPlan(local, [f"the first Docker experiment failed; running the recipes with {sys.executable} instead", *data])
+    fallback = RunPlan(local, [f"the first Docker experiment failed; running the recipes with {describe_interpreter()} instead", *data])
     return RunPlan(steps + [report], data, fallback, 0)
 
 
@@ -225,9 +226,9 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_
     report = _report_step(results_dir, ("--plot", str(results_dir / "comparison.png")))
     local = [render] + local_runs(root, results_dir, facts, size, DEMO_EXTRA_ARGS) + [report]
     if not use_docker:
-        return RunPlan(local, [f"--no-docker: running the recipes with {sys.executable}"])
+        return RunPlan(local, [f"--no-docker: running the recipes with {describe_interpreter()}"])
     if not _docker_usable(facts):
-        return RunPlan(local, [f"Docker is not usable ({facts.docker_error or 'no engine'}); running the recipes with {sys.executable}"])
+        return RunPlan(local, [f"Docker is not usable ({facts.docker_error or 'no engine'}); running the recipes with {describe_interpreter()}"])
     run_sh = str(root / "docker" / DEMO_KIND / "run.sh")
     mount = {"RESULTS_DIR": str(results_dir)}  # run.sh mounts it at /workspace/results
     in_image = ("--quiet",) + size
@@ -241,7 +242,7 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_
           for entry in in_demo_image for run in entry.runs),
         report,
     ]
-    fallback = RunPlan(local[1:], [f"the cpu image could not be built; running the recipes with {sys.executable} instead"])
+    fallback = RunPlan(local[1:], [f"the cpu image could not be built; running the recipes with {describe_interpreter()} instead"])
     return RunPlan(docker_steps, [f"Docker {facts.docker_version} is usable: running in the cpu image"], fallback, 1)
 
 

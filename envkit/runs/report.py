@@ -200,8 +200,16 @@ def environment_line(environment: dict) -> str:
 
 def environment_facts(run: RunResult) -> tuple:
     """The facts that make two runs' environments comparable (report.yaml environment_facts)."""
-    return tuple(run.environment[key] if key in ENVIRONMENT_KEYS else run.configuration[key]
+    return tuple(_fact(key, run.environment[key] if key in ENVIRONMENT_KEYS else run.configuration[key])
                  for key in report_facts()["environment_facts"])
+
+
+def _fact(key: str, value):
+    # A lock is made for one Python minor, and an image's patch release is its base's, not the lock's:
+    # a host venv and an image of one lock run one environment even where the patch releases differ.
+    if key == "python" and isinstance(value, str):
+        return ".".join(value.split(".")[:2])
+    return value
 
 
 def describe_environment(facts: tuple) -> str:

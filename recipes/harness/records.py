@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
 import re
 import socket
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -67,6 +69,20 @@ def installed_distributions() -> list[str]:
     return sorted(found)
 
 
+# Written by envkit's venv maker (envkit/host/venv.py MARKER) into the venv's root.
+VENV_LOCK_MARKER = "envkit-lock.json"
+
+
+def venv_lock_sha256() -> str | None:
+    """The sha256 of the lock this interpreter's venv was made from, or None when it was not made from one."""
+    try:
+        marker = json.loads(Path(sys.prefix, VENV_LOCK_MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    sha = marker.get("lock_sha256") if isinstance(marker, dict) else None
+    return sha if isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha) else None
+
+
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -105,7 +121,8 @@ def capture_environment(device: torch.device, device_kind: str) -> dict:
         "torch_cuda_build": torch.version.cuda,
         "image": os.environ.get("ENVKIT_IMAGE") or None,
         # What the image says about itself: the hash of the lock it installed, and its own ID.
-        "lock_sha256": os.environ.get("ENVKIT_LOCK_SHA256") or None,
+        # On the host, the lock `envkit venv` made this interpreter's venv from.
+        "lock_sha256": os.environ.get("ENVKIT_LOCK_SHA256") or venv_lock_sha256(),
         "image_id": os.environ.get("ENVKIT_IMAGE_ID") or None,
         "git_revision": git_revision(),
         "distributions": installed_distributions(),

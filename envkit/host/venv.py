@@ -1,0 +1,249 @@
+"""A host virtual environment made from a lock, every file hash-checked (`envkit venv`, make's environments).
+
+The host gets the same lock as an image: the lock's Python (found on PATH, never
+another one), `python -m venv` as the images make theirs, then exactly the lock's
+files, each checked against its sha256, with no resolver and no dependency beyond
+the lock. uv installs them (`uv pip install --require-hashes`) where it is present,
+pip (`--require-hashes --no-deps`) otherwise. Last, the marker envkit-lock.json in
+the venv records the lock's sha256: the recipes write it into their results, so a
+run on the host names the lock its interpreter was made from.
+
+Standard library only: make runs it with the host's python3 before any environment
+exists (`python3 -m envkit.host.venv requirements/dev.lock --path .venv`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from envkit.errors import EnvkitError
+from envkit.lock.lockfile import LockFile, read_lock, requirement_entry
+from envkit.support.atomic import write_text_atomic
+from envkit.support.bounded_load import load_json
+from envkit.support.install_log import hash_mismatch, uv_hash_mismatch
+from envkit.support.uv import find_uv
+
+# In the venv's root; recipes/harness.py reads it by this name (tests/test_venv.py checks both agree).
+MARKER = "envkit-lock.json"
+INSTALLERS = ("auto", "uv", "pip")
+_VERSION_PROBE = "import sys; print('%d.%d.%d' % sys.version_info[:3])"
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where the lock's files come from: the index (None: the installer's default) and find-links pages."""
+
+    index_url: str | None = None
+    find_links: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Made:
+    path: Path
+    lock: LockFile
+    python: str  # the interpreter's full version
+    installer: str
+
+
+def make_venv(lock_path: Path, path: Path, *, python: str | None = None, sources: Sources = Sources(),
+              installer: str = "auto") -> Made:
+    """Make ``path`` a venv holding exactly ``lock_path``; on any failure the previous ``path`` is left as it was."""
+    lock = _usable_lock(lock_path)
+    interpreter, version = find_python(lock.python, python)
+    _check_destination(path)
+    uv = _uv_for(installer)
+    locked = ["--require-hashes", "--no-deps", "-r", str(lock_path)]
+    with _replacing(path):
+        _run([interpreter, "-m", "venv", str(path)], "python -m venv")
+        tool = "uv" if uv else "pip"
+        if uv is None and installer == "auto" and "uv" in lock.packages:
+            # No uv here, but the lock pins it (the dev lock does): pip installs that one, hash-checked,
+            # and it installs the rest. Cold the two take about as long; uv keeps its cache where pip's
+            # may stay empty, so a venv remade after a relock takes half pip's time (benchmarks/bench_venv.py).
+            with tempfile.NamedTemporaryFile("w", suffix=".lock", prefix="envkit-uv-") as entry:
+                entry.write(requirement_entry(lock_path, "uv") + "\n")
+                entry.flush()
+                _install("pip", path, ["--require-hashes", "--no-deps", "-r", entry.name], sources)
+            uv, tool = str(path / "bin" / "uv"), "uv (from the lock, by pip)"
+        _install(uv or "pip", path, locked, sources)
+        marker = {"lock": str(lock_path.resolve()), "lock_sha256": lock.sha256, "python": lock.python, "platform": lock.platform}
+        write_text_atomic(path / MARKER, json.dumps(marker, indent=2, sort_keys=True) + "\n")
+    return Made(path, lock, version, tool)
+
+
+def make_unlocked_venv(requirements: Path, wanted: str, path: Path, *, python: str | None = None,
+                       sources: Sources = Sources()) -> str:
+    """Install the pins of a requirements input that has no lock here; no marker: its runs record no lock.
+
+    pip resolves it (as the unlocked images do), with the host's pip configuration: where the build
+    a pin names is only on an index this host cannot reach, a mirror configured for pip still serves it.
+    """
+    interpreter, version = find_python(wanted, python)
+    _check_destination(path)
+    with _replacing(path):
+        _run([interpreter, "-m", "venv", str(path)], "python -m venv")
+        _install("pip", path, ["-r", str(requirements)], sources)
+    return version
+
+
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[None]:
+    """Build at ``path``; a venv already there is set aside and comes back if the build fails."""
+    aside = path.with_name(f".{path.name}.replaced-{os.getpid()}") if path.exists() else None
+    if aside is not None:
+        path.rename(aside)
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        if aside is not None:
+            aside.rename(path)
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _usable_lock(lock_path: Path) -> LockFile:
+    lock = read_lock(lock_path)
+    if lock is None:
+        raise EnvkitError(f"no lock at {lock_path}: make it with `envkit lock`")
+    if lock.python is None:
+        raise EnvkitError(f"{lock_path} is not an envkit lock: it names no Python ('# platform: ..., python X.Y')")
+    if lock.unhashed:
+        raise EnvkitError(f"{lock_path}: no --hash for {', '.join(lock.unhashed)}; relock it with `envkit lock`")
+    return lock
+
+
+def find_python(wanted: str, given: str | None = None) -> tuple[str, str]:
+    """(path, full version) of a Python ``wanted`` (major.minor): ``given``, else this one, pythonX.Y or python3 on PATH."""
+    names = [given] if given else [sys.executable, f"python{wanted}", "python3"]
+    found = []
+    for name in dict.fromkeys(names):
+        path = shutil.which(name)
+        version = _version(path) if path else None
+        if version and version.rsplit(".", 1)[0] == wanted:
+            return path, version
+        if path:
+            found.append(f"{name} {version or 'that does not run'}" + (f" ({path})" if path != name else ""))
+    seen = f"found {', '.join(found)}" if found else f"found no {' or '.join(dict.fromkeys(names))} on PATH"
+    hint = "pass --python with one" if given else f"install it (python{wanted} on PATH) or pass --python PATH"
+    raise EnvkitError(f"the lock needs Python {wanted}; {seen}: {hint}")
+
+
+def _version(python: str) -> str | None:
+    try:
+        done = subprocess.run([python, "-c", _VERSION_PROBE], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _check_destination(path: Path) -> None:
+    # Only a venv is ever replaced: never a link (it may be someone else's venv), a file or other data.
+    if path.is_symlink():
+        raise EnvkitError(f"{path} is a symbolic link: envkit venv replaces only a directory it can own; choose another --path")
+    if path.exists() and not path.is_dir():
+        raise EnvkitError(f"{path} exists and is not a directory; choose another --path")
+    if path.is_dir() and any(path.iterdir()) and not (path / "pyvenv.cfg").is_file():
+        raise EnvkitError(f"{path} exists and is not a virtual environment; remove it or choose another --path")
+
+
+def _uv_for(choice: str) -> str | None:
+    """The uv binary that installs the lock, or None for pip."""
+    if choice not in INSTALLERS:
+        raise EnvkitError(f"--installer {choice}: choose one of {', '.join(INSTALLERS)}")
+    uv = find_uv() if choice != "pip" else None
+    if choice == "uv" and uv is None:
+        raise EnvkitError("--installer uv: uv is not installed here; pip install uv, or use --installer pip")
+    return uv
+
+
+def _install(installer: str, venv: Path, what: list[str], sources: Sources) -> None:
+    """Install into ``venv`` with ``installer``: "pip", or the path of a uv binary."""
+    python = str(venv / "bin" / "python")
+    where = [*(["--index-url", sources.index_url] if sources.index_url else []),
+             *(arg for link in sources.find_links for arg in ("--find-links", link))]
+    if installer != "pip":
+        # Bytecode as pip writes it, so that both installers make the same venv and first imports are quick.
+        argv = [installer, "pip", "install", "--python", python, "--compile-bytecode", "--only-binary", ":all:", "--quiet",
+                *what, *where]
+    else:
+        argv = [python, "-m", "pip", "install", "--only-binary=:all:", "--disable-pip-version-check", "--quiet", *what, *where]
+    _run(argv, f"{'pip' if installer == 'pip' else 'uv'} install")
+
+
+def _run(argv: list[str], what: str) -> None:
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
+    if done.returncode != 0:
+        raise EnvkitError(_reason(done.stderr, what))
+
+
+def _reason(stderr: str, what: str) -> str:
+    """The failure as one line: a hash refusal naming the package, else the tool's error and cause lines."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    mismatch = hash_mismatch(lines) or uv_hash_mismatch(lines)
+    if mismatch:
+        return mismatch
+    errors = [line for line in lines if line.lower().startswith(("error:", "cause:", "caused by:"))]
+    return f"{what} failed: " + " ".join(" ".join(errors or lines[-1:] or ["no output"]).split())[:400]
+
+
+def interpreter_lock() -> dict | None:
+    """The marker of the venv this interpreter runs in ({"lock": path, "lock_sha256": ...}), or None."""
+    path = Path(sys.prefix, MARKER)
+    try:
+        marker = load_json(path) if path.is_file() else None
+    except EnvkitError:
+        return None
+    return marker if isinstance(marker, dict) and isinstance(marker.get("lock_sha256"), str) else None
+
+
+def describe_interpreter() -> str:
+    """This interpreter and the lock its runs will name, for the plans' notes."""
+    marker = interpreter_lock()
+    if marker is None:
+        return f"{sys.executable} (made from no lock: its results record lock_sha256 null)"
+    return f"{sys.executable} (made from {marker.get('lock')}: its results name lock sha256 {marker['lock_sha256'][:12]})"
+
+
+def describe(made: Made, lock_path: Path) -> str:
+    return (f"made {made.path} from {lock_path} ({len(made.lock.packages)} packages, lock sha256 "
+            f"{made.lock.sha256[:12]}) with Python {made.python}, installed by {made.installer}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options `envkit venv` and `python -m envkit.host.venv` share."""
+    parser.add_argument("--python", metavar="PYTHON", help="the interpreter to make it with (default: this one, "
+                        "pythonX.Y or python3 on PATH, whichever is the lock's Python)")
+    parser.add_argument("--installer", choices=INSTALLERS, default="auto",
+                        help="what installs the lock's files (default auto: uv where it is installed, else pip)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m envkit.host.venv",
+                                     description="Make a virtual environment from an envkit lock, hash-checked.")
+    parser.add_argument("lock", type=Path, help="the lock (e.g. requirements/dev.lock)")
+    parser.add_argument("--path", type=Path, required=True, help="the venv to make (a venv already there is replaced)")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        made = make_venv(args.lock, args.path, python=args.python, installer=args.installer)
+    except EnvkitError as exc:
+        print(f"envkit: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print(describe(made, args.lock))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
