@@ -400,8 +400,8 @@ def test_prune_removes_older_builds_keeps_latest_and_what_a_container_uses(clien
 
 @pytest.fixture
 def tpu_vm_project(tmp_path_factory, repo_root) -> Path:
-    """envkit.yaml's tpu-vm target on Python 3.11, locked against the real default index, with
-    a wheelhouse filled from that lock (see the test's docstring for why not the committed files)."""
+    """envkit.yaml's tpu-vm target (Python 3.11), locked again against the real default index in a
+    project of its own, with a wheelhouse filled from that lock (see the test's docstring)."""
     root = tmp_path_factory.mktemp("tpu-vm")
     config = yaml.safe_load((repo_root / "envkit.yaml").read_text())
     config["targets"] = {"tpu-vm": {**config["targets"]["tpu-vm"], "python": "3.11"}}
@@ -423,11 +423,11 @@ def tpu_vm_project(tmp_path_factory, repo_root) -> Path:
 def test_tpu_vm_image_installs_its_lock_and_runs_mnist_on_xla_cpu(client, base_image, tpu_vm_project, docker_cli, caller_home):
     """A locked tpu-vm image, built as a user builds it, on a distro python3 base.
 
-    Not the committed docker/tpu-vm files: envkit.yaml says Python 3.12, and the only base
-    that can be made here (scripts/base-image.sh, Debian 12) has 3.11. So the target is
-    envkit.yaml's tpu-vm with python 3.11 and the same pins, locked for 3.11 with
-    `envkit lock` against the real default index, rendered from the same templates, and
-    built from a wheelhouse filled from that lock.
+    The target is envkit.yaml's tpu-vm (Python 3.11, the Python of the Debian 12 base that
+    scripts/base-image.sh makes here), locked again with `envkit lock` against the real default
+    index in a project of its own (the same inputs as the committed lock), rendered from the same
+    templates, and built offline from a wheelhouse filled from that lock. It does not build the
+    committed docker/tpu-vm files unmodified.
 
     No TPU here, so the run is run.sh's own command with its two TPU-host parts swapped:
     PJRT_DEVICE=TPU for CPU, and --privileged dropped (this sandbox's runtime refuses it).
