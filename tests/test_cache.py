@@ -79,7 +79,8 @@ def test_an_unwritable_cache_only_costs_time(tmp_path, monkeypatch):
 
 def test_render_on_a_warm_cache_skips_jsonschema_and_gives_the_same_bytes(tmp_path, repo_root):
     shutil.copy(repo_root / "envkit.yaml", tmp_path / "envkit.yaml")
-    shutil.copytree(repo_root / "templates", tmp_path / "templates")
+    for folder in ("templates", "notebooks", "recipes"):  # the notebook targets render from their locks and the recipes
+        shutil.copytree(repo_root / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     probe = (
         "import sys, json; from envkit.cli import main; code = main(['render', '--all', '--stdout']);"
         "print(json.dumps([code, 'jsonschema' in sys.modules]), file=sys.stderr)"
@@ -94,11 +95,11 @@ def test_render_on_a_warm_cache_skips_jsonschema_and_gives_the_same_bytes(tmp_pa
 
 def test_compiled_templates_render_what_fresh_ones_do(cache, repo_root, tmp_path, monkeypatch):
     config = load_config(repo_root / "envkit.yaml")
-    cold = render.render_targets(config, list(config.targets))
-    warm = render.render_targets(config, list(config.targets))  # now from the bytecode cache
+    cold = render.render_targets(config, list(config.images))
+    warm = render.render_targets(config, list(config.images))  # now from the bytecode cache
     monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "file-in-the-way" / "x"))
     (tmp_path / "file-in-the-way").write_text("")
-    uncached = render.render_targets(config, list(config.targets))
+    uncached = render.render_targets(config, list(config.images))
     assert cold == warm == uncached
 
 

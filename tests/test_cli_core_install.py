@@ -79,7 +79,7 @@ def test_config_is_one_option_wherever_it_appears():
                for name, parser in subcommands().items()}
     with_config = {name for name, option in options.items() if option is not None}
     assert with_config == {"targets", "render", "build", "run", "push", "save", "prune", "doctor", "experiment", "compare",
-                           "demo", "launch", "lock", "venv", "verify", "diff"}
+                           "demo", "launch", "lock", "venv", "verify", "diff", "notebook"}
     assert {(options[n].default, options[n].metavar, options[n].help, options[n].type) for n in with_config} == {
         (DEFAULT_CONFIG, "FILE", f"project config (default: ./{DEFAULT_CONFIG})", Path)
     }

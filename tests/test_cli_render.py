@@ -16,9 +16,12 @@ from envkit.cli import main
 
 @pytest.fixture()
 def project(tmp_path, repo_root):
-    """A copy of the repo's config and templates, so tests may render and break it freely."""
+    """A copy of the repo's config and templates (and what its notebook targets render from: their
+    locks and the recipes), so tests may render and break it freely."""
     shutil.copy(repo_root / "envkit.yaml", tmp_path / "envkit.yaml")
     shutil.copytree(repo_root / "templates", tmp_path / "templates")
+    shutil.copytree(repo_root / "notebooks", tmp_path / "notebooks")
+    shutil.copytree(repo_root / "recipes", tmp_path / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
 
@@ -35,7 +38,8 @@ def files_under(directory: Path) -> dict[str, bytes]:
 def test_render_all_check_passes_on_the_repo(capsys, repo_root):
     code, out, err = run(capsys, "render", "--all", "--check", "--config", str(repo_root / "envkit.yaml"))
     assert (code, err) == (0, "")
-    assert out.splitlines() == [f"{name}: up to date ({repo_root / 'docker' / name})" for name in ("cpu", "cuda", "tpu-vm")]
+    assert out.splitlines() == [f"{name}: up to date ({repo_root / 'docker' / name})" for name in ("cpu", "cuda", "tpu-vm")] + [
+        f"{name}: up to date ({repo_root / 'notebooks' / name})" for name in ("colab-tpu", "colab-t4", "kaggle-tpu")]
 
 
 def test_render_writes_the_committed_files(capsys, project, repo_root):
@@ -91,7 +95,7 @@ def test_the_advice_for_a_removed_target_converges(capsys, project):
                                     "removes Dockerfile, run.sh, .dockerignore")
     assert run(capsys, "render", "--target", "cpu", "--check", "--config", config)[0] == 0
     code, out, _ = run(capsys, "render", "--all", "--config", config)  # the advice, as given
-    assert code == 0 and out.endswith(f"; removed {project / 'docker' / 'old-gpu'}'s rendered files (not a target in the config)\n")
+    assert code == 0 and out.splitlines()[0].endswith(f"; removed {project / 'docker' / 'old-gpu'}'s rendered files (not a target in the config)")
     assert not (project / "docker" / "old-gpu").exists() and (project / "docker" / "notes" / "Dockerfile").exists()
     assert run(capsys, "render", "--all", "--check", "--config", config)[0] == 0
 
@@ -112,7 +116,7 @@ def test_render_all_keeps_what_envkit_did_not_write_in_a_removed_targets_directo
 def test_targets_lists_pins(capsys, repo_root):
     code, out, _ = run(capsys, "targets", "--config", str(repo_root / "envkit.yaml"))
     lines = out.splitlines()
-    assert code == 0 and lines[0].split() == ["TARGET", "KIND", "BASE", "IMAGE", "LOCK", "PINS"]
+    assert code == 0 and lines[0].split() == ["TARGET", "KIND", "BASE", "IMAGE", "OR", "NOTEBOOK", "RUNTIME", "LOCK", "PINS"]
     tpu = next(line for line in lines if line.startswith("tpu-vm"))
     assert "torch=2.9.0" in tpu and "torch_xla=2.9.0" in tpu and "libtpu=0.0.21" in tpu
     sha = hashlib.sha256((repo_root / "docker" / "tpu-vm" / "requirements.lock").read_bytes()).hexdigest()
@@ -135,7 +139,7 @@ def test_targets_shows_a_stale_lock_as_stale_with_lock_checks_reason(capsys, pro
     reason = "tpu-vm: stale: docker/tpu-vm/requirements.lock: its inputs changed since it was locked (envkit lock --target tpu-vm)"
     assert out.splitlines()[-1] == reason
     code, out, err = run(capsys, "lock", "--check", "--config", str(config))
-    assert (code, out.splitlines()[-1]) == (1, reason)
+    assert code == 1 and reason in out.splitlines()
     assert err == "envkit: error: locks are stale (tpu-vm): run `envkit lock --target tpu-vm` and commit\n"
 
 

@@ -36,9 +36,9 @@ def test_repo_config_declares_the_three_like_for_like_targets(repo_root):
     assert config.root == repo_root
     cpu, cuda, tpu = (config.targets[name] for name in ("cpu", "cuda", "tpu-vm"))
     # One Python on every target, which a Debian 12 base made here provides: every committed
-    # Dockerfile can be built and run on such a stand-in.
+    # Dockerfile can be built and run on such a stand-in (a notebook target's venv gets it from uv).
     assert {target.python for target in config.targets.values()} == {"3.11"}
-    assert {target.base_image for target in config.targets.values()} == {"python:3.11-slim-bookworm"}
+    assert {target.base_image for target in config.images.values()} == {"python:3.11-slim-bookworm"}
     assert cpu.pins() == {"python": "3.11", "torch": "2.9.0", "torchvision": "0.24.0"}
     assert (cpu.kind, cpu.torch_variant) == ("cpu", "cpu")
     # CUDA 12.8 is the default index's own build of torch 2.9.0: no local tag, no second index.
@@ -124,7 +124,7 @@ def test_missing_config_file(tmp_path):
 def test_unknown_key_suggests_the_closest(tmp_path):
     message = config_error(tmp_path, 'targets:\n  cpu:\n    kind: cpu\n    torch: "2.9.0"\n    pyhton: "3.11"\n')
     assert "envkit.yaml:5: targets.cpu.pyhton: unknown key 'pyhton'; did you mean 'python'?" in message
-    assert "allowed: apt_packages," in message
+    assert "allowed: accelerator, apt_packages," in message
 
 
 def test_unknown_top_level_key(tmp_path):

@@ -239,7 +239,7 @@ def test_environment_records_image_and_revision(monkeypatch):
     assert environment["torch_xla"] is None and environment["device_count"] >= 1
     assert set(environment) == {"host", "device_type", "device_name", "device_count", "python", "torch",
                                 "torchvision", "torch_xla", "torch_cuda_build", "image", "git_revision",
-                                "torch_tpu", "lock_sha256", "image_id", "distributions"}
+                                "torch_tpu", "lock_sha256", "image_id", "image_digest", "distributions"}
 
 
 def test_git_revision_falls_back_to_git(monkeypatch):
@@ -359,8 +359,10 @@ def test_environment_names_lock_image_and_every_distribution(monkeypatch, tmp_pa
     monkeypatch.setattr(sys, "prefix", str(tmp_path))  # a venv made from no lock
     monkeypatch.setenv("ENVKIT_LOCK_SHA256", "ab" * 32)
     monkeypatch.setenv("ENVKIT_IMAGE_ID", "sha256:" + "cd" * 32)
+    monkeypatch.setenv("ENVKIT_IMAGE_DIGEST", "sha256:" + "ef" * 32)
     environment = harness.capture_environment(torch.device("cpu"), "cpu")
     assert environment["lock_sha256"] == "ab" * 32 and environment["image_id"] == "sha256:" + "cd" * 32
+    assert environment["image_digest"] == "sha256:" + "ef" * 32
     distributions = environment["distributions"]
     assert distributions == sorted(set(distributions))
     assert any(entry.startswith("torch==") for entry in distributions)
@@ -368,8 +370,9 @@ def test_environment_names_lock_image_and_every_distribution(monkeypatch, tmp_pa
     assert all(name == name.lower() and "_" not in name and "." not in name for name in names)
     monkeypatch.delenv("ENVKIT_LOCK_SHA256")
     monkeypatch.setenv("ENVKIT_IMAGE_ID", "")
+    monkeypatch.delenv("ENVKIT_IMAGE_DIGEST")
     environment = harness.capture_environment(torch.device("cpu"), "cpu")
-    assert environment["lock_sha256"] is None and environment["image_id"] is None
+    assert environment["lock_sha256"] is None and environment["image_id"] is None and environment["image_digest"] is None
     assert environment["torch_tpu"] is None and "torch_tpu" not in sys.modules  # looked up, never imported
 
 

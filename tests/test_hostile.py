@@ -33,10 +33,10 @@ def test_the_corpus_is_well_formed():
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
-    """The project's files a user has after a clone (envkit.yaml, templates, recipes, docker/)."""
+    """The project's files a user has after a clone (envkit.yaml, templates, recipes, docker/, notebooks/)."""
     root = tmp_path_factory.mktemp("pristine")
     shutil.copy(REPO / "envkit.yaml", root / "envkit.yaml")
-    for part in ("templates", "recipes", "docker"):
+    for part in ("templates", "recipes", "docker", "notebooks"):
         shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
     return root
 

@@ -104,7 +104,7 @@ def rocm_project(tmp_path, repo_root):
     """A copy of the project that knows a rocm kind from data and a template fragment alone."""
     project = tmp_path / "project"
     project.mkdir()
-    for part in ("envkit", "templates", "recipes", "envkit.yaml"):
+    for part in ("envkit", "templates", "recipes", "notebooks", "envkit.yaml"):
         copy = shutil.copytree if (repo_root / part).is_dir() else shutil.copy
         copy(repo_root / part, project / part, **({"ignore": shutil.ignore_patterns("__pycache__")} if copy is shutil.copytree else {}))
     with open(project / "envkit" / "data" / "kinds.yaml", "a", encoding="utf-8") as table:

@@ -302,7 +302,8 @@ def test_the_repo_locks_pass_check_and_name_the_unlocked_targets(repo_root):
     assert (done.returncode, done.stderr) == (0, "")
     # cpu only: its torch exists only on PyTorch's CPU index. cuda is the default index's own build.
     assert [line.split(":")[:2] for line in done.stdout.splitlines()] == [["cpu", " unlocked"], ["cuda", " fresh"],
-                                                                         ["tpu-vm", " fresh"]]
+                                                                         ["tpu-vm", " fresh"], ["colab-tpu", " fresh"],
+                                                                         ["colab-t4", " fresh"], ["kaggle-tpu", " fresh"]]
 
 
 def test_the_host_environments_locks_pass_check(repo_root):

@@ -51,7 +51,7 @@ def test_golden_files(golden_config, update_golden, target):
 
 
 def test_committed_docker_dir_matches_a_fresh_render(repo_config, repo_root):
-    files = render.render_targets(repo_config, list(repo_config.targets))
+    files = render.render_targets(repo_config, list(repo_config.images))
     assert rendered.stale(repo_root / "docker", files) == []
     assert {file.path.parts[0] for file in files} == {"cpu", "cuda", "tpu-vm"}
 
@@ -145,7 +145,7 @@ def test_a_stale_lock_is_refused_in_one_line(golden_config, tmp_path):
 
 def test_no_default_index_is_named(repo_config):
     # pip's default index applies unless a target sets pip_index_url.
-    for target in repo_config.targets:
+    for target in repo_config.images:
         dockerfile = by_path(render.render_targets(repo_config, [target]))[f"{target}/Dockerfile"].text
         assert "ARG PIP_INDEX_URL\n" in dockerfile
 
@@ -165,7 +165,7 @@ def test_older_tpu_release_uses_its_find_links(golden_config):
 
 
 def test_dependencies_come_before_recipes_and_certificates_before_https(repo_config):
-    for target in repo_config.targets:
+    for target in repo_config.images:
         dockerfile = by_path(render.render_targets(repo_config, [target]))[f"{target}/Dockerfile"].text
         order = [
             dockerfile.index("apt-get install"),
@@ -201,7 +201,7 @@ def test_a_failure_part_way_writes_nothing(repo_config, tmp_path):
     output.mkdir()
     (output / "tpu-vm").write_text("a file where a directory must go")
     with pytest.raises(EnvkitError, match="cannot write to"):
-        rendered.write(output, render.render_targets(repo_config, list(repo_config.targets)))
+        rendered.write(output, render.render_targets(repo_config, list(repo_config.images)))
     assert sorted(p.name for p in output.iterdir()) == ["tpu-vm"], "cpu/ and cuda/ must be rolled back"
 
 

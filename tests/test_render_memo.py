@@ -19,12 +19,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture()
 def project(tmp_path, monkeypatch):
-    """A copy of the repository's config, templates and rendered files, with its own cache."""
+    """A copy of the repository's config, templates and rendered files (notebooks with their locks and
+    recipes included), with its own cache."""
     copy = tmp_path / "project"
     copy.mkdir()
     shutil.copy(REPO / "envkit.yaml", copy / "envkit.yaml")
-    shutil.copytree(REPO / "templates", copy / "templates")
-    shutil.copytree(REPO / "docker", copy / "docker")
+    for folder in ("templates", "docker", "notebooks", "recipes"):
+        shutil.copytree(REPO / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
     return copy
 

@@ -24,14 +24,15 @@ from pathlib import Path
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
 
-def wheel_bytes(name: str, version: str, requires: tuple[str, ...] = ()) -> tuple[str, bytes]:
-    """(file name, contents) of a pure-Python wheel with no code: metadata is all a resolver reads."""
+def wheel_bytes(name: str, version: str, requires: tuple[str, ...] = (), tag: str = "py3-none-any") -> tuple[str, bytes]:
+    """(file name, contents) of a wheel with no code (pure Python unless ``tag`` says otherwise): metadata
+    and the file name's tags are all a resolver reads."""
     dist = f"{re.sub(r'[-_.]+', '_', name)}-{version}"
     info = f"{dist}.dist-info"
     files = {
         f"{info}/METADATA": "Metadata-Version: 2.1\n"
         f"Name: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires),
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: envkit-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: envkit-tests\nRoot-Is-Purelib: true\nTag: {tag}\n",
     }
     record = "".join(f"{path},sha256={_digest(text)},{len(text.encode())}\n" for path, text in files.items())
     files[f"{info}/RECORD"] = record + f"{info}/RECORD,,\n"
@@ -39,7 +40,7 @@ def wheel_bytes(name: str, version: str, requires: tuple[str, ...] = ()) -> tupl
     with zipfile.ZipFile(buffer, "w") as archive:
         for path in sorted(files):
             archive.writestr(zipfile.ZipInfo(path, ZIP_TIME), files[path])
-    return f"{dist}-py3-none-any.whl", buffer.getvalue()
+    return f"{dist}-{tag}.whl", buffer.getvalue()
 
 
 def _digest(text: str) -> str:
@@ -68,9 +69,9 @@ class SimpleIndex:
         self._write_pages(project)
         return served
 
-    def add(self, name: str, version: str, *requires: str) -> str:
+    def add(self, name: str, version: str, *requires: str, tag: str = "py3-none-any") -> str:
         """Publish a wheel; returns its sha256."""
-        filename, data = wheel_bytes(name, version, requires)
+        filename, data = wheel_bytes(name, version, requires, tag)
         project = self.root / re.sub(r"[-_.]+", "-", name).lower()
         project.mkdir(exist_ok=True)
         (project / filename).write_bytes(data)

@@ -33,6 +33,7 @@ COMMANDS = {
     "lock": "lock", "venv": "venv",
     "verify": "verify", "diff": "verify",
     "launch": "launch",
+    "notebook": "notebook",
 }
 
 

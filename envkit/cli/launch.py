@@ -23,11 +23,11 @@ def _absolute(text: str) -> str:
 
 
 def register(subparsers) -> None:
-    from envkit.launch.job import DEFAULT_RDZV_PORT, ENGINES, SLURM_CONTAINERS
+    from envkit.launch.job import DEFAULT_RDZV_PORT, ENGINES, NOTEBOOK_ENGINES, SLURM_CONTAINERS
 
     launch = subparsers.add_parser(
         "launch",
-        help="run an experiment on N hosts via Slurm, Kubernetes, TPU pods, SkyPilot or plain hosts",
+        help="run an experiment on N hosts via Slurm, Kubernetes, TPU pods, SkyPilot or plain hosts, or as a Kaggle notebook",
         description="Render EXPERIMENT for an engine and submit it with the engine's own client (sbatch, kubectl, "
         "gcloud, sky), or print exactly that with --dry-run. Recipe arguments follow '--' (the experiment's own "
         "come from the table), e.g. "
@@ -35,7 +35,8 @@ def register(subparsers) -> None:
     )
     launch.add_argument("experiment", help="experiment name from envkit/data/experiments.yaml, e.g. gpu-ddp-cifar")
     add_recipe_args(launch)
-    launch.add_argument("--on", required=True, choices=ENGINES, metavar="ENGINE", help=f"one of: {', '.join(ENGINES)}")
+    launch.add_argument("--on", required=True, choices=ENGINES + NOTEBOOK_ENGINES, metavar="ENGINE",
+                        help=f"one of: {', '.join(ENGINES + NOTEBOOK_ENGINES)}")
     launch.add_argument("--nodes", type=int, default=1, help="hosts (default 1)")
     launch.add_argument("--gpus-per-node", type=int, help="GPUs per host (default: 1 for GPU experiments, else 0)")
     launch.add_argument("--nproc-per-node", type=int, help="CPU torchrun experiments: processes per host (default 1)")
@@ -78,6 +79,15 @@ def register(subparsers) -> None:
     engine.add_argument("--zone", help="tpu-pod: the TPU VM's zone")
     engine.add_argument("--stop", action="store_true", help="tpu-pod: stop the experiment's container on every worker")
     engine.add_argument("--accelerators", help="skypilot: e.g. A100:8 or tpu-v5e-16 (default A100:<gpus-per-node>)")
+    # Kaggle runs the experiment's notebook, not an image: its settings are no EngineOptions.
+    kaggle = launch.add_argument_group("kaggle settings")
+    kaggle.add_argument("--kaggle-user", help="kaggle: the account the notebook goes to (default: KAGGLE_USERNAME, "
+                        "or kaggle.json's username); --name sets its slug (default envkit-EXPERIMENT), --target the "
+                        "Kaggle notebook target")
+    kaggle.add_argument("--poll", type=int, default=60, metavar="SECONDS",
+                        help="kaggle: seconds between `kaggle kernels status` checks (default 60)")
+    kaggle.add_argument("--wait", type=int, default=12 * 3600, metavar="SECONDS",
+                        help="kaggle: give up waiting after this long; the run goes on (default 43200)")
     launch.set_defaults(func=cmd_launch)
 
 
@@ -121,6 +131,8 @@ def cmd_launch(args) -> int:
     from envkit.launch import tpu_pod
     from envkit.launch.shell import line
 
+    if args.on == "kaggle":
+        return _launch_kaggle(args)
     if args.stop and args.on != "tpu-pod":
         raise EnvkitError(f"--stop applies to --on tpu-pod; stop a {args.on} job with the engine's own client")
     if not 1 <= args.rdzv_port <= 65535:
@@ -147,4 +159,26 @@ def cmd_launch(args) -> int:
         return 0
     plans.submit(plan)
     print(f"envkit: submitted {job.experiment} as {job.name!r} to {args.on}; results: {plan.results}", file=sys.stderr)
+    return 0
+
+
+def _launch_kaggle(args) -> int:
+    """Kaggle runs a notebook, not an image: envkit notebook's, pushed with the kaggle CLI."""
+    from envkit.launch import kaggle
+    from envkit.project.config import load_config
+
+    if args.nodes != 1 or args.recipe_args or args.stop:
+        raise EnvkitError("--on kaggle runs the experiment's notebook as rendered: one node, no recipe arguments "
+                          "after '--', no --stop (stop it on kaggle.com)")
+    if args.poll < 1 or args.wait < 1:
+        raise EnvkitError("--poll and --wait take a positive number of seconds")
+    config = load_config(args.config)
+    run = kaggle.prepare(config, args.experiment, args.target, args.kaggle_user, args.name,
+                         args.output or Path("jobs"), args.results_dir)
+    if args.dry_run:
+        if args.output:
+            kaggle.write(run)
+        sys.stdout.write(kaggle.describe(run, args.poll))
+        return 0
+    kaggle.submit(run, args.poll, args.wait)
     return 0

@@ -27,11 +27,16 @@ def add_recipe_args(parser: argparse.ArgumentParser) -> None:
 
 
 def load_target(args: argparse.Namespace):
-    """The config named by ``--config`` and its target named by the ``target`` argument."""
+    """The config named by ``--config`` and its image target named by the ``target`` argument."""
+    from envkit.errors import EnvkitError
     from envkit.project.config import load_config
 
     config = load_config(args.config)
-    return config, config.target(args.target)
+    target = config.target(args.target)
+    if target.is_notebook:
+        raise EnvkitError(f"target {target.name} is a notebook target ({target.platform} {target.accelerator}): it has no "
+                          f"image; render its notebooks with envkit notebook EXPERIMENT --target {target.name}")
+    return config, target
 
 
 def add_build_inputs(parser, builder_default: str | None = BUILDERS[0]) -> None:

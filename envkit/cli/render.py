@@ -17,9 +17,9 @@ def register(subparsers) -> None:
     targets = subparsers.add_parser(
         "targets",
         help="list the configured targets and their pins",
-        description="List each target in the config with its kind, base image, pinned versions and lock "
-        "(locked or stale, with the first 12 hex of the lock's sha256, or unlocked); a stale lock's reason "
-        "follows the table, as `envkit lock --check` gives it.",
+        description="List each target in the config with its kind, base image (a notebook target: the platform, "
+        "accelerator and runtime it runs in), pinned versions and lock (locked or stale, with the first 12 hex of the "
+        "lock's sha256, or unlocked); a stale lock's reason follows the table, as `envkit lock --check` gives it.",
     )
     add_config(targets)
     targets.set_defaults(func=cmd_targets)
@@ -40,9 +40,10 @@ def register(subparsers) -> None:
 
     render = subparsers.add_parser(
         "render",
-        help="render docker/<target>/ (Dockerfile, run.sh, .dockerignore)",
-        description="Render each target's Dockerfile, run.sh and .dockerignore from templates/. Output is "
-        "byte-identical on every run and machine; all files are written or none.",
+        help="render docker/<target>/ (Dockerfile, run.sh, .dockerignore) and the notebook targets' notebooks",
+        description="Render each image target's Dockerfile, run.sh and .dockerignore from templates/, and each "
+        "notebook target's committed notebooks (its `notebooks` list) into notebooks/. Output is byte-identical on "
+        "every run and machine; all files are written or none.",
     )
     add_config(render)
     which = render.add_mutually_exclusive_group(required=True)
@@ -53,7 +54,9 @@ def register(subparsers) -> None:
     output.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 if the files under --output are stale"
     )
-    render.add_argument("--output", metavar="DIR", type=Path, help="output directory (default: docker/ beside the config)")
+    render.add_argument("--output", metavar="DIR", type=Path,
+                        help="output directory of the image targets' files (default: docker/ beside the config); "
+                        "notebooks always go to notebooks/ beside the config")
     render.set_defaults(func=cmd_render)
 
 
@@ -62,7 +65,7 @@ def cmd_targets(args: argparse.Namespace) -> int:
     from envkit.lock.lockfile import lock_status
 
     config = load_config(args.config)
-    rows = [("TARGET", "KIND", "BASE IMAGE", "LOCK", "PINS")]
+    rows = [("TARGET", "KIND", "BASE IMAGE OR NOTEBOOK RUNTIME", "LOCK", "PINS")]
     stale = []
     for target in config.targets.values():
         pins = " ".join(f"{name}={version}" for name, version in target.pins().items())
@@ -70,7 +73,13 @@ def cmd_targets(args: argparse.Namespace) -> int:
         lock = {"fresh": "locked", "stale": "stale"}.get(status.state, "unlocked")
         if status.lock is not None:
             lock += f" {status.lock.sha256[:12]}"
-        rows.append((target.name, target.kind, target.base_image, lock, pins))
+        if target.is_notebook:
+            from envkit.project.notebook_platforms import where_it_runs
+
+            base = where_it_runs(target)
+        else:
+            base = target.base_image
+        rows.append((target.name, target.kind, base, lock, pins))
         stale += [status.line()] if status.state == "stale" else []
     _print_table(rows)
     if stale:
@@ -126,48 +135,91 @@ def _tpu_backends(matrix, release) -> str:
 
 def cmd_render(args: argparse.Namespace) -> int:
     from envkit.errors import EnvkitError
+    from envkit.project import NOTEBOOKS
     from envkit.render import memo, output as rendered
 
     selection = "--all" if args.all else args.target
     remembered = memo.recall(args.config, selection)
     names, files = remembered if remembered is not None else _render(args.config, selection)
     output = args.output if args.output is not None else args.config.resolve().parent / rendered.DEFAULT_OUTPUT
+    # Notebook targets: their committed notebooks, in notebooks/ beside the config (whatever --output says).
+    notebook_names, notebook_files = _notebooks(args.config, selection)
+    notebooks = args.config.resolve().parent / NOTEBOOKS
     if args.stdout:
-        for file in files:
+        for file in files + notebook_files:
             sys.stdout.write(f"==> {file.path.as_posix()} <==\n{file.text}")
         return 0
     if args.check:
         # One line per target, up to date or not, then one error line saying what to run.
         stale_targets = []
-        for name in names:
-            problems = rendered.stale(output, [file for file in files if file.path.parts[0] == name])
-            print(f"{name}: {'; '.join(problems)}" if problems else f"{name}: up to date ({output / name})")
-            stale_targets += [name] if problems else []
-        orphans = rendered.orphans(output, names) if args.all else []
-        for line in orphans:
+        for folder, selected, rendered_files in ((output, names, files), (notebooks, notebook_names, notebook_files)):
+            for name in selected:
+                problems = rendered.stale(folder, [file for file in rendered_files if file.path.parts[0] == name])
+                print(f"{name}: {'; '.join(problems)}" if problems else f"{name}: up to date ({folder / name})")
+                stale_targets += [name] if problems else []
+        orphans, unlisted = [], []
+        if args.all:
+            from envkit.notebook.committed import orphans as notebook_orphans
+
+            orphans = rendered.orphans(output, names) + rendered.orphans(notebooks, notebook_names)
+            unlisted = notebook_orphans(notebooks, notebook_files)
+        for line in orphans + unlisted:
             print(line)
-        if stale_targets or orphans:
+        if stale_targets or orphans or unlisted:
             fix = "--all" if args.all else f"--target {args.target}"
-            what = ", ".join(stale_targets + [f"{len(orphans)} removed target(s)"] * bool(orphans))
+            what = ", ".join(stale_targets + [f"{len(orphans)} removed target(s)"] * bool(orphans)
+                             + [f"{len(unlisted)} unlisted notebook(s)"] * bool(unlisted))
             raise EnvkitError(f"rendered files are stale ({what}): run `envkit render {fix}` and commit", exit_code=1)
         return 0
     written = rendered.write(output, files)
     removed = rendered.remove_leftovers(output, names) if args.all else []
-    print(f"rendered {len(files)} files for {', '.join(names)} into {output} ({len(written)} changed)"
+    print(f"rendered {len(files)} files for {', '.join(names) or 'no image target'} into {output} ({len(written)} changed)"
           + "".join(f"; removed {directory}'s rendered files (not a target in the config)" for directory in removed))
+    if notebook_names:
+        written = rendered.write(notebooks, notebook_files)
+        removed = rendered.remove_leftovers(notebooks, notebook_names) if args.all else []
+        print(f"rendered {len(notebook_files)} notebooks for {', '.join(notebook_names)} into {notebooks} ({len(written)} changed)"
+              + "".join(f"; removed {directory}'s lock (not a notebook target in the config)" for directory in removed))
     return 0
 
 
+def _selected(config, selection: str) -> list[str]:
+    return list(config.targets) if selection == "--all" else [config.target(selection).name]
+
+
 def _render(config_path: Path, selection: str):
-    """Render in full, and remember the result with every file it read (envkit.render.memo)."""
+    """Render the image targets in full, and remember the result with every file it read (envkit.render.memo)."""
     from envkit.project.config import load_config
     from envkit.render import memo
     from envkit.render import target_files as render
 
     config = load_config(config_path)
-    names = list(config.targets) if selection == "--all" else [config.target(selection).name]
+    names = [name for name in _selected(config, selection) if name in config.images]
     files = render.render_targets(config, names)
     memo.remember(config_path, selection, names, files, render.files_read(config, names))
+    return names, files
+
+
+def _notebooks(config_path: Path, selection: str):
+    """The notebook targets' committed notebooks, remembered like the image targets' files."""
+    from envkit.render import memo
+
+    key = f"{selection} notebooks"
+    remembered = memo.recall(config_path, key)
+    if remembered is not None:
+        return remembered
+    from envkit.lock.lockfile import lock_path
+    from envkit.notebook import committed
+    from envkit.project.config import load_config
+    from envkit.project.datafile import DATA_DIR
+
+    config = load_config(config_path)
+    names = [name for name in _selected(config, selection) if name not in config.images]
+    files = committed.render(config, names)
+    # What a notebook embeds beyond envkit's own code (which the memo hashes anyway): the recipes and the locks.
+    read = [config.path, *DATA_DIR.iterdir(), *(path for path in (config.root / "templates").rglob("*") if path.is_file()),
+            *(path for path in (config.root / "recipes").rglob("*.py")), *(lock_path(config, name) for name in names)]
+    memo.remember(config_path, key, names, files, read)
     return names, files
 
 

@@ -13,7 +13,6 @@ This module only runs buildah; envkit.image.build decides what to build and wher
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Mapping
 
 from envkit.errors import EnvkitError
+from envkit.support.bounded_load import parse_json
 
 # The manifest format, explicit so that BUILDAH_FORMAT in the caller's environment cannot change the digest.
 FORMAT = "oci"
@@ -86,8 +86,8 @@ def find(reference: str) -> StoredImage | None:
     listed = _run("images", "--json", "--no-trunc", reference, check=False)
     if listed.returncode != 0:
         return None
-    [image] = json.loads(listed.stdout)
-    manifest = json.loads(json.loads(_run("inspect", "--type", "image", image["id"]).stdout)["Manifest"])
+    [image] = parse_json(listed.stdout)
+    manifest = parse_json(parse_json(_run("inspect", "--type", "image", image["id"]).stdout)["Manifest"])
     return StoredImage(image_id=image["id"], digest=image["digest"], names=tuple(image.get("names") or ()),
                        size_bytes=sum(layer.get("size", 0) for layer in manifest.get("layers", [])))
 

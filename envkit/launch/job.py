@@ -32,6 +32,8 @@ ENGINE_KINDS = {
     "skypilot": ("cpu", "cuda", "tpu-vm"),
 }
 ENGINES = tuple(ENGINE_KINDS)
+# Engines that run an experiment's notebook, not an image (envkit/launch/kaggle.py): no Job, no renderer.
+NOTEBOOK_ENGINES = ("kaggle",)
 KUBERNETES_ENGINES = ("pytorchjob", "jobset")
 # The first is the default: the image, through the daemonless runtime a user may run on a cluster.
 SLURM_CONTAINERS = ("podman", "docker", "pyxis", "apptainer", "host")

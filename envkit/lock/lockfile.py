@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envkit.project import NOTEBOOKS
 from envkit.errors import EnvkitError
 from envkit.project.datafile import DATA_DIR
 from envkit.support.bounded_load import Refused, load_yaml, read_stream
@@ -108,6 +109,8 @@ class LockStatus:
 
 
 def lock_path(config: ProjectConfig, name: str) -> Path:
+    if config.target(name).is_notebook:  # no docker/ directory: the lock sits beside its notebooks
+        return config.root / NOTEBOOKS / name / LOCK_FILE
     return config.root / "docker" / name / LOCK_FILE
 
 
@@ -116,7 +119,7 @@ def lock_inputs(target: Target) -> LockInputs:
     return LockInputs(
         target=target.name,
         requirements=tuple(target.requirements()),
-        platform=f"x86_64-manylinux_{base_glibc(target).replace('.', '_')}",
+        platform=f"x86_64-manylinux_{_manylinux(target_glibc(target))}",
         python=target.python,
         index_url=target.pip_index_url,
         torch_index=torch_index,
@@ -143,6 +146,26 @@ def torch_index_of(variant: str | None) -> str | None:
 @lru_cache(maxsize=1)
 def _glibc_table() -> dict[str, str]:
     return load_yaml(GLIBC_PATH)["glibc"]
+
+
+# The newest manylinux tag uv's --python-platform knows (uv 0.13: manylinux_2_40). A newer glibc
+# (Debian 13's 2.41) loads every wheel of that tag, so locking for it only leaves out wheels that
+# need the newer glibc itself.
+UV_NEWEST_GLIBC = "2.40"
+
+
+def _manylinux(glibc: str) -> str:
+    newest = min(glibc, UV_NEWEST_GLIBC, key=lambda version: tuple(int(part) for part in version.split(".")))
+    return newest.replace(".", "_")
+
+
+def target_glibc(target: Target) -> str:
+    """The glibc the target's packages load with: its base image's, or its notebook runtime's."""
+    if target.is_notebook:
+        from envkit.project.notebook_platforms import runtime_of
+
+        return runtime_of(target).glibc
+    return base_glibc(target)
 
 
 def base_glibc(target: Target) -> str:
@@ -180,7 +203,7 @@ def requirements_inputs(path: Path) -> LockInputs:
     return LockInputs(
         target=path.name,
         requirements=tuple(requirements),
-        platform=f"x86_64-manylinux_{_image_glibc(base, path.name).replace('.', '_')}",
+        platform=f"x86_64-manylinux_{_manylinux(_image_glibc(base, path.name))}",
         python=DEFAULT_PYTHON,
         index_url=None,
         torch_index=torch_index,

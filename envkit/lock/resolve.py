@@ -148,11 +148,19 @@ def _target_text(
         body, command = _compile(inputs, previous, upgrade, torch_index, uv)
     except TorchIndexUnreachable as exc:
         raise EnvkitError(f"{exc}{_default_index_build(config.target(inputs.target))}") from None
-    # After resolving: a target that cannot be locked gets its one error line, no warning.
-    base = resolve_base(inputs.target, config.target(inputs.target).base_image)
-    if base.note:
-        print(f"envkit: warning: target {inputs.target}: {base.note}", file=sys.stderr)
-    return lock_header(inputs, base.recorded(), command, body) + body
+    target = config.target(inputs.target)
+    if target.is_notebook:
+        from envkit.project.notebook_platforms import runtime_of
+
+        runtime = runtime_of(target)
+        recorded = f"none: runs in {target.platform}'s {runtime.name} runtime ({runtime.facts['os'].value}, glibc {runtime.glibc})"
+    else:
+        # After resolving: a target that cannot be locked gets its one error line, no warning.
+        base = resolve_base(inputs.target, target.base_image)
+        if base.note:
+            print(f"envkit: warning: target {inputs.target}: {base.note}", file=sys.stderr)
+        recorded = base.recorded()
+    return lock_header(inputs, recorded, command, body) + body
 
 
 def _compile(

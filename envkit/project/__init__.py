@@ -7,3 +7,5 @@ from pathlib import Path
 
 # Here rather than in config.py: the CLI names the default without loading YAML.
 DEFAULT_CONFIG = Path("envkit.yaml")
+# A notebook target's folder beside the config: notebooks/<target>/ holds its lock and its committed notebooks.
+NOTEBOOKS = Path("notebooks")

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from envkit.project import notebook_platforms
 from envkit.project import DEFAULT_CONFIG, kinds
 from envkit.support.bounded_load import Refused, load_json, parse_yaml, read_text
 from envkit.support.cache import schema_checked
@@ -33,6 +34,11 @@ MATRIX_OWNED = {"torch", "torchvision", "torch-xla", "torch-tpu", "libtpu", "lib
 DISTRO_PYTHON_PACKAGES = ("python3", "python3-venv")
 # Keys that belong to one TPU backend only.
 BACKEND_ONLY_KEYS = {"torch_xla": ("torch_xla",), "torch_tpu": ("torch_tpu",)}
+# A notebook target (one with a platform) runs in the platform's runtime, not in an image:
+# these keys describe an image and have nothing to act on there.
+IMAGE_ONLY_KEYS = ("base_image", "apt_snapshot", "apt_packages", "env", "ca_certificates", "shm_size", "gpus",
+                   "pip_extra_index_urls", "find_links", "cuda")
+NOTEBOOK_ONLY_KEYS = ("accelerator", "notebooks")
 
 # A location inside the YAML document: keys and list indices from the top.
 DocPath = tuple[Any, ...]
@@ -42,7 +48,7 @@ DocPath = tuple[Any, ...]
 class Target:
     name: str
     kind: str  # a kind of envkit/data/kinds.yaml
-    base_image: str
+    base_image: str | None  # None for a notebook target: it runs in the platform's runtime
     python: str  # major.minor
     torch: str
     torchvision: str | None  # None: opted out
@@ -62,7 +68,16 @@ class Target:
     shm_size: str | None  # None: share the host IPC namespace instead
     gpus: str | None  # cuda: "all" or "0,2"
     apt_snapshot: str | None = None  # YYYYMMDDTHHMMSSZ: apt from the snapshot archive as of then
+    # Notebook targets (envkit/data/notebook_platforms.yaml): where the notebook runs, and the
+    # experiments whose notebooks are committed under notebooks/.
+    platform: str | None = None
+    accelerator: str | None = None
+    notebooks: tuple[str, ...] = ()
     config_hash: str = field(default="", compare=False)
+
+    @property
+    def is_notebook(self) -> bool:
+        return self.platform is not None
 
     def pins(self) -> dict[str, str]:
         """Pinned versions, for labels, image tags and manifests."""
@@ -101,6 +116,11 @@ class ProjectConfig:
     root: Path
     source: str | None
     targets: dict[str, Target]
+
+    @property
+    def images(self) -> dict[str, Target]:
+        """The image targets (docker/<target>/): every target but the notebook targets."""
+        return {name: target for name, target in self.targets.items() if not target.is_notebook}
 
     def target(self, name: str) -> Target:
         if name not in self.targets:
@@ -184,6 +204,9 @@ def schema() -> dict[str, Any]:
     loaded = load_json(SCHEMA_PATH)
     names = kinds.names()
     loaded["$defs"]["target"]["properties"]["kind"] = {"description": f"one of {', '.join(names)}", "enum": names}
+    platforms = notebook_platforms.names()
+    loaded["$defs"]["target"]["properties"]["platform"]["enum"] = platforms
+    loaded["$defs"]["target"]["properties"]["platform"]["description"] += f": one of {', '.join(platforms)}"
     return loaded
 
 
@@ -228,7 +251,18 @@ def _parent_description(doc_path: DocPath) -> str | None:
 
 def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, where: _Locator) -> Target:
     at = ("targets", name)
-    kind = raw["kind"]
+    runtime = _notebook_runtime(raw, at, where)
+    kind = raw.get("kind")
+    if runtime is not None:
+        accelerator = notebook_platforms.platform(raw["platform"]).accelerator(raw["accelerator"])
+        if kind is not None and kind != accelerator.kind:
+            raise EnvkitError(
+                f"{where(at + ('kind',))}: {raw['platform']}'s {accelerator.name} is a {accelerator.kind} accelerator, "
+                f"not {kind}; drop kind (it follows from the accelerator)"
+            )
+        kind = accelerator.kind
+    elif kind is None:
+        raise EnvkitError(f"{where(at)}: 'kind' is a required property (or 'platform' for a notebook target)")
     spec = kinds.kind(kind)
     for key in raw:
         owners = [other.name for other in kinds.load_kinds().values() if key in other.keys]
@@ -251,7 +285,15 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
     find_links = list(raw.get("find_links", []))
     apt_packages = list(raw.get("apt_packages", []))
 
-    if spec.wheels == "cpu":
+    if runtime is not None and spec.wheels == "cuda":
+        # A notebook installs no CUDA toolkit of its own: torch is the default index's build, whose
+        # wheels bundle the CUDA libraries of the release's pypi_cuda variant (the lock names them).
+        if release.pypi_cuda is None:
+            raise EnvkitError(f"{where(at + ('torch',))}: torch {torch} has no CUDA build on the default index, "
+                              f"which a notebook target installs from; choose a torch release that has one (envkit matrix)")
+        python_range, default_python = release.python, runtime.python_minor
+        cuda, torch_variant, default_base = matrix.cuda[release.pypi_cuda].cuda, None, None
+    elif spec.wheels == "cpu":
         python_range, default_python = release.python, DEFAULT_PYTHON
         torch_variant = matrix.cpu_local_version
         default_base = None
@@ -268,7 +310,7 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
             for key in keys:
                 if key in raw and backend != other_backend:
                     raise EnvkitError(f"{where(at + (key,))}: {key!r} applies to backend {other_backend} only, not {backend}")
-        default_python = DEFAULT_PYTHON
+        default_python = runtime.python_minor if runtime is not None else DEFAULT_PYTHON
         if backend == "torch_xla":
             if minor_of(torch) not in matrix.torch_xla:
                 raise EnvkitError(
@@ -317,7 +359,9 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
             f"supported range {release.python[0]}-{release.python[1]}"
         )
 
-    if spec.base_image == "python":
+    if runtime is not None:
+        default_base = None
+    elif spec.base_image == "python":
         default_base = spec.python_base_image.format(python=python)
     elif default_base is None:
         raise EnvkitError(f"{where(at + ('kind',))}: kind {kind} takes its base image from wheels {spec.wheels!r}, which names none")
@@ -351,12 +395,44 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
             pip_packages=_pip_packages(raw.get("pip_packages", []), matrix, where, at),
             env={key: str(value) for key, value in sorted(raw.get("env", {}).items())},
             ca_certificates=_certificates(raw.get("ca_certificates", []), root, where, at),
-            shm_size=raw.get("shm_size", spec.run.shm_size),
-            gpus=_gpus(raw.get("gpus", "all")) if "gpus" in spec.keys else None,
+            shm_size=raw.get("shm_size", spec.run.shm_size) if runtime is None else None,
+            gpus=_gpus(raw.get("gpus", "all")) if "gpus" in spec.keys and runtime is None else None,
             apt_snapshot=raw.get("apt_snapshot"),
+            platform=raw.get("platform"),
+            accelerator=raw.get("accelerator"),
+            notebooks=_notebook_experiments(raw.get("notebooks", []), kind, where, at),
         ),
         root,
     )
+
+
+def _notebook_runtime(raw: dict[str, Any], at: DocPath, where: _Locator) -> notebook_platforms.Runtime | None:
+    """The platform runtime a notebook target runs in (its Python and glibc are the lock's platform), or None."""
+    if "platform" not in raw:
+        for key in NOTEBOOK_ONLY_KEYS:
+            if key in raw:
+                raise EnvkitError(f"{where(at + (key,))}: {key!r} applies to notebook targets only: add platform ({', '.join(notebook_platforms.names())})")
+        return None
+    for key in IMAGE_ONLY_KEYS:
+        if key in raw:
+            raise EnvkitError(
+                f"{where(at + (key,))}: {key!r} does not apply to a notebook target: it runs in {raw['platform']}'s runtime, not in an image"
+            )
+    if "accelerator" not in raw:
+        raise EnvkitError(f"{where(at)}: a notebook target needs 'accelerator' (one of {raw['platform']}'s accelerators)")
+    platform = notebook_platforms.platform(raw["platform"], f"{where(at + ('platform',))}: ")
+    return platform.runtime_of(platform.accelerator(raw["accelerator"], f"{where(at + ('accelerator',))}: "))
+
+
+def _notebook_experiments(names: list[str], kind: str, where: _Locator, at: DocPath) -> tuple[str, ...]:
+    from envkit.project.experiments import load_experiments
+
+    table = load_experiments()
+    for index, name in enumerate(names):
+        fitting = [entry.name for entry in table.values() if entry.kind == kind]
+        if name not in fitting:
+            raise EnvkitError(f"{where(at + ('notebooks', index))}: {name!r} is not an experiment of kind {kind}; choose from {', '.join(fitting)}")
+    return tuple(names)
 
 
 def _carries_python(base_image: str | None, spec: kinds.Kind) -> bool:
@@ -427,8 +503,8 @@ def _with_hash(target: Target, root: Path) -> Target:
     fields = asdict(target)
     fields.pop("config_hash")
     # Keys added later enter the hash only when set, so unchanged configs keep their hash.
-    for later in ("apt_snapshot",):
-        if fields[later] is None:
+    for later in ("apt_snapshot", "platform", "accelerator", "notebooks"):
+        if fields[later] in (None, ()):
             fields.pop(later)
     fields["ca_certificates"] = [_relative(path, root) for path in target.ca_certificates]
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

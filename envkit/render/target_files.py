@@ -46,15 +46,17 @@ IMAGE_USER = {"name": "envkit", "id": 10001}
 
 def render_targets(config: ProjectConfig, names: list[str], locks: Path | None = None) -> list[RenderedFile]:
     """The files of each target; ``locks`` holds <target>/requirements.lock (default: docker/ beside the config)."""
-    env = _environment(config.root / "templates")
+    env = template_environment(config.root / "templates")
     files = []
     for name in names:
         target = config.target(name)
+        if target.is_notebook:
+            raise EnvkitError(f"target {name} is a notebook target: it has no docker/ files (envkit notebook renders it)")
         lock_file = (locks / name / LOCK_FILE) if locks is not None else lock_path(config, name)
         inputs = lock_inputs(target)
         context = _context(config, target, _current_lock(target, inputs, lock_file), inputs)
         for filename, (template, mode) in FILES.items():
-            text = _render_template(env, template.format(kind=target.kind), context)
+            text = render_template(env, template.format(kind=target.kind), context)
             files.append(RenderedFile(Path(name) / filename, text, mode))
     return files
 
@@ -67,7 +69,7 @@ def files_read(config: ProjectConfig, names: list[str]) -> list[Path]:
     return read
 
 
-def _environment(templates: Path) -> jinja2.Environment:
+def template_environment(templates: Path) -> jinja2.Environment:
     if not templates.is_dir():
         raise EnvkitError(f"templates directory {templates} not found; it must sit beside the config file")
     env = jinja2.Environment(
@@ -83,7 +85,7 @@ def _environment(templates: Path) -> jinja2.Environment:
     return env
 
 
-def _render_template(env: jinja2.Environment, template: str, context: dict) -> str:
+def render_template(env: jinja2.Environment, template: str, context: dict) -> str:
     try:
         return env.get_template(template).render(context)
     except jinja2.TemplateNotFound as exc:
@@ -158,7 +160,7 @@ def apt_snapshot(target: Target) -> dict | None:
     return {"distro": distro, "timestamp": target.apt_snapshot}
 
 
-def _run_env(kind: kinds.Kind, target: Target) -> dict[str, str]:
+def run_env(kind: kinds.Kind, target: Target) -> dict[str, str]:
     # PJRT_DEVICE selects torch_xla's device; TorchTPU finds its chips without it.
     if target.backend == "torch_tpu":
         return {name: value for name, value in kind.run.env.items() if name != "PJRT_DEVICE"}
@@ -172,7 +174,7 @@ def _context(config: ProjectConfig, target: Target, lock: LockFile | None, input
         "config_name": config.path.name,
         "target": target,
         "kind": kind,
-        "run_env": _run_env(kind, target),
+        "run_env": run_env(kind, target),
         "docker_args": [*kind.run.docker_args, *(["--net=host"] if kind.run.host_network else [])],
         "ulimits": " ".join(f"{name}={value}" for name, value in kind.run.ulimits.items()),
         "labels": labels(config, target, lock),

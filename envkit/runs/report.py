@@ -35,6 +35,9 @@ UNLABELLED_BACKEND = "torch_xla"
 # to processes_per_node = world_size, which DP and SPMD runs would not record): rows ignore it.
 ROW_KEYS = tuple(key for key in CONFIGURATION_KEYS if key != "processes_per_node")
 OURS = "ours"
+# A notebook's runs are rows of their own, named by where they ran and on which packages: the same
+# configuration on a runtime's packages and on its lock is the two-notebooks lesson, not one row.
+NOTEBOOK_KEY = "notebook"
 NOT_APPLICABLE = "–"
 
 
@@ -155,7 +158,15 @@ def configuration_label(configuration: dict) -> str:
         extras.append(configuration["backend"])
     if (configuration.get("nodes") or 1) > 1:
         extras.append(f"{configuration['nodes']} nodes")
+    if configuration.get(NOTEBOOK_KEY):
+        extras.append(configuration[NOTEBOOK_KEY])
     return f"{device} {mode}" + (f" ({', '.join(extras)})" if extras else "")
+
+
+def notebook_label(notebook: dict) -> str:
+    """'colab v5e-1, lock' or 'kaggle TpuV5E8, runtime packages' (CPU mode says so)."""
+    where = f"{notebook['platform']} {notebook['accelerator']}" + (" CPU mode" if notebook.get("cpu_mode") else "")
+    return f"{where}, {'lock' if notebook['packages'] == 'lock' else 'runtime packages'}"
 
 
 def pooled(stats: list[Stat]) -> Stat:
@@ -346,6 +357,8 @@ def build_report(results: list[RunResult], skipped: int = 0, baseline: str | Non
     grouped: dict[tuple, tuple[dict, dict, list[RunResult]]] = {}
     for run in results:
         configuration = {key: run.configuration[key] for key in ROW_KEYS}
+        if run.notebook is not None:
+            configuration[NOTEBOOK_KEY] = notebook_label(run.notebook)
         owner, name, rank = _experiment_run(run)
         settings = {key: run.settings.get(key) for key in shown_settings(owner)}
         key = (owner or "", name, rank, run.recipe, json.dumps(configuration, sort_keys=True), json.dumps(settings, sort_keys=True))

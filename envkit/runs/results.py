@@ -57,6 +57,7 @@ class RunResult:
     timing: dict  # total_s, first_epoch_s: float; STAT_KEYS present: Stat
     test_accuracy: float | None
     environment: dict  # every ENVIRONMENT_KEYS entry, None where unknown
+    notebook: dict | None = None  # the optional block envkit's notebooks add: where the run ran, on which packages
     settings: dict = field(default_factory=dict)  # every argument of the run, as the recipe recorded them ({} if not)
 
     @property
@@ -177,6 +178,7 @@ def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
         timing=timing,
         test_accuracy=document["metrics"].get("test_accuracy"),
         environment={key: document["environment"].get(key) for key in ENVIRONMENT_KEYS},  # optional ones (image_digest) may be absent
+        notebook=document.get("notebook"),
         settings=document.get("settings") or {},
     )
     return result, note

@@ -1,0 +1,243 @@
+"""Kaggle: push an experiment's notebook with `kaggle kernels push`, follow it, fetch its results.
+
+Kaggle runs no containers: what runs is the notebook `envkit notebook` renders for a
+Kaggle notebook target (it installs the target's lock into a fresh virtual environment),
+beside a ``kernel-metadata.json`` whose ``machine_shape`` names the accelerator. The
+kaggle CLI does the rest: ``kernels push -p DIR`` uploads and runs it, ``kernels status``
+says when it ended, ``kernels output`` downloads what it left in /kaggle/working (the
+notebook copies its results JSON to /kaggle/working/results/).
+
+The CLI's own credentials (kaggle-cli: KAGGLE_API_TOKEN, KAGGLE_USERNAME with
+KAGGLE_KEY, or access_token / kaggle.json / OAuth credentials in its config folder)
+are looked for before anything is written, so a missing login is one line, not a
+push that fails half-way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+from envkit.launch.shell import line
+
+# kaggle-cli's config folder: KAGGLE_CONFIG_DIR, else ~/.kaggle where it exists, else the XDG folder.
+CREDENTIAL_FILES = ("access_token", "kaggle.json", "credentials.json")
+RESULTS_PATTERN = r".*\.json$"
+# `kaggle kernels status` prints: OWNER/SLUG has status "KernelWorkerStatus.COMPLETE"
+_STATUS = re.compile(r'has status "(?:KernelWorkerStatus\.)?([A-Za-z_]+)"')
+DONE, FAILED = {"complete"}, {"error", "cancel_requested", "cancel_acknowledged"}
+_OWNER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,49}$")
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{2,49}$")
+
+
+@dataclass(frozen=True)
+class KaggleRun:
+    kernel: str  # OWNER/SLUG
+    folder: Path  # what `kaggle kernels push -p` reads
+    notebook_name: str
+    notebook_text: str
+    metadata: dict
+    results: Path  # where `kaggle kernels output` puts the results
+
+
+def metadata(kernel: str, notebook_name: str, accelerator, private: bool = True) -> dict:
+    """kernel-metadata.json (kaggle-cli docs/kernels_metadata.md): the notebook, on the accelerator, with internet
+    (the notebook installs its lock from the package index and downloads its data)."""
+    owner, slug = kernel.split("/")
+    return {
+        "id": kernel,
+        "title": slug.replace("-", " "),  # Kaggle derives the slug from the title: it must give the id's
+        "code_file": notebook_name,
+        "language": "python",
+        "kernel_type": "notebook",
+        "is_private": "true" if private else "false",
+        "enable_gpu": "false" if accelerator.is_tpu else "true",
+        "enable_tpu": "true" if accelerator.is_tpu else "false",
+        "enable_internet": "true",
+        "machine_shape": accelerator.name,
+        "dataset_sources": [],
+        "competition_sources": [],
+        "kernel_sources": [],
+        "model_sources": [],
+    }
+
+
+def prepare(config, experiment: str, target_name: str | None, owner: str | None, name: str | None,
+            output: Path, results_dir: Path) -> KaggleRun:
+    """Everything a push needs, checked (bad input: EnvkitError); writes nothing."""
+    from envkit.notebook.builder import fitting_experiment, render_notebook
+    from envkit.project.notebook_platforms import accelerator_of
+    from envkit.project.experiments import experiment as find_experiment
+
+    entry = find_experiment(experiment)
+    target = _kaggle_target(config, entry, target_name)
+    fitting_experiment(target, entry.name)
+    owner = owner or _configured_owner()
+    if owner is None:
+        raise EnvkitError("name the Kaggle account the notebook goes to: --kaggle-user NAME (or KAGGLE_USERNAME)")
+    if not _OWNER.match(owner):
+        raise EnvkitError(f"--kaggle-user {owner!r} is not a Kaggle user name (letters, digits, '-', '_')")
+    slug = name or f"envkit-{entry.name}"
+    if not _SLUG.match(slug):
+        raise EnvkitError(f"--name {slug!r}: a Kaggle notebook slug is 3-50 lowercase letters, digits and '-'")
+    notebook = render_notebook(config, entry.name, target.name)
+    _, accelerator = accelerator_of(target)
+    kernel = f"{owner}/{slug}"
+    return KaggleRun(kernel, output / slug, notebook.path.name, notebook.text,
+                     metadata(kernel, notebook.path.name, accelerator), results_dir / "kaggle" / slug)
+
+
+def _kaggle_target(config, entry, name: str | None):
+    if name is not None:
+        target = config.target(name)
+        if target.platform != "kaggle":
+            raise EnvkitError(f"--on kaggle: target {name} is not a Kaggle notebook target (platform: {target.platform or 'none'})")
+        return target
+    fitting = [t for t in config.targets.values() if t.platform == "kaggle" and t.kind == entry.kind]
+    if not fitting:
+        raise EnvkitError(f"--on kaggle: {config.path} has no Kaggle notebook target for {entry.name} ({entry.kind}): "
+                          f"add one (platform: kaggle, accelerator: ...)")
+    return fitting[0]
+
+
+def _config_folders() -> list[Path]:
+    configured = os.environ.get("KAGGLE_CONFIG_DIR")
+    if configured:
+        return [Path(configured)]
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "kaggle"
+    return [Path.home() / ".kaggle", xdg]
+
+
+def _configured_owner() -> str | None:
+    if os.environ.get("KAGGLE_USERNAME"):
+        return os.environ["KAGGLE_USERNAME"]
+    from envkit.support.bounded_load import load_json
+
+    for folder in _config_folders():
+        if (folder / "kaggle.json").is_file():
+            try:
+                username = load_json(folder / "kaggle.json").get("username")
+            except (EnvkitError, AttributeError):
+                continue  # the CLI would not read it either; --kaggle-user names the account
+            return username if isinstance(username, str) else None
+    return None
+
+
+def credentials() -> str | None:
+    """Where the kaggle CLI would find its login, or None (looked for locally: nothing is asked of Kaggle)."""
+    if os.environ.get("KAGGLE_API_TOKEN"):
+        return "KAGGLE_API_TOKEN"
+    if os.environ.get("KAGGLE_USERNAME") and os.environ.get("KAGGLE_KEY"):
+        return "KAGGLE_USERNAME and KAGGLE_KEY"
+    for folder in _config_folders():
+        for name in CREDENTIAL_FILES:
+            if (folder / name).is_file():
+                return str(folder / name)
+    return None
+
+
+def check_client() -> str:
+    """The kaggle CLI's path; EnvkitError (exit 2) when it is missing or has no login."""
+    client = shutil.which("kaggle")
+    if client is None:
+        raise EnvkitError("the kaggle CLI is not on PATH: pip install kaggle (then kaggle auth login), "
+                          "or push --dry-run's files yourself")
+    if credentials() is None:
+        raise EnvkitError("the kaggle CLI is not authenticated: run `kaggle auth login`, or set KAGGLE_API_TOKEN "
+                          "(a token from kaggle.com/settings), or put it in ~/.kaggle/access_token")
+    return client
+
+
+def commands(run: KaggleRun) -> dict[str, tuple[str, ...]]:
+    return {
+        "push": ("kaggle", "kernels", "push", "-p", str(run.folder)),
+        "status": ("kaggle", "kernels", "status", run.kernel),
+        "output": ("kaggle", "kernels", "output", run.kernel, "-p", str(run.results), "--file-pattern", RESULTS_PATTERN, "-o"),
+    }
+
+
+def describe(run: KaggleRun, poll_s: int) -> str:
+    steps = commands(run)
+    return "\n".join([
+        f"# --- file {run.folder / 'kernel-metadata.json'}",
+        _metadata_text(run).rstrip("\n"),
+        f"# --- file {run.folder / run.notebook_name} (envkit notebook, {len(run.notebook_text.encode()) // 1024} KiB)",
+        "# --- submit",
+        line(*steps["push"]),
+        f"# then every {poll_s} s until it completes: {line(*steps['status'])}",
+        line(*steps["output"]),
+        f"# results: under {run.results} (then: envkit report DIR)",
+    ]) + "\n"
+
+
+def _metadata_text(run: KaggleRun) -> str:
+    return json.dumps(run.metadata, indent=2) + "\n"
+
+
+def write(run: KaggleRun) -> None:
+    from envkit.launch.plan import Plan, write_files
+
+    write_files(Plan(files=((str(run.folder / "kernel-metadata.json"), _metadata_text(run)),
+                            (str(run.folder / run.notebook_name), run.notebook_text)), commands=(), results=""))
+
+
+def submit(run: KaggleRun, poll_s: int, timeout_s: int) -> None:
+    """Push, wait for the run to end, fetch its results: each step through the kaggle CLI."""
+    check_client()
+    write(run)
+    steps = commands(run)
+    _client(steps["push"])
+    print(f"envkit: pushed {run.kernel}; waiting for it to finish (Ctrl-C leaves it running: "
+          f"{line(*steps['status'])}, then {line(*steps['output'])})", file=sys.stderr)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = _status(_client(steps["status"], echo=False))
+        if status in DONE:
+            break
+        if status in FAILED:
+            raise EnvkitError(f"{run.kernel} ended with status {status.upper()} on Kaggle: see its log on kaggle.com "
+                              f"(its output: {line(*steps['output'])})", exit_code=1)
+        if time.monotonic() > deadline:
+            raise EnvkitError(f"{run.kernel} is still {status} after {timeout_s} s; it keeps running: "
+                              f"{line(*steps['status'])}", exit_code=1)
+        time.sleep(poll_s)
+    run.results.mkdir(parents=True, exist_ok=True)
+    _client(steps["output"])
+    found = sorted(run.results.rglob("*.json"))
+    folders = sorted({path.parent for path in found})
+    print(f"envkit: {len(found)} results file(s) from {run.kernel} in "
+          + (", ".join(str(folder) for folder in folders) + f"; compare them: envkit report {folders[0]}" if found else str(run.results)),
+          file=sys.stderr)
+
+
+def _status(text: str) -> str:
+    match = _STATUS.search(text)
+    if match is None:
+        raise EnvkitError(f"kaggle kernels status said {' '.join(text.split())[:200]!r}, not a status", exit_code=1)
+    return match.group(1).lower()
+
+
+def _client(argv: tuple[str, ...], echo: bool = True) -> str:
+    """Run the kaggle CLI; its output (shown unless ``echo`` is off), or EnvkitError with its last line."""
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise EnvkitError("the kaggle CLI is not on PATH: pip install kaggle (then kaggle auth login)") from None
+    text = done.stdout + done.stderr
+    if echo and text:
+        sys.stderr.write(text)
+    if "Authentication required" in text:
+        # kaggle-cli prints its login help and exits 1 when Kaggle refuses the credentials.
+        raise EnvkitError("the kaggle CLI is not authenticated (Kaggle refused its credentials): run `kaggle auth login`")
+    if done.returncode != 0:
+        last = next((row.strip() for row in reversed(text.splitlines()) if row.strip()), "no message")
+        raise EnvkitError(f"{line(*argv[:3])} failed (exit {done.returncode}): {last}", exit_code=1)
+    return text

@@ -1,0 +1,281 @@
+"""Render one experiment as a notebook for a notebook target (nbformat 4, checked with nbformat).
+
+The notebook reads top to bottom: what it is (markdown from templates/notebook/),
+the runtime check, the environment (the lock, installed into a fresh virtual
+environment, or the runtime's own packages with --use-runtime), the recipe's
+files, the run, and the result (envkit's report and plot). Every file it embeds
+(its helper envkit/notebook/runtime.py, the lock, the recipe, envkit's report) is
+written by a ``%%writefile`` cell and checked against its sha256 before use. The
+lock is in the notebook's metadata too (``envkit.lock``), and its packages in a
+PEP 723 block, for uv and juv.
+
+Output is deterministic: cell ids come from the cells' roles, keys are sorted, no
+timestamps, so the same inputs give the same bytes (``envkit render --check``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pprint
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from envkit import __version__
+from envkit.errors import EnvkitError
+from envkit.lock.lockfile import lock_inputs, lock_path, lock_status
+from envkit.notebook import embedded
+from envkit.project.notebook_platforms import accelerator_of, load_platforms
+from envkit.project import NOTEBOOKS, kinds
+from envkit.project.config import ProjectConfig, Target
+from envkit.project.experiments import Experiment, experiment as find_experiment
+
+WORK = "/tmp/envkit"
+PACKAGES = ("lock", "runtime")
+_CELL_ID = re.compile(r"[^A-Za-z0-9]+")
+
+
+@dataclass(frozen=True)
+class Notebook:
+    path: Path  # relative to the project root
+    text: str
+
+
+def notebook_path(target: str, experiment: str, packages: str = "lock") -> Path:
+    """notebooks/<target>/<experiment>.ipynb (-runtime.ipynb on the runtime's packages), beside the target's lock."""
+    return NOTEBOOKS / target / f"{experiment}{'-runtime' if packages == 'runtime' else ''}.ipynb"
+
+
+def rerender_command(target: str, experiment: str, packages: str) -> str:
+    return f"envkit notebook {experiment} --target {target}" + (" --use-runtime" if packages == "runtime" else "")
+
+
+def notebook_target(config: ProjectConfig, name: str) -> Target:
+    target = config.target(name)
+    if not target.is_notebook:
+        others = [t.name for t in config.targets.values() if t.is_notebook]
+        raise EnvkitError(f"target {name!r} is not a notebook target (it names no platform); notebook targets in "
+                          f"{config.path}: {', '.join(others) or 'none'}")
+    return target
+
+
+def fitting_experiment(target: Target, name: str) -> Experiment:
+    from envkit.project.experiments import load_experiments
+
+    experiment = find_experiment(name)
+    if experiment.kind != target.kind:
+        fitting = [entry.name for entry in load_experiments().values() if entry.kind == target.kind]
+        raise EnvkitError(f"experiment {name} runs on {experiment.kind}, target {target.name} is {target.kind}; "
+                          f"its experiments: {', '.join(fitting)}")
+    return experiment
+
+
+def colab_url(config: ProjectConfig, path: Path, revision: str) -> str | None:
+    """'Open in Colab' for a notebook committed at ``revision`` of the project's GitHub repository."""
+    from envkit.project.notebook_platforms import platform
+
+    match = re.match(r"^https://github\.com/([^/]+/[^/]+?)(\.git)?/?$", config.source or "")
+    url = platform("colab").open_url
+    if match is None or url is None:
+        return None
+    return url.format(repository=match.group(1), revision=revision, path=path.as_posix())
+
+
+def render_notebook(config: ProjectConfig, experiment_name: str, target_name: str, packages: str = "lock") -> Notebook:
+    import nbformat
+    from nbformat import v4
+
+    target = notebook_target(config, target_name)
+    experiment = fitting_experiment(target, experiment_name)
+    platform, accelerator = accelerator_of(target)
+    runtime = platform.runtime_of(accelerator)
+    lock_file = lock_path(config, target.name)
+    status = lock_status(config, target.name)
+    if status.state != "fresh":
+        # A notebook installs exactly its lock: it must have one, made from what envkit.yaml now says.
+        raise EnvkitError(f"a notebook of target {target.name} needs a fresh lock: {status.line()}")
+    lock = status.lock
+    path = notebook_path(target.name, experiment.name, packages)
+    files = _embedded_files(config, experiment, lock_file)
+    rerender = rerender_command(target.name, experiment.name, packages)
+    settings = _settings(target, experiment, platform, accelerator, files, packages, rerender)
+    context = {
+        "experiment": experiment, "target": target, "platform": platform, "accelerator": accelerator, "runtime": runtime,
+        "packages": packages, "rerender": rerender, "commands": _commands(experiment),
+        "recipe_file_count": len(files["recipes"]), "select": platform.how_to_select(accelerator),
+        "lock": {"sha256": lock.sha256, "count": len(lock.packages), "python": target.python,
+                 "platform": lock_inputs(target).platform},
+        "checked": load_platforms().checked, "device_text": _device_text(accelerator),
+        "open_url": colab_url(config, path, "main") if platform.name == "colab" else None,
+    }
+    markdown = _markdown(config, context)
+    cells = [
+        v4.new_markdown_cell(markdown["intro"], id="what-it-is"),
+        v4.new_code_cell(_pep723(lock.packages, target.python), id="pep-723"),
+        v4.new_markdown_cell(markdown["runtime"], id="runtime-check-md"),
+        v4.new_code_cell(_settings_cell(settings), id="settings"),
+        *_file_cells(files["helper"]),
+        v4.new_code_cell("import envkit_notebook as nb\n\nnb.check_files(SETTINGS, \"helper\")\nruntime = nb.check_runtime(SETTINGS)",
+                         id="runtime-check"),
+        v4.new_markdown_cell(markdown["environment"], id="environment-md"),
+        *_file_cells(files["lock"]),
+        v4.new_code_cell("nb.check_files(SETTINGS, \"lock\")\nenvironment = nb."
+                         + ("create_environment(SETTINGS)" if packages == "lock" else "runtime_environment(SETTINGS)"),
+                         id="environment"),
+        v4.new_markdown_cell(markdown["recipe"], id="recipe-md"),
+        *_file_cells(files["recipes"]),
+        v4.new_code_cell("nb.check_files(SETTINGS, \"recipes\")", id="recipe-check"),
+        v4.new_markdown_cell(markdown["run"], id="run-md"),
+        v4.new_code_cell("results = nb.run_recipe(SETTINGS, environment, runtime)", id="run"),
+        v4.new_markdown_cell(markdown["result"], id="result-md"),
+        *_file_cells(files["report"]),
+        # The results first: a report that cannot be drawn must not keep them in the runtime.
+        v4.new_code_cell("nb.offer(SETTINGS, results)\nnb.check_files(SETTINGS, \"report\")\nnb.show_report(SETTINGS)",
+                         id="result"),
+    ]
+    metadata = {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python"},
+        **accelerator.metadata,
+        "envkit": {
+            "rendered_by": f"envkit {__version__}",
+            "experiment": experiment.name,
+            "target": target.name,
+            "platform": platform.name,
+            "accelerator": accelerator.name,
+            "packages": packages,
+            "runs": [run["summary"] for run in settings["runs"]],
+            "files": {path: sha for group in files.values() for path, (sha, _) in group.items()},
+            # The lock itself, for tools that read a notebook's environment from its metadata.
+            "lock": {"sha256": lock.sha256, "python": target.python, "platform": lock_inputs(target).platform,
+                     "requirements": lock_file.read_text(encoding="utf-8")},
+        },
+    }
+    notebook = v4.new_notebook(cells=cells, metadata=metadata)
+    try:
+        nbformat.validate(notebook)
+    except nbformat.ValidationError as exc:
+        raise EnvkitError(f"{path}: not a valid notebook: {' '.join(str(exc).split())[:200]}") from None
+    text = nbformat.writes(notebook)
+    return Notebook(path, text if text.endswith("\n") else text + "\n")
+
+
+def _runs(experiment: Experiment) -> list[dict]:
+    """The experiment's runs of its recipe, in order (E1: one; E3: four), each with its CPU-mode arguments."""
+    cpu_mode_args = load_platforms().cpu_mode_args
+    return [{"summary": run.summary, "args": list(run.argv), "cpu_args": cpu_mode_args(run.argv)} for run in experiment.runs]
+
+
+def _commands(experiment: Experiment) -> list[str]:
+    return [" ".join(["python", f"recipes/{experiment.recipe}.py", *run["args"]]) for run in _runs(experiment)]
+
+
+def _device_text(accelerator) -> str:
+    device = accelerator.device
+    if accelerator.is_tpu:
+        cores = device["chips"] * load_platforms().cores_per_chip(device["tpu"])
+        return f"{device['chips']} TPU {device['tpu']} chip(s) ({cores} cores, one replica each), found on the PCI bus"
+    return f"at least {device['count']} NVIDIA GPU(s) whose name holds {device['gpu']}, as nvidia-smi lists them"
+
+
+def _embedded_files(config: ProjectConfig, experiment: Experiment, lock_file: Path) -> dict[str, dict[str, tuple[str, str]]]:
+    """group -> notebook path -> (sha256, text), for every file a %%writefile cell writes."""
+    def entry(source: Path) -> tuple[str, str]:
+        data = source.read_bytes()
+        return hashlib.sha256(data).hexdigest(), data.decode("utf-8")
+
+    recipes = embedded.recipe_files(config.root / "recipes", experiment.recipe)
+    # envkit's report is this envkit's own: its files relative to the folder holding the envkit package.
+    package_parent = Path(embedded.__file__).resolve().parents[2]
+    report = embedded.report_files(package_parent)
+    return {
+        "helper": {embedded.HELPER_NAME: entry(embedded.HELPER)},
+        "lock": {"requirements.lock": entry(lock_file)},
+        "recipes": {f"recipes/{path.relative_to(config.root / 'recipes').as_posix()}": entry(path) for path in recipes},
+        "report": {f"report/{path.relative_to(package_parent).as_posix()}": entry(path) for path in report},
+    }
+
+
+def runtime_settings(platform, accelerator) -> dict:
+    """What the notebook's runtime check reads: the accelerator it needs, how to pick it, the runtime envkit knows."""
+    data = load_platforms()
+    runtime = platform.runtime_of(accelerator)
+    known = runtime.packages()
+    known["source"] = ", ".join(sorted({runtime.facts[name].cite() for name in runtime.packages()})) or "no packages recorded"
+    return {
+        "platform": platform.name,
+        "platform_title": platform.title,
+        "accelerator": accelerator.name,
+        "label": accelerator.label,
+        "select": platform.how_to_select(accelerator),
+        "device": accelerator.device,
+        "tpu_chips": {"vendor": data.tpu_vendor, "devices": data.tpu_chips},
+        "runtime_known": known,
+        "runtime_version_env": list(platform.runtime_version_env),
+    }
+
+
+def _settings(target, experiment, platform, accelerator, files, packages, rerender) -> dict:
+    kind = kinds.kind(target.kind)
+    from envkit.render.target_files import run_env
+
+    paths = [path for group in files.values() for path in group]
+    return {
+        "experiment": experiment.name,
+        "target": target.name,
+        "rerender": rerender,
+        **runtime_settings(platform, accelerator),
+        "output": platform.output,
+        "packages": packages,
+        "lock": {"path": "requirements.lock", "python": target.python},
+        "recipe": f"recipes/{experiment.recipe}.py",
+        "env": run_env(kind, target),
+        "runs": _runs(experiment),
+        "folders": sorted({Path(path).parent.as_posix() for path in paths} - {"."}),
+        "files": {group: {path: sha for path, (sha, _) in entries.items()} for group, entries in files.items()},
+    }
+
+
+def _settings_cell(settings: dict) -> str:
+    return "\n".join([
+        "# This notebook's settings, rendered by envkit from envkit.yaml and envkit/data/: re-render, do not edit.",
+        f"SETTINGS = {pprint.pformat(settings, width=110, sort_dicts=False, compact=True)}",
+        "",
+        "import os",
+        "from pathlib import Path",
+        "",
+        "# A scratch folder for the environment, the recipe, its data and results.",
+        f"WORK = Path(os.environ.get(\"ENVKIT_NOTEBOOK_WORK\", \"{WORK}\"))",
+        "for folder in SETTINGS[\"folders\"]:",
+        "    (WORK / folder).mkdir(parents=True, exist_ok=True)",
+        "os.chdir(WORK)",
+        "print(f\"working in {WORK}\")",
+    ])
+
+
+def _file_cells(group: dict[str, tuple[str, str]]) -> list:
+    from nbformat import v4
+
+    # IPython's %%writefile writes the cell's body exactly: the file's bytes, which check_files compares.
+    return [v4.new_code_cell(f"%%writefile {path}\n{text}", id=_cell_id("file", path)) for path, (_, text) in group.items()]
+
+
+def _cell_id(*parts: str) -> str:
+    return _CELL_ID.sub("-", "-".join(parts)).strip("-")[:64]
+
+
+def _pep723(packages: dict[str, str], python: str) -> str:
+    lines = ["# The lock's packages as PEP 723 inline script metadata, for uv and juv (exact versions; their sha256",
+             "# hashes are in requirements.lock below and in this notebook's metadata, envkit.lock).",
+             "# /// script", f'# requires-python = "=={python}.*"', "# dependencies = ["]
+    lines += [f'#   "{name}=={version}",' for name, version in sorted(packages.items())]
+    lines += ["# ]", "# ///"]
+    return "\n".join(lines)
+
+
+def _markdown(config: ProjectConfig, context: dict) -> dict[str, str]:
+    from envkit.render.target_files import render_template, template_environment
+
+    env = template_environment(config.root / "templates")
+    return {name: render_template(env, f"notebook/{name}.md.j2", context).rstrip("\n")
+            for name in ("intro", "runtime", "environment", "recipe", "run", "result")}

@@ -1,0 +1,36 @@
+"""The committed notebooks: every notebook target's `notebooks` list, kept in notebooks/<target>/.
+
+`envkit render` writes them as it writes docker/<target>/ and `envkit render --check`
+reports them stale the same way (envkit.render.output writes all or nothing and
+compares), so a changed recipe, lock, helper or envkit report shows up in CI like a
+changed template.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from envkit.project import NOTEBOOKS
+from envkit.render.output import RenderedFile
+
+MODE = 0o644
+
+
+def render(config, names: list[str]) -> list[RenderedFile]:
+    """The notebooks of the notebook targets among ``names``, paths relative to notebooks/ (<target>/<experiment>.ipynb)."""
+    from envkit.notebook.builder import render_notebook  # nbformat, Jinja: not for `render --check` from the memo
+
+    files = []
+    for name in names:
+        target = config.target(name)
+        for experiment in target.notebooks:
+            notebook = render_notebook(config, experiment, target.name)
+            files.append(RenderedFile(notebook.path.relative_to(NOTEBOOKS), notebook.text, MODE))
+    return files
+
+
+def orphans(folder: Path, files: list[RenderedFile]) -> list[str]:
+    """Notebooks under ``folder`` (notebooks/<target>/) that no target's `notebooks` list renders any more."""
+    rendered = {file.path for file in files}
+    leftovers = sorted(path for path in folder.glob("*/*.ipynb") if path.relative_to(folder) not in rendered)
+    return [f"{path}: no notebook target lists it (remove it)" for path in leftovers]

@@ -1,0 +1,108 @@
+"""The files a notebook carries, so that nothing is cloned: found from the imports themselves.
+
+A recipe brings the sibling modules it imports (recipes/ is flat: ``import harness``);
+envkit's report brings the envkit modules it imports and the data files they name (as a
+quoted file name).
+Imports are read with ``ast`` (inside functions too), never executed, so a recipe that
+gains or loses a helper module changes its notebooks without anyone listing files.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+
+HELPER = Path(__file__).with_name("runtime.py")
+HELPER_NAME = "envkit_notebook.py"  # what the notebook imports it as
+# The report the notebook shows is envkit's own (`envkit report --reference` and its plot).
+REPORT_MODULES = ("envkit.runs.report", "envkit.runs.plot", "envkit.runs.results")
+
+
+def _imported_names(root: Path, path: Path) -> frozenset[str]:
+    """The absolute module names ``path`` imports (relative imports resolved within ``root``)."""
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise EnvkitError(f"cannot read {path} for its imports: {exc}") from None
+    return _parsed_imports(root, path, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=None)
+def _parsed_imports(root: Path, path: Path, mtime_ns: int, size: int) -> frozenset[str]:
+    """A file's imports; its time and size in the key, so an edited file is read again."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, SyntaxError, UnicodeDecodeError) as exc:
+        raise EnvkitError(f"cannot read {path} for its imports: {exc}") from None
+    package = list(path.relative_to(root).with_suffix("").parts[:-1])  # the package a module (or __init__) is in
+    names = set()
+    for node in _statements(tree.body):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + (node.module.split(".") if node.module else []))
+            if module:
+                names.add(module)
+                names.update(f"{module}.{alias.name}" for alias in node.names)
+    return frozenset(names)
+
+
+def _statements(nodes: list) -> Iterator[ast.AST]:
+    """Every statement, nested ones included: imports are statements, so expressions need no visit
+    (a tenth of ast.walk's nodes; rendering the committed notebooks parses every recipe and report module)."""
+    for node in nodes:
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            yield from _statements(getattr(node, field, None) or [])
+
+
+def _closure(root: Path, start: list[Path], local) -> set[Path]:
+    """``start`` and every module under ``root`` they import, directly or not, with their packages' __init__.py."""
+    found: set[Path] = set()
+    todo = list(start)
+    while todo:
+        path = todo.pop()
+        if path is None or path in found:
+            continue
+        found.add(path)
+        for parent in path.relative_to(root).parents:
+            if parent != Path("."):
+                todo.append(root / parent / "__init__.py")
+        todo += [_module_path(root, name) for name in _imported_names(root, path) if local(name)]
+    return found
+
+
+def recipe_files(recipes: Path, recipe: str) -> list[Path]:
+    """recipes/<recipe>.py and every module or package of recipes/ it imports, directly or not: the recipe
+    first, then by path."""
+    start = recipes / f"{recipe}.py"
+    if not start.is_file():
+        raise EnvkitError(f"recipe {start} not found")
+    siblings = {path.stem for path in recipes.glob("*.py")} | {path.parent.name for path in recipes.glob("*/__init__.py")}
+    found = _closure(recipes, [start], lambda name: name.split(".")[0] in siblings)
+    return [start] + sorted(found - {start})
+
+
+@lru_cache(maxsize=None)
+def report_files(root: Path) -> list[Path]:
+    """envkit's report modules, every envkit module they import (with its packages' __init__.py),
+    and the files of envkit/data/ they name, sorted."""
+    data = {path.name: path for path in (root / "envkit" / "data").iterdir()}
+    found = _closure(root, [_module_path(root, name) for name in REPORT_MODULES], lambda name: name.startswith("envkit"))
+    for path in list(found):
+        text = path.read_text(encoding="utf-8")
+        found.update(data[name] for name in data if f'"{name}"' in text or f"'{name}'" in text)
+    return sorted(found)
+
+
+def _module_path(root: Path, name: str) -> Path | None:
+    base = root.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None  # a name imported from a module (a function, a class): its module is already listed

@@ -1,0 +1,153 @@
+"""Every committed notebook, executed for real with nbclient and ipykernel on this machine's CPU.
+
+CPU mode (ENVKIT_NOTEBOOK_CPU) is what these tests select; what is real and what is not:
+
+- real: the committed notebooks, cell for cell, in a fresh kernel; every embedded file
+  written by its %%writefile cell and checked against its sha256; a fresh virtual
+  environment made by uv and filled with --require-hashes, offline; the recipe running
+  in that interpreter with its progress streamed; the results JSON with the notebook's
+  block, checked against the results schema; envkit's embedded report and plot;
+  the results file in the output folder.
+- not the platform's: the lock installed is a CPU lock that the fixture below resolves
+  with uv from a local wheelhouse (torch 2.13.0's CPU build, from local disk, and its
+  dependencies), not the target's committed lock (PyPI's torch and torch_xla, about
+  4 GB, for the runtime's Python); the accelerator check only records what it finds;
+  the recipe takes the notebook's CPU arguments (a few steps on generated data).
+  Nothing reaches Colab or Kaggle.
+
+Cost: about 10-30 s per notebook (kernel, venv, install from uv's cache, four steps),
+under two minutes for all of them; the wheelhouse takes about 200 MB.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import jsonschema
+import nbformat
+import pytest
+
+from envkit.cli import main
+from envkit.notebook import builder, runtime
+from envkit.project.config import load_config
+from notebook_cpu import build_wheelhouse, execute
+from xla_env import environment_missing
+
+pytestmark = pytest.mark.slow
+IMAGE_RESULT = Path(__file__).parent / "data" / "results" / "backends" / "mnist-tpu-xla.json"
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory) -> Path:
+    """Wheels for a CPU lock, and that lock (requirements.lock), resolved by uv from them offline."""
+    try:
+        return build_wheelhouse(tmp_path_factory.mktemp("wheelhouse"))
+    except RuntimeError as exc:
+        environment_missing(str(exc), "ENVKIT_REQUIRE_NOTEBOOK")
+
+
+@pytest.fixture(scope="session")
+def executed(wheelhouse, tmp_path_factory, repo_root):
+    """Every committed notebook, plus the --use-runtime variant of Colab's TPU notebook, run in CPU mode."""
+    config = load_config(repo_root / "envkit.yaml")
+    root = tmp_path_factory.mktemp("executed")
+    runs = {}
+    pairs = [(t.name, e, "lock") for t in config.targets.values() for e in t.notebooks]
+    pairs.append(("colab-tpu", "tpu-mnist-single", "runtime"))
+    for target, experiment, packages in pairs:
+        path = repo_root / builder.notebook_path(target, experiment, packages)
+        if packages == "runtime":  # not committed: rendered here
+            path = root / path.name
+            path.write_text(builder.render_notebook(config, experiment, target, packages).text)
+        name = f"{target}/{path.stem}"  # as under notebooks/
+        notebook, seconds = execute(path, wheelhouse, root / name / "work", root / name / "output")
+        runs[name] = {"notebook": notebook, "seconds": seconds, "results": sorted((root / name / "output" / "results").glob("*.json"))}
+    return runs
+
+
+def outputs(notebook: nbformat.NotebookNode, cell_id: str) -> str:
+    cell = next(cell for cell in notebook.cells if cell.id == cell_id)
+    return "".join(output.get("text", "") for output in cell.outputs if output.output_type == "stream")
+
+
+def test_every_committed_notebook_runs_top_to_bottom(executed, wheelhouse, repo_root):
+    packages = len(runtime.lock_packages(wheelhouse / "requirements.lock"))
+    committed = sorted(path.relative_to(repo_root / "notebooks").with_suffix("").as_posix()
+                       for path in (repo_root / "notebooks").glob("*/*.ipynb"))
+    assert committed and set(committed) <= set(executed)
+    for name in committed:
+        notebook = executed[name]["notebook"]
+        assert all(not any(o.output_type == "error" for o in cell.get("outputs", [])) for cell in notebook.cells)
+        assert f"holds exactly the lock's {packages} packages" in outputs(notebook, "environment")
+        assert "offline, from the wheelhouse" in outputs(notebook, "environment")
+        run = outputs(notebook, "run")
+        assert "%|" in run and "test accuracy" in run  # the recipe's live progress bar and its summary
+        # the report, embedded: the table next to the published numbers, and the plot
+        result = next(cell for cell in notebook.cells if cell.id == "result")
+        shown = [output.data for output in result.outputs if output.output_type == "display_data"]
+        assert any("# envkit comparison report" in data.get("text/markdown", "") for data in shown)
+        assert any("image/png" in data for data in shown)
+        # one results file per run of the experiment (E3: four)
+        assert len(executed[name]["results"]) == len(notebook.metadata.envkit.runs)
+    assert any("published (Colab 2020" in output.data.get("text/markdown", "")  # E1's notebooks: the published numbers
+               for output in next(c for c in executed["colab-tpu/tpu-mnist-single"]["notebook"].cells if c.id == "result").outputs
+               if output.output_type == "display_data")
+
+
+def test_results_carry_the_notebooks_provenance_and_validate(executed, wheelhouse, repo_root):
+    schema = json.loads((repo_root / "envkit" / "data" / "results.schema.json").read_text())
+    cpu_lock = runtime.lock_packages(wheelhouse / "requirements.lock")
+    for name, run in executed.items():
+        for path in run["results"][1:]:
+            jsonschema.validate(json.loads(path.read_text()), schema)
+        document = json.loads(run["results"][0].read_text())
+        jsonschema.validate(document, schema)
+        block = document["notebook"]
+        settings = {key: value for key, value in block.items() if key in ("platform", "accelerator", "target", "experiment")}
+        meta = run["notebook"].metadata.envkit
+        assert settings == {"platform": meta.platform, "accelerator": meta.accelerator, "target": meta.target,
+                            "experiment": meta.experiment}
+        assert block["cpu_mode"] is True and block["found"] == "no accelerator (CPU only)"
+        assert block["files"]["requirements.lock"] == meta.files["requirements.lock"]  # the lock it was rendered with
+        assert block["runtime"]["python"] == ".".join(map(str, sys.version_info[:3]))
+        if block["packages"] == "lock":
+            assert block["lock_sha256"] == document["environment"]["lock_sha256"] == runtime.sha256_of(wheelhouse / "requirements.lock")
+            assert block["installer"].startswith("uv ") and block["lock_differences"] is None
+            # exactly the lock: every distribution the recipe's interpreter had
+            assert document["environment"]["distributions"] == sorted(f"{n}=={v}" for n, v in cpu_lock.items())
+        else:
+            # the kernel's own packages: not the notebook's lock (this kernel's venv may name its own, envkit venv's)
+            assert document["environment"]["lock_sha256"] != block["lock_sha256"] and block["installer"] is None
+
+
+def test_report_reads_notebook_and_image_results_together(executed, tmp_path, capsys):
+    for run in executed.values():
+        shutil.copy(run["results"][0], tmp_path / f"{run['results'][0].stem}-{len(list(tmp_path.iterdir()))}.json")
+    shutil.copy(IMAGE_RESULT, tmp_path / IMAGE_RESULT.name)
+    assert main(["report", str(tmp_path)]) == 0
+    report = capsys.readouterr().out
+    assert "| tpu ×1 |" in report and "image envkit-tpu-vm:0123456789ab" in report  # the image's run
+    for label in ("colab v5e-1 CPU mode, lock", "colab T4 CPU mode, lock", "kaggle TpuV5E8 CPU mode, lock"):
+        assert f"| cpu ×1 ({label}) |" in report
+
+
+def test_two_notebooks_lesson_lock_and_runtime_are_two_environments(executed, tmp_path, capsys):
+    lock = executed["colab-tpu/tpu-mnist-single"]["results"][0]
+    on_runtime = executed["colab-tpu/tpu-mnist-single-runtime"]["results"][0]
+    shutil.copy(lock, tmp_path / "lock.json")
+    shutil.copy(on_runtime, tmp_path / "runtime.json")
+    assert main(["report", str(tmp_path), "--format", "json"]) == 0
+    rows = {row["configuration"]: row["env"] for row in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows == {"cpu ×1 (colab v5e-1 CPU mode, lock)": "A", "cpu ×1 (colab v5e-1 CPU mode, runtime packages)": "B"}
+    assert main(["report", str(tmp_path), "--strict"]) == 2
+    assert "differ in torch and lock_sha256" in capsys.readouterr().err
+    # the runtime run says how its packages differ from the lock, and envkit diff names them
+    differences = json.loads(on_runtime.read_text())["notebook"]["lock_differences"]
+    torch_here = next(entry for entry in differences if entry["package"] == "torch")
+    assert torch_here["lock"] == "2.13.0+cpu" and torch_here["runtime"] != "2.13.0+cpu"
+    assert main(["diff", str(tmp_path / "lock.json"), str(tmp_path / "runtime.json")]) == 1
+    diff = capsys.readouterr().out
+    assert f"torch: 2.13.0+cpu -> {torch_here['runtime']}" in diff and "python packages: " in diff

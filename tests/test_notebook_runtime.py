@@ -1,0 +1,181 @@
+"""The code every notebook runs (envkit/notebook/runtime.py): its runtime check with every accelerator it must
+recognise and refuse, its file check, and both as one line inside a real kernel (nbclient + ipykernel)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from envkit.notebook import builder, runtime
+from envkit.project.notebook_platforms import load_platforms
+
+# What nvidia-smi calls each GPU model the platforms offer.
+GPU_NAMES = {"T4": "Tesla T4", "P100": "Tesla P100-PCIE-16GB", "L4": "NVIDIA L4", "A100": "NVIDIA A100-SXM4-40GB",
+             "H100": "NVIDIA H100 80GB HBM3", "RTX PRO 6000": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}
+ACCELERATORS = [(platform.name, name) for platform in load_platforms().platforms.values() for name in platform.accelerators]
+
+
+def hardware(device: dict) -> tuple[list[tuple[str, str]], list[str]]:
+    """(TPU chips as PCI (device id, subsystem id), GPU names) of a host with exactly ``device``."""
+    if "tpu" in device:
+        key = next(key for key, entry in load_platforms().tpu_chips.items() if entry["chip"] == device["tpu"])
+        device_id, _, subsystem = key.partition(":")
+        return [(device_id, subsystem or "0x00ab")] * device["chips"], []
+    return [], [GPU_NAMES[device["gpu"]]] * device["count"]
+
+
+def fake_host(root: Path, chips: list[tuple[str, str]], gpus: list[str]) -> tuple[Path, str]:
+    """A sysfs PCI folder (a virtio NIC, Google's gVNIC, the TPU chips) and an nvidia-smi that lists ``gpus``."""
+    pci = root / "pci"
+    devices = [("0x1af4", "0x1041", "0x1041"), ("0x1ae0", "0x0042", "0x0058")] + [("0x1ae0", d, s) for d, s in chips]
+    for index, (vendor, device, subsystem) in enumerate(devices):
+        folder = pci / f"0000:00:{index:02x}.0"
+        folder.mkdir(parents=True)
+        for name, value in (("vendor", vendor), ("device", device), ("subsystem_device", subsystem)):
+            (folder / name).write_text(value + "\n")
+    smi = root / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n" + "".join(f"echo '{name}'\n" for name in gpus))
+    smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
+    return pci, str(smi)
+
+
+def settings(platform: str, accelerator: str) -> dict:
+    found = load_platforms().platforms[platform]
+    return builder.runtime_settings(found, found.accelerators[accelerator])
+
+
+@pytest.fixture(autouse=True)
+def not_cpu_mode(monkeypatch):
+    monkeypatch.delenv(runtime.CPU_MODE, raising=False)
+
+
+@pytest.mark.parametrize(("platform", "accelerator"), ACCELERATORS)
+def test_recognises_its_accelerator_and_refuses_every_other(tmp_path, capsys, platform, accelerator):
+    wanted = settings(platform, accelerator)
+    pci, smi = fake_host(tmp_path / "own", *hardware(wanted["device"]))
+    found = runtime.check_runtime(wanted, pci, smi)
+    assert found["found"] != "no accelerator (CPU only)"
+    assert f"accelerator: {found['found']}, as {wanted['platform_title']}'s {wanted['label']} needs" in capsys.readouterr().out
+    others = {repr(entry.device): entry.device for p in load_platforms().platforms.values()
+              for entry in p.accelerators.values() if not _fits(entry.device, wanted["device"])}
+    for index, device in enumerate([None, *others.values()]):
+        pci, smi = fake_host(tmp_path / f"other{index}", *(hardware(device) if device else ([], [])))
+        with pytest.raises(runtime.NotebookStop) as refused:
+            runtime.check_runtime(wanted, pci, smi)
+        message = str(refused.value)
+        assert "\n" not in message and message.startswith("this runtime has ")
+        assert message.endswith(f"but this notebook runs on {wanted['platform_title']}'s {wanted['label']}: {wanted['select']}")
+
+
+def _fits(device: dict, wanted: dict) -> bool:
+    """Hardware that satisfies ``wanted`` too (Kaggle's T4 is Colab's T4): not a refusal case."""
+    if "tpu" in wanted:
+        return device == wanted
+    return device.get("gpu") == wanted["gpu"] and device["count"] >= wanted["count"]
+
+
+def test_a_gpu_model_is_a_whole_word(tmp_path):
+    pci, smi = fake_host(tmp_path, [], ["NVIDIA L40S"])
+    with pytest.raises(runtime.NotebookStop, match=r"^this runtime has NVIDIA L40S ×1, but this notebook runs on Google "
+                                                   r"Colab's L4 GPU: Runtime > Change runtime type"):
+        runtime.check_runtime(settings("colab", "L4"), pci, smi)
+
+
+def test_kaggle_says_where_its_accelerator_is_chosen(tmp_path):
+    pci, smi = fake_host(tmp_path, *hardware({"tpu": "v3", "chips": 4}))
+    with pytest.raises(runtime.NotebookStop) as refused:
+        runtime.check_runtime(settings("kaggle", "TpuV5E8"), pci, smi)
+    assert str(refused.value) == ("this runtime has TPU v3 ×4, but this notebook runs on Kaggle's TPU v5e-8: Settings > "
+                                  "Accelerator > TPU v5e-8 in the notebook editor (kaggle kernels push: machine_shape "
+                                  "TpuV5E8 in kernel-metadata.json)")
+
+
+def test_the_runtime_is_recorded_and_compared_with_envkits_data(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab_20260819-060000_RC00")
+    pci, smi = fake_host(tmp_path, *hardware({"tpu": "v5e", "chips": 1}))
+    found = runtime.check_runtime(settings("colab", "v5e-1"), pci, smi)
+    assert found["version"] == {"COLAB_RELEASE_TAG": "release-colab_20260819-060000_RC00"}
+    assert set(found["packages"]) == {"torch", "torch_xla", "libtpu"} and found["packages"]["torch_xla"] is None
+    out = capsys.readouterr().out
+    assert "runtime version: COLAB_RELEASE_TAG=release-colab_20260819-060000_RC00" in out
+    # this kernel is not Colab's TPU runtime: the drift from envkit's data is said
+    assert "torch_xla 2.9.0 -> none" in out and "the runtime changed" in out
+
+
+def test_cpu_mode_records_but_does_not_check(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(runtime.CPU_MODE, str(tmp_path))
+    pci, smi = fake_host(tmp_path / "host", [], [])
+    assert runtime.check_runtime(settings("kaggle", "TpuV5E8"), pci, smi)["found"] == "no accelerator (CPU only)"
+    assert "(CPU mode: Kaggle's TPU v5e-8 is not checked)" in capsys.readouterr().out
+
+
+def test_an_edited_file_is_one_line_naming_the_rerender(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "mnist.py").write_text("print('edited')\n")
+    files = {"recipes": {"recipes/mnist.py": "0" * 64}}
+    with pytest.raises(runtime.NotebookStop) as stopped:
+        runtime.check_files({"files": files, "rerender": "envkit notebook tpu-mnist --target kaggle-tpu"}, "recipes")
+    assert str(stopped.value).startswith("recipes/mnist.py changed since this notebook was rendered (sha256 ")
+    assert str(stopped.value).endswith("rendered 000000000000): re-render the notebook with "
+                                       "`envkit notebook tpu-mnist --target kaggle-tpu`")
+
+
+def test_lock_packages_reads_a_requirements_lock(repo_root):
+    packages = runtime.lock_packages(repo_root / "notebooks" / "colab-tpu" / "requirements.lock")
+    assert packages["torch"] == "2.9.0" and packages["torch-xla"] == "2.9.0" and packages["libtpu"] == "0.0.21"
+
+
+def test_without_uv_a_lock_for_another_python_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(runtime.INSTALLER, "pip")
+    (tmp_path / "requirements.lock").write_text("tqdm==4.67.1 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+    with pytest.raises(runtime.NotebookStop, match=r"^the lock is for Python 3\.2 and this runtime has 3\.\d+: uv "
+                                                   r"provides that Python, but uv is not installed here"):
+        runtime.create_environment({"lock": {"path": "requirements.lock", "python": "3.2"}})
+
+
+# ---- inside a real kernel -----------------------------------------------------------
+
+
+def committed_cells(repo_root: Path, notebook: str, ids: list[str]) -> nbformat.NotebookNode:
+    """The committed notebook with only its cells ``ids``, in its order."""
+    full = nbformat.read(repo_root / "notebooks" / notebook, as_version=4)
+    full.cells = [cell for cell in full.cells if cell.id in ids]
+    return full
+
+
+def execute_until_stopped(notebook: nbformat.NotebookNode, work: Path, monkeypatch) -> list[str]:
+    """Run it in a fresh ipykernel as "Run all" does; the error lines of the cell that stopped it."""
+    monkeypatch.setenv("ENVKIT_NOTEBOOK_WORK", str(work))
+    with pytest.raises(CellExecutionError):  # the cell fails, so "Run all" stops there
+        NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
+    stopped = next(cell for cell in notebook.cells if any(o.output_type == "error" for o in cell.get("outputs", [])))
+    assert stopped is notebook.cells[-1]
+    return next(o for o in stopped.outputs if o.output_type == "error").traceback
+
+
+def test_in_the_notebook_the_wrong_accelerator_is_one_line_with_the_fix(repo_root, tmp_path, monkeypatch):
+    # This machine has no TPU: the committed Colab notebook's runtime check stops with the menu path.
+    notebook = committed_cells(repo_root, "colab-tpu/tpu-mnist-single.ipynb",
+                               ["settings", "file-envkit-notebook-py", "runtime-check"])
+    assert execute_until_stopped(notebook, tmp_path, monkeypatch) == [
+        "envkit: this runtime has no accelerator (CPU only), but this notebook runs on Google Colab's v5e-1 TPU: "
+        "Runtime > Change runtime type > Hardware accelerator: v5e-1 TPU, then Runtime > Run all"]
+
+
+def test_in_the_notebook_an_edited_recipe_cell_is_one_line(repo_root, tmp_path, monkeypatch):
+    monkeypatch.setenv(runtime.CPU_MODE, str(tmp_path / "no-wheels"))  # the runtime check passes: only files matter
+    notebook = committed_cells(repo_root, "kaggle-tpu/tpu-mnist.ipynb",
+                               ["settings", "file-envkit-notebook-py", "runtime-check", "file-recipes-mnist-py", "recipe-check"])
+    recipe = next(cell for cell in notebook.cells if cell.id == "file-recipes-mnist-py")
+    recipe.source = recipe.source.replace("def ", "def  ", 1)
+    [line] = execute_until_stopped(notebook, tmp_path / "work", monkeypatch)
+    assert line.startswith("envkit: recipes/mnist.py changed since this notebook was rendered (sha256 ")
+    assert line.endswith("re-render the notebook with `envkit notebook tpu-mnist --target kaggle-tpu`")
