@@ -226,5 +226,6 @@ load: | $(ENVKIT) ## verify FILE (a saved .tar.gz or its manifest) and load it
 prune: | $(ENVKIT) ## remove TARGET's older images, never latest (KEEP=N spares the N newest; DRY_RUN=1 lists)
 	$(DRY)$(ENVKIT) prune $(TARGET) $(if $(KEEP),--keep $(KEEP)) $(DRY_FLAG)
 
+# --durations: what each image build and cluster costs, in every CI log.
 test: | $(ENVKIT) ## the whole test suite, integration tests included
-	$(VENV)/bin/pytest --slow
+	$(VENV)/bin/pytest --slow --durations=30

@@ -384,7 +384,7 @@ def test_report_and_test_targets(project):
         ".venv/bin/envkit compare --results-dir /r --epochs 1 --dataset fake"
     ]
     assert dry_run(project, "demo") == [".venv/bin/envkit demo"]
-    assert dry_run(project, "test") == [".venv/bin/pytest --slow"]
+    assert dry_run(project, "test") == [".venv/bin/pytest --slow --durations=30"]
 
 
 def test_an_experiment_stops_before_building_when_the_host_cannot_run_it(project, tmp_path, repo_root):
