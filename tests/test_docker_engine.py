@@ -433,6 +433,14 @@ def swap_words(command: list[str], swaps: dict[tuple[str, ...], tuple[str, ...] 
     return command
 
 
+def build_committed(target: str, base_image: str, repo_root: Path) -> str:
+    """``envkit build TARGET`` of the checkout's files, as the committed fixture below builds them: a second call
+    in one session (tests/test_slurm.py runs the cuda image) is Docker's cache, not a second build."""
+    trust = ["--ca-cert", str(HOST_CA_BUNDLE)] if HOST_CA_BUNDLE.is_file() else []
+    return envkit("build", target, "--config", str(repo_root / "envkit.yaml"), "--base-image", base_image, *trust,
+                  cwd=repo_root).stdout.strip()
+
+
 @pytest.fixture(scope="session", params=locked_targets(Path(__file__).resolve().parent.parent))
 def committed(request, client, base_image, repo_root) -> tuple[str, str]:
     """A committed target's image, built once per session as a user builds it: the checkout's
@@ -446,10 +454,7 @@ def committed(request, client, base_image, repo_root) -> tuple[str, str]:
     such a proxy does).
     """
     target = request.param
-    trust = ["--ca-cert", str(HOST_CA_BUNDLE)] if HOST_CA_BUNDLE.is_file() else []
-    tag = envkit("build", target, "--config", str(repo_root / "envkit.yaml"), "--base-image", base_image, *trust,
-                 cwd=repo_root).stdout.strip()
-    yield target, tag
+    yield target, build_committed(target, base_image, repo_root)
     # Each recipe change makes a new image of several GB: keep the latest only.
     shutil.rmtree(staging_path(repo_root, target), ignore_errors=True)
     envkit("prune", target, "--config", str(repo_root / "envkit.yaml"), cwd=repo_root)

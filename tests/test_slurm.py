@@ -1,6 +1,6 @@
 """A real two-node Slurm cluster on this machine runs recipes/cifar.py DDP through sbatch: in the host's Python
 (issue 15 §3, ~1 min), and in the image under podman, pulled by the digest envkit push recorded (issue 20 §5;
-~10 min cold, most of it the 6 GB image: build ~3.5 min with its wheels, push ~4.5 min, pull ~1.5 min).
+most of it moving the committed cuda image, 7.4 GB, through a registry: push ~5 min, pull ~2 min).
 
 Debian's munged, slurmctld and slurmd in network namespaces (tests/multihost.py);
 ``sbatch --wait`` submits the job and returns its exit code, with no accounting.
@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -25,7 +25,7 @@ from multihost import (  # noqa: E402, F401 - two_node_slurm is a fixture
     NODE_INTERFACE, PROJECT, SlurmCluster, podman_of_its_own, slurm_job_script, two_node_slurm,
 )
 from test_cifar_ddp import TRAINING, data_dir, only_results  # noqa: E402, F401 - data_dir is a fixture
-from test_docker_engine import base_image, client, envkit, manifest_digest, registry  # noqa: E402, F401 - fixtures too
+from test_docker_engine import base_image, build_committed, client, envkit, manifest_digest, registry  # noqa: E402, F401 - fixtures too
 
 pytestmark = pytest.mark.slow
 
@@ -70,49 +70,37 @@ def test_sbatch_runs_ddp_on_both_nodes_and_returns_the_exit_code(tmp_path, data_
 
 # ------------------------------------------------------------------ the image, by digest, under podman
 
-# The cpu target's pins at a torch whose torchvision loads here. The committed cpu target installs PyTorch's
-# +cpu builds, from an index this machine cannot reach; PyPI's torchvision needs PyPI's torch (a CUDA build,
-# which trains on the CPU as well), so the image is about 6 GB.
+# The cpu target's name on the committed cuda target's image. The committed cpu target installs PyTorch's +cpu
+# builds, from an index this machine cannot reach; the cuda image holds PyPI's torch and torchvision (a CUDA build,
+# which trains on the CPU as well), and the engine tests built it earlier in the session, so it costs no build here.
 PODMAN_TARGET = "podman-cpu"
+STAND_IN_TARGET = "cuda"
 PODMAN_CONFIG = f"""targets:
   {PODMAN_TARGET}:
     kind: cpu
-    torch: "2.14.1"
+    torch: "2.9.0"
     python: "3.11"
-"""
-# Stands in for the rendered Dockerfile, which pins the +cpu builds: the same pins from PyPI, the same layout.
-STAND_IN_DOCKERFILE = """ARG BASE_IMAGE
-FROM ${BASE_IMAGE}
-RUN python3 -m venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN --mount=type=bind,source=wheels,target=/wheels pip install --no-cache-dir --no-index --find-links /wheels {pins}
-COPY recipes/ /opt/envkit/recipes/
-WORKDIR /workspace
 """
 FAKE_DATA = ["--dataset", "fake", "--epochs", "1", "--image-size", "32", "--global-batch", "16", "--fake-train-size", "64",
              "--fake-test-size", "32", "--quiet", "--show-scatter"]
 
 
 @pytest.fixture(scope="module")
-def podman_image(tmp_path_factory, client, base_image) -> tuple[Path, str]:
-    """A project whose cpu target's image (``envkit build``) can run recipes/cifar.py here; its content tag."""
-    from envkit.project.config import load_config
-
+def podman_image(tmp_path_factory, client, base_image, repo_root) -> Iterator[tuple[Path, str]]:
+    """A project whose cpu target's image is the committed cuda image under envkit-podman-cpu; its content tag."""
     project = tmp_path_factory.mktemp("podman-project")
     shutil.copytree(PROJECT / "templates", project / "templates")
     shutil.copytree(PROJECT / "recipes", project / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
     (project / "envkit.yaml").write_text(PODMAN_CONFIG)
     envkit("render", "--all", cwd=project)
-    target = load_config(project / "envkit.yaml").target(PODMAN_TARGET)
-    pins = [pin.replace(f"+{target.torch_variant}", "") for pin in target.requirements()]
-    (project / "docker" / PODMAN_TARGET / "Dockerfile").write_text(STAND_IN_DOCKERFILE.replace("{pins}", shlex.join(pins)))
-    wheels = tmp_path_factory.mktemp("podman-wheels")
-    downloaded = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest", str(wheels), *pins],
-                                capture_output=True, text=True)
-    assert downloaded.returncode == 0, downloaded.stderr[-2000:]
-    built = envkit("build", PODMAN_TARGET, "--base-image", base_image, "--wheelhouse", str(wheels), cwd=project)
-    shutil.rmtree(wheels)
-    return project, built.stdout.strip()
+    built = build_committed(STAND_IN_TARGET, base_image, repo_root)  # envkit-cuda:<content tag>
+    image, tag = client.images.get(built), built.split(":")[1]
+    names = [f"envkit-{PODMAN_TARGET}:{tag}", f"envkit-{PODMAN_TARGET}:latest"]
+    for name in names:
+        image.tag(*name.split(":"))
+    yield project, names[0]
+    for name in names:
+        client.images.remove(name)
 
 
 def test_podman_job_runs_the_pushed_image_by_digest_on_both_nodes(request, tmp_path, client, podman_image, registry, two_node_slurm):
@@ -131,7 +119,7 @@ def test_podman_job_runs_the_pushed_image_by_digest_on_both_nodes(request, tmp_p
     for reference in pushed[:2]:
         client.images.remove(reference)
 
-    # The registry's copy (3 GB) goes as soon as podman has the image, and is never kept with pytest's
+    # The registry's copy (7 GB) goes as soon as podman has the image, and is never kept with pytest's
     # last temporary directories.
     registry_copy = tmp_path / "store"
     request.addfinalizer(lambda: shutil.rmtree(registry_copy, ignore_errors=True))
