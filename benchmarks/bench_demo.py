@@ -5,7 +5,7 @@
 Issue 6 promises the CPU-only demo (render; MNIST on eager CPU; CIFAR one process vs
 DDP over 2 gloo processes; report and plot) "in a few minutes": the target here is
 300 s. The steps run exactly as `envkit demo --no-docker` runs them, in a copy of
-envkit.yaml, templates/ and recipes/ so the checkout's docker/ and results/ stay
+envkit.yaml, templates/, recipes/, docker/ and notebooks/, so the checkout's docker/ and results/ stay
 untouched. Printed: seconds per step, the total, total / target, and the demo's own
 DDP-vs-one-process speed-up from its report (measured in the same run).
 """
@@ -32,7 +32,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="envkit-bench-demo-") as scratch:
         project = Path(scratch)
         shutil.copy(ROOT / "envkit.yaml", project / "envkit.yaml")
-        for part in ("templates", "recipes"):
+        for part in ("templates", "recipes", "docker", "notebooks"):  # as a clone has them: notebooks need their locks
             shutil.copytree(ROOT / part, project / part)
         config = project / "envkit.yaml"
         results = project / "results" / "demo"

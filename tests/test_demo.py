@@ -203,9 +203,9 @@ def test_step_environment_reaches_the_command(tmp_path):
 @pytest.mark.slow
 def test_demo_runs_end_to_end_without_docker(repo_root, tmp_path, monkeypatch, capfd):
     """The real thing on this machine: render, recipes on CPU (MNIST; CIFAR one process vs DDP over gloo), report, plot."""
-    project = tmp_path / "project"  # a copy, so rendering does not touch the checkout's docker/
+    project = tmp_path / "project"  # a copy as a clone has it, so rendering does not touch the checkout's docker/
     project.mkdir()
-    for part in ("envkit.yaml", "templates", "recipes"):
+    for part in ("envkit.yaml", "templates", "recipes", "docker", "notebooks"):
         copy = shutil.copytree if (repo_root / part).is_dir() else shutil.copy
         copy(repo_root / part, project / part)
     monkeypatch.chdir(project)
