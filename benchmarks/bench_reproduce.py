@@ -74,13 +74,13 @@ def before_checkout(revision: str, directory: Path) -> Path:
 
 
 def image_sizes(client) -> list[tuple[str, str]]:
-    """Each target of the checkout's envkit.yaml: the size of its latest image, where the engine
+    """Each image target of the checkout's envkit.yaml (notebook targets have none): the size of its latest image, where the engine
     has one built from the committed docker/<target>/Dockerfile (the same config-hash label)."""
     from envkit.image.build import LATEST, find_image, repository
     from envkit.project.config import load_config
 
     rows = []
-    for name in load_config(REPO / "envkit.yaml").targets:
+    for name in load_config(REPO / "envkit.yaml").images:
         image = find_image(client, f"{repository(name)}:{LATEST}")
         rendered = re.search(r'io\.envkit\.config-hash="([0-9a-f]+)"', (REPO / "docker" / name / "Dockerfile").read_text())
         committed = image is not None and rendered and (image.labels or {}).get("io.envkit.config-hash") == rendered.group(1)
