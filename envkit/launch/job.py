@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from envkit.errors import EnvkitError
+from envkit.lock.base_digest import split_reference
 from envkit.project.experiments import check_recipe_args
 
 # Where the image keeps the recipes and mounts data and results (as run.sh does).
@@ -123,9 +124,9 @@ class Job:
         """What the results record as environment.image, .image_id and .image_digest (recipes/harness/records.py).
 
         A name@sha256: reference carries its manifest digest, as run.sh finds it for the engine it runs."""
-        digest = self.image.partition("@")[2]
+        digest = split_reference(self.image)[1]
         return ((("ENVKIT_IMAGE", self.image),) + ((("ENVKIT_IMAGE_ID", self.image_id),) if self.image_id else ())
-                + ((("ENVKIT_IMAGE_DIGEST", digest),) if digest.startswith("sha256:") else ()))
+                + ((("ENVKIT_IMAGE_DIGEST", digest),) if digest and digest.startswith("sha256:") else ()))
 
     def image_notes(self) -> tuple[str, ...]:
         """For engines whose nodes pull the image: say so when it names no registry."""
