@@ -139,7 +139,7 @@ def _build_with_buildah(root: Path, target, options: BuildOptions) -> BuiltImage
     """
     buildah.cli()  # no buildah: one line before anything is staged
     repo = repository(target.name)
-    client = _engine_or_none()
+    client = engine_or_none()
     with staging_area(root, target.name) as context:
         stage_context(root, target, options, context)
         args = build_args_for(options, git_revision(root), source_date_epoch(root, target.name))
@@ -163,7 +163,8 @@ def _build_with_buildah(root: Path, target, options: BuildOptions) -> BuiltImage
                       builder="buildah", digest=stored.digest, where=where)
 
 
-def _engine_or_none():
+def engine_or_none():
+    """The Docker engine, or None where none answers (buildah works without one)."""
     try:
         return connect_docker()
     except EnvkitError:
@@ -213,7 +214,7 @@ def rebuild_as(root: Path, target, options: BuildOptions, scratch_tag: str) -> t
         args = build_args_for(options, git_revision(root), source_date_epoch(root, target.name))
         content_tag = f"{repository(target.name)}:{context_digest(context, args, options.builder)[:TAG_HEX]}"
         if options.builder == "buildah":
-            _base_into_buildah(base_image(context, args), _engine_or_none())
+            _base_into_buildah(base_image(context, args), engine_or_none())
             command = buildah.bud_command(context, args, (scratch_tag,), no_cache=True)
             _stream_build(command, os.environ, f"buildah bud of {scratch_tag}")
             return content_tag, buildah.find(scratch_tag).image_id

@@ -78,13 +78,13 @@ def judge(current: Inventory, rebuilt: Inventory, digests: tuple[str | None, str
 def verify(root, target, options, builder: str | None = None) -> Verdict:
     """Rebuild ``target`` with ``builder``, by default the one that made its current image, and compare."""
     from envkit.image import buildah
-    from envkit.image.build import LATEST, repository
+    from envkit.image.build import LATEST, engine_or_none, find_image, repository
 
     repo = repository(target.name)
     if builder is None:
         # The builder that made the Docker engine's latest image; buildah labels what it builds.
-        client = _engine_or_none()
-        image = _find(client, f"{repo}:{LATEST}") if client is not None else None
+        client = engine_or_none()
+        image = find_image(client, f"{repo}:{LATEST}") if client is not None else None
         if image is not None:
             builder = "buildah" if buildah.VERSION_LABEL in (image.labels or {}) else "docker"
         elif buildah.available() and buildah.find(f"{repo}:{LATEST}") is not None:
@@ -93,21 +93,6 @@ def verify(root, target, options, builder: str | None = None) -> Verdict:
             builder = "docker"  # its one line says how to build the target, or how to start an engine
     options = dataclasses.replace(options, builder=builder)
     return _verify_buildah(root, target, options) if builder == "buildah" else _verify_docker(root, target, options)
-
-
-def _engine_or_none():
-    from envkit.support.docker_client import connect_docker
-
-    try:
-        return connect_docker()
-    except EnvkitError:
-        return None
-
-
-def _find(client, reference: str):
-    from envkit.image.build import find_image
-
-    return find_image(client, reference)
 
 
 def _same_inputs(content_tag: str, rebuilt_tag: str) -> None:

@@ -111,12 +111,16 @@ def _docker(job: jobs.Job) -> list[str]:
     return [*exports, line(*_srun(), *wrap, hosts.run_sh(job), job.recipe, *hosts.recipe_args(job))]
 
 
-def _binds(job: jobs.Job) -> str:
+def _bind_pairs(job: jobs.Job) -> list[str]:
     pairs = ((job.data_dir, jobs.CONTAINER_DATA), (job.results_dir, jobs.CONTAINER_RESULTS))
     for host_path, _ in pairs:
         if "," in host_path or ":" in host_path:
             raise EnvkitError(f"{host_path!r}: a bind-mounted directory cannot contain ',' or ':'; choose another --data-dir/--results-dir")
-    return ",".join(f"{host_path}:{inside}" for host_path, inside in pairs)
+    return [f"{host_path}:{inside}" for host_path, inside in pairs]
+
+
+def _binds(job: jobs.Job) -> str:
+    return ",".join(_bind_pairs(job))
 
 
 def _pyxis(job: jobs.Job) -> list[str]:
@@ -172,7 +176,7 @@ def _podman(job: jobs.Job) -> list[str]:
         flags += [Raw('${userns[@]+"${userns[@]}"}'), "--user", Raw('"$(id -u):$(id -g)"'), "-e", "HOME=/tmp"]
     flags += [word for key, value in settings.env.items() for word in ("-e", f"{key}={value}")]
     flags += [word for key, _ in (*job.image_env(), *job.env) for word in ("-e", key)]
-    flags += [word for pair in _binds(job).split(",") for word in ("-v", pair)]
+    flags += [word for pair in _bind_pairs(job) for word in ("-v", pair)]
     wrap = ["bash", "-c", STEP_DEVICES] if job.kind == "cuda" else []
     return [
         *_exports(job.image_env()),
