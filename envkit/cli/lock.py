@@ -69,7 +69,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
         from envkit.lock.lockfile import lock_status
 
         statuses = [lock_status(config, name) for name in names]
-        return _report(statuses, f"--target {statuses[0].target}" if len(statuses) == 1 else "--all")
+        return _report(statuses, "--all")  # one stale lock is named with its own command
     from envkit.lock.resolve import lock_targets
 
     # The Dockerfile records the lock's sha256, so render follows: make re-renders by itself

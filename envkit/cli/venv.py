@@ -61,7 +61,7 @@ def _requirements_lock(args: argparse.Namespace):
     if lock is not None and lock.inputs_sha256 != inputs.digest():
         raise EnvkitError(f"{lock_path} is stale ({args.requirements} changed since it was locked); "
                           f"run `envkit lock --requirements {args.requirements}`")
-    torch_index = (args.torch_index_url or inputs.torch_index) if inputs.torch_index else None
+    torch_index = inputs.torch_index_for(args.torch_index_url)
     names = [r for r in inputs.requirements if "+" in r]
     sources = Sources(None, tuple(project_pages(torch_index, names)) if torch_index else ())
     default_path = Path(f".venv-{args.requirements.stem}")
@@ -100,10 +100,11 @@ def _target_lock(args: argparse.Namespace):
     if lock is None:
         raise EnvkitError(f"target {target.name} is unlocked: {relative} does not exist; lock it with "
                           f"`envkit lock --target {target.name}` where its indexes answer")
-    if lock.inputs_sha256 != lock_inputs(target).digest():
+    inputs = lock_inputs(target)
+    if lock.inputs_sha256 != inputs.digest():
         raise EnvkitError(f"target {target.name}: {relative} is stale (envkit.yaml changed since it was locked); "
                           f"run `envkit lock --target {target.name}`")
     # find_links may name paths inside the image: only URLs and what exists here reach the host's installer.
     links = [link for link in target.find_links if "://" in link or Path(link).exists()]
-    sources = Sources(target.pip_index_url, tuple(torch_find_links(target, lock_inputs(target), args.torch_index_url) + links))
+    sources = Sources(target.pip_index_url, tuple(torch_find_links(target, inputs, args.torch_index_url) + links))
     return path, sources, config.root / f".venv-{target.name}"

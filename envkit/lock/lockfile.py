@@ -60,6 +60,11 @@ class LockInputs:
     # requirements/<name>.in, whose file name is ``target``).
     source: str = "target"
 
+    def torch_index_for(self, mirror: str | None) -> str | None:
+        """Where torch and torchvision come from: ``mirror`` stands in for PyTorch's index only where the
+        packages take torch from there at all."""
+        return (mirror or self.torch_index) if self.torch_index else None
+
     def digest(self) -> str:
         fields = asdict(self)
         if fields["source"] == "target":

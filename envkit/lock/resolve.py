@@ -72,7 +72,7 @@ def lock_requirements(files: list[Path], upgrade: list[str], torch_index_url: st
     _check_upgrade([requirements_lock_path(path) for path in files], upgrade, Path.cwd(), "the environment")
 
     def text(path: Path, previous: str | None, uv: tuple[str, ...]) -> str:
-        torch_index = (torch_index_url or inputs[path].torch_index) if inputs[path].torch_index else None
+        torch_index = inputs[path].torch_index_for(torch_index_url)
         body, command = _compile(inputs[path], previous, upgrade, torch_index, uv)
         return lock_header(inputs[path], None, command, body) + body
 
@@ -142,8 +142,7 @@ def _target_text(
     torch_index_url: str | None,
     uv: tuple[str, ...],
 ) -> str:
-    # A mirror stands in for PyTorch's index only where the target takes torch from there.
-    torch_index = (torch_index_url or inputs.torch_index) if inputs.torch_index else None
+    torch_index = inputs.torch_index_for(torch_index_url)
     try:
         body, command = _compile(inputs, previous, upgrade, torch_index, uv)
     except TorchIndexUnreachable as exc:

@@ -140,10 +140,10 @@ def base_reference(target: Target, lock: LockFile | None) -> tuple[str, str | No
 def torch_find_links(target: Target, inputs: LockInputs, mirror: str | None = None) -> list[str]:
     """PyTorch's project pages for torch/torchvision (on ``mirror`` if given): locked or not, each package has one
     index, never an extra one."""
-    torch_index = inputs.torch_index
+    torch_index = inputs.torch_index_for(mirror)
     if torch_index is None:
         return []
-    return project_pages(mirror or torch_index, ["torch", *(["torchvision"] if target.torchvision else [])])
+    return project_pages(torch_index, ["torch", *(["torchvision"] if target.torchvision else [])])
 
 
 def project_pages(torch_index: str, requirements: list[str]) -> list[str]:
