@@ -167,7 +167,7 @@ def _runs(experiment: Experiment) -> list[dict]:
 
 
 def _commands(experiment: Experiment) -> list[str]:
-    return [" ".join(["python", f"recipes/{experiment.recipe}.py", *run["args"]]) for run in _runs(experiment)]
+    return [" ".join(["python", f"recipes/{experiment.recipe}.py", *run.argv]) for run in experiment.runs]
 
 
 def _device_text(accelerator) -> str:
