@@ -17,7 +17,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -114,13 +113,10 @@ def pull_from_docker(reference: str) -> None:
     _run("pull", "--quiet", f"docker-daemon:{reference}")
 
 
-def push(reference: str, destination: str) -> str:
+def push(reference: str, destination: str) -> None:
     """`buildah push` to a containers-image destination (``docker-daemon:NAME:TAG``,
-    ``docker://HOST/NAME:TAG``, ``docker-archive:PATH``, ...); returns the digest written there."""
-    with tempfile.TemporaryDirectory(prefix="envkit-buildah-") as scratch:
-        digest_file = Path(scratch) / "digest"
-        _run("push", "--quiet", "--digestfile", str(digest_file), reference, destination)
-        return digest_file.read_text().strip()
+    ``docker://HOST/NAME:TAG``, ``docker-archive:PATH``, ...)."""
+    _run("push", "--quiet", reference, destination)
 
 
 def tag(reference: str, *names: str) -> None:
