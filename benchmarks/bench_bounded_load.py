@@ -57,16 +57,28 @@ def hostile_files(directory: Path) -> dict[str, Path]:
 
 def refuse(config: Path) -> tuple[int, float, float, str]:
     """(exit status, CPU seconds, peak RSS in MiB, last stderr line) of `envkit targets --config`."""
+
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (LIMIT, LIMIT))
 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    with subprocess.Popen([sys.executable, "-m", "envkit", "targets", "--config", str(config)], env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=limit) as child:
+    with subprocess.Popen(
+        [sys.executable, "-m", "envkit", "targets", "--config", str(config)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=limit,
+    ) as child:
         stderr = child.stderr.read()
         _, status, usage = os.wait4(child.pid, 0)
         child.returncode = os.waitstatus_to_exitcode(status)
-    return child.returncode, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, (stderr.strip().splitlines() or [""])[-1]
+    return (
+        child.returncode,
+        usage.ru_utime + usage.ru_stime,
+        usage.ru_maxrss / 1024,
+        (stderr.strip().splitlines() or [""])[-1],
+    )
 
 
 def main() -> int:
@@ -82,8 +94,10 @@ def main() -> int:
         text = path.read_text()
         bounded = per_load_ms(parse_yaml, text, args.repeat)
         c_loader = per_load_ms(lambda t: yaml.load(t, Loader=yaml.CSafeLoader), text, args.repeat)
-        print(f"{path.relative_to(REPO)}: bounded {bounded:.3f} ms, yaml.CSafeLoader {c_loader:.3f} ms per load "
-              f"(+{bounded - c_loader:.3f} ms)")
+        print(
+            f"{path.relative_to(REPO)}: bounded {bounded:.3f} ms, yaml.CSafeLoader {c_loader:.3f} ms per load "
+            f"(+{bounded - c_loader:.3f} ms)"
+        )
     with tempfile.TemporaryDirectory() as scratch:
         for name, path in hostile_files(Path(scratch)).items():
             code, cpu, rss, line = refuse(path)

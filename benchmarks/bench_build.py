@@ -66,7 +66,9 @@ STEP = re.compile(r"^#(\d+) \[[^\]]*\d+/\d+\] (\S+)")
 
 
 def envkit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "envkit", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "envkit", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     if done.returncode != 0:
         sys.exit(f"bench_build: envkit {args[0]} failed:\n{done.stderr[-3000:]}")
     return done
@@ -90,7 +92,9 @@ def uv_variant(project: Path, target: str, wheelhouse: Path) -> str:
     """Make the rendered Dockerfile install its lock with uv; returns uv's version."""
     import uv
 
-    version = subprocess.run([uv.find_uv_bin(), "--version"], capture_output=True, text=True, check=True).stdout.split()[1]
+    version = subprocess.run(
+        [uv.find_uv_bin(), "--version"], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
     done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
                            "--dest", str(wheelhouse), f"uv=={version}"], capture_output=True, text=True)  # fmt: skip
     if done.returncode != 0:
@@ -122,7 +126,12 @@ def changed_layers(before: list[str], after: list[str]) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, default=REPO / "envkit.yaml", help="targets to build (templates and recipes are the checkout's)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=REPO / "envkit.yaml",
+        help="targets to build (templates and recipes are the checkout's)",
+    )
     parser.add_argument("--target", default="cpu")
     parser.add_argument("--recipe", default="mnist", help="recipe to edit (default: mnist)")
     parser.add_argument("--base-image", help="passed to envkit build")
@@ -143,8 +152,10 @@ def main() -> int:
         client = connect_docker()
     except EnvkitError as exc:
         sys.exit(f"bench_build: {exc}")
-    flags = [*(["--base-image", args.base_image] if args.base_image else []),
-             *(["--wheelhouse", str(args.wheelhouse.resolve())] if args.wheelhouse else [])]
+    flags = [
+        *(["--base-image", args.base_image] if args.base_image else []),
+        *(["--wheelhouse", str(args.wheelhouse.resolve())] if args.wheelhouse else []),
+    ]
 
     latest = f"{repository(args.target)}:{LATEST}"
     latest_before = next((image for image in client.images.list(name=latest)), None)
@@ -192,7 +203,9 @@ def main() -> int:
     if uv_cold:
         uv_version, uv_tag, uv_s, uv_size = uv_cold
         print(f"cold build, pip         {cold_s:7.1f} s   ({cold_tag}; pip install --require-hashes --no-deps)")
-        print(f"cold build, uv {uv_version:8} {uv_s:7.1f} s   ({uv_tag}; uv pip install --require-hashes --no-deps --compile-bytecode)")
+        print(
+            f"cold build, uv {uv_version:8} {uv_s:7.1f} s   ({uv_tag}; uv pip install --require-hashes --no-deps --compile-bytecode)"
+        )
         print(f"uv / pip                {uv_s / cold_s:7.3f}   (image {uv_size / 1e9:.2f} GB)")
     elif not args.skip_cold:
         print(f"cold build (--no-cache) {cold_s:7.1f} s   ({cold_tag})")
@@ -200,7 +213,9 @@ def main() -> int:
     print(f"rebuild after edit      {second_s:7.1f} s   ({second_tag})")
     if not args.skip_cold or uv_cold:
         print(f"rebuild / cold          {second_s / cold_s:7.3f}")
-    print(f"layers                  {len(second['RootFS']['Layers'])} total, {changed} changed (image layers vs the warm build)")
+    print(
+        f"layers                  {len(second['RootFS']['Layers'])} total, {changed} changed (image layers vs the warm build)"
+    )
     print(f"steps rebuilt           {len(rebuilt)}: {'; '.join(rebuilt)}")
     print(f"image size              {size_gb:7.2f} GB")
     print()

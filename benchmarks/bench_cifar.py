@@ -51,9 +51,13 @@ class PublishedStyleDataset(torch.utils.data.Dataset):
 
         self.images = images.permute(0, 2, 3, 1).numpy()  # HWC, as torchvision's CIFAR10 stores them
         self.labels = labels
-        self.transform = transforms.Compose([
-            transforms.Resize(image_size), transforms.ToTensor(), transforms.Normalize(cifar.CIFAR_MEAN, cifar.CIFAR_STD),
-        ])
+        self.transform = transforms.Compose(
+            [
+                transforms.Resize(image_size),
+                transforms.ToTensor(),
+                transforms.Normalize(cifar.CIFAR_MEAN, cifar.CIFAR_STD),
+            ]
+        )
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -112,8 +116,13 @@ class PublishedLoop:
         self.trainer = recipe_trainer(args)
         images, labels = cifar.fake_images(args.fake_train_size, seed=args.seed, sample_seed=args.seed + 1)
         generator = torch.Generator().manual_seed(args.seed)
-        self.loader = torch.utils.data.DataLoader(PublishedStyleDataset(images, labels, args.image_size),
-                                                  batch_size=args.global_batch, shuffle=True, drop_last=True, generator=generator)
+        self.loader = torch.utils.data.DataLoader(
+            PublishedStyleDataset(images, labels, args.image_size),
+            batch_size=args.global_batch,
+            shuffle=True,
+            drop_last=True,
+            generator=generator,
+        )
 
     def epoch(self, epoch: int) -> int:
         model, optimizer, device = self.trainer.model, self.trainer.optimizer, self.trainer.replicas.device
@@ -133,13 +142,15 @@ class PublishedLoop:
 def compare_loops(options, recipe_args: list[str]) -> None:
     args = cifar.parse_args(recipe_args)
     loops = [RecipeLoop(args), BareLoop(args), PublishedLoop(args)]
-    print(f"part 1: loops in one process | {args.model} {args.image_size} px | batch {args.global_batch} | "
-          f"{args.fake_train_size // args.global_batch} steps/epoch | device {options.device} | threads {torch.get_num_threads()} | "
-          f"1 warm-up + {options.repeats} timed epochs per loop")
+    print(
+        f"part 1: loops in one process | {args.model} {args.image_size} px | batch {args.global_batch} | "
+        f"{args.fake_train_size // args.global_batch} steps/epoch | device {options.device} | threads {torch.get_num_threads()} | "
+        f"1 warm-up + {options.repeats} timed epochs per loop"
+    )
     rates: dict[str, list[float]] = {loop.name: [] for loop in loops}
     for epoch in range(options.repeats + 1):
         # Rotate who goes first, so a loop never always follows the same neighbour.
-        for loop in loops[epoch % len(loops):] + loops[:epoch % len(loops)]:
+        for loop in loops[epoch % len(loops) :] + loops[: epoch % len(loops)]:
             start = time.perf_counter()
             steps = loop.epoch(epoch)
             seconds = time.perf_counter() - start
@@ -147,15 +158,19 @@ def compare_loops(options, recipe_args: list[str]) -> None:
                 rates[loop.name].append(steps * args.global_batch / seconds)
     best = {name: max(values) for name, values in rates.items()}
     for name, values in rates.items():
-        print(f"  {name:<10} {best[name]:8.1f} images/s best, {statistics.median(values):8.1f} median "
-              f"(epochs: {', '.join(f'{v:.1f}' for v in values)})")
+        print(
+            f"  {name:<10} {best[name]:8.1f} images/s best, {statistics.median(values):8.1f} median "
+            f"(epochs: {', '.join(f'{v:.1f}' for v in values)})"
+        )
     # Load from elsewhere only ever adds time, so each loop's best epoch is the closest to its own
     # speed (as timeit takes the minimum); the median of same-round ratios is shown beside it.
     ratio = best["recipe"] / best["bare"]
     round_ratio = statistics.median(r / b for r, b in zip(rates["recipe"], rates["bare"]))
     verdict = "meets" if 1 - ratio <= GOAL_OVERHEAD else "misses"
-    print(f"  recipe vs bare: {ratio:.3f}x best epochs ({1 - ratio:+.1%} overhead; goal <= {GOAL_OVERHEAD:.0%}: {verdict}); "
-          f"{round_ratio:.3f}x median of same-round ratios")
+    print(
+        f"  recipe vs bare: {ratio:.3f}x best epochs ({1 - ratio:+.1%} overhead; goal <= {GOAL_OVERHEAD:.0%}: {verdict}); "
+        f"{round_ratio:.3f}x median of same-round ratios"
+    )
     print(f"  recipe vs published: {best['recipe'] / best['published']:.2f}x best epochs")
 
 
@@ -163,8 +178,13 @@ def recipe_rate(argv: list[str], threads: int, workdir: Path) -> float:
     """images/s the recipe reports for one run of ``argv``."""
     results = Path(tempfile.mkdtemp(dir=workdir))
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    done = subprocess.run([sys.executable, str(RECIPES / "cifar.py"), *argv, "--results-dir", str(results)],
-                          capture_output=True, text=True, env=env, check=False)
+    done = subprocess.run(
+        [sys.executable, str(RECIPES / "cifar.py"), *argv, "--results-dir", str(results)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     if done.returncode != 0:
         sys.exit(f"bench_cifar: the recipe failed:\n{done.stderr[-3000:]}")
     (path,) = results.glob("cifar-*.json")
@@ -183,13 +203,17 @@ def compare_processes(options, recipe_args: list[str]) -> None:
     with tempfile.TemporaryDirectory() as workdir:
         for _ in range(options.runs):
             for name, extra, threads in runs:
-                rates[name].append(recipe_rate([*recipe_args, "--epochs", str(options.epochs), *extra], threads, Path(workdir)))
+                rates[name].append(
+                    recipe_rate([*recipe_args, "--epochs", str(options.epochs), *extra], threads, Path(workdir))
+                )
     median = {name: statistics.median(values) for name, values in rates.items()}
     for name, values in rates.items():
         print(f"  {name:<34} {median[name]:8.1f} images/s (runs: {', '.join(f'{v:.1f}' for v in values)})")
     single_all, single_one, ddp = (median[name] for name, _, _ in runs)
-    print(f"  ddp x2 vs one process ({cores} threads): {ddp / single_all:.2f}x; "
-          f"vs one 1-thread process: {ddp / single_one:.2f}x (scaling efficiency {ddp / (2 * single_one):.0%})")
+    print(
+        f"  ddp x2 vs one process ({cores} threads): {ddp / single_all:.2f}x; "
+        f"vs one 1-thread process: {ddp / single_one:.2f}x (scaling efficiency {ddp / (2 * single_one):.0%})"
+    )
 
 
 def main() -> None:
@@ -199,19 +223,41 @@ def main() -> None:
     parser.add_argument("--image-size", type=harness.positive_int, default=64)
     parser.add_argument("--batch", type=harness.positive_int, default=32, help="global batch (default: 32)")
     parser.add_argument("--steps", type=harness.positive_int, default=8, help="steps per epoch (default: 8)")
-    parser.add_argument("--repeats", type=harness.positive_int, default=5, help="part 1: timed epochs per loop (default: 5)")
-    parser.add_argument("--runs", type=harness.positive_int, default=3, help="part 2: recipe runs per configuration (default: 3)")
-    parser.add_argument("--epochs", type=harness.positive_int, default=2, help="epochs per recipe run in part 2 (default: 2)")
-    parser.add_argument("--threads", type=harness.positive_int, default=1,
-                        help="torch threads for part 1 (default: 1; several threads on a busy machine measure the contention)")
+    parser.add_argument(
+        "--repeats", type=harness.positive_int, default=5, help="part 1: timed epochs per loop (default: 5)"
+    )
+    parser.add_argument(
+        "--runs", type=harness.positive_int, default=3, help="part 2: recipe runs per configuration (default: 3)"
+    )
+    parser.add_argument(
+        "--epochs", type=harness.positive_int, default=2, help="epochs per recipe run in part 2 (default: 2)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=harness.positive_int,
+        default=1,
+        help="torch threads for part 1 (default: 1; several threads on a busy machine measure the contention)",
+    )
     parser.add_argument("--part", choices=("loops", "processes", "both"), default="both")
     options = parser.parse_args()
     torch.set_num_threads(options.threads)
 
     recipe_args = [
-        "--device", options.device, "--dataset", "fake", "--model", options.model, "--image-size", str(options.image_size),
-        "--global-batch", str(options.batch), "--fake-train-size", str(options.batch * options.steps),
-        "--fake-test-size", str(options.batch), "--quiet",
+        "--device",
+        options.device,
+        "--dataset",
+        "fake",
+        "--model",
+        options.model,
+        "--image-size",
+        str(options.image_size),
+        "--global-batch",
+        str(options.batch),
+        "--fake-train-size",
+        str(options.batch * options.steps),
+        "--fake-test-size",
+        str(options.batch),
+        "--quiet",
     ]
     print(f"torch {torch.__version__} | {os.cpu_count()} CPUs")
     if options.part in ("loops", "both"):

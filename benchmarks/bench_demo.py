@@ -44,7 +44,10 @@ def main() -> int:
             timings.append((step.title, time.perf_counter() - started, ok))
         table = subprocess.run(
             [sys.executable, "-m", "envkit", "report", str(results), "--format", "json"],
-            capture_output=True, text=True, check=False, cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=ROOT,
         )
         rows = json.loads(table.stdout)["rows"] if table.returncode == 0 else []
 
@@ -53,7 +56,9 @@ def main() -> int:
     for title, seconds, ok in timings:
         print(f"{title:<40} {seconds:>8.1f}  {'yes' if ok else 'NO'}")
     print(f"{'total':<40} {total:>8.1f}")
-    print(f"total / target ({TARGET_S:.0f} s): {total / TARGET_S:.2f}  ({'within' if total <= TARGET_S else 'OVER'} target)")
+    print(
+        f"total / target ({TARGET_S:.0f} s): {total / TARGET_S:.2f}  ({'within' if total <= TARGET_S else 'OVER'} target)"
+    )
     for row in rows:
         if row["recipe"] == "cifar" and row["parallel"] == "ddp":
             print(f"cifar DDP×{row['world_size']} vs one process, train s/epoch speed-up: {row['speedup']:.2f}×")

@@ -31,12 +31,17 @@ EXPERIMENT = "e3-batch-scaling"
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--python", default=str(REPO_ROOT / ".venv-xla" / "bin" / "python"),
-                        help="the interpreter with torch_xla that runs the recipe (default: .venv-xla)")
+    parser.add_argument(
+        "--python",
+        default=str(REPO_ROOT / ".venv-xla" / "bin" / "python"),
+        help="the interpreter with torch_xla that runs the recipe (default: .venv-xla)",
+    )
     parser.add_argument("--no-cpu", action="store_true", help="run on the host's TPU, not XLA:CPU's virtual devices")
     parser.add_argument("--devices", type=int, default=8, help="XLA:CPU devices, the replicas (default: 8)")
     parser.add_argument("--epochs", type=int, default=None, help="override the experiment's epochs")
-    parser.add_argument("--results-dir", type=Path, default=None, help="keep the results here (default: a temporary one)")
+    parser.add_argument(
+        "--results-dir", type=Path, default=None, help="keep the results here (default: a temporary one)"
+    )
     parser.add_argument("--plot", type=Path, default=None, help="also write the report's figure (PNG)")
     args = parser.parse_args()
 
@@ -47,27 +52,60 @@ def main() -> int:
         results = args.results_dir or Path(scratch)
         recipe_flags = ["--quiet"] + (["--epochs", str(args.epochs)] if args.epochs else [])
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "envkit", "experiment", "--python", args.python,
-                               "--results-dir", str(results), EXPERIMENT, "--", *recipe_flags], env=env, cwd=REPO_ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "envkit",
+                "experiment",
+                "--python",
+                args.python,
+                "--results-dir",
+                str(results),
+                EXPERIMENT,
+                "--",
+                *recipe_flags,
+            ],
+            env=env,
+            cwd=REPO_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
         wall = time.perf_counter() - started
         if done.returncode != 0:
             print("\n".join(line for line in done.stderr.splitlines() if "GSPMD" not in line)[-3000:], file=sys.stderr)
             return done.returncode
-        report = subprocess.run([sys.executable, "-m", "envkit", "report", str(results), "--format", "json"],
-                                env=env, cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+        report = subprocess.run(
+            [sys.executable, "-m", "envkit", "report", str(results), "--format", "json"],
+            env=env,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         rows = [row for row in json.loads(report.stdout)["rows"] if row["experiment"] == EXPERIMENT]
         where = "this host's TPU" if args.no_cpu else f"XLA:CPU, {args.devices} virtual devices"
         print(f"E3 ({where}): {len(rows)} runs in {wall:.0f} s wall\n")
-        print("| run | global batch | lr scaling | warm-up | lr | epochs | test accuracy | s/epoch | first epoch s | later epochs s/epoch |")
+        print(
+            "| run | global batch | lr scaling | warm-up | lr | epochs | test accuracy | s/epoch | first epoch s | later epochs s/epoch |"
+        )
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for row in rows:
-            print(f"| {row['run']} | {row['global_batch']} | {row['lr_scaling']} | {row['warmup_epochs']} | {row['effective_lr']:g} "
-                  f"| {row['epochs']} | {100 * row['test_accuracy']:.2f}% | {row['epoch_s_mean']:.2f} | {row['first_epoch_s']:.2f} "
-                  f"| {_or_dash(row['steady_epoch_s_mean'])} |")
+            print(
+                f"| {row['run']} | {row['global_batch']} | {row['lr_scaling']} | {row['warmup_epochs']} | {row['effective_lr']:g} "
+                f"| {row['epochs']} | {100 * row['test_accuracy']:.2f}% | {row['epoch_s_mean']:.2f} | {row['first_epoch_s']:.2f} "
+                f"| {_or_dash(row['steady_epoch_s_mean'])} |"
+            )
         if args.plot:
-            subprocess.run([sys.executable, "-m", "envkit", "report", str(results), "--plot", str(args.plot)],
-                           env=env, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, check=True)
+            subprocess.run(
+                [sys.executable, "-m", "envkit", "report", str(results), "--plot", str(args.plot)],
+                env=env,
+                cwd=REPO_ROOT,
+                stdout=subprocess.DEVNULL,
+                check=True,
+            )
             print(f"\nfigure: {args.plot}")
     return 0
 

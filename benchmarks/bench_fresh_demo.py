@@ -32,8 +32,10 @@ def timed(command: list[str], cwd: Path, env: dict[str, str]) -> float:
     start = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
-        sys.exit(f"bench_fresh_demo: {' '.join(command)} failed in {cwd} ({done.returncode}): "
-                 f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+        sys.exit(
+            f"bench_fresh_demo: {' '.join(command)} failed in {cwd} ({done.returncode}): "
+            f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}"
+        )
     return time.perf_counter() - start
 
 
@@ -58,8 +60,15 @@ def main() -> int:
     parser.add_argument("--after", default="HEAD")
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
-    revisions = [subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", f"{rev}^{{commit}}"], capture_output=True,
-                                text=True, check=True).stdout.strip() for rev in (args.before, args.after)]
+    revisions = [
+        subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--verify", f"{rev}^{{commit}}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for rev in (args.before, args.after)
+    ]
     seen: dict[str, list[tuple[float, float, set]]] = {rev: [] for rev in revisions}
     with tempfile.TemporaryDirectory(prefix="fresh-demo-") as scratch:
         for _ in range(args.rounds):

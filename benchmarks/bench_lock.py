@@ -54,18 +54,27 @@ def main() -> int:
         lock = read_lock(path)
         hashes = path.read_text().count("--hash=sha256:")
         print(f"{str(path.relative_to(REPO)):<34}{len(lock.packages):>9}{hashes:>8}{path.stat().st_size:>9}")
-    unlocked = [path.parent.name for path in REPO.glob("docker/*/Dockerfile") if not (path.parent / "requirements.lock").exists()]
+    unlocked = [
+        path.parent.name
+        for path in REPO.glob("docker/*/Dockerfile")
+        if not (path.parent / "requirements.lock").exists()
+    ]
     unlocked += [path.name for path in REPO.glob("requirements/*.in") if not path.with_suffix(".lock").exists()]
     print(f"unlocked here: {', '.join(sorted(unlocked)) or 'none'}")
     with tempfile.TemporaryDirectory(prefix="bench-lock-") as scratch:
         project = copy_project(Path(scratch))
         inputs = [str(path.relative_to(REPO)) for path in sorted(REPO.glob("requirements/*.in"))]
-        for title, argv in (("envkit lock --all", ("lock", "--all")), ("envkit lock --requirements ...", ("lock", "--requirements", *inputs))):
+        for title, argv in (
+            ("envkit lock --all", ("lock", "--all")),
+            ("envkit lock --requirements ...", ("lock", "--requirements", *inputs)),
+        ):
             first, done = envkit(project, *argv)  # fills uv's cache
             times = [envkit(project, *argv)[0] for _ in range(args.repeat)]
             failed = [line.split(": error: ", 1)[1][:90] for line in done.stderr.splitlines() if ": error: " in line]
-            print(f"{title}: first {first:.1f} s, warm {statistics.median(times):.1f} s "
-                  f"(median of {args.repeat}: {', '.join(f'{t:.1f}' for t in times)}); exit {done.returncode}")
+            print(
+                f"{title}: first {first:.1f} s, warm {statistics.median(times):.1f} s "
+                f"(median of {args.repeat}: {', '.join(f'{t:.1f}' for t in times)}); exit {done.returncode}"
+            )
             for line in done.stdout.splitlines():
                 print(f"  {line}")
             for line in failed:

@@ -53,8 +53,9 @@ def recipe_loaders(backend, args):
     train_set, test_set = mnist.load_data(args)
     if backend.feed is None:
         train_set, test_set = train_set.to(backend.replicas.device), test_set.to(backend.replicas.device)
-    return harness.shard_loaders(train_set, test_set, backend.replicas, batch=args.per_device_batch,
-                                 test_batch=args.test_batch, seed=args.seed)
+    return harness.shard_loaders(
+        train_set, test_set, backend.replicas, batch=args.per_device_batch, test_batch=args.test_batch, seed=args.seed
+    )
 
 
 class RecipeLoop:
@@ -100,10 +101,17 @@ class PublishedLoop:
         from torchvision import datasets, transforms  # noqa: PLC0415
 
         self.backend = backend
-        transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((mnist.MNIST_MEAN,), (mnist.MNIST_STD,))])
+        transform = transforms.Compose(
+            [transforms.ToTensor(), transforms.Normalize((mnist.MNIST_MEAN,), (mnist.MNIST_STD,))]
+        )
         dataset = datasets.MNIST(str(args.data_dir), train=True, download=False, transform=transform)
-        self.loader = torch.utils.data.DataLoader(dataset, batch_size=args.per_device_batch, shuffle=True, drop_last=True,
-                                                  generator=torch.Generator().manual_seed(args.seed))
+        self.loader = torch.utils.data.DataLoader(
+            dataset,
+            batch_size=args.per_device_batch,
+            shuffle=True,
+            drop_last=True,
+            generator=torch.Generator().manual_seed(args.seed),
+        )
         self.model, self.optimizer = fresh_model(backend.replicas.device, args.effective_lr, args.seed)
 
     def epoch(self, epoch: int) -> int:
@@ -150,8 +158,10 @@ def report(label: str, rates: dict) -> None:
     median = {name: statistics.median(values) for name, values in rates.items()}
     for name, values in rates.items():
         print(f"{name:>10}: {median[name]:8.2f} steps/s {label} (median; min {min(values):.2f}, max {max(values):.2f})")
-    print(f"{label}: recipe / bare = {median['recipe'] / median['bare']:.3f} (goal >= 0.97), "
-          f"recipe / published = {median['recipe'] / median['published']:.3f} (goal > 1)")
+    print(
+        f"{label}: recipe / bare = {median['recipe'] / median['bare']:.3f} (goal >= 0.97), "
+        f"recipe / published = {median['recipe'] / median['published']:.3f} (goal > 1)"
+    )
 
 
 def main() -> None:
@@ -161,8 +171,12 @@ def main() -> None:
     parser.add_argument("--steps", type=harness.positive_int, default=30, help="steps per epoch (default: 30)")
     parser.add_argument("--repeats", type=harness.positive_int, default=3, help="timed epochs per loop (default: 3)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=harness.positive_int, default=None,
-                        help="torch intra-op threads (default: torch's); 1 steadies eager CPU figures on a busy machine")
+    parser.add_argument(
+        "--threads",
+        type=harness.positive_int,
+        default=None,
+        help="torch intra-op threads (default: torch's); 1 steadies eager CPU figures on a busy machine",
+    )
     options = parser.parse_args()
     if options.threads:
         torch.set_num_threads(options.threads)
@@ -171,15 +185,36 @@ def main() -> None:
     try:
         # The same images, on disk in MNIST's format, feed all three loops.
         write_mnist(data_dir, train_count=options.batch * options.steps, test_count=options.batch, seed=options.seed)
-        args = mnist.parse_args(["--device", options.device, "--data-dir", str(data_dir), "--no-download", "--quiet",
-                                 "--per-device-batch", str(options.batch), "--seed", str(options.seed),
-                                 "--results-dir", str(data_dir / "results")])
-        backend = mnist.Strategy(mnist.Replicas(harness.select_device(options.device))) if options.device != "tpu" else mnist.one_core()
-        harness.resolve_batches(args, backend.replicas.replicas, reference_batch=mnist.REFERENCE_BATCH, default="per-device")
+        args = mnist.parse_args(
+            [
+                "--device",
+                options.device,
+                "--data-dir",
+                str(data_dir),
+                "--no-download",
+                "--quiet",
+                "--per-device-batch",
+                str(options.batch),
+                "--seed",
+                str(options.seed),
+                "--results-dir",
+                str(data_dir / "results"),
+            ]
+        )
+        backend = (
+            mnist.Strategy(mnist.Replicas(harness.select_device(options.device)))
+            if options.device != "tpu"
+            else mnist.one_core()
+        )
+        harness.resolve_batches(
+            args, backend.replicas.replicas, reference_batch=mnist.REFERENCE_BATCH, default="per-device"
+        )
         args.run_name = "bench"
         loops = [RecipeLoop(backend, args), BareLoop(backend, args), PublishedLoop(backend, args)]
-        print(f"device {backend.replicas.device} | torch {torch.__version__} | threads {torch.get_num_threads()} | "
-              f"batch {options.batch} | {options.steps} steps/epoch | 1 warm-up + {options.repeats} timed epochs per loop")
+        print(
+            f"device {backend.replicas.device} | torch {torch.__version__} | threads {torch.get_num_threads()} | "
+            f"batch {options.batch} | {options.steps} steps/epoch | 1 warm-up + {options.repeats} timed epochs per loop"
+        )
         wall, cpu, compiled = measure(loops, backend, options.repeats)
     finally:
         shutil.rmtree(data_dir)

@@ -35,7 +35,13 @@ TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path.insert(0, str(TESTS))
 from cifar_files import write_cifar10  # noqa: E402
 from multihost import (  # noqa: E402
-    CIFAR_RECIPE, SLURM_TOOLS, missing, namespace_hosts, slurm_cluster, slurm_job_script, torchrun_on_hosts,
+    CIFAR_RECIPE,
+    SLURM_TOOLS,
+    missing,
+    namespace_hosts,
+    slurm_cluster,
+    slurm_job_script,
+    torchrun_on_hosts,
 )
 
 
@@ -43,8 +49,12 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=3, help="epochs per training run (default: 3)")
     parser.add_argument("--image-size", type=int, default=64, help="image side in pixels (default: 64)")
-    parser.add_argument("--global-batch", type=int, default=32, help="images per step over both processes (default: 32)")
-    parser.add_argument("--train-per-batch", type=int, default=128, help="images in each of the 5 training files (default: 128)")
+    parser.add_argument(
+        "--global-batch", type=int, default=32, help="images per step over both processes (default: 32)"
+    )
+    parser.add_argument(
+        "--train-per-batch", type=int, default=128, help="images in each of the 5 training files (default: 128)"
+    )
     parser.add_argument("--jobs", type=int, default=3, help="empty Slurm jobs to time (default: 3)")
     return parser.parse_args()
 
@@ -58,15 +68,23 @@ def epoch_seconds(results_dir: Path) -> tuple[float, float, int]:
 def one_host(args_list: list[str], workdir: Path) -> Path:
     results = workdir / "one-host"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, str(CIFAR_RECIPE), *args_list, "--nproc", "2", "--results-dir", str(results)],
-                   check=True, capture_output=True, cwd=workdir, env=env, timeout=1800)
+    subprocess.run(
+        [sys.executable, str(CIFAR_RECIPE), *args_list, "--nproc", "2", "--results-dir", str(results)],
+        check=True,
+        capture_output=True,
+        cwd=workdir,
+        env=env,
+        timeout=1800,
+    )
     return results
 
 
 def two_hosts(args_list: list[str], workdir: Path) -> Path:
     results = workdir / "two-hosts"
     with namespace_hosts(workdir / "hosts") as hosts:
-        ranks = torchrun_on_hosts(hosts, CIFAR_RECIPE, [*args_list, "--results-dir", str(results)], cwd=workdir, timeout=1800)
+        ranks = torchrun_on_hosts(
+            hosts, CIFAR_RECIPE, [*args_list, "--results-dir", str(results)], cwd=workdir, timeout=1800
+        )
     for node, done in zip(hosts.nodes, ranks):
         if done.returncode != 0:
             raise SystemExit(f"bench_multihost: the two-host run failed on {node}: {done.stderr.strip()[-2000:]}")
@@ -83,10 +101,14 @@ def slurm_round_trips(args_list: list[str], workdir: Path, jobs: int) -> None:
             seconds.append(time.perf_counter() - start)
             if returncode != 0:
                 raise SystemExit(f"bench_multihost: the empty Slurm job failed with exit code {returncode}")
-        print(f"slurm round trip, empty 2-node job (srun true), submit -> exit: median {statistics.median(seconds):.2f} s "
-              f"over {jobs} (min {min(seconds):.2f}, max {max(seconds):.2f})")
+        print(
+            f"slurm round trip, empty 2-node job (srun true), submit -> exit: median {statistics.median(seconds):.2f} s "
+            f"over {jobs} (min {min(seconds):.2f}, max {max(seconds):.2f})"
+        )
 
-        script = slurm_job_script(2, [*args_list, "--epochs", "1"], workdir / "data", workdir / "ddp" / "results", workdir / "ddp")
+        script = slurm_job_script(
+            2, [*args_list, "--epochs", "1"], workdir / "data", workdir / "ddp" / "results", workdir / "ddp"
+        )
         start = time.perf_counter()
         returncode, _, output = cluster.sbatch_wait(script, workdir / "ddp", timeout=1800)
         round_trip = time.perf_counter() - start
@@ -94,8 +116,10 @@ def slurm_round_trips(args_list: list[str], workdir: Path, jobs: int) -> None:
             raise SystemExit(f"bench_multihost: the Slurm DDP job failed with exit code {returncode}: {output[-2000:]}")
         (path,) = (workdir / "ddp" / "results").glob("cifar-*.json")
         recipe_total = json.loads(path.read_text())["timing"]["total_s"]
-        print(f"slurm round trip, DDP job (1 epoch, srun torchrun on 2 nodes), submit -> exit: {round_trip:.2f} s; "
-              f"the recipe's own total: {recipe_total:.2f} s (the rest: Slurm, torchrun, Python start, sbatch polling)")
+        print(
+            f"slurm round trip, DDP job (1 epoch, srun torchrun on 2 nodes), submit -> exit: {round_trip:.2f} s; "
+            f"the recipe's own total: {recipe_total:.2f} s (the rest: Slurm, torchrun, Python start, sbatch polling)"
+        )
 
 
 def main() -> None:
@@ -108,12 +132,26 @@ def main() -> None:
         write_cifar10(workdir / "data", train_per_batch=args.train_per_batch, test_size=64)
         # envkit launch's Slurm job names the data directory and the experiment's own --parallel ddp itself.
         training = [
-            "--image-size", str(args.image_size), "--global-batch", str(args.global_batch), "--epochs", str(args.epochs),
-            "--lr", "0.02", "--quiet", "--dataset", "real", "--data-check", "exists", "--no-download",
+            "--image-size",
+            str(args.image_size),
+            "--global-batch",
+            str(args.global_batch),
+            "--epochs",
+            str(args.epochs),
+            "--lr",
+            "0.02",
+            "--quiet",
+            "--dataset",
+            "real",
+            "--data-check",
+            "exists",
+            "--no-download",
         ]
         local = [*training, "--data-dir", str(workdir / "data"), "--parallel", "ddp"]
-        print(f"cifar.py mobilenet_v2, {args.image_size} px, DDP over gloo, global batch {args.global_batch}, "
-              f"{5 * args.train_per_batch} training images, {args.epochs} epochs, 1 thread per process, {os.cpu_count()} cores")
+        print(
+            f"cifar.py mobilenet_v2, {args.image_size} px, DDP over gloo, global batch {args.global_batch}, "
+            f"{5 * args.train_per_batch} training images, {args.epochs} epochs, 1 thread per process, {os.cpu_count()} cores"
+        )
         for label, run in (("one host, 2 processes  ", one_host), ("two hosts, 1 process each", two_hosts)):
             mean, std, count = epoch_seconds(run(local, workdir))
             print(f"  {label}: {mean:.2f} s/epoch (std {std:.2f}, {count} epochs)")

@@ -55,8 +55,10 @@ def render_figures(config, pairs, repeat: int) -> None:
     for target, experiment in pairs:
         notebook, first, _ = timed(lambda: builder.render_notebook(config, experiment, target))
         warm = [timed(lambda: builder.render_notebook(config, experiment, target))[1] for _ in range(repeat)]
-        print(f"  {notebook.path.relative_to('notebooks').as_posix():<34} {first:7.3f}   {statistics.median(warm):7.3f}           "
-              f"{len(notebook.text.encode()) // 1024}")
+        print(
+            f"  {notebook.path.relative_to('notebooks').as_posix():<34} {first:7.3f}   {statistics.median(warm):7.3f}           "
+            f"{len(notebook.text.encode()) // 1024}"
+        )
 
 
 def install_once(wheelhouse: Path, work: Path, installer: str, cache: Path) -> tuple[float, float]:
@@ -80,7 +82,9 @@ def install_once(wheelhouse: Path, work: Path, installer: str, cache: Path) -> t
 def install_figures(wheelhouse: Path, scratch: Path, installs: int) -> None:
     packages = len(runtime.lock_packages(wheelhouse / "requirements.lock"))
     size = sum(path.stat().st_size for path in wheelhouse.glob("*.whl")) / 2**20
-    print(f"\ninstall a CPU lock ({packages} packages, {size:.0f} MiB of wheels) into a fresh venv, hash-checked, offline")
+    print(
+        f"\ninstall a CPU lock ({packages} packages, {size:.0f} MiB of wheels) into a fresh venv, hash-checked, offline"
+    )
     print("  installer        wall s    cpu s")
     rows = {"uv cold": [], "uv warm": [], "pip": []}
     for run in range(installs):

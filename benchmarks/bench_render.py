@@ -73,8 +73,9 @@ def in_process(config: Path, output: Path) -> None:
     rendered.write(output, render.render_targets(loaded, list(loaded.targets)))
 
 
-def subprocess_render(config: Path, output: Path, env: dict[str, str], python: str = sys.executable,
-                      which: tuple[str, ...] = ("--all",)) -> None:
+def subprocess_render(
+    config: Path, output: Path, env: dict[str, str], python: str = sys.executable, which: tuple[str, ...] = ("--all",)
+) -> None:
     command = [python, "-m", "envkit", "render", *which, "--config", str(config), "--output", str(output)]
     subprocess.run(command, check=True, capture_output=True, env=env)
 
@@ -97,8 +98,10 @@ def imported_on_render(config: Path, output: Path, env: dict[str, str]) -> list[
 
 def summary(name: str, times: tuple[list[float], list[float]], floor: float | None = None) -> str:
     walls, cpus = times
-    line = (f"{name:<34} wall median {statistics.median(walls) * 1000:7.1f} ms   "
-            f"cpu median {statistics.median(cpus) * 1000:7.1f} ms   min {min(cpus) * 1000:7.1f} ms   n={len(walls)}")
+    line = (
+        f"{name:<34} wall median {statistics.median(walls) * 1000:7.1f} ms   "
+        f"cpu median {statistics.median(cpus) * 1000:7.1f} ms   min {min(cpus) * 1000:7.1f} ms   n={len(walls)}"
+    )
     if floor:
         line += f"   cpu / floor {statistics.median(cpus) / floor:4.1f}x"
     return line
@@ -108,14 +111,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--config", type=Path, default=REPO / "envkit.yaml")
-    parser.add_argument("--bench-python", default=str(REPO / ".venv-bench" / "bin" / "python"),
-                        help="the interpreter with hpccm and envkit's dependencies (make bench-env)")
+    parser.add_argument(
+        "--bench-python",
+        default=str(REPO / ".venv-bench" / "bin" / "python"),
+        help="the interpreter with hpccm and envkit's dependencies (make bench-env)",
+    )
     args = parser.parse_args()
     config = args.config.resolve()
     sys.path.insert(0, str(REPO))  # this checkout's envkit, as the subprocesses get through PYTHONPATH
     if not Path(args.bench_python).exists():
-        print(f"bench_render.py: error: {args.bench_python} not found: run `make bench-env` (hpccm and envkit's "
-              f"dependencies in one interpreter)", file=sys.stderr)
+        print(
+            f"bench_render.py: error: {args.bench_python} not found: run `make bench-env` (hpccm and envkit's "
+            f"dependencies in one interpreter)",
+            file=sys.stderr,
+        )
         return 2
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -136,12 +145,16 @@ def main() -> int:
         # Interleaved, so that a load change on a shared machine hits both tools alike.
         hpccm_times, envkit_times = ([], []), ([], [])
         for _ in range(args.repeat):
-            for times, action in ((hpccm_times, lambda: hpccm_render(bench)),
-                                  (envkit_times, lambda: subprocess_render(config, fresh(), warm, bench, ("--target", "cuda")))):
+            for times, action in (
+                (hpccm_times, lambda: hpccm_render(bench)),
+                (envkit_times, lambda: subprocess_render(config, fresh(), warm, bench, ("--target", "cuda"))),
+            ):
                 walls, cpus = timed(action, 1)
                 times[0].extend(walls)
                 times[1].extend(cpus)
-        envkit_cold = timed(lambda: subprocess_render(config, fresh(), cold_cache(), bench, ("--target", "cuda")), args.repeat)
+        envkit_cold = timed(
+            lambda: subprocess_render(config, fresh(), cold_cache(), bench, ("--target", "cuda")), args.repeat
+        )
         bench_floor = timed(lambda: subprocess.run([bench, "-c", "pass"], check=True), args.repeat)
         python_floor = timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True, env=warm), args.repeat)
         inside = timed(lambda: in_process(config, fresh()), args.repeat)
@@ -156,9 +169,11 @@ def main() -> int:
     print(summary("envkit render --target cuda, cold", envkit_cold))
     wall_ratio = statistics.median(envkit_times[0]) / statistics.median(hpccm_times[0])
     cpu_ratio = statistics.median(envkit_times[1]) / statistics.median(hpccm_times[1])
-    print(f"ratio envkit / hpccm: wall {wall_ratio:.2f}, cpu {cpu_ratio:.2f} (goal <= {GOAL_RATIO:.1f}); "
-          f"cold cache (the first render after a change): wall "
-          f"{statistics.median(envkit_cold[0]) / statistics.median(hpccm_times[0]):.2f}")
+    print(
+        f"ratio envkit / hpccm: wall {wall_ratio:.2f}, cpu {cpu_ratio:.2f} (goal <= {GOAL_RATIO:.1f}); "
+        f"cold cache (the first render after a change): wall "
+        f"{statistics.median(envkit_cold[0]) / statistics.median(hpccm_times[0]):.2f}"
+    )
     print()
     floor = statistics.median(python_floor[1])
     print(f"envkit render --all ({config.name}, {sys.executable})")
@@ -167,8 +182,10 @@ def main() -> int:
     print(summary("subprocess render --all", outside, floor))
     print(summary("subprocess render --all, cold cache", cold, floor))
     heavy = [name for name in imported if name in HEAVY]
-    print(f"heavy modules imported: {', '.join(heavy) if heavy else 'none (no torch, docker, matplotlib)'}; "
-          f"jsonschema {'imported' if 'jsonschema' in imported else 'not imported'} on a warm cache")
+    print(
+        f"heavy modules imported: {', '.join(heavy) if heavy else 'none (no torch, docker, matplotlib)'}; "
+        f"jsonschema {'imported' if 'jsonschema' in imported else 'not imported'} on a warm cache"
+    )
     return 0
 
 

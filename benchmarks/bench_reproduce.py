@@ -50,7 +50,14 @@ def envkit(project: Path, *args: str, check: bool = True, pythonpath: Path = REP
 
 def locked_project(root: Path) -> tuple[Path, Path]:
     sys.path.insert(0, str(REPO / "benchmarks"))
-    from offline_lock import OFFLINE_CONFIG, OfflineLockError, fill_wheelhouse, lock_and_render, new_project, torch_index
+    from offline_lock import (
+        OFFLINE_CONFIG,
+        OfflineLockError,
+        fill_wheelhouse,
+        lock_and_render,
+        new_project,
+        torch_index,
+    )
 
     config = yaml.safe_load(OFFLINE_CONFIG.read_text())
     config["targets"] = {TARGET: config["targets"]["cpu"]}
@@ -82,9 +89,15 @@ def image_sizes(client) -> list[tuple[str, str]]:
     rows = []
     for name in load_config(REPO / "envkit.yaml").images:
         image = find_image(client, f"{repository(name)}:{LATEST}")
-        rendered = re.search(r'io\.envkit\.config-hash="([0-9a-f]+)"', (REPO / "docker" / name / "Dockerfile").read_text())
-        committed = image is not None and rendered and (image.labels or {}).get("io.envkit.config-hash") == rendered.group(1)
-        rows.append((name, f"{image.attrs['Size'] / 1e9:.2f} GB" if committed else "no image of the committed files here"))
+        rendered = re.search(
+            r'io\.envkit\.config-hash="([0-9a-f]+)"', (REPO / "docker" / name / "Dockerfile").read_text()
+        )
+        committed = (
+            image is not None and rendered and (image.labels or {}).get("io.envkit.config-hash") == rendered.group(1)
+        )
+        rows.append(
+            (name, f"{image.attrs['Size'] / 1e9:.2f} GB" if committed else "no image of the committed files here")
+        )
     return rows
 
 
@@ -114,14 +127,20 @@ def main() -> int:
         buildah_runs = []
         for _ in range(2):
             done, seconds, _ = envkit(project, "build", TARGET, *flags, "--builder", "buildah", "--no-cache")
-            buildah_runs.append((done.stdout.strip(), seconds, DIGEST.search(done.stderr.strip().splitlines()[-1]).group(1)))
+            buildah_runs.append(
+                (done.stdout.strip(), seconds, DIGEST.search(done.stderr.strip().splitlines()[-1]).group(1))
+            )
         buildah_tag = buildah_runs[-1][0]
         buildah_verify, buildah_verify_s, _ = envkit(project, "verify", TARGET, *flags, check=False)
         diffs = [("this checkout", *envkit(project, "diff", docker_tag, buildah_tag, check=False)[1:])]
         if args.before:
             old = before_checkout(args.before, Path(tmp) / "before")
-            diffs.append((f"envkit at {args.before}", *envkit(project, "diff", docker_tag, buildah_tag, check=False,
-                                                                pythonpath=old)[1:]))
+            diffs.append(
+                (
+                    f"envkit at {args.before}",
+                    *envkit(project, "diff", docker_tag, buildah_tag, check=False, pythonpath=old)[1:],
+                )
+            )
         sizes = {tag: client.images.get(tag).attrs["Size"] for tag in (docker_tag, buildah_tag)}
         shutil.rmtree(staging_path(project, TARGET), ignore_errors=True)
 
@@ -130,7 +149,9 @@ def main() -> int:
         shown = [line for line in lines if line.startswith(("identical:", "files:", "digests differ"))]
         return "; ".join([*shown, lines[-1] if lines else done.stderr.strip()])
 
-    print(f"configuration            the locked offline cpu project as {TARGET} (torch 2.13.0+cpu), base {args.base_image}")
+    print(
+        f"configuration            the locked offline cpu project as {TARGET} (torch 2.13.0+cpu), base {args.base_image}"
+    )
     print(f"cold build, docker       {docker_s:7.1f} s   {sizes[docker_tag] / 1e9:.2f} GB  {docker_tag}")
     for number, (tag, seconds, digest) in enumerate(buildah_runs, 1):
         print(f"cold build, buildah #{number}  {seconds:7.1f} s   {sizes[buildah_tag] / 1e9:.2f} GB  {tag}  {digest}")

@@ -49,15 +49,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lock", type=Path, default=REPO / "docker" / "cuda" / "requirements.lock")
     parser.add_argument("--installers", nargs="+", default=["uv", "pip"], choices=["uv", "pip"])
-    parser.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temp dir; needs ~2x the venv)")
+    parser.add_argument(
+        "--work", type=Path, default=None, help="scratch directory (default: a temp dir; needs ~2x the venv)"
+    )
     args = parser.parse_args()
     # pip as it is on a host with no configuration: the default index only, as uv.
     os.environ["PIP_CONFIG_FILE"] = os.devnull
     for name in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"):
         os.environ.pop(name, None)
     lock = read_lock(args.lock)
-    print(f"lock {args.lock.relative_to(REPO) if args.lock.is_relative_to(REPO) else args.lock}: "
-          f"{len(lock.packages)} packages, {args.lock.stat().st_size} bytes, python {lock.python}")
+    print(
+        f"lock {args.lock.relative_to(REPO) if args.lock.is_relative_to(REPO) else args.lock}: "
+        f"{len(lock.packages)} packages, {args.lock.stat().st_size} bytes, python {lock.python}"
+    )
     rows = []
     print(f"{'installer':<10}{'cold s':>10}{'warm s':>10}{'venv GB':>10}{'cache GB':>10}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-venv-", dir=args.work) as scratch:

@@ -37,14 +37,24 @@ def main() -> int:
     def deepest(module: str) -> tuple[str, ...]:
         # An import back onto the current chain would close a cycle: the chain stops there.
         on_path.add(module)
-        below = [deepest(imported) for imported in graph.find_modules_directly_imported_by(module) if imported not in on_path]
+        below = [
+            deepest(imported) for imported in graph.find_modules_directly_imported_by(module) if imported not in on_path
+        ]
         on_path.discard(module)
         return (module, *max(below, key=len, default=()))
 
     sys.setrecursionlimit(10000)
-    cycles = sorted({tuple(sorted((a, b))) for a in graph.modules for b in graph.find_modules_directly_imported_by(a)
-                     if graph.find_shortest_chain(importer=b, imported=a)})
-    print(f"import cycles: {len(cycles)}" + (f" ({'; '.join(' <-> '.join(pair) for pair in cycles)})" if cycles else ""))
+    cycles = sorted(
+        {
+            tuple(sorted((a, b)))
+            for a in graph.modules
+            for b in graph.find_modules_directly_imported_by(a)
+            if graph.find_shortest_chain(importer=b, imported=a)
+        }
+    )
+    print(
+        f"import cycles: {len(cycles)}" + (f" ({'; '.join(' <-> '.join(pair) for pair in cycles)})" if cycles else "")
+    )
     chain = max((deepest(module) for module in sorted(graph.modules)), key=len)
     print(f"deepest import chain: {len(chain)} modules ({' -> '.join(chain)})")
     every = sorted(package.rglob("*.py"), key=lines)

@@ -85,7 +85,9 @@ def fill_wheelhouse(lock: Path, wheelhouse: Path, torch_wheels: Path = TORCH_WHE
                "--only-binary=:all:", "--find-links", str(torch_wheels), "--dest", str(wheelhouse), "-r", str(lock)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
-        raise OfflineLockError(f"cannot fill {wheelhouse} from {lock}: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+        raise OfflineLockError(
+            f"cannot fill {wheelhouse} from {lock}: {(done.stderr.strip().splitlines() or ['?'])[-1]}"
+        )
     return wheelhouse
 
 

@@ -43,9 +43,28 @@ DEFAULT_CPU_PROCESSES = 2
 # run to record. The tests add "cpu" to check the dp wiring (wrap, checkpoint, --show-scatter) without GPUs.
 DATA_PARALLEL_DEVICES = ("cuda",)
 # Settings a checkpoint must share with the run that resumes it. The cosine schedule depends on the epoch count.
-RESUME_KEYS = ("device", "parallel", "world_size", "model", "image_size", "dataset", "seed", "epochs", "global_batch", "per_device_batch",
-               "lr", "lr_scaling", "effective_lr", "warmup_epochs", "momentum", "weight_decay", "amp", "channels_last",
-               "fake_train_size", "fake_test_size")
+RESUME_KEYS = (
+    "device",
+    "parallel",
+    "world_size",
+    "model",
+    "image_size",
+    "dataset",
+    "seed",
+    "epochs",
+    "global_batch",
+    "per_device_batch",
+    "lr",
+    "lr_scaling",
+    "effective_lr",
+    "warmup_epochs",
+    "momentum",
+    "weight_decay",
+    "amp",
+    "channels_last",
+    "fake_train_size",
+    "fake_test_size",
+)
 
 
 # --------------------------------------------------------------------------- data
@@ -56,35 +75,59 @@ def cifar_split(data_dir: Path, *, train: bool, download: bool, data_check: str)
 
     ``data_check="exists"``: expected md5s of None, which torchvision reads as "the file exists",
     so copies that are not the official files (as tests write) load through torchvision's reader."""
-    cifar10 = harness.import_optional("torchvision.datasets", "--dataset real", "torchvision", instead="--dataset fake").CIFAR10
+    cifar10 = harness.import_optional(
+        "torchvision.datasets", "--dataset real", "torchvision", instead="--dataset fake"
+    ).CIFAR10
     if data_check == "exists":
-        cifar10 = type("ExistenceCheckedCIFAR10", (cifar10,), {
-            "train_list": [[name, None] for name, _ in cifar10.train_list],
-            "test_list": [[name, None] for name, _ in cifar10.test_list], "meta": {**cifar10.meta, "md5": None}})
+        cifar10 = type(
+            "ExistenceCheckedCIFAR10",
+            (cifar10,),
+            {
+                "train_list": [[name, None] for name, _ in cifar10.train_list],
+                "test_list": [[name, None] for name, _ in cifar10.test_list],
+                "meta": {**cifar10.meta, "md5": None},
+            },
+        )
     check = " or fails torchvision's md5 check," if data_check == "md5" else ""
-    dataset = harness.open_dataset(cifar10, data_dir, "cifar-10-batches-py", train=train, download=download,
-                                   missing=f"CIFAR-10 is not under {data_dir}/cifar-10-batches-py{check}",
-                                   fix="put the python-version batches there")
-    return torch.from_numpy(dataset.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(dataset.targets, dtype=torch.int64)
+    dataset = harness.open_dataset(
+        cifar10,
+        data_dir,
+        "cifar-10-batches-py",
+        train=train,
+        download=download,
+        missing=f"CIFAR-10 is not under {data_dir}/cifar-10-batches-py{check}",
+        fix="put the python-version batches there",
+    )
+    return torch.from_numpy(dataset.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(
+        dataset.targets, dtype=torch.int64
+    )
 
 
 def fake_images(count: int, *, seed: int, sample_seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Learnable stand-in for CIFAR-10: uint8 32 px images, class templates (from ``seed``) plus per-image noise,
     drawn at 8x8 and smoothed up to 32 px, so the class patterns survive resizing and global pooling."""
-    coarse, labels = harness.fake_split(count, (3, 8, 8), NUM_CLASSES, template_seed=seed, sample_seed=sample_seed, noise=0.5)
+    coarse, labels = harness.fake_split(
+        count, (3, 8, 8), NUM_CLASSES, template_seed=seed, sample_seed=sample_seed, noise=0.5
+    )
     images = F.interpolate(coarse, size=(32, 32), mode="bilinear", align_corners=False)
     # Real pixels' range, so fake data takes the same uint8 -> normalise -> resize path.
     return (128 + 40 * images).round().clamp(0, 255).to(torch.uint8), labels
 
 
-def load_data(args: argparse.Namespace, *, download: bool) -> tuple[harness.IndexBatchDataset, harness.IndexBatchDataset]:
+def load_data(
+    args: argparse.Namespace, *, download: bool
+) -> tuple[harness.IndexBatchDataset, harness.IndexBatchDataset]:
     """Train and test sets as in-memory uint8 tensors (real CIFAR-10 or the seeded fake set: same templates, other images)."""
     if args.dataset == "fake":
-        splits = [fake_images(size, seed=args.seed, sample_seed=args.seed + offset)
-                  for size, offset in ((args.fake_train_size, 1), (args.fake_test_size, 2))]
+        splits = [
+            fake_images(size, seed=args.seed, sample_seed=args.seed + offset)
+            for size, offset in ((args.fake_train_size, 1), (args.fake_test_size, 2))
+        ]
     else:
-        splits = [cifar_split(args.data_dir, train=train, download=download and train, data_check=args.data_check)
-                  for train in (True, False)]
+        splits = [
+            cifar_split(args.data_dir, train=train, download=download and train, data_check=args.data_check)
+            for train in (True, False)
+        ]
     return harness.IndexBatchDataset(*splits[0]), harness.IndexBatchDataset(*splits[1])
 
 
@@ -92,8 +135,10 @@ def check_enough_images(args: argparse.Namespace, train_set: harness.IndexBatchD
     """RecipeError unless every process gets at least one full training batch (short ones are dropped)."""
     shards = args.world_size if args.parallel == "ddp" else 1
     if math.ceil(len(train_set) / shards) < args.process_batch:
-        raise RecipeError(f"{len(train_set)} training images give each of {shards} process(es) less than one batch of "
-                          f"{args.process_batch}; use a smaller batch or more data")
+        raise RecipeError(
+            f"{len(train_set)} training images give each of {shards} process(es) less than one batch of "
+            f"{args.process_batch}; use a smaller batch or more data"
+        )
 
 
 def data_loaders(args: argparse.Namespace, replicas: Replicas):
@@ -104,17 +149,24 @@ def data_loaders(args: argparse.Namespace, replicas: Replicas):
     if replicas.distributed and replicas.local_rank == 0:
         torch.distributed.barrier()
     check_enough_images(args, train_set)
-    loaders = harness.shard_loaders(train_set, test_set, replicas, batch=args.process_batch, test_batch=args.test_batch, seed=args.seed)
+    loaders = harness.shard_loaders(
+        train_set, test_set, replicas, batch=args.process_batch, test_batch=args.test_batch, seed=args.seed
+    )
     return tuple(speed.with_loader_options(loader, args) for loader in loaders)
 
 
 @functools.lru_cache(maxsize=None)
 def normalisation(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """CIFAR-10's channel mean and std on ``device``, made once: a per-step host-to-GPU copy would stall the step."""
-    return (torch.tensor(CIFAR_MEAN, device=device).view(1, 3, 1, 1), torch.tensor(CIFAR_STD, device=device).view(1, 3, 1, 1))
+    return (
+        torch.tensor(CIFAR_MEAN, device=device).view(1, 3, 1, 1),
+        torch.tensor(CIFAR_STD, device=device).view(1, 3, 1, 1),
+    )
 
 
-def prepare_batch(images: torch.Tensor, labels: torch.Tensor, device: torch.device, image_size: int, channels_last: bool):
+def prepare_batch(
+    images: torch.Tensor, labels: torch.Tensor, device: torch.device, image_size: int, channels_last: bool
+):
     """uint8 32 px batch -> normalised float batch at ``image_size`` on ``device``.
 
     Resizing on the device, after the copy, moves ~50x fewer bytes than copying 112 px floats,
@@ -135,7 +187,9 @@ def prepare_batch(images: torch.Tensor, labels: torch.Tensor, device: torch.devi
 
 def build_model(name: str) -> nn.Module:
     """torchvision's model with a 10-class head and random weights (nothing is downloaded)."""
-    return getattr(harness.import_optional("torchvision.models", "cifar.py", "torchvision"), name)(weights=None, num_classes=NUM_CLASSES)
+    return getattr(harness.import_optional("torchvision.models", "cifar.py", "torchvision"), name)(
+        weights=None, num_classes=NUM_CLASSES
+    )
 
 
 @dataclass
@@ -172,7 +226,10 @@ def relaunch_under_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
         ddp.check_rendezvous(args.rdzv_endpoint, args.rdzv_timeout)
     command = ddp.torchrun_command(args, str(Path(__file__).resolve()), argv)
     if not args.quiet:
-        print(f"{PROG}: starting {args.world_size} processes: torchrun {' '.join(command[3:command.index('--')])} ...", file=sys.stderr)
+        print(
+            f"{PROG}: starting {args.world_size} processes: torchrun {' '.join(command[3 : command.index('--')])} ...",
+            file=sys.stderr,
+        )
     return subprocess.run(command, check=False).returncode
 
 
@@ -197,27 +254,44 @@ class Trainer:
         self.args, self.replicas, self.run = args, replicas, run
         self.train_loader, self.test_loader = loaders
         memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
-        self.net = build_model(args.model).to(replicas.device, memory_format=memory_format)  # checkpoints hold its weights
+        self.net = build_model(args.model).to(
+            replicas.device, memory_format=memory_format
+        )  # checkpoints hold its weights
         autocast = speed.with_amp(self.net, args, replicas.device)
         # What training calls (autocast, DataParallel/DDP, compile) and what evaluation calls: DDP's forward may
         # communicate and test shards may differ in length, so each DDP process evaluates its shard without DDP.
         # DataParallel evaluates through its scatter, as E2 measured.
         self.model = torch.compile(replicas.wrap(autocast)) if args.compile else replicas.wrap(autocast)
         self.eval_model = autocast if replicas.distributed else self.model
-        self.optimizer = torch.optim.SGD(self.net.parameters(), lr=args.effective_lr, momentum=args.momentum,
-                                         weight_decay=args.weight_decay)
+        self.optimizer = torch.optim.SGD(
+            self.net.parameters(), lr=args.effective_lr, momentum=args.momentum, weight_decay=args.weight_decay
+        )
         self.scheduler = build_scheduler(self.optimizer, args)
         self.scaler = torch.amp.GradScaler(replicas.device.type, enabled=args.amp == "fp16")
-        self.parts = {"model": self.net, "optimizer": self.optimizer, "scheduler": self.scheduler, "scaler": self.scaler}
+        self.parts = {
+            "model": self.net,
+            "optimizer": self.optimizer,
+            "scheduler": self.scheduler,
+            "scaler": self.scaler,
+        }
         self.first_epoch = run.restore(self.parts)  # --resume: their states, the RNGs and the history so far
 
     def _batches(self, loader):
-        return (prepare_batch(x, y, self.replicas.device, self.args.image_size, self.args.channels_last) for x, y in loader)
+        return (
+            prepare_batch(x, y, self.replicas.device, self.args.image_size, self.args.channels_last) for x, y in loader
+        )
 
     def _run_batch(self, images: torch.Tensor, labels: torch.Tensor, *, show_scatter: bool) -> torch.Tensor:
         args = self.args
-        output = scatter.forward(self.model, self.net, images, show=show_scatter, parallel=args.parallel,
-                                 replicas=self.replicas, assumed_devices=args.nproc)
+        output = scatter.forward(
+            self.model,
+            self.net,
+            images,
+            show=show_scatter,
+            parallel=args.parallel,
+            replicas=self.replicas,
+            assumed_devices=args.nproc,
+        )
         loss = F.cross_entropy(output, labels)
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
@@ -256,7 +330,9 @@ class Trainer:
                 torch.distributed.broadcast(buffer, src=0)
         return harness.global_accuracy(self.eval_model, self._batches(self.test_loader), self.replicas)
 
-    def _save_checkpoint(self, epochs_done: int) -> None:  # every replica holds the same weights: one process writes them
+    def _save_checkpoint(
+        self, epochs_done: int
+    ) -> None:  # every replica holds the same weights: one process writes them
         if self.replicas.is_main:
             self.run.save_checkpoint(self.parts, epochs_done)
 
@@ -275,12 +351,17 @@ class Trainer:
 
 def train(args: argparse.Namespace, replicas: Replicas) -> None:
     speed.resolve_auto_amp(args)
-    run = harness.Run(args, replicas, recipe=RECIPE, prog=PROG, resume_keys=RESUME_KEYS)  # seeds, before the model exists
+    run = harness.Run(
+        args, replicas, recipe=RECIPE, prog=PROG, resume_keys=RESUME_KEYS
+    )  # seeds, before the model exists
     Trainer(args, replicas, data_loaders(args, replicas), run).train()
     history = run.history
     run.write_results(
-        harness.configuration_record(args, replicas, model=args.model, image_size=args.image_size, parallel=args.parallel),
-        {"images_per_s": history.train_images / sum(history.train_epoch_s), "epoch_lr": history.epoch_lr})
+        harness.configuration_record(
+            args, replicas, model=args.model, image_size=args.image_size, parallel=args.parallel
+        ),
+        {"images_per_s": history.train_images / sum(history.train_epoch_s), "epoch_lr": history.epoch_lr},
+    )
 
 
 # --------------------------------------------------------------------------- command line
@@ -291,20 +372,45 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     harness.add_common_arguments(parser, default_epochs=10)
     add = parser.add_argument
     add("--model", choices=MODELS, default="mobilenet_v2", help="torchvision model, 10 classes (default: mobilenet_v2)")
-    add("--image-size", type=harness.positive_int, default=112, help="side the 32 px images are resized to, for training and test alike (default: 112)")
-    add("--parallel", choices=("none", "dp", "ddp"), default="none", help="none: one device; dp: nn.DataParallel in one "
-        "process; ddp: DistributedDataParallel, one process per device under torchrun (default: none)")
+    add(
+        "--image-size",
+        type=harness.positive_int,
+        default=112,
+        help="side the 32 px images are resized to, for training and test alike (default: 112)",
+    )
+    add(
+        "--parallel",
+        choices=("none", "dp", "ddp"),
+        default="none",
+        help="none: one device; dp: nn.DataParallel in one "
+        "process; ddp: DistributedDataParallel, one process per device under torchrun (default: none)",
+    )
     add("--gpus", help="cuda: comma-separated GPU ids, e.g. 1,2,3,4; sets CUDA_VISIBLE_DEVICES before CUDA starts")
     add("--nproc", type=harness.positive_int, help=f"cpu: ddp processes per host (default: {DEFAULT_CPU_PROCESSES})")
     ddp.add_host_arguments(parser)
-    harness.add_batch_arguments(parser, reference_batch=REFERENCE_BATCH, default="global", optimizer="SGD", lr=0.1, lr_scaling="none")
-    add("--test-batch", type=harness.positive_int, help="evaluation batch per process (default: the per-process training batch)")
+    harness.add_batch_arguments(
+        parser, reference_batch=REFERENCE_BATCH, default="global", optimizer="SGD", lr=0.1, lr_scaling="none"
+    )
+    add(
+        "--test-batch",
+        type=harness.positive_int,
+        help="evaluation batch per process (default: the per-process training batch)",
+    )
     add("--momentum", type=float, default=0.9, help="SGD momentum (default: 0.9)")
     add("--weight-decay", type=float, default=5e-4, help="SGD weight decay (default: 5e-4)")
     speed.add_speed_arguments(parser)
-    add("--show-scatter", action="store_true", help="print how the first batch is split over the replicas and the gathered output size")
-    add("--data-check", choices=("md5", "exists"), default="md5", help="real data: md5 = torchvision's checksum check of the official "
-        "files; exists = only check the files are there (for re-encoded or test copies) (default: md5)")
+    add(
+        "--show-scatter",
+        action="store_true",
+        help="print how the first batch is split over the replicas and the gathered output size",
+    )
+    add(
+        "--data-check",
+        choices=("md5", "exists"),
+        default="md5",
+        help="real data: md5 = torchvision's checksum check of the official "
+        "files; exists = only check the files are there (for re-encoded or test copies) (default: md5)",
+    )
     harness.add_fake_data_arguments(parser, train=1024, test=256)
     args = harness.parse_arguments(parser, argv)
     harness.import_optional("torchvision", "cifar.py (its models)", "torchvision")
@@ -314,11 +420,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.process_batch = args.global_batch if args.parallel == "dp" else args.per_device_batch
     args.test_batch = args.test_batch or args.process_batch
     if args.warmup_epochs >= args.epochs:
-        raise RecipeError(f"--warmup-epochs {args.warmup_epochs} leaves no epoch for the decay; use fewer than --epochs {args.epochs}")
+        raise RecipeError(
+            f"--warmup-epochs {args.warmup_epochs} leaves no epoch for the decay; use fewer than --epochs {args.epochs}"
+        )
     speed.apply_preset(args)
     # Model and batch in the name: E2 compares both, and their runs must not take each other's names.
     args.run_name = args.run_name or f"{args.model}-b{args.global_batch}-" + harness.default_run_name(
-        args.device, world_size=args.world_size, parallel=args.parallel)
+        args.device, world_size=args.world_size, parallel=args.parallel
+    )
     return args
 
 
@@ -327,12 +436,18 @@ def resolve_topology(args: argparse.Namespace) -> None:
     if args.gpus is not None and args.device != "cuda":
         raise RecipeError(f"--gpus applies to --device cuda only; --device {args.device} has no GPUs to choose")
     if args.nproc is not None and not (args.device == "cpu" and args.parallel != "none"):
-        raise RecipeError("--nproc applies to --device cpu with --parallel ddp; on cuda the GPU count comes from --gpus")
+        raise RecipeError(
+            "--nproc applies to --device cpu with --parallel ddp; on cuda the GPU count comes from --gpus"
+        )
     if args.device == "tpu":
-        raise RecipeError("--device tpu is not supported by the cifar recipe; use cpu or cuda (the TPU comparison is mnist.py)")
+        raise RecipeError(
+            "--device tpu is not supported by the cifar recipe; use cpu or cuda (the TPU comparison is mnist.py)"
+        )
     if args.parallel == "dp" and args.device not in DATA_PARALLEL_DEVICES:
-        raise RecipeError(f"--parallel dp needs CUDA GPUs (nn.DataParallel splits each batch over them), and --device "
-                          f"{args.device} has none; use --parallel ddp for several processes, or none")
+        raise RecipeError(
+            f"--parallel dp needs CUDA GPUs (nn.DataParallel splits each batch over them), and --device "
+            f"{args.device} has none; use --parallel ddp for several processes, or none"
+        )
     ddp.check_hosts(args)
     if args.device == "cpu":
         args.nproc = args.nproc or DEFAULT_CPU_PROCESSES if args.parallel != "none" else None
@@ -345,7 +460,9 @@ def resolve_topology(args: argparse.Namespace) -> None:
         if count == 0:
             harness.select_device("cuda")  # raises the one-line "no GPU visible" error
         if args.parallel == "none" and count > 1 and args.gpus is not None:
-            raise RecipeError(f"--parallel none trains on one GPU but --gpus lists {count}; list one GPU, or use --parallel dp or ddp")
+            raise RecipeError(
+                f"--parallel none trains on one GPU but --gpus lists {count}; list one GPU, or use --parallel dp or ddp"
+            )
         per_node = 1 if args.parallel == "none" else count
     args.world_size = per_node * args.nnodes
     if ddp.under_torchrun():
@@ -354,8 +471,10 @@ def resolve_topology(args: argparse.Namespace) -> None:
         # torchrun's own settings count when a user (or a Kubernetes operator) starts torchrun.
         args.world_size, args.nnodes = ddp.torchrun_topology()
     if args.parallel == "ddp" and args.world_size < 2:
-        raise RecipeError(f"--parallel ddp needs at least 2 devices, got {args.world_size}; use --parallel none for one "
-                          "device, or give more GPUs (--gpus), processes (--nproc) or hosts (--nnodes)")
+        raise RecipeError(
+            f"--parallel ddp needs at least 2 devices, got {args.world_size}; use --parallel none for one "
+            "device, or give more GPUs (--gpus), processes (--nproc) or hosts (--nnodes)"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,22 +23,39 @@ from harness import RecipeError
 def add_host_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags for several hosts; their defaults come from the environment that run.sh, Slurm or a launcher sets."""
     hosts = parser.add_argument_group("several hosts (ddp; defaults from NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID)")
-    hosts.add_argument("--nnodes", type=harness.positive_int, default=os.environ.get("NNODES") or "1", help="hosts (default: 1)")
-    hosts.add_argument("--node-rank", type=harness.non_negative_int, default=os.environ.get("NODE_RANK") or None,
-                       help="this host's rank (default: the rendezvous assigns one)")
-    hosts.add_argument("--rdzv-endpoint", default=os.environ.get("RDZV_ENDPOINT") or None,
-                       help="host:port where the hosts meet (c10d), e.g. the first host and a free port")
-    hosts.add_argument("--rdzv-id", default=os.environ.get("RDZV_ID") or "envkit", help="rendezvous (job) id (default: envkit)")
-    hosts.add_argument("--rdzv-timeout", type=harness.positive_int, default=60,
-                       help="seconds this host tries to reach --rdzv-endpoint before it gives up (default: 60)")
+    hosts.add_argument(
+        "--nnodes", type=harness.positive_int, default=os.environ.get("NNODES") or "1", help="hosts (default: 1)"
+    )
+    hosts.add_argument(
+        "--node-rank",
+        type=harness.non_negative_int,
+        default=os.environ.get("NODE_RANK") or None,
+        help="this host's rank (default: the rendezvous assigns one)",
+    )
+    hosts.add_argument(
+        "--rdzv-endpoint",
+        default=os.environ.get("RDZV_ENDPOINT") or None,
+        help="host:port where the hosts meet (c10d), e.g. the first host and a free port",
+    )
+    hosts.add_argument(
+        "--rdzv-id", default=os.environ.get("RDZV_ID") or "envkit", help="rendezvous (job) id (default: envkit)"
+    )
+    hosts.add_argument(
+        "--rdzv-timeout",
+        type=harness.positive_int,
+        default=60,
+        help="seconds this host tries to reach --rdzv-endpoint before it gives up (default: 60)",
+    )
 
 
 def check_hosts(args: argparse.Namespace) -> None:
     if args.nnodes > 1 and args.parallel != "ddp":
         raise RecipeError(f"--nnodes {args.nnodes} needs --parallel ddp: only DDP spans several hosts")
     if args.nnodes > 1 and not args.rdzv_endpoint and not under_torchrun():
-        raise RecipeError(f"--nnodes {args.nnodes} needs --rdzv-endpoint host:port (or RDZV_ENDPOINT): "
-                          "where the hosts meet, e.g. the first host and a free port")
+        raise RecipeError(
+            f"--nnodes {args.nnodes} needs --rdzv-endpoint host:port (or RDZV_ENDPOINT): "
+            "where the hosts meet, e.g. the first host and a free port"
+        )
 
 
 def check_rendezvous(endpoint: str, timeout: int) -> None:
@@ -56,8 +73,10 @@ def check_rendezvous(endpoint: str, timeout: int) -> None:
         host, port = parse_rendezvous_endpoint(endpoint, default_port=DEFAULT_PORT)
         family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except (ValueError, OSError) as exc:
-        raise RecipeError(f"--rdzv-endpoint {endpoint!r} names no reachable host:port ({_reason(exc)}); give the first "
-                          "host's name or address and a free port, e.g. node1:29400") from None
+        raise RecipeError(
+            f"--rdzv-endpoint {endpoint!r} names no reachable host:port ({_reason(exc)}); give the first "
+            "host's name or address and a free port, e.g. node1:29400"
+        ) from None
     deadline = time.monotonic() + timeout
     with socket.socket(family, kind) as listener:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -77,8 +96,10 @@ def check_rendezvous(endpoint: str, timeout: int) -> None:
                 break
             time.sleep(0.5)
     waited = "" if hosting else f" after {timeout} s (--rdzv-timeout)"
-    raise RecipeError(f"cannot reach the rendezvous at {endpoint}: {problem}{waited}; check that the first host runs the "
-                      f"same command, that {host} is its address as seen from here, and that port {port} is open between the hosts")
+    raise RecipeError(
+        f"cannot reach the rendezvous at {endpoint}: {problem}{waited}; check that the first host runs the "
+        f"same command, that {host} is its address as seen from here, and that port {port} is open between the hosts"
+    )
 
 
 def _reason(exc: Exception) -> str:
@@ -102,8 +123,18 @@ def torchrun_command(args: argparse.Namespace, script: str, argv: list[str]) -> 
     if args.nnodes == 1:
         rendezvous = ["--standalone", "--nproc-per-node", per_node]
     else:
-        rendezvous = ["--nnodes", str(args.nnodes), "--nproc-per-node", per_node, "--rdzv-backend", "c10d",
-                      "--rdzv-endpoint", args.rdzv_endpoint, "--rdzv-id", args.rdzv_id]
+        rendezvous = [
+            "--nnodes",
+            str(args.nnodes),
+            "--nproc-per-node",
+            per_node,
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            args.rdzv_endpoint,
+            "--rdzv-id",
+            args.rdzv_id,
+        ]
         rendezvous += ["--node-rank", str(args.node_rank)] if args.node_rank is not None else []
     # "--": otherwise torchrun's parser reads our options as (abbreviations of) its own, e.g. --nproc.
     return [sys.executable, "-m", "torch.distributed.run", *rendezvous, "--", script, *argv]
@@ -126,7 +157,15 @@ def in_process_group(device_kind: str, body: Callable[[dict], None]) -> None:
     torch.distributed.init_process_group(**process_group_arguments(device))
     world, nodes = torchrun_topology()
     try:
-        body({"device": device, "rank": torch.distributed.get_rank(), "world_size": world, "local_rank": local_rank, "nodes": nodes})
+        body(
+            {
+                "device": device,
+                "rank": torch.distributed.get_rank(),
+                "world_size": world,
+                "local_rank": local_rank,
+                "nodes": nodes,
+            }
+        )
         # Leave together: a process that closes its gloo connections while rank 0 is
         # still writing results can be aborted ("terminate called without an active exception").
         torch.distributed.barrier()

@@ -32,8 +32,24 @@ MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 REFERENCE_BATCH = 128  # the batch E1's learning rate was tuned for; --lr-scaling linear scales from it
 FAKE_NOISE = 4.0  # per pixel (templates have std 1): fake data then takes a few epochs to learn
 # Settings a checkpoint must share with the run that resumes it (epochs may grow).
-RESUME_KEYS = ("device", "strategy", "world_size", "dataset", "seed", "per_device_batch", "global_batch", "lr", "lr_scaling",
-               "effective_lr", "gamma", "warmup_epochs", "fake_train_size", "fake_test_size", "optimizer", "momentum")
+RESUME_KEYS = (
+    "device",
+    "strategy",
+    "world_size",
+    "dataset",
+    "seed",
+    "per_device_batch",
+    "global_batch",
+    "lr",
+    "lr_scaling",
+    "effective_lr",
+    "gamma",
+    "warmup_epochs",
+    "fake_train_size",
+    "fake_test_size",
+    "optimizer",
+    "momentum",
+)
 
 
 class Net(nn.Module):
@@ -54,14 +70,33 @@ class Net(nn.Module):
 def load_data(args) -> tuple[harness.IndexBatchDataset, harness.IndexBatchDataset]:
     """Train and test sets as normalised in-memory tensors [N, 1, 28, 28] (a batch is one gather): MNIST or the fake set."""
     if args.dataset == "fake":  # same class templates for both splits, different samples
-        return tuple(harness.IndexBatchDataset(*harness.fake_split(
-            size, (1, 28, 28), 10, template_seed=args.seed, sample_seed=args.seed + offset, noise=FAKE_NOISE))
-            for size, offset in ((args.fake_train_size, 1), (args.fake_test_size, 2)))
-    datasets = harness.import_optional("torchvision.datasets", "--dataset real", "torchvision", instead="--dataset fake")
-    splits = [harness.open_dataset(datasets.MNIST, args.data_dir, "MNIST", train=train, download=args.download and train,
-                                   missing=f"MNIST is not under {args.data_dir}/MNIST/raw", fix="put the four idx files there")
-              for train in (True, False)]
-    return tuple(harness.IndexBatchDataset((s.data.unsqueeze(1).float() / 255 - MNIST_MEAN) / MNIST_STD, s.targets) for s in splits)
+        return tuple(
+            harness.IndexBatchDataset(
+                *harness.fake_split(
+                    size, (1, 28, 28), 10, template_seed=args.seed, sample_seed=args.seed + offset, noise=FAKE_NOISE
+                )
+            )
+            for size, offset in ((args.fake_train_size, 1), (args.fake_test_size, 2))
+        )
+    datasets = harness.import_optional(
+        "torchvision.datasets", "--dataset real", "torchvision", instead="--dataset fake"
+    )
+    splits = [
+        harness.open_dataset(
+            datasets.MNIST,
+            args.data_dir,
+            "MNIST",
+            train=train,
+            download=args.download and train,
+            missing=f"MNIST is not under {args.data_dir}/MNIST/raw",
+            fix="put the four idx files there",
+        )
+        for train in (True, False)
+    ]
+    return tuple(
+        harness.IndexBatchDataset((s.data.unsqueeze(1).float() / 255 - MNIST_MEAN) / MNIST_STD, s.targets)
+        for s in splits
+    )
 
 
 # --------------------------------------------------------------------------- E1: where training runs
@@ -106,8 +141,18 @@ def one_process_per_core() -> Strategy:  # runs in every process torch_xla.launc
     import torch_xla.runtime as xr  # noqa: PLC0415
 
     device = harness.select_device("tpu")
-    replicas = Replicas(device, rank=xr.global_ordinal(), world_size=xr.world_size(), nodes=max(1, xr.world_size() // xr.local_process_count()))
-    return Strategy(replicas, feed=lambda loader: pl.MpDeviceLoader(loader, device), step=xm.optimizer_step, share_weights=xm.broadcast_master_param)
+    replicas = Replicas(
+        device,
+        rank=xr.global_ordinal(),
+        world_size=xr.world_size(),
+        nodes=max(1, xr.world_size() // xr.local_process_count()),
+    )
+    return Strategy(
+        replicas,
+        feed=lambda loader: pl.MpDeviceLoader(loader, device),
+        step=xm.optimizer_step,
+        share_weights=xm.broadcast_master_param,
+    )
 
 
 def spmd() -> Strategy:
@@ -121,7 +166,10 @@ def spmd() -> Strategy:
     # A 1-D mesh of every device; images are split along the batch, labels (1-D) replicated.
     sharding = xs.ShardingSpec(xs.Mesh(np.arange(devices), (devices,), ("data",)), ("data", None, None, None))
     device = harness.select_device("tpu")
-    return Strategy(Replicas(device, replicas=devices), feed=lambda loader: pl.MpDeviceLoader(loader, device, input_sharding=sharding))
+    return Strategy(
+        Replicas(device, replicas=devices),
+        feed=lambda loader: pl.MpDeviceLoader(loader, device, input_sharding=sharding),
+    )
 
 
 def torch_tpu(ddp_fields: dict | None = None) -> Strategy:  # one device, or DDP in every process torchrun starts
@@ -137,10 +185,19 @@ class Trainer:
         self.model, self.strategy, self.replicas, self.run, self.args = model, strategy, strategy.replicas, run, args
         self.train_loader, self.test_loader = loaders
         # Linear lr scaling (E3) is SGD's rule (Goyal et al. 2017); Adadelta at 8x the batch and lr does worse (README, E3).
-        self.optimizer = (torch.optim.SGD(model.parameters(), lr=args.effective_lr, momentum=args.momentum) if args.optimizer == "sgd"
-                          else torch.optim.Adadelta(model.parameters(), lr=args.effective_lr))
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, harness.WarmupThenDecay(args.warmup_epochs, args.gamma))
-        self.parts = {"model": model, "optimizer": self.optimizer, "scheduler": self.scheduler}  # what a checkpoint holds
+        self.optimizer = (
+            torch.optim.SGD(model.parameters(), lr=args.effective_lr, momentum=args.momentum)
+            if args.optimizer == "sgd"
+            else torch.optim.Adadelta(model.parameters(), lr=args.effective_lr)
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, harness.WarmupThenDecay(args.warmup_epochs, args.gamma)
+        )
+        self.parts = {
+            "model": model,
+            "optimizer": self.optimizer,
+            "scheduler": self.scheduler,
+        }  # what a checkpoint holds
         self.first_epoch = run.restore(self.parts)  # --resume: their states, the RNGs and the history so far
 
     def _run_batch(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -168,7 +225,9 @@ class Trainer:
         loss_total, step_total = self.replicas.sum_over_processes([torch.stack(losses).sum().item(), len(losses)])
         return loss_total / step_total
 
-    def _save_checkpoint(self, epochs_done: int) -> None:  # every replica holds the same weights: one process writes them
+    def _save_checkpoint(
+        self, epochs_done: int
+    ) -> None:  # every replica holds the same weights: one process writes them
         if self.replicas.is_main:
             self.run.save_checkpoint(self.parts, epochs_done)
 
@@ -188,34 +247,74 @@ class Trainer:
 def train(strategy: Strategy, args) -> None:
     replicas = strategy.replicas
     harness.resolve_batches(args, replicas.replicas, reference_batch=REFERENCE_BATCH, default="per-device")
-    args.run_name = args.run_name or harness.default_run_name(args.device, world_size=args.world_size, strategy=args.strategy)
-    run = harness.Run(args, replicas, recipe=RECIPE, prog=PROG, resume_keys=RESUME_KEYS)  # seeds, before the model exists
+    args.run_name = args.run_name or harness.default_run_name(
+        args.device, world_size=args.world_size, strategy=args.strategy
+    )
+    run = harness.Run(
+        args, replicas, recipe=RECIPE, prog=PROG, resume_keys=RESUME_KEYS
+    )  # seeds, before the model exists
     train_set, test_set = (split.to(replicas.device) if strategy.feed is None else split for split in load_data(args))
     loaders = harness.shard_loaders(  # SPMD: one process loads whole global batches
-        train_set, test_set, replicas, batch=args.global_batch // replicas.world_size, test_batch=args.test_batch, seed=args.seed)
+        train_set,
+        test_set,
+        replicas,
+        batch=args.global_batch // replicas.world_size,
+        test_batch=args.test_batch,
+        seed=args.seed,
+    )
     model = strategy.wrap(Net().to(replicas.device))
     trainer = Trainer(model, strategy, loaders, run, args)
     if strategy.share_weights and replicas.world_size > 1:
         strategy.share_weights(model)
     trainer.train()
     cores = (1 if args.cores == "1" else args.world_size) if args.device == "tpu" else None
-    spread = {"parallel": "ddp"} if args.strategy == "ddp" else {"strategy": args.strategy}  # DDP is DDP on every device
-    run.write_results(harness.configuration_record(args, replicas, model="mnist-net", image_size=28, cores=cores, **spread), {})
+    spread = (
+        {"parallel": "ddp"} if args.strategy == "ddp" else {"strategy": args.strategy}
+    )  # DDP is DDP on every device
+    run.write_results(
+        harness.configuration_record(args, replicas, model="mnist-net", image_size=28, cores=cores, **spread), {}
+    )
 
 
 def parse_args(argv: list[str] | None):
     parser = harness.RecipeArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     harness.add_common_arguments(parser, default_epochs=10)
-    parser.add_argument("--cores", choices=("1", "all"), help="tpu only: one core, or all (default: 1, or all for xmp/spmd/ddp)")
-    parser.add_argument("--strategy", choices=("single", "xmp", "spmd", "ddp"), help="tpu only: single core; torch_xla: xmp = one "
-                        "process per core, spmd = one process sharding each batch; torch_tpu: ddp = one process per device")
-    parser.add_argument("--tpu-backend", choices=("auto", *tpu_backend.BACKENDS), default="auto",
-                        help="tpu only (default: auto, the installed one; torch_xla when both are)")
-    harness.add_batch_arguments(parser, reference_batch=REFERENCE_BATCH, default="per-device", optimizer="Adadelta (or SGD)", lr=1.0, lr_scaling="linear")
-    parser.add_argument("--optimizer", choices=("adadelta", "sgd"), default="adadelta", help="adadelta: E1's (default); sgd: with --momentum (E3)")
+    parser.add_argument(
+        "--cores", choices=("1", "all"), help="tpu only: one core, or all (default: 1, or all for xmp/spmd/ddp)"
+    )
+    parser.add_argument(
+        "--strategy",
+        choices=("single", "xmp", "spmd", "ddp"),
+        help="tpu only: single core; torch_xla: xmp = one "
+        "process per core, spmd = one process sharding each batch; torch_tpu: ddp = one process per device",
+    )
+    parser.add_argument(
+        "--tpu-backend",
+        choices=("auto", *tpu_backend.BACKENDS),
+        default="auto",
+        help="tpu only (default: auto, the installed one; torch_xla when both are)",
+    )
+    harness.add_batch_arguments(
+        parser,
+        reference_batch=REFERENCE_BATCH,
+        default="per-device",
+        optimizer="Adadelta (or SGD)",
+        lr=1.0,
+        lr_scaling="linear",
+    )
+    parser.add_argument(
+        "--optimizer",
+        choices=("adadelta", "sgd"),
+        default="adadelta",
+        help="adadelta: E1's (default); sgd: with --momentum (E3)",
+    )
     parser.add_argument("--momentum", type=float, default=0.9, help="--optimizer sgd: momentum (default: 0.9)")
-    parser.add_argument("--gamma", type=harness.positive_float, default=0.7, help="learning-rate decay per epoch (default: 0.7)")
-    parser.add_argument("--test-batch", type=harness.positive_int, default=1000, help="evaluation batch per process (default: 1000)")
+    parser.add_argument(
+        "--gamma", type=harness.positive_float, default=0.7, help="learning-rate decay per epoch (default: 0.7)"
+    )
+    parser.add_argument(
+        "--test-batch", type=harness.positive_int, default=1000, help="evaluation batch per process (default: 1000)"
+    )
     harness.add_fake_data_arguments(parser, train=3840, test=1000)
     args = harness.parse_arguments(parser, argv)
     for option, value in (("--cores", args.cores), ("--strategy", args.strategy)):
@@ -232,7 +331,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.device != "tpu":  # cpu or cuda, as pytorch/examples
         train(Strategy(Replicas(harness.select_device(args.device))), args)
     elif args.backend == "torch_tpu" and args.strategy == "ddp":  # load_data: as for xmp
-        tpu_backend.data_parallel(__file__, argv, lambda fields: train(torch_tpu(fields), args), lambda: load_data(args))
+        tpu_backend.data_parallel(
+            __file__, argv, lambda fields: train(torch_tpu(fields), args), lambda: load_data(args)
+        )
     elif args.backend == "torch_tpu":
         train(torch_tpu(), args)
     elif args.strategy == "xmp":

@@ -104,7 +104,8 @@ def probe_cuda() -> list[Result]:
         else:
             visible = os.environ.get("CUDA_VISIBLE_DEVICES")
             why = f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees none" + (
-                f"; CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else "")
+                f"; CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else ""
+            )
         return [Result("cuda", "absent", f"no CUDA device ({why})")]
     results = [probe_gpu(index) for index in range(torch.cuda.device_count())]
     if torch.cuda.device_count() >= 2:
@@ -161,8 +162,9 @@ def probe_nccl() -> Result:
         seconds = times.get()
     except Exception as exc:  # noqa: BLE001
         return Result(name, "failed", one_line(exc))
-    return Result(name, "ok", f"two-process all-reduce of 4 MB, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}",
-                  seconds)
+    return Result(
+        name, "ok", f"two-process all-reduce of 4 MB, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}", seconds
+    )
 
 
 # --------------------------------------------------------------------------- tpu
@@ -186,8 +188,13 @@ def probe_torch_xla(tpu_present: bool) -> Result:
     # Without a TPU, torch_xla's TPU runtime would look for the VM's metadata
     # server: only an explicit other PJRT device (CPU, CUDA) is tried.
     if not tpu_present and pjrt in ("", "TPU"):
-        return Result("tpu", "absent", f"no TPU device (no Google TPU on the PCI bus); torch_xla {version} "
-                      "can run on XLA:CPU with PJRT_DEVICE=CPU", backend="torch_xla")
+        return Result(
+            "tpu",
+            "absent",
+            f"no TPU device (no Google TPU on the PCI bus); torch_xla {version} "
+            "can run on XLA:CPU with PJRT_DEVICE=CPU",
+            backend="torch_xla",
+        )
     try:
         import torch_xla
         import torch_xla.core.xla_model as xm
@@ -209,8 +216,12 @@ def probe_torch_tpu(tpu_present: bool) -> Result:
     version = importlib.metadata.version("torch_tpu")
     if not tpu_present:
         # torch_tpu has no CPU or simulation mode: without a chip it registers no device.
-        return Result("tpu", "absent", f"no TPU device (no Google TPU on the PCI bus); torch_tpu {version} "
-                      "has no CPU mode", backend="torch_tpu")
+        return Result(
+            "tpu",
+            "absent",
+            f"no TPU device (no Google TPU on the PCI bus); torch_tpu {version} has no CPU mode",
+            backend="torch_tpu",
+        )
     try:
         import torch_tpu  # noqa: F401 - registers the "tpu" device
 
@@ -220,8 +231,9 @@ def probe_torch_tpu(tpu_present: bool) -> Result:
         step = train_steps(torch.device("tpu"), 1, torch.accelerator.synchronize)
     except Exception as exc:  # noqa: BLE001
         return Result("tpu", "failed", f"torch_tpu {version}: {one_line(exc)}", backend="torch_tpu")
-    return Result("tpu", "ok", f"torch_tpu {version}, {torch.accelerator.device_count()} devices; first step", step,
-                  "torch_tpu")
+    return Result(
+        "tpu", "ok", f"torch_tpu {version}, {torch.accelerator.device_count()} devices; first step", step, "torch_tpu"
+    )
 
 
 # --------------------------------------------------------------------------- report

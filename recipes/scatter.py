@@ -41,7 +41,9 @@ def replica_calls(model: nn.Module):
         calls.sort(key=lambda call: (len(call[0]), call[0]))
 
 
-def report(parallel: str, replicas, images: torch.Tensor, calls: list, output: torch.Tensor, assumed_devices: int | None) -> list[str]:
+def report(
+    parallel: str, replicas, images: torch.Tensor, calls: list, output: torch.Tensor, assumed_devices: int | None
+) -> list[str]:
     """The lines ``--show-scatter`` prints for one batch; ``assumed_devices``: the GPUs a CPU run describes."""
     if parallel == "ddp":
         device, given, produced = calls[0]
@@ -51,9 +53,14 @@ def report(parallel: str, replicas, images: torch.Tensor, calls: list, output: t
         ]
     if parallel == "none":
         device, given, produced = calls[0]
-        return [f"scatter (none, {device}): input {given} -> output {produced}; one device, nothing to scatter or gather"]
+        return [
+            f"scatter (none, {device}): input {given} -> output {produced}; one device, nothing to scatter or gather"
+        ]
     lines = [f"scatter (dp, {len(calls)} replica(s)): batch {shape_text(images)}"]
-    lines += [f"  replica {index} on {device}: input {given} -> output {produced}" for index, (device, given, produced) in enumerate(calls)]
+    lines += [
+        f"  replica {index} on {device}: input {given} -> output {produced}"
+        for index, (device, given, produced) in enumerate(calls)
+    ]
     lines.append(f"  gathered on {output.device}: output {shape_text(output)}")
     if replicas.device.type == "cpu":
         # torch.nn.parallel.scatter splits like Tensor.chunk; without GPUs nothing is scattered, so show the split it would make.
@@ -65,8 +72,16 @@ def report(parallel: str, replicas, images: torch.Tensor, calls: list, output: t
     return lines
 
 
-def forward(model: nn.Module, net: nn.Module, images: torch.Tensor, *, show: bool, parallel: str, replicas,
-            assumed_devices: int | None) -> torch.Tensor:
+def forward(
+    model: nn.Module,
+    net: nn.Module,
+    images: torch.Tensor,
+    *,
+    show: bool,
+    parallel: str,
+    replicas,
+    assumed_devices: int | None,
+) -> torch.Tensor:
     """``model(images)``; with ``show``, print how ``net`` (the bare model inside ``model``'s wrappers) was called."""
     if not show:
         return model(images)

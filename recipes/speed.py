@@ -18,13 +18,30 @@ AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 def add_speed_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
-    add("--preset", choices=("faithful", "fast"), default="faithful", help="faithful: E2's plain settings; fast: channels_last, "
-        "AMP, pinned memory, loader workers and (cuda, not dp) torch.compile, unless set one by one (default: faithful)")
-    add("--amp", choices=("none", "bf16", "fp16"), help="autocast dtype (default: none; fast: bf16, fp16 on GPUs without bf16)")
+    add(
+        "--preset",
+        choices=("faithful", "fast"),
+        default="faithful",
+        help="faithful: E2's plain settings; fast: channels_last, "
+        "AMP, pinned memory, loader workers and (cuda, not dp) torch.compile, unless set one by one (default: faithful)",
+    )
+    add(
+        "--amp",
+        choices=("none", "bf16", "fp16"),
+        help="autocast dtype (default: none; fast: bf16, fp16 on GPUs without bf16)",
+    )
     add("--channels-last", action=argparse.BooleanOptionalAction, help="NHWC memory format (default: off; fast: on)")
-    add("--pin-memory", action=argparse.BooleanOptionalAction, help="page-locked host batches, cuda only (default: off; fast: on)")
+    add(
+        "--pin-memory",
+        action=argparse.BooleanOptionalAction,
+        help="page-locked host batches, cuda only (default: off; fast: on)",
+    )
     add("--workers", type=non_negative_int, help="DataLoader worker processes (default: 0; fast: 2)")
-    add("--compile", action=argparse.BooleanOptionalAction, help="torch.compile the model (default: off; fast: on for cuda without dp)")
+    add(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        help="torch.compile the model (default: off; fast: on for cuda without dp)",
+    )
 
 
 def apply_preset(args: argparse.Namespace) -> None:
@@ -41,7 +58,9 @@ def apply_preset(args: argparse.Namespace) -> None:
         # Compiling on CPU needs a C++ toolchain and minutes; DataParallel re-replicates the module every step.
         args.compile = fast and cuda and args.parallel != "dp"
     if args.compile and args.parallel == "dp":
-        raise RecipeError("--compile does not work with --parallel dp (DataParallel replicates the module every step); use none or ddp")
+        raise RecipeError(
+            "--compile does not work with --parallel dp (DataParallel replicates the module every step); use none or ddp"
+        )
     if args.pin_memory and not cuda:
         raise RecipeError("--pin-memory speeds up copies to a GPU only; use it with --device cuda")
 
@@ -74,5 +93,11 @@ def with_loader_options(loader: torch.utils.data.DataLoader, args: argparse.Name
     """``loader`` (from harness.batch_loader) with --workers and --pin-memory: the same batches in the same order."""
     if args.workers == 0 and not args.pin_memory:
         return loader
-    return torch.utils.data.DataLoader(loader.dataset, sampler=loader.sampler, batch_size=None, num_workers=args.workers,
-                                       pin_memory=args.pin_memory, persistent_workers=args.workers > 0)
+    return torch.utils.data.DataLoader(
+        loader.dataset,
+        sampler=loader.sampler,
+        batch_size=None,
+        num_workers=args.workers,
+        pin_memory=args.pin_memory,
+        persistent_workers=args.workers > 0,
+    )

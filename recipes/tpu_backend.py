@@ -75,8 +75,10 @@ def choose(requested: str) -> str:
         return requested
     wanted = "a TPU backend (torch_xla or torch_tpu)" if requested == "auto" else requested
     found = f"; installed: {', '.join(installed)}" if installed else ""
-    raise RecipeError(f"--device tpu needs {wanted}, which is not installed here{found}; use the tpu-vm image "
-                      "(or PJRT_DEVICE=CPU with torch_xla installed for a CPU dry run)")
+    raise RecipeError(
+        f"--device tpu needs {wanted}, which is not installed here{found}; use the tpu-vm image "
+        "(or PJRT_DEVICE=CPU with torch_xla installed for a CPU dry run)"
+    )
 
 
 def resolve(args: argparse.Namespace) -> str:
@@ -89,8 +91,10 @@ def resolve(args: argparse.Namespace) -> str:
     if args.strategy != "single" and args.strategy not in every_device:
         raise RecipeError(f"--strategy {args.strategy} is not {backend}'s; use single or {' or '.join(every_device)}")
     if (args.cores == "1") != (args.strategy == "single"):
-        raise RecipeError(f"--cores {args.cores} does not fit --strategy {args.strategy}: "
-                          f"--strategy single trains on one core, {' and '.join(every_device)} on all of them")
+        raise RecipeError(
+            f"--cores {args.cores} does not fit --strategy {args.strategy}: "
+            f"--strategy single trains on one core, {' and '.join(every_device)} on all of them"
+        )
     if backend == "torch_xla":
         harness.import_torch_xla()
     else:
@@ -106,16 +110,22 @@ def torch_tpu_device() -> torch.device:
     try:
         import torch_tpu  # noqa: F401, PLC0415 - registers the "tpu" device where there is a chip
     except ImportError as exc:
-        raise RecipeError(f"--device tpu: torch_tpu {version} is installed but does not import "
-                          f"({' '.join(str(exc).split())}); it needs torch 2.11-2.15") from None
+        raise RecipeError(
+            f"--device tpu: torch_tpu {version} is installed but does not import "
+            f"({' '.join(str(exc).split())}); it needs torch 2.11-2.15"
+        ) from None
     accelerator = torch.accelerator.current_accelerator()
     if accelerator is None or accelerator.type != "tpu":
-        raise RecipeError(f"--device tpu: TorchTPU found no TPU on this host (torch_tpu {version} has no CPU mode); "
-                          "run on a TPU VM, or use --device cpu")
+        raise RecipeError(
+            f"--device tpu: TorchTPU found no TPU on this host (torch_tpu {version} has no CPU mode); "
+            "run on a TPU VM, or use --device cpu"
+        )
     return torch.device("tpu")
 
 
-def data_parallel(script: str, argv: list[str] | None, train: Callable[[dict], None], before_start: Callable[[], object]) -> None:
+def data_parallel(
+    script: str, argv: list[str] | None, train: Callable[[dict], None], before_start: Callable[[], object]
+) -> None:
     """DDP on every TPU device, one process each. Started by the user: ``before_start()`` (checks worth one
     line, not one per process), then ``script argv`` again under torchrun, as TorchTPU's launcher does.
     In one of torchrun's processes: join TorchTPU's process group, ``train(fields)`` with the
@@ -133,8 +143,15 @@ def data_parallel(script: str, argv: list[str] | None, train: Callable[[dict], N
     dist.init_process_group(backend="tpu_dist")  # registered once the device is up
     world, nodes = ddp.torchrun_topology()
     try:
-        train({"device": device, "rank": dist.get_rank(), "world_size": world,
-               "local_rank": int(os.environ["LOCAL_RANK"]), "nodes": nodes})
+        train(
+            {
+                "device": device,
+                "rank": dist.get_rank(),
+                "world_size": world,
+                "local_rank": int(os.environ["LOCAL_RANK"]),
+                "nodes": nodes,
+            }
+        )
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -53,5 +53,7 @@ def write_cifar10(root: Path, *, train_per_batch: int = 8, test_size: int = 16, 
         _write_pickle(folder / f"data_batch_{index + 1}", _batch(train_images[part], train_labels[part], name))
     test_images, test_labels = cifar.fake_images(test_size, seed=seed, sample_seed=seed + 2)
     _write_pickle(folder / "test_batch", _batch(test_images, test_labels, "testing batch 1 of 1"))
-    _write_pickle(folder / "batches.meta", {"label_names": LABEL_NAMES, "num_cases_per_batch": train_per_batch, "num_vis": 3072})
+    _write_pickle(
+        folder / "batches.meta", {"label_names": LABEL_NAMES, "num_cases_per_batch": train_per_batch, "num_vis": 3072}
+    )
     return folder

@@ -19,15 +19,32 @@ DIGEST = "sha256:" + "0123456789abcdef" * 4
 IMAGE_ID = "sha256:" + "fedcba9876543210" * 4
 
 
-def make_job(name: str, engine: str, *, nodes: int = 2, image: str | None = None, root: Path = ROOT,
-             data_dir: Path = Path("/shared/data"), results_dir: Path = Path("/shared/results"), **kwargs):
+def make_job(
+    name: str,
+    engine: str,
+    *,
+    nodes: int = 2,
+    image: str | None = None,
+    root: Path = ROOT,
+    data_dir: Path = Path("/shared/data"),
+    results_dir: Path = Path("/shared/results"),
+    **kwargs,
+):
     exp = experiment(name)
     config = load_config(REPO_ROOT / "envkit.yaml")
     target = next(t for t in config.targets.values() if t.kind == exp.kind)
     options = kwargs.pop("options", EngineOptions())
     return build_job(
-        exp, target, engine=engine, nodes=nodes, root=root, data_dir=data_dir,
-        results_dir=results_dir, image=image or f"{repository(target.name)}:latest", options=options, **kwargs,
+        exp,
+        target,
+        engine=engine,
+        nodes=nodes,
+        root=root,
+        data_dir=data_dir,
+        results_dir=results_dir,
+        image=image or f"{repository(target.name)}:latest",
+        options=options,
+        **kwargs,
     )
 
 
@@ -40,7 +57,14 @@ def save_manifest(directory: Path, target: str) -> Path:
     """A tarball path and the manifest `envkit save` writes beside it (the tarball itself is not needed to launch)."""
     directory.mkdir(parents=True, exist_ok=True)
     stem = f"{repository(target)}-0123456789ab"
-    manifest = {"manifest_version": 1, "tag": f"{repository(target)}:0123456789ab", "image_id": IMAGE_ID,
-                "tarball": f"{stem}.tar.gz", "sha256": "ab" * 32, "size": 1, "pins": {}}
+    manifest = {
+        "manifest_version": 1,
+        "tag": f"{repository(target)}:0123456789ab",
+        "image_id": IMAGE_ID,
+        "tarball": f"{stem}.tar.gz",
+        "sha256": "ab" * 32,
+        "size": 1,
+        "pins": {},
+    }
     (directory / f"{stem}.manifest.json").write_text(json.dumps(manifest))
     return directory / f"{stem}.tar.gz"

@@ -61,13 +61,18 @@ def write_mnist(root: Path, train_count: int = 256, test_count: int = 128, seed:
     return Path(root)
 
 
-def run_mnist(*args, python: str = sys.executable, env: dict | None = None, timeout: float = 300,
-              **popen) -> subprocess.CompletedProcess:
+def run_mnist(
+    *args, python: str = sys.executable, env: dict | None = None, timeout: float = 300, **popen
+) -> subprocess.CompletedProcess:
     """Run ``python recipes/mnist.py ARGS`` the way an image does (a plain script, envkit not
     imported); ``env`` entries are added to this process's environment."""
     return subprocess.run(
-        [python, str(RECIPE), *map(str, args)], capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, **(env or {})}, **popen,
+        [python, str(RECIPE), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        **popen,
     )
 
 

@@ -43,8 +43,10 @@ def missing(tools: tuple[str, ...]) -> str | None:
     absent = [tool for tool in tools if shutil.which(tool) is None]
     problems = []
     if absent:
-        problems.append(f"{', '.join(absent)} not on PATH (apt-get install iproute2 util-linux munge "
-                        "slurmctld slurmd slurm-client slurm-wlm-basic-plugins)")
+        problems.append(
+            f"{', '.join(absent)} not on PATH (apt-get install iproute2 util-linux munge "
+            "slurmctld slurmd slurm-client slurm-wlm-basic-plugins)"
+        )
     if os.geteuid() != 0:
         problems.append("network namespaces need root")
     return "; ".join(problems) or None
@@ -93,16 +95,32 @@ class SlurmCluster:
         """A Slurm client command (sbatch, sinfo, ...) run on the hub with this cluster's slurm.conf."""
         return ["bash", str(CLUSTER_SCRIPT), "exec", str(self.directory), *argv]
 
-    def sbatch_wait(self, script: str, directory: Path, timeout: float = 300, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    def sbatch_wait(
+        self, script: str, directory: Path, timeout: float = 300, env: dict[str, str] | None = None
+    ) -> tuple[int, str, str]:
         """Submit ``script`` from ``directory`` with ``sbatch --wait``: the job's exit code as sbatch
         returns it, the job id, and the job's output. ``env`` adds variables for the job (sbatch exports them)."""
         directory.mkdir(exist_ok=True)
         (directory / "job.sh").write_text(script)
         # sbatch hands its environment to the job: this Python environment's python and torchrun come first on PATH.
-        env = {**os.environ, **(env or {}),
-               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', os.defpath)}"}
-        done = subprocess.run(self.command("sbatch", "--wait", f"--chdir={directory}", f"--output={directory}/slurm-%j.out",
-                                           str(directory / "job.sh")), capture_output=True, text=True, timeout=timeout, env=env)
+        env = {
+            **os.environ,
+            **(env or {}),
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
+        }
+        done = subprocess.run(
+            self.command(
+                "sbatch",
+                "--wait",
+                f"--chdir={directory}",
+                f"--output={directory}/slurm-%j.out",
+                str(directory / "job.sh"),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
         submitted = re.search(r"Submitted batch job (\d+)", done.stdout)
         if submitted is None:
             raise RuntimeError(f"sbatch did not submit ({done.returncode}): {done.stderr.strip()}")
@@ -130,21 +148,51 @@ def slurm_cluster(directory: Path, count: int = 2) -> Iterator[SlurmCluster]:
         _script(CLUSTER_SCRIPT, "down", directory)
 
 
-def slurm_job_script(nodes: int, recipe_argv: list[str], data_dir: Path, results_dir: Path, output: Path,
-                     launch_args: tuple[str, ...] = ("--container", "host"), config: Path = PROJECT / "envkit.yaml") -> str:
+def slurm_job_script(
+    nodes: int,
+    recipe_argv: list[str],
+    data_dir: Path,
+    results_dir: Path,
+    output: Path,
+    launch_args: tuple[str, ...] = ("--container", "host"),
+    config: Path = PROJECT / "envkit.yaml",
+) -> str:
     """The sbatch script that ``envkit launch cpu-ddp-cifar --on slurm`` renders, as a user gets it
     (--dry-run --output): by default with ``--container host``, recipes/cifar.py in the Python environment
     sbatch is called from; one torchrun per node (srun), rendezvous on the allocation's first host, gloo on
     the nodes' interface (--env). ``launch_args`` replace the container choice (e.g. podman and --registry)."""
     argv = [
-        "launch", "cpu-ddp-cifar", "--on", "slurm", *launch_args, "--nodes", str(nodes),
-        "--config", str(config), "--data-dir", str(data_dir), "--results-dir", str(results_dir),
+        "launch",
+        "cpu-ddp-cifar",
+        "--on",
+        "slurm",
+        *launch_args,
+        "--nodes",
+        str(nodes),
+        "--config",
+        str(config),
+        "--data-dir",
+        str(data_dir),
+        "--results-dir",
+        str(results_dir),
         # One thread per process: two nodes share this machine's cores.
-        "--env", f"GLOO_SOCKET_IFNAME={NODE_INTERFACE}", "--env", "OMP_NUM_THREADS=1",
-        "--dry-run", "--output", str(output), "--", *recipe_argv,
+        "--env",
+        f"GLOO_SOCKET_IFNAME={NODE_INTERFACE}",
+        "--env",
+        "OMP_NUM_THREADS=1",
+        "--dry-run",
+        "--output",
+        str(output),
+        "--",
+        *recipe_argv,
     ]
-    done = subprocess.run([sys.executable, "-m", "envkit", *argv], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(PROJECT)})
+    done = subprocess.run(
+        [sys.executable, "-m", "envkit", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(PROJECT)},
+    )
     if done.returncode != 0:
         raise RuntimeError(f"envkit launch did not render the job ({done.returncode}): {done.stderr.strip()}")
     return (output / "cpu-ddp-cifar.sbatch").read_text()
@@ -160,33 +208,61 @@ def podman_of_its_own(directory: Path, plain_http_registry: str) -> Iterator[dic
     require(("podman",))
     directory.mkdir(parents=True)
     (directory / "storage.conf").write_text(
-        f'[storage]\ndriver = "overlay"\ngraphroot = "{directory}/storage"\nrunroot = "{directory}/run"\n')
+        f'[storage]\ndriver = "overlay"\ngraphroot = "{directory}/storage"\nrunroot = "{directory}/run"\n'
+    )
     (directory / "containers.conf").write_text(
         '[containers]\ndefault_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]\n'
-        f'[engine]\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\ntmp_dir = "{directory}/tmp"\n')
+        f'[engine]\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\ntmp_dir = "{directory}/tmp"\n'
+    )
     (directory / "registries.conf").write_text(f'[[registry]]\nlocation = "{plain_http_registry}"\ninsecure = true\n')
-    env = {"CONTAINERS_STORAGE_CONF": str(directory / "storage.conf"), "CONTAINERS_CONF": str(directory / "containers.conf"),
-           "CONTAINERS_REGISTRIES_CONF": str(directory / "registries.conf")}
+    env = {
+        "CONTAINERS_STORAGE_CONF": str(directory / "storage.conf"),
+        "CONTAINERS_CONF": str(directory / "containers.conf"),
+        "CONTAINERS_REGISTRIES_CONF": str(directory / "registries.conf"),
+    }
     try:
         yield env
     finally:
-        subprocess.run(["podman", "system", "reset", "--force"], env={**os.environ, **env}, capture_output=True, timeout=300)
+        subprocess.run(
+            ["podman", "system", "reset", "--force"], env={**os.environ, **env}, capture_output=True, timeout=300
+        )
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def torchrun_on_hosts(hosts: Hosts, script: Path, argv: list[str], cwd: Path, port: int = RENDEZVOUS_PORT,
-                      timeout: float = 600) -> list[subprocess.CompletedProcess]:
+def torchrun_on_hosts(
+    hosts: Hosts, script: Path, argv: list[str], cwd: Path, port: int = RENDEZVOUS_PORT, timeout: float = 600
+) -> list[subprocess.CompletedProcess]:
     """One ``torchrun --nnodes N --nproc-per-node 1`` per node host, rendezvous (c10d) on node1; their results."""
-    rendezvous = ["--nnodes", str(hosts.count), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-                  "--rdzv-endpoint", f"node1:{port}", "--rdzv-id", f"envkit-{os.getpid()}"]
+    rendezvous = [
+        "--nnodes",
+        str(hosts.count),
+        "--nproc-per-node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"node1:{port}",
+        "--rdzv-id",
+        f"envkit-{os.getpid()}",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": NODE_INTERFACE}
     with contextlib.ExitStack() as files:
         # Files, not pipes: a host blocked on a full pipe would stall the collectives the other one waits in.
-        outputs = [(files.enter_context(tempfile.TemporaryFile("w+")), files.enter_context(tempfile.TemporaryFile("w+")))
-                   for _ in hosts.nodes]
+        outputs = [
+            (files.enter_context(tempfile.TemporaryFile("w+")), files.enter_context(tempfile.TemporaryFile("w+")))
+            for _ in hosts.nodes
+        ]
         started = [
-            subprocess.Popen(hosts.command(node, sys.executable, "-m", "torch.distributed.run", *rendezvous, "--", str(script), *argv),
-                             stdout=stdout, stderr=stderr, text=True, cwd=cwd, env=env)
+            subprocess.Popen(
+                hosts.command(
+                    node, sys.executable, "-m", "torch.distributed.run", *rendezvous, "--", str(script), *argv
+                ),
+                stdout=stdout,
+                stderr=stderr,
+                text=True,
+                cwd=cwd,
+                env=env,
+            )
             for node, (stdout, stderr) in zip(hosts.nodes, outputs)
         ]
         finished = []

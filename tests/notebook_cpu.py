@@ -26,24 +26,63 @@ CPU_REQUIREMENTS = ("torch==2.13.0", "tqdm", "numpy")
 def build_wheelhouse(folder: Path) -> Path:
     """The wheels of CPU_REQUIREMENTS (from pip's configured sources) and their lock; RuntimeError saying why not."""
     folder.mkdir(parents=True, exist_ok=True)
-    download = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest",
-                               str(folder), *CPU_REQUIREMENTS], capture_output=True, text=True, timeout=900)
+    download = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--only-binary=:all:",
+            "--dest",
+            str(folder),
+            *CPU_REQUIREMENTS,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if download.returncode != 0:
-        raise RuntimeError(f"pip cannot download {' '.join(CPU_REQUIREMENTS)} for the CPU wheelhouse: "
-                           f"{(download.stderr.strip().splitlines() or ['?'])[-1]}")
+        raise RuntimeError(
+            f"pip cannot download {' '.join(CPU_REQUIREMENTS)} for the CPU wheelhouse: "
+            f"{(download.stderr.strip().splitlines() or ['?'])[-1]}"
+        )
     (folder / "requirements.in").write_text("\n".join(CPU_REQUIREMENTS) + "\n")
     env = {key: value for key, value in os.environ.items() if not key.startswith("UV_")}
-    subprocess.run([uv_binary(), "pip", "compile", "--quiet", "--no-config", "--offline", "--no-index", "--find-links",
-                    str(folder), "--generate-hashes", "--no-header", "--no-annotate", "--python", sys.executable,
-                    str(folder / "requirements.in"), "--output-file", str(folder / "requirements.lock")],
-                   check=True, env=env, timeout=300)
+    subprocess.run(
+        [
+            uv_binary(),
+            "pip",
+            "compile",
+            "--quiet",
+            "--no-config",
+            "--offline",
+            "--no-index",
+            "--find-links",
+            str(folder),
+            "--generate-hashes",
+            "--no-header",
+            "--no-annotate",
+            "--python",
+            sys.executable,
+            str(folder / "requirements.in"),
+            "--output-file",
+            str(folder / "requirements.lock"),
+        ],
+        check=True,
+        env=env,
+        timeout=300,
+    )
     return folder
 
 
 def cpu_mode_env(wheelhouse: Path, work: Path, output: Path | None = None) -> dict[str, str]:
     """The variables that put a notebook (or the helper called directly) in CPU mode, with uv on PATH."""
-    env = {runtime.CPU_MODE: str(wheelhouse), "ENVKIT_NOTEBOOK_WORK": str(work),
-           "PATH": f"{Path(uv_binary()).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {
+        runtime.CPU_MODE: str(wheelhouse),
+        "ENVKIT_NOTEBOOK_WORK": str(work),
+        "PATH": f"{Path(uv_binary()).parent}{os.pathsep}{os.environ['PATH']}",
+    }
     if output is not None:
         env[runtime.OUTPUT] = str(output)
     return env

@@ -22,8 +22,10 @@ def results_schema() -> dict:
 def contract_errors(document: dict) -> list[str]:
     """Every way ``document`` breaks the contract, one line each (none when it keeps it)."""
     validator = jsonschema.Draft202012Validator(results_schema())
-    problems = [f"{'.'.join(map(str, error.absolute_path)) or 'top level'}: {error.message}"
-                for error in sorted(validator.iter_errors(document), key=lambda e: list(map(str, e.absolute_path)))]
+    problems = [
+        f"{'.'.join(map(str, error.absolute_path)) or 'top level'}: {error.message}"
+        for error in sorted(validator.iter_errors(document), key=lambda e: list(map(str, e.absolute_path)))
+    ]
     distributions = (document.get("environment") or {}).get("distributions")
     # JSON Schema cannot say "sorted"; the contract does (same interpreter -> same bytes).
     if isinstance(distributions, list) and distributions != sorted(distributions):

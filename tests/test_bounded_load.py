@@ -43,8 +43,15 @@ def _limits() -> None:
 
 def limited_envkit(cwd: Path, *argv: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "ENVKIT_CACHE_DIR": str(cwd / "cache")}
-    return subprocess.run([sys.executable, "-m", "envkit", *argv], cwd=cwd, capture_output=True, text=True,
-                          preexec_fn=_limits, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "envkit", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        preexec_fn=_limits,
+        env=env,
+        timeout=120,
+    )
 
 
 def assert_one_line(done: subprocess.CompletedProcess, fragment: str) -> None:
@@ -65,7 +72,9 @@ def test_deep_nesting_is_one_line(tmp_path):
     assert_one_line(limited_envkit(tmp_path, "targets"), f"envkit.yaml:3: nested deeper than {MAX_DEPTH} levels")
     results = tmp_path / "deep.json"
     results.write_text("[" * 100_000 + "]" * 100_000)
-    assert_one_line(limited_envkit(tmp_path, "diff", "deep.json", "deep.json"), f"nested deeper than {MAX_DEPTH} levels")
+    assert_one_line(
+        limited_envkit(tmp_path, "diff", "deep.json", "deep.json"), f"nested deeper than {MAX_DEPTH} levels"
+    )
 
 
 def test_a_100_mb_file_is_refused_unread(tmp_path):
@@ -94,7 +103,10 @@ def test_a_stream_without_end_is_read_only_up_to_the_cap(tmp_path):
 
 def test_envkits_own_files_read_as_before():
     """The bounded loader builds exactly what PyYAML's safe loader builds, for every YAML file envkit ships."""
-    shipped = sorted((REPO / "envkit" / "data").glob("*.yaml")) + [REPO / "envkit.yaml", REPO / "tests" / "golden" / "envkit.yaml"]
+    shipped = sorted((REPO / "envkit" / "data").glob("*.yaml")) + [
+        REPO / "envkit.yaml",
+        REPO / "tests" / "golden" / "envkit.yaml",
+    ]
     for path in shipped:
         text = path.read_text()
         assert parse_yaml(text) == yaml.safe_load(text), path
@@ -109,8 +121,10 @@ def test_envkits_own_files_read_as_before():
         ("x: &x 1\nb: [" + ", ".join(["*x"] * (MAX_ALIASES + 1)) + "]\n", f"more than {MAX_ALIASES} aliases"),
         ("a: " + "[" * MAX_DEPTH + "]" * MAX_DEPTH, f"nested deeper than {MAX_DEPTH} levels"),
         # Depth reached through aliases counts as well: each anchor nests the one before.
-        ("".join(f"l{i}: &l{i} [{'*l' + str(i - 1) if i else 'x'}]\n" for i in range(MAX_DEPTH + 1)),
-         f"nested deeper than {MAX_DEPTH} levels"),
+        (
+            "".join(f"l{i}: &l{i} [{'*l' + str(i - 1) if i else 'x'}]\n" for i in range(MAX_DEPTH + 1)),
+            f"nested deeper than {MAX_DEPTH} levels",
+        ),
         ("a: &a 1\nb: &a 2\n", "found duplicate anchor 'a'"),
         ("a: 2024-13-45\n", "month must be in 1..12"),
         ("a: " + "1" * 5000 + "\n", "Exceeds the limit (4300 digits)"),
@@ -163,5 +177,9 @@ def test_every_yaml_and_json_reader_goes_through_the_bounded_loader():
     for path in sorted((REPO / "envkit").rglob("*.py")):
         name = path.relative_to(REPO).as_posix()
         if name not in allowed:
-            offenders += [f"{name}:{number}" for number, line in enumerate(path.read_text().splitlines(), 1) if parser.search(line)]
+            offenders += [
+                f"{name}:{number}"
+                for number, line in enumerate(path.read_text().splitlines(), 1)
+                if parser.search(line)
+            ]
     assert offenders == []

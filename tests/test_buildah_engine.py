@@ -25,7 +25,15 @@ import yaml
 from envkit.image import buildah
 from envkit.image.build_context import staging_path
 from test_docker_engine import (  # noqa: F401 - fixtures
-    OFFLINE_CONFIG, base_image, client, docker_cli, engine_test, envkit, locked, offline_lock, unavailable,
+    OFFLINE_CONFIG,
+    base_image,
+    client,
+    docker_cli,
+    engine_test,
+    envkit,
+    locked,
+    offline_lock,
+    unavailable,
 )
 
 TARGET = "buildah-cpu"
@@ -54,13 +62,22 @@ def buildah_project(tmp_path_factory, locked) -> tuple[Path, Path]:
 def build_flags(base_image: str, wheels: Path) -> list[str]:
     # A fixed SOURCE_DATE_EPOCH (the project is no git checkout: it would be the files' mtime,
     # new every session), so that the layers buildah keeps as its cache are the next session's.
-    return ["--config", "envkit.yaml", "--base-image", base_image, "--wheelhouse", str(wheels),
-            "--build-arg", "SOURCE_DATE_EPOCH=1700000000"]
+    return [
+        "--config",
+        "envkit.yaml",
+        "--base-image",
+        base_image,
+        "--wheelhouse",
+        str(wheels),
+        "--build-arg",
+        "SOURCE_DATE_EPOCH=1700000000",
+    ]
 
 
 @engine_test
 def test_two_no_cache_buildah_builds_give_one_digest_and_run_sh_runs_it_by_that_digest(
-        client, base_image, buildah_project, docker_cli, tmp_path):
+    client, base_image, buildah_project, docker_cli, tmp_path
+):
     project, wheels = buildah_project
     first = envkit("build", TARGET, *build_flags(base_image, wheels), "--builder", "buildah", "--no-cache", cwd=project)
     tag, digest = first.stdout.strip(), DIGEST.search(first.stderr.strip().splitlines()[-1]).group(1)
@@ -79,13 +96,33 @@ def test_two_no_cache_buildah_builds_give_one_digest_and_run_sh_runs_it_by_that_
     # The committed run.sh runs it; the container is given the image's digest beside its ID.
     seen = tmp_path / "run-env"
     recording = tmp_path / "docker"
-    recording.write_text(f'#!/bin/sh\n[ "$1" = run ] && printf "%s\\n" "$ENVKIT_IMAGE_DIGEST" > {seen}\nexec {docker_cli} "$@"\n')
+    recording.write_text(
+        f'#!/bin/sh\n[ "$1" = run ] && printf "%s\\n" "$ENVKIT_IMAGE_DIGEST" > {seen}\nexec {docker_cli} "$@"\n'
+    )
     recording.chmod(0o755)
     results = tmp_path / "results"
     run = subprocess.run(
-        [str(project / "docker" / TARGET / "run.sh"), "mnist", "--device", "cpu", "--dataset", "fake", "--max-steps", "5", "--quiet"],
-        env={**os.environ, "DOCKER": str(recording), "RESULTS_DIR": str(results), "DATA_DIR": str(tmp_path / "data"),
-             "HOME": str(tmp_path)}, capture_output=True, text=True)
+        [
+            str(project / "docker" / TARGET / "run.sh"),
+            "mnist",
+            "--device",
+            "cpu",
+            "--dataset",
+            "fake",
+            "--max-steps",
+            "5",
+            "--quiet",
+        ],
+        env={
+            **os.environ,
+            "DOCKER": str(recording),
+            "RESULTS_DIR": str(results),
+            "DATA_DIR": str(tmp_path / "data"),
+            "HOME": str(tmp_path),
+        },
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert seen.read_text() == f"{digest}\n"
     [document] = [json.loads(path.read_text()) for path in results.glob("mnist-*.json")]

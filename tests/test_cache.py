@@ -50,7 +50,9 @@ def test_a_changed_document_or_schema_is_checked_again(cache, tmp_path, changed)
     schema_checked(schema.read_bytes(), {"python": "3.10"}, check)
     if changed == "schema":
         schema.write_text('{"type": "array"}')
-    document = {"python": 3.1} if changed == "type" else {"python": "3.10"} if changed == "schema" else {"python": "3.11"}
+    document = (
+        {"python": 3.1} if changed == "type" else {"python": "3.10"} if changed == "schema" else {"python": "3.11"}
+    )
     schema_checked(schema.read_bytes(), document, check)
     assert check.calls == 2
 
@@ -86,8 +88,12 @@ def test_render_on_a_warm_cache_skips_jsonschema_and_gives_the_same_bytes(tmp_pa
         "print(json.dumps([code, 'jsonschema' in sys.modules]), file=sys.stderr)"
     )
     env_cache = {"ENVKIT_CACHE_DIR": str(tmp_path / "cache")}
-    runs = [subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
-                           env={**os.environ, **env_cache}) for _ in range(2)]
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, env={**os.environ, **env_cache}
+        )
+        for _ in range(2)
+    ]
     assert [json.loads(run.stderr.splitlines()[-1]) for run in runs] == [[0, True], [0, False]]
     assert runs[0].stdout == runs[1].stdout and "FROM " in runs[0].stdout
     assert list((tmp_path / "cache" / "templates").glob("*/__jinja2_*.cache")), "compiled templates are kept"

@@ -25,8 +25,19 @@ import scatter  # noqa: E402
 
 RECIPE = Path(cifar.__file__)
 TINY = [
-    "--dataset", "fake", "--image-size", "32", "--global-batch", "16", "--lr", "0.02",
-    "--fake-train-size", "32", "--fake-test-size", "21", "--quiet",
+    "--dataset",
+    "fake",
+    "--image-size",
+    "32",
+    "--global-batch",
+    "16",
+    "--lr",
+    "0.02",
+    "--fake-train-size",
+    "32",
+    "--fake-test-size",
+    "21",
+    "--quiet",
 ]
 
 
@@ -59,13 +70,19 @@ def bad_input_line(capsys, argv: list[str]) -> str:
         (["--device", "cuda", "--gpus", "1,two"], "--gpus '1,two' is not a comma-separated list of GPU ids"),
         (["--device", "cuda", "--gpus", "0,-1"], "--gpus '0,-1' is not a comma-separated list of GPU ids"),
         (["--device", "cuda", "--gpus", "1,1"], "--gpus '1,1' names a GPU twice"),
-        (["--parallel", "ddp", "--nproc", "3", "--global-batch", "256"], "--global-batch 256 does not divide over 3 replicas"),
+        (
+            ["--parallel", "ddp", "--nproc", "3", "--global-batch", "256"],
+            "--global-batch 256 does not divide over 3 replicas",
+        ),
         (["--gpus", "0"], "--gpus applies to --device cuda only"),
         (["--nproc", "2"], "--nproc applies to --device cpu with --parallel ddp"),
         (["--epochs", "2", "--warmup-epochs", "2"], "--warmup-epochs 2 leaves no epoch for the decay"),
         (["--pin-memory"], "--pin-memory speeds up copies to a GPU only"),
-        (["--parallel", "dp"], "--parallel dp needs CUDA GPUs (nn.DataParallel splits each batch over them), and --device "
-                               "cpu has none; use --parallel ddp for several processes, or none"),
+        (
+            ["--parallel", "dp"],
+            "--parallel dp needs CUDA GPUs (nn.DataParallel splits each batch over them), and --device "
+            "cpu has none; use --parallel ddp for several processes, or none",
+        ),
         (["--image-size", "0"], "argument --image-size: expected a positive integer, got '0'"),
         (["--run-name", "../x"], "--run-name '../x' is not allowed"),
         (["--device", "tpu"], "--device tpu is not supported by the cifar recipe"),
@@ -90,7 +107,9 @@ def test_compile_with_data_parallel_is_one_line(capsys, cpu_data_parallel):
 @pytest.mark.parametrize("parallel", ["none", "ddp"])
 def test_too_little_data_for_one_batch_per_process_is_one_line(capsys, tmp_path, parallel):
     # ddp: 12 images make 6 per process, less than the per-process batch of 8; refused before torchrun starts.
-    err = bad_input_line(capsys, [*TINY, "--fake-train-size", "12", "--parallel", parallel, "--results-dir", str(tmp_path)])
+    err = bad_input_line(
+        capsys, [*TINY, "--fake-train-size", "12", "--parallel", parallel, "--results-dir", str(tmp_path)]
+    )
     assert "12 training images give each of" in err and "use a smaller batch or more data" in err
     assert not list(tmp_path.iterdir())
 
@@ -107,10 +126,16 @@ def test_gpu_choice_is_set_before_cuda_starts(capsys, monkeypatch):
 def test_bad_argument_from_the_command_line_has_no_traceback(tmp_path):
     done = subprocess.run(
         [sys.executable, str(RECIPE), "--parallel", "ddp", "--nproc", "3", "--global-batch", "256"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
     )
     assert done.returncode == 2
-    assert done.stderr == "cifar.py: error: --global-batch 256 does not divide over 3 replicas; use a multiple of 3 or --per-device-batch\n"
+    assert (
+        done.stderr
+        == "cifar.py: error: --global-batch 256 does not divide over 3 replicas; use a multiple of 3 or --per-device-batch\n"
+    )
     assert not list(tmp_path.iterdir()), "a rejected run must write nothing"
 
 
@@ -119,7 +144,13 @@ def test_defaults_are_e2s():
     assert (args.model, args.image_size, args.global_batch, args.epochs) == ("mobilenet_v2", 112, 256, 10)
     assert (args.lr, args.momentum, args.weight_decay, args.effective_lr) == (0.1, 0.9, 5e-4, 0.1)
     assert (args.parallel, args.world_size, args.per_device_batch) == ("none", 1, 256)
-    assert (args.amp, args.channels_last, args.pin_memory, args.workers, args.compile) == ("none", False, False, 0, False)
+    assert (args.amp, args.channels_last, args.pin_memory, args.workers, args.compile) == (
+        "none",
+        False,
+        False,
+        0,
+        False,
+    )
 
 
 def test_ddp_splits_the_global_batch_and_linear_scaling_follows_it():
@@ -132,7 +163,13 @@ def test_ddp_splits_the_global_batch_and_linear_scaling_follows_it():
 
 def test_fast_preset_on_cpu_and_explicit_options_win():
     args = cifar.parse_args(["--preset", "fast"])
-    assert (args.amp, args.channels_last, args.pin_memory, args.workers, args.compile) == ("bf16", True, False, 2, False)
+    assert (args.amp, args.channels_last, args.pin_memory, args.workers, args.compile) == (
+        "bf16",
+        True,
+        False,
+        2,
+        False,
+    )
     args = cifar.parse_args(["--preset", "fast", "--amp", "none", "--no-channels-last", "--workers", "0"])
     assert (args.amp, args.channels_last, args.workers) == ("none", False, 0)
 
@@ -147,7 +184,9 @@ def test_warmup_then_cosine_per_epoch():
         optimizer.step()
         scheduler.step()
     # Warm-up epoch at half the rate, then cosine over the 3 remaining epochs: 1, 0.75, 0.25.
-    assert rates == pytest.approx([0.05, 0.1, 0.1 * (1 + math.cos(math.pi / 3)) / 2, 0.1 * (1 + math.cos(2 * math.pi / 3)) / 2])
+    assert rates == pytest.approx(
+        [0.05, 0.1, 0.1 * (1 + math.cos(math.pi / 3)) / 2, 0.1 * (1 + math.cos(2 * math.pi / 3)) / 2]
+    )
 
 
 # --------------------------------------------------------------------------- data
@@ -178,7 +217,9 @@ def test_md5_check_rejects_files_that_are_not_the_official_ones(tmp_path, capsys
 
 
 def test_missing_real_data_without_download_is_one_line(tmp_path, capsys):
-    err = bad_input_line(capsys, ["--data-dir", str(tmp_path / "none"), "--no-download", "--results-dir", str(tmp_path / "r")])
+    err = bad_input_line(
+        capsys, ["--data-dir", str(tmp_path / "none"), "--no-download", "--results-dir", str(tmp_path / "r")]
+    )
     assert "CIFAR-10 is not under" in err and "--dataset fake" in err
     assert not (tmp_path / "r").exists()
 
@@ -201,17 +242,44 @@ def test_test_images_are_resized_like_training_images():
 
 def test_real_format_run_writes_e2_results(tmp_path, capsys):
     write_cifar10(tmp_path / "data", train_per_batch=8, test_size=10)
-    run_recipe([*TINY, "--dataset", "real", "--data-check", "exists", "--no-download", "--data-dir", str(tmp_path / "data"),
-                "--results-dir", str(tmp_path / "r"), "--epochs", "2", "--max-steps", "3", "--show-scatter"])
+    run_recipe(
+        [
+            *TINY,
+            "--dataset",
+            "real",
+            "--data-check",
+            "exists",
+            "--no-download",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--results-dir",
+            str(tmp_path / "r"),
+            "--epochs",
+            "2",
+            "--max-steps",
+            "3",
+            "--show-scatter",
+        ]
+    )
     assert capsys.readouterr().out.splitlines()[0] == (
         "scatter (none, cpu): input [16, 3, 32, 32] -> output [16, 10]; one device, nothing to scatter or gather"
     )
     (results,) = results_of(tmp_path / "r")
     assert results["recipe"] == "cifar" and results["run_name"] == "mobilenet_v2-b16-cpu"
     assert results["configuration"] == {
-        "device": "cpu", "cores": None, "strategy": None, "parallel": "none", "world_size": 1, "model": "mobilenet_v2",
-        "global_batch": 16, "per_device_batch": 16, "image_size": 32, "dataset": "real",
-        "nodes": 1, "processes_per_node": 1, "backend": None,
+        "device": "cpu",
+        "cores": None,
+        "strategy": None,
+        "parallel": "none",
+        "world_size": 1,
+        "model": "mobilenet_v2",
+        "global_batch": 16,
+        "per_device_batch": 16,
+        "image_size": 32,
+        "dataset": "real",
+        "nodes": 1,
+        "processes_per_node": 1,
+        "backend": None,
     }
     # 40 training images in batches of 16 (the short last batch dropped): 2 steps per epoch, stopped after 3.
     timing, metrics = results["timing"], results["metrics"]
@@ -224,7 +292,20 @@ def test_real_format_run_writes_e2_results(tmp_path, capsys):
 
 
 def test_data_parallel_on_cpu_trains_and_shows_the_scatter(tmp_path, capsys, cpu_data_parallel):
-    run_recipe([*TINY, "--parallel", "dp", "--show-scatter", "--results-dir", str(tmp_path), "--epochs", "1", "--max-steps", "2"])
+    run_recipe(
+        [
+            *TINY,
+            "--parallel",
+            "dp",
+            "--show-scatter",
+            "--results-dir",
+            str(tmp_path),
+            "--epochs",
+            "1",
+            "--max-steps",
+            "2",
+        ]
+    )
     out = capsys.readouterr().out.splitlines()
     assert out[:4] == [
         "scatter (dp, 1 replica(s)): batch [16, 3, 32, 32]",
@@ -242,13 +323,42 @@ def test_data_parallel_on_cpu_trains_and_shows_the_scatter(tmp_path, capsys, cpu
 
 
 def test_scatter_would_split_an_uneven_batch_like_torch_chunk(tmp_path, capsys, cpu_data_parallel):
-    run_recipe([*TINY, "--parallel", "dp", "--nproc", "3", "--show-scatter", "--results-dir", str(tmp_path), "--epochs", "1", "--max-steps", "1"])
+    run_recipe(
+        [
+            *TINY,
+            "--parallel",
+            "dp",
+            "--nproc",
+            "3",
+            "--show-scatter",
+            "--results-dir",
+            str(tmp_path),
+            "--epochs",
+            "1",
+            "--max-steps",
+            "1",
+        ]
+    )
     out = capsys.readouterr().out
     assert "over 3 GPUs the scatter would give inputs [6, 3, 32, 32], [6, 3, 32, 32], [4, 3, 32, 32]" in out
 
 
 def test_fast_preset_trains_on_cpu(tmp_path):
-    run_recipe([*TINY, "--preset", "fast", "--workers", "1", "--results-dir", str(tmp_path), "--epochs", "1", "--max-steps", "1"])
+    run_recipe(
+        [
+            *TINY,
+            "--preset",
+            "fast",
+            "--workers",
+            "1",
+            "--results-dir",
+            str(tmp_path),
+            "--epochs",
+            "1",
+            "--max-steps",
+            "1",
+        ]
+    )
     (results,) = results_of(tmp_path)
     settings = results["settings"]
     assert (settings["amp"], settings["channels_last"], settings["workers"]) == ("bf16", True, 1)
@@ -294,7 +404,16 @@ from results_contract import assert_valid_results
 
 @pytest.fixture
 def no_host_environment(monkeypatch):
-    for name in ("NNODES", "NODE_RANK", "RDZV_ENDPOINT", "RDZV_ID", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+    for name in (
+        "NNODES",
+        "NODE_RANK",
+        "RDZV_ENDPOINT",
+        "RDZV_ID",
+        "LOCAL_RANK",
+        "TORCHELASTIC_RUN_ID",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+    ):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
@@ -303,7 +422,17 @@ def test_one_host_relaunches_standalone(no_host_environment):
     args = cifar.parse_args(["--parallel", "ddp", "--nproc", "3", "--global-batch", "48"])
     assert (args.nnodes, args.world_size, args.rdzv_id) == (1, 3, "envkit")
     command = ddp.torchrun_command(args, "cifar.py", ["--parallel", "ddp"])
-    assert command[1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3", "--", "cifar.py", "--parallel", "ddp"]
+    assert command[1:] == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "3",
+        "--",
+        "cifar.py",
+        "--parallel",
+        "ddp",
+    ]
 
 
 def test_several_hosts_relaunch_with_a_c10d_rendezvous(no_host_environment):
@@ -312,13 +441,48 @@ def test_several_hosts_relaunch_with_a_c10d_rendezvous(no_host_environment):
     args = cifar.parse_args(["--parallel", "ddp", "--nproc", "2", "--global-batch", "64"])
     assert (args.nnodes, args.world_size, args.per_device_batch, args.node_rank) == (2, 4, 16, None)
     assert ddp.torchrun_command(args, "cifar.py", [])[3:-2] == [
-        "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node1:29400", "--rdzv-id", "envkit"]
-    args = cifar.parse_args(["--parallel", "ddp", "--nproc", "1", "--nnodes", "3", "--node-rank", "2", "--rdzv-id", "job7",
-                             "--global-batch", "6"])
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "node1:29400",
+        "--rdzv-id",
+        "envkit",
+    ]
+    args = cifar.parse_args(
+        [
+            "--parallel",
+            "ddp",
+            "--nproc",
+            "1",
+            "--nnodes",
+            "3",
+            "--node-rank",
+            "2",
+            "--rdzv-id",
+            "job7",
+            "--global-batch",
+            "6",
+        ]
+    )
     assert args.world_size == 3
     assert ddp.torchrun_command(args, "cifar.py", [])[3:-2] == [
-        "--nnodes", "3", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node1:29400", "--rdzv-id", "job7",
-        "--node-rank", "2"]
+        "--nnodes",
+        "3",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "node1:29400",
+        "--rdzv-id",
+        "job7",
+        "--node-rank",
+        "2",
+    ]
 
 
 def test_inside_torchrun_its_settings_count(no_host_environment):
@@ -328,12 +492,15 @@ def test_inside_torchrun_its_settings_count(no_host_environment):
     assert (args.world_size, args.nnodes, args.per_device_batch) == (4, 2, 16)
 
 
-@pytest.mark.parametrize(("argv", "expected"), [
-    (["--nnodes", "2", "--rdzv-endpoint", "h:1"], "--nnodes 2 needs --parallel ddp"),
-    (["--parallel", "ddp", "--nnodes", "2"], "--nnodes 2 needs --rdzv-endpoint host:port (or RDZV_ENDPOINT)"),
-    (["--nnodes", "0"], "argument --nnodes: expected a positive integer, got '0'"),
-    (["--parallel", "ddp", "--node-rank", "-1"], "argument --node-rank: expected an integer >= 0"),
-])
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--nnodes", "2", "--rdzv-endpoint", "h:1"], "--nnodes 2 needs --parallel ddp"),
+        (["--parallel", "ddp", "--nnodes", "2"], "--nnodes 2 needs --rdzv-endpoint host:port (or RDZV_ENDPOINT)"),
+        (["--nnodes", "0"], "argument --nnodes: expected a positive integer, got '0'"),
+        (["--parallel", "ddp", "--node-rank", "-1"], "argument --node-rank: expected an integer >= 0"),
+    ],
+)
 def test_bad_host_settings_are_one_line(capsys, no_host_environment, argv, expected):
     assert expected in bad_input_line(capsys, argv)
 
@@ -344,10 +511,36 @@ def test_bad_nnodes_from_the_environment_is_one_line(capsys, no_host_environment
 
 
 def _unreachable_rendezvous(tmp_path: Path, endpoint: str, *launch: str) -> subprocess.CompletedProcess:
-    env = {name: value for name, value in os.environ.items() if name not in ("NNODES", "RDZV_ENDPOINT", "LOCAL_RANK", "TORCHELASTIC_RUN_ID")}
-    return subprocess.run([*launch, sys.executable, str(RECIPE), *TINY, "--parallel", "ddp", "--nproc", "1", "--nnodes", "2",
-                           "--rdzv-endpoint", endpoint, "--rdzv-timeout", "2", "--results-dir", str(tmp_path / "r")],
-                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("NNODES", "RDZV_ENDPOINT", "LOCAL_RANK", "TORCHELASTIC_RUN_ID")
+    }
+    return subprocess.run(
+        [
+            *launch,
+            sys.executable,
+            str(RECIPE),
+            *TINY,
+            "--parallel",
+            "ddp",
+            "--nproc",
+            "1",
+            "--nnodes",
+            "2",
+            "--rdzv-endpoint",
+            endpoint,
+            "--rdzv-timeout",
+            "2",
+            "--results-dir",
+            str(tmp_path / "r"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
 
 
 def test_a_rendezvous_nobody_answers_is_one_line_after_its_timeout(tmp_path):
@@ -358,9 +551,11 @@ def test_a_rendezvous_nobody_answers_is_one_line_after_its_timeout(tmp_path):
         endpoint = f"127.0.0.1:{taken.getsockname()[1]}"
         done = _unreachable_rendezvous(tmp_path, endpoint)
     assert done.returncode == 2
-    assert done.stderr == (f"cifar.py: error: cannot reach the rendezvous at {endpoint}: Connection refused after 2 s "
-                           f"(--rdzv-timeout); check that the first host runs the same command, that 127.0.0.1 is its address "
-                           f"as seen from here, and that port {endpoint.split(':')[1]} is open between the hosts\n")
+    assert done.stderr == (
+        f"cifar.py: error: cannot reach the rendezvous at {endpoint}: Connection refused after 2 s "
+        f"(--rdzv-timeout); check that the first host runs the same command, that 127.0.0.1 is its address "
+        f"as seen from here, and that port {endpoint.split(':')[1]} is open between the hosts\n"
+    )
     assert not (tmp_path / "r").exists()
 
 
@@ -370,9 +565,14 @@ def test_a_rendezvous_with_the_network_down_is_one_line_at_once(tmp_path):
         pytest.skip("'unshare -n' cannot make an empty network namespace here (needs root or user namespaces)")
     done = _unreachable_rendezvous(tmp_path, "127.0.0.1:29400", "unshare", "-n")
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-2000:]
-    assert done.stderr.startswith("cifar.py: error: cannot reach the rendezvous at 127.0.0.1:29400: Network is unreachable; check")
+    assert done.stderr.startswith(
+        "cifar.py: error: cannot reach the rendezvous at 127.0.0.1:29400: Network is unreachable; check"
+    )
 
 
 def test_nccl_is_told_its_gpu_and_gloo_is_unchanged():
-    assert ddp.process_group_arguments(torch.device("cuda", 3)) == {"backend": "nccl", "device_id": torch.device("cuda", 3)}
+    assert ddp.process_group_arguments(torch.device("cuda", 3)) == {
+        "backend": "nccl",
+        "device_id": torch.device("cuda", 3),
+    }
     assert ddp.process_group_arguments(torch.device("cpu")) == {"backend": "gloo"}

@@ -31,8 +31,20 @@ TEST_IMAGES = 63  # odd: the two test shards differ (32 + 31), so only a global 
 # maps are 1x1, BatchNorm then normalises over only the 8 images of a DDP process (16 in one process),
 # and DDP's accuracy trails by up to 0.1 for several epochs.
 TRAINING = [
-    "--image-size", "64", "--global-batch", "16", "--lr", "0.02", "--epochs", "6", "--quiet",
-    "--dataset", "real", "--data-check", "exists", "--no-download",
+    "--image-size",
+    "64",
+    "--global-batch",
+    "16",
+    "--lr",
+    "0.02",
+    "--epochs",
+    "6",
+    "--quiet",
+    "--dataset",
+    "real",
+    "--data-check",
+    "exists",
+    "--no-download",
 ]
 
 pytestmark = pytest.mark.slow
@@ -42,7 +54,9 @@ def recipe(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
     # One thread per process: torchrun sets the same for each ddp process, and
     # oversubscribed OpenMP threads on a busy machine slow a run down tenfold.
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(RECIPE), *argv], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(RECIPE), *argv], capture_output=True, text=True, cwd=cwd, env=env, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
@@ -61,7 +75,9 @@ def data_dir(tmp_path_factory) -> Path:
 
 def test_ddp_splits_the_global_batch_and_matches_one_process(tmp_path, data_dir):
     common_args = [*TRAINING, "--data-dir", str(data_dir)]
-    ddp = recipe([*common_args, "--parallel", "ddp", "--nproc", "2", "--show-scatter", "--results-dir", "ddp"], tmp_path)
+    ddp = recipe(
+        [*common_args, "--parallel", "ddp", "--nproc", "2", "--show-scatter", "--results-dir", "ddp"], tmp_path
+    )
     recipe([*common_args, "--results-dir", "single"], tmp_path)
 
     # Each process got half of the global batch of 16, and nothing was gathered.
@@ -78,13 +94,16 @@ def test_ddp_splits_the_global_batch_and_matches_one_process(tmp_path, data_dir)
     assert (configuration["global_batch"], configuration["per_device_batch"]) == (16, 8)
     # Only rank 0 writes: one results file, one checkpoint, no temp files.
     assert sorted(p.name for p in (tmp_path / "ddp").rglob("*") if p.is_file()) == [
-        "cifar-mobilenet_v2-b16-cpu-x2-ddp.json", "cifar-mobilenet_v2-b16-cpu-x2-ddp.pt",
+        "cifar-mobilenet_v2-b16-cpu-x2-ddp.json",
+        "cifar-mobilenet_v2-b16-cpu-x2-ddp.pt",
     ]
 
     ours, theirs = distributed["metrics"], single["metrics"]
     assert ours["steps"] == theirs["steps"] == 6 * STEPS_PER_EPOCH  # same global steps: 16 images each
     for accuracy in ours["epoch_test_accuracy"]:
-        assert accuracy * TEST_IMAGES == pytest.approx(round(accuracy * TEST_IMAGES)), "accuracy is not over the whole test set"
+        assert accuracy * TEST_IMAGES == pytest.approx(round(accuracy * TEST_IMAGES)), (
+            "accuracy is not over the whole test set"
+        )
     trajectories = f"ddp {ours['epoch_test_accuracy']}, one process {theirs['epoch_test_accuracy']}"
     assert ours["test_accuracy"] == pytest.approx(theirs["test_accuracy"], abs=0.05), trajectories
     assert ours["test_accuracy"] > 0.9, trajectories
@@ -109,22 +128,50 @@ def free_port() -> int:
 def test_two_hosts_write_one_results_file(tmp_path, data_dir):
     """Two torchrun "hosts" (local processes meeting at a c10d rendezvous on 127.0.0.1), one process each:
     rank 0 alone writes results and checkpoints, which record 2 nodes x 1 process."""
-    env = {name: value for name, value in os.environ.items()
-           if name not in ("NNODES", "NODE_RANK", "RDZV_ENDPOINT", "RDZV_ID", "LOCAL_RANK", "TORCHELASTIC_RUN_ID")}
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("NNODES", "NODE_RANK", "RDZV_ENDPOINT", "RDZV_ID", "LOCAL_RANK", "TORCHELASTIC_RUN_ID")
+    }
     env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
-    argv = [*TRAINING, "--epochs", "2", "--data-dir", str(data_dir), "--parallel", "ddp", "--nproc", "1",
-            "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--results-dir", "results"]
+    argv = [
+        *TRAINING,
+        "--epochs",
+        "2",
+        "--data-dir",
+        str(data_dir),
+        "--parallel",
+        "ddp",
+        "--nproc",
+        "1",
+        "--nnodes",
+        "2",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{free_port()}",
+        "--results-dir",
+        "results",
+    ]
     hosts = []
     for host in ("host-a", "host-b"):
         (tmp_path / host).mkdir()
-        hosts.append(subprocess.Popen([sys.executable, str(RECIPE), *argv], cwd=tmp_path / host, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        hosts.append(
+            subprocess.Popen(
+                [sys.executable, str(RECIPE), *argv],
+                cwd=tmp_path / host,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     for process in hosts:
         _, err = process.communicate(timeout=600)
         assert process.returncode == 0, err[-3000:]
     (path,) = tmp_path.rglob("cifar-*.json")
     assert [p.name for p in tmp_path.rglob("*.pt")] == ["cifar-mobilenet_v2-b16-cpu-x2-ddp.pt"]
-    assert path.parent.parent == next(p.parent for p in tmp_path.rglob("*.pt")).parent.parent  # the same host wrote both
+    assert (
+        path.parent.parent == next(p.parent for p in tmp_path.rglob("*.pt")).parent.parent
+    )  # the same host wrote both
     configuration = json.loads(path.read_text())["configuration"]
     assert (configuration["nodes"], configuration["processes_per_node"], configuration["world_size"]) == (2, 1, 2)
     assert (configuration["global_batch"], configuration["per_device_batch"]) == (16, 8)
@@ -163,7 +210,11 @@ if __name__ == "__main__":
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
-    state = one_step(cifar.Replicas(device=torch.device("cpu"), parallel="ddp", rank=dist.get_rank(), world_size=dist.get_world_size()))
+    state = one_step(
+        cifar.Replicas(
+            device=torch.device("cpu"), parallel="ddp", rank=dist.get_rank(), world_size=dist.get_world_size()
+        )
+    )
     if dist.get_rank() == 0:
         torch.save(state, os.environ["CIFAR_DDP_STEP_OUT"])
     dist.barrier()  # as the recipe does: nobody closes the group while rank 0 still works

@@ -57,8 +57,9 @@ def test_render_works_without_the_extras(repo_root):
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("command", [["build", "cpu"], ["save", "cpu"], ["push", "cpu", "--registry", "localhost:5000"],
-                                     ["prune", "cpu"]])
+@pytest.mark.parametrize(
+    "command", [["build", "cpu"], ["save", "cpu"], ["push", "cpu", "--registry", "localhost:5000"], ["prune", "cpu"]]
+)
 def test_engine_commands_without_the_sdk_are_one_line_naming_the_extra(repo_root, command):
     done = core_only(*command, cwd=repo_root)
     assert (done.returncode, done.stderr) == (2, SDK_LINE)
@@ -75,11 +76,30 @@ def test_every_handler_is_cmd_and_its_command_name():
 
 
 def test_config_is_one_option_wherever_it_appears():
-    options = {name: next((a for a in parser._actions if "--config" in a.option_strings), None)
-               for name, parser in subcommands().items()}
+    options = {
+        name: next((a for a in parser._actions if "--config" in a.option_strings), None)
+        for name, parser in subcommands().items()
+    }
     with_config = {name for name, option in options.items() if option is not None}
-    assert with_config == {"targets", "render", "build", "run", "push", "save", "prune", "doctor", "experiment", "compare",
-                           "demo", "launch", "lock", "venv", "verify", "diff", "notebook"}
+    assert with_config == {
+        "targets",
+        "render",
+        "build",
+        "run",
+        "push",
+        "save",
+        "prune",
+        "doctor",
+        "experiment",
+        "compare",
+        "demo",
+        "launch",
+        "lock",
+        "venv",
+        "verify",
+        "diff",
+        "notebook",
+    }
     assert {(options[n].default, options[n].metavar, options[n].help, options[n].type) for n in with_config} == {
         (DEFAULT_CONFIG, "FILE", f"project config (default: ./{DEFAULT_CONFIG})", Path)
     }
@@ -95,12 +115,16 @@ def test_a_real_core_only_install_runs_help_and_render(tmp_path, repo_root):
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    pip = subprocess.run([env_dir / "bin" / "pip", "install", "--quiet", str(source)], capture_output=True, text=True, env=env)
+    pip = subprocess.run(
+        [env_dir / "bin" / "pip", "install", "--quiet", str(source)], capture_output=True, text=True, env=env
+    )
     assert pip.returncode == 0, pip.stderr
     envkit = env_dir / "bin" / "envkit"
     done = subprocess.run([envkit, "--help"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert done.returncode == 0 and "render" in done.stdout, done.stderr
-    done = subprocess.run([envkit, "render", "--all", "--check"], capture_output=True, text=True, env=env, cwd=repo_root)
+    done = subprocess.run(
+        [envkit, "render", "--all", "--check"], capture_output=True, text=True, env=env, cwd=repo_root
+    )
     assert done.returncode == 0, done.stderr
     done = subprocess.run([envkit, "build", "cpu"], capture_output=True, text=True, env=env, cwd=repo_root)
     assert (done.returncode, done.stderr) == (2, SDK_LINE)

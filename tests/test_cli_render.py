@@ -38,8 +38,9 @@ def files_under(directory: Path) -> dict[str, bytes]:
 def test_render_all_check_passes_on_the_repo(capsys, repo_root):
     code, out, err = run(capsys, "render", "--all", "--check", "--config", str(repo_root / "envkit.yaml"))
     assert (code, err) == (0, "")
-    assert out.splitlines() == [f"{name}: up to date ({repo_root / 'docker' / name})" for name in ("cpu", "cuda", "tpu-vm")] + [
-        f"{name}: up to date ({repo_root / 'notebooks' / name})" for name in ("colab-tpu", "colab-t4", "kaggle-tpu")]
+    assert out.splitlines() == [
+        f"{name}: up to date ({repo_root / 'docker' / name})" for name in ("cpu", "cuda", "tpu-vm")
+    ] + [f"{name}: up to date ({repo_root / 'notebooks' / name})" for name in ("colab-tpu", "colab-t4", "kaggle-tpu")]
 
 
 def test_render_writes_the_committed_files(capsys, project, repo_root):
@@ -51,12 +52,20 @@ def test_render_writes_the_committed_files(capsys, project, repo_root):
     assert code == 0 and "rendered 9 files for cpu, cuda, tpu-vm" in out
     # docker/<target>/requirements.lock comes from `envkit lock`, not from render.
     committed = {path: data for path, data in files_under(repo_root / "docker").items() if not path.endswith(".lock")}
-    assert {path: data for path, data in files_under(project / "docker").items() if not path.endswith(".lock")} == committed
+    assert {
+        path: data for path, data in files_under(project / "docker").items() if not path.endswith(".lock")
+    } == committed
 
 
 def test_render_one_target_into_output(capsys, project):
-    code, _, _ = run(capsys, "render", "--target", "cuda", "--config", str(project / "envkit.yaml"), "--output", str(project / "out"))
-    assert code == 0 and sorted(files_under(project / "out")) == ["cuda/.dockerignore", "cuda/Dockerfile", "cuda/run.sh"]
+    code, _, _ = run(
+        capsys, "render", "--target", "cuda", "--config", str(project / "envkit.yaml"), "--output", str(project / "out")
+    )
+    assert code == 0 and sorted(files_under(project / "out")) == [
+        "cuda/.dockerignore",
+        "cuda/Dockerfile",
+        "cuda/run.sh",
+    ]
 
 
 def test_stdout_shows_tpu_pins_and_writes_nothing(capsys, project):
@@ -79,7 +88,10 @@ def test_check_reports_stale_files_with_exit_1(capsys, project):
     assert lines[1].startswith(f"cuda: {project / 'docker' / 'cuda' / 'Dockerfile'}: stale (")
     assert err == "envkit: error: rendered files are stale (cuda): run `envkit render --all` and commit\n"
     code, _, err = run(capsys, "render", "--target", "cuda", "--check", "--config", config)
-    assert code == 1 and err == "envkit: error: rendered files are stale (cuda): run `envkit render --target cuda` and commit\n"
+    assert (
+        code == 1
+        and err == "envkit: error: rendered files are stale (cuda): run `envkit render --target cuda` and commit\n"
+    )
 
 
 def test_the_advice_for_a_removed_target_converges(capsys, project):
@@ -90,12 +102,20 @@ def test_the_advice_for_a_removed_target_converges(capsys, project):
     (project / "docker" / "notes").mkdir()  # a directory of someone else's files is left alone
     (project / "docker" / "notes" / "Dockerfile").write_text("FROM scratch\n")
     code, out, err = run(capsys, "render", "--all", "--check", "--config", config)
-    assert code == 1 and err == "envkit: error: rendered files are stale (1 removed target(s)): run `envkit render --all` and commit\n"
-    assert out.splitlines()[-1] == (f"{project / 'docker' / 'old-gpu'}: not a target in the config: `envkit render --all` "
-                                    "removes Dockerfile, run.sh, .dockerignore")
+    assert (
+        code == 1
+        and err
+        == "envkit: error: rendered files are stale (1 removed target(s)): run `envkit render --all` and commit\n"
+    )
+    assert out.splitlines()[-1] == (
+        f"{project / 'docker' / 'old-gpu'}: not a target in the config: `envkit render --all` "
+        "removes Dockerfile, run.sh, .dockerignore"
+    )
     assert run(capsys, "render", "--target", "cpu", "--check", "--config", config)[0] == 0
     code, out, _ = run(capsys, "render", "--all", "--config", config)  # the advice, as given
-    assert code == 0 and out.splitlines()[0].endswith(f"; removed {project / 'docker' / 'old-gpu'}'s rendered files (not a target in the config)")
+    assert code == 0 and out.splitlines()[0].endswith(
+        f"; removed {project / 'docker' / 'old-gpu'}'s rendered files (not a target in the config)"
+    )
     assert not (project / "docker" / "old-gpu").exists() and (project / "docker" / "notes" / "Dockerfile").exists()
     assert run(capsys, "render", "--all", "--check", "--config", config)[0] == 0
 
@@ -106,8 +126,9 @@ def test_render_all_keeps_what_envkit_did_not_write_in_a_removed_targets_directo
     shutil.copytree(project / "docker" / "cpu", project / "docker" / "old-gpu")
     (project / "docker" / "old-gpu" / "NOTES.md").write_text("why we had this target\n")
     code, out, _ = run(capsys, "render", "--all", "--check", "--config", config)
-    assert code == 1 and out.splitlines()[-1].endswith("removes Dockerfile, run.sh, .dockerignore; it keeps NOTES.md, "
-                                                      "which envkit did not write")
+    assert code == 1 and out.splitlines()[-1].endswith(
+        "removes Dockerfile, run.sh, .dockerignore; it keeps NOTES.md, which envkit did not write"
+    )
     assert run(capsys, "render", "--all", "--config", config)[0] == 0
     assert sorted(p.name for p in (project / "docker" / "old-gpu").iterdir()) == ["NOTES.md"]
     assert run(capsys, "render", "--all", "--check", "--config", config)[0] == 0
@@ -116,7 +137,17 @@ def test_render_all_keeps_what_envkit_did_not_write_in_a_removed_targets_directo
 def test_targets_lists_pins(capsys, repo_root):
     code, out, _ = run(capsys, "targets", "--config", str(repo_root / "envkit.yaml"))
     lines = out.splitlines()
-    assert code == 0 and lines[0].split() == ["TARGET", "KIND", "BASE", "IMAGE", "OR", "NOTEBOOK", "RUNTIME", "LOCK", "PINS"]
+    assert code == 0 and lines[0].split() == [
+        "TARGET",
+        "KIND",
+        "BASE",
+        "IMAGE",
+        "OR",
+        "NOTEBOOK",
+        "RUNTIME",
+        "LOCK",
+        "PINS",
+    ]
     tpu = next(line for line in lines if line.startswith("tpu-vm"))
     assert "torch=2.9.0" in tpu and "torch_xla=2.9.0" in tpu and "libtpu=0.0.21" in tpu
     sha = hashlib.sha256((repo_root / "docker" / "tpu-vm" / "requirements.lock").read_bytes()).hexdigest()
@@ -150,14 +181,21 @@ def test_matrix_lists_supported_combinations(capsys):
     assert "0.24.x" in row and "cu128* (12.8), cu126 (12.6), cu130 (13.0)" in row and row.endswith("torch_xla")
     assert "cu132* (13.2)" in next(line for line in out.splitlines() if line.startswith("2.15.x"))
     assert any(line.startswith("2.14.x") for line in out.splitlines())
-    assert any(line.startswith("2.8.x") and "(2.8.0, 2.8.1)" in line and "libtpu 0.0.17" in line for line in out.splitlines())
-    assert any(line.startswith("0.2.0") and "2.11.0-2.15.0" in line and ">= 0.0.50" in line for line in out.splitlines())
+    assert any(
+        line.startswith("2.8.x") and "(2.8.0, 2.8.1)" in line and "libtpu 0.0.17" in line for line in out.splitlines()
+    )
+    assert any(
+        line.startswith("0.2.0") and "2.11.0-2.15.0" in line and ">= 0.0.50" in line for line in out.splitlines()
+    )
 
 
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (('torch_xla: "2.9.0"', 'torch_xla: "2.8.0"'), "torch 2.9.0 with torch_xla 2.8.0 is not a released torch_xla pair"),
+        (
+            ('torch_xla: "2.9.0"', 'torch_xla: "2.8.0"'),
+            "torch 2.9.0 with torch_xla 2.8.0 is not a released torch_xla pair",
+        ),
         (('cuda: "12.8"', 'cuda: "12.4"'), "valid choices: 12.6, 12.8, 13.0"),
         (("kind: cpu", "kind: cpu\n    pyhton: '3.11'"), "did you mean 'python'?"),
         (('cuda: "12.8"', 'cuda: "12.8"\n    gpus: [0, x]'), "targets.cuda.gpus[1]"),
@@ -206,7 +244,9 @@ def test_render_imports_no_torch_docker_or_matplotlib(repo_root):
 
 def test_console_script_error_has_no_traceback(tmp_path):
     (tmp_path / "envkit.yaml").write_text("targets:\n  cpu: {kind: cpu, torch: '1.0.0'}\n")
-    result = subprocess.run([sys.executable, "-m", "envkit", "render", "--all"], cwd=tmp_path, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "envkit", "render", "--all"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr == (
         "envkit: error: envkit.yaml:2: targets.cpu.torch: torch 1.0.0 is not in envkit's matrix; supported: "

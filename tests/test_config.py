@@ -129,11 +129,13 @@ def test_unknown_key_suggests_the_closest(tmp_path):
 
 def test_unknown_top_level_key(tmp_path):
     message = config_error(tmp_path, 'target:\n  cpu: {kind: cpu, torch: "2.9.0"}\n')
-    assert message.endswith("envkit.yaml:1: target: unknown key 'target'; did you mean 'targets'? allowed: source, targets")
+    assert message.endswith(
+        "envkit.yaml:1: target: unknown key 'target'; did you mean 'targets'? allowed: source, targets"
+    )
 
 
 def test_missing_required_key(tmp_path):
-    message = config_error(tmp_path, 'source: https://example.com/x\n')
+    message = config_error(tmp_path, "source: https://example.com/x\n")
     assert message.endswith("envkit.yaml:1: 'targets' is a required property")
 
 
@@ -148,13 +150,17 @@ def test_an_invalid_torch_xla_pair_lists_the_valid_pairs(tmp_path):
 
 def test_a_torch_without_its_own_torch_xla_is_refused(tmp_path):
     message = config_error(tmp_path, 'targets:\n  tpu-vm: {kind: tpu-vm, torch: "2.9.1"}\n')
-    assert message.endswith("targets.tpu-vm.torch: torch 2.9.1 is not a released torch_xla pair; valid pairs: torch 2.9.0 + torch_xla 2.9.0")
+    assert message.endswith(
+        "targets.tpu-vm.torch: torch 2.9.1 is not a released torch_xla pair; valid pairs: torch 2.9.0 + torch_xla 2.9.0"
+    )
 
 
 @pytest.mark.parametrize(("torch_xla", "expected"), [(None, "2.8.1"), ("2.8.0", "2.8.0"), ("2.8.1", "2.8.1")])
 def test_torch_xla_bugfix_release_pairs_with_the_older_torch(tmp_path, torch_xla, expected):
     extra = f', torch_xla: "{torch_xla}"' if torch_xla else ""
-    target = load_config(write_config(tmp_path, f'targets:\n  t: {{kind: tpu-vm, torch: "2.8.0", python: "3.12"{extra}}}\n')).targets["t"]
+    target = load_config(
+        write_config(tmp_path, f'targets:\n  t: {{kind: tpu-vm, torch: "2.8.0", python: "3.12"{extra}}}\n')
+    ).targets["t"]
     assert (target.backend, target.torch, target.torch_xla, target.libtpu) == ("torch_xla", "2.8.0", expected, "0.0.17")
 
 
@@ -182,23 +188,44 @@ def test_newer_libtpu_is_allowed_for_torch_tpu_but_not_older(tmp_path):
     text = 'targets:\n  t: {kind: tpu-vm, torch: "2.13.0", libtpu: "0.0.52"}\n'
     assert load_config(write_config(tmp_path, text)).targets["t"].libtpu == "0.0.52"
     message = config_error(tmp_path, 'targets:\n  t: {kind: tpu-vm, torch: "2.13.0", libtpu: "0.0.49"}\n')
-    assert message.endswith("targets.t.libtpu: libtpu 0.0.49 is older than torch_tpu 0.2.0 accepts; valid choices: 0.0.50 or newer")
+    assert message.endswith(
+        "targets.t.libtpu: libtpu 0.0.49 is older than torch_tpu 0.2.0 accepts; valid choices: 0.0.50 or newer"
+    )
 
 
 @pytest.mark.parametrize(
     ("settings", "expected"),
     [
-        ('torch: "2.9.0", backend: torch_tpu',
-         "targets.t.backend: torch 2.9.0 is outside every torch_tpu release's torch range (torch_tpu 0.2.0: torch 2.11.0-2.15.0)"),
-        ('torch: "2.13.0", backend: torch_xla',
-         "targets.t.backend: backend torch_xla does not support torch 2.13.0; torch_xla needs torch 2.1.0-2.9.0 (listed pairs), "
-         "torch_tpu needs torch 2.11.0-2.15.0"),
+        (
+            'torch: "2.9.0", backend: torch_tpu',
+            "targets.t.backend: torch 2.9.0 is outside every torch_tpu release's torch range (torch_tpu 0.2.0: torch 2.11.0-2.15.0)",
+        ),
+        (
+            'torch: "2.13.0", backend: torch_xla',
+            "targets.t.backend: backend torch_xla does not support torch 2.13.0; torch_xla needs torch 2.1.0-2.9.0 (listed pairs), "
+            "torch_tpu needs torch 2.11.0-2.15.0",
+        ),
         ('torch: "2.10.0"', "targets.t.torch: torch 2.10.0 has no TPU backend; torch_xla needs torch 2.1.0-2.9.0"),
-        ('torch: "2.9.0", backend: jax', "targets.t.backend: 'jax' is not valid; allowed: tpu-vm only: torch_xla or torch_tpu"),
-        ('torch: "2.13.0", python: "3.10"', "targets.t.python: Python 3.10 is outside torch_tpu 0.2.0's supported range 3.11-3.14"),
-        ('torch: "2.13.0", torch_xla: "2.9.0"', "targets.t.torch_xla: 'torch_xla' applies to backend torch_xla only, not torch_tpu"),
-        ('torch: "2.9.0", torch_tpu: "0.2.0"', "targets.t.torch_tpu: 'torch_tpu' applies to backend torch_tpu only, not torch_xla"),
-        ('torch: "2.13.0", torch_tpu: "0.1.0"', "targets.t.torch_tpu: torch_tpu 0.1.0 is not in envkit's matrix; supported: 0.2.0"),
+        (
+            'torch: "2.9.0", backend: jax',
+            "targets.t.backend: 'jax' is not valid; allowed: tpu-vm only: torch_xla or torch_tpu",
+        ),
+        (
+            'torch: "2.13.0", python: "3.10"',
+            "targets.t.python: Python 3.10 is outside torch_tpu 0.2.0's supported range 3.11-3.14",
+        ),
+        (
+            'torch: "2.13.0", torch_xla: "2.9.0"',
+            "targets.t.torch_xla: 'torch_xla' applies to backend torch_xla only, not torch_tpu",
+        ),
+        (
+            'torch: "2.9.0", torch_tpu: "0.2.0"',
+            "targets.t.torch_tpu: 'torch_tpu' applies to backend torch_tpu only, not torch_xla",
+        ),
+        (
+            'torch: "2.13.0", torch_tpu: "0.1.0"',
+            "targets.t.torch_tpu: torch_tpu 0.1.0 is not in envkit's matrix; supported: 0.2.0",
+        ),
     ],
 )
 def test_bad_tpu_backend_settings_are_one_line(tmp_path, settings, expected):
@@ -222,23 +249,43 @@ def test_unreleased_torch_patch(tmp_path):
 
 
 def test_cu132_for_new_releases(tmp_path):
-    target = load_config(write_config(tmp_path, 'targets:\n  g: {kind: cuda, torch: "2.14.1", cuda: "13.2"}\n')).targets["g"]
-    assert (target.torch_variant, target.base_image, target.python) == ("cu132", "nvidia/cuda:13.2.0-base-ubuntu24.04", "3.12")
+    target = load_config(
+        write_config(tmp_path, 'targets:\n  g: {kind: cuda, torch: "2.14.1", cuda: "13.2"}\n')
+    ).targets["g"]
+    assert (target.torch_variant, target.base_image, target.python) == (
+        "cu132",
+        "nvidia/cuda:13.2.0-base-ubuntu24.04",
+        "3.12",
+    )
 
 
 @pytest.mark.parametrize(
     ("torch", "cuda", "variant"),
-    [("2.9.0", None, None), ("2.9.0", "12.8", None), ("2.9.0", "12.6", "cu126"), ("2.14.1", None, None), ("2.14.1", "13.2", "cu132")],
+    [
+        ("2.9.0", None, None),
+        ("2.9.0", "12.8", None),
+        ("2.9.0", "12.6", "cu126"),
+        ("2.14.1", None, None),
+        ("2.14.1", "13.2", "cu132"),
+    ],
 )
 def test_the_default_indexs_own_cuda_build_is_the_default_and_has_no_local_tag(tmp_path, torch, cuda, variant):
     setting = f', cuda: "{cuda}"' if cuda else ""
-    target = load_config(write_config(tmp_path, f'targets:\n  g: {{kind: cuda, torch: "{torch}"{setting}}}\n')).targets["g"]
+    target = load_config(write_config(tmp_path, f'targets:\n  g: {{kind: cuda, torch: "{torch}"{setting}}}\n')).targets[
+        "g"
+    ]
     assert target.torch_variant == variant
 
 
 def test_cuda_on_torch_2_15_is_the_default_indexs_13_2_build(tmp_path):
-    target = load_config(write_config(tmp_path, 'targets:\n  g: {kind: cuda, torch: "2.15.0", torchvision: false}\n')).targets["g"]
-    assert (target.cuda, target.torch_variant, target.base_image) == ("13.2", None, "nvidia/cuda:13.2.0-base-ubuntu24.04")
+    target = load_config(
+        write_config(tmp_path, 'targets:\n  g: {kind: cuda, torch: "2.15.0", torchvision: false}\n')
+    ).targets["g"]
+    assert (target.cuda, target.torch_variant, target.base_image) == (
+        "13.2",
+        None,
+        "nvidia/cuda:13.2.0-base-ubuntu24.04",
+    )
 
 
 def test_cuda_python_must_match_the_default_base_image(tmp_path):
@@ -254,7 +301,10 @@ def test_a_cuda_target_on_the_python_image_installs_no_distro_python(tmp_path):
 
 
 def test_a_second_index_is_refused_in_one_line(tmp_path):
-    message = config_error(tmp_path, 'targets:\n  cpu: {kind: cpu, torch: "2.9.0", pip_extra_index_urls: ["https://mirror.example.com/simple"]}\n')
+    message = config_error(
+        tmp_path,
+        'targets:\n  cpu: {kind: cpu, torch: "2.9.0", pip_extra_index_urls: ["https://mirror.example.com/simple"]}\n',
+    )
     assert message.endswith(
         "targets.cpu.pip_extra_index_urls: a second index lets any package come from either one; envkit takes each "
         "package from one index: set pip_index_url to a mirror that serves them all, or find_links for single projects' pages"
@@ -286,8 +336,10 @@ def test_shell_metacharacters_are_rejected(tmp_path, setting, field):
 
 def test_unquoted_version_gets_a_hint(tmp_path):
     message = config_error(tmp_path, "targets:\n  cpu: {kind: cpu, torch: '2.9.0', python: 3.10}\n")
-    assert message.endswith('targets.cpu.python: 3.1 is not valid; allowed: Python major.minor, e.g. "3.11" (default: 3.11 on cpu '
-                            "and tpu-vm, the base OS's python3 on cuda); quote versions in YAML (\"3.10\", not 3.10)")
+    assert message.endswith(
+        'targets.cpu.python: 3.1 is not valid; allowed: Python major.minor, e.g. "3.11" (default: 3.11 on cpu '
+        'and tpu-vm, the base OS\'s python3 on cuda); quote versions in YAML ("3.10", not 3.10)'
+    )
 
 
 def test_unknown_kind_lists_the_kinds(tmp_path):
@@ -298,8 +350,6 @@ def test_unknown_kind_lists_the_kinds(tmp_path):
 def test_unknown_cuda_variant_is_never_guessed(tmp_path):
     message = config_error(tmp_path, 'targets:\n  gpu: {kind: cuda, torch: "2.9.0", cuda: "12.4"}\n')
     assert "valid choices: 12.6, 12.8, 13.0" in message
-
-
 
 
 def test_mismatched_torchvision(tmp_path):
@@ -328,12 +378,16 @@ def test_bad_target_name(tmp_path):
 
 
 def test_duplicate_key(tmp_path):
-    message = config_error(tmp_path, 'targets:\n  cpu: {kind: cpu, torch: "2.9.0"}\n  cpu: {kind: cpu, torch: "2.8.0"}\n')
+    message = config_error(
+        tmp_path, 'targets:\n  cpu: {kind: cpu, torch: "2.9.0"}\n  cpu: {kind: cpu, torch: "2.8.0"}\n'
+    )
     assert "envkit.yaml:3: targets.cpu: duplicate key" in message
 
 
 def test_missing_certificate(tmp_path):
-    message = config_error(tmp_path, 'targets:\n  cpu: {kind: cpu, torch: "2.9.0", ca_certificates: [certs/none.crt]}\n')
+    message = config_error(
+        tmp_path, 'targets:\n  cpu: {kind: cpu, torch: "2.9.0", ca_certificates: [certs/none.crt]}\n'
+    )
     assert "certs/none.crt is not a file" in message
 
 

@@ -113,7 +113,8 @@ def test_compare_on_real_data_says_where_it_comes_from_and_what_fake_does(in_rep
     out = dry_run(["compare", "--epochs", "1"], capsys)
     assert out.splitlines()[0] == (
         "# --dataset real: each recipe downloads MNIST or CIFAR-10 into its data directory on first use, which needs "
-        "the network; DATASET=fake (make) or --dataset fake trains on generated data, no download")
+        "the network; DATASET=fake (make) or --dataset fake trains on generated data, no download"
+    )
     assert "--dataset real" not in dry_run(["compare", "--dataset", "fake"], capsys).splitlines()[0]
 
 
@@ -138,8 +139,9 @@ def test_compare_on_a_tpu_vm_without_docker_runs_one_core_then_all_cores(in_repo
     import importlib.util
 
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: object() if name == "torch_xla" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "torch_xla" else real_find_spec(name, *a)
+    )
     in_repo(HostFacts(docker_error="no engine", devices={"tpu": ["/dev/accel0"]}, cpu_count=8), [])
     out = dry_run(["compare", "--results-dir", "out", "--dataset", "fake"], capsys)
     common = "--results-dir out --quiet --dataset fake"
@@ -147,8 +149,10 @@ def test_compare_on_a_tpu_vm_without_docker_runs_one_core_then_all_cores(in_repo
     assert f"# 5. mnist on all TPU cores\n{PY} recipes/mnist.py --device tpu --cores all {common}\n" in out
     # then E3's runs, each under its own run name
     assert "# 6. E3, batch and learning-rate scaling on all TPU cores: e3-batch-scaling-b16\n" in out
-    assert (f" --per-device-batch 128 --lr-scaling none --warmup-epochs 0 --run-name e3-batch-scaling-b128 --dataset fake "
-            f"--fake-train-size 4096 --epochs 10 {common}\n# 9. ") in out
+    assert (
+        f" --per-device-batch 128 --lr-scaling none --warmup-epochs 0 --run-name e3-batch-scaling-b128 --dataset fake "
+        f"--fake-train-size 4096 --epochs 10 {common}\n# 9. "
+    ) in out
 
 
 def test_missing_config_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
@@ -165,10 +169,12 @@ def _python(code: str) -> tuple[str, ...]:
 
 def test_a_failed_step_does_not_stop_the_others(tmp_path, capsys):
     marker = tmp_path / "ran"
-    plan = RunPlan([
-        Step("fails", _python("raise SystemExit(3)")),
-        Step("still runs", _python(f"open({str(marker)!r}, 'w').write('x')")),
-    ])
+    plan = RunPlan(
+        [
+            Step("fails", _python("raise SystemExit(3)")),
+            Step("still runs", _python(f"open({str(marker)!r}, 'w').write('x')")),
+        ]
+    )
     assert execute(plan, dry_run=False) is False
     assert marker.exists()
     assert "envkit: failed: fails (exit 3)" in capsys.readouterr().err
@@ -176,9 +182,19 @@ def test_a_failed_step_does_not_stop_the_others(tmp_path, capsys):
 
 def test_a_failed_build_switches_to_the_fallback(tmp_path, capsys):
     marker = tmp_path / "fallback-ran"
-    fallback = RunPlan([Step("local run", _python(f"open({str(marker)!r}, 'w').write('x')"))], ["building failed; running here"])
-    plan = RunPlan([Step("render", _python("pass")), Step("build", _python("raise SystemExit(1)")),
-                 Step("in image", _python("raise SystemExit(5)"))], [], fallback, 1)
+    fallback = RunPlan(
+        [Step("local run", _python(f"open({str(marker)!r}, 'w').write('x')"))], ["building failed; running here"]
+    )
+    plan = RunPlan(
+        [
+            Step("render", _python("pass")),
+            Step("build", _python("raise SystemExit(1)")),
+            Step("in image", _python("raise SystemExit(5)")),
+        ],
+        [],
+        fallback,
+        1,
+    )
     assert execute(plan, dry_run=False) is True
     assert marker.exists()
     err = capsys.readouterr().err
@@ -218,7 +234,10 @@ def test_demo_runs_end_to_end_without_docker(repo_root, tmp_path, monkeypatch, c
     assert names[1].startswith("cifar-") and names[2].startswith("mnist-"), names
     assert (project / "docker" / "cpu" / "run.sh").is_file()
     assert "| cpu ×1 | mnist-net | 128 | 1 |" in out
-    assert "| cpu ×1 | mobilenet_v2 | 32 | 32 | 64 | 1 |" in out and "| cpu DDP×2 | mobilenet_v2 | 32 | 16 | 64 | 1 |" in out
+    assert (
+        "| cpu ×1 | mobilenet_v2 | 32 | 32 | 64 | 1 |" in out
+        and "| cpu DDP×2 | mobilenet_v2 | 32 | 16 | 64 | 1 |" in out
+    )
     # the demo is long enough to show learning: every run well above chance (10%)
     accuracies = {name: json.loads((results / name).read_text())["metrics"]["test_accuracy"] for name in names}
     assert all(acc > 0.5 for acc in accuracies.values()), accuracies
@@ -237,4 +256,5 @@ def test_the_demo_says_when_its_interpreter_was_made_from_no_lock(in_repo, capsy
     (tmp_path / MARKER).unlink()
     assert dry_run(["demo"], capsys).startswith(
         "# Docker is not usable (no Docker engine answers at unix:///var/run/docker.sock); running the recipes with "
-        f"{PY} (made from no lock: its results record lock_sha256 null)\n")
+        f"{PY} (made from no lock: its results record lock_sha256 null)\n"
+    )

@@ -154,9 +154,17 @@ def as_user(user: tuple[int, int], groups: tuple[int, ...] = ()) -> list[str]:
     return ["setpriv", f"--reuid={user[0]}", f"--regid={user[1]}", supplementary]
 
 
-def run_mnist(run_sh: Path, docker_cli: str, results: Path, user: tuple[int, int] | None = None) -> subprocess.CompletedProcess:
+def run_mnist(
+    run_sh: Path, docker_cli: str, results: Path, user: tuple[int, int] | None = None
+) -> subprocess.CompletedProcess:
     command = [str(run_sh), "mnist", "--device", "cpu", "--dataset", "fake", "--max-steps", "5", "--quiet"]
-    env = {**os.environ, "DOCKER": docker_cli, "RESULTS_DIR": str(results), "DATA_DIR": str(results / "data"), "HOME": str(results.parent)}
+    env = {
+        **os.environ,
+        "DOCKER": docker_cli,
+        "RESULTS_DIR": str(results),
+        "DATA_DIR": str(results / "data"),
+        "HOME": str(results.parent),
+    }
     if user is not None:
         # A real non-root caller: run.sh passes --user <uid>:<gid> and the files must follow.
         command = [*as_user(user, groups=(grp.getgrnam("docker").gr_gid,)), *command]
@@ -193,7 +201,9 @@ def caller_home():
 
 
 @engine_test
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to act as another user")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to act as another user"
+)
 def test_mnist_results_belong_to_a_non_root_caller(project, docker_cli, built, caller_home):
     try:
         grp.getgrnam("docker")
@@ -210,8 +220,25 @@ def test_mnist_results_belong_to_a_non_root_caller(project, docker_cli, built, c
 def test_envkit_run_goes_through_run_sh(project, docker_cli, built, tmp_path):
     results = tmp_path / "results"
     env = {**os.environ, "DOCKER": docker_cli}
-    envkit("run", "--config", "envkit.yaml", "--results-dir", str(results), "--data-dir", str(tmp_path / "data"),
-           "cpu", "mnist", "--", "--dataset", "fake", "--max-steps", "5", "--quiet", cwd=project, env=env)
+    envkit(
+        "run",
+        "--config",
+        "envkit.yaml",
+        "--results-dir",
+        str(results),
+        "--data-dir",
+        str(tmp_path / "data"),
+        "cpu",
+        "mnist",
+        "--",
+        "--dataset",
+        "fake",
+        "--max-steps",
+        "5",
+        "--quiet",
+        cwd=project,
+        env=env,
+    )
     check_results(results, (os.getuid(), os.getgid()), "envkit-cpu:latest")
 
 
@@ -225,9 +252,23 @@ def test_make_cpu_mnist_checks_builds_and_runs(project, repo_root, base_image, w
     venv = Path(sys.executable).parent.parent
     results = tmp_path / "results"
     done = subprocess.run(
-        ["make", "--no-print-directory", "-C", str(project), "cpu-mnist", f"VENV={venv}", f"BASE_IMAGE={base_image}",
-         f"WHEELHOUSE={wheelhouse}", "DATASET=fake", "MAX_STEPS=5", f"RESULTS_DIR={results}", f"DATA_DIR={tmp_path / 'data'}"],
-        capture_output=True, text=True, env={**os.environ, "DOCKER": docker_cli},
+        [
+            "make",
+            "--no-print-directory",
+            "-C",
+            str(project),
+            "cpu-mnist",
+            f"VENV={venv}",
+            f"BASE_IMAGE={base_image}",
+            f"WHEELHOUSE={wheelhouse}",
+            "DATASET=fake",
+            "MAX_STEPS=5",
+            f"RESULTS_DIR={results}",
+            f"DATA_DIR={tmp_path / 'data'}",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DOCKER": docker_cli},
     )
     assert done.returncode == 0, done.stderr[-4000:]
     # The rendered files were fresh: a copy has no render stamp, so make renders by content, and nothing changes.
@@ -261,7 +302,9 @@ def test_extra_ca_certificate_is_trusted_by_pip_in_the_image(client, project, bu
     if not HOST_CA_BUNDLE.is_file():
         pytest.skip(f"no host CA bundle at {HOST_CA_BUNDLE}")
     fetch = ["pip", "download", "--retries", "0", "--timeout", "20", "--no-deps", "-d", "/tmp/dl", SMALL_PYPI_PACKAGE]
-    without_ca = subprocess.run([*shlex.split(docker_cli), "run", "--rm", built, *fetch], capture_output=True, text=True)
+    without_ca = subprocess.run(
+        [*shlex.split(docker_cli), "run", "--rm", built, *fetch], capture_output=True, text=True
+    )
     if without_ca.returncode == 0:
         pytest.skip("HTTPS from containers works without an extra CA on this host: nothing to prove")
     if "CERTIFICATE_VERIFY_FAILED" not in without_ca.stdout + without_ca.stderr:
@@ -291,7 +334,9 @@ def test_save_then_load_restores_the_same_image(client, project, built, tmp_path
     assert client.images.get("envkit-cpu:latest").id == image.id
 
     # same image, same bytes: saving the loaded image again reproduces the tarball
-    again = envkit("save", "cpu", "--config", "envkit.yaml", "--output-dir", str(tmp_path / "again"), cwd=project).stdout.split()
+    again = envkit(
+        "save", "cpu", "--config", "envkit.yaml", "--output-dir", str(tmp_path / "again"), cwd=project
+    ).stdout.split()
     assert json.loads(Path(again[1]).read_text())["sha256"] == manifest["sha256"]
 
     with tarball.open("r+b") as stream:  # one flipped byte in the middle of a layer
@@ -318,7 +363,9 @@ def registry(tmp_path):
     (tmp_path / "registry.yml").write_text(
         f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'store'}\nhttp:\n  addr: 127.0.0.1:{port}\n"
     )
-    server = subprocess.Popen([binary, "serve", str(tmp_path / "registry.yml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [binary, "serve", str(tmp_path / "registry.yml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         for _ in range(50):
             try:
@@ -336,8 +383,11 @@ def registry(tmp_path):
 
 def manifest_digest(registry_address: str, repository: str, tag: str) -> str:
     """What the registry itself says the tag's manifest digest is."""
-    request = urllib.request.Request(f"http://{registry_address}/v2/{repository}/manifests/{tag}", method="HEAD",
-                                     headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    request = urllib.request.Request(
+        f"http://{registry_address}/v2/{repository}/manifests/{tag}",
+        method="HEAD",
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+    )
     with urllib.request.urlopen(request, timeout=30) as answer:
         return answer.headers["Docker-Content-Digest"]
 
@@ -351,7 +401,9 @@ def test_push_sends_both_tags_to_the_registry_and_records_its_digest(client, pro
     listing = json.load(urllib.request.urlopen(f"http://{registry}/v2/team/envkit-cpu/tags/list", timeout=10))
     assert sorted(listing["tags"]) == sorted([tag, "latest"])
     # The digest recorded is the registry's own for both tags, and the ID the engine's.
-    recorded = json.loads((project / "docker" / "cpu" / "pushed.json").read_text())["images"][f"{registry}/team/envkit-cpu"]
+    recorded = json.loads((project / "docker" / "cpu" / "pushed.json").read_text())["images"][
+        f"{registry}/team/envkit-cpu"
+    ]
     assert recorded[tag]["digest"] == recorded["latest"]["digest"] == manifest_digest(registry, "team/envkit-cpu", tag)
     assert by_digest == f"{registry}/team/envkit-cpu@{recorded[tag]['digest']}"
     assert recorded[tag]["image_id"] == client.images.get(built).id
@@ -411,8 +463,11 @@ def test_prune_removes_older_builds_keeps_latest_and_what_a_container_uses(clien
 # its entry here.
 ON_THIS_HOST = {
     # PJRT_DEVICE=CPU: torch_xla on XLA:CPU; --privileged only exposes TPU chips (this sandbox's runtime refuses it).
-    "tpu-vm": (("--device", "tpu", "--cores", "1"), {},
-               {("--privileged",): None, ("PJRT_DEVICE=TPU",): ("PJRT_DEVICE=CPU",)}),
+    "tpu-vm": (
+        ("--device", "tpu", "--cores", "1"),
+        {},
+        {("--privileged",): None, ("PJRT_DEVICE=TPU",): ("PJRT_DEVICE=CPU",)},
+    ),
     # PyPI's CUDA build of torch trains on the CPU when no GPU is there; ULIMITS= leaves out NVIDIA's
     # memlock=-1, which this sandbox's runtime refuses.
     "cuda": (("--device", "cpu"), {"ULIMITS": ""}, {("--gpus", "all"): None}),
@@ -427,9 +482,9 @@ def locked_targets(repo_root: Path) -> list[str]:
 def swap_words(command: list[str], swaps: dict[tuple[str, ...], tuple[str, ...] | None]) -> list[str]:
     """``command`` with each run of words in ``swaps`` replaced; each must be there exactly once."""
     for words, replacement in swaps.items():
-        starts = [i for i in range(len(command)) if tuple(command[i:i + len(words)]) == words]
+        starts = [i for i in range(len(command)) if tuple(command[i : i + len(words)]) == words]
         assert len(starts) == 1, f"run.sh's command should hold {' '.join(words)} once: {command}"
-        command = [*command[:starts[0]], *(replacement or ()), *command[starts[0] + len(words):]]
+        command = [*command[: starts[0]], *(replacement or ()), *command[starts[0] + len(words) :]]
     return command
 
 
@@ -437,8 +492,9 @@ def build_committed(target: str, base_image: str, repo_root: Path) -> str:
     """``envkit build TARGET`` of the checkout's files, as the committed fixture below builds them: a second call
     in one session (tests/test_slurm.py runs the cuda image) is Docker's cache, not a second build."""
     trust = ["--ca-cert", str(HOST_CA_BUNDLE)] if HOST_CA_BUNDLE.is_file() else []
-    return envkit("build", target, "--config", str(repo_root / "envkit.yaml"), "--base-image", base_image, *trust,
-                  cwd=repo_root).stdout.strip()
+    return envkit(
+        "build", target, "--config", str(repo_root / "envkit.yaml"), "--base-image", base_image, *trust, cwd=repo_root
+    ).stdout.strip()
 
 
 @pytest.fixture(scope="session", params=locked_targets(Path(__file__).resolve().parent.parent))
@@ -490,20 +546,41 @@ def test_a_committed_image_runs_its_recipe_through_its_run_sh(client, committed,
     run_sh = caller_home / "run.sh"
     shutil.copy(repo_root / "docker" / target / "run.sh", run_sh)  # the caller must be able to read it
     planned = subprocess.run(
-        [*as_caller, str(run_sh), "mnist", *recipe_args, "--no-download", "--epochs", "2", "--per-device-batch", "32",
-         "--quiet"],
-        env={**os.environ, "ENVKIT_DRY_RUN": "1", "DOCKER": docker_cli, "DATA_DIR": str(data), "RESULTS_DIR": str(results),
-             **settings},
-        cwd=caller_home, capture_output=True, text=True, check=True,
+        [
+            *as_caller,
+            str(run_sh),
+            "mnist",
+            *recipe_args,
+            "--no-download",
+            "--epochs",
+            "2",
+            "--per-device-batch",
+            "32",
+            "--quiet",
+        ],
+        env={
+            **os.environ,
+            "ENVKIT_DRY_RUN": "1",
+            "DOCKER": docker_cli,
+            "DATA_DIR": str(data),
+            "RESULTS_DIR": str(results),
+            **settings,
+        },
+        cwd=caller_home,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     done = subprocess.run(swap_words(shlex.split(planned.stdout), swaps), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-4000:]
 
     [path] = results.glob("mnist-*.json")
-    document = read_results(results, path.stem[len("mnist-"):])
+    document = read_results(results, path.stem[len("mnist-") :])
     environment = document["environment"]
     assert environment["torch"].startswith(labels["io.envkit.pin.torch"]) and environment["lock_sha256"] == lock.sha256
-    assert environment["image"] == f"envkit-{target}:latest" and environment["python"].startswith(labels["io.envkit.pin.python"])
+    assert environment["image"] == f"envkit-{target}:latest" and environment["python"].startswith(
+        labels["io.envkit.pin.python"]
+    )
     if target == "tpu-vm":
         assert environment["device_name"] == "XLA:CPU" and environment["torch_xla"] == labels["io.envkit.pin.torch_xla"]
     assert document["metrics"]["test_accuracy"] > 0.5
@@ -562,14 +639,18 @@ def test_engine_script_gives_up_on_a_dockerd_that_dies(repo_root, tmp_path):
         "ENVKIT_DOCKERD_PIDFILE": str(tmp_path / "dockerd.pid"),
         "ENVKIT_DOCKERD_LOG": str(tmp_path / "dockerd.log"),
     }
-    done = subprocess.run([str(repo_root / "scripts" / "docker-engine.sh"), "start"], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [str(repo_root / "scripts" / "docker-engine.sh"), "start"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 1
     assert "dockerd exited during start-up" in done.stderr and "no cgroups" in done.stderr
 
 
 def test_engine_script_stop_without_a_recorded_pid_does_nothing(repo_root, tmp_path):
     env = {**os.environ, "ENVKIT_DOCKERD_PIDFILE": str(tmp_path / "none.pid")}
-    done = subprocess.run([str(repo_root / "scripts" / "docker-engine.sh"), "stop"], env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [str(repo_root / "scripts" / "docker-engine.sh"), "stop"], env=env, capture_output=True, text=True
+    )
     assert done.returncode == 0 and "nothing to stop" in done.stdout
     usage = subprocess.run([str(repo_root / "scripts" / "docker-engine.sh"), "restart"], capture_output=True, text=True)
     assert usage.returncode == 2 and "usage:" in usage.stderr
@@ -613,29 +694,41 @@ def test_verify_of_a_target_never_built_is_one_line_and_writes_nothing(client, p
     (tmp_path / "envkit.yaml").write_text(yaml.safe_dump(config))
     env = {**os.environ, "ENVKIT_CACHE_DIR": str(tmp_path / "cache")}
     done = envkit("verify", "never-built", "--config", "envkit.yaml", cwd=tmp_path, env=env, check=False)
-    assert done.returncode == 2 and done.stdout == "" and done.stderr == (
-        "envkit: error: no image envkit-never-built:latest in the engine: build it first with 'envkit build never-built'\n")
+    assert (
+        done.returncode == 2
+        and done.stdout == ""
+        and done.stderr
+        == (
+            "envkit: error: no image envkit-never-built:latest in the engine: build it first with 'envkit build never-built'\n"
+        )
+    )
     assert not (tmp_path / "cache" / "contexts").exists()
 
 
 @engine_test
 def test_diff_names_the_one_package_and_variable_that_differ(client, project, built, tmp_path):
     # B: the same image with tqdm uninstalled and one variable changed, as a collaborator's might be.
-    container = client.containers.run(built, ["python", "-m", "pip", "uninstall", "-y", "-q", "tqdm"], detach=True, user="0")
+    container = client.containers.run(
+        built, ["python", "-m", "pip", "uninstall", "-y", "-q", "tqdm"], detach=True, user="0"
+    )
     try:
         assert container.wait()["StatusCode"] == 0
         other = container.commit("envkit-difftest", "b", changes=["ENV ENVKIT_EXTRA=1"])
     finally:
         container.remove(force=True)
     try:
-        saved = envkit("save", "cpu", "--config", "envkit.yaml", "--output-dir", str(tmp_path), cwd=project).stdout.split()
+        saved = envkit(
+            "save", "cpu", "--config", "envkit.yaml", "--output-dir", str(tmp_path), cwd=project
+        ).stdout.split()
         for a in (built, saved[0], saved[1]):  # an engine image, its saved tarball, or the tarball's manifest
             done = envkit("diff", a, "envkit-difftest:b", cwd=project, check=False)
             assert done.returncode == 1, done.stderr
             assert "python packages: 1 of" in done.stdout and "  - tqdm " in done.stdout
             assert "apt packages: same" in done.stdout
             assert "  + ENVKIT_EXTRA 1 (only in B)" in done.stdout
-        assert envkit("diff", "cpu", built, cwd=project, check=False).returncode == 0  # a target name is its latest image
+        assert (
+            envkit("diff", "cpu", built, cwd=project, check=False).returncode == 0
+        )  # a target name is its latest image
         Path(saved[0]).unlink()
     finally:
         client.images.remove(other.id, force=True)
@@ -663,8 +756,18 @@ def locked(tmp_path_factory, client) -> tuple[Path, Path]:
 
 
 def locked_build(project: Path, wheels: Path, base_image: str, check: bool = True) -> subprocess.CompletedProcess:
-    return envkit("build", "cpu", "--config", "envkit.yaml", "--base-image", base_image, "--wheelhouse", str(wheels),
-                  cwd=project, check=check)
+    return envkit(
+        "build",
+        "cpu",
+        "--config",
+        "envkit.yaml",
+        "--base-image",
+        base_image,
+        "--wheelhouse",
+        str(wheels),
+        cwd=project,
+        check=check,
+    )
 
 
 @engine_test
@@ -679,7 +782,9 @@ def test_a_locked_image_holds_exactly_its_lock_and_records_it(client, locked, ba
     installed = {normalise(entry["name"]): entry["version"] for entry in json.loads(freeze)}
     installed = {name: version for name, version in installed.items() if name not in ("pip", "setuptools")}
     assert installed == {name: version for name, version in lock.packages.items() if name != "setuptools"}
-    assert client.containers.run(image.id, ["cat", "/opt/envkit/requirements.lock"], remove=True) == lock_file.read_bytes()
+    assert (
+        client.containers.run(image.id, ["cat", "/opt/envkit/requirements.lock"], remove=True) == lock_file.read_bytes()
+    )
 
 
 @engine_test
@@ -695,7 +800,9 @@ def test_an_edited_hash_fails_the_build_in_one_line_naming_the_package(client, l
     # As when the index serves another file than the one locked: the header's packages-sha256 follows
     # the edit (render would refuse a hand-edited lock), so only pip's hash check can notice.
     body = read_lock(lock_file).body_sha256
-    lock_file.write_text(re.sub(r"^# packages-sha256: [0-9a-f]{64}$", f"# packages-sha256: {body}", edited_text, flags=re.M))
+    lock_file.write_text(
+        re.sub(r"^# packages-sha256: [0-9a-f]{64}$", f"# packages-sha256: {body}", edited_text, flags=re.M)
+    )
     envkit("render", "--all", "--config", "envkit.yaml", cwd=edited)  # the lock's inputs are unchanged
     done = locked_build(edited, wheels, base_image, check=False)
     assert done.returncode == 2, done.stderr[-3000:]

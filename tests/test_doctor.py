@@ -33,8 +33,22 @@ TPU_HOST = facts(devices={"tpu": ["/dev/accel0", "/dev/accel1"]})
     "host, runnable",
     [
         (facts(), ["cpu-mnist", "cpu-single-cifar", "cpu-ddp-cifar"]),
-        (GPU_HOST, ["cpu-mnist", "cpu-single-cifar", "cpu-ddp-cifar", "gpu-mnist", "gpu-single-cifar", "gpu-dp-cifar", "gpu-ddp-cifar"]),
-        (TPU_HOST, ["cpu-mnist", "cpu-single-cifar", "cpu-ddp-cifar", "tpu-mnist", "tpu-mnist-single", "e3-batch-scaling"]),
+        (
+            GPU_HOST,
+            [
+                "cpu-mnist",
+                "cpu-single-cifar",
+                "cpu-ddp-cifar",
+                "gpu-mnist",
+                "gpu-single-cifar",
+                "gpu-dp-cifar",
+                "gpu-ddp-cifar",
+            ],
+        ),
+        (
+            TPU_HOST,
+            ["cpu-mnist", "cpu-single-cifar", "cpu-ddp-cifar", "tpu-mnist", "tpu-mnist-single", "e3-batch-scaling"],
+        ),
         (facts(docker_version=None, docker_error=NO_ENGINE, gpus=["GPU 0: A100"], nvidia_runtime=True), []),
         (facts(gpus=["GPU 0: A100"], nvidia_runtime=False), ["cpu-mnist", "cpu-single-cifar", "cpu-ddp-cifar"]),
     ],
@@ -91,7 +105,17 @@ def test_parse_gpus_accepts_indices_or_all(text, expected):
     assert doctor.parse_gpus(text) == expected
 
 
-@pytest.mark.parametrize("text, message", [("", "is invalid"), ("0,", "is invalid"), ("a", "is invalid"), ("-1", "is invalid"), ("0 1", "is invalid"), ("1,1", "names a GPU twice")])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "is invalid"),
+        ("0,", "is invalid"),
+        ("a", "is invalid"),
+        ("-1", "is invalid"),
+        ("0 1", "is invalid"),
+        ("1,1", "names a GPU twice"),
+    ],
+)
 def test_parse_gpus_refuses_malformed_values(text, message):
     with pytest.raises(EnvkitError, match=message):
         doctor.parse_gpus(text)
@@ -120,7 +144,9 @@ def fake_host(tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-1)'\necho 'GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-2)'\n")
+    smi.write_text(
+        "#!/bin/sh\necho 'GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-1)'\necho 'GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-2)'\n"
+    )
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
@@ -176,7 +202,9 @@ exit 0
     return buildah
 
 
-@pytest.mark.parametrize("help_text, identical", [("  --timestamp int   set created timestamp", True), ("  --layers", False)])
+@pytest.mark.parametrize(
+    "help_text, identical", [("  --timestamp int   set created timestamp", True), ("  --layers", False)]
+)
 def test_doctor_lists_buildah_and_whether_it_gives_identical_digests(fake_host, monkeypatch, help_text, identical):
     monkeypatch.setattr(doctor, "device_files", lambda check: [])
     monkeypatch.setenv("BUILDAH", str(fake_buildah(fake_host, help_text)))
@@ -185,10 +213,19 @@ def test_doctor_lists_buildah_and_whether_it_gives_identical_digests(fake_host, 
     buildah = host.builders[1]
     assert (buildah.version, buildah.identical_digests) == ("1.28.2", identical)
     report = doctor.format_report(host).splitlines()
-    first = report.index(next(line for line in report if line.startswith("builders        docker 24.0.7: identical digests no: ")))
-    assert report[first + 1].startswith(f"                buildah 1.28.2: identical digests {'yes' if identical else 'no'}: ")
-    assert doctor.as_json(host)["builders"][1] == {"name": "buildah", "version": "1.28.2", "identical_digests": identical,
-                                                   "note": buildah.note, "buildkit": None}
+    first = report.index(
+        next(line for line in report if line.startswith("builders        docker 24.0.7: identical digests no: "))
+    )
+    assert report[first + 1].startswith(
+        f"                buildah 1.28.2: identical digests {'yes' if identical else 'no'}: "
+    )
+    assert doctor.as_json(host)["builders"][1] == {
+        "name": "buildah",
+        "version": "1.28.2",
+        "identical_digests": identical,
+        "note": buildah.note,
+        "buildkit": None,
+    }
 
 
 def test_inspect_host_without_engine_records_the_reason(monkeypatch, tmp_path):
@@ -199,8 +236,14 @@ def test_inspect_host_without_engine_records_the_reason(monkeypatch, tmp_path):
     monkeypatch.setenv("BUILDAH", str(tmp_path / "no-buildah"))
     host = doctor.inspect_host()
     assert host.docker_version is None and host.docker_error == NO_ENGINE
-    assert [(b.name, b.version, b.identical_digests) for b in host.builders] == [("docker", None, False), ("buildah", None, False)]
-    assert "builders        docker: no engine answers\n                buildah: not installed (apt-get install buildah)" in doctor.format_report(host)
+    assert [(b.name, b.version, b.identical_digests) for b in host.builders] == [
+        ("docker", None, False),
+        ("buildah", None, False),
+    ]
+    assert (
+        "builders        docker: no engine answers\n                buildah: not installed (apt-get install buildah)"
+        in doctor.format_report(host)
+    )
     assert doctor.runnable_experiments(host) == []
 
 
@@ -243,7 +286,11 @@ def test_a_host_name_that_does_not_resolve_says_what_to_do(resolver):
     line = next(text for text in doctor.format_report(host).splitlines() if text.startswith("host name"))
     assert line.startswith("host name       node7  (does not resolve: ") and "/etc/hosts" in line
     record = doctor.as_json(host)
-    assert (record["hostname"], record["hostname_resolves"], record["hostname_problem"]) == ("node7", False, host.hostname_problem)
+    assert (record["hostname"], record["hostname_resolves"], record["hostname_problem"]) == (
+        "node7",
+        False,
+        host.hostname_problem,
+    )
 
 
 def test_a_full_name_that_does_not_resolve_is_named(resolver, monkeypatch):
@@ -255,9 +302,18 @@ def test_a_full_name_that_does_not_resolve_is_named(resolver, monkeypatch):
 
 def doctor_json_as(command: list[str], tmp_path: Path) -> dict:
     """``envkit doctor --json`` run under ``command`` (a host of another name), no engine to ask."""
-    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no.sock", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    done = subprocess.run([*command, sys.executable, "-m", "envkit", "doctor", "--json"], capture_output=True, text=True,
-                          env=env, timeout=120)
+    env = {
+        **os.environ,
+        "DOCKER_HOST": f"unix://{tmp_path}/no.sock",
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+    }
+    done = subprocess.run(
+        [*command, sys.executable, "-m", "envkit", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -268,7 +324,9 @@ def test_host_names_for_real_in_namespace_hosts(tmp_path):
 
     require(NAMESPACE_TOOLS)
     # An empty network namespace (no DNS to ask) under a name no hosts file knows: c10d would fail here.
-    nowhere = doctor_json_as(["unshare", "--uts", "--net", "sh", "-c", 'hostname envkit-nowhere && exec "$@"', "sh"], tmp_path)
+    nowhere = doctor_json_as(
+        ["unshare", "--uts", "--net", "sh", "-c", 'hostname envkit-nowhere && exec "$@"', "sh"], tmp_path
+    )
     assert (nowhere["hostname"], nowhere["hostname_resolves"]) == ("envkit-nowhere", False)
     assert "add 'ADDRESS envkit-nowhere' to /etc/hosts" in nowhere["hostname_problem"]
     # A host from netns-hosts.sh: its /etc/hosts names it.
@@ -306,10 +364,14 @@ def test_cli_doctor_refuses_bad_gpus(tmp_path):
 @pytest.mark.parametrize(
     "failure, message",
     [
-        ("Error while fetching server API version: ('Connection aborted.', PermissionError(13, 'Permission denied'))",
-         "permission denied on the Docker socket: add yourself to the 'docker' group"),
-        ("Error while fetching server API version: ('Connection aborted.', FileNotFoundError(2, 'No such file or directory'))",
-         "no Docker engine answers at unix:///var/run/docker.sock: start one with 'sudo systemctl start docker'"),
+        (
+            "Error while fetching server API version: ('Connection aborted.', PermissionError(13, 'Permission denied'))",
+            "permission denied on the Docker socket: add yourself to the 'docker' group",
+        ),
+        (
+            "Error while fetching server API version: ('Connection aborted.', FileNotFoundError(2, 'No such file or directory'))",
+            "no Docker engine answers at unix:///var/run/docker.sock: start one with 'sudo systemctl start docker'",
+        ),
     ],
 )
 def test_engine_failures_become_one_actionable_line(monkeypatch, failure, message):

@@ -14,7 +14,9 @@ def test_a_missing_docker_sdk_is_one_line_naming_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "docker", None)  # what an install without the extra sees
     with pytest.raises(EnvkitError) as caught:
         engine.connect_docker()
-    assert str(caught.value) == "the Docker SDK for Python is missing: pip install 'envkit[docker]' (or run 'make venv')"
+    assert (
+        str(caught.value) == "the Docker SDK for Python is missing: pip install 'envkit[docker]' (or run 'make venv')"
+    )
     assert caught.value.exit_code == 2
 
 

@@ -26,7 +26,9 @@ TABLE = load_experiments()
 # and the one-line recipe `$(call experiment,$(<RECIPE>_FLAGS))`.
 MAKE_EXPERIMENT = re.compile(
     r"^([a-z0-9-]+): \$\(RENDERED\)/([a-z0-9-]+) \| \$\(ENVKIT\) ## (.+)\n"
-    r"\t\$\(call experiment,\$\(([A-Z]+)_FLAGS\)\)$", re.MULTILINE)
+    r"\t\$\(call experiment,\$\(([A-Z]+)_FLAGS\)\)$",
+    re.MULTILINE,
+)
 EXAMPLE_GPUS = {"none": "", "first": " GPUS=0", "all": " GPUS=0,1,2,3"}
 
 
@@ -45,7 +47,9 @@ def test_makefile_has_one_target_per_experiment_and_no_other(repo_root):
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
 def test_make_help_shows_each_experiment_with_its_summary(repo_root):
-    done = subprocess.run(["make", "--no-print-directory", "-s", "-C", str(repo_root), "help"], capture_output=True, text=True)
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-s", "-C", str(repo_root), "help"], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     described = {line.split()[0]: line.split(None, 1)[1] for line in done.stdout.splitlines() if line.startswith("  ")}
     for name, entry in TABLE.items():
@@ -57,8 +61,10 @@ def test_readme_table_is_the_experiments_table(repo_root):
     readme = (repo_root / "README.md").read_text()
     section = readme.split("## The experiments", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `make ")]
-    expected = [f"| `make {name}{EXAMPLE_GPUS[entry.gpus]}` | {entry.summary} | {entry.published or '–'} |"
-                for name, entry in TABLE.items()]
+    expected = [
+        f"| `make {name}{EXAMPLE_GPUS[entry.gpus]}` | {entry.summary} | {entry.published or '–'} |"
+        for name, entry in TABLE.items()
+    ]
     assert [row for row in rows if not row.startswith("| `make compare`")] == expected
 
 
@@ -67,7 +73,7 @@ def test_every_experiment_runs_on_its_kinds_device():
     for entry in TABLE.values():
         assert entry.kind in kinds, entry.name
         flag = kinds[entry.kind].device_flag
-        assert entry.args[:len(flag)] == flag, f"{entry.name} does not start with {flag}"
+        assert entry.args[: len(flag)] == flag, f"{entry.name} does not start with {flag}"
 
 
 def spelled_experiment_names(source: str) -> list[str]:
@@ -76,24 +82,34 @@ def spelled_experiment_names(source: str) -> list[str]:
 
     found = []
     for node in ast.walk(ast.parse(source)):
-        candidates = {ast.Dict: lambda n: n.keys, ast.Compare: lambda n: [n.left, *n.comparators],
-                      ast.Tuple: lambda n: n.elts, ast.List: lambda n: n.elts, ast.Set: lambda n: n.elts}
+        candidates = {
+            ast.Dict: lambda n: n.keys,
+            ast.Compare: lambda n: [n.left, *n.comparators],
+            ast.Tuple: lambda n: n.elts,
+            ast.List: lambda n: n.elts,
+            ast.Set: lambda n: n.elts,
+        }
         for kind, parts in candidates.items():
             if isinstance(node, kind):
-                found += [part.value for part in parts(node)
-                          if isinstance(part, ast.Constant) and part.value in TABLE]
+                found += [part.value for part in parts(node) if isinstance(part, ast.Constant) and part.value in TABLE]
     return found
 
 
 def test_no_experiment_name_is_spelled_in_python():
     package = Path(__file__).resolve().parent.parent / "envkit"
-    spelled = {str(path): names for path in package.rglob("*.py")
-               if (names := spelled_experiment_names(path.read_text(encoding="utf-8")))}
+    spelled = {
+        str(path): names
+        for path in package.rglob("*.py")
+        if (names := spelled_experiment_names(path.read_text(encoding="utf-8")))
+    }
     assert spelled == {}
 
 
 def test_the_spelled_name_check_sees_a_python_table():
-    assert spelled_experiment_names('TITLES = {"cpu-mnist": "mnist"}\nif name == "gpu-mnist": pass') == ["cpu-mnist", "gpu-mnist"]
+    assert spelled_experiment_names('TITLES = {"cpu-mnist": "mnist"}\nif name == "gpu-mnist": pass') == [
+        "cpu-mnist",
+        "gpu-mnist",
+    ]
 
 
 def test_every_experiment_has_a_title_and_the_demo_images_have_image_titles():
@@ -108,13 +124,17 @@ def test_experiment_dry_run_checks_builds_and_runs(repo_root, monkeypatch, capsy
     entry = TABLE[name]
     assert main(["experiment", "--dry-run", "--results-dir", "/r", name, "--", "--epochs", "1"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
-    assert lines[0].endswith(f" -m envkit doctor --require {entry.kind}" + (" --gpus 0" if entry.gpus == "first" else ""))
+    assert lines[0].endswith(
+        f" -m envkit doctor --require {entry.kind}" + (" --gpus 0" if entry.gpus == "first" else "")
+    )
     assert " -m envkit build " in lines[1]
     # one recipe run per run of the experiment: the experiment's arguments, the run's, its defaults, the user's
     assert len(lines) == 2 + len(entry.runs)
     for line, run in zip(lines[2:], entry.runs):
-        assert line.startswith("RESULTS_DIR=/r ") and line.endswith(f"/run.sh {entry.recipe} {' '.join(run.argv)} --epochs 1")
-        assert run.args[:len(entry.args)] == entry.args and run.argv == (*run.args, *entry.defaults)
+        assert line.startswith("RESULTS_DIR=/r ") and line.endswith(
+            f"/run.sh {entry.recipe} {' '.join(run.argv)} --epochs 1"
+        )
+        assert run.args[: len(entry.args)] == entry.args and run.argv == (*run.args, *entry.defaults)
         if entry.named_runs:
             assert run.args[-2:] == ("--run-name", run.name)
 
@@ -123,11 +143,29 @@ def test_experiment_dry_run_checks_builds_and_runs(repo_root, monkeypatch, capsy
 def test_experiment_with_python_runs_the_recipes_here(repo_root, monkeypatch, capsys, name):
     monkeypatch.chdir(repo_root)
     entry = TABLE[name]
-    assert main(["experiment", "--dry-run", "--python", "/opt/py/bin/python", "--results-dir", "/r", name, "--", "--epochs", "1"]) == 0
+    assert (
+        main(
+            [
+                "experiment",
+                "--dry-run",
+                "--python",
+                "/opt/py/bin/python",
+                "--results-dir",
+                "/r",
+                name,
+                "--",
+                "--epochs",
+                "1",
+            ]
+        )
+        == 0
+    )
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
     # no host check and no build: the recipe itself, with this interpreter
-    assert lines == [f"/opt/py/bin/python {repo_root}/recipes/{entry.recipe}.py {' '.join(run.argv)} --results-dir /r --epochs 1"
-                     for run in entry.runs]
+    assert lines == [
+        f"/opt/py/bin/python {repo_root}/recipes/{entry.recipe}.py {' '.join(run.argv)} --results-dir /r --epochs 1"
+        for run in entry.runs
+    ]
 
 
 def test_several_runs_are_named_after_the_experiment_and_listed_in_the_table_order():
@@ -142,11 +180,15 @@ def test_several_runs_are_named_after_the_experiment_and_listed_in_the_table_ord
 
 def test_two_experiments_cannot_share_a_run_name(tmp_path):
     table = tmp_path / "experiments.yaml"
-    entry = ("    summary: s\n    title: t\n    kind: cpu\n    recipe: mnist\n    args: [--device, cpu]\n    gpus: none\n    scale: single\n"
-             "    published: null\n    runs:\n")
-    table.write_text("schema_version: 1\nexperiments:\n"
-                     f"  e9:\n{entry}      x-y: {{summary: a, args: [--seed, '1']}}\n      z: {{summary: b, args: [--seed, '2']}}\n"
-                     f"  e9-x:\n{entry}      y: {{summary: a, args: [--seed, '1']}}\n      w: {{summary: b, args: [--seed, '2']}}\n")
+    entry = (
+        "    summary: s\n    title: t\n    kind: cpu\n    recipe: mnist\n    args: [--device, cpu]\n    gpus: none\n    scale: single\n"
+        "    published: null\n    runs:\n"
+    )
+    table.write_text(
+        "schema_version: 1\nexperiments:\n"
+        f"  e9:\n{entry}      x-y: {{summary: a, args: [--seed, '1']}}\n      z: {{summary: b, args: [--seed, '2']}}\n"
+        f"  e9-x:\n{entry}      y: {{summary: a, args: [--seed, '1']}}\n      w: {{summary: b, args: [--seed, '2']}}\n"
+    )
     with pytest.raises(EnvkitError, match=r"experiments/e9-x: run name e9-x-y is another experiment's too$"):
         load_experiments(table)
 
@@ -155,9 +197,11 @@ def test_two_experiments_cannot_share_a_run_name(tmp_path):
 def test_a_run_label_that_could_read_as_a_repeat_is_refused(tmp_path, label):
     # write_results marks a repeated run with -2, -3, ...: no label may end like that
     table = tmp_path / "experiments.yaml"
-    table.write_text("schema_version: 1\nexperiments:\n  e9:\n    summary: s\n    title: t\n    kind: cpu\n    recipe: mnist\n"
-                     "    args: [--device, cpu]\n    gpus: none\n    scale: single\n    published: null\n    runs:\n"
-                     f"      '{label}': {{summary: a, args: [--seed, '1']}}\n      z: {{summary: b, args: [--seed, '2']}}\n")
+    table.write_text(
+        "schema_version: 1\nexperiments:\n  e9:\n    summary: s\n    title: t\n    kind: cpu\n    recipe: mnist\n"
+        "    args: [--device, cpu]\n    gpus: none\n    scale: single\n    published: null\n    runs:\n"
+        f"      '{label}': {{summary: a, args: [--seed, '1']}}\n      z: {{summary: b, args: [--seed, '2']}}\n"
+    )
     with pytest.raises(EnvkitError, match="does not match"):
         load_experiments(table)
 
@@ -167,18 +211,29 @@ def test_a_run_label_that_could_read_as_a_repeat_is_refused(tmp_path, label):
     [
         (["experiment", "gpu-mnst"], "unknown experiment 'gpu-mnst': choose from tpu-mnist, "),
         (["experiment", "--gpus", "0,,1", "gpu-dp-cifar"], "GPUS='0,,1' is invalid"),
-        (["experiment", "--target", "cpu", "gpu-dp-cifar"], "target 'cpu' is a cpu target, but gpu-dp-cifar runs in a cuda image"),
+        (
+            ["experiment", "--target", "cpu", "gpu-dp-cifar"],
+            "target 'cpu' is a cpu target, but gpu-dp-cifar runs in a cuda image",
+        ),
         (["experiment", "--target", "tpu", "tpu-mnist"], "unknown target 'tpu'"),
         # what makes E3's runs E3 (batch, learning-rate rule, run name) is the table's; its size is not
-        (["experiment", "e3-batch-scaling", "--", "--run-name", "x"],
-         "e3-batch-scaling runs with --run-name e3-batch-scaling-b16 (envkit/data/experiments.yaml), and the recipe "
-         "arguments say --run-name x: drop it"),
-        (["experiment", "--python", "py", "e3-batch-scaling", "--", "--warmup-epochs=5"],
-         "e3-batch-scaling runs with --warmup-epochs 0 "),
-        (["experiment", "--python", "py", "e3-batch-scaling", "--", "--per-device-batch", "32"],
-         "e3-batch-scaling runs with --per-device-batch 16 "),
-        (["experiment", "--python", "py", "--gpus", "0", "--no-cache", "gpu-mnist"],
-         "--python runs gpu-mnist here, without an image: leave out --gpus and build options (image runs only; "),
+        (
+            ["experiment", "e3-batch-scaling", "--", "--run-name", "x"],
+            "e3-batch-scaling runs with --run-name e3-batch-scaling-b16 (envkit/data/experiments.yaml), and the recipe "
+            "arguments say --run-name x: drop it",
+        ),
+        (
+            ["experiment", "--python", "py", "e3-batch-scaling", "--", "--warmup-epochs=5"],
+            "e3-batch-scaling runs with --warmup-epochs 0 ",
+        ),
+        (
+            ["experiment", "--python", "py", "e3-batch-scaling", "--", "--per-device-batch", "32"],
+            "e3-batch-scaling runs with --per-device-batch 16 ",
+        ),
+        (
+            ["experiment", "--python", "py", "--gpus", "0", "--no-cache", "gpu-mnist"],
+            "--python runs gpu-mnist here, without an image: leave out --gpus and build options (image runs only; ",
+        ),
     ],
 )
 def test_experiment_bad_input_is_one_line(repo_root, monkeypatch, capsys, argv, message):
@@ -188,17 +243,24 @@ def test_experiment_bad_input_is_one_line(repo_root, monkeypatch, capsys, argv, 
     assert out == "" and err.count("\n") == 1 and message in err
 
 
-@pytest.mark.parametrize("argv", [
-    ["experiment", "cpu-mnist", "--dry-run"],
-    ["experiment", "--dry-run", "cpu-mnist"],
-    ["experiment", "cpu-mnist", "--dry-run", "--", "--epochs", "1"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["experiment", "cpu-mnist", "--dry-run"],
+        ["experiment", "--dry-run", "cpu-mnist"],
+        ["experiment", "cpu-mnist", "--dry-run", "--", "--epochs", "1"],
+    ],
+)
 def test_dry_run_anywhere_before_dashes_is_a_dry_run(repo_root, tmp_path, argv):
     """Before: options after NAME went to the recipe, so this ran doctor and a real docker build."""
     env = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": f"unix://{tmp_path}/no.sock", "PYTHONPATH": str(repo_root)}
-    done = subprocess.run([sys.executable, "-m", "envkit", *argv], cwd=repo_root, capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "envkit", *argv], cwd=repo_root, capture_output=True, text=True, env=env
+    )
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.splitlines()[-1] == "docker/cpu/run.sh mnist --device cpu" + (" --epochs 1" if "--" in argv else "")
+    assert done.stdout.splitlines()[-1] == "docker/cpu/run.sh mnist --device cpu" + (
+        " --epochs 1" if "--" in argv else ""
+    )
 
 
 def test_recipe_arguments_without_dashes_are_one_line_naming_the_rule(capsys):
@@ -207,24 +269,34 @@ def test_recipe_arguments_without_dashes_are_one_line_naming_the_rule(capsys):
     assert exit_.value.code == 2
     assert capsys.readouterr().err == (
         "envkit: error: unrecognized arguments: --epochs 1; recipe arguments follow '--': "
-        "envkit experiment cpu-mnist --gpus x -- --epochs 1 (see 'envkit --help')\n")
+        "envkit experiment cpu-mnist --gpus x -- --epochs 1 (see 'envkit --help')\n"
+    )
     with pytest.raises(SystemExit):
         main(["render", "--all", "--", "--epochs", "1"])
     assert "'--' passes arguments to a recipe, and render runs none" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["experiment", "--gpus", "0", "cpu-mnist"],
-     "--gpus 0: cpu-mnist runs without GPUs (cpu experiments take none); drop --gpus (GPUS= for make)"),
-    (["experiment", "--gpus", "all", "tpu-mnist"], "tpu-mnist runs without GPUs (tpu-vm experiments take none)"),
-    (["experiment", "cpu-ddp-cifar", "--", "--parallel", "none", "--device", "cuda"],
-     "cpu-ddp-cifar runs with --parallel ddp (envkit/data/experiments.yaml), and the recipe arguments say --parallel none: "
-     "drop it; cpu-single-cifar runs with --device cpu --parallel none"),
-    (["experiment", "cpu-ddp-cifar", "--", "--device=cuda"],
-     "cpu-ddp-cifar runs with --device cpu (envkit/data/experiments.yaml), and the recipe arguments say --device cuda: "
-     "drop it; gpu-ddp-cifar runs with --device cuda --parallel ddp"),
-    (["experiment", "tpu-mnist", "--", "--cor", "1"], "tpu-mnist runs with --cores all"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["experiment", "--gpus", "0", "cpu-mnist"],
+            "--gpus 0: cpu-mnist runs without GPUs (cpu experiments take none); drop --gpus (GPUS= for make)",
+        ),
+        (["experiment", "--gpus", "all", "tpu-mnist"], "tpu-mnist runs without GPUs (tpu-vm experiments take none)"),
+        (
+            ["experiment", "cpu-ddp-cifar", "--", "--parallel", "none", "--device", "cuda"],
+            "cpu-ddp-cifar runs with --parallel ddp (envkit/data/experiments.yaml), and the recipe arguments say --parallel none: "
+            "drop it; cpu-single-cifar runs with --device cpu --parallel none",
+        ),
+        (
+            ["experiment", "cpu-ddp-cifar", "--", "--device=cuda"],
+            "cpu-ddp-cifar runs with --device cpu (envkit/data/experiments.yaml), and the recipe arguments say --device cuda: "
+            "drop it; gpu-ddp-cifar runs with --device cuda --parallel ddp",
+        ),
+        (["experiment", "tpu-mnist", "--", "--cor", "1"], "tpu-mnist runs with --cores all"),
+    ],
+)
 def test_an_experiment_keeps_its_own_settings(repo_root, monkeypatch, capsys, argv, message):
     """Before: --gpus was ignored and the recipe's last --parallel won, silently running another experiment."""
     monkeypatch.chdir(repo_root)
@@ -240,7 +312,9 @@ def test_recipe_arguments_that_agree_with_the_experiment_pass(repo_root, monkeyp
 
 
 def test_an_experiment_needs_a_target_of_its_kind(tmp_path, monkeypatch, capsys):
-    (tmp_path / "envkit.yaml").write_text('targets:\n  a: {kind: cpu, torch: "2.9.0"}\n  b: {kind: cpu, torch: "2.8.0"}\n')
+    (tmp_path / "envkit.yaml").write_text(
+        'targets:\n  a: {kind: cpu, torch: "2.9.0"}\n  b: {kind: cpu, torch: "2.8.0"}\n'
+    )
     monkeypatch.chdir(tmp_path)
     assert main(["experiment", "--dry-run", "cpu-mnist"]) == 2
     assert "has several (a, b): pick one with --target NAME" in capsys.readouterr().err
@@ -253,8 +327,13 @@ def test_an_experiment_needs_a_target_of_its_kind(tmp_path, monkeypatch, capsys)
 def test_experiment_stops_at_the_first_failed_step(repo_root, tmp_path):
     # No engine answers: the host check fails with its one line, and nothing is built.
     env = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": f"unix://{tmp_path}/no.sock", "PYTHONPATH": str(repo_root)}
-    done = subprocess.run([sys.executable, "-m", "envkit", "experiment", "cpu-mnist"], cwd=repo_root,
-                          capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "envkit", "experiment", "cpu-mnist"],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert done.returncode == 2
     assert "envkit: error: this host cannot run cpu images: no Docker engine answers" in done.stderr
     assert "build the cpu image" not in done.stderr

@@ -43,7 +43,13 @@ def test_common_arguments_defaults():
     harness.add_common_arguments(parser, default_epochs=3)
     args = parser.parse_args([])
     assert (args.device, args.dataset, args.epochs, args.results_dir, args.resume, args.quiet) == (
-        "cpu", "real", 3, Path("results"), False, False)
+        "cpu",
+        "real",
+        3,
+        Path("results"),
+        False,
+        False,
+    )
 
 
 def test_run_recipe_turns_recipe_errors_into_exit_2(capsys):
@@ -95,13 +101,21 @@ def test_cuda_device_without_gpu_is_a_recipe_error():
         harness.select_device("cuda")
 
 
-@pytest.mark.parametrize(("package", "expected"), [
-    (None, "--device tpu needs torch_xla, which is not installed here"),
-    # What the tpu-vm image showed on a distro python3 base without libpython3.11.
-    ('raise ImportError("libpython3.11.so.1.0: cannot open shared object file:\\n No such file")',
-     "--device tpu: torch_xla is installed but does not import (libpython3.11.so.1.0: cannot open shared object file: No such file)"),
-    ("import absl_is_not_here", "--device tpu: torch_xla is installed but does not import (No module named 'absl_is_not_here')"),
-])
+@pytest.mark.parametrize(
+    ("package", "expected"),
+    [
+        (None, "--device tpu needs torch_xla, which is not installed here"),
+        # What the tpu-vm image showed on a distro python3 base without libpython3.11.
+        (
+            'raise ImportError("libpython3.11.so.1.0: cannot open shared object file:\\n No such file")',
+            "--device tpu: torch_xla is installed but does not import (libpython3.11.so.1.0: cannot open shared object file: No such file)",
+        ),
+        (
+            "import absl_is_not_here",
+            "--device tpu: torch_xla is installed but does not import (No module named 'absl_is_not_here')",
+        ),
+    ],
+)
 def test_torch_xla_that_does_not_import_says_why(tmp_path, monkeypatch, package, expected):
     monkeypatch.delitem(sys.modules, "torch_xla", raising=False)
     if package is None:
@@ -159,13 +173,26 @@ def test_drop_last_drops_only_a_short_training_batch():
 
 def test_eval_shards_count_every_example_once():
     data = harness.IndexBatchDataset(torch.zeros(11), torch.arange(11))
-    labels = [int(i) for rank in range(3) for _, y in harness.batch_loader(data, 2, train=False, seed=0, rank=rank, world_size=3) for i in y]
+    labels = [
+        int(i)
+        for rank in range(3)
+        for _, y in harness.batch_loader(data, 2, train=False, seed=0, rank=rank, world_size=3)
+        for i in y
+    ]
     assert sorted(labels) == list(range(11))
 
 
 def test_write_results_is_deterministic_and_never_overwrites(tmp_path):
-    results = harness.build_results(recipe="demo", run_name="cpu", started_at="2026-01-01T00:00:00+00:00", settings={"b": 1, "a": 2},
-                                   configuration={}, timing={}, metrics={"test_accuracy": 0.5}, environment={})
+    results = harness.build_results(
+        recipe="demo",
+        run_name="cpu",
+        started_at="2026-01-01T00:00:00+00:00",
+        settings={"b": 1, "a": 2},
+        configuration={},
+        timing={},
+        metrics={"test_accuracy": 0.5},
+        environment={},
+    )
     first = harness.write_results(tmp_path, dict(results))
     second = harness.write_results(tmp_path, dict(results))
     assert (first.name, second.name) == ("demo-cpu.json", "demo-cpu-2.json")
@@ -176,8 +203,16 @@ def test_write_results_is_deterministic_and_never_overwrites(tmp_path):
 
 
 def test_results_must_be_json_numbers(tmp_path):
-    results = harness.build_results(recipe="demo", run_name="x", started_at="", settings={}, configuration={}, timing={},
-                                   metrics={"final_loss": float("nan")}, environment={})
+    results = harness.build_results(
+        recipe="demo",
+        run_name="x",
+        started_at="",
+        settings={},
+        configuration={},
+        timing={},
+        metrics={"final_loss": float("nan")},
+        environment={},
+    )
     with pytest.raises(ValueError):
         harness.write_results(tmp_path, results)
     assert list(tmp_path.iterdir()) == []
@@ -203,7 +238,9 @@ def test_checkpoint_round_trip_restores_rng_and_tensors(tmp_path):
 def test_a_failed_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
     path = tmp_path / "demo.pt"
     harness.save_checkpoint(path, {"epoch": 1})
-    monkeypatch.setattr(torch, "save", lambda obj, file: (file.write(b"half"), (_ for _ in ()).throw(OSError("disk full"))))
+    monkeypatch.setattr(
+        torch, "save", lambda obj, file: (file.write(b"half"), (_ for _ in ()).throw(OSError("disk full")))
+    )
     with pytest.raises(OSError):
         harness.save_checkpoint(path, {"epoch": 2})
     assert harness.load_checkpoint(path)["epoch"] == 1
@@ -237,9 +274,24 @@ def test_environment_records_image_and_revision(monkeypatch):
     assert environment["image"] == "envkit-cpu:abc" and environment["git_revision"] == "deadbeef"
     assert environment["torch"] == torch.__version__ and environment["device_type"] == "cpu"
     assert environment["torch_xla"] is None and environment["device_count"] >= 1
-    assert set(environment) == {"host", "device_type", "device_name", "device_count", "python", "torch",
-                                "torchvision", "torch_xla", "torch_cuda_build", "image", "git_revision",
-                                "torch_tpu", "lock_sha256", "image_id", "image_digest", "distributions"}
+    assert set(environment) == {
+        "host",
+        "device_type",
+        "device_name",
+        "device_count",
+        "python",
+        "torch",
+        "torchvision",
+        "torch_xla",
+        "torch_cuda_build",
+        "image",
+        "git_revision",
+        "torch_tpu",
+        "lock_sha256",
+        "image_id",
+        "image_digest",
+        "distributions",
+    }
 
 
 def test_git_revision_falls_back_to_git(monkeypatch):
@@ -262,8 +314,19 @@ def test_git_revision_is_the_full_hash_here_and_null_when_unknown(monkeypatch):
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown to another user needs root")
 def test_files_go_to_the_results_owner_when_root(tmp_path, monkeypatch):
     monkeypatch.setenv("ENVKIT_RESULTS_OWNER", "4321:8765")
-    path = harness.write_results(tmp_path / "new" / "dir", harness.build_results(
-        recipe="demo", run_name="x", started_at="", settings={}, configuration={}, timing={}, metrics={}, environment={}))
+    path = harness.write_results(
+        tmp_path / "new" / "dir",
+        harness.build_results(
+            recipe="demo",
+            run_name="x",
+            started_at="",
+            settings={},
+            configuration={},
+            timing={},
+            metrics={},
+            environment={},
+        ),
+    )
     for owned in (path, path.parent, path.parent.parent):
         assert (owned.stat().st_uid, owned.stat().st_gid) == (4321, 8765)
     assert (tmp_path.stat().st_uid, tmp_path.stat().st_gid) == (0, 0)  # existing directories are left alone
@@ -277,7 +340,11 @@ def test_a_downloaded_tree_goes_to_the_results_owner(tmp_path, monkeypatch):
     assert (tmp_path / "MNIST" / "raw").stat().st_uid == 0
     monkeypatch.setenv("ENVKIT_RESULTS_OWNER", "4321:8765")
     harness.chown_tree(tmp_path / "MNIST")
-    for path in (tmp_path / "MNIST", tmp_path / "MNIST" / "raw", tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte"):
+    for path in (
+        tmp_path / "MNIST",
+        tmp_path / "MNIST" / "raw",
+        tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte",
+    ):
         assert (path.stat().st_uid, path.stat().st_gid) == (4321, 8765)
 
 
@@ -288,13 +355,16 @@ def test_bad_results_owner_is_a_recipe_error(tmp_path, monkeypatch):
         harness.chown_to_results_owner(tmp_path)
 
 
-@pytest.mark.parametrize(("kwargs", "name"), [
-    ({"device": "cpu"}, "cpu"),
-    ({"device": "tpu", "world_size": 8, "strategy": "xmp"}, "tpu-x8-xmp"),
-    ({"device": "tpu", "world_size": 1, "strategy": "single"}, "tpu"),
-    ({"device": "cuda", "world_size": 4, "parallel": "ddp"}, "cuda-x4-ddp"),
-    ({"device": "cuda", "world_size": 1, "parallel": "none"}, "cuda"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"device": "cpu"}, "cpu"),
+        ({"device": "tpu", "world_size": 8, "strategy": "xmp"}, "tpu-x8-xmp"),
+        ({"device": "tpu", "world_size": 1, "strategy": "single"}, "tpu"),
+        ({"device": "cuda", "world_size": 4, "parallel": "ddp"}, "cuda-x4-ddp"),
+        ({"device": "cuda", "world_size": 1, "parallel": "none"}, "cuda"),
+    ],
+)
 def test_default_run_names(kwargs, name):
     assert harness.default_run_name(**kwargs) == name
 
@@ -326,7 +396,13 @@ def test_progress_is_silent_when_disabled():
 
 def test_timing_record_reports_the_first_epoch_apart():
     class History:
-        epoch_s, iter_s, train_epoch_s, test_epoch_s, checkpoint_s = [5.0, 1.0, 3.0], [0.5] * 6, [4.0, 0.5, 2.5], [1.0, 0.5, 0.5], []
+        epoch_s, iter_s, train_epoch_s, test_epoch_s, checkpoint_s = (
+            [5.0, 1.0, 3.0],
+            [0.5] * 6,
+            [4.0, 0.5, 2.5],
+            [1.0, 0.5, 0.5],
+            [],
+        )
 
     timing = harness.timing_record(History, 9.5)
     assert timing["total_s"] == 9.5 and timing["first_epoch_s"] == 5.0
@@ -372,7 +448,9 @@ def test_environment_names_lock_image_and_every_distribution(monkeypatch, tmp_pa
     monkeypatch.setenv("ENVKIT_IMAGE_ID", "")
     monkeypatch.delenv("ENVKIT_IMAGE_DIGEST")
     environment = harness.capture_environment(torch.device("cpu"), "cpu")
-    assert environment["lock_sha256"] is None and environment["image_id"] is None and environment["image_digest"] is None
+    assert (
+        environment["lock_sha256"] is None and environment["image_id"] is None and environment["image_digest"] is None
+    )
     assert environment["torch_tpu"] is None and "torch_tpu" not in sys.modules  # looked up, never imported
 
 
@@ -402,24 +480,53 @@ def test_one_vocabulary_for_replicas_and_processes():
     assert (two_hosts.replicas, two_hosts.processes_per_node, two_hosts.is_main) == (4, 2, False)
 
 
-@pytest.mark.parametrize(("device", "backend"), [("cpu", None), ("cuda", None), ("tpu", "torch_xla"), ("tpu", "torch_tpu")])
+@pytest.mark.parametrize(
+    ("device", "backend"), [("cpu", None), ("cuda", None), ("tpu", "torch_xla"), ("tpu", "torch_tpu")]
+)
 def test_configuration_records_hosts_processes_and_backend(device, backend):
     import argparse
 
     # The recipe's args.backend: the TPU backend it chose (recipes/tpu_backend.py), None off the TPU.
-    args = argparse.Namespace(device=device, backend=backend, world_size=4, global_batch=64, per_device_batch=16, dataset="fake")
-    record = harness.configuration_record(args, harness.Replicas(torch.device("cpu"), world_size=4, nodes=2),
-                                          model="m", image_size=28, parallel="ddp")
-    assert record == {"device": device, "backend": backend, "cores": None, "strategy": None, "parallel": "ddp",
-                      "world_size": 4, "nodes": 2, "processes_per_node": 2, "model": "m", "global_batch": 64,
-                      "per_device_batch": 16, "image_size": 28, "dataset": "fake"}
+    args = argparse.Namespace(
+        device=device, backend=backend, world_size=4, global_batch=64, per_device_batch=16, dataset="fake"
+    )
+    record = harness.configuration_record(
+        args, harness.Replicas(torch.device("cpu"), world_size=4, nodes=2), model="m", image_size=28, parallel="ddp"
+    )
+    assert record == {
+        "device": device,
+        "backend": backend,
+        "cores": None,
+        "strategy": None,
+        "parallel": "ddp",
+        "world_size": 4,
+        "nodes": 2,
+        "processes_per_node": 2,
+        "model": "m",
+        "global_batch": 64,
+        "per_device_batch": 16,
+        "image_size": 28,
+        "dataset": "fake",
+    }
 
 
 def test_results_are_the_schema_files_version():
     # The recipes cannot read envkit/data/results.schema.json in an image; this keeps their constant equal to it.
     version = results_schema()["properties"]["schema_version"]["const"]
-    assert harness.build_results(recipe="demo", run_name="x", started_at="", settings={}, configuration={}, timing={},
-                                 metrics={}, environment={})["schema_version"] == version == 3
+    assert (
+        harness.build_results(
+            recipe="demo",
+            run_name="x",
+            started_at="",
+            settings={},
+            configuration={},
+            timing={},
+            metrics={},
+            environment={},
+        )["schema_version"]
+        == version
+        == 3
+    )
 
 
 def test_the_cuda_torch_was_built_for_is_named_as_such_not_as_a_device():
@@ -427,14 +534,19 @@ def test_the_cuda_torch_was_built_for_is_named_as_such_not_as_a_device():
     assert "cuda" not in environment and environment["torch_cuda_build"] == torch.version.cuda
 
 
-@pytest.mark.parametrize(("argv", "replicas", "expected"), [
-    ([], 8, (128, 1024, 8.0)),  # per-device default: the global batch grows with the replicas (E1)
-    (["--global-batch", "256"], 2, (128, 256, 2.0)),
-    (["--per-device-batch", "16", "--lr-scaling", "none"], 4, (16, 64, 1.0)),
-])
+@pytest.mark.parametrize(
+    ("argv", "replicas", "expected"),
+    [
+        ([], 8, (128, 1024, 8.0)),  # per-device default: the global batch grows with the replicas (E1)
+        (["--global-batch", "256"], 2, (128, 256, 2.0)),
+        (["--per-device-batch", "16", "--lr-scaling", "none"], 4, (16, 64, 1.0)),
+    ],
+)
 def test_batch_arguments_scale_the_learning_rate(argv, replicas, expected):
     parser = harness.RecipeArgumentParser(prog="demo.py")
-    harness.add_batch_arguments(parser, reference_batch=128, default="per-device", optimizer="SGD", lr=1.0, lr_scaling="linear")
+    harness.add_batch_arguments(
+        parser, reference_batch=128, default="per-device", optimizer="SGD", lr=1.0, lr_scaling="linear"
+    )
     args = parser.parse_args(argv)
     harness.resolve_batches(args, replicas, reference_batch=128, default="per-device")
     assert (args.per_device_batch, args.global_batch, args.effective_lr) == expected and args.world_size == replicas
@@ -446,7 +558,9 @@ def test_a_missing_optional_dependency_is_one_line_naming_what_to_install(monkey
 
     with pytest.raises(harness.RecipeError) as raised:
         harness.check_progress_bars(argparse.Namespace(quiet=False))
-    assert str(raised.value) == "a progress bar needs tqdm, which is not installed here; use --quiet, or pip install tqdm"
+    assert (
+        str(raised.value) == "a progress bar needs tqdm, which is not installed here; use --quiet, or pip install tqdm"
+    )
     harness.check_progress_bars(argparse.Namespace(quiet=True))  # no bar, no tqdm needed
 
 
@@ -454,10 +568,14 @@ def test_resuming_a_finished_run_is_nothing_to_do(tmp_path):
     import argparse
 
     args = argparse.Namespace(checkpoint_dir=tmp_path, run_name="r", resume=True, epochs=3, seed=0, max_steps=None)
-    harness.save_checkpoint(tmp_path / "demo-r.pt", {"epoch": 3, "training_settings": {}, "rng": harness.rng_states(),
-                                                     "history": {"steps": 12}})
+    harness.save_checkpoint(
+        tmp_path / "demo-r.pt",
+        {"epoch": 3, "training_settings": {}, "rng": harness.rng_states(), "history": {"steps": 12}},
+    )
     run = harness.Run(args, harness.Replicas(torch.device("cpu")), recipe="demo", prog="demo.py", resume_keys=())
-    with pytest.raises(harness.RecipeError, match=r"^nothing to do: the checkpoint .*demo-r.pt already holds 3 epochs; raise --epochs"):
+    with pytest.raises(
+        harness.RecipeError, match=r"^nothing to do: the checkpoint .*demo-r.pt already holds 3 epochs; raise --epochs"
+    ):
         run.restore({})
     args.epochs, args.max_steps = 4, 12  # more epochs, but --max-steps already reached
     with pytest.raises(harness.RecipeError, match="nothing to do"):
@@ -478,4 +596,9 @@ def test_resume_refuses_processes_that_see_different_checkpoints(tmp_path):
     replicas = OtherHostHasNone(torch.device("cpu"), world_size=2)
     with pytest.raises(harness.RecipeError, match=r"do not all see the checkpoint .*\(this one: epoch 2\)"):
         harness.Run(args, replicas, recipe="demo", prog="demo.py", resume_keys=())
-    assert harness.Run(args, harness.Replicas(torch.device("cpu")), recipe="demo", prog="demo.py", resume_keys=()).saved["epoch"] == 2
+    assert (
+        harness.Run(args, harness.Replicas(torch.device("cpu")), recipe="demo", prog="demo.py", resume_keys=()).saved[
+            "epoch"
+        ]
+        == 2
+    )

@@ -57,7 +57,7 @@ def _content(spec) -> bytes | int:
     """A file's bytes from its corpus spec (an int: a sparse file of that size)."""
     if isinstance(spec, str):
         return spec.encode("utf-8")
-    (kind, value), = spec.items()
+    ((kind, value),) = spec.items()
     if kind == "json":
         return json.dumps(value).encode()
     if kind == "results":
@@ -83,7 +83,7 @@ def _write(path: Path, content: bytes | int) -> None:
 
 
 def _configure(config: Path, change: dict) -> None:
-    (kind, value), = change.items()
+    ((kind, value),) = change.items()
     text = config.read_text(encoding="utf-8")
     if kind == "replace":
         old, new = value

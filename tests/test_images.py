@@ -49,7 +49,9 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def staged(project: Path, tmp_path: Path, options=build_context.BuildOptions(), target=FakeTarget(), name="ctx") -> Path:
+def staged(
+    project: Path, tmp_path: Path, options=build_context.BuildOptions(), target=FakeTarget(), name="ctx"
+) -> Path:
     dest = tmp_path / name
     build_context.stage_context(project, target, options, dest)
     return dest
@@ -129,9 +131,15 @@ def test_renaming_a_file_changes_the_tag(project, tmp_path):
 
 
 def test_build_args_user_values_win_and_revision_is_recorded():
-    options = build_context.BuildOptions(base_image="envkit-base:x", build_args={"BASE_IMAGE": "mine", "HTTP_PROXY": "p"})
+    options = build_context.BuildOptions(
+        base_image="envkit-base:x", build_args={"BASE_IMAGE": "mine", "HTTP_PROXY": "p"}
+    )
     assert build_context.build_args_for(options, "abc123", "1700000000") == {
-        "BASE_IMAGE": "mine", "BASE_DIGEST": "", "ENVKIT_REVISION": "abc123", "HTTP_PROXY": "p", "SOURCE_DATE_EPOCH": "1700000000",
+        "BASE_IMAGE": "mine",
+        "BASE_DIGEST": "",
+        "ENVKIT_REVISION": "abc123",
+        "HTTP_PROXY": "p",
+        "SOURCE_DATE_EPOCH": "1700000000",
     }
 
 
@@ -145,10 +153,14 @@ def test_source_date_epoch_is_the_commit_time_of_the_rendered_files_and_not_in_t
     git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.com"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "x"], check=True, env={**os.environ, "GIT_COMMITTER_DATE": "@1700000000 +0000"})
+    subprocess.run(
+        [*git, "commit", "-q", "-m", "x"], check=True, env={**os.environ, "GIT_COMMITTER_DATE": "@1700000000 +0000"}
+    )
     assert build_context.source_date_epoch(project, "cpu") == "1700000000"
     context = staged(project, tmp_path)
-    assert build_context.context_digest(context, {"SOURCE_DATE_EPOCH": "1"}) == build_context.context_digest(context, {})
+    assert build_context.context_digest(context, {"SOURCE_DATE_EPOCH": "1"}) == build_context.context_digest(
+        context, {}
+    )
 
 
 def test_source_date_epoch_outside_git_is_the_newest_rendered_file(project):
@@ -171,9 +183,21 @@ def test_a_locked_dockerfile_gets_its_lock_in_the_context(project, tmp_path):
 @pytest.mark.parametrize(
     "dockerfile, lock, message",
     [
-        ("FROM scratch\n", LOCK, r"docker/cpu/Dockerfile was rendered unlocked, but requirements.lock is sha256 \w+: run 'envkit render --target cpu'"),
-        ("FROM scratch\nENV ENVKIT_LOCK_SHA256=abc\n", None, r"installs the lock of sha256 abc, but there is no requirements.lock"),
-        ("FROM scratch\nENV ENVKIT_LOCK_SHA256=abc\n", LOCK, r"installs the lock of sha256 abc, but requirements.lock is sha256 "),
+        (
+            "FROM scratch\n",
+            LOCK,
+            r"docker/cpu/Dockerfile was rendered unlocked, but requirements.lock is sha256 \w+: run 'envkit render --target cpu'",
+        ),
+        (
+            "FROM scratch\nENV ENVKIT_LOCK_SHA256=abc\n",
+            None,
+            r"installs the lock of sha256 abc, but there is no requirements.lock",
+        ),
+        (
+            "FROM scratch\nENV ENVKIT_LOCK_SHA256=abc\n",
+            LOCK,
+            r"installs the lock of sha256 abc, but requirements.lock is sha256 ",
+        ),
     ],
 )
 def test_a_lock_that_is_not_the_rendered_one_is_refused(project, tmp_path, dockerfile, lock, message):
@@ -191,7 +215,10 @@ def test_malformed_build_arg_is_refused(text):
 
 
 def test_build_arg_value_may_hold_equals_signs():
-    assert build_context.parse_build_arg("PIP_INDEX_URL=http://h/simple?a=b") == ("PIP_INDEX_URL", "http://h/simple?a=b")
+    assert build_context.parse_build_arg("PIP_INDEX_URL=http://h/simple?a=b") == (
+        "PIP_INDEX_URL",
+        "http://h/simple?a=b",
+    )
 
 
 def test_docker_client_comes_from_the_environment(monkeypatch):
@@ -345,7 +372,9 @@ def test_missing_image_says_how_to_build_it(engine):
         image_build.resolve_image(engine, "cpu", "nosuchtag")
 
 
-@pytest.mark.parametrize("registry", ["", "https://reg.example.com", "Reg.Example.com", "reg.example.com/", "reg:port", "a b"])
+@pytest.mark.parametrize(
+    "registry", ["", "https://reg.example.com", "Reg.Example.com", "reg.example.com/", "reg:port", "a b"]
+)
 def test_push_refuses_a_malformed_registry_before_touching_the_engine(engine, registry):
     with pytest.raises(EnvkitError, match="is not valid: give HOST"):
         image_build.push(FakeTarget(), registry)
@@ -370,8 +399,10 @@ def test_push_and_launch_accept_registry_forms(registry, tmp_path, repo_root):
 def test_launch_refuses_what_push_refuses(registry, repo_root):
     done = envkit("launch", "gpu-ddp-cifar", "--on", "pytorchjob", "--registry", registry, "--dry-run", cwd=repo_root)
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == (f"envkit: error: --registry '{registry}' is not valid: give HOST[:PORT][/PATH] in lowercase, "
-                           "e.g. registry.example.com:5000/team\n")
+    assert done.stderr == (
+        f"envkit: error: --registry '{registry}' is not valid: give HOST[:PORT][/PATH] in lowercase, "
+        "e.g. registry.example.com:5000/team\n"
+    )
 
 
 # ---------------------------------------------------------------- through the CLI
@@ -393,8 +424,13 @@ def test_cli_load_refuses_a_tampered_tarball_in_one_line(tmp_path):
     tarball = tmp_path / "envkit-cpu-0123456789ab.tar.gz"
     tarball.write_bytes(gzip.compress(b"x", mtime=0))
     manifest = {
-        "manifest_version": 1, "tag": "envkit-cpu:0123456789ab", "image_id": "sha256:" + "ab" * 32,
-        "tarball": tarball.name, "sha256": "0" * 64, "size": 1, "pins": {},
+        "manifest_version": 1,
+        "tag": "envkit-cpu:0123456789ab",
+        "image_id": "sha256:" + "ab" * 32,
+        "tarball": tarball.name,
+        "sha256": "0" * 64,
+        "size": 1,
+        "pins": {},
     }
     (tmp_path / "envkit-cpu-0123456789ab.manifest.json").write_text(json.dumps(manifest))
     done = envkit("load", str(tarball))
@@ -480,7 +516,9 @@ def test_build_drives_buildkit_with_both_tags_and_the_args(project, recording_do
         client.images.built = True
 
     monkeypatch.setattr(image_build, "_docker_build", build_then_exist)
-    options = build_context.BuildOptions(no_cache=True, base_image="envkit-base:x", build_args={"HTTP_PROXY": "http://p:3128"})
+    options = build_context.BuildOptions(
+        no_cache=True, base_image="envkit-base:x", build_args={"HTTP_PROXY": "http://p:3128"}
+    )
     built = image_build.build(project, FakeTarget(), options)
     [call] = recording_docker()
     assert call["buildkit"] == "1"
@@ -488,7 +526,10 @@ def test_build_drives_buildkit_with_both_tags_and_the_args(project, recording_do
     assert argv[:2] == ["build", "--progress=plain"]
     assert argv[argv.index("-t") + 1] == built.tag and f"envkit-cpu:{image_build.LATEST}" in argv
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--build-arg"] == [
-        "BASE_DIGEST=", "BASE_IMAGE=envkit-base:x", "ENVKIT_REVISION=abc123", "HTTP_PROXY=http://p:3128",
+        "BASE_DIGEST=",
+        "BASE_IMAGE=envkit-base:x",
+        "ENVKIT_REVISION=abc123",
+        "HTTP_PROXY=http://p:3128",
         "SOURCE_DATE_EPOCH=1700000000",
     ]
     assert "--no-cache" in argv
@@ -499,7 +540,9 @@ def test_build_drives_buildkit_with_both_tags_and_the_args(project, recording_do
 def test_failed_build_is_one_line_after_the_log(project, recording_docker, monkeypatch, engine):
     monkeypatch.setenv("FAKE_RC", "17")
     engine.images.image.tags.clear()  # nothing built yet
-    with pytest.raises(EnvkitError, match=r"docker build of envkit-cpu:[0-9a-f]{12} failed \(exit 17\); the build log is above") as caught:
+    with pytest.raises(
+        EnvkitError, match=r"docker build of envkit-cpu:[0-9a-f]{12} failed \(exit 17\); the build log is above"
+    ) as caught:
         image_build.build(project, FakeTarget(), build_context.BuildOptions())
     assert caught.value.exit_code == 1
 
@@ -516,12 +559,16 @@ PIP_HASH_FAILURE = """\
 """
 
 
-def test_a_hash_mismatch_fails_the_build_with_one_line_naming_the_package(project, recording_docker, monkeypatch, engine, tmp_path):
+def test_a_hash_mismatch_fails_the_build_with_one_line_naming_the_package(
+    project, recording_docker, monkeypatch, engine, tmp_path
+):
     log = tmp_path / "build.log"
     log.write_text(PIP_HASH_FAILURE)
     monkeypatch.setenv("FAKE_RC", "1")
     client = Path(os.environ["DOCKER"])
-    client.write_text(client.read_text().replace("sys.exit(", f"sys.stdout.write(open({str(log)!r}).read())\nsys.exit("))
+    client.write_text(
+        client.read_text().replace("sys.exit(", f"sys.stdout.write(open({str(log)!r}).read())\nsys.exit(")
+    )
     engine.images.image.tags.clear()
     with pytest.raises(EnvkitError) as caught:
         image_build.build(project, FakeTarget(), build_context.BuildOptions())
@@ -537,7 +584,7 @@ def test_an_existing_content_tag_is_reused_without_building(project, recording_d
     context = build_context.staging_path(project, "cpu")
     build_context.stage_context(project, FakeTarget(), build_context.BuildOptions(), context)
     monkeypatch.setattr(image_build, "git_revision", lambda root: None)
-    tag = f"envkit-cpu:{build_context.context_digest(context, {})[:build_context.TAG_HEX]}"
+    tag = f"envkit-cpu:{build_context.context_digest(context, {})[: build_context.TAG_HEX]}"
     engine.images.image.tags[:] = [tag]
     built = image_build.build(project, FakeTarget(), build_context.BuildOptions())
     assert built.reused and built.tag == tag
@@ -551,13 +598,15 @@ def test_the_build_and_the_recipes_record_one_form_of_git_revision():
     built = build_context.git_revision(repo)
     env = {k: v for k, v in os.environ.items() if k != "ENVKIT_REVISION"}
     probe = "import harness; print(harness.git_revision())"
-    on_host = subprocess.run([sys.executable, "-c", probe], cwd=repo / "recipes", env=env, capture_output=True, text=True, check=True)
+    on_host = subprocess.run(
+        [sys.executable, "-c", probe], cwd=repo / "recipes", env=env, capture_output=True, text=True, check=True
+    )
     assert re.fullmatch(r"[0-9a-f]{40}", built) and on_host.stdout.strip() == built
 
 
 # ---------------------------------------------------------------- buildah, faked: its storage is a JSON file
 
-FAKE_BUILDAH = r'''
+FAKE_BUILDAH = r"""
 import fcntl, hashlib, json, os, sys
 state_path = os.environ["FAKE_BUILDAH_STATE"]
 lock = open(state_path + ".lock", "w")
@@ -631,7 +680,7 @@ elif command == "pull":
                             "names": ["docker.io/library/" + argv[-1].split(":", 1)[1]]})
     save()
 save()
-'''
+"""
 
 
 class FakeBuildah:
@@ -682,11 +731,15 @@ class DaemonImages(FakeImages):
 
 
 def buildah_project(project: Path) -> Path:
-    (project / "docker" / "cpu" / "Dockerfile").write_text("ARG BASE_IMAGE=envkit-base:bookworm-x\nFROM ${BASE_IMAGE}\n")
+    (project / "docker" / "cpu" / "Dockerfile").write_text(
+        "ARG BASE_IMAGE=envkit-base:bookworm-x\nFROM ${BASE_IMAGE}\n"
+    )
     return project
 
 
-def test_buildah_builds_the_same_context_with_the_commit_time_then_moves_the_image_into_the_engine(project, fake_buildah, monkeypatch):
+def test_buildah_builds_the_same_context_with_the_commit_time_then_moves_the_image_into_the_engine(
+    project, fake_buildah, monkeypatch
+):
     client = FakeClient(FakeImage(id="", tags=[], labels={}))
     client.images = DaemonImages(fake_buildah, base="envkit-base:bookworm-x")
     monkeypatch.setattr(image_build, "connect_docker", lambda: client)
@@ -700,11 +753,19 @@ def test_buildah_builds_the_same_context_with_the_commit_time_then_moves_the_ima
     assert bud[bud.index("--timestamp") + 1] == "1700000000"
     assert [bud[i + 1] for i, a in enumerate(bud) if a == "-t"] == [built.tag, "envkit-cpu:latest"]
     assert [bud[i + 1] for i, a in enumerate(bud) if a == "--build-arg"] == [
-        "ENVKIT_REVISION=abc123", "HTTP_PROXY=http://p:3128", "SOURCE_DATE_EPOCH=1700000000"]
+        "ENVKIT_REVISION=abc123",
+        "HTTP_PROXY=http://p:3128",
+        "SOURCE_DATE_EPOCH=1700000000",
+    ]
     assert bud[-1] == str(build_context.staging_path(project, "cpu"))
 
     stored = fake_buildah.state["images"][-1]
-    assert (built.builder, built.image_id, built.digest, built.size_bytes) == ("buildah", stored["id"], stored["digest"], 1_060_000_000)
+    assert (built.builder, built.image_id, built.digest, built.size_bytes) == (
+        "buildah",
+        stored["id"],
+        stored["digest"],
+        1_060_000_000,
+    )
     assert fake_buildah.state["pushed"] == [[stored["id"], f"docker-daemon:{built.tag}"]]
     assert client.images.get(built.tag).tags == [built.tag, "envkit-cpu:latest"]
     assert built.where == "buildah's storage and the Docker engine" and not built.reused
@@ -726,19 +787,26 @@ def test_buildah_without_an_engine_keeps_the_image_in_its_storage(project, fake_
         raise EnvkitError("no Docker engine answers at unix:///x.sock")
 
     monkeypatch.setattr(image_build, "connect_docker", no_engine)
-    built = image_build.build(buildah_project(project), FakeTarget(), build_context.BuildOptions(builder="buildah", no_cache=True))
+    built = image_build.build(
+        buildah_project(project), FakeTarget(), build_context.BuildOptions(builder="buildah", no_cache=True)
+    )
     assert built.where == "buildah's storage only (no Docker engine to move it into)"
     assert "--no-cache" in fake_buildah.calls("bud")[0] and "pushed" not in fake_buildah.state
 
 
 def test_builder_buildah_without_buildah_is_one_line_and_writes_nothing(repo_root, tmp_path):
-    env = {**os.environ, "PATH": str(tmp_path / "empty"), "ENVKIT_CACHE_DIR": str(tmp_path / "cache"),
-           "DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
+    env = {
+        **os.environ,
+        "PATH": str(tmp_path / "empty"),
+        "ENVKIT_CACHE_DIR": str(tmp_path / "cache"),
+        "DOCKER_HOST": f"unix://{tmp_path}/no.sock",
+    }
     env.pop("BUILDAH", None)
     done = envkit("build", "cpu", "--builder", "buildah", "--config", str(repo_root / "envkit.yaml"), env=env)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
-    assert done.stderr.startswith("envkit: error: --builder buildah needs buildah, and buildah is not an executable here: "
-                                  "apt-get install buildah")
+    assert done.stderr.startswith(
+        "envkit: error: --builder buildah needs buildah, and buildah is not an executable here: apt-get install buildah"
+    )
     assert not (tmp_path / "cache" / "contexts").exists()  # nothing staged
     wrong = envkit("build", "cpu", "--builder", "kaniko", "--config", str(repo_root / "envkit.yaml"), env=env)
     assert wrong.returncode == 2 and "invalid choice: 'kaniko' (choose from 'docker', 'buildah')" in wrong.stderr
@@ -816,15 +884,24 @@ def test_verify_reads_both_buildah_images_when_their_digests_differ(project, fak
 
 def test_verify_refuses_a_rebuild_from_other_inputs(project, fake_buildah, verifiable):
     with pytest.raises(EnvkitError, match=r"envkit-cpu:\w{12} was built from other inputs .* pass the same --builder"):
-        image_verify.verify(project, FakeTarget(), build_context.BuildOptions(base_image="envkit-base:other"), "buildah")
+        image_verify.verify(
+            project, FakeTarget(), build_context.BuildOptions(base_image="envkit-base:other"), "buildah"
+        )
 
 
-@pytest.mark.parametrize("builder, message", [
-    (None, "no image envkit-cpu:latest in the engine: build it first with 'envkit build cpu'"),
-    ("buildah", "no image envkit-cpu:latest in buildah's storage: build it first with 'envkit build cpu --builder buildah'"),
-])
-def test_verify_of_a_target_never_built_is_one_line_and_builds_nothing(project, fake_buildah, engine, monkeypatch,
-                                                                        builder, message):
+@pytest.mark.parametrize(
+    "builder, message",
+    [
+        (None, "no image envkit-cpu:latest in the engine: build it first with 'envkit build cpu'"),
+        (
+            "buildah",
+            "no image envkit-cpu:latest in buildah's storage: build it first with 'envkit build cpu --builder buildah'",
+        ),
+    ],
+)
+def test_verify_of_a_target_never_built_is_one_line_and_builds_nothing(
+    project, fake_buildah, engine, monkeypatch, builder, message
+):
     engine.images.image.tags.clear()
     monkeypatch.setattr("envkit.support.docker_client.connect_docker", lambda: engine)
     with pytest.raises(EnvkitError, match=re.escape(message)) as caught:

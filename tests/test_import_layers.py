@@ -39,7 +39,10 @@ def test_the_cycle_check_finds_a_function_level_cycle(tmp_path, monkeypatch):
     (package / "a.py").write_text("from cyclic import b\n")
     (package / "b.py").write_text("def later():\n    from cyclic import a\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert cycles(grimp.build_graph("cyclic")) == [["cyclic.a", "cyclic.b", "cyclic.a"], ["cyclic.b", "cyclic.a", "cyclic.b"]]
+    assert cycles(grimp.build_graph("cyclic")) == [
+        ["cyclic.a", "cyclic.b", "cyclic.a"],
+        ["cyclic.b", "cyclic.a", "cyclic.b"],
+    ]
 
 
 def test_packages_import_only_the_layers_below_them(capsys):

@@ -77,7 +77,9 @@ def test_every_kind_has_its_run_sh_fragment(repo_root):
 def test_the_config_schema_takes_its_kinds_from_the_data(repo_root):
     """The enum the config is validated with is kinds.yaml's keys, read here without envkit's loader."""
     table = yaml.safe_load((repo_root / "envkit" / "data" / "kinds.yaml").read_text())
-    assert schema()["$defs"]["target"]["properties"]["kind"]["enum"] == list(table["kinds"]) == ["cpu", "cuda", "tpu-vm"]
+    assert (
+        schema()["$defs"]["target"]["properties"]["kind"]["enum"] == list(table["kinds"]) == ["cpu", "cuda", "tpu-vm"]
+    )
     shipped = json.loads((repo_root / "envkit" / "data" / "envkit.schema.json").read_text())
     assert "enum" not in shipped["$defs"]["target"]["properties"]["kind"], "no second list of kinds in the schema file"
 
@@ -95,8 +97,10 @@ def test_a_malformed_kinds_file_is_one_line(tmp_path):
 
 
 def python_files(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted((root / "envkit").rglob("*.py"))}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((root / "envkit").rglob("*.py"))
+    }
 
 
 @pytest.fixture
@@ -106,7 +110,11 @@ def rocm_project(tmp_path, repo_root):
     project.mkdir()
     for part in ("envkit", "templates", "recipes", "notebooks", "envkit.yaml"):
         copy = shutil.copytree if (repo_root / part).is_dir() else shutil.copy
-        copy(repo_root / part, project / part, **({"ignore": shutil.ignore_patterns("__pycache__")} if copy is shutil.copytree else {}))
+        copy(
+            repo_root / part,
+            project / part,
+            **({"ignore": shutil.ignore_patterns("__pycache__")} if copy is shutil.copytree else {}),
+        )
     with open(project / "envkit" / "data" / "kinds.yaml", "a", encoding="utf-8") as table:
         table.write(ROCM_KIND)
     with open(project / "envkit" / "data" / "experiments.yaml", "a", encoding="utf-8") as table:
@@ -124,13 +132,17 @@ def test_the_no_python_edited_check_sees_an_edit_and_a_new_file(rocm_project, re
     kinds_py.write_text(kinds_py.read_text() + " ")
     (rocm_project / "envkit" / "project" / "rocm.py").write_text("")
     before, after = python_files(repo_root), python_files(rocm_project)
-    assert sorted(name for name in after if before.get(name) != after[name]) == ["envkit/project/kinds.py", "envkit/project/rocm.py"]
+    assert sorted(name for name in after if before.get(name) != after[name]) == [
+        "envkit/project/kinds.py",
+        "envkit/project/rocm.py",
+    ]
 
 
 def envkit(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     environment = {**os.environ, "PYTHONPATH": str(project), "DOCKER_HOST": f"unix://{project}/no.sock", **env}
-    return subprocess.run([sys.executable, "-m", "envkit", *args], cwd=project, capture_output=True, text=True,
-                          env=environment)
+    return subprocess.run(
+        [sys.executable, "-m", "envkit", *args], cwd=project, capture_output=True, text=True, env=environment
+    )
 
 
 def test_a_rocm_kind_from_data_and_a_fragment_alone(rocm_project):
@@ -140,13 +152,30 @@ def test_a_rocm_kind_from_data_and_a_fragment_alone(rocm_project):
     assert done.returncode == 0, done.stderr
     assert "rendered 12 files for cpu, cuda, tpu-vm, rocm" in done.stdout
     run_sh = project / "docker" / "rocm" / "run.sh"
-    dry = subprocess.run([str(run_sh), "mnist", "--device", "cuda"], capture_output=True, text=True, cwd=project,
-                         env={"PATH": os.environ["PATH"], "ENVKIT_DRY_RUN": "1", "RESULTS_DIR": "/r", "DATA_DIR": "/d"})
+    dry = subprocess.run(
+        [str(run_sh), "mnist", "--device", "cuda"],
+        capture_output=True,
+        text=True,
+        cwd=project,
+        env={"PATH": os.environ["PATH"], "ENVKIT_DRY_RUN": "1", "RESULTS_DIR": "/r", "DATA_DIR": "/d"},
+    )
     assert dry.returncode == 0, dry.stderr
     owner = f"{os.getuid()}:{os.getgid()}"
     assert shlex.split(dry.stdout)[:14] == [
-        "docker", "run", "--rm", "--init", "--user", owner, "-e", "HOME=/tmp",
-        "--device=/dev/kfd", "--device=/dev/dri", "--group-add", "video", "--shm-size", "8g",
+        "docker",
+        "run",
+        "--rm",
+        "--init",
+        "--user",
+        owner,
+        "-e",
+        "HOME=/tmp",
+        "--device=/dev/kfd",
+        "--device=/dev/dri",
+        "--group-add",
+        "video",
+        "--shm-size",
+        "8g",
     ]
     assert "USER 10001:10001" in (project / "docker" / "rocm" / "Dockerfile").read_text()
 
@@ -160,8 +189,11 @@ def test_a_rocm_kind_from_data_and_a_fragment_alone(rocm_project):
     done = envkit(project, "experiment", "--dry-run", "--results-dir", "/r", "rocm-mnist", "--", "--epochs", "1")
     assert done.returncode == 0, done.stderr
     plan = [line for line in done.stdout.splitlines() if not line.startswith("#")]
-    assert plan == [f"{sys.executable} -m envkit doctor --require rocm", f"{sys.executable} -m envkit build rocm",
-                    "RESULTS_DIR=/r docker/rocm/run.sh mnist --device cuda --epochs 1"]
+    assert plan == [
+        f"{sys.executable} -m envkit doctor --require rocm",
+        f"{sys.executable} -m envkit build rocm",
+        "RESULTS_DIR=/r docker/rocm/run.sh mnist --device cuda --epochs 1",
+    ]
 
     # is reported by doctor, its device check from the data
     done = envkit(project, "doctor")
@@ -176,16 +208,25 @@ def test_a_rocm_kind_from_data_and_a_fragment_alone(rocm_project):
         "print(doctor.kind_problem(facts, 'rocm')); facts.devices['rocm'] = ['/dev/kfd'];"
         "print(doctor.kind_problem(facts, 'rocm'), doctor.runnable_experiments(facts)[-1])"
     )
-    done = subprocess.run([sys.executable, "-c", probe], cwd=project, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(project)})
-    assert done.stdout.splitlines() == ["no ROCm devices (/dev/kfd) found: rocm-* targets need an AMD GPU host",
-                                        "None rocm-mnist"], done.stderr
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(project)},
+    )
+    assert done.stdout.splitlines() == [
+        "no ROCm devices (/dev/kfd) found: rocm-* targets need an AMD GPU host",
+        "None rocm-mnist",
+    ], done.stderr
     assert python_files(project) == python_files(Path(__file__).resolve().parent.parent)
 
 
 def test_the_rocm_run_sh_passes_shellcheck(rocm_project):
     assert envkit(rocm_project, "render", "--target", "rocm").returncode == 0
-    done = subprocess.run([linter("shellcheck"), str(rocm_project / "docker" / "rocm" / "run.sh")], capture_output=True, text=True)
+    done = subprocess.run(
+        [linter("shellcheck"), str(rocm_project / "docker" / "rocm" / "run.sh")], capture_output=True, text=True
+    )
     assert (done.returncode, done.stdout) == (0, "")
 
 

@@ -26,47 +26,133 @@ IFNAMES = ("NCCL_SOCKET_IFNAME=ib0", "GLOO_SOCKET_IFNAME=eth0")
 
 # One representative experiment per engine (and per Slurm container), as `--dry-run` prints it.
 CASES = {
-    "hosts-gpu-ddp-cifar": lambda: ("hosts", make_job("gpu-ddp-cifar", "hosts", gpus_per_node=4,
-                                                      options=EngineOptions(hosts=("node1", "node2")))),
-    "hosts-cpu-ddp-cifar": lambda: ("hosts", make_job("cpu-ddp-cifar", "hosts", nproc_per_node=2, env=IFNAMES[1:],
-                                                      options=EngineOptions(hosts=("node1", "node2")))),
+    "hosts-gpu-ddp-cifar": lambda: (
+        "hosts",
+        make_job("gpu-ddp-cifar", "hosts", gpus_per_node=4, options=EngineOptions(hosts=("node1", "node2"))),
+    ),
+    "hosts-cpu-ddp-cifar": lambda: (
+        "hosts",
+        make_job(
+            "cpu-ddp-cifar", "hosts", nproc_per_node=2, env=IFNAMES[1:], options=EngineOptions(hosts=("node1", "node2"))
+        ),
+    ),
     # Slurm's default: podman, here with the local image (no registry: a note says every node needs it).
-    "slurm-podman-local-cpu-ddp-cifar": lambda: ("slurm", make_job("cpu-ddp-cifar", "slurm", nproc_per_node=2,
-                                                                   env=("GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1"))),
-    "slurm-podman-registry-cpu-ddp-cifar": lambda: ("slurm", make_job(
-        "cpu-ddp-cifar", "slurm", image=f"registry.example:5000/team/envkit-cpu@{DIGEST}", image_id=IMAGE_ID)),
-    "slurm-podman-tarball-gpu-ddp-cifar": lambda: ("slurm", make_job(
-        "gpu-ddp-cifar", "slurm", gpus_per_node=4, env=IFNAMES, image="envkit-cuda:0123456789ab", image_id=IMAGE_ID,
-        options=EngineOptions(image_tarball=CUDA_TARBALL))),
-    "slurm-host-cpu-ddp-cifar": lambda: ("slurm", make_job("cpu-ddp-cifar", "slurm", nproc_per_node=2,
-                                                           env=("GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1"),
-                                                           options=EngineOptions(container="host"))),
-    "slurm-host-gpu-ddp-cifar": lambda: ("slurm", make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4,
-                                                           options=EngineOptions(container="host", partition="gpu", time="02:00:00"))),
-    "slurm-docker-gpu-ddp-cifar": lambda: ("slurm", make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4, env=IFNAMES,
-                                                             options=EngineOptions(container="docker"))),
-    "slurm-pyxis-gpu-ddp-cifar": lambda: ("slurm", make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4, image=REGISTRY_IMAGE,
-                                                            image_id=IMAGE_ID, options=EngineOptions(container="pyxis"))),
-    "slurm-apptainer-gpu-ddp-cifar": lambda: ("slurm", make_job(
-        "gpu-ddp-cifar", "slurm", gpus_per_node=4, image="envkit-cuda:0123456789ab", image_id=IMAGE_ID,
-        options=EngineOptions(container="apptainer", image_tarball=CUDA_TARBALL))),
-    "pytorchjob-gpu-ddp-cifar": lambda: ("pytorchjob", make_job("gpu-ddp-cifar", "pytorchjob", gpus_per_node=4,
-                                                                image=REGISTRY_IMAGE, image_id=IMAGE_ID, env=IFNAMES)),
-    "jobset-gpu-ddp-cifar": lambda: ("jobset", make_job("gpu-ddp-cifar", "jobset", gpus_per_node=4, image=REGISTRY_IMAGE,
-                                                        image_id=IMAGE_ID)),
-    "jobset-tpu-mnist": lambda: ("jobset", make_job(
-        "tpu-mnist", "jobset", nodes=4, env=("XLA_FLAGS=--xla_dump_to=/tmp/x",),
-        options=EngineOptions(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"))),
-    "tpu-pod-registry-tpu-mnist": lambda: ("tpu-pod", make_job(
-        "tpu-mnist", "tpu-pod", nodes=4, image=f"registry.example:5000/team/envkit-tpu-vm@{DIGEST}", image_id=IMAGE_ID,
-        options=EngineOptions(tpu="my-v4-32", zone="us-central2-b"))),
-    "tpu-pod-tarball-tpu-mnist": lambda: ("tpu-pod", make_job(
-        "tpu-mnist", "tpu-pod", nodes=4, env=("XLA_FLAGS=--xla_dump_to=/tmp/x",), image="envkit-tpu-vm:0123456789ab",
-        image_id=IMAGE_ID, options=EngineOptions(tpu="my-v4-32", zone="us-central2-b",
-                                                 image_tarball="/shared/images/envkit-tpu-vm-0123456789ab.tar.gz"))),
-    "skypilot-gpu-ddp-cifar": lambda: ("skypilot", make_job("gpu-ddp-cifar", "skypilot", gpus_per_node=8, image=REGISTRY_IMAGE,
-                                                            image_id=IMAGE_ID, env=IFNAMES)),
-    "skypilot-tpu-mnist": lambda: ("skypilot", make_job("tpu-mnist", "skypilot", nodes=4, options=EngineOptions(accelerators="tpu-v5e-16"))),
+    "slurm-podman-local-cpu-ddp-cifar": lambda: (
+        "slurm",
+        make_job("cpu-ddp-cifar", "slurm", nproc_per_node=2, env=("GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1")),
+    ),
+    "slurm-podman-registry-cpu-ddp-cifar": lambda: (
+        "slurm",
+        make_job("cpu-ddp-cifar", "slurm", image=f"registry.example:5000/team/envkit-cpu@{DIGEST}", image_id=IMAGE_ID),
+    ),
+    "slurm-podman-tarball-gpu-ddp-cifar": lambda: (
+        "slurm",
+        make_job(
+            "gpu-ddp-cifar",
+            "slurm",
+            gpus_per_node=4,
+            env=IFNAMES,
+            image="envkit-cuda:0123456789ab",
+            image_id=IMAGE_ID,
+            options=EngineOptions(image_tarball=CUDA_TARBALL),
+        ),
+    ),
+    "slurm-host-cpu-ddp-cifar": lambda: (
+        "slurm",
+        make_job(
+            "cpu-ddp-cifar",
+            "slurm",
+            nproc_per_node=2,
+            env=("GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1"),
+            options=EngineOptions(container="host"),
+        ),
+    ),
+    "slurm-host-gpu-ddp-cifar": lambda: (
+        "slurm",
+        make_job(
+            "gpu-ddp-cifar",
+            "slurm",
+            gpus_per_node=4,
+            options=EngineOptions(container="host", partition="gpu", time="02:00:00"),
+        ),
+    ),
+    "slurm-docker-gpu-ddp-cifar": lambda: (
+        "slurm",
+        make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4, env=IFNAMES, options=EngineOptions(container="docker")),
+    ),
+    "slurm-pyxis-gpu-ddp-cifar": lambda: (
+        "slurm",
+        make_job(
+            "gpu-ddp-cifar",
+            "slurm",
+            gpus_per_node=4,
+            image=REGISTRY_IMAGE,
+            image_id=IMAGE_ID,
+            options=EngineOptions(container="pyxis"),
+        ),
+    ),
+    "slurm-apptainer-gpu-ddp-cifar": lambda: (
+        "slurm",
+        make_job(
+            "gpu-ddp-cifar",
+            "slurm",
+            gpus_per_node=4,
+            image="envkit-cuda:0123456789ab",
+            image_id=IMAGE_ID,
+            options=EngineOptions(container="apptainer", image_tarball=CUDA_TARBALL),
+        ),
+    ),
+    "pytorchjob-gpu-ddp-cifar": lambda: (
+        "pytorchjob",
+        make_job("gpu-ddp-cifar", "pytorchjob", gpus_per_node=4, image=REGISTRY_IMAGE, image_id=IMAGE_ID, env=IFNAMES),
+    ),
+    "jobset-gpu-ddp-cifar": lambda: (
+        "jobset",
+        make_job("gpu-ddp-cifar", "jobset", gpus_per_node=4, image=REGISTRY_IMAGE, image_id=IMAGE_ID),
+    ),
+    "jobset-tpu-mnist": lambda: (
+        "jobset",
+        make_job(
+            "tpu-mnist",
+            "jobset",
+            nodes=4,
+            env=("XLA_FLAGS=--xla_dump_to=/tmp/x",),
+            options=EngineOptions(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"),
+        ),
+    ),
+    "tpu-pod-registry-tpu-mnist": lambda: (
+        "tpu-pod",
+        make_job(
+            "tpu-mnist",
+            "tpu-pod",
+            nodes=4,
+            image=f"registry.example:5000/team/envkit-tpu-vm@{DIGEST}",
+            image_id=IMAGE_ID,
+            options=EngineOptions(tpu="my-v4-32", zone="us-central2-b"),
+        ),
+    ),
+    "tpu-pod-tarball-tpu-mnist": lambda: (
+        "tpu-pod",
+        make_job(
+            "tpu-mnist",
+            "tpu-pod",
+            nodes=4,
+            env=("XLA_FLAGS=--xla_dump_to=/tmp/x",),
+            image="envkit-tpu-vm:0123456789ab",
+            image_id=IMAGE_ID,
+            options=EngineOptions(
+                tpu="my-v4-32", zone="us-central2-b", image_tarball="/shared/images/envkit-tpu-vm-0123456789ab.tar.gz"
+            ),
+        ),
+    ),
+    "skypilot-gpu-ddp-cifar": lambda: (
+        "skypilot",
+        make_job("gpu-ddp-cifar", "skypilot", gpus_per_node=8, image=REGISTRY_IMAGE, image_id=IMAGE_ID, env=IFNAMES),
+    ),
+    "skypilot-tpu-mnist": lambda: (
+        "skypilot",
+        make_job("tpu-mnist", "skypilot", nodes=4, options=EngineOptions(accelerators="tpu-v5e-16")),
+    ),
 }
 
 
@@ -87,8 +173,10 @@ def test_dry_run_matches_golden(case, update_golden):
 def test_rendering_is_deterministic():
     """Every case rendered in two interpreters with different hash seeds (set and dict orders differ) is the same text."""
     tests = Path(__file__).resolve().parent
-    script = ("import sys; from test_launch import CASES, OUTPUT, describe, engines;"
-              "sys.stdout.write(''.join(describe(engines.render_job(*CASES[c](), OUTPUT)) for c in sorted(CASES)))")
+    script = (
+        "import sys; from test_launch import CASES, OUTPUT, describe, engines;"
+        "sys.stdout.write(''.join(describe(engines.render_job(*CASES[c](), OUTPUT)) for c in sorted(CASES)))"
+    )
 
     def rendered(seed: str) -> str:
         env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": os.pathsep.join([str(tests), str(REPO_ROOT)])}
@@ -151,7 +239,10 @@ BAD_INPUT = {
     "tpu-pod without zone": (["tpu-mnist", "--on", "tpu-pod", "--tpu", "my-v4"], "--zone ZONE"),
     "tpu-pod without name": (["tpu-mnist", "--on", "tpu-pod", "--zone", "us-central2-b"], "--tpu NAME"),
     "single-host experiment on 2 nodes": (["gpu-dp-cifar", "--on", "slurm", "--nodes", "2"], "one host only"),
-    "engine without the hardware": (["gpu-ddp-cifar", "--on", "tpu-pod", "--tpu", "t", "--zone", "z"], "engines for it"),
+    "engine without the hardware": (
+        ["gpu-ddp-cifar", "--on", "tpu-pod", "--tpu", "t", "--zone", "z"],
+        "engines for it",
+    ),
     "TPU experiment on Slurm": (["tpu-mnist", "--on", "slurm"], "engines for it"),
     "unknown experiment": (["gpu-xyz", "--on", "slurm"], "unknown experiment"),
     "hosts without names": (["cpu-ddp-cifar", "--on", "hosts", "--nodes", "2"], "--hosts"),
@@ -162,33 +253,65 @@ BAD_INPUT = {
     "TPU JobSet without selectors": (["tpu-mnist", "--on", "jobset"], "--tpu-topology"),
     "stop on another engine": (["gpu-ddp-cifar", "--on", "slurm", "--stop"], "--stop"),
     "env without a value": (["cpu-ddp-cifar", "--on", "slurm", "--env", "GLOO_SOCKET_IFNAME"], "is not NAME=VALUE"),
-    "env name a shell would run": (["cpu-ddp-cifar", "--on", "slurm", "--env", "X;touch /tmp/x=1"], "is not NAME=VALUE"),
+    "env name a shell would run": (
+        ["cpu-ddp-cifar", "--on", "slurm", "--env", "X;touch /tmp/x=1"],
+        "is not NAME=VALUE",
+    ),
     "env name with a newline": (["cpu-ddp-cifar", "--on", "jobset", "--env", "A\nB=1"], "is not NAME=VALUE"),
     "env given twice": (["cpu-ddp-cifar", "--on", "slurm", "--env", "A=1", "--env", "A=2"], "given twice"),
     "env envkit sets": (["cpu-ddp-cifar", "--on", "slurm", "--env", "NNODES=4"], "from --nodes"),
     "env the engine sets": (["cpu-ddp-cifar", "--on", "pytorchjob", "--env", "PET_NNODES=4"], "PET_*"),
-    "env envkit sets from the push record": (["cpu-ddp-cifar", "--on", "jobset", "--env", "ENVKIT_IMAGE_ID=x"], "--registry"),
-    "launch by digest, never pushed": (["cpu-ddp-cifar", "--on", "jobset", "--registry", "reg.example:5000"],
-                                       "launch by digest: envkit-cpu:latest was never pushed to reg.example:5000"),
-    "a tarball without its manifest": (["cpu-ddp-cifar", "--on", "slurm", "--image-tarball", "x.tar.gz"], "no x.manifest.json"),
+    "env envkit sets from the push record": (
+        ["cpu-ddp-cifar", "--on", "jobset", "--env", "ENVKIT_IMAGE_ID=x"],
+        "--registry",
+    ),
+    "launch by digest, never pushed": (
+        ["cpu-ddp-cifar", "--on", "jobset", "--registry", "reg.example:5000"],
+        "launch by digest: envkit-cpu:latest was never pushed to reg.example:5000",
+    ),
+    "a tarball without its manifest": (
+        ["cpu-ddp-cifar", "--on", "slurm", "--image-tarball", "x.tar.gz"],
+        "no x.manifest.json",
+    ),
     # Before: these reached the manifest or the client, and failed only where the job ran.
-    "registry push refuses": (["gpu-ddp-cifar", "--on", "pytorchjob", "--registry", "reg example"],
-                              "--registry 'reg example' is not valid: give HOST[:PORT][/PATH] in lowercase"),
+    "registry push refuses": (
+        ["gpu-ddp-cifar", "--on", "pytorchjob", "--registry", "reg example"],
+        "--registry 'reg example' is not valid: give HOST[:PORT][/PATH] in lowercase",
+    ),
     "tag with a colon": (["gpu-ddp-cifar", "--on", "pytorchjob", "--tag", "v1:x"], "--tag 'v1:x' is not valid"),
-    "image with a space": (["gpu-ddp-cifar", "--on", "jobset", "--image", "lab/envkit cuda"], "is not a valid reference"),
-    "TPU name a shell would split": (["tpu-mnist", "--on", "tpu-pod", "--tpu", "x;id", "--zone", "us-central2-b"],
-                                     "--tpu 'x;id' is not valid: give a TPU VM name"),
-    "zone that is no zone": (["tpu-mnist", "--on", "tpu-pod", "--tpu", "t", "--zone", "us central"], "--zone 'us central'"),
-    "accelerator count that is no number": (["gpu-ddp-cifar", "--on", "skypilot", "--accelerators", "A100:x"],
-                                            "--accelerators 'A100:x' is not valid: give NAME[:COUNT]"),
-    "TPU topology that is no topology": (["tpu-mnist", "--on", "jobset", "--tpu-accelerator", "tpu-v5-lite-podslice",
-                                          "--tpu-topology", "4*4"], "--tpu-topology '4*4'"),
-    "volume claim that is no name": (["gpu-ddp-cifar", "--on", "pytorchjob", "--volume-claim", "My Claim"], "--volume-claim"),
-    "recipe arguments against the experiment": (["gpu-ddp-cifar", "--on", "slurm", "--", "--parallel", "dp"],
-                                                "gpu-ddp-cifar runs with --parallel ddp"),
+    "image with a space": (
+        ["gpu-ddp-cifar", "--on", "jobset", "--image", "lab/envkit cuda"],
+        "is not a valid reference",
+    ),
+    "TPU name a shell would split": (
+        ["tpu-mnist", "--on", "tpu-pod", "--tpu", "x;id", "--zone", "us-central2-b"],
+        "--tpu 'x;id' is not valid: give a TPU VM name",
+    ),
+    "zone that is no zone": (
+        ["tpu-mnist", "--on", "tpu-pod", "--tpu", "t", "--zone", "us central"],
+        "--zone 'us central'",
+    ),
+    "accelerator count that is no number": (
+        ["gpu-ddp-cifar", "--on", "skypilot", "--accelerators", "A100:x"],
+        "--accelerators 'A100:x' is not valid: give NAME[:COUNT]",
+    ),
+    "TPU topology that is no topology": (
+        ["tpu-mnist", "--on", "jobset", "--tpu-accelerator", "tpu-v5-lite-podslice", "--tpu-topology", "4*4"],
+        "--tpu-topology '4*4'",
+    ),
+    "volume claim that is no name": (
+        ["gpu-ddp-cifar", "--on", "pytorchjob", "--volume-claim", "My Claim"],
+        "--volume-claim",
+    ),
+    "recipe arguments against the experiment": (
+        ["gpu-ddp-cifar", "--on", "slurm", "--", "--parallel", "dp"],
+        "gpu-ddp-cifar runs with --parallel ddp",
+    ),
     "output for plain hosts": (["cpu-ddp-cifar", "--on", "hosts"], "--output: --on hosts writes no files"),
-    "an experiment of several runs": (["e3-batch-scaling", "--on", "tpu-pod", "--tpu", "t", "--zone", "z"],
-                                      "e3-batch-scaling is 4 recipe runs, and envkit launch submits one"),
+    "an experiment of several runs": (
+        ["e3-batch-scaling", "--on", "tpu-pod", "--tpu", "t", "--zone", "z"],
+        "e3-batch-scaling is 4 recipe runs, and envkit launch submits one",
+    ),
 }
 
 
@@ -232,12 +355,15 @@ def fake_path(tmp_path, monkeypatch):
     return bin_dir
 
 
-@pytest.mark.parametrize("engine, argv, client, file", [
-    ("slurm", ["gpu-ddp-cifar", "--gpus-per-node", "2"], "sbatch", "gpu-ddp-cifar.sbatch"),
-    ("pytorchjob", ["gpu-ddp-cifar"], "kubectl", "gpu-ddp-cifar.pytorchjob.yaml"),
-    ("jobset", ["cpu-ddp-cifar"], "kubectl", "cpu-ddp-cifar.jobset.yaml"),
-    ("skypilot", ["gpu-ddp-cifar"], "sky", "gpu-ddp-cifar.sky.yaml"),
-])
+@pytest.mark.parametrize(
+    "engine, argv, client, file",
+    [
+        ("slurm", ["gpu-ddp-cifar", "--gpus-per-node", "2"], "sbatch", "gpu-ddp-cifar.sbatch"),
+        ("pytorchjob", ["gpu-ddp-cifar"], "kubectl", "gpu-ddp-cifar.pytorchjob.yaml"),
+        ("jobset", ["cpu-ddp-cifar"], "kubectl", "cpu-ddp-cifar.jobset.yaml"),
+        ("skypilot", ["gpu-ddp-cifar"], "sky", "gpu-ddp-cifar.sky.yaml"),
+    ],
+)
 def test_submit_writes_the_file_and_calls_the_client(engine, argv, client, file, capsys, project, fake_path):
     log = fake_client(fake_path, client)
     code, _, err = run(capsys, "launch", *argv, "--on", engine, "--nodes", "2", "--output", "out")
@@ -269,7 +395,9 @@ def test_dry_run_writes_nothing_without_output(capsys, project):
 
 
 def test_dry_run_with_output_writes_the_script_it_prints(capsys, project):
-    code, out, _ = run(capsys, "launch", "cpu-ddp-cifar", "--on", "slurm", "--nodes", "2", "--dry-run", "--output", "out")
+    code, out, _ = run(
+        capsys, "launch", "cpu-ddp-cifar", "--on", "slurm", "--nodes", "2", "--dry-run", "--output", "out"
+    )
     script = (project / "out" / "cpu-ddp-cifar.sbatch").read_text()
     assert code == 0 and script.rstrip("\n") in out
 
@@ -291,8 +419,19 @@ def test_tpu_pod_runs_only_gcloud_and_stops_on_every_worker(capsys, project, fak
 def test_tpu_pod_tarball_is_copied_to_every_worker_then_loaded(capsys, project, fake_path):
     log = fake_client(fake_path, "gcloud")
     tarball = save_manifest(project / "images", "tpu-vm")
-    code, _, err = run(capsys, "launch", "tpu-mnist", "--on", "tpu-pod", "--tpu", "my-v4", "--zone", "us-central2-b",
-                       "--image-tarball", str(tarball.relative_to(project)))
+    code, _, err = run(
+        capsys,
+        "launch",
+        "tpu-mnist",
+        "--on",
+        "tpu-pod",
+        "--tpu",
+        "my-v4",
+        "--zone",
+        "us-central2-b",
+        "--image-tarball",
+        str(tarball.relative_to(project)),
+    )
     assert code == 0, err
     mkdir, scp, ssh = calls(log)
     assert scp[3] == "scp" and scp[-1] == "--worker=all" and scp[5].endswith(".manifest.json")
@@ -302,7 +441,9 @@ def test_tpu_pod_tarball_is_copied_to_every_worker_then_loaded(capsys, project, 
 
 
 def test_hosts_prints_the_commands_and_starts_nothing(capsys, project, fake_path):
-    code, out, _ = run(capsys, "launch", "cpu-ddp-cifar", "--on", "hosts", "--nodes", "2", "--hosts", "a,b", "--nproc-per-node", "2")
+    code, out, _ = run(
+        capsys, "launch", "cpu-ddp-cifar", "--on", "hosts", "--nodes", "2", "--hosts", "a,b", "--nproc-per-node", "2"
+    )
     assert code == 0 and out.count("NNODES=2 RDZV_ENDPOINT=a:29500") == 2 and "--nproc 2" in out
     assert sorted(p.name for p in project.iterdir()) == ["envkit.yaml"]
 
@@ -317,14 +458,40 @@ def test_slurm_host_script_trains_when_srun_runs_its_task_here(tmp_path):
     (bin_dir / "srun").write_text('#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\nexec "$@"\n')
     for fake in bin_dir.iterdir():
         fake.chmod(0o755)
-    job = make_job("cpu-ddp-cifar", "slurm", nodes=1, nproc_per_node=2, root=REPO_ROOT, data_dir=tmp_path / "data",
-                   results_dir=tmp_path / "results", options=EngineOptions(container="host"),
-                   extra_args=("--dataset", "fake", "--epochs", "1", "--image-size", "32", "--global-batch", "16",
-                               "--fake-train-size", "64", "--fake-test-size", "32", "--quiet"))
+    job = make_job(
+        "cpu-ddp-cifar",
+        "slurm",
+        nodes=1,
+        nproc_per_node=2,
+        root=REPO_ROOT,
+        data_dir=tmp_path / "data",
+        results_dir=tmp_path / "results",
+        options=EngineOptions(container="host"),
+        extra_args=(
+            "--dataset",
+            "fake",
+            "--epochs",
+            "1",
+            "--image-size",
+            "32",
+            "--global-batch",
+            "16",
+            "--fake-train-size",
+            "64",
+            "--fake-test-size",
+            "32",
+            "--quiet",
+        ),
+    )
     script = tmp_path / "job.sbatch"
     script.write_text(slurm.sbatch_script(job))
-    env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
-           "SLURM_JOB_NODELIST": "localhost", "SLURM_NNODES": "1", "SLURM_JOB_ID": "7"}
+    env = {
+        "PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "SLURM_JOB_NODELIST": "localhost",
+        "SLURM_NNODES": "1",
+        "SLURM_JOB_ID": "7",
+    }
     done = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert len(list((tmp_path / "results").glob("*.json"))) == 1  # rank 0 alone writes it

@@ -38,23 +38,37 @@ def sandbox(tmp_path):
     )
     bin_dir, root, log, env_log = tmp_path / "bin", tmp_path / "root", tmp_path / "calls", tmp_path / "env"
     bin_dir.mkdir()
-    record = f'printf "%s\\0" "$(basename "$0")" "$@" >> {shlex.quote(str(log))}; printf "\\n" >> {shlex.quote(str(log))}\n'
+    record = (
+        f'printf "%s\\0" "$(basename "$0")" "$@" >> {shlex.quote(str(log))}; printf "\\n" >> {shlex.quote(str(log))}\n'
+    )
     # ... and the --env values it was given, as the program sees them.
     record += f'for v in ${{!EVIL_*}}; do printf "%s\\0" "${{!v}}"; done > {shlex.quote(str(env_log))}\n'
     scripts = {
         "scontrol": 'printf "node1\\nnode2\\n"\n',
         # srun: record, then run the task as srun would (its own options dropped).
         "srun": record + 'while [[ $1 == --* ]]; do shift; done\nexec "$@"\n',
-        "torchrun": record, "apptainer": record, "sudo": record, "gcloud": record, "podman": record,
+        "torchrun": record,
+        "apptainer": record,
+        "sudo": record,
+        "gcloud": record,
+        "podman": record,
     }
     for name, body in scripts.items():
         _executable(bin_dir / name, "#!/bin/bash\n" + body)
     for target in ("cpu", "cuda"):
         (root / "docker" / target).mkdir(parents=True)
         _executable(root / "docker" / target / "run.sh", "#!/bin/bash\n" + record)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "SLURM_JOB_NODELIST": "node[1-2]",
-           "SLURM_NNODES": "2", "SLURM_JOB_ID": "42", "SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2",
-           "SKYPILOT_NUM_NODES": "2", "SKYPILOT_NODE_RANK": "0", "SKYPILOT_NUM_GPUS_PER_NODE": "4"}
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "SLURM_JOB_NODELIST": "node[1-2]",
+        "SLURM_NNODES": "2",
+        "SLURM_JOB_ID": "42",
+        "SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2",
+        "SKYPILOT_NUM_NODES": "2",
+        "SKYPILOT_NODE_RANK": "0",
+        "SKYPILOT_NUM_GPUS_PER_NODE": "4",
+    }
     return {"evil": evil, "markers": markers, "root": root, "log": log, "env_log": env_log, "env": env, "tmp": tmp_path}
 
 
@@ -64,7 +78,9 @@ def _executable(path: Path, text: str) -> None:
 
 
 def run_bash(sandbox, script: str) -> list[list[str]]:
-    done = subprocess.run(["bash", "-c", script], env=sandbox["env"], cwd=sandbox["tmp"], capture_output=True, text=True)
+    done = subprocess.run(
+        ["bash", "-c", script], env=sandbox["env"], cwd=sandbox["tmp"], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     assert [m for m in sandbox["markers"] if m.exists()] == [], "a hostile argument ran"
     log = sandbox["log"]
@@ -74,8 +90,16 @@ def run_bash(sandbox, script: str) -> list[list[str]]:
 def job(sandbox, name, engine, **kwargs):
     """The job with the hostile words as recipe arguments and as --env values (EVIL_0, EVIL_1, ...)."""
     env = tuple(f"EVIL_{index}={value}" for index, value in enumerate(sandbox["evil"]))
-    return make_job(name, engine, root=sandbox["root"], data_dir=sandbox["tmp"] / "data",
-                    results_dir=sandbox["tmp"] / "results", extra_args=sandbox["evil"], env=env, **kwargs)
+    return make_job(
+        name,
+        engine,
+        root=sandbox["root"],
+        data_dir=sandbox["tmp"] / "data",
+        results_dir=sandbox["tmp"] / "results",
+        extra_args=sandbox["evil"],
+        env=env,
+        **kwargs,
+    )
 
 
 def seen_env(sandbox) -> tuple[str, ...]:
@@ -106,24 +130,44 @@ def test_slurm_script_passes_hostile_arguments_as_words(sandbox, container):
         check, recorded = recorded[:2], recorded[2:]
         assert check[1] == ["podman", "run", "--rm", "--pull=never", "--network=none", "envkit-cuda:latest", "true"]
     assert seen_env(sandbox) == sandbox["evil"]
-    assert all(tuple(argv[-len(sandbox["evil"]):]) == sandbox["evil"] for argv in recorded)
+    assert all(tuple(argv[-len(sandbox["evil"]) :]) == sandbox["evil"] for argv in recorded)
     if container == "host":
-        assert recorded[1][1:12] == ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-                                     "--rdzv-endpoint", "node1:29500", "--rdzv-id", "42", str(sandbox["root"] / "recipes/cifar.py")]
+        assert recorded[1][1:12] == [
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "2",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            "node1:29500",
+            "--rdzv-id",
+            "42",
+            str(sandbox["root"] / "recipes/cifar.py"),
+        ]
 
 
 def test_hosts_commands_pass_hostile_arguments_as_words(sandbox):
-    plan = hosts.plan(job(sandbox, "cpu-ddp-cifar", "hosts", nproc_per_node=2,
-                          options=EngineOptions(hosts=("node1", "node2"))), Path("jobs"))
+    plan = hosts.plan(
+        job(sandbox, "cpu-ddp-cifar", "hosts", nproc_per_node=2, options=EngineOptions(hosts=("node1", "node2"))),
+        Path("jobs"),
+    )
     recorded = run_bash(sandbox, "\n".join(line(*argv) for _, argv in plan.elsewhere))
     assert len(recorded) == 2 and seen_env(sandbox) == sandbox["evil"]
-    assert all(argv[:2] == ["run.sh", "cifar"] and tuple(argv[-len(sandbox["evil"]) - 2:-2]) == sandbox["evil"]
-               for argv in recorded)
+    assert all(
+        argv[:2] == ["run.sh", "cifar"] and tuple(argv[-len(sandbox["evil"]) - 2 : -2]) == sandbox["evil"]
+        for argv in recorded
+    )
 
 
 def test_tpu_pod_commands_pass_hostile_arguments_as_words(sandbox):
-    tpu_job = job(sandbox, "tpu-mnist", "tpu-pod", image="registry.example:5000/envkit-tpu-vm:latest",
-                  options=EngineOptions(tpu="my-v4", zone="us-central2-b"))
+    tpu_job = job(
+        sandbox,
+        "tpu-mnist",
+        "tpu-pod",
+        image="registry.example:5000/envkit-tpu-vm:latest",
+        options=EngineOptions(tpu="my-v4", zone="us-central2-b"),
+    )
     plan = tpu_pod.plan(tpu_job, Path("jobs"))
     (gcloud,) = run_bash(sandbox, "\n".join(line(*argv) for argv in plan.commands))
     assert gcloud[-1] == tpu_pod.remote_command(tpu_job)
@@ -131,7 +175,7 @@ def test_tpu_pod_commands_pass_hostile_arguments_as_words(sandbox):
     sandbox["log"].unlink()
     pull, docker_run = run_bash(sandbox, gcloud[-1])
     assert pull[:3] == ["sudo", "docker", "pull"]
-    assert docker_run[1:3] == ["docker", "run"] and tuple(docker_run[-len(sandbox["evil"]):]) == sandbox["evil"]
+    assert docker_run[1:3] == ["docker", "run"] and tuple(docker_run[-len(sandbox["evil"]) :]) == sandbox["evil"]
     assert all(f"EVIL_{index}={value}" in docker_run for index, value in enumerate(sandbox["evil"]))
 
 
@@ -143,9 +187,20 @@ def test_skypilot_task_is_one_document_and_its_run_quotes_every_word(sandbox):
     assert documents[0].keys() == skypilot.task(make_job("gpu-ddp-cifar", "skypilot", gpus_per_node=4)).keys()
     assert tuple(documents[0]["envs"][f"EVIL_{index}"] for index in range(len(sandbox["evil"]))) == sandbox["evil"]
     (torchrun,) = run_bash(sandbox, documents[0]["run"])
-    assert torchrun[:11] == ["torchrun", "--nnodes", "2", "--nproc-per-node", "4", "--node-rank", "0",
-                             "--master-addr", "10.0.0.1", "--master-port", "29500"]
-    assert tuple(torchrun[-len(sandbox["evil"]):]) == sandbox["evil"]
+    assert torchrun[:11] == [
+        "torchrun",
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "4",
+        "--node-rank",
+        "0",
+        "--master-addr",
+        "10.0.0.1",
+        "--master-port",
+        "29500",
+    ]
+    assert tuple(torchrun[-len(sandbox["evil"]) :]) == sandbox["evil"]
 
 
 def _paths(node, prefix=()):
@@ -164,7 +219,7 @@ def test_kubernetes_manifest_gains_no_keys_or_documents(sandbox, render):
     assert len(documents) == 1 and documents[0] == hostile
     assert _paths(documents[0]) == _paths(render(make_job("gpu-ddp-cifar", engine, gpus_per_node=2)))
     commands = [c["command"] for c in _containers(documents[0])]
-    assert commands and all(tuple(command[-len(sandbox["evil"]):]) == sandbox["evil"] for command in commands)
+    assert commands and all(tuple(command[-len(sandbox["evil"]) :]) == sandbox["evil"] for command in commands)
     for container in _containers(documents[0]):
         given = {entry["name"]: entry.get("value") for entry in container["env"]}
         assert tuple(given[f"EVIL_{index}"] for index in range(len(sandbox["evil"]))) == sandbox["evil"]

@@ -27,8 +27,11 @@ def strict(schema):
     """additionalProperties: false wherever properties are listed and unknown fields are not invited."""
     if isinstance(schema, dict):
         schema = {key: strict(value) for key, value in schema.items()}
-        if "properties" in schema and "additionalProperties" not in schema \
-                and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        if (
+            "properties" in schema
+            and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
             schema["additionalProperties"] = False
         return schema
     if isinstance(schema, list):
@@ -58,12 +61,20 @@ def errors(manifest) -> list[str]:
 
 MANIFESTS = {
     "pytorchjob-gpu": lambda: kubernetes.pytorchjob(make_job("gpu-ddp-cifar", "pytorchjob", gpus_per_node=8)),
-    "pytorchjob-cpu-1-node": lambda: kubernetes.pytorchjob(make_job("cpu-ddp-cifar", "pytorchjob", nodes=1, nproc_per_node=4)),
+    "pytorchjob-cpu-1-node": lambda: kubernetes.pytorchjob(
+        make_job("cpu-ddp-cifar", "pytorchjob", nodes=1, nproc_per_node=4)
+    ),
     "pytorchjob-single": lambda: kubernetes.pytorchjob(make_job("gpu-mnist", "pytorchjob", nodes=1)),
     "jobset-gpu": lambda: kubernetes.jobset(make_job("gpu-ddp-cifar", "jobset", nodes=4, gpus_per_node=8)),
     "jobset-cpu": lambda: kubernetes.jobset(make_job("cpu-ddp-cifar", "jobset", nproc_per_node=2)),
-    "jobset-tpu": lambda: kubernetes.jobset(make_job(
-        "tpu-mnist", "jobset", nodes=4, options=EngineOptions(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"))),
+    "jobset-tpu": lambda: kubernetes.jobset(
+        make_job(
+            "tpu-mnist",
+            "jobset",
+            nodes=4,
+            options=EngineOptions(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"),
+        )
+    ),
 }
 
 
@@ -97,18 +108,28 @@ def test_manifests_carry_what_the_engines_need():
     assert pytorchjob["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
     assert pytorchjob["spec"]["nprocPerNode"] == "8"
 
-    tpu = kubernetes.jobset(make_job("tpu-mnist", "jobset", nodes=4,
-                                     options=EngineOptions(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4")))
+    tpu = kubernetes.jobset(
+        make_job(
+            "tpu-mnist",
+            "jobset",
+            nodes=4,
+            options=EngineOptions(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"),
+        )
+    )
     pod = tpu["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
-                                   "cloud.google.com/gke-tpu-topology": "4x4"}
+    assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+        "cloud.google.com/gke-tpu-topology": "4x4",
+    }
     assert pod["hostNetwork"] is True and pod["containers"][0]["securityContext"] == {"privileged": True}
     assert {"name": "PJRT_DEVICE", "value": "TPU"} in pod["containers"][0]["env"]
 
 
 def test_jobset_names_the_master_pod_and_the_rank_from_the_index():
     spec = kubernetes.jobset(make_job("cpu-ddp-cifar", "jobset", nproc_per_node=2))["spec"]
-    env = {e["name"]: e for e in spec["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]: e for e in spec["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert env["PET_MASTER_ADDR"]["value"] == "cpu-ddp-cifar-node-0-0.cpu-ddp-cifar"
     assert env["PET_NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == kubernetes.COMPLETION_INDEX
     assert spec["replicatedJobs"][0]["template"]["spec"]["completionMode"] == "Indexed"

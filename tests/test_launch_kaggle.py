@@ -18,7 +18,7 @@ import pytest
 
 from envkit.cli import main
 
-FAKE_KAGGLE = '''#!{python}
+FAKE_KAGGLE = """#!{python}
 import json, os, sys, pathlib
 state = pathlib.Path(os.environ["FAKE_KAGGLE_STATE"])
 state.mkdir(exist_ok=True)
@@ -47,7 +47,7 @@ elif command == ["kernels", "output"]:
     print("Output file downloaded to", folder)
 else:
     sys.exit("fake kaggle: unexpected " + " ".join(sys.argv[1:]))
-'''
+"""
 RESULT = Path(__file__).parent / "data" / "results" / "backends" / "mnist-tpu-xla-xmp.json"
 
 
@@ -76,8 +76,23 @@ def calls(state: Path) -> list[list[str]]:
 
 
 def launch(capsys, repo_root, tmp_path, *extra: str) -> tuple[int, str, str]:
-    argv = ["launch", "tpu-mnist", "--on", "kaggle", "--config", str(repo_root / "envkit.yaml"), "--kaggle-user", "student",
-            "--output", str(tmp_path / "jobs"), "--results-dir", str(tmp_path / "results"), "--poll", "1", *extra]
+    argv = [
+        "launch",
+        "tpu-mnist",
+        "--on",
+        "kaggle",
+        "--config",
+        str(repo_root / "envkit.yaml"),
+        "--kaggle-user",
+        "student",
+        "--output",
+        str(tmp_path / "jobs"),
+        "--results-dir",
+        str(tmp_path / "results"),
+        "--poll",
+        "1",
+        *extra,
+    ]
     code = main(argv)
     out, err = capsys.readouterr()
     return code, out, err
@@ -85,20 +100,41 @@ def launch(capsys, repo_root, tmp_path, *extra: str) -> tuple[int, str, str]:
 
 def test_dry_run_prints_the_metadata_and_the_kaggle_commands(capsys, repo_root, kaggle, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code = main(["launch", "tpu-mnist", "--on", "kaggle", "--config", str(repo_root / "envkit.yaml"),
-                 "--kaggle-user", "student", "--dry-run"])
+    code = main(
+        [
+            "launch",
+            "tpu-mnist",
+            "--on",
+            "kaggle",
+            "--config",
+            str(repo_root / "envkit.yaml"),
+            "--kaggle-user",
+            "student",
+            "--dry-run",
+        ]
+    )
     out, err = capsys.readouterr()
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert lines[0] == "# --- file jobs/envkit-tpu-mnist/kernel-metadata.json"
-    metadata = json.loads("\n".join(lines[1:lines.index("# --- submit") - 1]))
+    metadata = json.loads("\n".join(lines[1 : lines.index("# --- submit") - 1]))
     assert metadata == {
-        "id": "student/envkit-tpu-mnist", "title": "envkit tpu mnist", "code_file": "tpu-mnist.ipynb",
-        "language": "python", "kernel_type": "notebook", "is_private": "true", "enable_gpu": "false", "enable_tpu": "true",
-        "enable_internet": "true", "machine_shape": "TpuV5E8", "dataset_sources": [], "competition_sources": [],
-        "kernel_sources": [], "model_sources": [],
+        "id": "student/envkit-tpu-mnist",
+        "title": "envkit tpu mnist",
+        "code_file": "tpu-mnist.ipynb",
+        "language": "python",
+        "kernel_type": "notebook",
+        "is_private": "true",
+        "enable_gpu": "false",
+        "enable_tpu": "true",
+        "enable_internet": "true",
+        "machine_shape": "TpuV5E8",
+        "dataset_sources": [],
+        "competition_sources": [],
+        "kernel_sources": [],
+        "model_sources": [],
     }
-    assert lines[lines.index("# --- submit") + 1:] == [
+    assert lines[lines.index("# --- submit") + 1 :] == [
         "kaggle kernels push -p jobs/envkit-tpu-mnist",
         "# then every 60 s until it completes: kaggle kernels status student/envkit-tpu-mnist",
         "kaggle kernels output student/envkit-tpu-mnist -p results/kaggle/envkit-tpu-mnist --file-pattern '.*\\.json$' -o",
@@ -115,11 +151,21 @@ def test_push_waits_and_fetches_the_results(capsys, repo_root, kaggle, tmp_path)
         ["kernels", "push", "-p", str(folder)],
         ["kernels", "status", "student/envkit-tpu-mnist"],
         ["kernels", "status", "student/envkit-tpu-mnist"],
-        ["kernels", "output", "student/envkit-tpu-mnist", "-p", str(tmp_path / "results" / "kaggle" / "envkit-tpu-mnist"),
-         "--file-pattern", ".*\\.json$", "-o"],
+        [
+            "kernels",
+            "output",
+            "student/envkit-tpu-mnist",
+            "-p",
+            str(tmp_path / "results" / "kaggle" / "envkit-tpu-mnist"),
+            "--file-pattern",
+            ".*\\.json$",
+            "-o",
+        ],
     ]
     # the notebook pushed is the committed one, beside metadata that asks for its accelerator
-    assert (folder / "tpu-mnist.ipynb").read_text() == (repo_root / "notebooks" / "kaggle-tpu" / "tpu-mnist.ipynb").read_text()
+    assert (folder / "tpu-mnist.ipynb").read_text() == (
+        repo_root / "notebooks" / "kaggle-tpu" / "tpu-mnist.ipynb"
+    ).read_text()
     assert json.loads((folder / "kernel-metadata.json").read_text())["machine_shape"] == "TpuV5E8"
     fetched = tmp_path / "results" / "kaggle" / "envkit-tpu-mnist" / "results"
     assert "envkit: 1 results file(s) from student/envkit-tpu-mnist in " in err and f"envkit report {fetched}" in err
@@ -129,14 +175,18 @@ def test_push_waits_and_fetches_the_results(capsys, repo_root, kaggle, tmp_path)
 def test_a_failed_run_is_one_line_exit_1(capsys, repo_root, kaggle, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_KAGGLE_MODE", "error")
     code, _, err = launch(capsys, repo_root, tmp_path)
-    assert code == 1 and err.splitlines()[-1].startswith("envkit: error: student/envkit-tpu-mnist ended with status ERROR")
+    assert code == 1 and err.splitlines()[-1].startswith(
+        "envkit: error: student/envkit-tpu-mnist ended with status ERROR"
+    )
 
 
 def test_missing_cli_is_one_line_exit_2_and_writes_nothing(capsys, repo_root, kaggle, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     code, out, err = launch(capsys, repo_root, tmp_path)
-    assert (code, out) == (2, "") and err == ("envkit: error: the kaggle CLI is not on PATH: pip install kaggle (then "
-                                              "kaggle auth login), or push --dry-run's files yourself\n")
+    assert (code, out) == (2, "") and err == (
+        "envkit: error: the kaggle CLI is not on PATH: pip install kaggle (then "
+        "kaggle auth login), or push --dry-run's files yourself\n"
+    )
     assert not (tmp_path / "jobs").exists()
 
 
@@ -155,19 +205,31 @@ def test_no_login_is_one_line_exit_2_and_nothing_is_pushed(capsys, repo_root, ka
 def test_credentials_kaggle_refuses_are_one_line_exit_2(capsys, repo_root, kaggle, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_KAGGLE_MODE", "refused")
     code, _, err = launch(capsys, repo_root, tmp_path)
-    assert code == 2 and err.splitlines()[-1] == ("envkit: error: the kaggle CLI is not authenticated (Kaggle refused its "
-                                                  "credentials): run `kaggle auth login`")
+    assert code == 2 and err.splitlines()[-1] == (
+        "envkit: error: the kaggle CLI is not authenticated (Kaggle refused its credentials): run `kaggle auth login`"
+    )
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["tpu-mnist", "--kaggle-user", "student", "--target", "colab-tpu"], "target colab-tpu is not a Kaggle notebook target"),
-    (["gpu-mnist", "--kaggle-user", "student"], "has no Kaggle notebook target for gpu-mnist (cuda)"),
-    (["tpu-mnist"], "name the Kaggle account the notebook goes to: --kaggle-user NAME (or KAGGLE_USERNAME)"),
-    (["tpu-mnist", "--kaggle-user", "student", "--nodes", "2"], "--on kaggle runs the experiment's notebook as rendered"),
-    (["tpu-mnist", "--kaggle-user", "student", "--name", "Bad Name"], "a Kaggle notebook slug is"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["tpu-mnist", "--kaggle-user", "student", "--target", "colab-tpu"],
+            "target colab-tpu is not a Kaggle notebook target",
+        ),
+        (["gpu-mnist", "--kaggle-user", "student"], "has no Kaggle notebook target for gpu-mnist (cuda)"),
+        (["tpu-mnist"], "name the Kaggle account the notebook goes to: --kaggle-user NAME (or KAGGLE_USERNAME)"),
+        (
+            ["tpu-mnist", "--kaggle-user", "student", "--nodes", "2"],
+            "--on kaggle runs the experiment's notebook as rendered",
+        ),
+        (["tpu-mnist", "--kaggle-user", "student", "--name", "Bad Name"], "a Kaggle notebook slug is"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(capsys, repo_root, kaggle, argv, message):
-    code = main(["launch", *argv[:1], "--on", "kaggle", *argv[1:], "--config", str(repo_root / "envkit.yaml"), "--dry-run"])
+    code = main(
+        ["launch", *argv[:1], "--on", "kaggle", *argv[1:], "--config", str(repo_root / "envkit.yaml"), "--dry-run"]
+    )
     out, err = capsys.readouterr()
     assert (code, out) == (2, "") and err.count("\n") == 1 and message in err, err
 
@@ -176,13 +238,39 @@ def test_the_whole_launch_needs_no_network(repo_root, kaggle, tmp_path):
     if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
         pytest.skip("'unshare -n' cannot make an empty network namespace here (needs root or user namespaces)")
     done = subprocess.run(
-        ["unshare", "-n", sys.executable, "-m", "envkit", "launch", "tpu-mnist", "--on", "kaggle", "--kaggle-user", "student",
-         "--config", str(repo_root / "envkit.yaml"), "--output", str(tmp_path / "jobs"),
-         "--results-dir", str(tmp_path / "results"), "--poll", "1"],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(repo_root)})
+        [
+            "unshare",
+            "-n",
+            sys.executable,
+            "-m",
+            "envkit",
+            "launch",
+            "tpu-mnist",
+            "--on",
+            "kaggle",
+            "--kaggle-user",
+            "student",
+            "--config",
+            str(repo_root / "envkit.yaml"),
+            "--output",
+            str(tmp_path / "jobs"),
+            "--results-dir",
+            str(tmp_path / "results"),
+            "--poll",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(repo_root)},
+    )
     assert done.returncode == 0, done.stderr
-    assert [call[:2] for call in calls(kaggle)] == [["kernels", "push"], ["kernels", "status"], ["kernels", "status"],
-                                                    ["kernels", "output"]]
+    assert [call[:2] for call in calls(kaggle)] == [
+        ["kernels", "push"],
+        ["kernels", "status"],
+        ["kernels", "status"],
+        ["kernels", "output"],
+    ]
 
 
 def test_the_account_comes_from_kaggle_json_where_no_user_is_named(capsys, repo_root, kaggle, tmp_path):

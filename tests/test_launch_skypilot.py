@@ -38,13 +38,17 @@ print(json.dumps(out))
 def sky_python():
     python = os.environ.get("ENVKIT_SKY_PYTHON")
     if not python:
-        environment_missing("ENVKIT_SKY_PYTHON is not set: no interpreter with SkyPilot to check the task YAML with "
-                            "(make sky-env)", "ENVKIT_REQUIRE_SKY")
+        environment_missing(
+            "ENVKIT_SKY_PYTHON is not set: no interpreter with SkyPilot to check the task YAML with (make sky-env)",
+            "ENVKIT_REQUIRE_SKY",
+        )
     probe = subprocess.run(["unshare", "--net", python, "-c", "import sky"], capture_output=True, text=True)
     if probe.returncode != 0:
         # Named on purpose (CI: make sky-env), so a SkyPilot that cannot run is a failure, not a skip.
-        pytest.fail(f"ENVKIT_SKY_PYTHON={python} cannot run SkyPilot in an empty network namespace: "
-                    f"{probe.stderr.strip().splitlines()[-1:]}")
+        pytest.fail(
+            f"ENVKIT_SKY_PYTHON={python} cannot run SkyPilot in an empty network namespace: "
+            f"{probe.stderr.strip().splitlines()[-1:]}"
+        )
     return python
 
 
@@ -53,7 +57,9 @@ def test_sky_accepts_the_tasks_and_rejects_a_broken_one(sky_python, tmp_path):
     tasks = {
         "gpu": skypilot.task(make_job("gpu-ddp-cifar", "skypilot", gpus_per_node=8)),
         "cpu": skypilot.task(make_job("cpu-ddp-cifar", "skypilot", nproc_per_node=4, env=("GLOO_SOCKET_IFNAME=eth0",))),
-        "tpu": skypilot.task(make_job("tpu-mnist", "skypilot", nodes=4, options=EngineOptions(accelerators="tpu-v5e-16"))),
+        "tpu": skypilot.task(
+            make_job("tpu-mnist", "skypilot", nodes=4, options=EngineOptions(accelerators="tpu-v5e-16"))
+        ),
     }
     tasks["broken"] = {**tasks["cpu"], "num_nodes": "two"}
     paths = []
@@ -61,7 +67,9 @@ def test_sky_accepts_the_tasks_and_rejects_a_broken_one(sky_python, tmp_path):
         path = tmp_path / f"{name}.yaml"
         path.write_text(kubernetes.dump(task))
         paths.append(str(path))
-    done = subprocess.run(["unshare", "--net", sky_python, "-c", CHECK, *paths], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        ["unshare", "--net", sky_python, "-c", CHECK, *paths], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     # SkyPilot logs to stdout too: the answer is the last line.
     answer = json.loads(done.stdout.strip().splitlines()[-1])

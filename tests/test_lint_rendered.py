@@ -40,7 +40,14 @@ def dry_run(repo_root: Path, target: str, *args: str, directory: Path = GOLDEN, 
 
 
 OWNER = f"{os.getuid()}:{os.getgid()}"
-TAIL = ["python", "/opt/envkit/recipes/mnist.py", "--data-dir", "/workspace/data", "--results-dir", "/workspace/results"]
+TAIL = [
+    "python",
+    "/opt/envkit/recipes/mnist.py",
+    "--data-dir",
+    "/workspace/data",
+    "--results-dir",
+    "/workspace/results",
+]
 
 
 def mounts(results: str = "/tmp/results") -> list[str]:
@@ -102,10 +109,10 @@ def test_the_readme_hand_run_trains_on_the_images_device(repo_root):
     for target in TARGETS:
         words = shlex.split(dry_run(repo_root, target, "cifar", "--parallel", "dp", directory=None, GPUS="1,2").stdout)
         cifar = words.index("/opt/envkit/recipes/cifar.py")
-        assert words[cifar + 5:] == [*kinds[target]["device_flag"], "--parallel", "dp"], target
+        assert words[cifar + 5 :] == [*kinds[target]["device_flag"], "--parallel", "dp"], target
     for given in (["--device", "cpu"], ["--device=cpu"]):  # told otherwise: the user's device, once
         words = shlex.split(dry_run(repo_root, "cuda", "mnist", *given, directory=None).stdout)
-        assert words[words.index("/opt/envkit/recipes/mnist.py") + 5:] == given
+        assert words[words.index("/opt/envkit/recipes/mnist.py") + 5 :] == given
     probe = shlex.split(dry_run(repo_root, "cuda", "probe", directory=None).stdout)
     assert probe[-5:] == ["/opt/envkit/recipes/probe.py", *TAIL[2:]], "a recipe no experiment runs gets no device flag"
 
@@ -160,8 +167,14 @@ def test_cuda_ulimits_are_defaults_a_user_may_replace(repo_root):
     assert "--ulimit" not in dry_run(repo_root, "cpu", "mnist", directory=None).stdout
 
 
-MULTINODE = {"NNODES": "2", "NODE_RANK": "1", "RDZV_ENDPOINT": "node0:29500", "RDZV_ID": "job7",
-             "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth1"}
+MULTINODE = {
+    "NNODES": "2",
+    "NODE_RANK": "1",
+    "RDZV_ENDPOINT": "node0:29500",
+    "RDZV_ID": "job7",
+    "NCCL_SOCKET_IFNAME": "eth0",
+    "GLOO_SOCKET_IFNAME": "eth1",
+}
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -187,11 +200,20 @@ def test_bad_nnodes_is_one_line(repo_root, nnodes):
 
 def test_run_sh_passes_the_image_id_it_finds(repo_root, tmp_path):
     fake = tmp_path / "fake-docker"
-    fake.write_text('#!/bin/sh\nif [ "$1" = image ]; then echo sha256:abc; exit 0; fi\n'
-                    'printf "%s\\n" "$ENVKIT_IMAGE_ID" > "$0.id"\n')
+    fake.write_text(
+        '#!/bin/sh\nif [ "$1" = image ]; then echo sha256:abc; exit 0; fi\n'
+        'printf "%s\\n" "$ENVKIT_IMAGE_ID" > "$0.id"\n'
+    )
     fake.chmod(0o755)
-    env = {"PATH": os.environ["PATH"], "DOCKER": str(fake), "DATA_DIR": str(tmp_path / "d"), "RESULTS_DIR": str(tmp_path / "r")}
-    result = subprocess.run([str(repo_root / "docker" / "cpu" / "run.sh"), "mnist"], env=env, capture_output=True, text=True)
+    env = {
+        "PATH": os.environ["PATH"],
+        "DOCKER": str(fake),
+        "DATA_DIR": str(tmp_path / "d"),
+        "RESULTS_DIR": str(tmp_path / "r"),
+    }
+    result = subprocess.run(
+        [str(repo_root / "docker" / "cpu" / "run.sh"), "mnist"], env=env, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "fake-docker.id").read_text() == "sha256:abc\n"
 
@@ -199,25 +221,38 @@ def test_run_sh_passes_the_image_id_it_finds(repo_root, tmp_path):
 DIGEST = "sha256:" + "d1" * 32
 
 
-@pytest.mark.parametrize("image, buildah_digest, caller, expected", [
-    ("envkit-cpu:latest", DIGEST, None, DIGEST),  # buildah built it: its storage has the engine's image ID
-    ("envkit-cpu:latest", None, None, ""),  # the Docker engine built it: no manifest digest to name
-    (f"reg:5000/envkit-cpu@{DIGEST}", None, None, DIGEST),  # a reference by digest names it
-    ("envkit-cpu:latest", DIGEST, "sha256:" + "ca" * 32, "sha256:" + "ca" * 32),  # the caller's (a registry's) wins
-])
+@pytest.mark.parametrize(
+    "image, buildah_digest, caller, expected",
+    [
+        ("envkit-cpu:latest", DIGEST, None, DIGEST),  # buildah built it: its storage has the engine's image ID
+        ("envkit-cpu:latest", None, None, ""),  # the Docker engine built it: no manifest digest to name
+        (f"reg:5000/envkit-cpu@{DIGEST}", None, None, DIGEST),  # a reference by digest names it
+        ("envkit-cpu:latest", DIGEST, "sha256:" + "ca" * 32, "sha256:" + "ca" * 32),  # the caller's (a registry's) wins
+    ],
+)
 def test_run_sh_passes_the_image_digest_it_finds(repo_root, tmp_path, image, buildah_digest, caller, expected):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "fake-docker"
-    fake.write_text('#!/bin/sh\nif [ "$1" = image ]; then echo sha256:abc; exit 0; fi\n'
-                    'printf "%s\\n" "$ENVKIT_IMAGE_DIGEST" > "$0.digest"\n')
+    fake.write_text(
+        '#!/bin/sh\nif [ "$1" = image ]; then echo sha256:abc; exit 0; fi\n'
+        'printf "%s\\n" "$ENVKIT_IMAGE_DIGEST" > "$0.digest"\n'
+    )
     fake.chmod(0o755)
     if buildah_digest:  # answers only for the image ID the engine gave
         (bin_dir / "buildah").write_text(f'#!/bin/sh\n[ "$6" = sha256:abc ] && echo {buildah_digest}\n')
         (bin_dir / "buildah").chmod(0o755)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DOCKER": str(fake), "IMAGE": image,
-           "DATA_DIR": str(tmp_path / "d"), "RESULTS_DIR": str(tmp_path / "r"), **({"ENVKIT_IMAGE_DIGEST": caller} if caller else {})}
-    result = subprocess.run([str(repo_root / "docker" / "cpu" / "run.sh"), "mnist"], env=env, capture_output=True, text=True)
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "DOCKER": str(fake),
+        "IMAGE": image,
+        "DATA_DIR": str(tmp_path / "d"),
+        "RESULTS_DIR": str(tmp_path / "r"),
+        **({"ENVKIT_IMAGE_DIGEST": caller} if caller else {}),
+    }
+    result = subprocess.run(
+        [str(repo_root / "docker" / "cpu" / "run.sh"), "mnist"], env=env, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     assert (bin_dir / "fake-docker.digest").read_text() == f"{expected}\n"
 
@@ -226,7 +261,12 @@ def test_run_sh_runs_the_docker_client_it_is_given(repo_root, tmp_path):
     fake = tmp_path / "fake-docker"
     fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$0.args"\n')
     fake.chmod(0o755)
-    env = {"PATH": os.environ["PATH"], "DOCKER": str(fake), "DATA_DIR": str(tmp_path / "d"), "RESULTS_DIR": str(tmp_path / "r")}
+    env = {
+        "PATH": os.environ["PATH"],
+        "DOCKER": str(fake),
+        "DATA_DIR": str(tmp_path / "d"),
+        "RESULTS_DIR": str(tmp_path / "r"),
+    }
     script = repo_root / "docker" / "cpu" / "run.sh"
     result = subprocess.run([str(script), "mnist", "--run-name", "a b"], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

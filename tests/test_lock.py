@@ -58,9 +58,24 @@ def indexes(tmp_path, monkeypatch):
 
 def write_project(root: Path, pypi_url: str, **changes) -> Path:
     targets = {
-        "cpu": {"kind": "cpu", "torch": "2.9.0", "python": "3.11", "base_image": f"{NO_REGISTRY}/python:3.11-slim-bookworm"},
-        "cuda": {"kind": "cuda", "torch": "2.9.0", "cuda": "12.6", "base_image": f"{NO_REGISTRY}/nvidia/cuda:12.6.3-base-ubuntu24.04"},
-        "tpu-vm": {"kind": "tpu-vm", "torch": "2.9.0", "python": "3.11", "base_image": f"{NO_REGISTRY}/python:3.11-slim-bookworm"},
+        "cpu": {
+            "kind": "cpu",
+            "torch": "2.9.0",
+            "python": "3.11",
+            "base_image": f"{NO_REGISTRY}/python:3.11-slim-bookworm",
+        },
+        "cuda": {
+            "kind": "cuda",
+            "torch": "2.9.0",
+            "cuda": "12.6",
+            "base_image": f"{NO_REGISTRY}/nvidia/cuda:12.6.3-base-ubuntu24.04",
+        },
+        "tpu-vm": {
+            "kind": "tpu-vm",
+            "torch": "2.9.0",
+            "python": "3.11",
+            "base_image": f"{NO_REGISTRY}/python:3.11-slim-bookworm",
+        },
     }
     for name, target in targets.items():
         target["pip_index_url"] = pypi_url
@@ -101,7 +116,9 @@ def test_lock_text_is_golden(locked, indexes, name, update_golden):
     # Checked apart from the golden file, which the code's own output wrote: every hash is the
     # sha256 of a wheel the index served, computed here from the file, and the header's
     # packages-sha256 is that of the lines below the header.
-    served = {hashlib.sha256(wheel.read_bytes()).hexdigest() for index in indexes for wheel in index.root.rglob("*.whl")}
+    served = {
+        hashlib.sha256(wheel.read_bytes()).hexdigest() for index in indexes for wheel in index.root.rglob("*.whl")
+    }
     hashes = re.findall(r"--hash=sha256:([0-9a-f]{64})", text)
     assert hashes and set(hashes) <= served
     body = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
@@ -120,7 +137,13 @@ def test_lock_text_is_golden(locked, indexes, name, update_golden):
 def test_torch_comes_from_pytorch_index_and_everything_else_from_the_default(locked, indexes):
     pypi, pytorch = indexes
     cpu = read_lock(locked.parent / "docker" / "cpu" / "requirements.lock")
-    assert cpu.packages == {"filelock": "3.0", "pillow": "12.0.0", "torch": "2.9.0+cpu", "torchvision": "0.24.0+cpu", "tqdm": "4.67.1"}
+    assert cpu.packages == {
+        "filelock": "3.0",
+        "pillow": "12.0.0",
+        "torch": "2.9.0+cpu",
+        "torchvision": "0.24.0+cpu",
+        "tqdm": "4.67.1",
+    }
     text = lock_text(locked, "cpu")
     for index, name in ((pytorch, "torch"), (pytorch, "torchvision"), (pypi, "filelock"), (pypi, "pillow")):
         wheel = next((index.root / name).glob("*.whl"))
@@ -144,7 +167,9 @@ def change_a_pin(config: Path, pypi_url: str) -> None:
 
 def add_unhashed_and_cuda_packages_to_cpu(config: Path, pypi_url: str) -> None:
     cpu = config.parent / "docker" / "cpu" / "requirements.lock"
-    cpu.write_text(cpu.read_text() + "nvidia-cublas-cu12==12.8.4.1\ntriton==3.5.0 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+    cpu.write_text(
+        cpu.read_text() + "nvidia-cublas-cu12==12.8.4.1\ntriton==3.5.0 \\\n    --hash=sha256:" + "0" * 64 + "\n"
+    )
 
 
 def pin_an_older_version_by_hand(config: Path, pypi_url: str) -> None:
@@ -178,11 +203,15 @@ def test_check_says_each_target_is_fresh_or_why_it_is_stale(locked, indexes, cap
     code, out, err = envkit(capsys, "lock", "--check", "--config", str(locked))
     assert (code, err) == (0, "")
     assert [line.split(" (sha256 ")[0] for line in out.splitlines()] == [
-        f"{name}: fresh: docker/{name}/requirements.lock" for name in ("cpu", "cuda", "tpu-vm")]
+        f"{name}: fresh: docker/{name}/requirements.lock" for name in ("cpu", "cuda", "tpu-vm")
+    ]
     edit(locked, indexes[0].url)
     code, out, err = envkit(capsys, "lock", "--check", "--config", str(locked))
     target = stale.split(":")[0]
-    assert (code, err) == (1, f"envkit: error: locks are stale ({target}): run `envkit lock --target {target}` and commit\n")
+    assert (code, err) == (
+        1,
+        f"envkit: error: locks are stale ({target}): run `envkit lock --target {target}` and commit\n",
+    )
     assert stale in out.splitlines()
     assert len(out.splitlines()) == 3, "the other targets are still said to be fresh"
 
@@ -210,7 +239,16 @@ def test_relock_keeps_versions_until_upgrade_package(locked, indexes, capsys):
     assert code == 0, err
     assert read_lock(locked.parent / "docker" / "cpu" / "requirements.lock").packages["filelock"] == "3.0"
     code, out, err = envkit(
-        capsys, "lock", "--target", "cpu", "--config", str(locked), "--torch-index-url", pytorch.url, "--upgrade-package", "filelock"
+        capsys,
+        "lock",
+        "--target",
+        "cpu",
+        "--config",
+        str(locked),
+        "--torch-index-url",
+        pytorch.url,
+        "--upgrade-package",
+        "filelock",
     )
     assert (code, out) == (0, "wrote docker/cpu/requirements.lock (5 packages)\n"), err
     packages = read_lock(locked.parent / "docker" / "cpu" / "requirements.lock").packages
@@ -234,13 +272,17 @@ def test_unreachable_default_index_is_one_line_and_writes_nothing(tmp_path, caps
     code, out, err = envkit(capsys, "lock", "--target", "tpu-vm", "--config", str(config))
     assert (code, out) == (2, "")
     [line] = err.splitlines()
-    assert line.startswith("envkit: error: target tpu-vm: the package index http://127.0.0.1:9/simple/ cannot be reached (")
+    assert line.startswith(
+        "envkit: error: target tpu-vm: the package index http://127.0.0.1:9/simple/ cannot be reached ("
+    )
     assert not (tmp_path / "docker" / "tpu-vm").exists()
 
 
 def test_unreachable_pytorch_index_says_the_target_cannot_be_locked_here(tmp_path, indexes, capsys):
     config = write_project(tmp_path, indexes[0].url)
-    code, out, err = envkit(capsys, "lock", "--target", "cpu", "--config", str(config), "--torch-index-url", "http://127.0.0.1:9/whl/cpu")
+    code, out, err = envkit(
+        capsys, "lock", "--target", "cpu", "--config", str(config), "--torch-index-url", "http://127.0.0.1:9/whl/cpu"
+    )
     assert (code, out) == (2, "")
     [line] = err.splitlines()
     assert line.startswith(
@@ -252,12 +294,16 @@ def test_unreachable_pytorch_index_says_the_target_cannot_be_locked_here(tmp_pat
 
 def test_a_cuda_variant_of_an_unreachable_pytorch_index_names_the_one_the_default_index_has(tmp_path, indexes, capsys):
     config = write_project(tmp_path, indexes[0].url)
-    code, out, err = envkit(capsys, "lock", "--target", "cuda", "--config", str(config), "--torch-index-url", "http://127.0.0.1:9/whl/cu126")
+    code, out, err = envkit(
+        capsys, "lock", "--target", "cuda", "--config", str(config), "--torch-index-url", "http://127.0.0.1:9/whl/cu126"
+    )
     assert (code, out) == (2, "")
     [line] = err.splitlines()
-    assert line.startswith("envkit: error: target cuda cannot be locked here: PyTorch's cu126 index http://127.0.0.1:9/whl/cu126 cannot be reached (")
+    assert line.startswith(
+        "envkit: error: target cuda cannot be locked here: PyTorch's cu126 index http://127.0.0.1:9/whl/cu126 cannot be reached ("
+    )
     assert line.endswith(
-        "; the default index's torch 2.9.0 is the CUDA 12.8 build, which locks from that index alone (cuda: \"12.8\")"
+        '; the default index\'s torch 2.9.0 is the CUDA 12.8 build, which locks from that index alone (cuda: "12.8")'
     )
     assert not (tmp_path / "docker").exists()
 
@@ -269,7 +315,9 @@ def test_a_configured_digest_that_cannot_be_verified_is_recorded_with_a_warning(
     assert code == 0
     assert f"# base-image: {base}\n" in lock_text(config, "tpu-vm")
     [warning] = err.splitlines()
-    assert warning.startswith(f"envkit: warning: target tpu-vm: digest of {NO_REGISTRY}/python:3.11-slim-bookworm not verified: ")
+    assert warning.startswith(
+        f"envkit: warning: target tpu-vm: digest of {NO_REGISTRY}/python:3.11-slim-bookworm not verified: "
+    )
 
 
 def test_unresolvable_requirements_are_one_line(tmp_path, indexes, capsys):
@@ -301,20 +349,37 @@ def test_the_repo_locks_pass_check_and_name_the_unlocked_targets(repo_root):
     )
     assert (done.returncode, done.stderr) == (0, "")
     # cpu only: its torch exists only on PyTorch's CPU index. cuda is the default index's own build.
-    assert [line.split(":")[:2] for line in done.stdout.splitlines()] == [["cpu", " unlocked"], ["cuda", " fresh"],
-                                                                         ["tpu-vm", " fresh"], ["colab-tpu", " fresh"],
-                                                                         ["colab-t4", " fresh"], ["kaggle-tpu", " fresh"]]
+    assert [line.split(":")[:2] for line in done.stdout.splitlines()] == [
+        ["cpu", " unlocked"],
+        ["cuda", " fresh"],
+        ["tpu-vm", " fresh"],
+        ["colab-tpu", " fresh"],
+        ["colab-t4", " fresh"],
+        ["kaggle-tpu", " fresh"],
+    ]
 
 
 def test_the_host_environments_locks_pass_check(repo_root):
     inputs = sorted(str(path.relative_to(repo_root)) for path in (repo_root / "requirements").glob("*.in"))
-    assert inputs == ["requirements/bench.in", "requirements/dev.in", "requirements/sky.in", "requirements/tpu.in", "requirements/xla.in"]
-    done = subprocess.run([sys.executable, "-m", "envkit", "lock", "--check", "--requirements", *inputs],
-                          cwd=repo_root, capture_output=True, text=True, check=False)
+    assert inputs == [
+        "requirements/bench.in",
+        "requirements/dev.in",
+        "requirements/sky.in",
+        "requirements/tpu.in",
+        "requirements/xla.in",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "envkit", "lock", "--check", "--requirements", *inputs],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert (done.returncode, done.stderr) == (0, "")
     # tpu only is unlocked: TorchTPU needs PyTorch's CPU build of torch, which only PyTorch's CPU index serves.
     assert [line.split(": ")[:2] for line in done.stdout.splitlines()] == [
-        [name, "unlocked" if name == "requirements/tpu.in" else "fresh"] for name in inputs]
+        [name, "unlocked" if name == "requirements/tpu.in" else "fresh"] for name in inputs
+    ]
 
 
 def test_a_requirements_input_that_names_a_pytorch_build_takes_it_from_pytorchs_index(tmp_path):
@@ -322,16 +387,26 @@ def test_a_requirements_input_that_names_a_pytorch_build_takes_it_from_pytorchs_
 
     (tmp_path / "env.in").write_text("# comment\ntorch==2.13.0+cpu  # the CPU build\ntqdm>=4.60\n")
     inputs = requirements_inputs(tmp_path / "env.in")
-    assert (inputs.requirements, inputs.torch_variant, inputs.python) == (("torch==2.13.0+cpu", "tqdm>=4.60"), "cpu", "3.11")
+    assert (inputs.requirements, inputs.torch_variant, inputs.python) == (
+        ("torch==2.13.0+cpu", "tqdm>=4.60"),
+        "cpu",
+        "3.11",
+    )
     assert inputs.torch_index == "https://download.pytorch.org/whl/cpu" and inputs.platform == "x86_64-manylinux_2_36"
     (tmp_path / "plain.in").write_text("torch==2.13.0\n")
     assert requirements_inputs(tmp_path / "plain.in").torch_index is None
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ("--extra-index-url https://mirror.example.com/simple\ntqdm\n", "env.in:1: --extra-index-url: only requirements belong here"),
-    ("# nothing\n", "env.in: no requirements in it"),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            "--extra-index-url https://mirror.example.com/simple\ntqdm\n",
+            "env.in:1: --extra-index-url: only requirements belong here",
+        ),
+        ("# nothing\n", "env.in: no requirements in it"),
+    ],
+)
 def test_a_requirements_input_holds_requirements_only(tmp_path, capsys, text, problem):
     (tmp_path / "env.in").write_text(text)
     code, out, err = envkit(capsys, "lock", "--requirements", str(tmp_path / "env.in"))
@@ -345,10 +420,17 @@ def test_the_committed_host_locks_are_what_envkit_lock_resolves(tmp_path, repo_r
     """Against the real default index (skips when unreachable, fails under ENVKIT_REQUIRE_INDEX=1)."""
     for suffix in (".in", ".lock"):
         shutil.copy(repo_root / "requirements" / f"{name}{suffix}", tmp_path / f"{name}{suffix}")
-    done = subprocess.run([sys.executable, "-m", "envkit", "lock", "--requirements", f"{name}.in"], cwd=tmp_path,
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(repo_root)})
+    done = subprocess.run(
+        [sys.executable, "-m", "envkit", "lock", "--requirements", f"{name}.in"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(repo_root)},
+    )
     if "cannot be reached" in done.stderr:
-        environment_missing(f"the default package index is unreachable: {done.stderr.strip().splitlines()[-1]}", "ENVKIT_REQUIRE_INDEX")
+        environment_missing(
+            f"the default package index is unreachable: {done.stderr.strip().splitlines()[-1]}", "ENVKIT_REQUIRE_INDEX"
+        )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"unchanged {name}.lock (")
 
@@ -363,10 +445,16 @@ def test_the_committed_locks_are_what_envkit_lock_resolves(tmp_path, repo_root, 
     # No engine: the base digest would be asked of Docker Hub, which tests must never reach.
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
     done = subprocess.run(
-        [sys.executable, "-m", "envkit", "lock", "--target", target], cwd=tmp_path, capture_output=True, text=True, env=env
+        [sys.executable, "-m", "envkit", "lock", "--target", target],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
     )
     if "cannot be reached" in done.stderr:
-        environment_missing(f"the default package index is unreachable: {done.stderr.strip().splitlines()[-1]}", "ENVKIT_REQUIRE_INDEX")
+        environment_missing(
+            f"the default package index is unreachable: {done.stderr.strip().splitlines()[-1]}", "ENVKIT_REQUIRE_INDEX"
+        )
     lock = (repo_root / "docker" / target / "requirements.lock").read_text()
     packages = len(re.findall(r"^[A-Za-z0-9]", lock, flags=re.MULTILINE))  # one requirement line each
     assert done.returncode == 0, done.stderr
@@ -376,7 +464,9 @@ def test_the_committed_locks_are_what_envkit_lock_resolves(tmp_path, repo_root, 
 def test_base_image_may_carry_a_digest_and_apt_a_snapshot(tmp_path):
     digest = "sha256:" + "a" * 64
     config = write_project(
-        tmp_path, "http://127.0.0.1:9/simple/", cpu={"base_image": f"python:3.11-slim-bookworm@{digest}", "apt_snapshot": "20251120T000000Z"}
+        tmp_path,
+        "http://127.0.0.1:9/simple/",
+        cpu={"base_image": f"python:3.11-slim-bookworm@{digest}", "apt_snapshot": "20251120T000000Z"},
     )
     target = load_config(config).target("cpu")
     assert (target.base_image, target.apt_snapshot) == (f"python:3.11-slim-bookworm@{digest}", "20251120T000000Z")

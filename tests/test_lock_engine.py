@@ -82,7 +82,9 @@ def build(client, base: str, context: dict[str, bytes], install: str) -> str:
     buffer.seek(0)
     log = []
     try:
-        image, stream = client.images.build(fileobj=buffer, custom_context=True, network_mode="host", rm=True, forcerm=True)
+        image, stream = client.images.build(
+            fileobj=buffer, custom_context=True, network_mode="host", rm=True, forcerm=True
+        )
         log = [chunk.get("stream", "") for chunk in stream]
         client.images.remove(image.id)
     except docker.errors.BuildError as exc:
@@ -99,7 +101,9 @@ def test_an_image_installs_exactly_the_lock_and_an_edited_hash_fails_naming_the_
     assert envkit(capsys, "lock", "--target", "cpu", "--config", str(config), "--torch-index-url", pytorch.url)[0] == 0
     lock = lock_text(config, "cpu")
     # One index, never an extra one: torch and torchvision come from their own project pages.
-    install = f"{INSTALL} --index-url {pypi.url} --find-links {pytorch.url}torch/ --find-links {pytorch.url}torchvision/"
+    install = (
+        f"{INSTALL} --index-url {pypi.url} --find-links {pytorch.url}torch/ --find-links {pytorch.url}torchvision/"
+    )
     log = build(client, base_image, {"requirements.lock": lock.encode()}, install)
     assert "Successfully installed filelock-3.0 pillow-12.0.0 torch-2.9.0+cpu torchvision-0.24.0+cpu tqdm-4.67.1" in log
 

@@ -45,16 +45,35 @@ def wheels(tmp_path_factory) -> tuple[Path, list[Path]]:
         pytest.skip(f"the torch CPU wheel here is cp311; this is Python {PYTHON}")
     found = sorted(TORCH_WHEELS.glob(f"torch-{TORCH}+cpu-cp311-cp311-manylinux*_x86_64.whl"))
     if not found:
-        environment_missing(f"no torch {TORCH}+cpu wheel in {TORCH_WHEELS} (set ENVKIT_TEST_WHEELS)", "ENVKIT_REQUIRE_INDEX")
+        environment_missing(
+            f"no torch {TORCH}+cpu wheel in {TORCH_WHEELS} (set ENVKIT_TEST_WHEELS)", "ENVKIT_REQUIRE_INDEX"
+        )
     deps = tmp_path_factory.mktemp("deps")
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest", str(deps),
-         "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64", str(found[0]), "tqdm==4.67.1"],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--only-binary=:all:",
+            "--dest",
+            str(deps),
+            "--python-version",
+            "3.11",
+            "--platform",
+            "manylinux_2_28_x86_64",
+            str(found[0]),
+            "tqdm==4.67.1",
+        ],
+        capture_output=True,
+        text=True,
     )
     if done.returncode != 0:
-        environment_missing(f"pip cannot fetch torch's dependencies: {(done.stderr.strip().splitlines() or ['?'])[-1]}",
-                            "ENVKIT_REQUIRE_INDEX")
+        environment_missing(
+            f"pip cannot fetch torch's dependencies: {(done.stderr.strip().splitlines() or ['?'])[-1]}",
+            "ENVKIT_REQUIRE_INDEX",
+        )
     return found[0], sorted(path for path in deps.glob("*.whl") if not path.name.startswith("torch-"))
 
 
@@ -74,8 +93,14 @@ def served(tmp_path, wheels, monkeypatch):
 
 def project(root: Path, pypi_url: str) -> Path:
     root.mkdir(parents=True, exist_ok=True)
-    target = {"kind": "cpu", "torch": TORCH, "python": "3.11", "torchvision": False, "pip_index_url": pypi_url,
-              "base_image": "127.0.0.1:9/python:3.11-slim-bookworm"}
+    target = {
+        "kind": "cpu",
+        "torch": TORCH,
+        "python": "3.11",
+        "torchvision": False,
+        "pip_index_url": pypi_url,
+        "base_image": "127.0.0.1:9/python:3.11-slim-bookworm",
+    }
     (root / "envkit.yaml").write_text(yaml.safe_dump({"targets": {"cpu": target}}))
     return root / "envkit.yaml"
 
@@ -100,7 +125,9 @@ def lock_hashes(path: Path) -> dict[str, set[str]]:
 def test_torch_comes_from_pytorchs_index_by_its_real_hash_and_nothing_else_does(tmp_path, served, wheels, capsys):
     pypi, pytorch, files = served
     config = project(tmp_path / "p", pypi.url)
-    code, out, err = envkit(capsys, "lock", "--target", "cpu", "--config", str(config), "--torch-index-url", pytorch.url)
+    code, out, err = envkit(
+        capsys, "lock", "--target", "cpu", "--config", str(config), "--torch-index-url", pytorch.url
+    )
     assert code == 0, err
     lock_file = tmp_path / "p" / "docker" / "cpu" / "requirements.lock"
     lock = read_lock(lock_file)
@@ -108,8 +135,13 @@ def test_torch_comes_from_pytorchs_index_by_its_real_hash_and_nothing_else_does(
     assert not any(name.startswith(("nvidia-", "triton")) for name in lock.packages)
     # Every file hashed by uv from the bytes it was served: one file per package, the one on its own index.
     assert lock_hashes(lock_file) == {name: {file_sha256(files[name])} for name in lock.packages}
-    assert files["torch"].parent.parent == pytorch.root and all(files[n].parent.parent == pypi.root for n in lock.packages if n != "torch")
-    assert "# indexes: torch, torchvision from PyTorch's cpu index; everything else from the target's pip_index_url\n" in lock_file.read_text()
+    assert files["torch"].parent.parent == pytorch.root and all(
+        files[n].parent.parent == pypi.root for n in lock.packages if n != "torch"
+    )
+    assert (
+        "# indexes: torch, torchvision from PyTorch's cpu index; everything else from the target's pip_index_url\n"
+        in lock_file.read_text()
+    )
 
     # A dependency that only PyTorch's index serves is never taken from there: no lock at all.
     shutil.rmtree(files["typing-extensions"].parent)
@@ -118,7 +150,10 @@ def test_torch_comes_from_pytorchs_index_by_its_real_hash_and_nothing_else_does(
     code, out, err = envkit(capsys, "lock", "--target", "cpu", "--config", str(again), "--torch-index-url", pytorch.url)
     assert (code, out) == (2, "")
     [line] = err.splitlines()
-    assert line.startswith("envkit: error: target cpu: uv cannot resolve its requirements: ") and "typing-extensions" in line
+    assert (
+        line.startswith("envkit: error: target cpu: uv cannot resolve its requirements: ")
+        and "typing-extensions" in line
+    )
     assert not (tmp_path / "q" / "docker").exists()
 
 
@@ -128,21 +163,45 @@ def test_the_lock_becomes_a_host_venv_whose_runs_name_it(tmp_path, served, capsy
     assert envkit(capsys, "lock", "--target", "cpu", "--config", str(config), "--torch-index-url", pytorch.url)[0] == 0
     lock = read_lock(tmp_path / "p" / "docker" / "cpu" / "requirements.lock")
     venv = tmp_path / "venv"
-    code, out, err = envkit(capsys, "venv", "cpu", "--config", str(config), "--path", str(venv), "--torch-index-url", pytorch.url)
+    code, out, err = envkit(
+        capsys, "venv", "cpu", "--config", str(config), "--path", str(venv), "--torch-index-url", pytorch.url
+    )
     assert code == 0, err
-    assert out.startswith(f"made {venv} from {config.parent}/docker/cpu/requirements.lock ({len(lock.packages)} packages, "
-                          f"lock sha256 {lock.sha256[:12]}) with Python 3.11.")
+    assert out.startswith(
+        f"made {venv} from {config.parent}/docker/cpu/requirements.lock ({len(lock.packages)} packages, "
+        f"lock sha256 {lock.sha256[:12]}) with Python 3.11."
+    )
     # A recipe run in it records the lock its interpreter was made from.
     results = tmp_path / "results"
     done = subprocess.run(
-        [str(venv / "bin" / "python"), str(REPO / "recipes" / "mnist.py"), "--device", "cpu", "--dataset", "fake",
-         "--epochs", "1", "--max-steps", "3", "--fake-train-size", "256", "--fake-test-size", "64", "--quiet",
-         "--results-dir", str(results)],
-        capture_output=True, text=True, env={key: value for key, value in os.environ.items() if key != "ENVKIT_LOCK_SHA256"},
+        [
+            str(venv / "bin" / "python"),
+            str(REPO / "recipes" / "mnist.py"),
+            "--device",
+            "cpu",
+            "--dataset",
+            "fake",
+            "--epochs",
+            "1",
+            "--max-steps",
+            "3",
+            "--fake-train-size",
+            "256",
+            "--fake-test-size",
+            "64",
+            "--quiet",
+            "--results-dir",
+            str(results),
+        ],
+        capture_output=True,
+        text=True,
+        env={key: value for key, value in os.environ.items() if key != "ENVKIT_LOCK_SHA256"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     [written] = results.glob("mnist-*.json")
     environment = json.loads(written.read_text())["environment"]
-    assert environment["lock_sha256"] == lock.sha256 == json.loads((venv / "envkit-lock.json").read_text())["lock_sha256"]
+    assert (
+        environment["lock_sha256"] == lock.sha256 == json.loads((venv / "envkit-lock.json").read_text())["lock_sha256"]
+    )
     assert environment["torch"] == f"{TORCH}+cpu" and environment["image"] is None
     assert f"torch=={TORCH}+cpu" in environment["distributions"]

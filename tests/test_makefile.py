@@ -25,9 +25,23 @@ from envkit.project.experiments import load_experiments
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
 
 ISSUE_TARGETS = [
-    "render", "build-cpu", "build-cuda", "build-tpu-vm", "cpu-mnist", "gpu-mnist", "tpu-mnist",
-    "tpu-mnist-single", "gpu-single-cifar", "gpu-dp-cifar", "gpu-ddp-cifar", "compare", "push",
-    "save", "load", "demo", "test",
+    "render",
+    "build-cpu",
+    "build-cuda",
+    "build-tpu-vm",
+    "cpu-mnist",
+    "gpu-mnist",
+    "tpu-mnist",
+    "tpu-mnist-single",
+    "gpu-single-cifar",
+    "gpu-dp-cifar",
+    "gpu-ddp-cifar",
+    "compare",
+    "push",
+    "save",
+    "load",
+    "demo",
+    "test",
 ]
 KINDS = ("cpu", "cuda", "tpu-vm")
 
@@ -43,10 +57,20 @@ def project(tmp_path: Path, repo_root: Path) -> Path:
     work = tmp_path / "project"
     work.mkdir()
     shutil.copy(repo_root / "Makefile", work)
-    for name in ("envkit.yaml", "pyproject.toml", "requirements/dev.lock", "requirements/xla.in", "requirements/xla.lock",
-                 "requirements/sky.in", "requirements/sky.lock", "requirements/tpu.in", "requirements/bench.in",
-                 "requirements/bench.lock", "templates/Dockerfile.j2",
-                 "envkit/data/matrix.yaml"):
+    for name in (
+        "envkit.yaml",
+        "pyproject.toml",
+        "requirements/dev.lock",
+        "requirements/xla.in",
+        "requirements/xla.lock",
+        "requirements/sky.in",
+        "requirements/sky.lock",
+        "requirements/tpu.in",
+        "requirements/bench.in",
+        "requirements/bench.lock",
+        "templates/Dockerfile.j2",
+        "envkit/data/matrix.yaml",
+    ):
         (work / name).parent.mkdir(parents=True, exist_ok=True)
         (work / name).write_text("stand-in\n")
         _age(work / name, 300)
@@ -60,9 +84,11 @@ def project(tmp_path: Path, repo_root: Path) -> Path:
         _age(work / ".cache" / "rendered" / kind, 200)
     (work / ".venv" / "bin").mkdir(parents=True)
     envkit = work / ".venv" / "bin" / "envkit"
-    envkit.write_text(f"#!{sys.executable}\nimport json, sys\n"
-                      f"with open({str(work / 'envkit-calls.jsonl')!r}, 'a') as calls:\n"
-                      "    calls.write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    envkit.write_text(
+        f"#!{sys.executable}\nimport json, sys\n"
+        f"with open({str(work / 'envkit-calls.jsonl')!r}, 'a') as calls:\n"
+        "    calls.write(json.dumps(sys.argv[1:]) + '\\n')\n"
+    )
     envkit.chmod(0o755)
     _age(envkit, 100)
     return work
@@ -76,15 +102,20 @@ def envkit_calls(project: Path) -> list[list[str]]:
 
 def tree(project: Path) -> dict[str, tuple[int, bytes]]:
     """Every file with its mtime and content (the calls log aside)."""
-    return {p.relative_to(project).as_posix(): (p.stat().st_mtime_ns, p.read_bytes())
-            for p in sorted(project.rglob("*")) if p.is_file() and p.name != "envkit-calls.jsonl"}
+    return {
+        p.relative_to(project).as_posix(): (p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted(project.rglob("*"))
+        if p.is_file() and p.name != "envkit-calls.jsonl"
+    }
 
 
 def make(project: Path, *args: str) -> subprocess.CompletedProcess:
     # A top-level make whatever runs the tests: under `make test` the inherited MAKELEVEL would
     # make it say "make[1]:", and MAKEFLAGS would pass the outer make's flags on.
     env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
-    return subprocess.run(["make", "--no-print-directory", "-C", str(project), *args], capture_output=True, text=True, env=env)
+    return subprocess.run(
+        ["make", "--no-print-directory", "-C", str(project), *args], capture_output=True, text=True, env=env
+    )
 
 
 def dry_run(project: Path, *args: str) -> list[str]:
@@ -97,18 +128,32 @@ def planned(repo_root: Path, make_line: str) -> list[str]:
     """The commands the `envkit experiment` line of ``make -n`` runs, envkit named as make names it."""
     words = shlex.split(make_line)
     start = words.index("experiment")
-    done = subprocess.run([sys.executable, "-m", "envkit", *words[start:start + 1], "--dry-run", *words[start + 1:]],
-                          cwd=repo_root, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(repo_root)})
+    done = subprocess.run(
+        [sys.executable, "-m", "envkit", *words[start : start + 1], "--dry-run", *words[start + 1 :]],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(repo_root)},
+    )
     assert done.returncode == 0, done.stderr
     envkit = words[start - 1]
-    return [line.replace(f"{sys.executable} -m envkit", envkit) for line in done.stdout.splitlines() if not line.startswith("#")]
+    return [
+        line.replace(f"{sys.executable} -m envkit", envkit)
+        for line in done.stdout.splitlines()
+        if not line.startswith("#")
+    ]
 
 
 def launch(repo_root: Path, make_line: str) -> subprocess.CompletedProcess:
     """The `envkit launch ...` line of ``make -n``, run by this checkout's envkit."""
     words = shlex.split(make_line)
-    return subprocess.run([sys.executable, "-m", "envkit", *words[words.index("launch"):]], cwd=repo_root,
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(repo_root)})
+    return subprocess.run(
+        [sys.executable, "-m", "envkit", *words[words.index("launch") :]],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(repo_root)},
+    )
 
 
 def launched(repo_root: Path, make_line: str) -> str:
@@ -132,12 +177,15 @@ def test_e3_runs_its_four_runs_in_the_image_or_with_recipe_python(project, repo_
     # each run under its own name; EPOCHS= changes the experiment's size (its defaults), after them
     assert [line.split(" --run-name ")[1] for line in lines[2:]] == [
         f"e3-batch-scaling-{run} --dataset fake --fake-train-size 4096 --epochs 10 --epochs 3"
-        for run in ("b16", "b16-scaled", "b128", "b128-scaled")]
+        for run in ("b16", "b16-scaled", "b128", "b128-scaled")
+    ]
     # RECIPE_PYTHON: the recipes on this host with that interpreter (E3 on XLA:CPU), no host check, no build
     (make_line,) = dry_run(project, "e3-batch-scaling", "RECIPE_PYTHON=.venv-xla/bin/python", "RESULTS_DIR=/r")
     assert " --python '.venv-xla/bin/python' e3-batch-scaling" in make_line
     here = planned(repo_root, make_line)
-    assert len(here) == 4 and all(line.startswith(f".venv-xla/bin/python {repo_root}/recipes/mnist.py --device tpu ") for line in here)
+    assert len(here) == 4 and all(
+        line.startswith(f".venv-xla/bin/python {repo_root}/recipes/mnist.py --device tpu ") for line in here
+    )
 
 
 def test_help_lists_every_target_with_one_line(project):
@@ -156,7 +204,9 @@ def test_help_is_the_default_goal(project):
 
 def test_cpu_mnist_checks_the_host_then_builds_then_runs(project, repo_root):
     make_lines = dry_run(project, "cpu-mnist", "DATASET=fake", "MAX_STEPS=5", "RESULTS_DIR=/r", "DATA_DIR=/d")
-    assert make_lines == [".venv/bin/envkit experiment --results-dir /r --data-dir /d cpu-mnist -- --dataset fake --max-steps 5"]
+    assert make_lines == [
+        ".venv/bin/envkit experiment --results-dir /r --data-dir /d cpu-mnist -- --dataset fake --max-steps 5"
+    ]
     lines = planned(repo_root, make_lines[0])
     assert lines == [
         ".venv/bin/envkit doctor --require cpu",
@@ -179,7 +229,9 @@ def test_gpu_dp_cifar_passes_gpus_model_batch_epochs(project, repo_root):
 
 
 def test_ddp_and_single_gpu_variants(project, repo_root):
-    assert "run.sh cifar --device cuda --parallel ddp" in experiment(project, repo_root, "gpu-ddp-cifar", "GPUS=0,1")[-1]
+    assert (
+        "run.sh cifar --device cuda --parallel ddp" in experiment(project, repo_root, "gpu-ddp-cifar", "GPUS=0,1")[-1]
+    )
     single = experiment(project, repo_root, "gpu-single-cifar", "GPUS=2,3")
     assert single[0].endswith("--gpus 2")  # one GPU: the first of GPUS
     assert "GPUS=2 docker/cuda/run.sh cifar --device cuda --parallel none" in single[-1]
@@ -187,14 +239,18 @@ def test_ddp_and_single_gpu_variants(project, repo_root):
 
 
 def test_per_device_batch_for_the_batch_scaling_experiments(project, repo_root):
-    assert experiment(project, repo_root, "tpu-mnist", "PER_DEVICE_BATCH=16")[-1].endswith("--cores all --per-device-batch 16")
+    assert experiment(project, repo_root, "tpu-mnist", "PER_DEVICE_BATCH=16")[-1].endswith(
+        "--cores all --per-device-batch 16"
+    )
 
 
 def test_tpu_targets_differ_in_cores(project, repo_root):
     all_cores = experiment(project, repo_root, "tpu-mnist")
     assert all_cores[0] == ".venv/bin/envkit doctor --require tpu-vm"
     assert all_cores[-1].endswith("docker/tpu-vm/run.sh mnist --device tpu --cores all")
-    assert experiment(project, repo_root, "tpu-mnist-single")[-1].endswith("docker/tpu-vm/run.sh mnist --device tpu --cores 1")
+    assert experiment(project, repo_root, "tpu-mnist-single")[-1].endswith(
+        "docker/tpu-vm/run.sh mnist --device tpu --cores 1"
+    )
 
 
 def test_model_reaches_the_cifar_experiments_only(project):
@@ -209,10 +265,20 @@ def test_cpu_ddp_cifar_is_a_make_target(project, repo_root):
 
 
 def test_multi_node_settings_reach_run_sh_quoted(project):
-    line = dry_run(project, "gpu-ddp-cifar", "NNODES=2", "NODE_RANK=1", "RDZV_ENDPOINT=node0:29500", "RDZV_ID=job 7",
-                   "NCCL_SOCKET_IFNAME=eth0", "GLOO_SOCKET_IFNAME=it's")[0]
-    assert line.startswith("NNODES='2' NODE_RANK='1' RDZV_ENDPOINT='node0:29500' RDZV_ID='job 7' "
-                           "NCCL_SOCKET_IFNAME='eth0' GLOO_SOCKET_IFNAME='it'\\''s' .venv/bin/envkit experiment ")
+    line = dry_run(
+        project,
+        "gpu-ddp-cifar",
+        "NNODES=2",
+        "NODE_RANK=1",
+        "RDZV_ENDPOINT=node0:29500",
+        "RDZV_ID=job 7",
+        "NCCL_SOCKET_IFNAME=eth0",
+        "GLOO_SOCKET_IFNAME=it's",
+    )[0]
+    assert line.startswith(
+        "NNODES='2' NODE_RANK='1' RDZV_ENDPOINT='node0:29500' RDZV_ID='job 7' "
+        "NCCL_SOCKET_IFNAME='eth0' GLOO_SOCKET_IFNAME='it'\\''s' .venv/bin/envkit experiment "
+    )
     assert shlex.split(line)[5] == "GLOO_SOCKET_IFNAME=it's"
     assert dry_run(project, "gpu-ddp-cifar")[0].startswith(".venv/bin/envkit experiment "), "unset: not passed"
 
@@ -223,28 +289,54 @@ def test_help_lists_the_launch_variables(project):
 
 
 def test_on_submits_the_experiment_through_envkit_launch(project, repo_root):
-    lines = dry_run(project, "gpu-ddp-cifar", "ON=slurm", "NNODES=2", "GPUS_PER_NODE=4", "EPOCHS=1", "GLOO_SOCKET_IFNAME=eth0",
-                    "DRY_RUN=1", "RESULTS_DIR=/r", "DATA_DIR=/d")
-    assert lines == [".venv/bin/envkit launch gpu-ddp-cifar --on 'slurm' --nodes '2' --gpus-per-node '4' --results-dir /r "
-                     "--data-dir /d --env 'GLOO_SOCKET_IFNAME=eth0' --dry-run -- --epochs 1"]
+    lines = dry_run(
+        project,
+        "gpu-ddp-cifar",
+        "ON=slurm",
+        "NNODES=2",
+        "GPUS_PER_NODE=4",
+        "EPOCHS=1",
+        "GLOO_SOCKET_IFNAME=eth0",
+        "DRY_RUN=1",
+        "RESULTS_DIR=/r",
+        "DATA_DIR=/d",
+    )
+    assert lines == [
+        ".venv/bin/envkit launch gpu-ddp-cifar --on 'slurm' --nodes '2' --gpus-per-node '4' --results-dir /r "
+        "--data-dir /d --env 'GLOO_SOCKET_IFNAME=eth0' --dry-run -- --epochs 1"
+    ]
     script = launched(repo_root, lines[0])
     assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=4\n" in script
     assert "\nexport GLOO_SOCKET_IFNAME=eth0\n" in script
     # The experiment's own arguments come from the table, the user's flags after them; the image (podman) mounts the dirs.
     assert "-v /d:/workspace/data -v /r:/workspace/results " in script
-    assert "--data-dir /workspace/data --results-dir /workspace/results --device cuda --parallel ddp --epochs 1\n" in script
+    assert (
+        "--data-dir /workspace/data --results-dir /workspace/results --device cuda --parallel ddp --epochs 1\n"
+        in script
+    )
 
 
 def test_on_passes_only_what_was_set_quoted(project, repo_root):
-    line = dry_run(project, "cpu-ddp-cifar", "ON=hosts", "NNODES=2", "HOSTS=a,b'c", "REGISTRY=reg.example:5000/team",
-                   "NCCL_SOCKET_IFNAME=ib 0", "RDZV_ENDPOINT=x:1", "LAUNCH_FLAGS=--nproc-per-node 2 --tag v1")[0]
+    line = dry_run(
+        project,
+        "cpu-ddp-cifar",
+        "ON=hosts",
+        "NNODES=2",
+        "HOSTS=a,b'c",
+        "REGISTRY=reg.example:5000/team",
+        "NCCL_SOCKET_IFNAME=ib 0",
+        "RDZV_ENDPOINT=x:1",
+        "LAUNCH_FLAGS=--nproc-per-node 2 --tag v1",
+    )[0]
     words = shlex.split(line)
     assert words[:8] == [".venv/bin/envkit", "launch", "cpu-ddp-cifar", "--on", "hosts", "--nodes", "2", "--hosts"]
     assert words[8:12] == ["a,b'c", "--registry", "reg.example:5000/team", "--results-dir"]
     assert words[-6:] == ["--env", "NCCL_SOCKET_IFNAME=ib 0", "--nproc-per-node", "2", "--tag", "v1"]
     # envkit launch sets the rendezvous itself; no recipe flags were given, so no '--'.
     assert "RDZV_ENDPOINT" not in line and "--" not in words
-    assert dry_run(project, "tpu-mnist", "ON=tpu-pod")[0].startswith(".venv/bin/envkit launch tpu-mnist --on 'tpu-pod' --results-dir ")
+    assert dry_run(project, "tpu-mnist", "ON=tpu-pod")[0].startswith(
+        ".venv/bin/envkit launch tpu-mnist --on 'tpu-pod' --results-dir "
+    )
 
 
 def test_on_makes_every_experiment_target_launch(project):
@@ -271,8 +363,13 @@ def test_invalid_gpus_is_one_clear_line(project, gpus):
 
 def test_build_options_reach_envkit_build(project):
     lines = dry_run(
-        project, "build-cpu", "WHEELHOUSE=/w", "BASE_IMAGE=envkit-base:x", "NO_CACHE=1",
-        "CA_CERTS=/a.crt /b.crt", "BUILD_ARGS=HTTP_PROXY=http://p:3128",
+        project,
+        "build-cpu",
+        "WHEELHOUSE=/w",
+        "BASE_IMAGE=envkit-base:x",
+        "NO_CACHE=1",
+        "CA_CERTS=/a.crt /b.crt",
+        "BUILD_ARGS=HTTP_PROXY=http://p:3128",
     )
     assert lines == [
         ".venv/bin/envkit build cpu --no-cache --base-image envkit-base:x --wheelhouse /w "
@@ -289,7 +386,10 @@ def test_stale_render_is_rendered_first(project):
     _age(project / "envkit.yaml", 0)
     lines = dry_run(project, "cpu-mnist")
     # render rewrites only files whose content differs; the stamp, not docker/, records that it ran
-    assert lines[:2] == [".venv/bin/envkit render --target cpu", "mkdir -p .cache/rendered && touch .cache/rendered/cpu"]
+    assert lines[:2] == [
+        ".venv/bin/envkit render --target cpu",
+        "mkdir -p .cache/rendered && touch .cache/rendered/cpu",
+    ]
     assert lines[2].startswith(".venv/bin/envkit experiment ") and lines[2].endswith(" cpu-mnist")
 
 
@@ -348,9 +448,8 @@ def test_a_side_environment_is_remade_when_its_input_or_its_lock_changes(project
 
 def test_ci_checks_skypilot_and_the_kubernetes_schemas(repo_root):
     ci = (repo_root / ".ci" / "run").read_text()
-    assert "\nmake sky-env\nexport ENVKIT_SKY_PYTHON=\"$PWD/.venv-sky/bin/python\"\n" in ci
+    assert '\nmake sky-env\nexport ENVKIT_SKY_PYTHON="$PWD/.venv-sky/bin/python"\n' in ci
     assert "ENVKIT_REQUIRE_K8S_SCHEMAS=1" in ci and "ENVKIT_REQUIRE_SKY=1" in ci
-
 
 
 def test_ci_requires_the_torch_tpu_environment(repo_root):
@@ -368,7 +467,9 @@ def test_sharing_targets(project):
     ]
 
     assert dry_run(project, "prune") == [".venv/bin/envkit prune cpu"]
-    assert dry_run(project, "prune", "TARGET=cuda", "KEEP=2", "DRY_RUN=1") == [".venv/bin/envkit prune cuda --keep 2 --dry-run"]
+    assert dry_run(project, "prune", "TARGET=cuda", "KEEP=2", "DRY_RUN=1") == [
+        ".venv/bin/envkit prune cuda --keep 2 --dry-run"
+    ]
     assert envkit_calls(project) == [["prune", "cuda", "--keep", "2", "--dry-run"]], "DRY_RUN runs envkit's own dry run"
 
 
@@ -395,8 +496,12 @@ def test_an_experiment_stops_before_building_when_the_host_cannot_run_it(project
     shutil.rmtree(project / "envkit")
     _age(project / "envkit.yaml", 300)
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
-    done = subprocess.run(["make", "--no-print-directory", "-C", str(project), "cpu-mnist", f"VENV={venv}"],
-                          capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(project), "cpu-mnist", f"VENV={venv}"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert done.returncode == 2
     assert "envkit: error: this host cannot run cpu images: no Docker engine answers" in done.stderr
     assert "start one with" in done.stderr
@@ -407,12 +512,15 @@ def test_dry_run_makes_an_experiment_target_a_dry_run(project):
     """Before: DRY_RUN reached only prune and ON= launches; `make cpu-mnist DRY_RUN=1` built and ran."""
     done = make(project, "cpu-mnist", "DRY_RUN=1", "EPOCHS=1", "RESULTS_DIR=/r", "DATA_DIR=/d")
     assert done.returncode == 0, done.stderr
-    assert envkit_calls(project) == [["experiment", "--results-dir", "/r", "--data-dir", "/d", "--dry-run", "cpu-mnist",
-                                      "--", "--epochs", "1"]]
+    assert envkit_calls(project) == [
+        ["experiment", "--results-dir", "/r", "--data-dir", "/d", "--dry-run", "cpu-mnist", "--", "--epochs", "1"]
+    ]
 
 
 def help_targets(project: Path) -> list[str]:
-    return [line.split()[0] for line in make(project, "help").stdout.splitlines() if re.match(r"  [a-z][a-z0-9-]* ", line)]
+    return [
+        line.split()[0] for line in make(project, "help").stdout.splitlines() if re.match(r"  [a-z][a-z0-9-]* ", line)
+    ]
 
 
 def test_every_target_honours_dry_run(project):
@@ -421,7 +529,9 @@ def test_every_target_honours_dry_run(project):
     (project / "requirements" / "dev.txt").touch()  # the venv too
     before = tree(project)
     targets = help_targets(project)
-    assert {"render", "build-cpu", "push", "prune", "save", "load", "cpu-mnist", "compare", "demo", "test"} <= set(targets)
+    assert {"render", "build-cpu", "push", "prune", "save", "load", "cpu-mnist", "compare", "demo", "test"} <= set(
+        targets
+    )
     for target in targets:
         done = make(project, target, "DRY_RUN=1", "REGISTRY=reg.example:5000/team", "FILE=images/x.tar.gz")
         assert done.returncode == 0, (target, done.stderr)
@@ -437,7 +547,9 @@ def test_dry_run_without_envkit_prints_the_envkit_line_too(project):
     done = make(project, "cpu-mnist", "DRY_RUN=1")
     assert done.returncode == 0, done.stderr
     lines = [" ".join(line.split()) for line in done.stdout.splitlines()]
-    assert lines[0] == "python3 -m envkit.host.venv requirements/dev.lock --path .venv" and lines[-1].endswith("--dry-run cpu-mnist")
+    assert lines[0] == "python3 -m envkit.host.venv requirements/dev.lock --path .venv" and lines[-1].endswith(
+        "--dry-run cpu-mnist"
+    )
     assert not (project / ".venv" / "bin" / "envkit").exists()
 
 
@@ -461,11 +573,19 @@ def test_a_fresh_clone_renders_by_content_and_changes_nothing(tmp_path, repo_roo
     docker = tree(clone / "docker")
     venv = Path(sys.executable).parent.parent  # older than the clone's requirements: make keeps it
     env = {**os.environ, "PYTHONPATH": str(clone), "DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
-    done = subprocess.run(["make", "--no-print-directory", "-C", str(clone), "tpu-mnist", f"VENV={venv}"],
-                          capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(clone), "tpu-mnist", f"VENV={venv}"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert done.returncode == 2 and "this host cannot run tpu-vm images" in done.stderr, done.stderr
     assert "render --target tpu-vm" in done.stdout and "(0 changed)" in done.stdout
     assert tree(clone / "docker") == docker, "no file under docker/ was written or touched"
-    again = subprocess.run(["make", "--no-print-directory", "-C", str(clone), "-n", "tpu-mnist", f"VENV={venv}"],
-                           capture_output=True, text=True, env=env)
+    again = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(clone), "-n", "tpu-mnist", f"VENV={venv}"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert "render --target" not in again.stdout, "the stamp records the render"

@@ -107,9 +107,13 @@ def test_torch_xla_pairs_follow_upstream(matrix):
     assert len(matrix.torch_xla["2.6"].find_links) == 2
 
 
-@pytest.mark.parametrize(("torch", "torch_xla"), [("2.9.1", None), ("2.9.0", "2.9.1"), ("2.8.1", "2.8.1"), ("2.9.0", "2.8.0")])
+@pytest.mark.parametrize(
+    ("torch", "torch_xla"), [("2.9.1", None), ("2.9.0", "2.9.1"), ("2.8.1", "2.8.1"), ("2.9.0", "2.8.0")]
+)
 def test_an_invalid_pair_lists_the_valid_pairs(matrix, torch, torch_xla):
-    with pytest.raises(EnvkitError, match=r"is not a released torch_xla pair; valid pairs: torch 2\.\d\.0 \+ torch_xla"):
+    with pytest.raises(
+        EnvkitError, match=r"is not a released torch_xla pair; valid pairs: torch 2\.\d\.0 \+ torch_xla"
+    ):
         matrix.xla_pair("torch_xla", torch, torch_xla)
 
 
@@ -123,19 +127,28 @@ def test_torch_tpu_rows(matrix):
     release = matrix.torch_tpu["0.2.0"]
     assert (release.torch, release.libtpu, release.python[0]) == (("2.11.0", "2.15.0"), "0.0.50", "3.11")
     assert matrix.torch_tpu_release("torch", "2.13.0", None) is release
-    with pytest.raises(EnvkitError, match=r"torch 2\.9\.0 is outside every torch_tpu release's torch range \(torch_tpu 0\.2\.0: torch 2\.11\.0-2\.15\.0\)"):
+    with pytest.raises(
+        EnvkitError,
+        match=r"torch 2\.9\.0 is outside every torch_tpu release's torch range \(torch_tpu 0\.2\.0: torch 2\.11\.0-2\.15\.0\)",
+    ):
         matrix.torch_tpu_release("backend", "2.9.0", None)
     with pytest.raises(EnvkitError, match=r"torch_tpu 9\.9\.9 is not in envkit's matrix; supported: 0\.2\.0"):
         matrix.torch_tpu_release("torch_tpu", "2.13.0", "9.9.9")
 
 
-@pytest.mark.parametrize(("torch", "backend"), [("2.9.0", "torch_xla"), ("2.1.0", "torch_xla"), ("2.11.0", "torch_tpu"), ("2.15.0", "torch_tpu")])
+@pytest.mark.parametrize(
+    ("torch", "backend"),
+    [("2.9.0", "torch_xla"), ("2.1.0", "torch_xla"), ("2.11.0", "torch_tpu"), ("2.15.0", "torch_tpu")],
+)
 def test_default_tpu_backend(matrix, torch, backend):
     assert matrix.default_tpu_backend("torch", torch) == backend
 
 
 def test_a_torch_without_any_tpu_backend(matrix):
-    with pytest.raises(EnvkitError, match=r"torch 2\.10\.0 has no TPU backend; torch_xla needs torch 2\.1\.0-2\.9\.0 .*torch_tpu needs torch 2\.11\.0-2\.15\.0"):
+    with pytest.raises(
+        EnvkitError,
+        match=r"torch 2\.10\.0 has no TPU backend; torch_xla needs torch 2\.1\.0-2\.9\.0 .*torch_tpu needs torch 2\.11\.0-2\.15\.0",
+    ):
         matrix.default_tpu_backend("torch", "2.10.0")
 
 
@@ -162,8 +175,20 @@ def test_unknown_cuda_lists_the_valid_variants(matrix):
 # What the default index's torch wheels pin (nvidia-cuda-runtime-cu12 / cuda-toolkit), read with uv
 # for every release on 2026-11-24; `envkit matrix --verify` re-reads it.
 PYPI_CUDA = {
-    "2.1": "12.1", "2.2": "12.1", "2.3": "12.1", "2.4": "12.1", "2.5": "12.4", "2.6": "12.4", "2.7": "12.6",
-    "2.8": "12.8", "2.9": "12.8", "2.10": "12.8", "2.11": "13.0", "2.12": "13.0", "2.13": "13.0", "2.14": "13.0",
+    "2.1": "12.1",
+    "2.2": "12.1",
+    "2.3": "12.1",
+    "2.4": "12.1",
+    "2.5": "12.4",
+    "2.6": "12.4",
+    "2.7": "12.6",
+    "2.8": "12.8",
+    "2.9": "12.8",
+    "2.10": "12.8",
+    "2.11": "13.0",
+    "2.12": "13.0",
+    "2.13": "13.0",
+    "2.14": "13.0",
     "2.15": "13.2",
 }
 
@@ -182,7 +207,9 @@ def test_default_cuda_variant_is_the_default_indexs_own_build(matrix):
 
 def test_a_release_with_no_cuda_build_anywhere_is_one_line(matrix):
     bare = dataclasses.replace(matrix.torch["2.15"], pypi_cuda=None)
-    with pytest.raises(EnvkitError, match=r"torch 2\.15 has no CUDA wheel variant in envkit's matrix; torch releases with CUDA"):
+    with pytest.raises(
+        EnvkitError, match=r"torch 2\.15 has no CUDA wheel variant in envkit's matrix; torch releases with CUDA"
+    ):
         matrix.cuda_variant("cuda", bare, None)
 
 
@@ -212,10 +239,18 @@ class FakeIndex:
         files = self.projects.setdefault(name, {})
         for filename in [f for f in list(files) if f"-{version}-" in f]:
             del files[filename]
-        tags = ["py3-none"] if python is None else [
-            f"cp3{minor}-cp3{minor}" for minor in range(int(python[0][2:]), int(python[1][2:]) + 1) if f"3.{minor}" not in drop
-        ]
-        metadata = "".join([f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n", *(f"Requires-Dist: {r}\n" for r in requires)])
+        tags = (
+            ["py3-none"]
+            if python is None
+            else [
+                f"cp3{minor}-cp3{minor}"
+                for minor in range(int(python[0][2:]), int(python[1][2:]) + 1)
+                if f"3.{minor}" not in drop
+            ]
+        )
+        metadata = "".join(
+            [f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n", *(f"Requires-Dist: {r}\n" for r in requires)]
+        )
         for tag in tags:
             files[f"{name.replace('-', '_')}-{version}-{tag}-manylinux_2_28_x86_64.whl"] = metadata
 
@@ -236,8 +271,15 @@ class FakeIndex:
             def do_GET(self):
                 parts = self.path.strip("/").split("/")
                 if parts[0] == "simple" and parts[1] in index.projects:
-                    files = [{"filename": f, "url": f"http://{self.headers['Host']}/files/{parts[1]}/{f}", "yanked": False,
-                              "size": len(index.wheel(parts[1], f))} for f in index.projects[parts[1]]]
+                    files = [
+                        {
+                            "filename": f,
+                            "url": f"http://{self.headers['Host']}/files/{parts[1]}/{f}",
+                            "yanked": False,
+                            "size": len(index.wheel(parts[1], f)),
+                        }
+                        for f in index.projects[parts[1]]
+                    ]
                     return self.reply(json.dumps({"files": files}).encode())
                 if parts[0] == "files" and len(parts) == 3:
                     name, filename = parts[1], parts[2]
@@ -246,7 +288,7 @@ class FakeIndex:
                     if filename in index.projects.get(name, {}):
                         data = index.wheel(name, filename)
                         first, last = (int(x) for x in self.headers["Range"].removeprefix("bytes=").split("-"))
-                        return self.reply(data[first:last + 1], 206)
+                        return self.reply(data[first : last + 1], 206)
                 self.send_error(404)
 
             def reply(self, body, status=200):
@@ -293,26 +335,53 @@ def test_verify_finds_nothing_when_the_index_agrees(matrix, fake_index):
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        (lambda i: i.add("torch", "2.16.0", ("3.11", "3.15"), []), "torch 2.16.0: on the index, but the matrix has no 2.16 row"),
-        (lambda i: i.add("torch", "2.9.2", ("3.10", "3.14"), []), "torch 2.9.2: on the index, missing from the matrix's torch 2.9 versions"),
-        (lambda i: i.add("torchvision", "0.24.1", ("3.10", "3.14"), ["torch==2.9.0"]),
-         "torchvision 0.24.1: requires torch==2.9.0, the matrix pairs it with torch 2.9.1"),
-        (lambda i: i.add("torchvision", "0.30.0", ("3.11", "3.15"), ["torch==2.15.0"]),
-         "torch 2.15: the matrix says no torchvision, the index has torchvision 0.30.0"),
-        (lambda i: i.add("torch", "2.14.1", ("3.10", "3.14"), [], drop=("3.14",)),
-         "torch 2.14.1: wheels cover Python 3.10-3.13 (torch 2.14.1: 3.10-3.13, torchvision 0.29.1: 3.10-3.14), the matrix says 3.10-3.14"),
-        (lambda i: i.add("torch-xla", "2.9.0", ("3.10", "3.13"), ['libtpu==0.0.22; extra == "tpu"']),
-         "torch_xla 2.9.0: its tpu extra requires libtpu==0.0.22, the matrix pins 0.0.21"),
-        (lambda i: i.add("torch-xla", "2.9.1", ("3.10", "3.13"), []), "torch_xla 2.9.1: on the index, in no (torch, torch_xla) pair of the matrix"),
-        (lambda i: i.add("torch-tpu", "0.2.0", ("3.11", "3.14"), ["torch>=2.11.0,<=2.16.0", "libtpu>=0.0.50"]),
-         "torch-tpu 0.2.0: requires torch<=2.16.0,>=2.11.0, the matrix says torch 2.11.0-2.15.0"),
-        (lambda i: i.add("torch-tpu", "0.2.0", ("3.11", "3.14"), ["torch>=2.11.0,<=2.15.0", "libtpu>=0.0.51"]),
-         "torch-tpu 0.2.0: requires libtpu>=0.0.51, the matrix's libtpu floor is 0.0.50"),
+        (
+            lambda i: i.add("torch", "2.16.0", ("3.11", "3.15"), []),
+            "torch 2.16.0: on the index, but the matrix has no 2.16 row",
+        ),
+        (
+            lambda i: i.add("torch", "2.9.2", ("3.10", "3.14"), []),
+            "torch 2.9.2: on the index, missing from the matrix's torch 2.9 versions",
+        ),
+        (
+            lambda i: i.add("torchvision", "0.24.1", ("3.10", "3.14"), ["torch==2.9.0"]),
+            "torchvision 0.24.1: requires torch==2.9.0, the matrix pairs it with torch 2.9.1",
+        ),
+        (
+            lambda i: i.add("torchvision", "0.30.0", ("3.11", "3.15"), ["torch==2.15.0"]),
+            "torch 2.15: the matrix says no torchvision, the index has torchvision 0.30.0",
+        ),
+        (
+            lambda i: i.add("torch", "2.14.1", ("3.10", "3.14"), [], drop=("3.14",)),
+            "torch 2.14.1: wheels cover Python 3.10-3.13 (torch 2.14.1: 3.10-3.13, torchvision 0.29.1: 3.10-3.14), the matrix says 3.10-3.14",
+        ),
+        (
+            lambda i: i.add("torch-xla", "2.9.0", ("3.10", "3.13"), ['libtpu==0.0.22; extra == "tpu"']),
+            "torch_xla 2.9.0: its tpu extra requires libtpu==0.0.22, the matrix pins 0.0.21",
+        ),
+        (
+            lambda i: i.add("torch-xla", "2.9.1", ("3.10", "3.13"), []),
+            "torch_xla 2.9.1: on the index, in no (torch, torch_xla) pair of the matrix",
+        ),
+        (
+            lambda i: i.add("torch-tpu", "0.2.0", ("3.11", "3.14"), ["torch>=2.11.0,<=2.16.0", "libtpu>=0.0.50"]),
+            "torch-tpu 0.2.0: requires torch<=2.16.0,>=2.11.0, the matrix says torch 2.11.0-2.15.0",
+        ),
+        (
+            lambda i: i.add("torch-tpu", "0.2.0", ("3.11", "3.14"), ["torch>=2.11.0,<=2.15.0", "libtpu>=0.0.51"]),
+            "torch-tpu 0.2.0: requires libtpu>=0.0.51, the matrix's libtpu floor is 0.0.50",
+        ),
         (lambda i: i.projects["libtpu"].clear(), "libtpu 0.0.21 (torch_xla 2.9): not on the index"),
-        (lambda i: i.add("torch", "2.9.1", ("3.10", "3.14"), ['cuda-toolkit[cudart]==13.0.2; platform_system == "Linux"']),
-         "torch 2.9.1: the index's wheel pins CUDA 13.0, the matrix's pypi_cuda says 12.8"),
-        (lambda i: i.add("torch", "2.13.0", ("3.10", "3.14"), []),
-         "torch 2.13.0: the index's wheel has no nvidia-cuda-runtime-cu12 or cuda-toolkit pin, the matrix's pypi_cuda says 13.0"),
+        (
+            lambda i: i.add(
+                "torch", "2.9.1", ("3.10", "3.14"), ['cuda-toolkit[cudart]==13.0.2; platform_system == "Linux"']
+            ),
+            "torch 2.9.1: the index's wheel pins CUDA 13.0, the matrix's pypi_cuda says 12.8",
+        ),
+        (
+            lambda i: i.add("torch", "2.13.0", ("3.10", "3.14"), []),
+            "torch 2.13.0: the index's wheel has no nvidia-cuda-runtime-cu12 or cuda-toolkit pin, the matrix's pypi_cuda says 13.0",
+        ),
     ],
 )
 def test_verify_prints_each_disagreement(matrix, fake_index, change, expected):
@@ -327,10 +396,14 @@ def test_verify_prints_each_disagreement(matrix, fake_index, change, expected):
         ('torchvision: "0.24"', 'torchvision: "0.25"'),  # torch 2.9 paired with the wrong torchvision
         ('"2.8": {versions: ["2.8.0"]', '"2.8": {versions: ["2.8.0", "2.8.1"]'),  # a release that never was
         ('version: "0.0.21"', 'version: "0.0.22"'),  # torch_xla 2.9 with another libtpu
-        ('python: ["3.10", "3.14"], cuda: [cu126, cu128, cu130], pypi_cuda: cu128, cuda_source: "PyTorch release compatibility matrix, 2.9',
-         'python: ["3.9", "3.14"], cuda: [cu126, cu128, cu130], pypi_cuda: cu128, cuda_source: "PyTorch release compatibility matrix, 2.9'),
-        ('pypi_cuda: cu128, cuda_source: "PyTorch release compatibility matrix, 2.9',
-         'pypi_cuda: cu130, cuda_source: "PyTorch release compatibility matrix, 2.9'),  # the default index's build
+        (
+            'python: ["3.10", "3.14"], cuda: [cu126, cu128, cu130], pypi_cuda: cu128, cuda_source: "PyTorch release compatibility matrix, 2.9',
+            'python: ["3.9", "3.14"], cuda: [cu126, cu128, cu130], pypi_cuda: cu128, cuda_source: "PyTorch release compatibility matrix, 2.9',
+        ),
+        (
+            'pypi_cuda: cu128, cuda_source: "PyTorch release compatibility matrix, 2.9',
+            'pypi_cuda: cu130, cuda_source: "PyTorch release compatibility matrix, 2.9',
+        ),  # the default index's build
     ],
     ids=["torchvision-pairing", "invented-release", "libtpu-pin", "python-range", "pypi-cuda"],
 )
@@ -383,7 +456,11 @@ def _configured_index_urls() -> list[str]:
     import sys
 
     listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
-    return [line.partition("=")[2].strip("'\"") for line in listed.splitlines() if line.partition("=")[0].endswith(".index-url")]
+    return [
+        line.partition("=")[2].strip("'\"")
+        for line in listed.splitlines()
+        if line.partition("=")[0].endswith(".index-url")
+    ]
 
 
 @pytest.mark.slow

@@ -21,11 +21,42 @@ import mnist  # noqa: E402
 
 TINY = ("--per-device-batch", "32", "--quiet", "--no-download")
 
-RESULT_KEYS = {"schema_version", "recipe", "run_name", "started_at", "settings", "configuration", "timing", "metrics", "environment"}
-CONFIGURATION_KEYS = {"device", "cores", "strategy", "parallel", "world_size", "model", "global_batch",
-                      "per_device_batch", "image_size", "dataset"}
-ENVIRONMENT_KEYS = {"host", "device_type", "device_name", "device_count", "python", "torch", "torchvision",
-                    "torch_xla", "torch_cuda_build", "image", "git_revision"}
+RESULT_KEYS = {
+    "schema_version",
+    "recipe",
+    "run_name",
+    "started_at",
+    "settings",
+    "configuration",
+    "timing",
+    "metrics",
+    "environment",
+}
+CONFIGURATION_KEYS = {
+    "device",
+    "cores",
+    "strategy",
+    "parallel",
+    "world_size",
+    "model",
+    "global_batch",
+    "per_device_batch",
+    "image_size",
+    "dataset",
+}
+ENVIRONMENT_KEYS = {
+    "host",
+    "device_type",
+    "device_name",
+    "device_count",
+    "python",
+    "torch",
+    "torchvision",
+    "torch_xla",
+    "torch_cuda_build",
+    "image",
+    "git_revision",
+}
 STAT_KEYS = {"mean", "std", "n"}
 
 
@@ -38,8 +69,16 @@ def mnist_dir(tmp_path_factory) -> Path:
 def trained(mnist_dir, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """One two-epoch run on the on-disk dataset, shared by the tests that inspect it."""
     results = tmp_path_factory.mktemp("results")
-    done = run_mnist("--data-dir", mnist_dir, "--results-dir", results, "--epochs", "2", *TINY,
-                     env={"ENVKIT_IMAGE": "envkit-cpu:test", "ENVKIT_REVISION": "abc123"})
+    done = run_mnist(
+        "--data-dir",
+        mnist_dir,
+        "--results-dir",
+        results,
+        "--epochs",
+        "2",
+        *TINY,
+        env={"ENVKIT_IMAGE": "envkit-cpu:test", "ENVKIT_REVISION": "abc123"},
+    )
     assert done.returncode == 0, done.stderr
     return results, done
 
@@ -60,9 +99,19 @@ def test_results_json_has_every_contract_key(trained):
     assert document["recipe"] == "mnist" and document["run_name"] == "cpu" and document["schema_version"] == 3
     assert CONFIGURATION_KEYS <= set(document["configuration"])
     assert document["configuration"] == {
-        "device": "cpu", "cores": None, "strategy": None, "parallel": None, "world_size": 1, "model": "mnist-net",
-        "global_batch": 32, "per_device_batch": 32, "image_size": 28, "dataset": "real",
-        "nodes": 1, "processes_per_node": 1, "backend": None,
+        "device": "cpu",
+        "cores": None,
+        "strategy": None,
+        "parallel": None,
+        "world_size": 1,
+        "model": "mnist-net",
+        "global_batch": 32,
+        "per_device_batch": 32,
+        "image_size": 28,
+        "dataset": "real",
+        "nodes": 1,
+        "processes_per_node": 1,
+        "backend": None,
     }
     assert ENVIRONMENT_KEYS <= set(document["environment"])
     assert document["environment"]["image"] == "envkit-cpu:test"
@@ -92,17 +141,23 @@ def test_checkpoint_written_each_epoch_holds_the_state(trained):
 def test_second_run_with_same_name_keeps_the_first_results(trained, mnist_dir):
     results, _ = trained
     first = (results / "mnist-cpu.json").read_bytes()
-    mnist.main(["--data-dir", str(mnist_dir), "--results-dir", str(results), "--epochs", "1", "--max-steps", "1", *TINY])
+    mnist.main(
+        ["--data-dir", str(mnist_dir), "--results-dir", str(results), "--epochs", "1", "--max-steps", "1", *TINY]
+    )
     assert (results / "mnist-cpu.json").read_bytes() == first
     assert read_results(results, "cpu-2")["run_name"] == "cpu-2"
 
 
 def test_fake_dataset_is_deterministic_and_learnable():
     (train_x, train_y), (test_x, _) = (
-        (dataset.tensors[0], dataset.tensors[1]) for dataset in mnist.load_data(mnist.parse_args(
-            ["--dataset", "fake", "--fake-train-size", "64", "--fake-test-size", "32"]))
+        (dataset.tensors[0], dataset.tensors[1])
+        for dataset in mnist.load_data(
+            mnist.parse_args(["--dataset", "fake", "--fake-train-size", "64", "--fake-test-size", "32"])
+        )
     )
-    again = mnist.load_data(mnist.parse_args(["--dataset", "fake", "--fake-train-size", "64", "--fake-test-size", "32"]))
+    again = mnist.load_data(
+        mnist.parse_args(["--dataset", "fake", "--fake-train-size", "64", "--fake-test-size", "32"])
+    )
     assert torch.equal(train_x, again[0].tensors[0]) and torch.equal(train_y, again[0].tensors[1])
     assert train_x.shape == (64, 1, 28, 28) and test_x.shape == (32, 1, 28, 28)
     other_seed = mnist.load_data(mnist.parse_args(["--dataset", "fake", "--fake-train-size", "64", "--seed", "1"]))
@@ -129,7 +184,9 @@ def test_learning_rate_schedule_is_step_lr_without_warmup_and_ramps_with_it():
 
 
 def test_max_steps_stops_early(mnist_dir, tmp_path):
-    mnist.main(["--data-dir", str(mnist_dir), "--results-dir", str(tmp_path), "--epochs", "5", "--max-steps", "3", *TINY])
+    mnist.main(
+        ["--data-dir", str(mnist_dir), "--results-dir", str(tmp_path), "--epochs", "5", "--max-steps", "3", *TINY]
+    )
     metrics = read_results(tmp_path, "cpu")["metrics"]
     assert metrics["steps"] == 3 and metrics["epochs_completed"] == 1
 
@@ -151,10 +208,19 @@ def test_killed_run_resumes_to_bit_identical_weights(tmp_path):
     data = write_mnist(tmp_path / "data", train_count=512, test_count=64)
     args = ("--data-dir", data, "--epochs", "3", "--per-device-batch", "16", "--seed", "3", "--quiet", "--no-download")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # two runs side by side on a shared machine
-    uninterrupted = subprocess.Popen([sys.executable, RECIPE, *map(str, args), "--results-dir", tmp_path / "full"], env=env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    killed = subprocess.Popen([sys.executable, RECIPE, *map(str, args), "--results-dir", tmp_path / "killed"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    uninterrupted = subprocess.Popen(
+        [sys.executable, RECIPE, *map(str, args), "--results-dir", tmp_path / "full"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    killed = subprocess.Popen(
+        [sys.executable, RECIPE, *map(str, args), "--results-dir", tmp_path / "killed"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     first_checkpoint = tmp_path / "killed" / "checkpoints" / "mnist-cpu.pt"
     deadline = time.monotonic() + 120
     while not first_checkpoint.exists() and killed.poll() is None and time.monotonic() < deadline:
@@ -179,10 +245,16 @@ def test_killed_run_resumes_to_bit_identical_weights(tmp_path):
 
 def test_resume_refuses_other_settings(mnist_dir, tmp_path, capsys):
     (tmp_path / "checkpoints").mkdir()
-    harness.save_checkpoint(tmp_path / "checkpoints" / "mnist-cpu.pt", {
-        "epoch": 1, "training_settings": {**dict.fromkeys(mnist.RESUME_KEYS), "lr": 9.0},
-    })
-    code, message = _exit_of(["--data-dir", str(mnist_dir), "--results-dir", str(tmp_path), "--resume", "--epochs", "2"], capsys)
+    harness.save_checkpoint(
+        tmp_path / "checkpoints" / "mnist-cpu.pt",
+        {
+            "epoch": 1,
+            "training_settings": {**dict.fromkeys(mnist.RESUME_KEYS), "lr": 9.0},
+        },
+    )
+    code, message = _exit_of(
+        ["--data-dir", str(mnist_dir), "--results-dir", str(tmp_path), "--resume", "--epochs", "2"], capsys
+    )
     assert code == 2 and "cannot resume" in message and "lr: 9.0 in the checkpoint, 1.0 now" in message
 
 
@@ -203,7 +275,10 @@ def _corrupt_checkpoint(tmp_path: Path) -> list[str]:
 BAD_ARGUMENTS = {
     "unknown device": (lambda tmp: ["--device", "gpu"], "argument --device: invalid choice: 'gpu'"),
     "cores with cpu": (lambda tmp: ["--device", "cpu", "--cores", "1"], "--cores applies to --device tpu only"),
-    "strategy with cuda": (lambda tmp: ["--device", "cuda", "--strategy", "spmd"], "--strategy applies to --device tpu only"),
+    "strategy with cuda": (
+        lambda tmp: ["--device", "cuda", "--strategy", "spmd"],
+        "--strategy applies to --device tpu only",
+    ),
     "zero epochs": (lambda tmp: ["--epochs", "0"], "argument --epochs: expected a positive integer, got '0'"),
     "negative epochs": (lambda tmp: ["--epochs", "-3"], "argument --epochs: expected a positive integer, got '-3'"),
     "zero batch": (lambda tmp: ["--per-device-batch", "0"], "argument --per-device-batch: expected a positive integer"),
@@ -213,11 +288,20 @@ BAD_ARGUMENTS = {
     "bad run name": (lambda tmp: ["--run-name", "../x"], "--run-name '../x' is not allowed"),
     "missing data, no download": (
         lambda tmp: ["--data-dir", str(tmp / "nowhere"), "--no-download", "--results-dir", str(tmp)],
-        "is not under", 
+        "is not under",
     ),
     "corrupt checkpoint": (_corrupt_checkpoint, "is corrupt or unreadable"),
     "batch bigger than the data": (
-        lambda tmp: ["--dataset", "fake", "--fake-train-size", "8", "--per-device-batch", "16", "--results-dir", str(tmp)],
+        lambda tmp: [
+            "--dataset",
+            "fake",
+            "--fake-train-size",
+            "8",
+            "--per-device-batch",
+            "16",
+            "--results-dir",
+            str(tmp),
+        ],
         "no training step: 8 training images per data shard is less than one batch of 16",
     ),
 }
@@ -246,8 +330,19 @@ def test_failed_download_is_a_clear_error(tmp_path, capsys, monkeypatch):
 
 
 def test_progress_bar_unless_quiet(mnist_dir, tmp_path, capsys):
-    args = ["--data-dir", str(mnist_dir), "--no-download", "--results-dir", str(tmp_path), "--max-steps", "2",
-            "--per-device-batch", "32", "--log-every", "1"]
+    args = [
+        "--data-dir",
+        str(mnist_dir),
+        "--no-download",
+        "--results-dir",
+        str(tmp_path),
+        "--max-steps",
+        "2",
+        "--per-device-batch",
+        "32",
+        "--log-every",
+        "1",
+    ]
     mnist.main(args)
     shown = capsys.readouterr()
     assert "epoch 1/10" in shown.err and "loss=" in shown.err
@@ -279,9 +374,29 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 def test_fake_data_needs_neither_torchvision_nor_envkit(tmp_path):
-    done = subprocess.run([sys.executable, "-c", BLOCK_AND_RUN, str(RECIPE), "--dataset", "fake", "--max-steps", "2",
-                           "--fake-train-size", "256", "--fake-test-size", "64", "--results-dir", str(tmp_path), "--quiet"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            BLOCK_AND_RUN,
+            str(RECIPE),
+            "--dataset",
+            "fake",
+            "--max-steps",
+            "2",
+            "--fake-train-size",
+            "256",
+            "--fake-test-size",
+            "64",
+            "--results-dir",
+            str(tmp_path),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert read_results(tmp_path, "cpu")["environment"]["torch_xla"] is None
 
@@ -301,8 +416,27 @@ def test_script_entry_point_reports_bad_input_without_traceback(tmp_path):
 
 def test_missing_tqdm_is_one_line_and_exit_2(tmp_path):
     block = BLOCK_AND_RUN.replace('("envkit", "torchvision", "torch_xla")', '("envkit", "tqdm")')
-    done = subprocess.run([sys.executable, "-c", block, str(RECIPE), "--dataset", "fake", "--max-steps", "1",
-                           "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            block,
+            str(RECIPE),
+            "--dataset",
+            "fake",
+            "--max-steps",
+            "1",
+            "--results-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode == 2
-    assert done.stderr == "mnist.py: error: a progress bar needs tqdm, which is not installed here; use --quiet, or pip install tqdm\n"
+    assert (
+        done.stderr
+        == "mnist.py: error: a progress bar needs tqdm, which is not installed here; use --quiet, or pip install tqdm\n"
+    )
     assert not list(tmp_path.glob("*.json"))

@@ -14,7 +14,6 @@ from mnist_files import checkpoint_weights, read_results, run_mnist, write_mnist
 from xla_env import xla_python
 
 
-
 def needs_xla(test):
     return pytest.mark.slow(pytest.mark.xla(test))
 
@@ -37,8 +36,23 @@ def run_xla(python: str, *args, devices: int = 1):
 @needs_xla
 def test_single_core_trains_without_recompiling(python, tmp_path):
     data = write_mnist(tmp_path / "data", train_count=256, test_count=128)
-    run_xla(python, "--device", "tpu", "--cores", "1", "--data-dir", data, "--no-download", "--results-dir", tmp_path,
-            "--epochs", "3", "--per-device-batch", "32", "--quiet")
+    run_xla(
+        python,
+        "--device",
+        "tpu",
+        "--cores",
+        "1",
+        "--data-dir",
+        data,
+        "--no-download",
+        "--results-dir",
+        tmp_path,
+        "--epochs",
+        "3",
+        "--per-device-batch",
+        "32",
+        "--quiet",
+    )
     results = read_results(tmp_path, "tpu")
     metrics = results["metrics"]
     assert metrics["epoch_loss"][-1] < metrics["epoch_loss"][0]
@@ -51,13 +65,28 @@ def test_single_core_trains_without_recompiling(python, tmp_path):
 
 
 @needs_xla
-@pytest.mark.parametrize(("strategy", "devices", "run_name"), [("single", 1, "tpu"), ("xmp", 1, "tpu-x1-xmp"), ("spmd", 2, "tpu-x2-spmd")])
+@pytest.mark.parametrize(
+    ("strategy", "devices", "run_name"), [("single", 1, "tpu"), ("xmp", 1, "tpu-x1-xmp"), ("spmd", 2, "tpu-x2-spmd")]
+)
 def test_no_graph_is_compiled_after_the_first_epoch(python, tmp_path, strategy, devices, run_name):
     """At E1's learning rate, 1.0 at a global batch of 128, decaying to 0.7 after epoch 1. torch_xla bakes the
     scalars 0 and ±1 into a graph as constants, so the step compiled again in epoch 2 ([4, 5, 5]) until the
     recipe set XLA_NO_SPECIAL_SCALARS."""
-    run_xla(python, "--device", "tpu", "--strategy", strategy, *FAKE, "--epochs", "3", "--global-batch", "128",
-            "--results-dir", tmp_path, devices=devices)
+    run_xla(
+        python,
+        "--device",
+        "tpu",
+        "--strategy",
+        strategy,
+        *FAKE,
+        "--epochs",
+        "3",
+        "--global-batch",
+        "128",
+        "--results-dir",
+        tmp_path,
+        devices=devices,
+    )
     results = read_results(tmp_path, run_name)
     assert results["settings"]["effective_lr"] == 1.0
     first, *later = results["metrics"]["xla_compilations_per_epoch"]
@@ -66,8 +95,20 @@ def test_no_graph_is_compiled_after_the_first_epoch(python, tmp_path, strategy, 
 
 @needs_xla
 def test_multi_core_path_runs_at_world_size_one(python, tmp_path):
-    run_xla(python, "--device", "tpu", "--cores", "all", *FAKE, "--results-dir", tmp_path, "--epochs", "2",
-            "--per-device-batch", "64")
+    run_xla(
+        python,
+        "--device",
+        "tpu",
+        "--cores",
+        "all",
+        *FAKE,
+        "--results-dir",
+        tmp_path,
+        "--epochs",
+        "2",
+        "--per-device-batch",
+        "64",
+    )
     results = read_results(tmp_path, "tpu-x1-xmp")
     assert results["configuration"]["strategy"] == "xmp" and results["configuration"]["world_size"] == 1
     assert results["metrics"]["epochs_completed"] == 2 and results["metrics"]["steps"] == 8
@@ -86,7 +127,10 @@ def test_spmd_over_two_devices_matches_one_device(python, tmp_path):
     assert two["configuration"]["world_size"] == 2 and two["configuration"]["per_device_batch"] == 32
     assert two["settings"]["effective_lr"] == one["settings"]["effective_lr"]
     assert two["metrics"]["final_loss"] == pytest.approx(one["metrics"]["final_loss"], rel=1e-5)
-    weights_one, weights_two = checkpoint_weights(tmp_path / "one", "tpu-x1-xmp"), checkpoint_weights(tmp_path / "two", "tpu-x2-spmd")
+    weights_one, weights_two = (
+        checkpoint_weights(tmp_path / "one", "tpu-x1-xmp"),
+        checkpoint_weights(tmp_path / "two", "tpu-x2-spmd"),
+    )
     for name, tensor in weights_one.items():
         torch.testing.assert_close(weights_two[name], tensor, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
 
@@ -109,11 +153,16 @@ def test_bad_input_on_xla_paths_is_one_line_and_exit_2(python, tmp_path):
     cases = [
         # Raised inside the replica process that torch_xla.launch started.
         ((*FAKE, "--cores", "all", "--resume", "--results-dir", tmp_path), 1, "is corrupt or unreadable"),
-        ((*FAKE, "--strategy", "spmd", "--global-batch", "3", "--results-dir", tmp_path), 2,
-         "--global-batch 3 does not divide over 2 replicas"),
+        (
+            (*FAKE, "--strategy", "spmd", "--global-batch", "3", "--results-dir", tmp_path),
+            2,
+            "--global-batch 3 does not divide over 2 replicas",
+        ),
     ]
     for args, devices, expected in cases:
-        done = run_mnist("--device", "tpu", *args, python=python, env={"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices)})
+        done = run_mnist(
+            "--device", "tpu", *args, python=python, env={"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices)}
+        )
         assert done.returncode == 2, done.stderr[-2000:]
         errors = [line for line in done.stderr.splitlines() if line.startswith("mnist.py: error: ")]
         assert len(errors) == 1 and expected in errors[0], done.stderr[-2000:]

@@ -21,8 +21,12 @@ from test_cifar_ddp import RECIPE, TEST_IMAGES, TRAINING, data_dir, only_results
 
 @pytest.mark.slow
 def test_namespace_hosts_have_their_own_names_and_reach_each_other(two_hosts):
-    seen = subprocess.run(two_hosts.command("node2", "sh", "-c", "hostname; getent hosts node1"),
-                          capture_output=True, text=True, timeout=30)
+    seen = subprocess.run(
+        two_hosts.command("node2", "sh", "-c", "hostname; getent hosts node1"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert seen.returncode == 0, seen.stderr
     name, node1 = seen.stdout.splitlines()
     assert name == "node2"
@@ -36,16 +40,21 @@ def test_namespace_hosts_have_their_own_names_and_reach_each_other(two_hosts):
 @pytest.mark.slow
 def test_ddp_across_two_hosts_matches_two_processes_on_one(tmp_path, data_dir, two_hosts):
     common_args = [*TRAINING, "--data-dir", str(data_dir), "--parallel", "ddp", "--show-scatter"]
-    ranks = torchrun_on_hosts(two_hosts, RECIPE, [*common_args, "--results-dir", str(tmp_path / "two-hosts")], cwd=tmp_path)
+    ranks = torchrun_on_hosts(
+        two_hosts, RECIPE, [*common_args, "--results-dir", str(tmp_path / "two-hosts")], cwd=tmp_path
+    )
     for node, done in zip(two_hosts.nodes, ranks):
         assert done.returncode == 0, f"{node}: {done.stderr[-3000:]}"
     recipe([*common_args, "--nproc", "2", "--results-dir", "one-host"], tmp_path)
 
     # Each host ran one rank, with half of the global batch.
-    assert [done.stdout.count(f"scatter (ddp rank {rank}/2, cpu): input [8, 3, 64, 64]") for rank, done in enumerate(ranks)] == [1, 1]
+    assert [
+        done.stdout.count(f"scatter (ddp rank {rank}/2, cpu): input [8, 3, 64, 64]") for rank, done in enumerate(ranks)
+    ] == [1, 1]
     # Rank 0 alone wrote, on node1: one results file, one checkpoint.
     assert sorted(p.name for p in (tmp_path / "two-hosts").rglob("*") if p.is_file()) == [
-        "cifar-mobilenet_v2-b16-cpu-x2-ddp.json", "cifar-mobilenet_v2-b16-cpu-x2-ddp.pt",
+        "cifar-mobilenet_v2-b16-cpu-x2-ddp.json",
+        "cifar-mobilenet_v2-b16-cpu-x2-ddp.pt",
     ]
     across, one_host = only_results(tmp_path / "two-hosts"), only_results(tmp_path / "one-host")
     assert across["environment"]["host"] == "node1"
@@ -57,7 +66,9 @@ def test_ddp_across_two_hosts_matches_two_processes_on_one(tmp_path, data_dir, t
     ours, theirs = across["metrics"], one_host["metrics"]
     assert ours["steps"] == theirs["steps"]
     for accuracy in ours["epoch_test_accuracy"]:
-        assert accuracy * TEST_IMAGES == pytest.approx(round(accuracy * TEST_IMAGES)), "accuracy is not over the whole test set"
+        assert accuracy * TEST_IMAGES == pytest.approx(round(accuracy * TEST_IMAGES)), (
+            "accuracy is not over the whole test set"
+        )
     trajectories = f"two hosts {ours['epoch_test_accuracy']}, one host {theirs['epoch_test_accuracy']}"
     assert ours["test_accuracy"] == pytest.approx(theirs["test_accuracy"], abs=0.05), trajectories
     assert ours["test_accuracy"] > 0.9, trajectories
@@ -73,16 +84,23 @@ def test_a_missing_tool_fails_when_slurm_is_required(monkeypatch):
         require(NAMESPACE_TOOLS)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["up", "{state}", "0"], "NODES must be a whole number from 1 to 200, not '0'"),
-    (["up", "{state}", "2; touch /tmp/x"], "NODES must be a whole number from 1 to 200, not '2; touch /tmp/x'"),
-    (["exec", "{state}", "node1", "true"], "holds no hosts (no namespaces); run"),
-    (["sideways", "{state}"], "usage: "),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["up", "{state}", "0"], "NODES must be a whole number from 1 to 200, not '0'"),
+        (["up", "{state}", "2; touch /tmp/x"], "NODES must be a whole number from 1 to 200, not '2; touch /tmp/x'"),
+        (["exec", "{state}", "node1", "true"], "holds no hosts (no namespaces); run"),
+        (["sideways", "{state}"], "usage: "),
+    ],
+)
 def test_netns_hosts_bad_input_is_one_line_and_exit_2(tmp_path, argv, message):
     state = tmp_path / "state"
-    done = subprocess.run(["bash", str(HOSTS_SCRIPT), *(arg.format(state=state) for arg in argv)],
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        ["bash", str(HOSTS_SCRIPT), *(arg.format(state=state) for arg in argv)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert (done.returncode, done.stdout) == (2, "")
     assert len(done.stderr.splitlines()) == 1 and message in done.stderr, done.stderr
     assert not (state / "namespaces").exists()

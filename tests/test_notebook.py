@@ -23,8 +23,14 @@ COMMITTED = {  # target -> experiments, as envkit.yaml lists them
     "colab-t4": ["gpu-mnist"],
     "kaggle-tpu": ["tpu-mnist", "e3-batch-scaling"],
 }
-SECTIONS = ["## 1. What it is", "## 2. Runtime check", "## 3. Environment", "## 4. The recipe", "## 5. The run",
-            "## 6. The result"]
+SECTIONS = [
+    "## 1. What it is",
+    "## 2. Runtime check",
+    "## 3. Environment",
+    "## 4. The recipe",
+    "## 5. The run",
+    "## 6. The result",
+]
 # PEP 723's reference regular expression for an inline metadata block.
 PEP_723 = re.compile(r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$")
 
@@ -47,7 +53,8 @@ def committed_pairs():
 def test_the_config_lists_the_committed_notebooks(config, repo_root):
     assert {name: list(t.notebooks) for name, t in config.targets.items() if t.is_notebook} == COMMITTED
     assert sorted(path.relative_to(repo_root) for path in (repo_root / "notebooks").glob("*/*.ipynb")) == sorted(
-        builder.notebook_path(target, experiment) for target, experiment in committed_pairs())
+        builder.notebook_path(target, experiment) for target, experiment in committed_pairs()
+    )
 
 
 @pytest.mark.parametrize(("target", "experiment"), committed_pairs())
@@ -69,8 +76,11 @@ def test_it_reads_top_to_bottom_and_carries_what_it_runs(config, repo_root, targ
     assert f"sha256 `{lock.sha256}`" in markdown
     settings = notebook.cells[[cell.id for cell in notebook.cells].index("settings")].source
     # every embedded file: a %%writefile cell whose body is the file, under the sha256 SETTINGS checks
-    written = {cell.source.split("\n", 1)[0].split()[1]: cell.source.split("\n", 1)[1]
-               for cell in notebook.cells if cell.source.startswith("%%writefile ")}
+    written = {
+        cell.source.split("\n", 1)[0].split()[1]: cell.source.split("\n", 1)[1]
+        for cell in notebook.cells
+        if cell.source.startswith("%%writefile ")
+    }
     sources = {embedded.HELPER_NAME: embedded.HELPER, "requirements.lock": lock_path(config, target)}
     recipes = repo_root / "recipes"
     sources.update({f"recipes/{p.relative_to(recipes).as_posix()}": p for p in embedded.recipe_files(recipes, "mnist")})
@@ -84,7 +94,9 @@ def test_it_reads_top_to_bottom_and_carries_what_it_runs(config, repo_root, targ
     assert (meta.lock.sha256, meta.lock.requirements) == (lock.sha256, lock_path(config, target).read_text())
     assert (meta.target, meta.experiment, meta.packages) == (target, experiment, "lock")
     block = PEP_723.search(notebook.cells[1].source)
-    content = "".join(line[2:] if line.startswith("# ") else line[1:] for line in block["content"].splitlines(keepends=True))
+    content = "".join(
+        line[2:] if line.startswith("# ") else line[1:] for line in block["content"].splitlines(keepends=True)
+    )
     script = tomllib.loads(content)
     assert script["dependencies"] == [f"{name}=={version}" for name, version in sorted(lock.packages.items())]
     assert script["requires-python"] == f"=={config.targets[target].python}.*"
@@ -93,23 +105,47 @@ def test_it_reads_top_to_bottom_and_carries_what_it_runs(config, repo_root, targ
 def test_colab_notebooks_preselect_their_accelerator_and_link_to_colab(config):
     notebook = nbformat.reads(builder.render_notebook(config, "tpu-mnist-single", "colab-tpu").text, as_version=4)
     assert notebook.metadata.accelerator == "TPU" and notebook.metadata.colab.gpuType == "V5E1"
-    assert ("[Open in Colab](https://colab.research.google.com/github/envkit/envkit/blob/main/notebooks/"
-            "colab-tpu/tpu-mnist-single.ipynb)") in notebook.cells[0].source
+    assert (
+        "[Open in Colab](https://colab.research.google.com/github/envkit/envkit/blob/main/notebooks/"
+        "colab-tpu/tpu-mnist-single.ipynb)"
+    ) in notebook.cells[0].source
     assert "Runtime > Change runtime type > Hardware accelerator: v5e-1 TPU" in notebook.cells[0].source
 
 
 def test_colab_link_at_a_revision(capsys, repo_root):
-    code, out, _ = envkit(capsys, "notebook", "gpu-mnist", "--target", "colab-t4", "--colab-link", "--revision", "abc123",
-                          "--config", str(repo_root / "envkit.yaml"))
-    assert (code, out) == (0, "https://colab.research.google.com/github/envkit/envkit/blob/abc123/notebooks/"
-                               "colab-t4/gpu-mnist.ipynb\n")
-    code, _, err = envkit(capsys, "notebook", "tpu-mnist", "--target", "kaggle-tpu", "--colab-link",
-                          "--config", str(repo_root / "envkit.yaml"))
+    code, out, _ = envkit(
+        capsys,
+        "notebook",
+        "gpu-mnist",
+        "--target",
+        "colab-t4",
+        "--colab-link",
+        "--revision",
+        "abc123",
+        "--config",
+        str(repo_root / "envkit.yaml"),
+    )
+    assert (code, out) == (
+        0,
+        "https://colab.research.google.com/github/envkit/envkit/blob/abc123/notebooks/colab-t4/gpu-mnist.ipynb\n",
+    )
+    code, _, err = envkit(
+        capsys,
+        "notebook",
+        "tpu-mnist",
+        "--target",
+        "kaggle-tpu",
+        "--colab-link",
+        "--config",
+        str(repo_root / "envkit.yaml"),
+    )
     assert code == 2 and "runs on kaggle, not colab" in err
 
 
 def test_use_runtime_variant_runs_on_the_runtimes_packages(config):
-    notebook = nbformat.reads(builder.render_notebook(config, "tpu-mnist-single", "colab-tpu", "runtime").text, as_version=4)
+    notebook = nbformat.reads(
+        builder.render_notebook(config, "tpu-mnist-single", "colab-tpu", "runtime").text, as_version=4
+    )
     environment = next(cell for cell in notebook.cells if cell.id == "environment")
     assert environment.source.endswith("environment = nb.runtime_environment(SETTINGS)")
     assert notebook.metadata.envkit.packages == "runtime"
@@ -127,7 +163,9 @@ def project(tmp_path, repo_root):
 
 def test_write_and_default_path(capsys, project):
     (project / "notebooks" / "colab-t4" / "gpu-mnist.ipynb").unlink()
-    code, out, _ = envkit(capsys, "notebook", "gpu-mnist", "--target", "colab-t4", "--config", str(project / "envkit.yaml"))
+    code, out, _ = envkit(
+        capsys, "notebook", "gpu-mnist", "--target", "colab-t4", "--config", str(project / "envkit.yaml")
+    )
     assert code == 0 and out.startswith(f"wrote {project}/notebooks/colab-t4/gpu-mnist.ipynb (")
     assert envkit(capsys, "render", "--all", "--check", "--config", str(project / "envkit.yaml"))[0] == 0
 
@@ -148,20 +186,33 @@ def test_render_check_finds_an_edited_recipe_and_render_fixes_it(capsys, project
 
 
 def test_render_check_finds_a_notebook_no_target_lists(capsys, project):
-    shutil.copy(project / "notebooks" / "colab-t4" / "gpu-mnist.ipynb", project / "notebooks" / "colab-t4" / "old.ipynb")
+    shutil.copy(
+        project / "notebooks" / "colab-t4" / "gpu-mnist.ipynb", project / "notebooks" / "colab-t4" / "old.ipynb"
+    )
     code, out, err = envkit(capsys, "render", "--all", "--check", "--config", str(project / "envkit.yaml"))
     assert code == 1 and "colab-t4/old.ipynb: no notebook target lists it (remove it)" in out
     assert "rendered files are stale (1 unlisted notebook(s))" in err
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["tpu-mnist", "--target", "tpu-vm"], "target 'tpu-vm' is not a notebook target (it names no platform); notebook "
-                                          "targets in"),
-    (["gpu-mnist", "--target", "colab-tpu"], "experiment gpu-mnist runs on cuda, target colab-tpu is tpu-vm; its "
-                                             "experiments: tpu-mnist, tpu-mnist-single"),
-    (["nope", "--target", "colab-tpu"], "unknown experiment 'nope'"),
-    (["tpu-mnist", "--target", "colab-tpu", "--output", "x.json"], "--output x.json: a notebook file ends in .ipynb"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["tpu-mnist", "--target", "tpu-vm"],
+            "target 'tpu-vm' is not a notebook target (it names no platform); notebook targets in",
+        ),
+        (
+            ["gpu-mnist", "--target", "colab-tpu"],
+            "experiment gpu-mnist runs on cuda, target colab-tpu is tpu-vm; its "
+            "experiments: tpu-mnist, tpu-mnist-single",
+        ),
+        (["nope", "--target", "colab-tpu"], "unknown experiment 'nope'"),
+        (
+            ["tpu-mnist", "--target", "colab-tpu", "--output", "x.json"],
+            "--output x.json: a notebook file ends in .ipynb",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(capsys, project, argv, message):
     before = sorted(project.rglob("*"))
     code, out, err = envkit(capsys, "notebook", *argv, "--config", str(project / "envkit.yaml"))
@@ -171,11 +222,21 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(capsys, project, argv, 
 
 def test_an_unlocked_or_stale_notebook_target_is_refused(capsys, project):
     config = project / "envkit.yaml"
-    config.write_text(config.read_text().replace('  kaggle-tpu:\n    platform: kaggle\n',
-                                                 '  kaggle-tpu:\n    platform: kaggle\n    pip_packages: ["numpy==2.1.3"]\n'))
+    config.write_text(
+        config.read_text().replace(
+            "  kaggle-tpu:\n    platform: kaggle\n",
+            '  kaggle-tpu:\n    platform: kaggle\n    pip_packages: ["numpy==2.1.3"]\n',
+        )
+    )
     code, _, err = envkit(capsys, "notebook", "tpu-mnist", "--target", "kaggle-tpu", "--config", str(config))
-    assert code == 2 and ("a notebook of target kaggle-tpu needs a fresh lock: kaggle-tpu: stale: "
-                          "notebooks/kaggle-tpu/requirements.lock: its inputs changed") in err
+    assert (
+        code == 2
+        and (
+            "a notebook of target kaggle-tpu needs a fresh lock: kaggle-tpu: stale: "
+            "notebooks/kaggle-tpu/requirements.lock: its inputs changed"
+        )
+        in err
+    )
     (project / "notebooks" / "kaggle-tpu" / "requirements.lock").unlink()
     code, _, err = envkit(capsys, "notebook", "tpu-mnist", "--target", "kaggle-tpu", "--config", str(config))
     assert code == 2 and "kaggle-tpu: unlocked: notebooks/kaggle-tpu/requirements.lock does not exist" in err
@@ -211,8 +272,15 @@ def test_a_recipe_brings_the_modules_and_packages_it_imports(tmp_path):
     for name, text in files.items():
         (recipes / name).write_text(text)
     found = [path.relative_to(recipes).as_posix() for path in embedded.recipe_files(recipes, "mnist")]
-    assert found == ["mnist.py", "ddp.py", "harness/__init__.py", "harness/parts/__init__.py", "harness/parts/timer.py",
-                     "harness/run.py", "tpu_backend.py"]
+    assert found == [
+        "mnist.py",
+        "ddp.py",
+        "harness/__init__.py",
+        "harness/parts/__init__.py",
+        "harness/parts/timer.py",
+        "harness/run.py",
+        "tpu_backend.py",
+    ]
 
 
 def test_ci_executes_the_notebooks(repo_root):
@@ -231,5 +299,7 @@ def test_e3_on_kaggle_runs_its_four_runs_in_turn(config):
     cell = ast.parse(next(cell for cell in notebook.cells if cell.id == "settings").source)
     settings = ast.literal_eval(next(node.value for node in cell.body if isinstance(node, ast.Assign)))
     assert [run["args"] for run in settings["runs"]] == [list(run.argv) for run in runs]
-    assert all(run["cpu_args"][-12:-10] == ["--device", "cpu"] and "--run-name" in run["cpu_args"] for run in settings["runs"])
+    assert all(
+        run["cpu_args"][-12:-10] == ["--device", "cpu"] and "--run-name" in run["cpu_args"] for run in settings["runs"]
+    )
     assert notebook.metadata.envkit.runs == [run.summary for run in runs]

@@ -16,8 +16,17 @@ from envkit.project import kinds
 from envkit.project.config import load_config
 from wheel_index import IndexServer
 
-KAGGLE_IDS = {"TpuV38", "TpuV5E8", "TpuV6E8", "NvidiaTeslaT4", "NvidiaTeslaP100", "NvidiaL4", "NvidiaTeslaA100",
-              "NvidiaH100", "NvidiaRtxPro6000"}
+KAGGLE_IDS = {
+    "TpuV38",
+    "TpuV5E8",
+    "TpuV6E8",
+    "NvidiaTeslaT4",
+    "NvidiaTeslaP100",
+    "NvidiaL4",
+    "NvidiaTeslaA100",
+    "NvidiaH100",
+    "NvidiaRtxPro6000",
+}
 
 
 def envkit(capsys, *argv: str) -> tuple[int, str, str]:
@@ -64,7 +73,10 @@ def test_the_runtimes_as_last_seen():
     assert colab_tpu == {"torch": "2.9.0+cpu", "torch_xla": "2.9.0", "libtpu": "0.0.21.1"}
     assert platforms["colab"].runtimes["gpu"].packages() == {"torch": "2.11.0+cu128"}
     kaggle_tpu = platforms["kaggle"].runtimes["tpu"]
-    assert (kaggle_tpu.python, kaggle_tpu.packages()) == ("3.12", {"torch": "2.8.0+cpu", "torch_xla": "2.8.0", "libtpu": "0.0.17"})
+    assert (kaggle_tpu.python, kaggle_tpu.packages()) == (
+        "3.12",
+        {"torch": "2.8.0+cpu", "torch_xla": "2.8.0", "libtpu": "0.0.17"},
+    )
 
 
 def test_cpu_mode_drops_accelerator_options_with_their_values():
@@ -110,8 +122,14 @@ def test_targets_lists_where_a_notebook_target_runs(capsys, repo_root):
     assert code == 0 and "colab v5e-1 (tpu runtime: Python 3.13.15, glibc 2.35)" in row and " locked " in row
 
 
-NOTEBOOK_TARGET = {"platform": "colab", "accelerator": "v5e-1", "backend": "torch_xla", "torch": "2.9.0",
-                   "torch_xla": "2.9.0", "python": "3.12"}
+NOTEBOOK_TARGET = {
+    "platform": "colab",
+    "accelerator": "v5e-1",
+    "backend": "torch_xla",
+    "torch": "2.9.0",
+    "torch_xla": "2.9.0",
+    "python": "3.12",
+}
 
 
 def write_config(root: Path, **target) -> Path:
@@ -120,15 +138,24 @@ def write_config(root: Path, **target) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"platform": "colob"}, "'colob' is not valid; allowed: "),
-    ({"accelerator": "v2-8"}, "unknown accelerator 'v2-8' for Google Colab; its accelerators: v5e-1, T4, L4, A100, H100, G4"),
-    ({"platform": "kaggle"}, "unknown accelerator 'v5e-1' for Kaggle; its accelerators: TpuV38, TpuV5E8,"),
-    ({"base_image": "python:3.12"}, "'base_image' does not apply to a notebook target: it runs in colab's runtime"),
-    ({"accelerator": None}, "a notebook target needs 'accelerator'"),
-    ({"kind": "cuda"}, "colab's v5e-1 is a tpu-vm accelerator, not cuda"),
-    ({"notebooks": ["gpu-mnist"]}, "'gpu-mnist' is not an experiment of kind tpu-vm; choose from tpu-mnist, tpu-mnist-single"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"platform": "colob"}, "'colob' is not valid; allowed: "),
+        (
+            {"accelerator": "v2-8"},
+            "unknown accelerator 'v2-8' for Google Colab; its accelerators: v5e-1, T4, L4, A100, H100, G4",
+        ),
+        ({"platform": "kaggle"}, "unknown accelerator 'v5e-1' for Kaggle; its accelerators: TpuV38, TpuV5E8,"),
+        ({"base_image": "python:3.12"}, "'base_image' does not apply to a notebook target: it runs in colab's runtime"),
+        ({"accelerator": None}, "a notebook target needs 'accelerator'"),
+        ({"kind": "cuda"}, "colab's v5e-1 is a tpu-vm accelerator, not cuda"),
+        (
+            {"notebooks": ["gpu-mnist"]},
+            "'gpu-mnist' is not an experiment of kind tpu-vm; choose from tpu-mnist, tpu-mnist-single",
+        ),
+    ],
+)
 def test_bad_notebook_targets_are_one_line_exit_2(tmp_path, capsys, change, message):
     target = {key: value for key, value in {**NOTEBOOK_TARGET, **change}.items() if value is not None}
     config = write_config(tmp_path, **target)

@@ -64,7 +64,11 @@ def executed(wheelhouse, tmp_path_factory, repo_root):
             path.write_text(builder.render_notebook(config, experiment, target, packages).text)
         name = f"{target}/{path.stem}"  # as under notebooks/
         notebook, seconds = execute(path, wheelhouse, root / name / "work", root / name / "output")
-        runs[name] = {"notebook": notebook, "seconds": seconds, "results": sorted((root / name / "output" / "results").glob("*.json"))}
+        runs[name] = {
+            "notebook": notebook,
+            "seconds": seconds,
+            "results": sorted((root / name / "output" / "results").glob("*.json")),
+        }
     return runs
 
 
@@ -75,8 +79,10 @@ def outputs(notebook: nbformat.NotebookNode, cell_id: str) -> str:
 
 def test_every_committed_notebook_runs_top_to_bottom(executed, wheelhouse, repo_root):
     packages = len(runtime.lock_packages(wheelhouse / "requirements.lock"))
-    committed = sorted(path.relative_to(repo_root / "notebooks").with_suffix("").as_posix()
-                       for path in (repo_root / "notebooks").glob("*/*.ipynb"))
+    committed = sorted(
+        path.relative_to(repo_root / "notebooks").with_suffix("").as_posix()
+        for path in (repo_root / "notebooks").glob("*/*.ipynb")
+    )
     assert committed and set(committed) <= set(executed)
     for name in committed:
         notebook = executed[name]["notebook"]
@@ -92,9 +98,13 @@ def test_every_committed_notebook_runs_top_to_bottom(executed, wheelhouse, repo_
         assert any("image/png" in data for data in shown)
         # one results file per run of the experiment (E3: four)
         assert len(executed[name]["results"]) == len(notebook.metadata.envkit.runs)
-    assert any("published (Colab 2020" in output.data.get("text/markdown", "")  # E1's notebooks: the published numbers
-               for output in next(c for c in executed["colab-tpu/tpu-mnist-single"]["notebook"].cells if c.id == "result").outputs
-               if output.output_type == "display_data")
+    assert any(
+        "published (Colab 2020" in output.data.get("text/markdown", "")  # E1's notebooks: the published numbers
+        for output in next(
+            c for c in executed["colab-tpu/tpu-mnist-single"]["notebook"].cells if c.id == "result"
+        ).outputs
+        if output.output_type == "display_data"
+    )
 
 
 def test_results_carry_the_notebooks_provenance_and_validate(executed, wheelhouse, repo_root):
@@ -106,15 +116,25 @@ def test_results_carry_the_notebooks_provenance_and_validate(executed, wheelhous
         document = json.loads(run["results"][0].read_text())
         jsonschema.validate(document, schema)
         block = document["notebook"]
-        settings = {key: value for key, value in block.items() if key in ("platform", "accelerator", "target", "experiment")}
+        settings = {
+            key: value for key, value in block.items() if key in ("platform", "accelerator", "target", "experiment")
+        }
         meta = run["notebook"].metadata.envkit
-        assert settings == {"platform": meta.platform, "accelerator": meta.accelerator, "target": meta.target,
-                            "experiment": meta.experiment}
+        assert settings == {
+            "platform": meta.platform,
+            "accelerator": meta.accelerator,
+            "target": meta.target,
+            "experiment": meta.experiment,
+        }
         assert block["cpu_mode"] is True and block["found"] == "no accelerator (CPU only)"
         assert block["files"]["requirements.lock"] == meta.files["requirements.lock"]  # the lock it was rendered with
         assert block["runtime"]["python"] == ".".join(map(str, sys.version_info[:3]))
         if block["packages"] == "lock":
-            assert block["lock_sha256"] == document["environment"]["lock_sha256"] == runtime.sha256_of(wheelhouse / "requirements.lock")
+            assert (
+                block["lock_sha256"]
+                == document["environment"]["lock_sha256"]
+                == runtime.sha256_of(wheelhouse / "requirements.lock")
+            )
             assert block["installer"].startswith("uv ") and block["lock_differences"] is None
             # exactly the lock: every distribution the recipe's interpreter had
             assert document["environment"]["distributions"] == sorted(f"{n}=={v}" for n, v in cpu_lock.items())

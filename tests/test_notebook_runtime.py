@@ -16,9 +16,17 @@ from envkit.notebook import builder, runtime
 from envkit.project.notebook_platforms import load_platforms
 
 # What nvidia-smi calls each GPU model the platforms offer.
-GPU_NAMES = {"T4": "Tesla T4", "P100": "Tesla P100-PCIE-16GB", "L4": "NVIDIA L4", "A100": "NVIDIA A100-SXM4-40GB",
-             "H100": "NVIDIA H100 80GB HBM3", "RTX PRO 6000": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}
-ACCELERATORS = [(platform.name, name) for platform in load_platforms().platforms.values() for name in platform.accelerators]
+GPU_NAMES = {
+    "T4": "Tesla T4",
+    "P100": "Tesla P100-PCIE-16GB",
+    "L4": "NVIDIA L4",
+    "A100": "NVIDIA A100-SXM4-40GB",
+    "H100": "NVIDIA H100 80GB HBM3",
+    "RTX PRO 6000": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+}
+ACCELERATORS = [
+    (platform.name, name) for platform in load_platforms().platforms.values() for name in platform.accelerators
+]
 
 
 def hardware(device: dict) -> tuple[list[tuple[str, str]], list[str]]:
@@ -61,16 +69,25 @@ def test_recognises_its_accelerator_and_refuses_every_other(tmp_path, capsys, pl
     pci, smi = fake_host(tmp_path / "own", *hardware(wanted["device"]))
     found = runtime.check_runtime(wanted, pci, smi)
     assert found["found"] != "no accelerator (CPU only)"
-    assert f"accelerator: {found['found']}, as {wanted['platform_title']}'s {wanted['label']} needs" in capsys.readouterr().out
-    others = {repr(entry.device): entry.device for p in load_platforms().platforms.values()
-              for entry in p.accelerators.values() if not _fits(entry.device, wanted["device"])}
+    assert (
+        f"accelerator: {found['found']}, as {wanted['platform_title']}'s {wanted['label']} needs"
+        in capsys.readouterr().out
+    )
+    others = {
+        repr(entry.device): entry.device
+        for p in load_platforms().platforms.values()
+        for entry in p.accelerators.values()
+        if not _fits(entry.device, wanted["device"])
+    }
     for index, device in enumerate([None, *others.values()]):
         pci, smi = fake_host(tmp_path / f"other{index}", *(hardware(device) if device else ([], [])))
         with pytest.raises(runtime.NotebookStop) as refused:
             runtime.check_runtime(wanted, pci, smi)
         message = str(refused.value)
         assert "\n" not in message and message.startswith("this runtime has ")
-        assert message.endswith(f"but this notebook runs on {wanted['platform_title']}'s {wanted['label']}: {wanted['select']}")
+        assert message.endswith(
+            f"but this notebook runs on {wanted['platform_title']}'s {wanted['label']}: {wanted['select']}"
+        )
 
 
 def _fits(device: dict, wanted: dict) -> bool:
@@ -82,8 +99,11 @@ def _fits(device: dict, wanted: dict) -> bool:
 
 def test_a_gpu_model_is_a_whole_word(tmp_path):
     pci, smi = fake_host(tmp_path, [], ["NVIDIA L40S"])
-    with pytest.raises(runtime.NotebookStop, match=r"^this runtime has NVIDIA L40S ×1, but this notebook runs on Google "
-                                                   r"Colab's L4 GPU: Runtime > Change runtime type"):
+    with pytest.raises(
+        runtime.NotebookStop,
+        match=r"^this runtime has NVIDIA L40S ×1, but this notebook runs on Google "
+        r"Colab's L4 GPU: Runtime > Change runtime type",
+    ):
         runtime.check_runtime(settings("colab", "L4"), pci, smi)
 
 
@@ -91,9 +111,11 @@ def test_kaggle_says_where_its_accelerator_is_chosen(tmp_path):
     pci, smi = fake_host(tmp_path, *hardware({"tpu": "v3", "chips": 4}))
     with pytest.raises(runtime.NotebookStop) as refused:
         runtime.check_runtime(settings("kaggle", "TpuV5E8"), pci, smi)
-    assert str(refused.value) == ("this runtime has TPU v3 ×4, but this notebook runs on Kaggle's TPU v5e-8: Settings > "
-                                  "Accelerator > TPU v5e-8 in the notebook editor (kaggle kernels push: machine_shape "
-                                  "TpuV5E8 in kernel-metadata.json)")
+    assert str(refused.value) == (
+        "this runtime has TPU v3 ×4, but this notebook runs on Kaggle's TPU v5e-8: Settings > "
+        "Accelerator > TPU v5e-8 in the notebook editor (kaggle kernels push: machine_shape "
+        "TpuV5E8 in kernel-metadata.json)"
+    )
 
 
 def test_the_runtime_is_recorded_and_compared_with_envkits_data(tmp_path, capsys, monkeypatch):
@@ -123,8 +145,9 @@ def test_an_edited_file_is_one_line_naming_the_rerender(tmp_path, monkeypatch):
     with pytest.raises(runtime.NotebookStop) as stopped:
         runtime.check_files({"files": files, "rerender": "envkit notebook tpu-mnist --target kaggle-tpu"}, "recipes")
     assert str(stopped.value).startswith("recipes/mnist.py changed since this notebook was rendered (sha256 ")
-    assert str(stopped.value).endswith("rendered 000000000000): re-render the notebook with "
-                                       "`envkit notebook tpu-mnist --target kaggle-tpu`")
+    assert str(stopped.value).endswith(
+        "rendered 000000000000): re-render the notebook with `envkit notebook tpu-mnist --target kaggle-tpu`"
+    )
 
 
 def test_lock_packages_reads_a_requirements_lock(repo_root):
@@ -136,8 +159,11 @@ def test_without_uv_a_lock_for_another_python_is_one_line(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(runtime.INSTALLER, "pip")
     (tmp_path / "requirements.lock").write_text("tqdm==4.67.1 \\\n    --hash=sha256:" + "0" * 64 + "\n")
-    with pytest.raises(runtime.NotebookStop, match=r"^the lock is for Python 3\.2 and this runtime has 3\.\d+: uv "
-                                                   r"provides that Python, but uv is not installed here"):
+    with pytest.raises(
+        runtime.NotebookStop,
+        match=r"^the lock is for Python 3\.2 and this runtime has 3\.\d+: uv "
+        r"provides that Python, but uv is not installed here",
+    ):
         runtime.create_environment({"lock": {"path": "requirements.lock", "python": "3.2"}})
 
 
@@ -163,17 +189,22 @@ def execute_until_stopped(notebook: nbformat.NotebookNode, work: Path, monkeypat
 
 def test_in_the_notebook_the_wrong_accelerator_is_one_line_with_the_fix(repo_root, tmp_path, monkeypatch):
     # This machine has no TPU: the committed Colab notebook's runtime check stops with the menu path.
-    notebook = committed_cells(repo_root, "colab-tpu/tpu-mnist-single.ipynb",
-                               ["settings", "file-envkit-notebook-py", "runtime-check"])
+    notebook = committed_cells(
+        repo_root, "colab-tpu/tpu-mnist-single.ipynb", ["settings", "file-envkit-notebook-py", "runtime-check"]
+    )
     assert execute_until_stopped(notebook, tmp_path, monkeypatch) == [
         "envkit: this runtime has no accelerator (CPU only), but this notebook runs on Google Colab's v5e-1 TPU: "
-        "Runtime > Change runtime type > Hardware accelerator: v5e-1 TPU, then Runtime > Run all"]
+        "Runtime > Change runtime type > Hardware accelerator: v5e-1 TPU, then Runtime > Run all"
+    ]
 
 
 def test_in_the_notebook_an_edited_recipe_cell_is_one_line(repo_root, tmp_path, monkeypatch):
     monkeypatch.setenv(runtime.CPU_MODE, str(tmp_path / "no-wheels"))  # the runtime check passes: only files matter
-    notebook = committed_cells(repo_root, "kaggle-tpu/tpu-mnist.ipynb",
-                               ["settings", "file-envkit-notebook-py", "runtime-check", "file-recipes-mnist-py", "recipe-check"])
+    notebook = committed_cells(
+        repo_root,
+        "kaggle-tpu/tpu-mnist.ipynb",
+        ["settings", "file-envkit-notebook-py", "runtime-check", "file-recipes-mnist-py", "recipe-check"],
+    )
     recipe = next(cell for cell in notebook.cells if cell.id == "file-recipes-mnist-py")
     recipe.source = recipe.source.replace("def ", "def  ", 1)
     [line] = execute_until_stopped(notebook, tmp_path / "work", monkeypatch)

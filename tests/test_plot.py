@@ -92,8 +92,14 @@ MISSING_LINE = "envkit: error: plotting needs matplotlib, which is not installed
 
 
 def _without_matplotlib(*argv, cwd: Path, hide: str = "matplotlib") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", WITHOUT_MATPLOTLIB, *map(str, argv)], capture_output=True, text=True,
-                          timeout=120, cwd=cwd, env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "HIDE": hide})
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_MATPLOTLIB, *map(str, argv)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "HIDE": hide},
+    )
 
 
 def test_report_plot_without_matplotlib_is_one_line_naming_the_extra(tmp_path):
@@ -107,8 +113,9 @@ def test_report_plot_without_matplotlib_is_one_line_naming_the_extra(tmp_path):
 
 
 def test_demo_without_matplotlib_refuses_before_running_anything(tmp_path):
-    done = _without_matplotlib("demo", "--no-docker", "--results-dir", tmp_path / "demo",
-                               "--config", REPO_ROOT / "envkit.yaml", cwd=tmp_path)
+    done = _without_matplotlib(
+        "demo", "--no-docker", "--results-dir", tmp_path / "demo", "--config", REPO_ROOT / "envkit.yaml", cwd=tmp_path
+    )
     assert (done.returncode, done.stdout, done.stderr.splitlines()) == (2, "", [MISSING_LINE])
     assert not (tmp_path / "demo").exists()
 
@@ -116,8 +123,10 @@ def test_demo_without_matplotlib_refuses_before_running_anything(tmp_path):
 def test_matplotlib_that_does_not_import_says_why(tmp_path):
     done = _without_matplotlib("report", RESULTS, "--plot", tmp_path / "chart.png", cwd=tmp_path, hide="numpy")
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr.splitlines() == ["envkit: error: plotting needs matplotlib, which does not import here "
-                                        "(No module named 'numpy'): pip install 'envkit[report]'"]
+    assert done.stderr.splitlines() == [
+        "envkit: error: plotting needs matplotlib, which does not import here "
+        "(No module named 'numpy'): pip install 'envkit[report]'"
+    ]
 
 
 def test_require_matplotlib_passes_where_it_is_installed():

@@ -44,7 +44,10 @@ def test_cpu_trains_for_real_and_absent_devices_say_why():
     assert devices["cpu"]["status"] == "ok" and devices["cpu"]["step_s"] > 0
     assert devices["cuda"]["status"] == "absent" and devices["cuda"]["detail"].startswith("no CUDA device (")
     assert devices["tpu"] == {
-        "device": "tpu", "status": "absent", "step_s": None, "backend": None,
+        "device": "tpu",
+        "status": "absent",
+        "step_s": None,
+        "backend": None,
         "detail": "no TPU backend installed (neither torch_xla nor torch_tpu)",
     }
 
@@ -68,7 +71,9 @@ def test_faked_no_cuda_device_names_the_build(monkeypatch):
     """torch.version.cuda faked (this torch is a CPU build): the message for either build is real."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.version, "cuda", None)
-    assert probe.probe_cuda() == [probe.Result("cuda", "absent", f"no CUDA device (torch {torch.__version__} is a CPU-only build)")]
+    assert probe.probe_cuda() == [
+        probe.Result("cuda", "absent", f"no CUDA device (torch {torch.__version__} is a CPU-only build)")
+    ]
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     [result] = probe.probe_cuda()
@@ -77,6 +82,7 @@ def test_faked_no_cuda_device_names_the_build(monkeypatch):
 
 def test_faked_gpu_failure_is_one_line_and_fails_the_probe(one_gpu, monkeypatch, capsys):
     """One GPU faked (torch.cuda patched) whose first call fails: the probe's one line and exit 1 are real."""
+
     def broken(device):
         raise RuntimeError("CUDA error: no kernel image is available for execution on the device\nmore detail")
 
@@ -84,7 +90,10 @@ def test_faked_gpu_failure_is_one_line_and_fails_the_probe(one_gpu, monkeypatch,
     monkeypatch.setattr(probe, "has_tpu_hardware", lambda: False)
     assert probe.main([]) == 1
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("cuda:0"))
-    assert line.split(None, 2)[1:] == ["FAILED", "RuntimeError: CUDA error: no kernel image is available for execution on the device"]
+    assert line.split(None, 2)[1:] == [
+        "FAILED",
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+    ]
 
 
 def test_faked_two_gpus_add_an_nccl_all_reduce_whose_failure_is_one_line(monkeypatch):
@@ -128,8 +137,14 @@ def test_faked_torch_tpu_without_a_tpu_is_absent_with_the_reason(fake_torch_tpu,
     """A stand-in torch_tpu distribution (the real one is tested in tests/test_torch_tpu.py's slow tests)."""
     monkeypatch.setattr(probe, "PCI_DEVICES", fake_pci(fake_torch_tpu, "0x8086"))
     assert not probe.has_tpu_hardware()
-    assert probe.probe_tpu(probe.has_tpu_hardware()) == [probe.Result(
-        "tpu", "absent", "no TPU device (no Google TPU on the PCI bus); torch_tpu 0.2.0 has no CPU mode", backend="torch_tpu")]
+    assert probe.probe_tpu(probe.has_tpu_hardware()) == [
+        probe.Result(
+            "tpu",
+            "absent",
+            "no TPU device (no Google TPU on the PCI bus); torch_tpu 0.2.0 has no CPU mode",
+            backend="torch_tpu",
+        )
+    ]
 
 
 def test_faked_torch_tpu_that_registers_no_device_on_a_tpu_host_fails_in_one_line(fake_torch_tpu, monkeypatch):
@@ -139,7 +154,9 @@ def test_faked_torch_tpu_that_registers_no_device_on_a_tpu_host_fails_in_one_lin
     result = probe.probe_torch_tpu(True)
     assert (result.device, result.status, result.backend) == ("tpu", "failed", "torch_tpu")
     # The current accelerator is None on a CPU build of torch, "cuda" on a CUDA build without a GPU.
-    assert result.detail.startswith("torch_tpu 0.2.0: RuntimeError: torch_tpu registered no tpu device (current accelerator: ")
+    assert result.detail.startswith(
+        "torch_tpu 0.2.0: RuntimeError: torch_tpu registered no tpu device (current accelerator: "
+    )
 
 
 def test_without_a_tpu_the_probe_keeps_libtpu_off_the_metadata_server(monkeypatch, capsys):
@@ -165,7 +182,9 @@ def test_torch_xla_without_a_tpu_or_pjrt_device_is_absent():
     done = run_probe("--json", python=xla_python(), env=env)
     assert done.returncode == 0, done.stderr
     tpu = by_device(json.loads(done.stdout))["tpu"]
-    assert tpu["status"] == "absent" and tpu["detail"].startswith("no TPU device (no Google TPU on the PCI bus); torch_xla ")
+    assert tpu["status"] == "absent" and tpu["detail"].startswith(
+        "no TPU device (no Google TPU on the PCI bus); torch_xla "
+    )
 
 
 # --------------------------------------------------------------------------- envkit doctor --probe
@@ -190,14 +209,22 @@ def test_doctor_probe_image_that_is_not_built_is_one_line(tmp_path, monkeypatch,
 
     (tmp_path / "envkit.yaml").write_text('targets:\n  cpu: {kind: cpu, torch: "2.9.0"}\n')
     monkeypatch.setattr("envkit.support.docker_client.connect_docker", Engine)  # the engine may hold a real envkit-cpu
-    monkeypatch.setattr(doctor, "inspect_host", lambda: doctor.HostFacts(docker_version="20.10.24", free_disk_gb=50.0, cpu_count=2))
+    monkeypatch.setattr(
+        doctor, "inspect_host", lambda: doctor.HostFacts(docker_version="20.10.24", free_disk_gb=50.0, cpu_count=2)
+    )
     monkeypatch.setattr(doctor, "connect_docker", Engine)
     assert cli.main(["doctor", "--probe", "--image", "cpu", "--config", str(tmp_path / "envkit.yaml")]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and err == "envkit: error: no image envkit-cpu:latest in the engine: build it first with 'envkit build cpu'\n"
+    assert (
+        out == ""
+        and err == "envkit: error: no image envkit-cpu:latest in the engine: build it first with 'envkit build cpu'\n"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["envkit.yaml"]
 
 
 def test_doctor_image_needs_probe(capsys):
     assert cli.main(["doctor", "--image", "cpu"]) == 2
-    assert capsys.readouterr().err == "envkit: error: --image applies to --probe only: envkit doctor --probe --image TARGET\n"
+    assert (
+        capsys.readouterr().err
+        == "envkit: error: --image applies to --probe only: envkit doctor --probe --image TARGET\n"
+    )

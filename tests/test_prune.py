@@ -17,8 +17,9 @@ def conflict(reference: str) -> docker.errors.APIError:
     response = requests.Response()
     response.status_code = 409
     return docker.errors.APIError(
-        "409 Client Error", response=response,
-        explanation=f"conflict: unable to remove repository reference \"{reference}\" (must force) - container 0f3 is using its referenced image",
+        "409 Client Error",
+        response=response,
+        explanation=f'conflict: unable to remove repository reference "{reference}" (must force) - container 0f3 is using its referenced image',
     )
 
 
@@ -63,11 +64,13 @@ class FakeClient:
 @pytest.fixture
 def engine(monkeypatch):
     """latest, an image one day older and one two days older, of the cpu target."""
-    api = FakeApi([
-        entry(OLDEST_ID, ["envkit-cpu:000000000001"], 1_700_000_000),
-        entry(LATEST_ID, ["envkit-cpu:00000000000a", "envkit-cpu:latest"], 1_700_000_000 + 2 * DAY),
-        entry(OLDER_ID, ["envkit-cpu:00000000000b"], 1_700_000_000 + DAY),
-    ])
+    api = FakeApi(
+        [
+            entry(OLDEST_ID, ["envkit-cpu:000000000001"], 1_700_000_000),
+            entry(LATEST_ID, ["envkit-cpu:00000000000a", "envkit-cpu:latest"], 1_700_000_000 + 2 * DAY),
+            entry(OLDER_ID, ["envkit-cpu:00000000000b"], 1_700_000_000 + DAY),
+        ]
+    )
     monkeypatch.setattr(prune, "connect_docker", lambda: FakeClient(api))
     return api
 
@@ -99,7 +102,10 @@ def test_keep_spares_the_newest_older_images(engine, repo_root, capsys):
 def test_dry_run_lists_and_removes_nothing(engine, repo_root, capsys):
     code, out, err = envkit_prune(repo_root, capsys, "--dry-run")
     assert code == 0
-    assert [line.split(" (")[0] for line in out] == ["would remove envkit-cpu:00000000000b", "would remove envkit-cpu:000000000001"]
+    assert [line.split(" (")[0] for line in out] == [
+        "would remove envkit-cpu:00000000000b",
+        "would remove envkit-cpu:000000000001",
+    ]
     assert err == ["envkit: dry run: 2 old envkit-cpu image(s) would be removed; nothing was"]
     assert engine.removed == [] and len(engine.entries) == 3
 
@@ -107,8 +113,10 @@ def test_dry_run_lists_and_removes_nothing(engine, repo_root, capsys):
 def test_an_image_with_a_registry_name_only_loses_envkits_name(engine, repo_root, capsys):
     engine.entries[OLDER_ID]["RepoTags"].append("registry.example.com/team/envkit-cpu:00000000000b")
     _, out, _ = envkit_prune(repo_root, capsys)
-    assert out[0] == ("untagged envkit-cpu:00000000000b (1.13 GB, built 2023-11-15 22:13 UTC; "
-                      "still named registry.example.com/team/envkit-cpu:00000000000b)")
+    assert out[0] == (
+        "untagged envkit-cpu:00000000000b (1.13 GB, built 2023-11-15 22:13 UTC; "
+        "still named registry.example.com/team/envkit-cpu:00000000000b)"
+    )
     assert engine.entries[OLDER_ID]["RepoTags"] == ["registry.example.com/team/envkit-cpu:00000000000b"]
 
 
@@ -162,4 +170,6 @@ def test_a_bad_keep_is_one_line(repo_root, capsys, keep):
         main(["prune", "cpu", "--config", str(repo_root / "envkit.yaml"), "--keep", keep])
     err = capsys.readouterr().err.splitlines()
     assert exited.value.code == 2
-    assert err == [f"envkit prune: error: argument --keep: '{keep}' is not a count: give a whole number, 0 or more (see 'envkit prune --help')"]
+    assert err == [
+        f"envkit prune: error: argument --keep: '{keep}' is not a count: give a whole number, 0 or more (see 'envkit prune --help')"
+    ]

@@ -47,7 +47,9 @@ def test_golden_files(golden_config, update_golden, target):
         rendered.write(GOLDEN, files)
     for file in files:
         expected = (GOLDEN / file.path).read_text(encoding="utf-8")
-        assert file.text == expected, f"{file.path} differs from its golden file; rerun with --update-golden if intended"
+        assert file.text == expected, (
+            f"{file.path} differs from its golden file; rerun with --update-golden if intended"
+        )
 
 
 def test_committed_docker_dir_matches_a_fresh_render(repo_config, repo_root):
@@ -59,10 +61,28 @@ def test_committed_docker_dir_matches_a_fresh_render(repo_config, repo_root):
 def test_rendering_is_deterministic(repo_config, tmp_path):
     """Two `envkit render --all` processes, with different hash seeds and caches (one cold), write the same bytes."""
     for run, seed in (("a", "0"), ("b", "4242")):
-        env = {**os.environ, "PYTHONHASHSEED": seed, "ENVKIT_CACHE_DIR": str(tmp_path / f"cache-{run}"),
-               "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-        subprocess.run([sys.executable, "-m", "envkit", "render", "--all", "--config", str(repo_config.path),
-                        "--output", str(tmp_path / run)], check=True, capture_output=True, env=env)
+        env = {
+            **os.environ,
+            "PYTHONHASHSEED": seed,
+            "ENVKIT_CACHE_DIR": str(tmp_path / f"cache-{run}"),
+            "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+        }
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "envkit",
+                "render",
+                "--all",
+                "--config",
+                str(repo_config.path),
+                "--output",
+                str(tmp_path / run),
+            ],
+            check=True,
+            capture_output=True,
+            env=env,
+        )
     first = {p.relative_to(tmp_path / "a"): p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}
     second = {p.relative_to(tmp_path / "b"): p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
     assert first == second and len(first) == 9
@@ -92,7 +112,9 @@ def test_requirements_per_kind(golden_config, repo_config):
 def test_a_locked_target_installs_exactly_its_lock_and_records_its_sha(repo_config, repo_root):
     lock = read_lock(repo_root / "docker" / "tpu-vm" / "requirements.lock")
     dockerfile = by_path(render.render_targets(repo_config, ["tpu-vm"]))["tpu-vm/Dockerfile"].text
-    assert "pip install \\\n      --require-hashes --no-deps --only-binary=:all: --find-links /wheels \\\n" in dockerfile
+    assert (
+        "pip install \\\n      --require-hashes --no-deps --only-binary=:all: --find-links /wheels \\\n" in dockerfile
+    )
     assert "      -r /opt/envkit/requirements.lock\n" in dockerfile
     assert "COPY requirements.lock /opt/envkit/requirements.lock\n" in dockerfile
     assert f"ENV ENVKIT_LOCK_SHA256={lock.sha256}\n" in dockerfile
@@ -115,7 +137,9 @@ def test_no_template_or_rendered_dockerfile_names_a_second_index(repo_root):
     """pip takes each name from whichever index has the best match: one index per package, always."""
     files = [*repo_root.glob("docker/*/Dockerfile"), *repo_root.glob("templates/**/*.j2"), *GOLDEN.glob("*/Dockerfile")]
     assert len(files) >= 9
-    assert [str(path) for path in files if "extra-index-url" in path.read_text() or "EXTRA_INDEX" in path.read_text()] == []
+    assert [
+        str(path) for path in files if "extra-index-url" in path.read_text() or "EXTRA_INDEX" in path.read_text()
+    ] == []
 
 
 def test_a_locked_cpu_target_takes_torch_from_pytorchs_pages_and_its_base_by_the_locks_digest(golden_config):
@@ -139,7 +163,10 @@ def test_a_stale_lock_is_refused_in_one_line(golden_config, tmp_path):
     (tmp_path / "cpu-local").mkdir()
     text = (GOLDEN / "cpu-local" / "requirements.lock").read_text()
     (tmp_path / "cpu-local" / "requirements.lock").write_text(text.replace("# inputs-sha256: ", "# inputs-sha256: 0"))
-    with pytest.raises(EnvkitError, match=r"^target cpu-local: .* was resolved from other inputs .*: run `envkit lock --target cpu-local`"):
+    with pytest.raises(
+        EnvkitError,
+        match=r"^target cpu-local: .* was resolved from other inputs .*: run `envkit lock --target cpu-local`",
+    ):
         render.render_targets(golden_config, ["cpu-local"], locks=tmp_path)
 
 
@@ -275,7 +302,10 @@ def test_build_stops_with_one_line_when_the_base_has_another_python(tmp_path, re
         assert (result.returncode, result.stderr) == (0, "")
     else:
         assert result.returncode == 1
-        assert result.stderr == f"envkit: the base image has Python {here} but target cpu needs {wanted}; set its python or base_image\n"
+        assert (
+            result.stderr
+            == f"envkit: the base image has Python {here} but target cpu needs {wanted}; set its python or base_image\n"
+        )
 
 
 def test_missing_templates_are_one_line_errors(repo_config, tmp_path):

@@ -66,7 +66,9 @@ def test_a_change_to_anything_the_render_read_renders_again(project, change):
     else:
         (project / "extra.crt").write_text((REPO / "tests" / "golden" / "proxy.crt").read_text())
         text = (project / "envkit.yaml").read_text()
-        (project / "envkit.yaml").write_text(text.replace("  cpu:\n    kind: cpu\n", "  cpu:\n    kind: cpu\n    ca_certificates: [extra.crt]\n"))
+        (project / "envkit.yaml").write_text(
+            text.replace("  cpu:\n    kind: cpu\n", "  cpu:\n    kind: cpu\n    ca_certificates: [extra.crt]\n")
+        )
         render(project, "--all", "--output", str(project / "out"))
         (project / "extra.crt").unlink()
     done, imported = render(project, "--all", "--output", str(project / "fresh"))

@@ -64,7 +64,9 @@ def test_golden_numbers_recomputed_from_the_files_without_envkit():
         runs = groups[(row["recipe"], row["dataset"], row["device"], row["world_size"])]
         assert int(row["runs"]) == len(runs), row["configuration"]
         assert float(row["total_s"]) == pytest.approx(statistics.mean(r["timing"]["total_s"] for r in runs), abs=1e-6)
-        assert float(row["test_accuracy"]) == pytest.approx(statistics.mean(r["metrics"]["test_accuracy"] for r in runs), abs=1e-6)
+        assert float(row["test_accuracy"]) == pytest.approx(
+            statistics.mean(r["metrics"]["test_accuracy"] for r in runs), abs=1e-6
+        )
 
 
 def test_cli_prints_table_and_names_each_skipped_file(capsys):
@@ -80,7 +82,11 @@ def test_cli_prints_table_and_names_each_skipped_file(capsys):
 
 def test_skip_reasons_say_what_is_wrong(mixed):
     _, warnings = mixed
-    reasons = {line.split(": ", 1)[0].rsplit("/", 1)[-1]: line.split(": ", 1)[1] for line in warnings if line.startswith("skipped")}
+    reasons = {
+        line.split(": ", 1)[0].rsplit("/", 1)[-1]: line.split(": ", 1)[1]
+        for line in warnings
+        if line.startswith("skipped")
+    }
     assert reasons["mnist-truncated.json"].startswith("not valid JSON, partial or malformed")
     assert reasons["mnist-no-timing.json"] == "top level: 'timing' is a required property"
     assert reasons["notes.json"] == "not a results object"
@@ -92,13 +98,20 @@ def _broken(change) -> str:
     return json.dumps(document)
 
 
-@pytest.mark.parametrize("change, reason", [
-    (lambda d: d["timing"].update(total_s="12.5"), "timing.total_s: '12.5' is not of type 'number'"),
-    (lambda d: d.update(recipe="imagenet"), "recipe: 'imagenet' is not one of ['cifar', 'mnist']"),
-    (lambda d: d["configuration"].pop("dataset"), "configuration: 'dataset' is a required property"),
-    (lambda d: d["metrics"].update(test_accuracy=97.5), "metrics.test_accuracy: 97.5 is greater than the maximum of 1"),
-    (lambda d: d.update(schema_version="1"), "schema_version must be an integer, got '1'"),
-], ids=["type", "recipe", "missing", "percent", "version"])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda d: d["timing"].update(total_s="12.5"), "timing.total_s: '12.5' is not of type 'number'"),
+        (lambda d: d.update(recipe="imagenet"), "recipe: 'imagenet' is not one of ['cifar', 'mnist']"),
+        (lambda d: d["configuration"].pop("dataset"), "configuration: 'dataset' is a required property"),
+        (
+            lambda d: d["metrics"].update(test_accuracy=97.5),
+            "metrics.test_accuracy: 97.5 is greater than the maximum of 1",
+        ),
+        (lambda d: d.update(schema_version="1"), "schema_version must be an integer, got '1'"),
+    ],
+    ids=["type", "recipe", "missing", "percent", "version"],
+)
 def test_unusable_file_reason_names_the_field(tmp_path, change, reason):
     with pytest.raises(ValueError) as error:
         parse(tmp_path / "x.json", _broken(change))
@@ -159,7 +172,9 @@ def test_baseline_is_selectable(mixed):
     text = render_report(build_report(results, baseline="cuda ×1"), "md")
     assert "baseline: the configuration cuda ×1 (--baseline)" in text
     assert "| tpu ×1 | mnist-net | 128 | 1 | 80.000 |" in text and "| 0.62× |" in text  # 50 / 80
-    with pytest.raises(EnvkitError, match=r"--baseline 'gpu' matches no configuration; choose one of: cpu DDP×2, cpu ×1, "):
+    with pytest.raises(
+        EnvkitError, match=r"--baseline 'gpu' matches no configuration; choose one of: cpu DDP×2, cpu ×1, "
+    ):
         build_report(results, baseline="gpu")
 
 
@@ -167,8 +182,10 @@ def test_empty_directory_says_so_and_exits_1(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == (f"envkit: error: no results in {tmp_path}: it holds no *.json results files; "
-                            "run a recipe, `envkit compare` or `envkit demo` first\n")
+    assert captured.err == (
+        f"envkit: error: no results in {tmp_path}: it holds no *.json results files; "
+        "run a recipe, `envkit compare` or `envkit demo` first\n"
+    )
 
 
 def test_only_bad_files_exit_1_after_warnings(tmp_path, capsys):
@@ -177,15 +194,23 @@ def test_only_bad_files_exit_1_after_warnings(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == len(BAD_FILES) + 1
-    assert err[-1].startswith(f"envkit: error: no results in {tmp_path}: all 3 *.json files were skipped (see warnings); ")
+    assert err[-1].startswith(
+        f"envkit: error: no results in {tmp_path}: all 3 *.json files were skipped (see warnings); "
+    )
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["report", "/nonexistent/results"], "envkit: error: results directory /nonexistent/results does not exist"),
-    (["report", str(RESULTS / "mnist-cpu-a.json")], f"envkit: error: results directory {RESULTS / 'mnist-cpu-a.json'} is not a directory"),
-    (["report", str(RESULTS), "--plot", "chart.svg"], "envkit: error: --plot chart.svg: the plot is a PNG file"),
-    (["report", str(RESULTS), "--baseline", "x"], "envkit: error: --baseline 'x' matches no configuration"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["report", "/nonexistent/results"], "envkit: error: results directory /nonexistent/results does not exist"),
+        (
+            ["report", str(RESULTS / "mnist-cpu-a.json")],
+            f"envkit: error: results directory {RESULTS / 'mnist-cpu-a.json'} is not a directory",
+        ),
+        (["report", str(RESULTS), "--plot", "chart.svg"], "envkit: error: --plot chart.svg: the plot is a PNG file"),
+        (["report", str(RESULTS), "--baseline", "x"], "envkit: error: --baseline 'x' matches no configuration"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(argv, message, capsys):
     assert main(argv) == 2
     error_lines = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
@@ -212,7 +237,11 @@ def test_backends_and_nodes_side_by_side_match_golden(update_golden):
 
 def test_torch_tpu_row_sits_beside_torch_xla_and_is_named():
     results, _ = load_results(BACKENDS)
-    rows = [line.split(" | ")[0] for line in render_report(build_report(results), "md").splitlines() if line.startswith("| tpu")]
+    rows = [
+        line.split(" | ")[0]
+        for line in render_report(build_report(results), "md").splitlines()
+        if line.startswith("| tpu")
+    ]
     assert rows == ["| tpu ×1", "| tpu ×1 (torch_tpu)", "| tpu xmp×8"]
     assert "| cuda DDP×8 (2 nodes) | resnet50 | 128 | 16 |" in render_report(build_report(results), "md")
 
@@ -221,14 +250,24 @@ def test_rows_of_differing_environments_are_marked():
     results, _ = load_results(BACKENDS)
     text = render_report(build_report(results), "md")
     assert "| 1.20× | B | TPU v5e ×8, python 3.12.3, torch 2.13.0, torch_tpu 0.2.0," in text
-    assert ("env: these rows ran in 2 environments that differ in torch, backend and lock_sha256 "
-            "(A = python 3.12, torch 2.9.0, backend torch_xla, lock_sha256 111111111111; ") in text
+    assert (
+        "env: these rows ran in 2 environments that differ in torch, backend and lock_sha256 "
+        "(A = python 3.12, torch 2.9.0, backend torch_xla, lock_sha256 111111111111; "
+    ) in text
     # the cifar section ran in one environment: no marker column there
     cifar = text.split("## cifar")[1].split("## mnist")[0]
     assert "| env |" not in cifar and "env:" not in cifar
-    marks = {record["configuration"]: record["env"] for record in json.loads(render_report(build_report(results), "json"))["rows"]}
-    assert marks == {"tpu ×1": "A", "tpu ×1 (torch_tpu)": "B", "tpu xmp×8": "A",
-                     "cuda DDP×4": None, "cuda DDP×8 (2 nodes)": None}
+    marks = {
+        record["configuration"]: record["env"]
+        for record in json.loads(render_report(build_report(results), "json"))["rows"]
+    }
+    assert marks == {
+        "tpu ×1": "A",
+        "tpu ×1 (torch_tpu)": "B",
+        "tpu xmp×8": "A",
+        "cuda DDP×4": None,
+        "cuda DDP×8 (2 nodes)": None,
+    }
 
 
 def test_a_row_whose_runs_ran_in_two_environments_carries_both_marks():
@@ -237,8 +276,15 @@ def test_a_row_whose_runs_ran_in_two_environments_carries_both_marks():
     other_python = dataclasses.replace(xla, environment={**xla.environment, "python": "3.11.9"})
     report = build_report(results + [other_python])
     section = next(s for s in report.sections if s.recipe == "mnist")
-    assert {row.label: row.mark for row in section.rows} == {"tpu ×1": "A,B", "tpu ×1 (torch_tpu)": "C", "tpu xmp×8": "B"}
-    with pytest.raises(EnvkitError, match=r"^--strict: the mnist · dataset real runs come from 3 environments that differ in python, torch, backend"):
+    assert {row.label: row.mark for row in section.rows} == {
+        "tpu ×1": "A,B",
+        "tpu ×1 (torch_tpu)": "C",
+        "tpu xmp×8": "B",
+    }
+    with pytest.raises(
+        EnvkitError,
+        match=r"^--strict: the mnist · dataset real runs come from 3 environments that differ in python, torch, backend",
+    ):
         build_report(results + [other_python], strict=True)
 
 
@@ -246,8 +292,11 @@ def test_a_host_run_and_an_image_run_of_one_lock_and_python_are_one_environment(
     results, _ = load_results(BACKENDS)
     image = next(r for r in results if r.run_name == "tpu-xla")
     # The host's venv from the same lock: no image, another patch release of the same Python.
-    host = dataclasses.replace(image, run_name="tpu-xla-host", environment={
-        **image.environment, "python": "3.12.11", "image": None, "image_id": None})
+    host = dataclasses.replace(
+        image,
+        run_name="tpu-xla-host",
+        environment={**image.environment, "python": "3.12.11", "image": None, "image_id": None},
+    )
     section = next(s for s in build_report(results + [host]).sections if s.recipe == "mnist")
     assert {row.label: row.mark for row in section.rows} == {"tpu ×1": "A", "tpu ×1 (torch_tpu)": "B", "tpu xmp×8": "A"}
     # Another lock is another environment, though everything else agrees.
@@ -264,7 +313,8 @@ def test_strict_refuses_differing_environments_in_one_line(capsys):
         "envkit: error: --strict: the mnist · dataset real runs come from 2 environments that differ in torch, backend and "
         "lock_sha256 (A = python 3.12, torch 2.9.0, backend torch_xla, lock_sha256 111111111111; B = python 3.12, "
         "torch 2.13.0, backend torch_tpu, lock_sha256 222222222222); report one environment's results, or leave out "
-        "--strict to compare them marked"]
+        "--strict to compare them marked"
+    ]
 
 
 def test_strict_compares_runs_of_one_environment(tmp_path, capsys):
@@ -278,6 +328,7 @@ def test_strict_compares_runs_of_one_environment(tmp_path, capsys):
 
 # ---- the report's facts are data -------------------------------------------------
 
+
 def test_report_data_names_known_recipes_columns_and_statistics():
     from envkit.runs.report import COLUMNS, FLAT_FIELDS, ROW_KEYS, report_facts
     from envkit.runs.results import CONFIGURATION_KEYS, ENVIRONMENT_KEYS, KNOWN_RECIPES, STAT_KEYS
@@ -286,14 +337,20 @@ def test_report_data_names_known_recipes_columns_and_statistics():
     assert sorted(facts["recipes"]) == sorted(KNOWN_RECIPES)
     for recipe in facts["recipes"].values():
         assert set(recipe["columns"]) <= set(COLUMNS) and "configuration" in recipe["columns"]
-        assert not any(COLUMNS[key].from_settings or key == "run" for key in recipe["columns"]), "experiment sections' only"
-        assert [key for panel in recipe["panels"] for key in panel] and all(set(panel) <= set(STAT_KEYS) for panel in recipe["panels"])
+        assert not any(COLUMNS[key].from_settings or key == "run" for key in recipe["columns"]), (
+            "experiment sections' only"
+        )
+        assert [key for panel in recipe["panels"] for key in panel] and all(
+            set(panel) <= set(STAT_KEYS) for panel in recipe["panels"]
+        )
         assert set(recipe["comparable_by"]) <= set(ROW_KEYS)
         assert recipe["speedup"]["metric"] in recipe["columns"]
     for section in [*facts["recipes"].values(), *facts["experiments"].values()]:
         for panel in section["panels"]:
             # every bar can be drawn, and a panel's bars share its y axis
-            assert panel and all(COLUMNS[key].measure for key in panel) and len({COLUMNS[key].axis for key in panel}) == 1
+            assert (
+                panel and all(COLUMNS[key].measure for key in panel) and len({COLUMNS[key].axis for key in panel}) == 1
+            )
     assert set(facts["environment_facts"]) <= set(CONFIGURATION_KEYS) | set(ENVIRONMENT_KEYS)
     assert set(STAT_KEYS) <= set(COLUMNS)
     assert len(FLAT_FIELDS) == len(set(FLAT_FIELDS))
@@ -306,7 +363,9 @@ def test_a_new_recipe_is_reported_from_data_alone(monkeypatch, tmp_path):
 
     facts = report_module.report_facts()
     imagenet = {**facts["recipes"]["cifar"], "speedup": {"metric": "epoch_s", "name": "epoch"}, "tick": "{model}"}
-    monkeypatch.setattr(report_module, "report_facts", lambda: {**facts, "recipes": {**facts["recipes"], "imagenet": imagenet}})
+    monkeypatch.setattr(
+        report_module, "report_facts", lambda: {**facts, "recipes": {**facts["recipes"], "imagenet": imagenet}}
+    )
     results, _ = load_results(BACKENDS)
     runs = [dataclasses.replace(run, recipe="imagenet") for run in results if run.recipe == "cifar"]
     text = render_report(build_report(runs), "md")

@@ -28,10 +28,26 @@ def _sample(name: str) -> dict:
 def mnist_output(tmp_path_factory) -> Path:
     """What the current recipes/mnist.py writes: eager CPU, fake data, a few steps."""
     directory = tmp_path_factory.mktemp("results")
-    done = run_mnist("--dataset", "fake", "--epochs", "1", "--per-device-batch", "32", "--fake-train-size", "128",
-                     "--fake-test-size", "64", "--results-dir", directory, "--quiet",
-                     env={"ENVKIT_LOCK_SHA256": LOCK, "ENVKIT_IMAGE_ID": "sha256:" + "ab" * 32,
-                          "ENVKIT_IMAGE_DIGEST": "sha256:" + "cd" * 32})
+    done = run_mnist(
+        "--dataset",
+        "fake",
+        "--epochs",
+        "1",
+        "--per-device-batch",
+        "32",
+        "--fake-train-size",
+        "128",
+        "--fake-test-size",
+        "64",
+        "--results-dir",
+        directory,
+        "--quiet",
+        env={
+            "ENVKIT_LOCK_SHA256": LOCK,
+            "ENVKIT_IMAGE_ID": "sha256:" + "ab" * 32,
+            "ENVKIT_IMAGE_DIGEST": "sha256:" + "cd" * 32,
+        },
+    )
     assert done.returncode == 0, done.stderr
     return directory / "mnist-cpu.json"
 
@@ -51,11 +67,14 @@ def test_report_reads_the_mnist_output(mnist_output):
     assert note is None and result.recipe == "mnist" and result.configuration["device"] == "cpu"
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("mnist-tpu8.json", {"nodes": 1, "processes_per_node": 8, "backend": "torch_xla"}),
-    ("mnist-cuda.json", {"nodes": 1, "processes_per_node": 1, "backend": None}),
-    ("mnist-legacy-v0.json", {"nodes": 1, "processes_per_node": 1, "backend": None, "strategy": None}),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("mnist-tpu8.json", {"nodes": 1, "processes_per_node": 8, "backend": "torch_xla"}),
+        ("mnist-cuda.json", {"nodes": 1, "processes_per_node": 1, "backend": None}),
+        ("mnist-legacy-v0.json", {"nodes": 1, "processes_per_node": 1, "backend": None, "strategy": None}),
+    ],
+)
 def test_older_versions_upgrade_into_the_contract(name, expected):
     old = _sample(name)
     assert contract_errors(old)  # as written, an older file is not version 2
@@ -64,7 +83,12 @@ def test_older_versions_upgrade_into_the_contract(name, expected):
     assert_valid_results(document)
     assert {key: document["configuration"][key] for key in expected} == expected
     environment = document["environment"]
-    assert (environment["lock_sha256"], environment["image_id"], environment["torch_tpu"], environment["distributions"]) == (None, None, None, [])
+    assert (
+        environment["lock_sha256"],
+        environment["image_id"],
+        environment["torch_tpu"],
+        environment["distributions"],
+    ) == (None, None, None, [])
 
 
 def test_version_1_may_leave_out_what_may_be_null():
@@ -86,14 +110,24 @@ def test_version_2s_cuda_is_named_torch_cuda_build():
     assert {**upgraded["environment"], "cuda": "13.0"} == {**document["environment"], "torch_cuda_build": "13.0"}
 
 
-@pytest.mark.parametrize("change, problem", [
-    (lambda d: d["configuration"].pop("nodes"), "configuration: 'nodes' is a required property"),
-    (lambda d: d["configuration"].update(backend="torch_xla"), "configuration.backend: None was expected"),
-    (lambda d: d["configuration"].update(device="tpu", backend=None), "configuration.backend: None is not one of"),
-    (lambda d: d["environment"].update(lock_sha256="abc"), "environment.lock_sha256: 'abc' does not match"),
-    (lambda d: d["environment"].update(distributions=["Torch==2.14.1"]), "environment.distributions.0: 'Torch==2.14.1' does not match"),
-    (lambda d: d["environment"].update(distributions=["torch==2.14.1", "numpy==2.3.5"]), "environment.distributions: not sorted"),
-], ids=["nodes", "backend-off-tpu", "backend-on-tpu", "lock", "unnormalised", "unsorted"])
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        (lambda d: d["configuration"].pop("nodes"), "configuration: 'nodes' is a required property"),
+        (lambda d: d["configuration"].update(backend="torch_xla"), "configuration.backend: None was expected"),
+        (lambda d: d["configuration"].update(device="tpu", backend=None), "configuration.backend: None is not one of"),
+        (lambda d: d["environment"].update(lock_sha256="abc"), "environment.lock_sha256: 'abc' does not match"),
+        (
+            lambda d: d["environment"].update(distributions=["Torch==2.14.1"]),
+            "environment.distributions.0: 'Torch==2.14.1' does not match",
+        ),
+        (
+            lambda d: d["environment"].update(distributions=["torch==2.14.1", "numpy==2.3.5"]),
+            "environment.distributions: not sorted",
+        ),
+    ],
+    ids=["nodes", "backend-off-tpu", "backend-on-tpu", "lock", "unnormalised", "unsorted"],
+)
 def test_contract_violations_are_named(change, problem):
     document, _ = results.upgrade(_sample("mnist-cpu-b.json"))
     change(document)
@@ -113,8 +147,14 @@ def test_code_reads_its_facts_from_the_schema(tmp_path):
     schema["properties"]["timing"]["properties"]["warmup_s"] = {"$ref": "#/$defs/stat"}
     path.write_text(json.dumps(schema), encoding="utf-8")
     probe = "from envkit.runs import results as r; print(r.SCHEMA_VERSION, r.KNOWN_RECIPES[-1], r.STAT_KEYS[-1])"
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
     assert done.stdout.split() == ["7", "imagenet", "warmup_s"]
     assert set(results.STAT_KEYS) == {"iter_s", "epoch_s", "steady_epoch_s", "train_epoch_s", "test_epoch_s"}
     # no second copy of the schema in Python

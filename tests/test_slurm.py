@@ -22,7 +22,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from multihost import (  # noqa: E402, F401 - two_node_slurm is a fixture
-    NODE_INTERFACE, PROJECT, SlurmCluster, podman_of_its_own, slurm_job_script, two_node_slurm,
+    NODE_INTERFACE,
+    PROJECT,
+    SlurmCluster,
+    podman_of_its_own,
+    slurm_job_script,
+    two_node_slurm,
 )
 from test_cifar_ddp import TRAINING, data_dir, only_results  # noqa: E402, F401 - data_dir is a fixture
 from test_docker_engine import base_image, build_committed, client, envkit, manifest_digest, registry  # noqa: E402, F401 - fixtures too
@@ -38,15 +43,24 @@ def recorded_exit_code(cluster: SlurmCluster, job: str) -> int:
 
 
 def test_sbatch_runs_ddp_on_both_nodes_and_returns_the_exit_code(tmp_path, data_dir, two_node_slurm):
-    sinfo = subprocess.run(two_node_slurm.command("sinfo", "--noheader", "--Node", "--format=%N %t"),
-                           capture_output=True, text=True, timeout=30)
+    sinfo = subprocess.run(
+        two_node_slurm.command("sinfo", "--noheader", "--Node", "--format=%N %t"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert sinfo.stdout.split("\n")[:2] == ["node1 idle", "node2 idle"], sinfo.stdout
 
     def submit(label: str, recipe_argv: list[str]) -> tuple[int, str, str, Path]:
         """The rendered script of ``envkit launch cpu-ddp-cifar --on slurm``, submitted from tmp_path/label."""
         directory, results = tmp_path / label, tmp_path / label / "results"
-        script = slurm_job_script(2, [*TRAINING, "--epochs", "1", "--show-scatter", *recipe_argv], data_dir, results, directory)
-        assert f"\nexport GLOO_SOCKET_IFNAME={NODE_INTERFACE}\n" in script and "\nsrun --ntasks-per-node=1 torchrun " in script
+        script = slurm_job_script(
+            2, [*TRAINING, "--epochs", "1", "--show-scatter", *recipe_argv], data_dir, results, directory
+        )
+        assert (
+            f"\nexport GLOO_SOCKET_IFNAME={NODE_INTERFACE}\n" in script
+            and "\nsrun --ntasks-per-node=1 torchrun " in script
+        )
         return (*two_node_slurm.sbatch_wait(script, directory), results)
 
     returncode, job, output, results_dir = submit("good", [])
@@ -81,8 +95,22 @@ PODMAN_CONFIG = f"""targets:
     torch: "2.9.0"
     python: "3.11"
 """
-FAKE_DATA = ["--dataset", "fake", "--epochs", "1", "--image-size", "32", "--global-batch", "16", "--fake-train-size", "64",
-             "--fake-test-size", "32", "--quiet", "--show-scatter"]
+FAKE_DATA = [
+    "--dataset",
+    "fake",
+    "--epochs",
+    "1",
+    "--image-size",
+    "32",
+    "--global-batch",
+    "16",
+    "--fake-train-size",
+    "64",
+    "--fake-test-size",
+    "32",
+    "--quiet",
+    "--show-scatter",
+]
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +131,9 @@ def podman_image(tmp_path_factory, client, base_image, repo_root) -> Iterator[tu
         client.images.remove(name)
 
 
-def test_podman_job_runs_the_pushed_image_by_digest_on_both_nodes(request, tmp_path, client, podman_image, registry, two_node_slurm):
+def test_podman_job_runs_the_pushed_image_by_digest_on_both_nodes(
+    request, tmp_path, client, podman_image, registry, two_node_slurm
+):
     project, built = podman_image
     tag = built.split(":")[1]
     registry_path = f"{registry}/team"
@@ -126,16 +156,28 @@ def test_podman_job_runs_the_pushed_image_by_digest_on_both_nodes(request, tmp_p
     with podman_of_its_own(tmp_path / "podman", registry) as podman_env:
         # The node hosts have no route to this registry (it listens in the root namespace), so the nodes'
         # podman store gets the image here, pulled by its digest as a node would; the job finds it there.
-        pulled = subprocess.run(["podman", "pull", "--quiet", f"{repository}@{digest}"], capture_output=True, text=True,
-                                env={**os.environ, **podman_env}, timeout=1200)
+        pulled = subprocess.run(
+            ["podman", "pull", "--quiet", f"{repository}@{digest}"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **podman_env},
+            timeout=1200,
+        )
         assert pulled.returncode == 0, pulled.stderr[-2000:]
         assert f"sha256:{pulled.stdout.strip()}" == image_id  # podman and Docker know the image by one ID
         shutil.rmtree(registry_copy)
 
         def submit(label: str, launch_args: tuple[str, ...]) -> tuple[int, str, Path, str]:
             directory, results = tmp_path / label, tmp_path / label / "results"
-            script = slurm_job_script(2, FAKE_DATA, tmp_path / "data", results, directory, launch_args=launch_args,
-                                      config=project / "envkit.yaml")
+            script = slurm_job_script(
+                2,
+                FAKE_DATA,
+                tmp_path / "data",
+                results,
+                directory,
+                launch_args=launch_args,
+                config=project / "envkit.yaml",
+            )
             returncode, _, output = two_node_slurm.sbatch_wait(script, directory, env=podman_env)
             return returncode, output, results, script
 
@@ -147,7 +189,11 @@ def test_podman_job_runs_the_pushed_image_by_digest_on_both_nodes(request, tmp_p
             assert output.count(f"scatter (ddp rank {rank}/2, cpu)") == 1, output[-3000:]
         document = only_results(results)
         environment = document["environment"]
-        assert (environment["image"], environment["image_id"], environment["image_digest"]) == (f"{repository}@{digest}", image_id, digest)
+        assert (environment["image"], environment["image_id"], environment["image_digest"]) == (
+            f"{repository}@{digest}",
+            image_id,
+            digest,
+        )
         assert document["environment"]["host"] == "node1"
         assert (document["configuration"]["world_size"], document["configuration"]["nodes"]) == (2, 2)
 

@@ -33,8 +33,10 @@ import harness  # noqa: E402
 import mnist  # noqa: E402
 import tpu_backend  # noqa: E402
 
-NO_TPU_LINE = ("mnist.py: error: --device tpu: TorchTPU found no TPU on this host (torch_tpu 0.2.0 has no CPU mode); "
-               "run on a TPU VM, or use --device cpu\n")
+NO_TPU_LINE = (
+    "mnist.py: error: --device tpu: TorchTPU found no TPU on this host (torch_tpu 0.2.0 has no CPU mode); "
+    "run on a TPU VM, or use --device cpu\n"
+)
 DEFAULT_TPU_PYTHON = REPO_ROOT / ".venv-tpu" / "bin" / "python"
 NO_TPU_TIMEOUT = 180  # seconds; the metadata server's retries would take minutes
 FAKE = ("--dataset", "fake", "--fake-train-size", "256", "--fake-test-size", "64", "--quiet")
@@ -46,8 +48,13 @@ def installed(monkeypatch):
     real_find_spec = importlib.util.find_spec
 
     def pretend(*names: str) -> None:
-        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: (
-            (object() if name in names else None) if name in tpu_backend.BACKENDS else real_find_spec(name, *rest)))
+        monkeypatch.setattr(
+            importlib.util,
+            "find_spec",
+            lambda name, *rest: (
+                (object() if name in names else None) if name in tpu_backend.BACKENDS else real_find_spec(name, *rest)
+            ),
+        )
 
     return pretend
 
@@ -70,11 +77,16 @@ def test_the_recipes_know_the_backends_envkit_knows():
 
 def test_a_backend_that_is_not_installed_is_one_line(installed):
     installed()
-    with pytest.raises(harness.RecipeError, match=r"^--device tpu needs a TPU backend \(torch_xla or torch_tpu\), "
-                                                  r"which is not installed here; use the tpu-vm image"):
+    with pytest.raises(
+        harness.RecipeError,
+        match=r"^--device tpu needs a TPU backend \(torch_xla or torch_tpu\), "
+        r"which is not installed here; use the tpu-vm image",
+    ):
         tpu_backend.choose("auto")
     installed("torch_xla")
-    with pytest.raises(harness.RecipeError, match="^--device tpu needs torch_tpu, which is not installed here; installed: torch_xla;"):
+    with pytest.raises(
+        harness.RecipeError, match="^--device tpu needs torch_tpu, which is not installed here; installed: torch_xla;"
+    ):
         tpu_backend.choose("torch_tpu")
 
 
@@ -116,12 +128,22 @@ def test_without_a_tpu_chip_torch_tpu_is_neither_loaded_nor_asked_for_metadata(t
     (before torch) turns off the autoload, the metadata query and TorchTPU's start-up logs."""
     (tmp_path / "torch_tpu").mkdir()
     (tmp_path / "torch_tpu" / "__init__.py").write_text("")
-    script = ("import os, sys; sys.path[:0] = sys.argv[1:]; import tpu_backend; print(tpu_backend.has_tpu_chip(), "
-              "*(os.environ.get(name) for name in ('TORCH_DEVICE_BACKEND_AUTOLOAD', 'TPU_SKIP_MDS_QUERY', 'TF_CPP_MIN_LOG_LEVEL')))")
-    keep = {name: value for name, value in os.environ.items() if name not in
-            ("TORCH_DEVICE_BACKEND_AUTOLOAD", "TPU_SKIP_MDS_QUERY", "TF_CPP_MIN_LOG_LEVEL")}
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path), str(RECIPE.parent)], capture_output=True,
-                          text=True, timeout=300, env=keep)
+    script = (
+        "import os, sys; sys.path[:0] = sys.argv[1:]; import tpu_backend; print(tpu_backend.has_tpu_chip(), "
+        "*(os.environ.get(name) for name in ('TORCH_DEVICE_BACKEND_AUTOLOAD', 'TPU_SKIP_MDS_QUERY', 'TF_CPP_MIN_LOG_LEVEL')))"
+    )
+    keep = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("TORCH_DEVICE_BACKEND_AUTOLOAD", "TPU_SKIP_MDS_QUERY", "TF_CPP_MIN_LOG_LEVEL")
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path), str(RECIPE.parent)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=keep,
+    )
     assert done.stdout.split() == ["False", "0", "1", "1"], done.stderr
 
 
@@ -144,8 +166,13 @@ def tpu_python() -> str:
         problem = f"no TorchTPU interpreter at {python} (create it with 'make tpu-env' or set ENVKIT_TPU_PYTHON)"
     elif subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
         problem = "'unshare -n' cannot make an empty network namespace here (needs root or user namespaces)"
-    elif subprocess.run([str(python), "-c", "import importlib.util, sys; sys.exit(not importlib.util.find_spec('torch_tpu'))"],
-                        capture_output=True).returncode != 0:
+    elif (
+        subprocess.run(
+            [str(python), "-c", "import importlib.util, sys; sys.exit(not importlib.util.find_spec('torch_tpu'))"],
+            capture_output=True,
+        ).returncode
+        != 0
+    ):
         problem = f"{python} has no torch_tpu"
     if problem is None:
         return str(python)
@@ -154,13 +181,23 @@ def tpu_python() -> str:
 
 def offline(python: str, *args: str) -> subprocess.CompletedProcess:
     """``python args`` in an empty network namespace with TPU_SKIP_MDS_QUERY=1: nothing reaches off this host."""
-    return subprocess.run(["unshare", "-n", python, *args], capture_output=True, text=True, timeout=NO_TPU_TIMEOUT,
-                          env={**os.environ, "TPU_SKIP_MDS_QUERY": "1"}, cwd=REPO_ROOT)
+    return subprocess.run(
+        ["unshare", "-n", python, *args],
+        capture_output=True,
+        text=True,
+        timeout=NO_TPU_TIMEOUT,
+        env={**os.environ, "TPU_SKIP_MDS_QUERY": "1"},
+        cwd=REPO_ROOT,
+    )
 
 
 @pytest.mark.slow
 def test_torch_tpu_imports_and_finds_no_device():
-    done = offline(tpu_python(), "-c", "import torch, torch_tpu; print(torch_tpu.__name__, torch.accelerator.current_accelerator())")
+    done = offline(
+        tpu_python(),
+        "-c",
+        "import torch, torch_tpu; print(torch_tpu.__name__, torch.accelerator.current_accelerator())",
+    )
     assert (done.returncode, done.stdout) == (0, "torch_tpu None\n"), done.stderr[-3000:]
 
 
@@ -175,8 +212,19 @@ def test_mnist_without_a_tpu_is_one_line_and_exit_2(strategy, tmp_path):
 @pytest.mark.slow
 def test_cpu_training_next_to_torch_tpu_neither_hangs_nor_logs(tmp_path):
     """torch-tpu merely installed: a CPU run's first backward() would otherwise start libtpu."""
-    done = offline(tpu_python(), str(RECIPE), "--device", "cpu", *FAKE, "--max-steps", "2", "--epochs", "1",
-                   "--results-dir", str(tmp_path))
+    done = offline(
+        tpu_python(),
+        str(RECIPE),
+        "--device",
+        "cpu",
+        *FAKE,
+        "--max-steps",
+        "2",
+        "--epochs",
+        "1",
+        "--results-dir",
+        str(tmp_path),
+    )
     assert (done.returncode, done.stderr) == (0, ""), done.stderr[-3000:]
     environment = read_results(tmp_path, "cpu")["environment"]
     assert environment["torch_tpu"] == "0.2.0" and environment["torch"].startswith("2.13.0")
@@ -191,27 +239,50 @@ def test_missing_torch_tpu_interpreter_skips_or_fails_in_ci(monkeypatch, tmp_pat
 
 
 def test_faked_torch_tpu_cores_and_strategy_must_fit(cpu_as_torch_tpu):
-    with pytest.raises(harness.RecipeError, match="^--cores 1 does not fit --strategy ddp: --strategy single trains on "
-                                                  "one core, ddp on all of them$"):
+    with pytest.raises(
+        harness.RecipeError,
+        match="^--cores 1 does not fit --strategy ddp: --strategy single trains on one core, ddp on all of them$",
+    ):
         mnist.parse_args(["--device", "tpu", "--cores", "1", "--strategy", "ddp"])
 
 
 def test_faked_torch_tpu_every_device_starts_one_torchrun_process_per_device(cpu_as_torch_tpu, monkeypatch):
     """The parent half of TorchTPU's launch, with set_tpu_launch_env and subprocess.run faked: the count
     of processes it derives from the ports, and the torchrun command, are real."""
-    launch = type("FakeTorchTpuDistributed", (), {"set_tpu_launch_env": staticmethod(
-        lambda: os.environ.__setitem__("TORCH_TPU_SLICEBUILDER_ADDRESSES", "localhost:8471,localhost:8472"))})
+    launch = type(
+        "FakeTorchTpuDistributed",
+        (),
+        {
+            "set_tpu_launch_env": staticmethod(
+                lambda: os.environ.__setitem__("TORCH_TPU_SLICEBUILDER_ADDRESSES", "localhost:8471,localhost:8472")
+            )
+        },
+    )
     monkeypatch.setattr(torch, "tpu", type("FakeTorchTpu", (), {"distributed": launch}), raising=False)
     monkeypatch.delenv("TORCH_TPU_SLICEBUILDER_ADDRESSES", raising=False)
     for name in ("LOCAL_RANK", "TORCHELASTIC_RUN_ID"):
         monkeypatch.delenv(name, raising=False)
     started = []
-    monkeypatch.setattr(subprocess, "run", lambda command, check: started.append(command) or subprocess.CompletedProcess(command, 0))
+    monkeypatch.setattr(
+        subprocess, "run", lambda command, check: started.append(command) or subprocess.CompletedProcess(command, 0)
+    )
     with pytest.raises(SystemExit) as exit_:
         mnist.main(["--device", "tpu", "--cores", "all", *FAKE])
     assert exit_.value.code == 0 and len(started) == 1
-    assert started[0][1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--",
-                              str(RECIPE), "--device", "tpu", "--cores", "all", *FAKE]
+    assert started[0][1:] == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--",
+        str(RECIPE),
+        "--device",
+        "tpu",
+        "--cores",
+        "all",
+        *FAKE,
+    ]
 
 
 def test_faked_torch_tpu_each_torchrun_process_trains_a_ddp_replica(cpu_as_torch_tpu, monkeypatch, tmp_path):
@@ -222,19 +293,44 @@ def test_faked_torch_tpu_each_torchrun_process_trains_a_ddp_replica(cpu_as_torch
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    for name, value in {"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
-                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():
+    for name, value in {
+        "LOCAL_RANK": "0",
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }.items():
         monkeypatch.setenv(name, value)
     joined = []
     real_init = torch.distributed.init_process_group
-    monkeypatch.setattr(torch.distributed, "init_process_group", lambda backend: joined.append(backend) or real_init("gloo"))
-    mnist.main(["--device", "tpu", "--cores", "all", *FAKE, "--epochs", "1", "--per-device-batch", "64",
-                "--results-dir", str(tmp_path)])
+    monkeypatch.setattr(
+        torch.distributed, "init_process_group", lambda backend: joined.append(backend) or real_init("gloo")
+    )
+    mnist.main(
+        [
+            "--device",
+            "tpu",
+            "--cores",
+            "all",
+            *FAKE,
+            "--epochs",
+            "1",
+            "--per-device-batch",
+            "64",
+            "--results-dir",
+            str(tmp_path),
+        ]
+    )
     assert joined == ["tpu_dist"]
     configuration = read_results(tmp_path, "tpu-x1-ddp")["configuration"]
     # The report's vocabulary: DDP is parallel "ddp" on every device; strategy names E1's torch_xla ones.
-    assert (configuration["backend"], configuration["parallel"], configuration["strategy"], configuration["world_size"]) == (
-        "torch_tpu", "ddp", None, 1)
+    assert (
+        configuration["backend"],
+        configuration["parallel"],
+        configuration["strategy"],
+        configuration["world_size"],
+    ) == ("torch_tpu", "ddp", None, 1)
     from envkit.runs.report import configuration_label
 
     assert configuration_label(configuration) == "tpu DDP×1 (torch_tpu)"

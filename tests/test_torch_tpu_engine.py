@@ -43,12 +43,22 @@ def project(tmp_path, repo_root):
 
 
 @engine_test
-def test_torch_tpu_image_builds_and_its_recipe_says_in_one_line_that_there_is_no_tpu(client, base_image, docker_cli,
-                                                                                       project, tmp_path_factory):
+def test_torch_tpu_image_builds_and_its_recipe_says_in_one_line_that_there_is_no_tpu(
+    client, base_image, docker_cli, project, tmp_path_factory
+):
     wheels = fill_wheelhouse(tmp_path_factory.mktemp("torchtpu-wheels"), project / "envkit.yaml", TARGET)
     try:
-        built = envkit("build", TARGET, "--config", "envkit.yaml", "--base-image", base_image,
-                       "--wheelhouse", str(wheels), cwd=project).stdout.strip()
+        built = envkit(
+            "build",
+            TARGET,
+            "--config",
+            "envkit.yaml",
+            "--base-image",
+            base_image,
+            "--wheelhouse",
+            str(wheels),
+            cwd=project,
+        ).stdout.strip()
     finally:
         shutil.rmtree(wheels)
     image = client.images.get(built)
@@ -57,8 +67,22 @@ def test_torch_tpu_image_builds_and_its_recipe_says_in_one_line_that_there_is_no
         docker = [*shlex.split(docker_cli), "run", "--rm", "--network", "none", image.id]
         check = subprocess.run([*docker, "pip", "check"], capture_output=True, text=True, timeout=300)
         assert check.returncode == 0 and "No broken requirements found" in check.stdout, check.stdout + check.stderr
-        done = subprocess.run([*docker, "python", "/opt/envkit/recipes/mnist.py", "--device", "tpu", "--dataset", "fake",
-                               "--results-dir", "/tmp/results"], capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [
+                *docker,
+                "python",
+                "/opt/envkit/recipes/mnist.py",
+                "--device",
+                "tpu",
+                "--dataset",
+                "fake",
+                "--results-dir",
+                "/tmp/results",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert (done.returncode, done.stderr, done.stdout) == (2, NO_TPU_LINE, "")
     finally:
         client.images.remove(image.id, force=True)

@@ -65,33 +65,50 @@ def test_a_python_given_that_is_not_the_locks_is_refused(tmp_path, capsys):
     lock.write_text(lock_text("3.9", {"envkit-probe-a==1.0": "a" * 64}))
     code, _, err = bootstrap(capsys, str(lock), "--path", str(tmp_path / "venv"), "--python", sys.executable)
     assert code == 2
-    assert err == (f"envkit: error: the lock needs Python 3.9; found {sys.executable} {sys.version.split()[0]}: "
-                   "pass --python with one\n")
+    assert err == (
+        f"envkit: error: the lock needs Python 3.9; found {sys.executable} {sys.version.split()[0]}: "
+        "pass --python with one\n"
+    )
     assert not (tmp_path / "venv").exists()
 
 
 def test_a_stale_host_lock_is_refused_in_one_line(tmp_path, capsys):
     (tmp_path / "probe.in").write_text("envkit-probe-a==1.0\n")
     (tmp_path / "probe.lock").write_text(lock_text(THIS_PYTHON, {"envkit-probe-a==0.9": "a" * 64}))
-    code, _, err = envkit(capsys, "venv", "--requirements", str(tmp_path / "probe.in"), "--path", str(tmp_path / "venv"))
+    code, _, err = envkit(
+        capsys, "venv", "--requirements", str(tmp_path / "probe.in"), "--path", str(tmp_path / "venv")
+    )
     assert code == 2
-    assert err == (f"envkit: error: {tmp_path}/probe.lock is stale ({tmp_path}/probe.in changed since it was locked); "
-                   f"run `envkit lock --requirements {tmp_path}/probe.in`\n")
+    assert err == (
+        f"envkit: error: {tmp_path}/probe.lock is stale ({tmp_path}/probe.in changed since it was locked); "
+        f"run `envkit lock --requirements {tmp_path}/probe.in`\n"
+    )
     assert not (tmp_path / "venv").exists()
 
 
 def test_an_unlocked_target_is_refused_in_one_line(capsys):
     code, _, err = envkit(capsys, "venv", "cpu", "--config", str(REPO / "envkit.yaml"), "--path", "/nonexistent/venv")
     assert code == 2
-    assert err == ("envkit: error: target cpu is unlocked: docker/cpu/requirements.lock does not exist; lock it with "
-                   "`envkit lock --target cpu` where its indexes answer\n")
+    assert err == (
+        "envkit: error: target cpu is unlocked: docker/cpu/requirements.lock does not exist; lock it with "
+        "`envkit lock --target cpu` where its indexes answer\n"
+    )
 
 
-@pytest.mark.parametrize(("make", "problem"), [
-    (lambda path: path.symlink_to(path.parent), "is a symbolic link: envkit venv replaces only a directory it can own"),
-    (lambda path: path.write_text("data"), "exists and is not a directory"),
-    (lambda path: (path.mkdir(), (path / "notes.txt").write_text("mine")), "exists and is not a virtual environment"),
-])
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (
+            lambda path: path.symlink_to(path.parent),
+            "is a symbolic link: envkit venv replaces only a directory it can own",
+        ),
+        (lambda path: path.write_text("data"), "exists and is not a directory"),
+        (
+            lambda path: (path.mkdir(), (path / "notes.txt").write_text("mine")),
+            "exists and is not a virtual environment",
+        ),
+    ],
+)
 def test_only_a_venv_is_ever_replaced(tmp_path, capsys, make, problem):
     lock = tmp_path / "probe.lock"
     lock.write_text(lock_text(THIS_PYTHON, {"envkit-probe-a==1.0": "a" * 64}))
@@ -105,10 +122,13 @@ def test_only_a_venv_is_ever_replaced(tmp_path, capsys, make, problem):
 
 def test_the_bootstrap_module_needs_the_standard_library_alone():
     """make runs it with the host's python3 before any environment exists: no site-packages (-S), no PyYAML."""
-    code = ("import sys; import envkit.host.venv; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('yaml', 'jinja2', 'jsonschema', 'docker')))")
-    done = subprocess.run([sys.executable, "-S", "-c", code], cwd=REPO, capture_output=True, text=True,
-                          env={"PATH": os.environ["PATH"]})
+    code = (
+        "import sys; import envkit.host.venv; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('yaml', 'jinja2', 'jsonschema', 'docker')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", code], cwd=REPO, capture_output=True, text=True, env={"PATH": os.environ["PATH"]}
+    )
     assert (done.returncode, done.stdout, done.stderr) == (0, "[]\n", "")
 
 
@@ -122,13 +142,18 @@ def probe_index(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_CACHE_DIR", str(tmp_path / "pip-cache"))
     with IndexServer(tmp_path / "www") as server:
         index = server.index("simple")
-        pins = {"envkit-probe-a==1.0": index.add("envkit-probe-a", "1.0"), "envkit-probe-b==2.0": index.add("envkit-probe-b", "2.0")}
+        pins = {
+            "envkit-probe-a==1.0": index.add("envkit-probe-a", "1.0"),
+            "envkit-probe-b==2.0": index.add("envkit-probe-b", "2.0"),
+        }
         yield index, pins
 
 
 def installed(venv: Path) -> dict[str, str]:
     code = "import importlib.metadata as m, json; print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
-    return json.loads(subprocess.run([venv / "bin" / "python", "-c", code], capture_output=True, text=True, check=True).stdout)
+    return json.loads(
+        subprocess.run([venv / "bin" / "python", "-c", code], capture_output=True, text=True, check=True).stdout
+    )
 
 
 @pytest.mark.slow
@@ -145,7 +170,9 @@ def test_a_venv_holds_exactly_the_lock_and_records_its_sha(tmp_path, probe_index
     made = make_venv(lock, venv, sources=Sources(index_url=url), installer=installer)
     assert made.installer == installer
     assert {name: version for name, version in installed(venv).items() if name.startswith("envkit-probe")} == {
-        "envkit-probe-a": "1.0", "envkit-probe-b": "2.0"}
+        "envkit-probe-a": "1.0",
+        "envkit-probe-b": "2.0",
+    }
     marker = json.loads((venv / MARKER).read_text())
     assert marker["lock_sha256"] == hashlib.sha256(lock.read_bytes()).hexdigest() == made.lock.sha256
     assert (marker["python"], marker["lock"]) == (THIS_PYTHON, str(lock.resolve()))
@@ -158,8 +185,10 @@ def test_a_venv_holds_exactly_the_lock_and_records_its_sha(tmp_path, probe_index
     with pytest.raises(EnvkitError) as refused:
         make_venv(tampered, venv, sources=Sources(index_url=url), installer=installer)
     assert "\n" not in str(refused.value)
-    assert str(refused.value).startswith(f"{installer} refused envkit-probe-b==2.0: its file has sha256 "
-                                         f"{pins['envkit-probe-b==2.0']}, which the lock does not list (expected {'0' * 64})")
+    assert str(refused.value).startswith(
+        f"{installer} refused envkit-probe-b==2.0: its file has sha256 "
+        f"{pins['envkit-probe-b==2.0']}, which the lock does not list (expected {'0' * 64})"
+    )
     assert json.loads((venv / MARKER).read_text())["lock_sha256"] == made.lock.sha256
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".venv")) == []
 
@@ -177,7 +206,9 @@ def test_a_host_environment_installs_its_lock_or_else_its_pins_unlocked(tmp_path
     code, out, err = envkit(capsys, "venv", "--requirements", str(requirements), "--path", str(tmp_path / "unlocked"))
     assert code == 0, err
     assert err.startswith(f"envkit: warning: {tmp_path}/probe.lock does not exist (") and err.endswith(", unlocked\n")
-    assert out.startswith(f"made {tmp_path}/unlocked from the pins of {requirements} (unlocked: its runs record no lock)")
+    assert out.startswith(
+        f"made {tmp_path}/unlocked from the pins of {requirements} (unlocked: its runs record no lock)"
+    )
     assert not (tmp_path / "unlocked" / MARKER).exists()
 
     text = lock_text(THIS_PYTHON, pins).replace("0" * 64, requirements_inputs(requirements).digest(), 1)
@@ -186,7 +217,10 @@ def test_a_host_environment_installs_its_lock_or_else_its_pins_unlocked(tmp_path
     monkeypatch.setenv("UV_INDEX_URL", url)  # a locked install verifies every file, wherever it comes from
     code, out, err = envkit(capsys, "venv", "--requirements", str(requirements), "--path", str(tmp_path / "locked"))
     assert (code, err) == (0, "")
-    assert json.loads((tmp_path / "locked" / MARKER).read_text())["lock_sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    assert (
+        json.loads((tmp_path / "locked" / MARKER).read_text())["lock_sha256"]
+        == hashlib.sha256(text.encode()).hexdigest()
+    )
 
 
 @pytest.mark.slow
@@ -200,10 +234,26 @@ def test_without_uv_pip_installs_the_locks_own_uv_which_installs_the_rest(tmp_pa
     index, pins = probe_index
     url = index.url
     wheels = tmp_path / "uv-wheel"
-    done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                           "--dest", str(wheels), "uv==0.13.9"], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--dest",
+            str(wheels),
+            "uv==0.13.9",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
-        environment_missing(f"pip cannot fetch uv's wheel: {(done.stderr.strip().splitlines() or ['?'])[-1]}", "ENVKIT_REQUIRE_INDEX")
+        environment_missing(
+            f"pip cannot fetch uv's wheel: {(done.stderr.strip().splitlines() or ['?'])[-1]}", "ENVKIT_REQUIRE_INDEX"
+        )
     [uv_wheel] = wheels.glob("uv-*.whl")
     served = index.publish(uv_wheel)
     lock = tmp_path / "probe.lock"
@@ -212,4 +262,3 @@ def test_without_uv_pip_installs_the_locks_own_uv_which_installs_the_rest(tmp_pa
     made = make_venv(lock, tmp_path / "venv", sources=Sources(index_url=url))
     assert made.installer == "uv (from the lock, by pip)"
     assert {"envkit-probe-a", "envkit-probe-b", "uv"} <= set(installed(tmp_path / "venv"))
-

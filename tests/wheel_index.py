@@ -24,7 +24,9 @@ from pathlib import Path
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
 
-def wheel_bytes(name: str, version: str, requires: tuple[str, ...] = (), tag: str = "py3-none-any") -> tuple[str, bytes]:
+def wheel_bytes(
+    name: str, version: str, requires: tuple[str, ...] = (), tag: str = "py3-none-any"
+) -> tuple[str, bytes]:
     """(file name, contents) of a wheel with no code (pure Python unless ``tag`` says otherwise): metadata
     and the file name's tags are all a resolver reads."""
     dist = f"{re.sub(r'[-_.]+', '_', name)}-{version}"
@@ -86,7 +88,6 @@ class SimpleIndex:
         (project / "index.html").write_text(f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n")
         names = "".join(f'<a href="{p.name}/">{p.name}</a>\n' for p in sorted(self.root.iterdir()) if p.is_dir())
         (self.root / "index.html").write_text(f"<!DOCTYPE html>\n<html><body>\n{names}</body></html>\n")
-
 
     def _fragment(self, wheel: Path) -> str:
         return f"#sha256={file_sha256(wheel)}" if self.link_hashes else ""

@@ -26,8 +26,13 @@ def xla_python() -> str:
     if not python.exists():
         problem = f"no XLA interpreter at {python} (create it with 'make xla-env' or set ENVKIT_XLA_PYTHON)"
     else:
-        check = subprocess.run([str(python), "-c", "import torch_xla"], capture_output=True, text=True, timeout=300,
-                               env={**os.environ, "PJRT_DEVICE": "CPU"})
+        check = subprocess.run(
+            [str(python), "-c", "import torch_xla"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PJRT_DEVICE": "CPU"},
+        )
         if check.returncode != 0:
             last = (check.stderr.strip().splitlines() or ["?"])[-1]
             problem = f"{python} cannot import torch_xla ({last})"

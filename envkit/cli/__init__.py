@@ -25,13 +25,24 @@ from envkit.errors import EnvkitError
 
 # command -> module of envkit.cli that registers it (tests/test_cli_commands.py checks both ways).
 COMMANDS = {
-    "targets": "render", "matrix": "render", "render": "render",
-    "build": "images", "run": "images", "push": "images", "save": "images", "load": "images", "prune": "images",
+    "targets": "render",
+    "matrix": "render",
+    "render": "render",
+    "build": "images",
+    "run": "images",
+    "push": "images",
+    "save": "images",
+    "load": "images",
+    "prune": "images",
     "doctor": "host",
     "experiment": "experiment",
-    "report": "report", "compare": "report", "demo": "report",
-    "lock": "lock", "venv": "venv",
-    "verify": "verify", "diff": "verify",
+    "report": "report",
+    "compare": "report",
+    "demo": "report",
+    "lock": "lock",
+    "venv": "venv",
+    "verify": "verify",
+    "diff": "verify",
     "launch": "launch",
     "notebook": "notebook",
 }
@@ -50,9 +61,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="envkit",
         description="Render, build, run and compare pinned deep-learning images for cpu, cuda and tpu-vm.",
         epilog="envkit's options may stand anywhere on the command line; experiment, run and launch take the "
-               "recipe's arguments after '--' (envkit experiment cpu-mnist --dry-run -- --epochs 1). --dry-run, "
-               "where a command has it (experiment, launch, compare, demo, prune), prints exactly what would run "
-               "and builds, pushes or runs nothing; make's DRY_RUN=1 does the same for every make target.",
+        "recipe's arguments after '--' (envkit experiment cpu-mnist --dry-run -- --epochs 1). --dry-run, "
+        "where a command has it (experiment, launch, compare, demo, prune), prints exactly what would run "
+        "and builds, pushes or runs nothing; make's DRY_RUN=1 does the same for every make target.",
     )
     parser.add_argument("--version", action="version", version=f"envkit {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
@@ -72,7 +83,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
     takes_recipe_args = hasattr(args, "recipe_args")
     if takes_recipe_args:
         unknown = [*args.recipe_args, *unknown]  # words before '--' that are not envkit's
-        args.recipe_args = argv[split + 1:]
+        args.recipe_args = argv[split + 1 :]
     if unknown:
         hint = ""
         if takes_recipe_args:

@@ -17,28 +17,42 @@ from envkit.cli.options import add_build_options, add_config, add_recipe_args, b
 
 def register(subparsers) -> None:
     experiment = subparsers.add_parser(
-        "experiment", help="check the host, build the image (cached) and run one experiment of the table",
+        "experiment",
+        help="check the host, build the image (cached) and run one experiment of the table",
         description="Run one experiment of envkit/data/experiments.yaml (`envkit doctor` lists them): the host check, "
-                    "the cached build of its target's image, then the recipe through docker/<target>/run.sh. envkit's "
-                    "options may stand anywhere; the recipe's follow '--' and may add to the experiment's own arguments "
-                    "but not contradict them, e.g. envkit experiment cpu-mnist --dry-run -- --epochs 1. "
-                    "run.sh reads NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, "
-                    "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME from the environment.",
+        "the cached build of its target's image, then the recipe through docker/<target>/run.sh. envkit's "
+        "options may stand anywhere; the recipe's follow '--' and may add to the experiment's own arguments "
+        "but not contradict them, e.g. envkit experiment cpu-mnist --dry-run -- --epochs 1. "
+        "run.sh reads NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, "
+        "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME from the environment.",
     )
     experiment.add_argument("name", metavar="NAME", help="experiment name, e.g. cpu-mnist")
     add_recipe_args(experiment)
     add_config(experiment)
-    experiment.add_argument("--target", metavar="NAME", help="the config's target to run in (default: the one named after "
-                            "the experiment's kind, or the kind's only target)")
-    experiment.add_argument("--gpus", help="host GPU indices or 'all' (the experiment's GPU rule picks the first or all)")
-    experiment.add_argument("--results-dir", type=Path, default=None, help="where results go (default: run.sh's ./results)")
+    experiment.add_argument(
+        "--target",
+        metavar="NAME",
+        help="the config's target to run in (default: the one named after "
+        "the experiment's kind, or the kind's only target)",
+    )
+    experiment.add_argument(
+        "--gpus", help="host GPU indices or 'all' (the experiment's GPU rule picks the first or all)"
+    )
+    experiment.add_argument(
+        "--results-dir", type=Path, default=None, help="where results go (default: run.sh's ./results)"
+    )
     experiment.add_argument("--data-dir", type=Path, default=None, help="datasets (default: run.sh's ./data)")
     add_build_options(experiment)
-    experiment.add_argument("--python", metavar="PYTHON", help="run the recipe with this interpreter on this host instead of "
-                            "in the target's image (no host check, no build), e.g. E3 on XLA:CPU: PJRT_DEVICE=CPU "
-                            "CPU_NUM_DEVICES=8 envkit experiment e3-batch-scaling --python .venv-xla/bin/python")
-    experiment.add_argument("--dry-run", action="store_true", help="print the commands (host check, build, run) "
-                            "instead of running them")
+    experiment.add_argument(
+        "--python",
+        metavar="PYTHON",
+        help="run the recipe with this interpreter on this host instead of "
+        "in the target's image (no host check, no build), e.g. E3 on XLA:CPU: PJRT_DEVICE=CPU "
+        "CPU_NUM_DEVICES=8 envkit experiment e3-batch-scaling --python .venv-xla/bin/python",
+    )
+    experiment.add_argument(
+        "--dry-run", action="store_true", help="print the commands (host check, build, run) instead of running them"
+    )
     experiment.set_defaults(func=cmd_experiment)
 
 
@@ -55,14 +69,23 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     if args.gpus is not None:
         parse_gpus(args.gpus)  # bad input on any host, before anything runs
         if entry.gpus == "none":
-            raise EnvkitError(f"--gpus {args.gpus}: {entry.name} runs without GPUs ({entry.kind} experiments take none); "
-                              f"drop --gpus (GPUS= for make)")
+            raise EnvkitError(
+                f"--gpus {args.gpus}: {entry.name} runs without GPUs ({entry.kind} experiments take none); "
+                f"drop --gpus (GPUS= for make)"
+            )
     check_recipe_args(entry, args.recipe_args)
     config = load_config(args.config)
     target = experiment_target(config, entry, args.target)
-    plan = experiment_plan(entry, target, config=args.config, gpus=args.gpus, results_dir=args.results_dir,
-                           data_dir=args.data_dir, build_args=build_options_argv(args),
-                           recipe_args=tuple(args.recipe_args))
+    plan = experiment_plan(
+        entry,
+        target,
+        config=args.config,
+        gpus=args.gpus,
+        results_dir=args.results_dir,
+        data_dir=args.data_dir,
+        build_args=build_options_argv(args),
+        recipe_args=tuple(args.recipe_args),
+    )
     if args.dry_run:
         sys.stdout.write(format_plan(plan))
         return 0
@@ -80,14 +103,29 @@ def _run_here(entry, args: argparse.Namespace) -> int:
     from envkit.project.experiments import check_recipe_args
     from envkit.runs.plans import format_plan, local_experiment_plan, run_in_order
 
-    image_only = [option for option, given in (("--target", args.target), ("--gpus", args.gpus),
-                                               ("build options", build_options_argv(args))) if given]
+    image_only = [
+        option
+        for option, given in (
+            ("--target", args.target),
+            ("--gpus", args.gpus),
+            ("build options", build_options_argv(args)),
+        )
+        if given
+    ]
     if image_only:
-        raise EnvkitError(f"--python runs {entry.name} here, without an image: leave out {' and '.join(image_only)} "
-                          "(image runs only; recipe arguments such as --gpus go after '--')")
+        raise EnvkitError(
+            f"--python runs {entry.name} here, without an image: leave out {' and '.join(image_only)} "
+            "(image runs only; recipe arguments such as --gpus go after '--')"
+        )
     check_recipe_args(entry, args.recipe_args)
-    plan = local_experiment_plan(entry, args.python, root=args.config.resolve().parent, results_dir=args.results_dir,
-                                 data_dir=args.data_dir, recipe_args=tuple(args.recipe_args))
+    plan = local_experiment_plan(
+        entry,
+        args.python,
+        root=args.config.resolve().parent,
+        results_dir=args.results_dir,
+        data_dir=args.data_dir,
+        recipe_args=tuple(args.recipe_args),
+    )
     if args.dry_run:
         sys.stdout.write(format_plan(plan))
         return 0

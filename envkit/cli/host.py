@@ -12,12 +12,19 @@ from envkit.cli.options import add_config
 
 def register(subparsers) -> None:
     doctor = subparsers.add_parser("doctor", help="what this host offers and which make targets will work here")
-    doctor.add_argument("--require", metavar="KIND", help="exit 2 with the reason when this host cannot run that kind "
-                        "(a kind of envkit/data/kinds.yaml: cpu, cuda, tpu-vm, ...)")
+    doctor.add_argument(
+        "--require",
+        metavar="KIND",
+        help="exit 2 with the reason when this host cannot run that kind "
+        "(a kind of envkit/data/kinds.yaml: cpu, cuda, tpu-vm, ...)",
+    )
     doctor.add_argument("--gpus", help="also check a GPUS value (comma-separated indices or 'all')")
     doctor.add_argument("--json", action="store_true", help="print the facts as JSON")
-    doctor.add_argument("--probe", action="store_true",
-                        help="train briefly on every device kind here (recipes/probe.py): OK with the step time, or why not")
+    doctor.add_argument(
+        "--probe",
+        action="store_true",
+        help="train briefly on every device kind here (recipes/probe.py): OK with the step time, or why not",
+    )
     doctor.add_argument("--image", metavar="TARGET", help="with --probe: run the probe inside TARGET's built image")
     add_config(doctor)
     doctor.set_defaults(func=cmd_doctor)
@@ -29,8 +36,16 @@ def _probe(args: argparse.Namespace) -> int:
 
     if args.image is None:
         return probe.probe_here(args.config.resolve().parent, args.json)
-    run = argparse.Namespace(config=args.config, target=args.image, recipe=probe.RECIPE, recipe_args=probe.recipe_args(args.json),
-                             tag=None, gpus=args.gpus, results_dir=Path("results"), data_dir=Path("data"))
+    run = argparse.Namespace(
+        config=args.config,
+        target=args.image,
+        recipe=probe.RECIPE,
+        recipe_args=probe.recipe_args(args.json),
+        tag=None,
+        gpus=args.gpus,
+        results_dir=Path("results"),
+        data_dir=Path("data"),
+    )
     return cmd_run(run)
 
 

@@ -16,16 +16,19 @@ from envkit.cli.options import add_build_options, add_config, add_recipe_args, b
 
 
 def register(subparsers) -> None:
-    build = subparsers.add_parser("build", help="build a target's image (tag: envkit-<target>:<context hash> and latest)")
+    build = subparsers.add_parser(
+        "build", help="build a target's image (tag: envkit-<target>:<context hash> and latest)"
+    )
     build.add_argument("target", help="target name from the config, e.g. cpu")
     add_build_options(build)
     add_config(build)
     build.set_defaults(func=cmd_build)
 
     run = subparsers.add_parser(
-        "run", help="run a recipe in a target's image through docker/<target>/run.sh",
+        "run",
+        help="run a recipe in a target's image through docker/<target>/run.sh",
         description="envkit's options (--config, --tag, --gpus, --results-dir, --data-dir) may stand anywhere; "
-                    "the recipe's follow '--', e.g. envkit run cpu mnist -- --epochs 1",
+        "the recipe's follow '--', e.g. envkit run cpu mnist -- --epochs 1",
     )
     run.add_argument("target")
     run.add_argument("recipe", help="recipe name, e.g. mnist")
@@ -37,7 +40,10 @@ def register(subparsers) -> None:
     add_config(run)
     run.set_defaults(func=cmd_run)
 
-    push = subparsers.add_parser("push", help="tag a target's image for a registry, push it, and record its digest in docker/<target>/pushed.json")
+    push = subparsers.add_parser(
+        "push",
+        help="tag a target's image for a registry, push it, and record its digest in docker/<target>/pushed.json",
+    )
     push.add_argument("target")
     push.add_argument("--registry", required=True, help="HOST[:PORT][/PATH]")
     push.add_argument("--tag", help="image tag to push (default: latest)")
@@ -56,13 +62,16 @@ def register(subparsers) -> None:
     load.set_defaults(func=cmd_load)
 
     prune = subparsers.add_parser(
-        "prune", help="remove a target's superseded images (never latest)",
+        "prune",
+        help="remove a target's superseded images (never latest)",
         description="Every build of new content adds an envkit-<target>:<hash> image that nothing else removes. "
-                    "prune removes all of them but latest (and, with --keep N, the N newest others); "
-                    "an image with other names (e.g. from push) only loses envkit's name.",
+        "prune removes all of them but latest (and, with --keep N, the N newest others); "
+        "an image with other names (e.g. from push) only loses envkit's name.",
     )
     prune.add_argument("target")
-    prune.add_argument("--keep", type=_count, default=0, metavar="N", help="also keep the N newest older images (default 0)")
+    prune.add_argument(
+        "--keep", type=_count, default=0, metavar="N", help="also keep the N newest older images (default 0)"
+    )
     prune.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
     add_config(prune)
     prune.set_defaults(func=cmd_prune)
@@ -124,8 +133,11 @@ def cmd_push(args: argparse.Namespace) -> int:
         print(f"{each.repository}:{each.tag}")
     # Both tags name one manifest: the reference `envkit launch --registry` runs.
     print(pushed[-1].reference)
-    print(f"envkit: recorded {pushed[-1].digest} in {path}: commit it, and envkit launch --registry "
-          f"{args.registry} runs this image by digest", file=sys.stderr)
+    print(
+        f"envkit: recorded {pushed[-1].digest} in {path}: commit it, and envkit launch --registry "
+        f"{args.registry} runs this image by digest",
+        file=sys.stderr,
+    )
     return 0
 
 

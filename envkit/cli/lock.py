@@ -95,5 +95,7 @@ def _report(statuses, fix: str) -> int:
     stale = [status for status in statuses if status.state == "stale"]
     if stale:
         command = stale[0].relock if len(stale) == 1 else f"envkit lock {fix}"
-        raise EnvkitError(f"locks are stale ({', '.join(s.target for s in stale)}): run `{command}` and commit", exit_code=1)
+        raise EnvkitError(
+            f"locks are stale ({', '.join(s.target for s in stale)}): run `{command}` and commit", exit_code=1
+        )
     return 0

@@ -20,14 +20,26 @@ def register(subparsers) -> None:
         "Committed notebooks (the targets' `notebooks` lists) are written and checked by envkit render --all.",
     )
     notebook.add_argument("experiment", help="experiment name from envkit/data/experiments.yaml, e.g. tpu-mnist")
-    notebook.add_argument("--target", required=True, metavar="NAME", help="a notebook target of the config, e.g. colab-tpu")
-    notebook.add_argument("--output", metavar="FILE.ipynb", type=Path,
-                          help="where to write it (default: notebooks/<target>/<experiment>.ipynb beside the config)")
-    notebook.add_argument("--use-runtime", action="store_true",
-                          help="run on the runtime's own packages instead of the lock, and record how they differ "
-                          "(default name: ...-runtime.ipynb)")
-    notebook.add_argument("--colab-link", action="store_true",
-                          help="print the 'Open in Colab' link of the committed notebook at --revision; write nothing")
+    notebook.add_argument(
+        "--target", required=True, metavar="NAME", help="a notebook target of the config, e.g. colab-tpu"
+    )
+    notebook.add_argument(
+        "--output",
+        metavar="FILE.ipynb",
+        type=Path,
+        help="where to write it (default: notebooks/<target>/<experiment>.ipynb beside the config)",
+    )
+    notebook.add_argument(
+        "--use-runtime",
+        action="store_true",
+        help="run on the runtime's own packages instead of the lock, and record how they differ "
+        "(default name: ...-runtime.ipynb)",
+    )
+    notebook.add_argument(
+        "--colab-link",
+        action="store_true",
+        help="print the 'Open in Colab' link of the committed notebook at --revision; write nothing",
+    )
     notebook.add_argument("--revision", help="with --colab-link: the git revision (default: the project's HEAD)")
     add_config(notebook)
     notebook.set_defaults(func=cmd_notebook)
@@ -52,7 +64,9 @@ def cmd_notebook(args: argparse.Namespace) -> int:
         path = builder.notebook_path(target.name, args.experiment, packages)
         url = builder.colab_url(config, path, args.revision or _head(config.root))
         if url is None:
-            raise EnvkitError(f"--colab-link needs the config's source to be a GitHub repository (source: {config.source})")
+            raise EnvkitError(
+                f"--colab-link needs the config's source to be a GitHub repository (source: {config.source})"
+            )
         print(url)
         return 0
     notebook = builder.render_notebook(config, args.experiment, args.target, packages)
@@ -68,7 +82,9 @@ def cmd_notebook(args: argparse.Namespace) -> int:
 
 def _head(root: Path) -> str:
     try:
-        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=30, check=False)
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=30, check=False
+        )
     except OSError:
         done = None
     if done is None or done.returncode != 0:

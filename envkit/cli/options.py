@@ -12,7 +12,11 @@ from envkit.project import DEFAULT_CONFIG
 def add_config(parser: argparse.ArgumentParser) -> None:
     """``--config FILE``, for every command that reads the project config."""
     parser.add_argument(
-        "--config", metavar="FILE", type=Path, default=DEFAULT_CONFIG, help=f"project config (default: ./{DEFAULT_CONFIG})"
+        "--config",
+        metavar="FILE",
+        type=Path,
+        default=DEFAULT_CONFIG,
+        help=f"project config (default: ./{DEFAULT_CONFIG})",
     )
 
 
@@ -22,8 +26,12 @@ RECIPE_ARGS_HINT = "recipe arguments follow '--'"
 def add_recipe_args(parser: argparse.ArgumentParser) -> None:
     """The recipe's arguments: whatever follows '--' (envkit.cli.parse puts them here), so envkit's own
     options, --dry-run included, may stand anywhere before it."""
-    parser.add_argument("recipe_args", nargs="*", metavar="-- RECIPE_ARG",
-                        help=f"{RECIPE_ARGS_HINT}, e.g. -- --epochs 1; they come after the ones envkit passes")
+    parser.add_argument(
+        "recipe_args",
+        nargs="*",
+        metavar="-- RECIPE_ARG",
+        help=f"{RECIPE_ARGS_HINT}, e.g. -- --epochs 1; they come after the ones envkit passes",
+    )
 
 
 def load_target(args: argparse.Namespace):
@@ -34,20 +42,37 @@ def load_target(args: argparse.Namespace):
     config = load_config(args.config)
     target = config.target(args.target)
     if target.is_notebook:
-        raise EnvkitError(f"target {target.name} is a notebook target ({target.platform} {target.accelerator}): it has no "
-                          f"image; render its notebooks with envkit notebook EXPERIMENT --target {target.name}")
+        raise EnvkitError(
+            f"target {target.name} is a notebook target ({target.platform} {target.accelerator}): it has no "
+            f"image; render its notebooks with envkit notebook EXPERIMENT --target {target.name}"
+        )
     return config, target
 
 
 def add_build_inputs(parser, builder_default: str | None = BUILDERS[0]) -> None:
     """The options that change what a build contains (build, experiment, verify)."""
-    parser.add_argument("--builder", choices=BUILDERS, default=builder_default,
-                        help=f"what builds the image (default: {builder_default or 'the one that built the current image'}); "
-                             "buildah gives identical digests on rebuild and moves its image into the Docker engine")
+    parser.add_argument(
+        "--builder",
+        choices=BUILDERS,
+        default=builder_default,
+        help=f"what builds the image (default: {builder_default or 'the one that built the current image'}); "
+        "buildah gives identical digests on rebuild and moves its image into the Docker engine",
+    )
     parser.add_argument("--base-image", help="override the BASE_IMAGE build arg")
-    parser.add_argument("--wheelhouse", type=Path, help="install only from the *.whl files in this directory (air-gapped hosts)")
-    parser.add_argument("--ca-cert", action="append", default=[], type=Path, metavar="FILE", help="extra CA certificate (PEM) to trust inside the image; repeatable")
-    parser.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE", help="extra docker build arg; repeatable")
+    parser.add_argument(
+        "--wheelhouse", type=Path, help="install only from the *.whl files in this directory (air-gapped hosts)"
+    )
+    parser.add_argument(
+        "--ca-cert",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="extra CA certificate (PEM) to trust inside the image; repeatable",
+    )
+    parser.add_argument(
+        "--build-arg", action="append", default=[], metavar="KEY=VALUE", help="extra docker build arg; repeatable"
+    )
 
 
 def add_build_options(parser) -> None:

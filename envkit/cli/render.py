@@ -54,9 +54,13 @@ def register(subparsers) -> None:
     output.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 if the files under --output are stale"
     )
-    render.add_argument("--output", metavar="DIR", type=Path,
-                        help="output directory of the image targets' files (default: docker/ beside the config); "
-                        "notebooks always go to notebooks/ beside the config")
+    render.add_argument(
+        "--output",
+        metavar="DIR",
+        type=Path,
+        help="output directory of the image targets' files (default: docker/ beside the config); "
+        "notebooks always go to notebooks/ beside the config",
+    )
     render.set_defaults(func=cmd_render)
 
 
@@ -96,14 +100,36 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         from envkit.lock import index_check as matrix_verify
 
         return matrix_verify.run(matrix)
-    rows = [("TORCH", "RELEASES", "TORCHVISION", "PYTHON", "CUDA VARIANTS (first = default, * = the default index's)", "TPU-VM BACKENDS")]
+    rows = [
+        (
+            "TORCH",
+            "RELEASES",
+            "TORCHVISION",
+            "PYTHON",
+            "CUDA VARIANTS (first = default, * = the default index's)",
+            "TPU-VM BACKENDS",
+        )
+    ]
     for minor in sorted(matrix.torch, key=version_key):
         release = matrix.torch[minor]
-        cuda = ", ".join(
-            f"{variant}{'*' if variant == release.pypi_cuda else ''} ({matrix.cuda[variant].cuda})" for variant in release.cuda_choices()
-        ) or "-"
+        cuda = (
+            ", ".join(
+                f"{variant}{'*' if variant == release.pypi_cuda else ''} ({matrix.cuda[variant].cuda})"
+                for variant in release.cuda_choices()
+            )
+            or "-"
+        )
         vision = f"{release.torchvision}.x" if release.torchvision else "none (torchvision: false)"
-        rows.append((f"{minor}.x", " ".join(release.versions), vision, "-".join(release.python), cuda, _tpu_backends(matrix, release)))
+        rows.append(
+            (
+                f"{minor}.x",
+                " ".join(release.versions),
+                vision,
+                "-".join(release.python),
+                cuda,
+                _tpu_backends(matrix, release),
+            )
+        )
     _print_table(rows)
     print()
     rows = [("TORCH_XLA", "(TORCH, TORCH_XLA) PAIRS", "LIBTPU", "PYTHON")]
@@ -116,9 +142,11 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     for version, tpu in matrix.torch_tpu.items():
         rows.append((version, "-".join(tpu.torch), f">= {tpu.libtpu}", "-".join(tpu.python)))
     _print_table(rows)
-    print(f"\ncpu wheels: {matrix.cpu_index_url}; torchvision's patch release equals torch's; "
-          "* marks the CUDA build of the default index's own torch, which locks with no second index; "
-          "CUDA variant lists and base images name their source in envkit/data/matrix.yaml.")
+    print(
+        f"\ncpu wheels: {matrix.cpu_index_url}; torchvision's patch release equals torch's; "
+        "* marks the CUDA build of the default index's own torch, which locks with no second index; "
+        "CUDA variant lists and base images name their source in envkit/data/matrix.yaml."
+    )
     return 0
 
 
@@ -167,19 +195,26 @@ def cmd_render(args: argparse.Namespace) -> int:
             print(line)
         if stale_targets or orphans or unlisted:
             fix = "--all" if args.all else f"--target {args.target}"
-            what = ", ".join(stale_targets + [f"{len(orphans)} removed target(s)"] * bool(orphans)
-                             + [f"{len(unlisted)} unlisted notebook(s)"] * bool(unlisted))
+            what = ", ".join(
+                stale_targets
+                + [f"{len(orphans)} removed target(s)"] * bool(orphans)
+                + [f"{len(unlisted)} unlisted notebook(s)"] * bool(unlisted)
+            )
             raise EnvkitError(f"rendered files are stale ({what}): run `envkit render {fix}` and commit", exit_code=1)
         return 0
     written = rendered.write(output, files)
     removed = rendered.remove_leftovers(output, names) if args.all else []
-    print(f"rendered {len(files)} files for {', '.join(names) or 'no image target'} into {output} ({len(written)} changed)"
-          + "".join(f"; removed {directory}'s rendered files (not a target in the config)" for directory in removed))
+    print(
+        f"rendered {len(files)} files for {', '.join(names) or 'no image target'} into {output} ({len(written)} changed)"
+        + "".join(f"; removed {directory}'s rendered files (not a target in the config)" for directory in removed)
+    )
     if notebook_names:
         written = rendered.write(notebooks, notebook_files)
         removed = rendered.remove_leftovers(notebooks, notebook_names) if args.all else []
-        print(f"rendered {len(notebook_files)} notebooks for {', '.join(notebook_names)} into {notebooks} ({len(written)} changed)"
-              + "".join(f"; removed {directory}'s lock (not a notebook target in the config)" for directory in removed))
+        print(
+            f"rendered {len(notebook_files)} notebooks for {', '.join(notebook_names)} into {notebooks} ({len(written)} changed)"
+            + "".join(f"; removed {directory}'s lock (not a notebook target in the config)" for directory in removed)
+        )
     return 0
 
 
@@ -217,8 +252,13 @@ def _notebooks(config_path: Path, selection: str):
     names = [name for name in _selected(config, selection) if name not in config.images]
     files = committed.render(config, names)
     # What a notebook embeds beyond envkit's own code (which the memo hashes anyway): the recipes and the locks.
-    read = [config.path, *DATA_DIR.iterdir(), *(path for path in (config.root / "templates").rglob("*") if path.is_file()),
-            *(path for path in (config.root / "recipes").rglob("*.py")), *(lock_path(config, name) for name in names)]
+    read = [
+        config.path,
+        *DATA_DIR.iterdir(),
+        *(path for path in (config.root / "templates").rglob("*") if path.is_file()),
+        *(path for path in (config.root / "recipes").rglob("*.py")),
+        *(lock_path(config, name) for name in names),
+    ]
     memo.remember(config_path, key, names, files, read)
     return names, files
 

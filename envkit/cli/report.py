@@ -11,39 +11,56 @@ from envkit.cli.options import add_config
 
 def register(subparsers) -> None:
     report = subparsers.add_parser(
-        "report", help="compare the runs in a results directory (tables as in the published experiments)",
+        "report",
+        help="compare the runs in a results directory (tables as in the published experiments)",
         description="Group the results files in RESULTS_DIR by recipe and configuration and print the comparison.",
     )
-    report.add_argument("results_dir", metavar="RESULTS_DIR", type=Path,
-                        help="directory the recipes wrote results JSON into (its *.json files, not subdirectories)")
+    report.add_argument(
+        "results_dir",
+        metavar="RESULTS_DIR",
+        type=Path,
+        help="directory the recipes wrote results JSON into (its *.json files, not subdirectories)",
+    )
     _add_report_options(report)
     report.set_defaults(func=cmd_report)
 
     compare = subparsers.add_parser(
-        "compare", help="run every experiment this host can run, then report",
+        "compare",
+        help="run every experiment this host can run, then report",
         description="Ask `envkit doctor` which experiments this host can run, run them, then print the report.",
     )
     _add_run_options(compare, default_results=Path("results"))
-    compare.add_argument("--epochs", type=_positive_int, default=None, help="epochs per run (default: each recipe's own)")
+    compare.add_argument(
+        "--epochs", type=_positive_int, default=None, help="epochs per run (default: each recipe's own)"
+    )
     compare.add_argument("--dataset", choices=("real", "fake"), default="real", help="real data or generated fake data")
-    compare.add_argument("--max-steps", type=_positive_int, default=None, help="stop each run after this many steps (quick checks)")
+    compare.add_argument(
+        "--max-steps", type=_positive_int, default=None, help="stop each run after this many steps (quick checks)"
+    )
     _add_report_options(compare)
     compare.set_defaults(func=cmd_compare)
 
     demo = subparsers.add_parser(
-        "demo", help="render every target, run the small comparison this machine can run, report and plot",
+        "demo",
+        help="render every target, run the small comparison this machine can run, report and plot",
         description="The whole story on any machine in a few minutes: render, run small experiments, report, plot.",
     )
     _add_run_options(demo, default_results=Path("results/demo"))
     demo.add_argument("--no-docker", action="store_true", help="run on this Python even when Docker is usable")
-    demo.add_argument("--base-image", metavar="IMAGE", default=None,
-                      help="base image for building the cpu image (e.g. one made by scripts/base-image.sh)")
+    demo.add_argument(
+        "--base-image",
+        metavar="IMAGE",
+        default=None,
+        help="base image for building the cpu image (e.g. one made by scripts/base-image.sh)",
+    )
     demo.set_defaults(func=cmd_demo)
 
 
 def _add_run_options(parser: argparse.ArgumentParser, default_results: Path) -> None:
     """What `compare` and `demo` share: where results go, the project, and a dry run."""
-    parser.add_argument("--results-dir", type=Path, default=default_results, help=f"where results go (default: {default_results})")
+    parser.add_argument(
+        "--results-dir", type=Path, default=default_results, help=f"where results go (default: {default_results})"
+    )
     add_config(parser)
     parser.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
 
@@ -52,10 +69,17 @@ def _add_report_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("md", "csv", "json"), default="md", help="table format (default: md)")
     parser.add_argument("--plot", type=Path, metavar="FILE.png", default=None, help="also write a bar chart PNG")
     parser.add_argument("--reference", action="store_true", help="add the published numbers, labelled as published")
-    parser.add_argument("--baseline", metavar="LABEL", default=None,
-                        help="configuration the speed-ups are relative to, e.g. 'cpu ×1' (default: first single-device one)")
-    parser.add_argument("--strict", action="store_true",
-                        help="refuse to compare runs whose python, torch, TPU backend or lock differ (default: mark them)")
+    parser.add_argument(
+        "--baseline",
+        metavar="LABEL",
+        default=None,
+        help="configuration the speed-ups are relative to, e.g. 'cpu ×1' (default: first single-device one)",
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse to compare runs whose python, torch, TPU backend or lock differ (default: mark them)",
+    )
 
 
 def _positive_int(text: str) -> int:
@@ -68,8 +92,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def print_report(results_dir: Path, output_format: str = "md", plot: Path | None = None,
-                 reference: bool = False, baseline: str | None = None, strict: bool = False) -> None:
+def print_report(
+    results_dir: Path,
+    output_format: str = "md",
+    plot: Path | None = None,
+    reference: bool = False,
+    baseline: str | None = None,
+    strict: bool = False,
+) -> None:
     from envkit.errors import EnvkitError
     from envkit.runs.report import build_report, render_report
     from envkit.runs.results import load_results
@@ -83,8 +113,12 @@ def print_report(results_dir: Path, output_format: str = "md", plot: Path | None
         print(f"envkit: warning: {warning}", file=sys.stderr)
     skipped = sum(1 for warning in warnings if warning.startswith("skipped "))
     if not results:
-        found = f"all {skipped} *.json files were skipped (see warnings)" if skipped else "it holds no *.json results files"
-        raise EnvkitError(f"no results in {results_dir}: {found}; run a recipe, `envkit compare` or `envkit demo` first", exit_code=1)
+        found = (
+            f"all {skipped} *.json files were skipped (see warnings)" if skipped else "it holds no *.json results files"
+        )
+        raise EnvkitError(
+            f"no results in {results_dir}: {found}; run a recipe, `envkit compare` or `envkit demo` first", exit_code=1
+        )
     report = build_report(results, skipped=skipped, baseline=baseline, reference=reference, strict=strict)
     sys.stdout.write(render_report(report, output_format))
     sys.stdout.flush()
@@ -147,9 +181,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.plot is not None and not args.dry_run:
         _require_matplotlib()
     facts, runnable = _host_facts()
-    plan = compare_plan(args.results_dir, epochs=args.epochs, dataset=args.dataset, max_steps=args.max_steps,
-                        config=args.config,
-                        facts=facts, runnable=runnable, report_args=_report_args(args))
+    plan = compare_plan(
+        args.results_dir,
+        epochs=args.epochs,
+        dataset=args.dataset,
+        max_steps=args.max_steps,
+        config=args.config,
+        facts=facts,
+        runnable=runnable,
+        report_args=_report_args(args),
+    )
     return 0 if execute(plan, dry_run=args.dry_run) else 1
 
 
@@ -160,6 +201,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not args.dry_run:  # the demo ends with a plot
         _require_matplotlib()
     facts, _ = _host_facts()
-    plan = demo_plan(args.results_dir, config=args.config, facts=facts, use_docker=not args.no_docker,
-                     base_image=args.base_image)
+    plan = demo_plan(
+        args.results_dir, config=args.config, facts=facts, use_docker=not args.no_docker, base_image=args.base_image
+    )
     return 0 if execute(plan, dry_run=args.dry_run) else 1

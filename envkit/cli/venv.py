@@ -23,12 +23,24 @@ def register(subparsers) -> None:
     add_config(venv)
     which = venv.add_mutually_exclusive_group(required=True)
     which.add_argument("target", nargs="?", help="the target whose lock to install")
-    which.add_argument("--requirements", metavar="FILE.in", type=Path,
-                       help="a host environment instead: its lock FILE.lock beside it (e.g. requirements/xla.in)")
-    venv.add_argument("--path", metavar="DIR", type=Path, help="the venv to make (default: .venv-<target> beside the "
-                      "config, or .venv-<name> for requirements/<name>.in)")
-    venv.add_argument("--torch-index-url", metavar="URL", help="a mirror of the target's PyTorch index (torch, "
-                      "torchvision), as for envkit lock; default: the matrix's index")
+    which.add_argument(
+        "--requirements",
+        metavar="FILE.in",
+        type=Path,
+        help="a host environment instead: its lock FILE.lock beside it (e.g. requirements/xla.in)",
+    )
+    venv.add_argument(
+        "--path",
+        metavar="DIR",
+        type=Path,
+        help="the venv to make (default: .venv-<target> beside the config, or .venv-<name> for requirements/<name>.in)",
+    )
+    venv.add_argument(
+        "--torch-index-url",
+        metavar="URL",
+        help="a mirror of the target's PyTorch index (torch, "
+        "torchvision), as for envkit lock; default: the matrix's index",
+    )
     from envkit.host.venv import add_arguments
 
     add_arguments(venv)
@@ -44,7 +56,9 @@ def cmd_venv(args: argparse.Namespace) -> int:
             return _unlocked(args, sources, args.path or default_path)
     else:
         lock_path, sources, default_path = _target_lock(args)
-    made = make_venv(lock_path, args.path or default_path, python=args.python, sources=sources, installer=args.installer)
+    made = make_venv(
+        lock_path, args.path or default_path, python=args.python, sources=sources, installer=args.installer
+    )
     print(describe(made, lock_path))
     return 0
 
@@ -59,8 +73,10 @@ def _requirements_lock(args: argparse.Namespace):
     lock_path = requirements_lock_path(args.requirements)
     lock = read_lock(lock_path)
     if lock is not None and lock.inputs_sha256 != inputs.digest():
-        raise EnvkitError(f"{lock_path} is stale ({args.requirements} changed since it was locked); "
-                          f"run `envkit lock --requirements {args.requirements}`")
+        raise EnvkitError(
+            f"{lock_path} is stale ({args.requirements} changed since it was locked); "
+            f"run `envkit lock --requirements {args.requirements}`"
+        )
     torch_index = inputs.torch_index_for(args.torch_index_url)
     names = [r for r in inputs.requirements if "+" in r]
     sources = Sources(None, tuple(project_pages(torch_index, names)) if torch_index else ())
@@ -78,8 +94,11 @@ def _unlocked(args: argparse.Namespace, sources, path: Path) -> int:
         raise EnvkitError("--installer uv installs locks; an environment without a lock is resolved by pip")
     inputs = requirements_inputs(args.requirements)
     lock_path = requirements_lock_path(args.requirements)
-    print(f"envkit: warning: {lock_path} does not exist (`envkit lock --requirements {args.requirements}` makes it where "
-          f"its indexes answer): installing the pins of {args.requirements}, unlocked", file=sys.stderr)
+    print(
+        f"envkit: warning: {lock_path} does not exist (`envkit lock --requirements {args.requirements}` makes it where "
+        f"its indexes answer): installing the pins of {args.requirements}, unlocked",
+        file=sys.stderr,
+    )
     version = make_unlocked_venv(args.requirements, inputs.python, path, python=args.python, sources=sources)
     print(f"made {path} from the pins of {args.requirements} (unlocked: its runs record no lock) with Python {version}")
     return 0
@@ -98,12 +117,16 @@ def _target_lock(args: argparse.Namespace):
     lock = read_lock(path)
     relative = path.relative_to(config.root)
     if lock is None:
-        raise EnvkitError(f"target {target.name} is unlocked: {relative} does not exist; lock it with "
-                          f"`envkit lock --target {target.name}` where its indexes answer")
+        raise EnvkitError(
+            f"target {target.name} is unlocked: {relative} does not exist; lock it with "
+            f"`envkit lock --target {target.name}` where its indexes answer"
+        )
     inputs = lock_inputs(target)
     if lock.inputs_sha256 != inputs.digest():
-        raise EnvkitError(f"target {target.name}: {relative} is stale (envkit.yaml changed since it was locked); "
-                          f"run `envkit lock --target {target.name}`")
+        raise EnvkitError(
+            f"target {target.name}: {relative} is stale (envkit.yaml changed since it was locked); "
+            f"run `envkit lock --target {target.name}`"
+        )
     # find_links may name paths inside the image: only URLs and what exists here reach the host's installer.
     links = [link for link in target.find_links if "://" in link or Path(link).exists()]
     sources = Sources(target.pip_index_url, tuple(torch_find_links(target, inputs, args.torch_index_url) + links))

@@ -10,21 +10,25 @@ from envkit.cli.options import add_build_inputs, add_config, build_options, load
 
 def register(subparsers) -> None:
     verify = subparsers.add_parser(
-        "verify", help="rebuild a target with --no-cache and compare it with its current image",
+        "verify",
+        help="rebuild a target with --no-cache and compare it with its current image",
         description="Exit 0 and print 'reproduced' when the rebuild is the same: 'identical: sha256:...' when the "
-                    "builder gives identical manifest digests (buildah), else the same Python distributions (name, "
-                    "version, RECORD hash), dpkg packages and 0 files differing in content. Exit 1 with what "
-                    "differs otherwise.")
+        "builder gives identical manifest digests (buildah), else the same Python distributions (name, "
+        "version, RECORD hash), dpkg packages and 0 files differing in content. Exit 1 with what "
+        "differs otherwise.",
+    )
     verify.add_argument("target", help="target name from the config, e.g. cpu")
     add_build_inputs(verify, builder_default=None)
     add_config(verify)
     verify.set_defaults(func=cmd_verify)
 
     diff = subparsers.add_parser(
-        "diff", help="what differs between two environments (images, saved tarballs or results JSON)",
+        "diff",
+        help="what differs between two environments (images, saved tarballs or results JSON)",
         description="A and B are each an image in the engine (a reference, or a target name for its latest build), "
-                    "a saved image (.tar.gz or its .manifest.json from 'envkit save') or a results .json. "
-                    "Exit 0 when nothing differs, 1 when something does.")
+        "a saved image (.tar.gz or its .manifest.json from 'envkit save') or a results .json. "
+        "Exit 0 when nothing differs, 1 when something does.",
+    )
     diff.add_argument("a")
     diff.add_argument("b")
     add_config(diff)
@@ -62,7 +66,9 @@ def _inventory(text: str, config_path: Path):
         if text.endswith((".manifest.json", ".tar.gz")):
             # Through the manifest, so a tarball altered since `envkit save` is refused.
             manifest_path = image_archive.manifest_for(path)
-            return inventory.from_saved_tarball(image_archive.verify_tarball(manifest_path, image_archive.read_manifest(manifest_path)))
+            return inventory.from_saved_tarball(
+                image_archive.verify_tarball(manifest_path, image_archive.read_manifest(manifest_path))
+            )
         raise EnvkitError(f"{text} is a file envkit cannot compare; {SIDES}")
     if text.startswith(FILE_PREFIXES) or text.endswith(FILE_SUFFIXES):
         raise EnvkitError(f"{text}: no such file; {SIDES}")

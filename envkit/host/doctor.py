@@ -84,14 +84,18 @@ def hostname_problem(name: str) -> str | None:
             socket.getaddrinfo(looked_up, None)
         except OSError as exc:
             which = "does not resolve" if looked_up == name else f"resolves, its full name {looked_up} does not"
-            return (f"{which}: {exc.strerror or exc}; multi-host torchrun's c10d rendezvous fails without it; add "
-                    f"'ADDRESS {name}' to /etc/hosts, ADDRESS being this host's address on the network the other hosts reach")
+            return (
+                f"{which}: {exc.strerror or exc}; multi-host torchrun's c10d rendezvous fails without it; add "
+                f"'ADDRESS {name}' to /etc/hosts, ADDRESS being this host's address on the network the other hosts reach"
+            )
     return None
 
 
 def inspect_host() -> HostFacts:
     devices = {check.name: device_files(check) for check in _device_checks()}
-    facts = HostFacts(gpus=_nvidia_gpus(), devices=devices, cpu_count=os.cpu_count() or 1, hostname=socket.gethostname())
+    facts = HostFacts(
+        gpus=_nvidia_gpus(), devices=devices, cpu_count=os.cpu_count() or 1, hostname=socket.gethostname()
+    )
     facts.hostname_problem = hostname_problem(facts.hostname)
     facts.hostname_resolves = facts.hostname_problem is None
     disk_path = "."
@@ -101,7 +105,9 @@ def inspect_host() -> HostFacts:
         facts.docker_version = version.get("Version", "unknown")
         facts.builders.append(docker_builder(version))
         info = client.info()
-        facts.nvidia_runtime = "nvidia" in (info.get("Runtimes") or {}) or bool(shutil.which("nvidia-container-runtime-hook") or shutil.which("nvidia-ctk"))
+        facts.nvidia_runtime = "nvidia" in (info.get("Runtimes") or {}) or bool(
+            shutil.which("nvidia-container-runtime-hook") or shutil.which("nvidia-ctk")
+        )
         if os.path.isdir(info.get("DockerRootDir", "")):
             disk_path = info["DockerRootDir"]  # images land there, not in the project
     except EnvkitError as exc:
@@ -142,8 +148,13 @@ def docker_builder(version: dict) -> Builder:
         why = "the engine's BuildKit could (>= 0.13, rewrite-timestamp), envkit's docker builds do not ask it to"
     else:
         why = "its BuildKit predates 0.13 (rewrite-timestamp, Docker 26+)"
-    return Builder("docker", version.get("Version", "unknown"), False, f"{why}; verify compares packages and files",
-                   buildkit=_buildkit(version))
+    return Builder(
+        "docker",
+        version.get("Version", "unknown"),
+        False,
+        f"{why}; verify compares packages and files",
+        buildkit=_buildkit(version),
+    )
 
 
 def buildah_builder() -> Builder:
@@ -153,7 +164,9 @@ def buildah_builder() -> Builder:
     if found is None:
         return Builder("buildah", None, False, "not installed (apt-get install buildah)")
     if buildah.has_timestamp():
-        return Builder("buildah", found, True, "bud --timestamp from SOURCE_DATE_EPOCH; verify compares manifest digests")
+        return Builder(
+            "buildah", found, True, "bud --timestamp from SOURCE_DATE_EPOCH; verify compares manifest digests"
+        )
     return Builder("buildah", found, False, "this buildah's bud has no --timestamp: upgrade buildah")
 
 
@@ -194,7 +207,9 @@ def parse_gpus(text: str, available: int | None = None) -> list[int] | None:
     if available is not None:
         missing = [i for i in indices if i >= available]
         if missing:
-            raise EnvkitError(f"GPUS='{text}' names GPU {missing[0]}, but this host has {available} (indices 0-{available - 1})")
+            raise EnvkitError(
+                f"GPUS='{text}' names GPU {missing[0]}, but this host has {available} (indices 0-{available - 1})"
+            )
     return indices
 
 
@@ -225,10 +240,14 @@ def format_report(facts: HostFacts) -> str:
         *_builder_lines(facts.builders),
         f"nvidia runtime  {'yes' if facts.nvidia_runtime else 'no'}",
         f"gpus            {len(facts.gpus)}" + "".join(f"\n                  {g}" for g in facts.gpus),
-        *(f"{check.name + ' devices':16}{', '.join(facts.devices.get(check.name, [])) or 'none'}" for check in _device_checks()),
+        *(
+            f"{check.name + ' devices':16}{', '.join(facts.devices.get(check.name, [])) or 'none'}"
+            for check in _device_checks()
+        ),
         f"cpus            {facts.cpu_count}",
         f"host name       {facts.hostname}  ({facts.hostname_problem or 'resolves'})",
-        f"free disk       {facts.free_disk_gb:.1f} GB" + ("  (low: images and datasets need ~10 GB)" if facts.free_disk_gb < LOW_DISK_GB else ""),
+        f"free disk       {facts.free_disk_gb:.1f} GB"
+        + ("  (low: images and datasets need ~10 GB)" if facts.free_disk_gb < LOW_DISK_GB else ""),
         "",
         "make targets on this host:",
     ]

@@ -55,8 +55,9 @@ class Made:
     installer: str
 
 
-def make_venv(lock_path: Path, path: Path, *, python: str | None = None, sources: Sources = Sources(),
-              installer: str = "auto") -> Made:
+def make_venv(
+    lock_path: Path, path: Path, *, python: str | None = None, sources: Sources = Sources(), installer: str = "auto"
+) -> Made:
     """Make ``path`` a venv holding exactly ``lock_path``; on any failure the previous ``path`` is left as it was."""
     lock = _usable_lock(lock_path)
     interpreter, version = find_python(lock.python, python)
@@ -76,13 +77,19 @@ def make_venv(lock_path: Path, path: Path, *, python: str | None = None, sources
                 _install("pip", path, ["--require-hashes", "--no-deps", "-r", entry.name], sources)
             uv, tool = str(path / "bin" / "uv"), "uv (from the lock, by pip)"
         _install(uv or "pip", path, locked, sources)
-        marker = {"lock": str(lock_path.resolve()), "lock_sha256": lock.sha256, "python": lock.python, "platform": lock.platform}
+        marker = {
+            "lock": str(lock_path.resolve()),
+            "lock_sha256": lock.sha256,
+            "python": lock.python,
+            "platform": lock.platform,
+        }
         write_text_atomic(path / MARKER, json.dumps(marker, indent=2, sort_keys=True) + "\n")
     return Made(path, lock, version, tool)
 
 
-def make_unlocked_venv(requirements: Path, wanted: str, path: Path, *, python: str | None = None,
-                       sources: Sources = Sources()) -> str:
+def make_unlocked_venv(
+    requirements: Path, wanted: str, path: Path, *, python: str | None = None, sources: Sources = Sources()
+) -> str:
     """Install the pins of a requirements input that has no lock here; no marker: its runs record no lock.
 
     pip resolves it (as the unlocked images do), with the host's pip configuration: where the build
@@ -151,7 +158,9 @@ def _version(python: str) -> str | None:
 def _check_destination(path: Path) -> None:
     # Only a venv is ever replaced: never a link (it may be someone else's venv), a file or other data.
     if path.is_symlink():
-        raise EnvkitError(f"{path} is a symbolic link: envkit venv replaces only a directory it can own; choose another --path")
+        raise EnvkitError(
+            f"{path} is a symbolic link: envkit venv replaces only a directory it can own; choose another --path"
+        )
     if path.exists() and not path.is_dir():
         raise EnvkitError(f"{path} exists and is not a directory; choose another --path")
     if path.is_dir() and any(path.iterdir()) and not (path / "pyvenv.cfg").is_file():
@@ -171,14 +180,37 @@ def _uv_for(choice: str) -> str | None:
 def _install(installer: str, venv: Path, what: list[str], sources: Sources) -> None:
     """Install into ``venv`` with ``installer``: "pip", or the path of a uv binary."""
     python = str(venv / "bin" / "python")
-    where = [*(["--index-url", sources.index_url] if sources.index_url else []),
-             *(arg for link in sources.find_links for arg in ("--find-links", link))]
+    where = [
+        *(["--index-url", sources.index_url] if sources.index_url else []),
+        *(arg for link in sources.find_links for arg in ("--find-links", link)),
+    ]
     if installer != "pip":
         # Bytecode as pip writes it, so that both installers make the same venv and first imports are quick.
-        argv = [installer, "pip", "install", "--python", python, "--compile-bytecode", "--only-binary", ":all:", "--quiet",
-                *what, *where]
+        argv = [
+            installer,
+            "pip",
+            "install",
+            "--python",
+            python,
+            "--compile-bytecode",
+            "--only-binary",
+            ":all:",
+            "--quiet",
+            *what,
+            *where,
+        ]
     else:
-        argv = [python, "-m", "pip", "install", "--only-binary=:all:", "--disable-pip-version-check", "--quiet", *what, *where]
+        argv = [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "--quiet",
+            *what,
+            *where,
+        ]
     _run(argv, f"{'pip' if installer == 'pip' else 'uv'} install")
 
 
@@ -213,25 +245,38 @@ def describe_interpreter() -> str:
     marker = interpreter_lock()
     if marker is None:
         return f"{sys.executable} (made from no lock: its results record lock_sha256 null)"
-    return f"{sys.executable} (made from {marker.get('lock')}: its results name lock sha256 {marker['lock_sha256'][:12]})"
+    return (
+        f"{sys.executable} (made from {marker.get('lock')}: its results name lock sha256 {marker['lock_sha256'][:12]})"
+    )
 
 
 def describe(made: Made, lock_path: Path) -> str:
-    return (f"made {made.path} from {lock_path} ({len(made.lock.packages)} packages, lock sha256 "
-            f"{made.lock.sha256[:12]}) with Python {made.python}, installed by {made.installer}")
+    return (
+        f"made {made.path} from {lock_path} ({len(made.lock.packages)} packages, lock sha256 "
+        f"{made.lock.sha256[:12]}) with Python {made.python}, installed by {made.installer}"
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options `envkit venv` and `python -m envkit.host.venv` share."""
-    parser.add_argument("--python", metavar="PYTHON", help="the interpreter to make it with (default: this one, "
-                        "pythonX.Y or python3 on PATH, whichever is the lock's Python)")
-    parser.add_argument("--installer", choices=INSTALLERS, default="auto",
-                        help="what installs the lock's files (default auto: uv where it is installed, else pip)")
+    parser.add_argument(
+        "--python",
+        metavar="PYTHON",
+        help="the interpreter to make it with (default: this one, "
+        "pythonX.Y or python3 on PATH, whichever is the lock's Python)",
+    )
+    parser.add_argument(
+        "--installer",
+        choices=INSTALLERS,
+        default="auto",
+        help="what installs the lock's files (default auto: uv where it is installed, else pip)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m envkit.host.venv",
-                                     description="Make a virtual environment from an envkit lock, hash-checked.")
+    parser = argparse.ArgumentParser(
+        prog="python -m envkit.host.venv", description="Make a virtual environment from an envkit lock, hash-checked."
+    )
     parser.add_argument("lock", type=Path, help="the lock (e.g. requirements/dev.lock)")
     parser.add_argument("--path", type=Path, required=True, help="the venv to make (a venv already there is replaced)")
     add_arguments(parser)

@@ -24,7 +24,15 @@ from envkit.image.build import LATEST, find_image, repository, resolve_image
 MANIFEST_VERSION = 1
 # The rendered Dockerfile labels each pinned version as io.envkit.pin.<package>.
 PIN_LABEL = "io.envkit.pin."
-_MANIFEST_FIELDS = {"manifest_version": int, "tag": str, "image_id": str, "tarball": str, "sha256": str, "size": int, "pins": dict}
+_MANIFEST_FIELDS = {
+    "manifest_version": int,
+    "tag": str,
+    "image_id": str,
+    "tarball": str,
+    "sha256": str,
+    "size": int,
+    "pins": dict,
+}
 # Refusals of the directory itself (bad input) rather than failures while writing.
 _UNWRITABLE_DIR = {errno.EACCES, errno.EPERM, errno.EROFS}
 
@@ -51,7 +59,9 @@ def _write_file(path: Path, write) -> None:
             write(stream)
     except OSError as exc:
         if exc.errno in _UNWRITABLE_DIR:
-            raise EnvkitError(f"cannot write into {path.parent}: {exc.strerror}; choose a writable --output-dir") from None
+            raise EnvkitError(
+                f"cannot write into {path.parent}: {exc.strerror}; choose a writable --output-dir"
+            ) from None
         raise EnvkitError(f"cannot write {path}: {exc.strerror} (nothing was left behind)", exit_code=1) from None
 
 
@@ -63,7 +73,9 @@ def save(target, tag: str | None, output_dir: Path) -> tuple[Path, Path]:
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise EnvkitError(f"cannot create --output-dir {output_dir}: {exc.strerror}; choose a writable directory") from None
+        raise EnvkitError(
+            f"cannot create --output-dir {output_dir}: {exc.strerror}; choose a writable directory"
+        ) from None
     tarball, manifest_path = output_dir / f"{stem}.tar.gz", output_dir / f"{stem}.manifest.json"
     digest: dict[str, object] = {}
 
@@ -83,7 +95,7 @@ def save(target, tag: str | None, output_dir: Path) -> tuple[Path, Path]:
     _write_file(tarball, write_tarball)
     labels = image.labels or {}
     # The image's own labels say what is in it; the config may have moved on since.
-    pins = {k[len(PIN_LABEL):]: v for k, v in sorted(labels.items()) if k.startswith(PIN_LABEL)}
+    pins = {k[len(PIN_LABEL) :]: v for k, v in sorted(labels.items()) if k.startswith(PIN_LABEL)}
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "envkit_version": __version__,
@@ -106,7 +118,9 @@ def read_manifest(path: Path) -> dict:
     try:
         manifest = parse_json(read_text(path))
     except FileNotFoundError:
-        raise EnvkitError(f"manifest {path} is missing: 'envkit load' needs the .manifest.json written by 'envkit save'") from None
+        raise EnvkitError(
+            f"manifest {path} is missing: 'envkit load' needs the .manifest.json written by 'envkit save'"
+        ) from None
     except OSError as exc:
         raise EnvkitError(f"manifest {path} is not readable ({exc.strerror or exc})") from None
     except Refused as exc:
@@ -117,7 +131,9 @@ def read_manifest(path: Path) -> dict:
         if not isinstance(manifest.get(name), kind):
             raise EnvkitError(f"manifest {path} has no valid '{name}' ({kind.__name__} expected)")
     if manifest["manifest_version"] > MANIFEST_VERSION:
-        raise EnvkitError(f"manifest {path} is version {manifest['manifest_version']}; this envkit reads up to {MANIFEST_VERSION}: upgrade envkit")
+        raise EnvkitError(
+            f"manifest {path} is version {manifest['manifest_version']}; this envkit reads up to {MANIFEST_VERSION}: upgrade envkit"
+        )
     # Only envkit's own names: a manifest must not retag an image as, say, ubuntu:latest.
     if not re.fullmatch(rf"envkit-[a-z0-9][a-z0-9._-]*:[0-9a-f]{{{TAG_HEX}}}", manifest["tag"]):
         raise EnvkitError(f"manifest {path} has tag '{manifest['tag']}': envkit-<target>:<{TAG_HEX} hex> expected")
@@ -164,7 +180,10 @@ def load(path: Path) -> str:
             raise EnvkitError(f"the engine refused {tarball.name}: {exc}", exit_code=1) from None
     image = find_image(client, manifest["image_id"])
     if image is None:
-        raise EnvkitError(f"{tarball.name} loaded, but image {manifest['image_id']} from its manifest is not in the engine", exit_code=1)
+        raise EnvkitError(
+            f"{tarball.name} loaded, but image {manifest['image_id']} from its manifest is not in the engine",
+            exit_code=1,
+        )
     repo, _, content_tag = manifest["tag"].rpartition(":")
     image.tag(repo, content_tag)
     image.tag(repo, LATEST)

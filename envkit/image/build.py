@@ -72,7 +72,9 @@ def docker_cli() -> list[str]:
     if configured:
         found = shutil.which(configured[0])
         if not found:
-            raise EnvkitError(f"DOCKER={os.environ['DOCKER']} does not start with an executable: give the docker client's path")
+            raise EnvkitError(
+                f"DOCKER={os.environ['DOCKER']} does not start with an executable: give the docker client's path"
+            )
         return [found, *configured[1:]]
     if os.access("/usr/bin/docker", os.X_OK):
         return ["/usr/bin/docker"]
@@ -102,7 +104,12 @@ def _stream_build(command: list[str], env: Mapping[str, str], what: str) -> None
     """
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
     with subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
     ) as process:
         for line in process.stdout:
             sys.stderr.write(line)
@@ -159,8 +166,15 @@ def _build_with_buildah(root: Path, target, options: BuildOptions) -> BuiltImage
     else:
         into_engine(client, tag, stored.image_id)
         where += " and the Docker engine"
-    return BuiltImage(tag=tag, image_id=stored.image_id, size_bytes=stored.size_bytes, reused=reused,
-                      builder="buildah", digest=stored.digest, where=where)
+    return BuiltImage(
+        tag=tag,
+        image_id=stored.image_id,
+        size_bytes=stored.size_bytes,
+        reused=reused,
+        builder="buildah",
+        digest=stored.digest,
+        where=where,
+    )
 
 
 def engine_or_none():
@@ -267,6 +281,8 @@ def push(target, registry: str, tag: str | None = None, progress=None) -> list[P
         except docker.errors.APIError as exc:
             raise EnvkitError(f"push of {remote}:{remote_tag} failed: {exc.explanation or exc}", exit_code=1) from None
         if not digest:
-            raise EnvkitError(f"push of {remote}:{remote_tag} ended without the registry's digest: push again", exit_code=1)
+            raise EnvkitError(
+                f"push of {remote}:{remote_tag} ended without the registry's digest: push again", exit_code=1
+            )
         pushed.append(Pushed(remote, remote_tag, digest, image.id))
     return pushed

@@ -75,7 +75,9 @@ def _stage_lock(rendered: Path, dest: Path) -> None:
     """The lock beside the Dockerfile that was rendered from it, or none for an unlocked one."""
     lock = read_lock(rendered / LOCK_FILE)
     dockerfile = (dest / "Dockerfile").read_text(encoding="utf-8")
-    recorded = next((line[len(LOCK_SHA_LINE) :].strip() for line in dockerfile.splitlines() if line.startswith(LOCK_SHA_LINE)), None)
+    recorded = next(
+        (line[len(LOCK_SHA_LINE) :].strip() for line in dockerfile.splitlines() if line.startswith(LOCK_SHA_LINE)), None
+    )
     found = lock.sha256 if lock else None
     if recorded != found:
         now = f"{LOCK_FILE} is sha256 {found}" if found else f"there is no {LOCK_FILE}"
@@ -93,7 +95,9 @@ def _stage_certificates(certificates: Iterable[Path], dest: Path) -> None:
             raise EnvkitError(f"CA certificate {cert} does not exist: give a PEM file")
         data = cert.read_bytes()
         if b"-----BEGIN CERTIFICATE-----" not in data:
-            raise EnvkitError(f"CA certificate {cert} is not PEM: give a file with '-----BEGIN CERTIFICATE-----' blocks")
+            raise EnvkitError(
+                f"CA certificate {cert} is not PEM: give a file with '-----BEGIN CERTIFICATE-----' blocks"
+            )
         # update-ca-certificates only picks up *.crt files.
         staged = dest / f"{cert.stem}.crt"
         if staged.exists() and staged.read_bytes() != data:
@@ -110,7 +114,9 @@ def _stage_wheels(wheelhouse: Path | None, dest: Path) -> None:
         raise EnvkitError(f"--wheelhouse {wheelhouse} is not a directory: give a directory of *.whl files")
     wheels = sorted(wheelhouse.glob("*.whl"))
     if not wheels:
-        raise EnvkitError(f"--wheelhouse {wheelhouse} holds no *.whl files: fill it with 'pip download -d {wheelhouse} ...'")
+        raise EnvkitError(
+            f"--wheelhouse {wheelhouse} holds no *.whl files: fill it with 'pip download -d {wheelhouse} ...'"
+        )
     for wheel in wheels:
         try:
             os.link(wheel, dest / wheel.name)  # wheels are large; a hard link costs nothing
@@ -169,7 +175,9 @@ def source_date_epoch(root: Path, target_name: str) -> str | None:
     try:
         done = subprocess.run(
             ["git", "-C", str(root), "log", "-1", "--format=%ct", "--", f"docker/{target_name}"],
-            capture_output=True, text=True, check=False,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         committed = done.stdout.strip()
     except OSError:
@@ -184,7 +192,9 @@ def git_revision(root: Path) -> str | None:
     try:
         done = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"],
-            capture_output=True, text=True, check=False,
+            capture_output=True,
+            text=True,
+            check=False,
         )
     except OSError:
         return None

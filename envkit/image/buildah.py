@@ -46,8 +46,10 @@ def cli() -> list[str]:
     found = shutil.which(configured[0] if configured else "buildah")
     if not found:
         name = f"BUILDAH={os.environ['BUILDAH']}" if configured else "buildah"
-        raise EnvkitError(f"--builder buildah needs buildah, and {name} is not an executable here: "
-                          "apt-get install buildah (or set BUILDAH=/path/to/buildah), or use --builder docker")
+        raise EnvkitError(
+            f"--builder buildah needs buildah, and {name} is not an executable here: "
+            "apt-get install buildah (or set BUILDAH=/path/to/buildah), or use --builder docker"
+        )
     return [found, *configured[1:]]
 
 
@@ -87,8 +89,12 @@ def find(reference: str) -> StoredImage | None:
         return None
     [image] = parse_json(listed.stdout)
     manifest = parse_json(parse_json(_run("inspect", "--type", "image", image["id"]).stdout)["Manifest"])
-    return StoredImage(image_id=image["id"], digest=image["digest"], names=tuple(image.get("names") or ()),
-                       size_bytes=sum(layer.get("size", 0) for layer in manifest.get("layers", [])))
+    return StoredImage(
+        image_id=image["id"],
+        digest=image["digest"],
+        names=tuple(image.get("names") or ()),
+        size_bytes=sum(layer.get("size", 0) for layer in manifest.get("layers", [])),
+    )
 
 
 def bud_command(context: Path, args: Mapping[str, str], tags: tuple[str, ...], no_cache: bool) -> list[str]:

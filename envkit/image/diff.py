@@ -70,9 +70,14 @@ def compare(a: Inventory, b: Inventory) -> list[Section]:
 def record_changes(a: Inventory, b: Inventory) -> tuple[str, ...]:
     """Distributions of one version whose installed files differ (their RECORD hashes)."""
     records_a, records_b = a.python_records or {}, b.python_records or {}
-    same_version = sorted(n for n in set(records_a) & set(records_b) if (a.python or {}).get(n) == (b.python or {}).get(n))
-    return tuple(f"{name} {(a.python or {})[name]}: installed files differ (RECORD)"
-                 for name in same_version if records_a[name] != records_b[name])
+    same_version = sorted(
+        n for n in set(records_a) & set(records_b) if (a.python or {}).get(n) == (b.python or {}).get(n)
+    )
+    return tuple(
+        f"{name} {(a.python or {})[name]}: installed files differ (RECORD)"
+        for name in same_version
+        if records_a[name] != records_b[name]
+    )
 
 
 def file_changes(a: Inventory, b: Inventory) -> list[str]:
@@ -82,8 +87,10 @@ def file_changes(a: Inventory, b: Inventory) -> list[str]:
 
 
 def format_sections(sections: list[Section], a: Inventory, b: Inventory) -> str:
-    lines = [f"A: {a.source}" + (f" ({a.image_id})" if a.image_id else ""),
-             f"B: {b.source}" + (f" ({b.image_id})" if b.image_id else "")]
+    lines = [
+        f"A: {a.source}" + (f" ({a.image_id})" if a.image_id else ""),
+        f"B: {b.source}" + (f" ({b.image_id})" if b.image_id else ""),
+    ]
     for section in sections:
         if section.unknown:
             lines.append(f"{section.title}: {section.unknown}")

@@ -110,7 +110,7 @@ class _Tree:
             if base.startswith(".wh."):
                 parent = self._directory(directory, create=False)
                 if parent is not None:
-                    parent.pop(base[len(".wh."):], None)
+                    parent.pop(base[len(".wh.") :], None)
                 continue
             if info.isdir():
                 self._directory(path, create=True)
@@ -264,13 +264,20 @@ def from_engine_image(client, reference: str) -> Inventory:
     try:
         image = client.images.get(reference)
     except docker.errors.ImageNotFound:
-        raise EnvkitError(f"no image {reference} in the engine: build it, load it, or give a saved .tar.gz / results .json") from None
+        raise EnvkitError(
+            f"no image {reference} in the engine: build it, load it, or give a saved .tar.gz / results .json"
+        ) from None
     config = image.attrs.get("Config") or {}
     # A command is needed to create a container from an image without one; it never runs.
     container = client.containers.create(image.id, command=["true"], entrypoint=[])
     try:
-        return from_filesystem_tar(io.BufferedReader(_ChunkReader(iter(container.export())), _CHUNK), reference, env=_env_dict(config.get("Env")),
-                                   labels=dict(sorted((config.get("Labels") or {}).items())), image_id=image.id)
+        return from_filesystem_tar(
+            io.BufferedReader(_ChunkReader(iter(container.export())), _CHUNK),
+            reference,
+            env=_env_dict(config.get("Env")),
+            labels=dict(sorted((config.get("Labels") or {}).items())),
+            image_id=image.id,
+        )
     finally:
         container.remove(force=True)
 
@@ -298,9 +305,15 @@ def from_saved_tarball(path: Path) -> Inventory:
     except (OSError, EOFError, KeyError, IndexError, AttributeError, TypeError, tarfile.TarError, ValueError) as exc:
         raise EnvkitError(f"{path} is not a readable 'docker save' tarball ({exc})") from None
     # The image ID is the sha256 of the config blob exactly as saved.
-    return _finish(tree, Inventory(source=str(path), env=_env_dict(config.get("Env")),
-                                   labels=dict(sorted((config.get("Labels") or {}).items())),
-                                   image_id="sha256:" + hashlib.sha256(config_blob).hexdigest()))
+    return _finish(
+        tree,
+        Inventory(
+            source=str(path),
+            env=_env_dict(config.get("Env")),
+            labels=dict(sorted((config.get("Labels") or {}).items())),
+            image_id="sha256:" + hashlib.sha256(config_blob).hexdigest(),
+        ),
+    )
 
 
 def from_environment(source: str, environment: dict, notes: tuple[str, ...] = ()) -> Inventory:
@@ -313,5 +326,10 @@ def from_environment(source: str, environment: dict, notes: tuple[str, ...] = ()
     keys = ("python", "torch", "torchvision", "torch_xla", "torch_tpu", "lock_sha256")
     # An image's "cuda" is the CUDA it ships; a run records the CUDA its torch was built for (torch_cuda_build).
     versions = {**{key: environment.get(key) for key in keys}, "cuda": environment.get("torch_cuda_build")}
-    return Inventory(source=source, python=python, versions=versions,
-                     image_id=environment.get("image_id") or environment.get("image"), notes=notes)
+    return Inventory(
+        source=source,
+        python=python,
+        versions=versions,
+        image_id=environment.get("image_id") or environment.get("image"),
+        notes=notes,
+    )

@@ -76,5 +76,7 @@ def prune(target_name: str, keep: int = 0, dry_run: bool = False) -> Iterator[Ou
             if exc.status_code == 409:
                 yield Outcome(image, KEPT, str(exc.explanation or exc))
                 continue
-            raise EnvkitError(f"the engine could not remove {image.label}: {exc.explanation or exc}", exit_code=1) from None
+            raise EnvkitError(
+                f"the engine could not remove {image.label}: {exc.explanation or exc}", exit_code=1
+            ) from None
         yield Outcome(image, UNTAGGED if image.other_names else REMOVED, ", ".join(image.other_names))

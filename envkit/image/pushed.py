@@ -44,7 +44,9 @@ def _read(path: Path, target_name: str) -> dict:
         return {"format": FORMAT, "target": target_name, "images": {}}
     document = load_checked(path, SCHEMA_PATH)
     if document["target"] != target_name:
-        raise EnvkitError(f"{path} records pushes of target {document['target']!r}, not {target_name!r}: move or delete it")
+        raise EnvkitError(
+            f"{path} records pushes of target {document['target']!r}, not {target_name!r}: move or delete it"
+        )
     return document
 
 
@@ -53,7 +55,10 @@ def record(root: Path, target_name: str, pushes: list[Pushed]) -> Path:
     path = record_path(root, target_name)
     document = _read(path, target_name)
     for pushed in pushes:
-        document["images"].setdefault(pushed.repository, {})[pushed.tag] = {"digest": pushed.digest, "image_id": pushed.image_id}
+        document["images"].setdefault(pushed.repository, {})[pushed.tag] = {
+            "digest": pushed.digest,
+            "image_id": pushed.image_id,
+        }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(document, indent=2, sort_keys=True) + "\n")

@@ -50,8 +50,10 @@ class Verdict:
         if self.digests[0] and self.digests[1]:
             lines.append(f"digests differ: {self.digests[0]} (current), {self.digests[1]} (rebuilt)")
         a, b = self.inventories
-        lines += [f"python distributions: {len(a.python or {})} in the current image, {len(b.python or {})} rebuilt",
-                  f"dpkg packages: {len(a.dpkg or {})} in the current image, {len(b.dpkg or {})} rebuilt"]
+        lines += [
+            f"python distributions: {len(a.python or {})} in the current image, {len(b.python or {})} rebuilt",
+            f"dpkg packages: {len(a.dpkg or {})} in the current image, {len(b.dpkg or {})} rebuilt",
+        ]
         lines += [f"  {change}" for change in self.package_changes]
         total = len(set(a.files or {}) | set(b.files or {}))
         lines.append(f"files: {len(self.files_differ)} of {total} differ in content")
@@ -68,11 +70,19 @@ class Verdict:
 
 
 def judge(current: Inventory, rebuilt: Inventory, digests: tuple[str | None, str | None] = (None, None)) -> Verdict:
-    changes = (tuple(f"python {c}" for c in dict_changes(current.python or {}, rebuilt.python or {}))
-               + tuple(f"python {c}" for c in record_changes(current, rebuilt))
-               + tuple(f"dpkg {c}" for c in dict_changes(current.dpkg or {}, rebuilt.dpkg or {})))
-    return Verdict(f"{current.source} ({current.image_id})", f"{rebuilt.source} ({rebuilt.image_id})", digests,
-                   (current, rebuilt), changes, file_changes(current, rebuilt))
+    changes = (
+        tuple(f"python {c}" for c in dict_changes(current.python or {}, rebuilt.python or {}))
+        + tuple(f"python {c}" for c in record_changes(current, rebuilt))
+        + tuple(f"dpkg {c}" for c in dict_changes(current.dpkg or {}, rebuilt.dpkg or {}))
+    )
+    return Verdict(
+        f"{current.source} ({current.image_id})",
+        f"{rebuilt.source} ({rebuilt.image_id})",
+        digests,
+        (current, rebuilt),
+        changes,
+        file_changes(current, rebuilt),
+    )
 
 
 def verify(root, target, options, builder: str | None = None) -> Verdict:
@@ -99,7 +109,8 @@ def _same_inputs(content_tag: str, rebuilt_tag: str) -> None:
     if rebuilt_tag != content_tag:
         raise EnvkitError(
             f"{content_tag} was built from other inputs than these (they give {rebuilt_tag}): "
-            "pass the same --builder, --base-image, --wheelhouse, --ca-cert and --build-arg as its build")
+            "pass the same --builder, --base-image, --wheelhouse, --ca-cert and --build-arg as its build"
+        )
 
 
 def _verify_docker(root, target, options) -> Verdict:
@@ -112,8 +123,12 @@ def _verify_docker(root, target, options) -> Verdict:
     rebuilt_tag, rebuilt_id = rebuild_as(root, target, options, scratch)
     try:
         _same_inputs(content_tag, rebuilt_tag)
-        return judge(*side_by_side(lambda: from_engine_image(connect_docker(), current.id),
-                                   lambda: from_engine_image(connect_docker(), rebuilt_id)))
+        return judge(
+            *side_by_side(
+                lambda: from_engine_image(connect_docker(), current.id),
+                lambda: from_engine_image(connect_docker(), rebuilt_id),
+            )
+        )
     finally:
         client.images.remove(scratch, noprune=False)
 
@@ -127,29 +142,41 @@ def _verify_buildah(root, target, options) -> Verdict:
     repo = repository(target.name)
     current = buildah.find(f"{repo}:{LATEST}")
     if current is None:
-        raise EnvkitError(f"no image {repo}:{LATEST} in buildah's storage: build it first with "
-                          f"'envkit build {target.name} --builder buildah'")
-    content_tags = sorted(name.rpartition("/")[2] for name in current.names
-                          if name.rpartition("/")[2].startswith(f"{repo}:") and not name.endswith((f":{LATEST}", f":{SCRATCH_TAG}")))
+        raise EnvkitError(
+            f"no image {repo}:{LATEST} in buildah's storage: build it first with "
+            f"'envkit build {target.name} --builder buildah'"
+        )
+    content_tags = sorted(
+        name.rpartition("/")[2]
+        for name in current.names
+        if name.rpartition("/")[2].startswith(f"{repo}:") and not name.endswith((f":{LATEST}", f":{SCRATCH_TAG}"))
+    )
     if not content_tags:
-        raise EnvkitError(f"image {repo}:{LATEST} has lost its content tag: rebuild it with "
-                          f"'envkit build {target.name} --builder buildah'")
+        raise EnvkitError(
+            f"image {repo}:{LATEST} has lost its content tag: rebuild it with "
+            f"'envkit build {target.name} --builder buildah'"
+        )
     scratch = f"{repo}:{SCRATCH_TAG}"
     rebuilt_tag, rebuilt_id = rebuild_as(root, target, options, scratch)
     try:
         _same_inputs(content_tags[0], rebuilt_tag)
         rebuilt = buildah.find(rebuilt_id)
         if current.digest == rebuilt.digest:
-            return Verdict(f"{content_tags[0]} ({current.image_id})", f"{scratch} ({rebuilt.image_id})",
-                           (current.digest, rebuilt.digest))
+            return Verdict(
+                f"{content_tags[0]} ({current.image_id})",
+                f"{scratch} ({rebuilt.image_id})",
+                (current.digest, rebuilt.digest),
+            )
         with tempfile.TemporaryDirectory(prefix="envkit-verify-") as scratch_dir:
 
             def read(name: str, image, archive: Path) -> Inventory:
                 buildah.push(image.image_id, f"docker-archive:{archive}")
                 return dataclasses.replace(from_saved_tarball(archive), source=name)
 
-            inventories = side_by_side(lambda: read(content_tags[0], current, Path(scratch_dir) / "current.tar"),
-                                       lambda: read(scratch, rebuilt, Path(scratch_dir) / "rebuilt.tar"))
+            inventories = side_by_side(
+                lambda: read(content_tags[0], current, Path(scratch_dir) / "current.tar"),
+                lambda: read(scratch, rebuilt, Path(scratch_dir) / "rebuilt.tar"),
+            )
         return judge(*inventories, digests=(current.digest, rebuilt.digest))
     finally:
         buildah.untag(scratch)

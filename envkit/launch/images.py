@@ -24,8 +24,15 @@ class LaunchImage:
     image_id: str | None = None  # sha256:<hex>, when known before the job starts
 
 
-def choose(root: Path, target_name: str, *, tag: str, image: str | None = None, registry: str | None = None,
-           tarball: Path | None = None) -> LaunchImage:
+def choose(
+    root: Path,
+    target_name: str,
+    *,
+    tag: str,
+    image: str | None = None,
+    registry: str | None = None,
+    tarball: Path | None = None,
+) -> LaunchImage:
     from envkit.image.build import LATEST, repository
     from envkit.image.names import check_reference, check_registry, check_tag
 
@@ -36,8 +43,10 @@ def choose(root: Path, target_name: str, *, tag: str, image: str | None = None, 
 
         path = manifest_for(tarball)
         if not path.is_file():
-            raise EnvkitError(f"--image-tarball {tarball}: no {path.name} beside it; the image's name and ID come from "
-                              f"the manifest that envkit save writes with the tarball")
+            raise EnvkitError(
+                f"--image-tarball {tarball}: no {path.name} beside it; the image's name and ID come from "
+                f"the manifest that envkit save writes with the tarball"
+            )
         manifest = read_manifest(path)
         return LaunchImage(manifest["tag"], manifest["image_id"])
     local = f"{repository(target_name)}:{check_tag(tag)}"

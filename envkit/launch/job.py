@@ -51,20 +51,32 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # a TPU VM and its zone (Google Cloud's resource names), SkyPilot's NAME[:COUNT] accelerators,
 # GKE's accelerator and slice topology, a Kubernetes claim name.
 _ENGINE_VALUE = {
-    "tpu": ("a TPU VM name: lowercase letters, digits and '-', starting with a letter",
-            re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")),
+    "tpu": (
+        "a TPU VM name: lowercase letters, digits and '-', starting with a letter",
+        re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"),
+    ),
     "zone": ("a zone such as us-central2-b", re.compile(r"^[a-z]+(-[a-z]+[0-9]+)+-[a-z]$")),
-    "accelerators": ("NAME[:COUNT] such as A100:8 or tpu-v5e-16 (COUNT a positive number)",
-                     re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(:([1-9][0-9]*|[0-9]*\.[0-9]*[1-9][0-9]*))?$")),
+    "accelerators": (
+        "NAME[:COUNT] such as A100:8 or tpu-v5e-16 (COUNT a positive number)",
+        re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(:([1-9][0-9]*|[0-9]*\.[0-9]*[1-9][0-9]*))?$"),
+    ),
     "tpu_accelerator": ("GKE's accelerator name such as tpu-v5-lite-podslice", _DNS_1123_LABEL),
     "tpu_topology": ("a slice topology such as 4x4 or 2x2x4", re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*){1,2}$")),
     "volume_claim": ("a PersistentVolumeClaim name (DNS-1123 label)", _DNS_1123_LABEL),
 }
 # Set by envkit or the engine from the job itself; the options that change them are named instead.
 RESERVED_ENV = {
-    "ENVKIT_IMAGE": "--image", "ENVKIT_IMAGE_ID": "--registry (envkit push's record)", "IMAGE": "--image", "DATA_DIR": "--data-dir", "RESULTS_DIR": "--results-dir",
-    "GPUS": "--gpus-per-node", "NNODES": "--nodes", "NODE_RANK": "--nodes", "RDZV_ENDPOINT": "--rdzv-port",
-    "RDZV_ID": "--name", "PJRT_DEVICE": "the experiment",
+    "ENVKIT_IMAGE": "--image",
+    "ENVKIT_IMAGE_ID": "--registry (envkit push's record)",
+    "IMAGE": "--image",
+    "DATA_DIR": "--data-dir",
+    "RESULTS_DIR": "--results-dir",
+    "GPUS": "--gpus-per-node",
+    "NNODES": "--nodes",
+    "NODE_RANK": "--nodes",
+    "RDZV_ENDPOINT": "--rdzv-port",
+    "RDZV_ID": "--name",
+    "PJRT_DEVICE": "the experiment",
 }
 RESERVED_ENV_PREFIXES = ("PET_", "SLURM_", "SKYPILOT_")
 
@@ -125,15 +137,20 @@ class Job:
 
         A name@sha256: reference carries its manifest digest, as run.sh finds it for the engine it runs."""
         digest = split_reference(self.image)[1]
-        return ((("ENVKIT_IMAGE", self.image),) + ((("ENVKIT_IMAGE_ID", self.image_id),) if self.image_id else ())
-                + ((("ENVKIT_IMAGE_DIGEST", digest),) if digest and digest.startswith("sha256:") else ()))
+        return (
+            (("ENVKIT_IMAGE", self.image),)
+            + ((("ENVKIT_IMAGE_ID", self.image_id),) if self.image_id else ())
+            + ((("ENVKIT_IMAGE_DIGEST", digest),) if digest and digest.startswith("sha256:") else ())
+        )
 
     def image_notes(self) -> tuple[str, ...]:
         """For engines whose nodes pull the image: say so when it names no registry."""
         if "/" in self.image:
             return ()
-        return (f"{self.image} names no registry: every node must already have it; "
-                f"push it (envkit push {self.target} --registry R) and pass --registry R",)
+        return (
+            f"{self.image} names no registry: every node must already have it; "
+            f"push it (envkit push {self.target} --registry R) and pass --registry R",
+        )
 
 
 def parse_env(assignments) -> tuple[tuple[str, str], ...]:
@@ -147,7 +164,9 @@ def parse_env(assignments) -> tuple[tuple[str, str], ...]:
             )
         if name in pairs:
             raise EnvkitError(f"--env {name} is given twice; give each variable once")
-        engine_set = [f"the engine's {prefix}* variables" for prefix in RESERVED_ENV_PREFIXES if name.startswith(prefix)]
+        engine_set = [
+            f"the engine's {prefix}* variables" for prefix in RESERVED_ENV_PREFIXES if name.startswith(prefix)
+        ]
         source = RESERVED_ENV.get(name) or next(iter(engine_set), None)
         if source:
             raise EnvkitError(f"--env {name}: envkit or the engine sets it for the job (from {source}), not --env")
@@ -162,7 +181,9 @@ def check_gpus(experiment, gpus_per_node: int) -> None:
     allowed = {"none": (0, 0), "first": (1, 1), "all": (1, None)}[experiment.gpus]
     low, high = allowed
     if gpus_per_node < low or (high is not None and gpus_per_node > high):
-        wanted = {"none": "0 (it runs without GPUs)", "first": "1 (it uses one GPU)", "all": "1 or more"}[experiment.gpus]
+        wanted = {"none": "0 (it runs without GPUs)", "first": "1 (it uses one GPU)", "all": "1 or more"}[
+            experiment.gpus
+        ]
         raise EnvkitError(f"{experiment.name}: --gpus-per-node {gpus_per_node} is not allowed; give {wanted}")
 
 
@@ -195,8 +216,10 @@ def build_job(
     if nodes < 1:
         raise EnvkitError(f"--nodes {nodes} is not allowed; give 1 or more")
     if experiment.named_runs:  # a job is one recipe run
-        raise EnvkitError(f"{experiment.name} is {len(experiment.runs)} recipe runs, and envkit launch submits one: "
-                          f"run it with make {experiment.name} or envkit experiment {experiment.name}")
+        raise EnvkitError(
+            f"{experiment.name} is {len(experiment.runs)} recipe runs, and envkit launch submits one: "
+            f"run it with make {experiment.name} or envkit experiment {experiment.name}"
+        )
     kinds = ENGINE_KINDS[engine]
     if experiment.kind not in kinds:
         fitting = ", ".join(e for e, k in ENGINE_KINDS.items() if experiment.kind in k)
@@ -246,7 +269,11 @@ def _processes_per_node(experiment, gpus_per_node: int, nproc_per_node: int | No
     if experiment.scale != "torchrun" or experiment.gpus != "none":
         raise EnvkitError(
             f"--nproc-per-node applies to CPU torchrun experiments; {experiment.name} runs "
-            + ("one process per GPU (set --gpus-per-node)" if experiment.scale == "torchrun" else "one process per node")
+            + (
+                "one process per GPU (set --gpus-per-node)"
+                if experiment.scale == "torchrun"
+                else "one process per node"
+            )
         )
     if nproc_per_node < 1:
         raise EnvkitError(f"--nproc-per-node {nproc_per_node} is not allowed; give 1 or more")
@@ -261,7 +288,9 @@ def _check_name(engine: str, name: str) -> None:
                 f"and '-', starting and ending with a letter or digit, at most 63 characters; set --name"
             )
     elif not _JOB_NAME.match(name):
-        raise EnvkitError(f"job name {name!r} is not valid: letters, digits, '.', '_' and '-', starting with a letter or digit")
+        raise EnvkitError(
+            f"job name {name!r} is not valid: letters, digits, '.', '_' and '-', starting with a letter or digit"
+        )
 
 
 def _check_options(engine: str, experiment, nodes: int, options: EngineOptions, image: str) -> None:
@@ -292,7 +321,9 @@ def _check_options(engine: str, experiment, nodes: int, options: EngineOptions, 
                 f"pass --registry HOST[:PORT][/PATH] (after envkit push) or --image"
             )
     if engine == "tpu-pod" and not (options.tpu and options.zone):
-        missing = " and ".join(flag for flag, value in (("--tpu NAME", options.tpu), ("--zone ZONE", options.zone)) if not value)
+        missing = " and ".join(
+            flag for flag, value in (("--tpu NAME", options.tpu), ("--zone ZONE", options.zone)) if not value
+        )
         raise EnvkitError(f"--on tpu-pod needs {missing}: the TPU VM's name and zone (gcloud compute tpus tpu-vm list)")
     if engine == "jobset" and experiment.kind == "tpu-vm" and not (options.tpu_accelerator and options.tpu_topology):
         raise EnvkitError(

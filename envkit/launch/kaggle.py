@@ -70,8 +70,15 @@ def metadata(kernel: str, notebook_name: str, accelerator, private: bool = True)
     }
 
 
-def prepare(config, experiment: str, target_name: str | None, owner: str | None, name: str | None,
-            output: Path, results_dir: Path) -> KaggleRun:
+def prepare(
+    config,
+    experiment: str,
+    target_name: str | None,
+    owner: str | None,
+    name: str | None,
+    output: Path,
+    results_dir: Path,
+) -> KaggleRun:
     """Everything a push needs, checked (bad input: EnvkitError); writes nothing."""
     from envkit.notebook.builder import fitting_experiment, render_notebook
     from envkit.project.notebook_platforms import accelerator_of
@@ -91,20 +98,30 @@ def prepare(config, experiment: str, target_name: str | None, owner: str | None,
     notebook = render_notebook(config, entry.name, target.name)
     _, accelerator = accelerator_of(target)
     kernel = f"{owner}/{slug}"
-    return KaggleRun(kernel, output / slug, notebook.path.name, notebook.text,
-                     metadata(kernel, notebook.path.name, accelerator), results_dir / "kaggle" / slug)
+    return KaggleRun(
+        kernel,
+        output / slug,
+        notebook.path.name,
+        notebook.text,
+        metadata(kernel, notebook.path.name, accelerator),
+        results_dir / "kaggle" / slug,
+    )
 
 
 def _kaggle_target(config, entry, name: str | None):
     if name is not None:
         target = config.target(name)
         if target.platform != "kaggle":
-            raise EnvkitError(f"--on kaggle: target {name} is not a Kaggle notebook target (platform: {target.platform or 'none'})")
+            raise EnvkitError(
+                f"--on kaggle: target {name} is not a Kaggle notebook target (platform: {target.platform or 'none'})"
+            )
         return target
     fitting = [t for t in config.targets.values() if t.platform == "kaggle" and t.kind == entry.kind]
     if not fitting:
-        raise EnvkitError(f"--on kaggle: {config.path} has no Kaggle notebook target for {entry.name} ({entry.kind}): "
-                          f"add one (platform: kaggle, accelerator: ...)")
+        raise EnvkitError(
+            f"--on kaggle: {config.path} has no Kaggle notebook target for {entry.name} ({entry.kind}): "
+            f"add one (platform: kaggle, accelerator: ...)"
+        )
     return fitting[0]
 
 
@@ -148,11 +165,15 @@ def check_client() -> str:
     """The kaggle CLI's path; EnvkitError (exit 2) when it is missing or has no login."""
     client = shutil.which("kaggle")
     if client is None:
-        raise EnvkitError("the kaggle CLI is not on PATH: pip install kaggle (then kaggle auth login), "
-                          "or push --dry-run's files yourself")
+        raise EnvkitError(
+            "the kaggle CLI is not on PATH: pip install kaggle (then kaggle auth login), "
+            "or push --dry-run's files yourself"
+        )
     if credentials() is None:
-        raise EnvkitError("the kaggle CLI is not authenticated: run `kaggle auth login`, or set KAGGLE_API_TOKEN "
-                          "(a token from kaggle.com/settings), or put it in ~/.kaggle/access_token")
+        raise EnvkitError(
+            "the kaggle CLI is not authenticated: run `kaggle auth login`, or set KAGGLE_API_TOKEN "
+            "(a token from kaggle.com/settings), or put it in ~/.kaggle/access_token"
+        )
     return client
 
 
@@ -160,22 +181,37 @@ def commands(run: KaggleRun) -> dict[str, tuple[str, ...]]:
     return {
         "push": ("kaggle", "kernels", "push", "-p", str(run.folder)),
         "status": ("kaggle", "kernels", "status", run.kernel),
-        "output": ("kaggle", "kernels", "output", run.kernel, "-p", str(run.results), "--file-pattern", RESULTS_PATTERN, "-o"),
+        "output": (
+            "kaggle",
+            "kernels",
+            "output",
+            run.kernel,
+            "-p",
+            str(run.results),
+            "--file-pattern",
+            RESULTS_PATTERN,
+            "-o",
+        ),
     }
 
 
 def describe(run: KaggleRun, poll_s: int) -> str:
     steps = commands(run)
-    return "\n".join([
-        f"# --- file {run.folder / 'kernel-metadata.json'}",
-        _metadata_text(run).rstrip("\n"),
-        f"# --- file {run.folder / run.notebook_name} (envkit notebook, {len(run.notebook_text.encode()) // 1024} KiB)",
-        "# --- submit",
-        line(*steps["push"]),
-        f"# then every {poll_s} s until it completes: {line(*steps['status'])}",
-        line(*steps["output"]),
-        f"# results: under {run.results} (then: envkit report DIR)",
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                f"# --- file {run.folder / 'kernel-metadata.json'}",
+                _metadata_text(run).rstrip("\n"),
+                f"# --- file {run.folder / run.notebook_name} (envkit notebook, {len(run.notebook_text.encode()) // 1024} KiB)",
+                "# --- submit",
+                line(*steps["push"]),
+                f"# then every {poll_s} s until it completes: {line(*steps['status'])}",
+                line(*steps["output"]),
+                f"# results: under {run.results} (then: envkit report DIR)",
+            ]
+        )
+        + "\n"
+    )
 
 
 def _metadata_text(run: KaggleRun) -> str:
@@ -185,8 +221,16 @@ def _metadata_text(run: KaggleRun) -> str:
 def write(run: KaggleRun) -> None:
     from envkit.launch.plan import Plan, write_files
 
-    write_files(Plan(files=((str(run.folder / "kernel-metadata.json"), _metadata_text(run)),
-                            (str(run.folder / run.notebook_name), run.notebook_text)), commands=(), results=""))
+    write_files(
+        Plan(
+            files=(
+                (str(run.folder / "kernel-metadata.json"), _metadata_text(run)),
+                (str(run.folder / run.notebook_name), run.notebook_text),
+            ),
+            commands=(),
+            results="",
+        )
+    )
 
 
 def submit(run: KaggleRun, poll_s: int, timeout_s: int) -> None:
@@ -195,27 +239,41 @@ def submit(run: KaggleRun, poll_s: int, timeout_s: int) -> None:
     write(run)
     steps = commands(run)
     _client(steps["push"])
-    print(f"envkit: pushed {run.kernel}; waiting for it to finish (Ctrl-C leaves it running: "
-          f"{line(*steps['status'])}, then {line(*steps['output'])})", file=sys.stderr)
+    print(
+        f"envkit: pushed {run.kernel}; waiting for it to finish (Ctrl-C leaves it running: "
+        f"{line(*steps['status'])}, then {line(*steps['output'])})",
+        file=sys.stderr,
+    )
     deadline = time.monotonic() + timeout_s
     while True:
         status = _status(_client(steps["status"], echo=False))
         if status in DONE:
             break
         if status in FAILED:
-            raise EnvkitError(f"{run.kernel} ended with status {status.upper()} on Kaggle: see its log on kaggle.com "
-                              f"(its output: {line(*steps['output'])})", exit_code=1)
+            raise EnvkitError(
+                f"{run.kernel} ended with status {status.upper()} on Kaggle: see its log on kaggle.com "
+                f"(its output: {line(*steps['output'])})",
+                exit_code=1,
+            )
         if time.monotonic() > deadline:
-            raise EnvkitError(f"{run.kernel} is still {status} after {timeout_s} s; it keeps running: "
-                              f"{line(*steps['status'])}", exit_code=1)
+            raise EnvkitError(
+                f"{run.kernel} is still {status} after {timeout_s} s; it keeps running: {line(*steps['status'])}",
+                exit_code=1,
+            )
         time.sleep(poll_s)
     run.results.mkdir(parents=True, exist_ok=True)
     _client(steps["output"])
     found = sorted(run.results.rglob("*.json"))
     folders = sorted({path.parent for path in found})
-    print(f"envkit: {len(found)} results file(s) from {run.kernel} in "
-          + (", ".join(str(folder) for folder in folders) + f"; compare them: envkit report {folders[0]}" if found else str(run.results)),
-          file=sys.stderr)
+    print(
+        f"envkit: {len(found)} results file(s) from {run.kernel} in "
+        + (
+            ", ".join(str(folder) for folder in folders) + f"; compare them: envkit report {folders[0]}"
+            if found
+            else str(run.results)
+        ),
+        file=sys.stderr,
+    )
 
 
 def _status(text: str) -> str:
@@ -236,7 +294,9 @@ def _client(argv: tuple[str, ...], echo: bool = True) -> str:
         sys.stderr.write(text)
     if "Authentication required" in text:
         # kaggle-cli prints its login help and exits 1 when Kaggle refuses the credentials.
-        raise EnvkitError("the kaggle CLI is not authenticated (Kaggle refused its credentials): run `kaggle auth login`")
+        raise EnvkitError(
+            "the kaggle CLI is not authenticated (Kaggle refused its credentials): run `kaggle auth login`"
+        )
     if done.returncode != 0:
         last = next((row.strip() for row in reversed(text.splitlines()) if row.strip()), "no message")
         raise EnvkitError(f"{line(*argv[:3])} failed (exit {done.returncode}): {last}", exit_code=1)

@@ -38,7 +38,9 @@ _Dumper.add_representer(str, _string)
 
 
 def dump(document: dict[str, Any]) -> str:
-    return yaml.dump(document, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=False)
+    return yaml.dump(
+        document, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=False
+    )
 
 
 def _metadata(job: jobs.Job) -> dict[str, Any]:
@@ -55,7 +57,11 @@ def _container(job: jobs.Job, name: str, env: list[dict[str, Any]]) -> dict[str,
         "image": job.image,
         "imagePullPolicy": "IfNotPresent",
         "command": _command(job),
-        "env": [*({"name": k, "value": v} for k, v in job.image_env()), *env, *({"name": k, "value": v} for k, v in job.env)],
+        "env": [
+            *({"name": k, "value": v} for k, v in job.image_env()),
+            *env,
+            *({"name": k, "value": v} for k, v in job.env),
+        ],
         "volumeMounts": [
             {"name": "envkit", "mountPath": jobs.CONTAINER_DATA, "subPath": "data"},
             {"name": "envkit", "mountPath": jobs.CONTAINER_RESULTS, "subPath": "results"},
@@ -131,17 +137,21 @@ def jobset(job: jobs.Job) -> dict[str, Any]:
             # Pods are named <jobset>-<job>-<index>-<pod> under the headless service <jobset>.
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
             "failurePolicy": {"maxRestarts": 0},
-            "replicatedJobs": [{
-                "name": REPLICATED_JOB,
-                "replicas": 1,
-                "template": {"spec": {
-                    "parallelism": job.nodes,
-                    "completions": job.nodes,
-                    "completionMode": "Indexed",
-                    "backoffLimit": 0,
-                    "template": {"spec": _pod_spec(job, container, "Never")},
-                }},
-            }],
+            "replicatedJobs": [
+                {
+                    "name": REPLICATED_JOB,
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "parallelism": job.nodes,
+                            "completions": job.nodes,
+                            "completionMode": "Indexed",
+                            "backoffLimit": 0,
+                            "template": {"spec": _pod_spec(job, container, "Never")},
+                        }
+                    },
+                }
+            ],
         },
     }
 

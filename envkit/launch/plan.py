@@ -53,7 +53,9 @@ def write_files(plan: Plan) -> None:
     except OSError as exc:
         for target in written:
             target.unlink(missing_ok=True)
-        raise EnvkitError(f"cannot write {exc.filename or 'the launch files'}: {exc.strerror}; choose a writable --output") from None
+        raise EnvkitError(
+            f"cannot write {exc.filename or 'the launch files'}: {exc.strerror}; choose a writable --output"
+        ) from None
 
 
 def submit(plan: Plan) -> None:
@@ -67,7 +69,9 @@ def run_client(argv: tuple[str, ...]) -> None:
     try:
         client = subprocess.Popen(list(argv), stderr=subprocess.PIPE, text=True)
     except FileNotFoundError:
-        raise EnvkitError(f"{argv[0]} not found on PATH: install the engine's client, or submit --dry-run's output yourself") from None
+        raise EnvkitError(
+            f"{argv[0]} not found on PATH: install the engine's client, or submit --dry-run's output yourself"
+        ) from None
     last = ""
     for text in client.stderr:
         sys.stderr.write(text)

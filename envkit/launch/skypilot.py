@@ -32,8 +32,17 @@ def run_script(job: jobs.Job) -> str:
     if job.uses_torchrun:
         nproc = Raw('"$SKYPILOT_NUM_GPUS_PER_NODE"') if job.gpus_per_node else str(job.processes_per_node)
         start = [
-            "torchrun", "--nnodes", Raw('"$SKYPILOT_NUM_NODES"'), "--nproc-per-node", nproc,
-            "--node-rank", Raw('"$SKYPILOT_NODE_RANK"'), "--master-addr", HEAD, "--master-port", str(job.rdzv_port),
+            "torchrun",
+            "--nnodes",
+            Raw('"$SKYPILOT_NUM_NODES"'),
+            "--nproc-per-node",
+            nproc,
+            "--node-rank",
+            Raw('"$SKYPILOT_NODE_RANK"'),
+            "--master-addr",
+            HEAD,
+            "--master-port",
+            str(job.rdzv_port),
         ]
         first = ["head=${SKYPILOT_NODE_IPS%%$'\\n'*}  # the first line: the head node's address"]
     else:

@@ -58,24 +58,28 @@ def sbatch_script(job: jobs.Job) -> str:
         directives.append(f"--partition={options.partition}")
     if options.time:
         directives.append(f"--time={options.time}")
-    body = {"podman": _podman, "host": _host, "docker": _docker, "pyxis": _pyxis, "apptainer": _apptainer}[options.container](job)
-    return "\n".join([
-        "#!/bin/bash",
-        *(f"#SBATCH {directive}" for directive in directives),
-        f"# Rendered by envkit launch: experiment {job.experiment}, target {job.target}, container {options.container}.",
-        "set -eu",
-        "# c10d rendezvous on the allocation's first host; one torchrun per node. Before pipefail:",
-        "# head closes the pipe early, and scontrol may die of SIGPIPE.",
-        FIRST_HOST,
-        ': "${head:?scontrol found no host in SLURM_JOB_NODELIST}"',
-        "set -o pipefail",
-        *(_podman_check(job) if options.container == "podman" else []),
-        # podman, unlike docker, refuses to bind-mount a directory that does not exist.
-        line("mkdir", "-p", "--", job.results_dir, *([job.data_dir] if options.container == "podman" else [])),
-        *_exports(job.env),
-        *body,
-        "",
-    ])
+    body = {"podman": _podman, "host": _host, "docker": _docker, "pyxis": _pyxis, "apptainer": _apptainer}[
+        options.container
+    ](job)
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            *(f"#SBATCH {directive}" for directive in directives),
+            f"# Rendered by envkit launch: experiment {job.experiment}, target {job.target}, container {options.container}.",
+            "set -eu",
+            "# c10d rendezvous on the allocation's first host; one torchrun per node. Before pipefail:",
+            "# head closes the pipe early, and scontrol may die of SIGPIPE.",
+            FIRST_HOST,
+            ': "${head:?scontrol found no host in SLURM_JOB_NODELIST}"',
+            "set -o pipefail",
+            *(_podman_check(job) if options.container == "podman" else []),
+            # podman, unlike docker, refuses to bind-mount a directory that does not exist.
+            line("mkdir", "-p", "--", job.results_dir, *([job.data_dir] if options.container == "podman" else [])),
+            *_exports(job.env),
+            *body,
+            "",
+        ]
+    )
 
 
 def _exports(env) -> list[str]:
@@ -87,8 +91,17 @@ def _torchrun(job: jobs.Job) -> list[str]:
     if not job.uses_torchrun:
         return ["python"]
     return [
-        "torchrun", "--nnodes", Raw('"$SLURM_NNODES"'), "--nproc-per-node", str(job.processes_per_node),
-        "--rdzv-backend", "c10d", "--rdzv-endpoint", Raw(f'"$head":{job.rdzv_port}'), "--rdzv-id", Raw('"$SLURM_JOB_ID"'),
+        "torchrun",
+        "--nnodes",
+        Raw('"$SLURM_NNODES"'),
+        "--nproc-per-node",
+        str(job.processes_per_node),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        Raw(f'"$head":{job.rdzv_port}'),
+        "--rdzv-id",
+        Raw('"$SLURM_JOB_ID"'),
     ]
 
 
@@ -105,8 +118,14 @@ def _docker(job: jobs.Job) -> list[str]:
     env = hosts.container_env(job)
     env.pop("GPUS", None)  # per node, from the step's allocation (below)
     exports = _exports(env.items())
-    exports.append(line(Raw("export"), Raw('NNODES="$SLURM_NNODES"'), Raw(f'RDZV_ENDPOINT="$head":{job.rdzv_port}'),
-                        Raw('RDZV_ID="$SLURM_JOB_ID"')))
+    exports.append(
+        line(
+            Raw("export"),
+            Raw('NNODES="$SLURM_NNODES"'),
+            Raw(f'RDZV_ENDPOINT="$head":{job.rdzv_port}'),
+            Raw('RDZV_ID="$SLURM_JOB_ID"'),
+        )
+    )
     wrap = ["bash", "-c", STEP_GPUS] if job.kind == "cuda" else []
     return [*exports, line(*_srun(), *wrap, hosts.run_sh(job), job.recipe, *hosts.recipe_args(job))]
 
@@ -115,7 +134,9 @@ def _bind_pairs(job: jobs.Job) -> list[str]:
     pairs = ((job.data_dir, jobs.CONTAINER_DATA), (job.results_dir, jobs.CONTAINER_RESULTS))
     for host_path, _ in pairs:
         if "," in host_path or ":" in host_path:
-            raise EnvkitError(f"{host_path!r}: a bind-mounted directory cannot contain ',' or ':'; choose another --data-dir/--results-dir")
+            raise EnvkitError(
+                f"{host_path!r}: a bind-mounted directory cannot contain ',' or ':'; choose another --data-dir/--results-dir"
+            )
     return [f"{host_path}:{inside}" for host_path, inside in pairs]
 
 
@@ -129,8 +150,14 @@ def _pyxis(job: jobs.Job) -> list[str]:
     image = f"{registry}#{path}"
     return [
         *_exports(job.image_env()),
-        line(*_srun(), f"--container-image={image}", f"--container-mounts={_binds(job)}", "--container-workdir=/workspace",
-             *_torchrun(job), *job.image_argv()),
+        line(
+            *_srun(),
+            f"--container-image={image}",
+            f"--container-mounts={_binds(job)}",
+            "--container-workdir=/workspace",
+            *_torchrun(job),
+            *job.image_argv(),
+        ),
     ]
 
 

@@ -45,13 +45,30 @@ def remote_command(job: jobs.Job) -> str:
         fetch = line(*DOCKER, "pull", job.image)
     dirs = [Raw(f'"$HOME"/{WORKER_DIR}/data'), Raw(f'"$HOME"/{WORKER_DIR}/results')]
     run = line(
-        *DOCKER, "run", "--rm", "--init", "--name", container_name(job),
-        "--user", Raw('"$(id -u):$(id -g)"'), "-e", "HOME=/tmp",
-        "--privileged", "--net=host", "--shm-size", "16G", "-e", "PJRT_DEVICE=TPU",
+        *DOCKER,
+        "run",
+        "--rm",
+        "--init",
+        "--name",
+        container_name(job),
+        "--user",
+        Raw('"$(id -u):$(id -g)"'),
+        "-e",
+        "HOME=/tmp",
+        "--privileged",
+        "--net=host",
+        "--shm-size",
+        "16G",
+        "-e",
+        "PJRT_DEVICE=TPU",
         *(word for key, value in (*job.image_env(), *job.env) for word in ("-e", f"{key}={value}")),
-        "-v", Raw(f'"$HOME"/{WORKER_DIR}/data:{jobs.CONTAINER_DATA}'),
-        "-v", Raw(f'"$HOME"/{WORKER_DIR}/results:{jobs.CONTAINER_RESULTS}'),
-        job.image, "python", *job.image_argv(),
+        "-v",
+        Raw(f'"$HOME"/{WORKER_DIR}/data:{jobs.CONTAINER_DATA}'),
+        "-v",
+        Raw(f'"$HOME"/{WORKER_DIR}/results:{jobs.CONTAINER_RESULTS}'),
+        job.image,
+        "python",
+        *job.image_argv(),
     )
     return " && ".join([line("mkdir", "-p", *dirs), fetch, run])
 
@@ -67,7 +84,18 @@ def plan(job: jobs.Job, output: Path) -> Plan:
         copy = (_gcloud(job, "scp", tarball, _manifest(tarball), f"{job.options.tpu}:{WORKER_DIR}/"),)
         copy = (ssh(job, line("mkdir", "-p", WORKER_DIR)), *copy)
     fetch_results = _gcloud(job, "scp", "--recurse", f"{job.options.tpu}:{WORKER_DIR}/results", ".", worker="0")
-    stop_again = ("envkit", "launch", job.experiment, "--on", "tpu-pod", "--tpu", job.options.tpu, "--zone", job.options.zone, "--stop")
+    stop_again = (
+        "envkit",
+        "launch",
+        job.experiment,
+        "--on",
+        "tpu-pod",
+        "--tpu",
+        job.options.tpu,
+        "--zone",
+        job.options.zone,
+        "--stop",
+    )
     return Plan(
         files=(),
         commands=(*copy, ssh(job, remote_command(job))),

@@ -33,7 +33,9 @@ SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 TIMEOUT_S = 60
 # The index could not be asked: not a disagreement, and not bad input either.
 EXIT_UNREACHABLE = 3
-_WHEEL = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-(?P<python>[^-]+)-(?P<abi>[^-]+)-(?P<platform>[^-]+)\.whl$")
+_WHEEL = re.compile(
+    r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-(?P<python>[^-]+)-(?P<abi>[^-]+)-(?P<platform>[^-]+)\.whl$"
+)
 _RELEASE = re.compile(r"^\d+(\.\d+)+$")
 
 
@@ -72,7 +74,9 @@ class Project:
         return sorted((v for v in self.wheels if _RELEASE.match(v)), key=version_key)
 
     def python_range(self, version: str) -> tuple[str, str] | None:
-        pythons = sorted({w.python for w in self.wheels.get(version, []) if w.python and w.linux_x86_64}, key=version_key)
+        pythons = sorted(
+            {w.python for w in self.wheels.get(version, []) if w.python and w.linux_x86_64}, key=version_key
+        )
         return (pythons[0], pythons[-1]) if pythons else None
 
 
@@ -221,11 +225,17 @@ def verify(matrix: Matrix, index: Index) -> tuple[list[str], list[str]]:
                     pin = _extra_requirement(results[("torchvision", vision)], None, "torch")
                     if pin is None or not pin.specifier.contains(version, prereleases=True):
                         found = f"torch{pin.specifier}" if pin else "no torch requirement"
-                        problems.append(f"torchvision {vision}: requires {found}, the matrix pairs it with torch {version}")
+                        problems.append(
+                            f"torchvision {vision}: requires {found}, the matrix pairs it with torch {version}"
+                        )
             else:
-                newer = [v for v in vision_index.releases() if minor_of(v) == _next_minor(_previous_vision(matrix, minor))]
+                newer = [
+                    v for v in vision_index.releases() if minor_of(v) == _next_minor(_previous_vision(matrix, minor))
+                ]
                 if newer:
-                    problems.append(f"torch {minor}: the matrix says no torchvision, the index has torchvision {newer[0]}")
+                    problems.append(
+                        f"torch {minor}: the matrix says no torchvision, the index has torchvision {newer[0]}"
+                    )
             _check_python(problems, f"torch {version}", release.python, pythons)
             _check_pypi_cuda(problems, matrix, release, version, results[("torch", version)])
 
@@ -242,7 +252,9 @@ def verify(matrix: Matrix, index: Index) -> tuple[list[str], list[str]]:
             if xla not in xla_index.wheels:
                 problems.append(f"torch_xla pair ({torch}, {xla}): torch_xla {xla} is not on the index")
                 continue
-            _check_python(problems, f"torch_xla {xla}", release.python, [("torch_xla", xla, xla_index.python_range(xla))])
+            _check_python(
+                problems, f"torch_xla {xla}", release.python, [("torch_xla", xla, xla_index.python_range(xla))]
+            )
             libtpu = _extra_requirement(results[("torch-xla", xla)], "tpu", release.libtpu_package)
             if libtpu is None:
                 problems.append(f"torch_xla {xla}: its tpu extra does not require {release.libtpu_package}")
@@ -254,7 +266,9 @@ def verify(matrix: Matrix, index: Index) -> tuple[list[str], list[str]]:
             if release.libtpu not in libtpu_index.wheels:
                 problems.append(f"libtpu {release.libtpu} (torch_xla {minor}): not on the index")
         else:
-            notes.append(f"{release.libtpu_package} {release.libtpu} (torch_xla {minor}): served by its find_links page, not checked")
+            notes.append(
+                f"{release.libtpu_package} {release.libtpu} (torch_xla {minor}): served by its find_links page, not checked"
+            )
 
     # torch-tpu: its torch range, libtpu floor and Python wheels.
     for version in tpu_index.releases():
@@ -269,14 +283,18 @@ def verify(matrix: Matrix, index: Index) -> tuple[list[str], list[str]]:
         expected = SpecifierSet(f">={release.torch[0]},<={release.torch[1]}")
         if torch_req is None or torch_req.specifier != expected:
             found = f"torch{torch_req.specifier}" if torch_req else "no torch requirement"
-            problems.append(f"torch-tpu {version}: requires {found}, the matrix says torch {release.torch[0]}-{release.torch[1]}")
+            problems.append(
+                f"torch-tpu {version}: requires {found}, the matrix says torch {release.torch[0]}-{release.torch[1]}"
+            )
         libtpu = _extra_requirement(requires, None, "libtpu")
         if libtpu is None or libtpu.specifier != SpecifierSet(f">={release.libtpu}"):
             found = f"libtpu{libtpu.specifier}" if libtpu else "no libtpu requirement"
             problems.append(f"torch-tpu {version}: requires {found}, the matrix's libtpu floor is {release.libtpu}")
         if release.libtpu not in libtpu_index.wheels:
             problems.append(f"libtpu {release.libtpu} (torch-tpu {version}'s floor): not on the index")
-        _check_python(problems, f"torch-tpu {version}", release.python, [("torch-tpu", version, tpu_index.python_range(version))])
+        _check_python(
+            problems, f"torch-tpu {version}", release.python, [("torch-tpu", version, tpu_index.python_range(version))]
+        )
         for torch in release.torch:
             if torch not in torch_index.wheels:
                 problems.append(f"torch-tpu {version}: torch {torch} (an end of its range) is not on the index")
@@ -350,7 +368,9 @@ def run(matrix: Matrix, url: str | None = None) -> int:
         problems, notes = verify(matrix, index)
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise EnvkitError(f"cannot reach the package index {url} ({reason}); the matrix was not checked", exit_code=EXIT_UNREACHABLE) from None
+        raise EnvkitError(
+            f"cannot reach the package index {url} ({reason}); the matrix was not checked", exit_code=EXIT_UNREACHABLE
+        ) from None
     for note in notes:
         print(f"note: {note}")
     for problem in problems:

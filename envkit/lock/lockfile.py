@@ -200,7 +200,9 @@ def requirements_inputs(path: Path) -> LockInputs:
     # torch==2.13.0+cpu names its build, and so PyTorch's index for it, as a target's torch_variant does.
     labels = {r.split("+", 1)[1] for r in requirements if "+" in r and requirement_name(r) in TORCH_INDEX_PACKAGES}
     if len(labels) > 1:
-        raise EnvkitError(f"{path}: torch and torchvision name different builds ({', '.join(sorted(labels))}); name one")
+        raise EnvkitError(
+            f"{path}: torch and torchvision name different builds ({', '.join(sorted(labels))}); name one"
+        )
     variant = labels.pop() if labels else None
     torch_index = torch_index_of(variant)
     if variant and torch_index is None:
@@ -235,8 +237,10 @@ def _requirement_list(path: Path) -> list[str]:
     for number, line in enumerate(text.splitlines(), start=1):
         requirement = line.split(" #", 1)[0].strip()
         if requirement.startswith("-"):
-            raise EnvkitError(f"{path}:{number}: {requirement.split()[0]}: only requirements belong here; "
-                              f"indexes and includes are not locked")
+            raise EnvkitError(
+                f"{path}:{number}: {requirement.split()[0]}: only requirements belong here; "
+                f"indexes and includes are not locked"
+            )
         if requirement and not requirement.startswith("#"):
             found.append(requirement)
     if not found:
@@ -284,8 +288,17 @@ def read_lock(path: Path) -> LockFile | None:
             packages[normalise(name.split("[", 1)[0])] = version.split(";", 1)[0]
             if not any(option.startswith("--hash=sha256:") for option in options):
                 unhashed.append(requirement)
-    return LockFile(inputs, base, packages, tuple(unhashed), hashlib.sha256(data).hexdigest(), recorded_packages,
-                    body_digest(_body(text)), platform, python or None)
+    return LockFile(
+        inputs,
+        base,
+        packages,
+        tuple(unhashed),
+        hashlib.sha256(data).hexdigest(),
+        recorded_packages,
+        body_digest(_body(text)),
+        platform,
+        python or None,
+    )
 
 
 def requirement_entry(path: Path, name: str) -> str | None:
@@ -336,7 +349,11 @@ def lock_header(inputs: LockInputs, base_image: str | None, command: str, body: 
         indexes = "every package from "
     indexes += "the target's pip_index_url" if inputs.index_url else "the default index"
     if inputs.source == "target":
-        what, relock, name = f'target "{inputs.target}"', f"envkit.yaml, then run `envkit lock --target {inputs.target}`", LOCK_FILE
+        what, relock, name = (
+            f'target "{inputs.target}"',
+            f"envkit.yaml, then run `envkit lock --target {inputs.target}`",
+            LOCK_FILE,
+        )
     else:
         name = requirements_lock_path(Path(inputs.target)).name
         what, relock = inputs.target, f"{inputs.target}, then run `envkit lock --requirements` on it"

@@ -53,9 +53,7 @@ UV_DEFAULT_RETRIES = "1"
 UV_TIMEOUT_S = 600
 
 
-def lock_targets(
-    config: ProjectConfig, names: list[str], upgrade: list[str], torch_index_url: str | None
-) -> int:
+def lock_targets(config: ProjectConfig, names: list[str], upgrade: list[str], torch_index_url: str | None) -> int:
     inputs = {name: lock_inputs(config.target(name)) for name in names}
     paths = {name: lock_path(config, name) for name in names}
     _check_upgrade(list(paths.values()), upgrade, config.root, "the target")
@@ -258,4 +256,4 @@ def _default_index_build(target: Target) -> str:
     if release.pypi_cuda is None:
         return ""
     cuda = matrix.cuda[release.pypi_cuda].cuda
-    return f"; the default index's torch {target.torch} is the CUDA {cuda} build, which locks from that index alone (cuda: \"{cuda}\")"
+    return f'; the default index\'s torch {target.torch} is the CUDA {cuda} build, which locks from that index alone (cuda: "{cuda}")'

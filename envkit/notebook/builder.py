@@ -54,8 +54,10 @@ def notebook_target(config: ProjectConfig, name: str) -> Target:
     target = config.target(name)
     if not target.is_notebook:
         others = [t.name for t in config.targets.values() if t.is_notebook]
-        raise EnvkitError(f"target {name!r} is not a notebook target (it names no platform); notebook targets in "
-                          f"{config.path}: {', '.join(others) or 'none'}")
+        raise EnvkitError(
+            f"target {name!r} is not a notebook target (it names no platform); notebook targets in "
+            f"{config.path}: {', '.join(others) or 'none'}"
+        )
     return target
 
 
@@ -65,8 +67,10 @@ def fitting_experiment(target: Target, name: str) -> Experiment:
     experiment = find_experiment(name)
     if experiment.kind != target.kind:
         fitting = [entry.name for entry in load_experiments().values() if entry.kind == target.kind]
-        raise EnvkitError(f"experiment {name} runs on {experiment.kind}, target {target.name} is {target.kind}; "
-                          f"its experiments: {', '.join(fitting)}")
+        raise EnvkitError(
+            f"experiment {name} runs on {experiment.kind}, target {target.name} is {target.kind}; "
+            f"its experiments: {', '.join(fitting)}"
+        )
     return experiment
 
 
@@ -100,12 +104,24 @@ def render_notebook(config: ProjectConfig, experiment_name: str, target_name: st
     rerender = rerender_command(target.name, experiment.name, packages)
     settings = _settings(target, experiment, platform, accelerator, files, packages, rerender)
     context = {
-        "experiment": experiment, "target": target, "platform": platform, "accelerator": accelerator, "runtime": runtime,
-        "packages": packages, "rerender": rerender, "commands": _commands(experiment),
-        "recipe_file_count": len(files["recipes"]), "select": platform.how_to_select(accelerator),
-        "lock": {"sha256": lock.sha256, "count": len(lock.packages), "python": target.python,
-                 "platform": lock_inputs(target).platform},
-        "checked": load_platforms().checked, "device_text": _device_text(accelerator),
+        "experiment": experiment,
+        "target": target,
+        "platform": platform,
+        "accelerator": accelerator,
+        "runtime": runtime,
+        "packages": packages,
+        "rerender": rerender,
+        "commands": _commands(experiment),
+        "recipe_file_count": len(files["recipes"]),
+        "select": platform.how_to_select(accelerator),
+        "lock": {
+            "sha256": lock.sha256,
+            "count": len(lock.packages),
+            "python": target.python,
+            "platform": lock_inputs(target).platform,
+        },
+        "checked": load_platforms().checked,
+        "device_text": _device_text(accelerator),
         "open_url": colab_url(config, path, "main") if platform.name == "colab" else None,
     }
     markdown = _markdown(config, context)
@@ -115,23 +131,28 @@ def render_notebook(config: ProjectConfig, experiment_name: str, target_name: st
         v4.new_markdown_cell(markdown["runtime"], id="runtime-check-md"),
         v4.new_code_cell(_settings_cell(settings), id="settings"),
         *_file_cells(files["helper"]),
-        v4.new_code_cell("import envkit_notebook as nb\n\nnb.check_files(SETTINGS, \"helper\")\nruntime = nb.check_runtime(SETTINGS)",
-                         id="runtime-check"),
+        v4.new_code_cell(
+            'import envkit_notebook as nb\n\nnb.check_files(SETTINGS, "helper")\nruntime = nb.check_runtime(SETTINGS)',
+            id="runtime-check",
+        ),
         v4.new_markdown_cell(markdown["environment"], id="environment-md"),
         *_file_cells(files["lock"]),
-        v4.new_code_cell("nb.check_files(SETTINGS, \"lock\")\nenvironment = nb."
-                         + ("create_environment(SETTINGS)" if packages == "lock" else "runtime_environment(SETTINGS)"),
-                         id="environment"),
+        v4.new_code_cell(
+            'nb.check_files(SETTINGS, "lock")\nenvironment = nb.'
+            + ("create_environment(SETTINGS)" if packages == "lock" else "runtime_environment(SETTINGS)"),
+            id="environment",
+        ),
         v4.new_markdown_cell(markdown["recipe"], id="recipe-md"),
         *_file_cells(files["recipes"]),
-        v4.new_code_cell("nb.check_files(SETTINGS, \"recipes\")", id="recipe-check"),
+        v4.new_code_cell('nb.check_files(SETTINGS, "recipes")', id="recipe-check"),
         v4.new_markdown_cell(markdown["run"], id="run-md"),
         v4.new_code_cell("results = nb.run_recipe(SETTINGS, environment, runtime)", id="run"),
         v4.new_markdown_cell(markdown["result"], id="result-md"),
         *_file_cells(files["report"]),
         # The results first: a report that cannot be drawn must not keep them in the runtime.
-        v4.new_code_cell("nb.offer(SETTINGS, results)\nnb.check_files(SETTINGS, \"report\")\nnb.show_report(SETTINGS)",
-                         id="result"),
+        v4.new_code_cell(
+            'nb.offer(SETTINGS, results)\nnb.check_files(SETTINGS, "report")\nnb.show_report(SETTINGS)', id="result"
+        ),
     ]
     metadata = {
         "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
@@ -147,8 +168,12 @@ def render_notebook(config: ProjectConfig, experiment_name: str, target_name: st
             "runs": [run["summary"] for run in settings["runs"]],
             "files": {path: sha for group in files.values() for path, (sha, _) in group.items()},
             # The lock itself, for tools that read a notebook's environment from its metadata.
-            "lock": {"sha256": lock.sha256, "python": target.python, "platform": lock_inputs(target).platform,
-                     "requirements": lock_file.read_text(encoding="utf-8")},
+            "lock": {
+                "sha256": lock.sha256,
+                "python": target.python,
+                "platform": lock_inputs(target).platform,
+                "requirements": lock_file.read_text(encoding="utf-8"),
+            },
         },
     }
     notebook = v4.new_notebook(cells=cells, metadata=metadata)
@@ -163,7 +188,9 @@ def render_notebook(config: ProjectConfig, experiment_name: str, target_name: st
 def _runs(experiment: Experiment) -> list[dict]:
     """The experiment's runs of its recipe, in order (E1: one; E3: four), each with its CPU-mode arguments."""
     cpu_mode_args = load_platforms().cpu_mode_args
-    return [{"summary": run.summary, "args": list(run.argv), "cpu_args": cpu_mode_args(run.argv)} for run in experiment.runs]
+    return [
+        {"summary": run.summary, "args": list(run.argv), "cpu_args": cpu_mode_args(run.argv)} for run in experiment.runs
+    ]
 
 
 def _commands(experiment: Experiment) -> list[str]:
@@ -178,8 +205,11 @@ def _device_text(accelerator) -> str:
     return f"at least {device['count']} NVIDIA GPU(s) whose name holds {device['gpu']}, as nvidia-smi lists them"
 
 
-def _embedded_files(config: ProjectConfig, experiment: Experiment, lock_file: Path) -> dict[str, dict[str, tuple[str, str]]]:
+def _embedded_files(
+    config: ProjectConfig, experiment: Experiment, lock_file: Path
+) -> dict[str, dict[str, tuple[str, str]]]:
     """group -> notebook path -> (sha256, text), for every file a %%writefile cell writes."""
+
     def entry(source: Path) -> tuple[str, str]:
         data = source.read_bytes()
         return hashlib.sha256(data).hexdigest(), data.decode("utf-8")
@@ -201,7 +231,9 @@ def runtime_settings(platform, accelerator) -> dict:
     data = load_platforms()
     runtime = platform.runtime_of(accelerator)
     known = runtime.packages()
-    known["source"] = ", ".join(sorted({runtime.facts[name].cite() for name in runtime.packages()})) or "no packages recorded"
+    known["source"] = (
+        ", ".join(sorted({runtime.facts[name].cite() for name in runtime.packages()})) or "no packages recorded"
+    )
     return {
         "platform": platform.name,
         "platform_title": platform.title,
@@ -237,27 +269,31 @@ def _settings(target, experiment, platform, accelerator, files, packages, rerend
 
 
 def _settings_cell(settings: dict) -> str:
-    return "\n".join([
-        "# This notebook's settings, rendered by envkit from envkit.yaml and envkit/data/: re-render, do not edit.",
-        f"SETTINGS = {pprint.pformat(settings, width=110, sort_dicts=False, compact=True)}",
-        "",
-        "import os",
-        "from pathlib import Path",
-        "",
-        "# A scratch folder for the environment, the recipe, its data and results.",
-        f"WORK = Path(os.environ.get(\"ENVKIT_NOTEBOOK_WORK\", \"{WORK}\"))",
-        "for folder in SETTINGS[\"folders\"]:",
-        "    (WORK / folder).mkdir(parents=True, exist_ok=True)",
-        "os.chdir(WORK)",
-        "print(f\"working in {WORK}\")",
-    ])
+    return "\n".join(
+        [
+            "# This notebook's settings, rendered by envkit from envkit.yaml and envkit/data/: re-render, do not edit.",
+            f"SETTINGS = {pprint.pformat(settings, width=110, sort_dicts=False, compact=True)}",
+            "",
+            "import os",
+            "from pathlib import Path",
+            "",
+            "# A scratch folder for the environment, the recipe, its data and results.",
+            f'WORK = Path(os.environ.get("ENVKIT_NOTEBOOK_WORK", "{WORK}"))',
+            'for folder in SETTINGS["folders"]:',
+            "    (WORK / folder).mkdir(parents=True, exist_ok=True)",
+            "os.chdir(WORK)",
+            'print(f"working in {WORK}")',
+        ]
+    )
 
 
 def _file_cells(group: dict[str, tuple[str, str]]) -> list:
     from nbformat import v4
 
     # IPython's %%writefile writes the cell's body exactly: the file's bytes, which check_files compares.
-    return [v4.new_code_cell(f"%%writefile {path}\n{text}", id=_cell_id("file", path)) for path, (_, text) in group.items()]
+    return [
+        v4.new_code_cell(f"%%writefile {path}\n{text}", id=_cell_id("file", path)) for path, (_, text) in group.items()
+    ]
 
 
 def _cell_id(*parts: str) -> str:
@@ -265,9 +301,13 @@ def _cell_id(*parts: str) -> str:
 
 
 def _pep723(packages: dict[str, str], python: str) -> str:
-    lines = ["# The lock's packages as PEP 723 inline script metadata, for uv and juv (exact versions; their sha256",
-             "# hashes are in requirements.lock below and in this notebook's metadata, envkit.lock).",
-             "# /// script", f'# requires-python = "=={python}.*"', "# dependencies = ["]
+    lines = [
+        "# The lock's packages as PEP 723 inline script metadata, for uv and juv (exact versions; their sha256",
+        "# hashes are in requirements.lock below and in this notebook's metadata, envkit.lock).",
+        "# /// script",
+        f'# requires-python = "=={python}.*"',
+        "# dependencies = [",
+    ]
     lines += [f'#   "{name}=={version}",' for name, version in sorted(packages.items())]
     lines += ["# ]", "# ///"]
     return "\n".join(lines)
@@ -277,5 +317,7 @@ def _markdown(config: ProjectConfig, context: dict) -> dict[str, str]:
     from envkit.render.target_files import render_template, template_environment
 
     env = template_environment(config.root / "templates")
-    return {name: render_template(env, f"notebook/{name}.md.j2", context).rstrip("\n")
-            for name in ("intro", "runtime", "environment", "recipe", "run", "result")}
+    return {
+        name: render_template(env, f"notebook/{name}.md.j2", context).rstrip("\n")
+        for name in ("intro", "runtime", "environment", "recipe", "run", "result")
+    }

@@ -83,7 +83,9 @@ def recipe_files(recipes: Path, recipe: str) -> list[Path]:
     start = recipes / f"{recipe}.py"
     if not start.is_file():
         raise EnvkitError(f"recipe {start} not found")
-    siblings = {path.stem for path in recipes.glob("*.py")} | {path.parent.name for path in recipes.glob("*/__init__.py")}
+    siblings = {path.stem for path in recipes.glob("*.py")} | {
+        path.parent.name for path in recipes.glob("*/__init__.py")
+    }
     found = _closure(recipes, [start], lambda name: name.split(".")[0] in siblings)
     return [start] + sorted(found - {start})
 
@@ -93,7 +95,9 @@ def report_files(root: Path) -> list[Path]:
     """envkit's report modules, every envkit module they import (with its packages' __init__.py),
     and the files of envkit/data/ they name, sorted."""
     data = {path.name: path for path in (root / "envkit" / "data").iterdir()}
-    found = _closure(root, [_module_path(root, name) for name in REPORT_MODULES], lambda name: name.startswith("envkit"))
+    found = _closure(
+        root, [_module_path(root, name) for name in REPORT_MODULES], lambda name: name.startswith("envkit")
+    )
     for path in list(found):
         text = path.read_text(encoding="utf-8")
         found.update(data[name] for name in data if f'"{name}"' in text or f"'{name}'" in text)

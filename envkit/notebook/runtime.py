@@ -126,7 +126,9 @@ def find_tpus(chips: dict, pci_devices: Path = PCI_DEVICES) -> dict[str, int]:
             if (device / "vendor").read_text().strip() != chips["vendor"]:
                 continue
             device_id = (device / "device").read_text().strip()
-            subsystem = (device / "subsystem_device").read_text().strip() if (device / "subsystem_device").exists() else ""
+            subsystem = (
+                (device / "subsystem_device").read_text().strip() if (device / "subsystem_device").exists() else ""
+            )
         except OSError:
             continue
         entry = chips["devices"].get(f"{device_id}:{subsystem}") or chips["devices"].get(device_id)
@@ -140,8 +142,13 @@ def find_gpus(nvidia_smi: str = "nvidia-smi") -> list[str]:
     if shutil.which(nvidia_smi) is None:
         return []
     try:
-        done = subprocess.run([nvidia_smi, "--query-gpu=name", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(
+            [nvidia_smi, "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return []
     return [line.strip() for line in done.stdout.splitlines() if line.strip()] if done.returncode == 0 else []
@@ -164,8 +171,10 @@ def accelerator_problem(settings: dict, tpus: dict[str, int], gpus: list[str]) -
         fits = sum(bool(model.search(name)) for name in gpus) >= device["count"]
     if fits:
         return None
-    return (f"this runtime has {describe_found(tpus, gpus)}, but this notebook runs on {settings['platform_title']}'s "
-            f"{settings['label']}: {settings['select']}")
+    return (
+        f"this runtime has {describe_found(tpus, gpus)}, but this notebook runs on {settings['platform_title']}'s "
+        f"{settings['label']}: {settings['select']}"
+    )
 
 
 def installed_version(distribution: str) -> str | None:
@@ -197,10 +206,16 @@ def check_runtime(settings: dict, pci_devices: Path = PCI_DEVICES, nvidia_smi: s
     print("preinstalled: " + ", ".join(f"{name} {version or 'none'}" for name, version in runtime["packages"].items()))
     print("runtime version: " + (", ".join(f"{k}={v}" for k, v in runtime["version"].items() if v) or "not shown"))
     known = settings["runtime_known"]
-    drift = [f"{name} {known[name]} -> {runtime['packages'].get(name) or 'none'}" for name in RUNTIME_PACKAGES
-             if name in known and known[name] != runtime["packages"].get(name)]
+    drift = [
+        f"{name} {known[name]} -> {runtime['packages'].get(name) or 'none'}"
+        for name in RUNTIME_PACKAGES
+        if name in known and known[name] != runtime["packages"].get(name)
+    ]
     if not cpu:
-        print(f"envkit's data ({known['source']}): " + ("; ".join(drift) + ": the runtime changed" if drift else "the same packages"))
+        print(
+            f"envkit's data ({known['source']}): "
+            + ("; ".join(drift) + ": the runtime changed" if drift else "the same packages")
+        )
     return runtime
 
 
@@ -259,24 +274,57 @@ def create_environment(settings: dict) -> dict:
         shutil.rmtree(VENV)
     venv_python = str(VENV / "bin" / "python")
     packages = lock_packages(lock)
-    print(f"installing {len(packages)} packages of {lock} (sha256 {sha256_of(lock)[:12]}) into {VENV}/ "
-          f"with {installer}, hash-checked, on Python {python}" + (" (CPU mode: offline, from the wheelhouse)" if wheelhouse else ""))
+    print(
+        f"installing {len(packages)} packages of {lock} (sha256 {sha256_of(lock)[:12]}) into {VENV}/ "
+        f"with {installer}, hash-checked, on Python {python}"
+        + (" (CPU mode: offline, from the wheelhouse)" if wheelhouse else "")
+    )
     if installer == "uv":
         env = _clean_env(("UV_",))
         uv_flags = ["--no-config", "--color", "never"] + (["--offline", "--no-python-downloads"] if wheelhouse else [])
         # In CPU mode the wheelhouse was built for this kernel's own interpreter.
-        steps = [["uv", "venv", *uv_flags, "--python", sys.executable if wheelhouse else python, str(VENV)],
-                 ["uv", "pip", "install", *uv_flags, "--python", venv_python, "--require-hashes", "--no-deps",
-                  "--only-binary", ":all:", "-r", str(lock), *offline]]
+        steps = [
+            ["uv", "venv", *uv_flags, "--python", sys.executable if wheelhouse else python, str(VENV)],
+            [
+                "uv",
+                "pip",
+                "install",
+                *uv_flags,
+                "--python",
+                venv_python,
+                "--require-hashes",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+                "-r",
+                str(lock),
+                *offline,
+            ],
+        ]
     else:
         runtime_python = f"{sys.version_info[0]}.{sys.version_info[1]}"
         if runtime_python != python:
-            raise NotebookStop(f"the lock is for Python {python} and this runtime has {runtime_python}: uv provides "
-                               f"that Python, but uv is not installed here: pip install uv, then run this cell again")
+            raise NotebookStop(
+                f"the lock is for Python {python} and this runtime has {runtime_python}: uv provides "
+                f"that Python, but uv is not installed here: pip install uv, then run this cell again"
+            )
         env = {**_clean_env(("PIP_",)), "PIP_CONFIG_FILE": os.devnull}
-        steps = [[sys.executable, "-m", "venv", str(VENV)],
-                 [venv_python, "-m", "pip", "install", "--disable-pip-version-check", "--require-hashes", "--no-deps",
-                  "--only-binary=:all:", "-r", str(lock), *offline]]
+        steps = [
+            [sys.executable, "-m", "venv", str(VENV)],
+            [
+                venv_python,
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--require-hashes",
+                "--no-deps",
+                "--only-binary=:all:",
+                "-r",
+                str(lock),
+                *offline,
+            ],
+        ]
     for argv in steps:
         code, last = _stream(argv, env)
         if code != 0:
@@ -284,16 +332,28 @@ def create_environment(settings: dict) -> dict:
     installed = _venv_distributions(venv_python)
     missing = {name: version for name, version in packages.items() if installed.get(name) != version}
     if missing:
-        raise NotebookStop(f"{VENV}/ does not hold the lock: {', '.join(f'{n}=={v}' for n, v in sorted(missing.items()))}")
+        raise NotebookStop(
+            f"{VENV}/ does not hold the lock: {', '.join(f'{n}=={v}' for n, v in sorted(missing.items()))}"
+        )
     extra = sorted(set(installed) - set(packages))
-    print(f"{VENV}/ holds exactly the lock's {len(packages)} packages" + (f", plus the installer's {', '.join(extra)}" if extra else ""))
-    return {"python": venv_python, "packages": "lock", "lock_sha256": sha256_of(lock), "installer": _installer_version(installer),
-            "lock_differences": None}
+    print(
+        f"{VENV}/ holds exactly the lock's {len(packages)} packages"
+        + (f", plus the installer's {', '.join(extra)}" if extra else "")
+    )
+    return {
+        "python": venv_python,
+        "packages": "lock",
+        "lock_sha256": sha256_of(lock),
+        "installer": _installer_version(installer),
+        "lock_differences": None,
+    }
 
 
 def _venv_distributions(python: str) -> dict[str, str]:
-    script = ("import json, importlib.metadata as m; "
-              "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))")
+    script = (
+        "import json, importlib.metadata as m; "
+        "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+    )
     done = subprocess.run([python, "-E", "-s", "-c", script], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise NotebookStop(f"{python} does not run: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
@@ -311,14 +371,24 @@ def runtime_environment(settings: dict) -> dict:
     wheelhouse = cpu_mode()
     lock = Path(settings["lock"]["path"]) if wheelhouse is None else wheelhouse / "requirements.lock"
     installed = {normalise(d.metadata["Name"]): d.version for d in metadata.distributions() if d.metadata["Name"]}
-    differences = [{"package": name, "lock": version, "runtime": installed.get(name)}
-                   for name, version in sorted(lock_packages(lock).items()) if installed.get(name) != version]
-    print(f"running on this runtime's packages ({sys.executable}), not the lock: "
-          f"{len(differences)} of {len(lock_packages(lock))} locked packages differ")
+    differences = [
+        {"package": name, "lock": version, "runtime": installed.get(name)}
+        for name, version in sorted(lock_packages(lock).items())
+        if installed.get(name) != version
+    ]
+    print(
+        f"running on this runtime's packages ({sys.executable}), not the lock: "
+        f"{len(differences)} of {len(lock_packages(lock))} locked packages differ"
+    )
     for entry in differences:
         print(f"  {entry['package']}: lock {entry['lock']}, runtime {entry['runtime'] or 'not installed'}")
-    return {"python": sys.executable, "packages": "runtime", "lock_sha256": sha256_of(lock), "installer": None,
-            "lock_differences": differences}
+    return {
+        "python": sys.executable,
+        "packages": "runtime",
+        "lock_sha256": sha256_of(lock),
+        "installer": None,
+        "lock_differences": differences,
+    }
 
 
 # ---------------------------------------------------------------------------- the run
@@ -344,8 +414,17 @@ def run_recipe(settings: dict, environment: dict, runtime: dict) -> list[Path]:
         if len(settings["runs"]) > 1:
             print(f"run {number}/{len(settings['runs'])}: {run['summary']}", flush=True)
         args = run["cpu_args"] if cpu else run["args"]
-        argv = [environment["python"], *flags, settings["recipe"], "--data-dir", str(DATA), "--results-dir", str(RESULTS), *args]
-        print("$ " + " ".join(argv[0:1] + argv[len(flags) + 1:]), flush=True)
+        argv = [
+            environment["python"],
+            *flags,
+            settings["recipe"],
+            "--data-dir",
+            str(DATA),
+            "--results-dir",
+            str(RESULTS),
+            *args,
+        ]
+        print("$ " + " ".join(argv[0:1] + argv[len(flags) + 1 :]), flush=True)
         code, last = _stream(argv, env)
         if code != 0:
             raise NotebookStop(f"the recipe failed (exit {code}): {last}")
@@ -384,7 +463,9 @@ def record(path: Path, settings: dict, environment: dict, runtime: dict) -> None
 def offer(settings: dict, results: list[Path]) -> None:
     """The results files: in the platform's output folder, or offered for download."""
     output = settings["output"]
-    folder = os.environ.get(OUTPUT) or (output["path"] if output["method"] == "directory" and cpu_mode() is None else None)
+    folder = os.environ.get(OUTPUT) or (
+        output["path"] if output["method"] == "directory" and cpu_mode() is None else None
+    )
     if folder:
         target = Path(folder) / "results"
         target.mkdir(parents=True, exist_ok=True)
@@ -418,7 +499,9 @@ def show_report(settings: dict) -> None:
         from envkit.runs.report import build_report, render_report
         from envkit.runs.results import load_results
     except ImportError as exc:
-        raise NotebookStop(f"envkit's report needs PyYAML and jsonschema in this kernel ({exc}): pip install pyyaml jsonschema")
+        raise NotebookStop(
+            f"envkit's report needs PyYAML and jsonschema in this kernel ({exc}): pip install pyyaml jsonschema"
+        )
     finally:
         sys.path.remove(str(REPORT.resolve()))
     try:

@@ -36,8 +36,18 @@ DISTRO_PYTHON_PACKAGES = ("python3", "python3-venv")
 BACKEND_ONLY_KEYS = {"torch_xla": ("torch_xla",), "torch_tpu": ("torch_tpu",)}
 # A notebook target (one with a platform) runs in the platform's runtime, not in an image:
 # these keys describe an image and have nothing to act on there.
-IMAGE_ONLY_KEYS = ("base_image", "apt_snapshot", "apt_packages", "env", "ca_certificates", "shm_size", "gpus",
-                   "pip_extra_index_urls", "find_links", "cuda")
+IMAGE_ONLY_KEYS = (
+    "base_image",
+    "apt_snapshot",
+    "apt_packages",
+    "env",
+    "ca_certificates",
+    "shm_size",
+    "gpus",
+    "pip_extra_index_urls",
+    "find_links",
+    "cuda",
+)
 NOTEBOOK_ONLY_KEYS = ("accelerator", "notebooks")
 
 # A location inside the YAML document: keys and list indices from the top.
@@ -226,7 +236,9 @@ def _validate_schema(data: Any, where: _Locator) -> None:
         unknown = sorted(set(error.instance) - set(allowed))[0]
         close = difflib.get_close_matches(str(unknown), allowed, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise EnvkitError(f"{where(doc_path + (unknown,))}: unknown key {unknown!r}; {hint}allowed: {', '.join(allowed)}")
+        raise EnvkitError(
+            f"{where(doc_path + (unknown,))}: unknown key {unknown!r}; {hint}allowed: {', '.join(allowed)}"
+        )
     if error.validator == "required":
         raise EnvkitError(f"{where(doc_path)}: {error.message}")
     description = error.schema.get("description") or _parent_description(doc_path)
@@ -289,8 +301,10 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
         # A notebook installs no CUDA toolkit of its own: torch is the default index's build, whose
         # wheels bundle the CUDA libraries of the release's pypi_cuda variant (the lock names them).
         if release.pypi_cuda is None:
-            raise EnvkitError(f"{where(at + ('torch',))}: torch {torch} has no CUDA build on the default index, "
-                              f"which a notebook target installs from; choose a torch release that has one (envkit matrix)")
+            raise EnvkitError(
+                f"{where(at + ('torch',))}: torch {torch} has no CUDA build on the default index, "
+                f"which a notebook target installs from; choose a torch release that has one (envkit matrix)"
+            )
         python_range, default_python = release.python, runtime.python_minor
         cuda, torch_variant, default_base = matrix.cuda[release.pypi_cuda].cuda, None, None
     elif spec.wheels == "cpu":
@@ -309,14 +323,18 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
         for other_backend, keys in BACKEND_ONLY_KEYS.items():
             for key in keys:
                 if key in raw and backend != other_backend:
-                    raise EnvkitError(f"{where(at + (key,))}: {key!r} applies to backend {other_backend} only, not {backend}")
+                    raise EnvkitError(
+                        f"{where(at + (key,))}: {key!r} applies to backend {other_backend} only, not {backend}"
+                    )
         default_python = runtime.python_minor if runtime is not None else DEFAULT_PYTHON
         if backend == "torch_xla":
             if minor_of(torch) not in matrix.torch_xla:
                 raise EnvkitError(
                     f"{where(at + ('backend',))}: backend torch_xla does not support torch {torch}; {matrix.backend_ranges()}"
                 )
-            tpu, torch_xla = matrix.xla_pair(where(at + ("torch_xla" if "torch_xla" in raw else "torch",)), torch, raw.get("torch_xla"))
+            tpu, torch_xla = matrix.xla_pair(
+                where(at + ("torch_xla" if "torch_xla" in raw else "torch",)), torch, raw.get("torch_xla")
+            )
             libtpu = raw.get("libtpu", tpu.libtpu)
             if libtpu != tpu.libtpu:
                 raise EnvkitError(
@@ -364,7 +382,9 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
     elif spec.base_image == "python":
         default_base = spec.python_base_image.format(python=python)
     elif default_base is None:
-        raise EnvkitError(f"{where(at + ('kind',))}: kind {kind} takes its base image from wheels {spec.wheels!r}, which names none")
+        raise EnvkitError(
+            f"{where(at + ('kind',))}: kind {kind} takes its base image from wheels {spec.wheels!r}, which names none"
+        )
     else:
         if not _carries_python(raw.get("base_image"), spec):
             apt_packages = [*DISTRO_PYTHON_PACKAGES, *apt_packages]
@@ -411,7 +431,9 @@ def _notebook_runtime(raw: dict[str, Any], at: DocPath, where: _Locator) -> note
     if "platform" not in raw:
         for key in NOTEBOOK_ONLY_KEYS:
             if key in raw:
-                raise EnvkitError(f"{where(at + (key,))}: {key!r} applies to notebook targets only: add platform ({', '.join(notebook_platforms.names())})")
+                raise EnvkitError(
+                    f"{where(at + (key,))}: {key!r} applies to notebook targets only: add platform ({', '.join(notebook_platforms.names())})"
+                )
         return None
     for key in IMAGE_ONLY_KEYS:
         if key in raw:
@@ -419,7 +441,9 @@ def _notebook_runtime(raw: dict[str, Any], at: DocPath, where: _Locator) -> note
                 f"{where(at + (key,))}: {key!r} does not apply to a notebook target: it runs in {raw['platform']}'s runtime, not in an image"
             )
     if "accelerator" not in raw:
-        raise EnvkitError(f"{where(at)}: a notebook target needs 'accelerator' (one of {raw['platform']}'s accelerators)")
+        raise EnvkitError(
+            f"{where(at)}: a notebook target needs 'accelerator' (one of {raw['platform']}'s accelerators)"
+        )
     platform = notebook_platforms.platform(raw["platform"], f"{where(at + ('platform',))}: ")
     return platform.runtime_of(platform.accelerator(raw["accelerator"], f"{where(at + ('accelerator',))}: "))
 
@@ -431,7 +455,9 @@ def _notebook_experiments(names: list[str], kind: str, where: _Locator, at: DocP
     for index, name in enumerate(names):
         fitting = [entry.name for entry in table.values() if entry.kind == kind]
         if name not in fitting:
-            raise EnvkitError(f"{where(at + ('notebooks', index))}: {name!r} is not an experiment of kind {kind}; choose from {', '.join(fitting)}")
+            raise EnvkitError(
+                f"{where(at + ('notebooks', index))}: {name!r} is not an experiment of kind {kind}; choose from {', '.join(fitting)}"
+            )
     return tuple(names)
 
 
@@ -488,7 +514,9 @@ def _certificates(paths: list[str], root: Path, where: _Locator, at: DocPath) ->
     for index, relative in enumerate(paths):
         cert = (root / relative).resolve()
         if not cert.is_file():
-            raise EnvkitError(f"{where(at + ('ca_certificates', index))}: {relative} is not a file (paths are relative to {root})")
+            raise EnvkitError(
+                f"{where(at + ('ca_certificates', index))}: {relative} is not a file (paths are relative to {root})"
+            )
         resolved.append(cert)
     return tuple(resolved)
 

@@ -60,8 +60,12 @@ def _runs(name: str, entry: dict) -> tuple[RecipeRun, ...]:
     if "runs" not in entry:
         return (RecipeRun(None, None, entry["summary"], args, defaults),)
     # Each run names its results file, which the report finds it by.
-    return tuple(RecipeRun(label, f"{name}-{label}", run["summary"], (*args, *run["args"], "--run-name", f"{name}-{label}"), defaults)
-                 for label, run in entry["runs"].items())
+    return tuple(
+        RecipeRun(
+            label, f"{name}-{label}", run["summary"], (*args, *run["args"], "--run-name", f"{name}-{label}"), defaults
+        )
+        for label, run in entry["runs"].items()
+    )
 
 
 @lru_cache(maxsize=None)
@@ -71,8 +75,13 @@ def load_experiments(path: Path = TABLE_PATH) -> dict[str, Experiment]:
     table, run_names = {}, set()
     for name, entry in data["experiments"].items():
         fields = {key: value for key, value in entry.items() if key not in ("args", "defaults", "runs")}
-        table[name] = Experiment(name=name, args=tuple(entry["args"]), defaults=tuple(entry.get("defaults", ())),
-                                 runs=_runs(name, entry), **fields)
+        table[name] = Experiment(
+            name=name,
+            args=tuple(entry["args"]),
+            defaults=tuple(entry.get("defaults", ())),
+            runs=_runs(name, entry),
+            **fields,
+        )
         for run in table[name].runs if table[name].named_runs else ():
             # e3 + run x-y and e3-x + run y would write the same results file
             if run.name in run_names:
@@ -122,15 +131,24 @@ def _check_against(entry: Experiment, own_args: tuple[str, ...], args: tuple[str
             continue
         option = meant[0]
         wanted = {**own, option: value}
-        others = [other for other in load_experiments().values()
-                  if other.recipe == entry.recipe and dict(_options(other.args)).get(option) == value]
+        others = [
+            other
+            for other in load_experiments().values()
+            if other.recipe == entry.recipe and dict(_options(other.args)).get(option) == value
+        ]
         # The experiment that is what the user asked for: most of the wanted settings, this kind first.
-        others.sort(key=lambda other: (-sum(dict(_options(other.args)).get(k) == v for k, v in wanted.items()),
-                                       other.kind != entry.kind))
+        others.sort(
+            key=lambda other: (
+                -sum(dict(_options(other.args)).get(k) == v for k, v in wanted.items()),
+                other.kind != entry.kind,
+            )
+        )
         instead = f"; {others[0].name} runs with {' '.join(others[0].args)}" if others else ""
         given = name if value is None else f"{name} {value}"
-        raise EnvkitError(f"{entry.name} runs with {option} {own[option]} (envkit/data/experiments.yaml), "
-                          f"and the recipe arguments say {given}: drop it{instead}")
+        raise EnvkitError(
+            f"{entry.name} runs with {option} {own[option]} (envkit/data/experiments.yaml), "
+            f"and the recipe arguments say {given}: drop it{instead}"
+        )
 
 
 def by_kind(kind_order: list[str]) -> list[Experiment]:

@@ -115,8 +115,14 @@ class Matrix:
     def torch_tpu_release(self, field: str, torch: str, version: str | None) -> TorchTpuRelease:
         """The torch-tpu release for torch: the one named, or the newest that supports torch."""
         if version is not None and version not in self.torch_tpu:
-            raise EnvkitError(f"{field}: torch_tpu {version} is not in envkit's matrix; supported: {', '.join(self.torch_tpu)}")
-        candidates = [self.torch_tpu[version]] if version else sorted(self.torch_tpu.values(), key=lambda r: version_key(r.version))
+            raise EnvkitError(
+                f"{field}: torch_tpu {version} is not in envkit's matrix; supported: {', '.join(self.torch_tpu)}"
+            )
+        candidates = (
+            [self.torch_tpu[version]]
+            if version
+            else sorted(self.torch_tpu.values(), key=lambda r: version_key(r.version))
+        )
         for release in reversed(candidates):
             if version_in_range(torch, release.torch):
                 return release

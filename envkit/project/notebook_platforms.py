@@ -134,20 +134,41 @@ def load_platforms(path: Path = PLATFORMS_PATH) -> PlatformData:
         accelerators = {}
         for accel, spec in entry["accelerators"].items():
             if spec["runtime"] not in runtimes:
-                raise EnvkitError(f"{path}: {name}.{accel}: runtime {spec['runtime']!r} is not one of {', '.join(runtimes)}")
+                raise EnvkitError(
+                    f"{path}: {name}.{accel}: runtime {spec['runtime']!r} is not one of {', '.join(runtimes)}"
+                )
             if "tpu" in spec["device"] and spec["device"]["tpu"] not in known_chips:
                 raise EnvkitError(f"{path}: {name}.{accel}: TPU chip {spec['device']['tpu']!r} is not in tpu_chips")
             accelerators[accel] = Accelerator(
-                name=accel, label=spec["label"], kind=spec["kind"], device=dict(spec["device"]), runtime=spec["runtime"],
-                tier=spec["tier"], note=spec.get("note"), metadata=spec.get("metadata", {}),
+                name=accel,
+                label=spec["label"],
+                kind=spec["kind"],
+                device=dict(spec["device"]),
+                runtime=spec["runtime"],
+                tier=spec["tier"],
+                note=spec.get("note"),
+                metadata=spec.get("metadata", {}),
             )
         platforms[name] = Platform(
-            name=name, title=entry["title"], select=entry["select"], runtime_version_env=tuple(entry["runtime_version_env"]),
-            output=entry["output"], open_url=entry.get("open_url"), runtimes=runtimes, accelerators=accelerators,
+            name=name,
+            title=entry["title"],
+            select=entry["select"],
+            runtime_version_env=tuple(entry["runtime_version_env"]),
+            output=entry["output"],
+            open_url=entry.get("open_url"),
+            runtimes=runtimes,
+            accelerators=accelerators,
         )
     cpu = data["cpu_mode"]
-    return PlatformData(data["checked"], chips["vendor"], chips["devices"], chips["source"], tuple(cpu["drop"]),
-                        tuple(cpu["args"]), platforms)
+    return PlatformData(
+        data["checked"],
+        chips["vendor"],
+        chips["devices"],
+        chips["source"],
+        tuple(cpu["drop"]),
+        tuple(cpu["args"]),
+        platforms,
+    )
 
 
 def platform(name: str, where: str = "") -> Platform:

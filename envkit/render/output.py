@@ -51,7 +51,9 @@ def write(output: Path, files: list[RenderedFile]) -> list[Path]:
         for directory in reversed(created):
             _remove_if_empty(directory)
         reason = exc.strerror or str(exc)
-        raise EnvkitError(f"cannot write to {exc.filename or output}: {reason}; choose a writable --output DIR") from None
+        raise EnvkitError(
+            f"cannot write to {exc.filename or output}: {reason}; choose a writable --output DIR"
+        ) from None
     return written
 
 
@@ -139,8 +141,10 @@ def orphans(output: Path, names: list[str]) -> list[str]:
     for directory, files in leftovers(output, names).items():
         kept = sorted(p.name for p in directory.iterdir() if p not in files)
         also = f"; it keeps {', '.join(kept)}, which envkit did not write" if kept else ""
-        lines.append(f"{directory}: not a target in the config: `envkit render --all` removes "
-                     f"{', '.join(p.name for p in files)}{also}")
+        lines.append(
+            f"{directory}: not a target in the config: `envkit render --all` removes "
+            f"{', '.join(p.name for p in files)}{also}"
+        )
     return lines
 
 

@@ -17,8 +17,17 @@ from envkit.project.experiments import load_experiments
 from envkit.errors import EnvkitError
 from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
 from envkit.render.output import RenderedFile
-from envkit.lock.lockfile import (LOCK_FILE, TORCH_INDEX_PACKAGES, LockFile, LockInputs, hand_edited, lock_inputs,
-                                  lock_path, read_lock, requirement_name)
+from envkit.lock.lockfile import (
+    LOCK_FILE,
+    TORCH_INDEX_PACKAGES,
+    LockFile,
+    LockInputs,
+    hand_edited,
+    lock_inputs,
+    lock_path,
+    read_lock,
+    requirement_name,
+)
 from envkit.support.shellquote import FILTERS
 from envkit.render.template_cache import template_cache
 
@@ -51,7 +60,9 @@ def render_targets(config: ProjectConfig, names: list[str], locks: Path | None =
     for name in names:
         target = config.target(name)
         if target.is_notebook:
-            raise EnvkitError(f"target {name} is a notebook target: it has no docker/ files (envkit notebook renders it)")
+            raise EnvkitError(
+                f"target {name} is a notebook target: it has no docker/ files (envkit notebook renders it)"
+            )
         lock_file = (locks / name / LOCK_FILE) if locks is not None else lock_path(config, name)
         inputs = lock_inputs(target)
         context = _context(config, target, _current_lock(target, inputs, lock_file), inputs)
@@ -63,7 +74,11 @@ def render_targets(config: ProjectConfig, names: list[str], locks: Path | None =
 
 def files_read(config: ProjectConfig, names: list[str]) -> list[Path]:
     """Every file render_targets reads for ``names``: what the render memo must see unchanged."""
-    read = [config.path, *DATA_DIR.iterdir(), *(path for path in (config.root / "templates").rglob("*") if path.is_file())]
+    read = [
+        config.path,
+        *DATA_DIR.iterdir(),
+        *(path for path in (config.root / "templates").rglob("*") if path.is_file()),
+    ]
     for name in names:
         read += [lock_path(config, name), *config.targets[name].ca_certificates]
     return read

@@ -17,9 +17,20 @@ from envkit.support.cache import cache_dir
 # Jinja keys compiled code by template path and source only; these settings change
 # the code too, so they name the directory it is kept in.
 _SYNTAX_SETTINGS = (
-    "block_start_string", "block_end_string", "variable_start_string", "variable_end_string",
-    "comment_start_string", "comment_end_string", "line_statement_prefix", "line_comment_prefix",
-    "trim_blocks", "lstrip_blocks", "newline_sequence", "keep_trailing_newline", "optimized", "autoescape",
+    "block_start_string",
+    "block_end_string",
+    "variable_start_string",
+    "variable_end_string",
+    "comment_start_string",
+    "comment_end_string",
+    "line_statement_prefix",
+    "line_comment_prefix",
+    "trim_blocks",
+    "lstrip_blocks",
+    "newline_sequence",
+    "keep_trailing_newline",
+    "optimized",
+    "autoescape",
 )
 
 
@@ -39,7 +50,11 @@ class _OptionalBytecodeCache(jinja2.FileSystemBytecodeCache):
 
 def template_cache(environment: jinja2.Environment) -> jinja2.BytecodeCache | None:
     """A bytecode cache for ``environment``, or None where the cache directory cannot be made."""
-    settings = [jinja2.__version__, sorted(environment.extensions), *(getattr(environment, s) for s in _SYNTAX_SETTINGS)]
+    settings = [
+        jinja2.__version__,
+        sorted(environment.extensions),
+        *(getattr(environment, s) for s in _SYNTAX_SETTINGS),
+    ]
     directory = cache_dir() / "templates" / hashlib.sha256(repr(settings).encode()).hexdigest()[:16]
     try:
         directory.mkdir(parents=True, exist_ok=True)

@@ -34,14 +34,26 @@ DEMO_EPOCHS = 4
 DEMO_MNIST_ARGS = ("--fake-train-size", "3840", "--fake-test-size", "1000")
 # 64 px rather than E2's 112 px: four times fewer pixels keeps MobileNetV2 on a CPU
 # within the demo's budget; `make compare` and the gpu-* targets keep 112.
-DEMO_CIFAR_ARGS = ("--model", "mobilenet_v2", "--global-batch", "32", "--image-size", "64",
-                   "--fake-train-size", "512", "--fake-test-size", "128")
+DEMO_CIFAR_ARGS = (
+    "--model",
+    "mobilenet_v2",
+    "--global-batch",
+    "32",
+    "--image-size",
+    "64",
+    "--fake-train-size",
+    "512",
+    "--fake-test-size",
+    "128",
+)
 DEMO_EXTRA_ARGS = {"mnist": DEMO_MNIST_ARGS, "cifar": DEMO_CIFAR_ARGS}
 # Two gloo processes: the smallest DDP that shows the lesson, and all a 2-core laptop has.
 CPU_DDP_PROCESSES = 2
 # Said before compare runs on real data: where it comes from, and the way around the download.
-REAL_DATA_NOTE = ("--dataset real: each recipe downloads MNIST or CIFAR-10 into its data directory on first use, "
-                  "which needs the network; DATASET=fake (make) or --dataset fake trains on generated data, no download")
+REAL_DATA_NOTE = (
+    "--dataset real: each recipe downloads MNIST or CIFAR-10 into its data directory on first use, "
+    "which needs the network; DATASET=fake (make) or --dataset fake trains on generated data, no download"
+)
 # The kind whose image the demo builds and runs: every host has its device.
 DEMO_KIND = "cpu"
 
@@ -81,8 +93,11 @@ def _report_step(results_dir: Path, report_args: tuple[str, ...]) -> Step:
 
 
 def _size_args(epochs: int | None, dataset: str, max_steps: int | None = None) -> tuple[str, ...]:
-    return (("--dataset", dataset) + (("--epochs", str(epochs)) if epochs is not None else ())
-            + (("--max-steps", str(max_steps)) if max_steps is not None else ()))
+    return (
+        ("--dataset", dataset)
+        + (("--epochs", str(epochs)) if epochs is not None else ())
+        + (("--max-steps", str(max_steps)) if max_steps is not None else ())
+    )
 
 
 def _runs_here(facts, kind: str) -> bool:
@@ -91,14 +106,18 @@ def _runs_here(facts, kind: str) -> bool:
     if check.check == "nvidia":
         return bool(facts.gpus)
     if check.check == "devices":
-        return bool(facts.devices.get(check.name)) and (check.module is None or importlib.util.find_spec(check.module) is not None)
+        return bool(facts.devices.get(check.name)) and (
+            check.module is None or importlib.util.find_spec(check.module) is not None
+        )
     return True
 
 
 def _baseline_first(entries: list[Experiment]) -> list[Experiment]:
     # Within a kind the one-device runs come before the runs that spread out, as a reader compares them;
     # experiments of several runs (E3) come after those comparisons.
-    return sorted(entries, key=lambda entry: (kinds.names().index(entry.kind), entry.named_runs, entry.scale != "single"))
+    return sorted(
+        entries, key=lambda entry: (kinds.names().index(entry.kind), entry.named_runs, entry.scale != "single")
+    )
 
 
 def _processes(entry: Experiment) -> tuple[str, ...]:
@@ -111,14 +130,25 @@ def _title(title: str, gpus: int, run: RecipeRun) -> str:
     return title if run.name is None else f"{title}: {run.name}"
 
 
-def local_runs(root: Path, results_dir: Path, facts, size: tuple[str, ...],
-               extra: dict[str, tuple[str, ...]] | None = None) -> list[Step]:
+def local_runs(
+    root: Path, results_dir: Path, facts, size: tuple[str, ...], extra: dict[str, tuple[str, ...]] | None = None
+) -> list[Step]:
     """The experiments the recipes can run on this Python, without images; ``extra`` args by recipe."""
     common = ("--results-dir", str(results_dir), "--quiet") + size
     runnable = [entry for entry in load_experiments().values() if _runs_here(facts, entry.kind)]
-    return [_recipe(_title(entry.title, len(facts.gpus), run), root, entry.recipe, *run.argv, *_processes(entry),
-                    *common, *(extra or {}).get(entry.recipe, ()))
-            for entry in _baseline_first(runnable) for run in entry.runs]
+    return [
+        _recipe(
+            _title(entry.title, len(facts.gpus), run),
+            root,
+            entry.recipe,
+            *run.argv,
+            *_processes(entry),
+            *common,
+            *(extra or {}).get(entry.recipe, ()),
+        )
+        for entry in _baseline_first(runnable)
+        for run in entry.runs
+    ]
 
 
 def experiment_gpus(entry: Experiment, requested: str | None, target_gpus: str | None) -> str | None:
@@ -131,36 +161,66 @@ def experiment_gpus(entry: Experiment, requested: str | None, target_gpus: str |
     return "0" if chosen == "all" else chosen.split(",")[0]
 
 
-def experiment_plan(entry: Experiment, target, *, config: Path, gpus: str | None, results_dir: Path | None = None,
-                    data_dir: Path | None = None, build_args: tuple[str, ...] = (),
-                    recipe_args: tuple[str, ...] = ()) -> RunPlan:
+def experiment_plan(
+    entry: Experiment,
+    target,
+    *,
+    config: Path,
+    gpus: str | None,
+    results_dir: Path | None = None,
+    data_dir: Path | None = None,
+    build_args: tuple[str, ...] = (),
+    recipe_args: tuple[str, ...] = (),
+) -> RunPlan:
     """Check the host, build the target's image (cached), run the recipe in it once per run of the
     experiment: each step needs the one before."""
     gpus = experiment_gpus(entry, gpus, target.gpus)
     gpu_args = ("--gpus", gpus) if gpus is not None else ()
-    run_env = {name: str(path) for name, path in (("RESULTS_DIR", results_dir), ("DATA_DIR", data_dir)) if path is not None}
+    run_env = {
+        name: str(path) for name, path in (("RESULTS_DIR", results_dir), ("DATA_DIR", data_dir)) if path is not None
+    }
     run_env.update({"GPUS": gpus} if gpus is not None else {})
     run_sh = str(config.parent / "docker" / target.name / "run.sh")
-    return RunPlan([
-        Step(f"can this host run {entry.kind} images?", _envkit("doctor", "--require", entry.kind, *gpu_args)),
-        Step(f"build the {target.name} image (cached)",
-             _envkit("build", target.name, *_config_args(config), *build_args)),
-        *(Step(_run_title(entry, run), (run_sh, entry.recipe, *run.argv, *recipe_args), run_env) for run in entry.runs),
-    ])
+    return RunPlan(
+        [
+            Step(f"can this host run {entry.kind} images?", _envkit("doctor", "--require", entry.kind, *gpu_args)),
+            Step(
+                f"build the {target.name} image (cached)",
+                _envkit("build", target.name, *_config_args(config), *build_args),
+            ),
+            *(
+                Step(_run_title(entry, run), (run_sh, entry.recipe, *run.argv, *recipe_args), run_env)
+                for run in entry.runs
+            ),
+        ]
+    )
 
 
 def _run_title(entry: Experiment, run: RecipeRun) -> str:
     return f"experiment {entry.name}" + (f", run {run.name}: {run.summary}" if run.name else "")
 
 
-def local_experiment_plan(entry: Experiment, python: str, *, root: Path, results_dir: Path | None = None,
-                          data_dir: Path | None = None, recipe_args: tuple[str, ...] = ()) -> RunPlan:
+def local_experiment_plan(
+    entry: Experiment,
+    python: str,
+    *,
+    root: Path,
+    results_dir: Path | None = None,
+    data_dir: Path | None = None,
+    recipe_args: tuple[str, ...] = (),
+) -> RunPlan:
     """The experiment's runs with ``python`` on this host instead of in its image: no host check, no build.
     E3 runs so on XLA:CPU (the torch_xla environment with PJRT_DEVICE=CPU CPU_NUM_DEVICES=8)."""
-    paths = tuple(arg for option, path in (("--results-dir", results_dir), ("--data-dir", data_dir)) if path is not None
-                  for arg in (option, str(path)))
+    paths = tuple(
+        arg
+        for option, path in (("--results-dir", results_dir), ("--data-dir", data_dir))
+        if path is not None
+        for arg in (option, str(path))
+    )
     script = str(root / "recipes" / f"{entry.recipe}.py")
-    return RunPlan([Step(_run_title(entry, run), (python, script, *run.argv, *paths, *recipe_args)) for run in entry.runs])
+    return RunPlan(
+        [Step(_run_title(entry, run), (python, script, *run.argv, *paths, *recipe_args)) for run in entry.runs]
+    )
 
 
 def _config_args(config: Path) -> tuple[str, ...]:
@@ -172,10 +232,14 @@ def experiment_target(config, entry: Experiment, name: str | None):
     if name is not None:
         target = config.target(name)
         if target.is_notebook:
-            raise EnvkitError(f"target {name!r} is a notebook target ({target.platform}), not an image: "
-                              f"envkit notebook {entry.name} --target {name}, or envkit launch {entry.name} --on {target.platform}")
+            raise EnvkitError(
+                f"target {name!r} is a notebook target ({target.platform}), not an image: "
+                f"envkit notebook {entry.name} --target {name}, or envkit launch {entry.name} --on {target.platform}"
+            )
         if target.kind != entry.kind:
-            raise EnvkitError(f"target {name!r} is a {target.kind} target, but {entry.name} runs in a {entry.kind} image")
+            raise EnvkitError(
+                f"target {name!r} is a {target.kind} target, but {entry.name} runs in a {entry.kind} image"
+            )
         return target
     # Notebook targets build no image: only image targets run experiments here and through launch engines.
     images = {key: target for key, target in config.targets.items() if not target.is_notebook}
@@ -184,7 +248,9 @@ def experiment_target(config, entry: Experiment, name: str | None):
     of_kind = [target for target in images.values() if target.kind == entry.kind]
     if len(of_kind) == 1:
         return of_kind[0]
-    found = f"several ({', '.join(t.name for t in of_kind)}): pick one with --target NAME" if of_kind else "none: add one"
+    found = (
+        f"several ({', '.join(t.name for t in of_kind)}): pick one with --target NAME" if of_kind else "none: add one"
+    )
     raise EnvkitError(f"{entry.name} runs in a {entry.kind} image, and {config.path} has {found}")
 
 
@@ -194,11 +260,22 @@ def _docker_usable(facts) -> bool:
 
 def _check_local_python() -> None:
     if importlib.util.find_spec("torch") is None:
-        raise EnvkitError(f"torch is not installed in {sys.executable}: run 'make venv' (or use a host with Docker) to run the experiments")
+        raise EnvkitError(
+            f"torch is not installed in {sys.executable}: run 'make venv' (or use a host with Docker) to run the experiments"
+        )
 
 
-def compare_plan(results_dir: Path, *, epochs: int | None, dataset: str, max_steps: int | None, config: Path,
-                 facts, runnable: list[str], report_args: tuple[str, ...] = ()) -> RunPlan:
+def compare_plan(
+    results_dir: Path,
+    *,
+    epochs: int | None,
+    dataset: str,
+    max_steps: int | None,
+    config: Path,
+    facts,
+    runnable: list[str],
+    report_args: tuple[str, ...] = (),
+) -> RunPlan:
     """Every experiment this host can run: ``make`` targets when images can run, else the recipes here."""
     root = config.parent
     report = _report_step(results_dir, report_args)
@@ -206,7 +283,13 @@ def compare_plan(results_dir: Path, *, epochs: int | None, dataset: str, max_ste
     data = [REAL_DATA_NOTE] if dataset == "real" else []
     if not runnable:
         reason = facts.docker_error or "no experiment image can run here"
-        return RunPlan(local, [f"no Docker experiments on this host ({reason}); running the recipes with {describe_interpreter()}", *data])
+        return RunPlan(
+            local,
+            [
+                f"no Docker experiments on this host ({reason}); running the recipes with {describe_interpreter()}",
+                *data,
+            ],
+        )
     # make runs in the project root: the results directory must not depend on where that is.
     # Each runs where `envkit experiment` puts its files: results must not depend on that.
     where = (*_config_args(config), "--results-dir", str(results_dir.resolve()))
@@ -214,7 +297,9 @@ def compare_plan(results_dir: Path, *, epochs: int | None, dataset: str, max_ste
     steps = [Step(f"experiment {name}", _envkit("experiment", *where, name, "--", *size)) for name in runnable]
     # The first target also builds its image: when that fails the host cannot build
     # images at all (no reachable base image, say), so the recipes run here instead.
-    fallback = RunPlan(local, [f"the first Docker experiment failed; running the recipes with {describe_interpreter()} instead", *data])
+    fallback = RunPlan(
+        local, [f"the first Docker experiment failed; running the recipes with {describe_interpreter()} instead", *data]
+    )
     return RunPlan(steps + [report], data, fallback, 0)
 
 
@@ -228,21 +313,43 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_
     if not use_docker:
         return RunPlan(local, [f"--no-docker: running the recipes with {describe_interpreter()}"])
     if not _docker_usable(facts):
-        return RunPlan(local, [f"Docker is not usable ({facts.docker_error or 'no engine'}); running the recipes with {describe_interpreter()}"])
+        return RunPlan(
+            local,
+            [
+                f"Docker is not usable ({facts.docker_error or 'no engine'}); running the recipes with {describe_interpreter()}"
+            ],
+        )
     run_sh = str(root / "docker" / DEMO_KIND / "run.sh")
     mount = {"RESULTS_DIR": str(results_dir)}  # run.sh mounts it at /workspace/results
     in_image = ("--quiet",) + size
     in_demo_image = _baseline_first([entry for entry in load_experiments().values() if entry.kind == DEMO_KIND])
     docker_steps = [
         render,
-        Step(f"build the {DEMO_KIND} image", _envkit("build", DEMO_KIND, "--config", str(config),
-                                                      *(("--base-image", base_image) if base_image else ()))),
-        *(Step(_title(entry.image_title or entry.title, 0, run), (run_sh, entry.recipe, *run.argv, *_processes(entry),
-                                                                  *in_image, *DEMO_EXTRA_ARGS.get(entry.recipe, ())), mount)
-          for entry in in_demo_image for run in entry.runs),
+        Step(
+            f"build the {DEMO_KIND} image",
+            _envkit("build", DEMO_KIND, "--config", str(config), *(("--base-image", base_image) if base_image else ())),
+        ),
+        *(
+            Step(
+                _title(entry.image_title or entry.title, 0, run),
+                (
+                    run_sh,
+                    entry.recipe,
+                    *run.argv,
+                    *_processes(entry),
+                    *in_image,
+                    *DEMO_EXTRA_ARGS.get(entry.recipe, ()),
+                ),
+                mount,
+            )
+            for entry in in_demo_image
+            for run in entry.runs
+        ),
         report,
     ]
-    fallback = RunPlan(local[1:], [f"the cpu image could not be built; running the recipes with {describe_interpreter()} instead"])
+    fallback = RunPlan(
+        local[1:], [f"the cpu image could not be built; running the recipes with {describe_interpreter()} instead"]
+    )
     return RunPlan(docker_steps, [f"Docker {facts.docker_version} is usable: running in the cpu image"], fallback, 1)
 
 
@@ -296,5 +403,9 @@ def run_step(step: Step) -> int:
     except OSError as exc:  # e.g. no run.sh where the config says
         print(f"envkit: cannot start {step.argv[0]}: {exc.strerror or exc}", file=sys.stderr)
         returncode = 127
-    print(f"envkit: {step.title}: exit {returncode} after {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    print(
+        f"envkit: {step.title}: exit {returncode} after {time.perf_counter() - started:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
     return returncode

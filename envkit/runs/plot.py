@@ -53,8 +53,17 @@ def _draw_panel(axes, section: Section, drawn_bars: list[tuple[str, str]], rows:
         offsets = [p + (index - (len(drawn_bars) - 1) / 2) * width for p in positions]
         measured = [COLUMNS[key].measure(row) or (0.0, 0.0) for row in rows]
         means = [mean for mean, _ in measured]
-        drawn = axes.bar(offsets, means, width, yerr=[spread for _, spread in measured], capsize=3, color=f"C{index}",
-                         label=name, edgecolor="black", linewidth=0.5)
+        drawn = axes.bar(
+            offsets,
+            means,
+            width,
+            yerr=[spread for _, spread in measured],
+            capsize=3,
+            color=f"C{index}",
+            label=name,
+            edgecolor="black",
+            linewidth=0.5,
+        )
         for patch, row in zip(drawn, rows):
             # Published rows share the colours but are hatched, so they cannot pass for ours.
             patch.set_hatch(HATCHES[sources.index(row.source) % len(HATCHES)])
@@ -62,8 +71,13 @@ def _draw_panel(axes, section: Section, drawn_bars: list[tuple[str, str]], rows:
     # A few configurations must not stretch into slabs: keep room for at least MIN_SLOTS bars.
     spare = (max(len(rows), MIN_SLOTS) - len(rows)) / 2
     axes.set_xlim(-0.5 - spare, len(rows) - 0.5 + spare)
-    axes.set_xticks(list(positions), [_tick_label(row) for row in rows], fontsize=8,
-                    rotation=30 if len(rows) > 6 else 0, ha="right" if len(rows) > 6 else "center")
+    axes.set_xticks(
+        list(positions),
+        [_tick_label(row) for row in rows],
+        fontsize=8,
+        rotation=30 if len(rows) > 6 else 0,
+        ha="right" if len(rows) > 6 else "center",
+    )
     axes.set_ylabel(COLUMNS[drawn_bars[0][0]].axis)
     axes.set_title(section.title)
     axes.margins(y=0.15)
@@ -90,20 +104,30 @@ def write_plot(report: Report, path: Path) -> None:
         if rows:
             drawable.append((section, rows))
     if not drawable:
-        raise EnvkitError("nothing to plot: no configuration recorded per-epoch timings (runs stopped before an epoch ended?)")
+        raise EnvkitError(
+            "nothing to plot: no configuration recorded per-epoch timings (runs stopped before an epoch ended?)"
+        )
     columns = math.lcm(*(len(panels(section)) for section, _ in drawable))
-    figure = pyplot.figure(figsize=(
-        # Published rows bring three-line, slanted tick labels: give each panel room for them.
-        max(_panel_width(len(panels(section)), len(rows)) for section, rows in drawable),
-        (5.2 if report.reference else 4.2) * len(drawable)))
+    figure = pyplot.figure(
+        figsize=(
+            # Published rows bring three-line, slanted tick labels: give each panel room for them.
+            max(_panel_width(len(panels(section)), len(rows)) for section, rows in drawable),
+            (5.2 if report.reference else 4.2) * len(drawable),
+        )
+    )
     grid = figure.add_gridspec(len(drawable), columns)
     for line, (section, rows) in enumerate(drawable):
         sources = list(dict.fromkeys(row.source for row in rows))
         span = columns // len(panels(section))
         for index, drawn_bars in enumerate(panels(section)):
-            _draw_panel(figure.add_subplot(grid[line, index * span:(index + 1) * span]), section, drawn_bars, rows, sources)
-    figure.suptitle("envkit comparison (mean ± std; hatched bars: published numbers)" if report.reference
-                    else "envkit comparison (mean ± std)")
+            _draw_panel(
+                figure.add_subplot(grid[line, index * span : (index + 1) * span]), section, drawn_bars, rows, sources
+            )
+    figure.suptitle(
+        "envkit comparison (mean ± std; hatched bars: published numbers)"
+        if report.reference
+        else "envkit comparison (mean ± std)"
+    )
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     try:

@@ -103,10 +103,18 @@ class Row:
     def sort_key(self) -> tuple:
         c = self.configuration
         mode = c.get("parallel") if c.get("parallel") not in (None, "none") else c.get("strategy") or "single"
-        comparable = tuple(str(c.get(key)) if key == "model" else c.get(key) or 0 for key in self.facts.get("comparable_by", ()))
+        comparable = tuple(
+            str(c.get(key)) if key == "model" else c.get(key) or 0 for key in self.facts.get("comparable_by", ())
+        )
         return (
-            self.run_rank, self.source_rank, comparable, DEVICE_ORDER.get(c.get("device"), 9), c.get("world_size") or 1,
-            MODE_ORDER.get(mode, 9), c.get("nodes") or 1, BACKEND_ORDER.index(c.get("backend")),
+            self.run_rank,
+            self.source_rank,
+            comparable,
+            DEVICE_ORDER.get(c.get("device"), 9),
+            c.get("world_size") or 1,
+            MODE_ORDER.get(mode, 9),
+            c.get("nodes") or 1,
+            BACKEND_ORDER.index(c.get("backend")),
             json.dumps([c, self.settings], sort_keys=True),  # last: never a tie, whatever the file order
         )
 
@@ -189,7 +197,11 @@ def environment_line(environment: dict) -> str:
     several = "{name}, {count} CPUs" if environment.get("device_type") == "cpu" else "{name} ×{count}"
     parts = [several.format(name=name, count=count) if isinstance(count, int) and count > 1 else name]
     # torch's CUDA build shows in its version tag already; on GPUs it is the CUDA runtime that ran.
-    keys = ("python", "torch", "torchvision", "torch_xla", "torch_tpu") + (("torch_cuda_build",) if environment.get("device_type") == "cuda" else ()) + ("image",)
+    keys = (
+        ("python", "torch", "torchvision", "torch_xla", "torch_tpu")
+        + (("torch_cuda_build",) if environment.get("device_type") == "cuda" else ())
+        + ("image",)
+    )
     for key in keys:
         if environment.get(key):
             parts.append(f"{'cuda' if key == 'torch_cuda_build' else key} {environment[key]}")
@@ -200,8 +212,10 @@ def environment_line(environment: dict) -> str:
 
 def environment_facts(run: RunResult) -> tuple:
     """The facts that make two runs' environments comparable (report.yaml environment_facts)."""
-    return tuple(_fact(key, run.environment[key] if key in ENVIRONMENT_KEYS else run.configuration[key])
-                 for key in report_facts()["environment_facts"])
+    return tuple(
+        _fact(key, run.environment[key] if key in ENVIRONMENT_KEYS else run.configuration[key])
+        for key in report_facts()["environment_facts"]
+    )
 
 
 def _fact(key: str, value):
@@ -254,23 +268,42 @@ def published_rows(recipe: str) -> list[Row]:
     for rank, source in enumerate(load_published().get(recipe, []), start=1):
         for entry in source["rows"]:
             configuration = {
-                "device": entry["device"], "cores": entry.get("cores"), "strategy": entry.get("strategy"),
-                "parallel": entry.get("parallel"), "world_size": entry["world_size"], "nodes": 1,
+                "device": entry["device"],
+                "cores": entry.get("cores"),
+                "strategy": entry.get("strategy"),
+                "parallel": entry.get("parallel"),
+                "world_size": entry["world_size"],
+                "nodes": 1,
                 # the published TPU numbers predate TorchTPU
                 "backend": UNLABELLED_BACKEND if entry["device"] == "tpu" else None,
-                "model": entry.get("model", source.get("model")), "global_batch": entry.get("global_batch"),
-                "per_device_batch": None, "image_size": source.get("image_size"), "dataset": source["dataset"],
+                "model": entry.get("model", source.get("model")),
+                "global_batch": entry.get("global_batch"),
+                "per_device_batch": None,
+                "image_size": source.get("image_size"),
+                "dataset": source["dataset"],
             }
             # Published spreads come without a sample count (n=0); single published
             # numbers count as one sample so no spread is printed for them.
             stats = {name: Stat(entry[name][0], entry[name][1], 0) for name in ("iter_s", "epoch_s") if name in entry}
-            stats.update({name: Stat(entry[name], 0.0, 1) for name in ("train_epoch_s", "test_epoch_s") if name in entry})
+            stats.update(
+                {name: Stat(entry[name], 0.0, 1) for name in ("train_epoch_s", "test_epoch_s") if name in entry}
+            )
             total = entry.get("total_s")
-            rows.append(Row(
-                source=source["label"], source_short=source["short"], source_rank=rank, recipe=recipe, configuration=configuration, runs=0,
-                total_s=Stat(total, 0.0, 1) if total is not None else None, first_epoch_s=None,
-                stats=stats, test_accuracy=None, environment=source["note"],
-            ))
+            rows.append(
+                Row(
+                    source=source["label"],
+                    source_short=source["short"],
+                    source_rank=rank,
+                    recipe=recipe,
+                    configuration=configuration,
+                    runs=0,
+                    total_s=Stat(total, 0.0, 1) if total is not None else None,
+                    first_epoch_s=None,
+                    stats=stats,
+                    test_accuracy=None,
+                    environment=source["note"],
+                )
+            )
     return rows
 
 
@@ -324,7 +357,9 @@ def _environments_text(section: Section) -> str:
     """'2 environments that differ in backend (A = ...; B = ...)'."""
     names = report_facts()["environment_facts"]
     differing = [name for index, name in enumerate(names) if len({facts[index] for facts in section.environments}) > 1]
-    listed = "; ".join(f"{environment_letter(i)} = {describe_environment(facts)}" for i, facts in enumerate(section.environments))
+    listed = "; ".join(
+        f"{environment_letter(i)} = {describe_environment(facts)}" for i, facts in enumerate(section.environments)
+    )
     return f"{len(section.environments)} environments that differ in {_and(differing)} ({listed})"
 
 
@@ -333,7 +368,8 @@ def _refuse_mixed_environments(sections: list[Section]) -> None:
         if section.environments:
             raise EnvkitError(
                 f"--strict: the {section.title} runs come from {_environments_text(section)}; "
-                "report one environment's results, or leave out --strict to compare them marked")
+                "report one environment's results, or leave out --strict to compare them marked"
+            )
 
 
 def _experiment_run(run: RunResult) -> tuple[str | None, str | None, int]:
@@ -341,15 +377,24 @@ def _experiment_run(run: RunResult) -> tuple[str | None, str | None, int]:
     report.yaml gives a section (found by the run name it was started with, and showing the settings it
     recorded); else (None, None, 0)."""
     found = run_of(run.requested_name)
-    if (found is None or found[0].recipe != run.recipe or found[0].name not in report_facts()["experiments"]
-            or not all(key in run.settings for key in shown_settings(found[0].name))):
+    if (
+        found is None
+        or found[0].recipe != run.recipe
+        or found[0].name not in report_facts()["experiments"]
+        or not all(key in run.settings for key in shown_settings(found[0].name))
+    ):
         return None, None, 0
     entry, recipe_run = found
     return entry.name, recipe_run.label, entry.runs.index(recipe_run)
 
 
-def build_report(results: list[RunResult], skipped: int = 0, baseline: str | None = None,
-                 reference: bool = False, strict: bool = False) -> Report:
+def build_report(
+    results: list[RunResult],
+    skipped: int = 0,
+    baseline: str | None = None,
+    reference: bool = False,
+    strict: bool = False,
+) -> Report:
     """Group runs by recipe, dataset and configuration; add published rows on request.
 
     ``strict``: refuse (EnvkitError) when a section's measured runs differ in environment_facts.
@@ -361,13 +406,22 @@ def build_report(results: list[RunResult], skipped: int = 0, baseline: str | Non
             configuration[NOTEBOOK_KEY] = notebook_label(run.notebook)
         owner, name, rank = _experiment_run(run)
         settings = {key: run.settings.get(key) for key in shown_settings(owner)}
-        key = (owner or "", name, rank, run.recipe, json.dumps(configuration, sort_keys=True), json.dumps(settings, sort_keys=True))
+        key = (
+            owner or "",
+            name,
+            rank,
+            run.recipe,
+            json.dumps(configuration, sort_keys=True),
+            json.dumps(settings, sort_keys=True),
+        )
         grouped.setdefault(key, (configuration, settings, []))[2].append(run)
     sections: dict[tuple, Section] = {}
     for (owner, name, rank, recipe, _, _), (configuration, settings, runs) in grouped.items():
         # Experiment sections come after the recipes' ("" sorts first), each of its own.
-        section = sections.setdefault((owner, recipe, configuration["dataset"]),
-                                      Section(recipe, configuration["dataset"], experiment=owner or None))
+        section = sections.setdefault(
+            (owner, recipe, configuration["dataset"]),
+            Section(recipe, configuration["dataset"], experiment=owner or None),
+        )
         placement = dict(experiment=owner, run=name, run_rank=rank, settings=settings) if owner else {}
         section.rows.append(_row_from_runs(recipe, configuration, runs, **placement))
     if baseline is not None:
@@ -384,12 +438,16 @@ def build_report(results: list[RunResult], skipped: int = 0, baseline: str | Non
     ordered = [sections[key] for key in sorted(sections)]
     if strict:
         _refuse_mixed_environments(ordered)
-    rule = (f"the configuration {baseline} (--baseline)" if baseline is not None
-            else "the first single-device configuration of each group (choose with --baseline)")
+    rule = (
+        f"the configuration {baseline} (--baseline)"
+        if baseline is not None
+        else "the first single-device configuration of each group (choose with --baseline)"
+    )
     return Report(sections=ordered, runs=len(results), skipped=skipped, baseline_rule=rule, reference=reference)
 
 
 # ---- columns ----------------------------------------------------------------
+
 
 def _seconds(value: float | None, digits: int = 3) -> str:
     return NOT_APPLICABLE if value is None else f"{value:.{digits}f}"
@@ -426,7 +484,9 @@ class Column:
     cell: Callable[[Row], str] = lambda row: NOT_APPLICABLE
     name: str | None = None  # in prose and plot legends (default: the header)
     from_settings: bool = False  # the results' settings (an experiment section's rows split by it)
-    measure: Callable[[Row], tuple[float, float] | None] | None = None  # plottable: (value, spread), None if not measured
+    measure: Callable[[Row], tuple[float, float] | None] | None = (
+        None  # plottable: (value, spread), None if not measured
+    )
     axis: str | None = None  # the plot's y label for a panel of this column
 
     @property
@@ -435,17 +495,32 @@ class Column:
 
 
 def _setting(key: str, header: str | None = None, name: str | None = None) -> Column:
-    return Column(key, header, (key,), lambda row: (row.configuration.get(key),),
-                  lambda row: _optional(row.configuration.get(key)), name)
+    return Column(
+        key,
+        header,
+        (key,),
+        lambda row: (row.configuration.get(key),),
+        lambda row: _optional(row.configuration.get(key)),
+        name,
+    )
 
 
 def _trained(key: str, header: str, name: str | None = None) -> Column:
     """A training setting of the results' settings, as experiment sections show it (E3: the learning-rate rule)."""
-    return Column(key, header, (key,), lambda row: (row.settings.get(key),),
-                  lambda row: _optional(row.settings.get(key)), name, from_settings=True)
+    return Column(
+        key,
+        header,
+        (key,),
+        lambda row: (row.settings.get(key),),
+        lambda row: _optional(row.settings.get(key)),
+        name,
+        from_settings=True,
+    )
 
 
-def _statistic(key: str, header: str, name: str | None = None, digits: int = 3, axis: str = "seconds per epoch (s)") -> Column:
+def _statistic(
+    key: str, header: str, name: str | None = None, digits: int = 3, axis: str = "seconds per epoch (s)"
+) -> Column:
     def flat(row: Row) -> tuple:
         stat = row.stats.get(key)
         return (_rounded(stat.mean), _rounded(stat.std)) if stat else (None, None)
@@ -454,49 +529,98 @@ def _statistic(key: str, header: str, name: str | None = None, digits: int = 3, 
         stat = row.stats.get(key)
         return (stat.mean, stat.std) if stat else None
 
-    return Column(key, header, (f"{key}_mean", f"{key}_std"), flat, lambda row: _mean_std(row.stats.get(key), digits), name,
-                  measure=measure, axis=axis)
+    return Column(
+        key,
+        header,
+        (f"{key}_mean", f"{key}_std"),
+        flat,
+        lambda row: _mean_std(row.stats.get(key), digits),
+        name,
+        measure=measure,
+        axis=axis,
+    )
 
 
 # In csv/json order; markdown shows report.yaml's columns of each recipe. New flat keys go last so
 # that existing csv columns keep their positions.
-COLUMNS = {column.key: column for column in (
-    Column("source", "source", ("source",), lambda row: (row.source,), lambda row: row.source),
-    Column("recipe", None, ("recipe",), lambda row: (row.recipe,)),
-    _setting("dataset"),
-    Column("configuration", "configuration", ("configuration",), lambda row: (row.label,), lambda row: row.label),
-    _setting("device"), _setting("cores"), _setting("strategy"), _setting("parallel"), _setting("world_size"),
-    _setting("model", "model"), _setting("global_batch", "global batch"),
-    _setting("per_device_batch", "per-device batch"), _setting("image_size", "image px", "image size"),
-    Column("runs", "runs", ("runs",), lambda row: (row.runs,),
-           lambda row: str(row.runs) if row.source == OURS else NOT_APPLICABLE),
-    Column("total_s", "total s", ("total_s", "total_s_std"),
-           lambda row: (_rounded(row.total_s.mean) if row.total_s else None,
-                        _rounded(row.total_s.std) if row.total_s and row.runs > 1 else None),
-           lambda row: _mean_std(row.total_s)),
-    _statistic("iter_s", "s/iter (mean ± std)", "s/iter", digits=4, axis="seconds per iteration (s)"),
-    _statistic("epoch_s", "s/epoch (mean ± std)", "s/epoch"),
-    Column("first_epoch_s", "first epoch s", ("first_epoch_s",), lambda row: (_rounded(row.first_epoch_s),),
-           lambda row: _seconds(row.first_epoch_s)),
-    _statistic("steady_epoch_s", "later epochs s/epoch"),
-    _statistic("train_epoch_s", "train s/epoch"),
-    _statistic("test_epoch_s", "test s/epoch"),
-    Column("test_accuracy", "test accuracy", ("test_accuracy",), lambda row: (_rounded(row.test_accuracy),),
-           lambda row: _accuracy(row.test_accuracy), axis="test accuracy (%)",
-           measure=lambda row: None if row.test_accuracy is None else (100 * row.test_accuracy, 0.0)),
-    Column("speedup", "speed-up ({speedup})", ("speedup",), lambda row: (_rounded(row.speedup),),
-           lambda row: NOT_APPLICABLE if row.speedup is None else f"{row.speedup:.2f}×"),
-    Column("baseline", None, ("baseline",), lambda row: (row.baseline,)),
-    Column("environment", "environment", ("environment",), lambda row: (row.environment,), lambda row: row.environment),
-    _setting("nodes"), _setting("backend"),
-    # Which of its section's environments a row ran in, when they differ (A, B, ...; see the note under the table).
-    Column("env", "env", ("env",), lambda row: (row.mark or None,), lambda row: row.mark or NOT_APPLICABLE),
-    # Experiment sections (report.yaml experiments): which run of which experiment, and its training settings.
-    Column("experiment", None, ("experiment",), lambda row: (row.experiment,)),
-    Column("run", "run", ("run",), lambda row: (row.run,), lambda row: _optional(row.run)),
-    _trained("lr_scaling", "lr scaling"), _trained("warmup_epochs", "warm-up epochs"),
-    _trained("effective_lr", "lr", "learning rate"), _trained("epochs", "epochs"),
-)}
+COLUMNS = {
+    column.key: column
+    for column in (
+        Column("source", "source", ("source",), lambda row: (row.source,), lambda row: row.source),
+        Column("recipe", None, ("recipe",), lambda row: (row.recipe,)),
+        _setting("dataset"),
+        Column("configuration", "configuration", ("configuration",), lambda row: (row.label,), lambda row: row.label),
+        _setting("device"),
+        _setting("cores"),
+        _setting("strategy"),
+        _setting("parallel"),
+        _setting("world_size"),
+        _setting("model", "model"),
+        _setting("global_batch", "global batch"),
+        _setting("per_device_batch", "per-device batch"),
+        _setting("image_size", "image px", "image size"),
+        Column(
+            "runs",
+            "runs",
+            ("runs",),
+            lambda row: (row.runs,),
+            lambda row: str(row.runs) if row.source == OURS else NOT_APPLICABLE,
+        ),
+        Column(
+            "total_s",
+            "total s",
+            ("total_s", "total_s_std"),
+            lambda row: (
+                _rounded(row.total_s.mean) if row.total_s else None,
+                _rounded(row.total_s.std) if row.total_s and row.runs > 1 else None,
+            ),
+            lambda row: _mean_std(row.total_s),
+        ),
+        _statistic("iter_s", "s/iter (mean ± std)", "s/iter", digits=4, axis="seconds per iteration (s)"),
+        _statistic("epoch_s", "s/epoch (mean ± std)", "s/epoch"),
+        Column(
+            "first_epoch_s",
+            "first epoch s",
+            ("first_epoch_s",),
+            lambda row: (_rounded(row.first_epoch_s),),
+            lambda row: _seconds(row.first_epoch_s),
+        ),
+        _statistic("steady_epoch_s", "later epochs s/epoch"),
+        _statistic("train_epoch_s", "train s/epoch"),
+        _statistic("test_epoch_s", "test s/epoch"),
+        Column(
+            "test_accuracy",
+            "test accuracy",
+            ("test_accuracy",),
+            lambda row: (_rounded(row.test_accuracy),),
+            lambda row: _accuracy(row.test_accuracy),
+            axis="test accuracy (%)",
+            measure=lambda row: None if row.test_accuracy is None else (100 * row.test_accuracy, 0.0),
+        ),
+        Column(
+            "speedup",
+            "speed-up ({speedup})",
+            ("speedup",),
+            lambda row: (_rounded(row.speedup),),
+            lambda row: NOT_APPLICABLE if row.speedup is None else f"{row.speedup:.2f}×",
+        ),
+        Column("baseline", None, ("baseline",), lambda row: (row.baseline,)),
+        Column(
+            "environment", "environment", ("environment",), lambda row: (row.environment,), lambda row: row.environment
+        ),
+        _setting("nodes"),
+        _setting("backend"),
+        # Which of its section's environments a row ran in, when they differ (A, B, ...; see the note under the table).
+        Column("env", "env", ("env",), lambda row: (row.mark or None,), lambda row: row.mark or NOT_APPLICABLE),
+        # Experiment sections (report.yaml experiments): which run of which experiment, and its training settings.
+        Column("experiment", None, ("experiment",), lambda row: (row.experiment,)),
+        Column("run", "run", ("run",), lambda row: (row.run,), lambda row: _optional(row.run)),
+        _trained("lr_scaling", "lr scaling"),
+        _trained("warmup_epochs", "warm-up epochs"),
+        _trained("effective_lr", "lr", "learning rate"),
+        _trained("epochs", "epochs"),
+    )
+}
 FLAT_FIELDS = tuple(key for column in COLUMNS.values() for key in column.flat_keys)
 
 
@@ -511,6 +635,7 @@ def markdown_columns(section: Section, reference: bool) -> list[Column]:
 
 
 # ---- formatting -------------------------------------------------------------
+
 
 def _md_line(cells: list[str]) -> str:
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
@@ -533,7 +658,7 @@ def _recipe_intro(section: Section, report: Report) -> list[str]:
         f"Speed-up = baseline {metric} ÷ row {metric}, within the same {within}; baseline: {report.baseline_rule}."
     ]
     if report.reference:
-        lines.append("Rows whose source starts with \"published\" are the published numbers, not measured here.")
+        lines.append('Rows whose source starts with "published" are the published numbers, not measured here.')
     return lines
 
 
@@ -543,7 +668,8 @@ def _experiment_intro(section: Section) -> list[str]:
     shown = list(dict.fromkeys(row.run for row in section.rows))
     return [
         f"{section.facts['intro']} Seconds are wall-clock, mean ± std over all epochs of all runs; the test accuracy "
-        f"is the last epoch's. Runs of `{section.experiment}` (envkit/data/experiments.yaml):", "",
+        f"is the last epoch's. Runs of `{section.experiment}` (envkit/data/experiments.yaml):",
+        "",
         *(f"- {run}: {summaries[run]}" for run in shown),
     ]
 
@@ -597,8 +723,11 @@ def format_csv(report: Report) -> str:
 
 def format_json(report: Report) -> str:
     document = {
-        "schema_version": 1, "runs": report.runs, "skipped": report.skipped,
-        "baseline_rule": report.baseline_rule, "rows": flat_rows(report),
+        "schema_version": 1,
+        "runs": report.runs,
+        "skipped": report.skipped,
+        "baseline_rule": report.baseline_rule,
+        "rows": flat_rows(report),
     }
     return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 

@@ -38,7 +38,9 @@ KNOWN_RECIPES: tuple[str, ...] = tuple(results_schema()["properties"]["recipe"][
 CONFIGURATION_KEYS: tuple[str, ...] = tuple(_properties("configuration"))
 ENVIRONMENT_KEYS: tuple[str, ...] = tuple(_properties("environment"))
 # The timing statistics ({mean, std, n}); steady_epoch_s leaves out the first epoch (compilation on XLA).
-STAT_KEYS: tuple[str, ...] = tuple(key for key, value in _properties("timing").items() if value.get("$ref") == "#/$defs/stat")
+STAT_KEYS: tuple[str, ...] = tuple(
+    key for key, value in _properties("timing").items() if value.get("$ref") == "#/$defs/stat"
+)
 
 
 @dataclass(frozen=True)
@@ -93,8 +95,9 @@ def _from_version_0(document: dict) -> dict:
 @lru_cache(maxsize=None)
 def _nullable_keys(block: str) -> tuple[str, ...]:
     """The keys of a block whose schema accepts null: version 1 could leave them out."""
-    return tuple(key for key, schema in _properties(block).items()
-                 if jsonschema.Draft202012Validator(schema).is_valid(None))
+    return tuple(
+        key for key, schema in _properties(block).items() if jsonschema.Draft202012Validator(schema).is_valid(None)
+    )
 
 
 def _from_version_1(document: dict) -> dict:
@@ -177,7 +180,9 @@ def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
         configuration={key: document["configuration"][key] for key in CONFIGURATION_KEYS},
         timing=timing,
         test_accuracy=document["metrics"].get("test_accuracy"),
-        environment={key: document["environment"].get(key) for key in ENVIRONMENT_KEYS},  # optional ones (image_digest) may be absent
+        environment={
+            key: document["environment"].get(key) for key in ENVIRONMENT_KEYS
+        },  # optional ones (image_digest) may be absent
         notebook=document.get("notebook"),
         settings=document.get("settings") or {},
     )
@@ -188,7 +193,9 @@ def load_results(directory: Path) -> tuple[list[RunResult], list[str]]:
     """Every readable ``*.json`` in ``directory`` (not recursive), plus one warning per skipped file."""
     if not directory.is_dir():
         problem = "is not a directory" if directory.exists() else "does not exist"
-        raise EnvkitError(f"results directory {directory} {problem} (give the directory the recipes wrote with --results-dir)")
+        raise EnvkitError(
+            f"results directory {directory} {problem} (give the directory the recipes wrote with --results-dir)"
+        )
     results: list[RunResult] = []
     warnings: list[str] = []
     for path in sorted(directory.glob("*.json")):

@@ -77,8 +77,9 @@ def parse_json(text: str | bytes) -> Any:
     except RecursionError:
         raise Refused(f"nested deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
-        raise Refused(f"not valid JSON, partial or malformed ({exc.msg}: line {exc.lineno} column {exc.colno})",
-                      exc.lineno) from None
+        raise Refused(
+            f"not valid JSON, partial or malformed ({exc.msg}: line {exc.lineno} column {exc.colno})", exc.lineno
+        ) from None
     except ValueError as exc:  # e.g. an integer longer than Python converts
         raise Refused(f"not valid JSON ({' '.join(str(exc).split())})") from None
     _check_depth(document)
@@ -132,7 +133,9 @@ def parse_yaml(text: str, index: Callable[[Any], None] | None = None) -> Any:
         problem = exc.problem or exc.context or "syntax error"
         if exc.context and exc.context.startswith("found"):  # "found duplicate anchor 'a'; ...": the context says what
             problem = exc.context
-        elif exc.context and problem.startswith("but "):  # "expected a single document in the stream, but found another"
+        elif exc.context and problem.startswith(
+            "but "
+        ):  # "expected a single document in the stream, but found another"
             problem = f"{exc.context}, {problem}"
         problem = " ".join(str(problem).split())
         raise Refused(f"malformed YAML: {problem}", mark.line + 1 if mark else None) from None

@@ -13,7 +13,9 @@ import os
 
 from envkit.errors import EnvkitError
 
-START_ENGINE_HINT = "start one with 'sudo systemctl start docker' (or 'sudo dockerd &', or 'sudo scripts/docker-engine.sh start')"
+START_ENGINE_HINT = (
+    "start one with 'sudo systemctl start docker' (or 'sudo dockerd &', or 'sudo scripts/docker-engine.sh start')"
+)
 PING_TIMEOUT_S = 15
 SDK_MISSING = "the Docker SDK for Python is missing: pip install 'envkit[docker]' (or run 'make venv')"
 

@@ -45,7 +45,15 @@ from .checkpoints import (
     rng_states,
     save_checkpoint,
 )
-from .data import IndexBatchDataset, ShardSampler, batch_loader, fake_split, open_dataset, set_loader_epoch, shard_loaders
+from .data import (
+    IndexBatchDataset,
+    ShardSampler,
+    batch_loader,
+    fake_split,
+    open_dataset,
+    set_loader_epoch,
+    shard_loaders,
+)
 from .devices import (
     Replicas,
     after_step,

@@ -21,6 +21,7 @@ class RecipeArgumentParser(argparse.ArgumentParser):
 
 def _integer_at_least(minimum: int, wanted: str) -> Callable[[str], int]:
     """An argparse type: an integer >= ``minimum``; the error says ``expected <wanted>``."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -52,35 +53,62 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, default_epochs: int
     """Add the arguments every recipe takes (docs/design.md section 6)."""
     parser.add_argument("--device", choices=DEVICES, default="cpu", help="where to train (default: cpu)")
     parser.add_argument(
-        "--dataset", choices=DATASETS, default="real",
+        "--dataset",
+        choices=DATASETS,
+        default="real",
         help="real: the torchvision dataset under --data-dir; fake: generated, deterministic, learnable data",
     )
     parser.add_argument("--data-dir", type=Path, default=Path("data"), help="dataset root (default: data)")
     parser.add_argument(
-        "--download", action=argparse.BooleanOptionalAction, default=True,
+        "--download",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="download the real dataset when it is missing (default: yes)",
     )
-    parser.add_argument("--results-dir", type=Path, default=Path("results"), help="where the results JSON goes (default: results)")
-    parser.add_argument("--epochs", type=positive_int, default=default_epochs, help=f"training epochs (default: {default_epochs})")
+    parser.add_argument(
+        "--results-dir", type=Path, default=Path("results"), help="where the results JSON goes (default: results)"
+    )
+    parser.add_argument(
+        "--epochs", type=positive_int, default=default_epochs, help=f"training epochs (default: {default_epochs})"
+    )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    parser.add_argument("--max-steps", type=positive_int, default=None, help="stop after this many optimiser steps (smoke runs)")
+    parser.add_argument(
+        "--max-steps", type=positive_int, default=None, help="stop after this many optimiser steps (smoke runs)"
+    )
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint of this run name")
     parser.add_argument(
-        "--checkpoint-dir", type=Path, default=None,
+        "--checkpoint-dir",
+        type=Path,
+        default=None,
         help="where checkpoints go (default: <results-dir>/checkpoints)",
     )
-    parser.add_argument("--run-name", default=None, help="results/checkpoint name (default: derived from the configuration)")
+    parser.add_argument(
+        "--run-name", default=None, help="results/checkpoint name (default: derived from the configuration)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars (for CI logs)")
-    parser.add_argument("--log-every", type=positive_int, default=50, help="steps between loss updates on the progress bar (default: 50)")
+    parser.add_argument(
+        "--log-every",
+        type=positive_int,
+        default=50,
+        help="steps between loss updates on the progress bar (default: 50)",
+    )
 
 
 def add_fake_data_arguments(parser: argparse.ArgumentParser, *, train: int, test: int) -> None:
-    parser.add_argument("--fake-train-size", type=positive_int, default=train, help=f"--dataset fake: training images (default: {train})")
-    parser.add_argument("--fake-test-size", type=positive_int, default=test, help=f"--dataset fake: test images (default: {test})")
+    parser.add_argument(
+        "--fake-train-size",
+        type=positive_int,
+        default=train,
+        help=f"--dataset fake: training images (default: {train})",
+    )
+    parser.add_argument(
+        "--fake-test-size", type=positive_int, default=test, help=f"--dataset fake: test images (default: {test})"
+    )
 
 
-def add_batch_arguments(parser: argparse.ArgumentParser, *, reference_batch: int, default: str, optimizer: str,
-                        lr: float, lr_scaling: str) -> None:
+def add_batch_arguments(
+    parser: argparse.ArgumentParser, *, reference_batch: int, default: str, optimizer: str, lr: float, lr_scaling: str
+) -> None:
     """Batch size, learning-rate scaling and warm-up: the knobs of E3.
 
     ``reference_batch`` is the global batch the published ``lr`` belongs to; ``default``
@@ -90,17 +118,37 @@ def add_batch_arguments(parser: argparse.ArgumentParser, *, reference_batch: int
     batch = parser.add_mutually_exclusive_group()
     per_device_default = f" (default: {reference_batch})" if default == "per-device" else ""
     global_default = f" (default: {reference_batch})" if default == "global" else ""
-    batch.add_argument("--per-device-batch", type=positive_int, default=None,
-                       help=f"batch per replica; the global batch is this times the replica count{per_device_default}")
-    batch.add_argument("--global-batch", type=positive_int, default=None,
-                       help=f"batch over all replicas; must divide by their count{global_default}")
-    parser.add_argument("--lr", type=positive_float, default=lr,
-                        help=f"{optimizer} learning rate at the reference global batch of {reference_batch} (default: {lr})")
-    parser.add_argument("--lr-scaling", choices=("linear", "none"), default=lr_scaling,
-                        help=f"linear: lr x global batch / {reference_batch} (E3); none: --lr as given (default: {lr_scaling})")
-    parser.add_argument("--warmup-epochs", type=non_negative_int, default=0,
-                        help="ramp the learning rate up linearly over this many epochs before it decays; "
-                             "large scaled batches need it (E3) (default: 0, as published)")
+    batch.add_argument(
+        "--per-device-batch",
+        type=positive_int,
+        default=None,
+        help=f"batch per replica; the global batch is this times the replica count{per_device_default}",
+    )
+    batch.add_argument(
+        "--global-batch",
+        type=positive_int,
+        default=None,
+        help=f"batch over all replicas; must divide by their count{global_default}",
+    )
+    parser.add_argument(
+        "--lr",
+        type=positive_float,
+        default=lr,
+        help=f"{optimizer} learning rate at the reference global batch of {reference_batch} (default: {lr})",
+    )
+    parser.add_argument(
+        "--lr-scaling",
+        choices=("linear", "none"),
+        default=lr_scaling,
+        help=f"linear: lr x global batch / {reference_batch} (E3); none: --lr as given (default: {lr_scaling})",
+    )
+    parser.add_argument(
+        "--warmup-epochs",
+        type=non_negative_int,
+        default=0,
+        help="ramp the learning rate up linearly over this many epochs before it decays; "
+        "large scaled batches need it (E3) (default: 0, as published)",
+    )
 
 
 def resolve_batches(args: argparse.Namespace, replicas: int, *, reference_batch: int, default: str) -> None:
@@ -140,11 +188,15 @@ def check_run_name(name: str) -> str:
     """A run name becomes part of file names: letters, digits, '.', '_' and '-' only."""
     allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
     if not name or not set(name) <= allowed or name.startswith("."):
-        raise RecipeError(f"--run-name {name!r} is not allowed: use letters, digits, '.', '_' and '-' (not starting with '.')")
+        raise RecipeError(
+            f"--run-name {name!r} is not allowed: use letters, digits, '.', '_' and '-' (not starting with '.')"
+        )
     return name
 
 
-def default_run_name(device: str, *, world_size: int = 1, strategy: str | None = None, parallel: str | None = None) -> str:
+def default_run_name(
+    device: str, *, world_size: int = 1, strategy: str | None = None, parallel: str | None = None
+) -> str:
     """A run name from the configuration: ``cpu``, ``tpu-x8-xmp``, ``cuda-x4-ddp``."""
     name = device
     if world_size > 1 or strategy in ("xmp", "spmd", "ddp") or parallel in ("dp", "ddp"):

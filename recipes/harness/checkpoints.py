@@ -77,7 +77,9 @@ def load_checkpoint(path: Path) -> dict:
             "delete it to start over, or pass another --checkpoint-dir"
         ) from None
     if not isinstance(state, dict) or "epoch" not in state:
-        raise RecipeError(f"checkpoint {path} is not an envkit recipe checkpoint; delete it or pass another --checkpoint-dir")
+        raise RecipeError(
+            f"checkpoint {path} is not an envkit recipe checkpoint; delete it or pass another --checkpoint-dir"
+        )
     return state
 
 
@@ -125,10 +127,13 @@ class Checkpointer:
 
     def save(self, parts: dict, epochs_done: int, **records: Any) -> None:
         """Every part's ``state_dict()`` after ``epochs_done`` epochs, with ``records`` (RNGs, history) beside them."""
-        save_checkpoint(self.path, {
-            "epoch": epochs_done,
-            "sampler_epoch": epochs_done,  # the next epoch's shuffle (DistributedSampler.set_epoch)
-            **{name: part.state_dict() for name, part in parts.items()},
-            **records,
-            "training_settings": self.settings,
-        })
+        save_checkpoint(
+            self.path,
+            {
+                "epoch": epochs_done,
+                "sampler_epoch": epochs_done,  # the next epoch's shuffle (DistributedSampler.set_epoch)
+                **{name: part.state_dict() for name, part in parts.items()},
+                **records,
+                "training_settings": self.settings,
+            },
+        )

@@ -96,15 +96,24 @@ def set_loader_epoch(loader: torch.utils.data.DataLoader, epoch: int) -> None:
     loader.sampler.sampler.set_epoch(epoch)
 
 
-def shard_loaders(train_set: IndexBatchDataset, test_set: IndexBatchDataset, replicas: Replicas, *,
-                  batch: int, test_batch: int, seed: int):
+def shard_loaders(
+    train_set: IndexBatchDataset,
+    test_set: IndexBatchDataset,
+    replicas: Replicas,
+    *,
+    batch: int,
+    test_batch: int,
+    seed: int,
+):
     """This process's training loader (its shuffled shard; a short last batch dropped: a new shape
     would make XLA compile again, and BatchNorm could see one image) and test loader (its unpadded shard)."""
     shard = {"seed": seed, "rank": replicas.rank, "world_size": replicas.world_size}
     train = batch_loader(train_set, batch, train=True, drop_last=True, **shard)
     if len(train) == 0:
-        raise RecipeError(f"no training step: {len(train.sampler.sampler)} training images per data shard is "
-                          f"less than one batch of {batch}; use a smaller batch or more data")
+        raise RecipeError(
+            f"no training step: {len(train.sampler.sampler)} training images per data shard is "
+            f"less than one batch of {batch}; use a smaller batch or more data"
+        )
     return train, batch_loader(test_set, test_batch, train=False, **shard)
 
 
@@ -115,8 +124,10 @@ def open_dataset(dataset_class, data_dir: Path, folder: str, *, train: bool, dow
         dataset = dataset_class(str(data_dir), train=train, download=download)
     except (RuntimeError, OSError) as exc:
         how = "the download failed" if download else "downloading is off (--no-download)"
-        raise RecipeError(f"{missing} and {how} ({' '.join(str(exc).split())[:120]}); "
-                          f"{fix}, allow the download, or use --dataset fake") from None
+        raise RecipeError(
+            f"{missing} and {how} ({' '.join(str(exc).split())[:120]}); "
+            f"{fix}, allow the download, or use --dataset fake"
+        ) from None
     if download:
         chown_tree(Path(data_dir) / folder)
     return dataset

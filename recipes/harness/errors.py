@@ -54,4 +54,6 @@ def import_optional(module: str, what: str, install: str, instead: str | None = 
         return importlib.import_module(module)
     except ImportError:
         alternative = f"use {instead}, or " if instead else ""
-        raise RecipeError(f"{what} needs {install}, which is not installed here; {alternative}pip install {install}") from None
+        raise RecipeError(
+            f"{what} needs {install}, which is not installed here; {alternative}pip install {install}"
+        ) from None

@@ -60,8 +60,17 @@ def progress(iterable: Iterable, *, total: int | None, desc: str, enabled: bool)
 class ProgressBar:
     """One epoch's batches, behind a bar when ``enabled``, which shows the loss every ``log_every`` steps."""
 
-    def __init__(self, batches: Iterable, *, total: int, desc: str, enabled: bool, log_every: int,
-                 device: torch.device, show_loss: bool = True):
+    def __init__(
+        self,
+        batches: Iterable,
+        *,
+        total: int,
+        desc: str,
+        enabled: bool,
+        log_every: int,
+        device: torch.device,
+        show_loss: bool = True,
+    ):
         self._bar = progress(batches, total=total, desc=desc, enabled=enabled)
         self._shows_loss = enabled and show_loss
         self.log_every, self.device = log_every, device

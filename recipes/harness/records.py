@@ -37,8 +37,12 @@ def git_revision() -> str | None:
         return revision if _REVISION.fullmatch(revision) else None
     try:
         done = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
-            capture_output=True, text=True, timeout=10, check=False,
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -131,8 +135,16 @@ def capture_environment(device: torch.device, device_kind: str) -> dict:
     }
 
 
-def configuration_record(args: argparse.Namespace, replicas: Replicas, *, model: str, image_size: int | None,
-                         cores: int | None = None, strategy: str | None = None, parallel: str | None = None) -> dict:
+def configuration_record(
+    args: argparse.Namespace,
+    replicas: Replicas,
+    *,
+    model: str,
+    image_size: int | None,
+    cores: int | None = None,
+    strategy: str | None = None,
+    parallel: str | None = None,
+) -> dict:
     """The results' ``configuration``: what the report groups runs by (null where it does not apply)."""
     return {
         "device": args.device,
@@ -220,7 +232,7 @@ def summarize(values: Sequence[float]) -> dict:
         return {"mean": 0.0, "std": 0.0, "n": 0}
     mean = sum(values) / n
     variance = sum((v - mean) ** 2 for v in values) / n
-    return {"mean": mean, "std": variance ** 0.5, "n": n}
+    return {"mean": mean, "std": variance**0.5, "n": n}
 
 
 def timing_record(history: Any, total_s: float) -> dict:

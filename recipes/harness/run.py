@@ -76,7 +76,9 @@ def global_accuracy(model: torch.nn.Module, batches: Iterable, replicas: Replica
 class Run:
     """One training run's records; see the module docstring for how a recipe's loop uses it."""
 
-    def __init__(self, args: argparse.Namespace, replicas: Replicas, *, recipe: str, prog: str, resume_keys: Sequence[str]):
+    def __init__(
+        self, args: argparse.Namespace, replicas: Replicas, *, recipe: str, prog: str, resume_keys: Sequence[str]
+    ):
         self.args, self.replicas, self.recipe, self.prog = args, replicas, recipe, prog
         self.started_at, self.started = now_iso(), time.perf_counter()
         self.checkpointer = Checkpointer(args, recipe=recipe, resume_keys=resume_keys)
@@ -93,8 +95,10 @@ class Run:
         epoch = 0 if self.saved is None else self.saved["epoch"]
         total, processes = self.replicas.sum_over_processes([epoch, 1])
         if total != epoch * processes:
-            raise RecipeError(f"--resume: the processes do not all see the checkpoint {self.checkpointer.path} (this one: "
-                              f"{'epoch ' + str(epoch) if self.saved else 'none'}); put --checkpoint-dir where every host sees it")
+            raise RecipeError(
+                f"--resume: the processes do not all see the checkpoint {self.checkpointer.path} (this one: "
+                f"{'epoch ' + str(epoch) if self.saved else 'none'}); put --checkpoint-dir where every host sees it"
+            )
 
     def elapsed_s(self) -> float:
         """Wall time of the whole run, earlier (interrupted) segments included."""
@@ -110,8 +114,10 @@ class Run:
             restore_rng_states(self.saved["rng"], self.replicas.device)
             self.history, first_epoch = History(**self.saved["history"]), self.saved["epoch"]
             if first_epoch >= self.args.epochs or self.out_of_steps():
-                raise RecipeError(f"nothing to do: the checkpoint {self.checkpointer.path} already holds {first_epoch} epochs; "
-                                  "raise --epochs, or start without --resume")
+                raise RecipeError(
+                    f"nothing to do: the checkpoint {self.checkpointer.path} already holds {first_epoch} epochs; "
+                    "raise --epochs, or start without --resume"
+                )
         self.args.resumed_from_epoch = first_epoch if self.saved is not None else None
         return first_epoch
 
@@ -126,8 +132,15 @@ class Run:
         total = steps if args.max_steps is None else min(steps, args.max_steps - self.history.steps)
         # TorchTPU: a .item() on rank 0 alone deadlocks the other ranks, so DDP there shows no loss.
         tpu_ranks = replicas.device.type == "tpu" and replicas.world_size > 1
-        return ProgressBar(batches, total=total, desc=f"epoch {epoch + 1}/{args.epochs}", enabled=replicas.is_main and not args.quiet,
-                           log_every=args.log_every, device=replicas.device, show_loss=not tpu_ranks)
+        return ProgressBar(
+            batches,
+            total=total,
+            desc=f"epoch {epoch + 1}/{args.epochs}",
+            enabled=replicas.is_main and not args.quiet,
+            log_every=args.log_every,
+            device=replicas.device,
+            show_loss=not tpu_ranks,
+        )
 
     def start_epoch(self) -> None:
         self._epoch_started = time.perf_counter()
@@ -147,14 +160,21 @@ class Run:
         if is_xla(self.replicas.device):
             history.compilations.append(xla_compilations())
         if self.replicas.is_main and not self.args.quiet:
-            print(f"{self.prog}: epoch {epoch + 1}/{self.args.epochs}: loss {loss:.4f}, test accuracy {accuracy:.4f}, "
-                  f"train {history.train_epoch_s[-1]:.2f} s, test {history.test_epoch_s[-1]:.2f} s", file=sys.stderr)
+            print(
+                f"{self.prog}: epoch {epoch + 1}/{self.args.epochs}: loss {loss:.4f}, test accuracy {accuracy:.4f}, "
+                f"train {history.train_epoch_s[-1]:.2f} s, test {history.test_epoch_s[-1]:.2f} s",
+                file=sys.stderr,
+            )
 
     def save_checkpoint(self, parts: dict, epochs_done: int) -> None:
         """Save ``parts``, the RNGs and the history, atomically (the main process alone calls this)."""
         started = time.perf_counter()
-        self.checkpointer.save(parts, epochs_done, rng=rng_states(self.replicas.device),
-                               history={**vars(self.history), "elapsed_s": self.elapsed_s()})
+        self.checkpointer.save(
+            parts,
+            epochs_done,
+            rng=rng_states(self.replicas.device),
+            history={**vars(self.history), "elapsed_s": self.elapsed_s()},
+        )
         self.history.checkpoint_s.append(time.perf_counter() - started)
 
     def write_results(self, configuration: dict, metrics: dict) -> Path | None:
@@ -163,7 +183,11 @@ class Run:
             return None
         history = self.history
         if history.compilations:
-            metrics = {**metrics, "xla_compilations": history.compilations[-1], "xla_compilations_per_epoch": history.compilations}
+            metrics = {
+                **metrics,
+                "xla_compilations": history.compilations[-1],
+                "xla_compilations_per_epoch": history.compilations,
+            }
         metrics = {
             "test_accuracy": history.epoch_accuracy[-1],
             "final_loss": history.epoch_loss[-1],
@@ -174,9 +198,13 @@ class Run:
             **metrics,
         }
         results = build_results(
-            recipe=self.recipe, run_name=self.args.run_name, started_at=self.started_at,
-            settings=settings_record(self.args), configuration=configuration,
-            timing=timing_record(history, self.elapsed_s()), metrics=metrics,
+            recipe=self.recipe,
+            run_name=self.args.run_name,
+            started_at=self.started_at,
+            settings=settings_record(self.args),
+            configuration=configuration,
+            timing=timing_record(history, self.elapsed_s()),
+            metrics=metrics,
             environment=capture_environment(self.replicas.device, self.args.device),
         )
         path = write_results(self.args.results_dir, results)
