@@ -107,7 +107,7 @@ endif
 .DEFAULT_GOAL := help
 .PHONY: FORCE help venv xla-env sky-env tpu-env bench-env render build-cpu build-cuda build-tpu-vm tpu-mnist tpu-mnist-single \
 	gpu-mnist cpu-mnist gpu-single-cifar gpu-dp-cifar gpu-ddp-cifar cpu-single-cifar cpu-ddp-cifar e3-batch-scaling compare \
-	push save load prune demo test doctor
+	push save load prune demo test lint doctor
 
 help: ## list the targets and the variables they read
 	@+awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z0-9-]*:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -225,6 +225,10 @@ load: | $(ENVKIT) ## verify FILE (a saved .tar.gz or its manifest) and load it
 
 prune: | $(ENVKIT) ## remove TARGET's older images, never latest (KEEP=N spares the N newest; DRY_RUN=1 lists)
 	$(DRY)$(ENVKIT) prune $(TARGET) $(if $(KEEP),--keep $(KEEP)) $(DRY_FLAG)
+
+lint: | $(ENVKIT) ## ruff: the linter and the formatter's check (CI runs it)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 # --durations: what each image build and cluster costs, in every CI log.
 test: | $(ENVKIT) ## the whole test suite, integration tests included

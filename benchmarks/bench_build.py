@@ -66,9 +66,7 @@ STEP = re.compile(r"^#(\d+) \[[^\]]*\d+/\d+\] (\S+)")
 
 
 def envkit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [sys.executable, "-m", "envkit", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    done = subprocess.run([sys.executable, "-m", "envkit", *args], cwd=cwd, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"bench_build: envkit {args[0]} failed:\n{done.stderr[-3000:]}")
     return done
@@ -143,10 +141,10 @@ def main() -> int:
     args = parser.parse_args()
 
     sys.path.insert(0, str(REPO))
-    from envkit.image.build_context import staging_path
-    from envkit.support.docker_client import connect_docker
     from envkit.errors import EnvkitError
     from envkit.image.build import LATEST, repository
+    from envkit.image.build_context import staging_path
+    from envkit.support.docker_client import connect_docker
 
     try:
         client = connect_docker()

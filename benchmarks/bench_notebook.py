@@ -34,9 +34,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
+from notebook_cpu import build_wheelhouse, cpu_mode_env, execute  # noqa: E402
+
 from envkit.notebook import builder, runtime  # noqa: E402
 from envkit.project.config import load_config  # noqa: E402
-from notebook_cpu import build_wheelhouse, cpu_mode_env, execute  # noqa: E402
 
 
 def cpu_seconds() -> float:
@@ -53,8 +54,9 @@ def timed(action):
 def render_figures(config, pairs, repeat: int) -> None:
     print("render (in-process)                 first s   warm s (median)   KiB")
     for target, experiment in pairs:
-        notebook, first, _ = timed(lambda: builder.render_notebook(config, experiment, target))
-        warm = [timed(lambda: builder.render_notebook(config, experiment, target))[1] for _ in range(repeat)]
+        # noqa: B023 below: each closure is called before the loop moves on
+        notebook, first, _ = timed(lambda: builder.render_notebook(config, experiment, target))  # noqa: B023
+        warm = [timed(lambda: builder.render_notebook(config, experiment, target))[1] for _ in range(repeat)]  # noqa: B023
         print(
             f"  {notebook.path.relative_to('notebooks').as_posix():<34} {first:7.3f}   {statistics.median(warm):7.3f}           "
             f"{len(notebook.text.encode()) // 1024}"
@@ -104,7 +106,7 @@ def execute_figures(pairs, wheelhouse: Path, scratch: Path) -> None:
     for target, experiment in pairs:
         path = REPO / builder.notebook_path(target, experiment)
         folder = scratch / target / experiment
-        (_, seconds), wall, cpu = timed(lambda: execute(path, wheelhouse, folder / "work", folder / "out"))
+        (_, seconds), wall, cpu = timed(lambda: execute(path, wheelhouse, folder / "work", folder / "out"))  # noqa: B023 - called at once
         print(f"  {target}/{path.name:<{33 - len(target)}} {seconds:6.1f}   {cpu:6.1f}")
 
 

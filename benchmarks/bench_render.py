@@ -65,9 +65,9 @@ def child_env(cache: Path | None = None) -> dict[str, str]:
 
 
 def in_process(config: Path, output: Path) -> None:
+    from envkit.project.config import load_config
     from envkit.render import output as rendered
     from envkit.render import target_files as render
-    from envkit.project.config import load_config
 
     loaded = load_config(config)
     rendered.write(output, render.render_targets(loaded, list(loaded.targets)))

@@ -10,7 +10,7 @@ usage: python benchmarks/layout.py [REPO]   (REPO defaults to this checkout; giv
 from __future__ import annotations
 
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import grimp
@@ -33,7 +33,7 @@ def main() -> int:
 
     on_path: set[str] = set()
 
-    @lru_cache(maxsize=None)
+    @cache
     def deepest(module: str) -> tuple[str, ...]:
         # An import back onto the current chain would close a cycle: the chain stops there.
         on_path.add(module)

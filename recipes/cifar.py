@@ -23,14 +23,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
 import ddp
 import harness
 import scatter
 import speed
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 from harness import RecipeError
 
 RECIPE, PROG = "cifar", "cifar.py"
@@ -155,7 +154,7 @@ def data_loaders(args: argparse.Namespace, replicas: Replicas):
     return tuple(speed.with_loader_options(loader, args) for loader in loaders)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def normalisation(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """CIFAR-10's channel mean and std on ``device``, made once: a per-step host-to-GPU copy would stall the step."""
     return (

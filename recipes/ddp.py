@@ -12,11 +12,10 @@ import os
 import socket
 import sys
 import time
-from typing import Callable
-
-import torch
+from collections.abc import Callable
 
 import harness
+import torch
 from harness import RecipeError
 
 

@@ -15,17 +15,16 @@ gives it timers, a progress bar, checkpoints (``--resume``) and the results JSON
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-import tpu_backend  # noqa: I001 - before torch, which loads TorchTPU where it is installed (see there)
+import harness
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel
-
-import harness
+import tpu_backend  # noqa: I001 - before torch, which loads TorchTPU where it is installed (see there)
 from harness import RecipeError, Replicas
+from torch.nn.parallel import DistributedDataParallel
 
 RECIPE, PROG = "mnist", "mnist.py"
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import contextlib
 
+import harness
 import torch
 import torch.nn as nn
-
-import harness
 
 
 def shape_text(tensor: torch.Tensor) -> str:

@@ -10,7 +10,6 @@ import argparse
 
 import torch
 import torch.nn as nn
-
 from harness import RecipeError, non_negative_int
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

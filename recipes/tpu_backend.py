@@ -25,8 +25,8 @@ import os
 import subprocess
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 BACKENDS = ("torch_xla", "torch_tpu")  # in the order auto prefers them
 # mnist.py's strategies that train on every device, per backend (both also train on one: "single").
@@ -57,11 +57,10 @@ if "torch_tpu" in installed_backends() and not has_tpu_chip():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     warnings.filterwarnings("ignore", message="<TorchTpu/Performance/TcMalloc/")
 
-import torch  # noqa: E402 - after the environment above
-import torch.distributed as dist  # noqa: E402
-
 import ddp  # noqa: E402
 import harness  # noqa: E402
+import torch  # noqa: E402 - after the environment above
+import torch.distributed as dist  # noqa: E402
 from harness import RecipeError  # noqa: E402
 
 

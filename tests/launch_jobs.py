@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from envkit.project.config import load_config
-from envkit.project.experiments import experiment
 from envkit.image.build import repository
 from envkit.image.pushed import Pushed, record
 from envkit.launch.job import EngineOptions, build_job
+from envkit.project.config import load_config
+from envkit.project.experiments import experiment
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ROOT = Path("/srv/envkit")

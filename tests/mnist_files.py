@@ -9,7 +9,6 @@ uint8 labels, then each dimension as uint32) followed by the raw bytes.
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 import subprocess

@@ -8,7 +8,6 @@ alias bomb ended in a MemoryError traceback and the deep nesting in a segfault o
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import resource

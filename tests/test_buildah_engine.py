@@ -21,9 +21,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from envkit.image import buildah
-from envkit.image.build_context import staging_path
 from test_docker_engine import (  # noqa: F401 - fixtures
     OFFLINE_CONFIG,
     base_image,
@@ -35,6 +32,9 @@ from test_docker_engine import (  # noqa: F401 - fixtures
     offline_lock,
     unavailable,
 )
+
+from envkit.image import buildah
+from envkit.image.build_context import staging_path
 
 TARGET = "buildah-cpu"
 DIGEST = re.compile(r", digest (sha256:[0-9a-f]{64})\)$")

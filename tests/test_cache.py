@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
+from envkit.errors import EnvkitError
+from envkit.project.config import load_config
 from envkit.render import target_files as render
 from envkit.support.cache import schema_checked
-from envkit.project.config import load_config
-from envkit.errors import EnvkitError
 
 
 @pytest.fixture()

@@ -6,7 +6,6 @@ multi-process DDP runs are in test_cifar_ddp.py (slow).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import socket
@@ -14,14 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-import torch
-
-from cifar_files import write_cifar10
-
 import cifar  # noqa: E402 - on sys.path through cifar_files
 import harness  # noqa: E402
+import pytest
 import scatter  # noqa: E402
+import torch
+from cifar_files import write_cifar10
 
 RECIPE = Path(cifar.__file__)
 TINY = [
@@ -398,8 +395,8 @@ def test_resume_with_other_settings_or_a_corrupt_checkpoint_is_one_line(tmp_path
 # --------------------------------------------------------------------------- several hosts
 
 
-import ddp  # noqa: E402
-from results_contract import assert_valid_results
+import ddp  # noqa: E402 - a recipe module, on sys.path like cifar
+from results_contract import assert_valid_results  # noqa: E402 - beside the tests that use it
 
 
 @pytest.fixture

@@ -18,9 +18,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cifar_files import write_cifar10  # noqa: E402
-
 import cifar  # noqa: E402 - on sys.path through cifar_files
+from cifar_files import write_cifar10  # noqa: E402
 from results_contract import assert_valid_results
 
 RECIPE = Path(cifar.__file__)

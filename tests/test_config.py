@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from envkit.project.config import SCHEMA_PATH, load_config
 from envkit.errors import EnvkitError
+from envkit.project.config import SCHEMA_PATH, load_config
 
 
 def write_config(directory: Path, text: str) -> Path:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
 
-from envkit.cli import report as cli_report
 from envkit.cli import main
+from envkit.cli import report as cli_report
 from envkit.host.doctor import HostFacts
 from envkit.host.venv import MARKER
 from envkit.runs.plans import RunPlan, Step, execute

@@ -34,20 +34,19 @@ import time
 import urllib.request
 from pathlib import Path
 
-import docker
 import pytest
 import yaml
-
-from envkit.image.build_context import staging_path
-from envkit.project.config import load_config
-from envkit.host.doctor import inspect_host
-from envkit.support.docker_client import connect_docker
-from envkit.errors import EnvkitError
-from envkit.image.build import docker_cli as docker_command
-from envkit.render.labels import LOCK_LABEL
-from envkit.lock.lockfile import normalise, read_lock
-
 from mnist_files import read_results, write_mnist
+
+import docker
+from envkit.errors import EnvkitError
+from envkit.host.doctor import inspect_host
+from envkit.image.build import docker_cli as docker_command
+from envkit.image.build_context import staging_path
+from envkit.lock.lockfile import normalise, read_lock
+from envkit.project.config import load_config
+from envkit.render.labels import LOCK_LABEL
+from envkit.support.docker_client import connect_docker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import offline_lock  # noqa: E402

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from envkit.host import doctor
-from envkit.support import docker_client as engine
 from envkit.errors import EnvkitError
+from envkit.host import doctor
 from envkit.project.experiments import load_experiments
 from envkit.project.kinds import kind
+from envkit.support import docker_client as engine
 
 NO_ENGINE = "no Docker engine answers at unix:///x: start one with ..."
 

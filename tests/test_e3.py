@@ -16,15 +16,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from mnist_files import read_results, run_mnist
+from test_report import check_golden
+from xla_env import xla_python
 
 from envkit.cli import main
 from envkit.project.experiments import experiment
 from envkit.runs.plot import write_plot
 from envkit.runs.report import build_report, render_report
 from envkit.runs.results import load_results
-from mnist_files import read_results, run_mnist
-from test_report import check_golden
-from xla_env import xla_python
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "data" / "results" / "e3"

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from envkit.support import docker_client as engine
 from envkit.errors import EnvkitError
+from envkit.support import docker_client as engine
 
 
 def test_a_missing_docker_sdk_is_one_line_naming_the_extra(monkeypatch):

@@ -7,10 +7,10 @@ either read the table or are checked here against it, both ways.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,8 +18,8 @@ from envkit.cli import main
 from envkit.errors import EnvkitError
 from envkit.project.config import load_config
 from envkit.project.experiments import load_experiments
-from envkit.runs.plans import experiment_target
 from envkit.project.kinds import load_kinds
+from envkit.runs.plans import experiment_target
 
 TABLE = load_experiments()
 # One experiment target: `name: $(RENDERED)/<target> | $(ENVKIT) ## summary` (the target's render stamp)

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from envkit.image import build_context
+from envkit.errors import EnvkitError
 from envkit.image import archive as image_archive
 from envkit.image import build as image_build
-from envkit.errors import EnvkitError
+from envkit.image import build_context
 from envkit.image.names import check_registry
 
 CERT = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
@@ -50,7 +50,11 @@ def project(tmp_path: Path) -> Path:
 
 
 def staged(
-    project: Path, tmp_path: Path, options=build_context.BuildOptions(), target=FakeTarget(), name="ctx"
+    project: Path,
+    tmp_path: Path,
+    options=build_context.BuildOptions(),  # noqa: B008 - a frozen record, shared safely
+    target=FakeTarget(),
+    name="ctx",
 ) -> Path:
     dest = tmp_path / name
     build_context.stage_context(project, target, options, dest)

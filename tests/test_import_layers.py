@@ -6,8 +6,6 @@ counts imports inside functions too: the cycle issue 18 found was one such impor
 
 from __future__ import annotations
 
-import importlib
-import sys
 from pathlib import Path
 
 import pytest

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from linters import linter
 
+from envkit.errors import EnvkitError
 from envkit.project import kinds
 from envkit.project.config import schema
-from envkit.errors import EnvkitError
-from linters import linter
 
 ROCM_KIND = """\
   rocm:

@@ -10,13 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from launch_jobs import DIGEST, IMAGE_ID, OUTPUT, REPO_ROOT, make_job, record_push, save_manifest
 
-from envkit.launch import engines
 from envkit.cli import main
-from envkit.launch import slurm
+from envkit.launch import engines, slurm
 from envkit.launch.job import ENGINES, EngineOptions
 from envkit.launch.plan import describe
-from launch_jobs import DIGEST, IMAGE_ID, OUTPUT, REPO_ROOT, make_job, record_push, save_manifest
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "launch"
 REGISTRY_IMAGE = f"registry.example:5000/team/envkit-cuda@{DIGEST}"

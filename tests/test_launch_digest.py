@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from launch_jobs import DIGEST, IMAGE_ID, REPO_ROOT, make_job, record_push
+from test_launch import project, run  # noqa: F401 - project is a fixture
 
 from envkit.cli import main
 from envkit.errors import EnvkitError
 from envkit.image import build as image_build
 from envkit.image import pushed
 from envkit.launch import slurm
-from launch_jobs import DIGEST, IMAGE_ID, REPO_ROOT, make_job, record_push
-from test_launch import project, run  # noqa: F401 - project is a fixture
 
 REGISTRY = "registry.example:5000/team"
 OTHER_DIGEST = "sha256:" + "ab" * 32

@@ -7,7 +7,6 @@ document, the same keys as a clean render.
 
 from __future__ import annotations
 
-import os
 import shlex
 import stat
 import subprocess
@@ -15,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from launch_jobs import make_job
 
 from envkit.launch import hosts, kubernetes, skypilot, slurm, tpu_pod
 from envkit.launch.job import EngineOptions
 from envkit.launch.shell import line
-from launch_jobs import make_job
 
 REGISTRY_IMAGE = "registry.example:5000/team/envkit-cuda:latest"
 

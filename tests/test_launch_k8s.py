@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import copy
 import os
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
+from launch_jobs import REPO_ROOT, make_job
 
 from envkit.launch import kubernetes
 from envkit.launch.job import EngineOptions
-from launch_jobs import REPO_ROOT, make_job
 
 CRD_DIR = REPO_ROOT.parent / "shared" / "reference" / "k8s"
 CRDS = {"PyTorchJob": "kubeflow-pytorchjob-crd.yaml", "JobSet": "jobset-crd.yaml"}
@@ -39,7 +39,7 @@ def strict(schema):
     return schema
 
 
-@lru_cache(maxsize=None)
+@cache
 def validator(kind: str, api_version: str, crd_dir: Path = CRD_DIR):
     path = crd_dir / CRDS[kind]
     if not path.is_file():

@@ -14,11 +14,11 @@ import os
 import subprocess
 
 import pytest
+from launch_jobs import make_job
+from xla_env import environment_missing
 
 from envkit.launch import kubernetes, skypilot
 from envkit.launch.job import EngineOptions
-from launch_jobs import make_job
-from xla_env import environment_missing
 
 CHECK = """
 import json, sys

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from linters import linter
 
 GOLDEN = Path(__file__).resolve().parent / "golden"

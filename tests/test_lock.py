@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from envkit.cli import main
-from envkit.project.config import load_config
-from envkit.lock.lockfile import lock_inputs, read_lock
 from wheel_index import IndexServer
 from xla_env import environment_missing
+
+from envkit.cli import main
+from envkit.lock.lockfile import lock_inputs, read_lock
+from envkit.project.config import load_config
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "lock"
 # Nothing answers on port 9 of the loopback: the base digest stays unresolved

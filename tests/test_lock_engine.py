@@ -11,11 +11,11 @@ from __future__ import annotations
 import io
 import tarfile
 
-import docker
 import pytest
 from test_docker_engine import base_image, client, engine_test, registry  # noqa: F401 - fixtures
 from test_lock import envkit, indexes, lock_text, write_project  # noqa: F401 - fixtures
 
+import docker
 from envkit.lock.lockfile import BASE_LINE
 
 INSTALL = "pip install --require-hashes --no-deps --only-binary=:all:"

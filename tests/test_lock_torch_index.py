@@ -24,18 +24,18 @@ from pathlib import Path
 
 import pytest
 import yaml
+from wheel_index import IndexServer, file_sha256
+from xla_env import environment_missing
 
 from envkit.cli import main
 from envkit.lock.lockfile import read_lock
-from wheel_index import IndexServer, file_sha256
-from xla_env import environment_missing
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 TORCH_WHEELS = Path(os.environ.get("ENVKIT_TEST_WHEELS", "/opt/wheels"))
 TORCH = "2.13.0"
-PYTHON = "%d.%d" % sys.version_info[:2]
+PYTHON = "{}.{}".format(*sys.version_info[:2])
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from xla_env import environment_missing
 
 from envkit.errors import EnvkitError
 from envkit.project.matrix import MATRIX_PATH, load_matrix, minor_of, python_in_range, version_key
-from xla_env import environment_missing
 
 
 @pytest.fixture(scope="module")
@@ -302,7 +302,7 @@ class FakeIndex:
         return server, f"http://127.0.0.1:{server.server_address[1]}/simple"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _wheel_bytes(filename: str, metadata: str) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:

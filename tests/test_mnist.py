@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from mnist_files import REPO_ROOT, RECIPE, checkpoint_weights, read_results, run_mnist, write_mnist
+from mnist_files import RECIPE, REPO_ROOT, checkpoint_weights, read_results, run_mnist, write_mnist
 
 sys.path.insert(0, str(REPO_ROOT / "recipes"))
 import harness  # noqa: E402

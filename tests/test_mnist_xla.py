@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from mnist_files import checkpoint_weights, read_results, run_mnist, write_mnist
 from xla_env import xla_python
 
@@ -132,7 +131,7 @@ def test_spmd_over_two_devices_matches_one_device(python, tmp_path):
         checkpoint_weights(tmp_path / "two", "tpu-x2-spmd"),
     )
     for name, tensor in weights_one.items():
-        torch.testing.assert_close(weights_two[name], tensor, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(weights_two[name], tensor, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")  # noqa: B023 - called at once
 
 
 @needs_xla

@@ -8,7 +8,6 @@ import json
 import re
 import shutil
 import tomllib
-from pathlib import Path
 
 import nbformat
 import pytest

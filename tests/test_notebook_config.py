@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 from jsonschema import Draft202012Validator
+from wheel_index import IndexServer
 
 from envkit.cli import main
 from envkit.lock.lockfile import lock_inputs, lock_path, read_lock
-from envkit.project.notebook_platforms import PLATFORMS_PATH, SCHEMA_PATH, load_platforms
 from envkit.project import kinds
 from envkit.project.config import load_config
-from wheel_index import IndexServer
+from envkit.project.notebook_platforms import PLATFORMS_PATH, SCHEMA_PATH, load_platforms
 
 KAGGLE_IDS = {
     "TpuV38",

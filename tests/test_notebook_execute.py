@@ -29,12 +29,12 @@ from pathlib import Path
 import jsonschema
 import nbformat
 import pytest
+from notebook_cpu import build_wheelhouse, execute
+from xla_env import environment_missing
 
 from envkit.cli import main
 from envkit.notebook import builder, runtime
 from envkit.project.config import load_config
-from notebook_cpu import build_wheelhouse, execute
-from xla_env import environment_missing
 
 pytestmark = pytest.mark.slow
 IMAGE_RESULT = Path(__file__).parent / "data" / "results" / "backends" / "mnist-tpu-xla.json"
@@ -110,7 +110,7 @@ def test_every_committed_notebook_runs_top_to_bottom(executed, wheelhouse, repo_
 def test_results_carry_the_notebooks_provenance_and_validate(executed, wheelhouse, repo_root):
     schema = json.loads((repo_root / "envkit" / "data" / "results.schema.json").read_text())
     cpu_lock = runtime.lock_packages(wheelhouse / "requirements.lock")
-    for name, run in executed.items():
+    for run in executed.values():
         for path in run["results"][1:]:
             jsonschema.validate(json.loads(path.read_text()), schema)
         document = json.loads(run["results"][0].read_text())

@@ -3,7 +3,6 @@ recognise and refuse, its file check, and both as one line inside a real kernel 
 
 from __future__ import annotations
 
-import os
 import stat
 from pathlib import Path
 

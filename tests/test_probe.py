@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from xla_env import xla_python
 
 from envkit import cli
 from envkit.host import doctor
-from xla_env import xla_python
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROBE = REPO_ROOT / "recipes" / "probe.py"

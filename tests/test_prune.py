@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import docker
 import pytest
 import requests
 
-from envkit.image import prune
+import docker
 from envkit.cli import main
+from envkit.image import prune
 
 DAY = 86_400
 LATEST_ID, OLDER_ID, OLDEST_ID = ("sha256:" + c * 64 for c in "abc")

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from envkit.support import atomic
-from envkit.render import output as rendered
-from envkit.render import target_files as render
-from envkit.project.config import load_config
 from envkit.errors import EnvkitError
 from envkit.lock.lockfile import read_lock
+from envkit.project.config import load_config
+from envkit.render import output as rendered
+from envkit.render import target_files as render
+from envkit.support import atomic
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 GOLDEN_TARGETS = ["cpu", "cuda", "tpu-vm", "cpu-local", "tpu-vm-tpu"]
@@ -297,7 +297,7 @@ def test_build_stops_with_one_line_when_the_base_has_another_python(tmp_path, re
     dockerfile = by_path(render.render_targets(config, ["cpu"]))["cpu/Dockerfile"].text
     check = re.search(r"python3 -c ('.*?') \\", dockerfile).group(1)
     result = subprocess.run([sys.executable, "-c", shlex.split(check)[0]], capture_output=True, text=True)
-    here = "%d.%d" % sys.version_info[:2]
+    here = "{}.{}".format(*sys.version_info[:2])
     if wanted == here:
         assert (result.returncode, result.stderr) == (0, "")
     else:

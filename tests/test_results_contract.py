@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from envkit.runs import results
 from mnist_files import REPO_ROOT, run_mnist
 from results_contract import assert_valid_results, contract_errors
+
+from envkit.runs import results
 
 SAMPLES = Path(__file__).parent / "data" / "results" / "mixed"
 LOCK = "0123456789abcdef" * 4

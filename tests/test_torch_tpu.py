@@ -24,8 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from mnist_files import REPO_ROOT, RECIPE, read_results
+from mnist_files import RECIPE, REPO_ROOT, read_results
 from xla_env import environment_missing
 
 sys.path.insert(0, str(REPO_ROOT / "recipes"))

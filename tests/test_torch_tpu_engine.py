@@ -14,10 +14,10 @@ import shutil
 import subprocess
 
 import pytest
-
-from envkit.image.build_context import staging_path
 from test_docker_engine import base_image, client, docker_cli, engine_test, envkit, fill_wheelhouse  # noqa: F401 - fixtures
 from test_torch_tpu import NO_TPU_LINE
+
+from envkit.image.build_context import staging_path
 
 # Its own target name, so the image never shares a tag with the project's torch_xla tpu-vm image.
 TARGET = "torchtpu"

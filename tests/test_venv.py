@@ -14,14 +14,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from wheel_index import IndexServer
 
 from envkit.cli import main
 from envkit.host.venv import MARKER
 from envkit.host.venv import main as venv_main
-from wheel_index import IndexServer
 
 REPO = Path(__file__).resolve().parent.parent
-THIS_PYTHON = "%d.%d" % sys.version_info[:2]
+THIS_PYTHON = "{}.{}".format(*sys.version_info[:2])
 
 
 def lock_text(python: str, pins: dict[str, str]) -> str:
@@ -226,10 +226,11 @@ def test_a_host_environment_installs_its_lock_or_else_its_pins_unlocked(tmp_path
 @pytest.mark.slow
 def test_without_uv_pip_installs_the_locks_own_uv_which_installs_the_rest(tmp_path, probe_index, monkeypatch):
     """What `make venv` does on a fresh host: the dev lock pins uv, pip installs that one (hash-checked)."""
-    import envkit.host.venv as host_venv
-    from envkit.host.venv import Sources, make_venv
     from wheel_index import file_sha256
     from xla_env import environment_missing
+
+    import envkit.host.venv as host_venv
+    from envkit.host.venv import Sources, make_venv
 
     index, pins = probe_index
     url = index.url

@@ -57,9 +57,9 @@ def register(subparsers) -> None:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from envkit.project.config import load_config
-    from envkit.host.doctor import parse_gpus
     from envkit.errors import EnvkitError
+    from envkit.host.doctor import parse_gpus
+    from envkit.project.config import load_config
     from envkit.project.experiments import check_recipe_args, experiment
     from envkit.runs.plans import experiment_gpus, experiment_plan, experiment_target, format_plan, run_in_order
 

@@ -99,8 +99,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     import subprocess  # only here: render never needs it
 
     from envkit.host import doctor
-    from envkit.support.docker_client import connect_docker
     from envkit.image.build import LATEST, repository, resolve_image
+    from envkit.support.docker_client import connect_docker
 
     config, target = load_target(args)
     doctor.require(doctor.inspect_host(), target.kind, args.gpus)

@@ -146,10 +146,10 @@ def build(args):
     """The job and its plan from the parsed arguments (bad input: EnvkitError)."""
     from envkit.launch import images
     from envkit.launch.engines import render_job
+    from envkit.launch.job import build_job, engine_options
     from envkit.project.config import load_config
     from envkit.project.experiments import experiment as find_experiment
     from envkit.runs.plans import experiment_target
-    from envkit.launch.job import build_job, engine_options
 
     experiment = find_experiment(args.experiment)
     config = load_config(args.config)

@@ -65,8 +65,8 @@ def register(subparsers) -> None:
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
-    from envkit.project.config import load_config
     from envkit.lock.lockfile import lock_status
+    from envkit.project.config import load_config
 
     config = load_config(args.config)
     rows = [("TARGET", "KIND", "BASE IMAGE OR NOTEBOOK RUNTIME", "LOCK", "PINS")]
@@ -164,7 +164,8 @@ def _tpu_backends(matrix, release) -> str:
 def cmd_render(args: argparse.Namespace) -> int:
     from envkit.errors import EnvkitError
     from envkit.project import NOTEBOOKS
-    from envkit.render import memo, output as rendered
+    from envkit.render import memo
+    from envkit.render import output as rendered
 
     selection = "--all" if args.all else args.target
     remembered = memo.recall(args.config, selection)

@@ -54,8 +54,8 @@ def _inventory(text: str, config_path: Path):
     from envkit.errors import EnvkitError
     from envkit.image import archive as image_archive
     from envkit.image import inventory
-    from envkit.support.docker_client import connect_docker
     from envkit.image.build import LATEST, repository
+    from envkit.support.docker_client import connect_docker
 
     path = Path(text).expanduser()
     if path.is_dir():

@@ -16,11 +16,11 @@ import socket
 import subprocess
 from dataclasses import asdict, dataclass, field
 
-from envkit.project import kinds
-from envkit.support.docker_client import connect_docker
 from envkit.errors import EnvkitError
+from envkit.project import kinds
 from envkit.project.experiments import by_kind
 from envkit.project.kinds import HostCheck
+from envkit.support.docker_client import connect_docker
 
 # Below this the cuda image (several GB) and a dataset no longer fit comfortably.
 LOW_DISK_GB = 10.0

@@ -22,9 +22,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from envkit.errors import EnvkitError
 from envkit.lock.lockfile import LockFile, read_lock, requirement_entry

@@ -14,12 +14,12 @@ import re
 from pathlib import Path
 
 from envkit import __version__
-from envkit.support.atomic import atomic_stream
-from envkit.image.build_context import TAG_HEX, hash_file
-from envkit.support.docker_client import connect_docker, docker_sdk
 from envkit.errors import EnvkitError
-from envkit.support.bounded_load import Refused, parse_json, read_text
 from envkit.image.build import LATEST, find_image, repository, resolve_image
+from envkit.image.build_context import TAG_HEX, hash_file
+from envkit.support.atomic import atomic_stream
+from envkit.support.bounded_load import Refused, parse_json, read_text
+from envkit.support.docker_client import connect_docker, docker_sdk
 
 MANIFEST_VERSION = 1
 # The rendered Dockerfile labels each pinned version as io.envkit.pin.<package>.

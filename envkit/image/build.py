@@ -20,12 +20,12 @@ import shutil
 import subprocess
 import sys
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
+from envkit.errors import EnvkitError
 from envkit.image import buildah
-from envkit.image.names import check_registry
 from envkit.image.build_context import (
     TAG_HEX,
     BuildOptions,
@@ -36,7 +36,7 @@ from envkit.image.build_context import (
     stage_context,
     staging_area,
 )
-from envkit.errors import EnvkitError
+from envkit.image.names import check_registry
 from envkit.image.pushed import Pushed
 from envkit.support.docker_client import connect_docker, docker_sdk
 from envkit.support.install_log import hash_mismatch

@@ -14,16 +14,16 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
 
+from envkit.errors import EnvkitError
 from envkit.image import BUILDERS
 from envkit.lock.base_digest import split_reference
-from envkit.support.cache import cache_dir
-from envkit.errors import EnvkitError
 from envkit.lock.lockfile import LOCK_FILE, read_lock
+from envkit.support.cache import cache_dir
 
 TAG_HEX = 12
 # Build args that say where the image came from rather than what is in it: they do

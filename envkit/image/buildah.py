@@ -17,9 +17,9 @@ import os
 import shlex
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from envkit.errors import EnvkitError
 from envkit.support.bounded_load import parse_json

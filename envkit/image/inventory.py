@@ -18,15 +18,16 @@ import re
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable, Iterable, Iterator
+from typing import IO
 
 from envkit.errors import EnvkitError
-from envkit.support.bounded_load import parse_json, read_stream
-from envkit.render.labels import LOCK_LABEL
 from envkit.lock.lockfile import normalise
+from envkit.render.labels import LOCK_LABEL
+from envkit.support.bounded_load import parse_json, read_stream
 
 # dist-info metadata of an installed distribution, anywhere a site or dist-packages sits
 _DIST_INFO = re.compile(r"^(?P<dir>.*/(?:site|dist)-packages/[^/]+\.dist-info)/(?P<file>METADATA|RECORD)$")

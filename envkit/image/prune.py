@@ -8,12 +8,12 @@ from ``envkit push``) loses only envkit's name, so nothing another tool relies o
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
-from envkit.support.docker_client import connect_docker, docker_sdk
 from envkit.errors import EnvkitError
 from envkit.image.build import LATEST, repository
+from envkit.support.docker_client import connect_docker, docker_sdk
 
 REMOVED, UNTAGGED, KEPT, WOULD_REMOVE = "removed", "untagged", "kept", "would remove"
 

@@ -17,8 +17,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from envkit.image.diff import dict_changes, file_changes, record_changes
 from envkit.errors import EnvkitError
+from envkit.image.diff import dict_changes, file_changes, record_changes
 from envkit.image.inventory import Inventory, from_engine_image, from_saved_tarball, side_by_side
 
 # The differing files a report names before it only counts them.
@@ -114,8 +114,8 @@ def _same_inputs(content_tag: str, rebuilt_tag: str) -> None:
 
 
 def _verify_docker(root, target, options) -> Verdict:
-    from envkit.support.docker_client import connect_docker
     from envkit.image.build import rebuild_as, repository, resolve_image
+    from envkit.support.docker_client import connect_docker
 
     client = connect_docker()
     current, content_tag = resolve_image(client, target.name)

@@ -9,9 +9,10 @@ package only translate a valid Job into each engine's own form.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from envkit.errors import EnvkitError
 from envkit.lock.base_digest import split_reference

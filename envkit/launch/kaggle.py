@@ -81,8 +81,8 @@ def prepare(
 ) -> KaggleRun:
     """Everything a push needs, checked (bad input: EnvkitError); writes nothing."""
     from envkit.notebook.builder import fitting_experiment, render_notebook
-    from envkit.project.notebook_platforms import accelerator_of
     from envkit.project.experiments import experiment as find_experiment
+    from envkit.project.notebook_platforms import accelerator_of
 
     entry = find_experiment(experiment)
     target = _kaggle_target(config, entry, target_name)

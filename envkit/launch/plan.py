@@ -12,9 +12,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from envkit.support.atomic import write_text_atomic
 from envkit.errors import EnvkitError
 from envkit.launch.shell import line
+from envkit.support.atomic import write_text_atomic
 
 
 @dataclass(frozen=True)

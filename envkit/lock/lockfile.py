@@ -23,8 +23,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envkit.project import NOTEBOOKS
 from envkit.errors import EnvkitError
+from envkit.project import NOTEBOOKS
 from envkit.project.datafile import DATA_DIR
 from envkit.support.bounded_load import Refused, load_yaml, read_stream
 
@@ -255,7 +255,7 @@ def normalise(name: str) -> str:
 
 def requirement_name(requirement: str) -> str:
     """The normalised project name of a pin such as ``torch_xla[tpu]==2.9.0``."""
-    return normalise(re.split(r"[\[=<>!~;@ ]", requirement, 1)[0])
+    return normalise(re.split(r"[\[=<>!~;@ ]", requirement, maxsplit=1)[0])
 
 
 def read_lock(path: Path) -> LockFile | None:

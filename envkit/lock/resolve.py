@@ -21,15 +21,11 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from envkit.support.atomic import write_text_atomic
-from envkit.support.uv import uv_binary
-from envkit.lock.base_digest import resolve_base
-from envkit.project.config import ProjectConfig, Target
-from envkit.project.matrix import load_matrix
 from envkit.errors import EnvkitError
+from envkit.lock.base_digest import resolve_base
 from envkit.lock.lockfile import (
     TORCH_INDEX_PACKAGES,
     LockInputs,
@@ -42,6 +38,10 @@ from envkit.lock.lockfile import (
     requirements_inputs,
     requirements_lock_path,
 )
+from envkit.project.config import ProjectConfig, Target
+from envkit.project.matrix import load_matrix
+from envkit.support.atomic import write_text_atomic
+from envkit.support.uv import uv_binary
 
 # Settings the caller's environment must not slip into a lock: only these uv
 # variables pass (the cache, TLS and timeouts change no answer).

@@ -25,10 +25,11 @@ from envkit import __version__
 from envkit.errors import EnvkitError
 from envkit.lock.lockfile import lock_inputs, lock_path, lock_status
 from envkit.notebook import embedded
-from envkit.project.notebook_platforms import accelerator_of, load_platforms
 from envkit.project import NOTEBOOKS, kinds
 from envkit.project.config import ProjectConfig, Target
-from envkit.project.experiments import Experiment, experiment as find_experiment
+from envkit.project.experiments import Experiment
+from envkit.project.experiments import experiment as find_experiment
+from envkit.project.notebook_platforms import accelerator_of, load_platforms
 
 WORK = "/tmp/envkit"
 PACKAGES = ("lock", "runtime")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from envkit.errors import EnvkitError
@@ -31,7 +31,7 @@ def _imported_names(root: Path, path: Path) -> frozenset[str]:
     return _parsed_imports(root, path, stat.st_mtime_ns, stat.st_size)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _parsed_imports(root: Path, path: Path, mtime_ns: int, size: int) -> frozenset[str]:
     """A file's imports; its time and size in the key, so an edited file is read again."""
     try:
@@ -90,7 +90,7 @@ def recipe_files(recipes: Path, recipe: str) -> list[Path]:
     return [start] + sorted(found - {start})
 
 
-@lru_cache(maxsize=None)
+@cache
 def report_files(root: Path) -> list[Path]:
     """envkit's report modules, every envkit module they import (with its packages' __init__.py),
     and the files of envkit/data/ they name, sorted."""

@@ -501,7 +501,7 @@ def show_report(settings: dict) -> None:
     except ImportError as exc:
         raise NotebookStop(
             f"envkit's report needs PyYAML and jsonschema in this kernel ({exc}): pip install pyyaml jsonschema"
-        )
+        ) from None
     finally:
         sys.path.remove(str(REPORT.resolve()))
     try:

@@ -18,13 +18,12 @@ from typing import Any
 
 import yaml
 
-from envkit.project import notebook_platforms
-from envkit.project import DEFAULT_CONFIG, kinds
+from envkit.errors import EnvkitError
+from envkit.project import DEFAULT_CONFIG, kinds, notebook_platforms
+from envkit.project.datafile import DATA_DIR
+from envkit.project.matrix import Matrix, TorchRelease, load_matrix, minor_of, python_in_range, version_key
 from envkit.support.bounded_load import Refused, load_json, parse_yaml, read_text
 from envkit.support.cache import schema_checked
-from envkit.errors import EnvkitError
-from envkit.project.matrix import Matrix, TorchRelease, load_matrix, minor_of, python_in_range, version_key
-from envkit.project.datafile import DATA_DIR
 
 SCHEMA_PATH = DATA_DIR / "envkit.schema.json"
 DEFAULT_PYTHON = "3.11"

@@ -8,7 +8,7 @@ an experiment is one entry there.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from envkit.errors import EnvkitError
@@ -68,7 +68,7 @@ def _runs(name: str, entry: dict) -> tuple[RecipeRun, ...]:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_experiments(path: Path = TABLE_PATH) -> dict[str, Experiment]:
     """Name -> Experiment, in the table's order; a malformed table is one line."""
     data = load_checked(path, SCHEMA_PATH)

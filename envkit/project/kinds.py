@@ -8,12 +8,11 @@ kind names, so a new kind is data plus its run.sh fragment
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
-from envkit.project.datafile import load_checked
 from envkit.errors import EnvkitError
-from envkit.project.datafile import DATA_DIR
+from envkit.project.datafile import DATA_DIR, load_checked
 
 KINDS_PATH = DATA_DIR / "kinds.yaml"
 SCHEMA_PATH = DATA_DIR / "kinds.schema.json"
@@ -52,7 +51,7 @@ class Kind:
     python_base_image: str  # format string with {python}, for base_image "python"
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_kinds(path: Path = KINDS_PATH) -> dict[str, Kind]:
     """Name -> Kind, in the file's order; a malformed file is one line."""
     data = load_checked(path, SCHEMA_PATH)

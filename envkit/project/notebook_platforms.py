@@ -10,7 +10,7 @@ kaggle` ask these records; nothing else names a platform.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from envkit.errors import EnvkitError
@@ -120,7 +120,7 @@ class PlatformData:
         return next(entry["cores"] for entry in self.tpu_chips.values() if entry["chip"] == chip)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_platforms(path: Path = PLATFORMS_PATH) -> PlatformData:
     data = load_checked(path, SCHEMA_PATH)
     chips = data["tpu_chips"]

@@ -9,14 +9,8 @@ from pathlib import Path
 
 import jinja2
 
-from envkit.project import kinds
-from envkit.lock.base_digest import split_reference
-from envkit.project.config import ProjectConfig, Target
-from envkit.project.datafile import DATA_DIR
-from envkit.project.experiments import load_experiments
 from envkit.errors import EnvkitError
-from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
-from envkit.render.output import RenderedFile
+from envkit.lock.base_digest import split_reference
 from envkit.lock.lockfile import (
     LOCK_FILE,
     TORCH_INDEX_PACKAGES,
@@ -28,8 +22,14 @@ from envkit.lock.lockfile import (
     read_lock,
     requirement_name,
 )
-from envkit.support.shellquote import FILTERS
+from envkit.project import kinds
+from envkit.project.config import ProjectConfig, Target
+from envkit.project.datafile import DATA_DIR
+from envkit.project.experiments import load_experiments
+from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
+from envkit.render.output import RenderedFile
 from envkit.render.template_cache import template_cache
+from envkit.support.shellquote import FILTERS
 
 # Target file -> (template, file mode); {kind} is the target's kind.
 FILES = {

@@ -20,10 +20,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envkit.host.venv import describe_interpreter
-from envkit.project import kinds
-from envkit.project import DEFAULT_CONFIG
 from envkit.errors import EnvkitError
+from envkit.host.venv import describe_interpreter
+from envkit.project import DEFAULT_CONFIG, kinds
 from envkit.project.experiments import Experiment, RecipeRun, load_experiments
 
 # Small enough that the whole demo takes about a minute on two CPU cores, yet long enough

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from envkit.support.atomic import atomic_stream
 from envkit.errors import EnvkitError
 from envkit.runs.report import COLUMNS, OURS, Report, Row, Section
+from envkit.support.atomic import atomic_stream
 
 INSTALL_HINT = "pip install 'envkit[report]'"
 HATCHES = ("", "//", "..", "xx")

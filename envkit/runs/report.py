@@ -16,15 +16,15 @@ import io
 import json
 import math
 import string
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Callable
+from functools import cache
 
 from envkit.errors import EnvkitError
 from envkit.project.datafile import DATA_DIR
 from envkit.project.experiments import experiment, run_of
-from envkit.support.bounded_load import load_yaml
 from envkit.runs.results import CONFIGURATION_KEYS, ENVIRONMENT_KEYS, RunResult, Stat, results_schema, stat_of
+from envkit.support.bounded_load import load_yaml
 
 DEVICE_ORDER = {"tpu": 0, "cuda": 1, "cpu": 2}
 MODE_ORDER = {"single": 0, "none": 0, "dp": 1, "xmp": 2, "spmd": 3, "ddp": 4}
@@ -45,7 +45,7 @@ def _data(name: str):
     return load_yaml(DATA_DIR / name)
 
 
-@lru_cache(maxsize=None)
+@cache
 def report_facts() -> dict:
     """envkit/data/report.yaml: per-recipe columns, speed-up metric, grouping and plot bars."""
     return _data("report.yaml")

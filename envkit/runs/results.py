@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import jsonschema
@@ -24,7 +24,7 @@ from envkit.support.bounded_load import load_json, parse_json, read_text
 SCHEMA_PATH = DATA_DIR / "results.schema.json"
 
 
-@lru_cache(maxsize=None)
+@cache
 def results_schema() -> dict:
     return load_json(SCHEMA_PATH)
 
@@ -92,7 +92,7 @@ def _from_version_0(document: dict) -> dict:
     return upgraded
 
 
-@lru_cache(maxsize=None)
+@cache
 def _nullable_keys(block: str) -> tuple[str, ...]:
     """The keys of a block whose schema accepts null: version 1 could leave them out."""
     return tuple(

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from functools import lru_cache
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 from envkit.errors import EnvkitError
 

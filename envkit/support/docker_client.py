@@ -27,7 +27,7 @@ def docker_sdk():
 
         # Without the SDK, `python -m envkit` in a project root imports the rendered
         # docker/ directory as an empty namespace package instead of failing.
-        docker.from_env
+        docker.from_env  # noqa: B018 - the attribute access is the check
     except (ImportError, AttributeError):
         raise EnvkitError(SDK_MISSING) from None
     return docker

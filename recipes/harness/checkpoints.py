@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -70,7 +71,7 @@ def load_checkpoint(path: Path) -> dict:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise RecipeError(f"checkpoint {path} does not exist") from None
-    except Exception as exc:  # torch raises many types for a damaged file
+    except Exception as exc:  # noqa: BLE001 - torch raises many types for a damaged file
         # Only the exception type: torch's messages span lines and suggest weights_only=False.
         raise RecipeError(
             f"checkpoint {path} is corrupt or unreadable ({type(exc).__name__}); "

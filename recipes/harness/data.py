@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -44,7 +44,7 @@ class IndexBatchDataset(torch.utils.data.Dataset):
         index = torch.as_tensor(indices, device=self.tensors[0].device)
         return tuple(t[index] for t in self.tensors)
 
-    def to(self, device: torch.device) -> "IndexBatchDataset":
+    def to(self, device: torch.device) -> IndexBatchDataset:
         """The same data on ``device``: on a GPU, batches are then gathered there, with no copy per step."""
         return IndexBatchDataset(*(t.to(device) for t in self.tensors))
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any, Callable, Iterable, TextIO
+from collections.abc import Callable, Iterable
+from typing import Any, TextIO
 
 
 class RecipeError(Exception):

@@ -14,8 +14,9 @@ import re
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -165,7 +166,7 @@ def configuration_record(
 
 def now_iso() -> str:
     """The current UTC time, ISO 8601 with offset, to the second."""
-    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
 
 
 def build_results(
@@ -208,7 +209,7 @@ def write_results(results_dir: Path, results: dict) -> Path:
         if path.exists():
             continue
         document = {**results, "run_name": run_name}
-        temp = write_temp(results_dir, path.name, lambda file: file.write(json_bytes(document)))
+        temp = write_temp(results_dir, path.name, lambda file: file.write(json_bytes(document)))  # noqa: B023 - called at once
         try:
             os.link(temp, path)
         except FileExistsError:
