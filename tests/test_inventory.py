@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from envkit.cli.verify import results_inventory
 from envkit.errors import EnvkitError
 from envkit.image import diff as env_diff
 from envkit.image import inventory, verify
+from envkit.runs.environment import results_inventory
 from envkit.runs.results import SCHEMA_VERSION, upgrade
 
 SITE = "usr/local/lib/python3.11/site-packages"

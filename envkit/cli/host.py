@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-from envkit.cli.options import add_config
+from envkit.cli.options import add_config, load_image_target
 
 
 def register(subparsers) -> None:
@@ -31,22 +30,13 @@ def register(subparsers) -> None:
 
 
 def _probe(args: argparse.Namespace) -> int:
-    from envkit.cli.images import cmd_run
     from envkit.host import probe
+    from envkit.host.container import run_recipe
 
     if args.image is None:
         return probe.probe_here(args.config.resolve().parent, args.json)
-    run = argparse.Namespace(
-        config=args.config,
-        target=args.image,
-        recipe=probe.RECIPE,
-        recipe_args=probe.recipe_args(args.json),
-        tag=None,
-        gpus=args.gpus,
-        results_dir=Path("results"),
-        data_dir=Path("data"),
-    )
-    return cmd_run(run)
+    config, target = load_image_target(args.config, args.image)
+    return run_recipe(config, target, probe.RECIPE, probe.recipe_args(args.json), gpus=args.gpus)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

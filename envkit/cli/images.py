@@ -7,7 +7,6 @@ only parses arguments and prints results (results on stdout, progress on stderr)
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -96,30 +95,19 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import subprocess  # only here: render never needs it
-
-    from envkit.host import doctor
-    from envkit.image.build import LATEST, repository, resolve_image
-    from envkit.support.docker_client import connect_docker
+    from envkit.host.container import run_recipe
 
     config, target = load_target(args)
-    doctor.require(doctor.inspect_host(), target.kind, args.gpus)
-    resolve_image(connect_docker(), target.name, args.tag)  # one line now if it was never built
-    # Created here so they belong to the caller; docker would create them as root.
-    for directory in (args.results_dir, args.data_dir):
-        directory.mkdir(parents=True, exist_ok=True)
-    env = {
-        **os.environ,
-        "IMAGE": f"{repository(target.name)}:{args.tag or LATEST}",
-        "RESULTS_DIR": str(args.results_dir.resolve()),
-        "DATA_DIR": str(args.data_dir.resolve()),
-    }
-    if args.gpus:
-        env["GPUS"] = args.gpus
-    # run.sh is the one definition of how a target's container runs (user, GPUs,
-    # mounts, TPU flags); users without envkit call it directly, so we do too.
-    script = config.root / "docker" / target.name / "run.sh"
-    return subprocess.run([str(script), args.recipe, *args.recipe_args], env=env, check=False).returncode
+    return run_recipe(
+        config,
+        target,
+        args.recipe,
+        args.recipe_args,
+        tag=args.tag,
+        gpus=args.gpus,
+        results_dir=args.results_dir,
+        data_dir=args.data_dir,
+    )
 
 
 def cmd_push(args: argparse.Namespace) -> int:

@@ -36,11 +36,16 @@ def add_recipe_args(parser: argparse.ArgumentParser) -> None:
 
 def load_target(args: argparse.Namespace):
     """The config named by ``--config`` and its image target named by the ``target`` argument."""
+    return load_image_target(args.config, args.target)
+
+
+def load_image_target(config_path: Path, name: str):
+    """The config at ``config_path`` and its image target ``name`` (a notebook target has no image: one line)."""
     from envkit.errors import EnvkitError
     from envkit.project.config import load_config
 
-    config = load_config(args.config)
-    target = config.target(args.target)
+    config = load_config(config_path)
+    target = config.target(name)
     if target.is_notebook:
         raise EnvkitError(
             f"target {target.name} is a notebook target ({target.platform} {target.accelerator}): it has no "

@@ -179,29 +179,17 @@ def cmd_render(args: argparse.Namespace) -> int:
             sys.stdout.write(f"==> {file.path.as_posix()} <==\n{file.text}")
         return 0
     if args.check:
-        # One line per target, up to date or not, then one error line saying what to run.
-        stale_targets = []
-        for folder, selected, rendered_files in ((output, names, files), (notebooks, notebook_names, notebook_files)):
-            for name in selected:
-                problems = rendered.stale(folder, [file for file in rendered_files if file.path.parts[0] == name])
-                print(f"{name}: {'; '.join(problems)}" if problems else f"{name}: up to date ({folder / name})")
-                stale_targets += [name] if problems else []
-        orphans, unlisted = [], []
-        if args.all:
-            from envkit.notebook.committed import orphans as notebook_orphans
+        from envkit.notebook.committed import orphans as unlisted
+        from envkit.render.check import Output, check
 
-            orphans = rendered.orphans(output, names) + rendered.orphans(notebooks, notebook_names)
-            unlisted = notebook_orphans(notebooks, notebook_files)
-        for line in orphans + unlisted:
-            print(line)
-        if stale_targets or orphans or unlisted:
+        outputs = [Output(output, names, files), Output(notebooks, notebook_names, notebook_files)]
+        report = check(outputs, whole=args.all, unlisted=unlisted(notebooks, notebook_files) if args.all else [])
+        sys.stdout.write("".join(f"{line}\n" for line in report.lines))
+        if report.problem():
             fix = "--all" if args.all else f"--target {args.target}"
-            what = ", ".join(
-                stale_targets
-                + [f"{len(orphans)} removed target(s)"] * bool(orphans)
-                + [f"{len(unlisted)} unlisted notebook(s)"] * bool(unlisted)
+            raise EnvkitError(
+                f"rendered files are stale ({report.problem()}): run `envkit render {fix}` and commit", exit_code=1
             )
-            raise EnvkitError(f"rendered files are stale ({what}): run `envkit render {fix}` and commit", exit_code=1)
         return 0
     written = rendered.write(output, files)
     removed = rendered.remove_leftovers(output, names) if args.all else []

@@ -62,6 +62,8 @@ def _inventory(text: str, config_path: Path):
         raise EnvkitError(f"{text} is a directory; {SIDES}")
     if path.is_file():
         if text.endswith(".json") and not text.endswith(".manifest.json"):
+            from envkit.runs.environment import results_inventory  # jsonschema: only when a results file is compared
+
             return results_inventory(path)
         if text.endswith((".manifest.json", ".tar.gz")):
             # Through the manifest, so a tarball altered since `envkit save` is refused.
@@ -79,22 +81,6 @@ def _inventory(text: str, config_path: Path):
         if text in load_config(config_path).targets:
             reference = f"{repository(text)}:{LATEST}"
     return inventory.from_engine_image(connect_docker(), reference)
-
-
-def results_inventory(path: Path):
-    """A results file read as strictly as `envkit report` reads it (its schema, its version)."""
-    from envkit.errors import EnvkitError
-    from envkit.image import inventory
-    from envkit.runs import results  # imports jsonschema: only when a results file is compared
-    from envkit.support.bounded_load import read_text
-
-    try:
-        result, note = results.parse(path, read_text(path))
-    except OSError as exc:
-        raise EnvkitError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise EnvkitError(f"{path} is not a results file envkit reads: {exc}") from None
-    return inventory.from_environment(str(path), result.environment, (f"{path}: {note}",) if note else ())
 
 
 def cmd_diff(args) -> int:
