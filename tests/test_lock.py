@@ -405,6 +405,7 @@ def test_a_requirements_input_that_names_a_pytorch_build_takes_it_from_pytorchs_
             "env.in:1: --extra-index-url: only requirements belong here",
         ),
         ("# nothing\n", "env.in: no requirements in it"),
+        ("tqdm>=4.60\nnumpy ==\n", "env.in:2: numpy ==: not a requirement (Expected "),
     ],
 )
 def test_a_requirements_input_holds_requirements_only(tmp_path, capsys, text, problem):

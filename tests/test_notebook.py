@@ -66,6 +66,29 @@ def test_committed_notebook_is_a_fresh_render_valid_and_deterministic(config, re
     assert (notebook.nbformat, notebook.nbformat_minor) == (4, 5)
 
 
+def test_a_render_reads_the_lock_once_and_works_out_its_inputs_once(config, monkeypatch):
+    from pathlib import Path
+
+    from envkit.lock import lockfile
+
+    lock, opened, inputs = lockfile.lock_path(config, "kaggle-tpu"), [], []
+    real_open, real_inputs = Path.open, lockfile.lock_inputs
+
+    def counting_open(path, *args, **kwargs):
+        opened.extend([path] if path == lock else [])
+        return real_open(path, *args, **kwargs)
+
+    def counting_inputs(target):
+        inputs.append(target.name)
+        return real_inputs(target)
+
+    monkeypatch.setattr(Path, "open", counting_open)
+    monkeypatch.setattr(lockfile, "lock_inputs", counting_inputs)
+    monkeypatch.setattr(builder, "lock_inputs", counting_inputs, raising=False)  # where the builder imported it
+    builder.render_notebook(config, "tpu-mnist", "kaggle-tpu")
+    assert (len(opened), inputs) == (1, ["kaggle-tpu"])
+
+
 @pytest.mark.parametrize(("target", "experiment"), committed_pairs())
 def test_it_reads_top_to_bottom_and_carries_what_it_runs(config, repo_root, target, experiment):
     notebook = nbformat.reads(builder.render_notebook(config, experiment, target).text, as_version=4)

@@ -25,6 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from email.parser import HeaderParser
 
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion
+
 from envkit.errors import EnvkitError
 from envkit.lock.lockfile import normalise
 from envkit.project.matrix import Matrix, minor_of, version_key
@@ -33,9 +36,6 @@ SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 TIMEOUT_S = 60
 # The index could not be asked: not a disagreement, and not bad input either.
 EXIT_UNREACHABLE = 3
-_WHEEL = re.compile(
-    r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-(?P<python>[^-]+)-(?P<abi>[^-]+)-(?P<platform>[^-]+)\.whl$"
-)
 _RELEASE = re.compile(r"^\d+(\.\d+)+$")
 
 
@@ -104,19 +104,22 @@ class Index:
         raw = json.loads(self._get(f"{self.url}/{name}/", {"Accept": SIMPLE_JSON}))
         project = Project(name)
         for entry in raw.get("files", []):
-            match = _WHEEL.match(entry["filename"])
-            if not match or entry.get("yanked"):
+            try:
+                _, version, _, tags = parse_wheel_filename(entry["filename"])
+            except (InvalidWheelFilename, InvalidVersion):  # an sdist, or a name no installer takes
                 continue
-            python, abi, platform = match["python"], match["abi"], match["platform"]
-            cpython = python.startswith("cp") and abi == python  # skips abi3 and free-threaded (cp314t)
+            if entry.get("yanked"):
+                continue
+            # A CPython build's tag names its ABI after itself: abi3 and free-threaded (cp314t) builds are skipped.
+            cpython = sorted({t.interpreter for t in tags if t.interpreter.startswith("cp") and t.abi == t.interpreter})
             wheel = Wheel(
                 entry["filename"],
                 entry["url"],
                 entry.get("size"),
-                f"{python[2]}.{python[3:]}" if cpython else None,
-                "linux" in platform and "x86_64" in platform,
+                f"{cpython[0][2]}.{cpython[0][3:]}" if cpython else None,
+                any("linux" in t.platform and "x86_64" in t.platform for t in tags),
             )
-            project.wheels.setdefault(match["version"], []).append(wheel)
+            project.wheels.setdefault(str(version), []).append(wheel)
         return project
 
     def requires_dist(self, name: str, version: str) -> list[str]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from envkit.errors import EnvkitError
 from envkit.project import NOTEBOOKS
 from envkit.project.datafile import DATA_DIR
+from envkit.project.requirement import requirement_name
 from envkit.support.bounded_load import Refused, load_yaml, read_stream
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ class LockFile:
     body_sha256: str = ""  # of the requirement lines below the header as they are now
     platform: str | None = None  # uv's --python-platform it was resolved for
     python: str | None = None  # major.minor it was resolved for
+    text: str = field(default="", repr=False)  # the whole file, as sha256 hashes it (a notebook carries it)
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,16 @@ def requirements_inputs(path: Path) -> LockInputs:
     )
 
 
+def _check_requirement(requirement: str, where: str) -> None:
+    from packaging.requirements import InvalidRequirement
+
+    try:
+        requirement_name(requirement)
+    except InvalidRequirement as exc:
+        reason = str(exc).splitlines()[0]  # packaging's message goes on with the line and a caret under it
+        raise EnvkitError(f"{where}: {requirement}: not a requirement ({reason}), e.g. tqdm>=4.60") from None
+
+
 def requirements_lock_path(path: Path) -> Path:
     return path.with_suffix(".lock")
 
@@ -242,6 +254,7 @@ def _requirement_list(path: Path) -> list[str]:
                 f"indexes and includes are not locked"
             )
         if requirement and not requirement.startswith("#"):
+            _check_requirement(requirement, f"{path}:{number}")
             found.append(requirement)
     if not found:
         raise EnvkitError(f"{path}: no requirements in it")
@@ -251,11 +264,6 @@ def _requirement_list(path: Path) -> list[str]:
 def normalise(name: str) -> str:
     """PEP 503 normal form of a distribution name."""
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def requirement_name(requirement: str) -> str:
-    """The normalised project name of a pin such as ``torch_xla[tpu]==2.9.0``."""
-    return normalise(re.split(r"[\[=<>!~;@ ]", requirement, maxsplit=1)[0])
 
 
 def read_lock(path: Path) -> LockFile | None:
@@ -284,8 +292,8 @@ def read_lock(path: Path) -> LockFile | None:
             platform, _, python = line[len(PLATFORM_LINE) :].strip().partition(", python ")
         elif line and not line.startswith("#"):
             requirement, *options = line.split()
-            name, _, version = requirement.partition("==")
-            packages[normalise(name.split("[", 1)[0])] = version.split(";", 1)[0]
+            name, version = _pin(requirement)
+            packages[name] = version
             if not any(option.startswith("--hash=sha256:") for option in options):
                 unhashed.append(requirement)
     return LockFile(
@@ -298,15 +306,23 @@ def read_lock(path: Path) -> LockFile | None:
         body_digest(_body(text)),
         platform,
         python or None,
+        text,
     )
 
 
 def requirement_entry(path: Path, name: str) -> str | None:
     """The lock's line for one package, with its --hash options, or None when the lock does not pin it."""
     for line in _requirement_lines(path.read_text(encoding="utf-8")):
-        if line and not line.startswith("#") and requirement_name(line) == normalise(name):
+        if line and not line.startswith("#") and _pin(line.split()[0])[0] == normalise(name):
             return line
     return None
+
+
+def _pin(requirement: str) -> tuple[str, str]:
+    """A lock line's ``name[extra]==version;marker`` as (normalised name, version). Locks are envkit's own
+    format (`name==version`, uv's output), read with the standard library alone like the rest of a lock."""
+    name, _, version = requirement.partition("==")
+    return normalise(name.split("[", 1)[0]), version.split(";", 1)[0]
 
 
 def _body(text: str) -> str:

@@ -34,12 +34,12 @@ from envkit.lock.lockfile import (
     lock_path,
     normalise,
     read_lock,
-    requirement_name,
     requirements_inputs,
     requirements_lock_path,
 )
 from envkit.project.config import ProjectConfig, Target
 from envkit.project.matrix import load_matrix
+from envkit.project.requirement import requirement_name
 from envkit.support.atomic import write_text_atomic
 from envkit.support.uv import uv_binary
 

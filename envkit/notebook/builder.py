@@ -23,7 +23,7 @@ from pathlib import Path
 
 from envkit import __version__
 from envkit.errors import EnvkitError
-from envkit.lock.lockfile import lock_inputs, lock_path, lock_status
+from envkit.lock.lockfile import LockFile, lock_status
 from envkit.notebook import embedded
 from envkit.project import NOTEBOOKS, kinds
 from envkit.project.config import ProjectConfig, Target
@@ -94,14 +94,14 @@ def render_notebook(config: ProjectConfig, experiment_name: str, target_name: st
     experiment = fitting_experiment(target, experiment_name)
     platform, accelerator = accelerator_of(target)
     runtime = platform.runtime_of(accelerator)
-    lock_file = lock_path(config, target.name)
+    # The one entry into the lock: its status read it, checked it against the config's inputs and holds its text.
     status = lock_status(config, target.name)
     if status.state != "fresh":
         # A notebook installs exactly its lock: it must have one, made from what envkit.yaml now says.
         raise EnvkitError(f"a notebook of target {target.name} needs a fresh lock: {status.line()}")
     lock = status.lock
     path = notebook_path(target.name, experiment.name, packages)
-    files = _embedded_files(config, experiment, lock_file)
+    files = _embedded_files(config, experiment, lock)
     rerender = rerender_command(target.name, experiment.name, packages)
     settings = _settings(target, experiment, platform, accelerator, files, packages, rerender)
     context = {
@@ -119,7 +119,7 @@ def render_notebook(config: ProjectConfig, experiment_name: str, target_name: st
             "sha256": lock.sha256,
             "count": len(lock.packages),
             "python": target.python,
-            "platform": lock_inputs(target).platform,
+            "platform": lock.platform,  # a fresh lock's: the inputs it was resolved from are the config's
         },
         "checked": load_platforms().checked,
         "device_text": _device_text(accelerator),
@@ -172,8 +172,8 @@ def render_notebook(config: ProjectConfig, experiment_name: str, target_name: st
             "lock": {
                 "sha256": lock.sha256,
                 "python": target.python,
-                "platform": lock_inputs(target).platform,
-                "requirements": lock_file.read_text(encoding="utf-8"),
+                "platform": lock.platform,
+                "requirements": lock.text,
             },
         },
     }
@@ -207,7 +207,7 @@ def _device_text(accelerator) -> str:
 
 
 def _embedded_files(
-    config: ProjectConfig, experiment: Experiment, lock_file: Path
+    config: ProjectConfig, experiment: Experiment, lock: LockFile
 ) -> dict[str, dict[str, tuple[str, str]]]:
     """group -> notebook path -> (sha256, text), for every file a %%writefile cell writes."""
 
@@ -221,7 +221,7 @@ def _embedded_files(
     report = embedded.report_files(package_parent)
     return {
         "helper": {embedded.HELPER_NAME: entry(embedded.HELPER)},
-        "lock": {"requirements.lock": entry(lock_file)},
+        "lock": {"requirements.lock": (lock.sha256, lock.text)},
         "recipes": {f"recipes/{path.relative_to(config.root / 'recipes').as_posix()}": entry(path) for path in recipes},
         "report": {f"report/{path.relative_to(package_parent).as_posix()}": entry(path) for path in report},
     }

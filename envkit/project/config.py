@@ -22,6 +22,7 @@ from envkit.errors import EnvkitError
 from envkit.project import DEFAULT_CONFIG, kinds, notebook_platforms
 from envkit.project.datafile import DATA_DIR
 from envkit.project.matrix import Matrix, TorchRelease, load_matrix, minor_of, python_in_range, version_key
+from envkit.project.requirement import requirement_name
 from envkit.support.bounded_load import Refused, load_json, parse_yaml, read_text
 from envkit.support.cache import schema_checked
 
@@ -488,23 +489,16 @@ def _intersection(first: tuple[str, str], second: tuple[str, str]) -> tuple[str,
     return max(first[0], second[0], key=version_key), min(first[1], second[1], key=version_key)
 
 
-def _requirement_name(requirement: str) -> str:
-    name = requirement
-    for stop in "[=!<>~,":
-        name = name.split(stop, 1)[0]
-    return name.lower().replace("_", "-").replace(".", "-")
-
-
 def _pip_packages(extra: list[str], matrix: Matrix, where: _Locator, at: DocPath) -> tuple[str, ...]:
     for index, requirement in enumerate(extra):
-        if _requirement_name(requirement) in MATRIX_OWNED:
+        if requirement_name(requirement) in MATRIX_OWNED:
             raise EnvkitError(
                 f"{where(at + ('pip_packages', index))}: {requirement!r} re-pins a package the matrix owns; "
                 f"set the target's torch/torchvision/torch_xla/libtpu keys instead"
             )
     # A user's own tqdm (or other recipe package) spec replaces envkit's default pin.
-    overridden = {_requirement_name(r) for r in extra}
-    defaults = [r for r in matrix.recipe_packages if _requirement_name(r) not in overridden]
+    overridden = {requirement_name(r) for r in extra}
+    defaults = [r for r in matrix.recipe_packages if requirement_name(r) not in overridden]
     return tuple(dict.fromkeys([*defaults, *extra]))
 
 

@@ -20,12 +20,12 @@ from envkit.lock.lockfile import (
     lock_inputs,
     lock_path,
     read_lock,
-    requirement_name,
 )
 from envkit.project import kinds
 from envkit.project.config import ProjectConfig, Target
 from envkit.project.datafile import DATA_DIR
 from envkit.project.experiments import load_experiments
+from envkit.project.requirement import requirement_name
 from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
 from envkit.render.output import RenderedFile
 from envkit.render.template_cache import template_cache
