@@ -19,9 +19,9 @@ from typing import Any
 import yaml
 
 from envkit.errors import EnvkitError
-from envkit.project import DEFAULT_CONFIG, kinds, notebook_platforms
+from envkit.project import DEFAULT_CONFIG, kinds, notebook_platforms, wheels
 from envkit.project.datafile import DATA_DIR
-from envkit.project.matrix import Matrix, TorchRelease, load_matrix, minor_of, python_in_range, version_key
+from envkit.project.matrix import Matrix, TorchRelease, load_matrix, minor_of, python_in_range
 from envkit.project.requirement import requirement_name
 from envkit.support.bounded_load import Refused, load_json, parse_yaml, read_text
 from envkit.support.cache import schema_checked
@@ -32,8 +32,6 @@ DEFAULT_PYTHON = "3.11"
 MATRIX_OWNED = {"torch", "torchvision", "torch-xla", "torch-tpu", "libtpu", "libtpu-nightly"}
 # A distro base image (nvidia/cuda) ships no Python: the OS's python3 seeds the venv.
 DISTRO_PYTHON_PACKAGES = ("python3", "python3-venv")
-# Keys that belong to one TPU backend only.
-BACKEND_ONLY_KEYS = {"torch_xla": ("torch_xla",), "torch_tpu": ("torch_tpu",)}
 # A notebook target (one with a platform) runs in the platform's runtime, not in an image:
 # these keys describe an image and have nothing to act on there.
 IMAGE_ONLY_KEYS = (
@@ -264,29 +262,12 @@ def _parent_description(doc_path: DocPath) -> str | None:
 def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, where: _Locator) -> Target:
     at = ("targets", name)
     runtime = _notebook_runtime(raw, at, where)
-    kind = raw.get("kind")
-    if runtime is not None:
-        accelerator = notebook_platforms.platform(raw["platform"]).accelerator(raw["accelerator"])
-        if kind is not None and kind != accelerator.kind:
-            raise EnvkitError(
-                f"{where(at + ('kind',))}: {raw['platform']}'s {accelerator.name} is a {accelerator.kind} accelerator, "
-                f"not {kind}; drop kind (it follows from the accelerator)"
-            )
-        kind = accelerator.kind
-    elif kind is None:
-        raise EnvkitError(f"{where(at)}: 'kind' is a required property (or 'platform' for a notebook target)")
-    spec = kinds.kind(kind)
-    for key in raw:
-        owners = [other.name for other in kinds.load_kinds().values() if key in other.keys]
-        if owners and kind not in owners:
-            raise EnvkitError(f"{where(at + (key,))}: {key!r} applies to {', '.join(owners)} targets only, not {kind}")
-
+    spec = _kind(raw, runtime, at, where)
+    kind = spec.name
     torch = raw["torch"]
     release = matrix.torch_release(where(at + ("torch",)), torch)
     patch = torch.split(".")[2]
     torchvision = _torchvision(raw, release, patch, torch, where(at + ("torchvision",)))
-    backend = torch_xla = torch_tpu = libtpu = libtpu_package = cuda = None
-    pip_index_url = raw.get("pip_index_url")
     if "pip_extra_index_urls" in raw:
         # pip asks every index for every name and takes the best match from any of them.
         raise EnvkitError(
@@ -294,122 +275,35 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
             f"envkit takes each package from one index: set pip_index_url to a mirror that serves them all, "
             f"or find_links for single projects' pages"
         )
+    chosen = wheels.resolve(
+        spec.wheels, wheels.Ask(raw, matrix, release, runtime, DEFAULT_PYTHON, lambda *key: where(at + key))
+    )
     find_links = list(raw.get("find_links", []))
-    apt_packages = list(raw.get("apt_packages", []))
-
-    if runtime is not None and spec.wheels == "cuda":
-        # A notebook installs no CUDA toolkit of its own: torch is the default index's build, whose
-        # wheels bundle the CUDA libraries of the release's pypi_cuda variant (the lock names them).
-        if release.pypi_cuda is None:
-            raise EnvkitError(
-                f"{where(at + ('torch',))}: torch {torch} has no CUDA build on the default index, "
-                f"which a notebook target installs from; choose a torch release that has one (envkit matrix)"
-            )
-        python_range, default_python = release.python, runtime.python_minor
-        cuda, torch_variant, default_base = matrix.cuda[release.pypi_cuda].cuda, None, None
-    elif spec.wheels == "cpu":
-        python_range, default_python = release.python, DEFAULT_PYTHON
-        torch_variant = matrix.cpu_local_version
-        default_base = None
-    elif spec.wheels == "cuda":
-        variant = matrix.cuda_variant(where(at + ("cuda",)), release, raw.get("cuda"))
-        python_range, default_python = release.python, variant.python
-        cuda = variant.cuda
-        # The default index's own torch is this variant's build: no local tag, no second index.
-        torch_variant = None if variant.variant == release.pypi_cuda else variant.variant
-        default_base = variant.base_image
-    else:
-        backend = raw.get("backend") or matrix.default_tpu_backend(where(at + ("torch",)), torch)
-        for other_backend, keys in BACKEND_ONLY_KEYS.items():
-            for key in keys:
-                if key in raw and backend != other_backend:
-                    raise EnvkitError(
-                        f"{where(at + (key,))}: {key!r} applies to backend {other_backend} only, not {backend}"
-                    )
-        default_python = runtime.python_minor if runtime is not None else DEFAULT_PYTHON
-        if backend == "torch_xla":
-            if minor_of(torch) not in matrix.torch_xla:
-                raise EnvkitError(
-                    f"{where(at + ('backend',))}: backend torch_xla does not support torch {torch}; {matrix.backend_ranges()}"
-                )
-            tpu, torch_xla = matrix.xla_pair(
-                where(at + ("torch_xla" if "torch_xla" in raw else "torch",)), torch, raw.get("torch_xla")
-            )
-            libtpu = raw.get("libtpu", tpu.libtpu)
-            if libtpu != tpu.libtpu:
-                raise EnvkitError(
-                    f"{where(at + ('libtpu',))}: libtpu {libtpu} is not the build tested with torch_xla {tpu.minor}; "
-                    f"valid choice: {tpu.libtpu}"
-                )
-            libtpu_package = tpu.libtpu_package
-            python_range, python_owner = tpu.python, f"torch_xla {torch_xla}"
-            torch_variant = None
-            find_links.extend(link for link in tpu.find_links if link not in find_links)
-        else:
-            field_at = where(at + (next((key for key in ("torch_tpu", "backend") if key in raw), "torch"),))
-            if not matrix.torch_tpu:
-                raise EnvkitError(f"{field_at}: envkit's matrix lists no torch_tpu release")
-            tpu_release = matrix.torch_tpu_release(field_at, torch, raw.get("torch_tpu"))
-            torch_tpu = tpu_release.version
-            libtpu = raw.get("libtpu", tpu_release.libtpu)
-            if version_key(libtpu) < version_key(tpu_release.libtpu):
-                raise EnvkitError(
-                    f"{where(at + ('libtpu',))}: libtpu {libtpu} is older than torch_tpu {torch_tpu} accepts; "
-                    f"valid choices: {tpu_release.libtpu} or newer"
-                )
-            libtpu_package = "libtpu"
-            python_range, python_owner = tpu_release.python, f"torch_tpu {torch_tpu}"
-            # torch_tpu brings the device: PyTorch's CPU build is all torch needs to be.
-            torch_variant = matrix.cpu_local_version
-        default_base = None
-        if not python_in_range(raw.get("python", default_python), python_range):
-            raise EnvkitError(
-                f"{where(at + ('python',) if 'python' in raw else at)}: Python {raw.get('python', default_python)} is "
-                f"outside {python_owner}'s supported range {python_range[0]}-{python_range[1]}"
-            )
-        # The image runs torch as well as the backend: both ranges apply.
-        python_range = _intersection(python_range, release.python)
-
-    python = raw.get("python", default_python)
-    if not python_in_range(python, python_range):
+    find_links += [link for link in dict.fromkeys(chosen.find_links) if link not in find_links]
+    python = raw.get("python", chosen.default_python)
+    if not python_in_range(python, chosen.python_range):
         raise EnvkitError(
             f"{where(at + ('python',) if 'python' in raw else at)}: Python {python} is outside torch {minor_of(torch)}'s "
             f"supported range {release.python[0]}-{release.python[1]}"
         )
-
-    if runtime is not None:
-        default_base = None
-    elif spec.base_image == "python":
-        default_base = spec.python_base_image.format(python=python)
-    elif default_base is None:
-        raise EnvkitError(
-            f"{where(at + ('kind',))}: kind {kind} takes its base image from wheels {spec.wheels!r}, which names none"
-        )
-    else:
-        if not _carries_python(raw.get("base_image"), spec):
-            apt_packages = [*DISTRO_PYTHON_PACKAGES, *apt_packages]
-        if "base_image" not in raw and python != default_python:
-            raise EnvkitError(
-                f"{where(at + ('python',))}: Python {python} is not the python3 of the default base image "
-                f"{default_base} ({default_python}); set base_image to an image with Python {python}, or drop python"
-            )
+    base_image, apt_packages = _base_image(raw, spec, chosen, python, runtime is not None, lambda *key: where(at + key))
 
     return _with_hash(
         Target(
             name=name,
             kind=kind,
-            base_image=raw.get("base_image") or default_base,
+            base_image=base_image,
             python=python,
             torch=torch,
             torchvision=torchvision,
-            backend=backend,
-            torch_xla=torch_xla,
-            torch_tpu=torch_tpu,
-            libtpu=libtpu,
-            libtpu_package=libtpu_package,
-            cuda=cuda,
-            torch_variant=torch_variant,
-            pip_index_url=pip_index_url,
+            backend=chosen.backend,
+            torch_xla=chosen.torch_xla,
+            torch_tpu=chosen.torch_tpu,
+            libtpu=chosen.libtpu,
+            libtpu_package=chosen.libtpu_package,
+            cuda=chosen.cuda,
+            torch_variant=chosen.torch_variant,
+            pip_index_url=raw.get("pip_index_url"),
             find_links=tuple(find_links),
             apt_packages=tuple(dict.fromkeys(apt_packages)),
             pip_packages=_pip_packages(raw.get("pip_packages", []), matrix, where, at),
@@ -424,6 +318,50 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
         ),
         root,
     )
+
+
+def _kind(raw: dict[str, Any], runtime, at: DocPath, where: _Locator) -> kinds.Kind:
+    """The target's kind (a notebook's follows from its accelerator), with every key it sets applying to it."""
+    kind = raw.get("kind")
+    if runtime is not None:
+        accelerator = notebook_platforms.platform(raw["platform"]).accelerator(raw["accelerator"])
+        if kind is not None and kind != accelerator.kind:
+            raise EnvkitError(
+                f"{where(at + ('kind',))}: {raw['platform']}'s {accelerator.name} is a {accelerator.kind} accelerator, "
+                f"not {kind}; drop kind (it follows from the accelerator)"
+            )
+        kind = accelerator.kind
+    elif kind is None:
+        raise EnvkitError(f"{where(at)}: 'kind' is a required property (or 'platform' for a notebook target)")
+    for key in raw:
+        owners = [other.name for other in kinds.load_kinds().values() if key in other.keys]
+        if owners and kind not in owners:
+            raise EnvkitError(f"{where(at + (key,))}: {key!r} applies to {', '.join(owners)} targets only, not {kind}")
+    return kinds.kind(kind)
+
+
+def _base_image(
+    raw: dict[str, Any], spec: kinds.Kind, chosen: wheels.Wheels, python: str, notebook: bool, where
+) -> tuple[str | None, list[str]]:
+    """The base image (None for a notebook: it runs in the platform's runtime) and the apt packages it needs."""
+    apt_packages = list(raw.get("apt_packages", []))
+    if notebook:
+        return None, apt_packages
+    if spec.base_image == "python":
+        return raw.get("base_image") or spec.python_base_image.format(python=python), apt_packages
+    default = chosen.default_base
+    if default is None:
+        raise EnvkitError(
+            f"{where('kind')}: kind {spec.name} takes its base image from wheels {spec.wheels!r}, which names none"
+        )
+    if not _carries_python(raw.get("base_image"), spec):
+        apt_packages = [*DISTRO_PYTHON_PACKAGES, *apt_packages]
+    if "base_image" not in raw and python != chosen.default_python:
+        raise EnvkitError(
+            f"{where('python')}: Python {python} is not the python3 of the default base image "
+            f"{default} ({chosen.default_python}); set base_image to an image with Python {python}, or drop python"
+        )
+    return raw.get("base_image") or default, apt_packages
 
 
 def _notebook_runtime(raw: dict[str, Any], at: DocPath, where: _Locator) -> notebook_platforms.Runtime | None:
@@ -483,10 +421,6 @@ def _torchvision(raw: dict[str, Any], release: TorchRelease, patch: str, torch: 
             f"{field_at}: torchvision {value} does not go with torch {torch}; valid choices: {minor}.x, or false to leave it out"
         )
     return value
-
-
-def _intersection(first: tuple[str, str], second: tuple[str, str]) -> tuple[str, str]:
-    return max(first[0], second[0], key=version_key), min(first[1], second[1], key=version_key)
 
 
 def _pip_packages(extra: list[str], matrix: Matrix, where: _Locator, at: DocPath) -> tuple[str, ...]:
