@@ -42,7 +42,7 @@ class RunSettings:
 class Kind:
     name: str
     summary: str
-    wheels: str  # "cpu" | "cuda" | "torch_xla": the rule config.py applies
+    wheels: str  # "cpu" | "cuda" | "torch_xla": the rule envkit/project/wheels.py applies
     base_image: str  # "python" | "distro"
     keys: tuple[str, ...]
     device_flag: tuple[str, ...]
