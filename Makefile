@@ -175,7 +175,7 @@ build-tpu-vm: $(RENDERED)/tpu-vm | $(ENVKIT) ## build the Cloud TPU VM image
 	$(ENVKIT) build tpu-vm $(BUILD_FLAGS)
 
 # The experiments: one line each, as envkit/data/experiments.yaml lists them (its summary is
-# the help text); tests/test_experiment_table.py fails when the two disagree.
+# the help text); tests/project/test_experiments.py fails when the two disagree.
 tpu-mnist: $(RENDERED)/tpu-vm | $(ENVKIT) ## MNIST on every TPU core of a TPU VM, one replica per core
 	$(call experiment,$(MNIST_FLAGS))
 

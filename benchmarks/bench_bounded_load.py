@@ -4,7 +4,7 @@ Prints, for envkit's largest table (envkit/data/matrix.yaml) and the config, the
 it with the bounded loader beside PyYAML's C loader (yaml.CSafeLoader), and for each hostile
 input (an alias bomb of 9 anchors, 100,000 nested lists, a 100 MB file) the CPU time and peak
 memory of `envkit targets` refusing it, each in its own process under a 2 GiB address-space
-limit. Figures only: nothing is asserted (tests/test_bounded_load.py checks the refusals).
+limit. Figures only: nothing is asserted (tests/support/test_bounded_load.py checks the refusals).
 
 usage: python benchmarks/bench_bounded_load.py [--repeat N]
 """

@@ -13,8 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from paths import REPO_ROOT
 
 
 def pytest_addoption(parser):

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+from paths import REPO_ROOT
+
+from envkit.cli import main
 from envkit.image.build import repository
 from envkit.image.pushed import Pushed, record
 from envkit.launch.job import EngineOptions, build_job
 from envkit.project.config import load_config
 from envkit.project.experiments import experiment
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 ROOT = Path("/srv/envkit")
 OUTPUT = Path("jobs")
 # What envkit launch passes once the image was pushed (envkit push's record) or saved (envkit save's manifest).
@@ -68,3 +71,21 @@ def save_manifest(directory: Path, target: str) -> Path:
     }
     (directory / f"{stem}.manifest.json").write_text(json.dumps(manifest))
     return directory / f"{stem}.tar.gz"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture()
+def project(tmp_path, monkeypatch):
+    root = tmp_path / "project"
+    root.mkdir()
+    monkeypatch.chdir(root)
+    (root / "envkit.yaml").write_text((REPO_ROOT / "envkit.yaml").read_text())
+    return root

@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 import torch
+from paths import REPO_ROOT
 from results_contract import assert_valid_results
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 RECIPE = REPO_ROOT / "recipes" / "mnist.py"
 
 IMAGE_MAGIC = 0x00000803

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from paths import REPO_ROOT
 
-PROJECT = Path(__file__).resolve().parent.parent
-SCRIPTS = PROJECT / "scripts"
+SCRIPTS = REPO_ROOT / "scripts"
 HOSTS_SCRIPT = SCRIPTS / "netns-hosts.sh"
 CLUSTER_SCRIPT = SCRIPTS / "slurm-cluster.sh"
 NAMESPACE_TOOLS = ("ip", "nsenter", "unshare")
@@ -35,7 +35,7 @@ SLURM_TOOLS = (*NAMESPACE_TOOLS, "munged", "mungekey", "slurmctld", "slurmd", "s
 # The interface each node host has on the hub's bridge (netns-hosts.sh): gloo must use it, not lo.
 NODE_INTERFACE = "eth0"
 RENDEZVOUS_PORT = 29500
-CIFAR_RECIPE = PROJECT / "recipes" / "cifar.py"
+CIFAR_RECIPE = REPO_ROOT / "recipes" / "cifar.py"
 
 
 def missing(tools: tuple[str, ...]) -> str | None:
@@ -155,7 +155,7 @@ def slurm_job_script(
     results_dir: Path,
     output: Path,
     launch_args: tuple[str, ...] = ("--container", "host"),
-    config: Path = PROJECT / "envkit.yaml",
+    config: Path = REPO_ROOT / "envkit.yaml",
 ) -> str:
     """The sbatch script that ``envkit launch cpu-ddp-cifar --on slurm`` renders, as a user gets it
     (--dry-run --output): by default with ``--container host``, recipes/cifar.py in the Python environment
@@ -191,7 +191,7 @@ def slurm_job_script(
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "PYTHONPATH": str(PROJECT)},
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
     )
     if done.returncode != 0:
         raise RuntimeError(f"envkit launch did not render the job ({done.returncode}): {done.stderr.strip()}")

@@ -11,8 +11,9 @@ import json
 from pathlib import Path
 
 import jsonschema
+from paths import REPO_ROOT
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "envkit" / "data" / "results.schema.json"
+SCHEMA_PATH = REPO_ROOT / "envkit" / "data" / "results.schema.json"
 
 
 def results_schema() -> dict:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_XLA_PYTHON = REPO_ROOT / ".venv-xla" / "bin" / "python"
 
 
@@ -46,3 +46,9 @@ def environment_missing(problem: str, required_by: str) -> NoReturn:
     if os.environ.get(required_by, "") not in ("", "0"):
         pytest.fail(f"{required_by}=1 but {problem}")
     pytest.skip(problem)
+
+
+NO_TPU_LINE = (
+    "mnist.py: error: --device tpu: TorchTPU found no TPU on this host (torch_tpu 0.2.0 has no CPU mode); "
+    "run on a TPU VM, or use --device cpu\n"
+)

@@ -23,7 +23,7 @@ import sys
 from envkit import __version__
 from envkit.errors import EnvkitError
 
-# command -> module of envkit.cli that registers it (tests/test_cli_commands.py checks both ways).
+# command -> module of envkit.cli that registers it (tests/cli/test_cli_commands.py checks both ways).
 COMMANDS = {
     "targets": "render",
     "matrix": "render",

@@ -7,11 +7,10 @@ import importlib
 import json
 import subprocess
 import sys
-from pathlib import Path
+
+from paths import REPO_ROOT
 
 from envkit.cli import COMMANDS
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def registered(module: str) -> set[str]:
@@ -25,21 +24,21 @@ def test_the_table_and_the_modules_agree_both_ways():
     modules = set(COMMANDS.values())
     by_module = {module: registered(module) for module in modules}
     assert {command: module for module, commands in by_module.items() for command in commands} == COMMANDS
-    every_cli_module = {path.stem for path in (REPO / "envkit" / "cli").glob("*.py")} - {"__init__", "options"}
+    every_cli_module = {path.stem for path in (REPO_ROOT / "envkit" / "cli").glob("*.py")} - {"__init__", "options"}
     assert every_cli_module == modules
 
 
 def test_render_loads_only_the_render_commands(tmp_path):
     probe = (
         "import json, sys; from envkit.cli import main;"
-        f"code = main(['render', '--all', '--config', {str(REPO / 'envkit.yaml')!r}, '--output', {str(tmp_path)!r}]);"
+        f"code = main(['render', '--all', '--config', {str(REPO_ROOT / 'envkit.yaml')!r}, '--output', {str(tmp_path)!r}]);"
         "print(json.dumps([code, sorted(m for m in sys.modules if m.startswith('envkit.cli.'))]))"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO_ROOT)
     assert json.loads(done.stdout.splitlines()[-1]) == [0, ["envkit.cli.options", "envkit.cli.render"]]
 
 
 def test_help_and_an_unknown_command_still_list_every_command():
-    done = subprocess.run([sys.executable, "-m", "envkit", "nope"], capture_output=True, text=True, cwd=REPO)
+    done = subprocess.run([sys.executable, "-m", "envkit", "nope"], capture_output=True, text=True, cwd=REPO_ROOT)
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert all(f"'{command}'" in done.stderr for command in COMMANDS)

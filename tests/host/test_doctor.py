@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from docker_engine import client, engine_test, envkit, project
+from paths import REPO_ROOT
 
 from envkit.errors import EnvkitError
 from envkit.host import doctor
@@ -305,7 +307,7 @@ def doctor_json_as(command: list[str], tmp_path: Path) -> dict:
     env = {
         **os.environ,
         "DOCKER_HOST": f"unix://{tmp_path}/no.sock",
-        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+        "PYTHONPATH": str(REPO_ROOT),
     }
     done = subprocess.run(
         [*command, sys.executable, "-m", "envkit", "doctor", "--json"],
@@ -386,3 +388,10 @@ def test_engine_failures_become_one_actionable_line(monkeypatch, failure, messag
         engine.connect_docker()
     assert str(caught.value).startswith(message)
     assert "\n" not in str(caught.value)
+
+
+@engine_test
+def test_doctor_sees_the_engine(client, project):
+    report = json.loads(envkit("doctor", "--json", cwd=project).stdout)
+    assert report["docker_version"] and report["docker_error"] is None
+    assert "cpu-mnist" in report["runnable"]

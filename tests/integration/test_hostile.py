@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from paths import REPO_ROOT, TESTS
 
 from envkit.cli import main
 
-REPO = Path(__file__).resolve().parent.parent
-CASES = yaml.safe_load((Path(__file__).parent / "hostile" / "cases.yaml").read_text(encoding="utf-8"))
-RESULTS = REPO / "tests" / "data" / "results" / "mixed" / "mnist-cpu-b.json"
+CASES = yaml.safe_load((TESTS / "hostile" / "cases.yaml").read_text(encoding="utf-8"))
+RESULTS = REPO_ROOT / "tests" / "data" / "results" / "mixed" / "mnist-cpu-b.json"
 
 
 def test_the_corpus_is_well_formed():
@@ -34,9 +34,9 @@ def test_the_corpus_is_well_formed():
 def pristine(tmp_path_factory) -> Path:
     """The project's files a user has after a clone (envkit.yaml, templates, recipes, docker/, notebooks/)."""
     root = tmp_path_factory.mktemp("pristine")
-    shutil.copy(REPO / "envkit.yaml", root / "envkit.yaml")
+    shutil.copy(REPO_ROOT / "envkit.yaml", root / "envkit.yaml")
     for part in ("templates", "recipes", "docker", "notebooks"):
-        shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(REPO_ROOT / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
     return root
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 from linters import linter
+from paths import GOLDEN
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
 TARGETS = ["cpu", "cuda", "tpu-vm"]
 
 

@@ -12,8 +12,8 @@ import io
 import tarfile
 
 import pytest
-from test_docker_engine import base_image, client, engine_test, registry  # noqa: F401 - fixtures
-from test_lock import envkit, indexes, lock_text, write_project  # noqa: F401 - fixtures
+from docker_engine import base_image, client, engine_test, registry  # noqa: F401 - fixtures
+from lock_project import envkit, indexes, lock_text, write_project  # noqa: F401 - fixtures
 
 import docker
 from envkit.lock.lockfile import BASE_LINE

@@ -3,20 +3,17 @@
 One ``torchrun --nnodes 2 --nproc-per-node 1`` per host, rendezvous on node1, must
 train as two processes on one host do: one results file, written by rank 0 on
 node1, with the same accuracy within test_cifar_ddp.py's tolerance.
-Run with ``pytest --slow tests/test_multihost.py`` as root.
+Run with ``pytest --slow tests/integration/test_multihost.py`` as root.
 """
 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from multihost import HOSTS_SCRIPT, NAMESPACE_TOOLS, require, torchrun_on_hosts, two_hosts  # noqa: E402, F401 - two_hosts is a fixture
-from test_cifar_ddp import RECIPE, TEST_IMAGES, TRAINING, data_dir, only_results, recipe  # noqa: E402, F401 - data_dir too
+from cifar_files import RECIPE, TEST_IMAGES, TRAINING, data_dir, only_results, recipe  # noqa: F401 - data_dir too
+from multihost import HOSTS_SCRIPT, NAMESPACE_TOOLS, require, torchrun_on_hosts, two_hosts  # noqa: F401 - two_hosts is a fixture
 
 
 @pytest.mark.slow

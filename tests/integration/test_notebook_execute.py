@@ -30,6 +30,7 @@ import jsonschema
 import nbformat
 import pytest
 from notebook_cpu import build_wheelhouse, execute
+from paths import DATA
 from xla_env import environment_missing
 
 from envkit.cli import main
@@ -37,7 +38,7 @@ from envkit.notebook import builder, runtime
 from envkit.project.config import load_config
 
 pytestmark = pytest.mark.slow
-IMAGE_RESULT = Path(__file__).parent / "data" / "results" / "backends" / "mnist-tpu-xla.json"
+IMAGE_RESULT = DATA / "results" / "backends" / "mnist-tpu-xla.json"
 
 
 @pytest.fixture(scope="session")

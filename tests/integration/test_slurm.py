@@ -4,7 +4,7 @@ most of it moving the committed cuda image, 7.4 GB, through a registry: push ~5 
 
 Debian's munged, slurmctld and slurmd in network namespaces (tests/multihost.py);
 ``sbatch --wait`` submits the job and returns its exit code, with no accounting.
-Run with ``pytest --slow tests/test_slurm.py`` as root.
+Run with ``pytest --slow tests/integration/test_slurm.py`` as root.
 """
 
 from __future__ import annotations
@@ -14,23 +14,20 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from multihost import (  # noqa: E402, F401 - two_node_slurm is a fixture
+from cifar_files import TRAINING, data_dir, only_results  # noqa: F401 - data_dir is a fixture
+from docker_engine import base_image, build_committed, client, envkit, manifest_digest, registry  # noqa: F401 - fixtures too
+from multihost import (  # noqa: F401 - two_node_slurm is a fixture
     NODE_INTERFACE,
-    PROJECT,
     SlurmCluster,
     podman_of_its_own,
     slurm_job_script,
     two_node_slurm,
 )
-from test_cifar_ddp import TRAINING, data_dir, only_results  # noqa: E402, F401 - data_dir is a fixture
-from test_docker_engine import base_image, build_committed, client, envkit, manifest_digest, registry  # noqa: E402, F401 - fixtures too
+from paths import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -117,8 +114,8 @@ FAKE_DATA = [
 def podman_image(tmp_path_factory, client, base_image, repo_root) -> Iterator[tuple[Path, str]]:
     """A project whose cpu target's image is the committed cuda image under envkit-podman-cpu; its content tag."""
     project = tmp_path_factory.mktemp("podman-project")
-    shutil.copytree(PROJECT / "templates", project / "templates")
-    shutil.copytree(PROJECT / "recipes", project / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO_ROOT / "templates", project / "templates")
+    shutil.copytree(REPO_ROOT / "recipes", project / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
     (project / "envkit.yaml").write_text(PODMAN_CONFIG)
     envkit("render", "--all", cwd=project)
     built = build_committed(STAND_IN_TARGET, base_image, repo_root)  # envkit-cuda:<content tag>

@@ -14,8 +14,8 @@ import shutil
 import subprocess
 
 import pytest
-from test_docker_engine import base_image, client, docker_cli, engine_test, envkit, fill_wheelhouse  # noqa: F401 - fixtures
-from test_torch_tpu import NO_TPU_LINE
+from docker_engine import base_image, client, docker_cli, engine_test, envkit, fill_wheelhouse  # noqa: F401 - fixtures
+from xla_env import NO_TPU_LINE
 
 from envkit.image.build_context import staging_path
 

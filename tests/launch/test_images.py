@@ -2,7 +2,7 @@
 and passes the image's identity in; Slurm's default podman step refuses a node that cannot run the image.
 
 The engine and the registry are stand-ins here (a fake Docker SDK client, fake srun and podman);
-tests/test_slurm.py pushes to a real registry and runs the image under podman on a real two-node cluster.
+tests/integration/test_slurm.py pushes to a real registry and runs the image under podman on a real two-node cluster.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from launch_jobs import DIGEST, IMAGE_ID, REPO_ROOT, make_job, record_push
-from test_launch import project, run  # noqa: F401 - project is a fixture
+from launch_jobs import DIGEST, IMAGE_ID, REPO_ROOT, make_job, project, record_push, run  # noqa: F401 - project is a fixture
 
 from envkit.cli import main
 from envkit.errors import EnvkitError

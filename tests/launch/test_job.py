@@ -9,15 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import paths
 import pytest
-from launch_jobs import DIGEST, IMAGE_ID, OUTPUT, REPO_ROOT, make_job, record_push, save_manifest
+from launch_jobs import DIGEST, IMAGE_ID, OUTPUT, REPO_ROOT, make_job, project, record_push, run, save_manifest
+from paths import REPO_ROOT, TESTS
 
-from envkit.cli import main
 from envkit.launch import engines, slurm
 from envkit.launch.job import ENGINES, EngineOptions
 from envkit.launch.plan import describe
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "launch"
+GOLDEN = paths.GOLDEN / "launch"
 REGISTRY_IMAGE = f"registry.example:5000/team/envkit-cuda@{DIGEST}"
 CUDA_TARBALL = "/shared/images/envkit-cuda-0123456789ab.tar.gz"
 # --env in some cases of each engine (none in the others: no env, no change).
@@ -171,7 +172,7 @@ def test_dry_run_matches_golden(case, update_golden):
 
 def test_rendering_is_deterministic():
     """Every case rendered in two interpreters with different hash seeds (set and dict orders differ) is the same text."""
-    tests = Path(__file__).resolve().parent
+    tests = TESTS
     script = (
         "import sys; from test_launch import CASES, OUTPUT, describe, engines;"
         "sys.stdout.write(''.join(describe(engines.render_job(*CASES[c](), OUTPUT)) for c in sorted(CASES)))"
@@ -208,24 +209,6 @@ def test_slurm_runs_the_image_under_podman_by_default():
 
 
 # ------------------------------------------------------------------ the command line
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse's own errors
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-@pytest.fixture()
-def project(tmp_path, monkeypatch):
-    root = tmp_path / "project"
-    root.mkdir()
-    monkeypatch.chdir(root)
-    (root / "envkit.yaml").write_text((REPO_ROOT / "envkit.yaml").read_text())
-    return root
 
 
 BAD_INPUT = {

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import DATA
 
 from envkit.cli import main
 
@@ -48,7 +49,7 @@ elif command == ["kernels", "output"]:
 else:
     sys.exit("fake kaggle: unexpected " + " ".join(sys.argv[1:]))
 """
-RESULT = Path(__file__).parent / "data" / "results" / "backends" / "mnist-tpu-xla-xmp.json"
+RESULT = DATA / "results" / "backends" / "mnist-tpu-xla-xmp.json"
 
 
 @pytest.fixture()

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from paths import REPO_ROOT
 from wheel_index import IndexServer, file_sha256
 from xla_env import environment_missing
 
@@ -32,7 +33,6 @@ from envkit.lock.lockfile import read_lock
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
 TORCH_WHEELS = Path(os.environ.get("ENVKIT_TEST_WHEELS", "/opt/wheels"))
 TORCH = "2.13.0"
 PYTHON = "{}.{}".format(*sys.version_info[:2])
@@ -176,7 +176,7 @@ def test_the_lock_becomes_a_host_venv_whose_runs_name_it(tmp_path, served, capsy
     done = subprocess.run(
         [
             str(venv / "bin" / "python"),
-            str(REPO / "recipes" / "mnist.py"),
+            str(REPO_ROOT / "recipes" / "mnist.py"),
             "--device",
             "cpu",
             "--dataset",

@@ -306,7 +306,7 @@ def test_a_recipe_brings_the_modules_and_packages_it_imports(tmp_path):
 
 
 def test_ci_executes_the_notebooks(repo_root):
-    # tests/test_notebook_execute.py skips without its wheelhouse, except where this is set
+    # tests/integration/test_notebook_execute.py skips without its wheelhouse, except where this is set
     assert "ENVKIT_REQUIRE_NOTEBOOK=1" in (repo_root / ".ci" / "run").read_text()
 
 

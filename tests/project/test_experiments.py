@@ -10,9 +10,9 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from paths import REPO_ROOT
 
 from envkit.cli import main
 from envkit.errors import EnvkitError
@@ -96,7 +96,7 @@ def spelled_experiment_names(source: str) -> list[str]:
 
 
 def test_no_experiment_name_is_spelled_in_python():
-    package = Path(__file__).resolve().parent.parent / "envkit"
+    package = REPO_ROOT / "envkit"
     spelled = {
         str(path): names
         for path in package.rglob("*.py")

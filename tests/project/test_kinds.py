@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from linters import linter
+from paths import REPO_ROOT
 
 from envkit.errors import EnvkitError
 from envkit.project import kinds
@@ -219,7 +220,7 @@ def test_a_rocm_kind_from_data_and_a_fragment_alone(rocm_project):
         "no ROCm devices (/dev/kfd) found: rocm-* targets need an AMD GPU host",
         "None rocm-mnist",
     ], done.stderr
-    assert python_files(project) == python_files(Path(__file__).resolve().parent.parent)
+    assert python_files(project) == python_files(REPO_ROOT)
 
 
 def test_the_rocm_run_sh_passes_shellcheck(rocm_project):

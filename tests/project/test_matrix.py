@@ -6,10 +6,10 @@ import dataclasses
 import functools
 import io
 import zipfile
-from pathlib import Path
 
 import pytest
 import yaml
+from paths import DATA
 from xla_env import environment_missing
 
 from envkit.errors import EnvkitError
@@ -216,7 +216,7 @@ def test_a_release_with_no_cuda_build_anywhere_is_one_line(matrix):
 # --------------------------------------------------------------------------- envkit matrix --verify
 
 
-INDEX_FIXTURE = Path(__file__).resolve().parent / "data" / "index.yaml"
+INDEX_FIXTURE = DATA / "index.yaml"
 
 
 class FakeIndex:

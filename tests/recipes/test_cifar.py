@@ -13,10 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import cifar  # noqa: E402 - on sys.path through cifar_files
-import harness  # noqa: E402
+import cifar
+import harness
 import pytest
-import scatter  # noqa: E402
+import scatter
 import torch
 from cifar_files import write_cifar10
 

@@ -1,6 +1,6 @@
 """recipes/cifar.py --parallel ddp: two gloo processes on CPU, started through torchrun (slow: ~1-2 min).
 
-Run with ``pytest --slow tests/test_cifar_ddp.py``. This file is also the
+Run with ``pytest --slow tests/recipes/test_cifar_ddp.py``. This file is also the
 torchrun worker of the one-step gradient test (see ``__main__`` below).
 """
 
@@ -11,65 +11,15 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
+import cifar
 import pytest
 import torch
 import torch.nn.functional as F
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import cifar  # noqa: E402 - on sys.path through cifar_files
-from cifar_files import write_cifar10  # noqa: E402
-from results_contract import assert_valid_results
-
-RECIPE = Path(cifar.__file__)
-TRAIN_PER_BATCH = 52  # x 5 training batches = 260 images: 16 steps of 16 per epoch
-STEPS_PER_EPOCH = 5 * TRAIN_PER_BATCH // 16
-TEST_IMAGES = 63  # odd: the two test shards differ (32 + 31), so only a global count gives a multiple of 1/63
-# Learnable tiny data at 64 px: both runs reach 100% from the 4th epoch. At 32 px the last feature
-# maps are 1x1, BatchNorm then normalises over only the 8 images of a DDP process (16 in one process),
-# and DDP's accuracy trails by up to 0.1 for several epochs.
-TRAINING = [
-    "--image-size",
-    "64",
-    "--global-batch",
-    "16",
-    "--lr",
-    "0.02",
-    "--epochs",
-    "6",
-    "--quiet",
-    "--dataset",
-    "real",
-    "--data-check",
-    "exists",
-    "--no-download",
-]
+from cifar_files import RECIPE, STEPS_PER_EPOCH, TEST_IMAGES, TRAINING, data_dir, only_results, recipe
+from paths import REPO_ROOT, TESTS
 
 pytestmark = pytest.mark.slow
-
-
-def recipe(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    # One thread per process: torchrun sets the same for each ddp process, and
-    # oversubscribed OpenMP threads on a busy machine slow a run down tenfold.
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, str(RECIPE), *argv], capture_output=True, text=True, cwd=cwd, env=env, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
-
-
-def only_results(directory: Path) -> dict:
-    (path,) = directory.glob("cifar-*.json")
-    return assert_valid_results(path)
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("cifar")
-    write_cifar10(root, train_per_batch=TRAIN_PER_BATCH, test_size=TEST_IMAGES)
-    return root
 
 
 def test_ddp_splits_the_global_batch_and_matches_one_process(tmp_path, data_dir):
@@ -179,7 +129,9 @@ def test_two_hosts_write_one_results_file(tmp_path, data_dir):
 def test_one_ddp_step_equals_one_full_batch_step(tmp_path):
     """With BatchNorm on running statistics and no dropout (eval mode), two processes
     stepping on half a batch each must end where one process stepping on the whole batch does."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CIFAR_DDP_STEP_OUT": str(tmp_path / "ddp.pt")}
+    # the worker runs this file as a script: pytest's pythonpath setting is not there, so it goes in the environment
+    found = os.pathsep.join(str(folder) for folder in (TESTS, REPO_ROOT / "recipes"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CIFAR_DDP_STEP_OUT": str(tmp_path / "ddp.pt"), "PYTHONPATH": found}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

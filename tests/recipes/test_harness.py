@@ -11,13 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import harness
 import pytest
 import torch
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT / "recipes"))
-import harness  # noqa: E402
-from results_contract import results_schema  # noqa: E402
+from paths import REPO_ROOT
+from results_contract import results_schema
 
 
 def test_fail_prints_one_line_and_exits_2(capsys):

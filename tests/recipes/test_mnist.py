@@ -10,13 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+import harness
+import mnist
 import pytest
 import torch
 from mnist_files import RECIPE, REPO_ROOT, checkpoint_weights, read_results, run_mnist, write_mnist
-
-sys.path.insert(0, str(REPO_ROOT / "recipes"))
-import harness  # noqa: E402
-import mnist  # noqa: E402
 
 TINY = ("--per-device-batch", "32", "--quiet", "--no-download")
 

@@ -22,20 +22,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import harness
+import mnist
 import pytest
 import torch
+import tpu_backend
 from mnist_files import RECIPE, REPO_ROOT, read_results
-from xla_env import environment_missing
+from xla_env import NO_TPU_LINE, environment_missing
 
-sys.path.insert(0, str(REPO_ROOT / "recipes"))
-import harness  # noqa: E402
-import mnist  # noqa: E402
-import tpu_backend  # noqa: E402
-
-NO_TPU_LINE = (
-    "mnist.py: error: --device tpu: TorchTPU found no TPU on this host (torch_tpu 0.2.0 has no CPU mode); "
-    "run on a TPU VM, or use --device cpu\n"
-)
 DEFAULT_TPU_PYTHON = REPO_ROOT / ".venv-tpu" / "bin" / "python"
 NO_TPU_TIMEOUT = 180  # seconds; the metadata server's retries would take minutes
 FAKE = ("--dataset", "fake", "--fake-train-size", "256", "--fake-test-size", "64", "--quiet")

@@ -10,11 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import REPO_ROOT
 
 from envkit.render import memo
 from envkit.render.output import RenderedFile
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture()
@@ -23,9 +22,9 @@ def project(tmp_path, monkeypatch):
     recipes included), with its own cache."""
     copy = tmp_path / "project"
     copy.mkdir()
-    shutil.copy(REPO / "envkit.yaml", copy / "envkit.yaml")
+    shutil.copy(REPO_ROOT / "envkit.yaml", copy / "envkit.yaml")
     for folder in ("templates", "docker", "notebooks", "recipes"):
-        shutil.copytree(REPO / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(REPO_ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
     return copy
 
@@ -37,7 +36,7 @@ def render(project: Path, *args: str) -> tuple[subprocess.CompletedProcess, list
         f"code = main(['render', '--config', {str(project / 'envkit.yaml')!r}, *{list(args)!r}]);"
         "print(json.dumps(sorted(m for m in ('jinja2', 'yaml', 'jsonschema') if m in sys.modules))); sys.exit(code)"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=os.environ, cwd=REPO)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=os.environ, cwd=REPO_ROOT)
     lines = done.stdout.splitlines()
     return done, (json.loads(lines[-1]) if lines else [])
 
@@ -64,7 +63,7 @@ def test_a_change_to_anything_the_render_read_renders_again(project, change):
     elif change == "lock":
         (project / "docker" / "tpu-vm" / "requirements.lock").unlink()
     else:
-        (project / "extra.crt").write_text((REPO / "tests" / "golden" / "proxy.crt").read_text())
+        (project / "extra.crt").write_text((REPO_ROOT / "tests" / "golden" / "proxy.crt").read_text())
         text = (project / "envkit.yaml").read_text()
         (project / "envkit.yaml").write_text(
             text.replace("  cpu:\n    kind: cpu\n", "  cpu:\n    kind: cpu\n    ca_certificates: [extra.crt]\n")

@@ -8,9 +8,9 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from paths import GOLDEN, REPO_ROOT
 
 from envkit.errors import EnvkitError
 from envkit.lock.lockfile import read_lock
@@ -19,7 +19,6 @@ from envkit.render import output as rendered
 from envkit.render import target_files as render
 from envkit.support import atomic
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
 GOLDEN_TARGETS = ["cpu", "cuda", "tpu-vm", "cpu-local", "tpu-vm-tpu"]
 
 
@@ -65,7 +64,7 @@ def test_rendering_is_deterministic(repo_config, tmp_path):
             **os.environ,
             "PYTHONHASHSEED": seed,
             "ENVKIT_CACHE_DIR": str(tmp_path / f"cache-{run}"),
-            "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+            "PYTHONPATH": str(REPO_ROOT),
         }
         subprocess.run(
             [

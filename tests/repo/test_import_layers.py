@@ -6,13 +6,12 @@ counts imports inside functions too: the cycle issue 18 found was one such impor
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from paths import REPO_ROOT
 
 grimp = pytest.importorskip("grimp", reason="pip install import-linter (requirements/dev.in)")
 
-PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+PYPROJECT = REPO_ROOT / "pyproject.toml"
 
 
 def cycles(graph) -> list[list[str]]:

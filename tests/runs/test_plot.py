@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import DATA, REPO_ROOT
 
 from envkit.cli import main
 from envkit.errors import EnvkitError
@@ -15,8 +16,7 @@ from envkit.runs.plot import require_matplotlib, write_plot
 from envkit.runs.report import Report, build_report
 from envkit.runs.results import load_results
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).parent / "data" / "results" / "mixed"
+RESULTS = DATA / "results" / "mixed"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 

@@ -5,26 +5,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-from pathlib import Path
 
+import paths
 import pytest
+from paths import DATA
+from report_golden import check_golden
 
 from envkit.cli import main
 from envkit.errors import EnvkitError
 from envkit.runs.report import build_report, pooled, render_report
 from envkit.runs.results import Stat, load_results, parse, stat_of
 
-RESULTS = Path(__file__).parent / "data" / "results" / "mixed"
-GOLDEN = Path(__file__).parent / "golden" / "report"
+RESULTS = DATA / "results" / "mixed"
+GOLDEN = paths.GOLDEN / "report"
 BAD_FILES = ("mnist-no-timing.json", "mnist-truncated.json", "notes.json")
-
-
-def check_golden(name: str, text: str, update: bool) -> None:
-    path = GOLDEN / name
-    if update:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    assert text == path.read_text(encoding="utf-8"), f"{name} differs (rerun with --update-golden if intended)"
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +220,7 @@ def test_unknown_format_is_refused(capsys):
 
 # ---- environments, backends and nodes (schema version 2) ---------------------
 
-BACKENDS = Path(__file__).parent / "data" / "results" / "backends"
+BACKENDS = DATA / "results" / "backends"
 
 
 def test_backends_and_nodes_side_by_side_match_golden(update_golden):

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 from mnist_files import REPO_ROOT, run_mnist
+from paths import DATA, REPO_ROOT
 from results_contract import assert_valid_results, contract_errors
 
 from envkit.runs import results
 
-SAMPLES = Path(__file__).parent / "data" / "results" / "mixed"
+SAMPLES = DATA / "results" / "mixed"
 LOCK = "0123456789abcdef" * 4
 
 

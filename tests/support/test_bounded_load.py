@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from paths import REPO_ROOT
 
 from envkit.support import bounded_load
 from envkit.support.bounded_load import MAX_ALIASES, MAX_DEPTH, Refused, parse_json, parse_yaml
 
-REPO = Path(__file__).resolve().parent.parent
 MEMORY_LIMIT = 512 * 2**20  # envkit's own commands need under 150 MiB of address space here
 CPU_LIMIT_S = 1
 CONFIG = 'targets:\n  cpu: {kind: cpu, torch: "2.9.0"}\n'
@@ -41,7 +41,7 @@ def _limits() -> None:
 
 
 def limited_envkit(cwd: Path, *argv: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "ENVKIT_CACHE_DIR": str(cwd / "cache")}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "ENVKIT_CACHE_DIR": str(cwd / "cache")}
     return subprocess.run(
         [sys.executable, "-m", "envkit", *argv],
         cwd=cwd,
@@ -102,9 +102,9 @@ def test_a_stream_without_end_is_read_only_up_to_the_cap(tmp_path):
 
 def test_envkits_own_files_read_as_before():
     """The bounded loader builds exactly what PyYAML's safe loader builds, for every YAML file envkit ships."""
-    shipped = sorted((REPO / "envkit" / "data").glob("*.yaml")) + [
-        REPO / "envkit.yaml",
-        REPO / "tests" / "golden" / "envkit.yaml",
+    shipped = sorted((REPO_ROOT / "envkit" / "data").glob("*.yaml")) + [
+        REPO_ROOT / "envkit.yaml",
+        REPO_ROOT / "tests" / "golden" / "envkit.yaml",
     ]
     for path in shipped:
         text = path.read_text()
@@ -173,8 +173,8 @@ def test_every_yaml_and_json_reader_goes_through_the_bounded_loader():
     # interpreter's package list are what it reads)
     allowed = {"envkit/support/bounded_load.py", "envkit/lock/index_check.py", "envkit/notebook/runtime.py"}
     offenders = []
-    for path in sorted((REPO / "envkit").rglob("*.py")):
-        name = path.relative_to(REPO).as_posix()
+    for path in sorted((REPO_ROOT / "envkit").rglob("*.py")):
+        name = path.relative_to(REPO_ROOT).as_posix()
         if name not in allowed:
             offenders += [
                 f"{name}:{number}"
