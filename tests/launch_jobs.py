@@ -89,3 +89,145 @@ def project(tmp_path, monkeypatch):
     monkeypatch.chdir(root)
     (root / "envkit.yaml").write_text((REPO_ROOT / "envkit.yaml").read_text())
     return root
+
+
+REGISTRY_IMAGE = f"registry.example:5000/team/envkit-cuda@{DIGEST}"
+
+
+CUDA_TARBALL = "/shared/images/envkit-cuda-0123456789ab.tar.gz"
+
+
+# --env in some cases of each engine (none in the others: no env, no change).
+IFNAMES = ("NCCL_SOCKET_IFNAME=ib0", "GLOO_SOCKET_IFNAME=eth0")
+
+
+# One representative experiment per engine (and per Slurm container), as `--dry-run` prints it.
+CASES = {
+    "hosts-gpu-ddp-cifar": lambda: (
+        "hosts",
+        make_job("gpu-ddp-cifar", "hosts", gpus_per_node=4, options=EngineOptions(hosts=("node1", "node2"))),
+    ),
+    "hosts-cpu-ddp-cifar": lambda: (
+        "hosts",
+        make_job(
+            "cpu-ddp-cifar", "hosts", nproc_per_node=2, env=IFNAMES[1:], options=EngineOptions(hosts=("node1", "node2"))
+        ),
+    ),
+    # Slurm's default: podman, here with the local image (no registry: a note says every node needs it).
+    "slurm-podman-local-cpu-ddp-cifar": lambda: (
+        "slurm",
+        make_job("cpu-ddp-cifar", "slurm", nproc_per_node=2, env=("GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1")),
+    ),
+    "slurm-podman-registry-cpu-ddp-cifar": lambda: (
+        "slurm",
+        make_job("cpu-ddp-cifar", "slurm", image=f"registry.example:5000/team/envkit-cpu@{DIGEST}", image_id=IMAGE_ID),
+    ),
+    "slurm-podman-tarball-gpu-ddp-cifar": lambda: (
+        "slurm",
+        make_job(
+            "gpu-ddp-cifar",
+            "slurm",
+            gpus_per_node=4,
+            env=IFNAMES,
+            image="envkit-cuda:0123456789ab",
+            image_id=IMAGE_ID,
+            options=EngineOptions(image_tarball=CUDA_TARBALL),
+        ),
+    ),
+    "slurm-host-cpu-ddp-cifar": lambda: (
+        "slurm",
+        make_job(
+            "cpu-ddp-cifar",
+            "slurm",
+            nproc_per_node=2,
+            env=("GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1"),
+            options=EngineOptions(container="host"),
+        ),
+    ),
+    "slurm-host-gpu-ddp-cifar": lambda: (
+        "slurm",
+        make_job(
+            "gpu-ddp-cifar",
+            "slurm",
+            gpus_per_node=4,
+            options=EngineOptions(container="host", partition="gpu", time="02:00:00"),
+        ),
+    ),
+    "slurm-docker-gpu-ddp-cifar": lambda: (
+        "slurm",
+        make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4, env=IFNAMES, options=EngineOptions(container="docker")),
+    ),
+    "slurm-pyxis-gpu-ddp-cifar": lambda: (
+        "slurm",
+        make_job(
+            "gpu-ddp-cifar",
+            "slurm",
+            gpus_per_node=4,
+            image=REGISTRY_IMAGE,
+            image_id=IMAGE_ID,
+            options=EngineOptions(container="pyxis"),
+        ),
+    ),
+    "slurm-apptainer-gpu-ddp-cifar": lambda: (
+        "slurm",
+        make_job(
+            "gpu-ddp-cifar",
+            "slurm",
+            gpus_per_node=4,
+            image="envkit-cuda:0123456789ab",
+            image_id=IMAGE_ID,
+            options=EngineOptions(container="apptainer", image_tarball=CUDA_TARBALL),
+        ),
+    ),
+    "pytorchjob-gpu-ddp-cifar": lambda: (
+        "pytorchjob",
+        make_job("gpu-ddp-cifar", "pytorchjob", gpus_per_node=4, image=REGISTRY_IMAGE, image_id=IMAGE_ID, env=IFNAMES),
+    ),
+    "jobset-gpu-ddp-cifar": lambda: (
+        "jobset",
+        make_job("gpu-ddp-cifar", "jobset", gpus_per_node=4, image=REGISTRY_IMAGE, image_id=IMAGE_ID),
+    ),
+    "jobset-tpu-mnist": lambda: (
+        "jobset",
+        make_job(
+            "tpu-mnist",
+            "jobset",
+            nodes=4,
+            env=("XLA_FLAGS=--xla_dump_to=/tmp/x",),
+            options=EngineOptions(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"),
+        ),
+    ),
+    "tpu-pod-registry-tpu-mnist": lambda: (
+        "tpu-pod",
+        make_job(
+            "tpu-mnist",
+            "tpu-pod",
+            nodes=4,
+            image=f"registry.example:5000/team/envkit-tpu-vm@{DIGEST}",
+            image_id=IMAGE_ID,
+            options=EngineOptions(tpu="my-v4-32", zone="us-central2-b"),
+        ),
+    ),
+    "tpu-pod-tarball-tpu-mnist": lambda: (
+        "tpu-pod",
+        make_job(
+            "tpu-mnist",
+            "tpu-pod",
+            nodes=4,
+            env=("XLA_FLAGS=--xla_dump_to=/tmp/x",),
+            image="envkit-tpu-vm:0123456789ab",
+            image_id=IMAGE_ID,
+            options=EngineOptions(
+                tpu="my-v4-32", zone="us-central2-b", image_tarball="/shared/images/envkit-tpu-vm-0123456789ab.tar.gz"
+            ),
+        ),
+    ),
+    "skypilot-gpu-ddp-cifar": lambda: (
+        "skypilot",
+        make_job("gpu-ddp-cifar", "skypilot", gpus_per_node=8, image=REGISTRY_IMAGE, image_id=IMAGE_ID, env=IFNAMES),
+    ),
+    "skypilot-tpu-mnist": lambda: (
+        "skypilot",
+        make_job("tpu-mnist", "skypilot", nodes=4, options=EngineOptions(accelerators="tpu-v5e-16")),
+    ),
+}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import paths
 import pytest
-from launch_jobs import DIGEST, IMAGE_ID, OUTPUT, REPO_ROOT, make_job, project, record_push, run, save_manifest
+from launch_jobs import CASES, DIGEST, IMAGE_ID, OUTPUT, make_job, project, record_push, run, save_manifest
 from paths import REPO_ROOT, TESTS
 
 from envkit.launch import engines, slurm
@@ -19,141 +19,6 @@ from envkit.launch.job import ENGINES, EngineOptions
 from envkit.launch.plan import describe
 
 GOLDEN = paths.GOLDEN / "launch"
-REGISTRY_IMAGE = f"registry.example:5000/team/envkit-cuda@{DIGEST}"
-CUDA_TARBALL = "/shared/images/envkit-cuda-0123456789ab.tar.gz"
-# --env in some cases of each engine (none in the others: no env, no change).
-IFNAMES = ("NCCL_SOCKET_IFNAME=ib0", "GLOO_SOCKET_IFNAME=eth0")
-
-# One representative experiment per engine (and per Slurm container), as `--dry-run` prints it.
-CASES = {
-    "hosts-gpu-ddp-cifar": lambda: (
-        "hosts",
-        make_job("gpu-ddp-cifar", "hosts", gpus_per_node=4, options=EngineOptions(hosts=("node1", "node2"))),
-    ),
-    "hosts-cpu-ddp-cifar": lambda: (
-        "hosts",
-        make_job(
-            "cpu-ddp-cifar", "hosts", nproc_per_node=2, env=IFNAMES[1:], options=EngineOptions(hosts=("node1", "node2"))
-        ),
-    ),
-    # Slurm's default: podman, here with the local image (no registry: a note says every node needs it).
-    "slurm-podman-local-cpu-ddp-cifar": lambda: (
-        "slurm",
-        make_job("cpu-ddp-cifar", "slurm", nproc_per_node=2, env=("GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1")),
-    ),
-    "slurm-podman-registry-cpu-ddp-cifar": lambda: (
-        "slurm",
-        make_job("cpu-ddp-cifar", "slurm", image=f"registry.example:5000/team/envkit-cpu@{DIGEST}", image_id=IMAGE_ID),
-    ),
-    "slurm-podman-tarball-gpu-ddp-cifar": lambda: (
-        "slurm",
-        make_job(
-            "gpu-ddp-cifar",
-            "slurm",
-            gpus_per_node=4,
-            env=IFNAMES,
-            image="envkit-cuda:0123456789ab",
-            image_id=IMAGE_ID,
-            options=EngineOptions(image_tarball=CUDA_TARBALL),
-        ),
-    ),
-    "slurm-host-cpu-ddp-cifar": lambda: (
-        "slurm",
-        make_job(
-            "cpu-ddp-cifar",
-            "slurm",
-            nproc_per_node=2,
-            env=("GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1"),
-            options=EngineOptions(container="host"),
-        ),
-    ),
-    "slurm-host-gpu-ddp-cifar": lambda: (
-        "slurm",
-        make_job(
-            "gpu-ddp-cifar",
-            "slurm",
-            gpus_per_node=4,
-            options=EngineOptions(container="host", partition="gpu", time="02:00:00"),
-        ),
-    ),
-    "slurm-docker-gpu-ddp-cifar": lambda: (
-        "slurm",
-        make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4, env=IFNAMES, options=EngineOptions(container="docker")),
-    ),
-    "slurm-pyxis-gpu-ddp-cifar": lambda: (
-        "slurm",
-        make_job(
-            "gpu-ddp-cifar",
-            "slurm",
-            gpus_per_node=4,
-            image=REGISTRY_IMAGE,
-            image_id=IMAGE_ID,
-            options=EngineOptions(container="pyxis"),
-        ),
-    ),
-    "slurm-apptainer-gpu-ddp-cifar": lambda: (
-        "slurm",
-        make_job(
-            "gpu-ddp-cifar",
-            "slurm",
-            gpus_per_node=4,
-            image="envkit-cuda:0123456789ab",
-            image_id=IMAGE_ID,
-            options=EngineOptions(container="apptainer", image_tarball=CUDA_TARBALL),
-        ),
-    ),
-    "pytorchjob-gpu-ddp-cifar": lambda: (
-        "pytorchjob",
-        make_job("gpu-ddp-cifar", "pytorchjob", gpus_per_node=4, image=REGISTRY_IMAGE, image_id=IMAGE_ID, env=IFNAMES),
-    ),
-    "jobset-gpu-ddp-cifar": lambda: (
-        "jobset",
-        make_job("gpu-ddp-cifar", "jobset", gpus_per_node=4, image=REGISTRY_IMAGE, image_id=IMAGE_ID),
-    ),
-    "jobset-tpu-mnist": lambda: (
-        "jobset",
-        make_job(
-            "tpu-mnist",
-            "jobset",
-            nodes=4,
-            env=("XLA_FLAGS=--xla_dump_to=/tmp/x",),
-            options=EngineOptions(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"),
-        ),
-    ),
-    "tpu-pod-registry-tpu-mnist": lambda: (
-        "tpu-pod",
-        make_job(
-            "tpu-mnist",
-            "tpu-pod",
-            nodes=4,
-            image=f"registry.example:5000/team/envkit-tpu-vm@{DIGEST}",
-            image_id=IMAGE_ID,
-            options=EngineOptions(tpu="my-v4-32", zone="us-central2-b"),
-        ),
-    ),
-    "tpu-pod-tarball-tpu-mnist": lambda: (
-        "tpu-pod",
-        make_job(
-            "tpu-mnist",
-            "tpu-pod",
-            nodes=4,
-            env=("XLA_FLAGS=--xla_dump_to=/tmp/x",),
-            image="envkit-tpu-vm:0123456789ab",
-            image_id=IMAGE_ID,
-            options=EngineOptions(
-                tpu="my-v4-32", zone="us-central2-b", image_tarball="/shared/images/envkit-tpu-vm-0123456789ab.tar.gz"
-            ),
-        ),
-    ),
-    "skypilot-gpu-ddp-cifar": lambda: (
-        "skypilot",
-        make_job("gpu-ddp-cifar", "skypilot", gpus_per_node=8, image=REGISTRY_IMAGE, image_id=IMAGE_ID, env=IFNAMES),
-    ),
-    "skypilot-tpu-mnist": lambda: (
-        "skypilot",
-        make_job("tpu-mnist", "skypilot", nodes=4, options=EngineOptions(accelerators="tpu-v5e-16")),
-    ),
-}
 
 
 def test_every_engine_has_one_renderer():
@@ -172,14 +37,14 @@ def test_dry_run_matches_golden(case, update_golden):
 
 def test_rendering_is_deterministic():
     """Every case rendered in two interpreters with different hash seeds (set and dict orders differ) is the same text."""
-    tests = TESTS
     script = (
-        "import sys; from test_launch import CASES, OUTPUT, describe, engines;"
+        "import sys; from launch_jobs import CASES, OUTPUT; from envkit.launch import engines;"
+        "from envkit.launch.plan import describe;"
         "sys.stdout.write(''.join(describe(engines.render_job(*CASES[c](), OUTPUT)) for c in sorted(CASES)))"
     )
 
     def rendered(seed: str) -> str:
-        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": os.pathsep.join([str(tests), str(REPO_ROOT)])}
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO_ROOT)])}
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
         return done.stdout
 
