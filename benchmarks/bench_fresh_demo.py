@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/bench_fresh_demo.py --before REV --after REV --rounds 2
 
 Each revision is cloned into a scratch folder and runs what a new user types there: `make venv`
-(before: pip from requirements/dev.txt's top-level pins; after: requirements/dev.lock, hash-checked)
+(before: pip from the top-level pins of the dev requirements, no lock; after: requirements/dev.lock, hash-checked)
 then `make demo`, with DOCKER_HOST pointing at no engine, so the demo runs in the venv it just made.
 The revisions alternate round by round, so both see the same load. Downloads come from the
 installers' own caches, as on a machine that has installed these packages before: say so when

@@ -33,7 +33,7 @@ from envkit.support.bounded_load import load_json
 from envkit.support.install_log import hash_mismatch, uv_hash_mismatch
 from envkit.support.uv import find_uv
 
-# In the venv's root; recipes/harness.py reads it by this name (tests/host/test_venv.py checks both agree).
+# In the venv's root; recipes/harness/records.py reads it by this name (tests/host/test_venv.py checks both agree).
 MARKER = "envkit-lock.json"
 INSTALLERS = ("auto", "uv", "pip")
 _VERSION_PROBE = "import sys; print('%d.%d.%d' % sys.version_info[:3])"

@@ -1,8 +1,9 @@
 """envkit's notebook helper, embedded verbatim in every notebook envkit renders (as envkit_notebook.py).
 
 It runs in the notebook platform's own kernel (Colab, Kaggle, or a test's CPU mode),
-with the standard library only, and never imports envkit: the notebook carries
-everything it needs, nothing is cloned. The notebook's cells call one function
+with the standard library only, and imports no installed envkit: the notebook carries
+everything it needs, nothing is cloned. One step imports envkit: ``show_report`` loads envkit's
+report modules from the copy the notebook embeds beside this file (``REPORT``). The notebook's cells call one function
 per step, each with the notebook's SETTINGS (rendered from envkit's data):
 
 - ``check_files``: the embedded files are the ones envkit rendered (sha256); an

@@ -1,6 +1,6 @@
 """Group result files into comparison rows and write them as md, csv or json.
 
-The tables follow the published experiments (shared/reference/experiments.md):
+The tables follow the published experiments (their numbers: envkit/data/published.yaml):
 MNIST as E1 (total, s/iter, s/epoch, first epoch, accuracy, speed-up) and CIFAR
 as E2 (train and test s/epoch per parallel mode, per model and batch); the runs of
 an experiment that varies the training itself (E3: batch and learning-rate rule)

@@ -1,4 +1,4 @@
-"""recipes/harness.py, the module every recipe shares."""
+"""recipes/harness/, the package every recipe shares."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""envkit.engine: the one Docker engine client, and the line a missing SDK gets."""
+"""envkit.support.docker_client: the one Docker engine client, and the line a missing SDK gets."""
 
 from __future__ import annotations
 
