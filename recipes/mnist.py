@@ -183,7 +183,8 @@ class Trainer:
     def __init__(self, model: nn.Module, strategy: Strategy, loaders: tuple, run: harness.Run, args):
         self.model, self.strategy, self.replicas, self.run, self.args = model, strategy, strategy.replicas, run, args
         self.train_loader, self.test_loader = loaders
-        # Linear lr scaling (E3) is SGD's rule (Goyal et al. 2017); Adadelta at 8x the batch and lr does worse (README, E3).
+        # Linear lr scaling (E3) is SGD's rule (Goyal et al. 2017); Adadelta at 8x the batch and lr does worse
+        # (docs/experiments.md, E3).
         self.optimizer = (
             torch.optim.SGD(model.parameters(), lr=args.effective_lr, momentum=args.momentum)
             if args.optimizer == "sgd"

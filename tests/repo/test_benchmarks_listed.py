@@ -1,12 +1,23 @@
-"""README's benchmarks paragraph against benchmarks/: every bench_*.py is named there, and every name exists."""
+"""docs/benchmarks.md against benchmarks/: every bench_*.py is listed once, described by its own docstring's
+first paragraph, and every name listed exists."""
 
 from __future__ import annotations
 
+import ast
 import re
 
+from paths import REPO_ROOT
 
-def test_readme_names_every_benchmark_and_only_those(repo_root):
-    readme = (repo_root / "README.md").read_text()
-    paragraph = readme[readme.index("Benchmarks print figures") :].split("\n\n", 1)[0]
-    named = set(re.findall(r"`benchmarks/(bench_[a-z0-9_]+\.py)`", paragraph))
-    assert named == {path.name for path in (repo_root / "benchmarks").glob("bench_*.py")}
+ROW = re.compile(r"^\| `benchmarks/(bench_[a-z0-9_]+\.py)` \| (.*) \|$", re.MULTILINE)
+
+
+def summary(path) -> str:
+    docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+    return " ".join(docstring.split("\n\n")[0].split()).replace("|", "/")
+
+
+def test_docs_list_every_benchmark_by_its_docstring_and_only_those():
+    listed = ROW.findall((REPO_ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8"))
+    benchmarks = {path.name: summary(path) for path in sorted((REPO_ROOT / "benchmarks").glob("bench_*.py"))}
+    assert dict(listed) == benchmarks
+    assert len(listed) == len(benchmarks)

@@ -1,5 +1,5 @@
-"""Docs that match the code: every path and dotted name README.md, docs/*.md or a docstring cites exists, and
-docs/design.md's module table lists every module of envkit.
+"""Docs that match the code: every path and dotted name README.md, docs/*.md or a docstring cites exists,
+docs/design.md's module table lists every module of envkit, and README's envkit.yaml is the repository's own.
 
 What counts as a citation:
 - a path from the repository root (``envkit/host/venv.py``, ``tests/golden/``, ``docker/<target>/``: up to the
@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from paths import REPO_ROOT
 
 # Paths that are not in this repository, and why they are cited.
@@ -169,3 +170,11 @@ def test_the_design_module_table_lists_every_module_of_each_package():
         if path.stem != "__init__" and f"`{path.stem}`" not in rows[package]
     ]
     assert unlisted == []
+
+
+def test_the_readme_envkit_yaml_snippet_is_the_repository_s_own_targets():
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    (snippet,) = re.findall(r"```yaml\n(.*?)```", readme, re.DOTALL)
+    config = yaml.safe_load((REPO_ROOT / "envkit.yaml").read_text(encoding="utf-8"))
+    shown = yaml.safe_load(snippet)["targets"]
+    assert shown == {name: config["targets"][name] for name in shown}
