@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import shlex
+import signal
 import sys
 
 from envkit import __version__
@@ -104,12 +106,21 @@ def _command(argv: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse(build_parser(_command(argv)), argv)
     try:
-        return int(args.func(args) or 0)
+        # Parsing imports the command's module: most of a run's first 0.1 s, when Ctrl-C is likeliest.
+        args = parse(build_parser(_command(argv)), argv)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, not at exit: a reader that has gone (| head) is seen below
+        return code
     except EnvkitError as exc:
         print(f"envkit: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("envkit: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of stdout stopped reading (envkit doctor | head -1): end quietly, as a
+        # tool killed by SIGPIPE does. Python's advice: point stdout at devnull, so the flush
+        # at exit cannot fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE

@@ -109,16 +109,20 @@ def print_report(
             raise EnvkitError(f"--plot {plot}: the plot is a PNG file, give a name ending in .png")
         _require_matplotlib()
     results, warnings = load_results(results_dir)
-    for warning in warnings:
-        print(f"envkit: warning: {warning}", file=sys.stderr)
     skipped = sum(1 for warning in warnings if warning.startswith("skipped "))
     if not results:
+        # One line: the first file's reason stands in the error rather than beside it.
+        more = f" (and {skipped - 1} more)" if skipped > 1 else ""
         found = (
-            f"all {skipped} *.json files were skipped (see warnings)" if skipped else "it holds no *.json results files"
+            f"all {skipped} *.json files were skipped: {warnings[0]}{more}"
+            if skipped
+            else "it holds no *.json results files"
         )
         raise EnvkitError(
             f"no results in {results_dir}: {found}; run a recipe, `envkit compare` or `envkit demo` first", exit_code=1
         )
+    for warning in warnings:
+        print(f"envkit: warning: {warning}", file=sys.stderr)
     report = build_report(results, skipped=skipped, baseline=baseline, reference=reference, strict=strict)
     sys.stdout.write(render_report(report, output_format))
     sys.stdout.flush()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -72,6 +73,8 @@ def _inventory(text: str, config_path: Path):
                 image_archive.verify_tarball(manifest_path, image_archive.read_manifest(manifest_path))
             )
         raise EnvkitError(f"{text} is a file envkit cannot compare; {SIDES}")
+    if path.is_symlink() or path.exists():  # something stands there, but not a file envkit reads
+        raise EnvkitError(f"{_not_a_file(path, text)}; {SIDES}")
     if text.startswith(FILE_PREFIXES) or text.endswith(FILE_SUFFIXES):
         raise EnvkitError(f"{text}: no such file; {SIDES}")
     reference = text
@@ -81,6 +84,21 @@ def _inventory(text: str, config_path: Path):
         if text in load_config(config_path).targets:
             reference = f"{repository(text)}:{LATEST}"
     return inventory.from_engine_image(connect_docker(), reference)
+
+
+def _not_a_file(path: Path, text: str) -> str:
+    """What stands at ``path`` (a FIFO, a device, a symlink loop or a dangling one), in words."""
+    from envkit.support.bounded_load import Refused, open_regular
+
+    try:
+        open_regular(path).close()
+    except Refused as exc:
+        return exc.at(text)
+    except FileNotFoundError:
+        return f"{text}: a symlink to {os.readlink(path)}, which does not exist"
+    except OSError as exc:
+        return f"{text}: cannot read: {exc.strerror or exc}"
+    return f"{text}: changed while envkit looked at it"
 
 
 def cmd_diff(args) -> int:

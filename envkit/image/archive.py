@@ -16,9 +16,9 @@ from pathlib import Path
 from envkit import __version__
 from envkit.errors import EnvkitError
 from envkit.image.build import LATEST, find_image, repository, resolve_image
-from envkit.image.build_context import TAG_HEX, hash_file
+from envkit.image.build_context import TAG_HEX
 from envkit.support.atomic import atomic_stream
-from envkit.support.bounded_load import Refused, parse_json, read_text
+from envkit.support.bounded_load import Refused, parse_json, read_text, sha256
 from envkit.support.docker_client import connect_docker, docker_sdk
 
 MANIFEST_VERSION = 1
@@ -158,10 +158,10 @@ def verify_tarball(manifest_path: Path, manifest: dict) -> Path:
     tarball = manifest_path.with_name(manifest["tarball"])
     if not tarball.is_file():
         raise EnvkitError(f"tarball {tarball} named by {manifest_path.name} is missing")
-    sha256 = hash_file(tarball, hashlib.sha256()).hexdigest()
-    if sha256 != manifest["sha256"]:
+    digest = sha256(tarball, limit=None)  # gigabytes, hashed in chunks
+    if digest != manifest["sha256"]:
         raise EnvkitError(
-            f"refusing to load {tarball.name}: its sha256 {sha256[:16]}... does not match "
+            f"refusing to load {tarball.name}: its sha256 {digest[:16]}... does not match "
             f"the manifest's {manifest['sha256'][:16]}... (corrupt or altered: fetch it again)"
         )
     return tarball

@@ -38,6 +38,7 @@ from envkit.image.build_context import (
 )
 from envkit.image.names import check_registry
 from envkit.image.pushed import Pushed
+from envkit.support.bounded_load import load_text
 from envkit.support.docker_client import connect_docker, docker_sdk
 from envkit.support.install_log import hash_mismatch
 
@@ -189,7 +190,7 @@ def base_image(context: Path, args: Mapping[str, str]) -> str:
     """The base a staged build starts FROM: the --base-image override, else the Dockerfile's default."""
     if args.get("BASE_IMAGE"):
         return args["BASE_IMAGE"]
-    dockerfile = (context / "Dockerfile").read_text(encoding="utf-8")
+    dockerfile = load_text(context / "Dockerfile")
     match = re.search(r"^ARG BASE_IMAGE=(\S+)$", dockerfile, flags=re.MULTILINE)
     if not match:
         raise EnvkitError(f"{context / 'Dockerfile'} declares no ARG BASE_IMAGE default: run 'envkit render' again")

@@ -23,6 +23,7 @@ from envkit.errors import EnvkitError
 from envkit.image import BUILDERS
 from envkit.lock.base_digest import split_reference
 from envkit.lock.lockfile import LOCK_FILE, read_lock
+from envkit.support.bounded_load import hash_file, load_bytes, load_text
 from envkit.support.cache import cache_dir
 
 TAG_HEX = 12
@@ -32,7 +33,6 @@ TAG_HEX = 12
 PROVENANCE_ARGS = frozenset({"ENVKIT_REVISION", "SOURCE_DATE_EPOCH"})
 # What a locked Dockerfile records of its lock (templates/Dockerfile.j2).
 LOCK_SHA_LINE = "ENV ENVKIT_LOCK_SHA256="
-_CHUNK = 1 << 20
 _BUILD_ARG = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
@@ -74,7 +74,7 @@ def stage_context(root: Path, target, options: BuildOptions, dest: Path) -> None
 def _stage_lock(rendered: Path, dest: Path) -> None:
     """The lock beside the Dockerfile that was rendered from it, or none for an unlocked one."""
     lock = read_lock(rendered / LOCK_FILE)
-    dockerfile = (dest / "Dockerfile").read_text(encoding="utf-8")
+    dockerfile = load_text(dest / "Dockerfile")
     recorded = next(
         (line[len(LOCK_SHA_LINE) :].strip() for line in dockerfile.splitlines() if line.startswith(LOCK_SHA_LINE)), None
     )
@@ -93,14 +93,14 @@ def _stage_certificates(certificates: Iterable[Path], dest: Path) -> None:
         cert = Path(cert)
         if not cert.is_file():
             raise EnvkitError(f"CA certificate {cert} does not exist: give a PEM file")
-        data = cert.read_bytes()
+        data = load_bytes(cert)
         if b"-----BEGIN CERTIFICATE-----" not in data:
             raise EnvkitError(
                 f"CA certificate {cert} is not PEM: give a file with '-----BEGIN CERTIFICATE-----' blocks"
             )
         # update-ca-certificates only picks up *.crt files.
         staged = dest / f"{cert.stem}.crt"
-        if staged.exists() and staged.read_bytes() != data:
+        if staged.exists() and load_bytes(staged) != data:
             raise EnvkitError(f"two different CA certificates are named {cert.stem}: rename one of them")
         # A plain write: the staging directory is scratch, wiped before every build.
         staged.write_bytes(data)
@@ -124,14 +124,6 @@ def _stage_wheels(wheelhouse: Path | None, dest: Path) -> None:
             shutil.copy2(wheel, dest / wheel.name)
 
 
-def hash_file(path: Path, hasher):
-    """``hasher`` updated with the file's bytes, read in chunks (tarballs are gigabytes)."""
-    with path.open("rb") as stream:
-        for chunk in iter(lambda: stream.read(_CHUNK), b""):
-            hasher.update(chunk)
-    return hasher
-
-
 def context_digest(context: Path, build_args: Mapping[str, str], builder: str = BUILDERS[0]) -> str:
     """sha256 over the staged files (each as path + NUL + bytes), the content build args and
     the builder (only when it is not the default, so the Docker engine's tags stay as they were)."""
@@ -139,7 +131,7 @@ def context_digest(context: Path, build_args: Mapping[str, str], builder: str = 
     files = sorted((p for p in context.rglob("*") if p.is_file()), key=lambda p: p.relative_to(context).as_posix())
     for path in files:
         entry = hashlib.sha256(path.relative_to(context).as_posix().encode() + b"\0")
-        total.update(hash_file(path, entry).digest())
+        total.update(hash_file(path, entry, limit=None).digest())  # wheels are large
     content_args = {k: v for k, v in build_args.items() if k not in PROVENANCE_ARGS}
     total.update(json.dumps(content_args, sort_keys=True).encode())
     if builder != BUILDERS[0]:

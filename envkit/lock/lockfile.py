@@ -27,7 +27,7 @@ from envkit.errors import EnvkitError
 from envkit.project import NOTEBOOKS
 from envkit.project.datafile import DATA_DIR
 from envkit.project.requirement import requirement_name
-from envkit.support.bounded_load import Refused, load_yaml, read_stream
+from envkit.support.bounded_load import Refused, load_text, load_yaml, read_bytes, read_text
 
 if TYPE_CHECKING:
     from envkit.project.config import ProjectConfig, Target
@@ -238,11 +238,13 @@ def requirements_lock_path(path: Path) -> Path:
 
 def _requirement_list(path: Path) -> list[str]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except FileNotFoundError:
         raise EnvkitError(f"{path} not found: give a requirements input such as requirements/dev.in") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EnvkitError(f"cannot read {path}: {exc}") from None
+    except OSError as exc:
+        raise EnvkitError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except Refused as exc:
+        raise EnvkitError(exc.at(path)) from None
     if path.suffix != ".in":
         raise EnvkitError(f"{path}: a requirements input ends in .in (its lock is written beside it as .lock)")
     found = []
@@ -269,8 +271,7 @@ def normalise(name: str) -> str:
 def read_lock(path: Path) -> LockFile | None:
     """The parsed lock, or None when the target has none."""
     try:
-        with path.open("rb") as stream:
-            data = read_stream(stream)
+        data = read_bytes(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -312,7 +313,7 @@ def read_lock(path: Path) -> LockFile | None:
 
 def requirement_entry(path: Path, name: str) -> str | None:
     """The lock's line for one package, with its --hash options, or None when the lock does not pin it."""
-    for line in _requirement_lines(path.read_text(encoding="utf-8")):
+    for line in _requirement_lines(load_text(path)):
         if line and not line.startswith("#") and _pin(line.split()[0])[0] == normalise(name):
             return line
     return None

@@ -41,6 +41,7 @@ from envkit.project.config import ProjectConfig, Target
 from envkit.project.matrix import load_matrix
 from envkit.project.requirement import requirement_name
 from envkit.support.atomic import write_text_atomic
+from envkit.support.bounded_load import Refused, load_text, read_text
 from envkit.support.uv import uv_binary
 
 # Settings the caller's environment must not slip into a lock: only these uv
@@ -114,11 +115,13 @@ def _shown(path: Path, root: Path) -> str:
 
 def _previous_text(path: Path) -> str | None:
     try:
-        return path.read_text(encoding="utf-8")
+        return read_text(path)
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EnvkitError(f"cannot read {path}: {exc}") from None
+    except OSError as exc:
+        raise EnvkitError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except Refused as exc:
+        raise EnvkitError(exc.at(path)) from None
 
 
 def _check_upgrade(paths: list[Path], upgrade: list[str], root: Path, what: str) -> None:
@@ -192,7 +195,7 @@ def _compile(
             raise EnvkitError(f"{inputs.subject}: uv did not finish resolving within {UV_TIMEOUT_S} s") from None
         if done.returncode != 0:
             raise _failure(inputs, done.stderr, torch_index)
-        body = output.read_text(encoding="utf-8")
+        body = load_text(output)
     command = " ".join([*uv[1:], "pip", "compile", *flags])
     return body, command
 

@@ -30,6 +30,7 @@ from envkit.project.config import ProjectConfig, Target
 from envkit.project.experiments import Experiment
 from envkit.project.experiments import experiment as find_experiment
 from envkit.project.notebook_platforms import accelerator_of, load_platforms
+from envkit.support.bounded_load import load_text
 
 WORK = "/tmp/envkit"
 PACKAGES = ("lock", "runtime")
@@ -212,8 +213,8 @@ def _embedded_files(
     """group -> notebook path -> (sha256, text), for every file a %%writefile cell writes."""
 
     def entry(source: Path) -> tuple[str, str]:
-        data = source.read_bytes()
-        return hashlib.sha256(data).hexdigest(), data.decode("utf-8")
+        text = load_text(source)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest(), text
 
     recipes = embedded.recipe_files(config.root / "recipes", experiment.recipe)
     # envkit's report is this envkit's own: its files relative to the folder holding the envkit package.

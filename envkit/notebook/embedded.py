@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.support.bounded_load import Refused, load_text, read_text
 
 HELPER = Path(__file__).with_name("runtime.py")
 HELPER_NAME = "envkit_notebook.py"  # what the notebook imports it as
@@ -35,8 +36,10 @@ def _imported_names(root: Path, path: Path) -> frozenset[str]:
 def _parsed_imports(root: Path, path: Path, mtime_ns: int, size: int) -> frozenset[str]:
     """A file's imports; its time and size in the key, so an edited file is read again."""
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    except (OSError, SyntaxError, UnicodeDecodeError) as exc:
+        tree = ast.parse(read_text(path), filename=str(path))
+    except OSError as exc:
+        raise EnvkitError(f"cannot read {path} for its imports: {exc.strerror or exc}") from None
+    except (SyntaxError, Refused) as exc:
         raise EnvkitError(f"cannot read {path} for its imports: {exc}") from None
     package = list(path.relative_to(root).with_suffix("").parts[:-1])  # the package a module (or __init__) is in
     names = set()
@@ -81,7 +84,7 @@ def recipe_files(recipes: Path, recipe: str) -> list[Path]:
     """recipes/<recipe>.py and every module or package of recipes/ it imports, directly or not: the recipe
     first, then by path."""
     start = recipes / f"{recipe}.py"
-    if not start.is_file():
+    if not (start.exists() or start.is_symlink()):  # anything else there is named by the read that refuses it
         raise EnvkitError(f"recipe {start} not found")
     siblings = {path.stem for path in recipes.glob("*.py")} | {
         path.parent.name for path in recipes.glob("*/__init__.py")
@@ -99,7 +102,7 @@ def report_files(root: Path) -> list[Path]:
         root, [_module_path(root, name) for name in REPORT_MODULES], lambda name: name.startswith("envkit")
     )
     for path in list(found):
-        text = path.read_text(encoding="utf-8")
+        text = load_text(path)
         found.update(data[name] for name in data if f'"{name}"' in text or f"'{name}'" in text)
     return sorted(found)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from envkit.errors import EnvkitError
-from envkit.support.bounded_load import load_json, load_yaml
+from envkit.support.bounded_load import load_bytes, load_json, load_yaml
 from envkit.support.cache import schema_checked
 
 # The one place that knows where envkit/data/ is; every module names its file relative to it.
@@ -16,7 +16,7 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 def load_checked(path: Path, schema_path: Path) -> Any:
     """The YAML document at ``path``; a malformed table is one line naming where."""
     data = load_yaml(path)
-    schema = schema_path.read_bytes()
+    schema = load_bytes(schema_path)
     schema_checked(schema, data, lambda: _validate(path, load_json(schema_path), data))
     return data
 

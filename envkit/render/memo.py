@@ -15,26 +15,29 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from envkit import __version__
 from envkit.render.output import RenderedFile
 from envkit.support.atomic import write_bytes_atomic
-from envkit.support.bounded_load import parse_json, read_stream
+from envkit.support.bounded_load import Refused, parse_json, read_bytes, sha256
 from envkit.support.cache import cache_dir
 
 PACKAGE = Path(__file__).resolve().parent.parent
 
 
 def _entry(config: Path, selection: str) -> Path:
-    key = json.dumps([__version__, str(config.resolve()), selection])
+    # realpath, not Path.resolve: a config that is a symlink loop must reach the code that explains it.
+    key = json.dumps([__version__, os.path.realpath(config), selection])
     return cache_dir() / "render-memo" / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
 
 
 def _digest(path: str) -> str | None:
+    """The file's sha256, None when it is absent; raises OSError or Refused for anything else."""
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
+        return sha256(path)
+    except FileNotFoundError:
         return None  # absent (no lock yet) is a state too: a lock appearing is a change
 
 
@@ -46,8 +49,7 @@ def _code() -> list[Path]:
 def recall(config: Path, selection: str) -> tuple[list[str], list[RenderedFile]] | None:
     """The remembered render of ``selection`` (a target name or "--all"), or None."""
     try:
-        with _entry(config, selection).open("rb") as stream:
-            entry = parse_json(read_stream(stream))
+        entry = parse_json(read_bytes(_entry(config, selection)))
         if entry["code"] != _code_digest() or any(_digest(path) != digest for path, digest in entry["read"].items()):
             return None
         return entry["names"], [RenderedFile(Path(path), text, mode) for path, text, mode in entry["files"]]
@@ -57,22 +59,22 @@ def recall(config: Path, selection: str) -> tuple[list[str], list[RenderedFile]]
 
 def remember(config: Path, selection: str, names: list[str], files: list[RenderedFile], read: list[Path]) -> None:
     """Store a successful render with the digest of every file it read (``read``)."""
-    entry = {
-        "code": _code_digest(),
-        "read": {str(path): _digest(str(path)) for path in sorted(set(read))},
-        "names": names,
-        "files": [[file.path.as_posix(), file.text, file.mode] for file in files],
-    }
     try:
+        entry = {
+            "code": _code_digest(),
+            "read": {str(path): _digest(str(path)) for path in sorted(set(read))},
+            "names": names,
+            "files": [[file.path.as_posix(), file.text, file.mode] for file in files],
+        }
         path = _entry(config, selection)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(path, json.dumps(entry, sort_keys=True).encode())
-    except OSError:
-        pass  # a memo that cannot be written only costs time
+    except (OSError, Refused):
+        pass  # a memo that cannot be written (or a file that changed into one envkit refuses) only costs time
 
 
 def _code_digest() -> str:
     digest = hashlib.sha256()
     for path in _code():
-        digest.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + read_bytes(path) + b"\0")
     return digest.hexdigest()

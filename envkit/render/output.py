@@ -14,6 +14,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.support.atomic import atomic_stream
+from envkit.support.bounded_load import Refused, open_regular, read_text
 
 DEFAULT_OUTPUT = Path("docker")
 
@@ -86,11 +87,13 @@ def stale(output: Path, files: list[RenderedFile]) -> list[str]:
 def _difference(path: Path, file: RenderedFile) -> str | None:
     """How the file on disk differs from the rendered one, or None when it does not."""
     try:
-        current = path.read_text(encoding="utf-8")
+        current = read_text(path)
     except (FileNotFoundError, NotADirectoryError):
         return "missing"
-    except (OSError, UnicodeDecodeError) as exc:
-        return f"unreadable ({exc})"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    except Refused as exc:
+        return f"unreadable ({exc.reason})"
     if current != file.text:
         changed = sum(
             1
@@ -129,9 +132,9 @@ def leftovers(output: Path, names: list[str]) -> dict[Path, list[Path]]:
 
 def _begins_with(path: Path, mark: bytes) -> bool:
     try:
-        with path.open("rb") as stream:
+        with open_regular(path) as stream:
             return mark in stream.read(512)  # within the first lines: run.sh's mark follows its #! line
-    except OSError:
+    except (OSError, Refused):
         return False
 
 

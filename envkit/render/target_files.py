@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import jinja2
+from jinja2.loaders import split_template_path
 
 from envkit.errors import EnvkitError
 from envkit.lock.base_digest import split_reference
@@ -29,6 +30,7 @@ from envkit.project.requirement import requirement_name
 from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
 from envkit.render.output import RenderedFile
 from envkit.render.template_cache import template_cache
+from envkit.support.bounded_load import Refused, read_text
 from envkit.support.shellquote import FILTERS
 
 # Target file -> (template, file mode); {kind} is the target's kind.
@@ -88,7 +90,7 @@ def template_environment(templates: Path) -> jinja2.Environment:
     if not templates.is_dir():
         raise EnvkitError(f"templates directory {templates} not found; it must sit beside the config file")
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates)),
+        loader=_BoundedLoader(str(templates)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
@@ -98,6 +100,30 @@ def template_environment(templates: Path) -> jinja2.Environment:
     env.filters.update(FILTERS)
     env.bytecode_cache = template_cache(env)
     return env
+
+
+class _BoundedLoader(jinja2.FileSystemLoader):
+    """Jinja's loader reading each template through the bounded reader: templates are the
+    project's files, and an unreadable, huge or special one is one line, not a traceback."""
+
+    def get_source(self, environment: jinja2.Environment, template: str):
+        path = Path(self.searchpath[0], *split_template_path(template))
+        try:
+            source, mtime = read_text(path), path.stat().st_mtime_ns
+        except (FileNotFoundError, NotADirectoryError):
+            raise jinja2.TemplateNotFound(template) from None
+        except OSError as exc:
+            raise EnvkitError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        except Refused as exc:
+            raise EnvkitError(exc.at(path)) from None
+
+        def uptodate() -> bool:
+            try:
+                return path.stat().st_mtime_ns == mtime
+            except OSError:
+                return False
+
+        return source, str(path), uptodate
 
 
 def render_template(env: jinja2.Environment, template: str, context: dict) -> str:

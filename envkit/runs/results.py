@@ -196,9 +196,13 @@ def load_results(directory: Path) -> tuple[list[RunResult], list[str]]:
         raise EnvkitError(
             f"results directory {directory} {problem} (give the directory the recipes wrote with --results-dir)"
         )
+    try:  # iterdir, not glob: glob calls a directory it cannot list empty
+        paths = sorted(path for path in directory.iterdir() if path.name.endswith(".json"))
+    except OSError as exc:
+        raise EnvkitError(f"results directory {directory}: cannot list it: {exc.strerror or exc}") from None
     results: list[RunResult] = []
     warnings: list[str] = []
-    for path in sorted(directory.glob("*.json")):
+    for path in paths:
         try:
             result, note = parse(path, read_text(path))
         except (OSError, ValueError) as exc:

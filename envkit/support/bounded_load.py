@@ -17,11 +17,13 @@ when YAML is read: a remembered render (envkit.render.memo) reads JSON alone. A 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import stat
 from collections.abc import Callable
 from functools import lru_cache
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 from envkit.errors import EnvkitError
 
@@ -29,6 +31,7 @@ MAX_BYTES = 16 * 2**20  # a results file with every installed distribution is ab
 MAX_DEPTH = 64  # nesting of mappings and lists, aliases expanded
 MAX_ALIASES = 100  # *references to &anchors
 MAX_NODES = 100_000  # scalars, lists and mappings, aliases expanded
+_CHUNK = 2**20
 
 
 class Refused(ValueError):
@@ -44,12 +47,74 @@ class Refused(ValueError):
         return f"{path}:{self.line}: {self.reason}" if self.line else f"{path}: {self.reason}"
 
 
-def read_text(path: str | os.PathLike, limit: int = MAX_BYTES) -> str:
-    """The file's text, refused unread when it is larger than ``limit`` bytes; OSError for the caller."""
-    with open(path, "rb") as stream:
+def open_regular(path: str | os.PathLike) -> BinaryIO:
+    """The file opened for reading; Refused unread when it is not a regular file, OSError for the caller.
+
+    Opened without blocking, then checked: a FIFO named like a results file would otherwise wait
+    forever for a writer, and /dev/zero or a directory has no size to cap by.
+    """
+    handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        kind = _not_regular(os.fstat(handle).st_mode)
+        if kind:
+            raise Refused(f"{kind}, not a regular file")
+        os.set_blocking(handle, True)
+        return os.fdopen(handle, "rb")
+    except BaseException:
+        os.close(handle)
+        raise
+
+
+def _not_regular(mode: int) -> str | None:
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
+def read_bytes(path: str | os.PathLike, limit: int = MAX_BYTES) -> bytes:
+    """The file's bytes, refused unread when it is not a regular file or larger than ``limit``; OSError for the caller."""
+    with open_regular(path) as stream:
         if os.fstat(stream.fileno()).st_size > limit:
             raise Refused(_too_large(limit))
-        return decode(read_stream(stream, limit))
+        return read_stream(stream, limit)  # the size may have grown since
+
+
+def read_text(path: str | os.PathLike, limit: int = MAX_BYTES) -> str:
+    """The file's UTF-8 text, refused as read_bytes refuses, or when it is not UTF-8; OSError for the caller."""
+    return decode(read_bytes(path, limit))
+
+
+def hash_file(path: str | os.PathLike, hasher: Any, limit: int | None = MAX_BYTES) -> Any:
+    """``hasher`` updated with the file's bytes, read in chunks and refused past ``limit``.
+
+    ``limit`` None is for what is large by nature and hashed without being held (an image
+    tarball, a staged wheel); a FIFO or a device is refused all the same.
+    """
+    with open_regular(path) as stream:
+        if limit is not None and os.fstat(stream.fileno()).st_size > limit:
+            raise Refused(_too_large(limit))
+        seen = 0
+        for chunk in iter(lambda: stream.read(_CHUNK), b""):
+            seen += len(chunk)
+            if limit is not None and seen > limit:
+                raise Refused(_too_large(limit))
+            hasher.update(chunk)
+    return hasher
+
+
+def sha256(path: str | os.PathLike, limit: int | None = MAX_BYTES) -> str:
+    """The file's sha256 in hex, refused as hash_file refuses."""
+    return hash_file(path, hashlib.sha256(), limit).hexdigest()
 
 
 def read_stream(stream: IO[bytes], limit: int = MAX_BYTES) -> bytes:
@@ -61,10 +126,15 @@ def read_stream(stream: IO[bytes], limit: int = MAX_BYTES) -> bytes:
 
 
 def decode(data: bytes) -> str:
+    """UTF-8 text without NUL bytes: no file envkit reads as text holds one, and a NUL
+    means a binary file (or a corrupted one) was given."""
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise Refused(f"not UTF-8 text (byte {exc.start})") from None
+    if "\0" in text:
+        raise Refused(f"not text: a NUL byte at byte {data.index(0)}")
+    return text
 
 
 def _too_large(limit: int) -> str:
@@ -108,9 +178,19 @@ def load_yaml(path: str | os.PathLike) -> Any:
     return _load(path, parse_yaml)
 
 
-def _load(path: str | os.PathLike, parse: Callable[[str], Any]) -> Any:
+def load_text(path: str | os.PathLike) -> str:
+    """The UTF-8 text file at ``path``; any problem is one EnvkitError line naming it."""
+    return _load(path, str)
+
+
+def load_bytes(path: str | os.PathLike) -> bytes:
+    """The file at ``path``; any problem is one EnvkitError line naming it."""
+    return _load(path, bytes, read_bytes)
+
+
+def _load(path: str | os.PathLike, parse: Callable[[Any], Any], read: Callable[[Any], Any] = read_text) -> Any:
     try:
-        return parse(read_text(path))
+        return parse(read(path))
     except Refused as exc:
         raise EnvkitError(exc.at(path)) from None
     except OSError as exc:

@@ -7,9 +7,12 @@ every file, with its bytes and modification time, must be the same afterwards, a
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -52,11 +55,17 @@ def _merge(document: dict, changes: dict) -> dict:
     return merged
 
 
-def _content(spec) -> bytes | int:
-    """A file's bytes from its corpus spec (an int: a sparse file of that size)."""
+# What stands at a path instead of a file: made by _write, with no bytes of its own.
+SPECIAL = {"fifo", "symlink", "directory", "unreadable"}
+
+
+def _content(spec) -> bytes | int | tuple[str, object]:
+    """A file's bytes from its corpus spec (an int: a sparse file of that size; a pair: a special file)."""
     if isinstance(spec, str):
         return spec.encode("utf-8")
     ((kind, value),) = spec.items()
+    if kind in SPECIAL:
+        return kind, value
     if kind == "json":
         return json.dumps(value).encode()
     if kind == "results":
@@ -72,9 +81,24 @@ def _content(spec) -> bytes | int:
     raise AssertionError(f"unknown file spec {kind}")
 
 
-def _write(path: Path, content: bytes | int) -> None:
+def _write(path: Path, content: bytes | int | tuple[str, object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, int):
+    if isinstance(content, tuple):
+        kind, value = content
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "symlink":  # to a path (/dev/zero), to itself (a loop), or to nothing (dangling)
+            os.symlink(value, path)
+        elif kind == "directory":
+            path.mkdir()
+        else:  # unreadable (mode 000; the case runs as a user other than root): a file, or a directory for null
+            path.mkdir() if value is None else path.write_text(value)
+            path.chmod(0)
+    elif isinstance(content, int):
         with path.open("wb") as stream:
             stream.truncate(content)
     else:
@@ -117,10 +141,42 @@ def snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
     return state
 
 
+def _unreadable(case: dict) -> bool:
+    return any(isinstance(spec, dict) and "unreadable" in spec for spec in (case.get("files") or {}).values())
+
+
+@contextlib.contextmanager
+def _as_nobody(active: bool):
+    """Root reads a mode-000 file: a case with an unreadable file runs as nobody (effective uid 65534)."""
+    if not active:
+        yield
+        return
+    os.setegid(NOBODY)
+    os.seteuid(NOBODY)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+
+
+NOBODY = 65534
+
+
 @pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
-def test_hostile_input_is_one_line_and_changes_nothing(case, pristine, tmp_path, monkeypatch, capsys):
+def test_hostile_input_is_one_line_and_changes_nothing(case, pristine, tmp_path, monkeypatch, capsys, request):
+    as_nobody = _unreadable(case) and os.geteuid() == 0
+    if as_nobody:
+        # nobody must reach the copy: pytest's own directories are root's alone (mode 700).
+        tmp_path = Path(tempfile.mkdtemp(prefix="envkit-hostile-"))
+        request.addfinalizer(lambda: shutil.rmtree(tmp_path))
+        tmp_path.chmod(0o755)
+        (tmp_path / "cache").mkdir(mode=0o777)
+        (tmp_path / "cache").chmod(0o777)
     project = tmp_path / "project"
     shutil.copytree(pristine, project)
+    if as_nobody:  # the copy keeps pytest's mode 700
+        project.chmod(0o755)
     if "config" in case:
         _configure(project / "envkit.yaml", case["config"])
     if "edit" in case:
@@ -138,7 +194,8 @@ def test_hostile_input_is_one_line_and_changes_nothing(case, pristine, tmp_path,
     before = snapshot(project)
 
     try:
-        code = main([str(word) for word in case["argv"]])
+        with _as_nobody(as_nobody):
+            code = main([str(word) for word in case["argv"]])
     except SystemExit as exit_:  # argparse's own refusals
         code = exit_.code
     out, err = capsys.readouterr()

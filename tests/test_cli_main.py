@@ -1,0 +1,64 @@
+"""How every command ends when its reader goes away or the user presses Ctrl-C (issue 28 §14, §15)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envkit import cli
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("project")
+    shutil.copy(REPO / "envkit.yaml", root / "envkit.yaml")
+    for part in ("templates", "recipes", "docker", "notebooks"):
+        shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["doctor"],
+        ["doctor", "--json"],
+        ["render", "--target", "cpu", "--stdout"],
+        ["render", "--all", "--check"],
+        ["matrix"],
+        ["targets"],
+        ["--help"],
+    ],
+    ids=" ".join,
+)
+def test_a_reader_that_has_gone_ends_the_command_quietly(project, tmp_path, argv):
+    """`envkit doctor | head -1`, made certain: the pipe's reading end is closed before envkit writes."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "ENVKIT_CACHE_DIR": str(tmp_path / "cache")}
+    env["DOCKER_HOST"] = f"unix://{tmp_path}/no-engine.sock"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "envkit", *argv], cwd=project, stdout=write_end, stderr=subprocess.PIPE, env=env
+        )
+    finally:
+        os.close(write_end)
+    assert done.stderr == b"", done.stderr.decode()[-2000:]
+    assert done.returncode in (0, 1, 141), done.returncode  # --help exits in argparse, with its own status
+
+
+def test_ctrl_c_while_the_command_loads_is_one_line(monkeypatch, capsys):
+    """Ctrl-C in the first ~0.1 s arrives while the command's module is imported, before it runs."""
+
+    def interrupted(command):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["render", "--all"]) == 130
+    assert capsys.readouterr().err == "envkit: interrupted\n"
