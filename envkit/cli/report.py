@@ -111,12 +111,14 @@ def print_report(
     results, warnings = load_results(results_dir)
     skipped = sum(1 for warning in warnings if warning.startswith("skipped "))
     if not results:
-        # One line: the first file's reason stands in the error rather than beside it.
-        more = f" (and {skipped - 1} more)" if skipped > 1 else ""
+        # One line: the first file's reason stands in the error, not on a warning line above it.
+        first = warnings[0].removeprefix("skipped ") if skipped else ""
         found = (
-            f"all {skipped} *.json files were skipped: {warnings[0]}{more}"
-            if skipped
-            else "it holds no *.json results files"
+            "it holds no *.json results files"
+            if not skipped
+            else f"its one *.json file is not a results file ({first})"
+            if skipped == 1
+            else f"none of its {skipped} *.json files is a results file (the first: {first})"
         )
         raise EnvkitError(
             f"no results in {results_dir}: {found}; run a recipe, `envkit compare` or `envkit demo` first", exit_code=1

@@ -182,14 +182,16 @@ def test_empty_directory_says_so_and_exits_1(tmp_path, capsys):
     )
 
 
-def test_only_bad_files_exit_1_after_warnings(tmp_path, capsys):
+def test_only_bad_files_exit_1_in_one_line(tmp_path, capsys):
+    """One line naming the first bad file's reason (issue 28 §21: it was a warning per file plus the error)."""
     for name in BAD_FILES:
         shutil.copy(RESULTS / name, tmp_path / name)
     assert main(["report", str(tmp_path)]) == 1
-    err = capsys.readouterr().err.splitlines()
-    assert len(err) == len(BAD_FILES) + 1
-    assert err[-1].startswith(
-        f"envkit: error: no results in {tmp_path}: all 3 *.json files were skipped (see warnings); "
+    (err,) = capsys.readouterr().err.splitlines()
+    first = sorted(BAD_FILES)[0]
+    assert err.startswith(
+        f"envkit: error: no results in {tmp_path}: none of its 3 *.json files is a results file (the first: "
+        f"{tmp_path / first}: "
     )
 
 

@@ -90,8 +90,8 @@ def test_a_100_mb_file_is_refused_unread(tmp_path):
     done = limited_envkit(tmp_path, "report", "results")
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.splitlines() == [
-        f"envkit: warning: skipped {Path('results') / 'big.json'}: larger than 16 MiB, more than any file envkit reads; is it the right file?",
-        "envkit: error: no results in results: all 1 *.json files were skipped (see warnings); "
+        f"envkit: error: no results in results: its one *.json file is not a results file ({Path('results') / 'big.json'}: "
+        "larger than 16 MiB, more than any file envkit reads; is it the right file?); "
         "run a recipe, `envkit compare` or `envkit demo` first",
     ]
 
