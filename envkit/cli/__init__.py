@@ -24,6 +24,7 @@ import sys
 
 from envkit import __version__
 from envkit.errors import EnvkitError
+from envkit.support.cache import nothing_kept
 
 # command -> module of envkit.cli that registers it (tests/cli/test_cli_commands.py checks both ways).
 COMMANDS = {
@@ -109,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Parsing imports the command's module: most of a run's first 0.1 s, when Ctrl-C is likeliest.
         args = parse(build_parser(_command(argv)), argv)
-        code = int(args.func(args) or 0)
+        with nothing_kept(getattr(args, "dry_run", False)):  # a dry run writes nothing, in the cache neither
+            code = int(args.func(args) or 0)
         sys.stdout.flush()  # here, not at exit: a reader that has gone (| head) is seen below
         return code
     except EnvkitError as exc:

@@ -10,9 +10,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from pathlib import Path
 
-from envkit.cli.options import add_build_options, add_config, add_recipe_args, build_options_argv
+from envkit.cli.options import add_build_options, add_config, add_recipe_args, build_options_argv, directory_option
 
 
 def register(subparsers) -> None:
@@ -39,9 +38,11 @@ def register(subparsers) -> None:
         "--gpus", help="host GPU indices or 'all' (the experiment's GPU rule picks the first or all)"
     )
     experiment.add_argument(
-        "--results-dir", type=Path, default=None, help="where results go (default: run.sh's ./results)"
+        "--results-dir", type=directory_option, default=None, help="where results go (default: run.sh's ./results)"
     )
-    experiment.add_argument("--data-dir", type=Path, default=None, help="datasets (default: run.sh's ./data)")
+    experiment.add_argument(
+        "--data-dir", type=directory_option, default=None, help="datasets (default: run.sh's ./data)"
+    )
     add_build_options(experiment)
     experiment.add_argument(
         "--python",
@@ -118,6 +119,10 @@ def _run_here(entry, args: argparse.Namespace) -> int:
             "(image runs only; recipe arguments such as --gpus go after '--')"
         )
     check_recipe_args(entry, args.recipe_args)
+    if not args.dry_run:  # a dry run shows the plan whether or not the interpreter is there yet (make DRY_RUN=1)
+        from envkit.host.venv import check_interpreter
+
+        check_interpreter(args.python)
     plan = local_experiment_plan(
         entry,
         args.python,

@@ -11,7 +11,14 @@ import sys
 import time
 from pathlib import Path
 
-from envkit.cli.options import add_build_options, add_config, add_recipe_args, build_options, load_target
+from envkit.cli.options import (
+    add_build_options,
+    add_config,
+    add_recipe_args,
+    build_options,
+    directory_option,
+    load_target,
+)
 
 
 def register(subparsers) -> None:
@@ -34,8 +41,8 @@ def register(subparsers) -> None:
     add_recipe_args(run)
     run.add_argument("--tag", help="image tag to run (default: latest)")
     run.add_argument("--gpus", help="comma-separated host GPU indices or 'all' (cuda targets)")
-    run.add_argument("--results-dir", type=Path, default=Path("results"))
-    run.add_argument("--data-dir", type=Path, default=Path("data"))
+    run.add_argument("--results-dir", type=directory_option, default=Path("results"))
+    run.add_argument("--data-dir", type=directory_option, default=Path("data"))
     add_config(run)
     run.set_defaults(func=cmd_run)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from envkit.cli.options import add_config, add_recipe_args
+from envkit.cli.options import add_config, add_recipe_args, directory_option
 from envkit.errors import EnvkitError
 
 
@@ -69,9 +69,11 @@ def register(subparsers) -> None:
     )
     launch.add_argument("--tag", default="latest", help="image tag whose pushed digest runs (default: latest)")
     launch.add_argument(
-        "--results-dir", type=Path, default=Path("results"), help="host results directory (hosts, slurm)"
+        "--results-dir", type=directory_option, default=Path("results"), help="host results directory (hosts, slurm)"
     )
-    launch.add_argument("--data-dir", type=Path, default=Path("data"), help="host data directory (hosts, slurm)")
+    launch.add_argument(
+        "--data-dir", type=directory_option, default=Path("data"), help="host data directory (hosts, slurm)"
+    )
     launch.add_argument(
         "--rdzv-port", type=int, default=DEFAULT_RDZV_PORT, help=f"rendezvous port (default {DEFAULT_RDZV_PORT})"
     )

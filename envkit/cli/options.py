@@ -9,6 +9,13 @@ from envkit.image import BUILDERS
 from envkit.project import DEFAULT_CONFIG
 
 
+def directory_option(text: str) -> Path:
+    """A directory option's value: an empty one (an unset make or shell variable) is refused, not taken as '.'."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path: give a directory ('.' for this one)")
+    return Path(text)
+
+
 def add_config(parser: argparse.ArgumentParser) -> None:
     """``--config FILE``, for every command that reads the project config."""
     parser.add_argument(

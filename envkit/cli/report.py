@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from envkit.cli.options import add_config
+from envkit.cli.options import add_config, directory_option
 
 
 def register(subparsers) -> None:
@@ -59,7 +59,10 @@ def register(subparsers) -> None:
 def _add_run_options(parser: argparse.ArgumentParser, default_results: Path) -> None:
     """What `compare` and `demo` share: where results go, the project, and a dry run."""
     parser.add_argument(
-        "--results-dir", type=Path, default=default_results, help=f"where results go (default: {default_results})"
+        "--results-dir",
+        type=directory_option,
+        default=default_results,
+        help=f"where results go (default: {default_results})",
     )
     add_config(parser)
     parser.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")

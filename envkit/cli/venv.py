@@ -85,7 +85,6 @@ def _requirements_lock(args: argparse.Namespace):
 
 
 def _unlocked(args: argparse.Namespace, sources, path: Path) -> int:
-    import sys
 
     from envkit.host.venv import make_unlocked_venv
     from envkit.lock.lockfile import requirements_inputs, requirements_lock_path
@@ -94,12 +93,10 @@ def _unlocked(args: argparse.Namespace, sources, path: Path) -> int:
         raise EnvkitError("--installer uv installs locks; an environment without a lock is resolved by pip")
     inputs = requirements_inputs(args.requirements)
     lock_path = requirements_lock_path(args.requirements)
-    print(
-        f"envkit: warning: {lock_path} does not exist (`envkit lock --requirements {args.requirements}` makes it where "
-        f"its indexes answer): installing the pins of {args.requirements}, unlocked",
-        file=sys.stderr,
+    because = f"{lock_path} does not exist (`envkit lock --requirements {args.requirements}` makes it where its indexes answer)"
+    version = make_unlocked_venv(
+        args.requirements, inputs.python, path, unlocked_because=because, python=args.python, sources=sources
     )
-    version = make_unlocked_venv(args.requirements, inputs.python, path, python=args.python, sources=sources)
     print(f"made {path} from the pins of {args.requirements} (unlocked: its runs record no lock) with Python {version}")
     return 0
 

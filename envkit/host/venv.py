@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,6 +38,11 @@ from envkit.support.uv import find_uv
 MARKER = "envkit-lock.json"
 INSTALLERS = ("auto", "uv", "pip")
 _VERSION_PROBE = "import sys; print('%d.%d.%d' % sys.version_info[:3])"
+# An index or --find-links page that does not answer: pip's own defaults (15 s, 5 retries with
+# back-off, per page) kept `envkit venv` silent for 6.5 minutes on one unreachable page.
+NETWORK_TIMEOUT_S = 20
+NETWORK_RETRIES = 1
+_BOUNDS = f"{NETWORK_TIMEOUT_S} s per connection, {NETWORK_RETRIES} retry"
 
 
 @dataclass(frozen=True)
@@ -65,8 +71,10 @@ def make_venv(
     uv = _uv_for(installer)
     locked = ["--require-hashes", "--no-deps", "-r", str(lock_path)]
     with _replacing(path):
+        progress(f"making {path} with Python {version} ({interpreter})")
         _run([interpreter, "-m", "venv", str(path)], "python -m venv")
         tool = "uv" if uv else "pip"
+        progress(f"installing the {len(lock.packages)} packages of {lock_path}, hash-checked ({_BOUNDS})")
         if uv is None and installer == "auto" and "uv" in lock.packages:
             # No uv here, but the lock pins it (the dev lock does): pip installs that one, hash-checked,
             # and it installs the rest. Cold the two take about as long; uv keeps its cache where pip's
@@ -88,7 +96,13 @@ def make_venv(
 
 
 def make_unlocked_venv(
-    requirements: Path, wanted: str, path: Path, *, python: str | None = None, sources: Sources = Sources()
+    requirements: Path,
+    wanted: str,
+    path: Path,
+    *,
+    unlocked_because: str,
+    python: str | None = None,
+    sources: Sources = Sources(),
 ) -> str:
     """Install the pins of a requirements input that has no lock here; no marker: its runs record no lock.
 
@@ -98,17 +112,27 @@ def make_unlocked_venv(
     interpreter, version = find_python(wanted, python)
     _check_destination(path)
     with _replacing(path):
+        progress(f"making {path} with Python {version} ({interpreter})")
         _run([interpreter, "-m", "venv", str(path)], "python -m venv")
+        progress(f"installing the pins of {requirements} with pip, unlocked: {unlocked_because} ({_BOUNDS})")
         _install("pip", path, ["-r", str(requirements)], sources)
     return version
 
 
+def progress(line: str) -> None:
+    """A step of a long install, as it starts: pip and uv run quiet, and a slow index is minutes of silence."""
+    print(f"envkit: {line}", file=sys.stderr, flush=True)
+
+
 @contextlib.contextmanager
 def _replacing(path: Path) -> Iterator[None]:
-    """Build at ``path``; a venv already there is set aside and comes back if the build fails."""
+    """Build at ``path``; a venv already there is set aside and comes back if the build fails or is
+    stopped (Ctrl-C, or the SIGTERM or SIGHUP of a closed terminal, which would otherwise end envkit
+    with the old venv set aside and a partial one in its place)."""
     aside = path.with_name(f".{path.name}.replaced-{os.getpid()}") if path.exists() else None
     if aside is not None:
         path.rename(aside)
+    stopped = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     except BaseException:
@@ -116,8 +140,15 @@ def _replacing(path: Path) -> Iterator[None]:
         if aside is not None:
             aside.rename(path)
         raise
+    finally:
+        for sig, handler in stopped.items():
+            signal.signal(sig, handler)
     if aside is not None:
         shutil.rmtree(aside, ignore_errors=True)
+
+
+def _stop(signum: int, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _usable_lock(lock_path: Path) -> LockFile:
@@ -145,6 +176,31 @@ def find_python(wanted: str, given: str | None = None) -> tuple[str, str]:
     seen = f"found {', '.join(found)}" if found else f"found no {' or '.join(dict.fromkeys(names))} on PATH"
     hint = "pass --python with one" if given else f"install it (python{wanted} on PATH) or pass --python PATH"
     raise EnvkitError(f"the lock needs Python {wanted}; {seen}: {hint}")
+
+
+def check_interpreter(given: str) -> str:
+    """The path of ``given``, a Python interpreter that runs here; else one line saying what it is instead.
+
+    Checked before anything runs: a recipe started with /etc/passwd or a venv not made yet
+    would fail in the shell (exit 127, three lines) after the plan's first lines were printed.
+    """
+    path = shutil.which(given)
+    if path is None:
+        if os.path.isdir(given):
+            what = "is a directory"
+        elif os.path.lexists(given):
+            what = "is not executable"
+        else:
+            what = "does not exist" if os.sep in given else "is not on PATH"
+        hint = (
+            " (make it first: `make xla-env` makes .venv-xla, `envkit venv` any other)"
+            if Path(given).parent.parent.name.startswith(".venv")  # .venv-xla/bin/python
+            else ""
+        )
+        raise EnvkitError(f"--python {given} {what}: give a Python interpreter{hint}")
+    if _version(path) is None:
+        raise EnvkitError(f"--python {given} is not a Python interpreter: `{given} -c 'import sys'` does not run")
+    return path
 
 
 def _version(python: str) -> str | None:
@@ -199,6 +255,7 @@ def _install(installer: str, venv: Path, what: list[str], sources: Sources) -> N
             *what,
             *where,
         ]
+        env = {**os.environ, "UV_HTTP_TIMEOUT": str(NETWORK_TIMEOUT_S), "UV_HTTP_RETRIES": str(NETWORK_RETRIES)}
     else:
         argv = [
             python,
@@ -208,14 +265,17 @@ def _install(installer: str, venv: Path, what: list[str], sources: Sources) -> N
             "--only-binary=:all:",
             "--disable-pip-version-check",
             "--quiet",
+            f"--timeout={NETWORK_TIMEOUT_S}",
+            f"--retries={NETWORK_RETRIES}",
             *what,
             *where,
         ]
-    _run(argv, f"{'pip' if installer == 'pip' else 'uv'} install")
+        env = None
+    _run(argv, f"{'pip' if installer == 'pip' else 'uv'} install", env)
 
 
-def _run(argv: list[str], what: str) -> None:
-    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
+def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace", env=env)
     if done.returncode != 0:
         raise EnvkitError(_reason(done.stderr, what))
 

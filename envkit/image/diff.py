@@ -97,6 +97,8 @@ def format_sections(sections: list[Section], a: Inventory, b: Inventory) -> str:
         elif section.differs:
             lines.append(f"{section.title}: {len(section.changes)} of {section.compared} differ")
             lines += [f"  {change}" for change in section.changes]
-        else:
+        elif section.compared:
             lines.append(f"{section.title}: same ({section.compared})")
+        else:  # "same (0)" read as a match of two empty lists
+            lines.append(f"{section.title}: none recorded on either side")
     return "\n".join(lines)

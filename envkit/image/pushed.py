@@ -16,6 +16,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.project.datafile import DATA_DIR, load_checked
 from envkit.support.atomic import write_text_atomic
+from envkit.support.bounded_load import load_json
 
 RECORD_FILE = "pushed.json"
 FORMAT = 1
@@ -40,9 +41,11 @@ def record_path(root: Path, target_name: str) -> Path:
 
 
 def _read(path: Path, target_name: str) -> dict:
-    if not path.is_file():
+    # Only a record that is truly absent means "never pushed": a directory, a FIFO or a
+    # dangling symlink in its place is refused by the read, as a push could not record there.
+    if not path.exists() and not path.is_symlink():
         return {"format": FORMAT, "target": target_name, "images": {}}
-    document = load_checked(path, SCHEMA_PATH)
+    document = load_checked(path, SCHEMA_PATH, load_json)
     if document["target"] != target_name:
         raise EnvkitError(
             f"{path} records pushes of target {document['target']!r}, not {target_name!r}: move or delete it"

@@ -118,9 +118,19 @@ def _kaggle_target(config, entry, name: str | None):
         return target
     fitting = [t for t in config.targets.values() if t.platform == "kaggle" and t.kind == entry.kind]
     if not fitting:
+        from envkit.project.notebook_platforms import load_platforms
+
+        # Only accelerators envkit's data has for Kaggle, of the experiment's kind.
+        kaggle = load_platforms().platforms["kaggle"]
+        names = [name for name, accelerator in kaggle.accelerators.items() if accelerator.kind == entry.kind]
+        if not names:
+            raise EnvkitError(
+                f"--on kaggle: {entry.name} is a {entry.kind} experiment, and Kaggle's accelerators "
+                f"({', '.join(kaggle.accelerators)}) are none of that kind: run it with `envkit experiment {entry.name}`"
+            )
         raise EnvkitError(
             f"--on kaggle: {config.path} has no Kaggle notebook target for {entry.name} ({entry.kind}): "
-            f"add one (platform: kaggle, accelerator: ...)"
+            f"add one (platform: kaggle, accelerator: one of {', '.join(names)})"
         )
     return fitting[0]
 

@@ -265,6 +265,11 @@ def _installer() -> str:
 def create_environment(settings: dict) -> dict:
     """A fresh virtual environment at ./venv holding exactly the lock, installed with hash checking."""
     wheelhouse = cpu_mode()
+    if wheelhouse is not None and not wheelhouse.is_dir():  # ENVKIT_NOTEBOOK_CPU=1 reads like a switch
+        raise NotebookStop(
+            f"{CPU_MODE}={wheelhouse} is not a directory: it names CPU mode's wheelhouse (a CPU "
+            f"requirements.lock and its wheels), not a switch; unset it to run on the accelerator"
+        )
     lock = Path(settings["lock"]["path"]) if wheelhouse is None else wheelhouse / "requirements.lock"
     if not lock.is_file():
         raise NotebookStop(f"{lock} is missing: run the cells above in order (Run all)")

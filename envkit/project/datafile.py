@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,9 @@ from envkit.support.cache import schema_checked
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 
-def load_checked(path: Path, schema_path: Path) -> Any:
-    """The YAML document at ``path``; a malformed table is one line naming where."""
-    data = load_yaml(path)
+def load_checked(path: Path, schema_path: Path, load: Callable[[Path], Any] = load_yaml) -> Any:
+    """The document at ``path`` (YAML, or what ``load`` reads); a malformed table is one line naming where."""
+    data = load(path)
     schema = load_bytes(schema_path)
     schema_checked(schema, data, lambda: _validate(path, load_json(schema_path), data))
     return data

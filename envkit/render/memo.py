@@ -20,9 +20,8 @@ from pathlib import Path
 
 from envkit import __version__
 from envkit.render.output import RenderedFile
-from envkit.support.atomic import write_bytes_atomic
 from envkit.support.bounded_load import Refused, parse_json, read_bytes, sha256
-from envkit.support.cache import cache_dir
+from envkit.support.cache import cache_dir, keep
 
 PACKAGE = Path(__file__).resolve().parent.parent
 
@@ -66,11 +65,9 @@ def remember(config: Path, selection: str, names: list[str], files: list[Rendere
             "names": names,
             "files": [[file.path.as_posix(), file.text, file.mode] for file in files],
         }
-        path = _entry(config, selection)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(path, json.dumps(entry, sort_keys=True).encode())
     except (OSError, Refused):
-        pass  # a memo that cannot be written (or a file that changed into one envkit refuses) only costs time
+        return  # a file that changed into one envkit refuses: the next render is a miss, which only costs time
+    keep(_entry(config, selection), json.dumps(entry, sort_keys=True).encode())
 
 
 def _code_digest() -> str:

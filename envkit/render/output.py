@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.support.atomic import atomic_stream
+from envkit.support.atomic import abandoned, atomic_stream
 from envkit.support.bounded_load import Refused, open_regular, read_text
 
 DEFAULT_OUTPUT = Path("docker")
@@ -34,6 +34,8 @@ def write(output: Path, files: list[RenderedFile]) -> list[Path]:
     """
     if output.exists() and not output.is_dir():
         raise EnvkitError(f"output path {output} is a file; pass --output DIR with a directory")
+    for leftover in abandoned_partials(output, files):
+        leftover.unlink(missing_ok=True)
     created: list[Path] = []
     written: list[Path] = []
     try:
@@ -79,9 +81,28 @@ def _remove_if_empty(directory: Path) -> None:
 
 
 def stale(output: Path, files: list[RenderedFile]) -> list[str]:
-    """One line per committed file that differs from a fresh render."""
+    """One line per committed file that differs from a fresh render, and per file a killed render left."""
     problems = (_difference(output / file.path, file) for file in files)
-    return [f"{output / file.path}: {problem}" for file, problem in zip(files, problems) if problem]
+    lines = [f"{output / file.path}: {problem}" for file, problem in zip(files, problems) if problem]
+    return lines + [
+        f"{path}: left by a render that was killed; `envkit render` removes it"
+        for path in abandoned_partials(output, files)
+    ]
+
+
+def abandoned_partials(output: Path, files: list[RenderedFile]) -> list[Path]:
+    """The staged files of ``files`` whose writing render was killed (SIGKILL runs no cleanup)."""
+    wanted: dict[Path, set[str]] = {}
+    for file in files:
+        wanted.setdefault((output / file.path).parent, set()).add(file.path.name)
+    found = []
+    for folder, names in sorted(wanted.items()):
+        try:
+            children = sorted(folder.iterdir())
+        except OSError:
+            continue  # no folder yet: nothing was staged in it
+        found += [child for child in children if abandoned(child) in names]
+    return found
 
 
 def _difference(path: Path, file: RenderedFile) -> str | None:

@@ -16,6 +16,7 @@ would leave: the replaced file's bits, or for a new file 0o666 less the umask
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,7 +32,7 @@ def atomic_stream(path: str | os.PathLike, *, mode: int | None = None) -> Iterat
     that wants a file object (matplotlib); otherwise use write_bytes_atomic.
     """
     path = Path(path)
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=partial_prefix(path.name), suffix=PARTIAL_SUFFIX)
     try:
         with os.fdopen(handle, "wb") as stream:
             os.fchmod(stream.fileno(), _mode_for(path, mode))
@@ -45,6 +46,30 @@ def atomic_stream(path: str | os.PathLike, *, mode: int | None = None) -> Iterat
         except FileNotFoundError:
             pass
         raise
+
+
+# A staged file is .<name>.<pid>-<random>.partial: SIGKILL runs no cleanup, and the writer's
+# process ID tells a later run (render's leftover check) whether its writer is gone.
+PARTIAL_SUFFIX = ".partial"
+_PARTIAL = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)-[^.]+\.partial$")
+
+
+def partial_prefix(name: str) -> str:
+    return f".{name}.{os.getpid()}-"
+
+
+def abandoned(path: Path) -> str | None:
+    """The name of the file ``path`` was staged for, when it is a staged file whose writer is gone; else None."""
+    match = _PARTIAL.match(path.name)
+    if match is None:
+        return None
+    try:
+        os.kill(int(match["pid"]), 0)
+    except (ProcessLookupError, OverflowError):  # no such process (OverflowError: not a process ID at all)
+        return match["name"]
+    except PermissionError:  # alive: another user's
+        return None
+    return None
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes, *, mode: int | None = None) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 from collections.abc import Callable
 from functools import lru_cache
@@ -152,9 +153,16 @@ def parse_json(text: str | bytes) -> Any:
             f"not valid JSON, partial or malformed ({exc.msg}: line {exc.lineno} column {exc.colno})", exc.lineno
         ) from None
     except ValueError as exc:  # e.g. an integer longer than Python converts
-        raise Refused(f"not valid JSON ({' '.join(str(exc).split())})") from None
+        raise Refused(f"not valid JSON ({_in_words(exc)})") from None
     _check_depth(document)
     return document
+
+
+def _in_words(error: ValueError) -> str:
+    """A parser's ValueError as one line; Python's advice to raise its integer limit
+    (sys.set_int_max_str_digits) is for programmers, not for whoever wrote the file."""
+    digits = re.search(r"Exceeds the limit \((\d+) digits\)", str(error))
+    return f"an integer of more than {digits.group(1)} digits" if digits else " ".join(str(error).split())
 
 
 def _check_depth(document: Any) -> None:
@@ -226,7 +234,7 @@ def parse_yaml(text: str, index: Callable[[Any], None] | None = None) -> Any:
         if isinstance(exc, Refused):
             raise
         # A date such as 2024-13-01, or an integer longer than Python converts.
-        raise Refused(f"malformed YAML: {' '.join(str(exc).split())}") from None
+        raise Refused(f"malformed YAML: {_in_words(exc)}") from None
     finally:
         loader.dispose()
 

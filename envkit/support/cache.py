@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from envkit import __version__
@@ -35,8 +36,28 @@ def schema_checked(schema: bytes, document: object, validate: Callable[[], None]
     if marker.exists():
         return
     validate()
+    keep(marker, b"")
+
+
+_keeping = [True]  # False while a dry run runs: it writes nothing anywhere, the cache included
+
+
+@contextmanager
+def nothing_kept(active: bool = True) -> Iterator[None]:
+    """While active, keep() keeps nothing."""
+    _keeping.append(_keeping[-1] and not active)
     try:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(marker, b"")
+        yield
+    finally:
+        _keeping.pop()
+
+
+def keep(path: Path, data: bytes) -> None:
+    """``data`` kept at ``path`` in the cache, unless a dry run is running."""
+    if not _keeping[-1]:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(path, data)
     except OSError:
         pass  # a cache that cannot be written only costs time

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -92,6 +93,26 @@ def test_check_reports_stale_files_with_exit_1(capsys, project):
         code == 1
         and err == "envkit: error: rendered files are stale (cuda): run `envkit render --target cuda` and commit\n"
     )
+
+
+def test_a_killed_renders_staged_files_are_reported_then_removed(capsys, project):
+    """Issue 28 §16: SIGKILL during render --all left .<file>.<random>.partial files (422 KB notebooks)
+    that git status showed, that the next render kept and that --check did not report."""
+    config = str(project / "envkit.yaml")
+    assert run(capsys, "render", "--all", "--config", config)[0] == 0
+    gone = 4194305  # above Linux's largest process ID: no process has it
+    killed = project / "notebooks" / "kaggle-tpu" / f".tpu-mnist.ipynb.{gone}-64f9ehqp.partial"
+    killed.write_text("half a notebook")
+    writing = project / "docker" / "cpu" / f".Dockerfile.{os.getpid()}-k2x.partial"  # a render at work: its own
+    writing.write_text("being written")
+    mine = project / "docker" / "cpu" / f".notes.txt.{gone}-k2x.partial"  # not a file render writes
+    mine.write_text("someone else's")
+    code, out, err = run(capsys, "render", "--all", "--check", "--config", config)
+    assert code == 1 and err.startswith("envkit: error: rendered files are stale (kaggle-tpu)"), err
+    assert f"{killed}: left by a render that was killed; `envkit render` removes it" in out
+    assert run(capsys, "render", "--all", "--config", config)[0] == 0
+    assert not killed.exists() and writing.exists() and mine.exists()
+    assert run(capsys, "render", "--all", "--check", "--config", config)[0] == 0
 
 
 def test_the_advice_for_a_removed_target_converges(capsys, project):

@@ -251,6 +251,14 @@ def test_diff_command_exit_codes(tmp_path):
     assert "  torch: 2.9.0 -> 2.9.1" in other.stdout
 
 
+def test_diff_of_results_without_distributions_says_none_were_recorded(tmp_path):
+    """Issue 28 §23: two results that record no distributions were `python packages: same (0)`."""
+    a = results(tmp_path, "a.json", [])
+    done = run_cli("diff", str(a), str(a), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "python packages: none recorded on either side" in done.stdout.splitlines()
+
+
 def test_diff_reads_results_as_strictly_as_report(tmp_path):
     newer = json.loads(results(tmp_path, "a.json", ["torch==2.9.0"]).read_text())
     (tmp_path / "newer.json").write_text(json.dumps(dict(newer, schema_version=999)))

@@ -203,4 +203,5 @@ def test_hostile_input_is_one_line_and_changes_nothing(case, pristine, tmp_path,
     assert code == case.get("exit", 2), (out, err)
     assert err.count("\n") == 1 and err.endswith("\n") and "Traceback" not in err, err
     assert case["message"] in err, err
+    assert "set_int_max_str_digits" not in err, "Python's advice to programmers reached a user"
     assert snapshot(project) == before, "a file of the project was created, changed or touched"

@@ -136,6 +136,19 @@ def test_cpu_mode_records_but_does_not_check(tmp_path, capsys, monkeypatch):
     assert "(CPU mode: Kaggle's TPU v5e-8 is not checked)" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("value", ["1", "yes"])
+def test_cpu_mode_names_a_wheelhouse_not_a_switch(tmp_path, monkeypatch, value):
+    """Issue 28 §22: ENVKIT_NOTEBOOK_CPU=1 said `1/requirements.lock is missing: run the cells above in order`."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(runtime.CPU_MODE, value)
+    with pytest.raises(runtime.NotebookStop) as stopped:
+        runtime.create_environment({"lock": {"path": "requirements.lock", "python": "3.11"}})
+    assert str(stopped.value) == (
+        f"{runtime.CPU_MODE}={value} is not a directory: it names CPU mode's wheelhouse (a CPU requirements.lock "
+        "and its wheels), not a switch; unset it to run on the accelerator"
+    )
+
+
 def test_an_edited_file_is_one_line_naming_the_rerender(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "recipes").mkdir()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,19 +36,19 @@ def alias_bomb(levels: int = 9) -> str:
     return CONFIG + "\n".join(lines) + "\n"
 
 
-def _limits() -> None:
+def _limits(cpu_s: int = CPU_LIMIT_S) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, CPU_LIMIT_S + 1))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
 
 
-def limited_envkit(cwd: Path, *argv: str) -> subprocess.CompletedProcess:
+def limited_envkit(cwd: Path, *argv: str, cpu_s: int = CPU_LIMIT_S) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "ENVKIT_CACHE_DIR": str(cwd / "cache")}
     return subprocess.run(
         [sys.executable, "-m", "envkit", *argv],
         cwd=cwd,
         capture_output=True,
         text=True,
-        preexec_fn=_limits,
+        preexec_fn=lambda: _limits(cpu_s),
         env=env,
         timeout=120,
     )
@@ -96,6 +97,29 @@ def test_a_100_mb_file_is_refused_unread(tmp_path):
     ]
 
 
+def test_what_a_render_only_hashes_is_capped_too(tmp_path):
+    """Issue 28 §8, §9: the render memo hashed every file it had read whole (a 2 GB sparse envkit.yaml cost
+    2.1 GB before it was refused), and render read committed notebooks whole (/dev/zero: MemoryError)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(REPO / "envkit.yaml", project / "envkit.yaml")
+    for part in ("templates", "recipes", "docker", "notebooks"):
+        shutil.copytree(REPO / part, project / part, ignore=shutil.ignore_patterns("__pycache__"))
+    assert limited_envkit(project, "render", "--all", cpu_s=60).returncode == 0  # the memo now has an entry
+    notebook = project / "notebooks" / "colab-t4" / "gpu-mnist.ipynb"
+    notebook.unlink()
+    notebook.symlink_to("/dev/zero")
+    done = limited_envkit(project, "render", "--all", "--check", cpu_s=60)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"{notebook}: unreadable (a character device, not a regular file)" in done.stdout
+    notebook.unlink()
+    config = project / "envkit.yaml"
+    config.unlink()
+    with config.open("wb") as stream:
+        stream.truncate(2 * 2**30)
+    assert_one_line(limited_envkit(project, "render", "--all", cpu_s=60), "envkit.yaml: larger than 16 MiB")
+
+
 def test_a_stream_without_end_is_read_only_up_to_the_cap(tmp_path):
     assert_one_line(
         limited_envkit(tmp_path, "targets", "--config", "/dev/zero"),
@@ -129,7 +153,7 @@ def test_envkits_own_files_read_as_before():
         ),
         ("a: &a 1\nb: &a 2\n", "found duplicate anchor 'a'"),
         ("a: 2024-13-45\n", "month must be in 1..12"),
-        ("a: " + "1" * 5000 + "\n", "Exceeds the limit (4300 digits)"),
+        ("a: " + "1" * 5000 + "\n", "an integer of more than 4300 digits"),
         ("a: !!python/object/apply:os.system [id]\n", "could not determine a constructor"),
         ("a: [\n", "malformed YAML"),
     ],

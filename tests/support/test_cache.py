@@ -118,3 +118,24 @@ def test_an_invalid_config_fails_the_same_after_a_valid_one_was_cached(cache, tm
     line = text[: text.index("kind: cpu")].count("\n") + 1
     with pytest.raises(EnvkitError, match=rf"envkit.yaml:{line}: targets.cpu.kind: 'cpuu' is not valid"):
         load_config(config)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["experiment", "cpu-mnist", "--dry-run"],
+        ["compare", "--dry-run"],
+        ["demo", "--dry-run"],
+        ["launch", "cpu-ddp-cifar", "--on", "slurm", "--dry-run"],
+    ],
+    ids=" ".join,
+)
+def test_a_dry_run_keeps_nothing_in_the_cache(cache, repo_root, monkeypatch, capsys, argv):
+    """Issue 28 §23: the dry runs of experiment, compare, demo wrote schema-check markers into the cache."""
+    from envkit.cli import main
+
+    monkeypatch.chdir(repo_root)
+    assert main(argv) == 0, capsys.readouterr().err
+    assert not cache.exists() or not any(cache.rglob("*")), sorted(cache.rglob("*"))
+    assert main(["targets"]) == 0  # a run that is not dry keeps its markers as before
+    assert any(cache.rglob("*"))
