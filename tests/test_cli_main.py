@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from project_copy import copy_project
 
 from envkit import cli
 
@@ -17,11 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("project")
-    shutil.copy(REPO / "envkit.yaml", root / "envkit.yaml")
-    for part in ("templates", "recipes", "docker", "notebooks"):
-        shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
-    return root
+    return copy_project(tmp_path_factory.mktemp("project"))
 
 
 @pytest.mark.parametrize(

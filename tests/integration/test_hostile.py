@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from paths import REPO_ROOT, TESTS
+from project_copy import copy_project
 
 from envkit.cli import main
 
@@ -36,11 +37,7 @@ def test_the_corpus_is_well_formed():
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
     """The project's files a user has after a clone (envkit.yaml, templates, recipes, docker/, notebooks/)."""
-    root = tmp_path_factory.mktemp("pristine")
-    shutil.copy(REPO_ROOT / "envkit.yaml", root / "envkit.yaml")
-    for part in ("templates", "recipes", "docker", "notebooks"):
-        shutil.copytree(REPO_ROOT / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
-    return root
+    return copy_project(tmp_path_factory.mktemp("pristine"))
 
 
 def _merge(document: dict, changes: dict) -> dict:
