@@ -1,11 +1,12 @@
-"""Every YAML and JSON file envkit reads comes through here, with its size, depth and aliases capped.
+"""Every project or user file envkit reads or hashes comes through here: a regular file, its size,
+and for YAML and JSON its depth and aliases capped (tests/test_bounded_reads.py finds any other read).
 
 A config, a results directory or a saved image may come from anyone, and three small
 files could otherwise take a machine down before any check ran: nine nested YAML
 anchors of nine aliases each expand to 9**9 nodes from 300 bytes (the "billion
 laughs"); a few thousand nested brackets overflow the C stack of libyaml's composer,
 which is a segfault, not an exception; /dev/zero or a 100 MB file is read whole before
-anything can refuse it. Each cap is far above what envkit's own files need (the largest,
+anything can refuse it, and a FIFO named like a results file blocks the first read forever. Each cap is far above what envkit's own files need (the largest,
 matrix.yaml, has about 1,500 nodes and depth 6).
 
 YAML is parsed by libyaml's C parser where PyYAML has it, and composed by PyYAML's own
