@@ -5,7 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from paths import REPO_ROOT
+
 # What a clone's user runs envkit on: the config, what a render reads and the committed outputs.
 PARTS = ("templates", "recipes", "docker", "notebooks")
 
@@ -13,7 +14,7 @@ PARTS = ("templates", "recipes", "docker", "notebooks")
 def copy_project(root: Path) -> Path:
     """envkit.yaml, templates/, recipes/, docker/ and notebooks/ copied into ``root``; returns ``root``."""
     root.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "envkit.yaml", root / "envkit.yaml")
+    shutil.copy(REPO_ROOT / "envkit.yaml", root / "envkit.yaml")
     for part in PARTS:
-        shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(REPO_ROOT / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
     return root

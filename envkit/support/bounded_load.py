@@ -1,5 +1,5 @@
 """Every project or user file envkit reads or hashes comes through here: a regular file, its size,
-and for YAML and JSON its depth and aliases capped (tests/test_bounded_reads.py finds any other read).
+and for YAML and JSON its depth and aliases capped (tests/support/test_bounded_load_reads.py finds any other read).
 
 A config, a results directory or a saved image may come from anyone, and three small
 files could otherwise take a machine down before any check ran: nine nested YAML

@@ -188,10 +188,10 @@ def test_a_venv_stopped_by_sigterm_leaves_the_old_one_as_it_was(tmp_path):
     )
     done = subprocess.run(
         [sys.executable, "-c", script, str(tmp_path / "x.in"), str(old), THIS_PYTHON],
-        cwd=REPO,
+        cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
     )
     assert done.returncode == 130, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["venv", "x.in"]

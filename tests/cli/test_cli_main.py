@@ -9,11 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import REPO_ROOT
 from project_copy import copy_project
 
 from envkit import cli
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +37,7 @@ def test_a_reader_that_has_gone_ends_the_command_quietly(project, tmp_path, argv
     """`envkit doctor | head -1`, made certain: the pipe's reading end is closed before envkit writes."""
     read_end, write_end = os.pipe()
     os.close(read_end)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "ENVKIT_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "ENVKIT_CACHE_DIR": str(tmp_path / "cache")}
     env["DOCKER_HOST"] = f"unix://{tmp_path}/no-engine.sock"
     try:
         done = subprocess.run(
