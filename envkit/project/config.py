@@ -172,12 +172,10 @@ def _parse_yaml(path: Path) -> tuple[Any, dict[DocPath, int]]:
         text = read_text(path)
     except FileNotFoundError:
         raise EnvkitError(f"config file {path} not found; create it or pass --config FILE") from None
-    except IsADirectoryError:
-        raise EnvkitError(f"config path {path} is a directory; pass --config FILE with a YAML file") from None
     except OSError as exc:
         raise EnvkitError(f"cannot read config file {path}: {exc.strerror or exc}") from None
-    except Refused as exc:
-        raise EnvkitError(exc.at(path)) from None
+    except Refused as exc:  # a directory, a FIFO, a device, too large, not UTF-8 text
+        raise EnvkitError(f"{exc.at(path)}; pass --config FILE with a YAML file") from None
     lines: dict[DocPath, int] = {}
     try:
         data = parse_yaml(text, index=lambda node: _index_lines(node, (), lines, path))

@@ -70,19 +70,20 @@ def test_a_render_reads_the_lock_once_and_works_out_its_inputs_once(config, monk
     from pathlib import Path
 
     from envkit.lock import lockfile
+    from envkit.support import bounded_load
 
     lock, opened, inputs = lockfile.lock_path(config, "kaggle-tpu"), [], []
-    real_open, real_inputs = Path.open, lockfile.lock_inputs
+    real_open, real_inputs = bounded_load.open_regular, lockfile.lock_inputs
 
-    def counting_open(path, *args, **kwargs):
-        opened.extend([path] if path == lock else [])
-        return real_open(path, *args, **kwargs)
+    def counting_open(path):  # every read of a project file opens it here
+        opened.extend([path] if Path(path) == lock else [])
+        return real_open(path)
 
     def counting_inputs(target):
         inputs.append(target.name)
         return real_inputs(target)
 
-    monkeypatch.setattr(Path, "open", counting_open)
+    monkeypatch.setattr(bounded_load, "open_regular", counting_open)
     monkeypatch.setattr(lockfile, "lock_inputs", counting_inputs)
     monkeypatch.setattr(builder, "lock_inputs", counting_inputs, raising=False)  # where the builder imported it
     builder.render_notebook(config, "tpu-mnist", "kaggle-tpu")
