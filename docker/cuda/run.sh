@@ -3,8 +3,9 @@
 # change envkit.yaml and run `envkit render`.
 #
 # usage: run.sh RECIPE [RECIPE ARGS...]        e.g. run.sh mnist --epochs 1
-# Runs recipes/RECIPE.py in the image with ./data and ./results mounted, on the image's
-# device (--device cuda) unless the arguments give --device.
+# Runs recipes/RECIPE.py in the image with ./data and ./results mounted. Nothing is added to its
+# arguments: the locations and the device reach it as ENVKIT_DATA_DIR, ENVKIT_RESULTS_DIR and
+# ENVKIT_DEVICE=cuda (the recipes' defaults for --data-dir, --results-dir, --device).
 # Environment: IMAGE (default envkit-cuda:latest), DATA_DIR (./data), RESULTS_DIR (./results),
 # GPUS (host GPU indices such as 0,2, or all; default all),
 # SHM_SIZE (default: share the host's IPC namespace), DOCKER (docker),
@@ -70,18 +71,6 @@ else
   fail "GPUS must be 'all' or comma-separated GPU indices such as 0,2; got '$gpus'"
 fi
 
-# The recipes of envkit's experiments run on this image's device unless their arguments name
-# one (--device cuda: the kind's device flag; a recipe alone would take the CPU).
-recipe_device=()
-case $recipe in
-  cifar | mnist)
-    recipe_device=(--device cuda)
-    for arg in "$@"; do
-      [[ $arg != --device && $arg != --device=* ]] || recipe_device=()
-    done
-    ;;
-esac
-
 # DataLoader workers and NCCL need more than Docker's 64 MB /dev/shm; an empty size
 # shares the host's IPC namespace instead.
 shm_size=${SHM_SIZE:-}
@@ -119,9 +108,9 @@ command=(
   ${ulimit_args[@]+"${ulimit_args[@]}"}
   -e "ENVKIT_IMAGE=$image" -e ENVKIT_IMAGE_ID -e ENVKIT_IMAGE_DIGEST -e "ENVKIT_RESULTS_OWNER=$owner"
   ${multinode_args[@]+"${multinode_args[@]}"}
+  -e ENVKIT_DATA_DIR=/workspace/data -e ENVKIT_RESULTS_DIR=/workspace/results -e ENVKIT_DEVICE=cuda
   -v "$data_dir:/workspace/data" -v "$results_dir:/workspace/results"
-  "$image" python "/opt/envkit/recipes/$recipe.py" --data-dir /workspace/data --results-dir /workspace/results
-  ${recipe_device[@]+"${recipe_device[@]}"} "$@"
+  "$image" python "/opt/envkit/recipes/$recipe.py" "$@"
 )
 
 if [[ ${ENVKIT_DRY_RUN:-} == 1 ]]; then

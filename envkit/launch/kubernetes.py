@@ -58,7 +58,7 @@ def _container(job: jobs.Job, name: str, env: list[dict[str, Any]]) -> dict[str,
         "imagePullPolicy": "IfNotPresent",
         "command": _command(job),
         "env": [
-            *({"name": k, "value": v} for k, v in job.image_env()),
+            *({"name": k, "value": v} for k, v in job.container_env()),
             *env,
             *({"name": k, "value": v} for k, v in job.env),
         ],

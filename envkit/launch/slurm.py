@@ -110,12 +110,12 @@ def _srun() -> list[str]:
 
 
 def _host(job: jobs.Job) -> list[str]:
-    argv = job.recipe_argv(f"{job.root}/recipes", job.data_dir, job.results_dir)
-    return [line(*_srun(), *_torchrun(job), *argv)]
+    argv = job.recipe_argv(f"{job.root}/recipes")
+    return [*_exports(job.run_env(job.data_dir, job.results_dir)), line(*_srun(), *_torchrun(job), *argv)]
 
 
 def _docker(job: jobs.Job) -> list[str]:
-    env = hosts.container_env(job)
+    env = hosts.run_sh_env(job)
     env.pop("GPUS", None)  # per node, from the step's allocation (below)
     exports = _exports(env.items())
     exports.append(
@@ -149,7 +149,7 @@ def _pyxis(job: jobs.Job) -> list[str]:
     registry, _, path = job.image.partition("/")
     image = f"{registry}#{path}"
     return [
-        *_exports(job.image_env()),
+        *_exports(job.container_env()),
         line(
             *_srun(),
             f"--container-image={image}",
@@ -165,7 +165,7 @@ def _apptainer(job: jobs.Job) -> list[str]:
     gpu = ["--nv"] if job.kind == "cuda" else []
     source = f"docker-archive://{job.options.image_tarball}"
     return [
-        *_exports(job.image_env()),
+        *_exports(job.container_env()),
         line(*_srun(), "apptainer", "exec", *gpu, "--bind", _binds(job), source, *_torchrun(job), *job.image_argv()),
     ]
 
@@ -202,11 +202,11 @@ def _podman(job: jobs.Job) -> list[str]:
     if settings.user == "caller":
         flags += [Raw('${userns[@]+"${userns[@]}"}'), "--user", Raw('"$(id -u):$(id -g)"'), "-e", "HOME=/tmp"]
     flags += [word for key, value in settings.env.items() for word in ("-e", f"{key}={value}")]
-    flags += [word for key, _ in (*job.image_env(), *job.env) for word in ("-e", key)]
+    flags += [word for key, _ in (*job.container_env(), *job.env) for word in ("-e", key)]
     flags += [word for pair in _bind_pairs(job) for word in ("-v", pair)]
     wrap = ["bash", "-c", STEP_DEVICES] if job.kind == "cuda" else []
     return [
-        *_exports(job.image_env()),
+        *_exports(job.container_env()),
         PODMAN_USERNS,
         line(*_srun(), *wrap, "podman", "run", *flags, image, *_torchrun(job), *job.image_argv()),
     ]

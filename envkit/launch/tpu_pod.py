@@ -61,7 +61,7 @@ def remote_command(job: jobs.Job) -> str:
         "16G",
         "-e",
         "PJRT_DEVICE=TPU",
-        *(word for key, value in (*job.image_env(), *job.env) for word in ("-e", f"{key}={value}")),
+        *(word for key, value in (*job.container_env(), *job.env) for word in ("-e", f"{key}={value}")),
         "-v",
         Raw(f'"$HOME"/{WORKER_DIR}/data:{jobs.CONTAINER_DATA}'),
         "-v",

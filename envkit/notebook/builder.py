@@ -263,6 +263,7 @@ def _settings(target, experiment, platform, accelerator, files, packages, rerend
         "lock": {"path": "requirements.lock", "python": target.python},
         "recipe": f"recipes/{experiment.recipe}.py",
         "env": run_env(kind, target),
+        "run_device": kind.device,  # ENVKIT_DEVICE, the CPU in CPU mode
         "runs": _runs(experiment),
         "folders": sorted({Path(path).parent.as_posix() for path in paths} - {"."}),
         "files": {group: {path: sha for path, (sha, _) in entries.items()} for group, entries in files.items()},

@@ -409,22 +409,16 @@ def run_recipe(settings: dict, environment: dict, runtime: dict) -> list[Path]:
         env.pop("ENVKIT_LOCK_SHA256", None)
     if not cpu:
         env.update(settings["env"])
+    # Nothing is added to the command: its locations and device are variables, as run.sh gives them.
+    env.update(ENVKIT_DATA_DIR=str(DATA), ENVKIT_RESULTS_DIR=str(RESULTS))
+    env["ENVKIT_DEVICE"] = "cpu" if cpu else settings["run_device"]
     RESULTS.mkdir(exist_ok=True)
     before = set(RESULTS.glob("*.json"))
     for number, run in enumerate(settings["runs"], 1):
         if len(settings["runs"]) > 1:
             print(f"run {number}/{len(settings['runs'])}: {run['summary']}", flush=True)
         args = run["cpu_args"] if cpu else run["args"]
-        argv = [
-            environment["python"],
-            *flags,
-            settings["recipe"],
-            "--data-dir",
-            str(DATA),
-            "--results-dir",
-            str(RESULTS),
-            *args,
-        ]
+        argv = [environment["python"], *flags, settings["recipe"], *args]
         print("$ " + " ".join(argv[0:1] + argv[len(flags) + 1 :]), flush=True)
         code, last = _stream(argv, env)
         if code != 0:

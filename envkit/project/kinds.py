@@ -45,7 +45,7 @@ class Kind:
     wheels: str  # "cpu" | "cuda" | "torch_xla": the rule envkit/project/wheels.py applies
     base_image: str  # "python" | "distro"
     keys: tuple[str, ...]
-    device_flag: tuple[str, ...]
+    device: str  # ENVKIT_DEVICE for every run on this kind
     host: HostCheck
     run: RunSettings
     python_base_image: str  # format string with {python}, for base_image "python"
@@ -64,7 +64,7 @@ def load_kinds(path: Path = KINDS_PATH) -> dict[str, Kind]:
             wheels=entry["wheels"],
             base_image=entry["base_image"],
             keys=tuple(entry["keys"]),
-            device_flag=tuple(entry["device_flag"]),
+            device=entry["device"],
             host=HostCheck(**{**host, "globs": tuple(host.get("globs", ())), "ignore": tuple(host.get("ignore", ()))}),
             run=RunSettings(**{**run, "docker_args": tuple(run.get("docker_args", ()))}),
             python_base_image=data["python_base_image"],

@@ -24,7 +24,6 @@ from envkit.lock.lockfile import (
 from envkit.project import kinds
 from envkit.project.config import ProjectConfig, Target
 from envkit.project.datafile import DATA_DIR
-from envkit.project.experiments import load_experiments
 from envkit.project.requirement import requirement_name
 from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
 from envkit.render.output import RenderedFile
@@ -208,6 +207,4 @@ def _context(config: ProjectConfig, target: Target, lock: LockFile | None, input
         # distro python3 base lacks: the Dockerfile installs this package there.
         "libpython": f"libpython{target.python}" if target.torch_xla else None,
         "image": f"envkit-{target.name}:latest",
-        # The recipes that take the kind's device flag: those the experiments table runs.
-        "device_recipes": sorted({entry.recipe for entry in load_experiments().values()}),
     }

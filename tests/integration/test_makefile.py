@@ -183,8 +183,9 @@ def test_e3_runs_its_four_runs_in_the_image_or_with_recipe_python(project, repo_
     (make_line,) = dry_run(project, "e3-batch-scaling", "RECIPE_PYTHON=.venv-xla/bin/python", "RESULTS_DIR=/r")
     assert " --python '.venv-xla/bin/python' e3-batch-scaling" in make_line
     here = planned(repo_root, make_line)
+    variables = "ENVKIT_RESULTS_DIR=/r ENVKIT_DATA_DIR=" + shlex.quote(str(project / "data")) + " ENVKIT_DEVICE=tpu"
     assert len(here) == 4 and all(
-        line.startswith(f".venv-xla/bin/python {repo_root}/recipes/mnist.py --device tpu ") for line in here
+        line.startswith(f"{variables} .venv-xla/bin/python {repo_root}/recipes/mnist.py --device tpu ") for line in here
     )
 
 
@@ -310,10 +311,8 @@ def test_on_submits_the_experiment_through_envkit_launch(project, repo_root):
     assert "\nexport GLOO_SOCKET_IFNAME=eth0\n" in script
     # The experiment's own arguments come from the table, the user's flags after them; the image (podman) mounts the dirs.
     assert "-v /d:/workspace/data -v /r:/workspace/results " in script
-    assert (
-        "--data-dir /workspace/data --results-dir /workspace/results --device cuda --parallel ddp --epochs 1\n"
-        in script
-    )
+    assert "-e ENVKIT_DATA_DIR -e ENVKIT_RESULTS_DIR -e ENVKIT_DEVICE -e GLOO_SOCKET_IFNAME " in script
+    assert "/opt/envkit/recipes/cifar.py --device cuda --parallel ddp --epochs 1\n" in script
 
 
 def test_on_passes_only_what_was_set_quoted(project, repo_root):

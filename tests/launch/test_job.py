@@ -70,7 +70,8 @@ def test_slurm_runs_the_image_under_podman_by_default():
     assert EngineOptions().container == "podman"
     script = slurm.sbatch_script(make_job("cpu-ddp-cifar", "slurm"))
     assert "container podman." in script and "\nsrun --ntasks-per-node=1 podman run " in script
-    assert "recipes/cifar.py --data-dir /workspace/data" in script
+    assert "export ENVKIT_DATA_DIR=/workspace/data\n" in script and " -e ENVKIT_DATA_DIR " in script
+    assert "recipes/cifar.py --device cpu --parallel ddp\n" in script, "nothing added to the recipe's arguments"
 
 
 # ------------------------------------------------------------------ the command line

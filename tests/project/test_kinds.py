@@ -32,7 +32,7 @@ ROCM_KIND = """\
     wheels: cpu
     base_image: python
     keys: []
-    device_flag: [--device, cuda]
+    device: cuda
     host:
       check: devices
       name: rocm

@@ -3,8 +3,9 @@
 # change envkit.yaml and run `envkit render`.
 #
 # usage: run.sh RECIPE [RECIPE ARGS...]        e.g. run.sh mnist --epochs 1
-# Runs recipes/RECIPE.py in the image with ./data and ./results mounted, on the image's
-# device (--device cpu) unless the arguments give --device.
+# Runs recipes/RECIPE.py in the image with ./data and ./results mounted. Nothing is added to its
+# arguments: the locations and the device reach it as ENVKIT_DATA_DIR, ENVKIT_RESULTS_DIR and
+# ENVKIT_DEVICE=cpu (the recipes' defaults for --data-dir, --results-dir, --device).
 # Environment: IMAGE (default envkit-cpu-local:latest), DATA_DIR (./data), RESULTS_DIR (./results),
 # SHM_SIZE (2g), DOCKER (docker),
 # NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME (multi-node
@@ -49,18 +50,6 @@ results_dir=$(absolute "${RESULTS_DIR:-./results}")
 read -r -a docker <<<"${DOCKER:-docker}"
 owner="$(id -u):$(id -g)"
 
-# The recipes of envkit's experiments run on this image's device unless their arguments name
-# one (--device cpu: the kind's device flag; a recipe alone would take the CPU).
-recipe_device=()
-case $recipe in
-  cifar | mnist)
-    recipe_device=(--device cpu)
-    for arg in "$@"; do
-      [[ $arg != --device && $arg != --device=* ]] || recipe_device=()
-    done
-    ;;
-esac
-
 # DataLoader workers and NCCL need more than Docker's 64 MB /dev/shm; an empty size
 # shares the host's IPC namespace instead.
 shm_size=${SHM_SIZE:-2g}
@@ -89,9 +78,9 @@ command=(
   "${ipc_args[@]}"
   -e "ENVKIT_IMAGE=$image" -e ENVKIT_IMAGE_ID -e ENVKIT_IMAGE_DIGEST -e "ENVKIT_RESULTS_OWNER=$owner"
   ${multinode_args[@]+"${multinode_args[@]}"}
+  -e ENVKIT_DATA_DIR=/workspace/data -e ENVKIT_RESULTS_DIR=/workspace/results -e ENVKIT_DEVICE=cpu
   -v "$data_dir:/workspace/data" -v "$results_dir:/workspace/results"
-  "$image" python "/opt/envkit/recipes/$recipe.py" --data-dir /workspace/data --results-dir /workspace/results
-  ${recipe_device[@]+"${recipe_device[@]}"} "$@"
+  "$image" python "/opt/envkit/recipes/$recipe.py" "$@"
 )
 
 if [[ ${ENVKIT_DRY_RUN:-} == 1 ]]; then
