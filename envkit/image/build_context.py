@@ -23,6 +23,7 @@ from envkit.errors import EnvkitError
 from envkit.image import BUILDERS
 from envkit.lock.base_digest import split_reference
 from envkit.lock.lockfile import LOCK_FILE, read_lock
+from envkit.support import provenance
 from envkit.support.cache import cache_dir
 
 TAG_HEX = 12
@@ -57,7 +58,7 @@ def stage_context(root: Path, target, options: BuildOptions, dest: Path) -> None
     """Lay out the build context of docs/design.md §4 under ``dest``."""
     rendered = root / "docker" / target.name
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("Dockerfile", ".dockerignore"):
+    for name in ("Dockerfile", ".dockerignore", provenance.FILE_NAME):
         source = rendered / name
         if not source.is_file():
             raise EnvkitError(f"{source} is missing: run 'envkit render' (or 'make render') first")

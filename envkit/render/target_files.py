@@ -28,6 +28,7 @@ from envkit.project.requirement import requirement_name
 from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
 from envkit.render.output import RenderedFile
 from envkit.render.template_cache import template_cache
+from envkit.support import provenance
 from envkit.support.shellquote import FILTERS
 
 # Target file -> (template, file mode); {kind} is the target's kind.
@@ -36,6 +37,8 @@ FILES = {
     "run.sh": ("kinds/{kind}.run.sh.j2", 0o755),
     ".dockerignore": ("dockerignore.j2", 0o644),
 }
+# The run wrapper every command in the image starts through (standard library only: the image has no envkit).
+WRAPPER = Path(provenance.__file__)
 # What apt and dpkg leave behind that differs between two identical builds (logs,
 # caches with timestamps, downloaded index files): removed in the layer that made them.
 APT_LEFTOVERS = (
@@ -68,6 +71,7 @@ def render_targets(config: ProjectConfig, names: list[str], locks: Path | None =
         for filename, (template, mode) in FILES.items():
             text = render_template(env, template.format(kind=target.kind), context)
             files.append(RenderedFile(Path(name) / filename, text, mode))
+        files.append(RenderedFile(Path(name) / provenance.FILE_NAME, WRAPPER.read_text(encoding="utf-8"), 0o644))
     return files
 
 
@@ -77,6 +81,7 @@ def files_read(config: ProjectConfig, names: list[str]) -> list[Path]:
         config.path,
         *DATA_DIR.iterdir(),
         *(path for path in (config.root / "templates").rglob("*") if path.is_file()),
+        WRAPPER,
     ]
     for name in names:
         read += [lock_path(config, name), *config.targets[name].ca_certificates]

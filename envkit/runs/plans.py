@@ -189,6 +189,7 @@ def experiment_plan(
         name: str(path) for name, path in (("RESULTS_DIR", results_dir), ("DATA_DIR", data_dir)) if path is not None
     }
     run_env.update({"GPUS": gpus} if gpus is not None else {})
+    run_env["ENVKIT_EXPERIMENT"] = entry.name  # run.sh passes it to the run wrapper, whose record names it
     run_sh = str(config.parent / "docker" / target.name / "run.sh")
     return RunPlan(
         [

@@ -260,7 +260,7 @@ def test_dry_run_anywhere_before_dashes_is_a_dry_run(repo_root, tmp_path, argv):
         [sys.executable, "-m", "envkit", *argv], cwd=repo_root, capture_output=True, text=True, env=env
     )
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.splitlines()[-1] == "docker/cpu/run.sh mnist --device cpu" + (
+    assert done.stdout.splitlines()[-1] == "ENVKIT_EXPERIMENT=cpu-mnist docker/cpu/run.sh mnist --device cpu" + (
         " --epochs 1" if "--" in argv else ""
     )
 

@@ -3,13 +3,15 @@
 # change envkit.yaml and run `envkit render`.
 #
 # usage: run.sh RECIPE [RECIPE ARGS...]        e.g. run.sh mnist --epochs 1
-# Runs recipes/RECIPE.py in the image with ./data and ./results mounted. Nothing is added to its
+# Runs recipes/RECIPE.py in the image through envkit_run.py (its results file: exit status, wall
+# time, metrics, environment) with ./data and ./results mounted. Nothing is added to its
 # arguments: the locations and the device reach it as ENVKIT_DATA_DIR, ENVKIT_RESULTS_DIR and
 # ENVKIT_DEVICE=cpu (the recipes' defaults for --data-dir, --results-dir, --device).
 # Environment: IMAGE (default envkit-cpu-local:latest), DATA_DIR (./data), RESULTS_DIR (./results),
 # SHM_SIZE (2g), DOCKER (docker),
 # NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME (multi-node
 # torchrun: passed into the container when set; NNODES above 1 runs on the host network),
+# ENVKIT_EXPERIMENT (the experiment its results file names; default the recipe),
 # ENVKIT_DRY_RUN=1 (print the docker command instead of running it),
 # ENVKIT_IMAGE_DIGEST (the image's manifest digest for the results; found for name@sha256: and buildah's images).
 set -euo pipefail
@@ -76,11 +78,11 @@ command=(
   "${docker[@]}" run --rm --init
   --user "$owner" -e HOME=/tmp
   "${ipc_args[@]}"
-  -e "ENVKIT_IMAGE=$image" -e ENVKIT_IMAGE_ID -e ENVKIT_IMAGE_DIGEST -e "ENVKIT_RESULTS_OWNER=$owner"
+  -e "ENVKIT_IMAGE=$image" -e ENVKIT_IMAGE_ID -e ENVKIT_IMAGE_DIGEST -e "ENVKIT_RESULTS_OWNER=$owner" -e ENVKIT_EXPERIMENT
   ${multinode_args[@]+"${multinode_args[@]}"}
   -e ENVKIT_DATA_DIR=/workspace/data -e ENVKIT_RESULTS_DIR=/workspace/results -e ENVKIT_DEVICE=cpu
   -v "$data_dir:/workspace/data" -v "$results_dir:/workspace/results"
-  "$image" python "/opt/envkit/recipes/$recipe.py" "$@"
+  "$image" python /opt/envkit/envkit_run.py python "/opt/envkit/recipes/$recipe.py" "$@"
 )
 
 if [[ ${ENVKIT_DRY_RUN:-} == 1 ]]; then
