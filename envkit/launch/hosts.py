@@ -19,7 +19,12 @@ def run_sh(job: jobs.Job) -> str:
 
 def run_sh_env(job: jobs.Job) -> dict[str, str]:
     """The variables run.sh reads for this job (the image, mounts, GPUs)."""
-    env = {"IMAGE": job.image, "DATA_DIR": job.data_dir, "RESULTS_DIR": job.results_dir}
+    env = {
+        "IMAGE": job.image,
+        "DATA_DIR": job.data_dir,
+        "RESULTS_DIR": job.results_dir,
+        "ENVKIT_EXPERIMENT": job.experiment,
+    }
     if job.kind == "cuda":
         env["GPUS"] = ",".join(str(index) for index in range(job.gpus_per_node))
     return env

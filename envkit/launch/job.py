@@ -18,9 +18,12 @@ from envkit.errors import EnvkitError
 from envkit.lock.base_digest import split_reference
 from envkit.project.experiments import check_recipe_args
 from envkit.project.kinds import kind as target_kind
+from envkit.support import provenance
 
 # Where the image keeps the recipes and mounts data and results (as run.sh does).
 IMAGE_RECIPES = "/opt/envkit/recipes"
+# The run wrapper every command starts through (templates/Dockerfile.j2 copies it there).
+IMAGE_WRAPPER = f"/opt/envkit/{provenance.FILE_NAME}"
 CONTAINER_DATA = "/workspace/data"
 CONTAINER_RESULTS = "/workspace/results"
 DEFAULT_RDZV_PORT = 29500
@@ -76,6 +79,7 @@ RESERVED_ENV = {
     "ENVKIT_DATA_DIR": "--data-dir",
     "ENVKIT_RESULTS_DIR": "--results-dir",
     "ENVKIT_DEVICE": "the experiment's target kind",
+    "ENVKIT_EXPERIMENT": "the experiment",
     "GPUS": "--gpus-per-node",
     "NNODES": "--nodes",
     "NODE_RANK": "--nodes",
@@ -138,9 +142,15 @@ class Job:
     def image_argv(self) -> list[str]:
         return self.recipe_argv(IMAGE_RECIPES)
 
+    def wrapped(self, start: list, wrapper: str = IMAGE_WRAPPER) -> list:
+        """``start`` (python, or torchrun and its options) through the run wrapper, which writes the results file."""
+        return ["python", wrapper, *start]
+
     def run_env(self, data_dir: str, results_dir: str) -> tuple[tuple[str, str], ...]:
-        """Where the command finds its data and writes its results, and its device, as run.sh passes them."""
+        """Where the command finds its data and writes its results, its device and its experiment, as run.sh
+        passes them."""
         return (
+            ("ENVKIT_EXPERIMENT", self.experiment),
             ("ENVKIT_DATA_DIR", data_dir),
             ("ENVKIT_RESULTS_DIR", results_dir),
             ("ENVKIT_DEVICE", target_kind(self.kind).device),

@@ -47,7 +47,9 @@ def run_script(job: jobs.Job) -> str:
         first = ["head=${SKYPILOT_NODE_IPS%%$'\\n'*}  # the first line: the head node's address"]
     else:
         start, first = ["python"], []
-    return "\n".join(["set -euo pipefail", line("mkdir", "-p", DATA, RESULTS), *first, line(*start, *argv), ""])
+    return "\n".join(
+        ["set -euo pipefail", line("mkdir", "-p", DATA, RESULTS), *first, line(*job.wrapped(start), *argv), ""]
+    )
 
 
 def task(job: jobs.Job) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from envkit.launch import hosts
 from envkit.launch import job as jobs
 from envkit.launch.plan import Plan
 from envkit.launch.shell import Raw, line
+from envkit.support import provenance
 
 FIRST_HOST = 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)'
 # Per node: the GPUs Slurm gave this step, as run.sh's GPUS wants them (host indices).
@@ -111,7 +112,8 @@ def _srun() -> list[str]:
 
 def _host(job: jobs.Job) -> list[str]:
     argv = job.recipe_argv(f"{job.root}/recipes")
-    return [*_exports(job.run_env(job.data_dir, job.results_dir)), line(*_srun(), *_torchrun(job), *argv)]
+    start = job.wrapped(_torchrun(job), f"{job.root}/docker/{job.target}/{provenance.FILE_NAME}")
+    return [*_exports(job.run_env(job.data_dir, job.results_dir)), line(*_srun(), *start, *argv)]
 
 
 def _docker(job: jobs.Job) -> list[str]:
@@ -155,7 +157,7 @@ def _pyxis(job: jobs.Job) -> list[str]:
             f"--container-image={image}",
             f"--container-mounts={_binds(job)}",
             "--container-workdir=/workspace",
-            *_torchrun(job),
+            *job.wrapped(_torchrun(job)),
             *job.image_argv(),
         ),
     ]
@@ -166,7 +168,17 @@ def _apptainer(job: jobs.Job) -> list[str]:
     source = f"docker-archive://{job.options.image_tarball}"
     return [
         *_exports(job.container_env()),
-        line(*_srun(), "apptainer", "exec", *gpu, "--bind", _binds(job), source, *_torchrun(job), *job.image_argv()),
+        line(
+            *_srun(),
+            "apptainer",
+            "exec",
+            *gpu,
+            "--bind",
+            _binds(job),
+            source,
+            *job.wrapped(_torchrun(job)),
+            *job.image_argv(),
+        ),
     ]
 
 
@@ -208,7 +220,7 @@ def _podman(job: jobs.Job) -> list[str]:
     return [
         *_exports(job.container_env()),
         PODMAN_USERNS,
-        line(*_srun(), *wrap, "podman", "run", *flags, image, *_torchrun(job), *job.image_argv()),
+        line(*_srun(), *wrap, "podman", "run", *flags, image, *job.wrapped(_torchrun(job)), *job.image_argv()),
     ]
 
 

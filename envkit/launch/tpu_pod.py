@@ -67,7 +67,7 @@ def remote_command(job: jobs.Job) -> str:
         "-v",
         Raw(f'"$HOME"/{WORKER_DIR}/results:{jobs.CONTAINER_RESULTS}'),
         job.image,
-        "python",
+        *job.wrapped(["python"]),
         *job.image_argv(),
     )
     return " && ".join([line("mkdir", "-p", *dirs), fetch, run])
