@@ -47,6 +47,9 @@ DATA_VARIABLE = "ENVKIT_DATA_DIR"
 DEVICE_VARIABLE = "ENVKIT_DEVICE"
 EXPERIMENT_VARIABLE = "ENVKIT_EXPERIMENT"
 METRICS_VARIABLE = "ENVKIT_METRICS_DIR"
+# A multi-node engine starts the wrapper on every node; the first node records the run, the others only
+# run their part: these say which node this is (run.sh's NODE_RANK, Slurm, SkyPilot, an indexed Kubernetes Job).
+NODE_RANK_VARIABLES = ("NODE_RANK", "SLURM_NODEID", "SKYPILOT_NODE_RANK", "JOB_COMPLETION_INDEX")
 # What every run's record says, whatever wrote the rest (envkit/data/results.schema.json's "run").
 RECORD_VERSION = 1
 # dvclive's defaults: Live(dir="dvclive"), metrics_file {dir}/metrics.json, series under {dir}/plots/metrics.
@@ -65,6 +68,8 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(f"usage: {PROG}.py COMMAND [ARGS...]  (runs COMMAND and writes its results file)", file=sys.stderr)
         return 2 if not argv else 0
+    if any(os.environ.get(name, "0") != "0" for name in NODE_RANK_VARIABLES):
+        return run(argv, dict(os.environ))
     results = Path(os.environ.get(RESULTS_VARIABLE) or "results")
     experiment = os.environ.get(EXPERIMENT_VARIABLE) or command_name(argv)
     started_at = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - datetime.UTC needs 3.11; notebooks may run older

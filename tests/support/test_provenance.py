@@ -110,3 +110,12 @@ def test_the_wrapper_needs_the_standard_library_alone():
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             imported.add(node.module.split(".")[0])
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported - set(sys.stdlib_module_names)
+
+
+def test_only_the_first_node_of_a_multi_node_run_records_it(tmp_path):
+    """Engines start the wrapper on every node: one record per run, not one per node."""
+    body = "raise SystemExit(4)\n"
+    done, records = wrapped(tmp_path, sys.executable, script(tmp_path, body), SLURM_NODEID="1")
+    assert done.returncode == 4 and records == [] and not (tmp_path / "results").exists()
+    done, records = wrapped(tmp_path, sys.executable, script(tmp_path, body), SLURM_NODEID="0", NODE_RANK="0")
+    assert done.returncode == 4 and len(records) == 1
