@@ -1,4 +1,4 @@
-"""Run one command and write its results file: envkit's provenance for any program (issue 25 §6).
+"""envkit's run wrapper: run one command and write its results file, its provenance (issue 25 §6).
 
     python3 envkit_run.py COMMAND [ARGS...]
 

@@ -321,7 +321,7 @@ def test_render_knows_the_mark_of_every_file_it_or_lock_writes(repo_root):
     """render --all removes only marked files: every file render or `envkit lock` writes carries its mark."""
     from envkit.lock.lockfile import LOCK_FILE
 
-    assert set(rendered.ENVKIT_MARKS) == {*render.FILES, LOCK_FILE}
+    assert set(rendered.ENVKIT_MARKS) == {*render.FILES, provenance.FILE_NAME, LOCK_FILE}
     for name, mark in rendered.ENVKIT_MARKS.items():
         for path in (repo_root / "docker").glob(f"*/{name}"):
             assert mark in path.read_bytes()[:512], path
