@@ -88,7 +88,8 @@ def _unlocked(args: argparse.Namespace, sources, path: Path) -> int:
     import sys
 
     from envkit.host.venv import make_unlocked_venv
-    from envkit.lock.lockfile import requirements_inputs, requirements_lock_path
+    from envkit.lock.host_platforms import this_platform
+    from envkit.lock.lockfile import UNIVERSAL, requirements_inputs, requirements_lock_path
 
     if args.installer == "uv":
         raise EnvkitError("--installer uv installs locks; an environment without a lock is resolved by pip")
@@ -99,7 +100,14 @@ def _unlocked(args: argparse.Namespace, sources, path: Path) -> int:
         f"its indexes answer): installing the pins of {args.requirements}, unlocked",
         file=sys.stderr,
     )
-    version = make_unlocked_venv(args.requirements, inputs.python, path, python=args.python, sources=sources)
+    here = this_platform()
+    if here not in inputs.platform.removeprefix(UNIVERSAL).split():
+        raise EnvkitError(
+            f"{args.requirements} is not for {here}: it names `{inputs.platform}` (its # platforms: line)"
+        )
+    version = make_unlocked_venv(
+        args.requirements, tuple(inputs.python.split()), path, python=args.python, sources=sources
+    )
     print(f"made {path} from the pins of {args.requirements} (unlocked: its runs record no lock) with Python {version}")
     return 0
 
