@@ -94,17 +94,18 @@ def _unlocked(args: argparse.Namespace, sources, path: Path) -> int:
     if args.installer == "uv":
         raise EnvkitError("--installer uv installs locks; an environment without a lock is resolved by pip")
     inputs = requirements_inputs(args.requirements)
+    here = this_platform()
+    if here not in inputs.platform.removeprefix(UNIVERSAL).split():
+        raise EnvkitError(
+            f"{args.requirements} does not run on {here}: it serves {inputs.platform.removeprefix(UNIVERSAL)} "
+            "(its `# platforms:` line)"
+        )
     lock_path = requirements_lock_path(args.requirements)
     print(
         f"envkit: warning: {lock_path} does not exist (`envkit lock --requirements {args.requirements}` makes it where "
         f"its indexes answer): installing the pins of {args.requirements}, unlocked",
         file=sys.stderr,
     )
-    here = this_platform()
-    if here not in inputs.platform.removeprefix(UNIVERSAL).split():
-        raise EnvkitError(
-            f"{args.requirements} is not for {here}: it names `{inputs.platform}` (its # platforms: line)"
-        )
     version = make_unlocked_venv(
         args.requirements, tuple(inputs.python.split()), path, python=args.python, sources=sources
     )

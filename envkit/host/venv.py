@@ -313,8 +313,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--python",
         metavar="PYTHON",
-        help="the interpreter to make it with (default: this one, "
-        "pythonX.Y or python3 on PATH, whichever is the lock's Python)",
+        help="the interpreter to make it with (default: the first of this one, pythonX.Y or python3 on PATH "
+        "that the lock serves here, else one `uv python install` provides)",
     )
     parser.add_argument(
         "--installer",

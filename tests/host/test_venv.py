@@ -368,3 +368,18 @@ def test_without_uv_pip_installs_the_locks_own_uv_which_installs_the_rest(tmp_pa
     made = make_venv(lock, tmp_path / "venv", sources=Sources(index_url=url))
     assert made.installer == "uv (from the lock, by pip)"
     assert {"envkit-probe-a", "envkit-probe-b", "uv"} <= set(installed(tmp_path / "venv"))
+
+
+def test_an_input_for_another_platform_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    """make tpu-env on an aarch64 host: tpu.in (no lock here) serves linux/amd64 only."""
+    import envkit.lock.host_platforms as host_platforms
+
+    monkeypatch.setattr(host_platforms, "this_platform", lambda: "linux/arm64")
+    requirements = tmp_path / "probe.in"
+    requirements.write_text("# platforms: linux/amd64\nenvkit-probe-a==1.0\n")
+    code, out, err = envkit(capsys, "venv", "--requirements", str(requirements), "--path", str(tmp_path / "venv"))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"envkit: error: {requirements} does not run on linux/arm64: it serves linux/amd64 (its `# platforms:` line)\n"
+    )
+    assert not (tmp_path / "venv").exists()
