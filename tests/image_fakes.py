@@ -20,6 +20,8 @@ class FakeTarget:
     name: str = "cpu"
     kind: str = "cpu"
     ca_certificates: tuple[Path, ...] = ()
+    platforms: tuple[str, ...] = ("linux/amd64", "linux/arm64")
+    torch: str = "2.13.0"
 
     def pins(self) -> dict[str, str]:
         return {"python": "3.11", "torch": "2.13.0"}
@@ -89,8 +91,12 @@ class FakeImages:
 
 
 class FakeClient:
-    def __init__(self, image):
+    def __init__(self, image, architecture: str = "x86_64"):
         self.images = FakeImages(image)
+        self.architecture = architecture
+
+    def info(self):
+        return {"Architecture": self.architecture}
 
 
 @pytest.fixture

@@ -45,6 +45,7 @@ class BuildOptions:
     ca_certs: tuple[Path, ...] = ()
     build_args: Mapping[str, str] = field(default_factory=dict)
     builder: str = BUILDERS[0]
+    platform: str | None = None  # --platform: None builds for the engine's own
 
 
 def parse_build_arg(text: str) -> tuple[str, str]:
@@ -133,9 +134,12 @@ def hash_file(path: Path, hasher):
     return hasher
 
 
-def context_digest(context: Path, build_args: Mapping[str, str], builder: str = BUILDERS[0]) -> str:
-    """sha256 over the staged files (each as path + NUL + bytes), the content build args and
-    the builder (only when it is not the default, so the Docker engine's tags stay as they were)."""
+def context_digest(
+    context: Path, build_args: Mapping[str, str], builder: str = BUILDERS[0], platform: str | None = None
+) -> str:
+    """sha256 over the staged files (each as path + NUL + bytes), the content build args, the
+    builder and a platform other than the engine's own (each only when given, so native builds
+    on the Docker engine keep the tags they had)."""
     total = hashlib.sha256()
     files = sorted((p for p in context.rglob("*") if p.is_file()), key=lambda p: p.relative_to(context).as_posix())
     for path in files:
@@ -145,6 +149,8 @@ def context_digest(context: Path, build_args: Mapping[str, str], builder: str = 
     total.update(json.dumps(content_args, sort_keys=True).encode())
     if builder != BUILDERS[0]:
         total.update(f"builder={builder}".encode())
+    if platform:
+        total.update(f"platform={platform}".encode())
     return total.hexdigest()
 
 

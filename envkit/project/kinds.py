@@ -16,6 +16,8 @@ from envkit.project.datafile import DATA_DIR, load_checked
 
 KINDS_PATH = DATA_DIR / "kinds.yaml"
 SCHEMA_PATH = DATA_DIR / "kinds.schema.json"
+# A kind that names no platforms builds for x86-64 only, as every image did before kinds named them.
+DEFAULT_PLATFORMS = ("linux/amd64",)
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class Kind:
     host: HostCheck
     run: RunSettings
     python_base_image: str  # format string with {python}, for base_image "python"
+    platforms: tuple[str, ...] = DEFAULT_PLATFORMS  # docker's names: linux/amd64, linux/arm64
 
 
 @cache
@@ -68,6 +71,7 @@ def load_kinds(path: Path = KINDS_PATH) -> dict[str, Kind]:
             host=HostCheck(**{**host, "globs": tuple(host.get("globs", ())), "ignore": tuple(host.get("ignore", ()))}),
             run=RunSettings(**{**run, "docker_args": tuple(run.get("docker_args", ()))}),
             python_base_image=data["python_base_image"],
+            platforms=tuple(entry.get("platforms", DEFAULT_PLATFORMS)),
         )
     return kinds
 

@@ -133,6 +133,8 @@ def labels(config: ProjectConfig, target: Target, lock: LockFile | None) -> list
         "io.envkit.target": target.name,
         "io.envkit.kind": target.kind,
         "io.envkit.config-hash": target.config_hash,
+        # What `envkit build --platform` may build it for; a native build on another engine is refused.
+        "io.envkit.platforms": " ".join(target.platforms),
     }
     if target.backend:
         pairs["io.envkit.backend"] = target.backend
