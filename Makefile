@@ -105,7 +105,7 @@ endef
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: FORCE help venv xla-env sky-env tpu-env bench-env render build-cpu build-cuda build-tpu-vm tpu-mnist tpu-mnist-single \
+.PHONY: FORCE help venv xla-env sky-env tpu-env bench-env platforms render build-cpu build-cuda build-tpu-vm tpu-mnist tpu-mnist-single \
 	gpu-mnist cpu-mnist gpu-single-cifar gpu-dp-cifar gpu-ddp-cifar cpu-single-cifar cpu-ddp-cifar e3-batch-scaling compare \
 	push save load prune demo test lint doctor
 
@@ -122,8 +122,9 @@ help: ## list the targets and the variables they read
 venv: $(ENVKIT) ## create the dev environment in VENV (default .venv) from requirements/dev.lock, hash-checked
 
 # envkit/host/venv.py needs the standard library alone: it runs before any environment exists.
-# It makes the venv with the lock's Python (PYTHON, else python3.11 on PATH) and records the
-# lock's sha256 in it, which the recipes' results name; a venv already there comes back if it fails.
+# It makes the venv with the first Python the lock serves here (PYTHON, else python3.11-3.13 on PATH,
+# else one `uv python install` gives) and records the lock's sha256 and that interpreter in it, which
+# the recipes' results name; a venv already there comes back if it fails.
 $(ENVKIT): requirements/dev.lock pyproject.toml
 	$(PYTHON) -m envkit.host.venv requirements/dev.lock --path $(VENV)
 	$(VENV)/bin/pip install --no-deps -e .
@@ -134,6 +135,9 @@ xla-env: .venv-xla/bin/python ## create the torch_xla environment in .venv-xla (
 sky-env: .venv-sky/bin/python ## create SkyPilot's environment in .venv-sky (its own check of the launch task YAML)
 
 tpu-env: .venv-tpu/bin/python ## create the TorchTPU environment in .venv-tpu (its no-TPU path is tested)
+
+platforms: | $(ENVKIT) ## the host locks' coverage: lock x platform x Python, packages, ok or blocked (asks the index)
+	$(VENV)/bin/python -m envkit.lock.coverage $(sort $(wildcard requirements/*.lock))
 
 bench-env: .venv-bench/bin/python ## create .venv-bench: hpccm beside envkit's dependencies, for benchmarks/bench_render.py
 

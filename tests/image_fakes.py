@@ -20,6 +20,8 @@ class FakeTarget:
     name: str = "cpu"
     kind: str = "cpu"
     ca_certificates: tuple[Path, ...] = ()
+    platforms: tuple[str, ...] = ("linux/amd64", "linux/arm64")
+    torch: str = "2.13.0"
 
     def pins(self) -> dict[str, str]:
         return {"python": "3.11", "torch": "2.13.0"}
@@ -31,6 +33,7 @@ def project(tmp_path: Path) -> Path:
     (root / "docker" / "cpu").mkdir(parents=True)
     (root / "docker" / "cpu" / "Dockerfile").write_text("FROM scratch\n")
     (root / "docker" / "cpu" / ".dockerignore").write_text("**/__pycache__\n")
+    (root / "docker" / "cpu" / "envkit_run.py").write_text("# the run wrapper\n")
     (root / "recipes" / "__pycache__").mkdir(parents=True)
     (root / "recipes" / "mnist.py").write_text("print('mnist')\n")
     (root / "recipes" / "__pycache__" / "mnist.cpython-311.pyc").write_bytes(b"\0junk")
@@ -88,8 +91,12 @@ class FakeImages:
 
 
 class FakeClient:
-    def __init__(self, image):
+    def __init__(self, image, architecture: str = "x86_64"):
         self.images = FakeImages(image)
+        self.architecture = architecture
+
+    def info(self):
+        return {"Architecture": self.architecture}
 
 
 @pytest.fixture

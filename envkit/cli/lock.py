@@ -28,7 +28,7 @@ def register(subparsers) -> None:
         type=Path,
         nargs="+",
         help="lock host environments instead: each requirements/<name>.in into <name>.lock beside it "
-        "(Python 3.11, x86_64 Debian 12's glibc, the default index; torch==X+cpu from PyTorch's CPU index), "
+        "(one universal lock for Linux x86-64 and aarch64 and macOS 14+ arm64 on Python 3.11-3.13, checked on each, the default index; torch==X+cpu from PyTorch's CPU index), "
         "what make venv / xla-env / tpu-env / sky-env install",
     )
     mode = lock.add_mutually_exclusive_group()

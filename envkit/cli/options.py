@@ -90,6 +90,12 @@ def add_build_inputs(parser, builder_default: str | None = BUILDERS[0]) -> None:
 def add_build_options(parser) -> None:
     """The options of `envkit build`, which `envkit experiment` passes on to it."""
     parser.add_argument("--no-cache", action="store_true", help="rebuild every layer")
+    parser.add_argument(
+        "--platform",
+        metavar="OS/ARCH",
+        help="the platform to build for, one the target lists (envkit.yaml platforms; default: the engine's own); "
+        "another architecture than the engine's runs emulated",
+    )
     add_build_inputs(parser)
 
 
@@ -103,6 +109,7 @@ def build_options(args, *, no_cache: bool):
         ca_certs=tuple(args.ca_cert),
         build_args=dict(parse_build_arg(a) for a in args.build_arg),
         builder=args.builder or BUILDERS[0],
+        platform=getattr(args, "platform", None),
     )
 
 
@@ -110,6 +117,7 @@ def build_options_argv(args) -> tuple[str, ...]:
     """Parsed build options back as `envkit build` arguments."""
     argv = ("--no-cache",) if args.no_cache else ()
     argv += ("--builder", args.builder) if args.builder != BUILDERS[0] else ()
+    argv += ("--platform", args.platform) if getattr(args, "platform", None) else ()
     argv += ("--base-image", args.base_image) if args.base_image else ()
     argv += ("--wheelhouse", str(args.wheelhouse)) if args.wheelhouse else ()
     for cert in args.ca_cert:

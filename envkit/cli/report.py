@@ -104,6 +104,7 @@ def print_report(
     strict: bool = False,
 ) -> None:
     from envkit.errors import EnvkitError
+    from envkit.runs.commands import command_markdown, load_command_runs
     from envkit.runs.report import build_report, render_report
     from envkit.runs.results import load_results
 
@@ -112,7 +113,22 @@ def print_report(
             raise EnvkitError(f"--plot {plot}: the plot is a PNG file, give a name ending in .png")
         _require_matplotlib()
     results, warnings = load_results(results_dir)
+    commands, command_warnings = load_command_runs(results_dir)
+    warnings += command_warnings
     skipped = sum(1 for warning in warnings if warning.startswith("skipped "))
+    if commands:
+        # Any command's runs (the run wrapper's records), compared per experiment (issue 25 §7): markdown only.
+        if not results and (output_format != "md" or plot is not None):
+            raise EnvkitError(
+                f"{results_dir} holds runs of commands only, which the report shows as markdown without a plot: "
+                "leave out --format and --plot"
+            )
+        if output_format == "md":
+            sys.stdout.write(command_markdown(commands, baseline))
+        if not results:
+            for warning in warnings:
+                print(f"envkit: warning: {warning}", file=sys.stderr)
+            return
     if not results:
         # One line: the first file's reason stands in the error, not on a warning line above it.
         first = warnings[0].removeprefix("skipped ") if skipped else ""

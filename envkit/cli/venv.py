@@ -87,15 +87,22 @@ def _requirements_lock(args: argparse.Namespace):
 def _unlocked(args: argparse.Namespace, sources, path: Path) -> int:
 
     from envkit.host.venv import make_unlocked_venv
-    from envkit.lock.lockfile import requirements_inputs, requirements_lock_path
+    from envkit.lock.host_platforms import this_platform
+    from envkit.lock.lockfile import UNIVERSAL, requirements_inputs, requirements_lock_path
 
     if args.installer == "uv":
         raise EnvkitError("--installer uv installs locks; an environment without a lock is resolved by pip")
     inputs = requirements_inputs(args.requirements)
+    here = this_platform()
+    if here not in inputs.platform.removeprefix(UNIVERSAL).split():
+        raise EnvkitError(
+            f"{args.requirements} does not run on {here}: it serves {inputs.platform.removeprefix(UNIVERSAL)} "
+            "(its `# platforms:` line)"
+        )
     lock_path = requirements_lock_path(args.requirements)
     because = f"{lock_path} does not exist (`envkit lock --requirements {args.requirements}` makes it where its indexes answer)"
     version = make_unlocked_venv(
-        args.requirements, inputs.python, path, unlocked_because=because, python=args.python, sources=sources
+        args.requirements, tuple(inputs.python.split()), path, unlocked_because=because, python=args.python, sources=sources
     )
     print(f"made {path} from the pins of {args.requirements} (unlocked: its runs record no lock) with Python {version}")
     return 0

@@ -1,12 +1,12 @@
 """A host virtual environment made from a lock, every file hash-checked (`envkit venv`, make's environments).
 
-The host gets the same lock as an image: the lock's Python (found on PATH, never
-another one), `python -m venv` as the images make theirs, then exactly the lock's
+The host gets the same lock as an image: a Python the lock serves on this platform (the
+first found on PATH, else one uv installs), `python -m venv` as the images make theirs, then exactly the lock's
 files, each checked against its sha256, with no resolver and no dependency beyond
 the lock. uv installs them (`uv pip install --require-hashes`) where it is present,
 pip (`--require-hashes --no-deps`) otherwise. Last, the marker envkit-lock.json in
-the venv records the lock's sha256: the recipes write it into their results, so a
-run on the host names the lock its interpreter was made from.
+the venv records the lock's sha256 and the interpreter used: the recipes write the sha256
+into their results, so a run on the host names the lock its interpreter was made from.
 
 Standard library only: make runs it with the host's python3 before any environment
 exists (`python3 -m envkit.host.venv requirements/dev.lock --path .venv`).
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.lock.host_platforms import PLATFORMS, this_platform
 from envkit.lock.lockfile import LockFile, read_lock, requirement_entry
 from envkit.support.atomic import write_text_atomic
 from envkit.support.bounded_load import load_json
@@ -66,7 +67,7 @@ def make_venv(
 ) -> Made:
     """Make ``path`` a venv holding exactly ``lock_path``; on any failure the previous ``path`` is left as it was."""
     lock = _usable_lock(lock_path)
-    interpreter, version = find_python(lock.python, python)
+    interpreter, version = find_python(served_pythons(lock, lock_path), python)
     _check_destination(path)
     uv = _uv_for(installer)
     locked = ["--require-hashes", "--no-deps", "-r", str(lock_path)]
@@ -88,7 +89,8 @@ def make_venv(
         marker = {
             "lock": str(lock_path.resolve()),
             "lock_sha256": lock.sha256,
-            "python": lock.python,
+            "python": version,
+            "interpreter": interpreter,
             "platform": lock.platform,
         }
         write_text_atomic(path / MARKER, json.dumps(marker, indent=2, sort_keys=True) + "\n")
@@ -97,7 +99,7 @@ def make_venv(
 
 def make_unlocked_venv(
     requirements: Path,
-    wanted: str,
+    wanted: tuple[str, ...],
     path: Path,
     *,
     unlocked_because: str,
@@ -162,20 +164,64 @@ def _usable_lock(lock_path: Path) -> LockFile:
     return lock
 
 
-def find_python(wanted: str, given: str | None = None) -> tuple[str, str]:
-    """(path, full version) of a Python ``wanted`` (major.minor): ``given``, else this one, pythonX.Y or python3 on PATH."""
-    names = [given] if given else [sys.executable, f"python{wanted}", "python3"]
+def served_pythons(lock: LockFile, lock_path: Path) -> tuple[str, ...]:
+    """The Pythons (major.minor) the lock installs on here: a target's lock its one; a host lock those its
+    header finds every wheel for on this platform, or one line naming the packages that have none here."""
+    if not lock.universal:
+        return (lock.python,)
+    here = this_platform()
+    served = tuple(python for (where, python), missing in lock.wheels.items() if where == here and not missing)
+    if here in lock.platforms and served:
+        return served
+    missing = sorted({name for (where, _), names in lock.wheels.items() if where == here for name in names})
+    why = f": no wheel here for {', '.join(missing)}" if missing else ""
+    raise EnvkitError(
+        f"{lock_path} cannot be installed on {here} ({PLATFORMS[here].title}){why}; "
+        f"it serves {', '.join(lock.platforms)}"
+    )
+
+
+def find_python(wanted: tuple[str, ...], given: str | None = None) -> tuple[str, str]:
+    """(path, full version) of the first Python among ``wanted`` (major.minor): ``given``, else this one,
+    pythonX.Y or python3 on PATH, else one uv installs (`uv python install`, which honours
+    UV_PYTHON_INSTALL_MIRROR)."""
+    names = [given] if given else [sys.executable, *(f"python{v}" for v in wanted), "python3"]
     found = []
     for name in dict.fromkeys(names):
         path = shutil.which(name)
         version = _version(path) if path else None
-        if version and version.rsplit(".", 1)[0] == wanted:
+        if version and version.rsplit(".", 1)[0] in wanted:
             return path, version
         if path:
             found.append(f"{name} {version or 'that does not run'}" + (f" ({path})" if path != name else ""))
+    allowed = " or ".join(wanted)
     seen = f"found {', '.join(found)}" if found else f"found no {' or '.join(dict.fromkeys(names))} on PATH"
-    hint = "pass --python with one" if given else f"install it (python{wanted} on PATH) or pass --python PATH"
-    raise EnvkitError(f"the lock needs Python {wanted}; {seen}: {hint}")
+    if given:
+        raise EnvkitError(f"the lock needs Python {allowed}; {seen}: pass --python with one")
+    installed, why = _uv_python(wanted[0])
+    if installed:
+        return installed
+    raise EnvkitError(
+        f"the lock needs Python {allowed}; {seen}, and {why}: install one (python{wanted[0]} on PATH) or pass --python PATH"
+    )
+
+
+def _uv_python(version: str) -> tuple[tuple[str, str] | None, str]:
+    """(path, full version) of the Python ``version`` uv installs, or (None, why not)."""
+    uv = find_uv()
+    if uv is None:
+        return None, "uv is not here to install one"
+    install = subprocess.run(
+        [uv, "python", "install", version], stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace"
+    )
+    if install.returncode != 0:
+        return None, _reason(install.stderr, f"`uv python install {version}`")
+    done = subprocess.run([uv, "python", "find", version], capture_output=True, text=True, errors="replace")
+    path = done.stdout.strip()
+    found = _version(path) if done.returncode == 0 and path else None
+    if found is None:
+        return None, f"`uv python find {version}` named no Python that runs"
+    return (path, found), ""
 
 
 def check_interpreter(given: str) -> str:
@@ -322,8 +368,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--python",
         metavar="PYTHON",
-        help="the interpreter to make it with (default: this one, "
-        "pythonX.Y or python3 on PATH, whichever is the lock's Python)",
+        help="the interpreter to make it with (default: the first of this one, pythonX.Y or python3 on PATH "
+        "that the lock serves here, else one `uv python install` provides)",
     )
     parser.add_argument(
         "--installer",

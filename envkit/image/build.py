@@ -14,6 +14,7 @@ Docker engine, where run.sh runs it by the same image ID.
 from __future__ import annotations
 
 import os
+import platform as host_platform
 import re
 import shlex
 import shutil
@@ -43,6 +44,8 @@ from envkit.support.docker_client import connect_docker, docker_sdk
 from envkit.support.install_log import hash_mismatch
 
 LATEST = "latest"
+# What engines (docker info's Architecture) and hosts (uname -m) call their architecture, as docker's platform.
+NATIVE_PLATFORMS = {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64", "arm64": "linux/arm64"}
 # How much of a failed build's log is kept to find the line that says why.
 LOG_TAIL_LINES = 400
 
@@ -85,8 +88,31 @@ def docker_cli() -> list[str]:
     return [found]
 
 
-def _docker_build(context: Path, args: dict[str, str], tags: tuple[str, ...], no_cache: bool) -> None:
-    command = [*docker_cli(), "build", "--progress=plain"]
+def build_platform(target, requested: str | None, native: str) -> str | None:
+    """The --platform a build passes: None for the engine's own (``native``, e.g. x86_64) where the target lists
+    it; one line for a platform the target does not list, or a cuda image on arm64 (which would train on the CPU)."""
+    engine = NATIVE_PLATFORMS.get(native, f"linux/{native}")
+    wanted = requested or engine
+    if wanted in target.platforms:
+        return None if wanted == engine else wanted
+    where = f"--platform {wanted}" if requested else f"this engine builds {wanted} images"
+    if target.kind == "cuda" and wanted == "linux/arm64":
+        raise EnvkitError(
+            f"envkit build {target.name}: {where}, and PyPI's aarch64 torch {target.torch} is the CPU build, so the "
+            f"image would train on the CPU: build it on an x86-64 engine (or --platform linux/amd64, emulated), or "
+            f"lock PyTorch's aarch64 CUDA build of torch for a target of its own"
+        )
+    hint = "" if requested else f"; pass --platform {target.platforms[0]} to build it emulated"
+    raise EnvkitError(
+        f"envkit build {target.name}: {where}, and the target builds for {', '.join(target.platforms)} only "
+        f"(envkit.yaml platforms){hint}"
+    )
+
+
+def _docker_build(
+    context: Path, args: dict[str, str], tags: tuple[str, ...], no_cache: bool, platform: str | None = None
+) -> None:
+    command = [*docker_cli(), "build", "--progress=plain", *(["--platform", platform] if platform else [])]
     for tag in tags:
         command += ["-t", tag]
     for key, value in sorted(args.items()):
@@ -126,16 +152,17 @@ def build(root: Path, target, options: BuildOptions) -> BuiltImage:
     if options.builder == "buildah":
         return _build_with_buildah(root, target, options)
     client = connect_docker()
+    platform = build_platform(target, options.platform, client.info().get("Architecture", ""))
     repo = repository(target.name)
     with staging_area(root, target.name) as context:
         stage_context(root, target, options, context)
         args = build_args_for(options, git_revision(root), source_date_epoch(root, target.name))
-        tag = f"{repo}:{context_digest(context, args, options.builder)[:TAG_HEX]}"
+        tag = f"{repo}:{context_digest(context, args, options.builder, platform)[:TAG_HEX]}"
         existing = find_image(client, tag)
         if existing is not None and not options.no_cache:
             existing.tag(repo, LATEST)
             return BuiltImage(tag=tag, image_id=existing.id, size_bytes=existing.attrs["Size"], reused=True)
-        _docker_build(context, args, (tag, f"{repo}:{LATEST}"), options.no_cache)
+        _docker_build(context, args, (tag, f"{repo}:{LATEST}"), options.no_cache, platform)
     image = client.images.get(tag)
     return BuiltImage(tag=tag, image_id=image.id, size_bytes=image.attrs["Size"], reused=False)
 
@@ -146,17 +173,18 @@ def _build_with_buildah(root: Path, target, options: BuildOptions) -> BuiltImage
     Without an engine the image stays in buildah's storage, where podman finds it too.
     """
     buildah.cli()  # no buildah: one line before anything is staged
+    platform = build_platform(target, options.platform, host_platform.machine())
     repo = repository(target.name)
     client = engine_or_none()
     with staging_area(root, target.name) as context:
         stage_context(root, target, options, context)
         args = build_args_for(options, git_revision(root), source_date_epoch(root, target.name))
-        tag = f"{repo}:{context_digest(context, args, options.builder)[:TAG_HEX]}"
+        tag = f"{repo}:{context_digest(context, args, options.builder, platform)[:TAG_HEX]}"
         stored = None if options.no_cache else buildah.find(tag)
         reused = stored is not None
         if stored is None:
             _base_into_buildah(base_image(context, args), client)
-            command = buildah.bud_command(context, args, (tag, f"{repo}:{LATEST}"), options.no_cache)
+            command = buildah.bud_command(context, args, (tag, f"{repo}:{LATEST}"), options.no_cache, platform)
             _stream_build(command, os.environ, f"buildah bud of {tag}")
             stored = buildah.find(tag)
         else:

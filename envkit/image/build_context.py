@@ -23,6 +23,7 @@ from envkit.errors import EnvkitError
 from envkit.image import BUILDERS
 from envkit.lock.base_digest import split_reference
 from envkit.lock.lockfile import LOCK_FILE, read_lock
+from envkit.support import provenance
 from envkit.support.bounded_load import hash_file, load_bytes, load_text
 from envkit.support.cache import cache_dir
 
@@ -44,6 +45,7 @@ class BuildOptions:
     ca_certs: tuple[Path, ...] = ()
     build_args: Mapping[str, str] = field(default_factory=dict)
     builder: str = BUILDERS[0]
+    platform: str | None = None  # --platform: None builds for the engine's own
 
 
 def parse_build_arg(text: str) -> tuple[str, str]:
@@ -57,7 +59,7 @@ def stage_context(root: Path, target, options: BuildOptions, dest: Path) -> None
     """Lay out the build context of docs/design.md §4 under ``dest``."""
     rendered = root / "docker" / target.name
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("Dockerfile", ".dockerignore"):
+    for name in ("Dockerfile", ".dockerignore", provenance.FILE_NAME):
         source = rendered / name
         if not source.is_file():
             raise EnvkitError(f"{source} is missing: run 'envkit render' (or 'make render') first")
@@ -124,9 +126,12 @@ def _stage_wheels(wheelhouse: Path | None, dest: Path) -> None:
             shutil.copy2(wheel, dest / wheel.name)
 
 
-def context_digest(context: Path, build_args: Mapping[str, str], builder: str = BUILDERS[0]) -> str:
-    """sha256 over the staged files (each as path + NUL + bytes), the content build args and
-    the builder (only when it is not the default, so the Docker engine's tags stay as they were)."""
+def context_digest(
+    context: Path, build_args: Mapping[str, str], builder: str = BUILDERS[0], platform: str | None = None
+) -> str:
+    """sha256 over the staged files (each as path + NUL + bytes), the content build args, the
+    builder and a platform other than the engine's own (each only when given, so native builds
+    on the Docker engine keep the tags they had)."""
     total = hashlib.sha256()
     files = sorted((p for p in context.rglob("*") if p.is_file()), key=lambda p: p.relative_to(context).as_posix())
     for path in files:
@@ -136,6 +141,8 @@ def context_digest(context: Path, build_args: Mapping[str, str], builder: str = 
     total.update(json.dumps(content_args, sort_keys=True).encode())
     if builder != BUILDERS[0]:
         total.update(f"builder={builder}".encode())
+    if platform:
+        total.update(f"platform={platform}".encode())
     return total.hexdigest()
 
 

@@ -97,9 +97,12 @@ def find(reference: str) -> StoredImage | None:
     )
 
 
-def bud_command(context: Path, args: Mapping[str, str], tags: tuple[str, ...], no_cache: bool) -> list[str]:
-    """`buildah bud` for a staged context: every step a cached layer (--layers), as BuildKit caches them."""
-    command = [*cli(), "bud", "--format", FORMAT, "--layers"]
+def bud_command(
+    context: Path, args: Mapping[str, str], tags: tuple[str, ...], no_cache: bool, platform: str | None = None
+) -> list[str]:
+    """`buildah bud` for a staged context: every step a cached layer (--layers), as BuildKit caches them;
+    ``platform`` for another architecture than the host's."""
+    command = [*cli(), "bud", "--format", FORMAT, "--layers", *(["--platform", platform] if platform else [])]
     if no_cache:
         command.append("--no-cache")
     if args.get("SOURCE_DATE_EPOCH"):

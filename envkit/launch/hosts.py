@@ -17,9 +17,14 @@ def run_sh(job: jobs.Job) -> str:
     return f"{job.root}/docker/{job.target}/run.sh"
 
 
-def container_env(job: jobs.Job) -> dict[str, str]:
+def run_sh_env(job: jobs.Job) -> dict[str, str]:
     """The variables run.sh reads for this job (the image, mounts, GPUs)."""
-    env = {"IMAGE": job.image, "DATA_DIR": job.data_dir, "RESULTS_DIR": job.results_dir}
+    env = {
+        "IMAGE": job.image,
+        "DATA_DIR": job.data_dir,
+        "RESULTS_DIR": job.results_dir,
+        "ENVKIT_EXPERIMENT": job.experiment,
+    }
     if job.kind == "cuda":
         env["GPUS"] = ",".join(str(index) for index in range(job.gpus_per_node))
     return env
@@ -34,7 +39,7 @@ def recipe_args(job: jobs.Job) -> list[str]:
 
 def plan(job: jobs.Job, output: Path) -> Plan:
     hosts = job.options.hosts or ("localhost",)
-    env = container_env(job)
+    env = run_sh_env(job)
     if job.nodes > 1:
         env.update(NNODES=str(job.nodes), RDZV_ENDPOINT=f"{hosts[0]}:{job.rdzv_port}", RDZV_ID=job.rdzv_id)
     env.update(job.env)

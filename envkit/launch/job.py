@@ -17,9 +17,13 @@ from typing import Any
 from envkit.errors import EnvkitError
 from envkit.lock.base_digest import split_reference
 from envkit.project.experiments import check_recipe_args
+from envkit.project.kinds import kind as target_kind
+from envkit.support import provenance
 
 # Where the image keeps the recipes and mounts data and results (as run.sh does).
 IMAGE_RECIPES = "/opt/envkit/recipes"
+# The run wrapper every command starts through (templates/Dockerfile.j2 copies it there).
+IMAGE_WRAPPER = f"/opt/envkit/{provenance.FILE_NAME}"
 CONTAINER_DATA = "/workspace/data"
 CONTAINER_RESULTS = "/workspace/results"
 DEFAULT_RDZV_PORT = 29500
@@ -72,6 +76,10 @@ RESERVED_ENV = {
     "IMAGE": "--image",
     "DATA_DIR": "--data-dir",
     "RESULTS_DIR": "--results-dir",
+    "ENVKIT_DATA_DIR": "--data-dir",
+    "ENVKIT_RESULTS_DIR": "--results-dir",
+    "ENVKIT_DEVICE": "the experiment's target kind",
+    "ENVKIT_EXPERIMENT": "the experiment",
     "GPUS": "--gpus-per-node",
     "NNODES": "--nodes",
     "NODE_RANK": "--nodes",
@@ -126,12 +134,31 @@ class Job:
     def uses_torchrun(self) -> bool:
         return self.scale == "torchrun"
 
-    def recipe_argv(self, recipes: str, data_dir: str, results_dir: str) -> list[str]:
-        """The recipe file and its arguments, for an interpreter or torchrun to start."""
-        return [f"{recipes}/{self.recipe}.py", "--data-dir", data_dir, "--results-dir", results_dir, *self.recipe_args]
+    def recipe_argv(self, recipes: str) -> list[str]:
+        """The recipe file and its arguments, for an interpreter or torchrun to start: nothing added,
+        the locations and the device come from ``run_env``."""
+        return [f"{recipes}/{self.recipe}.py", *self.recipe_args]
 
     def image_argv(self) -> list[str]:
-        return self.recipe_argv(IMAGE_RECIPES, CONTAINER_DATA, CONTAINER_RESULTS)
+        return self.recipe_argv(IMAGE_RECIPES)
+
+    def wrapped(self, start: list, wrapper: str = IMAGE_WRAPPER) -> list:
+        """``start`` (python, or torchrun and its options) through the run wrapper, which writes the results file."""
+        return ["python", wrapper, *start]
+
+    def run_env(self, data_dir: str, results_dir: str) -> tuple[tuple[str, str], ...]:
+        """Where the command finds its data and writes its results, its device and its experiment, as run.sh
+        passes them."""
+        return (
+            ("ENVKIT_EXPERIMENT", self.experiment),
+            ("ENVKIT_DATA_DIR", data_dir),
+            ("ENVKIT_RESULTS_DIR", results_dir),
+            ("ENVKIT_DEVICE", target_kind(self.kind).device),
+        )
+
+    def container_env(self) -> tuple[tuple[str, str], ...]:
+        """What a container of the image is given: the image's provenance and the run's locations in it."""
+        return self.image_env() + self.run_env(CONTAINER_DATA, CONTAINER_RESULTS)
 
     def image_env(self) -> tuple[tuple[str, str], ...]:
         """What the results record as environment.image, .image_id and .image_digest (recipes/harness/records.py).

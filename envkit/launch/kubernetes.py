@@ -48,7 +48,7 @@ def _metadata(job: jobs.Job) -> dict[str, Any]:
 
 
 def _command(job: jobs.Job) -> list[str]:
-    return ["torchrun" if job.uses_torchrun else "python", *job.image_argv()]
+    return [*job.wrapped(["torchrun" if job.uses_torchrun else "python"]), *job.image_argv()]
 
 
 def _container(job: jobs.Job, name: str, env: list[dict[str, Any]]) -> dict[str, Any]:
@@ -58,7 +58,7 @@ def _container(job: jobs.Job, name: str, env: list[dict[str, Any]]) -> dict[str,
         "imagePullPolicy": "IfNotPresent",
         "command": _command(job),
         "env": [
-            *({"name": k, "value": v} for k, v in job.image_env()),
+            *({"name": k, "value": v} for k, v in job.container_env()),
             *env,
             *({"name": k, "value": v} for k, v in job.env),
         ],

@@ -28,7 +28,7 @@ def accelerators(job: jobs.Job) -> str | None:
 
 
 def run_script(job: jobs.Job) -> str:
-    argv = job.recipe_argv(jobs.IMAGE_RECIPES, DATA, RESULTS)
+    argv = job.recipe_argv(jobs.IMAGE_RECIPES)
     if job.uses_torchrun:
         nproc = Raw('"$SKYPILOT_NUM_GPUS_PER_NODE"') if job.gpus_per_node else str(job.processes_per_node)
         start = [
@@ -47,14 +47,16 @@ def run_script(job: jobs.Job) -> str:
         first = ["head=${SKYPILOT_NODE_IPS%%$'\\n'*}  # the first line: the head node's address"]
     else:
         start, first = ["python"], []
-    return "\n".join(["set -euo pipefail", line("mkdir", "-p", DATA, RESULTS), *first, line(*start, *argv), ""])
+    return "\n".join(
+        ["set -euo pipefail", line("mkdir", "-p", DATA, RESULTS), *first, line(*job.wrapped(start), *argv), ""]
+    )
 
 
 def task(job: jobs.Job) -> dict[str, Any]:
     resources: dict[str, Any] = {"image_id": f"docker:{job.image}"}
     if accelerators(job):
         resources["accelerators"] = accelerators(job)
-    envs = dict(job.image_env())
+    envs = dict((*job.image_env(), *job.run_env(DATA, RESULTS)))
     if job.kind == "tpu-vm":
         envs["PJRT_DEVICE"] = "TPU"
     envs.update(job.env)

@@ -24,6 +24,7 @@ from envkit.launch import hosts
 from envkit.launch import job as jobs
 from envkit.launch.plan import Plan
 from envkit.launch.shell import Raw, line
+from envkit.support import provenance
 
 FIRST_HOST = 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)'
 # Per node: the GPUs Slurm gave this step, as run.sh's GPUS wants them (host indices).
@@ -110,12 +111,13 @@ def _srun() -> list[str]:
 
 
 def _host(job: jobs.Job) -> list[str]:
-    argv = job.recipe_argv(f"{job.root}/recipes", job.data_dir, job.results_dir)
-    return [line(*_srun(), *_torchrun(job), *argv)]
+    argv = job.recipe_argv(f"{job.root}/recipes")
+    start = job.wrapped(_torchrun(job), f"{job.root}/docker/{job.target}/{provenance.FILE_NAME}")
+    return [*_exports(job.run_env(job.data_dir, job.results_dir)), line(*_srun(), *start, *argv)]
 
 
 def _docker(job: jobs.Job) -> list[str]:
-    env = hosts.container_env(job)
+    env = hosts.run_sh_env(job)
     env.pop("GPUS", None)  # per node, from the step's allocation (below)
     exports = _exports(env.items())
     exports.append(
@@ -149,13 +151,13 @@ def _pyxis(job: jobs.Job) -> list[str]:
     registry, _, path = job.image.partition("/")
     image = f"{registry}#{path}"
     return [
-        *_exports(job.image_env()),
+        *_exports(job.container_env()),
         line(
             *_srun(),
             f"--container-image={image}",
             f"--container-mounts={_binds(job)}",
             "--container-workdir=/workspace",
-            *_torchrun(job),
+            *job.wrapped(_torchrun(job)),
             *job.image_argv(),
         ),
     ]
@@ -165,8 +167,18 @@ def _apptainer(job: jobs.Job) -> list[str]:
     gpu = ["--nv"] if job.kind == "cuda" else []
     source = f"docker-archive://{job.options.image_tarball}"
     return [
-        *_exports(job.image_env()),
-        line(*_srun(), "apptainer", "exec", *gpu, "--bind", _binds(job), source, *_torchrun(job), *job.image_argv()),
+        *_exports(job.container_env()),
+        line(
+            *_srun(),
+            "apptainer",
+            "exec",
+            *gpu,
+            "--bind",
+            _binds(job),
+            source,
+            *job.wrapped(_torchrun(job)),
+            *job.image_argv(),
+        ),
     ]
 
 
@@ -202,13 +214,13 @@ def _podman(job: jobs.Job) -> list[str]:
     if settings.user == "caller":
         flags += [Raw('${userns[@]+"${userns[@]}"}'), "--user", Raw('"$(id -u):$(id -g)"'), "-e", "HOME=/tmp"]
     flags += [word for key, value in settings.env.items() for word in ("-e", f"{key}={value}")]
-    flags += [word for key, _ in (*job.image_env(), *job.env) for word in ("-e", key)]
+    flags += [word for key, _ in (*job.container_env(), *job.env) for word in ("-e", key)]
     flags += [word for pair in _bind_pairs(job) for word in ("-v", pair)]
     wrap = ["bash", "-c", STEP_DEVICES] if job.kind == "cuda" else []
     return [
-        *_exports(job.image_env()),
+        *_exports(job.container_env()),
         PODMAN_USERNS,
-        line(*_srun(), *wrap, "podman", "run", *flags, image, *_torchrun(job), *job.image_argv()),
+        line(*_srun(), *wrap, "podman", "run", *flags, image, *job.wrapped(_torchrun(job)), *job.image_argv()),
     ]
 
 

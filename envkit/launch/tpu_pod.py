@@ -61,13 +61,13 @@ def remote_command(job: jobs.Job) -> str:
         "16G",
         "-e",
         "PJRT_DEVICE=TPU",
-        *(word for key, value in (*job.image_env(), *job.env) for word in ("-e", f"{key}={value}")),
+        *(word for key, value in (*job.container_env(), *job.env) for word in ("-e", f"{key}={value}")),
         "-v",
         Raw(f'"$HOME"/{WORKER_DIR}/data:{jobs.CONTAINER_DATA}'),
         "-v",
         Raw(f'"$HOME"/{WORKER_DIR}/results:{jobs.CONTAINER_RESULTS}'),
         job.image,
-        "python",
+        *job.wrapped(["python"]),
         *job.image_argv(),
     )
     return " && ".join([line("mkdir", "-p", *dirs), fetch, run])

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envkit.errors import EnvkitError
+from envkit.lock.host_platforms import PLATFORMS, PYTHONS, check_names
 from envkit.project import NOTEBOOKS
 from envkit.project.datafile import DATA_DIR
 from envkit.project.requirement import requirement_name
@@ -43,6 +44,14 @@ INPUTS_LINE = "# inputs-sha256: "
 PACKAGES_LINE = "# packages-sha256: "
 BASE_LINE = "# base-image: "
 PLATFORM_LINE = "# platform: "
+# A host lock's coverage, one line per platform and Python: "linux/arm64 python 3.12: ok" or ": no wheel for a b".
+WHEELS_LINE = "# wheels: "
+NO_WHEEL = "no wheel for "
+# A host lock is universal: its platform field names the platforms it must serve.
+UNIVERSAL = "universal: "
+# A requirements input's own lines naming what it must serve (default: every platform and Python envkit supports).
+PLATFORMS_DIRECTIVE = "# platforms:"
+PYTHONS_DIRECTIVE = "# python:"
 
 
 @dataclass(frozen=True)
@@ -51,8 +60,8 @@ class LockInputs:
 
     target: str
     requirements: tuple[str, ...]  # top-level, in install order
-    platform: str  # uv's --python-platform, e.g. x86_64-manylinux_2_36
-    python: str
+    platform: str  # uv's --python-platform, e.g. x86_64-manylinux_2_36; or "universal: linux/amd64 ..."
+    python: str  # major.minor; a host lock's: the ones it must serve, space-separated
     index_url: str | None  # the target's pip_index_url; None: the installer's default index
     torch_index: str | None  # PyTorch's index for torch/torchvision; None: they come from index_url too
     torch_variant: str | None  # "cpu", "cu126": names torch_index in messages
@@ -88,9 +97,24 @@ class LockFile:
     sha256: str  # of the whole file: what images and results record
     packages_sha256: str | None = None  # as the header records it (None: written before envkit recorded it)
     body_sha256: str = ""  # of the requirement lines below the header as they are now
-    platform: str | None = None  # uv's --python-platform it was resolved for
-    python: str | None = None  # major.minor it was resolved for
+    platform: str | None = None  # uv's --python-platform it was resolved for, or "universal: ..." (a host lock)
+    python: str | None = None  # major.minor it was resolved for (a host lock: those it must serve, space-separated)
     text: str = field(default="", repr=False)  # the whole file, as sha256 hashes it (a notebook carries it)
+    # A host lock's coverage: (platform, python) -> the packages without a wheel there (empty: it installs there).
+    wheels: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def pythons(self) -> tuple[str, ...]:
+        return tuple((self.python or "").split())
+
+    @property
+    def platforms(self) -> tuple[str, ...]:
+        """The platforms a host lock must serve (empty for a target's lock, made for one platform)."""
+        return tuple(self.platform.removeprefix(UNIVERSAL).split()) if self.universal else ()
+
+    @property
+    def universal(self) -> bool:
+        return bool(self.platform and self.platform.startswith(UNIVERSAL))
 
 
 @dataclass(frozen=True)
@@ -192,13 +216,9 @@ def _image_glibc(base_image: str, subject: str) -> str:
 
 
 def requirements_inputs(path: Path) -> LockInputs:
-    """A host environment (requirements/dev.in -> dev.lock): the targets' one Python on the python base
-    image's OS (Debian 12, what CI runs on), every package from the default index."""
-    from envkit.project import kinds
-    from envkit.project.config import DEFAULT_PYTHON
-
-    base = next(iter(kinds.load_kinds().values())).python_base_image.format(python=DEFAULT_PYTHON)
-    requirements = _requirement_list(path)
+    """A host environment (requirements/dev.in -> dev.lock): one universal lock for the platforms and Pythons
+    the input names (every one envkit supports unless its `# platforms:` / `# python:` lines say fewer)."""
+    requirements, platforms, pythons = _requirement_list(path)
     # torch==2.13.0+cpu names its build, and so PyTorch's index for it, as a target's torch_variant does.
     labels = {r.split("+", 1)[1] for r in requirements if "+" in r and requirement_name(r) in TORCH_INDEX_PACKAGES}
     if len(labels) > 1:
@@ -212,8 +232,8 @@ def requirements_inputs(path: Path) -> LockInputs:
     return LockInputs(
         target=path.name,
         requirements=tuple(requirements),
-        platform=f"x86_64-manylinux_{_manylinux(_image_glibc(base, path.name))}",
-        python=DEFAULT_PYTHON,
+        platform=UNIVERSAL + " ".join(platforms),
+        python=" ".join(pythons),
         index_url=None,
         torch_index=torch_index,
         torch_variant=variant,
@@ -236,7 +256,18 @@ def requirements_lock_path(path: Path) -> Path:
     return path.with_suffix(".lock")
 
 
-def _requirement_list(path: Path) -> list[str]:
+def host_manylinux() -> str:
+    """The manylinux tag a host lock's Linux wheels are checked against: the glibc of the python base image's OS
+    (Debian 12, what CI runs on); a newer glibc loads them too."""
+    from envkit.project import kinds
+    from envkit.project.config import DEFAULT_PYTHON
+
+    base = next(iter(kinds.load_kinds().values())).python_base_image.format(python=DEFAULT_PYTHON)
+    return _manylinux(_image_glibc(base, "host environments"))
+
+
+def _requirement_list(path: Path) -> tuple[list[str], list[str], list[str]]:
+    """(requirements, platforms, Pythons) of a requirements input."""
     try:
         text = read_text(path)
     except FileNotFoundError:
@@ -248,7 +279,19 @@ def _requirement_list(path: Path) -> list[str]:
     if path.suffix != ".in":
         raise EnvkitError(f"{path}: a requirements input ends in .in (its lock is written beside it as .lock)")
     found = []
+    platforms, pythons = list(PLATFORMS), list(PYTHONS)
     for number, line in enumerate(text.splitlines(), start=1):
+        if line.startswith((PLATFORMS_DIRECTIVE, PYTHONS_DIRECTIVE)):
+            directive, names = line.split(":", 1)[0], line.split(":", 1)[1].split()
+            if not names:
+                raise EnvkitError(f"{path}:{number}: {directive}: name at least one")
+            if line.startswith(PLATFORMS_DIRECTIVE):
+                check_names(names, [], f"{path}:{number}")
+                platforms = sorted(set(names), key=list(PLATFORMS).index)
+            else:
+                check_names([], names, f"{path}:{number}")
+                pythons = sorted(set(names), key=PYTHONS.index)
+            continue
         requirement = line.split(" #", 1)[0].strip()
         if requirement.startswith("-"):
             raise EnvkitError(
@@ -260,7 +303,7 @@ def _requirement_list(path: Path) -> list[str]:
             found.append(requirement)
     if not found:
         raise EnvkitError(f"{path}: no requirements in it")
-    return found
+    return found, platforms, pythons
 
 
 def normalise(name: str) -> str:
@@ -280,6 +323,7 @@ def read_lock(path: Path) -> LockFile | None:
         raise EnvkitError(exc.at(path)) from None
     inputs = base = recorded_packages = platform = python = None
     packages: dict[str, str] = {}
+    wheels: dict[tuple[str, str], tuple[str, ...]] = {}
     unhashed = []
     text = data.decode("utf-8", errors="replace")
     for line in _requirement_lines(text):
@@ -291,6 +335,10 @@ def read_lock(path: Path) -> LockFile | None:
             base = line[len(BASE_LINE) :].strip()
         elif line.startswith(PLATFORM_LINE):
             platform, _, python = line[len(PLATFORM_LINE) :].strip().partition(", python ")
+        elif line.startswith(WHEELS_LINE):
+            cell, _, verdict = line[len(WHEELS_LINE) :].partition(": ")
+            where, _, version = cell.partition(" python ")
+            wheels[where, version] = tuple(verdict.removeprefix(NO_WHEEL).split()) if verdict != "ok" else ()
         elif line and not line.startswith("#"):
             requirement, *options = line.split()
             name, version = _pin(requirement)
@@ -308,15 +356,26 @@ def read_lock(path: Path) -> LockFile | None:
         platform,
         python or None,
         text,
+        wheels,
     )
 
 
 def requirement_entry(path: Path, name: str) -> str | None:
     """The lock's line for one package, with its --hash options, or None when the lock does not pin it."""
-    for line in _requirement_lines(load_text(path)):
-        if line and not line.startswith("#") and _pin(line.split()[0])[0] == normalise(name):
-            return line
-    return None
+    return next(
+        (e for e in requirement_entries(load_text(path)) if entry_name(e) == normalise(name)),
+        None,
+    )
+
+
+def entry_name(entry: str) -> str:
+    """The normalised name of a lock's requirement line (``name==version ; marker --hash=...``)."""
+    return _pin(entry.split()[0])[0]
+
+
+def requirement_entries(text: str) -> list[str]:
+    """A lock's requirements, each on one line with its --hash options and marker."""
+    return [line for line in _requirement_lines(text) if line and not line.startswith("#")]
 
 
 def _pin(requirement: str) -> tuple[str, str]:
@@ -359,7 +418,20 @@ def _requirement_lines(text: str) -> list[str]:
     return lines
 
 
-def lock_header(inputs: LockInputs, base_image: str | None, command: str, body: str) -> str:
+def wheels_lines(wheels: dict[tuple[str, str], tuple[str, ...]]) -> list[str]:
+    return [
+        f"{WHEELS_LINE}{where} python {python}: {NO_WHEEL + ' '.join(missing) if missing else 'ok'}"
+        for (where, python), missing in wheels.items()
+    ]
+
+
+def lock_header(
+    inputs: LockInputs,
+    base_image: str | None,
+    command: str,
+    body: str,
+    wheels: dict[tuple[str, str], tuple[str, ...]] | None = None,
+) -> str:
     if inputs.torch_index:
         indexes = f"torch, torchvision from PyTorch's {inputs.torch_variant} index; everything else from "
     else:
@@ -381,6 +453,7 @@ def lock_header(inputs: LockInputs, base_image: str | None, command: str, body: 
         f"{INPUTS_LINE}{inputs.digest()}",
         f"{PACKAGES_LINE}{body_digest(body)}",
         f"{PLATFORM_LINE}{inputs.platform}, python {inputs.python}",
+        *wheels_lines(wheels or {}),
         f"# indexes: {indexes}",
         f"# top-level: {' '.join(inputs.requirements)}",
         *([f"{BASE_LINE}{base_image}"] if base_image else []),

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import subprocess
 import sys
@@ -28,7 +27,9 @@ from envkit.errors import EnvkitError
 from envkit.lock.base_digest import resolve_base
 from envkit.lock.lockfile import (
     TORCH_INDEX_PACKAGES,
+    UNIVERSAL,
     LockInputs,
+    host_manylinux,
     lock_header,
     lock_inputs,
     lock_path,
@@ -42,15 +43,8 @@ from envkit.project.matrix import load_matrix
 from envkit.project.requirement import requirement_name
 from envkit.support.atomic import write_text_atomic
 from envkit.support.bounded_load import Refused, load_text, read_text
-from envkit.support.uv import uv_binary
+from envkit.support.uv import uv_binary, uv_env
 
-# Settings the caller's environment must not slip into a lock: only these uv
-# variables pass (the cache, TLS and timeouts change no answer).
-UV_ENV_KEPT = {"UV_CACHE_DIR", "UV_NATIVE_TLS", "UV_HTTP_TIMEOUT", "UV_HTTP_RETRIES", "UV_OFFLINE"}
-# uv retries an unreachable index 3 times with backoff (5 s per index); once is
-# enough to ride out a blip, and `envkit lock --all` stays quick where PyTorch's
-# index is out of reach. UV_HTTP_RETRIES overrides it.
-UV_DEFAULT_RETRIES = "1"
 UV_TIMEOUT_S = 600
 
 
@@ -73,9 +67,32 @@ def lock_requirements(files: list[Path], upgrade: list[str], torch_index_url: st
     def text(path: Path, previous: str | None, uv: tuple[str, ...]) -> str:
         torch_index = inputs[path].torch_index_for(torch_index_url)
         body, command = _compile(inputs[path], previous, upgrade, torch_index, uv)
-        return lock_header(inputs[path], None, command, body) + body
+        wheels = _served(path, inputs[path], body, torch_index)
+        return lock_header(inputs[path], None, command, body, wheels) + body
 
     return _write_locks({requirements_lock_path(path): functools.partial(text, path) for path in files}, Path.cwd())
+
+
+def _served(
+    path: Path, inputs: LockInputs, body: str, torch_index: str | None
+) -> dict[tuple[str, str], tuple[str, ...]]:
+    """The lock's coverage of every platform and Python, checked: one line naming what blocks one the input must serve."""
+    from envkit.lock.coverage import coverage
+
+    cells = coverage(body, host_manylinux(), torch_index)
+    pythons = inputs.python.split()
+    platforms = inputs.platform.removeprefix(UNIVERSAL).split()
+    blocked = [
+        f"{where} python {python} ({', '.join(cell.missing)})"
+        for (where, python), cell in cells.items()
+        if cell.missing and where in platforms and python in pythons
+    ]
+    if blocked:
+        raise EnvkitError(
+            f"{path}: no wheel on {'; '.join(blocked)}: pin versions that have one, mark them off there "
+            f"(e.g. `; platform_machine != 'aarch64'`), or leave that platform out (its `# platforms:` line)"
+        )
+    return {cell: found.missing for cell, found in cells.items()}
 
 
 def _write_locks(jobs: dict[Path, Callable[[str | None, tuple[str, ...]], str]], root: Path) -> int:
@@ -167,9 +184,12 @@ def _compile(
     inputs: LockInputs, previous: str | None, upgrade: list[str], torch_index: str | None, uv: tuple[str, ...]
 ) -> tuple[str, str]:
     """(lock body, the command that resolved it); uv is (binary, "uv", version)."""
+    if inputs.platform.startswith(UNIVERSAL):  # a host lock: every platform in one file, markers per platform
+        where = ["--universal", "--python-version", inputs.python.split()[0]]
+    else:
+        where = ["--python-platform", inputs.platform, "--python-version", inputs.python]
     flags = [
-        "--python-platform", inputs.platform,
-        "--python-version", inputs.python,
+        *where,
         "--generate-hashes",
         "--index-strategy", "first-index",
         "--no-build",
@@ -190,7 +210,7 @@ def _compile(
         for package in upgrade:
             argv += ["--upgrade-package", package]
         try:
-            done = subprocess.run(argv, cwd=work, env=_uv_env(), capture_output=True, text=True, timeout=UV_TIMEOUT_S)
+            done = subprocess.run(argv, cwd=work, env=uv_env(), capture_output=True, text=True, timeout=UV_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise EnvkitError(f"{inputs.subject}: uv did not finish resolving within {UV_TIMEOUT_S} s") from None
         if done.returncode != 0:
@@ -207,18 +227,16 @@ def _input_project(inputs: LockInputs, torch_index: str | None) -> str:
         'version = "0"',
         f"dependencies = {json.dumps(list(inputs.requirements))}",
     ]
+    if inputs.platform.startswith(UNIVERSAL):  # the Pythons it serves bound the universal resolution
+        pythons = inputs.python.split()
+        newest = pythons[-1].split(".")
+        lines.append(f'requires-python = ">={pythons[0]},<{newest[0]}.{int(newest[1]) + 1}"')
     if torch_index:
         direct = {requirement_name(r) for r in inputs.requirements}
         lines.append("[tool.uv.sources]")
         lines += [f'{name} = {{ index = "pytorch" }}' for name in TORCH_INDEX_PACKAGES if name in direct]
         lines += ["[[tool.uv.index]]", 'name = "pytorch"', f"url = {json.dumps(torch_index)}", "explicit = true"]
     return "\n".join(lines) + "\n"
-
-
-def _uv_env() -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("UV_") or key in UV_ENV_KEPT}
-    env.setdefault("UV_HTTP_RETRIES", UV_DEFAULT_RETRIES)
-    return env
 
 
 def _failure(inputs: LockInputs, stderr: str, torch_index: str | None) -> EnvkitError:

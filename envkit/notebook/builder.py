@@ -30,6 +30,7 @@ from envkit.project.config import ProjectConfig, Target
 from envkit.project.experiments import Experiment
 from envkit.project.experiments import experiment as find_experiment
 from envkit.project.notebook_platforms import accelerator_of, load_platforms
+from envkit.support import provenance
 from envkit.support.bounded_load import load_text
 
 WORK = "/tmp/envkit"
@@ -221,7 +222,10 @@ def _embedded_files(
     package_parent = Path(embedded.__file__).resolve().parents[2]
     report = embedded.report_files(package_parent)
     return {
-        "helper": {embedded.HELPER_NAME: entry(embedded.HELPER)},
+        "helper": {
+            embedded.HELPER_NAME: entry(embedded.HELPER),
+            provenance.FILE_NAME: entry(Path(provenance.__file__)),
+        },
         "lock": {"requirements.lock": (lock.sha256, lock.text)},
         "recipes": {f"recipes/{path.relative_to(config.root / 'recipes').as_posix()}": entry(path) for path in recipes},
         "report": {f"report/{path.relative_to(package_parent).as_posix()}": entry(path) for path in report},
@@ -264,6 +268,8 @@ def _settings(target, experiment, platform, accelerator, files, packages, rerend
         "lock": {"path": "requirements.lock", "python": target.python},
         "recipe": f"recipes/{experiment.recipe}.py",
         "env": run_env(kind, target),
+        "run_device": kind.device,  # ENVKIT_DEVICE, the CPU in CPU mode
+        "wrapper": provenance.FILE_NAME,  # every run starts through it (envkit/support/provenance.py)
         "runs": _runs(experiment),
         "folders": sorted({Path(path).parent.as_posix() for path in paths} - {"."}),
         "files": {group: {path: sha for path, (sha, _) in entries.items()} for group, entries in files.items()},

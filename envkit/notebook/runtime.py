@@ -414,23 +414,20 @@ def run_recipe(settings: dict, environment: dict, runtime: dict) -> list[Path]:
         env.pop("ENVKIT_LOCK_SHA256", None)
     if not cpu:
         env.update(settings["env"])
+    # Nothing is added to the command: its locations and device are variables, as run.sh gives them.
+    env.update(ENVKIT_DATA_DIR=str(DATA), ENVKIT_RESULTS_DIR=str(RESULTS))
+    env["ENVKIT_DEVICE"] = "cpu" if cpu else settings["run_device"]
+    env["ENVKIT_EXPERIMENT"] = settings["experiment"]
     RESULTS.mkdir(exist_ok=True)
     before = set(RESULTS.glob("*.json"))
     for number, run in enumerate(settings["runs"], 1):
         if len(settings["runs"]) > 1:
             print(f"run {number}/{len(settings['runs'])}: {run['summary']}", flush=True)
         args = run["cpu_args"] if cpu else run["args"]
-        argv = [
-            environment["python"],
-            *flags,
-            settings["recipe"],
-            "--data-dir",
-            str(DATA),
-            "--results-dir",
-            str(RESULTS),
-            *args,
-        ]
-        print("$ " + " ".join(argv[0:1] + argv[len(flags) + 1 :]), flush=True)
+        command = [environment["python"], *flags, settings["recipe"], *args]
+        print("$ " + " ".join(command[0:1] + command[len(flags) + 1 :]), flush=True)
+        # Through the run wrapper, as in an image: the record gains its exit status, wall time and argv.
+        argv = [environment["python"], *flags, settings["wrapper"], *command]
         code, last = _stream(argv, env)
         if code != 0:
             raise NotebookStop(f"the recipe failed (exit {code}): {last}")

@@ -45,6 +45,7 @@ IMAGE_ONLY_KEYS = (
     "pip_extra_index_urls",
     "find_links",
     "cuda",
+    "platforms",
 )
 NOTEBOOK_ONLY_KEYS = ("accelerator", "notebooks")
 
@@ -81,6 +82,8 @@ class Target:
     platform: str | None = None
     accelerator: str | None = None
     notebooks: tuple[str, ...] = ()
+    # The image platforms it builds for (docker's names: linux/amd64, linux/arm64); none for a notebook target.
+    platforms: tuple[str, ...] = ()
     config_hash: str = field(default="", compare=False)
 
     @property
@@ -313,6 +316,7 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
             platform=raw.get("platform"),
             accelerator=raw.get("accelerator"),
             notebooks=_notebook_experiments(raw.get("notebooks", []), kind, where, at),
+            platforms=_platforms(raw, spec, torch, where(at + ("platforms",))) if runtime is None else (),
         ),
         root,
     )
@@ -446,6 +450,21 @@ def _certificates(paths: list[str], root: Path, where: _Locator, at: DocPath) ->
     return tuple(resolved)
 
 
+def _platforms(raw: dict[str, Any], spec: kinds.Kind, torch: str, where: str) -> tuple[str, ...]:
+    """The platforms a target names (default: its kind's), each one its kind may build for."""
+    named = raw.get("platforms", spec.platforms)
+    for name in named:
+        if name in spec.platforms:
+            continue
+        if spec.wheels == "cuda" and name == "linux/arm64":
+            raise EnvkitError(
+                f"{where}: {name}: PyPI's aarch64 torch {torch} is the CPU build, so an arm64 cuda image would "
+                f"train on the CPU; a cuda target builds for {', '.join(spec.platforms)} only"
+            )
+        raise EnvkitError(f"{where}: {name}: a {spec.name} target builds for {', '.join(spec.platforms)} only")
+    return tuple(sorted(set(named), key=list(named).index))
+
+
 def _gpus(value: str | list[int]) -> str:
     return value if value == "all" else ",".join(str(index) for index in value)
 
@@ -456,8 +475,8 @@ def _with_hash(target: Target, root: Path) -> Target:
     fields = asdict(target)
     fields.pop("config_hash")
     # Keys added later enter the hash only when set, so unchanged configs keep their hash.
-    for later in ("apt_snapshot", "platform", "accelerator", "notebooks"):
-        if fields[later] in (None, ()):
+    for later in ("apt_snapshot", "platform", "accelerator", "notebooks", "platforms"):
+        if fields[later] in (None, (), kinds.DEFAULT_PLATFORMS):
             fields.pop(later)
     fields["ca_certificates"] = [_relative(path, root) for path in target.ca_certificates]
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

@@ -16,6 +16,8 @@ from envkit.project.datafile import DATA_DIR, load_checked
 
 KINDS_PATH = DATA_DIR / "kinds.yaml"
 SCHEMA_PATH = DATA_DIR / "kinds.schema.json"
+# A kind that names no platforms builds for x86-64 only, as every image did before kinds named them.
+DEFAULT_PLATFORMS = ("linux/amd64",)
 
 
 @dataclass(frozen=True)
@@ -45,10 +47,11 @@ class Kind:
     wheels: str  # "cpu" | "cuda" | "torch_xla": the rule envkit/project/wheels.py applies
     base_image: str  # "python" | "distro"
     keys: tuple[str, ...]
-    device_flag: tuple[str, ...]
+    device: str  # ENVKIT_DEVICE for every run on this kind
     host: HostCheck
     run: RunSettings
     python_base_image: str  # format string with {python}, for base_image "python"
+    platforms: tuple[str, ...] = DEFAULT_PLATFORMS  # docker's names: linux/amd64, linux/arm64
 
 
 @cache
@@ -64,10 +67,11 @@ def load_kinds(path: Path = KINDS_PATH) -> dict[str, Kind]:
             wheels=entry["wheels"],
             base_image=entry["base_image"],
             keys=tuple(entry["keys"]),
-            device_flag=tuple(entry["device_flag"]),
+            device=entry["device"],
             host=HostCheck(**{**host, "globs": tuple(host.get("globs", ())), "ignore": tuple(host.get("ignore", ()))}),
             run=RunSettings(**{**run, "docker_args": tuple(run.get("docker_args", ()))}),
             python_base_image=data["python_base_image"],
+            platforms=tuple(entry.get("platforms", DEFAULT_PLATFORMS)),
         )
     return kinds
 

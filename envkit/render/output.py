@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.support import provenance
 from envkit.support.atomic import abandoned, atomic_stream
 from envkit.support.bounded_load import Refused, open_regular, read_text
 
@@ -128,12 +129,13 @@ def _difference(path: Path, file: RenderedFile) -> str | None:
     return None
 
 
-# How the files envkit writes into docker/<target>/ begin (render's three templates and
-# `envkit lock`'s header): a file without its mark is someone else's, and envkit never removes it.
+# How the files envkit writes into docker/<target>/ begin (render's three templates, the run wrapper it
+# copies and `envkit lock`'s header): a file without its mark is someone else's, and envkit never removes it.
 ENVKIT_MARKS = {
     "Dockerfile": b"Rendered by envkit from ",
     "run.sh": b"Rendered by envkit from ",
     ".dockerignore": b"Rendered by envkit from ",
+    provenance.FILE_NAME: b'"""envkit\'s run wrapper: ',
     "requirements.lock": b"# envkit lock for target ",
 }
 

@@ -25,11 +25,11 @@ from envkit.lock.lockfile import (
 from envkit.project import kinds
 from envkit.project.config import ProjectConfig, Target
 from envkit.project.datafile import DATA_DIR
-from envkit.project.experiments import load_experiments
 from envkit.project.requirement import requirement_name
 from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
 from envkit.render.output import RenderedFile
 from envkit.render.template_cache import template_cache
+from envkit.support import provenance
 from envkit.support.bounded_load import Refused, read_text
 from envkit.support.shellquote import FILTERS
 
@@ -39,6 +39,8 @@ FILES = {
     "run.sh": ("kinds/{kind}.run.sh.j2", 0o755),
     ".dockerignore": ("dockerignore.j2", 0o644),
 }
+# The run wrapper every command in the image starts through (standard library only: the image has no envkit).
+WRAPPER = Path(provenance.__file__)
 # What apt and dpkg leave behind that differs between two identical builds (logs,
 # caches with timestamps, downloaded index files): removed in the layer that made them.
 APT_LEFTOVERS = (
@@ -71,6 +73,7 @@ def render_targets(config: ProjectConfig, names: list[str], locks: Path | None =
         for filename, (template, mode) in FILES.items():
             text = render_template(env, template.format(kind=target.kind), context)
             files.append(RenderedFile(Path(name) / filename, text, mode))
+        files.append(RenderedFile(Path(name) / provenance.FILE_NAME, WRAPPER.read_text(encoding="utf-8"), 0o644))
     return files
 
 
@@ -80,6 +83,7 @@ def files_read(config: ProjectConfig, names: list[str]) -> list[Path]:
         config.path,
         *DATA_DIR.iterdir(),
         *(path for path in (config.root / "templates").rglob("*") if path.is_file()),
+        WRAPPER,
     ]
     for name in names:
         read += [lock_path(config, name), *config.targets[name].ca_certificates]
@@ -155,6 +159,8 @@ def labels(config: ProjectConfig, target: Target, lock: LockFile | None) -> list
         "io.envkit.target": target.name,
         "io.envkit.kind": target.kind,
         "io.envkit.config-hash": target.config_hash,
+        # What `envkit build --platform` may build it for; a native build on another engine is refused.
+        "io.envkit.platforms": " ".join(target.platforms),
     }
     if target.backend:
         pairs["io.envkit.backend"] = target.backend
@@ -234,6 +240,4 @@ def _context(config: ProjectConfig, target: Target, lock: LockFile | None, input
         # distro python3 base lacks: the Dockerfile installs this package there.
         "libpython": f"libpython{target.python}" if target.torch_xla else None,
         "image": f"envkit-{target.name}:latest",
-        # The recipes that take the kind's device flag: those the experiments table runs.
-        "device_recipes": sorted({entry.recipe for entry in load_experiments().values()}),
     }

@@ -83,8 +83,17 @@ def _envkit(*args: str) -> tuple[str, ...]:
     return (sys.executable, "-m", "envkit", *args)
 
 
-def _recipe(title: str, root: Path, recipe: str, *args: str) -> Step:
-    return Step(title, (sys.executable, str(root / "recipes" / f"{recipe}.py"), *args), needs_torch=True)
+def _recipe(title: str, root: Path, recipe: str, *args: str, env: dict[str, str]) -> Step:
+    return Step(title, (sys.executable, str(root / "recipes" / f"{recipe}.py"), *args), env, needs_torch=True)
+
+
+def run_env(kind: str, results_dir: Path | None = None, data_dir: Path | None = None) -> dict[str, str]:
+    """The variables a run on this host is told its device and locations by (as run.sh tells one in an image)."""
+    paths = {"ENVKIT_RESULTS_DIR": results_dir, "ENVKIT_DATA_DIR": data_dir}
+    return {
+        **{name: str(path) for name, path in paths.items() if path is not None},
+        "ENVKIT_DEVICE": kinds.kind(kind).device,
+    }
 
 
 def _report_step(results_dir: Path, report_args: tuple[str, ...]) -> Step:
@@ -133,7 +142,7 @@ def local_runs(
     root: Path, results_dir: Path, facts, size: tuple[str, ...], extra: dict[str, tuple[str, ...]] | None = None
 ) -> list[Step]:
     """The experiments the recipes can run on this Python, without images; ``extra`` args by recipe."""
-    common = ("--results-dir", str(results_dir), "--quiet") + size
+    common = ("--quiet", *size)
     runnable = [entry for entry in load_experiments().values() if _runs_here(facts, entry.kind)]
     return [
         _recipe(
@@ -144,6 +153,7 @@ def local_runs(
             *_processes(entry),
             *common,
             *(extra or {}).get(entry.recipe, ()),
+            env=run_env(entry.kind, results_dir),
         )
         for entry in _baseline_first(runnable)
         for run in entry.runs
@@ -179,6 +189,7 @@ def experiment_plan(
         name: str(path) for name, path in (("RESULTS_DIR", results_dir), ("DATA_DIR", data_dir)) if path is not None
     }
     run_env.update({"GPUS": gpus} if gpus is not None else {})
+    run_env["ENVKIT_EXPERIMENT"] = entry.name  # run.sh passes it to the run wrapper, whose record names it
     run_sh = str(config.parent / "docker" / target.name / "run.sh")
     return RunPlan(
         [
@@ -210,16 +221,9 @@ def local_experiment_plan(
 ) -> RunPlan:
     """The experiment's runs with ``python`` on this host instead of in its image: no host check, no build.
     E3 runs so on XLA:CPU (the torch_xla environment with PJRT_DEVICE=CPU CPU_NUM_DEVICES=8)."""
-    paths = tuple(
-        arg
-        for option, path in (("--results-dir", results_dir), ("--data-dir", data_dir))
-        if path is not None
-        for arg in (option, str(path))
-    )
+    env = run_env(entry.kind, results_dir, data_dir)
     script = str(root / "recipes" / f"{entry.recipe}.py")
-    return RunPlan(
-        [Step(_run_title(entry, run), (python, script, *run.argv, *paths, *recipe_args)) for run in entry.runs]
-    )
+    return RunPlan([Step(_run_title(entry, run), (python, script, *run.argv, *recipe_args), env) for run in entry.runs])
 
 
 def _config_args(config: Path) -> tuple[str, ...]:

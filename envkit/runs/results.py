@@ -19,6 +19,7 @@ import jsonschema
 
 from envkit.errors import EnvkitError
 from envkit.project.datafile import DATA_DIR
+from envkit.runs.commands import is_command_record
 from envkit.support.bounded_load import load_json, parse_json, read_text
 
 SCHEMA_PATH = DATA_DIR / "results.schema.json"
@@ -41,6 +42,10 @@ ENVIRONMENT_KEYS: tuple[str, ...] = tuple(_properties("environment"))
 STAT_KEYS: tuple[str, ...] = tuple(
     key for key, value in _properties("timing").items() if value.get("$ref") == "#/$defs/stat"
 )
+
+
+class CommandRecord(ValueError):
+    """A run wrapper's record of a command: envkit.runs.commands reads it, not this module."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,8 @@ def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
     document = parse_json(text)
     if not isinstance(document, dict):
         raise ValueError("not a results object")
+    if is_command_record(document):
+        raise CommandRecord(path)
     document, note = upgrade(document)
     # A newer file is read by the fields this version knows.
     problem = schema_error(dict(document, schema_version=SCHEMA_VERSION))
@@ -205,6 +212,8 @@ def load_results(directory: Path) -> tuple[list[RunResult], list[str]]:
     for path in paths:
         try:
             result, note = parse(path, read_text(path))
+        except CommandRecord:
+            continue
         except (OSError, ValueError) as exc:
             warnings.append(f"skipped {path}: {exc}")
             continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 
 from envkit.errors import EnvkitError
@@ -21,3 +22,18 @@ def uv_binary() -> str:
     if found is None:
         raise EnvkitError("uv is not installed: envkit lock resolves with it; pip install 'envkit[dev]' (or uv)")
     return found
+
+
+# Settings the caller's environment must not slip into a lock or its checks: only these uv
+# variables pass (the cache, TLS and timeouts change no answer).
+UV_ENV_KEPT = {"UV_CACHE_DIR", "UV_NATIVE_TLS", "UV_HTTP_TIMEOUT", "UV_HTTP_RETRIES", "UV_OFFLINE"}
+# uv retries an unreachable index 3 times with backoff (5 s per index); once is
+# enough to ride out a blip, and `envkit lock --all` stays quick where PyTorch's
+# index is out of reach. UV_HTTP_RETRIES overrides it.
+UV_DEFAULT_RETRIES = "1"
+
+
+def uv_env() -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("UV_") or key in UV_ENV_KEPT}
+    env.setdefault("UV_HTTP_RETRIES", UV_DEFAULT_RETRIES)
+    return env

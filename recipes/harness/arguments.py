@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -10,6 +11,11 @@ from .errors import RecipeError, fail, import_optional
 
 DEVICES = ("cpu", "cuda", "tpu")
 DATASETS = ("real", "fake")
+# Where run.sh, the launch engines and the notebooks say the run's device, data and results are
+# (issue 25 §5): the defaults of --device, --data-dir and --results-dir, which still override them.
+DEVICE_VARIABLE = "ENVKIT_DEVICE"
+DATA_VARIABLE = "ENVKIT_DATA_DIR"
+RESULTS_VARIABLE = "ENVKIT_RESULTS_DIR"
 
 
 class RecipeArgumentParser(argparse.ArgumentParser):
@@ -51,14 +57,23 @@ def positive_float(text: str) -> float:
 
 def add_common_arguments(parser: argparse.ArgumentParser, *, default_epochs: int) -> None:
     """Add the arguments every recipe takes (docs/design.md section 6)."""
-    parser.add_argument("--device", choices=DEVICES, default="cpu", help="where to train (default: cpu)")
+    device = _environment_default(DEVICE_VARIABLE, "cpu")
+    if device not in DEVICES:
+        fail(parser.prog, f"{DEVICE_VARIABLE}={device!r} is not a device; give one of {', '.join(DEVICES)}")
+    data_dir = Path(_environment_default(DATA_VARIABLE, "data"))
+    results_dir = Path(_environment_default(RESULTS_VARIABLE, "results"))
+    parser.add_argument(
+        "--device", choices=DEVICES, default=device, help=f"where to train (default: ${DEVICE_VARIABLE}, else cpu)"
+    )
     parser.add_argument(
         "--dataset",
         choices=DATASETS,
         default="real",
         help="real: the torchvision dataset under --data-dir; fake: generated, deterministic, learnable data",
     )
-    parser.add_argument("--data-dir", type=Path, default=Path("data"), help="dataset root (default: data)")
+    parser.add_argument(
+        "--data-dir", type=Path, default=data_dir, help=f"dataset root (default: ${DATA_VARIABLE}, else data)"
+    )
     parser.add_argument(
         "--download",
         action=argparse.BooleanOptionalAction,
@@ -66,7 +81,10 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, default_epochs: int
         help="download the real dataset when it is missing (default: yes)",
     )
     parser.add_argument(
-        "--results-dir", type=Path, default=Path("results"), help="where the results JSON goes (default: results)"
+        "--results-dir",
+        type=Path,
+        default=results_dir,
+        help=f"where the results JSON goes (default: ${RESULTS_VARIABLE}, else results)",
     )
     parser.add_argument(
         "--epochs", type=positive_int, default=default_epochs, help=f"training epochs (default: {default_epochs})"
@@ -92,6 +110,11 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, default_epochs: int
         default=50,
         help="steps between loss updates on the progress bar (default: 50)",
     )
+
+
+def _environment_default(name: str, default: str) -> str:
+    """A flag's default from the environment; an empty variable counts as unset."""
+    return os.environ.get(name) or default
 
 
 def add_fake_data_arguments(parser: argparse.ArgumentParser, *, train: int, test: int) -> None:

@@ -50,7 +50,7 @@ def test_render_writes_the_committed_files(capsys, project, repo_root):
         (project / "docker" / lock.parent.name).mkdir(parents=True)
         shutil.copy(lock, project / "docker" / lock.parent.name / lock.name)
     code, out, _ = run(capsys, "render", "--all", "--config", str(project / "envkit.yaml"))
-    assert code == 0 and "rendered 9 files for cpu, cuda, tpu-vm" in out
+    assert code == 0 and "rendered 12 files for cpu, cuda, tpu-vm" in out
     # docker/<target>/requirements.lock comes from `envkit lock`, not from render.
     committed = {path: data for path, data in files_under(repo_root / "docker").items() if not path.endswith(".lock")}
     assert {
@@ -65,6 +65,7 @@ def test_render_one_target_into_output(capsys, project):
     assert code == 0 and sorted(files_under(project / "out")) == [
         "cuda/.dockerignore",
         "cuda/Dockerfile",
+        "cuda/envkit_run.py",
         "cuda/run.sh",
     ]
 
@@ -130,7 +131,7 @@ def test_the_advice_for_a_removed_target_converges(capsys, project):
     )
     assert out.splitlines()[-1] == (
         f"{project / 'docker' / 'old-gpu'}: not a target in the config: `envkit render --all` "
-        "removes Dockerfile, run.sh, .dockerignore"
+        "removes Dockerfile, run.sh, .dockerignore, envkit_run.py"
     )
     assert run(capsys, "render", "--target", "cpu", "--check", "--config", config)[0] == 0
     code, out, _ = run(capsys, "render", "--all", "--config", config)  # the advice, as given
@@ -148,7 +149,7 @@ def test_render_all_keeps_what_envkit_did_not_write_in_a_removed_targets_directo
     (project / "docker" / "old-gpu" / "NOTES.md").write_text("why we had this target\n")
     code, out, _ = run(capsys, "render", "--all", "--check", "--config", config)
     assert code == 1 and out.splitlines()[-1].endswith(
-        "removes Dockerfile, run.sh, .dockerignore; it keeps NOTES.md, which envkit did not write"
+        "removes Dockerfile, run.sh, .dockerignore, envkit_run.py; it keeps NOTES.md, which envkit did not write"
     )
     assert run(capsys, "render", "--all", "--config", config)[0] == 0
     assert sorted(p.name for p in (project / "docker" / "old-gpu").iterdir()) == ["NOTES.md"]

@@ -49,15 +49,110 @@ def bootstrap(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_a_lock_for_a_python_this_host_lacks_is_one_line_and_writes_nothing(tmp_path, capsys):
+def test_a_lock_for_a_python_this_host_lacks_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("UV_OFFLINE", "1")  # uv may not download one: its refusal joins the line
     lock = tmp_path / "probe.lock"
     lock.write_text(lock_text("3.9", {"envkit-probe-a==1.0": "a" * 64}))
     code, out, err = bootstrap(capsys, str(lock), "--path", str(tmp_path / "venv"))
     assert (code, out) == (2, "")
     [line] = err.splitlines()
     assert line.startswith(f"envkit: error: the lock needs Python 3.9; found {sys.executable} {sys.version.split()[0]}")
-    assert line.endswith(": install it (python3.9 on PATH) or pass --python PATH")
+    assert "`uv python install 3.9` failed: " in line
+    assert line.endswith(": install one (python3.9 on PATH) or pass --python PATH")
     assert not (tmp_path / "venv").exists()
+
+
+def fake_tool(path: Path, script: str) -> str:
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_without_an_allowed_python_on_path_uv_installs_one(tmp_path, monkeypatch):
+    """The last resort before refusing: `uv python install` (which honours UV_PYTHON_INSTALL_MIRROR), then
+    `uv python find` names the interpreter it installed."""
+    import envkit.host.venv as host_venv
+
+    python = fake_tool(tmp_path / "python3.9", "echo 3.9.25\n")
+    log = tmp_path / "uv.log"
+    uv = fake_tool(tmp_path / "uv", f'echo "$@" >> {log}\n[ "$2" = find ] && echo {python}\nexit 0\n')
+    monkeypatch.setattr(host_venv, "find_uv", lambda: uv)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert host_venv.find_python(("3.9",)) == (python, "3.9.25")
+    assert log.read_text() == "python install 3.9\npython find 3.9\n"
+
+
+def universal_lock(wheels: dict[tuple[str, str], str]) -> str:
+    """A host lock's header as `envkit lock --requirements` writes it: universal, with its coverage lines."""
+    text = lock_text("3.11 3.12 3.13", {"envkit-probe-a==1.0": "a" * 64})
+    cells = "".join(f"# wheels: {where} python {python}: {verdict}\n" for (where, python), verdict in wheels.items())
+    return text.replace("x86_64-manylinux_2_36", "universal: linux/amd64 linux/arm64").replace(
+        "python 3.11 3.12 3.13\n", "python 3.11 3.12 3.13\n" + cells, 1
+    )
+
+
+def test_a_host_lock_takes_any_python_it_serves_here(tmp_path, monkeypatch):
+    import envkit.host.venv as host_venv
+    from envkit.lock.lockfile import read_lock
+
+    monkeypatch.setattr(host_venv, "this_platform", lambda: "linux/arm64")
+    lock = tmp_path / "probe.lock"
+    lock.write_text(
+        universal_lock(
+            {
+                ("linux/amd64", "3.11"): "ok",
+                ("linux/arm64", "3.11"): "ok",
+                ("linux/arm64", "3.12"): "ok",
+                ("linux/arm64", "3.13"): "no wheel for libtpu",
+            }
+        )
+    )
+    assert host_venv.served_pythons(read_lock(lock), lock) == ("3.11", "3.12")
+
+
+def test_a_platform_the_lock_cannot_serve_is_one_line_naming_the_packages(tmp_path, capsys, monkeypatch):
+    """make xla-env on aarch64: the lock's header knows which packages have no wheel there."""
+    import envkit.host.venv as host_venv
+
+    monkeypatch.setattr(host_venv, "this_platform", lambda: "linux/arm64")
+    lock = tmp_path / "probe.lock"
+    lock.write_text(
+        universal_lock(
+            {("linux/amd64", "3.11"): "ok"}
+            | {("linux/arm64", v): "no wheel for libtpu torch-xla" for v in ("3.11", "3.12", "3.13")}
+        ).replace("linux/amd64 linux/arm64,", "linux/amd64,")
+    )
+    code, out, err = bootstrap(capsys, str(lock), "--path", str(tmp_path / "venv"))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"envkit: error: {lock} cannot be installed on linux/arm64 (Linux aarch64): no wheel here for libtpu, "
+        "torch-xla; it serves linux/amd64\n"
+    )
+    assert not (tmp_path / "venv").exists()
+
+
+@pytest.mark.parametrize(
+    ("system", "machine", "mac", "message"),
+    [
+        ("linux", "riscv64", "", "this host (linux/riscv64) is not supported: host environments run on linux/amd64, "
+         "linux/arm64, macos/arm64"),
+        ("darwin", "x86_64", "", "this host (macos/amd64) is not supported: host environments run on linux/amd64, "
+         "linux/arm64, macos/arm64"),
+        ("darwin", "arm64", "13.6", "macOS 13.6 is not supported: torch's Mac wheels need macOS 14.0 or later"),
+    ],
+)  # fmt: skip
+def test_an_unsupported_host_is_one_line(monkeypatch, system, machine, mac, message):
+    import platform
+
+    from envkit.errors import EnvkitError
+    from envkit.lock import host_platforms
+
+    monkeypatch.setattr(host_platforms.sys, "platform", system)
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    monkeypatch.setattr(platform, "mac_ver", lambda: (mac, ("", "", ""), ""))
+    with pytest.raises(EnvkitError) as refused:
+        host_platforms.this_platform()
+    assert str(refused.value) == message
 
 
 def test_a_python_given_that_is_not_the_locks_is_refused(tmp_path, capsys):
@@ -242,7 +337,11 @@ def test_a_venv_holds_exactly_the_lock_and_records_its_sha(tmp_path, probe_index
     }
     marker = json.loads((venv / MARKER).read_text())
     assert marker["lock_sha256"] == hashlib.sha256(lock.read_bytes()).hexdigest() == made.lock.sha256
-    assert (marker["python"], marker["lock"]) == (THIS_PYTHON, str(lock.resolve()))
+    assert (marker["python"], marker["interpreter"], marker["lock"]) == (
+        sys.version.split()[0],
+        sys.executable,
+        str(lock.resolve()),
+    )
 
     # A lock whose sha256 for one wheel is not the served file's: refused in one line, the old venv kept.
     tampered = tmp_path / "tampered.lock"
@@ -332,3 +431,18 @@ def test_without_uv_pip_installs_the_locks_own_uv_which_installs_the_rest(tmp_pa
     made = make_venv(lock, tmp_path / "venv", sources=Sources(index_url=url))
     assert made.installer == "uv (from the lock, by pip)"
     assert {"envkit-probe-a", "envkit-probe-b", "uv"} <= set(installed(tmp_path / "venv"))
+
+
+def test_an_input_for_another_platform_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    """make tpu-env on an aarch64 host: tpu.in (no lock here) serves linux/amd64 only."""
+    import envkit.lock.host_platforms as host_platforms
+
+    monkeypatch.setattr(host_platforms, "this_platform", lambda: "linux/arm64")
+    requirements = tmp_path / "probe.in"
+    requirements.write_text("# platforms: linux/amd64\nenvkit-probe-a==1.0\n")
+    code, out, err = envkit(capsys, "venv", "--requirements", str(requirements), "--path", str(tmp_path / "venv"))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"envkit: error: {requirements} does not run on linux/arm64: it serves linux/amd64 (its `# platforms:` line)\n"
+    )
+    assert not (tmp_path / "venv").exists()

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from image_fakes import FakeClient, FakeImage, FakeImages, FakeTarget, engine, envkit, project
+from image_fakes import FakeClient, FakeImage, FakeImages, FakeTarget, engine, envkit, project, staged
 from launch_jobs import REPO_ROOT
 from paths import REPO_ROOT
 
@@ -172,3 +172,72 @@ def test_the_build_and_the_recipes_record_one_form_of_git_revision():
         [sys.executable, "-c", probe], cwd=repo / "recipes", env=env, capture_output=True, text=True, check=True
     )
     assert re.fullmatch(r"[0-9a-f]{40}", built) and on_host.stdout.strip() == built
+
+
+@pytest.mark.parametrize(
+    ("target", "requested", "native", "flag"),
+    [
+        (FakeTarget(), None, "x86_64", None),  # the engine's own platform: no --platform, the tags it always had
+        (FakeTarget(), None, "aarch64", None),  # a Mac's Docker Desktop builds the cpu image natively
+        (FakeTarget(), "linux/arm64", "x86_64", "linux/arm64"),  # emulated, under a tag of its own
+        (FakeTarget(), "linux/amd64", "x86_64", None),
+    ],
+)
+def test_a_build_passes_platform_only_for_another_architecture(target, requested, native, flag):
+    assert image_build.build_platform(target, requested, native) == flag
+
+
+@pytest.mark.parametrize(
+    ("target", "requested", "native", "line"),
+    [
+        (
+            FakeTarget("cuda", "cuda", platforms=("linux/amd64",), torch="2.9.0"),
+            None,
+            "aarch64",
+            "envkit build cuda: this engine builds linux/arm64 images, and PyPI's aarch64 torch 2.9.0 is the CPU "
+            "build, so the image would train on the CPU: build it on an x86-64 engine (or --platform linux/amd64, "
+            "emulated), or lock PyTorch's aarch64 CUDA build of torch for a target of its own",
+        ),
+        (
+            FakeTarget("tpu-vm", "tpu-vm", platforms=("linux/amd64",)),
+            "linux/arm64",
+            "x86_64",
+            "envkit build tpu-vm: --platform linux/arm64, and the target builds for linux/amd64 only "
+            "(envkit.yaml platforms)",
+        ),
+        (
+            FakeTarget("tpu-vm", "tpu-vm", platforms=("linux/amd64",)),
+            None,
+            "aarch64",
+            "envkit build tpu-vm: this engine builds linux/arm64 images, and the target builds for linux/amd64 only "
+            "(envkit.yaml platforms); pass --platform linux/amd64 to build it emulated",
+        ),
+        (
+            FakeTarget(),
+            "linux/s390x",
+            "x86_64",
+            "envkit build cpu: --platform linux/s390x, and the target builds for linux/amd64, linux/arm64 only "
+            "(envkit.yaml platforms)",
+        ),
+    ],
+)
+def test_a_platform_the_target_does_not_list_is_one_line(target, requested, native, line):
+    with pytest.raises(EnvkitError) as refused:
+        image_build.build_platform(target, requested, native)
+    assert (str(refused.value), refused.value.exit_code) == (line, 2)
+
+
+def test_a_cuda_build_on_an_arm64_engine_is_refused_before_anything_is_staged(project, monkeypatch):
+    client = FakeClient(FakeImage(id="", tags=[], labels={}), architecture="aarch64")
+    monkeypatch.setattr(image_build, "connect_docker", lambda: client)
+    target = FakeTarget("cuda", "cuda", platforms=("linux/amd64",), torch="2.9.0")
+    with pytest.raises(EnvkitError, match="PyPI's aarch64 torch 2.9.0 is the CPU build"):
+        image_build.build(project, target, build_context.BuildOptions())
+    assert not build_context.staging_path(project, "cuda").exists()
+
+
+def test_another_platform_is_another_content_tag(project, tmp_path):
+    context = staged(project, tmp_path)
+    native = build_context.context_digest(context, {})
+    assert build_context.context_digest(context, {}, platform="linux/arm64") != native
+    assert build_context.context_digest(context, {}, platform=None) == native

@@ -20,7 +20,7 @@ CERT = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 
 def test_staged_context_has_the_design_layout_without_caches(project, tmp_path):
     context = staged(project, tmp_path)
-    assert files(context) == [".dockerignore", "Dockerfile", "recipes/mnist.py"]
+    assert files(context) == [".dockerignore", "Dockerfile", "envkit_run.py", "recipes/mnist.py"]
     assert (context / "certs").is_dir() and (context / "wheels").is_dir()
 
 
@@ -123,6 +123,7 @@ def test_source_date_epoch_is_the_commit_time_of_the_rendered_files_and_not_in_t
 def test_source_date_epoch_outside_git_is_the_newest_rendered_file(project):
     os.utime(project / "docker" / "cpu" / "Dockerfile", (1600000000, 1600000000))
     os.utime(project / "docker" / "cpu" / ".dockerignore", (1500000000, 1500000000))
+    os.utime(project / "docker" / "cpu" / "envkit_run.py", (1500000000, 1500000000))
     assert build_context.source_date_epoch(project, "cpu") == "1600000000"
 
 

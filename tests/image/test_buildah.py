@@ -93,7 +93,7 @@ def test_builder_buildah_without_buildah_is_one_line_and_writes_nothing(repo_roo
     )
     assert not (tmp_path / "cache" / "contexts").exists()  # nothing staged
     wrong = envkit("build", "cpu", "--builder", "kaniko", "--config", str(repo_root / "envkit.yaml"), env=env)
-    assert wrong.returncode == 2 and "invalid choice: 'kaniko' (choose from 'docker', 'buildah')" in wrong.stderr
+    assert wrong.returncode == 2 and "invalid choice: 'kaniko'" in wrong.stderr  # the choices' quoting is per Python
 
 
 def test_the_builder_reaches_envkit_build_from_experiment(repo_root):

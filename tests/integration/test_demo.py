@@ -23,11 +23,11 @@ GPU_HOST_NO_ENGINE = HostFacts(docker_error="no engine", gpus=["GPU 0: A", "GPU 
 
 LOCAL_DEMO_RUNS = f"""\
 # 2. mnist on eager CPU
-{PY} recipes/mnist.py --device cpu --results-dir results/demo --quiet --dataset fake --epochs 4 --fake-train-size 3840 --fake-test-size 1000
+ENVKIT_RESULTS_DIR=results/demo ENVKIT_DEVICE=cpu {PY} recipes/mnist.py --device cpu --quiet --dataset fake --epochs 4 --fake-train-size 3840 --fake-test-size 1000
 # 3. cifar, one CPU process
-{PY} recipes/cifar.py --device cpu --parallel none --results-dir results/demo --quiet --dataset fake --epochs 4 --model mobilenet_v2 --global-batch 32 --image-size 64 --fake-train-size 512 --fake-test-size 128
+ENVKIT_RESULTS_DIR=results/demo ENVKIT_DEVICE=cpu {PY} recipes/cifar.py --device cpu --parallel none --quiet --dataset fake --epochs 4 --model mobilenet_v2 --global-batch 32 --image-size 64 --fake-train-size 512 --fake-test-size 128
 # 4. cifar, DDP over 2 gloo processes
-{PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 --results-dir results/demo --quiet --dataset fake --epochs 4 --model mobilenet_v2 --global-batch 32 --image-size 64 --fake-train-size 512 --fake-test-size 128
+ENVKIT_RESULTS_DIR=results/demo ENVKIT_DEVICE=cpu {PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 --quiet --dataset fake --epochs 4 --model mobilenet_v2 --global-batch 32 --image-size 64 --fake-train-size 512 --fake-test-size 128
 # 5. report
 {PY} -m envkit report results/demo --plot results/demo/comparison.png
 """
@@ -87,7 +87,10 @@ def test_demo_with_docker_runs_in_the_cpu_image_and_falls_back(in_repo, capsys):
         f"# 6. report\n{PY} -m envkit report results/demo --plot results/demo/comparison.png\n"
     )
     # the fallback is the local plan without its render step, renumbered
-    assert f"#    # 1. mnist on eager CPU\n#    {PY} recipes/mnist.py --device cpu" in out
+    assert (
+        f"#    # 1. mnist on eager CPU\n#    ENVKIT_RESULTS_DIR=results/demo ENVKIT_DEVICE=cpu {PY} recipes/mnist.py"
+        in out
+    )
 
 
 def test_compare_runs_the_experiments_doctor_allows(in_repo, repo_root, capsys):
@@ -98,9 +101,9 @@ def test_compare_runs_the_experiments_doctor_allows(in_repo, repo_root, capsys):
         f"# 1. experiment cpu-mnist\n{PY} -m envkit experiment --results-dir {repo_root / 'results'} cpu-mnist -- --dataset fake --epochs 1 --max-steps 5\n"
         "#    if this fails:\n"
         f"#    # the first Docker experiment failed; running the recipes with {HERE} instead\n"
-        f"#    # 1. mnist on eager CPU\n#    {PY} recipes/mnist.py --device cpu --results-dir results --quiet --dataset fake --epochs 1 --max-steps 5\n"
-        f"#    # 2. cifar, one CPU process\n#    {PY} recipes/cifar.py --device cpu --parallel none --results-dir results --quiet --dataset fake --epochs 1 --max-steps 5\n"
-        f"#    # 3. cifar, DDP over 2 gloo processes\n#    {PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 --results-dir results --quiet --dataset fake --epochs 1 --max-steps 5\n"
+        f"#    # 1. mnist on eager CPU\n#    ENVKIT_RESULTS_DIR=results ENVKIT_DEVICE=cpu {PY} recipes/mnist.py --device cpu --quiet --dataset fake --epochs 1 --max-steps 5\n"
+        f"#    # 2. cifar, one CPU process\n#    ENVKIT_RESULTS_DIR=results ENVKIT_DEVICE=cpu {PY} recipes/cifar.py --device cpu --parallel none --quiet --dataset fake --epochs 1 --max-steps 5\n"
+        f"#    # 3. cifar, DDP over 2 gloo processes\n#    ENVKIT_RESULTS_DIR=results ENVKIT_DEVICE=cpu {PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 --quiet --dataset fake --epochs 1 --max-steps 5\n"
         f"#    # 4. report\n#    {report}"
         f"# 2. report\n{report}"
     )
@@ -120,16 +123,17 @@ def test_compare_on_real_data_says_where_it_comes_from_and_what_fake_does(in_rep
 def test_compare_without_docker_runs_cpu_and_gpu_recipes_here(in_repo, capsys):
     in_repo(GPU_HOST_NO_ENGINE, [])
     out = dry_run(["compare", "--results-dir", "out", "--dataset", "fake", "--baseline", "cuda ×1"], capsys)
-    common = "--results-dir out --quiet --dataset fake"
+    common = "--quiet --dataset fake"
+    cpu, cuda = "ENVKIT_RESULTS_DIR=out ENVKIT_DEVICE=cpu", "ENVKIT_RESULTS_DIR=out ENVKIT_DEVICE=cuda"
     assert out == (
         f"# no Docker experiments on this host (no engine); running the recipes with {HERE}\n"
-        f"# 1. mnist on eager CPU\n{PY} recipes/mnist.py --device cpu {common}\n"
-        f"# 2. cifar, one CPU process\n{PY} recipes/cifar.py --device cpu --parallel none {common}\n"
-        f"# 3. cifar, DDP over 2 gloo processes\n{PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 {common}\n"
-        f"# 4. mnist on one GPU\n{PY} recipes/mnist.py --device cuda {common}\n"
-        f"# 5. cifar, one GPU\n{PY} recipes/cifar.py --device cuda --parallel none {common}\n"
-        f"# 6. cifar, DataParallel over 2 GPUs\n{PY} recipes/cifar.py --device cuda --parallel dp {common}\n"
-        f"# 7. cifar, DDP over 2 GPUs\n{PY} recipes/cifar.py --device cuda --parallel ddp {common}\n"
+        f"# 1. mnist on eager CPU\n{cpu} {PY} recipes/mnist.py --device cpu {common}\n"
+        f"# 2. cifar, one CPU process\n{cpu} {PY} recipes/cifar.py --device cpu --parallel none {common}\n"
+        f"# 3. cifar, DDP over 2 gloo processes\n{cpu} {PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 {common}\n"
+        f"# 4. mnist on one GPU\n{cuda} {PY} recipes/mnist.py --device cuda {common}\n"
+        f"# 5. cifar, one GPU\n{cuda} {PY} recipes/cifar.py --device cuda --parallel none {common}\n"
+        f"# 6. cifar, DataParallel over 2 GPUs\n{cuda} {PY} recipes/cifar.py --device cuda --parallel dp {common}\n"
+        f"# 7. cifar, DDP over 2 GPUs\n{cuda} {PY} recipes/cifar.py --device cuda --parallel ddp {common}\n"
         f"# 8. report\n{PY} -m envkit report out --format md --baseline 'cuda ×1'\n"
     )
 
@@ -143,9 +147,9 @@ def test_compare_on_a_tpu_vm_without_docker_runs_one_core_then_all_cores(in_repo
     )
     in_repo(HostFacts(docker_error="no engine", devices={"tpu": ["/dev/accel0"]}, cpu_count=8), [])
     out = dry_run(["compare", "--results-dir", "out", "--dataset", "fake"], capsys)
-    common = "--results-dir out --quiet --dataset fake"
-    assert f"# 4. mnist on one TPU core\n{PY} recipes/mnist.py --device tpu --cores 1 {common}\n" in out
-    assert f"# 5. mnist on all TPU cores\n{PY} recipes/mnist.py --device tpu --cores all {common}\n" in out
+    common, tpu = "--quiet --dataset fake", "ENVKIT_RESULTS_DIR=out ENVKIT_DEVICE=tpu"
+    assert f"# 4. mnist on one TPU core\n{tpu} {PY} recipes/mnist.py --device tpu --cores 1 {common}\n" in out
+    assert f"# 5. mnist on all TPU cores\n{tpu} {PY} recipes/mnist.py --device tpu --cores all {common}\n" in out
     # then E3's runs, each under its own run name
     assert "# 6. E3, batch and learning-rate scaling on all TPU cores: e3-batch-scaling-b16\n" in out
     assert (

@@ -39,18 +39,19 @@ def dry_run(repo_root: Path, target: str, *args: str, directory: Path = GOLDEN, 
 
 
 OWNER = f"{os.getuid()}:{os.getgid()}"
-TAIL = [
-    "python",
-    "/opt/envkit/recipes/mnist.py",
-    "--data-dir",
-    "/workspace/data",
-    "--results-dir",
-    "/workspace/results",
-]
+TAIL = ["python", "/opt/envkit/envkit_run.py", "python", "/opt/envkit/recipes/mnist.py"]
 
 
-def mounts(results: str = "/tmp/results") -> list[str]:
-    return ["-v", "/srv/data:/workspace/data", "-v", f"{results}:/workspace/results"]
+def mounts(device: str, results: str = "/tmp/results") -> list[str]:
+    """The run's locations and device as variables (nothing on the command), then its mounts."""
+    locations = ["ENVKIT_DATA_DIR=/workspace/data", "ENVKIT_RESULTS_DIR=/workspace/results", f"ENVKIT_DEVICE={device}"]
+    return [
+        *(word for setting in locations for word in ("-e", setting)),
+        "-v",
+        "/srv/data:/workspace/data",
+        "-v",
+        f"{results}:/workspace/results",
+    ]
 
 
 def test_cpu_dry_run(repo_root):
@@ -58,8 +59,8 @@ def test_cpu_dry_run(repo_root):
     assert result.returncode == 0, result.stderr
     assert shlex.split(result.stdout) == [
         "docker", "run", "--rm", "--init", "--user", OWNER, "-e", "HOME=/tmp", "--shm-size", "2g",
-        "-e", "ENVKIT_IMAGE=envkit-cpu:latest", "-e", "ENVKIT_IMAGE_ID", "-e", "ENVKIT_IMAGE_DIGEST", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}",
-        *mounts(), "envkit-cpu:latest", *TAIL, "--device", "cpu", "--epochs", "1",
+        "-e", "ENVKIT_IMAGE=envkit-cpu:latest", "-e", "ENVKIT_IMAGE_ID", "-e", "ENVKIT_IMAGE_DIGEST", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}", "-e", "ENVKIT_EXPERIMENT",
+        *mounts("cpu"), "envkit-cpu:latest", *TAIL, "--epochs", "1",
     ]  # fmt: skip
 
 
@@ -70,8 +71,8 @@ def test_cuda_dry_run_renumbers_chosen_gpus(repo_root):
         "docker", "run", "--rm", "--init", "--user", OWNER, "-e", "HOME=/tmp",
         "--gpus", '"device=0,2"', "-e", "CUDA_VISIBLE_DEVICES=0,1", "--ipc=host",
         "--ulimit", "memlock=-1", "--ulimit", "stack=67108864",
-        "-e", "ENVKIT_IMAGE=lab/envkit-cuda:abc", "-e", "ENVKIT_IMAGE_ID", "-e", "ENVKIT_IMAGE_DIGEST", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}",
-        *mounts(), "lab/envkit-cuda:abc", *TAIL, "--device", "cuda",
+        "-e", "ENVKIT_IMAGE=lab/envkit-cuda:abc", "-e", "ENVKIT_IMAGE_ID", "-e", "ENVKIT_IMAGE_DIGEST", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}", "-e", "ENVKIT_EXPERIMENT",
+        *mounts("cuda"), "lab/envkit-cuda:abc", *TAIL,
     ]  # fmt: skip
     assert "--gpus '\"device=0,2\"'" in result.stdout, "the quoting a user would type"
 
@@ -102,18 +103,17 @@ def test_cuda_accepts_indices_that_share_digits(repo_root):
     assert result.returncode == 0 and "CUDA_VISIBLE_DEVICES=0,1,2" in result.stdout
 
 
-def test_the_readme_hand_run_trains_on_the_images_device(repo_root):
-    """Before: `docker/cuda/run.sh cifar --parallel dp` ran cifar.py without --device, whose default is the CPU."""
+def test_the_image_tells_any_command_its_device_and_adds_no_argument(repo_root):
+    """Before: run.sh added --device, --data-dir and --results-dir to the recipe's arguments, which a user's own
+    script rejects; now the device and the locations are variables, and the arguments are the caller's alone."""
     kinds = yaml.safe_load((repo_root / "envkit" / "data" / "kinds.yaml").read_text())["kinds"]
     for target in TARGETS:
-        words = shlex.split(dry_run(repo_root, target, "cifar", "--parallel", "dp", directory=None, GPUS="1,2").stdout)
-        cifar = words.index("/opt/envkit/recipes/cifar.py")
-        assert words[cifar + 5 :] == [*kinds[target]["device_flag"], "--parallel", "dp"], target
-    for given in (["--device", "cpu"], ["--device=cpu"]):  # told otherwise: the user's device, once
-        words = shlex.split(dry_run(repo_root, "cuda", "mnist", *given, directory=None).stdout)
-        assert words[words.index("/opt/envkit/recipes/mnist.py") + 5 :] == given
-    probe = shlex.split(dry_run(repo_root, "cuda", "probe", directory=None).stdout)
-    assert probe[-5:] == ["/opt/envkit/recipes/probe.py", *TAIL[2:]], "a recipe no experiment runs gets no device flag"
+        for recipe in ("cifar", "probe"):
+            words = shlex.split(
+                dry_run(repo_root, target, recipe, "--parallel", "dp", directory=None, GPUS="1,2").stdout
+            )
+            assert f"ENVKIT_DEVICE={kinds[target]['device']}" in words, target
+            assert words[words.index(f"/opt/envkit/recipes/{recipe}.py") + 1 :] == ["--parallel", "dp"], target
 
 
 def test_tpu_dry_run(repo_root):
@@ -121,7 +121,7 @@ def test_tpu_dry_run(repo_root):
     assert shlex.split(result.stdout) == [
         "docker", "run", "--rm", "--init", "--privileged", "--net=host", "--shm-size", "16G",
         "-e", "PJRT_DEVICE=TPU", "-e", "ENVKIT_IMAGE=envkit-tpu-vm:latest", "-e", "ENVKIT_IMAGE_ID",
-        "-e", "ENVKIT_IMAGE_DIGEST", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}", *mounts("/tmp/out"), "envkit-tpu-vm:latest",
+        "-e", "ENVKIT_IMAGE_DIGEST", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}", "-e", "ENVKIT_EXPERIMENT", *mounts("tpu", "/tmp/out"), "envkit-tpu-vm:latest",
         *TAIL, "--device", "tpu",
     ]  # fmt: skip
 

@@ -183,8 +183,9 @@ def test_e3_runs_its_four_runs_in_the_image_or_with_recipe_python(project, repo_
     (make_line,) = dry_run(project, "e3-batch-scaling", "RECIPE_PYTHON=.venv-xla/bin/python", "RESULTS_DIR=/r")
     assert " --python '.venv-xla/bin/python' e3-batch-scaling" in make_line
     here = planned(repo_root, make_line)
+    variables = "ENVKIT_RESULTS_DIR=/r ENVKIT_DATA_DIR=" + shlex.quote(str(project / "data")) + " ENVKIT_DEVICE=tpu"
     assert len(here) == 4 and all(
-        line.startswith(f".venv-xla/bin/python {repo_root}/recipes/mnist.py --device tpu ") for line in here
+        line.startswith(f"{variables} .venv-xla/bin/python {repo_root}/recipes/mnist.py --device tpu ") for line in here
     )
 
 
@@ -211,7 +212,7 @@ def test_cpu_mnist_checks_the_host_then_builds_then_runs(project, repo_root):
     assert lines == [
         ".venv/bin/envkit doctor --require cpu",
         ".venv/bin/envkit build cpu",
-        "RESULTS_DIR=/r DATA_DIR=/d docker/cpu/run.sh mnist --device cpu --dataset fake --max-steps 5",
+        "RESULTS_DIR=/r DATA_DIR=/d ENVKIT_EXPERIMENT=cpu-mnist docker/cpu/run.sh mnist --device cpu --dataset fake --max-steps 5",
     ]
 
 
@@ -224,7 +225,9 @@ def test_gpu_dp_cifar_passes_gpus_model_batch_epochs(project, repo_root):
     lines = experiment(project, repo_root, "gpu-dp-cifar", "GPUS=1,2,3,4", "MODEL=resnet50", "BATCH=128", "EPOCHS=2")
     assert lines[0] == ".venv/bin/envkit doctor --require cuda --gpus 1,2,3,4"
     assert lines[1] == ".venv/bin/envkit build cuda"
-    assert "GPUS=1,2,3,4 docker/cuda/run.sh cifar --device cuda --parallel dp" in lines[-1]
+    assert (
+        "GPUS=1,2,3,4 ENVKIT_EXPERIMENT=gpu-dp-cifar docker/cuda/run.sh cifar --device cuda --parallel dp" in lines[-1]
+    )
     assert lines[-1].endswith("--epochs 2 --global-batch 128 --model resnet50")
 
 
@@ -234,8 +237,13 @@ def test_ddp_and_single_gpu_variants(project, repo_root):
     )
     single = experiment(project, repo_root, "gpu-single-cifar", "GPUS=2,3")
     assert single[0].endswith("--gpus 2")  # one GPU: the first of GPUS
-    assert "GPUS=2 docker/cuda/run.sh cifar --device cuda --parallel none" in single[-1]
-    assert "GPUS=0 docker/cuda/run.sh mnist --device cuda" in experiment(project, repo_root, "gpu-mnist")[-1]
+    assert (
+        "GPUS=2 ENVKIT_EXPERIMENT=gpu-single-cifar docker/cuda/run.sh cifar --device cuda --parallel none" in single[-1]
+    )
+    assert (
+        "GPUS=0 ENVKIT_EXPERIMENT=gpu-mnist docker/cuda/run.sh mnist --device cuda"
+        in experiment(project, repo_root, "gpu-mnist")[-1]
+    )
 
 
 def test_per_device_batch_for_the_batch_scaling_experiments(project, repo_root):
@@ -310,10 +318,8 @@ def test_on_submits_the_experiment_through_envkit_launch(project, repo_root):
     assert "\nexport GLOO_SOCKET_IFNAME=eth0\n" in script
     # The experiment's own arguments come from the table, the user's flags after them; the image (podman) mounts the dirs.
     assert "-v /d:/workspace/data -v /r:/workspace/results " in script
-    assert (
-        "--data-dir /workspace/data --results-dir /workspace/results --device cuda --parallel ddp --epochs 1\n"
-        in script
-    )
+    assert "-e ENVKIT_DATA_DIR -e ENVKIT_RESULTS_DIR -e ENVKIT_DEVICE -e GLOO_SOCKET_IFNAME " in script
+    assert "/opt/envkit/recipes/cifar.py --device cuda --parallel ddp --epochs 1\n" in script
 
 
 def test_on_passes_only_what_was_set_quoted(project, repo_root):

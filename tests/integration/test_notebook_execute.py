@@ -128,6 +128,8 @@ def test_results_carry_the_notebooks_provenance_and_validate(executed, wheelhous
             "experiment": meta.experiment,
         }
         assert block["cpu_mode"] is True and block["found"] == "no accelerator (CPU only)"
+        # started through the run wrapper, as in an image: its run block names the experiment and the status
+        assert (document["run"]["experiment"], document["run"]["exit_status"]) == (meta.experiment, 0)
         assert block["files"]["requirements.lock"] == meta.files["requirements.lock"]  # the lock it was rendered with
         assert block["runtime"]["python"] == ".".join(map(str, sys.version_info[:3]))
         if block["packages"] == "lock":

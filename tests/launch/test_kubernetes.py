@@ -101,8 +101,12 @@ def test_manifests_carry_what_the_engines_need():
     pytorchjob = kubernetes.pytorchjob(job)
     master = pytorchjob["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
     container = master["containers"][0]
-    assert container["name"] == "pytorch" and container["command"][0] == "torchrun"
-    assert container["command"][1] == "/opt/envkit/recipes/cifar.py"  # a bare torchrun: settings from PET_*
+    assert container["name"] == "pytorch" and container["command"][:3] == [
+        "python",
+        "/opt/envkit/envkit_run.py",
+        "torchrun",
+    ]
+    assert container["command"][3] == "/opt/envkit/recipes/cifar.py"  # a bare torchrun: settings from PET_*
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
     assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in master["volumes"]
     assert pytorchjob["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1

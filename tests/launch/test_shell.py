@@ -46,6 +46,8 @@ def sandbox(tmp_path):
         "scontrol": 'printf "node1\\nnode2\\n"\n',
         # srun: record, then run the task as srun would (its own options dropped).
         "srun": record + 'while [[ $1 == --* ]]; do shift; done\nexec "$@"\n',
+        # python: the run wrapper (python .../envkit_run.py COMMAND...) hands its command the same words.
+        "python": 'shift\nexec "$@"\n',
         "torchrun": record,
         "apptainer": record,
         "sudo": record,

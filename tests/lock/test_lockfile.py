@@ -314,6 +314,14 @@ def test_the_host_environments_locks_pass_check(repo_root):
     ]
 
 
+def test_a_requirements_input_names_the_platforms_and_pythons_it_serves(tmp_path):
+    from envkit.lock.lockfile import requirements_inputs
+
+    (tmp_path / "env.in").write_text("# python: 3.13 3.11\n# platforms: linux/amd64\ntqdm\n")
+    inputs = requirements_inputs(tmp_path / "env.in")
+    assert (inputs.platform, inputs.python) == ("universal: linux/amd64", "3.11 3.13")
+
+
 def test_a_requirements_input_that_names_a_pytorch_build_takes_it_from_pytorchs_index(tmp_path):
     from envkit.lock.lockfile import requirements_inputs
 
@@ -322,9 +330,10 @@ def test_a_requirements_input_that_names_a_pytorch_build_takes_it_from_pytorchs_
     assert (inputs.requirements, inputs.torch_variant, inputs.python) == (
         ("torch==2.13.0+cpu", "tqdm>=4.60"),
         "cpu",
-        "3.11",
+        "3.11 3.12 3.13",
     )
-    assert inputs.torch_index == "https://download.pytorch.org/whl/cpu" and inputs.platform == "x86_64-manylinux_2_36"
+    assert inputs.torch_index == "https://download.pytorch.org/whl/cpu"
+    assert inputs.platform == "universal: linux/amd64 linux/arm64 macos/arm64"
     (tmp_path / "plain.in").write_text("torch==2.13.0\n")
     assert requirements_inputs(tmp_path / "plain.in").torch_index is None
 
@@ -338,6 +347,13 @@ def test_a_requirements_input_that_names_a_pytorch_build_takes_it_from_pytorchs_
         ),
         ("# nothing\n", "env.in: no requirements in it"),
         ("tqdm>=4.60\nnumpy ==\n", "env.in:2: numpy ==: not a requirement (Expected "),
+        ("# python: 3.10\ntqdm\n", "env.in:1: Python 3.10 is not supported: choose from 3.11, 3.12, 3.13"),
+        ("tqdm\n# python: 3.12 3.14\n", "env.in:2: Python 3.14 is not supported: choose from 3.11, 3.12, 3.13"),
+        (
+            "# platforms: linux/amd64 windows/amd64\ntqdm\n",
+            "env.in:1: platform windows/amd64 is not supported: choose from linux/amd64, linux/arm64, macos/arm64",
+        ),
+        ("# platforms:\ntqdm\n", "env.in:1: # platforms: name at least one"),
     ],
 )
 def test_a_requirements_input_holds_requirements_only(tmp_path, capsys, text, problem):

@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import tomllib
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -16,6 +17,7 @@ from envkit.cli import main
 from envkit.lock.lockfile import lock_path, read_lock
 from envkit.notebook import builder, embedded
 from envkit.project.config import load_config
+from envkit.support import provenance
 
 COMMITTED = {  # target -> experiments, as envkit.yaml lists them
     "colab-tpu": ["tpu-mnist-single"],
@@ -104,7 +106,11 @@ def test_it_reads_top_to_bottom_and_carries_what_it_runs(config, repo_root, targ
         for cell in notebook.cells
         if cell.source.startswith("%%writefile ")
     }
-    sources = {embedded.HELPER_NAME: embedded.HELPER, "requirements.lock": lock_path(config, target)}
+    sources = {
+        embedded.HELPER_NAME: embedded.HELPER,
+        provenance.FILE_NAME: Path(provenance.__file__),
+        "requirements.lock": lock_path(config, target),
+    }
     recipes = repo_root / "recipes"
     sources.update({f"recipes/{p.relative_to(recipes).as_posix()}": p for p in embedded.recipe_files(recipes, "mnist")})
     sources.update({f"report/{p.relative_to(repo_root).as_posix()}": p for p in embedded.report_files(repo_root)})

@@ -400,3 +400,46 @@ def test_loading_does_not_depend_on_the_working_directory(tmp_path, monkeypatch,
     shutil.copy(repo_root / "envkit.yaml", tmp_path / "envkit.yaml")
     monkeypatch.chdir(tmp_path)
     assert load_config().targets.keys() == load_config(repo_root / "envkit.yaml").targets.keys()
+
+
+def test_image_targets_name_their_platforms(repo_root):
+    config = load_config(repo_root / "envkit.yaml")
+    assert {name: target.platforms for name, target in config.targets.items()} == {
+        "cpu": ("linux/amd64", "linux/arm64"),
+        "cuda": ("linux/amd64",),
+        "tpu-vm": ("linux/amd64",),
+        "colab-tpu": (),
+        "colab-t4": (),
+        "kaggle-tpu": (),
+    }
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        (
+            '{kind: cuda, torch: "2.9.0", cuda: "12.8", platforms: [linux/arm64]}',
+            "targets.t.platforms: linux/arm64: PyPI's aarch64 torch 2.9.0 is the CPU build, so an arm64 cuda image "
+            "would train on the CPU; a cuda target builds for linux/amd64 only",
+        ),
+        (
+            '{kind: tpu-vm, torch: "2.9.0", platforms: [linux/amd64, linux/arm64]}',
+            "targets.t.platforms: linux/arm64: a tpu-vm target builds for linux/amd64 only",
+        ),
+        (
+            '{kind: cpu, torch: "2.9.0", platforms: [linux/riscv64]}',
+            "targets.t.platforms[0]: 'linux/riscv64' is not valid",
+        ),
+        (
+            '{platform: colab, accelerator: T4, torch: "2.9.0", platforms: [linux/amd64]}',
+            "targets.t.platforms: 'platforms' does not apply to a notebook target",
+        ),
+    ],
+)
+def test_a_platform_a_target_cannot_build_for_is_one_line(tmp_path, target, message):
+    assert message in config_error(tmp_path, f"targets:\n  t: {target}\n")
+
+
+def test_a_cpu_target_builds_for_both_architectures_by_default(tmp_path):
+    config = load_config(write_config(tmp_path, 'targets:\n  cpu: {kind: cpu, torch: "2.9.0"}\n'))
+    assert config.targets["cpu"].platforms == ("linux/amd64", "linux/arm64")

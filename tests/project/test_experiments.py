@@ -72,7 +72,7 @@ def test_every_experiment_runs_on_its_kinds_device():
     kinds = load_kinds()
     for entry in TABLE.values():
         assert entry.kind in kinds, entry.name
-        flag = kinds[entry.kind].device_flag
+        flag = ("--device", kinds[entry.kind].device)
         assert entry.args[: len(flag)] == flag, f"{entry.name} does not start with {flag}"
 
 
@@ -162,8 +162,10 @@ def test_experiment_with_python_runs_the_recipes_here(repo_root, monkeypatch, ca
     )
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
     # no host check and no build: the recipe itself, with this interpreter
+    device = load_kinds()[entry.kind].device
     assert lines == [
-        f"/opt/py/bin/python {repo_root}/recipes/{entry.recipe}.py {' '.join(run.argv)} --results-dir /r --epochs 1"
+        f"ENVKIT_RESULTS_DIR=/r ENVKIT_DEVICE={device} "
+        f"/opt/py/bin/python {repo_root}/recipes/{entry.recipe}.py {' '.join(run.argv)} --epochs 1"
         for run in entry.runs
     ]
 
@@ -258,7 +260,7 @@ def test_dry_run_anywhere_before_dashes_is_a_dry_run(repo_root, tmp_path, argv):
         [sys.executable, "-m", "envkit", *argv], cwd=repo_root, capture_output=True, text=True, env=env
     )
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.splitlines()[-1] == "docker/cpu/run.sh mnist --device cpu" + (
+    assert done.stdout.splitlines()[-1] == "ENVKIT_EXPERIMENT=cpu-mnist docker/cpu/run.sh mnist --device cpu" + (
         " --epochs 1" if "--" in argv else ""
     )
 

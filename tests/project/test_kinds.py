@@ -32,7 +32,7 @@ ROCM_KIND = """\
     wheels: cpu
     base_image: python
     keys: []
-    device_flag: [--device, cuda]
+    device: cuda
     host:
       check: devices
       name: rocm
@@ -151,7 +151,7 @@ def test_a_rocm_kind_from_data_and_a_fragment_alone(rocm_project):
     # renders, with the kind's flags in its run.sh
     done = envkit(project, "render", "--all")
     assert done.returncode == 0, done.stderr
-    assert "rendered 12 files for cpu, cuda, tpu-vm, rocm" in done.stdout
+    assert "rendered 16 files for cpu, cuda, tpu-vm, rocm" in done.stdout
     run_sh = project / "docker" / "rocm" / "run.sh"
     dry = subprocess.run(
         [str(run_sh), "mnist", "--device", "cuda"],
@@ -193,7 +193,7 @@ def test_a_rocm_kind_from_data_and_a_fragment_alone(rocm_project):
     assert plan == [
         f"{sys.executable} -m envkit doctor --require rocm",
         f"{sys.executable} -m envkit build rocm",
-        "RESULTS_DIR=/r docker/rocm/run.sh mnist --device cuda --epochs 1",
+        "RESULTS_DIR=/r ENVKIT_EXPERIMENT=rocm-mnist docker/rocm/run.sh mnist --device cuda --epochs 1",
     ]
 
     # is reported by doctor, its device check from the data

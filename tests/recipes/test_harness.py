@@ -50,6 +50,30 @@ def test_common_arguments_defaults():
     )
 
 
+def test_the_run_variables_are_the_defaults_and_the_flags_still_win(monkeypatch, capsys):
+    """Before: run.sh, the engines and the notebooks put --data-dir, --results-dir and --device on the command;
+    now they set ENVKIT_DATA_DIR, ENVKIT_RESULTS_DIR and ENVKIT_DEVICE, and the recipes' flags override them."""
+    monkeypatch.setenv("ENVKIT_DATA_DIR", "/workspace/data")
+    monkeypatch.setenv("ENVKIT_RESULTS_DIR", "/workspace/results")
+    monkeypatch.setenv("ENVKIT_DEVICE", "cuda")
+
+    def parsed(*argv: str):
+        parser = harness.RecipeArgumentParser(prog="demo.py")
+        harness.add_common_arguments(parser, default_epochs=3)
+        args = parser.parse_args(argv)
+        return args.data_dir, args.results_dir, args.device
+
+    assert parsed() == (Path("/workspace/data"), Path("/workspace/results"), "cuda")
+    assert parsed("--device", "cpu", "--results-dir", "r") == (Path("/workspace/data"), Path("r"), "cpu")
+    monkeypatch.setenv("ENVKIT_DEVICE", "gpu")
+    with pytest.raises(SystemExit) as exited:
+        parsed()
+    assert exited.value.code == 2
+    assert (
+        capsys.readouterr().err == "demo.py: error: ENVKIT_DEVICE='gpu' is not a device; give one of cpu, cuda, tpu\n"
+    )
+
+
 def test_run_recipe_turns_recipe_errors_into_exit_2(capsys):
     def main():
         raise harness.RecipeError("what was wrong; what is allowed")

@@ -8,6 +8,7 @@ import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from paths import GOLDEN, REPO_ROOT
@@ -17,7 +18,7 @@ from envkit.lock.lockfile import read_lock
 from envkit.project.config import load_config
 from envkit.render import output as rendered
 from envkit.render import target_files as render
-from envkit.support import atomic
+from envkit.support import atomic, provenance
 
 GOLDEN_TARGETS = ["cpu", "cuda", "tpu-vm", "cpu-local", "tpu-vm-tpu"]
 
@@ -41,7 +42,9 @@ def by_path(files):
 def test_golden_files(golden_config, update_golden, target):
     # Locks are render inputs: tests/golden/<case>/requirements.lock where a case has one.
     files = render.render_targets(golden_config, [target], locks=GOLDEN)
-    assert [file.path.name for file in files] == ["Dockerfile", "run.sh", ".dockerignore"]
+    assert [file.path.name for file in files] == ["Dockerfile", "run.sh", ".dockerignore", "envkit_run.py"]
+    # The run wrapper is copied, not rendered: the module itself, byte for byte.
+    assert files.pop().text == Path(provenance.__file__).read_text(encoding="utf-8")
     if update_golden:
         rendered.write(GOLDEN, files)
     for file in files:
@@ -84,7 +87,7 @@ def test_rendering_is_deterministic(repo_config, tmp_path):
         )
     first = {p.relative_to(tmp_path / "a"): p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}
     second = {p.relative_to(tmp_path / "b"): p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
-    assert first == second and len(first) == 9
+    assert first == second and len(first) == 12
     assert all(b"\r\n" not in content for content in first.values())
 
 
@@ -251,7 +254,7 @@ def test_unwritable_output_even_as_root(repo_config, tmp_path, monkeypatch):
 
 def test_unchanged_files_are_not_rewritten(repo_config, tmp_path):
     files = render.render_targets(repo_config, ["cpu"])
-    assert len(rendered.write(tmp_path, files)) == 3
+    assert len(rendered.write(tmp_path, files)) == 4
     before = {p.name: p.stat().st_ino for p in (tmp_path / "cpu").iterdir()}
     (tmp_path / "cpu" / "run.sh").chmod(0o644)
     assert rendered.write(tmp_path, files) == [tmp_path / "cpu" / "run.sh"]
@@ -319,7 +322,7 @@ def test_render_knows_the_mark_of_every_file_it_or_lock_writes(repo_root):
     """render --all removes only marked files: every file render or `envkit lock` writes carries its mark."""
     from envkit.lock.lockfile import LOCK_FILE
 
-    assert set(rendered.ENVKIT_MARKS) == {*render.FILES, LOCK_FILE}
+    assert set(rendered.ENVKIT_MARKS) == {*render.FILES, provenance.FILE_NAME, LOCK_FILE}
     for name, mark in rendered.ENVKIT_MARKS.items():
         for path in (repo_root / "docker").glob(f"*/{name}"):
             assert mark in path.read_bytes()[:512], path

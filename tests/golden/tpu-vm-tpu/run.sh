@@ -3,12 +3,15 @@
 # change envkit.yaml and run `envkit render`.
 #
 # usage: run.sh RECIPE [RECIPE ARGS...]        e.g. run.sh mnist --epochs 1
-# Runs recipes/RECIPE.py in the image with ./data and ./results mounted, on the image's
-# device (--device tpu) unless the arguments give --device.
+# Runs recipes/RECIPE.py in the image through envkit_run.py (its results file: exit status, wall
+# time, metrics, environment) with ./data and ./results mounted. Nothing is added to its
+# arguments: the locations and the device reach it as ENVKIT_DATA_DIR, ENVKIT_RESULTS_DIR and
+# ENVKIT_DEVICE=tpu (the recipes' defaults for --data-dir, --results-dir, --device).
 # Environment: IMAGE (default envkit-tpu-vm-tpu:latest), DATA_DIR (./data), RESULTS_DIR (./results),
 # SHM_SIZE (16G), DOCKER (docker),
 # NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME (multi-node
 # torchrun: passed into the container when set; NNODES above 1 runs on the host network),
+# ENVKIT_EXPERIMENT (the experiment its results file names; default the recipe),
 # ENVKIT_DRY_RUN=1 (print the docker command instead of running it),
 # ENVKIT_IMAGE_DIGEST (the image's manifest digest for the results; found for name@sha256: and buildah's images).
 set -euo pipefail
@@ -49,18 +52,6 @@ results_dir=$(absolute "${RESULTS_DIR:-./results}")
 read -r -a docker <<<"${DOCKER:-docker}"
 owner="$(id -u):$(id -g)"
 
-# The recipes of envkit's experiments run on this image's device unless their arguments name
-# one (--device tpu: the kind's device flag; a recipe alone would take the CPU).
-recipe_device=()
-case $recipe in
-  cifar | mnist)
-    recipe_device=(--device tpu)
-    for arg in "$@"; do
-      [[ $arg != --device && $arg != --device=* ]] || recipe_device=()
-    done
-    ;;
-esac
-
 # DataLoader workers and NCCL need more than Docker's 64 MB /dev/shm; an empty size
 # shares the host's IPC namespace instead.
 shm_size=${SHM_SIZE:-16G}
@@ -85,11 +76,11 @@ command=(
   # --privileged exposes the TPU chips (/dev/accel*, /dev/vfio); pod slices need the host network.
   # Root inside: the recipe hands what it writes to ENVKIT_RESULTS_OWNER.
   --privileged --net=host "${ipc_args[@]}"
-  -e "ENVKIT_IMAGE=$image" -e ENVKIT_IMAGE_ID -e ENVKIT_IMAGE_DIGEST -e "ENVKIT_RESULTS_OWNER=$owner"
+  -e "ENVKIT_IMAGE=$image" -e ENVKIT_IMAGE_ID -e ENVKIT_IMAGE_DIGEST -e "ENVKIT_RESULTS_OWNER=$owner" -e ENVKIT_EXPERIMENT
   ${multinode_args[@]+"${multinode_args[@]}"}
+  -e ENVKIT_DATA_DIR=/workspace/data -e ENVKIT_RESULTS_DIR=/workspace/results -e ENVKIT_DEVICE=tpu
   -v "$data_dir:/workspace/data" -v "$results_dir:/workspace/results"
-  "$image" python "/opt/envkit/recipes/$recipe.py" --data-dir /workspace/data --results-dir /workspace/results
-  ${recipe_device[@]+"${recipe_device[@]}"} "$@"
+  "$image" python /opt/envkit/envkit_run.py python "/opt/envkit/recipes/$recipe.py" "$@"
 )
 
 if [[ ${ENVKIT_DRY_RUN:-} == 1 ]]; then

@@ -1,0 +1,121 @@
+"""The run wrapper (envkit/support/provenance.py, shipped as envkit_run.py): any command gets its results file."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envkit.support import provenance
+
+WRAPPER = Path(provenance.__file__)
+
+
+def wrapped(tmp_path: Path, *argv: str, **env: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """Run ``argv`` through the wrapper from ``tmp_path`` (the project root); its results files, oldest first."""
+    environment = {"PATH": os.environ["PATH"], "ENVKIT_RESULTS_DIR": str(tmp_path / "results"), **env}
+    done = subprocess.run(
+        [sys.executable, str(WRAPPER), *argv], cwd=tmp_path, env=environment, capture_output=True, text=True
+    )
+    records = [json.loads(path.read_text()) for path in sorted((tmp_path / "results").glob("*.json"))]
+    return done, records
+
+
+def script(tmp_path: Path, body: str) -> str:
+    (tmp_path / "train.py").write_text(body)
+    return "train.py"
+
+
+def test_a_script_that_reports_nothing_still_gets_its_status_wall_time_and_environment(tmp_path):
+    done, (record,) = wrapped(tmp_path, sys.executable, script(tmp_path, "print('hi')\n"), "--epochs", "1")
+    assert done.returncode == 0 and done.stdout == "hi\n"
+    run = record["run"]
+    assert (run["experiment"], run["argv"][1:], run["exit_status"]) == ("train", ["train.py", "--epochs", "1"], 0)
+    assert run["wall_time_s"] >= 0 and record["metrics"] is None and record["series"] == {}
+    environment = record["environment"]
+    assert environment["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert environment["torch"] is not None and any(d.startswith("torch==") for d in environment["distributions"])
+    assert record["run_name"].startswith("train-")
+
+
+def test_a_failed_run_gets_its_results_file_with_its_status(tmp_path):
+    done, (record,) = wrapped(
+        tmp_path, sys.executable, script(tmp_path, "raise SystemExit(3)\n"), ENVKIT_EXPERIMENT="mine"
+    )
+    assert done.returncode == 3 and record["run"]["exit_status"] == 3 and record["run"]["experiment"] == "mine"
+    (tmp_path / "other").mkdir()
+    missing, (record,) = wrapped(tmp_path / "other", "no-such-program-here")
+    assert missing.returncode == 127 and record["run"]["exit_status"] == 127
+    assert missing.stderr == "envkit_run: error: cannot start no-such-program-here: No such file or directory\n"
+
+
+def test_a_dvclive_script_works_unchanged(tmp_path):
+    """dvclive has no variable for its folder (Live(dir="dvclive") under the working directory): read from there."""
+    body = """\
+import json, pathlib
+live = pathlib.Path("dvclive")
+(live / "plots" / "metrics" / "train").mkdir(parents=True)
+(live / "plots" / "metrics" / "train" / "loss.tsv").write_text("timestamp\\tstep\\tloss\\n1\\t0\\t2.5\\n2\\t1\\t1.25\\n")
+(live / "metrics.json").write_text(json.dumps({"step": 1, "train": {"loss": 1.25}, "accuracy": 0.9}))
+"""
+    done, (record,) = wrapped(tmp_path, sys.executable, script(tmp_path, body))
+    assert done.returncode == 0, done.stderr
+    assert record["metrics"] == {"step": 1, "train": {"loss": 1.25}, "accuracy": 0.9}
+    assert record["series"] == {"train/loss": {"step": [0, 1], "value": [2.5, 1.25]}}
+
+
+def test_a_script_may_write_its_metrics_where_envkit_metrics_dir_says(tmp_path):
+    body = "import json, os, pathlib\n(pathlib.Path(os.environ['ENVKIT_METRICS_DIR']) / 'metrics.json').write_text('{\"acc\": 0.5}')\n"
+    done, (record,) = wrapped(tmp_path, sys.executable, script(tmp_path, body))
+    assert done.returncode == 0 and record["metrics"] == {"acc": 0.5}
+
+
+def test_metrics_that_are_not_an_object_are_one_line_and_the_run_keeps_its_record(tmp_path):
+    body = (
+        "import os, pathlib\n(pathlib.Path(os.environ['ENVKIT_METRICS_DIR']) / 'metrics.json').write_text('[1, 2]')\n"
+    )
+    done, (record,) = wrapped(tmp_path, sys.executable, script(tmp_path, body))
+    assert done.returncode == 0 and record["metrics"] is None
+    assert done.stderr.count("\n") == 1 and "holds a list, not an object of metrics" in done.stderr
+
+
+def test_a_program_that_writes_its_own_record_keeps_it_and_gains_the_run_block(tmp_path):
+    """The seed recipes write <results>/<recipe>-<run>.json: the wrapper adds to it rather than writing a second file."""
+    body = "import json, os, pathlib\n(pathlib.Path(os.environ['ENVKIT_RESULTS_DIR']) / 'mnist-cpu.json').write_text(json.dumps({'recipe': 'mnist'}))\n"
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "old.json").write_text('{"recipe": "cifar"}')
+    done, records = wrapped(tmp_path, sys.executable, script(tmp_path, body), "--epochs", "2")
+    assert done.returncode == 0, done.stderr
+    assert sorted(path.name for path in (tmp_path / "results").iterdir()) == ["mnist-cpu.json", "old.json"]
+    assert records[0]["recipe"] == "mnist" and records[0]["run"]["argv"][1:] == ["train.py", "--epochs", "2"]
+    assert records[1] == {"recipe": "cifar"}, "a record of an earlier run is left alone"
+
+
+def test_without_a_command_it_says_how_to_use_it(tmp_path):
+    done, records = wrapped(tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith("usage: envkit_run.py COMMAND") and records == []
+
+
+def test_the_wrapper_needs_the_standard_library_alone():
+    """It runs in images and notebooks where envkit is not installed."""
+    imported = set()
+    for node in ast.walk(ast.parse(WRAPPER.read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            imported.add(node.module.split(".")[0])
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported - set(sys.stdlib_module_names)
+
+
+def test_only_the_first_node_of_a_multi_node_run_records_it(tmp_path):
+    """Engines start the wrapper on every node: one record per run, not one per node."""
+    body = "raise SystemExit(4)\n"
+    done, records = wrapped(tmp_path, sys.executable, script(tmp_path, body), SLURM_NODEID="1")
+    assert done.returncode == 4 and records == [] and not (tmp_path / "results").exists()
+    done, records = wrapped(tmp_path, sys.executable, script(tmp_path, body), SLURM_NODEID="0", NODE_RANK="0")
+    assert done.returncode == 4 and len(records) == 1
