@@ -102,7 +102,12 @@ def _unlocked(args: argparse.Namespace, sources, path: Path) -> int:
     lock_path = requirements_lock_path(args.requirements)
     because = f"{lock_path} does not exist (`envkit lock --requirements {args.requirements}` makes it where its indexes answer)"
     version = make_unlocked_venv(
-        args.requirements, tuple(inputs.python.split()), path, unlocked_because=because, python=args.python, sources=sources
+        args.requirements,
+        tuple(inputs.python.split()),
+        path,
+        unlocked_because=because,
+        python=args.python,
+        sources=sources,
     )
     print(f"made {path} from the pins of {args.requirements} (unlocked: its runs record no lock) with Python {version}")
     return 0

@@ -23,6 +23,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.lock.host_platforms import PLATFORMS, PYTHONS, HostPlatform
 from envkit.lock.lockfile import entry_name, normalise, requirement_entries
+from envkit.support.bounded_load import load_text
 from envkit.support.uv import uv_binary, uv_env
 
 UV_TIMEOUT_S = 300
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for path in args.locks:
             inputs = requirements_inputs(path.with_suffix(".in"))
-            cells = coverage(path.read_text(encoding="utf-8"), manylinux, inputs.torch_index)
+            cells = coverage(load_text(path), manylinux, inputs.torch_index)
             print("\n".join(matrix_lines(path.stem, cells)), flush=True)
             if read_lock(path).wheels != {cell: found.missing for cell, found in cells.items()}:
                 stale.append(str(path))

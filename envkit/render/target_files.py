@@ -73,7 +73,7 @@ def render_targets(config: ProjectConfig, names: list[str], locks: Path | None =
         for filename, (template, mode) in FILES.items():
             text = render_template(env, template.format(kind=target.kind), context)
             files.append(RenderedFile(Path(name) / filename, text, mode))
-        files.append(RenderedFile(Path(name) / provenance.FILE_NAME, WRAPPER.read_text(encoding="utf-8"), 0o644))
+        files.append(RenderedFile(Path(name) / provenance.FILE_NAME, read_text(WRAPPER), 0o644))
     return files
 
 

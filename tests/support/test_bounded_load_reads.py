@@ -26,6 +26,7 @@ PACKAGE = Path(bounded_load.__file__).resolve().parent.parent
 ALLOWED = {
     ("support/bounded_load.py", "open_regular"): "the bounded reader itself",
     ("notebook/runtime.py", "*"): "runs inside a notebook (standard library only): it cannot import envkit",
+    ("support/provenance.py", "*"): "the run wrapper ships beside a command where envkit is not installed",
     ("image/inventory.py", "from_saved_tarball"): "an image tarball (gigabytes) streamed through tarfile, never held",
     ("image/archive.py", "load"): "the image tarball is streamed to the engine after its sha256 was checked",
 }
