@@ -18,7 +18,7 @@ from envkit.errors import EnvkitError
 
 @dataclass(frozen=True)
 class Option:
-    """One engine setting: ``job.options.<name>``, and the flag --<name with '-'>."""
+    """One engine setting: an attribute of the Job's options by its name, and the flag --<name with '-'>."""
 
     name: str
     help: str
