@@ -102,8 +102,7 @@ def print_report(
 ) -> None:
     from envkit.errors import EnvkitError
     from envkit.runs.commands import command_markdown, load_command_runs
-    from envkit.runs.formats import render_report
-    from envkit.runs.report import build_report
+    from envkit.runs.report import build_report, render_report
     from envkit.runs.results import load_results
 
     if plot is not None:

@@ -19,7 +19,7 @@ from envkit.errors import EnvkitError
 HELPER = Path(__file__).with_name("runtime.py")
 HELPER_NAME = "envkit_notebook.py"  # what the notebook imports it as
 # The report the notebook shows is envkit's own (`envkit report --reference` and its plot).
-REPORT_MODULES = ("envkit.runs.formats", "envkit.runs.plot")  # and what they import: report, columns, results
+REPORT_MODULES = ("envkit.runs.report", "envkit.runs.plot", "envkit.runs.results")
 
 
 def _imported_names(root: Path, path: Path) -> frozenset[str]:

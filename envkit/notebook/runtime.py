@@ -493,9 +493,8 @@ def show_report(settings: dict) -> None:
     """envkit's report of every result in ./results: the table (with the published numbers) and its plot."""
     sys.path.insert(0, str(REPORT.resolve()))
     try:
-        from envkit.runs.formats import render_report
         from envkit.runs.plot import write_plot
-        from envkit.runs.report import build_report
+        from envkit.runs.report import build_report, render_report
         from envkit.runs.results import load_results
     except ImportError as exc:
         raise NotebookStop(

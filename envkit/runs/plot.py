@@ -13,8 +13,7 @@ import math
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.runs.columns import COLUMNS, OURS
-from envkit.runs.report import Report, Row, Section
+from envkit.runs.report import COLUMNS, OURS, Report, Row, Section
 from envkit.support.atomic import atomic_stream
 
 INSTALL_HINT = "pip install 'envkit[report]'"

@@ -1,25 +1,28 @@
-"""Group result files into comparison rows: one section per recipe or experiment, each row a configuration.
+"""Group result files into comparison rows and write them as md, csv or json.
 
-The tables follow the published experiments (their numbers: envkit/data/published.yaml): MNIST as E1 (total,
-s/iter, s/epoch, first epoch, accuracy, speed-up) and CIFAR as E2 (train and test s/epoch per parallel mode, per
-model and batch); the runs of an experiment that varies the training itself (E3: batch and learning-rate rule) get a
-section of their own, one row per run. What each section shows is data (envkit/data/report.yaml); its columns
-are envkit.runs.columns, its output formats envkit.runs.formats. Rows are sorted, so the same directory always
-gives the same report.
+The tables follow the published experiments (their numbers: envkit/data/published.yaml):
+MNIST as E1 (total, s/iter, s/epoch, first epoch, accuracy, speed-up) and CIFAR
+as E2 (train and test s/epoch per parallel mode, per model and batch); the runs of
+an experiment that varies the training itself (E3: batch and learning-rate rule)
+get a section of their own, one row per run. What each section shows is data
+(envkit/data/report.yaml); every column is one entry of COLUMNS. Output is a pure function of the input files: rows are sorted and floats
+formatted with fixed precision, so the same directory always gives the same bytes.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import string
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 
 from envkit.errors import EnvkitError
 from envkit.project.datafile import DATA_DIR
-from envkit.project.experiments import run_of
-from envkit.runs.columns import COLUMNS, OURS
+from envkit.project.experiments import experiment, run_of
 from envkit.runs.results import CONFIGURATION_KEYS, ENVIRONMENT_KEYS, RunResult, Stat, results_schema, stat_of
 from envkit.support.bounded_load import load_yaml
 
@@ -31,9 +34,11 @@ UNLABELLED_BACKEND = "torch_xla"
 # processes_per_node follows from the mode, world size and nodes (and version 1 files were upgraded
 # to processes_per_node = world_size, which DP and SPMD runs would not record): rows ignore it.
 ROW_KEYS = tuple(key for key in CONFIGURATION_KEYS if key != "processes_per_node")
+OURS = "ours"
 # A notebook's runs are rows of their own, named by where they ran and on which packages: the same
 # configuration on a runtime's packages and on its lock is the two-notebooks lesson, not one row.
 NOTEBOOK_KEY = "notebook"
+NOT_APPLICABLE = "–"
 
 
 def _data(name: str):
@@ -348,21 +353,21 @@ def environment_letter(index: int) -> str:
     return string.ascii_uppercase[index % 26] + (str(index // 26) if index >= 26 else "")
 
 
-def environments_text(section: Section) -> str:
+def _environments_text(section: Section) -> str:
     """'2 environments that differ in backend (A = ...; B = ...)'."""
     names = report_facts()["environment_facts"]
     differing = [name for index, name in enumerate(names) if len({facts[index] for facts in section.environments}) > 1]
     listed = "; ".join(
         f"{environment_letter(i)} = {describe_environment(facts)}" for i, facts in enumerate(section.environments)
     )
-    return f"{len(section.environments)} environments that differ in {words_and(differing)} ({listed})"
+    return f"{len(section.environments)} environments that differ in {_and(differing)} ({listed})"
 
 
 def _refuse_mixed_environments(sections: list[Section]) -> None:
     for section in sections:
         if section.environments:
             raise EnvkitError(
-                f"--strict: the {section.title} runs come from {environments_text(section)}; "
+                f"--strict: the {section.title} runs come from {_environments_text(section)}; "
                 "report one environment's results, or leave out --strict to compare them marked"
             )
 
@@ -441,5 +446,294 @@ def build_report(
     return Report(sections=ordered, runs=len(results), skipped=skipped, baseline_rule=rule, reference=reference)
 
 
-def words_and(words: list[str]) -> str:
+# ---- columns ----------------------------------------------------------------
+
+
+def _seconds(value: float | None, digits: int = 3) -> str:
+    return NOT_APPLICABLE if value is None else f"{value:.{digits}f}"
+
+
+def _mean_std(stat: Stat | None, digits: int = 3) -> str:
+    if stat is None:
+        return NOT_APPLICABLE
+    if stat.n == 1:  # one sample has no spread worth printing
+        return f"{stat.mean:.{digits}f}"
+    return f"{stat.mean:.{digits}f} ± {stat.std:.{digits}f}"
+
+
+def _accuracy(value: float | None) -> str:
+    return NOT_APPLICABLE if value is None else f"{100 * value:.2f}%"
+
+
+def _optional(value) -> str:
+    return NOT_APPLICABLE if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its markdown header and cell, and its flat (csv/json) keys and values."""
+
+    key: str  # the name report.yaml uses
+    header: str | None  # markdown header ("{speedup}": the recipe's speed-up name); None: csv/json only
+    flat_keys: tuple[str, ...]
+    flat: Callable[[Row], tuple]  # one value per flat key
+    cell: Callable[[Row], str] = lambda row: NOT_APPLICABLE
+    name: str | None = None  # in prose and plot legends (default: the header)
+    from_settings: bool = False  # the results' settings (an experiment section's rows split by it)
+    measure: Callable[[Row], tuple[float, float] | None] | None = (
+        None  # plottable: (value, spread), None if not measured
+    )
+    axis: str | None = None  # the plot's y label for a panel of this column
+
+    @property
+    def short_name(self) -> str:
+        return self.name or self.header or self.key
+
+
+def _setting(key: str, header: str | None = None, name: str | None = None) -> Column:
+    return Column(
+        key,
+        header,
+        (key,),
+        lambda row: (row.configuration.get(key),),
+        lambda row: _optional(row.configuration.get(key)),
+        name,
+    )
+
+
+def _trained(key: str, header: str, name: str | None = None) -> Column:
+    """A training setting of the results' settings, as experiment sections show it (E3: the learning-rate rule)."""
+    return Column(
+        key,
+        header,
+        (key,),
+        lambda row: (row.settings.get(key),),
+        lambda row: _optional(row.settings.get(key)),
+        name,
+        from_settings=True,
+    )
+
+
+def _statistic(
+    key: str, header: str, name: str | None = None, digits: int = 3, axis: str = "seconds per epoch (s)"
+) -> Column:
+    def flat(row: Row) -> tuple:
+        stat = row.stats.get(key)
+        return (_rounded(stat.mean), _rounded(stat.std)) if stat else (None, None)
+
+    def measure(row: Row) -> tuple[float, float] | None:
+        stat = row.stats.get(key)
+        return (stat.mean, stat.std) if stat else None
+
+    return Column(
+        key,
+        header,
+        (f"{key}_mean", f"{key}_std"),
+        flat,
+        lambda row: _mean_std(row.stats.get(key), digits),
+        name,
+        measure=measure,
+        axis=axis,
+    )
+
+
+# In csv/json order; markdown shows report.yaml's columns of each recipe. New flat keys go last so
+# that existing csv columns keep their positions.
+COLUMNS = {
+    column.key: column
+    for column in (
+        Column("source", "source", ("source",), lambda row: (row.source,), lambda row: row.source),
+        Column("recipe", None, ("recipe",), lambda row: (row.recipe,)),
+        _setting("dataset"),
+        Column("configuration", "configuration", ("configuration",), lambda row: (row.label,), lambda row: row.label),
+        _setting("device"),
+        _setting("cores"),
+        _setting("strategy"),
+        _setting("parallel"),
+        _setting("world_size"),
+        _setting("model", "model"),
+        _setting("global_batch", "global batch"),
+        _setting("per_device_batch", "per-device batch"),
+        _setting("image_size", "image px", "image size"),
+        Column(
+            "runs",
+            "runs",
+            ("runs",),
+            lambda row: (row.runs,),
+            lambda row: str(row.runs) if row.source == OURS else NOT_APPLICABLE,
+        ),
+        Column(
+            "total_s",
+            "total s",
+            ("total_s", "total_s_std"),
+            lambda row: (
+                _rounded(row.total_s.mean) if row.total_s else None,
+                _rounded(row.total_s.std) if row.total_s and row.runs > 1 else None,
+            ),
+            lambda row: _mean_std(row.total_s),
+        ),
+        _statistic("iter_s", "s/iter (mean ± std)", "s/iter", digits=4, axis="seconds per iteration (s)"),
+        _statistic("epoch_s", "s/epoch (mean ± std)", "s/epoch"),
+        Column(
+            "first_epoch_s",
+            "first epoch s",
+            ("first_epoch_s",),
+            lambda row: (_rounded(row.first_epoch_s),),
+            lambda row: _seconds(row.first_epoch_s),
+        ),
+        _statistic("steady_epoch_s", "later epochs s/epoch"),
+        _statistic("train_epoch_s", "train s/epoch"),
+        _statistic("test_epoch_s", "test s/epoch"),
+        Column(
+            "test_accuracy",
+            "test accuracy",
+            ("test_accuracy",),
+            lambda row: (_rounded(row.test_accuracy),),
+            lambda row: _accuracy(row.test_accuracy),
+            axis="test accuracy (%)",
+            measure=lambda row: None if row.test_accuracy is None else (100 * row.test_accuracy, 0.0),
+        ),
+        Column(
+            "speedup",
+            "speed-up ({speedup})",
+            ("speedup",),
+            lambda row: (_rounded(row.speedup),),
+            lambda row: NOT_APPLICABLE if row.speedup is None else f"{row.speedup:.2f}×",
+        ),
+        Column("baseline", None, ("baseline",), lambda row: (row.baseline,)),
+        Column(
+            "environment", "environment", ("environment",), lambda row: (row.environment,), lambda row: row.environment
+        ),
+        _setting("nodes"),
+        _setting("backend"),
+        # Which of its section's environments a row ran in, when they differ (A, B, ...; see the note under the table).
+        Column("env", "env", ("env",), lambda row: (row.mark or None,), lambda row: row.mark or NOT_APPLICABLE),
+        # Experiment sections (report.yaml experiments): which run of which experiment, and its training settings.
+        Column("experiment", None, ("experiment",), lambda row: (row.experiment,)),
+        Column("run", "run", ("run",), lambda row: (row.run,), lambda row: _optional(row.run)),
+        _trained("lr_scaling", "lr scaling"),
+        _trained("warmup_epochs", "warm-up epochs"),
+        _trained("effective_lr", "lr", "learning rate"),
+        _trained("epochs", "epochs"),
+    )
+}
+FLAT_FIELDS = tuple(key for column in COLUMNS.values() for key in column.flat_keys)
+
+
+def markdown_columns(section: Section, reference: bool) -> list[Column]:
+    """The columns of a section's table: report.yaml's, plus the source (--reference) and env (marked) columns."""
+    keys = list(section.facts["columns"])
+    if section.environments:  # next to the environment it names
+        keys.insert(keys.index("environment") if "environment" in keys else len(keys), "env")
+    if reference and not section.experiment:
+        keys.insert(0, "source")
+    return [COLUMNS[key] for key in keys]
+
+
+# ---- formatting -------------------------------------------------------------
+
+
+def _md_line(cells: list[str]) -> str:
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _and(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _recipe_intro(section: Section, report: Report) -> list[str]:
+    facts = section.facts
+    metric = COLUMNS[facts["speedup"]["metric"]].short_name
+    within = _and([COLUMNS[key].short_name for key in facts["comparable_by"]])
+    lines = [
+        f"Seconds are wall-clock; s/iter and s/epoch are mean ± std over all iterations/epochs of all runs. "
+        f"Speed-up = baseline {metric} ÷ row {metric}, within the same {within}; baseline: {report.baseline_rule}."
+    ]
+    if report.reference:
+        lines.append('Rows whose source starts with "published" are the published numbers, not measured here.')
+    return lines
+
+
+def _experiment_intro(section: Section) -> list[str]:
+    """What the experiment varies, then each of its runs here with the summary experiments.yaml gives it."""
+    summaries = {run.label: run.summary for run in experiment(section.experiment).runs}
+    shown = list(dict.fromkeys(row.run for row in section.rows))
+    return [
+        f"{section.facts['intro']} Seconds are wall-clock, mean ± std over all epochs of all runs; the test accuracy "
+        f"is the last epoch's. Runs of `{section.experiment}` (envkit/data/experiments.yaml):",
+        "",
+        *(f"- {run}: {summaries[run]}" for run in shown),
+    ]
+
+
+def _section_markdown(section: Section, report: Report) -> list[str]:
+    lines = [f"## {section.title}", ""]
+    lines += _experiment_intro(section) if section.experiment else _recipe_intro(section, report)
+    lines.append("")
+    columns = markdown_columns(section, report.reference)
+    speedup_name = section.facts.get("speedup", {}).get("name")
+    headers = [column.header.format(speedup=speedup_name) for column in columns]
+    lines += [_md_line(headers), _md_line(["---"] * len(headers))]
+    lines += [_md_line([column.cell(row) for column in columns]) for row in section.rows]
+    if section.environments:
+        lines += ["", f"env: these rows ran in {_environments_text(section)}; `--strict` refuses to compare them."]
+    lines.append("")
+    return lines
+
+
+def format_markdown(report: Report) -> str:
+    configurations = sum(1 for section in report.sections for row in section.rows if row.source == OURS)
+    summary = f"{_count(report.runs, 'run')} in {_count(configurations, 'configuration')}"
+    if report.skipped:
+        summary += f"; {_count(report.skipped, 'file')} skipped (see warnings)"
+    lines = ["# envkit comparison report", "", summary + ".", ""]
+    for section in report.sections:
+        lines += _section_markdown(section, report)
+    return "\n".join(lines)
+
+
+def flat_rows(report: Report) -> list[dict]:
+    """One flat record per row, shared by the csv and json formats."""
+    records = []
+    for section in report.sections:
+        for row in section.rows:
+            record = {}
+            for column in COLUMNS.values():
+                record.update(zip(column.flat_keys, column.flat(row)))
+            records.append(record)
+    return records
+
+
+def format_csv(report: Report) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=FLAT_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for record in flat_rows(report):
+        writer.writerow({key: "" if value is None else value for key, value in record.items()})
+    return buffer.getvalue()
+
+
+def format_json(report: Report) -> str:
+    document = {
+        "schema_version": 1,
+        "runs": report.runs,
+        "skipped": report.skipped,
+        "baseline_rule": report.baseline_rule,
+        "rows": flat_rows(report),
+    }
+    return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+FORMATTERS = {"md": format_markdown, "csv": format_csv, "json": format_json}
+
+
+def render_report(report: Report, output_format: str) -> str:
+    return FORMATTERS[output_format](report)
