@@ -41,6 +41,8 @@ ON ?=
 GPUS_PER_NODE ?=
 HOSTS ?=
 LAUNCH_FLAGS ?=
+# make test's extra pytest arguments, e.g. PYTEST_ARGS=tests/test_venv.py for a part of the suite.
+PYTEST_ARGS ?=
 
 ENVKIT := $(VENV)/bin/envkit
 # DRY_RUN=1 on any target prints what would run and runs nothing (make's own --just-print);
@@ -235,5 +237,5 @@ lint: | $(ENVKIT) ## ruff: the linter and the formatter's check (CI runs it)
 	$(VENV)/bin/ruff format --check .
 
 # --durations: what each image build and cluster costs, in every CI log.
-test: | $(ENVKIT) ## the whole test suite, integration tests included
-	$(VENV)/bin/pytest --slow --durations=30
+test: | $(ENVKIT) ## the whole test suite, integration tests included (PYTEST_ARGS: a part of it, more options)
+	$(VENV)/bin/pytest --slow --durations=30 $(PYTEST_ARGS)
