@@ -1,4 +1,4 @@
-"""`envkit experiment NAME [RECIPE ARGS...]`: one experiment of envkit/data/experiments.yaml.
+"""`envkit experiment NAME [RECIPE ARGS...]`: one experiment of the project (envkit.yaml's experiments).
 
 The one mechanism behind `make tpu-mnist`, `make gpu-dp-cifar GPUS=0,1` and `envkit
 compare`: check the host, build the image (cached), run the recipe through
@@ -19,7 +19,7 @@ def register(subparsers) -> None:
     experiment = subparsers.add_parser(
         "experiment",
         help="check the host, build the image (cached) and run one experiment of the table",
-        description="Run one experiment of envkit/data/experiments.yaml (`envkit doctor` lists them): the host check, "
+        description="Run one experiment of the project (envkit.yaml's experiments; `envkit doctor` lists them): the host check, "
         "the cached build of its target's image, then the recipe through docker/<target>/run.sh. envkit's "
         "options may stand anywhere; the recipe's follow '--' and may add to the experiment's own arguments "
         "but not contradict them, e.g. envkit experiment cpu-mnist --dry-run -- --epochs 1. "
@@ -63,7 +63,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from envkit.project.experiments import check_recipe_args, experiment
     from envkit.runs.plans import experiment_gpus, experiment_plan, experiment_target, format_plan, run_in_order
 
-    entry = experiment(args.name)
+    entry = experiment(args.name, args.config)
     if args.python is not None:
         return _run_here(entry, args)
     if args.gpus is not None:
@@ -73,7 +73,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
                 f"--gpus {args.gpus}: {entry.name} runs without GPUs ({entry.kind} experiments take none); "
                 f"drop --gpus (GPUS= for make)"
             )
-    check_recipe_args(entry, args.recipe_args)
+    check_recipe_args(entry, args.recipe_args, args.config)
     config = load_config(args.config)
     target = experiment_target(config, entry, args.target)
     plan = experiment_plan(
@@ -117,7 +117,7 @@ def _run_here(entry, args: argparse.Namespace) -> int:
             f"--python runs {entry.name} here, without an image: leave out {' and '.join(image_only)} "
             "(image runs only; recipe arguments such as --gpus go after '--')"
         )
-    check_recipe_args(entry, args.recipe_args)
+    check_recipe_args(entry, args.recipe_args, args.config)
     plan = local_experiment_plan(
         entry,
         args.python,

@@ -236,6 +236,7 @@ def _notebooks(config_path: Path, selection: str):
     from envkit.notebook import committed
     from envkit.project.config import load_config
     from envkit.project.datafile import DATA_DIR
+    from envkit.project.experiments import table_path
 
     config = load_config(config_path)
     names = [name for name in _selected(config, selection) if name not in config.images]
@@ -243,6 +244,7 @@ def _notebooks(config_path: Path, selection: str):
     # What a notebook embeds beyond envkit's own code (which the memo hashes anyway): the recipes and the locks.
     read = [
         config.path,
+        table_path(config.path),
         *DATA_DIR.iterdir(),
         *(path for path in (config.root / "templates").rglob("*") if path.is_file()),
         *(path for path in (config.root / "recipes").rglob("*.py")),

@@ -25,9 +25,10 @@ from envkit import __version__
 from envkit.errors import EnvkitError
 from envkit.lock.lockfile import LockFile, lock_status
 from envkit.notebook import embedded
+from envkit.notebook.runtime import EXPERIMENTS
 from envkit.project import NOTEBOOKS, kinds
 from envkit.project.config import ProjectConfig, Target
-from envkit.project.experiments import Experiment
+from envkit.project.experiments import Experiment, excerpt
 from envkit.project.experiments import experiment as find_experiment
 from envkit.project.notebook_platforms import accelerator_of, load_platforms
 from envkit.support import provenance
@@ -63,12 +64,10 @@ def notebook_target(config: ProjectConfig, name: str) -> Target:
     return target
 
 
-def fitting_experiment(target: Target, name: str) -> Experiment:
-    from envkit.project.experiments import load_experiments
-
-    experiment = find_experiment(name)
+def fitting_experiment(config: ProjectConfig, target: Target, name: str) -> Experiment:
+    experiment = find_experiment(name, config.path)
     if experiment.kind != target.kind:
-        fitting = [entry.name for entry in load_experiments().values() if entry.kind == target.kind]
+        fitting = [entry.name for entry in config.experiments.values() if entry.kind == target.kind]
         raise EnvkitError(
             f"experiment {name} runs on {experiment.kind}, target {target.name} is {target.kind}; "
             f"its experiments: {', '.join(fitting)}"
@@ -92,7 +91,7 @@ def render_notebook(config: ProjectConfig, experiment_name: str, target_name: st
     from nbformat import v4
 
     target = notebook_target(config, target_name)
-    experiment = fitting_experiment(target, experiment_name)
+    experiment = fitting_experiment(config, target, experiment_name)
     platform, accelerator = accelerator_of(target)
     runtime = platform.runtime_of(accelerator)
     # The one entry into the lock: its status read it, checked it against the config's inputs and holds its text.
@@ -212,8 +211,8 @@ def _embedded_files(
 ) -> dict[str, dict[str, tuple[str, str]]]:
     """group -> notebook path -> (sha256, text), for every file a %%writefile cell writes."""
 
-    def entry(source: Path) -> tuple[str, str]:
-        data = source.read_bytes()
+    def entry(source: Path | str) -> tuple[str, str]:
+        data = source.encode() if isinstance(source, str) else source.read_bytes()
         return hashlib.sha256(data).hexdigest(), data.decode("utf-8")
 
     recipes = embedded.recipe_files(config.root / "recipes", experiment.recipe)
@@ -227,7 +226,10 @@ def _embedded_files(
         },
         "lock": {"requirements.lock": (lock.sha256, lock.text)},
         "recipes": {f"recipes/{path.relative_to(config.root / 'recipes').as_posix()}": entry(path) for path in recipes},
-        "report": {f"report/{path.relative_to(package_parent).as_posix()}": entry(path) for path in report},
+        "report": {
+            **{f"report/{path.relative_to(package_parent).as_posix()}": entry(path) for path in report},
+            f"report/{EXPERIMENTS}": entry(excerpt(config.path, experiment.name)),
+        },
     }
 
 

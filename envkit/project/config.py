@@ -21,6 +21,7 @@ import yaml
 from envkit.errors import EnvkitError
 from envkit.project import DEFAULT_CONFIG, kinds, notebook_platforms, wheels
 from envkit.project.datafile import DATA_DIR
+from envkit.project.experiments import Experiment, load_experiments
 from envkit.project.matrix import Matrix, TorchRelease, load_matrix, minor_of, python_in_range
 from envkit.project.requirement import requirement_name
 from envkit.support.bounded_load import Refused, load_json, parse_yaml, read_text
@@ -133,6 +134,11 @@ class ProjectConfig:
         """The image targets (docker/<target>/): every target but the notebook targets."""
         return {name: target for name, target in self.targets.items() if not target.is_notebook}
 
+    @property
+    def experiments(self) -> dict[str, Experiment]:
+        """The project's experiments (envkit.yaml's experiments, or the file it names)."""
+        return load_experiments(self.path)
+
     def target(self, name: str) -> Target:
         if name not in self.targets:
             raise EnvkitError(f"unknown target {name!r}; targets in {self.path}: {', '.join(self.targets)}")
@@ -148,6 +154,7 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> ProjectConfig:
     root = path.resolve().parent
     matrix = load_matrix()
     targets = {name: _build_target(name, raw, root, matrix, where) for name, raw in data["targets"].items()}
+    load_experiments(path)  # a malformed experiment is bad input to every command that reads the project
     return ProjectConfig(path=path, root=root, source=data.get("source"), targets=targets)
 
 
@@ -391,9 +398,7 @@ def _notebook_runtime(raw: dict[str, Any], at: DocPath, where: _Locator) -> note
 
 
 def _notebook_experiments(names: list[str], kind: str, where: _Locator, at: DocPath) -> tuple[str, ...]:
-    from envkit.project.experiments import load_experiments
-
-    table = load_experiments()
+    table = load_experiments(where.path)
     for index, name in enumerate(names):
         fitting = [entry.name for entry in table.values() if entry.kind == kind]
         if name not in fitting:

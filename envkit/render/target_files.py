@@ -24,6 +24,7 @@ from envkit.lock.lockfile import (
 from envkit.project import kinds
 from envkit.project.config import ProjectConfig, Target
 from envkit.project.datafile import DATA_DIR
+from envkit.project.experiments import table_path
 from envkit.project.requirement import requirement_name
 from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
 from envkit.render.output import RenderedFile
@@ -79,6 +80,7 @@ def files_read(config: ProjectConfig, names: list[str]) -> list[Path]:
     """Every file render_targets reads for ``names``: what the render memo must see unchanged."""
     read = [
         config.path,
+        table_path(config.path),
         *DATA_DIR.iterdir(),
         *(path for path in (config.root / "templates").rglob("*") if path.is_file()),
         WRAPPER,
