@@ -402,8 +402,9 @@ def _notebook_experiments(names: list[str], kind: str, where: _Locator, at: DocP
     for index, name in enumerate(names):
         fitting = [entry.name for entry in table.values() if entry.kind == kind]
         if name not in fitting:
+            choices = f"choose from {', '.join(fitting)}" if fitting else "the project's experiments have none"
             raise EnvkitError(
-                f"{where(at + ('notebooks', index))}: {name!r} is not an experiment of kind {kind}; choose from {', '.join(fitting)}"
+                f"{where(at + ('notebooks', index))}: {name!r} is not an experiment of kind {kind}; {choices}"
             )
     return tuple(names)
 
