@@ -81,7 +81,7 @@ def _runs(name: str, entry: dict) -> tuple[RecipeRun, ...]:
 
 def table_path(config: Path = DEFAULT_CONFIG) -> Path:
     """The file that holds the project's experiments: the config itself, or the file its ``experiments`` names."""
-    return _load(Path(config).resolve())[0]
+    return _loaded(config)[0]
 
 
 def excerpt(config: Path, name: str) -> str:
@@ -89,7 +89,7 @@ def excerpt(config: Path, name: str) -> str:
     what a notebook carries so that its report knows the experiment's runs, and changes only with them."""
     import json
 
-    _, table, raw = _load(Path(config).resolve())
+    _, table, raw = _loaded(config)
     # The kind resolved: a target it names is not in the excerpt.
     entry = {key: value for key, value in raw[name].items() if key != "target"} | {"kind": table[name].kind}
     return json.dumps({"experiments": {name: entry}}) + "\n"  # in the table's order: runs keep theirs
@@ -98,11 +98,27 @@ def excerpt(config: Path, name: str) -> str:
 def load_experiments(config: Path = DEFAULT_CONFIG) -> dict[str, Experiment]:
     """Name -> Experiment of the project whose config is ``config``, in the table's order (empty when it
     has none); a malformed table is one line naming the file and the entry."""
-    return _load(Path(config).resolve())[1]
+    return _loaded(config)[1]
+
+
+def _loaded(config: Path) -> tuple[Path, dict[str, Experiment], dict[str, dict]]:
+    """The table of ``config``, read again whenever the config (or the file it names) changed."""
+    config = Path(config).resolve()
+    path = _load(config, _stamp(config))[0]
+    return _load(config, _stamp(config)) if path == config else _load(config, _stamp(config), _stamp(path))
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return (0, 0)  # absent: reading it says so in one line
+    return (stat.st_mtime_ns, stat.st_size)
 
 
 @cache
-def _load(config: Path) -> tuple[Path, dict[str, Experiment], dict[str, dict]]:
+def _load(config: Path, *stamps: tuple[int, int]) -> tuple[Path, dict[str, Experiment], dict[str, dict]]:
+    """``stamps``: the modification time and size of the files read, so an edited one is read again."""
     data = load_yaml(config)
     data = data if isinstance(data, dict) else {}
     targets = data.get("targets") if isinstance(data.get("targets"), dict) else {}
