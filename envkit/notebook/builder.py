@@ -325,7 +325,7 @@ def _pep723(packages: dict[str, str], python: str) -> str:
 def _markdown(config: ProjectConfig, context: dict) -> dict[str, str]:
     from envkit.render.target_files import render_template, template_environment
 
-    env = template_environment(config.root / "templates")
+    env = template_environment(config.root)
     return {
         name: render_template(env, f"notebook/{name}.md.j2", context).rstrip("\n")
         for name in ("intro", "runtime", "environment", "recipe", "run", "result")

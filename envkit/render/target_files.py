@@ -58,7 +58,7 @@ IMAGE_USER = {"name": "envkit", "id": 10001}
 
 def render_targets(config: ProjectConfig, names: list[str], locks: Path | None = None) -> list[RenderedFile]:
     """The files of each target; ``locks`` holds <target>/requirements.lock (default: docker/ beside the config)."""
-    env = template_environment(config.root / "templates")
+    env = template_environment(config.root)
     files = []
     for name in names:
         target = config.target(name)
@@ -82,7 +82,7 @@ def files_read(config: ProjectConfig, names: list[str]) -> list[Path]:
         config.path,
         table_path(config.path),
         *DATA_DIR.iterdir(),
-        *(path for path in (config.root / "templates").rglob("*") if path.is_file()),
+        *template_files(config.root),
         WRAPPER,
     ]
     for name in names:
@@ -90,11 +90,39 @@ def files_read(config: ProjectConfig, names: list[str]) -> list[Path]:
     return read
 
 
-def template_environment(templates: Path) -> jinja2.Environment:
-    if not templates.is_dir():
-        raise EnvkitError(f"templates directory {templates} not found; it must sit beside the config file")
+def packaged_templates() -> Path:
+    """envkit's own templates: envkit/templates/ in an installed wheel (setup.py puts them there), else the
+    checkout's templates/ beside the envkit package (a source tree or an editable install)."""
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "templates"
+    return installed if installed.is_dir() else package.parent / "templates"
+
+
+def template_dirs(root: Path) -> list[Path]:
+    """Where templates are looked up for the project at ``root``: its own templates/, file by file and only
+    where it exists, before envkit's."""
+    own = root / "templates"
+    packaged = packaged_templates()
+    return [own, packaged] if own.is_dir() and own.resolve() != packaged.resolve() else [packaged]
+
+
+def template_files(root: Path) -> list[Path]:
+    """Every template file a render of the project at ``root`` may read, and where the project would override
+    each (absent is a state the render memo remembers: an override appearing is a change)."""
+    packaged, own = packaged_templates(), root / "templates"
+    names = {
+        path.relative_to(directory) for directory in (packaged, own) for path in directory.rglob("*") if path.is_file()
+    }
+    return sorted({directory / name for directory in (packaged, own) for name in names})
+
+
+def template_environment(root: Path) -> jinja2.Environment:
+    """Jinja over the project's templates/ and then envkit's own (a project overrides them file by file)."""
+    directories = template_dirs(root)
+    if not directories[-1].is_dir():
+        raise EnvkitError(f"envkit's templates are missing at {directories[-1]}: reinstall envkit")
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates)),
+        loader=jinja2.FileSystemLoader([str(directory) for directory in directories]),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
