@@ -21,6 +21,7 @@ import yaml
 from envkit.errors import EnvkitError
 from envkit.project import DEFAULT_CONFIG, kinds, notebook_platforms, wheels
 from envkit.project.datafile import DATA_DIR
+from envkit.project.dependencies import read_dependencies, with_dependencies
 from envkit.project.experiments import Experiment, load_experiments
 from envkit.project.matrix import Matrix, TorchRelease, load_matrix, minor_of, python_in_range
 from envkit.project.requirement import requirement_name
@@ -154,8 +155,37 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> ProjectConfig:
     root = path.resolve().parent
     matrix = load_matrix()
     targets = {name: _build_target(name, raw, root, matrix, where) for name, raw in data["targets"].items()}
+    if "requirements" in data:
+        targets = _with_project_requirements(targets, data, root, where)
     load_experiments(path)  # a malformed experiment is bad input to every command that reads the project
     return ProjectConfig(path=path, root=root, source=data.get("source"), targets=targets)
+
+
+def _with_project_requirements(
+    targets: dict[str, Target], data: dict, root: Path, where: _Locator
+) -> dict[str, Target]:
+    """Every target with the project's requirements (the file ``requirements`` names) among its pip packages,
+    so each target's lock resolves them with its own torch build."""
+    named = data["requirements"]
+    path = (root / named).resolve()
+    if not path.is_relative_to(root):
+        raise EnvkitError(f"{where(('requirements',))}: {named!r} is outside the project; name a file under {root}")
+    dependencies = read_dependencies(path, named)
+    merged = {}
+    for name, target in targets.items():
+        own = data["targets"][name].get("pip_packages", [])
+        at = ("targets", name, "pip_packages")
+        pins = {package: None for package in MATRIX_OWNED} | {
+            "torch": target.torch,
+            "torchvision": target.torchvision,
+            "torch-xla": target.torch_xla,
+            "torch-tpu": target.torch_tpu,
+            **({target.libtpu_package: target.libtpu} if target.libtpu_package else {}),
+        }
+        owned = {requirement_name(r): (r, where(at + (index,))) for index, r in enumerate(own)}
+        packages = with_dependencies(name, pins, target.pip_packages, owned, dependencies)
+        merged[name] = _with_hash(replace(target, pip_packages=packages), root)
+    return merged
 
 
 class _Locator:
