@@ -25,6 +25,7 @@ from envkit.errors import EnvkitError
 
 # command -> module of envkit.cli that registers it (tests/cli/test_cli_commands.py checks both ways).
 COMMANDS = {
+    "init": "init",
     "targets": "render",
     "matrix": "render",
     "render": "render",

@@ -26,7 +26,10 @@ def register(subparsers) -> None:
         "run.sh reads NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, "
         "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME from the environment.",
     )
-    experiment.add_argument("name", metavar="NAME", help="experiment name, e.g. cpu-mnist")
+    experiment.add_argument("name", metavar="NAME", nargs="?", help="experiment name, e.g. cpu-mnist")
+    experiment.add_argument(
+        "--list", action="store_true", help="print the project's experiment names, one a line (what envkit.mk reads)"
+    )
     add_recipe_args(experiment)
     add_config(experiment)
     experiment.add_argument(
@@ -63,6 +66,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from envkit.project.experiments import check_recipe_args, experiment
     from envkit.runs.plans import experiment_gpus, experiment_plan, experiment_target, format_plan, run_in_order
 
+    if args.list or args.name is None:
+        return _list(args)
     entry = experiment(args.name, args.config)
     if args.python is not None:
         return _run_here(entry, args)
@@ -95,6 +100,18 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
     doctor.require(doctor.inspect_host(), entry.kind, experiment_gpus(entry, args.gpus, target.gpus))
     return run_in_order(dataclasses.replace(plan, steps=plan.steps[1:]))
+
+
+def _list(args: argparse.Namespace) -> int:
+    from envkit.errors import EnvkitError
+    from envkit.project.experiments import load_experiments
+
+    if not args.list:
+        raise EnvkitError("name an experiment (envkit experiment --list prints them)")
+    if args.name is not None or args.recipe_args:
+        raise EnvkitError("--list takes no experiment name or recipe arguments")
+    sys.stdout.write("".join(f"{name}\n" for name in load_experiments(args.config)))
+    return 0
 
 
 def _run_here(entry, args: argparse.Namespace) -> int:
