@@ -30,12 +30,13 @@ def tool(tmp_path_factory) -> Path:
     """``bin/envkit`` of a fresh venv holding only the built wheel and its dependencies."""
     work = tmp_path_factory.mktemp("tool")
     source = work / "source"  # a clean copy: the wheel is built from the committed and working files alone
+    skipped = shutil.ignore_patterns(".venv*", ".git", ".cache", "__pycache__", "*.egg-info", "build")
+    # results/ and data/ at the top are runs' output; envkit/data/ is the package's own
+    top = {"results", "data"}
     shutil.copytree(
         REPO,
         source,
-        ignore=shutil.ignore_patterns(
-            ".venv*", ".git", ".cache", "__pycache__", "*.egg-info", "build", "results", "data"
-        ),
+        ignore=lambda folder, names: skipped(folder, names) | (top & set(names) if Path(folder) == REPO else set()),
     )
     built = run(
         [
