@@ -9,13 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import paths
 import pytest
 
 from envkit.cli import main
 from envkit.project.config import load_config
 from envkit.project.experiments import MAKE_TARGETS, load_experiments
 
-EXAMPLE = Path(__file__).resolve().parent / "example_project"
+EXAMPLE = paths.TESTS / "example_project"
 ENVKIT = str(Path(sys.executable).with_name("envkit"))
 
 
@@ -116,12 +117,12 @@ def test_a_requirements_line_no_lock_can_hold_stops_init_before_it_writes(repo, 
 
 
 def test_the_make_include_names_only_targets_no_experiment_may_take():
-    include = (Path(__file__).resolve().parents[1] / "templates" / "init" / "envkit.mk").read_text()
+    include = (paths.REPO_ROOT / "templates" / "init" / "envkit.mk").read_text()
     phony = re.search(r"^\.PHONY: (.*)$", include, re.MULTILINE).group(1).split()
     assert set(phony) - {"$(ENVKIT_EXPERIMENTS)"} <= set(MAKE_TARGETS)
 
 
 def test_the_example_project_holds_nothing_of_this_repository():
-    ours = {hashlib.sha256(p.read_bytes()).hexdigest() for p in (EXAMPLE.parents[1] / "recipes").rglob("*.py")}
+    ours = {hashlib.sha256(p.read_bytes()).hexdigest() for p in (paths.REPO_ROOT / "recipes").rglob("*.py")}
     assert sorted(p.name for p in EXAMPLE.iterdir()) == ["README.md", "requirements.txt", "train.py"]
     assert not {hashlib.sha256(p.read_bytes()).hexdigest() for p in EXAMPLE.iterdir()} & ours

@@ -13,10 +13,11 @@ import sys
 import zipfile
 from pathlib import Path
 
+import paths
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "tests" / "example_project"
+REPO = paths.REPO_ROOT
+EXAMPLE = paths.TESTS / "example_project"
 
 
 def run(argv: list[str], cwd: Path, timeout: int = 900, **env: str) -> subprocess.CompletedProcess:
