@@ -55,10 +55,10 @@ endif
 DRY = $(if $(DRY_RUN),$(if $(wildcard $(ENVKIT)),+))
 DRY_FLAG = $(if $(DRY_RUN),--dry-run)
 CONFIG := envkit.yaml
-# What a rendered file depends on: the config, the templates, envkit's version matrix, kinds and
-# experiments (run.sh gives their recipes the kind's device).
+# What a rendered file depends on: the config (its experiments too: run.sh gives their recipes the
+# kind's device), the templates, envkit's version matrix and kinds.
 RENDER_INPUTS := $(CONFIG) $(wildcard templates/* templates/kinds/*) \
-	$(wildcard envkit/data/matrix.yaml envkit/data/kinds.yaml envkit/data/experiments.yaml)
+	$(wildcard envkit/data/matrix.yaml envkit/data/kinds.yaml)
 MULTINODE := NNODES NODE_RANK RDZV_ENDPOINT RDZV_ID NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME
 # A value quoted for the shell: '...' with each ' written as '\''.
 quote = '$(subst ','\'',$(1))'
@@ -88,7 +88,7 @@ LAUNCH_OPTIONS = --on $(call quote,$(ON)) $(if $(NNODES),--nodes $(call quote,$(
 	$(DRY_FLAG) $(LAUNCH_FLAGS)
 
 # experiment(recipe flags): the experiment named like the make target, as
-# envkit/data/experiments.yaml defines it. `envkit experiment` checks the host, builds
+# envkit.yaml's experiments define it. `envkit experiment` checks the host, builds
 # (cached) and runs it through docker/<target>/run.sh, which creates RESULTS_DIR and
 # DATA_DIR as the caller, so results stay the caller's. The experiment's GPU rule picks
 # the first of GPUS= or all of them. With ON= set, `envkit launch` hands it to that
@@ -180,7 +180,7 @@ build-cuda: $(RENDERED)/cuda | $(ENVKIT) ## build the cuda image
 build-tpu-vm: $(RENDERED)/tpu-vm | $(ENVKIT) ## build the Cloud TPU VM image
 	$(ENVKIT) build tpu-vm $(BUILD_FLAGS)
 
-# The experiments: one line each, as envkit/data/experiments.yaml lists them (its summary is
+# The experiments: one line each, as envkit.yaml's experiments list them (its summary is
 # the help text); tests/project/test_experiments.py fails when the two disagree.
 tpu-mnist: $(RENDERED)/tpu-vm | $(ENVKIT) ## MNIST on every TPU core of a TPU VM, one replica per core
 	$(call experiment,$(MNIST_FLAGS))

@@ -1,4 +1,4 @@
-"""`envkit experiment NAME [RECIPE ARGS...]`: one experiment of envkit/data/experiments.yaml.
+"""`envkit experiment NAME [RECIPE ARGS...]`: one experiment of the project (envkit.yaml's experiments).
 
 The one mechanism behind `make tpu-mnist`, `make gpu-dp-cifar GPUS=0,1` and `envkit
 compare`: check the host, build the image (cached), run the recipe through
@@ -18,14 +18,17 @@ def register(subparsers) -> None:
     experiment = subparsers.add_parser(
         "experiment",
         help="check the host, build the image (cached) and run one experiment of the table",
-        description="Run one experiment of envkit/data/experiments.yaml (`envkit doctor` lists them): the host check, "
+        description="Run one experiment of the project (envkit.yaml's experiments; `envkit doctor` lists them): the host check, "
         "the cached build of its target's image, then the recipe through docker/<target>/run.sh. envkit's "
         "options may stand anywhere; the recipe's follow '--' and may add to the experiment's own arguments "
         "but not contradict them, e.g. envkit experiment cpu-mnist --dry-run -- --epochs 1. "
         "run.sh reads NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, "
         "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME from the environment.",
     )
-    experiment.add_argument("name", metavar="NAME", help="experiment name, e.g. cpu-mnist")
+    experiment.add_argument("name", metavar="NAME", nargs="?", help="experiment name, e.g. cpu-mnist")
+    experiment.add_argument(
+        "--list", action="store_true", help="print the project's experiment names, one a line (what envkit.mk reads)"
+    )
     add_recipe_args(experiment)
     add_config(experiment)
     experiment.add_argument(
@@ -64,7 +67,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from envkit.project.experiments import check_recipe_args, experiment
     from envkit.runs.plans import experiment_gpus, experiment_plan, experiment_target, format_plan, run_in_order
 
-    entry = experiment(args.name)
+    if args.list or args.name is None:
+        return _list(args)
+    entry = experiment(args.name, args.config)
     if args.python is not None:
         return _run_here(entry, args)
     if args.gpus is not None:
@@ -74,7 +79,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
                 f"--gpus {args.gpus}: {entry.name} runs without GPUs ({entry.kind} experiments take none); "
                 f"drop --gpus (GPUS= for make)"
             )
-    check_recipe_args(entry, args.recipe_args)
+    check_recipe_args(entry, args.recipe_args, args.config)
     config = load_config(args.config)
     target = experiment_target(config, entry, args.target)
     plan = experiment_plan(
@@ -98,6 +103,18 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return run_in_order(dataclasses.replace(plan, steps=plan.steps[1:]))
 
 
+def _list(args: argparse.Namespace) -> int:
+    from envkit.errors import EnvkitError
+    from envkit.project.experiments import load_experiments
+
+    if not args.list:
+        raise EnvkitError("name an experiment (envkit experiment --list prints them)")
+    if args.name is not None or args.recipe_args:
+        raise EnvkitError("--list takes no experiment name or recipe arguments")
+    sys.stdout.write("".join(f"{name}\n" for name in load_experiments(args.config)))
+    return 0
+
+
 def _run_here(entry, args: argparse.Namespace) -> int:
     """--python: the experiment's runs with that interpreter on this host, in order; no host check, no build."""
     from envkit.errors import EnvkitError
@@ -118,7 +135,7 @@ def _run_here(entry, args: argparse.Namespace) -> int:
             f"--python runs {entry.name} here, without an image: leave out {' and '.join(image_only)} "
             "(image runs only; recipe arguments such as --gpus go after '--')"
         )
-    check_recipe_args(entry, args.recipe_args)
+    check_recipe_args(entry, args.recipe_args, args.config)
     if not args.dry_run:  # a dry run shows the plan whether or not the interpreter is there yet (make DRY_RUN=1)
         from envkit.host.venv import check_interpreter
 

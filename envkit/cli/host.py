@@ -59,7 +59,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.gpus:
         doctor.parse_gpus(args.gpus, len(facts.gpus) if facts.gpus else None)
     if args.json:
-        print(json.dumps(doctor.as_json(facts), indent=2, sort_keys=True))
+        print(json.dumps(doctor.as_json(facts, args.config), indent=2, sort_keys=True))
     else:
-        print(doctor.format_report(facts))
+        print(doctor.format_report(facts, args.config))
     return 0

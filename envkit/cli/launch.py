@@ -33,7 +33,9 @@ def register(subparsers) -> None:
         "come from the table), e.g. "
         "envkit launch gpu-ddp-cifar --on slurm --nodes 2 --gpus-per-node 4 -- --epochs 1",
     )
-    launch.add_argument("experiment", help="experiment name from envkit/data/experiments.yaml, e.g. gpu-ddp-cifar")
+    launch.add_argument(
+        "experiment", help="an experiment of the project (envkit.yaml's experiments), e.g. gpu-ddp-cifar"
+    )
     add_recipe_args(launch)
     launch.add_argument(
         "--on",
@@ -153,7 +155,7 @@ def build(args):
     from envkit.project.experiments import experiment as find_experiment
     from envkit.runs.plans import experiment_target
 
-    experiment = find_experiment(args.experiment)
+    experiment = find_experiment(args.experiment, args.config)
     config = load_config(args.config)
     target = experiment_target(config, experiment, args.target)
     tarball = Path(args.image_tarball) if args.image_tarball else None
@@ -177,6 +179,7 @@ def build(args):
         rdzv_port=args.rdzv_port,
         env=tuple(args.env),
         options=engine_options(vars(args)),
+        config=args.config,
     )
     return job, render_job(args.on, job, args.output or Path("jobs"))
 

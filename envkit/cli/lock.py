@@ -24,10 +24,10 @@ def register(subparsers) -> None:
     which.add_argument("--all", action="store_true", help="lock every target in the config")
     which.add_argument(
         "--requirements",
-        metavar="FILE.in",
+        metavar="FILE",
         type=Path,
         nargs="+",
-        help="lock host environments instead: each requirements/<name>.in into <name>.lock beside it "
+        help="lock host environments instead: each requirements file (requirements/<name>.in, requirements.txt) into <name>.lock beside it "
         "(one universal lock for Linux x86-64 and aarch64 and macOS 14+ arm64 on Python 3.11-3.13, checked on each, the default index; torch==X+cpu from PyTorch's CPU index), "
         "what make venv / xla-env / tpu-env / sky-env install",
     )

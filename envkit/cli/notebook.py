@@ -19,7 +19,7 @@ def register(subparsers) -> None:
         "target's lock (hash-checked), the recipe's files embedded with their sha256, the run, and envkit's report. "
         "Committed notebooks (the targets' `notebooks` lists) are written and checked by envkit render --all.",
     )
-    notebook.add_argument("experiment", help="experiment name from envkit/data/experiments.yaml, e.g. tpu-mnist")
+    notebook.add_argument("experiment", help="an experiment of the project (envkit.yaml's experiments), e.g. tpu-mnist")
     notebook.add_argument(
         "--target", required=True, metavar="NAME", help="a notebook target of the config, e.g. colab-tpu"
     )
@@ -58,7 +58,7 @@ def cmd_notebook(args: argparse.Namespace) -> int:
     packages = "runtime" if args.use_runtime else "lock"
     if args.colab_link:
         target = builder.notebook_target(config, args.target)
-        builder.fitting_experiment(target, args.experiment)
+        builder.fitting_experiment(config, target, args.experiment)
         if target.platform != "colab":
             raise EnvkitError(f"--colab-link: target {target.name} runs on {target.platform}, not colab")
         path = builder.notebook_path(target.name, args.experiment, packages)

@@ -236,6 +236,8 @@ def _notebooks(config_path: Path, selection: str):
     from envkit.notebook import committed
     from envkit.project.config import load_config
     from envkit.project.datafile import DATA_DIR
+    from envkit.project.experiments import table_path
+    from envkit.render.target_files import template_files
 
     config = load_config(config_path)
     names = [name for name in _selected(config, selection) if name not in config.images]
@@ -243,8 +245,9 @@ def _notebooks(config_path: Path, selection: str):
     # What a notebook embeds beyond envkit's own code (which the memo hashes anyway): the recipes and the locks.
     read = [
         config.path,
+        table_path(config.path),
         *DATA_DIR.iterdir(),
-        *(path for path in (config.root / "templates").rglob("*") if path.is_file()),
+        *template_files(config.root),
         *(path for path in (config.root / "recipes").rglob("*.py")),
         *(lock_path(config, name) for name in names),
     ]

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from envkit.cli.options import add_config, directory_option
+from envkit.project import DEFAULT_CONFIG
 
 
 def register(subparsers) -> None:
@@ -22,6 +23,7 @@ def register(subparsers) -> None:
         help="directory the recipes wrote results JSON into (its *.json files, not subdirectories)",
     )
     _add_report_options(report)
+    add_config(report)
     report.set_defaults(func=cmd_report)
 
     compare = subparsers.add_parser(
@@ -102,6 +104,7 @@ def print_report(
     reference: bool = False,
     baseline: str | None = None,
     strict: bool = False,
+    config: Path = DEFAULT_CONFIG,
 ) -> None:
     from envkit.errors import EnvkitError
     from envkit.runs.commands import command_markdown, load_command_runs
@@ -144,7 +147,9 @@ def print_report(
         )
     for warning in warnings:
         print(f"envkit: warning: {warning}", file=sys.stderr)
-    report = build_report(results, skipped=skipped, baseline=baseline, reference=reference, strict=strict)
+    report = build_report(
+        results, skipped=skipped, baseline=baseline, reference=reference, strict=strict, config=config
+    )
     sys.stdout.write(render_report(report, output_format))
     sys.stdout.flush()
     if plot is not None:
@@ -165,15 +170,15 @@ def _require_matplotlib() -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    print_report(args.results_dir, args.format, args.plot, args.reference, args.baseline, args.strict)
+    print_report(args.results_dir, args.format, args.plot, args.reference, args.baseline, args.strict, args.config)
     return 0
 
 
-def _host_facts():
+def _host_facts(config: Path):
     from envkit.host.doctor import inspect_host, runnable_experiments
 
     facts = inspect_host()
-    return facts, runnable_experiments(facts)
+    return facts, runnable_experiments(facts, config)
 
 
 def _check_project(config: Path) -> None:
@@ -205,7 +210,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _check_project(args.config)
     if args.plot is not None and not args.dry_run:
         _require_matplotlib()
-    facts, runnable = _host_facts()
+    facts, runnable = _host_facts(args.config)
     plan = compare_plan(
         args.results_dir,
         epochs=args.epochs,
@@ -225,7 +230,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     _check_project(args.config)
     if not args.dry_run:  # the demo ends with a plot
         _require_matplotlib()
-    facts, _ = _host_facts()
+    facts, _ = _host_facts(args.config)
     plan = demo_plan(
         args.results_dir, config=args.config, facts=facts, use_docker=not args.no_docker, base_image=args.base_image
     )

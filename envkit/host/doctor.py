@@ -3,7 +3,7 @@
 `envkit doctor`, `envkit experiment`'s pre-build check and `envkit compare` all ask
 these functions, so "can this host run gpu-dp-cifar?" has one answer everywhere.
 Which device each kind needs is data (envkit/data/kinds.yaml, its `host` entry);
-the experiments come from envkit/data/experiments.yaml.
+the experiments come from the project's table (envkit.yaml's experiments).
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import shutil
 import socket
 import subprocess
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.project import kinds
-from envkit.project.experiments import by_kind
+from envkit.project import DEFAULT_CONFIG, kinds
+from envkit.project.experiments import Experiment, by_kind
 from envkit.project.kinds import HostCheck
 from envkit.support.docker_client import connect_docker
 
@@ -189,9 +190,14 @@ def kind_problem(facts: HostFacts, kind: str) -> str | None:
     return facts.docker_error or device_problem(facts, kind)
 
 
-def runnable_experiments(facts: HostFacts) -> list[str]:
+def _experiments(config: Path) -> list[Experiment]:
+    """The project's experiments, cheap kinds first as kinds.yaml lists them; none outside a project."""
+    return by_kind(kinds.names(), config) if config.is_file() else []
+
+
+def runnable_experiments(facts: HostFacts, config: Path = DEFAULT_CONFIG) -> list[str]:
     """The experiments this host can run in their images: cheap kinds first, as kinds.yaml lists them."""
-    return [entry.name for entry in by_kind(kinds.names()) if kind_problem(facts, entry.kind) is None]
+    return [entry.name for entry in _experiments(config) if kind_problem(facts, entry.kind) is None]
 
 
 def parse_gpus(text: str, available: int | None = None) -> list[int] | None:
@@ -234,7 +240,7 @@ def row_problem(facts: HostFacts, kind: str) -> str | None:
     return problem
 
 
-def format_report(facts: HostFacts) -> str:
+def format_report(facts: HostFacts, config: Path = DEFAULT_CONFIG) -> str:
     lines = [
         f"docker engine   {facts.docker_version or 'none'}" + (f": {facts.docker_error}" if facts.docker_error else ""),
         *_builder_lines(facts.builders),
@@ -251,7 +257,7 @@ def format_report(facts: HostFacts) -> str:
         "",
         "make targets on this host:",
     ]
-    for entry in by_kind(kinds.names()):
+    for entry in _experiments(config):
         problem = row_problem(facts, entry.kind)
         lines.append(f"  {'yes' if problem is None else 'no ':4}{entry.name:18}{'' if problem is None else problem}")
     return "\n".join(lines)
@@ -271,9 +277,9 @@ def _builder_lines(builders: list[Builder]) -> list[str]:
     return lines
 
 
-def as_json(facts: HostFacts) -> dict:
+def as_json(facts: HostFacts, config: Path = DEFAULT_CONFIG) -> dict:
     """doctor --json: the facts, each kind's device files as <name>_devices (e.g. tpu_devices)."""
     record = asdict(facts)
     for name, files in record.pop("devices").items():
         record[f"{name}_devices"] = files
-    return {**record, "runnable": runnable_experiments(facts)}
+    return {**record, "runnable": runnable_experiments(facts, config)}

@@ -1,6 +1,6 @@
 """One job description for every engine (torchx's AppDef in spirit).
 
-``build_job`` turns an experiment from envkit/data/experiments.yaml, the config's
+``build_job`` turns an experiment of the project (envkit.yaml's experiments), the config's
 target of the same kind and the command-line choices into a frozen ``Job``, and
 refuses (one line, exit 2) anything no engine could run: the renderers in this
 package only translate a valid Job into each engine's own form.
@@ -16,6 +16,7 @@ from typing import Any
 
 from envkit.errors import EnvkitError
 from envkit.lock.base_digest import split_reference
+from envkit.project import DEFAULT_CONFIG
 from envkit.project.experiments import check_recipe_args
 from envkit.project.kinds import kind as target_kind
 from envkit.support import provenance
@@ -238,6 +239,7 @@ def build_job(
     rdzv_port: int = DEFAULT_RDZV_PORT,
     env: tuple[str, ...] = (),
     options: EngineOptions = EngineOptions(),
+    config: Path = DEFAULT_CONFIG,
 ) -> Job:
     if engine not in ENGINE_KINDS:
         raise EnvkitError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
@@ -263,7 +265,7 @@ def build_job(
     if gpus_per_node is None:
         gpus_per_node = 0 if experiment.gpus == "none" else 1
     check_gpus(experiment, gpus_per_node)
-    check_recipe_args(experiment, extra_args)
+    check_recipe_args(experiment, extra_args, config)
     processes = _processes_per_node(experiment, gpus_per_node, nproc_per_node)
     name = name or experiment.name
     _check_name(engine, name)

@@ -84,9 +84,9 @@ def prepare(
     from envkit.project.experiments import experiment as find_experiment
     from envkit.project.notebook_platforms import accelerator_of
 
-    entry = find_experiment(experiment)
+    entry = find_experiment(experiment, config.path)
     target = _kaggle_target(config, entry, target_name)
-    fitting_experiment(target, entry.name)
+    fitting_experiment(config, target, entry.name)
     owner = owner or _configured_owner()
     if owner is None:
         raise EnvkitError("name the Kaggle account the notebook goes to: --kaggle-user NAME (or KAGGLE_USERNAME)")

@@ -276,8 +276,8 @@ def _requirement_list(path: Path) -> tuple[list[str], list[str], list[str]]:
         raise EnvkitError(f"cannot read {path}: {exc.strerror or exc}") from None
     except Refused as exc:
         raise EnvkitError(exc.at(path)) from None
-    if path.suffix != ".in":
-        raise EnvkitError(f"{path}: a requirements input ends in .in (its lock is written beside it as .lock)")
+    if path.suffix == ".lock":
+        raise EnvkitError(f"{path}: this is a lock; give the requirements it is made from (a .in or .txt file)")
     found = []
     platforms, pythons = list(PLATFORMS), list(PYTHONS)
     for number, line in enumerate(text.splitlines(), start=1):

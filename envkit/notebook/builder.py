@@ -25,9 +25,10 @@ from envkit import __version__
 from envkit.errors import EnvkitError
 from envkit.lock.lockfile import LockFile, lock_status
 from envkit.notebook import embedded
+from envkit.notebook.runtime import EXPERIMENTS
 from envkit.project import NOTEBOOKS, kinds
 from envkit.project.config import ProjectConfig, Target
-from envkit.project.experiments import Experiment
+from envkit.project.experiments import Experiment, excerpt
 from envkit.project.experiments import experiment as find_experiment
 from envkit.project.notebook_platforms import accelerator_of, load_platforms
 from envkit.support import provenance
@@ -64,12 +65,10 @@ def notebook_target(config: ProjectConfig, name: str) -> Target:
     return target
 
 
-def fitting_experiment(target: Target, name: str) -> Experiment:
-    from envkit.project.experiments import load_experiments
-
-    experiment = find_experiment(name)
+def fitting_experiment(config: ProjectConfig, target: Target, name: str) -> Experiment:
+    experiment = find_experiment(name, config.path)
     if experiment.kind != target.kind:
-        fitting = [entry.name for entry in load_experiments().values() if entry.kind == target.kind]
+        fitting = [entry.name for entry in config.experiments.values() if entry.kind == target.kind]
         raise EnvkitError(
             f"experiment {name} runs on {experiment.kind}, target {target.name} is {target.kind}; "
             f"its experiments: {', '.join(fitting)}"
@@ -93,7 +92,7 @@ def render_notebook(config: ProjectConfig, experiment_name: str, target_name: st
     from nbformat import v4
 
     target = notebook_target(config, target_name)
-    experiment = fitting_experiment(target, experiment_name)
+    experiment = fitting_experiment(config, target, experiment_name)
     platform, accelerator = accelerator_of(target)
     runtime = platform.runtime_of(accelerator)
     # The one entry into the lock: its status read it, checked it against the config's inputs and holds its text.
@@ -213,8 +212,8 @@ def _embedded_files(
 ) -> dict[str, dict[str, tuple[str, str]]]:
     """group -> notebook path -> (sha256, text), for every file a %%writefile cell writes."""
 
-    def entry(source: Path) -> tuple[str, str]:
-        text = load_text(source)
+    def entry(source: Path | str) -> tuple[str, str]:
+        text = source if isinstance(source, str) else load_text(source)
         return hashlib.sha256(text.encode("utf-8")).hexdigest(), text
 
     recipes = embedded.recipe_files(config.root / "recipes", experiment.recipe)
@@ -228,7 +227,10 @@ def _embedded_files(
         },
         "lock": {"requirements.lock": (lock.sha256, lock.text)},
         "recipes": {f"recipes/{path.relative_to(config.root / 'recipes').as_posix()}": entry(path) for path in recipes},
-        "report": {f"report/{path.relative_to(package_parent).as_posix()}": entry(path) for path in report},
+        "report": {
+            **{f"report/{path.relative_to(package_parent).as_posix()}": entry(path) for path in report},
+            f"report/{EXPERIMENTS}": entry(excerpt(config.path, experiment.name)),
+        },
     }
 
 
@@ -324,7 +326,7 @@ def _pep723(packages: dict[str, str], python: str) -> str:
 def _markdown(config: ProjectConfig, context: dict) -> dict[str, str]:
     from envkit.render.target_files import render_template, template_environment
 
-    env = template_environment(config.root / "templates")
+    env = template_environment(config.root)
     return {
         name: render_template(env, f"notebook/{name}.md.j2", context).rstrip("\n")
         for name in ("intro", "runtime", "environment", "recipe", "run", "result")

@@ -53,6 +53,7 @@ VENV = Path("venv")
 RESULTS = Path("results")
 DATA = Path("data")
 REPORT = Path("report")  # envkit's report code, embedded: imported from here
+EXPERIMENTS = "experiments.json"  # the notebook's experiment as the project defines it, beside the report code
 RUNTIME_PACKAGES = ("torch", "torch_xla", "libtpu")
 
 
@@ -511,7 +512,7 @@ def show_report(settings: dict) -> None:
         results, warnings = load_results(RESULTS)
         for warning in warnings:
             print(f"warning: {warning}")
-        report = build_report(results, reference=True)
+        report = build_report(results, reference=True, config=REPORT / EXPERIMENTS)
         picture = RESULTS / "comparison.png"
         write_plot(report, picture)
     except Exception as exc:  # envkit's own one-line errors (EnvkitError), from the embedded copy

@@ -21,6 +21,8 @@ import yaml
 from envkit.errors import EnvkitError
 from envkit.project import DEFAULT_CONFIG, kinds, notebook_platforms, wheels
 from envkit.project.datafile import DATA_DIR
+from envkit.project.dependencies import read_dependencies, with_dependencies
+from envkit.project.experiments import Experiment, load_experiments
 from envkit.project.matrix import Matrix, TorchRelease, load_matrix, minor_of, python_in_range
 from envkit.project.requirement import requirement_name
 from envkit.support.bounded_load import Refused, load_json, parse_yaml, read_text
@@ -133,6 +135,11 @@ class ProjectConfig:
         """The image targets (docker/<target>/): every target but the notebook targets."""
         return {name: target for name, target in self.targets.items() if not target.is_notebook}
 
+    @property
+    def experiments(self) -> dict[str, Experiment]:
+        """The project's experiments (envkit.yaml's experiments, or the file it names)."""
+        return load_experiments(self.path)
+
     def target(self, name: str) -> Target:
         if name not in self.targets:
             raise EnvkitError(f"unknown target {name!r}; targets in {self.path}: {', '.join(self.targets)}")
@@ -148,7 +155,37 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> ProjectConfig:
     root = path.resolve().parent
     matrix = load_matrix()
     targets = {name: _build_target(name, raw, root, matrix, where) for name, raw in data["targets"].items()}
+    if "requirements" in data:
+        targets = _with_project_requirements(targets, data, root, where)
+    load_experiments(path)  # a malformed experiment is bad input to every command that reads the project
     return ProjectConfig(path=path, root=root, source=data.get("source"), targets=targets)
+
+
+def _with_project_requirements(
+    targets: dict[str, Target], data: dict, root: Path, where: _Locator
+) -> dict[str, Target]:
+    """Every target with the project's requirements (the file ``requirements`` names) among its pip packages,
+    so each target's lock resolves them with its own torch build."""
+    named = data["requirements"]
+    path = (root / named).resolve()
+    if not path.is_relative_to(root):
+        raise EnvkitError(f"{where(('requirements',))}: {named!r} is outside the project; name a file under {root}")
+    dependencies = read_dependencies(path, named)
+    merged = {}
+    for name, target in targets.items():
+        own = data["targets"][name].get("pip_packages", [])
+        at = ("targets", name, "pip_packages")
+        pins = {package: None for package in MATRIX_OWNED} | {
+            "torch": target.torch,
+            "torchvision": target.torchvision,
+            "torch-xla": target.torch_xla,
+            "torch-tpu": target.torch_tpu,
+            **({target.libtpu_package: target.libtpu} if target.libtpu_package else {}),
+        }
+        owned = {requirement_name(r): (r, where(at + (index,))) for index, r in enumerate(own)}
+        packages = with_dependencies(name, pins, target.pip_packages, owned, dependencies)
+        merged[name] = _with_hash(replace(target, pip_packages=packages), root)
+    return merged
 
 
 class _Locator:
@@ -389,14 +426,13 @@ def _notebook_runtime(raw: dict[str, Any], at: DocPath, where: _Locator) -> note
 
 
 def _notebook_experiments(names: list[str], kind: str, where: _Locator, at: DocPath) -> tuple[str, ...]:
-    from envkit.project.experiments import load_experiments
-
-    table = load_experiments()
+    table = load_experiments(where.path)
     for index, name in enumerate(names):
         fitting = [entry.name for entry in table.values() if entry.kind == kind]
         if name not in fitting:
+            choices = f"choose from {', '.join(fitting)}" if fitting else "the project's experiments have none"
             raise EnvkitError(
-                f"{where(at + ('notebooks', index))}: {name!r} is not an experiment of kind {kind}; choose from {', '.join(fitting)}"
+                f"{where(at + ('notebooks', index))}: {name!r} is not an experiment of kind {kind}; {choices}"
             )
     return tuple(names)
 

@@ -17,9 +17,13 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 def load_checked(path: Path, schema_path: Path, load: Callable[[Path], Any] = load_yaml) -> Any:
     """The document at ``path`` (YAML, or what ``load`` reads); a malformed table is one line naming where."""
     data = load(path)
-    schema = load_bytes(schema_path)
-    schema_checked(schema, data, lambda: _validate(path, load_json(schema_path), data))
+    check(path, schema_path, data)
     return data
+
+
+def check(path: Path, schema_path: Path, data: Any) -> None:
+    """Check ``data``, read from ``path``, against the JSON Schema at ``schema_path``: one line naming where."""
+    schema_checked(load_bytes(schema_path), data, lambda: _validate(path, load_json(schema_path), data))
 
 
 def _validate(path: Path, schema: dict, data: Any) -> None:

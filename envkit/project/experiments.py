@@ -1,21 +1,29 @@
-"""The experiments table (envkit/data/experiments.yaml) as frozen records.
+"""A project's experiments (envkit.yaml's ``experiments``, or the YAML file it names) as frozen records.
 
 Every place that names an experiment (make targets, doctor, compare, demo, launch,
-the README table, the report's experiment sections) reads this one table, so adding
-an experiment is one entry there.
+notebooks, the README table, the report's experiment sections) reads this one table, so
+adding an experiment is one entry there. envkit itself ships no experiments: this
+repository's seed experiments are its own project's (experiments.yaml at its top level).
+An experiment runs a ``command`` (an argv list, from the project root) or, the seed
+form, a ``recipe`` (recipes/<recipe>.py with envkit's recipe flags).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.project.datafile import DATA_DIR, load_checked
+from envkit.project import DEFAULT_CONFIG, kinds
+from envkit.project.datafile import DATA_DIR, check, load_checked
+from envkit.support.bounded_load import load_yaml
 
-TABLE_PATH = DATA_DIR / "experiments.yaml"
 SCHEMA_PATH = DATA_DIR / "experiments.schema.json"
+# The make include's own targets (and `build-<target>`): an experiment named like one would
+# be shadowed by it, or shadow it, in `make NAME`.
+MAKE_TARGETS = ("help", "render", "lock", "doctor", "compare", "demo", "report", "venv", "test", "lint", "clean")
+MAKE_TARGET_PREFIXES = ("build-",)
 
 
 @dataclass(frozen=True)
@@ -40,7 +48,7 @@ class Experiment:
     summary: str
     title: str  # a run on this host in compare and demo: {gpus} and {processes} are filled in
     kind: str
-    recipe: str
+    recipe: str | None  # recipes/<recipe>.py (the seed form), or None for a command
     args: tuple[str, ...]
     gpus: str  # "none" | "first" | "all"
     scale: str  # "single" | "torchrun" | "tpu-pod"
@@ -48,6 +56,9 @@ class Experiment:
     image_title: str | None = None  # the demo's run in the image
     defaults: tuple[str, ...] = ()  # recipe arguments the user may change (its size)
     runs: tuple[RecipeRun, ...] = ()  # one, or the table's runs in order (E3: a batch and learning-rate rule each)
+    command: tuple[str, ...] | None = None  # an argv run from the project root, or None for a recipe
+    env: dict[str, str] = field(default_factory=dict)  # environment variables it runs with
+    target: str | None = None  # the config's target it runs in, where the experiment names one
 
     @property
     def named_runs(self) -> bool:
@@ -56,7 +67,7 @@ class Experiment:
 
 
 def _runs(name: str, entry: dict) -> tuple[RecipeRun, ...]:
-    args, defaults = tuple(entry["args"]), tuple(entry.get("defaults", ()))
+    args, defaults = tuple(entry.get("args", ())), tuple(entry.get("defaults", ()))
     if "runs" not in entry:
         return (RecipeRun(None, None, entry["summary"], args, defaults),)
     # Each run names its results file, which the report finds it by.
@@ -68,32 +79,122 @@ def _runs(name: str, entry: dict) -> tuple[RecipeRun, ...]:
     )
 
 
+def table_path(config: Path = DEFAULT_CONFIG) -> Path:
+    """The file that holds the project's experiments: the config itself, or the file its ``experiments`` names."""
+    return _loaded(config)[0]
+
+
+def excerpt(config: Path, name: str) -> str:
+    """A table of the one experiment ``name``, as the project writes it (JSON, which the loader reads as YAML):
+    what a notebook carries so that its report knows the experiment's runs, and changes only with them."""
+    import json
+
+    _, table, raw = _loaded(config)
+    # The kind resolved: a target it names is not in the excerpt.
+    entry = {key: value for key, value in raw[name].items() if key != "target"} | {"kind": table[name].kind}
+    return json.dumps({"experiments": {name: entry}}) + "\n"  # in the table's order: runs keep theirs
+
+
+def load_experiments(config: Path = DEFAULT_CONFIG) -> dict[str, Experiment]:
+    """Name -> Experiment of the project whose config is ``config``, in the table's order (empty when it
+    has none); a malformed table is one line naming the file and the entry."""
+    return _loaded(config)[1]
+
+
+def _loaded(config: Path) -> tuple[Path, dict[str, Experiment], dict[str, dict]]:
+    """The table of ``config``, read again whenever the config (or the file it names) changed."""
+    config = Path(config).resolve()
+    path = _load(config, _stamp(config))[0]
+    return _load(config, _stamp(config)) if path == config else _load(config, _stamp(config), _stamp(path))
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return (0, 0)  # absent: reading it says so in one line
+    return (stat.st_mtime_ns, stat.st_size)
+
+
 @cache
-def load_experiments(path: Path = TABLE_PATH) -> dict[str, Experiment]:
-    """Name -> Experiment, in the table's order; a malformed table is one line."""
-    data = load_checked(path, SCHEMA_PATH)
+def _load(config: Path, *stamps: tuple[int, int]) -> tuple[Path, dict[str, Experiment], dict[str, dict]]:
+    """``stamps``: the modification time and size of the files read, so an edited one is read again."""
+    data = load_yaml(config)
+    data = data if isinstance(data, dict) else {}
+    targets = data.get("targets") if isinstance(data.get("targets"), dict) else {}
+    named = data.get("experiments")
+    if isinstance(named, str):
+        path = _named_file(config, named)
+        document = load_checked(path, SCHEMA_PATH)
+    else:
+        path = config
+        document = {"experiments": named or {}}
+        check(path, SCHEMA_PATH, document)
     table, run_names = {}, set()
-    for name, entry in data["experiments"].items():
-        fields = {key: value for key, value in entry.items() if key not in ("args", "defaults", "runs")}
-        table[name] = Experiment(
-            name=name,
-            args=tuple(entry["args"]),
-            defaults=tuple(entry.get("defaults", ())),
-            runs=_runs(name, entry),
-            **fields,
-        )
+    for name, entry in document["experiments"].items():
+        table[name] = _experiment(path, name, entry, targets)
         for run in table[name].runs if table[name].named_runs else ():
             # e3 + run x-y and e3-x + run y would write the same results file
             if run.name in run_names:
                 raise EnvkitError(f"{path}: experiments/{name}: run name {run.name} is another experiment's too")
             run_names.add(run.name)
-    return table
+    return path, table, document["experiments"]
 
 
-def experiment(name: str) -> Experiment:
-    table = load_experiments()
+def _named_file(config: Path, named: str) -> Path:
+    root = config.parent
+    path = (root / named).resolve()
+    if Path(named).is_absolute() or not path.is_relative_to(root):
+        raise EnvkitError(f"{config}: experiments: {named!r} is outside the project; name a YAML file under {root}")
+    if not path.is_file():
+        raise EnvkitError(f"{config}: experiments: {named} not found; name a YAML file with an experiments key")
+    return path
+
+
+def _experiment(path: Path, name: str, entry: dict, targets: dict) -> Experiment:
+    at = f"{path}: experiments/{name}"
+    if name in MAKE_TARGETS or name.startswith(MAKE_TARGET_PREFIXES):
+        reserved = ", ".join([*MAKE_TARGETS, *(f"{prefix}*" for prefix in MAKE_TARGET_PREFIXES)])
+        raise EnvkitError(f"{at}: the name is a make target of envkit's; rename it (reserved: {reserved})")
+    if ("recipe" in entry) == ("command" in entry):
+        raise EnvkitError(f"{at}: give either command (an argv list run from the project root) or recipe, not both")
+    target = entry.get("target")
+    if target is not None and target not in targets:
+        raise EnvkitError(f"{at}/target: {target!r} is not a target of the config; choose from {', '.join(targets)}")
+    target_kind = targets[target].get("kind") if target is not None and isinstance(targets[target], dict) else None
+    kind = entry.get("kind") or target_kind
+    if target_kind is not None and kind != target_kind:
+        raise EnvkitError(f"{at}/kind: {kind!r} is not the kind of target {target} ({target_kind}); drop one")
+    if kind is None:
+        raise EnvkitError(f"{at}: give kind (one of {', '.join(kinds.names())}) or the target it runs in")
+    if kind not in kinds.names():
+        raise EnvkitError(f"{at}/kind: {kind!r} is not a target kind; choose from {', '.join(kinds.names())}")
+    gpus = entry.get("gpus", "all" if "gpus" in kinds.kind(kind).keys else "none")
+    fields = {key: entry[key] for key in ("image_title", "recipe") if key in entry}
+    return Experiment(
+        name=name,
+        summary=entry["summary"],
+        title=entry.get("title", entry["summary"]),
+        kind=kind,
+        args=tuple(entry.get("args", ())),
+        gpus=gpus,
+        scale=entry.get("scale", "single"),
+        published=entry.get("published"),
+        defaults=tuple(entry.get("defaults", ())),
+        runs=_runs(name, entry),
+        command=tuple(entry["command"]) if "command" in entry else None,
+        env=dict(entry.get("env", {})),
+        target=target,
+        recipe=fields.get("recipe"),
+        image_title=fields.get("image_title"),
+    )
+
+
+def experiment(name: str, config: Path = DEFAULT_CONFIG) -> Experiment:
+    table = load_experiments(config)
     if name not in table:
-        raise EnvkitError(f"unknown experiment {name!r}: choose from {', '.join(table)}")
+        choices = f"choose from {', '.join(table)}" if table else f"{table_path(config)} has no experiments"
+        raise EnvkitError(f"unknown experiment {name!r}: {choices}")
     return table[name]
 
 
@@ -111,7 +212,7 @@ def _options(args: tuple[str, ...] | list[str]) -> list[tuple[str, str | None]]:
     return pairs
 
 
-def check_recipe_args(entry: Experiment, args: tuple[str, ...] | list[str]) -> None:
+def check_recipe_args(entry: Experiment, args: tuple[str, ...] | list[str], config: Path = DEFAULT_CONFIG) -> None:
     """Refuse recipe arguments that change what makes ``entry`` this experiment (a value its own args set,
     or one of its runs': E3's batch, learning-rate rule and run name).
 
@@ -120,10 +221,12 @@ def check_recipe_args(entry: Experiment, args: tuple[str, ...] | list[str]) -> N
     An option may be abbreviated, as the recipes' argparse allows. Its ``defaults`` (its size) may change.
     """
     for run in entry.runs:
-        _check_against(entry, run.args, args)
+        _check_against(entry, run.args, args, config)
 
 
-def _check_against(entry: Experiment, own_args: tuple[str, ...], args: tuple[str, ...] | list[str]) -> None:
+def _check_against(
+    entry: Experiment, own_args: tuple[str, ...], args: tuple[str, ...] | list[str], config: Path
+) -> None:
     own = dict(_options(own_args))
     for name, value in _options(args):
         meant = [option for option in own if option.startswith(name) and len(name) > 2]
@@ -133,7 +236,7 @@ def _check_against(entry: Experiment, own_args: tuple[str, ...], args: tuple[str
         wanted = {**own, option: value}
         others = [
             other
-            for other in load_experiments().values()
+            for other in load_experiments(config).values()
             if other.recipe == entry.recipe and dict(_options(other.args)).get(option) == value
         ]
         # The experiment that is what the user asked for: most of the wanted settings, this kind first.
@@ -146,20 +249,20 @@ def _check_against(entry: Experiment, own_args: tuple[str, ...], args: tuple[str
         instead = f"; {others[0].name} runs with {' '.join(others[0].args)}" if others else ""
         given = name if value is None else f"{name} {value}"
         raise EnvkitError(
-            f"{entry.name} runs with {option} {own[option]} (envkit/data/experiments.yaml), "
+            f"{entry.name} runs with {option} {own[option]} ({table_path(config).name}), "
             f"and the recipe arguments say {given}: drop it{instead}"
         )
 
 
-def by_kind(kind_order: list[str]) -> list[Experiment]:
+def by_kind(kind_order: list[str], config: Path = DEFAULT_CONFIG) -> list[Experiment]:
     """The experiments grouped by kind in ``kind_order`` (cheap kinds first), table order within a kind."""
-    table = load_experiments().values()
+    table = load_experiments(config).values()
     return [entry for kind in kind_order for entry in table if entry.kind == kind]
 
 
-def run_of(run_name: str) -> tuple[Experiment, RecipeRun] | None:
+def run_of(run_name: str, config: Path = DEFAULT_CONFIG) -> tuple[Experiment, RecipeRun] | None:
     """The experiment and run a results file's requested run name belongs to, if any."""
-    for entry in load_experiments().values():
+    for entry in load_experiments(config).values():
         for run in entry.runs:
             if run.name is not None and run.name == run_name:
                 return entry, run

@@ -5,6 +5,7 @@ envkit.render.output writes them (all or nothing) or compares them with what is 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import jinja2
@@ -25,6 +26,7 @@ from envkit.lock.lockfile import (
 from envkit.project import kinds
 from envkit.project.config import ProjectConfig, Target
 from envkit.project.datafile import DATA_DIR
+from envkit.project.experiments import table_path
 from envkit.project.requirement import requirement_name
 from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
 from envkit.render.output import RenderedFile
@@ -59,7 +61,7 @@ IMAGE_USER = {"name": "envkit", "id": 10001}
 
 def render_targets(config: ProjectConfig, names: list[str], locks: Path | None = None) -> list[RenderedFile]:
     """The files of each target; ``locks`` holds <target>/requirements.lock (default: docker/ beside the config)."""
-    env = template_environment(config.root / "templates")
+    env = template_environment(config.root)
     files = []
     for name in names:
         target = config.target(name)
@@ -81,8 +83,9 @@ def files_read(config: ProjectConfig, names: list[str]) -> list[Path]:
     """Every file render_targets reads for ``names``: what the render memo must see unchanged."""
     read = [
         config.path,
+        table_path(config.path),
         *DATA_DIR.iterdir(),
-        *(path for path in (config.root / "templates").rglob("*") if path.is_file()),
+        *template_files(config.root),
         WRAPPER,
     ]
     for name in names:
@@ -90,11 +93,39 @@ def files_read(config: ProjectConfig, names: list[str]) -> list[Path]:
     return read
 
 
-def template_environment(templates: Path) -> jinja2.Environment:
-    if not templates.is_dir():
-        raise EnvkitError(f"templates directory {templates} not found; it must sit beside the config file")
+def packaged_templates() -> Path:
+    """envkit's own templates: envkit/templates/ in an installed wheel (setup.py puts them there), else the
+    checkout's templates/ beside the envkit package (a source tree or an editable install)."""
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "templates"
+    return installed if installed.is_dir() else package.parent / "templates"
+
+
+def template_dirs(root: Path) -> list[Path]:
+    """Where templates are looked up for the project at ``root``: its own templates/, file by file and only
+    where it exists, before envkit's."""
+    own = root / "templates"
+    packaged = packaged_templates()
+    return [own, packaged] if own.is_dir() and own.resolve() != packaged.resolve() else [packaged]
+
+
+def template_files(root: Path) -> list[Path]:
+    """Every template file a render of the project at ``root`` may read, and where the project would override
+    each (absent is a state the render memo remembers: an override appearing is a change)."""
+    packaged, own = packaged_templates(), root / "templates"
+    names = {
+        path.relative_to(directory) for directory in (packaged, own) for path in directory.rglob("*") if path.is_file()
+    }
+    return sorted({directory / name for directory in (packaged, own) for name in names})
+
+
+def template_environment(root: Path) -> jinja2.Environment:
+    """Jinja over the project's templates/ and then envkit's own (a project overrides them file by file)."""
+    directories = template_dirs(root)
+    if not directories[-1].is_dir():
+        raise EnvkitError(f"envkit's templates are missing at {directories[-1]}: reinstall envkit")
     env = jinja2.Environment(
-        loader=_BoundedLoader(str(templates)),
+        loader=_BoundedLoader([str(directory) for directory in directories]),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
@@ -111,7 +142,10 @@ class _BoundedLoader(jinja2.FileSystemLoader):
     project's files, and an unreadable, huge or special one is one line, not a traceback."""
 
     def get_source(self, environment: jinja2.Environment, template: str):
-        path = Path(self.searchpath[0], *split_template_path(template))
+        # the first directory that has the file (a project's own templates/ before envkit's); a dangling
+        # symlink there is the project's file too, and fails to read rather than falling through
+        candidates = [Path(directory, *split_template_path(template)) for directory in self.searchpath]
+        path = next((candidate for candidate in candidates if os.path.lexists(candidate)), candidates[-1])
         try:
             source, mtime = read_text(path), path.stat().st_mtime_ns
         except (FileNotFoundError, NotADirectoryError):

@@ -2,7 +2,7 @@
 
 A plan is data (a list of ``Step``), so ``--dry-run`` prints exactly what a real
 run would execute and tests compare that text. An experiment of
-envkit/data/experiments.yaml is three steps: the host check, the (cached) build,
+the project's (envkit.yaml's experiments) is three steps: the host check, the (cached) build,
 and the recipe in the image through docker/<target>/run.sh. Which steps compare
 and demo plan depends on the host facts of ``envkit.host.doctor`` (docs/design.md §5):
 with a usable Docker engine the experiments run in the images (``envkit
@@ -139,15 +139,19 @@ def _title(title: str, gpus: int, run: RecipeRun) -> str:
 
 
 def local_runs(
-    root: Path, results_dir: Path, facts, size: tuple[str, ...], extra: dict[str, tuple[str, ...]] | None = None
+    config: Path, results_dir: Path, facts, size: tuple[str, ...], extra: dict[str, tuple[str, ...]] | None = None
 ) -> list[Step]:
-    """The experiments the recipes can run on this Python, without images; ``extra`` args by recipe."""
+    """The recipe experiments that can run on this Python, without images; ``extra`` args by recipe."""
     common = ("--quiet", *size)
-    runnable = [entry for entry in load_experiments().values() if _runs_here(facts, entry.kind)]
+    runnable = [
+        entry
+        for entry in load_experiments(config).values()
+        if entry.recipe is not None and _runs_here(facts, entry.kind)
+    ]
     return [
         _recipe(
             _title(entry.title, len(facts.gpus), run),
-            root,
+            config.parent,
             entry.recipe,
             *run.argv,
             *_processes(entry),
@@ -231,7 +235,9 @@ def _config_args(config: Path) -> tuple[str, ...]:
 
 
 def experiment_target(config, entry: Experiment, name: str | None):
-    """The config's target the experiment runs in: ``name``, else the one named after its kind or its kind's only one."""
+    """The config's target the experiment runs in: ``name``, else the one the experiment names, else the one named
+    after its kind or its kind's only one."""
+    name = name if name is not None else entry.target
     if name is not None:
         target = config.target(name)
         if target.is_notebook:
@@ -280,9 +286,8 @@ def compare_plan(
     report_args: tuple[str, ...] = (),
 ) -> RunPlan:
     """Every experiment this host can run: ``make`` targets when images can run, else the recipes here."""
-    root = config.parent
     report = _report_step(results_dir, report_args)
-    local = local_runs(root, results_dir, facts, _size_args(epochs, dataset, max_steps)) + [report]
+    local = local_runs(config, results_dir, facts, _size_args(epochs, dataset, max_steps)) + [report]
     data = [REAL_DATA_NOTE] if dataset == "real" else []
     if not runnable:
         reason = facts.docker_error or "no experiment image can run here"
@@ -312,7 +317,7 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_
     render = Step("render every target", _envkit("render", "--all", "--config", str(config)))
     size = _size_args(DEMO_EPOCHS, "fake")
     report = _report_step(results_dir, ("--plot", str(results_dir / "comparison.png")))
-    local = [render] + local_runs(root, results_dir, facts, size, DEMO_EXTRA_ARGS) + [report]
+    local = [render] + local_runs(config, results_dir, facts, size, DEMO_EXTRA_ARGS) + [report]
     if not use_docker:
         return RunPlan(local, [f"--no-docker: running the recipes with {describe_interpreter()}"])
     if not _docker_usable(facts):
@@ -325,7 +330,7 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_
     run_sh = str(root / "docker" / DEMO_KIND / "run.sh")
     mount = {"RESULTS_DIR": str(results_dir)}  # run.sh mounts it at /workspace/results
     in_image = ("--quiet",) + size
-    in_demo_image = _baseline_first([entry for entry in load_experiments().values() if entry.kind == DEMO_KIND])
+    in_demo_image = _baseline_first([entry for entry in load_experiments(config).values() if entry.kind == DEMO_KIND])
     docker_steps = [
         render,
         Step(

@@ -19,10 +19,12 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.project import DEFAULT_CONFIG
 from envkit.project.datafile import DATA_DIR
-from envkit.project.experiments import experiment, run_of
+from envkit.project.experiments import Experiment, run_of
 from envkit.runs.results import CONFIGURATION_KEYS, ENVIRONMENT_KEYS, RunResult, Stat, results_schema, stat_of
 from envkit.support.bounded_load import load_yaml
 
@@ -126,6 +128,7 @@ class Section:
     rows: list[Row] = field(default_factory=list)
     environments: list[tuple] = field(default_factory=list)  # set only when its measured rows differ
     experiment: str | None = None  # an experiment's section (report.yaml experiments), else the recipe's
+    run_summaries: dict[str, str] = field(default_factory=dict)  # an experiment's: its runs' summaries by label
 
     @property
     def facts(self) -> dict:
@@ -372,11 +375,11 @@ def _refuse_mixed_environments(sections: list[Section]) -> None:
             )
 
 
-def _experiment_run(run: RunResult) -> tuple[str | None, str | None, int]:
+def _experiment_run(run: RunResult, config: Path) -> tuple[Experiment | None, str | None, int]:
     """(experiment, the run's name within it, its place) when ``run`` is a run of an experiment that
     report.yaml gives a section (found by the run name it was started with, and showing the settings it
     recorded); else (None, None, 0)."""
-    found = run_of(run.requested_name)
+    found = run_of(run.requested_name, config) if config.is_file() else None  # results read outside a project
     if (
         found is None
         or found[0].recipe != run.recipe
@@ -385,7 +388,7 @@ def _experiment_run(run: RunResult) -> tuple[str | None, str | None, int]:
     ):
         return None, None, 0
     entry, recipe_run = found
-    return entry.name, recipe_run.label, entry.runs.index(recipe_run)
+    return entry, recipe_run.label, entry.runs.index(recipe_run)
 
 
 def build_report(
@@ -394,17 +397,21 @@ def build_report(
     baseline: str | None = None,
     reference: bool = False,
     strict: bool = False,
+    config: Path = DEFAULT_CONFIG,
 ) -> Report:
     """Group runs by recipe, dataset and configuration; add published rows on request.
 
     ``strict``: refuse (EnvkitError) when a section's measured runs differ in environment_facts.
+    ``config``: the project whose experiments the runs may belong to.
     """
+    owners: dict[str, Experiment] = {}
     grouped: dict[tuple, tuple[dict, dict, list[RunResult]]] = {}
     for run in results:
         configuration = {key: run.configuration[key] for key in ROW_KEYS}
         if run.notebook is not None:
             configuration[NOTEBOOK_KEY] = notebook_label(run.notebook)
-        owner, name, rank = _experiment_run(run)
+        entry, name, rank = _experiment_run(run, config)
+        owner = None if entry is None else owners.setdefault(entry.name, entry).name
         settings = {key: run.settings.get(key) for key in shown_settings(owner)}
         key = (
             owner or "",
@@ -420,7 +427,12 @@ def build_report(
         # Experiment sections come after the recipes' ("" sorts first), each of its own.
         section = sections.setdefault(
             (owner, recipe, configuration["dataset"]),
-            Section(recipe, configuration["dataset"], experiment=owner or None),
+            Section(
+                recipe,
+                configuration["dataset"],
+                experiment=owner or None,
+                run_summaries={run.label: run.summary for run in owners[owner].runs} if owner else {},
+            ),
         )
         placement = dict(experiment=owner, run=name, run_rank=rank, settings=settings) if owner else {}
         section.rows.append(_row_from_runs(recipe, configuration, runs, **placement))
@@ -663,12 +675,12 @@ def _recipe_intro(section: Section, report: Report) -> list[str]:
 
 
 def _experiment_intro(section: Section) -> list[str]:
-    """What the experiment varies, then each of its runs here with the summary experiments.yaml gives it."""
-    summaries = {run.label: run.summary for run in experiment(section.experiment).runs}
+    """What the experiment varies, then each of its runs here with the summary the experiments table gives it."""
+    summaries = section.run_summaries
     shown = list(dict.fromkeys(row.run for row in section.rows))
     return [
         f"{section.facts['intro']} Seconds are wall-clock, mean ± std over all epochs of all runs; the test accuracy "
-        f"is the last epoch's. Runs of `{section.experiment}` (envkit/data/experiments.yaml):",
+        f"is the last epoch's. Runs of `{section.experiment}` (the project's experiments):",
         "",
         *(f"- {run}: {summaries[run]}" for run in shown),
     ]

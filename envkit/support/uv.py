@@ -20,7 +20,9 @@ def find_uv() -> str | None:
 def uv_binary() -> str:
     found = find_uv()
     if found is None:
-        raise EnvkitError("uv is not installed: envkit lock resolves with it; pip install 'envkit[dev]' (or uv)")
+        raise EnvkitError(
+            "uv is not installed: envkit lock resolves with it; reinstall envkit (it depends on uv) or pip install uv"
+        )
     return found
 
 

@@ -91,6 +91,7 @@ def test_config_is_one_option_wherever_it_appears():
         "prune",
         "doctor",
         "experiment",
+        "report",  # its experiments sections are the project's
         "compare",
         "demo",
         "launch",

@@ -20,7 +20,7 @@ import pytest
 from lock_project import NO_REGISTRY, envkit, indexes, lock_text, write_project
 from xla_env import environment_missing
 
-from envkit.lock.lockfile import lock_inputs, read_lock
+from envkit.lock.lockfile import lock_inputs, read_lock, requirements_inputs, requirements_lock_path
 from envkit.project.config import load_config
 
 GOLDEN = paths.GOLDEN / "lock"
@@ -323,7 +323,6 @@ def test_a_requirements_input_names_the_platforms_and_pythons_it_serves(tmp_path
 
 
 def test_a_requirements_input_that_names_a_pytorch_build_takes_it_from_pytorchs_index(tmp_path):
-    from envkit.lock.lockfile import requirements_inputs
 
     (tmp_path / "env.in").write_text("# comment\ntorch==2.13.0+cpu  # the CPU build\ntqdm>=4.60\n")
     inputs = requirements_inputs(tmp_path / "env.in")
@@ -435,3 +434,15 @@ def test_malformed_digest_or_snapshot_is_one_line(tmp_path, capsys, change, fiel
     code, _, err = envkit(capsys, "lock", "--check", "--config", str(config))
     assert code == 2 and err.count("\n") == 1
     assert f": targets.cpu.{field}: " in err and " is not valid; allowed: " in err
+
+
+def test_a_requirements_txt_is_a_requirements_input_and_a_lock_is_not(tmp_path, capsys):
+    """Before: `envkit lock --requirements requirements.txt` was refused (a requirements input ends in .in)."""
+    (tmp_path / "requirements.txt").write_text("tqdm>=4.60\n")
+    assert requirements_inputs(tmp_path / "requirements.txt").requirements == ("tqdm>=4.60",)
+    assert requirements_lock_path(tmp_path / "requirements.txt") == tmp_path / "requirements.lock"
+    (tmp_path / "env.lock").write_text("tqdm==4.67.1\n")
+    code, out, err = envkit(capsys, "lock", "--requirements", str(tmp_path / "env.lock"))
+    assert (code, out) == (2, "") and err == (
+        f"envkit: error: {tmp_path}/env.lock: this is a lock; give the requirements it is made from (a .in or .txt file)\n"
+    )

@@ -16,7 +16,9 @@ import pytest
 from envkit.cli import main
 from envkit.lock.lockfile import lock_path, read_lock
 from envkit.notebook import builder, embedded
+from envkit.notebook.runtime import EXPERIMENTS
 from envkit.project.config import load_config
+from envkit.project.experiments import load_experiments
 from envkit.support import provenance
 
 COMMITTED = {  # target -> experiments, as envkit.yaml lists them
@@ -93,7 +95,7 @@ def test_a_render_reads_the_lock_once_and_works_out_its_inputs_once(config, monk
 
 
 @pytest.mark.parametrize(("target", "experiment"), committed_pairs())
-def test_it_reads_top_to_bottom_and_carries_what_it_runs(config, repo_root, target, experiment):
+def test_it_reads_top_to_bottom_and_carries_what_it_runs(config, repo_root, tmp_path, target, experiment):
     notebook = nbformat.reads(builder.render_notebook(config, experiment, target).text, as_version=4)
     markdown = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
     assert [markdown.index(heading) for heading in SECTIONS] == sorted(markdown.index(heading) for heading in SECTIONS)
@@ -114,6 +116,9 @@ def test_it_reads_top_to_bottom_and_carries_what_it_runs(config, repo_root, targ
     recipes = repo_root / "recipes"
     sources.update({f"recipes/{p.relative_to(recipes).as_posix()}": p for p in embedded.recipe_files(recipes, "mnist")})
     sources.update({f"report/{p.relative_to(repo_root).as_posix()}": p for p in embedded.report_files(repo_root)})
+    # the report's own table: the notebook's experiment alone, as envkit.yaml defines it
+    (tmp_path / EXPERIMENTS).write_text(written.pop(f"report/{EXPERIMENTS}"))
+    assert load_experiments(tmp_path / EXPERIMENTS) == {experiment: config.experiments[experiment]}
     assert set(written) == set(sources)
     for path, body in written.items():
         assert body == sources[path].read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""The experiments table (envkit/data/experiments.yaml) against everything that names an experiment.
+"""The experiments table (envkit.yaml's experiments) against everything that names an experiment.
 
 The Makefile, `make help`, the README table, doctor, the plans and `envkit experiment`
 either read the table or are checked here against it, both ways.
@@ -17,7 +17,7 @@ from paths import REPO_ROOT
 from envkit.cli import main
 from envkit.errors import EnvkitError
 from envkit.project.config import load_config
-from envkit.project.experiments import load_experiments
+from envkit.project.experiments import load_experiments, table_path
 from envkit.project.kinds import load_kinds
 from envkit.runs.plans import experiment_target
 
@@ -221,7 +221,7 @@ def test_a_run_label_that_could_read_as_a_repeat_is_refused(tmp_path, label):
         # what makes E3's runs E3 (batch, learning-rate rule, run name) is the table's; its size is not
         (
             ["experiment", "e3-batch-scaling", "--", "--run-name", "x"],
-            "e3-batch-scaling runs with --run-name e3-batch-scaling-b16 (envkit/data/experiments.yaml), and the recipe "
+            "e3-batch-scaling runs with --run-name e3-batch-scaling-b16 (envkit.yaml), and the recipe "
             "arguments say --run-name x: drop it",
         ),
         (
@@ -288,12 +288,12 @@ def test_recipe_arguments_without_dashes_are_one_line_naming_the_rule(capsys):
         (["experiment", "--gpus", "all", "tpu-mnist"], "tpu-mnist runs without GPUs (tpu-vm experiments take none)"),
         (
             ["experiment", "cpu-ddp-cifar", "--", "--parallel", "none", "--device", "cuda"],
-            "cpu-ddp-cifar runs with --parallel ddp (envkit/data/experiments.yaml), and the recipe arguments say --parallel none: "
+            "cpu-ddp-cifar runs with --parallel ddp (envkit.yaml), and the recipe arguments say --parallel none: "
             "drop it; cpu-single-cifar runs with --device cpu --parallel none",
         ),
         (
             ["experiment", "cpu-ddp-cifar", "--", "--device=cuda"],
-            "cpu-ddp-cifar runs with --device cpu (envkit/data/experiments.yaml), and the recipe arguments say --device cuda: "
+            "cpu-ddp-cifar runs with --device cpu (envkit.yaml), and the recipe arguments say --device cuda: "
             "drop it; gpu-ddp-cifar runs with --device cuda --parallel ddp",
         ),
         (["experiment", "tpu-mnist", "--", "--cor", "1"], "tpu-mnist runs with --cores all"),
@@ -315,7 +315,8 @@ def test_recipe_arguments_that_agree_with_the_experiment_pass(repo_root, monkeyp
 
 def test_an_experiment_needs_a_target_of_its_kind(tmp_path, monkeypatch, capsys):
     (tmp_path / "envkit.yaml").write_text(
-        'targets:\n  a: {kind: cpu, torch: "2.9.0"}\n  b: {kind: cpu, torch: "2.8.0"}\n'
+        'targets:\n  a: {kind: cpu, torch: "2.9.0"}\n  b: {kind: cpu, torch: "2.8.0"}\nexperiments:\n'
+        "  cpu-mnist: {summary: s, kind: cpu, recipe: mnist}\n  gpu-mnist: {summary: s, kind: cuda, recipe: mnist}\n"
     )
     monkeypatch.chdir(tmp_path)
     assert main(["experiment", "--dry-run", "cpu-mnist"]) == 2
@@ -339,3 +340,111 @@ def test_experiment_stops_at_the_first_failed_step(repo_root, tmp_path):
     assert done.returncode == 2
     assert "envkit: error: this host cannot run cpu images: no Docker engine answers" in done.stderr
     assert "build the cpu image" not in done.stderr
+
+
+# ------------------------------------------------------------------ a project's own experiments (issue 25 §3)
+TARGETS = 'targets:\n  cpu: {kind: cpu, torch: "2.9.0"}\n  gpu: {kind: cuda, torch: "2.9.0", cuda: "12.8"}\n'
+
+
+def project_config(tmp_path, experiments: str, targets: str = TARGETS):
+    config = tmp_path / "envkit.yaml"
+    config.write_text(targets + experiments)
+    return config
+
+
+def test_a_command_experiment_in_the_config_with_its_defaults(tmp_path):
+    config = project_config(
+        tmp_path,
+        "experiments:\n"
+        "  cpu-train:\n    summary: train.py on the CPU\n    kind: cpu\n    command: [python, train.py, --epochs, '3']\n"
+        "    env: {WANDB_MODE: offline}\n"
+        "  gpu-train:\n    summary: train.py on the GPUs\n    target: gpu\n    command: [python, train.py]\n",
+    )
+    table = load_experiments(config)
+    cpu, gpu = table["cpu-train"], table["gpu-train"]
+    assert cpu.command == ("python", "train.py", "--epochs", "3") and cpu.recipe is None
+    assert (cpu.title, cpu.kind, cpu.gpus, cpu.scale, cpu.published, cpu.env) == (
+        "train.py on the CPU",
+        "cpu",
+        "none",
+        "single",
+        None,
+        {"WANDB_MODE": "offline"},
+    )
+    # the kind follows from the target it names; a GPU kind gives it every GPU of GPUS= by default
+    assert (gpu.kind, gpu.target, gpu.gpus) == ("cuda", "gpu", "all")
+    assert load_config(config).experiments == table
+
+
+def test_experiments_in_a_file_the_config_names(tmp_path):
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "table.yaml").write_text(
+        "experiments:\n  cpu-train: {summary: s, kind: cpu, command: [python, train.py]}\n"
+    )
+    config = project_config(tmp_path, "experiments: exp/table.yaml\n")
+    assert list(load_experiments(config)) == ["cpu-train"]
+    assert table_path(config) == tmp_path / "exp" / "table.yaml"
+
+
+def test_a_project_without_experiments_has_an_empty_table(tmp_path, monkeypatch, capsys):
+    config = project_config(tmp_path, "")
+    assert load_experiments(config) == {}
+    monkeypatch.chdir(tmp_path)
+    assert main(["experiment", "--dry-run", "train"]) == 2
+    assert capsys.readouterr().err == f"envkit: error: unknown experiment 'train': {config} has no experiments\n"
+
+
+@pytest.mark.parametrize(
+    ("experiments", "message"),
+    [
+        (
+            "experiments:\n  cpu-train: {summary: s, kind: cpu, command: python train.py}\n",
+            "experiments/cpu-train/command: 'python train.py' is not of type 'array'",
+        ),
+        (
+            "experiments:\n  cpu-train: {summary: s, kind: cpu, command: [python, 3]}\n",
+            "experiments/cpu-train/command/1: 3 is not of type 'string'",
+        ),
+        (
+            "experiments:\n  render: {summary: s, kind: cpu, command: [python, train.py]}\n",
+            "experiments/render: the name is a make target of envkit's; rename it (reserved: help, render,",
+        ),
+        (
+            "experiments:\n  build-cpu: {summary: s, kind: cpu, command: [python, train.py]}\n",
+            "experiments/build-cpu: the name is a make target of envkit's",
+        ),
+        (
+            "experiments:\n  rocm-train: {summary: s, kind: rocm, command: [python, train.py]}\n",
+            "experiments/rocm-train/kind: 'rocm' is not a target kind; choose from cpu, cuda, tpu-vm",
+        ),
+        (
+            "experiments:\n  cpu-train: {summary: s, kind: cpu, recipe: mnist, command: [python, train.py]}\n",
+            "experiments/cpu-train: give either command (an argv list run from the project root) or recipe, not both",
+        ),
+        (
+            "experiments:\n  cpu-train: {summary: s, kind: cpu}\n",
+            "experiments/cpu-train: give either command",
+        ),
+        (
+            "experiments:\n  cpu-train: {summary: s, command: [python, train.py]}\n",
+            "experiments/cpu-train: give kind (one of cpu, cuda, tpu-vm) or the target it runs in",
+        ),
+        (
+            "experiments:\n  cpu-train: {summary: s, target: tpu, command: [python, train.py]}\n",
+            "experiments/cpu-train/target: 'tpu' is not a target of the config; choose from cpu, gpu",
+        ),
+        (
+            "experiments:\n  cpu-train: {summary: s, target: gpu, kind: cpu, command: [python, train.py]}\n",
+            "experiments/cpu-train/kind: 'cpu' is not the kind of target gpu (cuda); drop one",
+        ),
+        ("experiments: ../elsewhere.yaml\n", "experiments: '../elsewhere.yaml' is outside the project"),
+        ("experiments: table.yaml\n", "experiments: table.yaml not found; name a YAML file with an experiments key"),
+    ],
+)
+def test_a_bad_experiment_is_one_line_before_anything_renders(tmp_path, capsys, experiments, message):
+    config = project_config(tmp_path, experiments)
+    with pytest.raises(EnvkitError, match=re.escape(message)):
+        load_experiments(config)
+    assert main(["render", "--all", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and not (tmp_path / "docker").exists()

@@ -118,11 +118,10 @@ def rocm_project(tmp_path, repo_root):
         )
     with open(project / "envkit" / "data" / "kinds.yaml", "a", encoding="utf-8") as table:
         table.write(ROCM_KIND)
-    with open(project / "envkit" / "data" / "experiments.yaml", "a", encoding="utf-8") as table:
-        table.write(ROCM_EXPERIMENT)
     (project / "templates" / "kinds" / "rocm.run.sh.j2").write_text(ROCM_FRAGMENT)
-    with open(project / "envkit.yaml", "a", encoding="utf-8") as config:
-        config.write('\n  rocm:\n    kind: rocm\n    torch: "2.9.0"\n')
+    config = (project / "envkit.yaml").read_text(encoding="utf-8")
+    config = config.replace("\nexperiments:\n", "\nexperiments:\n" + ROCM_EXPERIMENT, 1)
+    (project / "envkit.yaml").write_text(config + '\n  rocm:\n    kind: rocm\n    torch: "2.9.0"\n', encoding="utf-8")
     return project
 
 

@@ -132,9 +132,16 @@ NOTEBOOK_TARGET = {
 }
 
 
+# Experiments the notebook targets may list: two of kind tpu-vm, one cuda.
+EXPERIMENTS = {
+    name: {"summary": name, "kind": kind, "recipe": "mnist"}
+    for name, kind in (("tpu-mnist", "tpu-vm"), ("tpu-mnist-single", "tpu-vm"), ("gpu-mnist", "cuda"))
+}
+
+
 def write_config(root: Path, **target) -> Path:
     path = root / "envkit.yaml"
-    path.write_text(yaml.safe_dump({"targets": {"nb": target}}, sort_keys=False))
+    path.write_text(yaml.safe_dump({"targets": {"nb": target}, "experiments": EXPERIMENTS}, sort_keys=False))
     return path
 
 

@@ -310,11 +310,23 @@ def test_build_stops_with_one_line_when_the_base_has_another_python(tmp_path, re
         )
 
 
-def test_missing_templates_are_one_line_errors(repo_config, tmp_path):
-    with pytest.raises(EnvkitError, match="templates directory .* not found; it must sit beside the config file"):
-        render.render_targets(dataclasses.replace(repo_config, root=tmp_path), ["cpu"])
+def test_a_project_renders_with_envkits_templates_and_overrides_them_file_by_file(repo_config, tmp_path):
+    """Before: a project without templates/ beside its config could not render (an installed envkit shipped none)."""
+    shipped = {file.path: file.text for file in render.render_targets(repo_config, ["cpu"])}
+    elsewhere = dataclasses.replace(repo_config, root=tmp_path)
+    assert {file.path: file.text for file in render.render_targets(elsewhere, ["cpu"])} == shipped
     (tmp_path / "templates").mkdir()
-    with pytest.raises(EnvkitError, match="template Dockerfile.j2 not found in "):
+    (tmp_path / "templates" / "dockerignore.j2").write_text("# the project's own\n")
+    files = {file.path.name: file.text for file in render.render_targets(elsewhere, ["cpu"])}
+    assert files[".dockerignore"] == "# the project's own\n"
+    assert files["Dockerfile"] == shipped[Path("cpu/Dockerfile")] and files["run.sh"] == shipped[Path("cpu/run.sh")]
+    # the memo sees an override appear where there was none
+    assert tmp_path / "templates" / "Dockerfile.j2" in render.template_files(tmp_path)
+
+
+def test_missing_packaged_templates_are_one_line(repo_config, tmp_path, monkeypatch):
+    monkeypatch.setattr(render, "packaged_templates", lambda: tmp_path / "gone")
+    with pytest.raises(EnvkitError, match="envkit's templates are missing at .*gone: reinstall envkit"):
         render.render_targets(dataclasses.replace(repo_config, root=tmp_path), ["cpu"])
 
 

@@ -31,6 +31,8 @@ ELSEWHERE = {
     "docs/kernels_metadata.md": "kaggle-cli's repository",
     "docker/cuda/pushed.json": "what envkit push writes, in a user's project",
     "envkit_notebook.py": "the name envkit/notebook/runtime.py takes inside a notebook",
+    "envkit.mk": "the make include envkit init writes in a user's project (templates/init/envkit.mk)",
+    "envkit/templates/": "where the wheel carries templates/ (setup.py copies it there)",
 }
 ELSEWHERE_NAMES = {name.rpartition("/")[2] for name in ELSEWHERE}
 RESULTS_SCHEMA = REPO_ROOT / "envkit" / "data" / "results.schema.json"
@@ -112,7 +114,12 @@ def broken_references(text: str, modules: dict[str, list[str]], files: set[str])
     broken += [m for m in MARKDOWN.findall(text) if m not in ELSEWHERE and not path_exists(m.removeprefix("../"))]
     for dotted in DOTTED.findall(text):
         dotted = dotted.rstrip(".")
-        if not ((REPO_ROOT / dotted).exists() or (REPO_ROOT / "envkit" / "data" / dotted).exists() or resolves(dotted)):
+        if not (
+            dotted in ELSEWHERE_NAMES
+            or (REPO_ROOT / dotted).exists()
+            or (REPO_ROOT / "envkit" / "data" / dotted).exists()
+            or resolves(dotted)
+        ):
             broken.append(dotted)
     for module, name in MODULE_NAME.findall(text):
         cited = f"{module}.{name}"

@@ -114,8 +114,8 @@ def test_an_invalid_config_fails_the_same_after_a_valid_one_was_cached(cache, tm
     shutil.copy(repo_root / "envkit.yaml", config)
     load_config(config)
     text = config.read_text()
-    config.write_text(text.replace("kind: cpu", "kind: cpuu", 1))
-    line = text[: text.index("kind: cpu")].count("\n") + 1
+    config.write_text(text.replace("  cpu:\n    kind: cpu", "  cpu:\n    kind: cpuu", 1))
+    line = text[: text.index("  cpu:\n    kind: cpu")].count("\n") + 2
     with pytest.raises(EnvkitError, match=rf"envkit.yaml:{line}: targets.cpu.kind: 'cpuu' is not valid"):
         load_config(config)
 

@@ -1,0 +1,145 @@
+"""`envkit init`: the files that make an existing repository an envkit project, computed, not written.
+
+Its envkit.yaml names the default targets (cpu, cuda, tpu-vm and the notebook targets) at the torch
+the user's requirements name (else the newest release with a torch_xla pair, so every target exists),
+wires those requirements into every lock (``requirements:``), and holds one experiment per kind for each
+entry script (a top-level ``*.py`` with ``if __name__ == "__main__"``). envkit.mk gives them make
+targets; a Makefile that includes it is written only where there is none. The caller writes the files,
+all or none: nothing here touches the disk but reading.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+from envkit.project import DEFAULT_CONFIG
+from envkit.project.config import DEFAULT_PYTHON
+from envkit.project.dependencies import PYPROJECT, Dependency, read_dependencies
+from envkit.project.matrix import Matrix, load_matrix, version_key
+
+MAKE_INCLUDE = "envkit.mk"
+# Where a project's requirements are looked for, in order: a .in file is the input a lock is made from.
+REQUIREMENTS_FILES = ("requirements.in", "requirements.txt", PYPROJECT)
+_ENTRY = re.compile(r"^if\s+__name__\s*==\s*['\"]__main__['\"]\s*:", re.MULTILINE)
+_NOT_ENTRY = re.compile(r"^(setup|conftest|test_.*|.*_test)\.py$")
+# (experiment prefix, kind, how the summary says where it runs, its GPU rule)
+EXPERIMENT_KINDS = (
+    ("cpu", "cpu", "on the CPU", None),
+    ("gpu", "cuda", "on one GPU", "first"),
+    ("tpu", "tpu-vm", "on a TPU VM", None),
+)
+
+
+@dataclass(frozen=True)
+class Scaffold:
+    files: dict[str, str]  # path relative to the project -> text
+    requirements: str | None  # the file wired in, or None
+    scripts: tuple[str, ...]
+    torch: str
+
+
+def scaffold(root: Path, make_include: str) -> Scaffold:
+    """What `envkit init` writes in ``root``; ``make_include`` is envkit.mk's text (a packaged template)."""
+    requirements, lines = _requirements(root)
+    matrix = load_matrix()
+    torch = _torch(matrix, lines)
+    scripts = tuple(sorted(path.name for path in root.glob("*.py") if _is_entry(path)))
+    files = {DEFAULT_CONFIG.as_posix(): _config(matrix, torch, requirements, scripts), MAKE_INCLUDE: make_include}
+    if not any((root / name).exists() for name in ("Makefile", "makefile", "GNUmakefile")):
+        files["Makefile"] = f"# envkit's targets: make help lists them.\ninclude {MAKE_INCLUDE}\n"
+    return Scaffold(files, requirements, scripts, torch)
+
+
+def _requirements(root: Path) -> tuple[str | None, tuple[Dependency, ...]]:
+    for name in REQUIREMENTS_FILES:
+        path = root / name
+        if path.is_file():
+            lines = read_dependencies(path, name)
+            if lines or name != PYPROJECT:
+                return name, lines
+    return None, ()
+
+
+def _torch(matrix: Matrix, lines: tuple[Dependency, ...]) -> str:
+    """The torch the requirements pin, else the newest with a torch_xla pair that their specifier allows."""
+    from packaging.specifiers import SpecifierSet
+
+    named = next((line for line in lines if line.name == "torch"), None)
+    spec = named.specifier if named else ""
+    pinned = re.fullmatch(r"===?([0-9][0-9.]*)(\+\w+)?", spec)
+    if pinned:
+        version = pinned.group(1)
+        matrix.torch_release(f"{named.where}: torch", version)  # one line when envkit's matrix lacks it
+        return version
+    allowed = SpecifierSet(spec)
+    paired = sorted({torch for release in matrix.torch_xla.values() for torch, _ in release.pairs}, key=version_key)
+    fitting = [version for version in paired if version in allowed]
+    if not fitting:
+        raise EnvkitError(
+            f"{named.where}: {named.line!r} allows no torch of envkit's matrix with a TPU build; "
+            f"pin one (torch=={paired[-1]}), `envkit matrix` lists them"
+        )
+    return fitting[-1]
+
+
+def _is_entry(path: Path) -> bool:
+    if _NOT_ENTRY.match(path.name) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*\.py", path.name):
+        return False
+    try:
+        return _ENTRY.search(path.read_text(encoding="utf-8", errors="replace")) is not None
+    except OSError:
+        return False
+
+
+def _config(matrix: Matrix, torch: str, requirements: str | None, scripts: tuple[str, ...]) -> str:
+    release = matrix.torch_release("torch", torch)
+    cuda = matrix.cuda[release.cuda_choices()[0]].cuda if release.cuda_choices() else None
+    xla = next((x for rel in matrix.torch_xla.values() for t, x in rel.pairs if t == torch), None)
+    q = f'"{torch}"'
+    py = f'"{DEFAULT_PYTHON}"'
+    lines = [
+        "# envkit project configuration, written by `envkit init`: the experiments and the targets they run on.",
+        "# Supported versions: `envkit matrix`. After editing: `envkit lock --all`, then `envkit render --all`,",
+        "# and commit docker/ and notebooks/.",
+    ]
+    if requirements:
+        lines += [
+            "",
+            "# Resolved with each target's torch build into every target's lock.",
+            f"requirements: {requirements}",
+        ]
+    lines += ["", "# One per entry script and kind: make <name>, envkit experiment <name>, envkit launch <name>."]
+    experiments = [
+        (f"{prefix}-{_slug(script)}", kind, f"{script} {where}", gpus, script)
+        for script in scripts
+        for prefix, kind, where, gpus in EXPERIMENT_KINDS
+    ]
+    lines.append("experiments:" if experiments else "experiments: {}")
+    for name, kind, summary, gpus, script in experiments:
+        lines += [f"  {name}:", f"    summary: {summary}", f"    kind: {kind}", f"    command: [python, {script}]"]
+        lines += [f"    gpus: {gpus}"] if gpus else []
+    lines += ["", "targets:", "  cpu:", "    kind: cpu", f"    torch: {q}", f"    python: {py}"]
+    lines += ["  cuda:", "    kind: cuda", f"    torch: {q}"] + ([f'    cuda: "{cuda}"'] if cuda else [])
+    lines += [f"    python: {py}", f"    base_image: python:{DEFAULT_PYTHON}-slim-bookworm"]
+    lines += ["  tpu-vm:", "    kind: tpu-vm", f"    torch: {q}"]
+    lines += ["    backend: torch_xla", f'    torch_xla: "{xla}"'] if xla else ["    backend: torch_tpu"]
+    lines += [f"    python: {py}"]
+    lines += ["  # Notebook targets: `envkit notebook <experiment> --target <name>` writes one."]
+    lines += ["  colab-t4:", "    platform: colab", "    accelerator: T4", f"    torch: {q}", f"    python: {py}"]
+    if xla:
+        for name, platform, accelerator in (("colab-tpu", "colab", "v5e-1"), ("kaggle-tpu", "kaggle", "TpuV5E8")):
+            lines += [
+                f"  {name}:",
+                f"    platform: {platform}",
+                f"    accelerator: {accelerator}",
+                "    backend: torch_xla",
+            ]
+            lines += [f"    torch: {q}", f'    torch_xla: "{xla}"', f"    python: {py}"]
+    return "\n".join(lines) + "\n"
+
+
+def _slug(script: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", Path(script).stem.lower()).strip("-")
