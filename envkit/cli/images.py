@@ -43,6 +43,9 @@ def register(subparsers) -> None:
     run.add_argument("--gpus", help="comma-separated host GPU indices or 'all' (cuda targets)")
     run.add_argument("--results-dir", type=directory_option, default=Path("results"))
     run.add_argument("--data-dir", type=directory_option, default=Path("data"))
+    run.add_argument(
+        "--dry-run", action="store_true", help="print the run.sh line it would run; check, create and run nothing"
+    )
     add_config(run)
     run.set_defaults(func=cmd_run)
 
@@ -102,19 +105,17 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from envkit.host.container import run_recipe
+    from envkit.host.container import recipe_command, run_recipe
 
     config, target = load_target(args)
-    return run_recipe(
-        config,
-        target,
-        args.recipe,
-        args.recipe_args,
-        tag=args.tag,
-        gpus=args.gpus,
-        results_dir=args.results_dir,
-        data_dir=args.data_dir,
-    )
+    where = dict(tag=args.tag, gpus=args.gpus, results_dir=args.results_dir, data_dir=args.data_dir)
+    if args.dry_run:
+        from envkit.runs.plans import Step
+
+        env, argv = recipe_command(config, target, args.recipe, args.recipe_args, **where)
+        print(Step(args.recipe, tuple(argv), env).shell())
+        return 0
+    return run_recipe(config, target, args.recipe, args.recipe_args, **where)
 
 
 def cmd_push(args: argparse.Namespace) -> int:
