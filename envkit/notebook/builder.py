@@ -29,7 +29,7 @@ from envkit.project import NOTEBOOKS, kinds
 from envkit.project.config import ProjectConfig, Target
 from envkit.project.experiments import Experiment
 from envkit.project.experiments import experiment as find_experiment
-from envkit.project.notebook_platforms import accelerator_of, load_platforms
+from envkit.project.notebook_platforms import accelerator_of, load_platforms, refuse_too_few_devices
 from envkit.support import provenance
 from envkit.support.bounded_load import load_text
 
@@ -74,6 +74,7 @@ def fitting_experiment(target: Target, name: str) -> Experiment:
             f"experiment {name} runs on {experiment.kind}, target {target.name} is {target.kind}; "
             f"its experiments: {', '.join(fitting)}"
         )
+    refuse_too_few_devices(experiment, target.name, target.platform, target.accelerator)
     return experiment
 
 
@@ -203,8 +204,10 @@ def _commands(experiment: Experiment) -> list[str]:
 def _device_text(accelerator) -> str:
     device = accelerator.device
     if accelerator.is_tpu:
-        cores = device["chips"] * load_platforms().cores_per_chip(device["tpu"])
-        return f"{device['chips']} TPU {device['tpu']} chip(s) ({cores} cores, one replica each), found on the PCI bus"
+        return (
+            f"{device['chips']} TPU {device['tpu']} chip(s) ({accelerator.devices} cores, one replica each), "
+            "found on the PCI bus"
+        )
     return f"at least {device['count']} NVIDIA GPU(s) whose name holds {device['gpu']}, as nvidia-smi lists them"
 
 

@@ -48,6 +48,7 @@ class Experiment:
     image_title: str | None = None  # the demo's run in the image
     defaults: tuple[str, ...] = ()  # recipe arguments the user may change (its size)
     runs: tuple[RecipeRun, ...] = ()  # one, or the table's runs in order (E3: a batch and learning-rate rule each)
+    devices: int = 1  # the GPUs or TPU cores its setting needs at least (a notebook accelerator with fewer is refused)
 
     @property
     def named_runs(self) -> bool:

@@ -237,6 +237,18 @@ def test_render_check_finds_a_notebook_no_target_lists(capsys, project):
         ),
         (["nope", "--target", "colab-tpu"], "unknown experiment 'nope'"),
         (
+            ["gpu-ddp-cifar", "--target", "colab-t4"],
+            "experiment gpu-ddp-cifar needs 4 GPUs (E2, DDP×4), and target colab-t4's colab T4 has 1; accelerators "
+            "with enough: none on colab or kaggle",
+        ),
+        (["gpu-dp-cifar", "--target", "colab-t4", "--colab-link"], "experiment gpu-dp-cifar needs 4 GPUs (E2, DP×4)"),
+        (
+            ["e3-batch-scaling", "--target", "colab-tpu"],
+            "experiment e3-batch-scaling needs 8 TPU cores (E3, 8-core TPU), and target colab-tpu's colab v5e-1 has 1; "
+            "accelerators with enough: kaggle TpuV38 (8), kaggle TpuV5E8 (8), kaggle TpuV6E8 (8)",
+        ),
+        (["tpu-mnist", "--target", "colab-tpu", "--use-runtime"], "experiment tpu-mnist needs 8 TPU cores (E1,"),
+        (
             ["tpu-mnist", "--target", "colab-tpu", "--output", "x.json"],
             "--output x.json: a notebook file ends in .ipynb",
         ),
