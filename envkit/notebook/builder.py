@@ -89,7 +89,11 @@ def colab_url(config: ProjectConfig, path: Path, revision: str) -> str | None:
     return url.format(repository=match.group(1), revision=revision, path=path.as_posix())
 
 
-def render_notebook(config: ProjectConfig, experiment_name: str, target_name: str, packages: str = "lock") -> Notebook:
+def render_notebook(
+    config: ProjectConfig, experiment_name: str, target_name: str, packages: str = "lock", *, committed: bool = False
+) -> Notebook:
+    """The notebook; ``committed``: one of the targets' `notebooks` lists that render commits at its ``path``, which
+    alone carries an "Open in Colab" link (to that path): a notebook written anywhere else is in no repository."""
     import nbformat
     from nbformat import v4
 
@@ -126,7 +130,7 @@ def render_notebook(config: ProjectConfig, experiment_name: str, target_name: st
         },
         "checked": load_platforms().checked,
         "device_text": _device_text(accelerator),
-        "open_url": colab_url(config, path, "main") if platform.name == "colab" else None,
+        "open_url": colab_url(config, path, "main") if committed and platform.name == "colab" else None,
     }
     markdown = _markdown(config, context)
     cells = [
