@@ -316,7 +316,7 @@ def read_lock(path: Path) -> LockFile | None:
     """The parsed lock, or None when the target has none: only an absent lock means unlocked."""
     try:
         data = read_bytes(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing there (a file in place of docker/ included)
         if path.is_symlink():  # a lock was meant to be there: building unlocked would hide that
             raise EnvkitError(
                 f"cannot read {path}: it is a symlink to {os.readlink(path)}, which does not exist"

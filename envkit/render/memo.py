@@ -43,7 +43,7 @@ def _digest(path: str) -> str | None:
     change). Raises OSError or Refused when something is there that cannot be read."""
     try:
         return sha256(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         if os.path.lexists(path):
             raise
         return None
