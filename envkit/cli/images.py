@@ -105,17 +105,20 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from envkit.host.container import recipe_command, run_recipe
+    from envkit.host.container import run_recipe
 
     config, target = load_target(args)
-    where = dict(tag=args.tag, gpus=args.gpus, results_dir=args.results_dir, data_dir=args.data_dir)
-    if args.dry_run:
-        from envkit.runs.plans import Step
-
-        env, argv = recipe_command(config, target, args.recipe, args.recipe_args, **where)
-        print(Step(args.recipe, tuple(argv), env).shell())
-        return 0
-    return run_recipe(config, target, args.recipe, args.recipe_args, **where)
+    return run_recipe(
+        config,
+        target,
+        args.recipe,
+        args.recipe_args,
+        tag=args.tag,
+        gpus=args.gpus,
+        results_dir=args.results_dir,
+        data_dir=args.data_dir,
+        dry_run=args.dry_run,
+    )
 
 
 def cmd_push(args: argparse.Namespace) -> int:

@@ -6,30 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-
-def recipe_command(
-    config,
-    target,
-    recipe: str,
-    recipe_args: list[str],
-    *,
-    tag: str | None = None,
-    gpus: str | None = None,
-    results_dir: Path = Path("results"),
-    data_dir: Path = Path("data"),
-) -> tuple[dict[str, str], list[str]]:
-    """What runs ``recipe`` in ``target``'s image (``tag``, default latest): the variables run.sh reads, and its argv."""
-    from envkit.image.build import LATEST, repository
-
-    env = {
-        "IMAGE": f"{repository(target.name)}:{tag or LATEST}",
-        "RESULTS_DIR": str(results_dir.resolve()),
-        "DATA_DIR": str(data_dir.resolve()),
-        **({"GPUS": gpus} if gpus else {}),
-    }
-    # run.sh is the one definition of how a target's container runs (user, GPUs,
-    # mounts, TPU flags); users without envkit call it directly, so we do too.
-    return env, [str(config.root / "docker" / target.name / "run.sh"), recipe, *recipe_args]
+from envkit.support.shellquote import command_line
 
 
 def run_recipe(
@@ -42,8 +19,24 @@ def run_recipe(
     gpus: str | None = None,
     results_dir: Path = Path("results"),
     data_dir: Path = Path("data"),
+    dry_run: bool = False,
 ) -> int:
-    """Run ``recipe`` in ``target``'s image (``tag``, default latest) on this host; the recipe's exit status."""
+    """Run ``recipe`` in ``target``'s image (``tag``, default latest) on this host; the recipe's exit status.
+    ``dry_run``: print the run.sh line instead, and check, create and run nothing."""
+    from envkit.image.build import LATEST, repository
+
+    env = {
+        "IMAGE": f"{repository(target.name)}:{tag or LATEST}",
+        "RESULTS_DIR": str(results_dir.resolve()),
+        "DATA_DIR": str(data_dir.resolve()),
+        **({"GPUS": gpus} if gpus else {}),
+    }
+    # run.sh is the one definition of how a target's container runs (user, GPUs,
+    # mounts, TPU flags); users without envkit call it directly, so we do too.
+    argv = [str(config.root / "docker" / target.name / "run.sh"), recipe, *recipe_args]
+    if dry_run:
+        print(command_line(env, argv))
+        return 0
     from envkit.host import doctor
     from envkit.image.build import resolve_image
     from envkit.support.docker_client import connect_docker  # looked up here: tests replace the engine
@@ -53,7 +46,4 @@ def run_recipe(
     # Created here so they belong to the caller; docker would create them as root.
     for directory in (results_dir, data_dir):
         directory.mkdir(parents=True, exist_ok=True)
-    env, argv = recipe_command(
-        config, target, recipe, recipe_args, tag=tag, gpus=gpus, results_dir=results_dir, data_dir=data_dir
-    )
     return subprocess.run(argv, env={**os.environ, **env}, check=False).returncode
