@@ -9,10 +9,10 @@ import os
 import re
 import subprocess
 import sys
-
-from paths import REPO_ROOT
+from pathlib import Path
 
 import pytest
+from paths import REPO_ROOT
 
 from envkit.cli import COMMANDS
 
@@ -75,7 +75,7 @@ def envkit(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
     """envkit in ``cwd`` on this repository's config, with no Docker engine answering."""
     env = {**os.environ, "DOCKER_HOST": f"unix://{cwd}/no-engine.sock", "ENVKIT_CACHE_DIR": str(cwd.parent / "cache")}
     end = argv.index("--") if "--" in argv else len(argv)
-    argv = (*argv[:end], "--config", str(REPO / "envkit.yaml"), *argv[end:])
+    argv = (*argv[:end], "--config", str(REPO_ROOT / "envkit.yaml"), *argv[end:])
     return subprocess.run([sys.executable, "-m", "envkit", *argv], capture_output=True, text=True, cwd=cwd, env=env)
 
 
@@ -109,7 +109,7 @@ def test_a_command_without_a_dry_run_refuses_it_naming_those_that_have_one(argv,
 def test_readme_names_exactly_the_commands_that_take_dry_run():
     from envkit.cli import build_parser, dry_run_commands
 
-    section = (REPO / "README.md").read_text().split("### Dry runs: one rule", 1)[1].split("\n#", 1)[0]
+    section = (REPO_ROOT / "README.md").read_text().split("### Dry runs: one rule", 1)[1].split("\n#", 1)[0]
     claim = " ".join(section.split()).split("`--dry-run` belongs to the commands that build, push or run something: ")[
         1
     ]
