@@ -10,7 +10,9 @@ matplotlib, jsonschema) happen inside the handlers, which keeps ``envkit --help`
 working without the optional extras.
 One rule for every command line: envkit's options may stand anywhere, and a command
 that runs a recipe (experiment, run, launch) takes the recipe's arguments after '--'
-(envkit.cli.options.add_recipe_args), so `--dry-run` at the end is envkit's.
+(envkit.cli.options.add_recipe_args), so `--dry-run` anywhere before '--' is envkit's,
+before the command name too. A command without a dry run refuses --dry-run in one line
+naming those that have one (``dry_run_commands``: README's list is checked against it).
 """
 
 from __future__ import annotations
@@ -66,8 +68,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         description="Render, build, run and compare pinned deep-learning images for cpu, cuda and tpu-vm.",
         epilog="envkit's options may stand anywhere on the command line; experiment, run and launch take the "
         "recipe's arguments after '--' (envkit experiment cpu-mnist --dry-run -- --epochs 1). --dry-run, "
-        "where a command has it (experiment, launch, compare, demo, prune), prints exactly what would run "
-        "and builds, pushes or runs nothing; make's DRY_RUN=1 does the same for every make target.",
+        "where a command has it (its --help says so), prints exactly what would run and builds, pushes, writes "
+        "or runs nothing; make's DRY_RUN=1 does the same for every make target.",
     )
     parser.add_argument("--version", action="version", version=f"envkit {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
@@ -76,6 +78,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name in modules:
         importlib.import_module(f"envkit.cli.{name}").register(subparsers)
     return parser
+
+
+DRY_RUN = "--dry-run"
+
+
+def dry_run_commands(parser: argparse.ArgumentParser) -> list[str]:
+    """The commands registered in ``parser`` that take --dry-run."""
+    (subparsers,) = (action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    return sorted(
+        name
+        for name, command in subparsers.choices.items()
+        if any(DRY_RUN in action.option_strings for action in command._actions)
+    )
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
@@ -88,6 +103,13 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
     if takes_recipe_args:
         unknown = [*args.recipe_args, *unknown]  # words before '--' that are not envkit's
         args.recipe_args = argv[split + 1 :]
+    if DRY_RUN in unknown:
+        # Before the command name argparse leaves it to the top-level parser, which has none: it is the command's.
+        if not hasattr(args, "dry_run"):
+            having = ", ".join(dry_run_commands(build_parser()))
+            parser.error(f"{args.command} has no {DRY_RUN}; the commands that have one: {having}")
+        args.dry_run = True
+        unknown = [word for word in unknown if word != DRY_RUN]
     if unknown:
         hint = ""
         if takes_recipe_args:

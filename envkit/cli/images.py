@@ -43,6 +43,9 @@ def register(subparsers) -> None:
     run.add_argument("--gpus", help="comma-separated host GPU indices or 'all' (cuda targets)")
     run.add_argument("--results-dir", type=directory_option, default=Path("results"))
     run.add_argument("--data-dir", type=directory_option, default=Path("data"))
+    run.add_argument(
+        "--dry-run", action="store_true", help="print the run.sh line it would run; check, create and run nothing"
+    )
     add_config(run)
     run.set_defaults(func=cmd_run)
 
@@ -114,6 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         gpus=args.gpus,
         results_dir=args.results_dir,
         data_dir=args.data_dir,
+        dry_run=args.dry_run,
     )
 
 

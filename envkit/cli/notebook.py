@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -17,7 +18,8 @@ def register(subparsers) -> None:
         description="Write EXPERIMENT as a notebook (nbformat 4) for a notebook target of envkit.yaml (one with a "
         "platform): what it is, a runtime check of the accelerator, a fresh virtual environment holding exactly the "
         "target's lock (hash-checked), the recipe's files embedded with their sha256, the run, and envkit's report. "
-        "Committed notebooks (the targets' `notebooks` lists) are written and checked by envkit render --all.",
+        "Committed notebooks (the targets' `notebooks` lists) are render's: envkit render --all writes and checks "
+        "them in notebooks/<target>/, and only they carry an 'Open in Colab' link.",
     )
     notebook.add_argument("experiment", help="an experiment of the project (envkit.yaml's experiments), e.g. tpu-mnist")
     notebook.add_argument(
@@ -27,7 +29,8 @@ def register(subparsers) -> None:
         "--output",
         metavar="FILE.ipynb",
         type=Path,
-        help="where to write it (default: notebooks/<target>/<experiment>.ipynb beside the config)",
+        help="where to write it (default: <experiment>.ipynb in the working directory); never under the project's "
+        "notebooks/, which render keeps for the targets' notebooks lists",
     )
     notebook.add_argument(
         "--use-runtime",
@@ -40,37 +43,58 @@ def register(subparsers) -> None:
         action="store_true",
         help="print the 'Open in Colab' link of the committed notebook at --revision; write nothing",
     )
-    notebook.add_argument("--revision", help="with --colab-link: the git revision (default: the project's HEAD)")
+    notebook.add_argument(
+        "--revision",
+        help="with --colab-link: a commit, branch or tag of the project's git repository that holds the notebook "
+        "(default: HEAD); the link names its commit",
+    )
     add_config(notebook)
     notebook.set_defaults(func=cmd_notebook)
 
 
 def cmd_notebook(args: argparse.Namespace) -> int:
     from envkit.notebook import builder
+    from envkit.project import NOTEBOOKS
     from envkit.project.config import load_config
     from envkit.support.atomic import write_text_atomic
 
-    if args.revision and not args.colab_link:
+    if args.revision is not None and not args.colab_link:
         raise EnvkitError("--revision goes with --colab-link")
+    if args.colab_link and (args.use_runtime or args.output is not None):
+        raise EnvkitError(
+            "--colab-link links a committed notebook, which runs on the lock and sits where render put it: "
+            "leave out --use-runtime and --output"
+        )
     if args.output is not None and args.output.suffix != ".ipynb":
         raise EnvkitError(f"--output {args.output}: a notebook file ends in .ipynb")
     config = load_config(args.config)
     packages = "runtime" if args.use_runtime else "lock"
+    path = builder.notebook_path(args.target, args.experiment, packages)
     if args.colab_link:
         target = builder.notebook_target(config, args.target)
         builder.fitting_experiment(config, target, args.experiment)
         if target.platform != "colab":
             raise EnvkitError(f"--colab-link: target {target.name} runs on {target.platform}, not colab")
-        path = builder.notebook_path(target.name, args.experiment, packages)
-        url = builder.colab_url(config, path, args.revision or _head(config.root))
+        commit = _commit(config.root, args.revision)
+        if _git(config.root, "cat-file", "-e", f"{commit}:./{path.as_posix()}") is None:
+            raise EnvkitError(
+                f"--colab-link: {path} is not committed at {args.revision or 'HEAD'} ({commit[:12]}): list "
+                f"{args.experiment} in target {target.name}'s notebooks, run envkit render --all and commit"
+            )
+        url = builder.colab_url(config, path, commit)
         if url is None:
             raise EnvkitError(
                 f"--colab-link needs the config's source to be a GitHub repository (source: {config.source})"
             )
         print(url)
         return 0
+    output = args.output or Path(path.name)
+    if output.resolve().is_relative_to(config.root / NOTEBOOKS):
+        raise EnvkitError(
+            f"{output}: notebooks/ is render's, for the targets' notebooks lists: write it elsewhere (--output), or "
+            f"list {args.experiment} in target {args.target}'s notebooks and run envkit render --all"
+        )
     notebook = builder.render_notebook(config, args.experiment, args.target, packages)
-    output = args.output or config.root / notebook.path
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(output, notebook.text)
@@ -80,13 +104,25 @@ def cmd_notebook(args: argparse.Namespace) -> int:
     return 0
 
 
-def _head(root: Path) -> str:
+def _git(root: Path, *argv: str) -> str | None:
+    """git's output in ``root``, or None when it fails (or git is missing)."""
     try:
-        done = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=30, check=False
+        done = subprocess.run(["git", *argv], cwd=root, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _commit(root: Path, revision: str | None) -> str:
+    """The commit ``revision`` names, as git resolves it (HEAD when None); anything else is one line."""
+    if revision == "":
+        raise EnvkitError("--revision '': name a commit, branch or tag (leave --revision out for HEAD)")
+    if _git(root, "rev-parse", "--git-dir") is None:
+        raise EnvkitError(f"--colab-link: {root} is not a git checkout, so no notebook is committed there")
+    commit = _git(root, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{revision or 'HEAD'}^{{commit}}")
+    if commit is None:
+        raise EnvkitError(
+            f"--revision {shlex.quote(revision or 'HEAD')}: not a commit of {root} (git rev-parse --verify); "
+            "name a commit, branch or tag"
         )
-    except OSError:
-        done = None
-    if done is None or done.returncode != 0:
-        raise EnvkitError(f"--colab-link: {root} is not a git checkout; pass --revision REV")
-    return done.stdout.strip()
+    return commit

@@ -197,12 +197,16 @@ def cmd_render(args: argparse.Namespace) -> int:
         f"rendered {len(files)} files for {', '.join(names) or 'no image target'} into {output} ({len(written)} changed)"
         + "".join(f"; removed {directory}'s rendered files (not a target in the config)" for directory in removed)
     )
-    if notebook_names:
+    from envkit.notebook import committed
+
+    removed = committed.leftovers(notebooks, notebook_files) if args.all else []
+    if notebook_names or removed:
         written = rendered.write(notebooks, notebook_files)
-        removed = rendered.remove_leftovers(notebooks, notebook_names) if args.all else []
+        rendered.remove(removed)
         print(
-            f"rendered {len(notebook_files)} notebooks for {', '.join(notebook_names)} into {notebooks} ({len(written)} changed)"
-            + "".join(f"; removed {directory}'s lock (not a notebook target in the config)" for directory in removed)
+            f"rendered {len(notebook_files)} notebooks for {', '.join(notebook_names) or 'no notebook target'} "
+            f"into {notebooks} ({len(written)} changed)"
+            + "".join(f"; removed {path} (no notebook target lists it)" for path in removed)
         )
     return 0
 

@@ -73,7 +73,12 @@ def _add_run_options(parser: argparse.ArgumentParser, default_results: Path) -> 
 def _add_report_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("md", "csv", "json"), default="md", help="table format (default: md)")
     parser.add_argument("--plot", type=Path, metavar="FILE.png", default=None, help="also write a bar chart PNG")
-    parser.add_argument("--reference", action="store_true", help="add the published numbers, labelled as published")
+    parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="add the published numbers, labelled as published, beside the runs that did the same work "
+        "(the rest stand apart, saying why)",
+    )
     parser.add_argument(
         "--baseline",
         metavar="LABEL",

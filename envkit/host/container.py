@@ -6,6 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from envkit.support.shellquote import command_line
+
 
 def run_recipe(
     config,
@@ -17,10 +19,26 @@ def run_recipe(
     gpus: str | None = None,
     results_dir: Path = Path("results"),
     data_dir: Path = Path("data"),
+    dry_run: bool = False,
 ) -> int:
-    """Run ``recipe`` in ``target``'s image (``tag``, default latest) on this host; the recipe's exit status."""
+    """Run ``recipe`` in ``target``'s image (``tag``, default latest) on this host; the recipe's exit status.
+    ``dry_run``: print the run.sh line instead, and check, create and run nothing."""
+    from envkit.image.build import LATEST, repository
+
+    env = {
+        "IMAGE": f"{repository(target.name)}:{tag or LATEST}",
+        "RESULTS_DIR": str(results_dir.resolve()),
+        "DATA_DIR": str(data_dir.resolve()),
+        **({"GPUS": gpus} if gpus else {}),
+    }
+    # run.sh is the one definition of how a target's container runs (user, GPUs,
+    # mounts, TPU flags); users without envkit call it directly, so we do too.
+    argv = [str(config.root / "docker" / target.name / "run.sh"), recipe, *recipe_args]
+    if dry_run:
+        print(command_line(env, argv))
+        return 0
     from envkit.host import doctor
-    from envkit.image.build import LATEST, repository, resolve_image
+    from envkit.image.build import resolve_image
     from envkit.support.docker_client import connect_docker  # looked up here: tests replace the engine
 
     doctor.require(doctor.inspect_host(), target.kind, gpus)
@@ -28,15 +46,4 @@ def run_recipe(
     # Created here so they belong to the caller; docker would create them as root.
     for directory in (results_dir, data_dir):
         directory.mkdir(parents=True, exist_ok=True)
-    env = {
-        **os.environ,
-        "IMAGE": f"{repository(target.name)}:{tag or LATEST}",
-        "RESULTS_DIR": str(results_dir.resolve()),
-        "DATA_DIR": str(data_dir.resolve()),
-    }
-    if gpus:
-        env["GPUS"] = gpus
-    # run.sh is the one definition of how a target's container runs (user, GPUs,
-    # mounts, TPU flags); users without envkit call it directly, so we do too.
-    script = config.root / "docker" / target.name / "run.sh"
-    return subprocess.run([str(script), recipe, *recipe_args], env=env, check=False).returncode
+    return subprocess.run(argv, env={**os.environ, **env}, check=False).returncode

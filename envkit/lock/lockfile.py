@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -312,10 +313,14 @@ def normalise(name: str) -> str:
 
 
 def read_lock(path: Path) -> LockFile | None:
-    """The parsed lock, or None when the target has none."""
+    """The parsed lock, or None when the target has none: only an absent lock means unlocked."""
     try:
         data = read_bytes(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing there (a file in place of docker/ included)
+        if path.is_symlink():  # a lock was meant to be there: building unlocked would hide that
+            raise EnvkitError(
+                f"cannot read {path}: it is a symlink to {os.readlink(path)}, which does not exist"
+            ) from None
         return None
     except OSError as exc:
         raise EnvkitError(f"cannot read {path}: {exc.strerror or exc}") from None

@@ -30,7 +30,7 @@ from envkit.project import NOTEBOOKS, kinds
 from envkit.project.config import ProjectConfig, Target
 from envkit.project.experiments import Experiment, excerpt
 from envkit.project.experiments import experiment as find_experiment
-from envkit.project.notebook_platforms import accelerator_of, load_platforms
+from envkit.project.notebook_platforms import accelerator_of, load_platforms, refuse_too_few_devices
 from envkit.support import provenance
 from envkit.support.bounded_load import load_text
 
@@ -73,6 +73,7 @@ def fitting_experiment(config: ProjectConfig, target: Target, name: str) -> Expe
             f"experiment {name} runs on {experiment.kind}, target {target.name} is {target.kind}; "
             f"its experiments: {', '.join(fitting)}"
         )
+    refuse_too_few_devices(experiment, target.name, target.platform, target.accelerator)
     return experiment
 
 
@@ -87,7 +88,11 @@ def colab_url(config: ProjectConfig, path: Path, revision: str) -> str | None:
     return url.format(repository=match.group(1), revision=revision, path=path.as_posix())
 
 
-def render_notebook(config: ProjectConfig, experiment_name: str, target_name: str, packages: str = "lock") -> Notebook:
+def render_notebook(
+    config: ProjectConfig, experiment_name: str, target_name: str, packages: str = "lock", *, committed: bool = False
+) -> Notebook:
+    """The notebook; ``committed``: one of the targets' `notebooks` lists that render commits at its ``path``, which
+    alone carries an "Open in Colab" link (to that path): a notebook written anywhere else is in no repository."""
     import nbformat
     from nbformat import v4
 
@@ -124,7 +129,7 @@ def render_notebook(config: ProjectConfig, experiment_name: str, target_name: st
         },
         "checked": load_platforms().checked,
         "device_text": _device_text(accelerator),
-        "open_url": colab_url(config, path, "main") if platform.name == "colab" else None,
+        "open_url": colab_url(config, path, "main") if committed and platform.name == "colab" else None,
     }
     markdown = _markdown(config, context)
     cells = [
@@ -202,8 +207,10 @@ def _commands(experiment: Experiment) -> list[str]:
 def _device_text(accelerator) -> str:
     device = accelerator.device
     if accelerator.is_tpu:
-        cores = device["chips"] * load_platforms().cores_per_chip(device["tpu"])
-        return f"{device['chips']} TPU {device['tpu']} chip(s) ({cores} cores, one replica each), found on the PCI bus"
+        return (
+            f"{device['chips']} TPU {device['tpu']} chip(s) ({accelerator.devices} cores, one replica each), "
+            "found on the PCI bus"
+        )
     return f"at least {device['count']} NVIDIA GPU(s) whose name holds {device['gpu']}, as nvidia-smi lists them"
 
 

@@ -352,7 +352,7 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
             apt_snapshot=raw.get("apt_snapshot"),
             platform=raw.get("platform"),
             accelerator=raw.get("accelerator"),
-            notebooks=_notebook_experiments(raw.get("notebooks", []), kind, where, at),
+            notebooks=_notebook_experiments(name, raw, kind, where, at),
             platforms=_platforms(raw, spec, torch, where(at + ("platforms",))) if runtime is None else (),
         ),
         root,
@@ -425,7 +425,9 @@ def _notebook_runtime(raw: dict[str, Any], at: DocPath, where: _Locator) -> note
     return platform.runtime_of(platform.accelerator(raw["accelerator"], f"{where(at + ('accelerator',))}: "))
 
 
-def _notebook_experiments(names: list[str], kind: str, where: _Locator, at: DocPath) -> tuple[str, ...]:
+def _notebook_experiments(target: str, raw: dict[str, Any], kind: str, where: _Locator, at: DocPath) -> tuple[str, ...]:
+    """A notebook target's committed experiments: each of its kind, and each with the devices it needs."""
+    names = raw.get("notebooks", [])
     table = load_experiments(where.path)
     for index, name in enumerate(names):
         fitting = [entry.name for entry in table.values() if entry.kind == kind]
@@ -434,6 +436,9 @@ def _notebook_experiments(names: list[str], kind: str, where: _Locator, at: DocP
             raise EnvkitError(
                 f"{where(at + ('notebooks', index))}: {name!r} is not an experiment of kind {kind}; {choices}"
             )
+        notebook_platforms.refuse_too_few_devices(
+            table[name], target, raw["platform"], raw["accelerator"], f"{where(at + ('notebooks', index))}: "
+        )
     return tuple(names)
 
 

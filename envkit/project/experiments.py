@@ -59,6 +59,7 @@ class Experiment:
     command: tuple[str, ...] | None = None  # an argv run from the project root, or None for a recipe
     env: dict[str, str] = field(default_factory=dict)  # environment variables it runs with
     target: str | None = None  # the config's target it runs in, where the experiment names one
+    devices: int = 1  # the GPUs or TPU cores its setting needs at least (a notebook accelerator with fewer is refused)
 
     @property
     def named_runs(self) -> bool:
@@ -185,6 +186,7 @@ def _experiment(path: Path, name: str, entry: dict, targets: dict) -> Experiment
         command=tuple(entry["command"]) if "command" in entry else None,
         env=dict(entry.get("env", {})),
         target=target,
+        devices=entry.get("devices", 1),
         recipe=fields.get("recipe"),
         image_title=fields.get("image_title"),
     )

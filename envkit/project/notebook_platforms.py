@@ -59,6 +59,7 @@ class Accelerator:
     label: str  # what the platform's menu shows
     kind: str  # the target kind (kinds.yaml) whose wheels and device flag apply
     device: dict  # {"tpu": chip, "chips": n} or {"gpu": name part, "count": n}
+    devices: int  # what an experiment runs on: its GPUs, or its TPU cores (one replica each)
     runtime: str
     tier: str
     note: str | None
@@ -67,6 +68,10 @@ class Accelerator:
     @property
     def is_tpu(self) -> bool:
         return "tpu" in self.device
+
+    @property
+    def unit(self) -> str:
+        return "TPU cores" if self.is_tpu else "GPUs"
 
 
 @dataclass(frozen=True)
@@ -116,9 +121,6 @@ class PlatformData:
                 kept.append(arg)
         return kept + list(self.cpu_args)
 
-    def cores_per_chip(self, chip: str) -> int:
-        return next(entry["cores"] for entry in self.tpu_chips.values() if entry["chip"] == chip)
-
 
 @cache
 def load_platforms(path: Path = PLATFORMS_PATH) -> PlatformData:
@@ -139,11 +141,14 @@ def load_platforms(path: Path = PLATFORMS_PATH) -> PlatformData:
                 )
             if "tpu" in spec["device"] and spec["device"]["tpu"] not in known_chips:
                 raise EnvkitError(f"{path}: {name}.{accel}: TPU chip {spec['device']['tpu']!r} is not in tpu_chips")
+            device = spec["device"]
+            cores = next((chip["cores"] for chip in chips["devices"].values() if chip["chip"] == device.get("tpu")), 0)
             accelerators[accel] = Accelerator(
                 name=accel,
                 label=spec["label"],
                 kind=spec["kind"],
-                device=dict(spec["device"]),
+                device=dict(device),
+                devices=device["chips"] * cores if "tpu" in device else device["count"],
                 runtime=spec["runtime"],
                 tier=spec["tier"],
                 note=spec.get("note"),
@@ -186,6 +191,28 @@ def accelerator_of(target) -> tuple[Platform, Accelerator]:
     """A notebook target's (config.Target with a platform) platform and accelerator."""
     found = platform(target.platform)
     return found, found.accelerator(target.accelerator)
+
+
+def refuse_too_few_devices(experiment, target: str, platform_name: str, accelerator_name: str, where: str = "") -> None:
+    """Notebook target ``target``'s accelerator must have the devices ``experiment`` needs (its ``devices``): on
+    fewer it would run another setting under the experiment's name (E2's DDP x4 on one T4, E3's global batches
+    on one core). The refusal names the accelerators of every platform that have enough."""
+    found = platform(platform_name)
+    accelerator = found.accelerator(accelerator_name)
+    if accelerator.devices >= experiment.devices:
+        return
+    fitting = [
+        f"{name} {other.name} ({other.devices})"
+        for name, platform_ in load_platforms().platforms.items()
+        for other in platform_.accelerators.values()
+        if other.kind == accelerator.kind and other.devices >= experiment.devices
+    ]
+    setting = f" ({experiment.published})" if experiment.published else ""
+    enough = ", ".join(fitting) or f"none on {' or '.join(names())}: run it with envkit experiment or envkit launch"
+    raise EnvkitError(
+        f"{where}experiment {experiment.name} needs {experiment.devices} {accelerator.unit}{setting}, and target "
+        f"{target}'s {found.name} {accelerator.name} has {accelerator.devices}; accelerators with enough: {enough}"
+    )
 
 
 def where_it_runs(target) -> str:

@@ -9,6 +9,12 @@ written from the memo and neither Jinja, PyYAML nor the config schema is importe
 Any difference, a missing or unreadable entry, or a new envkit version is a miss, and a
 miss renders in full. Errors are never remembered: bad input always reaches the code
 that explains it.
+
+An entry is keyed by the config's resolved path (its directory is the project root a render
+reads from) and records every file by its absolute path, as typed, never resolved: the same
+file from any working directory, and a symlink now pointing elsewhere is read through again.
+A file is absent only when nothing, not even a dangling symlink, stands at its path; one that
+cannot be read is a miss, so the full render explains it.
 """
 
 from __future__ import annotations
@@ -33,11 +39,14 @@ def _entry(config: Path, selection: str) -> Path:
 
 
 def _digest(path: str) -> str | None:
-    """The file's sha256, None when it is absent; raises OSError or Refused for anything else."""
+    """The file's sha256; None when nothing is there (no lock yet is a state too: a lock appearing is a
+    change). Raises OSError or Refused when something is there that cannot be read."""
     try:
         return sha256(path)
-    except FileNotFoundError:
-        return None  # absent (no lock yet) is a state too: a lock appearing is a change
+    except (FileNotFoundError, NotADirectoryError):
+        if os.path.lexists(path):
+            raise
+        return None
 
 
 def _code() -> list[Path]:
@@ -59,9 +68,10 @@ def recall(config: Path, selection: str) -> tuple[list[str], list[RenderedFile]]
 def remember(config: Path, selection: str, names: list[str], files: list[RenderedFile], read: list[Path]) -> None:
     """Store a successful render with the digest of every file it read (``read``)."""
     try:
+        read_paths = {os.path.abspath(path) for path in read} | {str(config.resolve())}
         entry = {
             "code": _code_digest(),
-            "read": {str(path): _digest(str(path)) for path in sorted(set(read))},
+            "read": {path: _digest(path) for path in sorted(read_paths)},
             "names": names,
             "files": [[file.path.as_posix(), file.text, file.mode] for file in files],
         }

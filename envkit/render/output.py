@@ -129,34 +129,35 @@ def _difference(path: Path, file: RenderedFile) -> str | None:
     return None
 
 
-# How the files envkit writes into docker/<target>/ begin (render's three templates, the run wrapper it
-# copies and `envkit lock`'s header): a file without its mark is someone else's, and envkit never removes it.
+# How the files render writes into docker/<target>/ begin (its three templates and the run wrapper it
+# copies): render removes only what it wrote. A file without its mark is someone else's, and so is a
+# lock (`envkit lock` wrote it): render keeps both, and --check does not ask for their removal.
 ENVKIT_MARKS = {
     "Dockerfile": b"Rendered by envkit from ",
     "run.sh": b"Rendered by envkit from ",
     ".dockerignore": b"Rendered by envkit from ",
     provenance.FILE_NAME: b'"""envkit\'s run wrapper: ',
-    "requirements.lock": b"# envkit lock for target ",
 }
 
 
 def leftovers(output: Path, names: list[str]) -> dict[Path, list[Path]]:
-    """The files envkit wrote for targets no longer in the config, by their directory under ``output``."""
+    """The files render wrote for targets no longer in the config, by their directory under ``output``."""
     if not output.is_dir():
         return {}
     found = {}
     for child in sorted(output.iterdir()):
         if child.is_dir() and not child.is_symlink() and child.name not in names:
-            ours = [child / name for name, mark in ENVKIT_MARKS.items() if _begins_with(child / name, mark)]
+            ours = [child / name for name, mark in ENVKIT_MARKS.items() if begins_with(child / name, mark)]
             if ours:
                 found[child] = ours
     return found
 
 
-def _begins_with(path: Path, mark: bytes) -> bool:
+def begins_with(path: Path, mark: bytes, within: int = 512) -> bool:
+    """Whether ``mark`` is in the first ``within`` bytes of the file (run.sh's follows its #! line)."""
     try:
         with open_regular(path) as stream:
-            return mark in stream.read(512)  # within the first lines: run.sh's mark follows its #! line
+            return mark in stream.read(within)
     except (OSError, Refused):
         return False
 
@@ -166,7 +167,7 @@ def orphans(output: Path, names: list[str]) -> list[str]:
     lines = []
     for directory, files in leftovers(output, names).items():
         kept = sorted(p.name for p in directory.iterdir() if p not in files)
-        also = f"; it keeps {', '.join(kept)}, which envkit did not write" if kept else ""
+        also = f"; it keeps {', '.join(kept)}, which render did not write" if kept else ""
         lines.append(
             f"{directory}: not a target in the config: `envkit render --all` removes "
             f"{', '.join(p.name for p in files)}{also}"
@@ -175,17 +176,21 @@ def orphans(output: Path, names: list[str]) -> list[str]:
 
 
 def remove_leftovers(output: Path, names: list[str]) -> list[Path]:
-    """Remove what envkit wrote for targets no longer in the config (and the directory once empty)."""
+    """Remove what render wrote for targets no longer in the config (and the directory once empty)."""
     removed = []
     for directory, files in leftovers(output, names).items():
-        for path in files:
-            try:
-                path.unlink()
-            except OSError as exc:
-                raise EnvkitError(f"cannot remove {path}: {exc.strerror or exc}") from None
+        remove(files)
         _remove_if_empty(directory)
         removed.append(directory)
     return removed
+
+
+def remove(paths: list[Path]) -> None:
+    for path in paths:
+        try:
+            path.unlink()
+        except OSError as exc:
+            raise EnvkitError(f"cannot remove {path}: {exc.strerror or exc}") from None
 
 
 def _executable(mode: int) -> bool:

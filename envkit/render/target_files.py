@@ -175,7 +175,7 @@ def render_template(env: jinja2.Environment, template: str, context: dict) -> st
 
 def _current_lock(target: Target, inputs: LockInputs, path: Path) -> LockFile | None:
     """The target's lock, or None when it has none; a lock of other inputs is refused."""
-    lock = read_lock(path) if path.is_file() else None
+    lock = read_lock(path)
     if lock is not None and lock.inputs_sha256 != inputs.digest():
         raise EnvkitError(
             f"target {target.name}: {path} was resolved from other inputs than envkit.yaml now gives: "

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shlex
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from envkit.errors import EnvkitError
 from envkit.host.venv import describe_interpreter
 from envkit.project import DEFAULT_CONFIG, kinds
 from envkit.project.experiments import Experiment, RecipeRun, load_experiments
+from envkit.support.shellquote import command_line
 
 # Small enough that the whole demo takes about a minute on two CPU cores, yet long enough
 # that every run learns its fake data (MNIST ~93%, CIFAR ~100% test accuracy): a demo
@@ -65,8 +65,7 @@ class Step:
     needs_torch: bool = False  # runs a recipe on this Python, which then needs torch
 
     def shell(self) -> str:
-        assignments = [f"{key}={shlex.quote(value)}" for key, value in self.env.items()]
-        return " ".join(assignments + [shlex.join(self.argv)])
+        return command_line(self.env, self.argv)
 
 
 @dataclass

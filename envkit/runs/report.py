@@ -129,6 +129,7 @@ class Section:
     environments: list[tuple] = field(default_factory=list)  # set only when its measured rows differ
     experiment: str | None = None  # an experiment's section (report.yaml experiments), else the recipe's
     run_summaries: dict[str, str] = field(default_factory=dict)  # an experiment's: its runs' summaries by label
+    apart: str | None = None  # published rows alone: why they are compared with none of the runs measured here
 
     @property
     def facts(self) -> dict:
@@ -136,7 +137,8 @@ class Section:
 
     @property
     def title(self) -> str:
-        return f"{self.facts['title'] if self.experiment else self.recipe} · dataset {self.dataset}"
+        title = f"{self.facts['title'] if self.experiment else self.recipe} · dataset {self.dataset}"
+        return title + (" · published, compared with no run here" if self.apart else "")
 
 
 @dataclass
@@ -264,6 +266,39 @@ def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult], **pl
 
 def load_published() -> dict:
     return _data("published.yaml")
+
+
+def run_work(dataset: str, settings: dict) -> dict:
+    """The work a run did, which a published row must share to be compared with it: the data, how much of it
+    (a fake set's size, a cap on the steps), and for how many epochs."""
+    return {
+        "dataset": dataset,
+        "train_images": "all" if dataset == "real" else settings.get("fake_train_size"),
+        "max_steps": settings.get("max_steps"),
+        "epochs": settings.get("epochs"),
+    }
+
+
+def published_work(source: dict) -> dict:
+    """A published source's work: its dataset whole, uncapped, for the epochs it states (else any)."""
+    return {"dataset": source["dataset"], "train_images": "all", "max_steps": None, "epochs": source.get("epochs")}
+
+
+def same_work(published: dict, measured: dict) -> bool:
+    return all(value is None and key == "epochs" or measured[key] == value for key, value in published.items())
+
+
+def counted(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def describe_work(work: dict) -> str:
+    images = {"all": "every train image", None: "train images not recorded"}.get(
+        work["train_images"], f"{work['train_images']} train images"
+    )
+    steps = f", at most {work['max_steps']} steps" if work["max_steps"] is not None else ""
+    epochs = f", {counted(work['epochs'], 'epoch')}" if work["epochs"] is not None else ""
+    return f"{work['dataset']} data, {images}{steps}{epochs}"
 
 
 def published_rows(recipe: str) -> list[Row]:
@@ -423,10 +458,12 @@ def build_report(
         )
         grouped.setdefault(key, (configuration, settings, []))[2].append(run)
     sections: dict[tuple, Section] = {}
+    works: dict[tuple, list[dict]] = {}  # section -> the work of each of its runs
     for (owner, name, rank, recipe, _, _), (configuration, settings, runs) in grouped.items():
         # Experiment sections come after the recipes' ("" sorts first), each of its own.
+        key = (owner, recipe, configuration["dataset"])
         section = sections.setdefault(
-            (owner, recipe, configuration["dataset"]),
+            key,
             Section(
                 recipe,
                 configuration["dataset"],
@@ -436,13 +473,14 @@ def build_report(
         )
         placement = dict(experiment=owner, run=name, run_rank=rank, settings=settings) if owner else {}
         section.rows.append(_row_from_runs(recipe, configuration, runs, **placement))
+        works.setdefault(key, []).extend(run_work(configuration["dataset"], run.settings) for run in runs)
     if baseline is not None:
         labels = sorted({row.label for section in sections.values() for row in section.rows})
         if baseline not in labels:
             raise EnvkitError(f"--baseline {baseline!r} matches no configuration; choose one of: {', '.join(labels)}")
+    if reference:
+        _place_published(sections, works)
     for section in sections.values():
-        if reference and not section.experiment:  # nothing was published per run of an experiment
-            section.rows.extend(published_rows(section.recipe))
         section.rows.sort(key=Row.sort_key)
         if "speedup" in section.facts:
             _assign_speedups(section.rows, baseline)
@@ -456,6 +494,29 @@ def build_report(
         else "the first single-device configuration of each group (choose with --baseline)"
     )
     return Report(sections=ordered, runs=len(results), skipped=skipped, baseline_rule=rule, reference=reference)
+
+
+def _place_published(sections: dict[tuple, Section], works: dict[tuple, list[dict]]) -> None:
+    """Each published source joins the recipe's sections whose every run did its work (nothing was published
+    per run of an experiment); a source that joins none stands apart, in a section that says why, so a short
+    run on generated data is never set beside a published full epoch of real data."""
+    for recipe in sorted({section.recipe for section in sections.values() if not section.experiment}):
+        own = [key for key, section in sections.items() if section.recipe == recipe and not section.experiment]
+        for source in load_published().get(recipe, []):
+            work = published_work(source)
+            fitting = [key for key in own if all(same_work(work, measured) for measured in works[key])]
+            if not fitting:
+                here = "; ".join(dict.fromkeys(describe_work(measured) for key in own for measured in works[key]))
+                apart = (
+                    f"The published rows did other work ({describe_work(work)}) than every run measured here ({here}): "
+                )
+                fitting = [("", recipe, source["dataset"], "published")]
+                sections.setdefault(
+                    fitting[0],
+                    Section(recipe, source["dataset"], apart=apart + "they stand apart, compared with none."),
+                )
+            for key in fitting:  # fresh rows for each section: a row's speed-up is its section's
+                sections[key].rows.extend(row for row in published_rows(recipe) if row.source == source["label"])
 
 
 # ---- columns ----------------------------------------------------------------
@@ -653,10 +714,6 @@ def _md_line(cells: list[str]) -> str:
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
-
-
 def _and(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
@@ -671,6 +728,8 @@ def _recipe_intro(section: Section, report: Report) -> list[str]:
     ]
     if report.reference:
         lines.append('Rows whose source starts with "published" are the published numbers, not measured here.')
+    if section.apart:
+        lines.append(section.apart)
     return lines
 
 
@@ -703,9 +762,9 @@ def _section_markdown(section: Section, report: Report) -> list[str]:
 
 def format_markdown(report: Report) -> str:
     configurations = sum(1 for section in report.sections for row in section.rows if row.source == OURS)
-    summary = f"{_count(report.runs, 'run')} in {_count(configurations, 'configuration')}"
+    summary = f"{counted(report.runs, 'run')} in {counted(configurations, 'configuration')}"
     if report.skipped:
-        summary += f"; {_count(report.skipped, 'file')} skipped (see warnings)"
+        summary += f"; {counted(report.skipped, 'file')} skipped (see warnings)"
     lines = ["# envkit comparison report", "", summary + ".", ""]
     for section in report.sections:
         lines += _section_markdown(section, report)

@@ -15,6 +15,11 @@ def sh(value: object) -> str:
     return shlex.quote(str(value))
 
 
+def command_line(env: dict[str, str], argv: tuple[str, ...] | list[str]) -> str:
+    """A command as one shell line: its variables (VAR=value, in order), then its words."""
+    return " ".join([f"{key}={sh(value)}" for key, value in env.items()] + [shlex.join(argv)])
+
+
 def dockerfile_string(value: object) -> str:
     """A double-quoted Dockerfile value (ENV, LABEL); validation has removed $, quotes and backslashes."""
     text = str(value)

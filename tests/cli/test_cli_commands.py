@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from paths import REPO_ROOT
 
 from envkit.cli import COMMANDS
@@ -42,3 +46,72 @@ def test_help_and_an_unknown_command_still_list_every_command():
     done = subprocess.run([sys.executable, "-m", "envkit", "nope"], capture_output=True, text=True, cwd=REPO_ROOT)
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert all(f"'{command}'" in done.stderr for command in COMMANDS)
+
+
+# A command line that reaches each dry-run command's handler (positionals it needs, nothing more).
+DRY_RUN_LINES = {
+    "compare": ["compare"],
+    "demo": ["demo"],
+    "experiment": ["experiment", "cpu-mnist"],
+    "launch": ["launch", "cpu-mnist", "--on", "slurm"],
+    "prune": ["prune", "cpu"],
+    "run": ["run", "cpu", "mnist"],
+}
+
+
+def test_dry_run_is_the_commands_own_before_or_after_its_name():
+    from envkit.cli import build_parser, dry_run_commands, parse
+
+    assert dry_run_commands(build_parser()) == sorted(DRY_RUN_LINES)
+    for command, line in DRY_RUN_LINES.items():
+        for argv in (["--dry-run", *line], [*line, "--dry-run"], [line[0], "--dry-run", *line[1:]]):
+            args = parse(
+                build_parser(command), [*argv, "--", "--epochs", "1"] if command in ("run", "launch") else argv
+            )
+            assert args.dry_run is True, argv
+
+
+def envkit(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    """envkit in ``cwd`` on this repository's config, with no Docker engine answering."""
+    env = {**os.environ, "DOCKER_HOST": f"unix://{cwd}/no-engine.sock", "ENVKIT_CACHE_DIR": str(cwd.parent / "cache")}
+    end = argv.index("--") if "--" in argv else len(argv)
+    argv = (*argv[:end], "--config", str(REPO_ROOT / "envkit.yaml"), *argv[end:])
+    return subprocess.run([sys.executable, "-m", "envkit", *argv], capture_output=True, text=True, cwd=cwd, env=env)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--dry-run", "experiment", "cpu-mnist"],
+        ["experiment", "cpu-mnist", "--dry-run"],
+        ["--dry-run", "run", "cpu", "mnist"],
+        ["run", "cpu", "mnist", "--dry-run", "--", "--epochs", "1"],
+    ],
+)
+def test_a_dry_run_prints_the_plan_and_runs_nothing_without_an_engine(argv, tmp_path):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    done = envkit(*argv, cwd=cwd)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert "docker/cpu/run.sh mnist" in done.stdout
+    assert list(cwd.iterdir()) == []  # no results or data directory made
+
+
+@pytest.mark.parametrize("argv", [["--dry-run", "render", "--all"], ["lock", "--all", "--dry-run"]])
+def test_a_command_without_a_dry_run_refuses_it_naming_those_that_have_one(argv, tmp_path):
+    done = envkit(*argv, cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "'--'" not in done.stderr, done.stderr
+    assert f"{argv[1] if argv[0] == '--dry-run' else argv[0]} has no --dry-run" in done.stderr
+    assert "compare, demo, experiment, launch, prune, run" in done.stderr
+
+
+def test_readme_names_exactly_the_commands_that_take_dry_run():
+    from envkit.cli import build_parser, dry_run_commands
+
+    section = (REPO_ROOT / "README.md").read_text().split("### Dry runs: one rule", 1)[1].split("\n#", 1)[0]
+    claim = " ".join(section.split()).split("`--dry-run` belongs to the commands that build, push or run something: ")[
+        1
+    ]
+    named = re.findall(r"`([a-z]+)`", claim.split(" take it anywhere")[0])
+    assert sorted(named) == dry_run_commands(build_parser())

@@ -142,17 +142,20 @@ def test_the_advice_for_a_removed_target_converges(capsys, project):
     assert run(capsys, "render", "--all", "--check", "--config", config)[0] == 0
 
 
-def test_render_all_keeps_what_envkit_did_not_write_in_a_removed_targets_directory(capsys, project):
+@pytest.mark.parametrize("kept", ["NOTES.md", "requirements.lock"])
+def test_render_all_keeps_what_it_did_not_write_in_a_removed_targets_directory(capsys, project, repo_root, kept):
+    """render removes what it rendered and keeps what it did not: someone's notes, and the lock `envkit lock` wrote
+    (render --all deleted it, and kept failing --check on what it kept)."""
     config = str(project / "envkit.yaml")
     assert run(capsys, "render", "--all", "--config", config)[0] == 0
     shutil.copytree(project / "docker" / "cpu", project / "docker" / "old-gpu")
-    (project / "docker" / "old-gpu" / "NOTES.md").write_text("why we had this target\n")
+    shutil.copy(repo_root / "docker" / "tpu-vm" / "requirements.lock", project / "docker" / "old-gpu" / kept)
     code, out, _ = run(capsys, "render", "--all", "--check", "--config", config)
     assert code == 1 and out.splitlines()[-1].endswith(
-        "removes Dockerfile, run.sh, .dockerignore, envkit_run.py; it keeps NOTES.md, which envkit did not write"
+        f"removes Dockerfile, run.sh, .dockerignore, envkit_run.py; it keeps {kept}, which render did not write"
     )
     assert run(capsys, "render", "--all", "--config", config)[0] == 0
-    assert sorted(p.name for p in (project / "docker" / "old-gpu").iterdir()) == ["NOTES.md"]
+    assert sorted(p.name for p in (project / "docker" / "old-gpu").iterdir()) == [kept]
     assert run(capsys, "render", "--all", "--check", "--config", config)[0] == 0
 
 

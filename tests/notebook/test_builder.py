@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -62,8 +63,8 @@ def test_the_config_lists_the_committed_notebooks(config, repo_root):
 
 @pytest.mark.parametrize(("target", "experiment"), committed_pairs())
 def test_committed_notebook_is_a_fresh_render_valid_and_deterministic(config, repo_root, target, experiment):
-    first = builder.render_notebook(config, experiment, target)
-    assert builder.render_notebook(config, experiment, target).text == first.text
+    first = builder.render_notebook(config, experiment, target, committed=True)
+    assert builder.render_notebook(config, experiment, target, committed=True).text == first.text
     assert (repo_root / first.path).read_text(encoding="utf-8") == first.text
     notebook = nbformat.reads(first.text, as_version=4)
     nbformat.validate(notebook)
@@ -137,32 +138,108 @@ def test_it_reads_top_to_bottom_and_carries_what_it_runs(config, repo_root, tmp_
 
 
 def test_colab_notebooks_preselect_their_accelerator_and_link_to_colab(config):
-    notebook = nbformat.reads(builder.render_notebook(config, "tpu-mnist-single", "colab-tpu").text, as_version=4)
+    committed = builder.render_notebook(config, "tpu-mnist-single", "colab-tpu", committed=True)
+    notebook = nbformat.reads(committed.text, as_version=4)
     assert notebook.metadata.accelerator == "TPU" and notebook.metadata.colab.gpuType == "V5E1"
     assert (
         "[Open in Colab](https://colab.research.google.com/github/envkit/envkit/blob/main/notebooks/"
         "colab-tpu/tpu-mnist-single.ipynb)"
     ) in notebook.cells[0].source
     assert "Runtime > Change runtime type > Hardware accelerator: v5e-1 TPU" in notebook.cells[0].source
+    # Written anywhere else (envkit notebook, --output) it is in no repository: no link to where it is not.
+    elsewhere = nbformat.reads(builder.render_notebook(config, "tpu-mnist-single", "colab-tpu").text, as_version=4)
+    assert "Open in Colab" not in elsewhere.cells[0].source
+    assert (
+        elsewhere.cells[0].source.split("Rendered by envkit", 1)[1]
+        == notebook.cells[0].source.split("Rendered by envkit", 1)[1]
+    )
 
 
-def test_colab_link_at_a_revision(capsys, repo_root):
-    code, out, _ = envkit(
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
+
+
+@pytest.fixture()
+def checkout(tmp_path, repo_root):
+    """A git repository of the project, its notebooks committed (one commit, tagged v1), and that commit."""
+    root = tmp_path / "checkout"
+    root.mkdir()
+    for part in ("envkit.yaml", "templates", "recipes", "notebooks", "docker"):
+        copy = shutil.copytree if (repo_root / part).is_dir() else shutil.copy
+        copy(repo_root / part, root / part)
+    subprocess.run([*GIT, "init", "-q", "-b", "main"], cwd=root, check=True)
+    subprocess.run([*GIT, "add", "-A"], cwd=root, check=True)
+    subprocess.run([*GIT, "commit", "-q", "-m", "project"], cwd=root, check=True)
+    subprocess.run([*GIT, "tag", "v1"], cwd=root, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+    return root, head.stdout.strip()
+
+
+@pytest.mark.parametrize("revision", [None, "HEAD", "main", "v1", "full commit"])
+def test_colab_link_names_the_commit_that_holds_the_notebook(capsys, checkout, revision):
+    root, commit = checkout
+    given = [] if revision is None else ["--revision", commit if revision == "full commit" else revision]
+    code, out, err = envkit(
         capsys,
         "notebook",
         "gpu-mnist",
         "--target",
         "colab-t4",
         "--colab-link",
-        "--revision",
-        "abc123",
+        *given,
         "--config",
-        str(repo_root / "envkit.yaml"),
+        str(root / "envkit.yaml"),
     )
-    assert (code, out) == (
+    assert (code, out, err) == (
         0,
-        "https://colab.research.google.com/github/envkit/envkit/blob/abc123/notebooks/colab-t4/gpu-mnist.ipynb\n",
+        f"https://colab.research.google.com/github/envkit/envkit/blob/{commit}/notebooks/colab-t4/gpu-mnist.ipynb\n",
+        "",
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["gpu-mnist", "--target", "colab-t4", "--revision", ""], "--revision '': name a commit, branch or tag"),
+        (
+            ["gpu-mnist", "--target", "colab-t4", "--revision", "a b/../c?x=1#"],
+            "--revision 'a b/../c?x=1#': not a commit of ",
+        ),
+        (["gpu-mnist", "--target", "colab-t4", "--revision", "nope"], "--revision nope: not a commit of "),
+        (["gpu-mnist", "--target", "colab-t4", "--revision=--all"], "--revision --all: not a commit of "),
+        (
+            ["tpu-mnist-single", "--target", "colab-tpu", "--use-runtime"],
+            "--colab-link links a committed notebook, which runs on the lock",
+        ),
+    ],
+)
+def test_colab_link_refuses_what_git_does_not_hold(capsys, checkout, argv, message):
+    root, _ = checkout
+    code, out, err = envkit(capsys, "notebook", *argv, "--colab-link", "--config", str(root / "envkit.yaml"))
+    assert (code, out) == (2, "") and err.count("\n") == 1 and message in err, err
+
+
+def test_colab_link_only_to_a_notebook_committed_at_the_revision(capsys, checkout):
+    """It linked to notebooks that were never committed (gpu-dp-cifar on colab-t4)."""
+    root, tagged = checkout
+    committed = "notebooks/colab-tpu/tpu-mnist-single.ipynb"
+    subprocess.run(["git", "rm", "-q", "--cached", committed], cwd=root, check=True)
+    subprocess.run([*GIT, "commit", "-q", "-m", "not committed any more"], cwd=root, check=True)
+    link = [
+        "notebook",
+        "tpu-mnist-single",
+        "--target",
+        "colab-tpu",
+        "--colab-link",
+        "--config",
+        str(root / "envkit.yaml"),
+    ]
+    code, _, err = envkit(capsys, *link)  # still in the working tree, but not in HEAD
+    assert code == 2 and f"{committed} is not committed at HEAD (" in err
+    code, out, _ = envkit(capsys, *link, "--revision", "v1")
+    assert code == 0 and out.endswith(f"/blob/{tagged}/{committed}\n")
+
+
+def test_colab_link_is_for_colab(capsys, repo_root):
     code, _, err = envkit(
         capsys,
         "notebook",
@@ -195,13 +272,50 @@ def project(tmp_path, repo_root):
     return tmp_path / "project"
 
 
-def test_write_and_default_path(capsys, project):
-    (project / "notebooks" / "colab-t4" / "gpu-mnist.ipynb").unlink()
-    code, out, _ = envkit(
-        capsys, "notebook", "gpu-mnist", "--target", "colab-t4", "--config", str(project / "envkit.yaml")
-    )
-    assert code == 0 and out.startswith(f"wrote {project}/notebooks/colab-t4/gpu-mnist.ipynb (")
-    assert envkit(capsys, "render", "--all", "--check", "--config", str(project / "envkit.yaml"))[0] == 0
+def test_an_ad_hoc_notebook_goes_to_the_working_directory_never_into_renders_notebooks(
+    capsys, project, tmp_path, monkeypatch
+):
+    """README's own `envkit notebook tpu-mnist-single --target colab-tpu --use-runtime` wrote into
+    notebooks/colab-tpu/, which `render --all --check` then called stale for ever."""
+    config = str(project / "envkit.yaml")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for argv, written in (
+        (["tpu-mnist-single", "--target", "colab-tpu", "--use-runtime"], "tpu-mnist-single-runtime.ipynb"),
+        (["gpu-mnist", "--target", "colab-t4"], "gpu-mnist.ipynb"),
+        (["gpu-mnist", "--target", "colab-t4", "--output", "out/nb.ipynb"], "out/nb.ipynb"),
+    ):
+        code, out, _ = envkit(capsys, "notebook", *argv, "--config", config)
+        assert code == 0 and out.startswith(f"wrote {written} (") and (elsewhere / written).is_file()
+    monkeypatch.chdir(project / "notebooks" / "colab-t4")
+    for argv in (["tpu-mnist", "--target", "kaggle-tpu"], ["gpu-mnist", "--target", "colab-t4", "--output", "x.ipynb"]):
+        code, out, err = envkit(capsys, "notebook", *argv, "--config", config)
+        assert (code, out) == (2, "") and "notebooks/ is render's, for the targets' notebooks lists" in err
+    assert envkit(capsys, "render", "--all", "--check", "--config", config)[0] == 0
+
+
+def test_render_removes_the_notebooks_it_rendered_and_keeps_the_lock_it_did_not(capsys, project):
+    """render --all deleted a removed notebook target's lock (`envkit lock` wrote it) and kept the notebooks it
+    had rendered itself, so `render --all --check` failed for ever."""
+    config = project / "envkit.yaml"
+    text = config.read_text()
+    config.write_text(text.replace("notebooks: [tpu-mnist, e3-batch-scaling]", "notebooks: [tpu-mnist]"))
+    (project / "notebooks" / "kaggle-tpu" / "mine.ipynb").write_text('{"cells": []}\n')  # someone else's
+    code, out, err = envkit(capsys, "render", "--all", "--check", "--config", str(config))
+    assert code == 1 and "e3-batch-scaling.ipynb: no notebook target lists it: `envkit render --all` removes it" in out
+    assert "mine.ipynb" not in out
+    text, start, end = config.read_text(), "  colab-t4:\n", "  kaggle-tpu:\n"
+    config.write_text(text[: text.index(start)] + text[text.index(end) :])  # the colab-t4 target removed
+    code, out, _ = envkit(capsys, "render", "--all", "--config", str(config))
+    assert code == 0 and f"; removed {project / 'notebooks' / 'colab-t4' / 'gpu-mnist.ipynb'} (" in out
+    assert sorted(path.name for path in (project / "notebooks" / "colab-t4").iterdir()) == ["requirements.lock"]
+    assert sorted(path.name for path in (project / "notebooks" / "kaggle-tpu").iterdir()) == [
+        "mine.ipynb",
+        "requirements.lock",
+        "tpu-mnist.ipynb",
+    ]
+    assert envkit(capsys, "render", "--all", "--check", "--config", str(config))[0] == 0
 
 
 def test_render_check_finds_an_edited_recipe_and_render_fixes_it(capsys, project, tmp_path, monkeypatch):
@@ -224,7 +338,7 @@ def test_render_check_finds_a_notebook_no_target_lists(capsys, project):
         project / "notebooks" / "colab-t4" / "gpu-mnist.ipynb", project / "notebooks" / "colab-t4" / "old.ipynb"
     )
     code, out, err = envkit(capsys, "render", "--all", "--check", "--config", str(project / "envkit.yaml"))
-    assert code == 1 and "colab-t4/old.ipynb: no notebook target lists it (remove it)" in out
+    assert code == 1 and "colab-t4/old.ipynb: no notebook target lists it: `envkit render --all` removes it" in out
     assert "rendered files are stale (1 unlisted notebook(s))" in err
 
 
@@ -241,6 +355,18 @@ def test_render_check_finds_a_notebook_no_target_lists(capsys, project):
             "experiments: tpu-mnist, tpu-mnist-single",
         ),
         (["nope", "--target", "colab-tpu"], "unknown experiment 'nope'"),
+        (
+            ["gpu-ddp-cifar", "--target", "colab-t4"],
+            "experiment gpu-ddp-cifar needs 4 GPUs (E2, DDP×4), and target colab-t4's colab T4 has 1; accelerators "
+            "with enough: none on colab or kaggle",
+        ),
+        (["gpu-dp-cifar", "--target", "colab-t4", "--colab-link"], "experiment gpu-dp-cifar needs 4 GPUs (E2, DP×4)"),
+        (
+            ["e3-batch-scaling", "--target", "colab-tpu"],
+            "experiment e3-batch-scaling needs 8 TPU cores (E3, 8-core TPU), and target colab-tpu's colab v5e-1 has 1; "
+            "accelerators with enough: kaggle TpuV38 (8), kaggle TpuV5E8 (8), kaggle TpuV6E8 (8)",
+        ),
+        (["tpu-mnist", "--target", "colab-tpu", "--use-runtime"], "experiment tpu-mnist needs 8 TPU cores (E1,"),
         (
             ["tpu-mnist", "--target", "colab-tpu", "--output", "x.json"],
             "--output x.json: a notebook file ends in .ipynb",

@@ -50,6 +50,10 @@ def test_accelerators_under_each_platforms_own_names():
     assert set(platforms["kaggle"].accelerators) == KAGGLE_IDS
     assert platforms["colab"].accelerators["v5e-1"].device == {"tpu": "v5e", "chips": 1}
     assert platforms["kaggle"].accelerators["TpuV5E8"].device == {"tpu": "v5e", "chips": 8}
+    # what an experiment runs on: TPU cores (v3 has 2 a chip) or GPUs
+    devices = {name: accelerator.devices for name, accelerator in platforms["kaggle"].accelerators.items()}
+    assert devices["TpuV38"] == devices["TpuV5E8"] == 8 and devices["NvidiaTeslaT4"] == 1
+    assert platforms["colab"].accelerators["v5e-1"].devices == 1
     # every accelerator names a target kind envkit has, and a runtime of its platform
     for platform in platforms.values():
         for accelerator in platform.accelerators.values():
@@ -160,6 +164,11 @@ def write_config(root: Path, **target) -> Path:
         (
             {"notebooks": ["gpu-mnist"]},
             "'gpu-mnist' is not an experiment of kind tpu-vm; choose from tpu-mnist, tpu-mnist-single",
+        ),
+        (
+            {"notebooks": ["tpu-mnist-single", "e3-batch-scaling"]},
+            "notebooks[1]: experiment e3-batch-scaling needs 8 TPU cores (E3, 8-core TPU), and target nb's colab "
+            "v5e-1 has 1; accelerators with enough: kaggle TpuV38 (8), kaggle TpuV5E8 (8), kaggle TpuV6E8 (8)",
         ),
     ],
 )

@@ -107,3 +107,73 @@ def test_a_damaged_memo_is_a_miss(tmp_path, monkeypatch):
     entry = next((tmp_path / "cache" / "render-memo").iterdir())
     entry.write_text("{not json")
     assert memo.recall(tmp_path / "envkit.yaml", "--all") is None
+
+
+def check(cwd: Path, config: str) -> subprocess.CompletedProcess:
+    """`envkit render --all --check --config CONFIG`, run in ``cwd``."""
+    argv = [sys.executable, "-m", "envkit", "render", "--all", "--check", "--config", config]
+    return subprocess.run(argv, capture_output=True, text=True, env=os.environ, cwd=cwd)
+
+
+def test_a_changed_config_is_stale_from_every_working_directory_and_path(project, tmp_path):
+    """The memo keyed an entry by the config's resolved path but recorded the config as typed: from another
+    directory, a config there with the old content made a changed project 'up to date'."""
+    twin = tmp_path / "twin"  # the same project elsewhere: its config is what the project's was
+    shutil.copytree(project, twin, symlinks=True)
+    (project / "sub").mkdir()
+    (twin / "linked.yaml").symlink_to(project / "envkit.yaml")
+    assert check(project, "envkit.yaml").returncode == 0  # remembered, the config named relative to the project
+    text = (project / "envkit.yaml").read_text()
+    (project / "envkit.yaml").write_text(
+        text.replace("  cpu:\n    kind: cpu\n", "  cpu:\n    kind: cpu\n    env: {X: y}\n")
+    )
+    for cwd, config in (
+        (twin, str(project / "envkit.yaml")),
+        (twin, "linked.yaml"),
+        (project / "sub", "../envkit.yaml"),
+        (tmp_path, "project/envkit.yaml"),
+        (project, "envkit.yaml"),
+    ):
+        done = check(cwd, config)
+        assert done.returncode == 1 and "cpu: " in done.stdout and "stale (cpu)" in done.stderr, (cwd, config, done)
+    # The twin, never changed, is up to date from anywhere, and a render of the project from the twin writes it.
+    assert check(tmp_path, "twin/envkit.yaml").returncode == 0
+    assert check(twin, "envkit.yaml").returncode == 0
+    render_all = [sys.executable, "-m", "envkit", "render", "--all", "--config", str(project / "envkit.yaml")]
+    done = subprocess.run(render_all, capture_output=True, text=True, env=os.environ, cwd=twin)
+    assert done.returncode == 0 and "(1 changed)" in done.stdout, done.stdout
+    assert (
+        "ENV X=" in (project / "docker" / "cpu" / "Dockerfile").read_text()
+        or "X=y" in (project / "docker" / "cpu" / "Dockerfile").read_text()
+    )
+    assert check(twin, "linked.yaml").returncode == 0
+
+
+def test_a_symlinked_lock_pointing_elsewhere_is_read_through_again(project, tmp_path):
+    lock = project / "docker" / "tpu-vm" / "requirements.lock"
+    kept = tmp_path / "kept.lock"
+    kept.write_bytes(lock.read_bytes())
+    lock.unlink()
+    lock.symlink_to(kept)
+    assert check(project, "envkit.yaml").returncode == 0
+    other = tmp_path / "other.lock"
+    other.write_bytes(kept.read_bytes().replace(b"\n", b"\n# hand edit\n", 1))
+    lock.unlink()
+    lock.symlink_to(other)
+    done = check(project, "envkit.yaml")
+    assert done.returncode != 0, done.stdout
+
+
+@pytest.mark.parametrize("in_its_place", ["dangling symlink", "symlink loop", "directory"])
+def test_an_absent_file_is_absent_only_while_nothing_stands_at_its_path(tmp_path, monkeypatch, in_its_place):
+    """A render remembered without a lock is not a hit once something unreadable stands there: render refuses it."""
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
+    lock = tmp_path / "requirements.lock"
+    files = [RenderedFile(Path("t/Dockerfile"), "# UNLOCKED\n", 0o644)]
+    memo.remember(tmp_path / "envkit.yaml", "--all", ["t"], files, [lock])
+    assert memo.recall(tmp_path / "envkit.yaml", "--all") == (["t"], files)
+    if in_its_place == "directory":
+        lock.mkdir()
+    else:
+        lock.symlink_to("gone.lock" if in_its_place == "dangling symlink" else lock.name)
+    assert memo.recall(tmp_path / "envkit.yaml", "--all") is None
