@@ -41,7 +41,7 @@ def in_repo(repo_root, monkeypatch, tmp_path):
     (tmp_path / MARKER).write_text(json.dumps({"lock": "/locks/requirements/dev.lock", "lock_sha256": "a" * 64}))
 
     def use(facts: HostFacts, runnable: list[str]):
-        monkeypatch.setattr(cli_report, "_host_facts", lambda: (facts, runnable))
+        monkeypatch.setattr(cli_report, "_host_facts", lambda config: (facts, runnable))
 
     return use
 
@@ -228,7 +228,7 @@ def test_demo_runs_end_to_end_without_docker(repo_root, tmp_path, monkeypatch, c
         copy = shutil.copytree if (repo_root / part).is_dir() else shutil.copy
         copy(repo_root / part, project / part)
     monkeypatch.chdir(project)
-    monkeypatch.setattr(cli_report, "_host_facts", lambda: (NO_ENGINE, []))
+    monkeypatch.setattr(cli_report, "_host_facts", lambda config: (NO_ENGINE, []))
     assert main(["demo", "--no-docker"]) == 0
     out = capfd.readouterr().out  # the report is printed by a child process
     results = project / "results" / "demo"
