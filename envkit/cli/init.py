@@ -26,11 +26,12 @@ def cmd_init(args: argparse.Namespace) -> int:
     from envkit.project.scaffold import MAKE_INCLUDE, scaffold
     from envkit.render.target_files import packaged_templates
     from envkit.support.atomic import write_text_atomic
+    from envkit.support.bounded_load import load_text
 
     root = args.dir
     if not root.is_dir():
         raise EnvkitError(f"--dir {root}: not a directory")
-    plan = scaffold(root, (packaged_templates() / "init" / MAKE_INCLUDE).read_text(encoding="utf-8"))
+    plan = scaffold(root, load_text(packaged_templates() / "init" / MAKE_INCLUDE))
     existing = [name for name in plan.files if (root / name).exists()]
     if existing:
         raise EnvkitError(

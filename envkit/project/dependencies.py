@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.support.bounded_load import Refused, read_text
 
 PYPROJECT = "pyproject.toml"
 _VCS = re.compile(r"^(git|hg|svn|bzr)\+", re.IGNORECASE)
@@ -32,13 +33,15 @@ def read_dependencies(path: Path, shown: str | None = None) -> tuple[Dependency,
     in messages; a line no lock can hold is one line naming it."""
     shown = shown or str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except FileNotFoundError:
         raise EnvkitError(
             f"{shown} not found: name a requirements file (requirements.txt, a .in file or {PYPROJECT})"
         ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EnvkitError(f"cannot read {shown}: {exc}") from None
+    except OSError as exc:
+        raise EnvkitError(f"cannot read {shown}: {exc.strerror or exc}") from None
+    except Refused as exc:
+        raise EnvkitError(exc.at(shown)) from None
     lines = _pyproject_lines(text, shown) if path.name == PYPROJECT else _text_lines(text)
     return tuple(_dependency(line, f"{shown}:{number}") for number, line in lines)
 

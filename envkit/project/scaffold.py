@@ -19,6 +19,7 @@ from envkit.project import DEFAULT_CONFIG
 from envkit.project.config import DEFAULT_PYTHON
 from envkit.project.dependencies import PYPROJECT, Dependency, read_dependencies
 from envkit.project.matrix import Matrix, load_matrix, version_key
+from envkit.support.bounded_load import Refused, read_text
 
 MAKE_INCLUDE = "envkit.mk"
 # Where a project's requirements are looked for, in order: a .in file is the input a lock is made from.
@@ -89,8 +90,8 @@ def _is_entry(path: Path) -> bool:
     if _NOT_ENTRY.match(path.name) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*\.py", path.name):
         return False
     try:
-        return _ENTRY.search(path.read_text(encoding="utf-8", errors="replace")) is not None
-    except OSError:
+        return _ENTRY.search(read_text(path)) is not None
+    except (OSError, Refused):  # not a script a user runs: huge, binary, or not a regular file
         return False
 
 

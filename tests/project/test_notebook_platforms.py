@@ -136,10 +136,17 @@ NOTEBOOK_TARGET = {
 }
 
 
-# Experiments the notebook targets may list: two of kind tpu-vm, one cuda.
+# Experiments the notebook targets may list: three of kind tpu-vm (one needing 8 cores), one cuda.
 EXPERIMENTS = {
     name: {"summary": name, "kind": kind, "recipe": "mnist"}
     for name, kind in (("tpu-mnist", "tpu-vm"), ("tpu-mnist-single", "tpu-vm"), ("gpu-mnist", "cuda"))
+}
+EXPERIMENTS["e3-batch-scaling"] = {
+    "summary": "E3",
+    "kind": "tpu-vm",
+    "recipe": "mnist",
+    "published": "E3, 8-core TPU",
+    "devices": 8,
 }
 
 
@@ -163,7 +170,7 @@ def write_config(root: Path, **target) -> Path:
         ({"kind": "cuda"}, "colab's v5e-1 is a tpu-vm accelerator, not cuda"),
         (
             {"notebooks": ["gpu-mnist"]},
-            "'gpu-mnist' is not an experiment of kind tpu-vm; choose from tpu-mnist, tpu-mnist-single",
+            "'gpu-mnist' is not an experiment of kind tpu-vm; choose from tpu-mnist, tpu-mnist-single, e3-batch-scaling",
         ),
         (
             {"notebooks": ["tpu-mnist-single", "e3-batch-scaling"]},
