@@ -140,6 +140,36 @@ def test_without_a_tpu_chip_torch_tpu_is_neither_loaded_nor_asked_for_metadata(t
     assert done.stdout.split() == ["False", "0", "1", "1"], done.stderr
 
 
+def test_mnist_sets_tpu_backends_environment_before_torch_is_imported(tmp_path):
+    """mnist.py imports tpu_backend before anything that imports torch (harness does): torch reads
+    TORCH_DEVICE_BACKEND_AUTOLOAD when it is imported, so it must already be set then."""
+    (tmp_path / "torch_tpu").mkdir()
+    (tmp_path / "torch_tpu" / "__init__.py").write_text("")
+    script = """
+import os, sys
+sys.path[:0] = sys.argv[1:]
+seen = []
+
+class WatchTorch:  # notes the variable when torch is first looked for, then lets the import go on
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and not seen:
+            seen.append(os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD"))
+
+sys.meta_path.insert(0, WatchTorch())
+import mnist
+print(seen)
+"""
+    env = {name: value for name, value in os.environ.items() if name != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path), str(RECIPE.parent)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.stdout.split() == ["['0']"], done.stderr
+
+
 def test_google_pci_vendor_is_a_tpu_chip(tmp_path):
     for index, vendor in enumerate(("0x8086", "0x1ae0")):
         (tmp_path / f"0000:00:0{index}.0").mkdir()
