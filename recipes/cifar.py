@@ -149,10 +149,6 @@ class Trainer:
         test_batches = self._batches(self.test_loader)
         return harness.global_accuracy(self.eval_model, test_batches, self.replicas)
 
-    def _save_checkpoint(self, epochs_done: int) -> None:
-        if self.replicas.is_main:  # every replica holds the same weights: one process writes them
-            self.run.save_checkpoint(self.parts, epochs_done)
-
     def train(self) -> None:
         for epoch in range(self.first_epoch, self.args.epochs):
             if self.run.out_of_steps():
@@ -164,7 +160,7 @@ class Trainer:
             lr = self.optimizer.param_groups[0]["lr"]
             self.run.end_epoch(epoch, lr=lr, loss=loss, accuracy=accuracy)
             self.scheduler.step()
-            self._save_checkpoint(epoch + 1)
+            self.run.save_checkpoint(self.parts, epoch + 1)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, args: argparse.Namespace):
@@ -397,9 +393,8 @@ def prepare_batch(
 
 
 # ------------------------------------------------------------------ command line
-REFERENCE_BATCH = (
-    256  # the global batch E2's learning rate belongs to; --lr-scaling linear scales from it
-)
+# The global batch E2's learning rate belongs to; --lr-scaling linear scales from it.
+REFERENCE_BATCH = 256
 # Settings a checkpoint must share with the run that resumes it. The cosine schedule depends on the
 # epoch count.
 RESUME_KEYS = (

@@ -102,10 +102,6 @@ class Trainer:
         loss_total, step_total = self.replicas.sum_over_processes(sums)
         return loss_total / step_total
 
-    def _save_checkpoint(self, epochs_done: int) -> None:
-        if self.replicas.is_main:  # every replica holds the same weights: one process writes them
-            self.run.save_checkpoint(self.parts, epochs_done)
-
     def train(self) -> None:
         for epoch in range(self.first_epoch, self.args.epochs):
             if self.run.out_of_steps():
@@ -118,7 +114,7 @@ class Trainer:
             lr = self.optimizer.param_groups[0]["lr"]
             self.run.end_epoch(epoch, lr=lr, loss=loss, accuracy=accuracy)
             self.scheduler.step()
-            self._save_checkpoint(epoch + 1)
+            self.run.save_checkpoint(self.parts, epoch + 1)
 
 
 def build_optimizer(model: nn.Module, args) -> torch.optim.Optimizer:

@@ -3,19 +3,18 @@ the recipe's.
 
 A recipe's ``Trainer`` (pytorch/examples' DDP series shape) drives it::
 
-    run = harness.Run(args, replicas, recipe="mnist", prog="mnist.py", resume_keys=RESUME_KEYS)  #
-    seeds first
-    first_epoch = run.restore(parts)            # --resume: every part's state, the RNGs, the
-    history
+    # seeds first
+    run = harness.Run(args, replicas, recipe="mnist", prog="mnist.py", resume_keys=RESUME_KEYS)
+    first_epoch = run.restore(parts)            # --resume: every part's state, RNGs, history
     for epoch in range(first_epoch, args.epochs):
         if run.out_of_steps(): break            # --max-steps
         run.start_epoch()
         ... train: run.progress_bar(...), harness.StepTimer, run.history.steps += 1,
-        run.history.add_training(laps)
+                   run.history.add_training(laps)
         run.start_test()
         ... evaluate: harness.global_accuracy(...)
         run.end_epoch(epoch, lr=..., loss=..., accuracy=...)
-        if replicas.is_main: run.save_checkpoint(parts, epoch + 1)
+        run.save_checkpoint(parts, epoch + 1)  # on the main process only
     run.write_results(configuration, metrics)
 
 ``parts`` names everything with a ``state_dict`` (model, optimizer, scheduler, ...); the checkpoint
@@ -197,8 +196,10 @@ class Run:
             )
 
     def save_checkpoint(self, parts: dict, epochs_done: int) -> None:
-        """Save ``parts``, the RNGs and the history, atomically (the main process alone calls
-        this)."""
+        """Save ``parts``, the RNGs and the history, atomically. Every replica holds the same
+        weights: the main process alone writes them."""
+        if not self.replicas.is_main:
+            return
         started = time.perf_counter()
         self.checkpointer.save(
             parts,
