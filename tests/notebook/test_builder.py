@@ -10,8 +10,8 @@ import re
 import shutil
 import subprocess
 import tomllib
-from pathlib import Path
 import zipfile
+from pathlib import Path
 
 import nbformat
 import pytest
