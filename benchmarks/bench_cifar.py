@@ -105,7 +105,7 @@ class BareLoop:
             F.cross_entropy(model(images), labels).backward()
             optimizer.step()
             steps += 1
-        harness.synchronize(device)
+        harness.devices.synchronize(device)
         return steps
 
 

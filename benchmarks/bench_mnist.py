@@ -87,7 +87,7 @@ class BareLoop:
             self.optimizer.zero_grad(set_to_none=True)
             F.nll_loss(self.model(images), labels).backward()
             self.backend.step(self.optimizer)
-        harness.synchronize(self.backend.replicas.device)
+        harness.devices.synchronize(self.backend.replicas.device)
         return len(self.batches)
 
 
@@ -129,7 +129,7 @@ class PublishedLoop:
 
 
 def compilations(backend) -> int | None:
-    return harness.xla_compilations() if harness.is_xla(backend.replicas.device) else None
+    return harness.devices.xla_compilations() if harness.devices.is_xla(backend.replicas.device) else None
 
 
 def measure(loops, backend, repeats: int) -> tuple[dict, dict, dict]:
@@ -143,10 +143,10 @@ def measure(loops, backend, repeats: int) -> tuple[dict, dict, dict]:
     for repeat in range(1, repeats + 1):
         for loop in loops:
             before = compilations(backend)
-            harness.synchronize(backend.replicas.device)
+            harness.devices.synchronize(backend.replicas.device)
             start, start_cpu = time.perf_counter(), time.process_time()
             steps = loop.epoch(repeat)
-            harness.synchronize(backend.replicas.device)
+            harness.devices.synchronize(backend.replicas.device)
             wall[loop.name].append(steps / (time.perf_counter() - start))
             cpu[loop.name].append(steps / (time.process_time() - start_cpu))
             if before is not None:
@@ -224,8 +224,10 @@ def main() -> None:
         # Eager CPU: the process's own CPU time is what the loops cost even when other
         # programs share the cores (wall-clock figures then swing with their load).
         report("per CPU-second", cpu)
-    if harness.is_xla(backend.replicas.device):
-        print(f"XLA compilations in the timed epochs: {compiled} (goal 0); in total: {harness.xla_compilations()}")
+    if harness.devices.is_xla(backend.replicas.device):
+        print(
+            f"XLA compilations in the timed epochs: {compiled} (goal 0); in total: {harness.devices.xla_compilations()}"
+        )
 
 
 if __name__ == "__main__":

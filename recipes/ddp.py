@@ -14,16 +14,23 @@ import sys
 import time
 from collections.abc import Callable
 
-import harness
 import torch
+
+import harness
 from harness import RecipeError
 
 
 def add_host_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags for several hosts; their defaults come from the environment that run.sh, Slurm or a launcher sets."""
-    hosts = parser.add_argument_group("several hosts (ddp; defaults from NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID)")
+    """Flags for several hosts; their defaults come from the environment that run.sh, Slurm or a
+    launcher sets."""
+    hosts = parser.add_argument_group(
+        "several hosts (ddp; defaults from NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID)"
+    )
     hosts.add_argument(
-        "--nnodes", type=harness.positive_int, default=os.environ.get("NNODES") or "1", help="hosts (default: 1)"
+        "--nnodes",
+        type=harness.positive_int,
+        default=os.environ.get("NNODES") or "1",
+        help="hosts (default: 1)",
     )
     hosts.add_argument(
         "--node-rank",
@@ -37,7 +44,9 @@ def add_host_arguments(parser: argparse.ArgumentParser) -> None:
         help="host:port where the hosts meet (c10d), e.g. the first host and a free port",
     )
     hosts.add_argument(
-        "--rdzv-id", default=os.environ.get("RDZV_ID") or "envkit", help="rendezvous (job) id (default: envkit)"
+        "--rdzv-id",
+        default=os.environ.get("RDZV_ID") or "envkit",
+        help="rendezvous (job) id (default: envkit)",
     )
     hosts.add_argument(
         "--rdzv-timeout",
@@ -49,32 +58,40 @@ def add_host_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_hosts(args: argparse.Namespace) -> None:
     if args.nnodes > 1 and args.parallel != "ddp":
-        raise RecipeError(f"--nnodes {args.nnodes} needs --parallel ddp: only DDP spans several hosts")
+        raise RecipeError(
+            f"--nnodes {args.nnodes} needs --parallel ddp: only DDP spans several hosts"
+        )
     if args.nnodes > 1 and not args.rdzv_endpoint and not under_torchrun():
         raise RecipeError(
-            f"--nnodes {args.nnodes} needs --rdzv-endpoint host:port (or RDZV_ENDPOINT): "
-            "where the hosts meet, e.g. the first host and a free port"
+            f"--nnodes {args.nnodes} needs --rdzv-endpoint host:port (or RDZV_ENDPOINT): where the "
+            "hosts meet, e.g. the first host and a free port"
         )
 
 
 def check_rendezvous(endpoint: str, timeout: int) -> None:
-    """Before torchrun starts on several hosts: RecipeError, in one line, unless this host reaches ``endpoint``.
+    """Before torchrun starts on several hosts: RecipeError, in one line, unless this host reaches
+    ``endpoint``.
 
     torchrun's c10d rendezvous keeps its store on the host the endpoint names (it listens there once
     that host's torchrun runs) and every other host connects to it; a host that cannot would retry
-    for minutes and end in a traceback. Here the endpoint's own host checks it can listen and connect
-    at once, and any other host retries for up to ``timeout`` seconds (the first host may start later).
+    for minutes and end in a traceback. Here the endpoint's own host checks it can listen and
+    connect at once, and any other host retries for up to ``timeout`` seconds (the first host may
+    start later).
     """
-    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import DEFAULT_PORT  # noqa: PLC0415
-    from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint  # noqa: PLC0415
+    from torch.distributed.elastic.rendezvous import (  # noqa: PLC0415
+        c10d_rendezvous_backend,
+        utils,
+    )
 
     try:
-        host, port = parse_rendezvous_endpoint(endpoint, default_port=DEFAULT_PORT)
+        host, port = utils.parse_rendezvous_endpoint(
+            endpoint, default_port=c10d_rendezvous_backend.DEFAULT_PORT
+        )
         family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except (ValueError, OSError) as exc:
         raise RecipeError(
-            f"--rdzv-endpoint {endpoint!r} names no reachable host:port ({_reason(exc)}); give the first "
-            "host's name or address and a free port, e.g. node1:29400"
+            f"--rdzv-endpoint {endpoint!r} names no reachable host:port ({_reason(exc)}); give the "
+            "first host's name or address and a free port, e.g. node1:29400"
         ) from None
     deadline = time.monotonic() + timeout
     with socket.socket(family, kind) as listener:
@@ -82,12 +99,17 @@ def check_rendezvous(endpoint: str, timeout: int) -> None:
         try:
             listener.bind(address)
             listener.listen()
-            hosting = True  # the endpoint is this host's and its port is free: torchrun will keep the store here
+            # the endpoint is this host's and its port is free: torchrun will keep the store here
+            hosting = True
         except OSError:
-            hosting = False  # another host's address, or a process here (another torchrun) holds the port
+            hosting = (
+                False  # another host's address, or a process here (another torchrun) holds the port
+            )
         while True:
             try:
-                socket.create_connection(address[:2], timeout=max(0.1, min(5.0, deadline - time.monotonic()))).close()
+                socket.create_connection(
+                    address[:2], timeout=max(0.1, min(5.0, deadline - time.monotonic()))
+                ).close()
                 return
             except OSError as exc:
                 problem = _reason(exc)
@@ -96,8 +118,9 @@ def check_rendezvous(endpoint: str, timeout: int) -> None:
             time.sleep(0.5)
     waited = "" if hosting else f" after {timeout} s (--rdzv-timeout)"
     raise RecipeError(
-        f"cannot reach the rendezvous at {endpoint}: {problem}{waited}; check that the first host runs the "
-        f"same command, that {host} is its address as seen from here, and that port {port} is open between the hosts"
+        f"cannot reach the rendezvous at {endpoint}: {problem}{waited}; check that the first host "
+        f"runs the same command, that {host} is its address as seen from here, and that port "
+        f"{port} is open between the hosts"
     )
 
 
@@ -117,7 +140,8 @@ def torchrun_topology() -> tuple[int, int]:
 
 
 def torchrun_command(args: argparse.Namespace, script: str, argv: list[str]) -> list[str]:
-    """``script argv`` under torchrun: standalone on one host, a c10d rendezvous across ``--nnodes`` hosts."""
+    """``script argv`` under torchrun: standalone on one host, a c10d rendezvous across ``--nnodes``
+    hosts."""
     per_node = str(args.world_size // args.nnodes)
     if args.nnodes == 1:
         rendezvous = ["--standalone", "--nproc-per-node", per_node]
@@ -135,18 +159,22 @@ def torchrun_command(args: argparse.Namespace, script: str, argv: list[str]) -> 
             args.rdzv_id,
         ]
         rendezvous += ["--node-rank", str(args.node_rank)] if args.node_rank is not None else []
-    # "--": otherwise torchrun's parser reads our options as (abbreviations of) its own, e.g. --nproc.
+    # "--": otherwise torchrun's parser reads our options as (abbreviations of) its own, e.g.
+    # --nproc.
     return [sys.executable, "-m", "torch.distributed.run", *rendezvous, "--", script, *argv]
 
 
 def process_group_arguments(device: torch.device) -> dict:
-    """init_process_group's arguments: nccl told its GPU up front (else its first barrier guesses one), gloo on CPU."""
-    return {"backend": "nccl", "device_id": device} if device.type == "cuda" else {"backend": "gloo"}
+    """init_process_group's arguments: nccl told its GPU up front (else its first barrier guesses
+    one), gloo on CPU."""
+    return (
+        {"backend": "nccl", "device_id": device} if device.type == "cuda" else {"backend": "gloo"}
+    )
 
 
 def in_process_group(device_kind: str, body: Callable[[dict], None]) -> None:
-    """Join torchrun's process group, run ``body(fields)`` with the harness.Replicas fields that describe
-    this process, wait for every process, and leave the group."""
+    """Join torchrun's process group, run ``body(fields)`` with the harness.Replicas fields that
+    describe this process, wait for every process, and leave the group."""
     local_rank = int(os.environ["LOCAL_RANK"])
     device = torch.device("cpu")
     if device_kind == "cuda":

@@ -1,19 +1,20 @@
-"""Train briefly on every device kind this host has: "OK" with the step time, or one line saying why not.
+"""Train briefly on every device kind this host has: "OK" with the step time, or one line saying why
+not.
 
     python recipes/probe.py                      # one line per device
     python recipes/probe.py --json               # one JSON line
     PJRT_DEVICE=CPU python recipes/probe.py      # torch_xla on XLA:CPU where there is no TPU
 
-What a user runs first on a new DGX or TPU VM (``envkit doctor --probe``, or
-inside a target's image with ``--image TARGET``):
+What a user runs first on a new DGX or TPU VM (``envkit doctor --probe``, or inside a target's image
+with ``--image TARGET``):
 
 - cpu: always, one step of the MNIST net;
 - cuda: on each visible GPU one matmul and three steps; with two or more GPUs a
   two-process NCCL all-reduce;
 - tpu: one step on the installed backend, torch_xla or torch_tpu.
 
-Exit status 0 when every device found trained (devices that are absent are not
-failures), 1 when one failed.
+Exit status 0 when every device found trained (devices that are absent are not failures), 1 when one
+failed.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+
 import tpu_backend
 from mnist import Net
 
@@ -90,7 +92,12 @@ def probe_cpu() -> Result:
         step = train_steps(torch.device("cpu"), 1, lambda: None)
     except Exception as exc:  # noqa: BLE001 - any failure is the probe's answer
         return Result("cpu", "failed", one_line(exc))
-    return Result("cpu", "ok", f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads", step)
+    return Result(
+        "cpu",
+        "ok",
+        f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
+        step,
+    )
 
 
 # --------------------------------------------------------------------------- cuda
@@ -162,7 +169,10 @@ def probe_nccl() -> Result:
     except Exception as exc:  # noqa: BLE001
         return Result(name, "failed", one_line(exc))
     return Result(
-        name, "ok", f"two-process all-reduce of 4 MB, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}", seconds
+        name,
+        "ok",
+        f"two-process all-reduce of 4 MB, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}",
+        seconds,
     )
 
 
@@ -174,9 +184,13 @@ def has_tpu_hardware() -> bool:
 
 
 def probe_tpu(tpu_present: bool) -> list[Result]:
-    backends = [name for name in ("torch_xla", "torch_tpu") if importlib.util.find_spec(name) is not None]
+    backends = [
+        name for name in ("torch_xla", "torch_tpu") if importlib.util.find_spec(name) is not None
+    ]
     if not backends:
-        return [Result("tpu", "absent", "no TPU backend installed (neither torch_xla nor torch_tpu)")]
+        return [
+            Result("tpu", "absent", "no TPU backend installed (neither torch_xla nor torch_tpu)")
+        ]
     probes = {"torch_xla": probe_torch_xla, "torch_tpu": probe_torch_tpu}
     return [probes[name](tpu_present) for name in backends]
 
@@ -190,8 +204,8 @@ def probe_torch_xla(tpu_present: bool) -> Result:
         return Result(
             "tpu",
             "absent",
-            f"no TPU device (no Google TPU on the PCI bus); torch_xla {version} "
-            "can run on XLA:CPU with PJRT_DEVICE=CPU",
+            f"no TPU device (no Google TPU on the PCI bus); torch_xla {version} can run on XLA:CPU "
+            "with PJRT_DEVICE=CPU",
             backend="torch_xla",
         )
     try:
@@ -208,7 +222,13 @@ def probe_torch_xla(tpu_present: bool) -> Result:
     except Exception as exc:  # noqa: BLE001
         return Result("tpu", "failed", f"torch_xla {version}: {one_line(exc)}", backend="torch_xla")
     where = f"XLA:{kind}" + ("" if kind == "TPU" else f" (PJRT_DEVICE={pjrt}, not a TPU)")
-    return Result("tpu", "ok", f"torch_xla {version} on {where}; first step, compilation included", step, "torch_xla")
+    return Result(
+        "tpu",
+        "ok",
+        f"torch_xla {version} on {where}; first step, compilation included",
+        step,
+        "torch_xla",
+    )
 
 
 def probe_torch_tpu(tpu_present: bool) -> Result:
@@ -226,12 +246,18 @@ def probe_torch_tpu(tpu_present: bool) -> Result:
 
         accelerator = torch.accelerator.current_accelerator()
         if accelerator is None or accelerator.type != "tpu":
-            raise RuntimeError(f"torch_tpu registered no tpu device (current accelerator: {accelerator})")
+            raise RuntimeError(
+                f"torch_tpu registered no tpu device (current accelerator: {accelerator})"
+            )
         step = train_steps(torch.device("tpu"), 1, torch.accelerator.synchronize)
     except Exception as exc:  # noqa: BLE001
         return Result("tpu", "failed", f"torch_tpu {version}: {one_line(exc)}", backend="torch_tpu")
     return Result(
-        "tpu", "ok", f"torch_tpu {version}, {torch.accelerator.device_count()} devices; first step", step, "torch_tpu"
+        "tpu",
+        "ok",
+        f"torch_tpu {version}, {torch.accelerator.device_count()} devices; first step",
+        step,
+        "torch_tpu",
     )
 
 
@@ -254,7 +280,9 @@ def format_line(result: Result) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="probe.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", action="store_true", help="print one JSON line instead of one line per device")
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON line instead of one line per device"
+    )
     # run.sh passes every recipe its mounts; the probe writes nothing.
     parser.add_argument("--data-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--results-dir", type=Path, help=argparse.SUPPRESS)
@@ -275,7 +303,11 @@ def main(argv: list[str] | None = None) -> int:
     results = [probe_cpu(), *probe_cuda(), *tpu]
     failed = any(result.status == "failed" for result in results)
     if args.json:
-        record = {**environment(), "ok": not failed, "devices": [asdict(result) for result in results]}
+        record = {
+            **environment(),
+            "ok": not failed,
+            "devices": [asdict(result) for result in results],
+        }
         print(json.dumps(record, sort_keys=True))
     else:
         env = environment()

@@ -2,12 +2,15 @@
 
 The notebook reads top to bottom: what it is (markdown from templates/notebook/),
 the runtime check, the environment (the lock, installed into a fresh virtual
-environment, or the runtime's own packages with --use-runtime), the recipe's
-files, the run, and the result (envkit's report and plot). Every file it embeds
-(its helper envkit/notebook/runtime.py, the lock, the recipe, envkit's report) is
-written by a ``%%writefile`` cell and checked against its sha256 before use. The
-lock is in the notebook's metadata too (``envkit.lock``), and its packages in a
-PEP 723 block, for uv and juv.
+environment, or the runtime's own packages with --use-runtime), the recipe, the
+run, and the result (envkit's report and plot). A student reads the recipe: its
+file is a visible ``%%writefile`` cell. Every other file it embeds (the helper
+envkit/notebook/runtime.py, the lock, the modules the recipe imports, envkit's
+report) is in one collapsed cell, a zip archive whose sha256 that cell checks; each
+file is checked against its own sha256 before use. Collapsed means Colab's form
+view (``cellView: form`` and a ``# @title`` line) and ``jupyter.source_hidden``
+for Jupyter and Kaggle. The lock is in the notebook's metadata too
+(``envkit.lock``), and its packages in a PEP 723 block, for uv and juv.
 
 Output is deterministic: cell ids come from the cells' roles, keys are sorted, no
 timestamps, so the same inputs give the same bytes (``envkit render --check``).
@@ -15,9 +18,12 @@ timestamps, so the same inputs give the same bytes (``envkit render --check``).
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import io
 import pprint
 import re
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,30 +138,40 @@ def render_notebook(
         "open_url": colab_url(config, path, "main") if committed and platform.name == "colab" else None,
     }
     markdown = _markdown(config, context)
+    recipe_file = {settings["recipe"]: files["recipes"][settings["recipe"]]}
+    packed = {path: entry for group in files.values() for path, entry in group.items() if path not in recipe_file}
     cells = [
         v4.new_markdown_cell(markdown["intro"], id="what-it-is"),
-        v4.new_code_cell(_pep723(lock.packages, target.python), id="pep-723"),
+        _collapsed_cell(
+            "PEP 723: the lock's packages, for uv and juv", _pep723(lock.packages, target.python), id="pep-723"
+        ),
         v4.new_markdown_cell(markdown["runtime"], id="runtime-check-md"),
-        v4.new_code_cell(_settings_cell(settings), id="settings"),
-        *_file_cells(files["helper"]),
+        _collapsed_cell(
+            "This notebook's settings, rendered by envkit from envkit.yaml and envkit/data/: re-render, do not edit",
+            _settings_cell(settings),
+            id="settings",
+        ),
+        _collapsed_cell(
+            f"envkit's files: its notebook helper and run wrapper, the lock, the recipe's modules, the report ({len(packed)} files)",
+            _archive_cell(packed, rerender),
+            id="files",
+        ),
         v4.new_code_cell(
             'import envkit_notebook as nb\n\nnb.check_files(SETTINGS, "helper")\nruntime = nb.check_runtime(SETTINGS)',
             id="runtime-check",
         ),
         v4.new_markdown_cell(markdown["environment"], id="environment-md"),
-        *_file_cells(files["lock"]),
         v4.new_code_cell(
             'nb.check_files(SETTINGS, "lock")\nenvironment = nb.'
             + ("create_environment(SETTINGS)" if packages == "lock" else "runtime_environment(SETTINGS)"),
             id="environment",
         ),
         v4.new_markdown_cell(markdown["recipe"], id="recipe-md"),
-        *_file_cells(files["recipes"]),
+        *_file_cells(recipe_file),
         v4.new_code_cell('nb.check_files(SETTINGS, "recipes")', id="recipe-check"),
         v4.new_markdown_cell(markdown["run"], id="run-md"),
         v4.new_code_cell("results = nb.run_recipe(SETTINGS, environment, runtime)", id="run"),
         v4.new_markdown_cell(markdown["result"], id="result-md"),
-        *_file_cells(files["report"]),
         # The results first: a report that cannot be drawn must not keep them in the runtime.
         v4.new_code_cell(
             'nb.offer(SETTINGS, results)\nnb.check_files(SETTINGS, "report")\nnb.show_report(SETTINGS)', id="result"
@@ -288,7 +304,6 @@ def _settings(target, experiment, platform, accelerator, files, packages, rerend
 def _settings_cell(settings: dict) -> str:
     return "\n".join(
         [
-            "# This notebook's settings, rendered by envkit from envkit.yaml and envkit/data/: re-render, do not edit.",
             f"SETTINGS = {pprint.pformat(settings, width=110, sort_dicts=False, compact=True)}",
             "",
             "import os",
@@ -311,6 +326,48 @@ def _file_cells(group: dict[str, tuple[str, str]]) -> list:
     return [
         v4.new_code_cell(f"%%writefile {path}\n{text}", id=_cell_id("file", path)) for path, (_, text) in group.items()
     ]
+
+
+def _collapsed_cell(title: str, source: str, *, id: str):
+    """A code cell shown by its title: Colab's form view, and source_hidden for Jupyter and Kaggle."""
+    from nbformat import v4
+
+    metadata = {"cellView": "form", "jupyter": {"source_hidden": True}}
+    return v4.new_code_cell(f"# @title {title}\n{source}", id=id, metadata=metadata)
+
+
+def _archive(files: dict[str, tuple[str, str]]) -> bytes:
+    """The files as a zip, the same bytes for the same files: stored (no compressor's version in
+    the output), in path order, with a fixed time and mode."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for path in sorted(files):
+            info = zipfile.ZipInfo(path, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, files[path][1].encode("utf-8"))
+    return buffer.getvalue()
+
+
+def _archive_cell(files: dict[str, tuple[str, str]], rerender: str) -> str:
+    """Standard-library code that checks the archive's sha256 and unpacks it (the helper is in it)."""
+    data = _archive(files)
+    encoded = base64.b64encode(data).decode("ascii")
+    lines = "\n".join(encoded[start : start + 100] for start in range(0, len(encoded), 100))
+    return "\n".join(
+        [
+            "# One zip archive (base64) of every file this notebook runs besides the recipe below;",
+            "# each file is checked against its own sha256 in SETTINGS before use.",
+            "import base64, hashlib, io, zipfile",
+            "",
+            f'ARCHIVE = """\n{lines}\n"""',
+            "data = base64.b64decode(ARCHIVE)",
+            f'if hashlib.sha256(data).hexdigest() != "{hashlib.sha256(data).hexdigest()}":',
+            f'    raise RuntimeError("this cell\'s archive changed since envkit rendered it: re-render the notebook with `{rerender}`")',
+            "with zipfile.ZipFile(io.BytesIO(data)) as archive:",
+            "    archive.extractall()",
+            'print(f"{len(archive.namelist())} files unpacked, the archive matches its sha256")',
+        ]
+    )
 
 
 def _cell_id(*parts: str) -> str:

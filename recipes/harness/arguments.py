@@ -1,4 +1,5 @@
-"""The arguments every recipe takes, batch size and learning-rate scaling (E3), warm-up, and run names."""
+"""The arguments every recipe takes, batch size and learning-rate scaling (E3), warm-up, and run
+names."""
 
 from __future__ import annotations
 
@@ -59,20 +60,30 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, default_epochs: int
     """Add the arguments every recipe takes (docs/design.md section 6)."""
     device = _environment_default(DEVICE_VARIABLE, "cpu")
     if device not in DEVICES:
-        fail(parser.prog, f"{DEVICE_VARIABLE}={device!r} is not a device; give one of {', '.join(DEVICES)}")
+        fail(
+            parser.prog,
+            f"{DEVICE_VARIABLE}={device!r} is not a device; give one of {', '.join(DEVICES)}",
+        )
     data_dir = Path(_environment_default(DATA_VARIABLE, "data"))
     results_dir = Path(_environment_default(RESULTS_VARIABLE, "results"))
     parser.add_argument(
-        "--device", choices=DEVICES, default=device, help=f"where to train (default: ${DEVICE_VARIABLE}, else cpu)"
+        "--device",
+        choices=DEVICES,
+        default=device,
+        help=f"where to train (default: ${DEVICE_VARIABLE}, else cpu)",
     )
     parser.add_argument(
         "--dataset",
         choices=DATASETS,
         default="real",
-        help="real: the torchvision dataset under --data-dir; fake: generated, deterministic, learnable data",
+        help="real: the torchvision dataset under --data-dir; fake: generated, deterministic, "
+        "learnable data",
     )
     parser.add_argument(
-        "--data-dir", type=Path, default=data_dir, help=f"dataset root (default: ${DATA_VARIABLE}, else data)"
+        "--data-dir",
+        type=Path,
+        default=data_dir,
+        help=f"dataset root (default: ${DATA_VARIABLE}, else data)",
     )
     parser.add_argument(
         "--download",
@@ -87,13 +98,21 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, default_epochs: int
         help=f"where the results JSON goes (default: ${RESULTS_VARIABLE}, else results)",
     )
     parser.add_argument(
-        "--epochs", type=positive_int, default=default_epochs, help=f"training epochs (default: {default_epochs})"
+        "--epochs",
+        type=positive_int,
+        default=default_epochs,
+        help=f"training epochs (default: {default_epochs})",
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     parser.add_argument(
-        "--max-steps", type=positive_int, default=None, help="stop after this many optimiser steps (smoke runs)"
+        "--max-steps",
+        type=positive_int,
+        default=None,
+        help="stop after this many optimiser steps (smoke runs)",
     )
-    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint of this run name")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue from the last checkpoint of this run name"
+    )
     parser.add_argument(
         "--checkpoint-dir",
         type=Path,
@@ -101,7 +120,9 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, default_epochs: int
         help="where checkpoints go (default: <results-dir>/checkpoints)",
     )
     parser.add_argument(
-        "--run-name", default=None, help="results/checkpoint name (default: derived from the configuration)"
+        "--run-name",
+        default=None,
+        help="results/checkpoint name (default: derived from the configuration)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars (for CI logs)")
     parser.add_argument(
@@ -125,12 +146,21 @@ def add_fake_data_arguments(parser: argparse.ArgumentParser, *, train: int, test
         help=f"--dataset fake: training images (default: {train})",
     )
     parser.add_argument(
-        "--fake-test-size", type=positive_int, default=test, help=f"--dataset fake: test images (default: {test})"
+        "--fake-test-size",
+        type=positive_int,
+        default=test,
+        help=f"--dataset fake: test images (default: {test})",
     )
 
 
 def add_batch_arguments(
-    parser: argparse.ArgumentParser, *, reference_batch: int, default: str, optimizer: str, lr: float, lr_scaling: str
+    parser: argparse.ArgumentParser,
+    *,
+    reference_batch: int,
+    default: str,
+    optimizer: str,
+    lr: float,
+    lr_scaling: str,
 ) -> None:
     """Batch size, learning-rate scaling and warm-up: the knobs of E3.
 
@@ -145,7 +175,8 @@ def add_batch_arguments(
         "--per-device-batch",
         type=positive_int,
         default=None,
-        help=f"batch per replica; the global batch is this times the replica count{per_device_default}",
+        help="batch per replica; the global batch is this times the replica "
+        f"count{per_device_default}",
     )
     batch.add_argument(
         "--global-batch",
@@ -157,24 +188,28 @@ def add_batch_arguments(
         "--lr",
         type=positive_float,
         default=lr,
-        help=f"{optimizer} learning rate at the reference global batch of {reference_batch} (default: {lr})",
+        help=f"{optimizer} learning rate at the reference global batch of {reference_batch} "
+        f"(default: {lr})",
     )
     parser.add_argument(
         "--lr-scaling",
         choices=("linear", "none"),
         default=lr_scaling,
-        help=f"linear: lr x global batch / {reference_batch} (E3); none: --lr as given (default: {lr_scaling})",
+        help=f"linear: lr x global batch / {reference_batch} (E3); none: --lr as given (default: "
+        f"{lr_scaling})",
     )
     parser.add_argument(
         "--warmup-epochs",
         type=non_negative_int,
         default=0,
-        help="ramp the learning rate up linearly over this many epochs before it decays; "
-        "large scaled batches need it (E3) (default: 0, as published)",
+        help="ramp the learning rate up linearly over this many epochs before it decays; large "
+        "scaled batches need it (E3) (default: 0, as published)",
     )
 
 
-def resolve_batches(args: argparse.Namespace, replicas: int, *, reference_batch: int, default: str) -> None:
+def resolve_batches(
+    args: argparse.Namespace, replicas: int, *, reference_batch: int, default: str
+) -> None:
     """Record on ``args`` the replica count (``world_size``), per-device and global batch,
     and the learning rate they imply (``effective_lr``, E3)."""
     if args.global_batch is None and args.per_device_batch is None:
@@ -185,8 +220,8 @@ def resolve_batches(args: argparse.Namespace, replicas: int, *, reference_batch:
     if args.global_batch is not None:
         if args.global_batch % replicas:
             raise RecipeError(
-                f"--global-batch {args.global_batch} does not divide over {replicas} replicas; "
-                f"use a multiple of {replicas} or --per-device-batch"
+                f"--global-batch {args.global_batch} does not divide over {replicas} replicas; use "
+                f"a multiple of {replicas} or --per-device-batch"
             )
         args.per_device_batch = args.global_batch // replicas
     else:
@@ -197,14 +232,20 @@ def resolve_batches(args: argparse.Namespace, replicas: int, *, reference_batch:
 
 
 class WarmupThenDecay:
-    """Learning-rate factor per epoch for LambdaLR: a linear ramp over ``warmup`` epochs (1/(w+1) ... w/(w+1)),
-    then ``gamma`` ** (epochs since the ramp). With no warm-up this is StepLR(step_size=1, gamma)."""
+    """Learning-rate factor per epoch for LambdaLR: a linear ramp over ``warmup`` epochs (1/(w+1)
+    ... w/(w+1)), then ``gamma`` ** (epochs since the ramp). With no warm-up this is
+    StepLR(step_size=1, gamma)."""
 
     def __init__(self, warmup: int, gamma: float):
-        self.warmup, self.gamma = warmup, gamma
+        self.warmup = warmup
+        self.gamma = gamma
 
     def __call__(self, epoch: int) -> float:
-        return (epoch + 1) / (self.warmup + 1) if epoch < self.warmup else self.gamma ** (epoch - self.warmup)
+        return (
+            (epoch + 1) / (self.warmup + 1)
+            if epoch < self.warmup
+            else self.gamma ** (epoch - self.warmup)
+        )
 
 
 def check_run_name(name: str) -> str:
@@ -212,7 +253,8 @@ def check_run_name(name: str) -> str:
     allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
     if not name or not set(name) <= allowed or name.startswith("."):
         raise RecipeError(
-            f"--run-name {name!r} is not allowed: use letters, digits, '.', '_' and '-' (not starting with '.')"
+            f"--run-name {name!r} is not allowed: use letters, digits, '.', '_' and '-' (not "
+            "starting with '.')"
         )
     return name
 
@@ -224,13 +266,21 @@ def default_run_name(
     name = device
     if world_size > 1 or strategy in ("xmp", "spmd", "ddp") or parallel in ("dp", "ddp"):
         name += f"-x{world_size}"
-    mode = strategy if strategy not in (None, "single") else parallel if parallel not in (None, "none") else None
+    mode = (
+        strategy
+        if strategy not in (None, "single")
+        else parallel
+        if parallel not in (None, "none")
+        else None
+    )
     if mode:
         name += f"-{mode}"
     return name
 
 
-def parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+def parse_arguments(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> argparse.Namespace:
     """``parser.parse_args(argv)`` plus what every recipe checks and fills in after it."""
     args = parser.parse_args(argv)
     if args.run_name is not None:

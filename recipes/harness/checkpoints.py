@@ -1,4 +1,5 @@
-"""Checkpoints: every part's state and the RNGs, saved atomically, and read back only by a run that fits them."""
+"""Checkpoints: every part's state and the RNGs, saved atomically, and read back only by a run that
+fits them."""
 
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def to_cpu(value: Any) -> Any:
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
-    """Save ``state`` (tensors moved to CPU) atomically: a kill mid-write leaves the previous checkpoint."""
+    """Save ``state`` (tensors moved to CPU) atomically: a kill mid-write leaves the previous
+    checkpoint."""
     cpu_state = to_cpu(state)
     write_atomic(path, lambda file: torch.save(cpu_state, file))
 
@@ -74,18 +76,20 @@ def load_checkpoint(path: Path) -> dict:
     except Exception as exc:  # noqa: BLE001 - torch raises many types for a damaged file
         # Only the exception type: torch's messages span lines and suggest weights_only=False.
         raise RecipeError(
-            f"checkpoint {path} is corrupt or unreadable ({type(exc).__name__}); "
-            "delete it to start over, or pass another --checkpoint-dir"
+            f"checkpoint {path} is corrupt or unreadable ({type(exc).__name__}); delete it to "
+            "start over, or pass another --checkpoint-dir"
         ) from None
     if not isinstance(state, dict) or "epoch" not in state:
         raise RecipeError(
-            f"checkpoint {path} is not an envkit recipe checkpoint; delete it or pass another --checkpoint-dir"
+            f"checkpoint {path} is not an envkit recipe checkpoint; delete it or pass another "
+            "--checkpoint-dir"
         )
     return state
 
 
 def check_resumable(path: Path, saved: dict, current: dict) -> None:
-    """RecipeError when a checkpoint was written with different training settings than this run's."""
+    """RecipeError when a checkpoint was written with different training settings than this
+    run's."""
     differences = [
         f"{key}: {saved.get(key)!r} in the checkpoint, {current.get(key)!r} now"
         for key in sorted(set(saved) | set(current))
@@ -93,17 +97,20 @@ def check_resumable(path: Path, saved: dict, current: dict) -> None:
     ]
     if differences:
         raise RecipeError(
-            f"cannot resume from {path}: it was written with other settings ({'; '.join(differences)}); "
-            "rerun with the same settings, or without --resume"
+            f"cannot resume from {path}: it was written with other settings "
+            f"({'; '.join(differences)}); rerun with the same settings, or without --resume"
         )
 
 
 def resume_checkpoint(prog: str, path: Path, settings: dict, *, announce: bool) -> dict | None:
-    """For ``--resume``: the checkpoint at ``path`` if it was written with ``settings``, None if there is none
-    (said on stderr when ``announce``, e.g. on the main process only); RecipeError if it does not fit."""
+    """For ``--resume``: the checkpoint at ``path`` if it was written with ``settings``, None if
+    there is none (said on stderr when ``announce``, e.g. on the main process only); RecipeError if
+    it does not fit."""
     if not path.exists():
         if announce:
-            print(f"{prog}: no checkpoint at {path}; starting from the first epoch", file=sys.stderr)
+            print(
+                f"{prog}: no checkpoint at {path}; starting from the first epoch", file=sys.stderr
+            )
         return None
     state = load_checkpoint(path)
     check_resumable(path, state.get("training_settings", {}), settings)
@@ -116,23 +123,27 @@ def resume_settings(args: argparse.Namespace, keys: Sequence[str]) -> dict:
 
 
 class Checkpointer:
-    """One run's checkpoint file and the settings (``resume_keys`` of ``args``) a run must share to resume from it."""
+    """One run's checkpoint file and the settings (``resume_keys`` of ``args``) a run must share to
+    resume from it."""
 
     def __init__(self, args: argparse.Namespace, *, recipe: str, resume_keys: Sequence[str]):
         self.path = checkpoint_path(args.checkpoint_dir, recipe, args.run_name)
         self.settings = resume_settings(args, resume_keys)
 
     def resume(self, prog: str, *, announce: bool) -> dict | None:
-        """``--resume``: the saved state, None when there is none yet; RecipeError when it does not fit this run."""
+        """``--resume``: the saved state, None when there is none yet; RecipeError when it does not
+        fit this run."""
         return resume_checkpoint(prog, self.path, self.settings, announce=announce)
 
     def save(self, parts: dict, epochs_done: int, **records: Any) -> None:
-        """Every part's ``state_dict()`` after ``epochs_done`` epochs, with ``records`` (RNGs, history) beside them."""
+        """Every part's ``state_dict()`` after ``epochs_done`` epochs, with ``records`` (RNGs,
+        history) beside them."""
         save_checkpoint(
             self.path,
             {
                 "epoch": epochs_done,
-                "sampler_epoch": epochs_done,  # the next epoch's shuffle (DistributedSampler.set_epoch)
+                # the next epoch's shuffle (DistributedSampler.set_epoch)
+                "sampler_epoch": epochs_done,
                 **{name: part.state_dict() for name, part in parts.items()},
                 **records,
                 "training_settings": self.settings,

@@ -1,4 +1,5 @@
-"""In-memory datasets whose batches are one gather, their shards per process, and torchvision's datasets."""
+"""In-memory datasets whose batches are one gather, their shards per process, and torchvision's
+datasets."""
 
 from __future__ import annotations
 
@@ -13,11 +14,19 @@ from .files import chown_tree
 
 
 def fake_split(
-    count: int, shape: Sequence[int], num_classes: int, *, template_seed: int, sample_seed: int, noise: float = 1.0
+    count: int,
+    shape: Sequence[int],
+    num_classes: int,
+    *,
+    template_seed: int,
+    sample_seed: int,
+    noise: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``count`` images of ``shape`` and int64 labels: class template (from ``template_seed``)
     plus Gaussian noise and labels drawn from ``sample_seed``. Same seeds -> same tensors."""
-    templates = torch.randn((num_classes, *shape), generator=torch.Generator().manual_seed(template_seed))
+    templates = torch.randn(
+        (num_classes, *shape), generator=torch.Generator().manual_seed(template_seed)
+    )
     sampler = torch.Generator().manual_seed(sample_seed)
     labels = torch.randint(0, num_classes, (count,), generator=sampler)
     images = templates[labels] + noise * torch.randn((count, *shape), generator=sampler)
@@ -45,7 +54,8 @@ class IndexBatchDataset(torch.utils.data.Dataset):
         return tuple(t[index] for t in self.tensors)
 
     def to(self, device: torch.device) -> IndexBatchDataset:
-        """The same data on ``device``: on a GPU, batches are then gathered there, with no copy per step."""
+        """The same data on ``device``: on a GPU, batches are then gathered there, with no copy per
+        step."""
         return IndexBatchDataset(*(t.to(device) for t in self.tensors))
 
 
@@ -85,14 +95,21 @@ def batch_loader(
     from torch.utils.data import BatchSampler, DataLoader, DistributedSampler  # noqa: PLC0415
 
     if train:
-        order = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+        order = DistributedSampler(
+            dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed
+        )
     else:
         order = ShardSampler(len(dataset), rank, world_size)
-    return DataLoader(dataset, sampler=BatchSampler(order, batch_size, drop_last=drop_last and train), batch_size=None)
+    return DataLoader(
+        dataset,
+        sampler=BatchSampler(order, batch_size, drop_last=drop_last and train),
+        batch_size=None,
+    )
 
 
 def set_loader_epoch(loader: torch.utils.data.DataLoader, epoch: int) -> None:
-    """Reshuffle a :func:`batch_loader` training loader for ``epoch`` (DistributedSampler.set_epoch)."""
+    """Reshuffle a :func:`batch_loader` training loader for ``epoch``
+    (DistributedSampler.set_epoch)."""
     loader.sampler.sampler.set_epoch(epoch)
 
 
@@ -106,7 +123,8 @@ def shard_loaders(
     seed: int,
 ):
     """This process's training loader (its shuffled shard; a short last batch dropped: a new shape
-    would make XLA compile again, and BatchNorm could see one image) and test loader (its unpadded shard)."""
+    would make XLA compile again, and BatchNorm could see one image) and test loader (its unpadded
+    shard)."""
     shard = {"seed": seed, "rank": replicas.rank, "world_size": replicas.world_size}
     train = batch_loader(train_set, batch, train=True, drop_last=True, **shard)
     if len(train) == 0:
@@ -117,16 +135,26 @@ def shard_loaders(
     return train, batch_loader(test_set, test_batch, train=False, **shard)
 
 
-def open_dataset(dataset_class, data_dir: Path, folder: str, *, train: bool, download: bool, missing: str, fix: str):
-    """``dataset_class(data_dir, train, download)`` from torchvision, or RecipeError: what is missing, why, what to do.
-    What a download wrote under ``data_dir/folder`` goes to the results owner (see chown_tree)."""
+def open_dataset(
+    dataset_class,
+    data_dir: Path,
+    folder: str,
+    *,
+    train: bool,
+    download: bool,
+    missing: str,
+    fix: str,
+):
+    """``dataset_class(data_dir, train, download)`` from torchvision, or RecipeError: what is
+    missing, why, what to do. What a download wrote under ``data_dir/folder`` goes to the results
+    owner (see chown_tree)."""
     try:
         dataset = dataset_class(str(data_dir), train=train, download=download)
     except (RuntimeError, OSError) as exc:
         how = "the download failed" if download else "downloading is off (--no-download)"
         raise RecipeError(
-            f"{missing} and {how} ({' '.join(str(exc).split())[:120]}); "
-            f"{fix}, allow the download, or use --dataset fake"
+            f"{missing} and {how} ({' '.join(str(exc).split())[:120]}); {fix}, allow the download, "
+            "or use --dataset fake"
         ) from None
     if download:
         chown_tree(Path(data_dir) / folder)

@@ -21,7 +21,8 @@ from .errors import RecipeError
 
 
 def select_device(kind: str) -> torch.device:
-    """The torch device for ``--device kind``; RecipeError when that hardware or software is missing."""
+    """The torch device for ``--device kind``; RecipeError when that hardware or software is
+    missing."""
     if kind == "cpu":
         return torch.device("cpu")
     if kind == "cuda":
@@ -29,8 +30,8 @@ def select_device(kind: str) -> torch.device:
             visible = os.environ.get("CUDA_VISIBLE_DEVICES")
             hint = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
             raise RecipeError(
-                f"--device cuda: no CUDA GPU is visible to torch {torch.__version__}{hint}; "
-                "use --device cpu, or run in the cuda image with GPUs passed in"
+                f"--device cuda: no CUDA GPU is visible to torch {torch.__version__}{hint}; use "
+                "--device cpu, or run in the cuda image with GPUs passed in"
             )
         return torch.device("cuda")
     if kind == "tpu":
@@ -44,7 +45,10 @@ def choose_gpus(text: str) -> None:
     lazily), so device 0 is the first GPU listed; RecipeError for anything but distinct GPU ids."""
     parts = [part.strip() for part in text.split(",")]
     if not all(part.isascii() and part.isdigit() for part in parts):
-        raise RecipeError(f"--gpus {text!r} is not a comma-separated list of GPU ids; use integers such as 0,1,2,3")
+        raise RecipeError(
+            f"--gpus {text!r} is not a comma-separated list of GPU ids; use integers such as "
+            "0,1,2,3"
+        )
     if len(set(map(int, parts))) != len(parts):
         raise RecipeError(f"--gpus {text!r} names a GPU twice; list each GPU id once")
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(int(part)) for part in parts)
@@ -64,8 +68,8 @@ def import_torch_xla():
         # "not installed" would send the user looking in the wrong place.
         reason = " ".join(str(exc).split())
         raise RecipeError(
-            f"--device tpu: torch_xla is installed but does not import ({reason}); it needs torch of "
-            "the same release and the shared libpython, as the tpu-vm image provides"
+            f"--device tpu: torch_xla is installed but does not import ({reason}); it needs torch "
+            "of the same release and the shared libpython, as the tpu-vm image provides"
         ) from None
     return torch_xla
 
@@ -102,7 +106,9 @@ def seed_everything(seed: int, device: torch.device | None = None) -> None:
         xm.set_rng_state(seed, device=device)
 
 
-def after_step(device: torch.device, callback: Callable[[torch.Tensor], None], tensor: torch.Tensor) -> None:
+def after_step(
+    device: torch.device, callback: Callable[[torch.Tensor], None], tensor: torch.Tensor
+) -> None:
     """Run ``callback(tensor)`` once the step's value exists: on XLA when the step's graph has run
     (reading it earlier would run the graph an extra time), elsewhere at once."""
     if is_xla(device):
@@ -153,13 +159,16 @@ class Replicas:
         return self.world_size // self.nodes
 
     def sum_over_processes(self, values: list[float]) -> list[float]:
-        """Element-wise sum of ``values`` over every process (one collective); unchanged in one process."""
+        """Element-wise sum of ``values`` over every process (one collective); unchanged in one
+        process."""
         if self.world_size == 1:
             return values
         if is_xla(self.device):
             import torch_xla.core.xla_model as xm  # noqa: PLC0415
 
-            return xm.mesh_reduce("sum_over_processes", values, lambda all_: [sum(column) for column in zip(*all_)])
+            return xm.mesh_reduce(
+                "sum_over_processes", values, lambda all_: [sum(column) for column in zip(*all_)]
+            )
         import torch.distributed as dist  # noqa: PLC0415
 
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)

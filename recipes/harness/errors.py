@@ -56,5 +56,6 @@ def import_optional(module: str, what: str, install: str, instead: str | None = 
     except ImportError:
         alternative = f"use {instead}, or " if instead else ""
         raise RecipeError(
-            f"{what} needs {install}, which is not installed here; {alternative}pip install {install}"
+            f"{what} needs {install}, which is not installed here; {alternative}pip install "
+            f"{install}"
         ) from None

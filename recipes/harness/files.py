@@ -1,5 +1,5 @@
-"""Files a recipe writes: atomically (readers see the old file or the new one, never half), and owned by
-the user who started the container (``ENVKIT_RESULTS_OWNER``)."""
+"""Files a recipe writes: atomically (readers see the old file or the new one, never half), and
+owned by the user who started the container (``ENVKIT_RESULTS_OWNER``)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ def chown_to_results_owner(path: Path) -> None:
     try:
         uid, gid = (int(part) for part in owner.split(":"))
     except ValueError:
-        raise RecipeError(f"ENVKIT_RESULTS_OWNER={owner!r} is not 'uid:gid' with numeric ids") from None
+        raise RecipeError(
+            f"ENVKIT_RESULTS_OWNER={owner!r} is not 'uid:gid' with numeric ids"
+        ) from None
     os.chown(path, uid, gid)
 
 
@@ -74,7 +76,8 @@ def write_temp(directory: Path, stem: str, write: Callable[[Any], None]) -> Path
 
 
 def write_atomic(path: Path, write: Callable[[Any], None]) -> None:
-    """Replace ``path`` atomically with what ``write(binary_file)`` writes: readers see the old or the new file, never half."""
+    """Replace ``path`` atomically with what ``write(binary_file)`` writes: readers see the old or
+    the new file, never half."""
     temp = write_temp(path.parent, path.name, write)
     os.replace(temp, path)
 

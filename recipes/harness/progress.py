@@ -37,7 +37,8 @@ class StepTimer:
     """
 
     def __init__(self, device: torch.device):
-        self._clock, self.laps = DeviceTimer(device), []
+        self._clock = DeviceTimer(device)
+        self.laps = []
 
     def lap(self) -> None:
         self.laps.append(self._clock.lap())
@@ -49,7 +50,8 @@ class StepTimer:
 
 
 def progress(iterable: Iterable, *, total: int | None, desc: str, enabled: bool):
-    """A tqdm bar over ``iterable`` when ``enabled`` (main process, not --quiet), else the iterable."""
+    """A tqdm bar over ``iterable`` when ``enabled`` (main process, not --quiet), else the
+    iterable."""
     if not enabled:
         return iterable
     from tqdm import tqdm  # noqa: PLC0415 - only needed when a bar is shown
@@ -58,7 +60,8 @@ def progress(iterable: Iterable, *, total: int | None, desc: str, enabled: bool)
 
 
 class ProgressBar:
-    """One epoch's batches, behind a bar when ``enabled``, which shows the loss every ``log_every`` steps."""
+    """One epoch's batches, behind a bar when ``enabled``, which shows the loss every ``log_every``
+    steps."""
 
     def __init__(
         self,
@@ -73,12 +76,16 @@ class ProgressBar:
     ):
         self._bar = progress(batches, total=total, desc=desc, enabled=enabled)
         self._shows_loss = enabled and show_loss
-        self.log_every, self.device = log_every, device
+        self.log_every = log_every
+        self.device = device
 
     def __iter__(self):
         return iter(self._bar)
 
     def show_loss(self, loss: torch.Tensor, step_in_epoch: int) -> None:
-        """Every ``log_every`` steps, put ``loss`` on the bar once its step has run (no extra sync)."""
+        """Every ``log_every`` steps, put ``loss`` on the bar once its step has run (no extra
+        sync)."""
         if self._shows_loss and step_in_epoch % self.log_every == 0:
-            after_step(self.device, lambda value: self._bar.set_postfix(loss=f"{value.item():.4f}"), loss)
+            after_step(
+                self.device, lambda value: self._bar.set_postfix(loss=f"{value.item():.4f}"), loss
+            )

@@ -25,14 +25,15 @@ from .errors import RecipeError
 from .files import json_bytes, write_temp
 
 SCHEMA_VERSION = 3
-# A git commit hash; anything else in ENVKIT_REVISION (such as "unknown", which images built by older
+# A git commit hash; anything else in ENVKIT_REVISION (such as "unknown", which images built by
+# older
 # envkit releases set when they had no git) names no revision.
 _REVISION = re.compile(r"[0-9a-f]{4,40}")
 
 
 def git_revision() -> str | None:
-    """The commit the recipes came from: ``ENVKIT_REVISION`` (the image build passes the full hash), else
-    ``git rev-parse HEAD`` next to the recipe (the full hash), else None."""
+    """The commit the recipes came from: ``ENVKIT_REVISION`` (the image build passes the full hash),
+    else ``git rev-parse HEAD`` next to the recipe (the full hash), else None."""
     revision = os.environ.get("ENVKIT_REVISION", "").strip()
     if revision:
         return revision if _REVISION.fullmatch(revision) else None
@@ -53,7 +54,8 @@ def git_revision() -> str | None:
 
 
 def _package_version(distribution: str) -> str | None:
-    """A distribution's version, looked up without importing it (importing torch_tpu starts a runtime)."""
+    """A distribution's version, looked up without importing it (importing torch_tpu starts a
+    runtime)."""
     from importlib import metadata  # noqa: PLC0415
 
     try:
@@ -79,7 +81,8 @@ VENV_LOCK_MARKER = "envkit-lock.json"
 
 
 def venv_lock_sha256() -> str | None:
-    """The sha256 of the lock this interpreter's venv was made from, or None when it was not made from one."""
+    """The sha256 of the lock this interpreter's venv was made from, or None when it was not made
+    from one."""
     try:
         marker = json.loads(Path(sys.prefix, VENV_LOCK_MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -111,7 +114,9 @@ def capture_environment(device: torch.device, device_kind: str) -> dict:
         name, count = "TPU (torch_tpu)", torch.accelerator.device_count()
     else:
         name, count = _cpu_name(), os.cpu_count() or 1
-    torch_xla_version = _package_version("torch_xla") if is_xla(device) or device_kind == "tpu" else None
+    torch_xla_version = (
+        _package_version("torch_xla") if is_xla(device) or device_kind == "tpu" else None
+    )
     return {
         "host": socket.gethostname(),
         "device_type": device_kind,
@@ -122,14 +127,16 @@ def capture_environment(device: torch.device, device_kind: str) -> dict:
         "torchvision": _package_version("torchvision"),
         "torch_xla": torch_xla_version,
         "torch_tpu": _package_version("torch-tpu"),
-        # The CUDA release this torch was built for, whatever device ran (a CPU run on a CUDA build names one too).
+        # The CUDA release this torch was built for, whatever device ran (a CPU run on a CUDA build
+        # names one too).
         "torch_cuda_build": torch.version.cuda,
         "image": os.environ.get("ENVKIT_IMAGE") or None,
         # What the image says about itself: the hash of the lock it installed, and its own ID.
         # On the host, the lock `envkit venv` made this interpreter's venv from.
         "lock_sha256": os.environ.get("ENVKIT_LOCK_SHA256") or venv_lock_sha256(),
         "image_id": os.environ.get("ENVKIT_IMAGE_ID") or None,
-        # Its manifest digest where run.sh knows one (pulled by name@sha256:, or built by buildah): the same on every engine.
+        # Its manifest digest where run.sh knows one (pulled by name@sha256:, or built by buildah):
+        # the same on every engine.
         "image_digest": os.environ.get("ENVKIT_IMAGE_DIGEST") or None,
         "git_revision": git_revision(),
         "distributions": installed_distributions(),
@@ -146,10 +153,13 @@ def configuration_record(
     strategy: str | None = None,
     parallel: str | None = None,
 ) -> dict:
-    """The results' ``configuration``: what the report groups runs by (null where it does not apply)."""
+    """The results' ``configuration``: what the report groups runs by (null where it does not
+    apply)."""
     return {
         "device": args.device,
-        "backend": args.backend if args.device == "tpu" else None,  # the library behind the TPU device (tpu_backend.py)
+        "backend": args.backend
+        if args.device == "tpu"
+        else None,  # the library behind the TPU device (tpu_backend.py)
         "cores": cores,
         "strategy": strategy,
         "parallel": parallel,
@@ -208,8 +218,9 @@ def write_results(results_dir: Path, results: dict) -> Path:
         path = results_dir / f"{results['recipe']}-{run_name}.json"
         if path.exists():
             continue
-        document = {**results, "run_name": run_name}
-        temp = write_temp(results_dir, path.name, lambda file: file.write(json_bytes(document)))  # noqa: B023 - called at once
+        data = json_bytes({**results, "run_name": run_name})
+        # data bound as a default: the loop's next value never reaches this call
+        temp = write_temp(results_dir, path.name, lambda file, data=data: file.write(data))
         try:
             os.link(temp, path)
         except FileExistsError:
@@ -223,7 +234,10 @@ def write_results(results_dir: Path, results: dict) -> Path:
 
 def settings_record(args: argparse.Namespace) -> dict:
     """The results' ``settings``: every argument after defaults and scaling, JSON-ready."""
-    return {key: str(value) if isinstance(value, Path) else value for key, value in sorted(vars(args).items())}
+    return {
+        key: str(value) if isinstance(value, Path) else value
+        for key, value in sorted(vars(args).items())
+    }
 
 
 def summarize(values: Sequence[float]) -> dict:
@@ -238,7 +252,8 @@ def summarize(values: Sequence[float]) -> dict:
 
 def timing_record(history: Any, total_s: float) -> dict:
     """The results' ``timing`` from a history with ``epoch_s``, ``iter_s``, ``train_epoch_s``,
-    ``test_epoch_s`` and ``checkpoint_s`` lists (seconds); ``steady_epoch_s`` leaves out the first epoch."""
+    ``test_epoch_s`` and ``checkpoint_s`` lists (seconds); ``steady_epoch_s`` leaves out the first
+    epoch."""
     return {
         "total_s": total_s,
         "first_epoch_s": history.epoch_s[0],

@@ -1,21 +1,24 @@
-"""One training run's records: seed, clock, history, resume, checkpoints and results. The loop is the recipe's.
+"""One training run's records: seed, clock, history, resume, checkpoints and results. The loop is
+the recipe's.
 
 A recipe's ``Trainer`` (pytorch/examples' DDP series shape) drives it::
 
-    run = harness.Run(args, replicas, recipe="mnist", prog="mnist.py", resume_keys=RESUME_KEYS)  # seeds first
-    first_epoch = run.restore(parts)            # --resume: every part's state, the RNGs, the history
+    # seeds first
+    run = harness.Run(args, replicas, recipe="mnist", prog="mnist.py", resume_keys=RESUME_KEYS)
+    first_epoch = run.restore(parts)            # --resume: every part's state, RNGs, history
     for epoch in range(first_epoch, args.epochs):
         if run.out_of_steps(): break            # --max-steps
         run.start_epoch()
-        ... train: run.progress_bar(...), harness.StepTimer, run.history.steps += 1, run.history.add_training(laps)
+        ... train: run.progress_bar(...), harness.StepTimer, run.history.steps += 1,
+                   run.history.add_training(laps)
         run.start_test()
         ... evaluate: harness.global_accuracy(...)
         run.end_epoch(epoch, lr=..., loss=..., accuracy=...)
-        if replicas.is_main: run.save_checkpoint(parts, epoch + 1)
+        run.save_checkpoint(parts, epoch + 1)  # on the main process only
     run.write_results(configuration, metrics)
 
-``parts`` names everything with a ``state_dict`` (model, optimizer, scheduler, ...);
-the checkpoint keeps them under those names.
+``parts`` names everything with a ``state_dict`` (model, optimizer, scheduler, ...); the checkpoint
+keeps them under those names.
 """
 
 from __future__ import annotations
@@ -33,7 +36,14 @@ from .checkpoints import Checkpointer, restore_rng_states, rng_states
 from .devices import Replicas, is_xla, seed_everything, xla_compilations
 from .errors import RecipeError
 from .progress import ProgressBar
-from .records import build_results, capture_environment, now_iso, settings_record, timing_record, write_results
+from .records import (
+    build_results,
+    capture_environment,
+    now_iso,
+    settings_record,
+    timing_record,
+    write_results,
+)
 
 
 @dataclass
@@ -54,14 +64,16 @@ class History:
     elapsed_s: float = 0.0  # wall time of earlier (interrupted) segments
 
     def add_training(self, laps: list[float]) -> None:
-        """One epoch's step laps (harness.StepTimer): per step, and their sum as the epoch's training time."""
+        """One epoch's step laps (harness.StepTimer): per step, and their sum as the epoch's
+        training time."""
         self.iter_s.extend(laps)
         self.train_epoch_s.append(sum(laps))
 
 
 def global_accuracy(model: torch.nn.Module, batches: Iterable, replicas: Replicas) -> float:
     """Accuracy over the whole test set: each process counts its own shard on the device (no host
-    sync per batch), then the counts are summed over processes, so no replica reports its shard alone."""
+    sync per batch), then the counts are summed over processes, so no replica reports its shard
+    alone."""
     model.eval()
     correct = torch.zeros((), dtype=torch.int64, device=replicas.device)
     count = 0
@@ -77,12 +89,24 @@ class Run:
     """One training run's records; see the module docstring for how a recipe's loop uses it."""
 
     def __init__(
-        self, args: argparse.Namespace, replicas: Replicas, *, recipe: str, prog: str, resume_keys: Sequence[str]
+        self,
+        args: argparse.Namespace,
+        replicas: Replicas,
+        *,
+        recipe: str,
+        prog: str,
+        resume_keys: Sequence[str],
     ):
-        self.args, self.replicas, self.recipe, self.prog = args, replicas, recipe, prog
-        self.started_at, self.started = now_iso(), time.perf_counter()
+        self.args = args
+        self.replicas = replicas
+        self.recipe = recipe
+        self.prog = prog
+        self.started_at = now_iso()
+        self.started = time.perf_counter()
         self.checkpointer = Checkpointer(args, recipe=recipe, resume_keys=resume_keys)
-        self.saved = self.checkpointer.resume(prog, announce=replicas.is_main) if args.resume else None
+        self.saved = (
+            self.checkpointer.resume(prog, announce=replicas.is_main) if args.resume else None
+        )
         if args.resume:
             self._check_every_process_resumes_alike()
         self.history = History()
@@ -90,14 +114,16 @@ class Run:
         seed_everything(args.seed, replicas.device)
 
     def _check_every_process_resumes_alike(self) -> None:
-        """Rank 0 alone writes checkpoints: on several hosts, a host that cannot see them would start
-        from the first epoch while the others resume, and the run would hang. Every process says so instead."""
+        """Rank 0 alone writes checkpoints: on several hosts, a host that cannot see them would
+        start from the first epoch while the others resume, and the run would hang. Every process
+        says so instead."""
         epoch = 0 if self.saved is None else self.saved["epoch"]
         total, processes = self.replicas.sum_over_processes([epoch, 1])
         if total != epoch * processes:
             raise RecipeError(
-                f"--resume: the processes do not all see the checkpoint {self.checkpointer.path} (this one: "
-                f"{'epoch ' + str(epoch) if self.saved else 'none'}); put --checkpoint-dir where every host sees it"
+                f"--resume: the processes do not all see the checkpoint {self.checkpointer.path} "
+                f"(this one: {'epoch ' + str(epoch) if self.saved else 'none'}); put "
+                "--checkpoint-dir where every host sees it"
             )
 
     def elapsed_s(self) -> float:
@@ -112,11 +138,12 @@ class Run:
             for name, part in parts.items():
                 part.load_state_dict(self.saved[name])
             restore_rng_states(self.saved["rng"], self.replicas.device)
-            self.history, first_epoch = History(**self.saved["history"]), self.saved["epoch"]
+            self.history = History(**self.saved["history"])
+            first_epoch = self.saved["epoch"]
             if first_epoch >= self.args.epochs or self.out_of_steps():
                 raise RecipeError(
-                    f"nothing to do: the checkpoint {self.checkpointer.path} already holds {first_epoch} epochs; "
-                    "raise --epochs, or start without --resume"
+                    f"nothing to do: the checkpoint {self.checkpointer.path} already holds "
+                    f"{first_epoch} epochs; raise --epochs, or start without --resume"
                 )
         self.args.resumed_from_epoch = first_epoch if self.saved is not None else None
         return first_epoch
@@ -126,8 +153,8 @@ class Run:
         return self.args.max_steps is not None and self.history.steps >= self.args.max_steps
 
     def progress_bar(self, batches: Iterable, steps: int, epoch: int) -> ProgressBar:
-        """A bar over ``epoch``'s ``batches`` (``steps`` of them, or as many as --max-steps leaves), on the main process
-        unless --quiet."""
+        """A bar over ``epoch``'s ``batches`` (``steps`` of them, or as many as --max-steps leaves),
+        on the main process unless --quiet."""
         args, replicas = self.args, self.replicas
         total = steps if args.max_steps is None else min(steps, args.max_steps - self.history.steps)
         # TorchTPU: a .item() on rank 0 alone deadlocks the other ranks, so DDP there shows no loss.
@@ -149,8 +176,9 @@ class Run:
         self._test_started = time.perf_counter()
 
     def end_epoch(self, epoch: int, *, lr: float, loss: float, accuracy: float) -> None:
-        """Record the epoch: its learning rate, mean loss, test accuracy, times, and on XLA the graphs compiled so far
-        (a steady run compiles everything in its first epoch). The main process prints one line unless --quiet."""
+        """Record the epoch: its learning rate, mean loss, test accuracy, times, and on XLA the
+        graphs compiled so far (a steady run compiles everything in its first epoch). The main
+        process prints one line unless --quiet."""
         now, history = time.perf_counter(), self.history
         history.epoch_lr.append(lr)
         history.epoch_loss.append(loss)
@@ -161,13 +189,17 @@ class Run:
             history.compilations.append(xla_compilations())
         if self.replicas.is_main and not self.args.quiet:
             print(
-                f"{self.prog}: epoch {epoch + 1}/{self.args.epochs}: loss {loss:.4f}, test accuracy {accuracy:.4f}, "
-                f"train {history.train_epoch_s[-1]:.2f} s, test {history.test_epoch_s[-1]:.2f} s",
+                f"{self.prog}: epoch {epoch + 1}/{self.args.epochs}: loss {loss:.4f}, test "
+                f"accuracy {accuracy:.4f}, train {history.train_epoch_s[-1]:.2f} s, test "
+                f"{history.test_epoch_s[-1]:.2f} s",
                 file=sys.stderr,
             )
 
     def save_checkpoint(self, parts: dict, epochs_done: int) -> None:
-        """Save ``parts``, the RNGs and the history, atomically (the main process alone calls this)."""
+        """Save ``parts``, the RNGs and the history, atomically. Every replica holds the same
+        weights: the main process alone writes them."""
+        if not self.replicas.is_main:
+            return
         started = time.perf_counter()
         self.checkpointer.save(
             parts,
@@ -211,9 +243,11 @@ class Run:
         timing = results["timing"]
         speed = f"{metrics['images_per_s']:.1f} images/s, " if "images_per_s" in metrics else ""
         print(
-            f"{self.recipe} {results['run_name']}: {metrics['epochs_completed']} epochs, {history.steps} steps, "
-            f"test accuracy {metrics['test_accuracy']:.4f}, {speed}{timing['iter_s']['mean']:.4f} s/iter, "
-            f"train {timing['train_epoch_s']['mean']:.2f} s/epoch, test {timing['test_epoch_s']['mean']:.2f} s/epoch, "
-            f"first epoch {timing['first_epoch_s']:.1f} s, total {timing['total_s']:.1f} s -> {path}"
+            f"{self.recipe} {results['run_name']}: {metrics['epochs_completed']} epochs, "
+            f"{history.steps} steps, test accuracy {metrics['test_accuracy']:.4f}, "
+            f"{speed}{timing['iter_s']['mean']:.4f} s/iter, train "
+            f"{timing['train_epoch_s']['mean']:.2f} s/epoch, test "
+            f"{timing['test_epoch_s']['mean']:.2f} s/epoch, first epoch "
+            f"{timing['first_epoch_s']:.1f} s, total {timing['total_s']:.1f} s -> {path}"
         )
         return path

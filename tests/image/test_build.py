@@ -167,7 +167,7 @@ def test_the_build_and_the_recipes_record_one_form_of_git_revision():
     repo = REPO_ROOT
     built = build_context.git_revision(repo)
     env = {k: v for k, v in os.environ.items() if k != "ENVKIT_REVISION"}
-    probe = "import harness; print(harness.git_revision())"
+    probe = "import harness; print(harness.records.git_revision())"
     on_host = subprocess.run(
         [sys.executable, "-c", probe], cwd=repo / "recipes", env=env, capture_output=True, text=True, check=True
     )

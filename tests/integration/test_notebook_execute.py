@@ -3,7 +3,8 @@
 CPU mode (ENVKIT_NOTEBOOK_CPU) is what these tests select; what is real and what is not:
 
 - real: the committed notebooks, cell for cell, in a fresh kernel; every embedded file
-  written by its %%writefile cell and checked against its sha256; a fresh virtual
+  written (the recipe by its %%writefile cell, the others unpacked from the archive cell)
+  and checked against its sha256; a fresh virtual
   environment made by uv and filled with --require-hashes, offline; the recipe running
   in that interpreter with its progress streamed; the results JSON with the notebook's
   block, checked against the results schema; envkit's embedded report and plot;

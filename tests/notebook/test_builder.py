@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import io
 import json
 import re
 import shutil
 import subprocess
 import tomllib
+import zipfile
 from pathlib import Path
 
 import nbformat
@@ -103,12 +105,8 @@ def test_it_reads_top_to_bottom_and_carries_what_it_runs(config, repo_root, tmp_
     lock = read_lock(lock_path(config, target))
     assert f"sha256 `{lock.sha256}`" in markdown
     settings = notebook.cells[[cell.id for cell in notebook.cells].index("settings")].source
-    # every embedded file: a %%writefile cell whose body is the file, under the sha256 SETTINGS checks
-    written = {
-        cell.source.split("\n", 1)[0].split()[1]: cell.source.split("\n", 1)[1]
-        for cell in notebook.cells
-        if cell.source.startswith("%%writefile ")
-    }
+    # every embedded file: the recipe's %%writefile cell or the archive, under the sha256 SETTINGS checks
+    written = written_files(notebook)
     sources = {
         embedded.HELPER_NAME: embedded.HELPER,
         provenance.FILE_NAME: Path(provenance.__file__),
@@ -135,6 +133,51 @@ def test_it_reads_top_to_bottom_and_carries_what_it_runs(config, repo_root, tmp_
     script = tomllib.loads(content)
     assert script["dependencies"] == [f"{name}=={version}" for name, version in sorted(lock.packages.items())]
     assert script["requires-python"] == f"=={config.targets[target].python}.*"
+
+
+def written_files(notebook: nbformat.NotebookNode) -> dict[str, str]:
+    """path -> text of every file the notebook writes: its %%writefile cells and its archive."""
+    written = {
+        cell.source.split("\n", 1)[0].split()[1]: cell.source.split("\n", 1)[1]
+        for cell in notebook.cells
+        if cell.source.startswith("%%writefile ")
+    }
+    [archive_cell] = [cell for cell in notebook.cells if cell.id == "files"]
+    namespace = {}
+    exec(archive_cell.source.split("\nwith zipfile", 1)[0], namespace)  # up to its sha256 check
+    with zipfile.ZipFile(io.BytesIO(namespace["data"])) as archive:
+        packed = {name: archive.read(name).decode("utf-8") for name in archive.namelist()}
+    assert not set(packed) & set(written)
+    return {**written, **packed}
+
+
+@pytest.mark.parametrize(("target", "experiment"), committed_pairs())
+def test_a_student_sees_the_recipe_and_envkits_cells_are_collapsed(config, target, experiment):
+    notebook = nbformat.reads(builder.render_notebook(config, experiment, target).text, as_version=4)
+    ids = [cell.id for cell in notebook.cells]
+    before_results = notebook.cells[: ids.index("result-md")]
+    collapsed = [cell for cell in notebook.cells if cell.metadata.get("jupyter", {}).get("source_hidden")]
+    visible = [cell.id for cell in before_results if cell not in collapsed]
+    assert len(visible) <= 12 and "file-recipes-mnist-py" in visible, visible
+    assert {cell.id for cell in collapsed} >= {"pep-723", "settings", "files"}
+    for cell in collapsed:  # Colab shows a form cell by its title; Jupyter and Kaggle hide its source
+        assert cell.metadata.cellView == "form" and cell.metadata.jupyter.source_hidden is True
+        assert cell.source.startswith("# @title ")
+
+
+def test_the_archive_cell_unpacks_its_files_and_refuses_an_edited_archive(config, tmp_path, monkeypatch):
+    notebook = nbformat.reads(builder.render_notebook(config, "tpu-mnist", "kaggle-tpu").text, as_version=4)
+    [cell] = [cell for cell in notebook.cells if cell.id == "files"]
+    monkeypatch.chdir(tmp_path)
+    exec(cell.source, {})  # standard library only: it runs before the helper exists
+    cell_ast = ast.parse(next(cell for cell in notebook.cells if cell.id == "settings").source)
+    settings = ast.literal_eval(next(node.value for node in cell_ast.body if isinstance(node, ast.Assign)))
+    for group in ("helper", "lock", "report"):
+        for path, sha256 in settings["files"][group].items():
+            assert hashlib.sha256((tmp_path / path).read_bytes()).hexdigest() == sha256
+    edited = cell.source.replace('ARCHIVE = """\n', 'ARCHIVE = """\nAAAA', 1)
+    with pytest.raises(RuntimeError, match="archive changed since envkit rendered it: re-render the notebook with"):
+        exec(edited, {})
 
 
 def test_colab_notebooks_preselect_their_accelerator_and_link_to_colab(config):

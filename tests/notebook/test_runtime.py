@@ -201,11 +201,7 @@ def execute_until_stopped(notebook: nbformat.NotebookNode, work: Path, monkeypat
 
 def test_in_the_notebook_the_wrong_accelerator_is_one_line_with_the_fix(repo_root, tmp_path, monkeypatch):
     # This machine has no TPU: the committed Colab notebook's runtime check stops with the menu path.
-    notebook = committed_cells(
-        repo_root,
-        "colab-tpu/tpu-mnist-single.ipynb",
-        ["settings", "file-envkit-notebook-py", "file-envkit-run-py", "runtime-check"],
-    )
+    notebook = committed_cells(repo_root, "colab-tpu/tpu-mnist-single.ipynb", ["settings", "files", "runtime-check"])
     assert execute_until_stopped(notebook, tmp_path, monkeypatch) == [
         "envkit: this runtime has no accelerator (CPU only), but this notebook runs on Google Colab's v5e-1 TPU: "
         "Runtime > Change runtime type > Hardware accelerator: v5e-1 TPU, then Runtime > Run all"
@@ -217,14 +213,7 @@ def test_in_the_notebook_an_edited_recipe_cell_is_one_line(repo_root, tmp_path, 
     notebook = committed_cells(
         repo_root,
         "kaggle-tpu/tpu-mnist.ipynb",
-        [
-            "settings",
-            "file-envkit-notebook-py",
-            "file-envkit-run-py",
-            "runtime-check",
-            "file-recipes-mnist-py",
-            "recipe-check",
-        ],
+        ["settings", "files", "runtime-check", "file-recipes-mnist-py", "recipe-check"],
     )
     recipe = next(cell for cell in notebook.cells if cell.id == "file-recipes-mnist-py")
     recipe.source = recipe.source.replace("def ", "def  ", 1)

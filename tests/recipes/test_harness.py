@@ -20,7 +20,7 @@ from results_contract import results_schema
 
 def test_fail_prints_one_line_and_exits_2(capsys):
     with pytest.raises(SystemExit) as exited:
-        harness.fail("demo.py", "bad value\n  on two lines")
+        harness.errors.fail("demo.py", "bad value\n  on two lines")
     assert exited.value.code == 2
     assert capsys.readouterr().err == "demo.py: error: bad value on two lines\n"
 
@@ -99,17 +99,17 @@ def test_positive_float_rejects(text):
 @pytest.mark.parametrize("name", ["", "../up", "a/b", ".hidden", "sp ace"])
 def test_run_names_that_are_not_file_names_are_refused(name):
     with pytest.raises(harness.RecipeError, match="is not allowed"):
-        harness.check_run_name(name)
+        harness.arguments.check_run_name(name)
 
 
 def test_summarize_is_mean_population_std_and_count():
-    assert harness.summarize([1.0, 2.0, 3.0]) == {"mean": 2.0, "std": pytest.approx((2 / 3) ** 0.5), "n": 3}
-    assert harness.summarize([5.0]) == {"mean": 5.0, "std": 0.0, "n": 1}
-    assert harness.summarize([]) == {"mean": 0.0, "std": 0.0, "n": 0}
+    assert harness.records.summarize([1.0, 2.0, 3.0]) == {"mean": 2.0, "std": pytest.approx((2 / 3) ** 0.5), "n": 3}
+    assert harness.records.summarize([5.0]) == {"mean": 5.0, "std": 0.0, "n": 1}
+    assert harness.records.summarize([]) == {"mean": 0.0, "std": 0.0, "n": 0}
 
 
 def test_timer_laps_add_up_to_elapsed_time():
-    timer = harness.DeviceTimer(torch.device("cpu"))
+    timer = harness.progress.DeviceTimer(torch.device("cpu"))
     start = time.perf_counter()
     laps = [timer.lap() for _ in range(3) if time.sleep(0.01) is None]
     total = time.perf_counter() - start
@@ -205,7 +205,7 @@ def test_eval_shards_count_every_example_once():
 
 
 def test_write_results_is_deterministic_and_never_overwrites(tmp_path):
-    results = harness.build_results(
+    results = harness.records.build_results(
         recipe="demo",
         run_name="cpu",
         started_at="2026-01-01T00:00:00+00:00",
@@ -215,17 +215,17 @@ def test_write_results_is_deterministic_and_never_overwrites(tmp_path):
         metrics={"test_accuracy": 0.5},
         environment={},
     )
-    first = harness.write_results(tmp_path, dict(results))
-    second = harness.write_results(tmp_path, dict(results))
+    first = harness.records.write_results(tmp_path, dict(results))
+    second = harness.records.write_results(tmp_path, dict(results))
     assert (first.name, second.name) == ("demo-cpu.json", "demo-cpu-2.json")
     assert json.loads(second.read_text())["run_name"] == "cpu-2"
-    assert first.read_bytes() == harness.json_bytes(results)
+    assert first.read_bytes() == harness.files.json_bytes(results)
     assert first.read_text().index('"a"') < first.read_text().index('"b"')  # sorted keys
     assert sorted(p.name for p in tmp_path.iterdir()) == ["demo-cpu-2.json", "demo-cpu.json"]  # no temp files left
 
 
 def test_results_must_be_json_numbers(tmp_path):
-    results = harness.build_results(
+    results = harness.records.build_results(
         recipe="demo",
         run_name="x",
         started_at="",
@@ -236,7 +236,7 @@ def test_results_must_be_json_numbers(tmp_path):
         environment={},
     )
     with pytest.raises(ValueError):
-        harness.write_results(tmp_path, results)
+        harness.records.write_results(tmp_path, results)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -245,12 +245,14 @@ def test_checkpoint_round_trip_restores_rng_and_tensors(tmp_path):
     torch.manual_seed(1)
     model = torch.nn.Linear(3, 2)
     path = tmp_path / "ckpt" / "demo-cpu.pt"
-    harness.save_checkpoint(path, {"epoch": 2, "model": model.state_dict(), "rng": harness.rng_states()})
+    harness.checkpoints.save_checkpoint(
+        path, {"epoch": 2, "model": model.state_dict(), "rng": harness.checkpoints.rng_states()}
+    )
     expected = (random.random(), torch.rand(3))
-    state = harness.load_checkpoint(path)
-    harness.restore_rng_states(state["rng"])
+    state = harness.checkpoints.load_checkpoint(path)
+    harness.checkpoints.restore_rng_states(state["rng"])
     assert (random.random(), torch.rand(3))[0] == expected[0]
-    harness.restore_rng_states(state["rng"])
+    harness.checkpoints.restore_rng_states(state["rng"])
     random.random()
     assert torch.equal(torch.rand(3), expected[1])
     assert torch.equal(state["model"]["weight"], model.weight.detach())
@@ -259,13 +261,13 @@ def test_checkpoint_round_trip_restores_rng_and_tensors(tmp_path):
 
 def test_a_failed_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
     path = tmp_path / "demo.pt"
-    harness.save_checkpoint(path, {"epoch": 1})
+    harness.checkpoints.save_checkpoint(path, {"epoch": 1})
     monkeypatch.setattr(
         torch, "save", lambda obj, file: (file.write(b"half"), (_ for _ in ()).throw(OSError("disk full")))
     )
     with pytest.raises(OSError):
-        harness.save_checkpoint(path, {"epoch": 2})
-    assert harness.load_checkpoint(path)["epoch"] == 1
+        harness.checkpoints.save_checkpoint(path, {"epoch": 2})
+    assert harness.checkpoints.load_checkpoint(path)["epoch"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["demo.pt"]
 
 
@@ -274,25 +276,25 @@ def test_corrupt_checkpoint_is_a_recipe_error(tmp_path, content):
     path = tmp_path / "bad.pt"
     path.write_bytes(content)
     with pytest.raises(harness.RecipeError, match="is corrupt or unreadable"):
-        harness.load_checkpoint(path)
+        harness.checkpoints.load_checkpoint(path)
 
 
 def test_checkpoint_of_something_else_is_refused(tmp_path):
     torch.save({"weights": torch.zeros(1)}, tmp_path / "other.pt")
     with pytest.raises(harness.RecipeError, match="is not an envkit recipe checkpoint"):
-        harness.load_checkpoint(tmp_path / "other.pt")
+        harness.checkpoints.load_checkpoint(tmp_path / "other.pt")
 
 
 def test_check_resumable_names_the_differences(tmp_path):
-    harness.check_resumable(tmp_path, {"lr": 1.0}, {"lr": 1.0})
+    harness.checkpoints.check_resumable(tmp_path, {"lr": 1.0}, {"lr": 1.0})
     with pytest.raises(harness.RecipeError, match="lr: 1.0 in the checkpoint, 2.0 now"):
-        harness.check_resumable(tmp_path, {"lr": 1.0}, {"lr": 2.0})
+        harness.checkpoints.check_resumable(tmp_path, {"lr": 1.0}, {"lr": 2.0})
 
 
 def test_environment_records_image_and_revision(monkeypatch):
     monkeypatch.setenv("ENVKIT_IMAGE", "envkit-cpu:abc")
     monkeypatch.setenv("ENVKIT_REVISION", "deadbeef")
-    environment = harness.capture_environment(torch.device("cpu"), "cpu")
+    environment = harness.records.capture_environment(torch.device("cpu"), "cpu")
     assert environment["image"] == "envkit-cpu:abc" and environment["git_revision"] == "deadbeef"
     assert environment["torch"] == torch.__version__ and environment["device_type"] == "cpu"
     assert environment["torch_xla"] is None and environment["device_count"] >= 1
@@ -318,7 +320,7 @@ def test_environment_records_image_and_revision(monkeypatch):
 
 def test_git_revision_falls_back_to_git(monkeypatch):
     monkeypatch.delenv("ENVKIT_REVISION", raising=False)
-    revision = harness.git_revision()
+    revision = harness.records.git_revision()
     assert revision is None or len(revision) == 40
 
 
@@ -326,19 +328,19 @@ def test_git_revision_is_the_full_hash_here_and_null_when_unknown(monkeypatch):
     monkeypatch.setenv("ENVKIT_REVISION", "")  # what an image built without git has
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
     if head.returncode == 0:  # a checkout (not an unpacked archive): the same 40 hex digits git names
-        assert harness.git_revision() == head.stdout.strip() and len(head.stdout.strip()) == 40
+        assert harness.records.git_revision() == head.stdout.strip() and len(head.stdout.strip()) == 40
     monkeypatch.setenv("ENVKIT_REVISION", "unknown")  # what images of older envkit releases set without git
-    assert harness.git_revision() is None
+    assert harness.records.git_revision() is None
     monkeypatch.setenv("ENVKIT_REVISION", "0123456789abcdef0123456789abcdef01234567")
-    assert harness.git_revision() == "0123456789abcdef0123456789abcdef01234567"
+    assert harness.records.git_revision() == "0123456789abcdef0123456789abcdef01234567"
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown to another user needs root")
 def test_files_go_to_the_results_owner_when_root(tmp_path, monkeypatch):
     monkeypatch.setenv("ENVKIT_RESULTS_OWNER", "4321:8765")
-    path = harness.write_results(
+    path = harness.records.write_results(
         tmp_path / "new" / "dir",
-        harness.build_results(
+        harness.records.build_results(
             recipe="demo",
             run_name="x",
             started_at="",
@@ -358,10 +360,10 @@ def test_files_go_to_the_results_owner_when_root(tmp_path, monkeypatch):
 def test_a_downloaded_tree_goes_to_the_results_owner(tmp_path, monkeypatch):
     (tmp_path / "MNIST" / "raw").mkdir(parents=True)
     (tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte").write_bytes(b"x")
-    harness.chown_tree(tmp_path / "MNIST")  # no owner set: nothing changes
+    harness.files.chown_tree(tmp_path / "MNIST")  # no owner set: nothing changes
     assert (tmp_path / "MNIST" / "raw").stat().st_uid == 0
     monkeypatch.setenv("ENVKIT_RESULTS_OWNER", "4321:8765")
-    harness.chown_tree(tmp_path / "MNIST")
+    harness.files.chown_tree(tmp_path / "MNIST")
     for path in (
         tmp_path / "MNIST",
         tmp_path / "MNIST" / "raw",
@@ -374,7 +376,7 @@ def test_bad_results_owner_is_a_recipe_error(tmp_path, monkeypatch):
     monkeypatch.setenv("ENVKIT_RESULTS_OWNER", "alice")
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     with pytest.raises(harness.RecipeError, match="ENVKIT_RESULTS_OWNER='alice' is not 'uid:gid'"):
-        harness.chown_to_results_owner(tmp_path)
+        harness.files.chown_to_results_owner(tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -413,7 +415,7 @@ def test_print_lines_is_one_write_on_an_unbuffered_stdout(monkeypatch):
 
 def test_progress_is_silent_when_disabled():
     items = [1, 2]
-    assert harness.progress(items, total=2, desc="x", enabled=False) is items
+    assert harness.progress.progress(items, total=2, desc="x", enabled=False) is items
 
 
 def test_timing_record_reports_the_first_epoch_apart():
@@ -426,7 +428,7 @@ def test_timing_record_reports_the_first_epoch_apart():
             [],
         )
 
-    timing = harness.timing_record(History, 9.5)
+    timing = harness.records.timing_record(History, 9.5)
     assert timing["total_s"] == 9.5 and timing["first_epoch_s"] == 5.0
     assert timing["epoch_s"] == {"mean": 3.0, "std": pytest.approx((8 / 3) ** 0.5), "n": 3}
     assert timing["steady_epoch_s"] == {"mean": 2.0, "std": 1.0, "n": 2}
@@ -436,21 +438,21 @@ def test_timing_record_reports_the_first_epoch_apart():
 def test_settings_record_is_json_ready():
     import argparse
 
-    record = harness.settings_record(argparse.Namespace(data_dir=Path("data"), epochs=2, lr=1.0))
+    record = harness.records.settings_record(argparse.Namespace(data_dir=Path("data"), epochs=2, lr=1.0))
     assert record == {"data_dir": "data", "epochs": 2, "lr": 1.0}
     assert list(record) == sorted(record)
 
 
 def test_resume_checkpoint_starts_fresh_or_checks_settings(tmp_path, capsys):
     path = tmp_path / "demo-cpu.pt"
-    assert harness.resume_checkpoint("demo.py", path, {"lr": 1.0}, announce=False) is None
+    assert harness.checkpoints.resume_checkpoint("demo.py", path, {"lr": 1.0}, announce=False) is None
     assert capsys.readouterr().err == ""
-    assert harness.resume_checkpoint("demo.py", path, {"lr": 1.0}, announce=True) is None
+    assert harness.checkpoints.resume_checkpoint("demo.py", path, {"lr": 1.0}, announce=True) is None
     assert capsys.readouterr().err == f"demo.py: no checkpoint at {path}; starting from the first epoch\n"
-    harness.save_checkpoint(path, {"epoch": 3, "training_settings": {"lr": 1.0}})
-    assert harness.resume_checkpoint("demo.py", path, {"lr": 1.0}, announce=True)["epoch"] == 3
+    harness.checkpoints.save_checkpoint(path, {"epoch": 3, "training_settings": {"lr": 1.0}})
+    assert harness.checkpoints.resume_checkpoint("demo.py", path, {"lr": 1.0}, announce=True)["epoch"] == 3
     with pytest.raises(harness.RecipeError, match="cannot resume"):
-        harness.resume_checkpoint("demo.py", path, {"lr": 2.0}, announce=True)
+        harness.checkpoints.resume_checkpoint("demo.py", path, {"lr": 2.0}, announce=True)
 
 
 def test_environment_names_lock_image_and_every_distribution(monkeypatch, tmp_path):
@@ -458,7 +460,7 @@ def test_environment_names_lock_image_and_every_distribution(monkeypatch, tmp_pa
     monkeypatch.setenv("ENVKIT_LOCK_SHA256", "ab" * 32)
     monkeypatch.setenv("ENVKIT_IMAGE_ID", "sha256:" + "cd" * 32)
     monkeypatch.setenv("ENVKIT_IMAGE_DIGEST", "sha256:" + "ef" * 32)
-    environment = harness.capture_environment(torch.device("cpu"), "cpu")
+    environment = harness.records.capture_environment(torch.device("cpu"), "cpu")
     assert environment["lock_sha256"] == "ab" * 32 and environment["image_id"] == "sha256:" + "cd" * 32
     assert environment["image_digest"] == "sha256:" + "ef" * 32
     distributions = environment["distributions"]
@@ -469,7 +471,7 @@ def test_environment_names_lock_image_and_every_distribution(monkeypatch, tmp_pa
     monkeypatch.delenv("ENVKIT_LOCK_SHA256")
     monkeypatch.setenv("ENVKIT_IMAGE_ID", "")
     monkeypatch.delenv("ENVKIT_IMAGE_DIGEST")
-    environment = harness.capture_environment(torch.device("cpu"), "cpu")
+    environment = harness.records.capture_environment(torch.device("cpu"), "cpu")
     assert (
         environment["lock_sha256"] is None and environment["image_id"] is None and environment["image_digest"] is None
     )
@@ -482,14 +484,14 @@ def test_a_run_on_the_host_names_the_lock_its_venv_was_made_from(monkeypatch, tm
     monkeypatch.delenv("ENVKIT_LOCK_SHA256", raising=False)
     monkeypatch.setattr(sys, "prefix", str(tmp_path))
     (tmp_path / MARKER).write_text(json.dumps({"lock": "/x/requirements.lock", "lock_sha256": "ef" * 32}))
-    assert harness.capture_environment(torch.device("cpu"), "cpu")["lock_sha256"] == "ef" * 32
+    assert harness.records.capture_environment(torch.device("cpu"), "cpu")["lock_sha256"] == "ef" * 32
     # An image's own lock wins: its venv was made from the lock the image records.
     monkeypatch.setenv("ENVKIT_LOCK_SHA256", "ab" * 32)
-    assert harness.capture_environment(torch.device("cpu"), "cpu")["lock_sha256"] == "ab" * 32
+    assert harness.records.capture_environment(torch.device("cpu"), "cpu")["lock_sha256"] == "ab" * 32
     monkeypatch.delenv("ENVKIT_LOCK_SHA256")
     for broken in ("not json", json.dumps(["ef" * 32]), json.dumps({"lock_sha256": "not a sha"})):
         (tmp_path / MARKER).write_text(broken)
-        assert harness.capture_environment(torch.device("cpu"), "cpu")["lock_sha256"] is None
+        assert harness.records.capture_environment(torch.device("cpu"), "cpu")["lock_sha256"] is None
 
 
 def test_one_vocabulary_for_replicas_and_processes():
@@ -536,7 +538,7 @@ def test_results_are_the_schema_files_version():
     # The recipes cannot read envkit/data/results.schema.json in an image; this keeps their constant equal to it.
     version = results_schema()["properties"]["schema_version"]["const"]
     assert (
-        harness.build_results(
+        harness.records.build_results(
             recipe="demo",
             run_name="x",
             started_at="",
@@ -552,7 +554,7 @@ def test_results_are_the_schema_files_version():
 
 
 def test_the_cuda_torch_was_built_for_is_named_as_such_not_as_a_device():
-    environment = harness.capture_environment(torch.device("cpu"), "cpu")
+    environment = harness.records.capture_environment(torch.device("cpu"), "cpu")
     assert "cuda" not in environment and environment["torch_cuda_build"] == torch.version.cuda
 
 
@@ -579,20 +581,20 @@ def test_a_missing_optional_dependency_is_one_line_naming_what_to_install(monkey
     import argparse
 
     with pytest.raises(harness.RecipeError) as raised:
-        harness.check_progress_bars(argparse.Namespace(quiet=False))
+        harness.arguments.check_progress_bars(argparse.Namespace(quiet=False))
     assert (
         str(raised.value) == "a progress bar needs tqdm, which is not installed here; use --quiet, or pip install tqdm"
     )
-    harness.check_progress_bars(argparse.Namespace(quiet=True))  # no bar, no tqdm needed
+    harness.arguments.check_progress_bars(argparse.Namespace(quiet=True))  # no bar, no tqdm needed
 
 
 def test_resuming_a_finished_run_is_nothing_to_do(tmp_path):
     import argparse
 
     args = argparse.Namespace(checkpoint_dir=tmp_path, run_name="r", resume=True, epochs=3, seed=0, max_steps=None)
-    harness.save_checkpoint(
+    harness.checkpoints.save_checkpoint(
         tmp_path / "demo-r.pt",
-        {"epoch": 3, "training_settings": {}, "rng": harness.rng_states(), "history": {"steps": 12}},
+        {"epoch": 3, "training_settings": {}, "rng": harness.checkpoints.rng_states(), "history": {"steps": 12}},
     )
     run = harness.Run(args, harness.Replicas(torch.device("cpu")), recipe="demo", prog="demo.py", resume_keys=())
     with pytest.raises(
@@ -614,7 +616,7 @@ def test_resume_refuses_processes_that_see_different_checkpoints(tmp_path):
             return [values[0] + 0, values[1] + 1]
 
     args = argparse.Namespace(checkpoint_dir=tmp_path, run_name="r", resume=True, epochs=3, seed=0)
-    harness.save_checkpoint(tmp_path / "demo-r.pt", {"epoch": 2, "training_settings": {}})
+    harness.checkpoints.save_checkpoint(tmp_path / "demo-r.pt", {"epoch": 2, "training_settings": {}})
     replicas = OtherHostHasNone(torch.device("cpu"), world_size=2)
     with pytest.raises(harness.RecipeError, match=r"do not all see the checkpoint .*\(this one: epoch 2\)"):
         harness.Run(args, replicas, recipe="demo", prog="demo.py", resume_keys=())

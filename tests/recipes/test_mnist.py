@@ -128,7 +128,7 @@ def test_results_json_has_every_contract_key(trained):
 
 def test_checkpoint_written_each_epoch_holds_the_state(trained):
     results, _ = trained
-    state = harness.load_checkpoint(results / "checkpoints" / "mnist-cpu.pt")
+    state = harness.checkpoints.load_checkpoint(results / "checkpoints" / "mnist-cpu.pt")
     assert state["epoch"] == 2 and state["sampler_epoch"] == 2
     assert set(state["model"]) == set(mnist.Net().state_dict())
     assert state["scheduler"]["last_epoch"] == 2
@@ -224,7 +224,7 @@ def test_killed_run_resumes_to_bit_identical_weights(tmp_path):
         time.sleep(0.01)
     killed.send_signal(signal.SIGKILL)
     assert killed.wait() == -signal.SIGKILL, "the run ended before it could be killed"
-    assert harness.load_checkpoint(first_checkpoint)["epoch"] == 1
+    assert harness.checkpoints.load_checkpoint(first_checkpoint)["epoch"] == 1
     assert not (tmp_path / "killed" / "mnist-cpu.json").exists()
 
     resumed = run_mnist(*args, "--results-dir", tmp_path / "killed", "--resume", env={"OMP_NUM_THREADS": "1"})
@@ -242,7 +242,7 @@ def test_killed_run_resumes_to_bit_identical_weights(tmp_path):
 
 def test_resume_refuses_other_settings(mnist_dir, tmp_path, capsys):
     (tmp_path / "checkpoints").mkdir()
-    harness.save_checkpoint(
+    harness.checkpoints.save_checkpoint(
         tmp_path / "checkpoints" / "mnist-cpu.pt",
         {
             "epoch": 1,

@@ -119,8 +119,6 @@ def test_faked_torch_tpu_results_record_the_backend_that_trained(cpu_as_torch_tp
 def test_without_a_tpu_chip_torch_tpu_is_neither_loaded_nor_asked_for_metadata(tmp_path):
     """A torch_tpu package on the path and no Google device on the PCI bus: importing tpu_backend
     (before torch) turns off the autoload, the metadata query and TorchTPU's start-up logs."""
-    (tmp_path / "torch_tpu").mkdir()
-    (tmp_path / "torch_tpu" / "__init__.py").write_text("")
     script = (
         "import os, sys; sys.path[:0] = sys.argv[1:]; import tpu_backend; print(tpu_backend.has_tpu_chip(), "
         "*(os.environ.get(name) for name in ('TORCH_DEVICE_BACKEND_AUTOLOAD', 'TPU_SKIP_MDS_QUERY', 'TF_CPP_MIN_LOG_LEVEL')))"
@@ -130,14 +128,43 @@ def test_without_a_tpu_chip_torch_tpu_is_neither_loaded_nor_asked_for_metadata(t
         for name, value in os.environ.items()
         if name not in ("TORCH_DEVICE_BACKEND_AUTOLOAD", "TPU_SKIP_MDS_QUERY", "TF_CPP_MIN_LOG_LEVEL")
     }
-    done = subprocess.run(
+    done = with_torch_tpu_installed(tmp_path, script, keep)
+    assert done.stdout.split() == ["False", "0", "1", "1"], done.stderr
+
+
+def test_mnist_sets_tpu_backends_environment_before_torch_is_imported(tmp_path):
+    """mnist.py imports tpu_backend before anything that imports torch (harness does): torch reads
+    TORCH_DEVICE_BACKEND_AUTOLOAD when it is imported, so it must already be set then."""
+    script = """
+import os, sys
+sys.path[:0] = sys.argv[1:]
+seen = []
+
+class WatchTorch:  # notes the variable when torch is first looked for, then lets the import go on
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and not seen:
+            seen.append(os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD"))
+
+sys.meta_path.insert(0, WatchTorch())
+import mnist
+print(seen)
+"""
+    env = {name: value for name, value in os.environ.items() if name != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
+    done = with_torch_tpu_installed(tmp_path, script, env)
+    assert done.stdout.split() == ["['0']"], done.stderr
+
+
+def with_torch_tpu_installed(tmp_path: Path, script: str, env: dict) -> subprocess.CompletedProcess:
+    """Python running ``script`` with an empty torch_tpu package and recipes/ first on its path."""
+    (tmp_path / "torch_tpu").mkdir()
+    (tmp_path / "torch_tpu" / "__init__.py").write_text("")
+    return subprocess.run(
         [sys.executable, "-c", script, str(tmp_path), str(RECIPE.parent)],
         capture_output=True,
         text=True,
         timeout=300,
-        env=keep,
+        env=env,
     )
-    assert done.stdout.split() == ["False", "0", "1", "1"], done.stderr
 
 
 def test_google_pci_vendor_is_a_tpu_chip(tmp_path):
