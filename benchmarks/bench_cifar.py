@@ -47,7 +47,7 @@ class PublishedStyleDataset(torch.utils.data.Dataset):
     """One image at a time through PIL and torchvision transforms, like torchvision's CIFAR10 with a transform."""
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, image_size: int):
-        from torchvision import transforms  # noqa: PLC0415
+        from torchvision import transforms
 
         self.images = images.permute(0, 2, 3, 1).numpy()  # HWC, as torchvision's CIFAR10 stores them
         self.labels = labels
@@ -63,7 +63,7 @@ class PublishedStyleDataset(torch.utils.data.Dataset):
         return len(self.labels)
 
     def __getitem__(self, index: int):
-        from PIL import Image  # noqa: PLC0415
+        from PIL import Image
 
         return self.transform(Image.fromarray(self.images[index])), int(self.labels[index])
 

@@ -98,7 +98,7 @@ class PublishedLoop:
     name = "published"
 
     def __init__(self, backend, args):
-        from torchvision import datasets, transforms  # noqa: PLC0415
+        from torchvision import datasets, transforms
 
         self.backend = backend
         transform = transforms.Compose(

@@ -78,7 +78,7 @@ def check_rendezvous(endpoint: str, timeout: int) -> None:
     connect at once, and any other host retries for up to ``timeout`` seconds (the first host may
     start later).
     """
-    from torch.distributed.elastic.rendezvous import (  # noqa: PLC0415
+    from torch.distributed.elastic.rendezvous import (
         c10d_rendezvous_backend,
         utils,
     )

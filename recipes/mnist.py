@@ -215,16 +215,16 @@ class Strategy:
 
 
 def one_core() -> Strategy:
-    import torch_xla.core.xla_model as xm  # noqa: PLC0415 - only the tpu image has torch_xla
+    import torch_xla.core.xla_model as xm  # only the tpu image has torch_xla
 
     device = harness.select_device("tpu")
     return Strategy(Replicas(device), step=lambda opt: xm.optimizer_step(opt, barrier=True))
 
 
 def one_process_per_core() -> Strategy:  # runs in every process torch_xla.launch starts
-    import torch_xla.core.xla_model as xm  # noqa: PLC0415
-    import torch_xla.distributed.parallel_loader as pl  # noqa: PLC0415
-    import torch_xla.runtime as xr  # noqa: PLC0415
+    import torch_xla.core.xla_model as xm
+    import torch_xla.distributed.parallel_loader as pl
+    import torch_xla.runtime as xr
 
     device = harness.select_device("tpu")
     replicas = Replicas(
@@ -242,10 +242,10 @@ def one_process_per_core() -> Strategy:  # runs in every process torch_xla.launc
 
 
 def spmd() -> Strategy:
-    import numpy as np  # noqa: PLC0415 - a torch_xla dependency
-    import torch_xla.distributed.parallel_loader as pl  # noqa: PLC0415
-    import torch_xla.distributed.spmd as xs  # noqa: PLC0415
-    import torch_xla.runtime as xr  # noqa: PLC0415
+    import numpy as np  # a torch_xla dependency
+    import torch_xla.distributed.parallel_loader as pl
+    import torch_xla.distributed.spmd as xs
+    import torch_xla.runtime as xr
 
     xr.use_spmd()
     devices = xr.global_runtime_device_count()

@@ -114,11 +114,11 @@ def resolve(args: argparse.Namespace) -> str:
 def torch_tpu_device() -> torch.device:
     """TorchTPU's ``tpu`` device (this process's chip, ``tpu:0`` under torchrun), or RecipeError
     saying why not."""
-    from importlib import metadata  # noqa: PLC0415
+    from importlib import metadata
 
     version = metadata.version("torch-tpu")
     try:
-        import torch_tpu  # noqa: F401, PLC0415 - registers the "tpu" device where there is a chip
+        import torch_tpu  # noqa: F401 - registers the "tpu" device where there is a chip
     except ImportError as exc:
         raise RecipeError(
             f"--device tpu: torch_tpu {version} is installed but does not import "

@@ -28,7 +28,7 @@ def rng_states(device: torch.device | None = None) -> dict:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         states["cuda"] = torch.cuda.get_rng_state_all()
     if device is not None and is_xla(device):
-        import torch_xla.core.xla_model as xm  # noqa: PLC0415
+        import torch_xla.core.xla_model as xm
 
         states["xla"] = int(xm.get_rng_state(device=device))
     return states
@@ -41,7 +41,7 @@ def restore_rng_states(states: dict, device: torch.device | None = None) -> None
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
     if "xla" in states and device is not None and is_xla(device):
-        import torch_xla.core.xla_model as xm  # noqa: PLC0415
+        import torch_xla.core.xla_model as xm
 
         xm.set_rng_state(states["xla"], device=device)
 

@@ -92,7 +92,7 @@ def batch_loader(
     ``drop_last`` drops a final short training batch, whose new shape would make
     XLA compile the step again.
     """
-    from torch.utils.data import BatchSampler, DataLoader, DistributedSampler  # noqa: PLC0415
+    from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
     if train:
         order = DistributedSampler(

@@ -57,7 +57,7 @@ def choose_gpus(text: str) -> None:
 def import_torch_xla():
     """Import torch_xla, or RecipeError saying which image has it."""
     try:
-        import torch_xla  # noqa: PLC0415 - only the tpu image has it
+        import torch_xla  # only the tpu image has it
     except ImportError as exc:
         if isinstance(exc, ModuleNotFoundError) and exc.name == "torch_xla":
             raise RecipeError(
@@ -89,8 +89,8 @@ def synchronize(device: torch.device) -> None:
     elif device.type == "tpu":  # TorchTPU
         torch.accelerator.synchronize()
     elif is_xla(device):
-        import torch_xla  # noqa: PLC0415
-        import torch_xla.core.xla_model as xm  # noqa: PLC0415
+        import torch_xla
+        import torch_xla.core.xla_model as xm
 
         torch_xla.sync()
         xm.wait_device_ops()
@@ -101,7 +101,7 @@ def seed_everything(seed: int, device: torch.device | None = None) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
     if device is not None and is_xla(device):
-        import torch_xla.core.xla_model as xm  # noqa: PLC0415
+        import torch_xla.core.xla_model as xm
 
         xm.set_rng_state(seed, device=device)
 
@@ -112,7 +112,7 @@ def after_step(
     """Run ``callback(tensor)`` once the step's value exists: on XLA when the step's graph has run
     (reading it earlier would run the graph an extra time), elsewhere at once."""
     if is_xla(device):
-        import torch_xla.core.xla_model as xm  # noqa: PLC0415
+        import torch_xla.core.xla_model as xm
 
         xm.add_step_closure(callback, args=(tensor,))
     else:
@@ -121,7 +121,7 @@ def after_step(
 
 def xla_compilations() -> int:
     """How many graphs torch_xla has compiled in this process so far (a steady epoch adds none)."""
-    import torch_xla.debug.metrics as met  # noqa: PLC0415
+    import torch_xla.debug.metrics as met
 
     data = met.metric_data("CompileTime")
     return int(data[0]) if data else 0
@@ -164,12 +164,12 @@ class Replicas:
         if self.world_size == 1:
             return values
         if is_xla(self.device):
-            import torch_xla.core.xla_model as xm  # noqa: PLC0415
+            import torch_xla.core.xla_model as xm
 
             return xm.mesh_reduce(
                 "sum_over_processes", values, lambda all_: [sum(column) for column in zip(*all_)]
             )
-        import torch.distributed as dist  # noqa: PLC0415
+        import torch.distributed as dist
 
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(tensor)

@@ -54,7 +54,7 @@ def progress(iterable: Iterable, *, total: int | None, desc: str, enabled: bool)
     iterable."""
     if not enabled:
         return iterable
-    from tqdm import tqdm  # noqa: PLC0415 - only needed when a bar is shown
+    from tqdm import tqdm  # only needed when a bar is shown
 
     return tqdm(iterable, total=total, desc=desc, leave=False, dynamic_ncols=True, file=sys.stderr)
 

@@ -56,7 +56,7 @@ def git_revision() -> str | None:
 def _package_version(distribution: str) -> str | None:
     """A distribution's version, looked up without importing it (importing torch_tpu starts a
     runtime)."""
-    from importlib import metadata  # noqa: PLC0415
+    from importlib import metadata
 
     try:
         return metadata.version(distribution)
@@ -66,7 +66,7 @@ def _package_version(distribution: str) -> str | None:
 
 def installed_distributions() -> list[str]:
     """Every distribution this interpreter has, as sorted ``name==version`` with PEP 503 names."""
-    from importlib import metadata  # noqa: PLC0415
+    from importlib import metadata
 
     found = set()
     for distribution in metadata.distributions():
@@ -106,8 +106,8 @@ def capture_environment(device: torch.device, device_kind: str) -> dict:
     if device.type == "cuda":
         name, count = torch.cuda.get_device_name(device), torch.cuda.device_count()
     elif is_xla(device):
-        import torch_xla.core.xla_model as xm  # noqa: PLC0415
-        import torch_xla.runtime as xr  # noqa: PLC0415
+        import torch_xla.core.xla_model as xm
+        import torch_xla.runtime as xr
 
         name, count = f"XLA:{xm.xla_device_hw(device)}", xr.global_runtime_device_count()
     elif device.type == "tpu":  # TorchTPU
