@@ -54,10 +54,23 @@ def torch_index(directory: Path, wheels: Path = TORCH_WHEELS) -> str:
     return directory.resolve().as_uri() + "/"
 
 
+def with_experiments(targets_yaml: str) -> str:
+    """A project config: ``targets_yaml``'s targets and the checkout's experiments of their kinds (the
+    experiments live in the project's envkit.yaml, their one source), so a copy runs them as the checkout does."""
+    import yaml
+
+    config = yaml.safe_load(targets_yaml)
+    kinds = {target.get("kind") for target in config["targets"].values()}
+    table = yaml.safe_load((REPO / "envkit.yaml").read_text(encoding="utf-8"))["experiments"]
+    config["experiments"] = {name: entry for name, entry in table.items() if entry.get("kind") in kinds}
+    return yaml.safe_dump(config, sort_keys=False)
+
+
 def new_project(root: Path, config: Path = OFFLINE_CONFIG) -> Path:
-    """A project copy (config, templates, recipes) in ``root``; the checkout is never touched."""
+    """A project copy (config with the checkout's experiments, templates, recipes) in ``root``; the checkout is
+    never touched."""
     root.mkdir(parents=True, exist_ok=True)
-    shutil.copy(config, root / "envkit.yaml")
+    (root / "envkit.yaml").write_text(with_experiments(config.read_text(encoding="utf-8")), encoding="utf-8")
     for part in ("templates", "recipes"):
         shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
     return root

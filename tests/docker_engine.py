@@ -17,7 +17,7 @@ from pathlib import Path
 import offline_lock
 import pytest
 from launch_jobs import REPO_ROOT
-from offline_lock import OfflineLockError, lock_and_render, new_project, torch_index
+from offline_lock import OfflineLockError, lock_and_render, new_project, torch_index, with_experiments
 from paths import REPO_ROOT
 
 from envkit.errors import EnvkitError
@@ -88,7 +88,7 @@ def project(tmp_path_factory, repo_root) -> Path:
     root = tmp_path_factory.mktemp("project")
     shutil.copytree(repo_root / "templates", root / "templates")
     shutil.copytree(repo_root / "recipes", root / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(OFFLINE_CONFIG, root / "envkit.yaml")
+    (root / "envkit.yaml").write_text(with_experiments(OFFLINE_CONFIG.read_text()))
     envkit("render", "--all", "--config", "envkit.yaml", cwd=root)
     yield root
     shutil.rmtree(staging_path(root, "cpu"), ignore_errors=True)

@@ -27,6 +27,7 @@ from multihost import (  # noqa: F401 - two_node_slurm is a fixture
     slurm_job_script,
     two_node_slurm,
 )
+from offline_lock import with_experiments
 from paths import REPO_ROOT
 
 pytestmark = pytest.mark.slow
@@ -116,7 +117,7 @@ def podman_image(tmp_path_factory, client, base_image, repo_root) -> Iterator[tu
     project = tmp_path_factory.mktemp("podman-project")
     shutil.copytree(REPO_ROOT / "templates", project / "templates")
     shutil.copytree(REPO_ROOT / "recipes", project / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
-    (project / "envkit.yaml").write_text(PODMAN_CONFIG)
+    (project / "envkit.yaml").write_text(with_experiments(PODMAN_CONFIG))
     envkit("render", "--all", cwd=project)
     built = build_committed(STAND_IN_TARGET, base_image, repo_root)  # envkit-cuda:<content tag>
     image, tag = client.images.get(built), built.split(":")[1]
