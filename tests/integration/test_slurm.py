@@ -78,7 +78,9 @@ def test_sbatch_runs_ddp_on_both_nodes_and_returns_the_exit_code(tmp_path, data_
     assert returncode != 0
     assert returncode == recorded_exit_code(two_node_slurm, job)
     assert "does not divide over 2 replicas" in output
-    assert list(results_dir.rglob("*")) == []  # the script made the directory; the recipe wrote nothing
+    # The recipe wrote nothing; the run wrapper recorded the failed run with its exit status (issue 25 §6).
+    (record,) = results_dir.glob("*.json")
+    assert json.loads(record.read_text())["run"]["exit_status"] == returncode
 
 
 # ------------------------------------------------------------------ the image, by digest, under podman
