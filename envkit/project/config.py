@@ -23,6 +23,7 @@ from envkit.project import DEFAULT_CONFIG, kinds, notebook_platforms, wheels
 from envkit.project.datafile import DATA_DIR
 from envkit.project.dependencies import read_dependencies, with_dependencies
 from envkit.project.experiments import Experiment, load_experiments
+from envkit.project.files import DEFAULT_LIMIT_MB
 from envkit.project.matrix import Matrix, TorchRelease, load_matrix, minor_of, python_in_range
 from envkit.project.requirement import requirement_name
 from envkit.support.bounded_load import Refused, load_json, parse_yaml, read_text
@@ -129,6 +130,7 @@ class ProjectConfig:
     root: Path
     source: str | None
     targets: dict[str, Target]
+    files_limit_mb: int = DEFAULT_LIMIT_MB  # the project's files in an image or a notebook (envkit.project.files)
 
     @property
     def images(self) -> dict[str, Target]:
@@ -158,7 +160,13 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> ProjectConfig:
     if "requirements" in data:
         targets = _with_project_requirements(targets, data, root, where)
     load_experiments(path)  # a malformed experiment is bad input to every command that reads the project
-    return ProjectConfig(path=path, root=root, source=data.get("source"), targets=targets)
+    return ProjectConfig(
+        path=path,
+        root=root,
+        source=data.get("source"),
+        targets=targets,
+        files_limit_mb=data.get("files_limit_mb", DEFAULT_LIMIT_MB),
+    )
 
 
 def _with_project_requirements(

@@ -24,6 +24,8 @@ SCHEMA_PATH = DATA_DIR / "experiments.schema.json"
 # be shadowed by it, or shadow it, in `make NAME`.
 MAKE_TARGETS = ("help", "render", "lock", "doctor", "compare", "demo", "report", "venv", "test", "lint", "clean")
 MAKE_TARGET_PREFIXES = ("build-",)
+# The seed form's folder: recipe R is recipes/R.py of the project.
+RECIPES = "recipes"
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,12 @@ class Experiment:
     env: dict[str, str] = field(default_factory=dict)  # environment variables it runs with
     target: str | None = None  # the config's target it runs in, where the experiment names one
     devices: int = 1  # the GPUs or TPU cores its setting needs at least (a notebook accelerator with fewer is refused)
+
+    @property
+    def program(self) -> tuple[str, ...]:
+        """What runs, from the project's root (on a host, in the image, in a notebook): the command, or the
+        recipe's file under the Python that runs it. Its runs' arguments follow."""
+        return self.command if self.command is not None else ("python", f"{RECIPES}/{self.recipe}.py")
 
     @property
     def named_runs(self) -> bool:
