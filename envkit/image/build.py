@@ -93,8 +93,16 @@ def build_platform(target, requested: str | None, native: str) -> str | None:
     it; one line for a platform the target does not list, or a cuda image on arm64 (which would train on the CPU)."""
     engine = NATIVE_PLATFORMS.get(native, f"linux/{native}")
     wanted = requested or engine
+    refuse_unlisted(target, wanted, requested is not None)
+    return None if wanted == engine else wanted
+
+
+def refuse_unlisted(target, wanted: str, requested: bool = True) -> None:
+    """One line for a platform the target does not list; ``requested``: named by --platform, not the engine's own.
+
+    A --platform is checked before the engine is asked anything, so the refusal needs no engine."""
     if wanted in target.platforms:
-        return None if wanted == engine else wanted
+        return
     where = f"--platform {wanted}" if requested else f"this engine builds {wanted} images"
     if target.kind == "cuda" and wanted == "linux/arm64":
         raise EnvkitError(
@@ -149,6 +157,8 @@ def _stream_build(command: list[str], env: Mapping[str, str], what: str) -> None
 
 
 def build(root: Path, target, options: BuildOptions) -> BuiltImage:
+    if options.platform:
+        refuse_unlisted(target, options.platform)
     if options.builder == "buildah":
         return _build_with_buildah(root, target, options)
     client = connect_docker()

@@ -167,6 +167,36 @@ def test_a_python_given_that_is_not_the_locks_is_refused(tmp_path, capsys):
     assert not (tmp_path / "venv").exists()
 
 
+@pytest.mark.parametrize("version", ["3.10.16", "3.14.2"])
+def test_a_python_envkit_does_not_support_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch, version):
+    """`envkit venv --python` of a host lock (Pythons 3.11-3.13) with 3.10 (too old for the locks) or 3.14 (wheels
+    missing): refused before any venv is made, naming what the lock takes and what was given."""
+    import envkit.host.venv as host_venv
+    from envkit.lock.lockfile import requirements_inputs
+
+    monkeypatch.setattr(host_venv, "this_platform", lambda: "linux/amd64")
+    (tmp_path / "probe.in").write_text("envkit-probe-a==1.0\n")
+    digest = requirements_inputs(tmp_path / "probe.in").digest()
+    served = {(where, python): "ok" for where in ("linux/amd64", "linux/arm64") for python in ("3.11", "3.12", "3.13")}
+    (tmp_path / "probe.lock").write_text(universal_lock(served).replace("0" * 64, digest, 1))
+    python = fake_tool(tmp_path / "python", f"echo {version}\n")
+    code, out, err = envkit(
+        capsys,
+        "venv",
+        "--requirements",
+        str(tmp_path / "probe.in"),
+        "--path",
+        str(tmp_path / "venv"),
+        "--python",
+        python,
+    )
+    assert (code, out) == (2, "")
+    assert err == (
+        f"envkit: error: the lock needs Python 3.11 or 3.12 or 3.13; found {python} {version}: pass --python with one\n"
+    )
+    assert not (tmp_path / "venv").exists()
+
+
 def test_a_stale_host_lock_is_refused_in_one_line(tmp_path, capsys):
     (tmp_path / "probe.in").write_text("envkit-probe-a==1.0\n")
     (tmp_path / "probe.lock").write_text(lock_text(THIS_PYTHON, {"envkit-probe-a==0.9": "a" * 64}))

@@ -236,6 +236,20 @@ def test_a_cuda_build_on_an_arm64_engine_is_refused_before_anything_is_staged(pr
     assert not build_context.staging_path(project, "cuda").exists()
 
 
+@pytest.mark.parametrize("builder", ["docker", "buildah"])
+def test_a_platform_the_target_does_not_list_is_refused_without_asking_an_engine(project, monkeypatch, builder):
+    def no_engine():
+        raise AssertionError("the engine was asked")
+
+    monkeypatch.setattr(image_build, "connect_docker", no_engine)
+    monkeypatch.setattr(image_build.buildah, "cli", no_engine)
+    target = FakeTarget("cuda", "cuda", platforms=("linux/amd64",), torch="2.9.0")
+    options = build_context.BuildOptions(builder=builder, platform="linux/arm64")
+    with pytest.raises(EnvkitError, match="^envkit build cuda: --platform linux/arm64, and PyPI's aarch64 torch"):
+        image_build.build(project, target, options)
+    assert not build_context.staging_path(project, "cuda").exists()
+
+
 def test_another_platform_is_another_content_tag(project, tmp_path):
     context = staged(project, tmp_path)
     native = build_context.context_digest(context, {})
