@@ -289,11 +289,16 @@ def _version(distribution: str) -> str | None:
 
 
 def distributions() -> list[str]:
-    """name==version of every distribution this interpreter has, sorted."""
+    """name==version of every distribution this interpreter has, sorted, with PEP 503 names: the results
+    schema's form (as the recipes' harness writes it), which `envkit report` validates."""
     from importlib import metadata
 
-    found = {f"{dist.metadata['Name']}=={dist.version}" for dist in metadata.distributions() if dist.metadata["Name"]}
-    return sorted(found, key=str.lower)
+    found = {
+        f"{re.sub(r'[-_.]+', '-', dist.metadata['Name']).lower()}=={dist.version}"
+        for dist in metadata.distributions()
+        if dist.metadata["Name"]
+    }
+    return sorted(found)
 
 
 def hand_over(*paths: Path) -> None:
