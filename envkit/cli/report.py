@@ -14,13 +14,14 @@ def register(subparsers) -> None:
     report = subparsers.add_parser(
         "report",
         help="compare the runs in a results directory (tables as in the published experiments)",
-        description="Group the results files in RESULTS_DIR by recipe and configuration and print the comparison.",
+        description="Group the results files in RESULTS_DIR by experiment and where each ran (a recipe's by "
+        "configuration) and print the comparison.",
     )
     report.add_argument(
         "results_dir",
         metavar="RESULTS_DIR",
         type=Path,
-        help="directory the recipes wrote results JSON into (its *.json files, not subdirectories)",
+        help="directory the runs wrote results JSON into (ENVKIT_RESULTS_DIR; its *.json files, not subdirectories)",
     )
     _add_report_options(report)
     add_config(report)
@@ -83,7 +84,8 @@ def _add_report_options(parser: argparse.ArgumentParser) -> None:
         "--baseline",
         metavar="LABEL",
         default=None,
-        help="configuration the speed-ups are relative to, e.g. 'cpu ×1' (default: first single-device one)",
+        help="configuration the speed-ups are relative to, e.g. 'cpu ×1', or a command's place, e.g. "
+        "'cpu on envkit-cpu:latest' (default: the first single-device one; a command's: its cpu run, else the first)",
     )
     parser.add_argument(
         "--strict",
@@ -112,7 +114,6 @@ def print_report(
     config: Path = DEFAULT_CONFIG,
 ) -> None:
     from envkit.errors import EnvkitError
-    from envkit.runs.commands import command_markdown, load_command_runs
     from envkit.runs.report import build_report, render_report
     from envkit.runs.results import load_results
 
@@ -121,22 +122,7 @@ def print_report(
             raise EnvkitError(f"--plot {plot}: the plot is a PNG file, give a name ending in .png")
         _require_matplotlib()
     results, warnings = load_results(results_dir)
-    commands, command_warnings = load_command_runs(results_dir)
-    warnings += command_warnings
     skipped = sum(1 for warning in warnings if warning.startswith("skipped "))
-    if commands:
-        # Any command's runs (the run wrapper's records), compared per experiment (issue 25 §7): markdown only.
-        if not results and (output_format != "md" or plot is not None):
-            raise EnvkitError(
-                f"{results_dir} holds runs of commands only, which the report shows as markdown without a plot: "
-                "leave out --format and --plot"
-            )
-        if output_format == "md":
-            sys.stdout.write(command_markdown(commands, baseline))
-        if not results:
-            for warning in warnings:
-                print(f"envkit: warning: {warning}", file=sys.stderr)
-            return
     if not results:
         # One line: the first file's reason stands in the error, not on a warning line above it.
         first = warnings[0].removeprefix("skipped ") if skipped else ""

@@ -1,7 +1,8 @@
 """The comparison as a picture: a row of bar charts per report section, error bars = std.
 
 What each section draws is data (envkit/data/report.yaml: panels, tick): one panel for
-E1 and E2 (seconds per epoch), two for E3 (test accuracy beside seconds per epoch).
+E1 and E2 (seconds per epoch), two for E3 (test accuracy beside seconds per epoch), and for
+a command's experiment its wall time per place and a panel per metric the program reported.
 matplotlib is imported inside ``write_plot`` (and forced onto the headless Agg
 backend) so that the rest of envkit never pays for it or needs a display; it is
 the optional extra ``report``, and ``require_matplotlib`` says so in one line.
@@ -13,7 +14,7 @@ import math
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.runs.report import COLUMNS, OURS, Report, Row, Section
+from envkit.runs.report import METRICS, OURS, Report, Row, Section, column_of
 from envkit.support.atomic import atomic_stream
 
 INSTALL_HINT = "pip install 'envkit[report]'"
@@ -32,12 +33,18 @@ def require_matplotlib() -> None:
 
 
 def panels(section: Section) -> list[list[tuple[str, str]]]:
-    """Per panel of ``section`` (report.yaml panels), the (column, legend name) bars drawn side by side per row."""
-    return [[(key, COLUMNS[key].short_name) for key in panel] for panel in section.facts["panels"]]
+    """Per panel of ``section`` (report.yaml panels; ``metrics``: one per metric its rows reported), the
+    (column, legend name) bars drawn side by side per row."""
+    drawn = []
+    for panel in section.facts["panels"]:
+        drawn += [[f"{METRICS}.{name}"] for name in section.metric_names] if panel == METRICS else [panel]
+    return [[(key, column_of(key).short_name) for key in panel] for panel in drawn]
 
 
 def _tick_label(row: Row) -> str:
-    label = row.label if row.run is None else f"{row.run}\n{row.label}"
+    # A command's place names its device, then the image, host or notebook: a line each, as bars sit close.
+    label = row.place.replace(" on ", "\n", 1) if row.place else row.label
+    label = label if row.run is None else f"{row.run}\n{label}"
     facts = row.facts["tick"]
     if facts:
         label += "\n" + facts.format(**row.configuration, **row.settings)
@@ -51,7 +58,7 @@ def _draw_panel(axes, section: Section, drawn_bars: list[tuple[str, str]], rows:
     positions = range(len(rows))
     for index, (key, name) in enumerate(drawn_bars):
         offsets = [p + (index - (len(drawn_bars) - 1) / 2) * width for p in positions]
-        measured = [COLUMNS[key].measure(row) or (0.0, 0.0) for row in rows]
+        measured = [column_of(key).measure(row) or (0.0, 0.0) for row in rows]
         means = [mean for mean, _ in measured]
         drawn = axes.bar(
             offsets,
@@ -78,7 +85,7 @@ def _draw_panel(axes, section: Section, drawn_bars: list[tuple[str, str]], rows:
         rotation=30 if len(rows) > 6 else 0,
         ha="right" if len(rows) > 6 else "center",
     )
-    axes.set_ylabel(COLUMNS[drawn_bars[0][0]].axis)
+    axes.set_ylabel(column_of(drawn_bars[0][0]).axis)
     axes.set_title(section.title)
     axes.margins(y=0.15)
     axes.legend(fontsize=7, loc="upper left")
@@ -100,12 +107,13 @@ def write_plot(report: Report, path: Path) -> None:
     drawable = []
     for section in report.sections:
         keys = {key for panel in panels(section) for key, _ in panel}
-        rows = [row for row in section.rows if any(COLUMNS[key].measure(row) is not None for key in keys)]
+        rows = [row for row in section.rows if any(column_of(key).measure(row) is not None for key in keys)]
         if rows:
             drawable.append((section, rows))
     if not drawable:
         raise EnvkitError(
-            "nothing to plot: no configuration recorded per-epoch timings (runs stopped before an epoch ended?)"
+            "nothing to plot: no configuration recorded per-epoch timings and no command's run succeeded "
+            "(runs stopped before an epoch ended, or failed?)"
         )
     columns = math.lcm(*(len(panels(section)) for section, _ in drawable))
     figure = pyplot.figure(

@@ -1,17 +1,23 @@
 """Group result files into comparison rows and write them as md, csv or json.
 
-The tables follow the published experiments (their numbers: envkit/data/published.yaml):
-MNIST as E1 (total, s/iter, s/epoch, first epoch, accuracy, speed-up) and CIFAR
-as E2 (train and test s/epoch per parallel mode, per model and batch); the runs of
-an experiment that varies the training itself (E3: batch and learning-rate rule)
-get a section of their own, one row per run. What each section shows is data
-(envkit/data/report.yaml); every column is one entry of COLUMNS. Output is a pure function of the input files: rows are sorted and floats
-formatted with fixed precision, so the same directory always gives the same bytes.
+Any command's runs (the run wrapper's records, issue 25 §7) are grouped by experiment, one row per
+place they ran (the device, and the image, host or notebook): wall time and every metric the
+program reported as mean ± std over its successful runs, the speed-up against a baseline place
+(the cpu run, else the first), and the environment. The seed recipes' tables follow the published
+experiments (their numbers: envkit/data/published.yaml): MNIST as E1 (total, s/iter, s/epoch,
+first epoch, accuracy, speed-up) and CIFAR as E2 (train and test s/epoch per parallel mode, per
+model and batch); the runs of an experiment that varies the training itself (E3: batch and
+learning-rate rule) get a section of their own, one row per run. What each section shows is data:
+envkit/data/report.yaml, whose entries a project's own report.yaml (beside its envkit.yaml)
+overrides; every column is one entry of COLUMNS, or one reported metric ("metrics.<name>").
+Output is a pure function of the input files: rows are sorted and floats formatted with fixed
+precision, so the same directory always gives the same bytes.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -41,6 +47,11 @@ OURS = "ours"
 # configuration on a runtime's packages and on its lock is the two-notebooks lesson, not one row.
 NOTEBOOK_KEY = "notebook"
 NOT_APPLICABLE = "–"
+# A project's own report facts: beside its envkit.yaml, in report.yaml's layout (recipes:, experiments:).
+PROJECT_FACTS = "report.yaml"
+# In report.yaml's columns and panels: every metric the section's runs reported (a panel each in the plot).
+METRICS = "metrics"
+ENTRY_KEYS = ("title", "intro", "columns", "panels", "tick", "speedup", "comparable_by")
 
 
 def _data(name: str):
@@ -49,31 +60,95 @@ def _data(name: str):
 
 @cache
 def report_facts() -> dict:
-    """envkit/data/report.yaml: per-recipe columns, speed-up metric, grouping and plot bars."""
+    """envkit/data/report.yaml: per-recipe columns, speed-up metric, grouping and plot bars; what a
+    command's experiment shows by default (``command``)."""
     return _data("report.yaml")
 
 
-def recipe_facts(recipe: str) -> dict:
-    return report_facts()["recipes"][recipe]
+def project_facts(config: Path = DEFAULT_CONFIG) -> dict:
+    """envkit's report facts with the project's report.yaml (beside ``config``) laid over them, entry by entry:
+    a project's entry replaces the keys it gives of envkit's entry of that name (a command experiment's: of
+    the ``command`` default). Its problems are one line naming the file (EnvkitError)."""
+    facts = report_facts()
+    path = config.parent / PROJECT_FACTS
+    if not (path.exists() or path.is_symlink()):
+        return facts
+    own = load_yaml(path)
+    _check_project_facts(path, own)
+    merged = {group: dict(facts[group]) for group in ("recipes", "experiments")}
+    for group, entries in own.items():
+        for name, entry in (entries or {}).items():
+            base = facts[group].get(name) or facts["command"]
+            merged[group][name] = {**base, **entry}
+    return {**facts, **merged}
 
 
-def section_facts(recipe: str, experiment: str | None) -> dict:
-    """What a section shows: its experiment's entry of report.yaml, else its recipe's."""
-    return report_facts()["experiments"][experiment] if experiment else recipe_facts(recipe)
+def _check_project_facts(path: Path, own) -> None:
+    def refuse(where: str, problem: str):
+        raise EnvkitError(f"{path}: {where}: {problem}")
+
+    if not isinstance(own, dict) or not set(own) <= {"recipes", "experiments"}:
+        refuse("top level", "a mapping of recipes: and experiments:, each naming what a section shows")
+    columns = sorted(COLUMNS) + [METRICS, f"{METRICS}.<name>"]
+    for group, entries in own.items():
+        if entries is not None and not isinstance(entries, dict):
+            refuse(group, "a mapping of names to what their sections show")
+        for name, entry in (entries or {}).items():
+            where = f"{group}.{name}"
+            if group == "recipes" and name not in report_facts()["recipes"]:
+                refuse(where, f"not a recipe the results schema knows ({', '.join(report_facts()['recipes'])})")
+            if not isinstance(entry, dict) or not set(entry) <= set(ENTRY_KEYS):
+                refuse(where, f"a mapping of {', '.join(ENTRY_KEYS)}")
+            listed = entry.get("columns", [])
+            if not isinstance(listed, list) or not all(isinstance(key, str) and _known(key) for key in listed):
+                refuse(f"{where}.columns", f"a list of columns, each one of: {', '.join(columns)}")
+            panels = entry.get("panels", [])
+            if not isinstance(panels, list) or not all(_drawable(panel) for panel in panels):
+                refuse(
+                    f"{where}.panels",
+                    f"a list of panels, each {METRICS} (a panel per metric) or a list of measured columns "
+                    f"with one axis ({', '.join(key for key in COLUMNS if COLUMNS[key].measure)}, {METRICS}.<name>)",
+                )
+            for key in ("title", "intro", "tick"):
+                if key in entry and not isinstance(entry[key], str):
+                    refuse(f"{where}.{key}", "a string")
 
 
-def shown_settings(experiment: str | None) -> tuple[str, ...]:
+def _known(key: str) -> bool:
+    return key in COLUMNS or key == METRICS or key.startswith(f"{METRICS}.")
+
+
+def _drawable(panel) -> bool:
+    if panel == METRICS:
+        return True
+    return (
+        isinstance(panel, list)
+        and bool(panel)
+        and all(isinstance(key, str) and _known(key) and key != METRICS and column_of(key).measure for key in panel)
+        and len({column_of(key).axis for key in panel}) == 1
+    )
+
+
+def section_facts(facts: dict, recipe: str | None, experiment: str | None) -> dict:
+    """What a section shows: its experiment's entry of ``facts``, else its recipe's; a command's experiment
+    without an entry shows the ``command`` default."""
+    if experiment:
+        return facts["experiments"].get(experiment) or facts["command"]
+    return facts["recipes"][recipe]
+
+
+def shown_settings(facts: dict, experiment: str | None) -> tuple[str, ...]:
     """The results settings an experiment section shows as columns (and splits its rows by)."""
     if experiment is None:
         return ()
-    return tuple(key for key in section_facts("", experiment)["columns"] if COLUMNS[key].from_settings)
+    return tuple(key for key in section_facts(facts, None, experiment)["columns"] if column_of(key).from_settings)
 
 
 @dataclass
 class Row:
     source: str  # OURS or a published label
     source_short: str  # for plot ticks
-    recipe: str
+    recipe: str | None  # None: a command's runs
     configuration: dict
     runs: int
     total_s: Stat | None
@@ -90,14 +165,15 @@ class Row:
     baseline: str | None = None
     environments: tuple = ()  # the distinct environment_facts of its runs (none for published rows)
     mark: str = ""  # which of its section's environments, when the section holds several
+    facts: dict = field(default_factory=dict)  # its section's (section_facts)
+    place: str | None = None  # a command's row: where its runs ran (place_of)
+    failed: int = 0  # a command's runs that exited with another status than 0 (left out of the statistics)
+    wall_time_s: Stat | None = None  # the run wrapper's wall time of the successful runs
+    metrics: dict = field(default_factory=dict)  # reported metric name -> Stat over the successful runs reporting it
 
     @property
     def label(self) -> str:
-        return configuration_label(self.configuration)
-
-    @property
-    def facts(self) -> dict:
-        return section_facts(self.recipe, self.experiment)
+        return self.place or configuration_label(self.configuration)
 
     def comparable_key(self) -> tuple:
         return (self.source,) + tuple(str(self.configuration.get(key)) for key in self.facts.get("comparable_by", ()))
@@ -112,19 +188,22 @@ class Row:
             self.run_rank,
             self.source_rank,
             comparable,
-            DEVICE_ORDER.get(c.get("device"), 9),
+            # A command's places start from the cpu run, its default baseline; a recipe's, as published.
+            int(c.get("device") != "cpu") if self.place else DEVICE_ORDER.get(c.get("device"), 9),
             c.get("world_size") or 1,
             MODE_ORDER.get(mode, 9),
             c.get("nodes") or 1,
             BACKEND_ORDER.index(c.get("backend")),
+            self.place or "",
             json.dumps([c, self.settings], sort_keys=True),  # last: never a tie, whatever the file order
         )
 
 
 @dataclass
 class Section:
-    recipe: str
-    dataset: str
+    recipe: str | None  # None: a command's experiment
+    dataset: str | None  # None: a command's (the program's data is its own)
+    facts: dict
     rows: list[Row] = field(default_factory=list)
     environments: list[tuple] = field(default_factory=list)  # set only when its measured rows differ
     experiment: str | None = None  # an experiment's section (report.yaml experiments), else the recipe's
@@ -132,13 +211,16 @@ class Section:
     apart: str | None = None  # published rows alone: why they are compared with none of the runs measured here
 
     @property
-    def facts(self) -> dict:
-        return section_facts(self.recipe, self.experiment)
-
-    @property
     def title(self) -> str:
+        if self.recipe is None:
+            return self.facts.get("title") or f"experiment {self.experiment}"
         title = f"{self.facts['title'] if self.experiment else self.recipe} · dataset {self.dataset}"
         return title + (" · published, compared with no run here" if self.apart else "")
+
+    @property
+    def metric_names(self) -> list[str]:
+        """Every metric its rows report, sorted."""
+        return sorted({name for row in self.rows for name in row.metrics})
 
 
 @dataclass
@@ -218,7 +300,7 @@ def environment_line(environment: dict) -> str:
 def environment_facts(run: RunResult) -> tuple:
     """The facts that make two runs' environments comparable (report.yaml environment_facts)."""
     return tuple(
-        _fact(key, run.environment[key] if key in ENVIRONMENT_KEYS else run.configuration[key])
+        _fact(key, run.environment[key] if key in ENVIRONMENT_KEYS else run.configuration.get(key))
         for key in report_facts()["environment_facts"]
     )
 
@@ -235,7 +317,7 @@ def describe_environment(facts: tuple) -> str:
     return ", ".join(f"{key} {_short(value)}" for key, value in zip(report_facts()["environment_facts"], facts))
 
 
-def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult], **placement) -> Row:
+def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult], facts: dict, **placement) -> Row:
     """One measured row; ``placement``: the experiment, run, run_rank and settings of an experiment's row."""
     stat_names = sorted({name for run in runs for name, value in run.timing.items() if isinstance(value, Stat)})
     stats = {}
@@ -260,7 +342,49 @@ def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult], **pl
         test_accuracy=sum(accuracies) / len(accuracies) if accuracies else None,
         environment=environment,
         environments=tuple(sorted({environment_facts(run) for run in runs}, key=json.dumps)),
+        facts=facts,
         **placement,
+    )
+
+
+def place_of(run: RunResult) -> str:
+    """Where a command ran: its device, and the notebook, else the image, else the host."""
+    environment = run.environment
+    where = (
+        notebook_label(run.notebook)
+        if run.notebook is not None
+        else environment.get("image") or environment.get("host") or "unknown host"
+    )
+    return f"{environment.get('device_type') or 'unknown device'} on {where}"
+
+
+def _stat(values: list[float]) -> Stat | None:
+    return Stat(**stat_of(values)) if values else None
+
+
+def _command_row(place: str, runs: list[RunResult], facts: dict) -> Row:
+    """A command's runs in one place: wall time and each reported metric over the successful runs."""
+    done = [run for run in runs if run.succeeded]
+    environments = sorted({environment_line(run.environment) for run in runs})
+    names = sorted({name for run in done for name in run.metrics})
+    return Row(
+        source=OURS,
+        source_short=OURS,
+        recipe=None,
+        configuration={"device": runs[0].environment.get("device_type")},
+        runs=len(runs),
+        total_s=None,
+        first_epoch_s=None,
+        stats={},
+        test_accuracy=None,
+        environment=environments[0] if len(environments) == 1 else "mixed: " + "; ".join(environments),
+        experiment=runs[0].experiment,
+        environments=tuple(sorted({environment_facts(run) for run in runs}, key=json.dumps)),
+        facts=facts,
+        place=place,
+        failed=len(runs) - len(done),
+        wall_time_s=_stat([run.run["wall_time_s"] for run in done]),
+        metrics={name: _stat([run.metrics[name] for run in done if name in run.metrics]) for name in names},
     )
 
 
@@ -346,7 +470,7 @@ def published_rows(recipe: str) -> list[Row]:
 
 
 def _metric(row: Row, name: str | None) -> float | None:
-    stat = row.total_s if name == "total_s" else row.stats.get(name)
+    stat = {"total_s": row.total_s, "wall_time_s": row.wall_time_s}.get(name) or row.stats.get(name)
     return stat.mean if stat else None
 
 
@@ -361,7 +485,9 @@ def _assign_speedups(rows: list[Row], baseline: str | None) -> None:
     for row in rows:
         groups.setdefault(row.comparable_key(), []).append(row)
     for group in groups.values():
-        if baseline is None:
+        if baseline is None and group[0].place is not None:  # a command's places: the cpu run's, else the first
+            reference = next((row for row in group if row.configuration["device"] == "cpu"), group[0])
+        elif baseline is None:
             reference = next((row for row in group if (row.configuration.get("world_size") or 1) == 1), None)
         else:
             reference = next((row for row in group if row.label == baseline), None)
@@ -410,7 +536,7 @@ def _refuse_mixed_environments(sections: list[Section]) -> None:
             )
 
 
-def _experiment_run(run: RunResult, config: Path) -> tuple[Experiment | None, str | None, int]:
+def _experiment_run(run: RunResult, config: Path, facts: dict) -> tuple[Experiment | None, str | None, int]:
     """(experiment, the run's name within it, its place) when ``run`` is a run of an experiment that
     report.yaml gives a section (found by the run name it was started with, and showing the settings it
     recorded); else (None, None, 0)."""
@@ -418,8 +544,8 @@ def _experiment_run(run: RunResult, config: Path) -> tuple[Experiment | None, st
     if (
         found is None
         or found[0].recipe != run.recipe
-        or found[0].name not in report_facts()["experiments"]
-        or not all(key in run.settings for key in shown_settings(found[0].name))
+        or found[0].name not in facts["experiments"]
+        or not all(key in run.settings for key in shown_settings(facts, found[0].name))
     ):
         return None, None, 0
     entry, recipe_run = found
@@ -434,20 +560,26 @@ def build_report(
     strict: bool = False,
     config: Path = DEFAULT_CONFIG,
 ) -> Report:
-    """Group runs by recipe, dataset and configuration; add published rows on request.
+    """Group a command's runs by experiment and place, a recipe's by recipe, dataset and configuration;
+    add published rows on request.
 
     ``strict``: refuse (EnvkitError) when a section's measured runs differ in environment_facts.
-    ``config``: the project whose experiments the runs may belong to.
+    ``config``: the project whose experiments the runs may belong to, and whose report.yaml sits beside it.
     """
+    facts = project_facts(config)
     owners: dict[str, Experiment] = {}
     grouped: dict[tuple, tuple[dict, dict, list[RunResult]]] = {}
+    places: dict[str, dict[str, list[RunResult]]] = {}  # a command's experiment -> place -> its runs
     for run in results:
+        if run.recipe is None:
+            places.setdefault(run.experiment, {}).setdefault(place_of(run), []).append(run)
+            continue
         configuration = {key: run.configuration[key] for key in ROW_KEYS}
         if run.notebook is not None:
             configuration[NOTEBOOK_KEY] = notebook_label(run.notebook)
-        entry, name, rank = _experiment_run(run, config)
+        entry, name, rank = _experiment_run(run, config, facts)
         owner = None if entry is None else owners.setdefault(entry.name, entry).name
-        settings = {key: run.settings.get(key) for key in shown_settings(owner)}
+        settings = {key: run.settings.get(key) for key in shown_settings(facts, owner)}
         key = (
             owner or "",
             name,
@@ -467,13 +599,19 @@ def build_report(
             Section(
                 recipe,
                 configuration["dataset"],
+                section_facts(facts, recipe, owner),
                 experiment=owner or None,
                 run_summaries={run.label: run.summary for run in owners[owner].runs} if owner else {},
             ),
         )
         placement = dict(experiment=owner, run=name, run_rank=rank, settings=settings) if owner else {}
-        section.rows.append(_row_from_runs(recipe, configuration, runs, **placement))
+        section.rows.append(_row_from_runs(recipe, configuration, runs, section.facts, **placement))
         works.setdefault(key, []).extend(run_work(configuration["dataset"], run.settings) for run in runs)
+    for experiment, runs_by_place in places.items():
+        own = section_facts(facts, None, experiment)
+        rows = [_command_row(place, runs, own) for place, runs in runs_by_place.items()]
+        # After the recipes' sections, by the experiment's name ("~" sorts after the recipes and their experiments').
+        sections[("~", experiment, "")] = Section(None, None, own, rows, experiment=experiment)
     if baseline is not None:
         labels = sorted({row.label for section in sections.values() for row in section.rows})
         if baseline not in labels:
@@ -513,10 +651,19 @@ def _place_published(sections: dict[tuple, Section], works: dict[tuple, list[dic
                 fitting = [("", recipe, source["dataset"], "published")]
                 sections.setdefault(
                     fitting[0],
-                    Section(recipe, source["dataset"], apart=apart + "they stand apart, compared with none."),
+                    Section(
+                        recipe,
+                        source["dataset"],
+                        sections[own[0]].facts,
+                        apart=apart + "they stand apart, compared with none.",
+                    ),
                 )
             for key in fitting:  # fresh rows for each section: a row's speed-up is its section's
-                sections[key].rows.extend(row for row in published_rows(recipe) if row.source == source["label"])
+                sections[key].rows.extend(
+                    dataclasses.replace(row, facts=sections[key].facts)
+                    for row in published_rows(recipe)
+                    if row.source == source["label"]
+                )
 
 
 # ---- columns ----------------------------------------------------------------
@@ -692,19 +839,81 @@ COLUMNS = {
         _trained("warmup_epochs", "warm-up epochs"),
         _trained("effective_lr", "lr", "learning rate"),
         _trained("epochs", "epochs"),
+        # A command's rows (the run wrapper's records): where they ran (csv/json: configuration), how many
+        # failed, and the wall time of the rest.
+        Column("where", "where", (), lambda row: (), lambda row: row.label),
+        Column(
+            "failed",
+            "failed",
+            ("failed",),
+            lambda row: (row.failed if row.place else None,),
+            lambda row: str(row.failed),
+        ),
+        Column(
+            "wall_time_s",
+            "wall time s",
+            ("wall_time_s", "wall_time_s_std"),
+            lambda row: (
+                _rounded(row.wall_time_s.mean) if row.wall_time_s else None,
+                _rounded(row.wall_time_s.std) if row.wall_time_s else None,
+            ),
+            lambda row: _mean_std(row.wall_time_s),
+            "wall time",
+            measure=lambda row: (row.wall_time_s.mean, row.wall_time_s.std) if row.wall_time_s else None,
+            axis="wall time (s)",
+        ),
     )
 }
-FLAT_FIELDS = tuple(key for column in COLUMNS.values() for key in column.flat_keys)
+# A command's columns: in csv/json only where the report holds a command's rows, so that a recipe's
+# report keeps its bytes (and its last columns, the experiment's).
+COMMAND_COLUMNS = ("where", "failed", "wall_time_s")
+FLAT_FIELDS = tuple(key for name, column in COLUMNS.items() if name not in COMMAND_COLUMNS for key in column.flat_keys)
+
+
+def _metric_cell(stat: Stat | None) -> str:
+    # A program's metrics have any scale (a loss of 0.0012, a step count of 4000): significant digits.
+    if stat is None:
+        return NOT_APPLICABLE
+    return f"{stat.mean:.4g}" if stat.n == 1 else f"{stat.mean:.4g} ± {stat.std:.2g}"
+
+
+def metric_column(name: str) -> Column:
+    """One metric a command reported (``metrics.<name>``, nested names joined by "."): mean ± std."""
+
+    def stat(row: Row) -> Stat | None:
+        return row.metrics.get(name)
+
+    return Column(
+        f"{METRICS}.{name}",
+        name,
+        (f"{METRICS}.{name}_mean", f"{METRICS}.{name}_std"),
+        lambda row: (_rounded(stat(row).mean), _rounded(stat(row).std)) if stat(row) else (None, None),
+        lambda row: _metric_cell(stat(row)),
+        measure=lambda row: (stat(row).mean, stat(row).std) if stat(row) else None,
+        axis=name,
+    )
+
+
+def column_of(key: str) -> Column:
+    """The column report.yaml names ``key``: one of COLUMNS, or a reported metric."""
+    return COLUMNS.get(key) or metric_column(key.removeprefix(f"{METRICS}."))
+
+
+def expanded(keys: list[str], section: Section) -> list[str]:
+    """``keys`` with ``metrics`` replaced by every metric the section's rows reported."""
+    return [
+        name for key in keys for name in ([f"{METRICS}.{m}" for m in section.metric_names] if key == METRICS else [key])
+    ]
 
 
 def markdown_columns(section: Section, reference: bool) -> list[Column]:
     """The columns of a section's table: report.yaml's, plus the source (--reference) and env (marked) columns."""
-    keys = list(section.facts["columns"])
+    keys = expanded(list(section.facts["columns"]), section)
     if section.environments:  # next to the environment it names
         keys.insert(keys.index("environment") if "environment" in keys else len(keys), "env")
     if reference and not section.experiment:
         keys.insert(0, "source")
-    return [COLUMNS[key] for key in keys]
+    return [column_of(key) for key in keys]
 
 
 # ---- formatting -------------------------------------------------------------
@@ -733,12 +942,26 @@ def _recipe_intro(section: Section, report: Report) -> list[str]:
     return lines
 
 
+def _command_intro(section: Section, report: Report) -> list[str]:
+    baseline = next((row.baseline for row in section.rows if row.baseline), None)
+    return [
+        f"Runs of `{section.experiment}` (the project's experiments) by where they ran: the run wrapper's wall time "
+        "in seconds and each metric the program reported, mean ± std over its successful runs (failed runs are "
+        f"counted, not measured). Speed-up = baseline wall time ÷ row wall time; baseline: {baseline or 'none'} "
+        + (
+            "(--baseline)."
+            if report.baseline_rule.endswith("(--baseline)")
+            else "(the cpu run, else the first; choose with --baseline)."
+        )
+    ]
+
+
 def _experiment_intro(section: Section) -> list[str]:
     """What the experiment varies, then each of its runs here with the summary the experiments table gives it."""
     summaries = section.run_summaries
     shown = list(dict.fromkeys(row.run for row in section.rows))
     return [
-        f"{section.facts['intro']} Seconds are wall-clock, mean ± std over all epochs of all runs; the test accuracy "
+        f"{section.facts.get('intro', '')} Seconds are wall-clock, mean ± std over all epochs of all runs; the test accuracy "
         f"is the last epoch's. Runs of `{section.experiment}` (the project's experiments):",
         "",
         *(f"- {run}: {summaries[run]}" for run in shown),
@@ -747,7 +970,10 @@ def _experiment_intro(section: Section) -> list[str]:
 
 def _section_markdown(section: Section, report: Report) -> list[str]:
     lines = [f"## {section.title}", ""]
-    lines += _experiment_intro(section) if section.experiment else _recipe_intro(section, report)
+    if section.recipe is None:
+        lines += _command_intro(section, report)
+    else:
+        lines += _experiment_intro(section) if section.experiment else _recipe_intro(section, report)
     lines.append("")
     columns = markdown_columns(section, report.reference)
     speedup_name = section.facts.get("speedup", {}).get("name")
@@ -771,13 +997,24 @@ def format_markdown(report: Report) -> str:
     return "\n".join(lines)
 
 
+def _flat_columns(report: Report) -> list[Column]:
+    """The csv/json columns: FLAT_FIELDS', then, where the report holds a command's rows, the command's
+    columns and a column per metric they reported."""
+    columns = [column for name, column in COLUMNS.items() if name not in COMMAND_COLUMNS]
+    if not any(row.place for section in report.sections for row in section.rows):
+        return columns
+    names = sorted({name for section in report.sections for name in section.metric_names})
+    return columns + [COLUMNS[name] for name in COMMAND_COLUMNS] + [metric_column(name) for name in names]
+
+
 def flat_rows(report: Report) -> list[dict]:
     """One flat record per row, shared by the csv and json formats."""
     records = []
+    columns = _flat_columns(report)
     for section in report.sections:
         for row in section.rows:
             record = {}
-            for column in COLUMNS.values():
+            for column in columns:
                 record.update(zip(column.flat_keys, column.flat(row)))
             records.append(record)
     return records
@@ -785,7 +1022,8 @@ def flat_rows(report: Report) -> list[dict]:
 
 def format_csv(report: Report) -> str:
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=FLAT_FIELDS, lineterminator="\n")
+    fields = tuple(key for column in _flat_columns(report) for key in column.flat_keys)
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for record in flat_rows(report):
         writer.writerow({key: "" if value is None else value for key, value in record.items()})

@@ -1,11 +1,14 @@
-"""Read the recipes' results JSON into validated records.
+"""Read the results JSON of every run, a command's or a seed recipe's, into validated records.
 
-The contract is one file, envkit/data/results.schema.json: this module reads its
-version, recipes and field names from there and validates every file against it.
-A results directory collects files from many runs, envkit versions and hosts, so
-reading is forgiving: a file that is not a results file is skipped with one
-warning naming it, and older layouts are upgraded to the current one before
-validation so the report code only ever sees the current schema version.
+The contract is one file, envkit/data/results.schema.json: a generic core (the run wrapper's
+``run`` block, the program's metrics, the environment) plus a recipe section for the seed
+recipes' richer records. This module reads its version, recipes and field names from there
+and validates every file against it. A results directory collects files from many runs,
+envkit versions and hosts, so reading is forgiving of results objects: one this envkit cannot
+use is skipped with one warning naming it, and older layouts are upgraded to the current one
+before validation so the report code only ever sees the current schema version. A file that is
+no JSON object at all is no envkit's results file, whatever its version: something else writes
+into the results directory, and the report refuses it (one line naming it) rather than hide it.
 """
 
 from __future__ import annotations
@@ -19,8 +22,7 @@ import jsonschema
 
 from envkit.errors import EnvkitError
 from envkit.project.datafile import DATA_DIR
-from envkit.runs.commands import is_command_record
-from envkit.support.bounded_load import load_json, parse_json, read_text
+from envkit.support.bounded_load import Refused, load_json, parse_json, read_text
 
 SCHEMA_PATH = DATA_DIR / "results.schema.json"
 
@@ -44,8 +46,16 @@ STAT_KEYS: tuple[str, ...] = tuple(
 )
 
 
-class CommandRecord(ValueError):
-    """A run wrapper's record of a command: envkit.runs.commands reads it, not this module."""
+class NotAnObject(ValueError):
+    """The file holds no JSON object: not any envkit's results file (a program's own output, a cut-off copy).
+    ``found``: what it holds instead, in words."""
+
+    def __init__(self, reason: str, found: str):
+        super().__init__(reason)
+        self.found = found
+
+
+JSON_KINDS = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "true or false"}
 
 
 @dataclass(frozen=True)
@@ -58,20 +68,44 @@ class Stat:
 @dataclass(frozen=True)
 class RunResult:
     path: Path
-    recipe: str
+    recipe: str | None  # None: a command's run (the generic core only, no recipe section)
     run_name: str
-    configuration: dict  # every CONFIGURATION_KEYS entry
-    timing: dict  # total_s, first_epoch_s: float; STAT_KEYS present: Stat
+    configuration: dict  # a recipe's: every CONFIGURATION_KEYS entry; a command's: {}
+    timing: dict  # a recipe's: total_s, first_epoch_s: float; STAT_KEYS present: Stat; a command's: {}
     test_accuracy: float | None
     environment: dict  # every ENVIRONMENT_KEYS entry, None where unknown
     notebook: dict | None = None  # the optional block envkit's notebooks add: where the run ran, on which packages
     settings: dict = field(default_factory=dict)  # every argument of the run, as the recipe recorded them ({} if not)
+    run: dict | None = (
+        None  # the run wrapper's block (experiment, argv, exit_status, wall_time_s), if it started the run
+    )
+    metrics: dict[str, float] = field(default_factory=dict)  # every numeric metric reported, nested keys joined by "."
+
+    @property
+    def experiment(self) -> str | None:
+        return self.run["experiment"] if self.run else None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.run is None or self.run["exit_status"] == 0
 
     @property
     def requested_name(self) -> str:
         """The run name the run was started with: a repeated run's file adds -2, -3, ... to it, its settings do not."""
         name = self.settings.get("run_name")
         return name if isinstance(name, str) else self.run_name
+
+
+def flat_metrics(metrics: dict, prefix: str = "") -> dict[str, float]:
+    """dvclive's nested metrics as "train.loss" keys; only finite numbers (a step count is a number too)."""
+    flat = {}
+    for key, value in metrics.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flat_metrics(value, f"{name}."))
+        elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            flat[name] = float(value)
+    return flat
 
 
 def stat_of(values: list[float]) -> dict:
@@ -160,17 +194,21 @@ def schema_error(document: dict) -> str | None:
 
 
 def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
-    """Parse one file's text; raise ValueError with a one-line reason when unusable."""
-    document = parse_json(text)
+    """Parse one file's text; raise ValueError with a one-line reason when unusable (NotAnObject when
+    it holds no JSON object)."""
+    try:
+        document = parse_json(text)
+    except Refused as exc:
+        raise NotAnObject(str(exc), "it is empty" if not text.strip() else str(exc)) from None
     if not isinstance(document, dict):
-        raise ValueError("not a results object")
-    if is_command_record(document):
-        raise CommandRecord(path)
+        raise NotAnObject("not a results object", f"it holds {JSON_KINDS.get(type(document), 'null')}")
     document, note = upgrade(document)
     # A newer file is read by the fields this version knows.
     problem = schema_error(dict(document, schema_version=SCHEMA_VERSION))
     if problem is not None:
         raise ValueError(problem)
+    if "recipe" not in document:
+        return _command_run(path, document), note
     timing = {
         "total_s": float(document["timing"]["total_s"]),
         "first_epoch_s": float(document["timing"]["first_epoch_s"]),
@@ -192,12 +230,40 @@ def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
         },  # optional ones (image_digest) may be absent
         notebook=document.get("notebook"),
         settings=document.get("settings") or {},
+        run=document.get("run"),
+        metrics=flat_metrics(document["metrics"]),
     )
     return result, note
 
 
+def _command_run(path: Path, document: dict) -> RunResult:
+    """A command's record (the generic core): its run block, its metrics and its environment."""
+    return RunResult(
+        path=path,
+        recipe=None,
+        run_name=document["run_name"],
+        configuration={},
+        timing={},
+        test_accuracy=None,
+        environment={key: document["environment"].get(key) for key in ENVIRONMENT_KEYS},
+        notebook=document.get("notebook"),
+        run=document["run"],
+        metrics=flat_metrics(document["metrics"] or {}),
+    )
+
+
+def refusal(path: Path, reason: str) -> str:
+    """The one line for a file in a results directory that holds no JSON object."""
+    return (
+        f"{path} is not a results file ({reason}): a results directory holds only results files, each a JSON object "
+        "(the run wrapper's record of a run, or a seed recipe's); move other files out of it "
+        "(a program's own metrics go in ENVKIT_METRICS_DIR, its run's folder)"
+    )
+
+
 def load_results(directory: Path) -> tuple[list[RunResult], list[str]]:
-    """Every readable ``*.json`` in ``directory`` (not recursive), plus one warning per skipped file."""
+    """Every readable ``*.json`` in ``directory`` (not recursive), plus one warning per skipped file.
+    A file that holds no JSON object is refused (EnvkitError): see the module's docstring."""
     if not directory.is_dir():
         problem = "is not a directory" if directory.exists() else "does not exist"
         raise EnvkitError(
@@ -212,8 +278,8 @@ def load_results(directory: Path) -> tuple[list[RunResult], list[str]]:
     for path in paths:
         try:
             result, note = parse(path, read_text(path))
-        except CommandRecord:
-            continue
+        except NotAnObject as exc:
+            raise EnvkitError(refusal(path, exc.found)) from None
         except (OSError, ValueError) as exc:
             warnings.append(f"skipped {path}: {exc}")
             continue

@@ -1,13 +1,25 @@
-"""The report for any command: the run wrapper's records, grouped by experiment and place (issue 25 §7)."""
+"""The report for any command (issue 25 §7): the run wrapper's records, grouped by experiment and place."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+from results_contract import assert_valid_results
+
 from envkit.cli import main
-from envkit.runs.commands import command_markdown, load_command_runs
+from envkit.errors import EnvkitError
+from envkit.runs.report import build_report, project_facts, render_report
 from envkit.runs.results import load_results
+from envkit.support import provenance
+
+ENVIRONMENT = "a device, python 3.11.7, torch 2.13.0, image {image}, lock abababababab"
 
 
 def record(directory: Path, name: str, *, device: str, image: str | None, wall: float, status: int = 0, metrics=None):
@@ -44,47 +56,144 @@ def record(directory: Path, name: str, *, device: str, image: str | None, wall: 
         },
     }
     (directory / f"{name}.json").write_text(json.dumps(document))
+    return document
 
 
-def test_runs_of_one_experiment_are_compared_across_places(tmp_path):
-    """Before: `envkit report` refused every such file ('recipe' is a required property) and showed nothing."""
-    record(
-        tmp_path, "a", device="cpu", image="envkit-cpu:latest", wall=10.0, metrics={"acc": 0.5, "train": {"loss": 2}}
+@pytest.fixture
+def runs(tmp_path) -> Path:
+    """Two cpu runs, a cuda run and a failed cuda run of `train`."""
+    results = tmp_path / "results"
+    metrics = ({"acc": 0.5, "train": {"loss": 2}}, {"acc": 0.7, "train": {"loss": 1}})
+    record(results, "a", device="cpu", image="envkit-cpu:latest", wall=10.0, metrics=metrics[0])
+    record(results, "b", device="cpu", image="envkit-cpu:latest", wall=12.0, metrics=metrics[1])
+    record(results, "c", device="cuda", image="envkit-cuda:latest", wall=2.75, metrics={"acc": 0.9})
+    record(results, "d", device="cuda", image="envkit-cuda:latest", wall=99.0, status=1)
+    return results
+
+
+def test_a_commands_record_keeps_the_generic_core_of_the_schema(tmp_path):
+    """Before: 'recipe' and 'configuration' were required, so every such record was refused."""
+    assert_valid_results(record(tmp_path, "a", device="cpu", image=None, wall=1.0, metrics={"acc": 1}))
+    without_run = record(tmp_path, "b", device="cpu", image=None, wall=1.0)
+    del without_run["run"]
+    (tmp_path / "b.json").write_text(json.dumps(without_run))
+    _, warnings = load_results(tmp_path)
+    assert warnings == [f"skipped {tmp_path / 'b.json'}: top level: 'run' is a required property"]
+
+
+def test_what_the_run_wrapper_writes_validates_and_reports(tmp_path, capsys):
+    """The wrapper itself, on a script that writes dvclive's metrics.json where ENVKIT_METRICS_DIR says."""
+    (tmp_path / "train.py").write_text(
+        "import json, os, pathlib\n"
+        "(pathlib.Path(os.environ['ENVKIT_METRICS_DIR']) / 'metrics.json').write_text(json.dumps({'acc': 0.5}))\n"
     )
-    record(
-        tmp_path, "b", device="cpu", image="envkit-cpu:latest", wall=12.0, metrics={"acc": 0.7, "train": {"loss": 1}}
-    )
-    record(tmp_path, "c", device="cuda", image="envkit-cuda:latest", wall=2.75, metrics={"acc": 0.9})
-    record(tmp_path, "d", device="cuda", image="envkit-cuda:latest", wall=99.0, status=1)
-    runs, warnings = load_command_runs(tmp_path)
-    assert warnings == [] and len(runs) == 4
-    lines = command_markdown(runs).splitlines()
-    assert lines[0] == "## Experiment train"
-    assert lines[2] == "4 run(s) in 2 place(s); speed-up: wall time against cpu on envkit-cpu:latest."
-    assert lines[4] == "| where | runs | failed | wall time (s) | speed-up | acc | train.loss | environment |"
-    environment = "Python 3.11.7, torch 2.13.0, a device, lock abababababab, git 0123456789ab (dirty)"
-    assert lines[6:8] == [
-        f"| cpu on envkit-cpu:latest | 2 | 0 | 11 ± 1 | 1.00× | 0.6 ± 0.1 | 1.5 ± 0.5 | {environment} |",
-        f"| cuda on envkit-cuda:latest | 2 | 1 | 2.75 ± 0 | 4.00× | 0.9 ± 0 | – | {environment} |",
-    ]
-    assert "against cuda on envkit-cuda:latest" in command_markdown(runs, "cuda on envkit-cuda:latest")
-    # the recipes' reader leaves them to this one, without a warning
-    assert load_results(tmp_path) == ([], [])
-
-
-def test_a_record_whose_metrics_are_not_an_object_is_skipped_with_one_line(tmp_path):
-    record(tmp_path, "bad", device="cpu", image=None, wall=1.0, metrics=[1, 2])
-    runs, warnings = load_command_runs(tmp_path)
-    assert runs == [] and warnings == [
-        f"skipped {tmp_path / 'bad.json'}: metrics: the program's metrics must be an object of name: value, got list"
-    ]
-
-
-def test_the_report_command_shows_them_as_markdown(tmp_path, capsys):
-    record(tmp_path, "a", device="cpu", image=None, wall=1.0, metrics={"acc": 1})
-    assert main(["report", str(tmp_path)]) == 0
+    environment = {"PATH": os.environ["PATH"], "ENVKIT_RESULTS_DIR": str(tmp_path / "results"), "ENVKIT_DEVICE": "cpu"}
+    command = [sys.executable, provenance.__file__, sys.executable, "train.py"]
+    subprocess.run(command, cwd=tmp_path, env=environment, check=True)
+    (path,) = (tmp_path / "results").glob("*.json")
+    assert_valid_results(path)
+    assert main(["report", str(tmp_path / "results")]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("## Experiment train\n") and "| cpu on box | 1 | 0 | 1 ± 0 | 1.00× | 1 ± 0 |" in out
-    assert main(["report", str(tmp_path), "--format", "csv"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "runs of commands only" in err
+    assert (
+        "## experiment train\n" in out and "| where | runs | failed | wall time s | acc | speed-up (wall time) |" in out
+    )
+
+
+def test_runs_of_one_experiment_are_compared_across_places(runs):
+    results, warnings = load_results(runs)
+    assert warnings == [] and len(results) == 4 and {run.recipe for run in results} == {None}
+    lines = render_report(build_report(results), "md").splitlines()
+    assert lines[2] == "4 runs in 2 configurations."
+    assert lines[4] == "## experiment train"
+    assert "baseline: cpu on envkit-cpu:latest (the cpu run, else the first; choose with --baseline)." in lines[6]
+    assert lines[8:12] == [
+        "| where | runs | failed | wall time s | acc | train.loss | speed-up (wall time) | environment |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| cpu on envkit-cpu:latest | 2 | 0 | 11.000 ± 1.000 | 0.6 ± 0.1 | 1.5 ± 0.5 | 1.00× | "
+        + ENVIRONMENT.format(image="envkit-cpu:latest")
+        + " |",
+        # the failed run is counted, not measured: 2.75 s alone, 11 / 2.75 = 4
+        "| cuda on envkit-cuda:latest | 2 | 1 | 2.750 | 0.9 | – | 4.00× | "
+        + ENVIRONMENT.format(image="envkit-cuda:latest")
+        + " |",
+    ]
+    text = render_report(build_report(results, baseline="cuda on envkit-cuda:latest"), "md")
+    assert "baseline: cuda on envkit-cuda:latest (--baseline)" in text and "| 0.25× |" in text
+
+
+def test_without_a_cpu_run_the_first_place_is_the_baseline(runs):
+    results, _ = load_results(runs)
+    cuda = [run for run in results if run.environment["device_type"] == "cuda"]
+    text = render_report(build_report(cuda), "md")
+    assert "baseline: cuda on envkit-cuda:latest" in text and "| 1.00× |" in text
+
+
+def test_csv_and_json_carry_wall_time_and_every_metric(runs, capsys):
+    assert main(["report", str(runs), "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    cpu = next(row for row in rows if row["configuration"] == "cpu on envkit-cpu:latest")
+    assert (cpu["experiment"], cpu["runs"], cpu["failed"], cpu["wall_time_s"], cpu["wall_time_s_std"]) == (
+        "train",
+        "2",
+        "0",
+        "11.0",
+        "1.0",
+    )
+    assert (cpu["metrics.acc_mean"], cpu["metrics.train.loss_std"], cpu["speedup"]) == ("0.6", "0.5", "1.0")
+    assert main(["report", str(runs), "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    cuda = next(row for row in document["rows"] if row["configuration"] == "cuda on envkit-cuda:latest")
+    assert cuda["failed"] == 1 and cuda["metrics.acc_mean"] == 0.9 and cuda["metrics.train.loss_mean"] is None
+
+
+def test_the_plot_draws_wall_time_and_each_metric(runs, tmp_path):
+    pytest.importorskip("matplotlib")
+    from matplotlib import image
+
+    from envkit.runs.plot import panels, write_plot
+
+    report = build_report(load_results(runs)[0])
+    (section,) = report.sections
+    assert [[key for key, _ in panel] for panel in panels(section)] == [
+        ["wall_time_s"],
+        ["metrics.acc"],
+        ["metrics.train.loss"],
+    ]
+    path = tmp_path / "train.png"
+    write_plot(report, path)
+    height, width = image.imread(path).shape[:2]
+    assert width > 3 * height  # three panels side by side
+
+
+def test_a_projects_report_yaml_overrides_the_columns(runs, tmp_path):
+    config = tmp_path / "envkit.yaml"
+    (tmp_path / "report.yaml").write_text(
+        "experiments:\n  train:\n    title: Training on every target\n    columns: [where, wall_time_s, metrics.acc]\n"
+    )
+    text = render_report(build_report(load_results(runs)[0], config=config), "md")
+    assert "## Training on every target\n" in text
+    assert "| where | wall time s | acc |\n" in text and "train.loss" not in text
+    # the rest of the entry is envkit's default for a command: its speed-up and plot panels
+    assert project_facts(config)["experiments"]["train"]["panels"] == [["wall_time_s"], "metrics"]
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("- train\n", "top level: a mapping of recipes: and experiments:"),
+        ("experiments:\n  train:\n    columns: [wall]\n", "experiments.train.columns: a list of columns, each one of:"),
+        ("experiments:\n  train:\n    colums: [where]\n", "experiments.train: a mapping of title, intro, columns"),
+        ("experiments:\n  train:\n    panels: [[runs]]\n", "experiments.train.panels: a list of panels"),
+        ("recipes:\n  imagenet: {}\n", "recipes.imagenet: not a recipe the results schema knows (mnist, cifar)"),
+        ("experiments: [train]\n", "experiments: a mapping of names to what their sections show"),
+    ],
+    ids=["list", "unknown-column", "misspelt-key", "unmeasured-panel", "unknown-recipe", "experiments-list"],
+)
+def test_a_bad_report_yaml_is_one_line_naming_it(runs, tmp_path, capsys, text, problem):
+    (tmp_path / "report.yaml").write_text(text)
+    config = tmp_path / "envkit.yaml"
+    with pytest.raises(EnvkitError) as error:
+        project_facts(config)
+    assert str(error.value).startswith(f"{tmp_path / 'report.yaml'}: {problem}")
+    assert main(["report", str(runs), "--config", str(config)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

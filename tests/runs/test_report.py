@@ -18,7 +18,9 @@ from envkit.runs.results import Stat, load_results, parse, stat_of
 
 RESULTS = DATA / "results" / "mixed"
 GOLDEN = paths.GOLDEN / "report"
-BAD_FILES = ("mnist-no-timing.json", "mnist-truncated.json", "notes.json")
+BAD_FILES = ("mnist-no-timing.json",)  # a results object this envkit cannot use: skipped, with a warning
+# Files that hold no JSON object: no envkit's results file, so the report refuses them (see test_results.py).
+NOT_OBJECTS = DATA / "results" / "not-objects"
 
 
 @pytest.fixture(scope="module")
@@ -43,11 +45,8 @@ def test_golden_numbers_recomputed_from_the_files_without_envkit():
 
     groups: dict[tuple, list[dict]] = {}
     for path in sorted(RESULTS.glob("*.json")):
-        try:
-            document = json.loads(path.read_text())
-        except json.JSONDecodeError:
-            continue  # the truncated file, which the report skips too
-        if not isinstance(document, dict) or "total_s" not in document.get("timing", {}):
+        document = json.loads(path.read_text())
+        if "total_s" not in document.get("timing", {}):
             continue
         setup = document.get("configuration") or document["settings"]  # version 0 kept it in settings
         key = (document["recipe"], setup["dataset"], setup["device"], str(setup["world_size"]))
@@ -71,7 +70,7 @@ def test_cli_prints_table_and_names_each_skipped_file(capsys):
     for name in BAD_FILES:
         assert [line for line in warnings if line.startswith(f"envkit: warning: skipped {RESULTS / name}: ")]
     assert len([line for line in warnings if "skipped" in line]) == len(BAD_FILES)
-    assert "3 files skipped (see warnings)" in captured.out
+    assert "1 file skipped (see warnings)" in captured.out
 
 
 def test_skip_reasons_say_what_is_wrong(mixed):
@@ -81,9 +80,7 @@ def test_skip_reasons_say_what_is_wrong(mixed):
         for line in warnings
         if line.startswith("skipped")
     }
-    assert reasons["mnist-truncated.json"].startswith("not valid JSON, partial or malformed")
-    assert reasons["mnist-no-timing.json"] == "top level: 'timing' is a required property"
-    assert reasons["notes.json"] == "not a results object"
+    assert reasons == {"mnist-no-timing.json": "top level: 'timing' is a required property"}
 
 
 def _broken(change) -> str:
@@ -213,15 +210,28 @@ def test_empty_directory_says_so_and_exits_1(tmp_path, capsys):
 
 def test_only_bad_files_exit_1_in_one_line(tmp_path, capsys):
     """One line naming the first bad file's reason (issue 28 §21: it was a warning per file plus the error)."""
-    for name in BAD_FILES:
-        shutil.copy(RESULTS / name, tmp_path / name)
+    for name in ("a.json", "b.json"):
+        shutil.copy(RESULTS / BAD_FILES[0], tmp_path / name)
     assert main(["report", str(tmp_path)]) == 1
     (err,) = capsys.readouterr().err.splitlines()
-    first = sorted(BAD_FILES)[0]
-    assert err.startswith(
-        f"envkit: error: no results in {tmp_path}: none of its 3 *.json files is a results file (the first: "
-        f"{tmp_path / first}: "
+    assert err == (
+        f"envkit: error: no results in {tmp_path}: none of its 2 *.json files is a results file (the first: "
+        f"{tmp_path / 'a.json'}: top level: 'timing' is a required property); "
+        "run a recipe, `envkit compare` or `envkit demo` first"
     )
+
+
+@pytest.mark.parametrize("name", sorted(path.name for path in NOT_OBJECTS.iterdir()))
+def test_a_file_that_holds_no_object_among_good_ones_is_refused(tmp_path, capsys, name):
+    """Issue 25: a user's script that writes its own JSON into the results directory is one line, exit 2."""
+    for path in RESULTS.glob("mnist-cpu-*.json"):
+        shutil.copy(path, tmp_path / path.name)
+    shutil.copy(NOT_OBJECTS / name, tmp_path / name)
+    assert main(["report", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith(f"envkit: error: {tmp_path / name} is not a results file (")
+    assert "a results directory holds only results files, each a JSON object" in captured.err
 
 
 @pytest.mark.parametrize(
@@ -355,7 +365,7 @@ def test_strict_compares_runs_of_one_environment(tmp_path, capsys):
 
 
 def test_report_data_names_known_recipes_columns_and_statistics():
-    from envkit.runs.report import COLUMNS, FLAT_FIELDS, ROW_KEYS, report_facts
+    from envkit.runs.report import COLUMNS, FLAT_FIELDS, ROW_KEYS, _drawable, _known, report_facts
     from envkit.runs.results import CONFIGURATION_KEYS, ENVIRONMENT_KEYS, KNOWN_RECIPES, STAT_KEYS
 
     facts = report_facts()
@@ -370,6 +380,8 @@ def test_report_data_names_known_recipes_columns_and_statistics():
         )
         assert set(recipe["comparable_by"]) <= set(ROW_KEYS)
         assert recipe["speedup"]["metric"] in recipe["columns"]
+    assert all(_known(key) for key in facts["command"]["columns"])
+    assert all(_drawable(panel) for panel in facts["command"]["panels"])
     for section in [*facts["recipes"].values(), *facts["experiments"].values()]:
         for panel in section["panels"]:
             # every bar can be drawn, and a panel's bars share its y axis
@@ -389,7 +401,7 @@ def test_a_new_recipe_is_reported_from_data_alone(monkeypatch, tmp_path):
     facts = report_module.report_facts()
     imagenet = {**facts["recipes"]["cifar"], "speedup": {"metric": "epoch_s", "name": "epoch"}, "tick": "{model}"}
     monkeypatch.setattr(
-        report_module, "report_facts", lambda: {**facts, "recipes": {**facts["recipes"], "imagenet": imagenet}}
+        report_module, "project_facts", lambda config: {**facts, "recipes": {**facts["recipes"], "imagenet": imagenet}}
     )
     results, _ = load_results(BACKENDS)
     runs = [dataclasses.replace(run, recipe="imagenet") for run in results if run.recipe == "cifar"]

@@ -168,3 +168,34 @@ def test_design_doc_points_to_the_schema_file():
     assert f"schema version {results.SCHEMA_VERSION}" in design
     # the field list lives in the schema only
     assert '"per_device_batch": int' not in design
+
+
+NOT_OBJECTS = DATA / "results" / "not-objects"
+
+
+@pytest.mark.parametrize(
+    "name, found",
+    [
+        ("a-number.json", "it holds a number"),
+        ("a-string.json", "it holds a string"),
+        ("empty.json", "it is empty"),
+        ("mnist-truncated.json", "not valid JSON, partial or malformed ("),
+        ("notes.json", "it holds a list"),
+        ("null.json", "it holds null"),
+    ],
+)
+def test_a_file_that_holds_no_object_is_refused_naming_it_and_what_is_allowed(tmp_path, name, found):
+    """Issue 25: a user's script writing its own JSON into ENVKIT_RESULTS_DIR is bad input, not a silent skip."""
+    shutil.copy(NOT_OBJECTS / name, tmp_path / name)
+    with pytest.raises(results.EnvkitError) as error:
+        results.load_results(tmp_path)
+    assert error.value.exit_code == 2
+    assert str(error.value).startswith(f"{tmp_path / name} is not a results file ({found}")
+    assert str(error.value).endswith(
+        "a results directory holds only results files, each a JSON object (the run wrapper's record of a run, "
+        "or a seed recipe's); move other files out of it (a program's own metrics go in ENVKIT_METRICS_DIR, "
+        "its run's folder)"
+    )
+    # `envkit diff` names it as it did
+    with pytest.raises(ValueError, match="not a results object|not valid JSON"):
+        results.parse(tmp_path / name, (tmp_path / name).read_text())
