@@ -45,6 +45,8 @@ INPUTS_LINE = "# inputs-sha256: "
 PACKAGES_LINE = "# packages-sha256: "
 BASE_LINE = "# base-image: "
 PLATFORM_LINE = "# platform: "
+# An image target's lock: the platforms its image installs it on (envkit.yaml platforms), in docker's names.
+IMAGE_PLATFORMS_LINE = "# image platforms: "
 # A host lock's coverage, one line per platform and Python: "linux/arm64 python 3.12: ok" or ": no wheel for a b".
 WHEELS_LINE = "# wheels: "
 NO_WHEEL = "no wheel for "
@@ -436,7 +438,9 @@ def lock_header(
     command: str,
     body: str,
     wheels: dict[tuple[str, str], tuple[str, ...]] | None = None,
+    platforms: tuple[str, ...] = (),
 ) -> str:
+    """The lock's header; ``platforms``: an image target's (none for a host environment or a notebook target)."""
     if inputs.torch_index:
         indexes = f"torch, torchvision from PyTorch's {inputs.torch_variant} index; everything else from "
     else:
@@ -458,6 +462,7 @@ def lock_header(
         f"{INPUTS_LINE}{inputs.digest()}",
         f"{PACKAGES_LINE}{body_digest(body)}",
         f"{PLATFORM_LINE}{inputs.platform}, python {inputs.python}",
+        *([f"{IMAGE_PLATFORMS_LINE}{' '.join(platforms)}"] if platforms else []),
         *wheels_lines(wheels or {}),
         f"# indexes: {indexes}",
         f"# top-level: {' '.join(inputs.requirements)}",

@@ -177,7 +177,7 @@ def _target_text(
         if base.note:
             print(f"envkit: warning: target {inputs.target}: {base.note}", file=sys.stderr)
         recorded = base.recorded()
-    return lock_header(inputs, recorded, command, body) + body
+    return lock_header(inputs, recorded, command, body, platforms=target.platforms) + body
 
 
 def _compile(
