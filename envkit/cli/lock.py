@@ -14,7 +14,8 @@ def register(subparsers) -> None:
         "lock",
         help="pin every package of a target by version and sha256 (docker/<target>/requirements.lock)",
         description="Resolve each target's complete dependency set with uv for the target's platform "
-        "(x86_64, its base image's glibc, its Python) and write docker/<target>/requirements.lock. "
+        "(its base image's glibc, its Python, its architecture; one lock with markers per architecture, checked on "
+        "each, for a target of several platforms) and write docker/<target>/requirements.lock. "
         "torch and torchvision come from PyTorch's index for cpu/cuda variants, everything else from "
         "the default index (or the target's pip_index_url). --check runs offline.",
     )

@@ -43,31 +43,41 @@ class Cell:
     missing: tuple[str, ...]
 
 
-def coverage(lock_text: str, manylinux: str, torch_index: str | None = None) -> dict[tuple[str, str], Cell]:
-    """(platform, Python) -> the lock there, for every platform and Python envkit supports."""
-    cells = [(name, python) for name in PLATFORMS for python in PYTHONS]
+@dataclass(frozen=True)
+class Sources:
+    """Where the lock's files come from: PyTorch's index for its torch build, the default index (None: the
+    installer's own) and find-links pages."""
+
+    torch_index: str | None = None
+    index_url: str | None = None
+    find_links: tuple[str, ...] = ()
+
+
+def coverage(
+    lock_text: str, manylinux: str, sources: Sources = Sources(), cells: list[tuple[str, str]] | None = None
+) -> dict[tuple[str, str], Cell]:
+    """(platform, Python) -> the lock there, for ``cells`` (default: every platform and Python envkit supports)."""
+    cells = cells or [(name, python) for name in PLATFORMS for python in PYTHONS]
     with ThreadPoolExecutor(max_workers=4) as pool:
-        found = pool.map(
-            lambda cell: missing_wheels(lock_text, PLATFORMS[cell[0]], cell[1], manylinux, torch_index), cells
-        )
+        found = pool.map(lambda cell: missing_wheels(lock_text, PLATFORMS[cell[0]], cell[1], manylinux, sources), cells)
         return dict(zip(cells, found, strict=True))
 
 
 def missing_wheels(
-    lock_text: str, host: HostPlatform, python: str, manylinux: str, torch_index: str | None = None
+    lock_text: str, host: HostPlatform, python: str, manylinux: str, sources: Sources = Sources()
 ) -> Cell:
     """The lock on ``host`` with ``python``: the packages that install there and those no wheel serves (sorted)."""
     entries = requirement_entries(lock_text)
     missing: list[str] = []
     while True:
-        blocked = _blocked(entries, host, python, manylinux, torch_index)
+        blocked = _blocked(entries, host, python, manylinux, sources)
         if isinstance(blocked, int):
             return Cell(blocked, tuple(sorted(missing)))
         missing.append(blocked)
         entries = [entry for entry in entries if entry_name(entry) != blocked]
 
 
-def _blocked(entries: list[str], host: HostPlatform, python: str, manylinux: str, torch_index: str | None) -> str | int:
+def _blocked(entries: list[str], host: HostPlatform, python: str, manylinux: str, sources: Sources) -> str | int:
     """The one package uv names as having no wheel there, or how many packages install there when all do."""
     if not entries:
         return 0
@@ -81,8 +91,12 @@ def _blocked(entries: list[str], host: HostPlatform, python: str, manylinux: str
             "--python-platform", platform, "--python-version", python, "--target", str(Path(work, "target")),
             "--python", sys.executable, "--no-config", "--color", "never", "-r", str(lock),
         ]  # fmt: skip
-        if torch_index:  # the lock's torch build is only there; the hashes still pin each file
-            argv += ["--index", torch_index, "--index-strategy", "unsafe-best-match"]
+        if sources.index_url:  # a target's pip_index_url stands in for the default index
+            argv += ["--default-index", sources.index_url]
+        for link in sources.find_links:
+            argv += ["--find-links", link]
+        if sources.torch_index:  # the lock's torch build is only there; the hashes still pin each file
+            argv += ["--index", sources.torch_index, "--index-strategy", "unsafe-best-match"]
         try:
             done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=UV_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -123,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for path in args.locks:
             inputs = requirements_inputs(path.with_suffix(".in"))
-            cells = coverage(load_text(path), manylinux, inputs.torch_index)
+            cells = coverage(load_text(path), manylinux, Sources(inputs.torch_index))
             print("\n".join(matrix_lines(path.stem, cells)), flush=True)
             if read_lock(path).wheels != {cell: found.missing for cell, found in cells.items()}:
                 stale.append(str(path))

@@ -153,13 +153,29 @@ def lock_inputs(target: Target) -> LockInputs:
     return LockInputs(
         target=target.name,
         requirements=tuple(target.requirements()),
-        platform=f"x86_64-manylinux_{_manylinux(target_glibc(target))}",
+        platform=_target_platform(target),
         python=target.python,
         index_url=target.pip_index_url,
         torch_index=torch_index,
         torch_variant=target.torch_variant,
         find_links=target.find_links,
     )
+
+
+def _target_platform(target: Target) -> str:
+    """What a target's lock is resolved for: uv's --python-platform for an image of one platform (a notebook
+    runtime is Linux x86-64), or one universal lock, markers per platform, for an image of several: each
+    architecture's build installs the entries of its own, natively. The universal resolution reads no glibc;
+    the lock's check on each platform (resolve._served) takes the base image's."""
+    platforms = target.platforms or ("linux/amd64",)
+    if len(platforms) > 1:
+        return UNIVERSAL + " ".join(platforms)
+    return PLATFORMS[platforms[0]].uv_platform.format(manylinux=target_manylinux(target))
+
+
+def target_manylinux(target: Target) -> str:
+    """The manylinux tag the target's packages load with (2_36 for Debian 12's glibc 2.36)."""
+    return _manylinux(target_glibc(target))
 
 
 def torch_index_of(variant: str | None) -> str | None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.lock.base_digest import resolve_base
+from envkit.lock.host_platforms import PLATFORMS, PYTHONS
 from envkit.lock.lockfile import (
     TORCH_INDEX_PACKAGES,
     UNIVERSAL,
@@ -37,6 +38,7 @@ from envkit.lock.lockfile import (
     read_lock,
     requirements_inputs,
     requirements_lock_path,
+    target_manylinux,
 )
 from envkit.project.config import ProjectConfig, Target
 from envkit.project.matrix import load_matrix
@@ -67,32 +69,41 @@ def lock_requirements(files: list[Path], upgrade: list[str], torch_index_url: st
     def text(path: Path, previous: str | None, uv: tuple[str, ...]) -> str:
         torch_index = inputs[path].torch_index_for(torch_index_url)
         body, command = _compile(inputs[path], previous, upgrade, torch_index, uv)
-        wheels = _served(path, inputs[path], body, torch_index)
+        # Every platform and Python is checked and recorded (make platforms prints them); those the input names must pass.
+        cells = [(where, python) for where in PLATFORMS for python in PYTHONS]
+        wheels = _served(str(path), inputs[path], body, torch_index, host_manylinux(), cells, "its `# platforms:` line")
         return lock_header(inputs[path], None, command, body, wheels) + body
 
     return _write_locks({requirements_lock_path(path): functools.partial(text, path) for path in files}, Path.cwd())
 
 
 def _served(
-    path: Path, inputs: LockInputs, body: str, torch_index: str | None
+    subject: str,
+    inputs: LockInputs,
+    body: str,
+    torch_index: str | None,
+    manylinux: str,
+    cells: list[tuple[str, str]],
+    platforms_from: str,
 ) -> dict[tuple[str, str], tuple[str, ...]]:
-    """The lock's coverage of every platform and Python, checked: one line naming what blocks one the input must serve."""
-    from envkit.lock.coverage import coverage
+    """The lock's coverage of ``cells`` (platform, Python), checked: one line naming what blocks one the inputs
+    must serve (``platforms_from`` says where they name their platforms)."""
+    from envkit.lock.coverage import Sources, coverage
 
-    cells = coverage(body, host_manylinux(), torch_index)
+    found = coverage(body, manylinux, Sources(torch_index, inputs.index_url, inputs.find_links), cells)
     pythons = inputs.python.split()
     platforms = inputs.platform.removeprefix(UNIVERSAL).split()
     blocked = [
         f"{where} python {python} ({', '.join(cell.missing)})"
-        for (where, python), cell in cells.items()
+        for (where, python), cell in found.items()
         if cell.missing and where in platforms and python in pythons
     ]
     if blocked:
         raise EnvkitError(
-            f"{path}: no wheel on {'; '.join(blocked)}: pin versions that have one, mark them off there "
-            f"(e.g. `; platform_machine != 'aarch64'`), or leave that platform out (its `# platforms:` line)"
+            f"{subject}: no wheel on {'; '.join(blocked)}: pin versions that have one, mark them off there "
+            f"(e.g. `; platform_machine != 'aarch64'`), or leave that platform out ({platforms_from})"
         )
-    return {cell: found.missing for cell, found in cells.items()}
+    return {cell: result.missing for cell, result in found.items()}
 
 
 def _write_locks(jobs: dict[Path, Callable[[str | None, tuple[str, ...]], str]], root: Path) -> int:
@@ -166,25 +177,31 @@ def _target_text(
     except TorchIndexUnreachable as exc:
         raise EnvkitError(f"{exc}{_default_index_build(config.target(inputs.target))}") from None
     target = config.target(inputs.target)
+    wheels = None
+    if inputs.platform.startswith(UNIVERSAL):  # an image of several platforms: each must install the lock natively
+        cells = [(where, inputs.python) for where in target.platforms]
+        wheels = _served(
+            inputs.subject, inputs, body, torch_index, target_manylinux(target), cells, "the target's platforms"
+        )
     if target.is_notebook:
         from envkit.project.notebook_platforms import runtime_of
 
         runtime = runtime_of(target)
         recorded = f"none: runs in {target.platform}'s {runtime.name} runtime ({runtime.facts['os'].value}, glibc {runtime.glibc})"
     else:
-        # After resolving: a target that cannot be locked gets its one error line, no warning.
+        # After resolving and checking: a target that cannot be locked gets its one error line, no warning.
         base = resolve_base(inputs.target, target.base_image)
         if base.note:
             print(f"envkit: warning: target {inputs.target}: {base.note}", file=sys.stderr)
         recorded = base.recorded()
-    return lock_header(inputs, recorded, command, body, platforms=target.platforms) + body
+    return lock_header(inputs, recorded, command, body, wheels, target.platforms) + body
 
 
 def _compile(
     inputs: LockInputs, previous: str | None, upgrade: list[str], torch_index: str | None, uv: tuple[str, ...]
 ) -> tuple[str, str]:
     """(lock body, the command that resolved it); uv is (binary, "uv", version)."""
-    if inputs.platform.startswith(UNIVERSAL):  # a host lock: every platform in one file, markers per platform
+    if inputs.platform.startswith(UNIVERSAL):  # a host lock, or an image of several: every platform in one file
         where = ["--universal", "--python-version", inputs.python.split()[0]]
     else:
         where = ["--python-platform", inputs.platform, "--python-version", inputs.python]

@@ -14,7 +14,7 @@ from paths import REPO_ROOT
 from xla_env import environment_missing
 
 from envkit.errors import EnvkitError
-from envkit.lock.coverage import missing_wheels
+from envkit.lock.coverage import Sources, missing_wheels
 from envkit.lock.host_platforms import PLATFORMS, PYTHONS
 from envkit.lock.lockfile import host_manylinux, read_lock, requirements_inputs
 
@@ -24,7 +24,7 @@ UNREACHABLE = ("Failed to fetch", "dns error", "error sending request", "Could n
 
 def check(lock_text: str, where: str, python: str, torch_index: str | None = None):
     try:
-        return missing_wheels(lock_text, PLATFORMS[where], python, host_manylinux(), torch_index)
+        return missing_wheels(lock_text, PLATFORMS[where], python, host_manylinux(), Sources(torch_index))
     except EnvkitError as exc:
         if any(word in str(exc) for word in UNREACHABLE):
             environment_missing(f"the default package index is unreachable: {exc}", "ENVKIT_REQUIRE_INDEX")

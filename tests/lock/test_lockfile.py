@@ -18,6 +18,7 @@ from pathlib import Path
 import paths
 import pytest
 from lock_project import NO_REGISTRY, envkit, indexes, lock_text, write_project
+from wheel_index import IndexServer
 from xla_env import environment_missing
 
 from envkit.lock.lockfile import lock_inputs, read_lock, requirements_inputs, requirements_lock_path
@@ -238,6 +239,72 @@ def test_a_cuda_variant_of_an_unreachable_pytorch_index_names_the_one_the_defaul
         '; the default index\'s torch 2.9.0 is the CUDA 12.8 build, which locks from that index alone (cuda: "12.8")'
     )
     assert not (tmp_path / "docker").exists()
+
+
+def arch_wheels(pytorch, *machines: str) -> dict[str, str]:
+    """PyTorch's CPU torch as built for each machine (x86_64, aarch64), as its index serves it: machine -> sha256."""
+    pytorch.add("torchvision", "0.24.0+cpu", "torch==2.9.0", "pillow")
+    return {
+        m: pytorch.add("torch", "2.9.0+cpu", "filelock>=3", tag=f"cp311-cp311-manylinux_2_28_{m}") for m in machines
+    }
+
+
+def test_a_cpu_image_for_two_architectures_is_locked_for_each_and_installs_its_own(tmp_path, indexes, capsys):
+    """cpu lists linux/amd64 and linux/arm64: one lock with each architecture's torch wheel hashed, and pip, as the
+    Dockerfile runs it in an arm64 build, takes the aarch64 file from it (a plain pip download for that platform)."""
+    pypi, _ = indexes
+    with IndexServer(tmp_path / "arch") as server:
+        pytorch = server.index("pytorch")
+        hashes = arch_wheels(pytorch, "x86_64", "aarch64")
+        config = write_project(tmp_path, pypi.url)
+        code, out, err = envkit(
+            capsys, "lock", "--target", "cpu", "--config", str(config), "--torch-index-url", pytorch.url
+        )
+        assert (code, out) == (0, "wrote docker/cpu/requirements.lock (5 packages)\n"), err
+        text = lock_text(config, "cpu")
+        header = [line for line in text.splitlines() if line.startswith(("# platform", "# image", "# wheels"))]
+        assert header == [
+            "# platform: universal: linux/amd64 linux/arm64, python 3.11",
+            "# image platforms: linux/amd64 linux/arm64",
+            "# wheels: linux/amd64 python 3.11: ok",
+            "# wheels: linux/arm64 python 3.11: ok",
+        ]
+        assert all(f"--hash=sha256:{sha}" in text for sha in hashes.values())
+        fetched = tmp_path / "fetched"
+        # pip takes --platform's tag as given: the aarch64 wheel's own, which the arm64 image's glibc 2.36 loads.
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "--isolated", "download", "--quiet", "--no-deps", "--require-hashes", "--only-binary=:all:",
+             "--platform", "manylinux_2_28_aarch64", "--python-version", "3.11", "--index-url", pypi.url,
+             "--find-links", f"{pytorch.url}torch/", "--find-links", f"{pytorch.url}torchvision/",
+             "--dest", str(fetched), "-r", str(config.parent / "docker" / "cpu" / "requirements.lock")],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert [p.name for p in fetched.glob("torch-*")] == ["torch-2.9.0+cpu-cp311-cp311-manylinux_2_28_aarch64.whl"]
+
+
+def test_an_architecture_the_lock_has_no_wheel_for_is_refused_and_nothing_written(tmp_path, indexes, capsys):
+    pypi, _ = indexes
+    with IndexServer(tmp_path / "arch") as server:
+        pytorch = server.index("pytorch")
+        arch_wheels(pytorch, "x86_64")
+        config = write_project(tmp_path, pypi.url)
+        argv = ("lock", "--target", "cpu", "--config", str(config), "--torch-index-url", pytorch.url)
+        code, out, err = envkit(capsys, *argv)
+        assert (code, out) == (2, "")
+        assert err == (
+            "envkit: error: target cpu: no wheel on linux/arm64 python 3.11 (torch): pin versions that have one, mark "
+            "them off there (e.g. `; platform_machine != 'aarch64'`), or leave that platform out (the target's "
+            "platforms)\n"
+        )
+        assert not (tmp_path / "docker").exists()
+        # Left out, the target locks for the one platform it names.
+        write_project(tmp_path, pypi.url, cpu={"platforms": ["linux/amd64"]})
+        code, _, err = envkit(capsys, *argv)
+        assert code == 0, err
+        assert "# platform: x86_64-manylinux_2_36, python 3.11\n# image platforms: linux/amd64\n" in lock_text(
+            config, "cpu"
+        )
 
 
 def test_a_configured_digest_that_cannot_be_verified_is_recorded_with_a_warning(tmp_path, indexes, capsys):
