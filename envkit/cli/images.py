@@ -52,6 +52,10 @@ def register(subparsers) -> None:
     push = subparsers.add_parser(
         "push",
         help="tag a target's image for a registry, push it, and record its digest in docker/<target>/pushed.json",
+        description="Push a target's image under its content tag and latest, and record the digest the registry "
+        "answered in docker/<target>/pushed.json. A target of several platforms (envkit.yaml platforms) whose "
+        "engine holds images of the same inputs for more than one (the others built with envkit build --platform) "
+        "goes as one manifest list (buildah), so each architecture pulls its own image by one digest.",
     )
     push.add_argument("target")
     push.add_argument("--registry", required=True, help="HOST[:PORT][/PATH]")

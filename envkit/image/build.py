@@ -299,14 +299,30 @@ def resolve_image(client, target_name: str, tag: str | None = None):
 
 
 def push(target, registry: str, tag: str | None = None, progress=None) -> list[Pushed]:
-    """Push the image under its content tag and latest; each with the manifest digest the registry answered."""
+    """Push the image under its content tag and latest; each with the manifest digest the registry answered.
+
+    A target of several platforms whose engine holds an image of the same inputs for more than one of them (the
+    others built with --platform) goes as one manifest list, so each architecture pulls its own by one digest."""
     check_registry(registry)
     client = connect_docker()
     image, content_tag = resolve_image(client, target.name, tag)
     remote = f"{registry}/{repository(target.name)}"
+    tags = (content_tag.rpartition(":")[2], LATEST)
+    if len(target.platforms) > 1:
+        images = platform_images(client, target, image)
+        missing = [platform for platform in target.platforms if platform not in images]
+        if missing:
+            print(
+                f"envkit: warning: envkit push {target.name}: the engine holds no {', '.join(missing)} image of "
+                f"these inputs, so the registry gets {', '.join(images)} only; `envkit build {target.name} "
+                f"--platform {missing[0]}` builds it (emulated)",
+                file=sys.stderr,
+            )
+        if len(images) > 1:
+            return _push_list(remote, tags, images, image, registry, progress)
     pushed = []
     docker = docker_sdk()
-    for remote_tag in (content_tag.rpartition(":")[2], LATEST):
+    for remote_tag in tags:
         digest = None
         try:
             image.tag(remote, remote_tag)
@@ -325,3 +341,45 @@ def push(target, registry: str, tag: str | None = None, progress=None) -> list[P
             )
         pushed.append(Pushed(remote, remote_tag, digest, image.id))
     return pushed
+
+
+def image_platform(image) -> str:
+    """An engine image's platform in docker's form: linux/arm64."""
+    return f"{image.attrs.get('Os', 'linux')}/{image.attrs.get('Architecture', '')}"
+
+
+def platform_images(client, target, image) -> dict:
+    """Platform -> the engine's image of it built from the same inputs as ``image`` (every label equal: the
+    revision, the config, the lock, the base), for each platform the target lists: ``image`` for its own, else
+    the newest such image."""
+    candidates = sorted(
+        client.images.list(name=repository(target.name)), key=lambda other: other.attrs.get("Created", ""), reverse=True
+    )
+    found = {}
+    for candidate in (image, *candidates):
+        platform = image_platform(candidate)
+        if platform in target.platforms and platform not in found and candidate.labels == image.labels:
+            found[platform] = candidate
+    return {platform: found[platform] for platform in target.platforms if platform in found}
+
+
+def _push_list(remote: str, tags: tuple[str, ...], images: dict, image, registry: str, progress) -> list[Pushed]:
+    """``images`` (platform -> engine image) as one manifest list under each of ``tags`` (buildah manifest
+    create/add/push); the record keeps the list's digest, ``image``'s ID and each platform's."""
+    if not buildah.available():
+        raise EnvkitError(
+            f"pushing {', '.join(images)} as one manifest list needs buildah: apt-get install buildah (or set "
+            f"BUILDAH=/path/to/buildah), or remove the other platforms' images to push {image_platform(image)} alone"
+        )
+    members = [
+        buildah.EngineImage(platform, each.id, next((t for t in each.tags if not t.endswith(f":{LATEST}")), each.id))
+        for platform, each in images.items()
+    ]
+    if progress:
+        progress(f"pushing one manifest list of {', '.join(images)} to {remote} ({', '.join(tags)})")
+    # Like the Docker engine, plain http for a registry on this machine only.
+    host = registry.split("/", 1)[0].rsplit(":", 1)[0]
+    local = host in ("localhost", "[::1]") or host.startswith("127.")
+    digest = buildah.push_manifest_list(members, [f"docker://{remote}:{t}" for t in tags], tls_verify=not local)
+    platforms = tuple((platform, each.id) for platform, each in images.items())
+    return [Pushed(remote, remote_tag, digest, image.id, platforms) for remote_tag in tags]

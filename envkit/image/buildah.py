@@ -17,12 +17,13 @@ import os
 import shlex
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.support.bounded_load import parse_json
+from envkit.support.bounded_load import load_text, parse_json
 
 # The manifest format, explicit so that BUILDAH_FORMAT in the caller's environment cannot change the digest.
 FORMAT = "oci"
@@ -115,11 +116,55 @@ def bud_command(
     return command
 
 
-def pull_from_docker(reference: str) -> None:
+def pull_from_docker(reference: str, platform: str | None = None) -> None:
     """Copy the Docker engine's image ``reference`` into containers-storage (buildah's and
     podman's) under its name (buildah qualifies a short one): a build FROM it then starts from the engine's bytes and
-    never asks a registry, and podman can run it."""
-    _run("pull", "--quiet", f"docker-daemon:{reference}")
+    never asks a registry, and podman can run it. ``platform``: the image's, where it is not the host's."""
+    _run("pull", "--quiet", *(["--platform", platform] if platform else []), f"docker-daemon:{reference}")
+
+
+@dataclass(frozen=True)
+class EngineImage:
+    """One platform's image of a manifest list, as the Docker engine holds it."""
+
+    platform: str  # linux/arm64
+    image_id: str  # sha256:<config digest>: buildah's ID for it too
+    reference: str  # a name of it in the engine
+
+
+def push_manifest_list(images: list[EngineImage], destinations: list[str], tls_verify: bool = True) -> str:
+    """One manifest list of ``images`` pushed, with the images, to each of ``destinations`` (docker://HOST/NAME:TAG);
+    returns the list's digest as the registry stored it, the same under every destination.
+
+    buildah reads only its own storage: an image the engine alone holds is copied in for the push and goes again
+    after, as does the list."""
+    name = f"localhost/envkit-manifest-list-{os.getpid()}"
+    copied = []
+    _run("manifest", "create", name)
+    try:
+        for image in images:
+            if find(image.image_id) is None:
+                pull_from_docker(image.reference, image.platform)
+                copied.append(image.image_id)
+            _run("manifest", "add", name, image.image_id)
+        digests = set()
+        with tempfile.TemporaryDirectory(prefix="envkit-manifest-") as work:
+            for index, destination in enumerate(destinations):
+                digest_file = Path(work, f"digest-{index}")
+                _run(
+                    "manifest", "push", "--all", "--quiet", f"--tls-verify={str(tls_verify).lower()}",
+                    "--digestfile", str(digest_file), name, destination,
+                )  # fmt: skip
+                digests.add(load_text(digest_file).strip())
+    finally:
+        _run("manifest", "rm", name, check=False)
+        for image_id in copied:
+            _run("rmi", image_id, check=False)
+    if len(digests) != 1:
+        raise EnvkitError(
+            f"the manifest list's pushes gave different digests ({', '.join(sorted(digests))})", exit_code=1
+        )
+    return digests.pop()
 
 
 def push(reference: str, destination: str) -> None:

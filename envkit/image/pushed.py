@@ -29,6 +29,8 @@ class Pushed:
     tag: str
     digest: str  # sha256:<hex> of the manifest the registry stored
     image_id: str  # sha256:<hex> of the image config: the ID every engine reports
+    # A manifest list's: (platform, image ID) of each image in it, whose digest ``digest`` is; () for one image.
+    platforms: tuple[tuple[str, str], ...] = ()
 
     @property
     def reference(self) -> str:
@@ -58,10 +60,10 @@ def record(root: Path, target_name: str, pushes: list[Pushed]) -> Path:
     path = record_path(root, target_name)
     document = _read(path, target_name)
     for pushed in pushes:
-        document["images"].setdefault(pushed.repository, {})[pushed.tag] = {
-            "digest": pushed.digest,
-            "image_id": pushed.image_id,
-        }
+        entry = {"digest": pushed.digest, "image_id": pushed.image_id}
+        if pushed.platforms:
+            entry["platforms"] = {platform: {"image_id": image_id} for platform, image_id in pushed.platforms}
+        document["images"].setdefault(pushed.repository, {})[pushed.tag] = entry
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(document, indent=2, sort_keys=True) + "\n")
@@ -75,4 +77,5 @@ def lookup(root: Path, target_name: str, repository: str, tag: str) -> Pushed | 
     entry = _read(record_path(root, target_name), target_name)["images"].get(repository, {}).get(tag)
     if entry is None:
         return None
-    return Pushed(repository, tag, entry["digest"], entry["image_id"])
+    platforms = tuple((platform, each["image_id"]) for platform, each in entry.get("platforms", {}).items())
+    return Pushed(repository, tag, entry["digest"], entry["image_id"], platforms)

@@ -82,6 +82,8 @@ def test_a_damaged_record_is_one_line_naming_the_file(tmp_path, edit, message):
 class FakeImage:
     id = IMAGE_ID
     tags = ["envkit-cpu:0123456789ab", "envkit-cpu:latest"]
+    labels: dict[str, str] = {}
+    attrs = {"Os": "linux", "Architecture": "amd64"}
 
     def tag(self, repository, tag):
         pass
@@ -93,6 +95,9 @@ class FakeImages:
 
     def get(self, reference):
         return FakeImage()
+
+    def list(self, name):  # the engine holds the one image: a target of several platforms pushes it alone
+        return [FakeImage()]
 
     def push(self, repository, tag, stream, decode):
         self.pushed.append(f"{repository}:{tag}")
@@ -107,6 +112,7 @@ def fake_engine(monkeypatch, answers) -> FakeImages:
 
 class Target:
     name = "cpu"
+    platforms = ("linux/amd64",)
 
 
 def test_push_returns_the_digest_the_registry_answered_for_each_tag(monkeypatch):
