@@ -37,6 +37,10 @@ def project(tmp_path: Path) -> Path:
     (root / "recipes" / "__pycache__").mkdir(parents=True)
     (root / "recipes" / "mnist.py").write_text("print('mnist')\n")
     (root / "recipes" / "__pycache__" / "mnist.cpython-311.pyc").write_bytes(b"\0junk")
+    # The image holds what git tracks: the recipe, not the rendered files or the caches beside it.
+    git = ["git", "-C", str(root)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "recipes/mnist.py"], check=True)
     return root
 
 

@@ -2,16 +2,16 @@
 # Rendered by envkit from envkit.yaml, target "tpu-vm" (tpu-vm). Do not edit:
 # change envkit.yaml and run `envkit render`.
 #
-# usage: run.sh RECIPE [RECIPE ARGS...]        e.g. run.sh mnist --epochs 1
-# Runs recipes/RECIPE.py in the image through envkit_run.py (its results file: exit status, wall
-# time, metrics, environment) with ./data and ./results mounted. Nothing is added to its
-# arguments: the locations and the device reach it as ENVKIT_DATA_DIR, ENVKIT_RESULTS_DIR and
+# usage: run.sh COMMAND [ARGS...]        e.g. run.sh python train.py, run.sh python recipes/mnist.py --epochs 1
+# Runs COMMAND in the image, from the project's root there, through envkit_run.py (its results file:
+# exit status, wall time, metrics, environment) with ./data and ./results mounted. Nothing is added
+# to its arguments: the locations and the device reach it as ENVKIT_DATA_DIR, ENVKIT_RESULTS_DIR and
 # ENVKIT_DEVICE=tpu (the recipes' defaults for --data-dir, --results-dir, --device).
 # Environment: IMAGE (default envkit-tpu-vm:latest), DATA_DIR (./data), RESULTS_DIR (./results),
 # SHM_SIZE (16G), DOCKER (docker),
 # NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME (multi-node
 # torchrun: passed into the container when set; NNODES above 1 runs on the host network),
-# ENVKIT_EXPERIMENT (the experiment its results file names; default the recipe),
+# ENVKIT_EXPERIMENT (the experiment its results file names),
 # ENVKIT_DRY_RUN=1 (print the docker command instead of running it),
 # ENVKIT_IMAGE_DIGEST (the image's manifest digest for the results; found for name@sha256: and buildah's images).
 set -euo pipefail
@@ -40,10 +40,7 @@ absolute() {
   fi
 }
 
-[[ $# -ge 1 ]] || fail "missing RECIPE; usage: run.sh RECIPE [RECIPE ARGS...], e.g. run.sh mnist --epochs 1"
-recipe=$1
-shift
-[[ $recipe =~ ^[A-Za-z0-9_]+$ ]] || fail "RECIPE must be a recipe name such as mnist (letters, digits, _), got '$recipe'"
+[[ $# -ge 1 && -n $1 ]] || fail "missing COMMAND; usage: run.sh COMMAND [ARGS...], e.g. run.sh python train.py"
 
 image=${IMAGE:-envkit-tpu-vm:latest}
 data_dir=$(absolute "${DATA_DIR:-./data}")
@@ -64,7 +61,7 @@ else
 fi
 
 # Multi-node torchrun (the same command on every host): the rendezvous settings reach the
-# recipe, and NCCL and gloo need the host network to reach the other hosts.
+# program, and NCCL and gloo need the host network to reach the other hosts.
 multinode_args=()
 for name in NNODES NODE_RANK RDZV_ENDPOINT RDZV_ID NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME; do
   [[ -z ${!name:-} ]] || multinode_args+=(-e "$name")
@@ -80,7 +77,7 @@ command=(
   ${multinode_args[@]+"${multinode_args[@]}"}
   -e ENVKIT_DATA_DIR=/workspace/data -e ENVKIT_RESULTS_DIR=/workspace/results -e ENVKIT_DEVICE=tpu
   -v "$data_dir:/workspace/data" -v "$results_dir:/workspace/results"
-  "$image" python /opt/envkit/envkit_run.py python "/opt/envkit/recipes/$recipe.py" "$@"
+  "$image" python /opt/envkit/envkit_run.py "$@"
 )
 
 if [[ ${ENVKIT_DRY_RUN:-} == 1 ]]; then

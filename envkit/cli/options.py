@@ -101,6 +101,7 @@ def add_build_options(parser) -> None:
 
 def build_options(args, *, no_cache: bool):
     from envkit.image.build_context import BuildOptions, parse_build_arg
+    from envkit.project.config import load_config
 
     return BuildOptions(
         no_cache=no_cache,
@@ -110,6 +111,7 @@ def build_options(args, *, no_cache: bool):
         build_args=dict(parse_build_arg(a) for a in args.build_arg),
         builder=args.builder or BUILDERS[0],
         platform=getattr(args, "platform", None),
+        files_limit_mb=load_config(args.config).files_limit_mb,
     )
 
 

@@ -177,8 +177,6 @@ def _check_project(config: Path) -> None:
 
     if not config.is_file():
         raise EnvkitError(f"config file {config} not found: run from the project directory or pass --config FILE")
-    if not (config.parent / "recipes").is_dir():
-        raise EnvkitError(f"no recipes/ directory next to {config}: the experiments run the project's recipes")
 
 
 def _report_args(args: argparse.Namespace) -> tuple[str, ...]:

@@ -6,6 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from envkit.project.experiments import RECIPES
 from envkit.support.shellquote import command_line
 
 
@@ -33,7 +34,7 @@ def run_recipe(
     }
     # run.sh is the one definition of how a target's container runs (user, GPUs,
     # mounts, TPU flags); users without envkit call it directly, so we do too.
-    argv = [str(config.root / "docker" / target.name / "run.sh"), recipe, *recipe_args]
+    argv = [str(config.root / "docker" / target.name / "run.sh"), "python", f"{RECIPES}/{recipe}.py", *recipe_args]
     if dry_run:
         print(command_line(env, argv))
         return 0

@@ -1,7 +1,7 @@
 """Build contexts: stage the files an image is built from, and name them by their hash.
 
-The context of docs/design.md §4 (Dockerfile, .dockerignore, the target's lock,
-recipes, CA certificates, wheels) is laid out in a fixed staging directory; its sha256, with
+The context of docs/design.md §4 (Dockerfile, .dockerignore, the target's lock, the project's
+files, CA certificates, wheels) is laid out in a fixed staging directory; its sha256, with
 the build args that change the image's content, becomes the image's content tag.
 """
 
@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from envkit.errors import EnvkitError
 from envkit.image import BUILDERS
 from envkit.lock.base_digest import split_reference
 from envkit.lock.lockfile import LOCK_FILE, read_lock
+from envkit.project.files import DEFAULT_LIMIT_MB, project_files
 from envkit.support import provenance
 from envkit.support.bounded_load import hash_file, load_bytes, load_text
 from envkit.support.cache import cache_dir
@@ -46,6 +48,7 @@ class BuildOptions:
     build_args: Mapping[str, str] = field(default_factory=dict)
     builder: str = BUILDERS[0]
     platform: str | None = None  # --platform: None builds for the engine's own
+    files_limit_mb: int = DEFAULT_LIMIT_MB  # the config's files_limit_mb: the project's files together
 
 
 def parse_build_arg(text: str) -> tuple[str, str]:
@@ -65,10 +68,7 @@ def stage_context(root: Path, target, options: BuildOptions, dest: Path) -> None
             raise EnvkitError(f"{source} is missing: run 'envkit render' (or 'make render') first")
         shutil.copyfile(source, dest / name)
     _stage_lock(rendered, dest)
-    recipes = root / "recipes"
-    if not recipes.is_dir():
-        raise EnvkitError(f"{recipes} is missing: the images need the recipes directory")
-    shutil.copytree(recipes, dest / "recipes", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    _stage_project(project_files(root, options.files_limit_mb), dest / "project")
     _stage_certificates([*target.ca_certificates, *options.ca_certs], dest / "certs")
     _stage_wheels(options.wheelhouse, dest / "wheels")
 
@@ -87,6 +87,15 @@ def _stage_lock(rendered: Path, dest: Path) -> None:
         raise EnvkitError(f"{rendered / 'Dockerfile'} {was}, but {now}: run 'envkit render --target {rendered.name}'")
     if lock is not None:
         shutil.copyfile(rendered / LOCK_FILE, dest / LOCK_FILE)
+
+
+def _stage_project(files, dest: Path) -> None:
+    """The project's files under ``dest``, copied with their times: BuildKit then sends only changed ones."""
+    if not files.tracked:
+        print(f"envkit: the image holds {files.source()}, less its .dockerignore", file=sys.stderr)
+    for name in files.paths:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(files.root / name, dest / name)
 
 
 def _stage_certificates(certificates: Iterable[Path], dest: Path) -> None:

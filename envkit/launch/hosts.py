@@ -2,7 +2,8 @@
 
 There is no engine to submit to, so envkit prints the commands and starts nothing
 on other machines (it is not a scheduler). run.sh passes NNODES/RDZV_* into the
-container and adds --net=host when NNODES > 1; the recipe starts torchrun.
+container and adds --net=host when NNODES > 1; a recipe starts torchrun itself, any
+other program starts under torchrun here.
 """
 
 from __future__ import annotations
@@ -30,20 +31,27 @@ def run_sh_env(job: jobs.Job) -> dict[str, str]:
     return env
 
 
-def recipe_args(job: jobs.Job) -> list[str]:
-    """The recipe starts torchrun itself here; on the CPU it needs the process count."""
-    if job.uses_torchrun and job.gpus_per_node == 0:
-        return [*job.recipe_args, "--nproc", str(job.processes_per_node)]
-    return list(job.recipe_args)
+def run_sh_argv(job: jobs.Job, endpoint, rdzv_id, nnodes) -> list:
+    """What run.sh runs in the image, from the project's root. A recipe starts torchrun itself from the
+    variables run.sh passes (on the CPU it needs the process count); any other program of a torchrun job
+    starts under torchrun with the rendezvous ``endpoint``, ``rdzv_id`` and ``nnodes``."""
+    if not job.uses_torchrun:
+        return job.command()
+    if job.recipe is not None:
+        return [*job.command(), *(["--nproc", str(job.processes_per_node)] if job.gpus_per_node == 0 else [])]
+    rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id]
+    return job.command(["torchrun", "--nnodes", nnodes, "--nproc-per-node", str(job.processes_per_node), *rendezvous])
 
 
 def plan(job: jobs.Job, output: Path) -> Plan:
     hosts = job.options.hosts or ("localhost",)
     env = run_sh_env(job)
+    endpoint = f"{hosts[0]}:{job.rdzv_port}"
     if job.nodes > 1:
-        env.update(NNODES=str(job.nodes), RDZV_ENDPOINT=f"{hosts[0]}:{job.rdzv_port}", RDZV_ID=job.rdzv_id)
+        env.update(NNODES=str(job.nodes), RDZV_ENDPOINT=endpoint, RDZV_ID=job.rdzv_id)
     env.update(job.env)
-    command = ("env", *(f"{key}={value}" for key, value in env.items()), run_sh(job), job.recipe, *recipe_args(job))
+    argv = run_sh_argv(job, endpoint, job.rdzv_id, str(job.nodes))
+    command = ("env", *(f"{key}={value}" for key, value in env.items()), run_sh(job), *argv)
     where = [f"{host}{' (rendezvous host)' if rank == 0 and job.nodes > 1 else ''}" for rank, host in enumerate(hosts)]
     return Plan(
         files=(),

@@ -17,12 +17,13 @@ from typing import Any
 from envkit.errors import EnvkitError
 from envkit.lock.base_digest import split_reference
 from envkit.project import DEFAULT_CONFIG
-from envkit.project.experiments import check_recipe_args
+from envkit.project.experiments import PYTHONS, check_recipe_args
 from envkit.project.kinds import kind as target_kind
 from envkit.support import provenance
 
-# Where the image keeps the recipes and mounts data and results (as run.sh does).
-IMAGE_RECIPES = "/opt/envkit/recipes"
+# Where the image holds the project (its WORKDIR: every command runs from there) and mounts data and
+# results (as run.sh does).
+IMAGE_PROJECT = "/workspace/project"
 # The run wrapper every command starts through (templates/Dockerfile.j2 copies it there).
 IMAGE_WRAPPER = f"/opt/envkit/{provenance.FILE_NAME}"
 CONTAINER_DATA = "/workspace/data"
@@ -117,12 +118,13 @@ class Job:
     scale: str  # single | torchrun | tpu-pod
     target: str  # config target whose image runs
     image: str  # the reference every node runs: REGISTRY/envkit-<target>@sha256:... once pushed (launch/images.py)
-    recipe: str
-    recipe_args: tuple[str, ...]  # the experiment's arguments, then the user's
+    program: tuple[str, ...]  # what runs from the project's root: Experiment.program
+    args: tuple[str, ...]  # the experiment's arguments, then the user's
+    recipe: str | None  # the seed form's recipe, which starts torchrun itself where no engine does (hosts)
     nodes: int
     processes_per_node: int  # torchrun's --nproc-per-node (1 unless scale is torchrun)
     gpus_per_node: int
-    root: str  # the project directory (absolute): run.sh, recipes/
+    root: str  # the project directory (absolute): run.sh, and the program's files for a run on the host
     data_dir: str  # host paths for engines that mount them (absolute)
     results_dir: str
     rdzv_port: int = DEFAULT_RDZV_PORT
@@ -135,17 +137,19 @@ class Job:
     def uses_torchrun(self) -> bool:
         return self.scale == "torchrun"
 
-    def recipe_argv(self, recipes: str) -> list[str]:
-        """The recipe file and its arguments, for an interpreter or torchrun to start: nothing added,
-        the locations and the device come from ``run_env``."""
-        return [f"{recipes}/{self.recipe}.py", *self.recipe_args]
+    def command(self, torchrun: list | None = None) -> list:
+        """The program and its arguments, run from the project's root: nothing added, the locations and the
+        device come from ``run_env``. ``torchrun`` (torchrun and its options) starts one per process: a Python
+        script as torchrun's own script, anything else as its program (--no-python)."""
+        if not torchrun:
+            return [*self.program, *self.args]
+        if self.program[0] in PYTHONS and len(self.program) > 1 and self.program[1].endswith(".py"):
+            return [*torchrun, *self.program[1:], *self.args]
+        return [*torchrun, "--no-python", *self.program, *self.args]
 
-    def image_argv(self) -> list[str]:
-        return self.recipe_argv(IMAGE_RECIPES)
-
-    def wrapped(self, start: list, wrapper: str = IMAGE_WRAPPER) -> list:
-        """``start`` (python, or torchrun and its options) through the run wrapper, which writes the results file."""
-        return ["python", wrapper, *start]
+    def wrapped(self, command: list, wrapper: str = IMAGE_WRAPPER) -> list:
+        """``command`` through the run wrapper, which writes the results file."""
+        return ["python", wrapper, *command]
 
     def run_env(self, data_dir: str, results_dir: str) -> tuple[tuple[str, str], ...]:
         """Where the command finds its data and writes its results, its device and its experiment, as run.sh
@@ -278,8 +282,9 @@ def build_job(
         target=target.name,
         image=image,
         image_id=image_id,
+        program=experiment.program,
+        args=(*experiment.runs[0].argv, *extra_args),  # the one run: its args, then its defaults
         recipe=experiment.recipe,
-        recipe_args=(*experiment.runs[0].argv, *extra_args),  # the one run: its args, then its defaults
         nodes=nodes,
         processes_per_node=processes,
         gpus_per_node=gpus_per_node,

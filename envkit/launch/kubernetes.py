@@ -48,7 +48,8 @@ def _metadata(job: jobs.Job) -> dict[str, Any]:
 
 
 def _command(job: jobs.Job) -> list[str]:
-    return [*job.wrapped(["torchrun" if job.uses_torchrun else "python"]), *job.image_argv()]
+    # torchrun takes its settings from the PET_* variables the operator sets.
+    return job.wrapped(job.command(["torchrun"] if job.uses_torchrun else None))
 
 
 def _container(job: jobs.Job, name: str, env: list[dict[str, Any]]) -> dict[str, Any]:

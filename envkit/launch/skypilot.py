@@ -18,7 +18,9 @@ from envkit.launch.shell import Raw, line
 
 DEFAULT_GPU = "A100"
 HEAD = Raw('"$head"')
-DATA, RESULTS = "envkit/data", "envkit/results"  # relative to the run's directory on each node
+# Under the run's directory on each node (the home directory); the program runs from the project's root in
+# the image, so the run script sets them absolute before it moves there.
+DATA, RESULTS = "envkit/data", "envkit/results"
 
 
 def accelerators(job: jobs.Job) -> str | None:
@@ -28,7 +30,6 @@ def accelerators(job: jobs.Job) -> str | None:
 
 
 def run_script(job: jobs.Job) -> str:
-    argv = job.recipe_argv(jobs.IMAGE_RECIPES)
     if job.uses_torchrun:
         nproc = Raw('"$SKYPILOT_NUM_GPUS_PER_NODE"') if job.gpus_per_node else str(job.processes_per_node)
         start = [
@@ -46,9 +47,17 @@ def run_script(job: jobs.Job) -> str:
         ]
         first = ["head=${SKYPILOT_NODE_IPS%%$'\\n'*}  # the first line: the head node's address"]
     else:
-        start, first = ["python"], []
+        start, first = None, []
     return "\n".join(
-        ["set -euo pipefail", line("mkdir", "-p", DATA, RESULTS), *first, line(*job.wrapped(start), *argv), ""]
+        [
+            "set -euo pipefail",
+            line("mkdir", "-p", DATA, RESULTS),
+            f'export ENVKIT_DATA_DIR="$PWD/{DATA}" ENVKIT_RESULTS_DIR="$PWD/{RESULTS}"',
+            *first,
+            line("cd", jobs.IMAGE_PROJECT),
+            line(*job.wrapped(job.command(start))),
+            "",
+        ]
     )
 
 

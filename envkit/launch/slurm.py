@@ -88,9 +88,9 @@ def _exports(env) -> list[str]:
     return [line("export", f"{key}={value}") for key, value in env]
 
 
-def _torchrun(job: jobs.Job) -> list[str]:
+def _torchrun(job: jobs.Job) -> list | None:
     if not job.uses_torchrun:
-        return ["python"]
+        return None
     return [
         "torchrun",
         "--nnodes",
@@ -111,9 +111,9 @@ def _srun() -> list[str]:
 
 
 def _host(job: jobs.Job) -> list[str]:
-    argv = job.recipe_argv(f"{job.root}/recipes")
-    start = job.wrapped(_torchrun(job), f"{job.root}/docker/{job.target}/{provenance.FILE_NAME}")
-    return [*_exports(job.run_env(job.data_dir, job.results_dir)), line(*_srun(), *start, *argv)]
+    # From the project's root, as in the image.
+    start = job.wrapped(job.command(_torchrun(job)), f"{job.root}/docker/{job.target}/{provenance.FILE_NAME}")
+    return [*_exports(job.run_env(job.data_dir, job.results_dir)), line(*_srun(), f"--chdir={job.root}", *start)]
 
 
 def _docker(job: jobs.Job) -> list[str]:
@@ -129,7 +129,8 @@ def _docker(job: jobs.Job) -> list[str]:
         )
     )
     wrap = ["bash", "-c", STEP_GPUS] if job.kind == "cuda" else []
-    return [*exports, line(*_srun(), *wrap, hosts.run_sh(job), job.recipe, *hosts.recipe_args(job))]
+    argv = hosts.run_sh_argv(job, Raw(f'"$head":{job.rdzv_port}'), Raw('"$SLURM_JOB_ID"'), Raw('"$SLURM_NNODES"'))
+    return [*exports, line(*_srun(), *wrap, hosts.run_sh(job), *argv)]
 
 
 def _bind_pairs(job: jobs.Job) -> list[str]:
@@ -156,9 +157,8 @@ def _pyxis(job: jobs.Job) -> list[str]:
             *_srun(),
             f"--container-image={image}",
             f"--container-mounts={_binds(job)}",
-            "--container-workdir=/workspace",
-            *job.wrapped(_torchrun(job)),
-            *job.image_argv(),
+            f"--container-workdir={jobs.IMAGE_PROJECT}",
+            *job.wrapped(job.command(_torchrun(job))),
         ),
     ]
 
@@ -175,9 +175,11 @@ def _apptainer(job: jobs.Job) -> list[str]:
             *gpu,
             "--bind",
             _binds(job),
+            # apptainer starts in the caller's directory; the program runs from the project's root in the image.
+            "--pwd",
+            jobs.IMAGE_PROJECT,
             source,
-            *job.wrapped(_torchrun(job)),
-            *job.image_argv(),
+            *job.wrapped(job.command(_torchrun(job))),
         ),
     ]
 
@@ -220,7 +222,7 @@ def _podman(job: jobs.Job) -> list[str]:
     return [
         *_exports(job.container_env()),
         PODMAN_USERNS,
-        line(*_srun(), *wrap, "podman", "run", *flags, image, *job.wrapped(_torchrun(job)), *job.image_argv()),
+        line(*_srun(), *wrap, "podman", "run", *flags, image, *job.wrapped(job.command(_torchrun(job)))),
     ]
 
 

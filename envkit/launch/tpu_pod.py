@@ -67,8 +67,7 @@ def remote_command(job: jobs.Job) -> str:
         "-v",
         Raw(f'"$HOME"/{WORKER_DIR}/results:{jobs.CONTAINER_RESULTS}'),
         job.image,
-        *job.wrapped(["python"]),
-        *job.image_argv(),
+        *job.wrapped(job.command()),
     )
     return " && ".join([line("mkdir", "-p", *dirs), fetch, run])
 

@@ -26,6 +26,8 @@ MAKE_TARGETS = ("help", "render", "lock", "doctor", "compare", "demo", "report",
 MAKE_TARGET_PREFIXES = ("build-",)
 # The seed form's folder: recipe R is recipes/R.py of the project.
 RECIPES = "recipes"
+# A program that starts with one of these runs under the Python that runs it (a host's, torchrun's).
+PYTHONS = ("python", "python3")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -22,7 +23,8 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.host.venv import describe_interpreter
 from envkit.project import DEFAULT_CONFIG, kinds
-from envkit.project.experiments import Experiment, RecipeRun, load_experiments
+from envkit.project.experiments import PYTHONS, RECIPES, Experiment, RecipeRun, load_experiments
+from envkit.support import provenance
 from envkit.support.shellquote import command_line
 
 # Small enough that the whole demo takes about a minute on two CPU cores, yet long enough
@@ -63,9 +65,11 @@ class Step:
     argv: tuple[str, ...]
     env: dict = field(default_factory=dict)  # added to the caller's environment, shown in this order
     needs_torch: bool = False  # runs a recipe on this Python, which then needs torch
+    cwd: str | None = None  # where it runs (a command experiment: the project's root), else where envkit runs
 
     def shell(self) -> str:
-        return command_line(self.env, self.argv)
+        line = command_line(self.env, self.argv)
+        return f"cd {shlex.quote(self.cwd)} && {line}" if self.cwd else line
 
 
 @dataclass
@@ -82,13 +86,29 @@ def _envkit(*args: str) -> tuple[str, ...]:
     return (sys.executable, "-m", "envkit", *args)
 
 
-def _recipe(title: str, root: Path, recipe: str, *args: str, env: dict[str, str]) -> Step:
-    return Step(title, (sys.executable, str(root / "recipes" / f"{recipe}.py"), *args), env, needs_torch=True)
+def host_step(
+    title: str, entry: Experiment, python: str, root: Path, args: tuple[str, ...], env: dict[str, str]
+) -> Step:
+    """One run of ``entry`` on this host with ``python``. A recipe runs by its path and writes its own record;
+    a command runs from the project's root through the run wrapper (its record), a leading python as ``python``."""
+    if entry.recipe is not None:
+        return Step(title, (python, str(root / RECIPES / f"{entry.recipe}.py"), *args), env, needs_torch=True)
+    program = entry.program
+    if program[0] in PYTHONS:
+        program = (python, *program[1:])
+    wrapper = str(Path(provenance.__file__))
+    # It runs elsewhere than envkit: the locations it is told must not be relative.
+    located = {name: str(Path(value).resolve()) if name in LOCATIONS else value for name, value in env.items()}
+    located["ENVKIT_EXPERIMENT"] = entry.name
+    return Step(title, (python, wrapper, *program, *args), located, cwd=str(root.resolve()))
+
+
+LOCATIONS = ("ENVKIT_RESULTS_DIR", "ENVKIT_DATA_DIR")
 
 
 def run_env(kind: str, results_dir: Path | None = None, data_dir: Path | None = None) -> dict[str, str]:
     """The variables a run on this host is told its device and locations by (as run.sh tells one in an image)."""
-    paths = {"ENVKIT_RESULTS_DIR": results_dir, "ENVKIT_DATA_DIR": data_dir}
+    paths = dict(zip(LOCATIONS, (results_dir, data_dir), strict=True))
     return {
         **{name: str(path) for name, path in paths.items() if path is not None},
         "ENVKIT_DEVICE": kinds.kind(kind).device,
@@ -132,6 +152,11 @@ def _processes(entry: Experiment) -> tuple[str, ...]:
     return ("--nproc", str(CPU_DDP_PROCESSES)) if entry.scale == "torchrun" and entry.gpus == "none" else ()
 
 
+def _recipe_size(entry: Experiment, size: tuple[str, ...]) -> tuple[str, ...]:
+    """The recipes' quiet, size and process flags for ``entry``; none for a command, which has its own."""
+    return (*_processes(entry), "--quiet", *size) if entry.recipe is not None else ()
+
+
 def _title(title: str, gpus: int, run: RecipeRun) -> str:
     title = title.format(gpus=gpus, processes=CPU_DDP_PROCESSES)
     return title if run.name is None else f"{title}: {run.name}"
@@ -140,23 +165,17 @@ def _title(title: str, gpus: int, run: RecipeRun) -> str:
 def local_runs(
     config: Path, results_dir: Path, facts, size: tuple[str, ...], extra: dict[str, tuple[str, ...]] | None = None
 ) -> list[Step]:
-    """The recipe experiments that can run on this Python, without images; ``extra`` args by recipe."""
-    common = ("--quiet", *size)
-    runnable = [
-        entry
-        for entry in load_experiments(config).values()
-        if entry.recipe is not None and _runs_here(facts, entry.kind)
-    ]
+    """The experiments that can run on this Python, without images; ``extra`` args by recipe. The size
+    arguments are the recipes' flags: a command gets only its own arguments."""
+    runnable = [entry for entry in load_experiments(config).values() if _runs_here(facts, entry.kind)]
     return [
-        _recipe(
+        host_step(
             _title(entry.title, len(facts.gpus), run),
+            entry,
+            sys.executable,
             config.parent,
-            entry.recipe,
-            *run.argv,
-            *_processes(entry),
-            *common,
-            *(extra or {}).get(entry.recipe, ()),
-            env=run_env(entry.kind, results_dir),
+            (*run.argv, *_recipe_size(entry, size), *(extra or {}).get(entry.recipe, ())),
+            run_env(entry.kind, results_dir),
         )
         for entry in _baseline_first(runnable)
         for run in entry.runs
@@ -202,7 +221,7 @@ def experiment_plan(
                 _envkit("build", target.name, *_config_args(config), *build_args),
             ),
             *(
-                Step(_run_title(entry, run), (run_sh, entry.recipe, *run.argv, *recipe_args), run_env)
+                Step(_run_title(entry, run), (run_sh, *entry.program, *run.argv, *recipe_args), run_env)
                 for run in entry.runs
             ),
         ]
@@ -225,8 +244,9 @@ def local_experiment_plan(
     """The experiment's runs with ``python`` on this host instead of in its image: no host check, no build.
     E3 runs so on XLA:CPU (the torch_xla environment with PJRT_DEVICE=CPU CPU_NUM_DEVICES=8)."""
     env = run_env(entry.kind, results_dir, data_dir)
-    script = str(root / "recipes" / f"{entry.recipe}.py")
-    return RunPlan([Step(_run_title(entry, run), (python, script, *run.argv, *recipe_args), env) for run in entry.runs])
+    return RunPlan(
+        [host_step(_run_title(entry, run), entry, python, root, (*run.argv, *recipe_args), env) for run in entry.runs]
+    )
 
 
 def _config_args(config: Path) -> tuple[str, ...]:
@@ -287,7 +307,8 @@ def compare_plan(
     """Every experiment this host can run: ``make`` targets when images can run, else the recipes here."""
     report = _report_step(results_dir, report_args)
     local = local_runs(config, results_dir, facts, _size_args(epochs, dataset, max_steps)) + [report]
-    data = [REAL_DATA_NOTE] if dataset == "real" else []
+    recipes = any(entry.recipe is not None for entry in load_experiments(config).values())
+    data = [REAL_DATA_NOTE] if dataset == "real" and recipes else []
     if not runnable:
         reason = facts.docker_error or "no experiment image can run here"
         return RunPlan(
@@ -301,7 +322,11 @@ def compare_plan(
     # Each runs where `envkit experiment` puts its files: results must not depend on that.
     where = (*_config_args(config), "--results-dir", str(results_dir.resolve()))
     size = _size_args(epochs, dataset, max_steps)
-    steps = [Step(f"experiment {name}", _envkit("experiment", *where, name, "--", *size)) for name in runnable]
+    table = load_experiments(config)
+    steps = [
+        Step(f"experiment {name}", _envkit("experiment", *where, name, *(("--", *size) if table[name].recipe else ())))
+        for name in runnable
+    ]
     # The first target also builds its image: when that fails the host cannot build
     # images at all (no reachable base image, say), so the recipes run here instead.
     fallback = RunPlan(
@@ -328,7 +353,6 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_
         )
     run_sh = str(root / "docker" / DEMO_KIND / "run.sh")
     mount = {"RESULTS_DIR": str(results_dir)}  # run.sh mounts it at /workspace/results
-    in_image = ("--quiet",) + size
     in_demo_image = _baseline_first([entry for entry in load_experiments(config).values() if entry.kind == DEMO_KIND])
     docker_steps = [
         render,
@@ -339,14 +363,7 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_
         *(
             Step(
                 _title(entry.image_title or entry.title, 0, run),
-                (
-                    run_sh,
-                    entry.recipe,
-                    *run.argv,
-                    *_processes(entry),
-                    *in_image,
-                    *DEMO_EXTRA_ARGS.get(entry.recipe, ()),
-                ),
+                (run_sh, *entry.program, *run.argv, *_recipe_size(entry, size), *DEMO_EXTRA_ARGS.get(entry.recipe, ())),
                 mount,
             )
             for entry in in_demo_image
@@ -406,7 +423,7 @@ def run_step(step: Step) -> int:
     print(f"envkit: {step.title}: {step.shell()}", file=sys.stderr, flush=True)
     started = time.perf_counter()
     try:
-        returncode = subprocess.run(step.argv, env={**os.environ, **step.env}, check=False).returncode
+        returncode = subprocess.run(step.argv, env={**os.environ, **step.env}, cwd=step.cwd, check=False).returncode
     except OSError as exc:  # e.g. no run.sh where the config says
         print(f"envkit: cannot start {step.argv[0]}: {exc.strerror or exc}", file=sys.stderr)
         returncode = 127

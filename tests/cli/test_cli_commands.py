@@ -93,7 +93,7 @@ def test_a_dry_run_prints_the_plan_and_runs_nothing_without_an_engine(argv, tmp_
     cwd.mkdir()
     done = envkit(*argv, cwd=cwd)
     assert done.returncode == 0 and done.stderr == "", done.stderr
-    assert "docker/cpu/run.sh mnist" in done.stdout
+    assert "docker/cpu/run.sh python recipes/mnist.py" in done.stdout
     assert list(cwd.iterdir()) == []  # no results or data directory made
 
 

@@ -20,7 +20,7 @@ CERT = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 
 def test_staged_context_has_the_design_layout_without_caches(project, tmp_path):
     context = staged(project, tmp_path)
-    assert files(context) == [".dockerignore", "Dockerfile", "envkit_run.py", "recipes/mnist.py"]
+    assert files(context) == [".dockerignore", "Dockerfile", "envkit_run.py", "project/recipes/mnist.py"]
     assert (context / "certs").is_dir() and (context / "wheels").is_dir()
 
 
@@ -76,14 +76,14 @@ def test_tag_follows_content_and_content_args_but_not_the_revision(project, tmp_
     base = build_context.context_digest(context, {"ENVKIT_REVISION": "aaa"})
     assert build_context.context_digest(context, {"ENVKIT_REVISION": "bbb"}) == base
     assert build_context.context_digest(context, {"BASE_IMAGE": "other"}) != base
-    (context / "recipes" / "mnist.py").write_text("print('mnist')\n# edited\n")
+    (context / "project" / "recipes" / "mnist.py").write_text("print('mnist')\n# edited\n")
     assert build_context.context_digest(context, {"ENVKIT_REVISION": "aaa"}) != base
 
 
 def test_renaming_a_file_changes_the_tag(project, tmp_path):
     context = staged(project, tmp_path)
     before = build_context.context_digest(context, {})
-    (context / "recipes" / "mnist.py").rename(context / "recipes" / "mnist2.py")
+    (context / "project" / "recipes" / "mnist.py").rename(context / "project" / "recipes" / "mnist2.py")
     assert build_context.context_digest(context, {}) != before
 
 

@@ -81,9 +81,9 @@ def test_demo_with_docker_runs_in_the_cpu_image_and_falls_back(in_repo, capsys):
         f"#    # the cpu image could not be built; running the recipes with {HERE} instead\n"
     )
     assert out.endswith(
-        f"# 3. mnist in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh mnist {image_args} --fake-train-size 3840 --fake-test-size 1000\n"
-        f"# 4. cifar, one process in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh cifar --device cpu --parallel none --quiet --dataset fake --epochs 4 {cifar_args}\n"
-        f"# 5. cifar, DDP over 2 gloo processes in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh cifar --device cpu --parallel ddp --nproc 2 --quiet --dataset fake --epochs 4 {cifar_args}\n"
+        f"# 3. mnist in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh python recipes/mnist.py {image_args} --fake-train-size 3840 --fake-test-size 1000\n"
+        f"# 4. cifar, one process in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh python recipes/cifar.py --device cpu --parallel none --quiet --dataset fake --epochs 4 {cifar_args}\n"
+        f"# 5. cifar, DDP over 2 gloo processes in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh python recipes/cifar.py --device cpu --parallel ddp --nproc 2 --quiet --dataset fake --epochs 4 {cifar_args}\n"
         f"# 6. report\n{PY} -m envkit report results/demo --plot results/demo/comparison.png\n"
     )
     # the fallback is the local plan without its render step, renumbered

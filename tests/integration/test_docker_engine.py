@@ -126,7 +126,7 @@ def check_results(results: Path, owner: tuple[int, int], image: str) -> None:
     assert (files[0].stat().st_uid, files[0].stat().st_gid) == owner
     # run.sh started it through the run wrapper, which added its run block to the recipe's record
     run = document["run"]
-    assert run["exit_status"] == 0 and run["argv"][:2] == ["python", "/opt/envkit/recipes/mnist.py"]
+    assert run["exit_status"] == 0 and run["argv"][:2] == ["python", "recipes/mnist.py"]
     assert sorted(path.name for path in results.iterdir() if path.suffix == ".json") == [files[0].name]
 
 

@@ -212,7 +212,7 @@ def test_cpu_mnist_checks_the_host_then_builds_then_runs(project, repo_root):
     assert lines == [
         ".venv/bin/envkit doctor --require cpu",
         ".venv/bin/envkit build cpu",
-        "RESULTS_DIR=/r DATA_DIR=/d ENVKIT_EXPERIMENT=cpu-mnist docker/cpu/run.sh mnist --device cpu --dataset fake --max-steps 5",
+        "RESULTS_DIR=/r DATA_DIR=/d ENVKIT_EXPERIMENT=cpu-mnist docker/cpu/run.sh python recipes/mnist.py --device cpu --dataset fake --max-steps 5",
     ]
 
 
@@ -226,22 +226,25 @@ def test_gpu_dp_cifar_passes_gpus_model_batch_epochs(project, repo_root):
     assert lines[0] == ".venv/bin/envkit doctor --require cuda --gpus 1,2,3,4"
     assert lines[1] == ".venv/bin/envkit build cuda"
     assert (
-        "GPUS=1,2,3,4 ENVKIT_EXPERIMENT=gpu-dp-cifar docker/cuda/run.sh cifar --device cuda --parallel dp" in lines[-1]
+        "GPUS=1,2,3,4 ENVKIT_EXPERIMENT=gpu-dp-cifar docker/cuda/run.sh python recipes/cifar.py --device cuda --parallel dp"
+        in lines[-1]
     )
     assert lines[-1].endswith("--epochs 2 --global-batch 128 --model resnet50")
 
 
 def test_ddp_and_single_gpu_variants(project, repo_root):
     assert (
-        "run.sh cifar --device cuda --parallel ddp" in experiment(project, repo_root, "gpu-ddp-cifar", "GPUS=0,1")[-1]
+        "run.sh python recipes/cifar.py --device cuda --parallel ddp"
+        in experiment(project, repo_root, "gpu-ddp-cifar", "GPUS=0,1")[-1]
     )
     single = experiment(project, repo_root, "gpu-single-cifar", "GPUS=2,3")
     assert single[0].endswith("--gpus 2")  # one GPU: the first of GPUS
     assert (
-        "GPUS=2 ENVKIT_EXPERIMENT=gpu-single-cifar docker/cuda/run.sh cifar --device cuda --parallel none" in single[-1]
+        "GPUS=2 ENVKIT_EXPERIMENT=gpu-single-cifar docker/cuda/run.sh python recipes/cifar.py --device cuda --parallel none"
+        in single[-1]
     )
     assert (
-        "GPUS=0 ENVKIT_EXPERIMENT=gpu-mnist docker/cuda/run.sh mnist --device cuda"
+        "GPUS=0 ENVKIT_EXPERIMENT=gpu-mnist docker/cuda/run.sh python recipes/mnist.py --device cuda"
         in experiment(project, repo_root, "gpu-mnist")[-1]
     )
 
@@ -255,9 +258,9 @@ def test_per_device_batch_for_the_batch_scaling_experiments(project, repo_root):
 def test_tpu_targets_differ_in_cores(project, repo_root):
     all_cores = experiment(project, repo_root, "tpu-mnist")
     assert all_cores[0] == ".venv/bin/envkit doctor --require tpu-vm"
-    assert all_cores[-1].endswith("docker/tpu-vm/run.sh mnist --device tpu --cores all")
+    assert all_cores[-1].endswith("docker/tpu-vm/run.sh python recipes/mnist.py --device tpu --cores all")
     assert experiment(project, repo_root, "tpu-mnist-single")[-1].endswith(
-        "docker/tpu-vm/run.sh mnist --device tpu --cores 1"
+        "docker/tpu-vm/run.sh python recipes/mnist.py --device tpu --cores 1"
     )
 
 
@@ -269,7 +272,7 @@ def test_model_reaches_the_cifar_experiments_only(project):
 def test_cpu_ddp_cifar_is_a_make_target(project, repo_root):
     lines = experiment(project, repo_root, "cpu-ddp-cifar", "EPOCHS=1")
     assert lines[0] == ".venv/bin/envkit doctor --require cpu"
-    assert lines[-1].endswith("docker/cpu/run.sh cifar --device cpu --parallel ddp --epochs 1")
+    assert lines[-1].endswith("docker/cpu/run.sh python recipes/cifar.py --device cpu --parallel ddp --epochs 1")
 
 
 def test_multi_node_settings_reach_run_sh_quoted(project):
@@ -319,7 +322,7 @@ def test_on_submits_the_experiment_through_envkit_launch(project, repo_root):
     # The experiment's own arguments come from the table, the user's flags after them; the image (podman) mounts the dirs.
     assert "-v /d:/workspace/data -v /r:/workspace/results " in script
     assert "-e ENVKIT_DATA_DIR -e ENVKIT_RESULTS_DIR -e ENVKIT_DEVICE -e GLOO_SOCKET_IFNAME " in script
-    assert "/opt/envkit/recipes/cifar.py --device cuda --parallel ddp --epochs 1\n" in script
+    assert "recipes/cifar.py --device cuda --parallel ddp --epochs 1\n" in script
 
 
 def test_on_passes_only_what_was_set_quoted(project, repo_root):

@@ -71,7 +71,7 @@ def test_torch_tpu_image_builds_and_its_recipe_says_in_one_line_that_there_is_no
             [
                 *docker,
                 "python",
-                "/opt/envkit/recipes/mnist.py",
+                "recipes/mnist.py",
                 "--device",
                 "tpu",
                 "--dataset",

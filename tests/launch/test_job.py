@@ -62,9 +62,9 @@ def test_slurm_script_asks_for_what_the_issue_names():
 def test_single_host_experiment_runs_without_torchrun():
     job = make_job("gpu-dp-cifar", "slurm", nodes=1, gpus_per_node=4, options=EngineOptions(container="host"))
     wrapper = "python /srv/envkit/docker/cuda/envkit_run.py"  # the run wrapper beside run.sh writes the results
-    assert f"srun --ntasks-per-node=1 {wrapper} python /srv/envkit/recipes/cifar.py" in slurm.sbatch_script(job)
+    assert f"srun --ntasks-per-node=1 --chdir=/srv/envkit {wrapper} python recipes/cifar.py" in slurm.sbatch_script(job)
     in_image = slurm.sbatch_script(make_job("gpu-dp-cifar", "slurm", nodes=1, gpus_per_node=4))
-    assert " envkit-cuda:latest python /opt/envkit/envkit_run.py python /opt/envkit/recipes/cifar.py" in in_image
+    assert " envkit-cuda:latest python /opt/envkit/envkit_run.py python recipes/cifar.py" in in_image
 
 
 def test_slurm_runs_the_image_under_podman_by_default():

@@ -106,7 +106,7 @@ def test_manifests_carry_what_the_engines_need():
         "/opt/envkit/envkit_run.py",
         "torchrun",
     ]
-    assert container["command"][3] == "/opt/envkit/recipes/cifar.py"  # a bare torchrun: settings from PET_*
+    assert container["command"][3] == "recipes/cifar.py"  # a bare torchrun: settings from PET_*
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
     assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in master["volumes"]
     assert pytorchjob["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1

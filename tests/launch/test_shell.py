@@ -17,7 +17,7 @@ import yaml
 from launch_jobs import make_job
 
 from envkit.launch import hosts, kubernetes, skypilot, slurm, tpu_pod
-from envkit.launch.job import EngineOptions
+from envkit.launch.job import IMAGE_PROJECT, EngineOptions
 from envkit.launch.shell import line
 
 REGISTRY_IMAGE = "registry.example:5000/team/envkit-cuda:latest"
@@ -144,8 +144,9 @@ def test_slurm_script_passes_hostile_arguments_as_words(sandbox, container):
             "node1:29500",
             "--rdzv-id",
             "42",
-            str(sandbox["root"] / "recipes/cifar.py"),
+            "recipes/cifar.py",  # from the project's root (srun --chdir)
         ]
+        assert f"--chdir={sandbox['root']}" in script
 
 
 def test_hosts_commands_pass_hostile_arguments_as_words(sandbox):
@@ -156,7 +157,8 @@ def test_hosts_commands_pass_hostile_arguments_as_words(sandbox):
     recorded = run_bash(sandbox, "\n".join(line(*argv) for _, argv in plan.elsewhere))
     assert len(recorded) == 2 and seen_env(sandbox) == sandbox["evil"]
     assert all(
-        argv[:2] == ["run.sh", "cifar"] and tuple(argv[-len(sandbox["evil"]) - 2 : -2]) == sandbox["evil"]
+        argv[:3] == ["run.sh", "python", "recipes/cifar.py"]
+        and tuple(argv[-len(sandbox["evil"]) - 2 : -2]) == sandbox["evil"]
         for argv in recorded
     )
 
@@ -187,7 +189,8 @@ def test_skypilot_task_is_one_document_and_its_run_quotes_every_word(sandbox):
     assert len(documents) == 1
     assert documents[0].keys() == skypilot.task(make_job("gpu-ddp-cifar", "skypilot", gpus_per_node=4)).keys()
     assert tuple(documents[0]["envs"][f"EVIL_{index}"] for index in range(len(sandbox["evil"]))) == sandbox["evil"]
-    (torchrun,) = run_bash(sandbox, documents[0]["run"])
+    # The run starts in the image's project folder, which this host does not have.
+    (torchrun,) = run_bash(sandbox, documents[0]["run"].replace(f"cd {IMAGE_PROJECT}", f"cd {sandbox['tmp']}"))
     assert torchrun[:11] == [
         "torchrun",
         "--nnodes",

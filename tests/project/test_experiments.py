@@ -132,7 +132,7 @@ def test_experiment_dry_run_checks_builds_and_runs(repo_root, monkeypatch, capsy
     assert len(lines) == 2 + len(entry.runs)
     for line, run in zip(lines[2:], entry.runs):
         assert line.startswith("RESULTS_DIR=/r ") and line.endswith(
-            f"/run.sh {entry.recipe} {' '.join(run.argv)} --epochs 1"
+            f"/run.sh python recipes/{entry.recipe}.py {' '.join(run.argv)} --epochs 1"
         )
         assert run.args[: len(entry.args)] == entry.args and run.argv == (*run.args, *entry.defaults)
         if entry.named_runs:
@@ -260,7 +260,9 @@ def test_dry_run_anywhere_before_dashes_is_a_dry_run(repo_root, tmp_path, argv):
         [sys.executable, "-m", "envkit", *argv], cwd=repo_root, capture_output=True, text=True, env=env
     )
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.splitlines()[-1] == "ENVKIT_EXPERIMENT=cpu-mnist docker/cpu/run.sh mnist --device cpu" + (
+    assert done.stdout.splitlines()[
+        -1
+    ] == "ENVKIT_EXPERIMENT=cpu-mnist docker/cpu/run.sh python recipes/mnist.py --device cpu" + (
         " --epochs 1" if "--" in argv else ""
     )
 
@@ -310,7 +312,9 @@ def test_an_experiment_keeps_its_own_settings(repo_root, monkeypatch, capsys, ar
 def test_recipe_arguments_that_agree_with_the_experiment_pass(repo_root, monkeypatch, capsys):
     monkeypatch.chdir(repo_root)
     assert main(["experiment", "cpu-ddp-cifar", "--dry-run", "--", "--parallel", "ddp", "--epochs", "1"]) == 0
-    assert capsys.readouterr().out.endswith("run.sh cifar --device cpu --parallel ddp --parallel ddp --epochs 1\n")
+    assert capsys.readouterr().out.endswith(
+        "run.sh python recipes/cifar.py --device cpu --parallel ddp --parallel ddp --epochs 1\n"
+    )
 
 
 def test_an_experiment_needs_a_target_of_its_kind(tmp_path, monkeypatch, capsys):

@@ -192,7 +192,7 @@ def test_a_rocm_kind_from_data_and_a_fragment_alone(rocm_project):
     assert plan == [
         f"{sys.executable} -m envkit doctor --require rocm",
         f"{sys.executable} -m envkit build rocm",
-        "RESULTS_DIR=/r ENVKIT_EXPERIMENT=rocm-mnist docker/rocm/run.sh mnist --device cuda --epochs 1",
+        "RESULTS_DIR=/r ENVKIT_EXPERIMENT=rocm-mnist docker/rocm/run.sh python recipes/mnist.py --device cuda --epochs 1",
     ]
 
     # is reported by doctor, its device check from the data

@@ -202,7 +202,7 @@ def test_dependencies_come_before_recipes_and_certificates_before_https(repo_con
             dockerfile.index("python3 -m venv /opt/venv"),
             dockerfile.index("ARG PIP_NO_INDEX="),  # late: changing it keeps the OS layers cached
             dockerfile.index("pip install"),
-            dockerfile.index("COPY recipes/"),
+            dockerfile.index("COPY project/"),
             dockerfile.index("ARG ENVKIT_REVISION"),
         ]
         assert order == sorted(order), target
