@@ -2,14 +2,17 @@
 
 The notebook reads top to bottom: what it is (markdown from templates/notebook/),
 the runtime check, the environment (the lock, installed into a fresh virtual
-environment, or the runtime's own packages with --use-runtime), the recipe, the
-run, and the result (envkit's report and plot). A student reads the recipe: its
-file is a visible ``%%writefile`` cell. Every other file it embeds (the helper
-envkit/notebook/runtime.py, the lock, the modules the recipe imports, envkit's
-report) is in one collapsed cell, a zip archive whose sha256 that cell checks; each
-file is checked against its own sha256 before use. Collapsed means Colab's form
-view (``cellView: form`` and a ``# @title`` line) and ``jupyter.source_hidden``
-for Jupyter and Kaggle. The lock is in the notebook's metadata too
+environment, or the runtime's own packages with --use-runtime), the program, the
+run, and the result (envkit's report and plot). What runs is the experiment's program
+(Experiment.program) with its runs' arguments, from the project's root, through the run wrapper:
+a recipe experiment carries the recipe and the modules it imports (recipes/ at the scratch
+folder's top); a command experiment carries the project's files (under ``project/``, its root).
+A student reads the program: the recipe, or the command's script, is a visible ``%%writefile``
+cell. Every other file it embeds (the helper envkit/notebook/runtime.py, the run wrapper, the
+lock, the program's other files, envkit's report) is in one collapsed cell, a zip archive whose
+sha256 that cell checks; each file is checked against its own sha256 before use.
+Collapsed means Colab's form view (``cellView: form`` and a ``# @title`` line) and
+``jupyter.source_hidden`` for Jupyter and Kaggle. The lock is in the notebook's metadata too
 (``envkit.lock``), and its packages in a PEP 723 block, for uv and juv.
 
 Output is deterministic: cell ids come from the cells' roles, keys are sorted, no
@@ -23,9 +26,10 @@ import hashlib
 import io
 import pprint
 import re
+import shlex
 import zipfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from envkit import __version__
 from envkit.errors import EnvkitError
@@ -34,13 +38,16 @@ from envkit.notebook import embedded
 from envkit.notebook.runtime import EXPERIMENTS
 from envkit.project import NOTEBOOKS, kinds
 from envkit.project.config import ProjectConfig, Target
-from envkit.project.experiments import Experiment, excerpt
+from envkit.project.experiments import RECIPES, Experiment, excerpt
 from envkit.project.experiments import experiment as find_experiment
 from envkit.project.notebook_platforms import accelerator_of, load_platforms, refuse_too_few_devices
 from envkit.support import provenance
-from envkit.support.bounded_load import load_text
+from envkit.support.bounded_load import load_bytes
 
 WORK = "/tmp/envkit"
+# Where a command experiment's project files go in the scratch folder, and where its command runs from: a
+# folder of its own, so that no project file meets the notebook's own (venv/, results/, data/, report/, the lock).
+PROJECT = "project"
 PACKAGES = ("lock", "runtime")
 _CELL_ID = re.compile(r"[^A-Za-z0-9]+")
 
@@ -113,9 +120,10 @@ def render_notebook(
         raise EnvkitError(f"a notebook of target {target.name} needs a fresh lock: {status.line()}")
     lock = status.lock
     path = notebook_path(target.name, experiment.name, packages)
-    files = _embedded_files(config, experiment, lock)
+    files, tracked = _embedded_files(config, experiment, lock)
     rerender = rerender_command(target.name, experiment.name, packages)
     settings = _settings(target, experiment, platform, accelerator, files, packages, rerender)
+    shown = _shown_file(experiment, files["program"])
     context = {
         "experiment": experiment,
         "target": target,
@@ -125,7 +133,10 @@ def render_notebook(
         "packages": packages,
         "rerender": rerender,
         "commands": _commands(experiment),
-        "recipe_file_count": len(files["recipes"]),
+        "program_file_count": len(files["program"]),
+        "shown": shown,
+        "project": PROJECT,
+        "tracked": tracked,  # the project's files are git's list (False: a folder that is not a git work tree)
         "select": platform.how_to_select(accelerator),
         "lock": {
             "sha256": lock.sha256,
@@ -138,8 +149,9 @@ def render_notebook(
         "open_url": colab_url(config, path, "main") if committed and platform.name == "colab" else None,
     }
     markdown = _markdown(config, context)
-    recipe_file = {settings["recipe"]: files["recipes"][settings["recipe"]]}
-    packed = {path: entry for group in files.values() for path, entry in group.items() if path not in recipe_file}
+    shown_file = {shown: files["program"][shown]} if shown else {}
+    packed = {path: entry for group in files.values() for path, entry in group.items() if path not in shown_file}
+    carried = "the recipe's modules" if experiment.recipe else "the project's files"
     cells = [
         v4.new_markdown_cell(markdown["intro"], id="what-it-is"),
         _collapsed_cell(
@@ -152,7 +164,7 @@ def render_notebook(
             id="settings",
         ),
         _collapsed_cell(
-            f"envkit's files: its notebook helper and run wrapper, the lock, the recipe's modules, the report ({len(packed)} files)",
+            f"envkit's files: its notebook helper and run wrapper, the lock, {carried}, the report ({len(packed)} files)",
             _archive_cell(packed, rerender),
             id="files",
         ),
@@ -167,10 +179,10 @@ def render_notebook(
             id="environment",
         ),
         v4.new_markdown_cell(markdown["recipe"], id="recipe-md"),
-        *_file_cells(recipe_file),
-        v4.new_code_cell('nb.check_files(SETTINGS, "recipes")', id="recipe-check"),
+        *_file_cells(shown_file),
+        v4.new_code_cell('nb.check_files(SETTINGS, "program")', id="recipe-check"),
         v4.new_markdown_cell(markdown["run"], id="run-md"),
-        v4.new_code_cell("results = nb.run_recipe(SETTINGS, environment, runtime)", id="run"),
+        v4.new_code_cell("results = nb.run_program(SETTINGS, environment, runtime)", id="run"),
         v4.new_markdown_cell(markdown["result"], id="result-md"),
         # The results first: a report that cannot be drawn must not keep them in the runtime.
         v4.new_code_cell(
@@ -209,15 +221,17 @@ def render_notebook(
 
 
 def _runs(experiment: Experiment) -> list[dict]:
-    """The experiment's runs of its recipe, in order (E1: one; E3: four), each with its CPU-mode arguments."""
-    cpu_mode_args = load_platforms().cpu_mode_args
+    """The experiment's runs, in order (E1: one; E3: four), each with its CPU-mode arguments: a recipe's
+    accelerator options swapped for the CPU's; a command's own arguments unchanged (nothing is forced on it:
+    ENVKIT_DEVICE says cpu)."""
+    cpu_mode_args = load_platforms().cpu_mode_args if experiment.recipe else list
     return [
         {"summary": run.summary, "args": list(run.argv), "cpu_args": cpu_mode_args(run.argv)} for run in experiment.runs
     ]
 
 
 def _commands(experiment: Experiment) -> list[str]:
-    return [" ".join(["python", f"recipes/{experiment.recipe}.py", *run.argv]) for run in experiment.runs]
+    return [shlex.join([*experiment.program, *run.argv]) for run in experiment.runs]
 
 
 def _device_text(accelerator) -> str:
@@ -232,29 +246,63 @@ def _device_text(accelerator) -> str:
 
 def _embedded_files(
     config: ProjectConfig, experiment: Experiment, lock: LockFile
-) -> dict[str, dict[str, tuple[str, str]]]:
-    """group -> notebook path -> (sha256, text), for every file a %%writefile cell writes."""
+) -> tuple[dict[str, dict[str, tuple[str, bytes]]], bool]:
+    """group -> notebook path -> (sha256, bytes) of every file the notebook writes out, and whether the program's
+    files are git's list (a recipe's are found from its imports: True)."""
 
-    def entry(source: Path | str) -> tuple[str, str]:
-        text = source if isinstance(source, str) else load_text(source)
-        return hashlib.sha256(text.encode("utf-8")).hexdigest(), text
+    def entry(source: Path | str) -> tuple[str, bytes]:
+        data = source.encode("utf-8") if isinstance(source, str) else load_bytes(source)
+        return hashlib.sha256(data).hexdigest(), data
 
-    recipes = embedded.recipe_files(config.root / "recipes", experiment.recipe)
+    if experiment.recipe is not None:
+        recipes = config.root / RECIPES
+        program = {
+            f"{RECIPES}/{path.relative_to(recipes).as_posix()}": entry(path)
+            for path in embedded.recipe_files(recipes, experiment.recipe)
+        }
+        tracked = True
+    else:
+        paths, tracked = embedded.project_files(config)
+        program = {f"{PROJECT}/{path}": entry(config.root / path) for path in paths}
     # envkit's report is this envkit's own: its files relative to the folder holding the envkit package.
     package_parent = Path(embedded.__file__).resolve().parents[2]
     report = embedded.report_files(package_parent)
-    return {
+    files = {
         "helper": {
             embedded.HELPER_NAME: entry(embedded.HELPER),
             provenance.FILE_NAME: entry(Path(provenance.__file__)),
         },
-        "lock": {"requirements.lock": (lock.sha256, lock.text)},
-        "recipes": {f"recipes/{path.relative_to(config.root / 'recipes').as_posix()}": entry(path) for path in recipes},
+        "lock": {"requirements.lock": (lock.sha256, lock.text.encode("utf-8"))},
+        "program": program,
         "report": {
             **{f"report/{path.relative_to(package_parent).as_posix()}": entry(path) for path in report},
             f"report/{EXPERIMENTS}": entry(excerpt(config.path, experiment.name)),
         },
     }
+    return files, tracked
+
+
+def _shown_file(experiment: Experiment, program: dict[str, tuple[str, bytes]]) -> str | None:
+    """The program file a reader sees as a cell: the recipe, or the command's script where it is a project file
+    (python train.py: train.py); None when the command names none (python -m pkg). Only a file that %%writefile
+    writes back exactly: UTF-8 text that ends in a newline (IPython adds one to a cell), with no carriage return."""
+    if experiment.recipe is not None:
+        candidates = [f"{RECIPES}/{experiment.recipe}.py"]
+    else:
+        candidates = [f"{PROJECT}/{PurePosixPath(word).as_posix()}" for word in experiment.program]
+    for path in candidates:
+        data = program.get(path, (None, b""))[1]
+        if data.endswith(b"\n") and b"\r" not in data and _is_utf8(data):
+            return path
+    return None
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def runtime_settings(platform, accelerator) -> dict:
@@ -291,8 +339,12 @@ def _settings(target, experiment, platform, accelerator, files, packages, rerend
         "output": platform.output,
         "packages": packages,
         "lock": {"path": "requirements.lock", "python": target.python},
-        "recipe": f"recipes/{experiment.recipe}.py",
+        # What runs from the project's root (the scratch folder's top for a recipe, project/ for a command's
+        # files), each run's arguments after it; a leading python is the environment's interpreter.
+        "program": list(experiment.program),
+        "root": "." if experiment.recipe is not None else PROJECT,
         "env": run_env(kind, target),
+        "experiment_env": dict(experiment.env),  # the experiment's own variables, in CPU mode too
         "run_device": kind.device,  # ENVKIT_DEVICE, the CPU in CPU mode
         "wrapper": provenance.FILE_NAME,  # every run starts through it (envkit/support/provenance.py)
         "runs": _runs(experiment),
@@ -319,12 +371,13 @@ def _settings_cell(settings: dict) -> str:
     )
 
 
-def _file_cells(group: dict[str, tuple[str, str]]) -> list:
+def _file_cells(group: dict[str, tuple[str, bytes]]) -> list:
     from nbformat import v4
 
     # IPython's %%writefile writes the cell's body exactly: the file's bytes, which check_files compares.
     return [
-        v4.new_code_cell(f"%%writefile {path}\n{text}", id=_cell_id("file", path)) for path, (_, text) in group.items()
+        v4.new_code_cell(f"%%writefile {path}\n{data.decode('utf-8')}", id=_cell_id("file", path))
+        for path, (_, data) in group.items()
     ]
 
 
@@ -336,7 +389,7 @@ def _collapsed_cell(title: str, source: str, *, id: str):
     return v4.new_code_cell(f"# @title {title}\n{source}", id=id, metadata=metadata)
 
 
-def _archive(files: dict[str, tuple[str, str]]) -> bytes:
+def _archive(files: dict[str, tuple[str, bytes]]) -> bytes:
     """The files as a zip, the same bytes for the same files: stored (no compressor's version in
     the output), in path order, with a fixed time and mode."""
     buffer = io.BytesIO()
@@ -344,11 +397,11 @@ def _archive(files: dict[str, tuple[str, str]]) -> bytes:
         for path in sorted(files):
             info = zipfile.ZipInfo(path, date_time=(1980, 1, 1, 0, 0, 0))
             info.external_attr = 0o644 << 16
-            archive.writestr(info, files[path][1].encode("utf-8"))
+            archive.writestr(info, files[path][1])
     return buffer.getvalue()
 
 
-def _archive_cell(files: dict[str, tuple[str, str]], rerender: str) -> str:
+def _archive_cell(files: dict[str, tuple[str, bytes]], rerender: str) -> str:
     """Standard-library code that checks the archive's sha256 and unpacks it (the helper is in it)."""
     data = _archive(files)
     encoded = base64.b64encode(data).decode("ascii")

@@ -1,10 +1,12 @@
-"""The files a notebook carries, so that nothing is cloned: found from the imports themselves.
+"""The files a notebook carries, so that nothing is cloned.
 
 A recipe brings the sibling modules it imports (recipes/ is flat: ``import harness``);
 envkit's report brings the envkit modules it imports and the data files they name (as a
 quoted file name).
 Imports are read with ``ast`` (inside functions too), never executed, so a recipe that
 gains or loses a helper module changes its notebooks without anyone listing files.
+A command experiment brings the project's files (envkit.project.files: git's tracked list less
+.dockerignore's), each under a per-file cap: a notebook carries code, and downloads its data.
 """
 
 from __future__ import annotations
@@ -15,12 +17,24 @@ from functools import cache
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.project import NOTEBOOKS
+from envkit.render.output import DEFAULT_OUTPUT
 from envkit.support.bounded_load import Refused, load_text, read_text
 
 HELPER = Path(__file__).with_name("runtime.py")
 HELPER_NAME = "envkit_notebook.py"  # what the notebook imports it as
 # The report the notebook shows is envkit's own (`envkit report --reference` and its plot).
 REPORT_MODULES = ("envkit.runs.report", "envkit.runs.plot", "envkit.runs.results")
+# A project file a notebook embeds weighs at most this. Code and configuration weigh kilobytes; a file of
+# megabytes is data or weights, which a notebook downloads (into ENVKIT_DATA_DIR) rather than carries: the
+# notebook is one JSON document that Colab and Kaggle load whole in the browser, its files in base64 (a third
+# more), and every re-render of it is a commit of that size.
+FILE_CAP_BYTES = 2_000_000
+# What render writes (docker/, notebooks/: the locks and the committed notebooks) is made from envkit.yaml,
+# which the notebook carries with its own lock; and a committed notebook cannot carry itself.
+RENDERED = (DEFAULT_OUTPUT.as_posix(), NOTEBOOKS.as_posix())
+# Named in the refusal: enough to find the culprits, few enough for one line.
+OVER_CAP_NAMED = 3
 
 
 def _imported_names(root: Path, path: Path) -> frozenset[str]:
@@ -113,3 +127,25 @@ def _module_path(root: Path, name: str) -> Path | None:
         if candidate.is_file():
             return candidate
     return None  # a name imported from a module (a function, a class): its module is already listed
+
+
+def project_files(config) -> tuple[list[str], bool]:
+    """The project's files a command experiment's notebook carries (relative paths, sorted), and whether they
+    are git's tracked list (False: every file of a folder that is not a git work tree); one line naming the
+    files over FILE_CAP_BYTES, or (envkit.project.files) the largest when together they pass files_limit_mb."""
+    from envkit.project.files import project_files as listed
+
+    files = listed(config.root, config.files_limit_mb)
+    kept = [
+        (path, size) for path, size in zip(files.paths, files.sizes, strict=True) if path.split("/")[0] not in RENDERED
+    ]
+    over = sorted(((size, path) for path, size in kept if size > FILE_CAP_BYTES), reverse=True)
+    if over:
+        named = ", ".join(f"{path} ({size / 1e6:.1f} MB)" for size, path in over[:OVER_CAP_NAMED])
+        more = f" and {len(over) - OVER_CAP_NAMED} more" if len(over) > OVER_CAP_NAMED else ""
+        raise EnvkitError(
+            f"{named}{more}: over the {FILE_CAP_BYTES / 1e6:.0f} MB a notebook embeds per file; a notebook carries "
+            f"code, and data is downloaded in the notebook, never embedded: list it in .dockerignore (or untrack it) "
+            f"and have the program fetch it into ENVKIT_DATA_DIR"
+        )
+    return [path for path, _ in kept], files.tracked

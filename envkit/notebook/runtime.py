@@ -15,7 +15,8 @@ per step, each with the notebook's SETTINGS (rendered from envkit's data):
   hash-checked, on the lock's Python (uv provides it where the runtime has another;
   the platform's UV_* and PIP_* settings are left out); or ``runtime_environment``:
   the runtime's own packages, and how they differ from the lock;
-- ``run_recipe``: the recipe in that interpreter with live progress, then the
+- ``run_program``: the experiment's program (a recipe, or the project's command) from the
+  project's root in that environment, through the run wrapper, with live progress; then the
   notebook's provenance added to each results file;
 - ``offer``: the results file for download, or in the platform's output folder;
 - ``show_report``: envkit's own report table and plot of the results.
@@ -25,8 +26,8 @@ A failure is ``NotebookStop``: one line in the notebook, and "Run all" stops the
 CPU mode (what envkit's tests run): ENVKIT_NOTEBOOK_CPU names a wheelhouse holding
 a CPU lock (requirements.lock) and its wheels. The accelerator check then only
 records what it finds, the environment installs that lock offline from that
-wheelhouse on this kernel's Python, and the recipe runs on the CPU with the
-notebook's CPU arguments. ENVKIT_NOTEBOOK_WORK sets the scratch folder,
+wheelhouse on this kernel's Python, and the program runs on the CPU (ENVKIT_DEVICE=cpu;
+a recipe with the notebook's CPU arguments). ENVKIT_NOTEBOOK_WORK sets the scratch folder,
 ENVKIT_NOTEBOOK_OUTPUT the folder the results are offered in, and
 ENVKIT_NOTEBOOK_INSTALLER (uv or pip) the installer.
 """
@@ -39,6 +40,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -234,9 +236,9 @@ def lock_packages(lock: Path) -> dict[str, str]:
     return packages
 
 
-def _stream(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
+def _stream(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[int, str]:
     """Run ``argv`` with its output shown as it comes (progress bars included); (exit code, last line)."""
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     tail = b""
     while True:
         chunk = os.read(process.stdout.fileno(), 8192)
@@ -401,42 +403,60 @@ def runtime_environment(settings: dict) -> dict:
 # ---------------------------------------------------------------------------- the run
 
 
-def run_recipe(settings: dict, environment: dict, runtime: dict) -> list[Path]:
-    """Each of the experiment's runs of the recipe in the environment's interpreter, with live progress;
-    the results files they wrote."""
+def run_program(settings: dict, environment: dict, runtime: dict) -> list[Path]:
+    """Each of the experiment's runs of its program from the project's root, in the environment, through the
+    run wrapper, with live progress; the results files they wrote."""
     cpu = cpu_mode() is not None
     env = dict(os.environ)
+    # Absolute: the program runs from the project's root, which is not the scratch folder for a command.
+    python = os.path.abspath(environment["python"])  # not resolved: venv/bin/python is a link out of the venv
     if environment["packages"] == "lock":
         # -E -s: no PYTHONPATH, no user site (Colab and Kaggle set both): only the venv's packages.
         flags = ["-E", "-s", "-u"]
         env["ENVKIT_LOCK_SHA256"] = environment["lock_sha256"]
+        # A program that is not `python ...` (a shell script, torchrun) finds the venv's commands first, and the
+        # Pythons it starts get what -E -s give.
+        for name in ("PYTHONPATH", "PYTHONHOME"):
+            env.pop(name, None)
+        venv = Path(python).parent.parent
+        env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv), PYTHONNOUSERSITE="1")
     else:
         flags = ["-u"]
         env.pop("ENVKIT_LOCK_SHA256", None)
     if not cpu:
         env.update(settings["env"])
+    env.update(settings["experiment_env"])
     # Nothing is added to the command: its locations and device are variables, as run.sh gives them.
-    env.update(ENVKIT_DATA_DIR=str(DATA), ENVKIT_RESULTS_DIR=str(RESULTS))
+    env.update(ENVKIT_DATA_DIR=str(DATA.resolve()), ENVKIT_RESULTS_DIR=str(RESULTS.resolve()))
     env["ENVKIT_DEVICE"] = "cpu" if cpu else settings["run_device"]
     env["ENVKIT_EXPERIMENT"] = settings["experiment"]
-    RESULTS.mkdir(exist_ok=True)
+    root = Path(settings["root"])
+    for folder in (RESULTS, DATA, root):
+        folder.mkdir(exist_ok=True)
+    wrapper = os.path.abspath(settings["wrapper"])
     before = set(RESULTS.glob("*.json"))
     for number, run in enumerate(settings["runs"], 1):
         if len(settings["runs"]) > 1:
             print(f"run {number}/{len(settings['runs'])}: {run['summary']}", flush=True)
         args = run["cpu_args"] if cpu else run["args"]
-        command = [environment["python"], *flags, settings["recipe"], *args]
-        print("$ " + " ".join(command[0:1] + command[len(flags) + 1 :]), flush=True)
+        shown = shlex.join([*settings["program"], *args])
+        print(f"$ {shown}" + (f"   (in {root}/)" if settings["root"] != "." else ""), flush=True)
         # Through the run wrapper, as in an image: the record gains its exit status, wall time and argv.
-        argv = [environment["python"], *flags, settings["wrapper"], *command]
-        code, last = _stream(argv, env)
+        argv = [python, *flags, wrapper, *program_argv(settings["program"], python, flags), *args]
+        code, last = _stream(argv, env, root)
         if code != 0:
-            raise NotebookStop(f"the recipe failed (exit {code}): {last}")
+            raise NotebookStop(f"{shown} failed (exit {code}): {last}")
     written = sorted(set(RESULTS.glob("*.json")) - before)
     for path in written:
         record(path, settings, environment, runtime)
     print("results: " + ", ".join(str(path) for path in written))
     return written
+
+
+def program_argv(program: list[str], python: str, flags: list[str]) -> list[str]:
+    """The program's argv, a leading ``python`` (or ``python3``) as the environment's interpreter."""
+    head, *rest = program
+    return [python, *flags, *rest] if head in ("python", "python3") else list(program)
 
 
 def record(path: Path, settings: dict, environment: dict, runtime: dict) -> None:
@@ -454,7 +474,7 @@ def record(path: Path, settings: dict, environment: dict, runtime: dict) -> None
         "installer": environment["installer"],
         "lock_differences": environment["lock_differences"],
         "runtime": {"python": runtime["python"], "version": runtime["version"], "packages": runtime["packages"]},
-        "files": {**settings["files"]["helper"], **settings["files"]["lock"], **settings["files"]["recipes"]},
+        "files": {**settings["files"]["helper"], **settings["files"]["lock"], **settings["files"]["program"]},
     }
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(json.dumps(document, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
@@ -499,6 +519,7 @@ def show_report(settings: dict) -> None:
     """envkit's report of every result in ./results: the table (with the published numbers) and its plot."""
     sys.path.insert(0, str(REPORT.resolve()))
     try:
+        from envkit.errors import EnvkitError  # envkit's own one-line errors, from the embedded copy
         from envkit.runs.plot import write_plot
         from envkit.runs.report import build_report, render_report
         from envkit.runs.results import load_results
@@ -513,13 +534,16 @@ def show_report(settings: dict) -> None:
         for warning in warnings:
             print(f"warning: {warning}")
         report = build_report(results, reference=True, config=REPORT / EXPERIMENTS)
-        picture = RESULTS / "comparison.png"
-        write_plot(report, picture)
-    except Exception as exc:  # envkit's own one-line errors (EnvkitError), from the embedded copy
-        if type(exc).__name__ != "EnvkitError":
-            raise
+    except EnvkitError as exc:
         raise NotebookStop(str(exc)) from None
     from IPython.display import Image, Markdown, display
 
     display(Markdown(render_report(report, "md")))
+    picture = RESULTS / "comparison.png"
+    try:
+        write_plot(report, picture)
+    except EnvkitError as exc:
+        # The table is the comparison; a program that reports no per-epoch times has nothing to plot.
+        print(f"no plot: {exc}")
+        return
     display(Image(filename=str(picture)))

@@ -30,6 +30,7 @@ from pathlib import Path
 import jsonschema
 import nbformat
 import pytest
+from command_project import command_project
 from notebook_cpu import build_wheelhouse, execute
 from paths import DATA
 from xla_env import environment_missing
@@ -177,3 +178,26 @@ def test_two_notebooks_lesson_lock_and_runtime_are_two_environments(executed, tm
     assert main(["diff", str(tmp_path / "lock.json"), str(tmp_path / "runtime.json")]) == 1
     diff = capsys.readouterr().out
     assert f"torch: 2.13.0+cpu -> {torch_here['runtime']}" in diff and "python packages: " in diff
+
+
+def test_a_command_experiments_notebook_runs_the_projects_command(wheelhouse, tmp_path):
+    """A user's project (tests/command_project.py): its files unpacked under project/, its own script run from there
+    through the run wrapper in the lock's venv, its metrics in the results, and envkit's report of them."""
+    project = command_project(tmp_path / "project")
+    config = load_config(project / "envkit.yaml")
+    path = tmp_path / "gpu-train.ipynb"
+    path.write_text(builder.render_notebook(config, "gpu-train", "colab-t4").text)
+    notebook, _ = execute(path, wheelhouse, tmp_path / "work", tmp_path / "output")
+    assert all(not any(o.output_type == "error" for o in cell.get("outputs", [])) for cell in notebook.cells)
+    assert "$ python train.py --epochs 2   (in project/)\ntrained, loss 0.25" in outputs(notebook, "run")
+    seen = json.loads((tmp_path / "work" / "data" / "seen.json").read_text())
+    assert (seen["cwd"], seen["prefix"]) == (str(tmp_path / "work" / "project"), str(tmp_path / "work" / "venv"))
+    [result] = (tmp_path / "output" / "results").glob("*.json")
+    document = json.loads(result.read_text())
+    assert (document["run"]["experiment"], document["run"]["exit_status"]) == ("gpu-train", 0)
+    assert document["metrics"] == {"loss": 0.25} and document["notebook"]["cpu_mode"] is True
+    assert document["environment"]["lock_sha256"] == runtime.sha256_of(wheelhouse / "requirements.lock")
+    # envkit's report shows its table (what it compares of a command's runs is the report's: issue 25 §7)
+    result = next(cell for cell in notebook.cells if cell.id == "result")
+    shown = [output.data for output in result.outputs if output.output_type == "display_data"]
+    assert any("# envkit comparison report" in data.get("text/markdown", "") for data in shown)

@@ -1,0 +1,214 @@
+"""Notebooks of a project's command experiments (issue 25 §8): the project's files, its command, the run wrapper."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import nbformat
+import pytest
+from command_project import TRAIN, command_project, git
+
+from envkit.cli import main
+from envkit.notebook import builder, embedded, runtime
+from envkit.project.config import load_config
+from envkit.support import provenance
+
+
+def envkit(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture()
+def project(tmp_path) -> Path:
+    return command_project(tmp_path / "project")
+
+
+def settings_of(notebook: nbformat.NotebookNode) -> dict:
+    cell = ast.parse(next(cell for cell in notebook.cells if cell.id == "settings").source)
+    return ast.literal_eval(next(node.value for node in cell.body if isinstance(node, ast.Assign)))
+
+
+def render(project: Path, experiment: str = "gpu-train", target: str = "colab-t4") -> nbformat.NotebookNode:
+    text = builder.render_notebook(load_config(project / "envkit.yaml"), experiment, target).text
+    notebook = nbformat.reads(text, as_version=4)
+    nbformat.validate(notebook)
+    return notebook
+
+
+def test_it_carries_the_tracked_project_files_with_their_sha256_and_runs_the_command(project):
+    notebook = render(project)
+    settings = settings_of(notebook)
+    carried = settings["files"]["program"]
+    # git's list less .dockerignore's, less what render writes (docker/, notebooks/: one cannot carry itself)
+    assert {"project/train.py", "project/helper.py", "project/run.sh", "project/logo.png"} <= set(carried)
+    assert "project/envkit.yaml" in carried and "project/recipes/mnist.py" in carried
+    assert not [path for path in carried if path.startswith(("project/docker/", "project/notebooks/"))]
+    assert "project/data/ignored.csv" not in carried and "project/untracked.py" not in carried
+    for path, sha in carried.items():
+        assert hashlib.sha256((project / path.removeprefix("project/")).read_bytes()).hexdigest() == sha
+    assert (settings["program"], settings["root"]) == (["python", "train.py", "--epochs", "2"], "project")
+    assert settings["experiment_env"] == {"FLAVOUR": "notebook"}
+    # the user's flags only, in CPU mode too: nothing of envkit's recipes is forced on the command
+    assert [(run["args"], run["cpu_args"]) for run in settings["runs"]] == [([], [])]
+    # the command's script is the visible cell, byte for byte; the rest is in the archive
+    [shown] = [cell for cell in notebook.cells if cell.source.startswith("%%writefile ")]
+    assert shown.source == f"%%writefile project/train.py\n{TRAIN}"
+    assert "`python train.py --epochs 2`" in notebook.cells[0].source
+    assert "## 4. The program" in "".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
+    assert notebook.metadata.envkit.files["project/logo.png"] == carried["project/logo.png"]
+    assert next(c for c in notebook.cells if c.id == "run").source == (
+        "results = nb.run_program(SETTINGS, environment, runtime)"
+    )
+
+
+def test_a_command_without_a_script_shows_no_file_and_carries_them_all(project):
+    notebook = render(project, "gpu-shell")
+    assert settings_of(notebook)["program"] == ["sh", "run.sh"]
+    [shown] = [cell for cell in notebook.cells if cell.source.startswith("%%writefile ")]
+    assert shown.source.startswith("%%writefile project/run.sh\n")  # its script is the shell's
+    config = project / "envkit.yaml"
+    config.write_text(config.read_text().replace("command: [sh, run.sh]", "command: [python, -m, helper]"))
+    notebook = render(project, "gpu-shell")
+    assert not [cell for cell in notebook.cells if cell.source.startswith("%%writefile ")]
+    assert "project/helper.py" in settings_of(notebook)["files"]["program"]
+
+
+def test_a_file_over_the_cap_is_refused_in_one_line_naming_it(capsys, project, tmp_path, monkeypatch):
+    (project / "weights.bin").write_bytes(b"\0" * (embedded.FILE_CAP_BYTES + 1))
+    git(project, "add", "weights.bin")
+    monkeypatch.chdir(tmp_path)
+    argv = ["notebook", "gpu-train", "--target", "colab-t4", "--config", str(project / "envkit.yaml")]
+    code, out, err = envkit(capsys, *argv)
+    assert (code, out) == (2, "") and err.count("\n") == 1, err
+    assert err.startswith("envkit: error: weights.bin (2.0 MB): over the 2 MB a notebook embeds per file;")
+    assert "data is downloaded in the notebook, never embedded" in err
+    assert not list(tmp_path.glob("*.ipynb"))
+    # the whole set is capped by the project's files_limit_mb (envkit.project.files)
+    (project / "weights.bin").write_bytes(b"\0" * 1_500_000)
+    config = project / "envkit.yaml"
+    config.write_text("files_limit_mb: 1\n" + config.read_text())
+    code, out, err = envkit(capsys, *argv)
+    assert code == 2 and err.count("\n") == 1 and "over the 1 MB limit for an image or a notebook" in err, err
+    # the recipe experiments carry their recipe's modules, as before: the project's files are not theirs
+    assert envkit(capsys, "notebook", "gpu-mnist", "--target", "colab-t4", "--config", str(config))[0] == 0
+
+
+def unpack(notebook: nbformat.NotebookNode, work: Path, monkeypatch) -> dict:
+    """The notebook's settings cell and files cell run in ``work``, its %%writefile cells written."""
+    monkeypatch.setenv("ENVKIT_NOTEBOOK_WORK", str(work))
+    namespace: dict = {}
+    for cell in notebook.cells:
+        if cell.id in ("settings", "files"):
+            exec(cell.source, namespace)  # standard library only; the settings cell moves into work
+        elif cell.source.startswith("%%writefile "):
+            head, body = cell.source.split("\n", 1)
+            (work / head.split()[1]).write_text(body)
+    return namespace["SETTINGS"]
+
+
+@pytest.mark.parametrize("packages", ["runtime", "lock"])
+def test_the_command_runs_from_the_projects_root_through_the_run_wrapper(project, tmp_path, monkeypatch, packages):
+    work = tmp_path / "work"
+    monkeypatch.chdir(tmp_path)
+    settings = unpack(render(project), work, monkeypatch)
+    for group in ("helper", "program"):
+        runtime.check_files(settings, group)
+    monkeypatch.setenv(runtime.CPU_MODE, str(tmp_path))
+    if packages == "lock":  # a venv of this interpreter stands in for the lock's: the command must get its Python
+        venv.create(work / "venv", system_site_packages=True)
+        python = str(work / "venv" / "bin" / "python")
+    else:
+        python = sys.executable
+    environment = {
+        "python": python,
+        "packages": packages,
+        "lock_sha256": "0" * 64,
+        "installer": None,
+        "lock_differences": None,
+    }
+    found = {"found": "no accelerator (CPU only)", "python": "3", "version": {}, "packages": {}}
+    [path] = runtime.run_program(settings, environment, found)
+    seen = json.loads((work / "data" / "seen.json").read_text())
+    assert seen["cwd"] == str(work / "project") and seen["argv"] == ["--epochs", "2"]
+    assert seen["flavour"] == "notebook"  # the experiment's env
+    assert (seen["ENVKIT_DATA_DIR"], seen["ENVKIT_RESULTS_DIR"]) == (str(work / "data"), str(work / "results"))
+    assert (seen["ENVKIT_DEVICE"], seen["ENVKIT_EXPERIMENT"]) == ("cpu", "gpu-train")
+    assert seen["ENVKIT_METRICS_DIR"].startswith(str(work / "results" / "gpu-train-"))
+    if packages == "lock":
+        assert seen["prefix"] == str(work / "venv")
+    record = json.loads(path.read_text())
+    assert path.resolve().parent == work / "results"
+    assert (record["run"]["experiment"], record["run"]["exit_status"], record["metrics"]) == (
+        "gpu-train",
+        0,
+        {"loss": 0.25},
+    )
+    assert record["notebook"]["files"]["project/train.py"] == settings["files"]["program"]["project/train.py"]
+    assert record["notebook"]["files"][provenance.FILE_NAME] == settings["files"]["helper"][provenance.FILE_NAME]
+
+
+def test_a_program_that_is_not_python_finds_the_venvs_python_first(project, tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    monkeypatch.chdir(tmp_path)
+    settings = unpack(render(project, "gpu-shell"), work, monkeypatch)
+    monkeypatch.setenv(runtime.CPU_MODE, str(tmp_path))
+    venv.create(work / "venv", system_site_packages=True)
+    environment = {"python": "venv/bin/python", "packages": "lock", "lock_sha256": "0" * 64}
+    environment |= {"installer": None, "lock_differences": None}
+    runtime.run_program(settings, environment, {"found": "", "python": "3", "version": {}, "packages": {}})
+    assert (work / "data" / "prefix").read_text().strip() == str(work / "venv")
+
+
+def test_a_failed_command_stops_the_notebook_in_one_line_and_keeps_its_record(project, tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    monkeypatch.chdir(tmp_path)
+    settings = unpack(render(project), work, monkeypatch)
+    monkeypatch.setenv(runtime.CPU_MODE, str(tmp_path))
+    monkeypatch.setenv("FAIL", "3")
+    environment = {"python": sys.executable, "packages": "runtime", "lock_sha256": "0" * 64}
+    environment |= {"installer": None, "lock_differences": None}
+    with pytest.raises(
+        runtime.NotebookStop, match=r"^python train.py --epochs 2 failed \(exit 3\): trained, loss 0.25$"
+    ):
+        runtime.run_program(settings, environment, {"found": "", "python": "3", "version": {}, "packages": {}})
+    [path] = (work / "results").glob("*.json")
+    assert json.loads(path.read_text())["run"]["exit_status"] == 3
+
+
+def test_an_edited_project_file_is_one_line_naming_the_rerender(project, tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    monkeypatch.chdir(tmp_path)
+    settings = unpack(render(project), work, monkeypatch)
+    (work / "project" / "helper.py").write_text("LOSS = 0.0\n")
+    with pytest.raises(runtime.NotebookStop, match="^project/helper.py changed since this notebook was rendered"):
+        runtime.check_files(settings, "program")
+
+
+def test_kaggle_launch_dry_run_of_a_command_experiment(capsys, project, tmp_path, monkeypatch):
+    monkeypatch.setenv("KAGGLE_USERNAME", "student")
+    code, out, err = envkit(
+        capsys,
+        "launch",
+        "tpu-train",
+        "--on",
+        "kaggle",
+        "--dry-run",
+        "--config",
+        str(project / "envkit.yaml"),
+        "--output",
+        str(tmp_path / "jobs"),
+    )
+    assert code == 0, err
+    assert '"machine_shape": "TpuV5E8"' in out and "tpu-train.ipynb (envkit notebook, " in out
+    assert "kaggle kernels push -p " in out
+    written = tmp_path / "jobs" / "envkit-tpu-train" / "tpu-train.ipynb"  # for a push by hand
+    settings = settings_of(nbformat.read(written, as_version=4))
+    assert (settings["program"], settings["platform"]) == (["python", "train.py"], "kaggle")
