@@ -27,8 +27,10 @@ import io
 import pprint
 import re
 import shlex
+import subprocess
 import zipfile
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path, PurePosixPath
 
 from envkit import __version__
@@ -91,14 +93,28 @@ def fitting_experiment(config: ProjectConfig, target: Target, name: str) -> Expe
 
 
 def colab_url(config: ProjectConfig, path: Path, revision: str) -> str | None:
-    """'Open in Colab' for a notebook committed at ``revision`` of the project's GitHub repository."""
+    """'Open in Colab' for a notebook committed at ``revision`` of the project's GitHub repository; ``path`` is
+    relative to the project's root, which may be a folder of the repository: the link names it from the top."""
     from envkit.project.notebook_platforms import platform
 
     match = re.match(r"^https://github\.com/([^/]+/[^/]+?)(\.git)?/?$", config.source or "")
     url = platform("colab").open_url
     if match is None or url is None:
         return None
-    return url.format(repository=match.group(1), revision=revision, path=path.as_posix())
+    in_repository = repository_prefix(config.root) / path.as_posix()
+    return url.format(repository=match.group(1), revision=revision, path=in_repository.as_posix())
+
+
+@cache
+def repository_prefix(root: Path) -> PurePosixPath:
+    """The project's folder within its git repository (empty at its top, or where git knows no repository)."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--show-prefix"], cwd=root, capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return PurePosixPath()
+    return PurePosixPath(done.stdout.strip()) if done.returncode == 0 else PurePosixPath()
 
 
 def render_notebook(

@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from command_project import TRAIN, command_project, git
+from project_copy import copy_project
 
 from envkit.cli import main
 from envkit.notebook import builder, embedded, runtime
@@ -212,3 +213,20 @@ def test_kaggle_launch_dry_run_of_a_command_experiment(capsys, project, tmp_path
     written = tmp_path / "jobs" / "envkit-tpu-train" / "tpu-train.ipynb"  # for a push by hand
     settings = settings_of(nbformat.read(written, as_version=4))
     assert (settings["program"], settings["platform"]) == (["python", "train.py"], "kaggle")
+
+
+def test_colab_link_names_the_path_from_the_repositorys_top(capsys, tmp_path):
+    """The config in a subfolder of its repository: the link named notebooks/... from the project's folder."""
+    repository = tmp_path / "repository"
+    project = copy_project(repository / "sub" / "dir")
+    git(repository, "init", "-q", "-b", "main")
+    git(repository, "add", "-A")
+    git(repository, "commit", "-q", "-m", "project in a subfolder")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repository, capture_output=True, text=True, check=True)
+    argv = ["notebook", "gpu-mnist", "--target", "colab-t4", "--colab-link", "--config", str(project / "envkit.yaml")]
+    code, out, err = envkit(capsys, *argv)
+    assert (code, err) == (0, "")
+    assert out == (
+        f"https://colab.research.google.com/github/envkit/envkit/blob/{head.stdout.strip()}/"
+        "sub/dir/notebooks/colab-t4/gpu-mnist.ipynb\n"
+    )
