@@ -37,6 +37,10 @@ EXPERIMENTS = """experiments:
     summary: a shell script that starts Python itself
     kind: cuda
     command: [sh, run.sh]
+  gpu-script:
+    summary: an executable script of the project's
+    kind: cuda
+    command: [./run.sh]
   tpu-train:
     summary: train.py on a TPU
     kind: tpu-vm
@@ -56,7 +60,8 @@ def command_project(root: Path) -> Path:
     config.write_text(config.read_text().replace("experiments:\n", EXPERIMENTS, 1))
     (root / "train.py").write_text(TRAIN)
     (root / "helper.py").write_text("LOSS = 0.25\n")
-    (root / "run.sh").write_text('python -c "import sys; print(sys.prefix)" > "$ENVKIT_DATA_DIR/prefix"\n')
+    (root / "run.sh").write_text('#!/bin/sh\npython -c "import sys; print(sys.prefix)" > "$ENVKIT_DATA_DIR/prefix"\n')
+    (root / "run.sh").chmod(0o755)
     (root / "logo.png").write_bytes(bytes(range(256)) * 4)  # not text: carried in the archive as it is
     (root / "data").mkdir()
     (root / "data" / "ignored.csv").write_text("x\n1\n")

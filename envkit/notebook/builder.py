@@ -136,9 +136,10 @@ def render_notebook(
         raise EnvkitError(f"a notebook of target {target.name} needs a fresh lock: {status.line()}")
     lock = status.lock
     path = notebook_path(target.name, experiment.name, packages)
-    files, tracked = _embedded_files(config, experiment, lock)
+    files, tracked, executable = _embedded_files(config, experiment, lock)
     rerender = rerender_command(target.name, experiment.name, packages)
     settings = _settings(target, experiment, platform, accelerator, files, packages, rerender)
+    settings["executable"] = executable
     shown = _shown_file(experiment, files["program"])
     context = {
         "experiment": experiment,
@@ -262,9 +263,10 @@ def _device_text(accelerator) -> str:
 
 def _embedded_files(
     config: ProjectConfig, experiment: Experiment, lock: LockFile
-) -> tuple[dict[str, dict[str, tuple[str, bytes]]], bool]:
-    """group -> notebook path -> (sha256, bytes) of every file the notebook writes out, and whether the program's
-    files are git's list (a recipe's are found from its imports: True)."""
+) -> tuple[dict[str, dict[str, tuple[str, bytes]]], bool, list[str]]:
+    """group -> notebook path -> (sha256, bytes) of every file the notebook writes out; whether the program's
+    files are git's list (a recipe's are found from its imports: True); and which of them are executable
+    (a command may be a script of the project's, ./run.sh, and an archive unpacks without modes)."""
 
     def entry(source: Path | str) -> tuple[str, bytes]:
         data = source.encode("utf-8") if isinstance(source, str) else load_bytes(source)
@@ -276,10 +278,11 @@ def _embedded_files(
             f"{RECIPES}/{path.relative_to(recipes).as_posix()}": entry(path)
             for path in embedded.recipe_files(recipes, experiment.recipe)
         }
-        tracked = True
+        tracked, executable = True, []
     else:
         paths, tracked = embedded.project_files(config)
         program = {f"{PROJECT}/{path}": entry(config.root / path) for path in paths}
+        executable = [f"{PROJECT}/{path}" for path in paths if (config.root / path).stat().st_mode & 0o111]
     # envkit's report is this envkit's own: its files relative to the folder holding the envkit package.
     package_parent = Path(embedded.__file__).resolve().parents[2]
     report = embedded.report_files(package_parent)
@@ -295,7 +298,7 @@ def _embedded_files(
             f"report/{EXPERIMENTS}": entry(excerpt(config.path, experiment.name)),
         },
     }
-    return files, tracked
+    return files, tracked, executable
 
 
 def _shown_file(experiment: Experiment, program: dict[str, tuple[str, bytes]]) -> str | None:

@@ -433,6 +433,8 @@ def run_program(settings: dict, environment: dict, runtime: dict) -> list[Path]:
     root = Path(settings["root"])
     for folder in (RESULTS, DATA, root):
         folder.mkdir(exist_ok=True)
+    for path in settings["executable"]:  # the archive unpacked them without their modes
+        Path(path).chmod(0o755)
     wrapper = os.path.abspath(settings["wrapper"])
     before = set(RESULTS.glob("*.json"))
     for number, run in enumerate(settings["runs"], 1):

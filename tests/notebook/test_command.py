@@ -156,10 +156,12 @@ def test_the_command_runs_from_the_projects_root_through_the_run_wrapper(project
     assert record["notebook"]["files"][provenance.FILE_NAME] == settings["files"]["helper"][provenance.FILE_NAME]
 
 
-def test_a_program_that_is_not_python_finds_the_venvs_python_first(project, tmp_path, monkeypatch):
+@pytest.mark.parametrize("experiment", ["gpu-shell", "gpu-script"])
+def test_a_program_that_is_not_python_finds_the_venvs_python_first(project, tmp_path, monkeypatch, experiment):
     work = tmp_path / "work"
     monkeypatch.chdir(tmp_path)
-    settings = unpack(render(project, "gpu-shell"), work, monkeypatch)
+    settings = unpack(render(project, experiment), work, monkeypatch)
+    assert settings["executable"] == ["project/run.sh"]  # ./run.sh runs as it is, once its mode is back
     monkeypatch.setenv(runtime.CPU_MODE, str(tmp_path))
     venv.create(work / "venv", system_site_packages=True)
     environment = {"python": "venv/bin/python", "packages": "lock", "lock_sha256": "0" * 64}
