@@ -180,7 +180,7 @@ def test_two_notebooks_lesson_lock_and_runtime_are_two_environments(executed, tm
     assert f"torch: 2.13.0+cpu -> {torch_here['runtime']}" in diff and "python packages: " in diff
 
 
-def test_a_command_experiments_notebook_runs_the_projects_command(wheelhouse, tmp_path):
+def test_a_command_experiments_notebook_runs_the_projects_command(wheelhouse, tmp_path, repo_root):
     """A user's project (tests/command_project.py): its files unpacked under project/, its own script run from there
     through the run wrapper in the lock's venv, its metrics in the results, and envkit's report of them."""
     project = command_project(tmp_path / "project")
@@ -194,10 +194,13 @@ def test_a_command_experiments_notebook_runs_the_projects_command(wheelhouse, tm
     assert (seen["cwd"], seen["prefix"]) == (str(tmp_path / "work" / "project"), str(tmp_path / "work" / "venv"))
     [result] = (tmp_path / "output" / "results").glob("*.json")
     document = json.loads(result.read_text())
+    jsonschema.validate(document, json.loads((repo_root / "envkit" / "data" / "results.schema.json").read_text()))
     assert (document["run"]["experiment"], document["run"]["exit_status"]) == ("gpu-train", 0)
     assert document["metrics"] == {"loss": 0.25} and document["notebook"]["cpu_mode"] is True
     assert document["environment"]["lock_sha256"] == runtime.sha256_of(wheelhouse / "requirements.lock")
-    # envkit's report shows its table (what it compares of a command's runs is the report's: issue 25 §7)
+    # envkit's report of the run: its experiment's table, with the metric the program wrote
     result = next(cell for cell in notebook.cells if cell.id == "result")
-    shown = [output.data for output in result.outputs if output.output_type == "display_data"]
-    assert any("# envkit comparison report" in data.get("text/markdown", "") for data in shown)
+    [table] = [
+        o.data["text/markdown"] for o in result.outputs if o.output_type == "display_data" and "text/markdown" in o.data
+    ]
+    assert "# envkit comparison report" in table and "gpu-train" in table and "loss" in table, table
