@@ -23,6 +23,7 @@ def register(subparsers) -> None:
 
 def cmd_init(args: argparse.Namespace) -> int:
     from envkit.errors import EnvkitError
+    from envkit.project.files import in_work_tree
     from envkit.project.scaffold import MAKE_INCLUDE, scaffold
     from envkit.render.target_files import packaged_templates
     from envkit.support.atomic import write_text_atomic
@@ -52,9 +53,10 @@ def cmd_init(args: argparse.Namespace) -> int:
             'envkit: no entry script (a top-level *.py with if __name__ == "__main__"): add experiments to envkit.yaml',
             file=sys.stderr,
         )
-    if not (root / ".git").exists():
+    if not in_work_tree(root):
         print(
-            "envkit: not a git repository: images hold the project's tracked files; run git init and commit",
+            "envkit: not a git repository: its images and notebooks will hold every file here less .dockerignore; "
+            "in a git repository, only the files git tracks (git init, then commit)",
             file=sys.stderr,
         )
     print("next: envkit lock --all && envkit render --all && make help", file=sys.stderr)

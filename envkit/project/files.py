@@ -55,15 +55,20 @@ def _ignore_patterns(root: Path) -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
-def _tracked(root: Path) -> list[str] | None:
-    """git's tracked paths under ``root`` (relative to it), or None when ``root`` is in no work tree."""
+def in_work_tree(root: Path) -> bool:
+    """Whether ``root`` is in a git work tree (its own or a parent's); False where git is not installed."""
     try:
         inside = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"], capture_output=True, text=True, check=False
         )
     except OSError:
-        return None  # no git on this machine: the folder is listed instead, and the caller says so
-    if inside.stdout.strip() != "true":
+        return False  # no git on this machine: the folder is listed instead, and the caller says so
+    return inside.stdout.strip() == "true"
+
+
+def _tracked(root: Path) -> list[str] | None:
+    """git's tracked paths under ``root`` (relative to it), or None when ``root`` is in no work tree."""
+    if not in_work_tree(root):
         return None
     listed = subprocess.run(
         ["git", "-C", str(root), "ls-files", "-z", "--cached", "--full-name", "--", "."],
