@@ -6,6 +6,7 @@ that envkit's path, and nothing is edited in its site-packages.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -90,3 +91,86 @@ def test_a_users_repository_from_init_to_its_locks_and_render(tool, tmp_path):
     assert listed.stdout.split() == ["cpu-train", "gpu-train", "tpu-train"]
     planned = run(["make", "-s", "gpu-train", f"ENVKIT={envkit}", "DRY_RUN=1"], project)
     assert planned.returncode == 0 and "experiment gpu-train" in planned.stdout, planned.stderr
+
+
+# A cpu target the engine can build here: torch 2.13.0's CPU build from a local stand-in for PyTorch's index
+# (the only torch this machine has offline), on the debootstrap'd base, as CI's own cpu image is built. The user's
+# requirements (torch>=2.9, tabulate) resolve into its lock as into every other target's.
+LOCAL_TARGET = {"kind": "cpu", "torch": "2.13.0", "python": "3.11", "torchvision": False, "platforms": ["linux/amd64"]}
+LOCAL_EXPERIMENT = {
+    "summary": "train.py on the local cpu target",
+    "target": "cpu-local",
+    "command": ["python", "train.py"],
+}
+
+
+@pytest.mark.slow
+def test_a_users_experiment_runs_in_its_image_and_on_a_host_lock_then_reports_and_launches(
+    tool, tmp_path, client, base_image
+):
+    import offline_lock
+    import yaml
+    from docker_engine import HOST_CA_BUNDLE
+
+    project = tmp_path / "mine"
+    shutil.copytree(EXAMPLE, project)
+    (project / "data").mkdir()
+    (project / "data" / "points.bin").write_bytes(b"\0" * 1024)  # untracked data: never in the image
+    for argv in (
+        ["init", "-q"],
+        ["add", "-A", ":!data"],
+        ["-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "mine"],
+    ):
+        assert run(["git", *argv], project).returncode == 0
+    envkit = str(tool)
+    assert run([envkit, "init"], project).returncode == 0
+    config = yaml.safe_load((project / "envkit.yaml").read_text())
+    config["targets"]["cpu-local"] = LOCAL_TARGET
+    config["experiments"]["local-train"] = {**LOCAL_EXPERIMENT, "args": ["--epochs", "2"]}
+    (project / "envkit.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    index = offline_lock.torch_index(tmp_path / "torch-index")
+    no_engine = {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}  # the lock must not ask a registry for the base
+    locked = run([envkit, "lock", "--target", "cpu-local", "--torch-index-url", index], project, 1800, **no_engine)
+    assert locked.returncode == 0, locked.stderr
+    lock = project / "docker" / "cpu-local" / "requirements.lock"
+    assert "tabulate==0.9.0" in lock.read_text() and "torch==2.13.0" in lock.read_text()
+    assert run([envkit, "render", "--all"], project).returncode == 0
+    wheels = offline_lock.fill_wheelhouse(lock, tmp_path / "wheels")
+
+    # The image: its build, then the run through run.sh and the run wrapper, from the project's root in the image.
+    trust = ["--ca-cert", str(HOST_CA_BUNDLE)] if HOST_CA_BUNDLE.is_file() else []
+    results = tmp_path / "results"
+    build = ["--base-image", base_image, "--wheelhouse", str(wheels), *trust]
+    done = run([envkit, "experiment", "local-train", "--results-dir", str(results), *build], project, 1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "device=cpu" in done.stdout + done.stderr
+    (record,) = [json.loads(path.read_text()) for path in results.glob("*.json")]
+    assert record["run"]["experiment"] == "local-train" and record["run"]["exit_status"] == 0
+    assert record["run"]["argv"] == ["python", "train.py", "--epochs", "2"]
+    assert record["environment"]["image_id"].startswith("sha256:") and record["environment"]["lock_sha256"]
+    image = client.images.get("envkit-cpu-local:latest")
+    listed = client.containers.run(image, ["find", ".", "-type", "f"], remove=True).decode().split()
+    assert sorted(listed) == ["./README.md", "./requirements.txt", "./train.py"]  # git's files; data/ stayed out
+
+    # A host run on the same lock: its venv, then the command from the project's root through the wrapper.
+    venv = run([envkit, "venv", "cpu-local", "--torch-index-url", index], project, 1800)
+    assert venv.returncode == 0, venv.stderr[-2000:]
+    host = project / ".venv-cpu-local" / "bin" / "python"
+    done = run([envkit, "experiment", "local-train", "--python", str(host), "--results-dir", str(results)], project)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(path.read_text()) for path in results.glob("*.json")]
+    assert len(records) == 2 and len({r["environment"]["lock_sha256"] for r in records}) == 1
+
+    # The report compares the two runs of the experiment; every engine plans its launch.
+    report = run([envkit, "report", str(results)], project)
+    assert report.returncode == 0 and "local-train" in report.stdout, report.stderr
+    for engine, name, extra in [
+        ("hosts", "gpu-train", []),
+        ("slurm", "gpu-train", []),
+        ("pytorchjob", "gpu-train", []),
+        ("skypilot", "gpu-train", []),
+        ("tpu-pod", "tpu-train", ["--tpu", "my-tpu", "--zone", "us-central2-b"]),
+    ]:
+        planned = run([envkit, "launch", name, "--on", engine, "--dry-run", *extra], project)
+        assert planned.returncode == 0, (engine, planned.stderr)
+        assert "None" not in planned.stdout and "train.py" in planned.stdout, (engine, planned.stdout)
