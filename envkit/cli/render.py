@@ -228,6 +228,17 @@ def _render(config_path: Path, selection: str):
     return names, files
 
 
+def _project_inputs(config) -> list[Path]:
+    from envkit.project.files import IGNORE_FILE, git_index, project_files
+
+    files = project_files(config.root, config.files_limit_mb)
+    return [
+        *(files.root / name for name in files.paths),
+        config.root / IGNORE_FILE,
+        *filter(None, [git_index(config.root)]),
+    ]
+
+
 def _notebooks(config_path: Path, selection: str):
     """The notebook targets' committed notebooks, remembered like the image targets' files."""
     from envkit.render import memo
@@ -246,7 +257,10 @@ def _notebooks(config_path: Path, selection: str):
     config = load_config(config_path)
     names = [name for name in _selected(config, selection) if name not in config.images]
     files = committed.render(config, names)
-    # What a notebook embeds beyond envkit's own code (which the memo hashes anyway): the recipes and the locks.
+    # What a notebook embeds beyond envkit's own code (which the memo hashes anyway): the recipes, the locks,
+    # and for a command experiment the project's files, with git's index (a file tracked since) and .dockerignore.
+    listed = {experiment for name in names for experiment in config.targets[name].notebooks}
+    commands = any(config.experiments[experiment].command is not None for experiment in listed)
     read = [
         config.path,
         table_path(config.path),
@@ -254,6 +268,7 @@ def _notebooks(config_path: Path, selection: str):
         *template_files(config.root),
         *(path for path in (config.root / "recipes").rglob("*.py")),
         *(lock_path(config, name) for name in names),
+        *(_project_inputs(config) if commands else ()),
     ]
     memo.remember(config_path, key, names, files, read)
     return names, files

@@ -66,6 +66,19 @@ def in_work_tree(root: Path) -> bool:
     return inside.stdout.strip() == "true"
 
 
+def git_index(root: Path) -> Path | None:
+    """The index of the work tree ``root`` is in (it changes when a file is tracked or untracked), if any."""
+    if not in_work_tree(root):
+        return None
+    found = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--path-format=absolute", "--git-path", "index"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return Path(found.stdout.strip()) if found.returncode == 0 and found.stdout.strip() else None
+
+
 def _tracked(root: Path) -> list[str] | None:
     """git's tracked paths under ``root`` (relative to it), or None when ``root`` is in no work tree."""
     if not in_work_tree(root):

@@ -177,3 +177,22 @@ def test_an_absent_file_is_absent_only_while_nothing_stands_at_its_path(tmp_path
     else:
         lock.symlink_to("gone.lock" if in_its_place == "dangling symlink" else lock.name)
     assert memo.recall(tmp_path / "envkit.yaml", "--all") is None
+
+
+def test_a_command_experiments_notebook_is_stale_once_a_project_file_changes_or_is_tracked(tmp_path, monkeypatch):
+    from command_project import command_project, git
+
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
+    project = command_project(tmp_path / "mine")
+    config = project / "envkit.yaml"
+    config.write_text(config.read_text().replace("notebooks: [gpu-mnist]", "notebooks: [gpu-mnist, gpu-train]", 1))
+    git(project, "commit", "-qam", "the notebook of gpu-train is committed")
+    assert render(project, "--all")[0].returncode == 0
+    assert render(project, "--all", "--check")[0].returncode == 0  # remembered
+    (project / "helper.py").write_text("LOSS = 0.5\n")
+    assert render(project, "--all", "--check")[0].returncode == 1
+    assert render(project, "--all")[0].returncode == 0
+    (project / "extra.py").write_text("X = 1\n")
+    assert render(project, "--all", "--check")[0].returncode == 0  # untracked: not the notebook's
+    git(project, "add", "extra.py")
+    assert render(project, "--all", "--check")[0].returncode == 1
