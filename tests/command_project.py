@@ -1,6 +1,6 @@
 """A user's project with command experiments (issue 25 §8), on this repository's project: its locks are fresh.
 
-tests/notebook/test_command.py renders and runs its notebooks' steps; tests/integration/test_notebook_execute.py
+tests/notebook/test_builder_commands.py renders and runs its notebooks' steps; tests/integration/test_notebook_execute.py
 executes one in CPU mode.
 """
 
