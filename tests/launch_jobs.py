@@ -20,6 +20,22 @@ OUTPUT = Path("jobs")
 # What envkit launch passes once the image was pushed (envkit push's record) or saved (envkit save's manifest).
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 IMAGE_ID = "sha256:" + "fedcba9876543210" * 4
+# The seed cifar recipe on a few generated images: a real DDP run in seconds (the Slurm tests).
+FAKE_DATA = (
+    "--dataset",
+    "fake",
+    "--epochs",
+    "1",
+    "--image-size",
+    "32",
+    "--global-batch",
+    "16",
+    "--fake-train-size",
+    "64",
+    "--fake-test-size",
+    "32",
+    "--quiet",
+)
 
 
 def make_job(

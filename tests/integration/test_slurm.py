@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from cifar_files import TRAINING, data_dir, only_results  # noqa: F401 - data_dir is a fixture
 from docker_engine import base_image, build_committed, client, envkit, manifest_digest, registry  # noqa: F401 - fixtures too
+from launch_jobs import FAKE_DATA
 from multihost import (  # noqa: F401 - two_node_slurm is a fixture
     NODE_INTERFACE,
     SlurmCluster,
@@ -96,22 +97,6 @@ PODMAN_CONFIG = f"""targets:
     torch: "2.9.0"
     python: "3.11"
 """
-FAKE_DATA = [
-    "--dataset",
-    "fake",
-    "--epochs",
-    "1",
-    "--image-size",
-    "32",
-    "--global-batch",
-    "16",
-    "--fake-train-size",
-    "64",
-    "--fake-test-size",
-    "32",
-    "--quiet",
-    "--show-scatter",
-]
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +157,7 @@ def test_podman_job_runs_the_pushed_image_by_digest_on_both_nodes(
             directory, results = tmp_path / label, tmp_path / label / "results"
             script = slurm_job_script(
                 2,
-                FAKE_DATA,
+                [*FAKE_DATA, "--show-scatter"],
                 tmp_path / "data",
                 results,
                 directory,

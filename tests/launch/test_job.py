@@ -11,7 +11,7 @@ from pathlib import Path
 
 import paths
 import pytest
-from launch_jobs import CASES, DIGEST, IMAGE_ID, OUTPUT, make_job, project, record_push, run, save_manifest
+from launch_jobs import CASES, DIGEST, FAKE_DATA, IMAGE_ID, OUTPUT, make_job, project, record_push, run, save_manifest
 from paths import REPO_ROOT, TESTS
 
 from envkit.launch import engines, slurm
@@ -304,7 +304,10 @@ def test_slurm_host_script_trains_when_srun_runs_its_task_here(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text("#!/bin/bash\necho localhost\n")
-    (bin_dir / "srun").write_text('#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\nexec "$@"\n')
+    # srun's own options go, but --chdir, where the task runs (the project's root), as srun would.
+    (bin_dir / "srun").write_text(
+        '#!/bin/bash\nwhile [[ $1 == --* ]]; do [[ $1 == --chdir=* ]] && cd "${1#--chdir=}"; shift; done\nexec "$@"\n'
+    )
     for fake in bin_dir.iterdir():
         fake.chmod(0o755)
     job = make_job(
@@ -316,21 +319,7 @@ def test_slurm_host_script_trains_when_srun_runs_its_task_here(tmp_path):
         data_dir=tmp_path / "data",
         results_dir=tmp_path / "results",
         options=EngineOptions(container="host"),
-        extra_args=(
-            "--dataset",
-            "fake",
-            "--epochs",
-            "1",
-            "--image-size",
-            "32",
-            "--global-batch",
-            "16",
-            "--fake-train-size",
-            "64",
-            "--fake-test-size",
-            "32",
-            "--quiet",
-        ),
+        extra_args=FAKE_DATA,
     )
     script = tmp_path / "job.sbatch"
     script.write_text(slurm.sbatch_script(job))
