@@ -102,7 +102,7 @@ def as_user(user: tuple[int, int], groups: tuple[int, ...] = ()) -> list[str]:
 def run_mnist(
     run_sh: Path, docker_cli: str, results: Path, user: tuple[int, int] | None = None
 ) -> subprocess.CompletedProcess:
-    command = [str(run_sh), "mnist", "--device", "cpu", "--dataset", "fake", "--max-steps", "5", "--quiet"]
+    command = [str(run_sh), "python", "recipes/mnist.py", "--device", "cpu", "--dataset", "fake", "--max-steps", "5", "--quiet"]
     env = {
         **os.environ,
         "DOCKER": docker_cli,
@@ -441,7 +441,8 @@ def test_a_committed_image_runs_its_recipe_through_its_run_sh(client, committed,
         [
             *as_caller,
             str(run_sh),
-            "mnist",
+            "python",
+            "recipes/mnist.py",
             *recipe_args,
             "--no-download",
             "--epochs",

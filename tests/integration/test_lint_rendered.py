@@ -39,7 +39,9 @@ def dry_run(repo_root: Path, target: str, *args: str, directory: Path = GOLDEN, 
 
 
 OWNER = f"{os.getuid()}:{os.getgid()}"
-TAIL = ["python", "/opt/envkit/envkit_run.py", "python", "recipes/mnist.py"]
+# run.sh's command: the seed recipe, from the project's root in the image.
+MNIST = ("python", "recipes/mnist.py")
+TAIL = ["python", "/opt/envkit/envkit_run.py", *MNIST]
 
 
 def mounts(device: str, results: str = "/tmp/results") -> list[str]:
@@ -55,7 +57,7 @@ def mounts(device: str, results: str = "/tmp/results") -> list[str]:
 
 
 def test_cpu_dry_run(repo_root):
-    result = dry_run(repo_root, "cpu", "mnist", "--epochs", "1", directory=None)
+    result = dry_run(repo_root, "cpu", *MNIST, "--epochs", "1", directory=None)
     assert result.returncode == 0, result.stderr
     assert shlex.split(result.stdout) == [
         "docker", "run", "--rm", "--init", "--user", OWNER, "-e", "HOME=/tmp", "--shm-size", "2g",
@@ -65,7 +67,7 @@ def test_cpu_dry_run(repo_root):
 
 
 def test_cuda_dry_run_renumbers_chosen_gpus(repo_root):
-    result = dry_run(repo_root, "cuda", "mnist", GPUS="0,2", IMAGE="lab/envkit-cuda:abc", directory=None)
+    result = dry_run(repo_root, "cuda", *MNIST, GPUS="0,2", IMAGE="lab/envkit-cuda:abc", directory=None)
     assert result.returncode == 0, result.stderr
     assert shlex.split(result.stdout) == [
         "docker", "run", "--rm", "--init", "--user", OWNER, "-e", "HOME=/tmp",
@@ -78,28 +80,28 @@ def test_cuda_dry_run_renumbers_chosen_gpus(repo_root):
 
 
 def test_cuda_gpus_all_and_config_default(repo_root):
-    everything = shlex.split(dry_run(repo_root, "cuda", "mnist", GPUS="all", directory=None).stdout)
+    everything = shlex.split(dry_run(repo_root, "cuda", *MNIST, GPUS="all", directory=None).stdout)
     assert everything[8:11] == ["--gpus", "all", "--ipc=host"]
     assert "CUDA_VISIBLE_DEVICES" not in " ".join(everything)
-    default = shlex.split(dry_run(repo_root, "cuda", "mnist").stdout)  # golden config: gpus [1, 3], shm 8g
+    default = shlex.split(dry_run(repo_root, "cuda", *MNIST).stdout)  # golden config: gpus [1, 3], shm 8g
     assert default[8:14] == ["--gpus", '"device=1,3"', "-e", "CUDA_VISIBLE_DEVICES=0,1", "--shm-size", "8g"]
 
 
 @pytest.mark.parametrize("gpus", ["a", "0,", "-1", "0;reboot", "0 1", "1,b"])
 def test_cuda_rejects_gpus_that_are_not_indices(repo_root, gpus):
-    result = dry_run(repo_root, "cuda", "mnist", GPUS=gpus, directory=None)
+    result = dry_run(repo_root, "cuda", *MNIST, GPUS=gpus, directory=None)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and "GPUS must be 'all' or comma-separated GPU indices" in result.stderr
 
 
 @pytest.mark.parametrize("gpus", ["0,0", "1,2,1", "3,12,3"])
 def test_cuda_rejects_a_gpu_named_twice(repo_root, gpus):
-    result = dry_run(repo_root, "cuda", "mnist", GPUS=gpus, directory=None)
+    result = dry_run(repo_root, "cuda", *MNIST, GPUS=gpus, directory=None)
     assert result.returncode == 2 and result.stdout == "" and "twice; give each index once" in result.stderr
 
 
 def test_cuda_accepts_indices_that_share_digits(repo_root):
-    result = dry_run(repo_root, "cuda", "mnist", GPUS="1,11,21", directory=None)
+    result = dry_run(repo_root, "cuda", *MNIST, GPUS="1,11,21", directory=None)
     assert result.returncode == 0 and "CUDA_VISIBLE_DEVICES=0,1,2" in result.stdout
 
 
@@ -110,14 +112,16 @@ def test_the_image_tells_any_command_its_device_and_adds_no_argument(repo_root):
     for target in TARGETS:
         for recipe in ("cifar", "probe"):
             words = shlex.split(
-                dry_run(repo_root, target, recipe, "--parallel", "dp", directory=None, GPUS="1,2").stdout
+                dry_run(
+                    repo_root, target, "python", f"recipes/{recipe}.py", "--parallel", "dp", directory=None, GPUS="1,2"
+                ).stdout
             )
             assert f"ENVKIT_DEVICE={kinds[target]['device']}" in words, target
             assert words[words.index(f"recipes/{recipe}.py") + 1 :] == ["--parallel", "dp"], target
 
 
 def test_tpu_dry_run(repo_root):
-    result = dry_run(repo_root, "tpu-vm", "mnist", "--device", "tpu", directory=None, RESULTS_DIR="out")
+    result = dry_run(repo_root, "tpu-vm", *MNIST, "--device", "tpu", directory=None, RESULTS_DIR="out")
     assert shlex.split(result.stdout) == [
         "docker", "run", "--rm", "--init", "--privileged", "--net=host", "--shm-size", "16G",
         "-e", "PJRT_DEVICE=TPU", "-e", "ENVKIT_IMAGE=envkit-tpu-vm:latest", "-e", "ENVKIT_IMAGE_ID",
@@ -129,7 +133,7 @@ def test_tpu_dry_run(repo_root):
 @pytest.mark.parametrize("target", TARGETS)
 def test_odd_arguments_pass_through_as_single_words(repo_root, target):
     odd = ["--run-name", "a b;c", "it's", "$(id)", "", "*", 'quote"d', "back\\slash"]
-    result = dry_run(repo_root, target, "mnist", *odd, directory=None)
+    result = dry_run(repo_root, target, *MNIST, *odd, directory=None)
     assert result.returncode == 0, result.stderr
     assert shlex.split(result.stdout)[-len(odd) :] == odd
     assert result.stdout.rstrip("\n").endswith(shlex.join(odd)), "quoting matches shlex.quote exactly"
@@ -138,9 +142,9 @@ def test_odd_arguments_pass_through_as_single_words(repo_root, target):
 @pytest.mark.parametrize(
     ("args", "env", "message"),
     [
-        ((), {}, "missing RECIPE"),
-        (("../etc/passwd",), {}, "RECIPE must be a recipe name"),
-        (("mnist",), {"SHM_SIZE": "lots"}, "SHM_SIZE must be a size"),
+        ((), {}, "missing COMMAND"),
+        (("",), {}, "missing COMMAND"),
+        (MNIST, {"SHM_SIZE": "lots"}, "SHM_SIZE must be a size"),
     ],
 )
 def test_run_sh_bad_input(repo_root, args, env, message):
@@ -149,21 +153,21 @@ def test_run_sh_bad_input(repo_root, args, env, message):
 
 
 def test_docker_client_may_be_several_words(repo_root):
-    result = dry_run(repo_root, "cpu", "mnist", DOCKER="sudo -E docker", directory=None)
+    result = dry_run(repo_root, "cpu", *MNIST, DOCKER="sudo -E docker", directory=None)
     assert shlex.split(result.stdout)[:5] == ["sudo", "-E", "docker", "run", "--rm"]
 
 
 def test_cuda_ulimits_are_defaults_a_user_may_replace(repo_root):
     def limits(**env):
-        words = shlex.split(dry_run(repo_root, "cuda", "mnist", directory=None, **env).stdout)
+        words = shlex.split(dry_run(repo_root, "cuda", *MNIST, directory=None, **env).stdout)
         return [words[i + 1] for i, word in enumerate(words) if word == "--ulimit"]
 
     assert limits() == ["memlock=-1", "stack=67108864"]
     assert limits(ULIMITS="") == []
     assert limits(ULIMITS="memlock=-1 nofile=1024:2048") == ["memlock=-1", "nofile=1024:2048"]
-    bad = dry_run(repo_root, "cuda", "mnist", ULIMITS="memlock=$(id)", directory=None)
+    bad = dry_run(repo_root, "cuda", *MNIST, ULIMITS="memlock=$(id)", directory=None)
     assert bad.returncode == 2 and bad.stdout == "" and "ULIMITS must be NAME=LIMIT words" in bad.stderr
-    assert "--ulimit" not in dry_run(repo_root, "cpu", "mnist", directory=None).stdout
+    assert "--ulimit" not in dry_run(repo_root, "cpu", *MNIST, directory=None).stdout
 
 
 MULTINODE = {
@@ -178,22 +182,22 @@ MULTINODE = {
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_multi_node_settings_pass_through_by_name(repo_root, target):
-    words = shlex.split(dry_run(repo_root, target, "mnist", directory=None, **MULTINODE).stdout)
+    words = shlex.split(dry_run(repo_root, target, *MNIST, directory=None, **MULTINODE).stdout)
     passed = [words[i + 1] for i, word in enumerate(words) if word == "-e" and words[i + 1] in MULTINODE]
     assert passed == list(MULTINODE)
     assert words.count("--net=host") == 1, "NNODES > 1 needs the host network, once"
-    one_host = shlex.split(dry_run(repo_root, target, "mnist", directory=None, NNODES="1").stdout)
+    one_host = shlex.split(dry_run(repo_root, target, *MNIST, directory=None, NNODES="1").stdout)
     assert one_host.count("--net=host") == (target == "tpu-vm") and "NNODES" in one_host
 
 
 def test_multi_node_settings_only_when_set(repo_root):
-    words = shlex.split(dry_run(repo_root, "cpu", "mnist", directory=None, NODE_RANK="0").stdout)
+    words = shlex.split(dry_run(repo_root, "cpu", *MNIST, directory=None, NODE_RANK="0").stdout)
     assert "NODE_RANK" in words and "NNODES" not in words and "--net=host" not in words
 
 
 @pytest.mark.parametrize("nnodes", ["0", "two", "-1", "1;id"])
 def test_bad_nnodes_is_one_line(repo_root, nnodes):
-    result = dry_run(repo_root, "cpu", "mnist", directory=None, NNODES=nnodes)
+    result = dry_run(repo_root, "cpu", *MNIST, directory=None, NNODES=nnodes)
     assert result.returncode == 2 and result.stdout == "" and "NNODES must be a number of hosts" in result.stderr
 
 
@@ -211,7 +215,7 @@ def test_run_sh_passes_the_image_id_it_finds(repo_root, tmp_path):
         "RESULTS_DIR": str(tmp_path / "r"),
     }
     result = subprocess.run(
-        [str(repo_root / "docker" / "cpu" / "run.sh"), "mnist"], env=env, capture_output=True, text=True
+        [str(repo_root / "docker" / "cpu" / "run.sh"), *MNIST], env=env, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "fake-docker.id").read_text() == "sha256:abc\n"
@@ -250,7 +254,7 @@ def test_run_sh_passes_the_image_digest_it_finds(repo_root, tmp_path, image, bui
         **({"ENVKIT_IMAGE_DIGEST": caller} if caller else {}),
     }
     result = subprocess.run(
-        [str(repo_root / "docker" / "cpu" / "run.sh"), "mnist"], env=env, capture_output=True, text=True
+        [str(repo_root / "docker" / "cpu" / "run.sh"), *MNIST], env=env, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr
     assert (bin_dir / "fake-docker.digest").read_text() == f"{expected}\n"
@@ -267,7 +271,7 @@ def test_run_sh_runs_the_docker_client_it_is_given(repo_root, tmp_path):
         "RESULTS_DIR": str(tmp_path / "r"),
     }
     script = repo_root / "docker" / "cpu" / "run.sh"
-    result = subprocess.run([str(script), "mnist", "--run-name", "a b"], env=env, capture_output=True, text=True)
+    result = subprocess.run([str(script), *MNIST, "--run-name", "a b"], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "d").is_dir() and (tmp_path / "r").is_dir(), "mount points made by the caller, not by dockerd"
     assert (tmp_path / "fake-docker.args").read_text().splitlines()[-2:] == ["--run-name", "a b"]
