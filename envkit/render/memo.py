@@ -19,6 +19,7 @@ cannot be read is a miss, so the full render explains it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -49,16 +50,13 @@ def _digest(path: str) -> str | None:
         return None
 
 
-def _code() -> list[Path]:
-    """envkit's own source: a changed module may change what a render gives."""
-    return sorted(PACKAGE.rglob("*.py"))
-
-
 def recall(config: Path, selection: str) -> tuple[list[str], list[RenderedFile]] | None:
     """The remembered render of ``selection`` (a target name or "--all"), or None."""
     try:
         entry = parse_json(read_bytes(_entry(config, selection)))
-        if entry["code"] != _code_digest() or any(_digest(path) != digest for path, digest in entry["read"].items()):
+        if entry["code"] != _code_digest(PACKAGE) or any(
+            _digest(path) != digest for path, digest in entry["read"].items()
+        ):
             return None
         return entry["names"], [RenderedFile(Path(path), text, mode) for path, text, mode in entry["files"]]
     except (OSError, ValueError, KeyError, TypeError):
@@ -70,7 +68,7 @@ def remember(config: Path, selection: str, names: list[str], files: list[Rendere
     try:
         read_paths = {os.path.abspath(path) for path in read} | {str(config.resolve())}
         entry = {
-            "code": _code_digest(),
+            "code": _code_digest(PACKAGE),
             "read": {path: _digest(path) for path in sorted(read_paths)},
             "names": names,
             "files": [[file.path.as_posix(), file.text, file.mode] for file in files],
@@ -80,8 +78,13 @@ def remember(config: Path, selection: str, names: list[str], files: list[Rendere
     keep(_entry(config, selection), json.dumps(entry, sort_keys=True).encode())
 
 
-def _code_digest() -> str:
+# Once per process: `envkit render` recalls its image files and its notebooks, two entries each keyed by
+# it, and the code that runs is the code loaded when the process started.
+@functools.cache
+def _code_digest(package: Path) -> str:
+    """The sha256 of envkit's own source (every module under ``package``): a changed module may change what a
+    render gives."""
     digest = hashlib.sha256()
-    for path in _code():
-        digest.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + read_bytes(path) + b"\0")
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + read_bytes(path) + b"\0")
     return digest.hexdigest()

@@ -2,26 +2,26 @@
 
 Every changed file is staged by envkit.support.atomic before any replaces its
 destination, so a failure never leaves a half-written tree behind. No Jinja here:
-a render the memo remembers (envkit.render.memo) is written without importing it.
+a render the memo remembers (envkit.render.memo) is written without importing it,
+nor dataclasses (inspect), difflib (only a stale file is diffed) or the run wrapper's
+module (only `render --all` looks for leftovers): those imports were a fifth of a
+remembered render's time (benchmarks/bench_render.py).
 """
 
 from __future__ import annotations
 
-import difflib
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from envkit.errors import EnvkitError
-from envkit.support import provenance
 from envkit.support.atomic import abandoned, atomic_stream
 from envkit.support.bounded_load import Refused, open_regular, read_text
 
 DEFAULT_OUTPUT = Path("docker")
 
 
-@dataclass(frozen=True)
-class RenderedFile:
+class RenderedFile(NamedTuple):
     path: Path  # relative to the output directory: <target>/<file>
     text: str
     mode: int
@@ -117,6 +117,8 @@ def _difference(path: Path, file: RenderedFile) -> str | None:
     except Refused as exc:
         return f"unreadable ({exc.reason})"
     if current != file.text:
+        import difflib
+
         changed = sum(
             1
             for line in difflib.unified_diff(current.splitlines(), file.text.splitlines(), lineterm="", n=0)
@@ -129,25 +131,29 @@ def _difference(path: Path, file: RenderedFile) -> str | None:
     return None
 
 
-# How the files render writes into docker/<target>/ begin (its three templates and the run wrapper it
-# copies): render removes only what it wrote. A file without its mark is someone else's, and so is a
-# lock (`envkit lock` wrote it): render keeps both, and --check does not ask for their removal.
-ENVKIT_MARKS = {
-    "Dockerfile": b"Rendered by envkit from ",
-    "run.sh": b"Rendered by envkit from ",
-    ".dockerignore": b"Rendered by envkit from ",
-    provenance.FILE_NAME: b'"""envkit\'s run wrapper: ',
-}
+def envkit_marks() -> dict[str, bytes]:
+    """How the files render writes into docker/<target>/ begin (its three templates and the run wrapper it
+    copies): render removes only what it wrote. A file without its mark is someone else's, and so is a
+    lock (`envkit lock` wrote it): render keeps both, and --check does not ask for their removal."""
+    from envkit.support import provenance
+
+    return {
+        "Dockerfile": b"Rendered by envkit from ",
+        "run.sh": b"Rendered by envkit from ",
+        ".dockerignore": b"Rendered by envkit from ",
+        provenance.FILE_NAME: b'"""envkit\'s run wrapper: ',
+    }
 
 
 def leftovers(output: Path, names: list[str]) -> dict[Path, list[Path]]:
     """The files render wrote for targets no longer in the config, by their directory under ``output``."""
     if not output.is_dir():
         return {}
+    marks = envkit_marks()
     found = {}
     for child in sorted(output.iterdir()):
         if child.is_dir() and not child.is_symlink() and child.name not in names:
-            ours = [child / name for name, mark in ENVKIT_MARKS.items() if begins_with(child / name, mark)]
+            ours = [child / name for name, mark in marks.items() if begins_with(child / name, mark)]
             if ours:
                 found[child] = ours
     return found

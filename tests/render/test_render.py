@@ -332,7 +332,8 @@ def test_missing_packaged_templates_are_one_line(repo_config, tmp_path, monkeypa
 
 def test_render_knows_the_mark_of_every_file_it_writes(repo_root):
     """render --all removes only the files it wrote, each found by its mark (a lock is `envkit lock`'s)."""
-    assert set(rendered.ENVKIT_MARKS) == {*render.FILES, provenance.FILE_NAME}
-    for name, mark in rendered.ENVKIT_MARKS.items():
+    marks = rendered.envkit_marks()
+    assert set(marks) == {*render.FILES, provenance.FILE_NAME}
+    for name, mark in marks.items():
         for path in (repo_root / "docker").glob(f"*/{name}"):
             assert mark in path.read_bytes()[:512], path
