@@ -16,6 +16,7 @@ from pathlib import Path
 
 import paths
 import pytest
+from docker_engine import base_image, client  # noqa: F401 - fixtures
 
 REPO = paths.REPO_ROOT
 EXAMPLE = paths.TESTS / "example_project"
@@ -173,4 +174,4 @@ def test_a_users_experiment_runs_in_its_image_and_on_a_host_lock_then_reports_an
     ]:
         planned = run([envkit, "launch", name, "--on", engine, "--dry-run", *extra], project)
         assert planned.returncode == 0, (engine, planned.stderr)
-        assert "None" not in planned.stdout and "train.py" in planned.stdout, (engine, planned.stdout)
+        assert "recipes/" not in planned.stdout and "train.py" in planned.stdout, (engine, planned.stdout)
