@@ -6,6 +6,7 @@ that envkit's path, and nothing is edited in its site-packages.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import nbformat
 import paths
 import pytest
 from docker_engine import base_image, client  # noqa: F401 - fixtures
@@ -92,6 +94,17 @@ def test_a_users_repository_from_init_to_its_locks_and_render(tool, tmp_path):
     assert listed.stdout.split() == ["cpu-train", "gpu-train", "tpu-train"]
     planned = run(["make", "-s", "gpu-train", f"ENVKIT={envkit}", "DRY_RUN=1"], project)
     assert planned.returncode == 0 and "experiment gpu-train" in planned.stdout, planned.stderr
+    # Its notebook for Colab's T4: the colab-t4 lock (the user's tabulate in it), the user's files embedded by
+    # sha256, the command run from the project's root. tests/integration/test_notebook_execute.py executes such a
+    # notebook in CPU mode (CPU mode's wheelhouse has no tabulate, so this one is validated, not run).
+    locked = run([envkit, "lock", "--target", "colab-t4"], project, timeout=1800)
+    assert locked.returncode == 0, locked.stderr
+    written = run([envkit, "notebook", "gpu-train", "--target", "colab-t4"], project)
+    assert written.returncode == 0, written.stderr
+    notebook = nbformat.read(project / "gpu-train.ipynb", as_version=4)
+    nbformat.validate(notebook)
+    text = "\n".join(cell.source for cell in notebook.cells)
+    assert "train.py" in text and hashlib.sha256((EXAMPLE / "train.py").read_bytes()).hexdigest() in text
 
 
 # A cpu target the engine can build here: torch 2.13.0's CPU build from a local stand-in for PyTorch's index
