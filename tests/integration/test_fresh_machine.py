@@ -37,6 +37,8 @@ def test_a_fresh_debian_13_runs_the_demo_and_the_tests(repo_root):
         text=True,
         timeout=3600,
     )
+    # The figures first (the steps' times, the Pythons, the venv's size), then the tail: they are read from this log.
+    print(*re.findall(r"^(?:step|venv|python3): .*$", done.stdout, re.MULTILINE), sep="\n")
     print(done.stdout[-4000:])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert re.search(r"^python3: Python 3\.13\.\d+; python3\.11: none$", done.stdout, re.MULTILINE)
