@@ -3,7 +3,7 @@
 scripts/fresh-machine.sh debootstraps the root (cached by its inputs, as the images' base is),
 enters it as a chroot in its own mount and UTS namespace, and runs git clone, make demo and a
 bounded part of make test there, timing each step; the timings land in the test's output.
-It runs only where ENVKIT_FRESH=1 (its cost in CI is not measured yet: a venv of 5.8 GB per run).
+It runs only where ENVKIT_FRESH=1: CI (.ci/run) runs it beside the suite, as it is mostly copies and downloads.
 What it costs: the first run debootstraps (a few minutes) and every run makes the venv, whose
 torch for Python 3.13 is downloaded (the other wheels come from this host's uv cache). Needs
 root, debootstrap and unshare; skips without them, and fails instead under ENVKIT_REQUIRE_FRESH=1 (CI).
