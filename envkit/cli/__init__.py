@@ -93,6 +93,17 @@ def dry_run_commands(parser: argparse.ArgumentParser) -> list[str]:
     )
 
 
+def _as_given(words: list[str], argv: list[str]) -> list[str]:
+    """``words`` (some of ``argv``'s, each as often as it is there) in ``argv``'s order."""
+    left = list(words)
+    ordered = []
+    for word in argv:
+        if word in left:
+            left.remove(word)
+            ordered.append(word)
+    return ordered
+
+
 def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """The arguments, with everything after the first '--' as the recipe's (for the commands that run one)."""
     from envkit.cli.options import RECIPE_ARGS_HINT
@@ -101,7 +112,9 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
     args, unknown = parser.parse_known_args(argv[:split])
     takes_recipe_args = hasattr(args, "recipe_args")
     if takes_recipe_args:
-        unknown = [*args.recipe_args, *unknown]  # words before '--' that are not envkit's
+        # Words before '--' that are not envkit's, in the order given: argparse's own order differs between
+        # Python releases (3.13.5 puts a stray value before the option it followed).
+        unknown = _as_given([*args.recipe_args, *unknown], argv[:split])
         args.recipe_args = argv[split + 1 :]
     if DRY_RUN in unknown:
         # Before the command name argparse leaves it to the top-level parser, which has none: it is the command's.

@@ -58,3 +58,11 @@ def test_ctrl_c_while_the_command_loads_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(cli, "build_parser", interrupted)
     assert cli.main(["render", "--all"]) == 130
     assert capsys.readouterr().err == "envkit: interrupted\n"
+
+
+def test_words_envkit_does_not_know_are_named_in_the_order_given_whatever_argparse_returns():
+    # Python 3.13.5's argparse returns ["1", "--epochs"] for "... --epochs 1 --gpus x"; 3.11's the reverse.
+    from envkit.cli import _as_given
+
+    argv = ["experiment", "cpu-mnist", "--epochs", "1", "--gpus", "x"]
+    assert _as_given(["1", "--epochs"], argv) == _as_given(["--epochs", "1"], argv) == ["--epochs", "1"]
