@@ -17,8 +17,6 @@ from functools import cache
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.project import NOTEBOOKS
-from envkit.render.output import DEFAULT_OUTPUT
 from envkit.support.bounded_load import Refused, load_text, read_text
 
 HELPER = Path(__file__).with_name("runtime.py")
@@ -30,9 +28,6 @@ REPORT_MODULES = ("envkit.runs.report", "envkit.runs.plot", "envkit.runs.results
 # notebook is one JSON document that Colab and Kaggle load whole in the browser, its files in base64 (a third
 # more), and every re-render of it is a commit of that size.
 FILE_CAP_BYTES = 2_000_000
-# What render writes (docker/, notebooks/: the locks and the committed notebooks) is made from envkit.yaml,
-# which the notebook carries with its own lock; and a committed notebook cannot carry itself.
-RENDERED = (DEFAULT_OUTPUT.as_posix(), NOTEBOOKS.as_posix())
 # Named in the refusal: enough to find the culprits, few enough for one line.
 OVER_CAP_NAMED = 3
 
@@ -136,9 +131,7 @@ def project_files(config) -> tuple[list[str], bool]:
     from envkit.project.files import project_files as listed
 
     files = listed(config.root, config.files_limit_mb)
-    kept = [
-        (path, size) for path, size in zip(files.paths, files.sizes, strict=True) if path.split("/")[0] not in RENDERED
-    ]
+    kept = list(zip(files.paths, files.sizes, strict=True))
     over = sorted(((size, path) for path, size in kept if size > FILE_CAP_BYTES), reverse=True)
     if over:
         named = ", ".join(f"{path} ({size / 1e6:.1f} MB)" for size, path in over[:OVER_CAP_NAMED])

@@ -9,3 +9,5 @@ from pathlib import Path
 DEFAULT_CONFIG = Path("envkit.yaml")
 # A notebook target's folder beside the config: notebooks/<target>/ holds its lock and its committed notebooks.
 NOTEBOOKS = Path("notebooks")
+# The image targets' rendered files beside the config: docker/<target>/.
+RENDERED = Path("docker")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.project import NOTEBOOKS, RENDERED
 from envkit.support.bounded_load import load_text
 from envkit.support.docker_client import docker_sdk
 
@@ -23,6 +24,12 @@ IGNORE_FILE = ".dockerignore"
 DEFAULT_LIMIT_MB = 100
 # Named in the refusal: enough to find the culprit, few enough for one line.
 LARGEST_NAMED = 3
+# What envkit writes in a project is never its files: render's output (docker/, staged into an image beside
+# the project's files; notebooks/, whose committed notebooks cannot carry themselves), made from envkit.yaml.
+ENVKIT_OUTPUT = (RENDERED.as_posix(), NOTEBOOKS.as_posix())
+# In a folder git does not track, also the runs' data and results (run.sh's defaults), the venvs and the
+# caches, which a repository's .gitignore keeps out: else every run would change the next image.
+UNTRACKED_OUTPUT = ("results", "data", ".venv*", ".git", "**/__pycache__", "**/*.pyc")
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,10 @@ def _tracked(root: Path) -> list[str] | None:
     return [Path(name).relative_to(prefix).as_posix() if prefix != Path(".") else name for name in names]
 
 
+def _top(name: str) -> str:
+    return name.split("/", 1)[0]
+
+
 def _walked(root: Path, patterns: list[str]) -> list[str]:
     sdk = docker_sdk()
     return sorted(path for path in sdk.utils.build.exclude_paths(str(root), patterns) if (root / path).is_file())
@@ -109,10 +120,10 @@ def project_files(root: Path, limit_mb: int = DEFAULT_LIMIT_MB) -> ProjectFiles:
     patterns = _ignore_patterns(root)
     tracked = _tracked(root)
     if tracked is None:
-        names = _walked(root, patterns)
+        names = _walked(root, [*patterns, *ENVKIT_OUTPUT, *UNTRACKED_OUTPUT])
     else:
         matcher = docker_sdk().utils.build.PatternMatcher(patterns)
-        names = sorted(name for name in tracked if not matcher.matches(name))
+        names = sorted(name for name in tracked if not matcher.matches(name) and _top(name) not in ENVKIT_OUTPUT)
     paths, sizes = [], []
     for name in names:
         path = root / name

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 from envkit.errors import EnvkitError
+from envkit.project import RENDERED
 from envkit.support.atomic import abandoned, atomic_stream
 from envkit.support.bounded_load import Refused, open_regular, read_text
 
-DEFAULT_OUTPUT = Path("docker")
+DEFAULT_OUTPUT = RENDERED
 
 
 class RenderedFile(NamedTuple):

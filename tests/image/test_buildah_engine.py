@@ -104,7 +104,8 @@ def test_two_no_cache_buildah_builds_give_one_digest_and_run_sh_runs_it_by_that_
     run = subprocess.run(
         [
             str(project / "docker" / TARGET / "run.sh"),
-            "mnist",
+            "python",
+            "recipes/mnist.py",
             "--device",
             "cpu",
             "--dataset",

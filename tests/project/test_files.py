@@ -67,3 +67,18 @@ def test_files_over_the_limit_are_one_line_naming_the_largest(repository):
     message = str(refused.value)
     assert "\n" not in message and "over the 1 MB limit" in message
     assert message.index("weights.pt (1.5 MB)") < message.index("train.py") and ".dockerignore" in message
+
+
+def test_what_envkit_writes_is_never_the_projects(repository, tmp_path):
+    # Tracked or not, render's output: an image target's rendered files change with every other target's render.
+    for rendered in ("docker/cpu/Dockerfile", "notebooks/colab-t4/requirements.lock"):
+        (repository / rendered).parent.mkdir(parents=True)
+        (repository / rendered).write_text("rendered\n")
+    _git(repository, "add", "docker", "notebooks")
+    assert project_files(repository).paths == ("notes.md", "src/model.py", "train.py")
+    # Outside git, the runs' results and data and the venvs too: every run would change the next image.
+    folder = tmp_path / "plain"
+    for name in ("train.py", "results/run.json", "data/x.bin", ".venv/bin/python", "docker/cpu/run.sh"):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("x\n")
+    assert project_files(folder).paths == ("train.py",)

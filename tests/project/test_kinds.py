@@ -153,7 +153,7 @@ def test_a_rocm_kind_from_data_and_a_fragment_alone(rocm_project):
     assert "rendered 16 files for cpu, cuda, tpu-vm, rocm" in done.stdout
     run_sh = project / "docker" / "rocm" / "run.sh"
     dry = subprocess.run(
-        [str(run_sh), "mnist", "--device", "cuda"],
+        [str(run_sh), "python", "recipes/mnist.py", "--device", "cuda"],
         capture_output=True,
         text=True,
         cwd=project,
