@@ -67,12 +67,14 @@ def with_experiments(targets_yaml: str) -> str:
 
 
 def new_project(root: Path, config: Path = OFFLINE_CONFIG) -> Path:
-    """A project copy (config with the checkout's experiments, templates, recipes) in ``root``; the checkout is
-    never touched."""
+    """A project copy (config with the checkout's experiments, templates, recipes, .dockerignore) in ``root``; the
+    checkout is never touched."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "envkit.yaml").write_text(with_experiments(config.read_text(encoding="utf-8")), encoding="utf-8")
     for part in ("templates", "recipes"):
         shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+    # What the images hold of this project: its recipes alone, as in the checkout.
+    shutil.copy(REPO / ".dockerignore", root / ".dockerignore")
     return root
 
 

@@ -88,6 +88,7 @@ def project(tmp_path_factory, repo_root) -> Path:
     root = tmp_path_factory.mktemp("project")
     shutil.copytree(repo_root / "templates", root / "templates")
     shutil.copytree(repo_root / "recipes", root / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(repo_root / ".dockerignore", root / ".dockerignore")  # its images hold the recipes, as the checkout's
     (root / "envkit.yaml").write_text(with_experiments(OFFLINE_CONFIG.read_text()))
     envkit("render", "--all", "--config", "envkit.yaml", cwd=root)
     yield root

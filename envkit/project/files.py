@@ -27,9 +27,22 @@ LARGEST_NAMED = 3
 # What envkit writes in a project is never its files: render's output (docker/, staged into an image beside
 # the project's files; notebooks/, whose committed notebooks cannot carry themselves), made from envkit.yaml.
 ENVKIT_OUTPUT = (RENDERED.as_posix(), NOTEBOOKS.as_posix())
-# In a folder git does not track, also the runs' data and results (run.sh's defaults), the venvs and the
-# caches, which a repository's .gitignore keeps out: else every run would change the next image.
-UNTRACKED_OUTPUT = ("results", "data", ".venv*", ".git", "**/__pycache__", "**/*.pyc")
+# In a folder git does not track, also the runs' data and results (run.sh's defaults), the venvs, the caches
+# (make's render stamp in .cache/ among them) and editors' folders, which a repository's .gitignore keeps out:
+# else every run would change the next image.
+UNTRACKED_OUTPUT = (
+    "results",
+    "data",
+    ".venv*",
+    ".git",
+    "**/.cache",
+    "**/.*_cache",
+    "**/.ipynb_checkpoints",
+    ".idea",
+    ".vscode",
+    "**/__pycache__",
+    "**/*.pyc",
+)
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,15 @@ def test_what_envkit_writes_is_never_the_projects(repository, tmp_path):
     assert project_files(repository).paths == ("notes.md", "src/model.py", "train.py")
     # Outside git, the runs' results and data and the venvs too: every run would change the next image.
     folder = tmp_path / "plain"
-    for name in ("train.py", "results/run.json", "data/x.bin", ".venv/bin/python", "docker/cpu/run.sh"):
+    made = (
+        "results/run.json",
+        "data/x.bin",
+        ".venv/bin/python",
+        "docker/cpu/run.sh",
+        ".cache/rendered",
+        "src/.ruff_cache/x",
+    )
+    for name in ("train.py", *made):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text("x\n")
     assert project_files(folder).paths == ("train.py",)
