@@ -58,7 +58,8 @@ def test_sbatch_runs_ddp_on_both_nodes_and_returns_the_exit_code(tmp_path, data_
         )
         assert (
             f"\nexport GLOO_SOCKET_IFNAME={NODE_INTERFACE}\n" in script
-            and "\nsrun --ntasks-per-node=1 python " in script  # torchrun under the run wrapper
+            # torchrun under the run wrapper, from the project's root as in the image
+            and f"\nsrun --ntasks-per-node=1 --chdir={REPO_ROOT} python " in script
             and "/envkit_run.py torchrun " in script
         )
         return (*two_node_slurm.sbatch_wait(script, directory), results)
