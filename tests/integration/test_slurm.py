@@ -170,7 +170,10 @@ def test_podman_job_runs_the_pushed_image_by_digest_on_both_nodes(
 
         # The default container is podman; --registry makes it the recorded digest.
         returncode, output, results, script = submit("by-digest", ("--registry", registry_path, "--tag", tag))
-        assert "container podman." in script and f" {repository}@{digest} torchrun " in script
+        assert (
+            "container podman." in script
+            and f" {repository}@{digest} python /opt/envkit/envkit_run.py torchrun " in script
+        )
         assert returncode == 0, output[-3000:]
         for rank in (0, 1):
             assert output.count(f"scatter (ddp rank {rank}/2, cpu)") == 1, output[-3000:]
