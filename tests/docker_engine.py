@@ -30,6 +30,8 @@ OFFLINE_CONFIG = REPO_ROOT / "benchmarks" / "envkit-offline.yaml"
 
 
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+# run.sh's command for a five-step MNIST run on generated data: the engine tests' smallest real training.
+MNIST_SMOKE = ("python", "recipes/mnist.py", "--device", "cpu", "--dataset", "fake", "--max-steps", "5", "--quiet")
 
 
 def engine_test(test):

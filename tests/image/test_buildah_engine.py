@@ -23,6 +23,7 @@ import offline_lock
 import pytest
 import yaml
 from docker_engine import (  # noqa: F401 - fixtures
+    MNIST_SMOKE,
     OFFLINE_CONFIG,
     base_image,
     client,
@@ -104,15 +105,7 @@ def test_two_no_cache_buildah_builds_give_one_digest_and_run_sh_runs_it_by_that_
     run = subprocess.run(
         [
             str(project / "docker" / TARGET / "run.sh"),
-            "python",
-            "recipes/mnist.py",
-            "--device",
-            "cpu",
-            "--dataset",
-            "fake",
-            "--max-steps",
-            "5",
-            "--quiet",
+            *MNIST_SMOKE,
         ],
         env={
             **os.environ,

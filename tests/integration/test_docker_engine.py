@@ -37,6 +37,7 @@ import pytest
 import yaml
 from docker_engine import (
     HOST_CA_BUNDLE,
+    MNIST_SMOKE,
     OFFLINE_CONFIG,
     base_image,
     build_committed,
@@ -102,18 +103,7 @@ def as_user(user: tuple[int, int], groups: tuple[int, ...] = ()) -> list[str]:
 def run_mnist(
     run_sh: Path, docker_cli: str, results: Path, user: tuple[int, int] | None = None
 ) -> subprocess.CompletedProcess:
-    command = [
-        str(run_sh),
-        "python",
-        "recipes/mnist.py",
-        "--device",
-        "cpu",
-        "--dataset",
-        "fake",
-        "--max-steps",
-        "5",
-        "--quiet",
-    ]
+    command = [str(run_sh), *MNIST_SMOKE]
     env = {
         **os.environ,
         "DOCKER": docker_cli,
