@@ -21,6 +21,7 @@ HEAD = Raw('"$head"')
 # Under the run's directory on each node (the home directory); the program runs from the project's root in
 # the image, so the run script sets them absolute before it moves there.
 DATA, RESULTS = "envkit/data", "envkit/results"
+RUN_SETS = ("ENVKIT_DATA_DIR", "ENVKIT_RESULTS_DIR")
 
 
 def accelerators(job: jobs.Job) -> str | None:
@@ -52,7 +53,7 @@ def run_script(job: jobs.Job) -> str:
         [
             "set -euo pipefail",
             line("mkdir", "-p", DATA, RESULTS),
-            f'export ENVKIT_DATA_DIR="$PWD/{DATA}" ENVKIT_RESULTS_DIR="$PWD/{RESULTS}"',
+            f'export {RUN_SETS[0]}="$PWD/{DATA}" {RUN_SETS[1]}="$PWD/{RESULTS}"',
             *first,
             line("cd", jobs.IMAGE_PROJECT),
             line(*job.wrapped(job.command(start))),
@@ -65,7 +66,8 @@ def task(job: jobs.Job) -> dict[str, Any]:
     resources: dict[str, Any] = {"image_id": f"docker:{job.image}"}
     if accelerators(job):
         resources["accelerators"] = accelerators(job)
-    envs = dict((*job.image_env(), *job.run_env(DATA, RESULTS)))
+    # The data and results directories are absolute only on the node, so the run script sets them.
+    envs = {name: value for name, value in (*job.image_env(), *job.run_env(DATA, RESULTS)) if name not in RUN_SETS}
     if job.kind == "tpu-vm":
         envs["PJRT_DEVICE"] = "TPU"
     envs.update(job.env)

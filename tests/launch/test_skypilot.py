@@ -77,7 +77,12 @@ def test_sky_accepts_the_tasks_and_rejects_a_broken_one(sky_python, tmp_path):
     assert result["gpu"]["num_nodes"] == 2 and "'A100': 8" in result["gpu"]["resources"][0]
     assert "image_id=docker:envkit-cuda:latest" in result["gpu"]["resources"][0]
     assert result["cpu"]["num_nodes"] == 2 and "error" not in result["cpu"]
-    assert result["cpu"]["envs"] == {"ENVKIT_IMAGE": "envkit-cpu:latest", "GLOO_SOCKET_IFNAME": "eth0"}
+    assert result["cpu"]["envs"] == {
+        "ENVKIT_IMAGE": "envkit-cpu:latest",
+        "ENVKIT_EXPERIMENT": "cpu-ddp-cifar",
+        "ENVKIT_DEVICE": "cpu",
+        "GLOO_SOCKET_IFNAME": "eth0",
+    }
     assert result["tpu"]["num_nodes"] == 4 and "tpu-v5e-16" in result["tpu"]["resources"][0]
     assert "error" in result["broken"]
 

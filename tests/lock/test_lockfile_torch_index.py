@@ -98,6 +98,9 @@ def project(root: Path, pypi_url: str) -> Path:
         "torch": TORCH,
         "python": "3.11",
         "torchvision": False,
+        # The stand-in indexes hold x86-64 wheels alone (the one torch CPU wheel here), so the target builds
+        # for that platform only; the kind's default adds linux/arm64, which no wheel here serves.
+        "platforms": ["linux/amd64"],
         "pip_index_url": pypi_url,
         "base_image": "127.0.0.1:9/python:3.11-slim-bookworm",
     }
