@@ -32,12 +32,15 @@ def register(subparsers) -> None:
 
     run = subparsers.add_parser(
         "run",
-        help="run a recipe in a target's image through docker/<target>/run.sh",
+        help="run a recipe or a Python script of the project in a target's image through docker/<target>/run.sh",
         description="envkit's options (--config, --tag, --gpus, --results-dir, --data-dir) may stand anywhere; "
-        "the recipe's follow '--', e.g. envkit run cpu mnist -- --epochs 1",
+        "the script's follow '--', e.g. envkit run cpu train.py -- --epochs 1, or envkit run cpu mnist "
+        "(recipes/mnist.py). An experiment of envkit.yaml runs with envkit experiment NAME.",
     )
     run.add_argument("target")
-    run.add_argument("recipe", help="recipe name, e.g. mnist")
+    run.add_argument(
+        "recipe", metavar="SCRIPT", help="a Python script's path in the project (train.py) or a recipe's name (mnist)"
+    )
     add_recipe_args(run)
     run.add_argument("--tag", help="image tag to run (default: latest)")
     run.add_argument("--gpus", help="comma-separated host GPU indices or 'all' (cuda targets)")

@@ -1,11 +1,13 @@
-"""A recipe run in a target's built image, through the target's rendered run.sh (`envkit run`, `doctor --probe --image`)."""
+"""A recipe or a script of the project run in a target's built image, through the target's rendered run.sh
+(`envkit run`, `doctor --probe --image`)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from envkit.errors import EnvkitError
 from envkit.project.experiments import RECIPES
 from envkit.support.shellquote import command_line
 
@@ -22,7 +24,7 @@ def run_recipe(
     data_dir: Path = Path("data"),
     dry_run: bool = False,
 ) -> int:
-    """Run ``recipe`` in ``target``'s image (``tag``, default latest) on this host; the recipe's exit status.
+    """Run ``recipe`` (see ``script``) in ``target``'s image (``tag``, default latest) on this host; the recipe's exit status.
     ``dry_run``: print the run.sh line instead, and check, create and run nothing."""
     from envkit.image.build import LATEST, repository
 
@@ -34,7 +36,7 @@ def run_recipe(
     }
     # run.sh is the one definition of how a target's container runs (user, GPUs,
     # mounts, TPU flags); users without envkit call it directly, so we do too.
-    argv = [str(config.root / "docker" / target.name / "run.sh"), "python", f"{RECIPES}/{recipe}.py", *recipe_args]
+    argv = [str(config.root / "docker" / target.name / "run.sh"), "python", script(config, recipe), *recipe_args]
     if dry_run:
         print(command_line(env, argv))
         return 0
@@ -48,3 +50,22 @@ def run_recipe(
     for directory in (results_dir, data_dir):
         directory.mkdir(parents=True, exist_ok=True)
     return subprocess.run(argv, env={**os.environ, **env}, check=False).returncode
+
+
+def script(config, name: str) -> str:
+    """The project's Python file that ``name`` names, as run.sh runs it from the project's root in the image: a
+    recipe's name (recipes/NAME.py) or a script's path (train.py, src/train.py); one line when the project does
+    not have it or its image cannot hold it."""
+    from envkit.project.files import project_files
+
+    path = PurePosixPath(name if name.endswith(".py") else f"{RECIPES}/{name}.py")
+    allowed = "a recipe's name (recipes/NAME.py) or the path of a Python script in the project, e.g. train.py"
+    if path.is_absolute() or ".." in path.parts or not (config.root / path).is_file():
+        raise EnvkitError(f"no {path} in the project {config.root}: give {allowed}")
+    files = project_files(config.root, config.files_limit_mb)
+    if path.as_posix() not in files.paths:
+        raise EnvkitError(
+            f"{path} is not among {files.source()} less .dockerignore's, so no image of the project holds it: "
+            "track it with git (or take it out of .dockerignore), then envkit build the target"
+        )
+    return path.as_posix()

@@ -267,7 +267,8 @@ def load_results(directory: Path) -> tuple[list[RunResult], list[str]]:
     if not directory.is_dir():
         problem = "is not a directory" if directory.exists() else "does not exist"
         raise EnvkitError(
-            f"results directory {directory} {problem} (give the directory the recipes wrote with --results-dir)"
+            f"results directory {directory} {problem} (give the directory the runs wrote their results into; "
+            "run.sh and envkit experiment write to ./results unless told otherwise)"
         )
     try:  # iterdir, not glob: glob calls a directory it cannot list empty
         paths = sorted(path for path in directory.iterdir() if path.name.endswith(".json"))
