@@ -54,7 +54,7 @@ def run_recipe(
 
 def script(config, name: str) -> str:
     """The project's Python file that ``name`` names, as run.sh runs it from the project's root in the image: a
-    recipe's name (recipes/NAME.py) or a script's path (train.py, src/train.py); one line when the project does
+    recipe's name (recipes/<name>.py) or a script's path (train.py, src/train.py); one line when the project does
     not have it or its image cannot hold it."""
     from envkit.project.files import project_files
 
