@@ -82,6 +82,9 @@ def cpu_mode_env(wheelhouse: Path, work: Path, output: Path | None = None) -> di
         runtime.CPU_MODE: str(wheelhouse),
         "ENVKIT_NOTEBOOK_WORK": str(work),
         "PATH": f"{Path(uv_binary()).parent}{os.pathsep}{os.environ['PATH']}",
+        # uv keys its cache by the wheelhouse's path, new each session: in the user's cache every session would
+        # leave another unpacked torch (700 MB) behind. Beside the wheelhouse, it goes with the session's files.
+        "UV_CACHE_DIR": str(wheelhouse.with_name(f"{wheelhouse.name}-uv-cache")),
     }
     if output is not None:
         env[runtime.OUTPUT] = str(output)

@@ -167,7 +167,11 @@ def test_a_users_experiment_runs_in_its_image_and_on_a_host_lock_then_reports_an
     assert sorted(listed) == ["./README.md", "./requirements.txt", "./train.py"]  # git's files; data/ stayed out
 
     # A host run on the same lock: its venv, then the command from the project's root through the wrapper.
-    venv = run([envkit, "venv", "cpu-local", "--torch-index-url", index], project, 1800)
+    # uv's cache of the test's own: it keys torch by the stand-in index's path, new each run, so the user's cache
+    # would keep another unpacked torch (700 MB) per run.
+    venv = run(
+        [envkit, "venv", "cpu-local", "--torch-index-url", index], project, 1800, UV_CACHE_DIR=str(tmp_path / "uv")
+    )
     assert venv.returncode == 0, venv.stderr[-2000:]
     host = project / ".venv-cpu-local" / "bin" / "python"
     done = run([envkit, "experiment", "local-train", "--python", str(host), "--results-dir", str(results)], project)
