@@ -33,9 +33,10 @@ def test_the_table_and_the_modules_agree_both_ways():
 
 
 def test_render_loads_only_the_render_commands(tmp_path):
+    # An image target alone: --output is its folder, where notebooks would go to the checkout's notebooks/.
     probe = (
         "import json, sys; from envkit.cli import main;"
-        f"code = main(['render', '--all', '--config', {str(REPO_ROOT / 'envkit.yaml')!r}, '--output', {str(tmp_path)!r}]);"
+        f"code = main(['render', '--target', 'cpu', '--config', {str(REPO_ROOT / 'envkit.yaml')!r}, '--output', {str(tmp_path)!r}]);"
         "print(json.dumps([code, sorted(m for m in sys.modules if m.startswith('envkit.cli.'))]))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO_ROOT)
