@@ -139,8 +139,7 @@ def manifest_digest(registry_address: str, repository: str, tag: str) -> str:
 
 
 def build_committed(target: str, base_image: str, repo_root: Path) -> str:
-    """``envkit build TARGET`` of the checkout's files, as the committed fixture below builds them: a second call
-    in one session (tests/integration/test_slurm.py runs the cuda image) is Docker's cache, not a second build."""
+    """``envkit build TARGET`` of the checkout's files, as a user builds a committed target."""
     trust = ["--ca-cert", str(HOST_CA_BUNDLE)] if HOST_CA_BUNDLE.is_file() else []
     return envkit(
         "build", target, "--config", str(repo_root / "envkit.yaml"), "--base-image", base_image, *trust, cwd=repo_root

@@ -156,14 +156,16 @@ def slurm_job_script(
     output: Path,
     launch_args: tuple[str, ...] = ("--container", "host"),
     config: Path = REPO_ROOT / "envkit.yaml",
+    experiment: str = "cpu-ddp-cifar",
 ) -> str:
-    """The sbatch script that ``envkit launch cpu-ddp-cifar --on slurm`` renders, as a user gets it
-    (--dry-run --output): by default with ``--container host``, recipes/cifar.py in the Python environment
-    sbatch is called from; one torchrun per node (srun), rendezvous on the allocation's first host, gloo on
-    the nodes' interface (--env). ``launch_args`` replace the container choice (e.g. podman and --registry)."""
+    """The sbatch script that ``envkit launch EXPERIMENT --on slurm`` renders, as a user gets it
+    (--dry-run --output): by default cpu-ddp-cifar with ``--container host``, recipes/cifar.py in the Python
+    environment sbatch is called from; one torchrun per node (srun), rendezvous on the allocation's first host,
+    gloo on the nodes' interface (--env). ``launch_args`` replace the container choice (e.g. podman and
+    --registry)."""
     argv = [
         "launch",
-        "cpu-ddp-cifar",
+        experiment,
         "--on",
         "slurm",
         *launch_args,
@@ -195,7 +197,7 @@ def slurm_job_script(
     )
     if done.returncode != 0:
         raise RuntimeError(f"envkit launch did not render the job ({done.returncode}): {done.stderr.strip()}")
-    return (output / "cpu-ddp-cifar.sbatch").read_text()
+    return (output / f"{experiment}.sbatch").read_text()
 
 
 @contextlib.contextmanager

@@ -217,6 +217,9 @@ def _podman(job: jobs.Job) -> list[str]:
         flags += [Raw('${userns[@]+"${userns[@]}"}'), "--user", Raw('"$(id -u):$(id -g)"'), "-e", "HOME=/tmp"]
     flags += [word for key, value in settings.env.items() for word in ("-e", f"{key}={value}")]
     flags += [word for key, _ in (*job.container_env(), *job.env) for word in ("-e", key)]
+    # The run wrapper records the run on the first node alone, which it knows by srun's SLURM_NODEID
+    # (envkit/support/provenance.py); podman passes only the variables it is given (pyxis and apptainer pass all).
+    flags += ["-e", "SLURM_NODEID"]
     flags += [word for pair in _bind_pairs(job) for word in ("-v", pair)]
     wrap = ["bash", "-c", STEP_DEVICES] if job.kind == "cuda" else []
     return [

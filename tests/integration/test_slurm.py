@@ -1,6 +1,6 @@
-"""A real two-node Slurm cluster on this machine runs recipes/cifar.py DDP through sbatch: in the host's Python
-(issue 15 §3, ~1 min), and in the image under podman, pulled by the digest envkit push recorded (issue 20 §5;
-most of it moving the committed cuda image, 7.4 GB, through a registry: push ~5 min, pull ~2 min).
+"""A real two-node Slurm cluster on this machine runs DDP through sbatch: recipes/cifar.py in the host's Python
+(issue 15 §3, ~1 min), and a project's command experiment in its image under podman, pulled by the digest
+envkit push recorded (issue 20 §5), one torchrun per node.
 
 Debian's munged, slurmctld and slurmd in network namespaces (tests/multihost.py);
 ``sbatch --wait`` submits the job and returns its exit code, with no accounting.
@@ -18,8 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from cifar_files import TRAINING, data_dir, only_results  # noqa: F401 - data_dir is a fixture
-from docker_engine import base_image, build_committed, client, envkit, manifest_digest, registry  # noqa: F401 - fixtures too
+from docker_engine import base_image, client, envkit, locked, manifest_digest, registry  # noqa: F401 - fixtures too
 from launch_jobs import FAKE_DATA
 from multihost import (  # noqa: F401 - two_node_slurm is a fixture
     NODE_INTERFACE,
@@ -28,8 +29,10 @@ from multihost import (  # noqa: F401 - two_node_slurm is a fixture
     slurm_job_script,
     two_node_slurm,
 )
-from offline_lock import with_experiments
+from offline_lock import OfflineLockError, lock_and_render, torch_index
 from paths import REPO_ROOT
+
+from envkit.image.build_context import staging_path
 
 pytestmark = pytest.mark.slow
 
@@ -87,35 +90,61 @@ def test_sbatch_runs_ddp_on_both_nodes_and_returns_the_exit_code(tmp_path, data_
 
 # ------------------------------------------------------------------ the image, by digest, under podman
 
-# The cpu target's name on the committed cuda target's image. The committed cpu target installs PyTorch's +cpu
-# builds, from an index this machine cannot reach; the cuda image holds PyPI's torch and torchvision (a CUDA build,
-# which trains on the CPU as well), and the engine tests built it earlier in the session, so it costs no build here.
+# A target and a command experiment of the session's locked offline cpu project (torch 2.13.0's CPU build from
+# the local wheelhouse, about 1 GB): what moves through the registry is that image, not a 7 GB CUDA one. The
+# experiment is a project's own script, started by torchrun on each node, that all-reduces over gloo.
 PODMAN_TARGET = "podman-cpu"
-STAND_IN_TARGET = "cuda"
-PODMAN_CONFIG = f"""targets:
-  {PODMAN_TARGET}:
-    kind: cpu
-    torch: "2.9.0"
-    python: "3.11"
+PODMAN_EXPERIMENT = "podman-ddp"
+ALL_REDUCE = """\
+import json, os
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+total = torch.tensor([float(rank + 1)])
+dist.all_reduce(total)
+print(f"rank {rank}/{world} on node {os.environ['GROUP_RANK']}: sum {total.item():g}", flush=True)
+if rank == 0:
+    with open(os.path.join(os.environ["ENVKIT_METRICS_DIR"], "metrics.json"), "w") as out:
+        json.dump({"world_size": world, "sum": total.item()}, out)
+dist.destroy_process_group()
 """
 
 
 @pytest.fixture(scope="module")
-def podman_image(tmp_path_factory, client, base_image, repo_root) -> Iterator[tuple[Path, str]]:
-    """A project whose cpu target's image is the committed cuda image under envkit-podman-cpu; its content tag."""
-    project = tmp_path_factory.mktemp("podman-project")
-    shutil.copytree(REPO_ROOT / "templates", project / "templates")
-    shutil.copytree(REPO_ROOT / "recipes", project / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
-    (project / "envkit.yaml").write_text(with_experiments(PODMAN_CONFIG))
-    envkit("render", "--all", cwd=project)
-    built = build_committed(STAND_IN_TARGET, base_image, repo_root)  # envkit-cuda:<content tag>
-    image, tag = client.images.get(built), built.split(":")[1]
-    names = [f"envkit-{PODMAN_TARGET}:{tag}", f"envkit-{PODMAN_TARGET}:latest"]
-    for name in names:
-        image.tag(*name.split(":"))
-    yield project, names[0]
-    for name in names:
-        client.images.remove(name)
+def podman_image(tmp_path_factory, client, locked, base_image) -> Iterator[tuple[Path, str]]:
+    """A copy of the locked offline project with the podman target and experiment, its image built from the
+    session's wheelhouse; the project and the image's content tag (envkit-podman-cpu:<tag>)."""
+    locked_root, wheels = locked
+    project = tmp_path_factory.mktemp("podman") / "project"
+    shutil.copytree(locked_root, project, ignore=shutil.ignore_patterns("docker"))
+    (project / "recipes" / "all_reduce.py").write_text(ALL_REDUCE)  # recipes/: what the copied .dockerignore admits
+    config = yaml.safe_load((project / "envkit.yaml").read_text())
+    config["targets"] = {PODMAN_TARGET: config["targets"]["cpu"]}
+    config["experiments"] = {
+        PODMAN_EXPERIMENT: {
+            "summary": "an all-reduce over gloo, one process per node",
+            "target": PODMAN_TARGET,
+            "command": ["python", "recipes/all_reduce.py"],
+            "gpus": "none",
+            "scale": "torchrun",
+        }
+    }
+    (project / "envkit.yaml").write_text(yaml.safe_dump(config))
+    try:
+        lock_and_render(project, torch_index(project.parent / "torch-index"), target=PODMAN_TARGET)
+    except OfflineLockError as exc:
+        pytest.fail(f"cannot lock the podman target: {exc}")
+    built = envkit(
+        "build", PODMAN_TARGET, "--config", "envkit.yaml", "--base-image", base_image, "--wheelhouse", str(wheels),
+        cwd=project,
+    ).stdout.strip()  # fmt: skip
+    yield project, built
+    shutil.rmtree(staging_path(project, PODMAN_TARGET), ignore_errors=True)
+    client.images.remove(built.split(":")[0] + ":latest")
+    client.images.remove(built)
 
 
 def test_podman_job_runs_the_pushed_image_by_digest_on_both_nodes(
@@ -136,8 +165,8 @@ def test_podman_job_runs_the_pushed_image_by_digest_on_both_nodes(
     for reference in pushed[:2]:
         client.images.remove(reference)
 
-    # The registry's copy (7 GB) goes as soon as podman has the image, and is never kept with pytest's
-    # last temporary directories.
+    # The registry's copy goes as soon as podman has the image, and is never kept with pytest's last
+    # temporary directories.
     registry_copy = tmp_path / "store"
     request.addfinalizer(lambda: shutil.rmtree(registry_copy, ignore_errors=True))
     with podman_of_its_own(tmp_path / "podman", registry) as podman_env:
@@ -158,12 +187,13 @@ def test_podman_job_runs_the_pushed_image_by_digest_on_both_nodes(
             directory, results = tmp_path / label, tmp_path / label / "results"
             script = slurm_job_script(
                 2,
-                [*FAKE_DATA, "--show-scatter"],
+                [],
                 tmp_path / "data",
                 results,
                 directory,
                 launch_args=launch_args,
                 config=project / "envkit.yaml",
+                experiment=PODMAN_EXPERIMENT,
             )
             returncode, _, output = two_node_slurm.sbatch_wait(script, directory, env=podman_env)
             return returncode, output, results, script
@@ -173,19 +203,22 @@ def test_podman_job_runs_the_pushed_image_by_digest_on_both_nodes(
         assert (
             "container podman." in script
             and f" {repository}@{digest} python /opt/envkit/envkit_run.py torchrun " in script
-        )
+            and script.rstrip().endswith(" recipes/all_reduce.py")
+        ), script
         assert returncode == 0, output[-3000:]
-        for rank in (0, 1):
-            assert output.count(f"scatter (ddp rank {rank}/2, cpu)") == 1, output[-3000:]
-        document = only_results(results)
+        for rank in (0, 1):  # one process per node, each on its own node, both in the one all-reduce
+            assert output.count(f"rank {rank}/2 on node {rank}: sum 3") == 1, output[-3000:]
+        (record,) = results.glob(f"{PODMAN_EXPERIMENT}-*.json")  # the first node's wrapper alone writes one
+        document = json.loads(record.read_text())
         environment = document["environment"]
         assert (environment["image"], environment["image_id"], environment["image_digest"]) == (
             f"{repository}@{digest}",
             image_id,
             digest,
         )
-        assert document["environment"]["host"] == "node1"
-        assert (document["configuration"]["world_size"], document["configuration"]["nodes"]) == (2, 2)
+        assert environment["host"] == "node1"
+        assert (document["run"]["experiment"], document["run"]["exit_status"]) == (PODMAN_EXPERIMENT, 0)
+        assert document["metrics"] == {"world_size": 2, "sum": 3.0}
 
         # An image no node can get: each node says so in one line, the job exits 2, and nothing is written.
         absent = f"{repository}@sha256:{'0' * 64}"

@@ -334,7 +334,7 @@ def test_the_check_pulls_a_pushed_image_by_digest_and_the_job_then_runs_it_witho
     assert job_run.startswith("run --rm --pull=never --network=host --uts=host --shm-size 2g --user ")
     assert (
         " -e ENVKIT_IMAGE -e ENVKIT_IMAGE_ID -e ENVKIT_IMAGE_DIGEST -e ENVKIT_EXPERIMENT -e ENVKIT_DATA_DIR"
-        " -e ENVKIT_RESULTS_DIR -e ENVKIT_DEVICE"
+        " -e ENVKIT_RESULTS_DIR -e ENVKIT_DEVICE -e SLURM_NODEID"
         f" -v {tmp_path}/data:/workspace/data "
     ) in job_run
     assert f" {REGISTRY}/envkit-cpu@{DIGEST} python /opt/envkit/envkit_run.py torchrun --nnodes 1 " in job_run
