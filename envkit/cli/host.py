@@ -36,6 +36,7 @@ def _probe(args: argparse.Namespace) -> int:
     if args.image is None:
         return probe.probe_here(args.config.resolve().parent, args.json)
     config, target = load_image_target(args.config, args.image)
+    probe.probe_script(config.root)
     return run_recipe(config, target, probe.RECIPE, probe.recipe_args(args.json), gpus=args.gpus)
 
 

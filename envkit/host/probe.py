@@ -21,9 +21,14 @@ def recipe_args(as_json: bool) -> list[str]:
     return ["--json"] if as_json else []
 
 
-def probe_here(root: Path, as_json: bool) -> int:
-    """Run the probe with this interpreter; its exit status (1: a device failed)."""
+def probe_script(root: Path) -> Path:
+    """The probe recipe of the project at ``root``, here or in its image; one line when the project has none."""
     script = root / "recipes" / f"{RECIPE}.py"
     if not script.is_file():
         raise EnvkitError(f"no {script}: run the probe from the project directory (beside recipes/), or pass --config")
-    return subprocess.run([sys.executable, str(script), *recipe_args(as_json)], check=False).returncode
+    return script
+
+
+def probe_here(root: Path, as_json: bool) -> int:
+    """Run the probe with this interpreter; its exit status (1: a device failed)."""
+    return subprocess.run([sys.executable, str(probe_script(root)), *recipe_args(as_json)], check=False).returncode

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -206,6 +207,8 @@ def test_doctor_probe_image_that_is_not_built_is_one_line(tmp_path, monkeypatch,
         images = Images()
 
     (tmp_path / "envkit.yaml").write_text('targets:\n  cpu: {kind: cpu, torch: "2.9.0"}\n')
+    (tmp_path / "recipes").mkdir()
+    shutil.copy(PROBE, tmp_path / "recipes")
     monkeypatch.setattr("envkit.support.docker_client.connect_docker", Engine)  # the engine may hold a real envkit-cpu
     monkeypatch.setattr(
         doctor, "inspect_host", lambda: doctor.HostFacts(docker_version="20.10.24", free_disk_gb=50.0, cpu_count=2)
@@ -217,7 +220,17 @@ def test_doctor_probe_image_that_is_not_built_is_one_line(tmp_path, monkeypatch,
         out == ""
         and err == "envkit: error: no image envkit-cpu:latest in the engine: build it first with 'envkit build cpu'\n"
     )
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["envkit.yaml"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["envkit.yaml", "recipes"]
+
+
+def test_doctor_probe_image_in_a_project_without_the_probe_is_one_line(tmp_path, capsys):
+    (tmp_path / "envkit.yaml").write_text('targets:\n  cpu: {kind: cpu, torch: "2.9.0"}\n')
+    assert cli.main(["doctor", "--probe", "--image", "cpu", "--config", str(tmp_path / "envkit.yaml")]) == 2
+    assert capsys.readouterr() == (
+        "",
+        f"envkit: error: no {tmp_path}/recipes/probe.py: run the probe from the project directory (beside "
+        "recipes/), or pass --config\n",
+    )
 
 
 def test_doctor_image_needs_probe(capsys):
