@@ -24,8 +24,8 @@ def run_recipe(
     data_dir: Path = Path("data"),
     dry_run: bool = False,
 ) -> int:
-    """Run ``recipe`` (see ``script``) in ``target``'s image (``tag``, default latest) on this host; the recipe's exit status.
-    ``dry_run``: print the run.sh line instead, and check, create and run nothing."""
+    """Run ``recipe`` (see ``script``) in ``target``'s image (``tag``, default latest) on this host; its exit
+    status. ``dry_run``: print the run.sh line instead, and check, create and run nothing."""
     from envkit.image.build import LATEST, repository
 
     env = {
