@@ -17,7 +17,7 @@ from pathlib import Path
 import offline_lock
 import pytest
 from launch_jobs import REPO_ROOT
-from offline_lock import OfflineLockError, lock_and_render, new_project, torch_index, with_experiments
+from offline_lock import OfflineLockError, lock_and_render, new_project, torch_index
 from paths import REPO_ROOT
 
 from envkit.errors import EnvkitError
@@ -86,12 +86,8 @@ def fill_wheelhouse(wheels: Path, config: Path, target: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def project(tmp_path_factory, repo_root) -> Path:
-    root = tmp_path_factory.mktemp("project")
-    shutil.copytree(repo_root / "templates", root / "templates")
-    shutil.copytree(repo_root / "recipes", root / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(repo_root / ".dockerignore", root / ".dockerignore")  # its images hold the recipes, as the checkout's
-    (root / "envkit.yaml").write_text(with_experiments(OFFLINE_CONFIG.read_text()))
+def project(tmp_path_factory) -> Path:
+    root = new_project(tmp_path_factory.mktemp("project"), OFFLINE_CONFIG)
     envkit("render", "--all", "--config", "envkit.yaml", cwd=root)
     yield root
     shutil.rmtree(staging_path(root, "cpu"), ignore_errors=True)
@@ -144,6 +140,24 @@ def build_committed(target: str, base_image: str, repo_root: Path) -> str:
     return envkit(
         "build", target, "--config", str(repo_root / "envkit.yaml"), "--base-image", base_image, *trust, cwd=repo_root
     ).stdout.strip()
+
+
+def locked_build(
+    project: Path, wheels: Path, base_image: str, check: bool = True, target: str = "cpu"
+) -> subprocess.CompletedProcess:
+    """``envkit build TARGET`` of a locked offline project, every wheel from its wheelhouse."""
+    return envkit(
+        "build",
+        target,
+        "--config",
+        "envkit.yaml",
+        "--base-image",
+        base_image,
+        "--wheelhouse",
+        str(wheels),
+        cwd=project,
+        check=check,
+    )
 
 
 def locked_project(root: Path, config: Path = OFFLINE_CONFIG) -> tuple[Path, Path]:

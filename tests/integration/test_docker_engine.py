@@ -47,6 +47,7 @@ from docker_engine import (
     envkit,
     fill_wheelhouse,
     locked,
+    locked_build,
     manifest_digest,
     project,
     registry,
@@ -546,21 +547,6 @@ def test_diff_names_the_one_package_and_variable_that_differ(client, project, bu
 
 
 # ---------------------------------------------------------------- locked images (benchmarks/offline_lock.py)
-
-
-def locked_build(project: Path, wheels: Path, base_image: str, check: bool = True) -> subprocess.CompletedProcess:
-    return envkit(
-        "build",
-        "cpu",
-        "--config",
-        "envkit.yaml",
-        "--base-image",
-        base_image,
-        "--wheelhouse",
-        str(wheels),
-        cwd=project,
-        check=check,
-    )
 
 
 @engine_test

@@ -20,8 +20,16 @@ from pathlib import Path
 import pytest
 import yaml
 from cifar_files import TRAINING, data_dir, only_results  # noqa: F401 - data_dir is a fixture
-from docker_engine import base_image, client, envkit, locked, manifest_digest, registry  # noqa: F401 - fixtures too
-from launch_jobs import FAKE_DATA
+from docker_engine import (  # noqa: F401 - fixtures too
+    base_image,
+    client,
+    envkit,
+    locked,
+    locked_build,
+    manifest_digest,
+    registry,
+    unavailable,
+)
 from multihost import (  # noqa: F401 - two_node_slurm is a fixture
     NODE_INTERFACE,
     SlurmCluster,
@@ -136,11 +144,8 @@ def podman_image(tmp_path_factory, client, locked, base_image) -> Iterator[tuple
     try:
         lock_and_render(project, torch_index(project.parent / "torch-index"), target=PODMAN_TARGET)
     except OfflineLockError as exc:
-        pytest.fail(f"cannot lock the podman target: {exc}")
-    built = envkit(
-        "build", PODMAN_TARGET, "--config", "envkit.yaml", "--base-image", base_image, "--wheelhouse", str(wheels),
-        cwd=project,
-    ).stdout.strip()  # fmt: skip
+        unavailable(f"cannot lock the podman target: {exc}")
+    built = locked_build(project, wheels, base_image, target=PODMAN_TARGET).stdout.strip()
     yield project, built
     shutil.rmtree(staging_path(project, PODMAN_TARGET), ignore_errors=True)
     client.images.remove(built.split(":")[0] + ":latest")
