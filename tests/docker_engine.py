@@ -145,7 +145,7 @@ def build_committed(target: str, base_image: str, repo_root: Path) -> str:
 def locked_build(
     project: Path, wheels: Path, base_image: str, check: bool = True, target: str = "cpu"
 ) -> subprocess.CompletedProcess:
-    """``envkit build TARGET`` of a locked offline project, every wheel from its wheelhouse."""
+    """``envkit build TARGET`` of a locked project, every wheel from its wheelhouse."""
     return envkit(
         "build",
         target,

@@ -14,7 +14,15 @@ import shutil
 import subprocess
 
 import pytest
-from docker_engine import base_image, client, docker_cli, engine_test, envkit, fill_wheelhouse  # noqa: F401 - fixtures
+from docker_engine import (  # noqa: F401 - fixtures
+    base_image,
+    client,
+    docker_cli,
+    engine_test,
+    envkit,
+    fill_wheelhouse,
+    locked_build,
+)
 from xla_env import NO_TPU_LINE
 
 from envkit.image.build_context import staging_path
@@ -48,17 +56,7 @@ def test_torch_tpu_image_builds_and_its_recipe_says_in_one_line_that_there_is_no
 ):
     wheels = fill_wheelhouse(tmp_path_factory.mktemp("torchtpu-wheels"), project / "envkit.yaml", TARGET)
     try:
-        built = envkit(
-            "build",
-            TARGET,
-            "--config",
-            "envkit.yaml",
-            "--base-image",
-            base_image,
-            "--wheelhouse",
-            str(wheels),
-            cwd=project,
-        ).stdout.strip()
+        built = locked_build(project, wheels, base_image, target=TARGET).stdout.strip()
     finally:
         shutil.rmtree(wheels)
     image = client.images.get(built)
