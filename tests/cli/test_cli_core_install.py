@@ -72,7 +72,9 @@ def test_doctor_without_the_sdk_names_the_extra(repo_root):
 
 
 def test_every_handler_is_cmd_and_its_command_name():
-    for name, parser in subcommands().items():
+    parsers = subcommands()
+    assert parsers, "the parser has no subcommands"
+    for name, parser in parsers.items():
         assert parser.get_default("func").__name__ == f"cmd_{name}"
 
 

@@ -86,6 +86,7 @@ def test_every_command_and_option_of_the_parser_is_in_the_reference():
     reference = cli_reference()
     parser = build_parser()
     (commands,) = (action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    assert commands.choices, "the parser has no commands"
     for name, subparser in commands.choices.items():
         assert f"## `envkit {name}`" in reference
         for action in subparser._actions:

@@ -21,7 +21,9 @@ def rendered(repo_root: Path, filename: str) -> list[Path]:
 
 
 def test_hadolint_reports_nothing(repo_root):
-    for dockerfile in rendered(repo_root, "Dockerfile"):
+    dockerfiles = list(rendered(repo_root, "Dockerfile"))
+    assert dockerfiles, "no rendered Dockerfile"
+    for dockerfile in dockerfiles:
         result = subprocess.run([linter("hadolint"), "--no-color", str(dockerfile)], capture_output=True, text=True)
         assert (result.returncode, result.stdout + result.stderr) == (0, ""), dockerfile
 
@@ -109,6 +111,7 @@ def test_the_image_tells_any_command_its_device_and_adds_no_argument(repo_root):
     """Before: run.sh added --device, --data-dir and --results-dir to the recipe's arguments, which a user's own
     script rejects; now the device and the locations are variables, and the arguments are the caller's alone."""
     kinds = yaml.safe_load((repo_root / "envkit" / "data" / "kinds.yaml").read_text())["kinds"]
+    assert TARGETS, "no target to run"
     for target in TARGETS:
         for recipe in ("cifar", "probe"):
             words = shlex.split(

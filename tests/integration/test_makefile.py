@@ -349,7 +349,9 @@ def test_on_passes_only_what_was_set_quoted(project, repo_root):
 
 
 def test_on_makes_every_experiment_target_launch(project):
-    for name in load_experiments():
+    experiments = load_experiments()
+    assert experiments, "the project has no experiments"
+    for name in experiments:
         (line,) = dry_run(project, name, "ON=skypilot", "MODEL=resnet50")
         assert line.startswith(f".venv/bin/envkit launch {name} --on 'skypilot' ") and " experiment " not in line
         assert line.endswith("-- --model resnet50") == name.endswith("cifar"), line

@@ -115,7 +115,9 @@ def test_every_committed_notebook_runs_top_to_bottom(executed, wheelhouse, repo_
 def test_results_carry_the_notebooks_provenance_and_validate(executed, wheelhouse, repo_root):
     schema = json.loads((repo_root / "envkit" / "data" / "results.schema.json").read_text())
     cpu_lock = runtime.lock_packages(wheelhouse / "requirements.lock")
+    assert executed, "no notebook was executed"
     for run in executed.values():
+        assert run["results"], "a notebook wrote no results"
         for path in run["results"][1:]:
             jsonschema.validate(json.loads(path.read_text()), schema)
         document = json.loads(run["results"][0].read_text())

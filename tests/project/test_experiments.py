@@ -70,6 +70,7 @@ def test_readme_table_is_the_experiments_table(repo_root):
 
 def test_every_experiment_runs_on_its_kinds_device():
     kinds = load_kinds()
+    assert TABLE, "the repository has no experiments"
     for entry in TABLE.values():
         assert entry.kind in kinds, entry.name
         flag = ("--device", kinds[entry.kind].device)

@@ -71,6 +71,7 @@ def test_the_shipped_kinds():
 
 
 def test_every_kind_has_its_run_sh_fragment(repo_root):
+    assert kinds.names(), "kinds.yaml names no kind"
     for name in kinds.names():
         assert (repo_root / "templates" / "kinds" / f"{name}.run.sh.j2").is_file(), name
 

@@ -38,6 +38,7 @@ def test_torchvision_follows_torch(matrix, torch, torchvision):
 
 
 def test_a_release_without_torchvision_says_why(matrix):
+    assert matrix.torch, "the matrix has no torch release"
     for release in matrix.torch.values():
         assert (release.torchvision is None) == bool(release.torchvision_missing), release.minor
 
@@ -76,6 +77,7 @@ def test_python_ranges_follow_the_wheels(matrix):
 
 
 def test_rows_are_internally_consistent(matrix):
+    assert matrix.torch and matrix.cuda, "the matrix has no torch release or no CUDA variant"
     for release in matrix.torch.values():
         low, high = release.python
         assert version_key(low) <= version_key(high)

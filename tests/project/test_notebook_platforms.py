@@ -63,7 +63,10 @@ def test_accelerators_under_each_platforms_own_names():
 
 
 def test_every_runtime_fact_has_a_source_and_a_date():
-    for platform in load_platforms().platforms.values():
+    platforms = load_platforms().platforms
+    assert platforms, "no notebook platform"
+    for platform in platforms.values():
+        assert platform.runtimes, platform
         for runtime in platform.runtimes.values():
             assert {"os", "python", "glibc"} <= set(runtime.facts)
             for fact in runtime.facts.values():

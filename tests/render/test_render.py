@@ -174,6 +174,7 @@ def test_a_stale_lock_is_refused_in_one_line(golden_config, tmp_path):
 
 def test_no_default_index_is_named(repo_config):
     # pip's default index applies unless a target sets pip_index_url.
+    assert repo_config.images, "the repository has no image target"
     for target in repo_config.images:
         dockerfile = by_path(render.render_targets(repo_config, [target]))[f"{target}/Dockerfile"].text
         assert "ARG PIP_INDEX_URL\n" in dockerfile
@@ -194,6 +195,7 @@ def test_older_tpu_release_uses_its_find_links(golden_config):
 
 
 def test_dependencies_come_before_recipes_and_certificates_before_https(repo_config):
+    assert repo_config.images, "the repository has no image target"
     for target in repo_config.images:
         dockerfile = by_path(render.render_targets(repo_config, [target]))[f"{target}/Dockerfile"].text
         order = [
