@@ -11,7 +11,7 @@ from paths import REPO_ROOT
 from envkit.cli import main
 from envkit.image.build import repository
 from envkit.image.pushed import Pushed, record
-from envkit.launch.job import EngineOptions, build_job
+from envkit.launch.engines import build_job
 from envkit.project.config import load_config
 from envkit.project.experiments import experiment
 
@@ -52,11 +52,11 @@ def make_job(
     exp = experiment(name)
     config = load_config(REPO_ROOT / "envkit.yaml")
     target = next(t for t in config.targets.values() if t.kind == exp.kind)
-    options = kwargs.pop("options", EngineOptions())
+    options = kwargs.pop("options", dict())
     return build_job(
+        engine,
         exp,
         target,
-        engine=engine,
         nodes=nodes,
         root=root,
         data_dir=data_dir,
@@ -121,13 +121,11 @@ IFNAMES = ("NCCL_SOCKET_IFNAME=ib0", "GLOO_SOCKET_IFNAME=eth0")
 CASES = {
     "hosts-gpu-ddp-cifar": lambda: (
         "hosts",
-        make_job("gpu-ddp-cifar", "hosts", gpus_per_node=4, options=EngineOptions(hosts=("node1", "node2"))),
+        make_job("gpu-ddp-cifar", "hosts", gpus_per_node=4, options=dict(hosts=("node1", "node2"))),
     ),
     "hosts-cpu-ddp-cifar": lambda: (
         "hosts",
-        make_job(
-            "cpu-ddp-cifar", "hosts", nproc_per_node=2, env=IFNAMES[1:], options=EngineOptions(hosts=("node1", "node2"))
-        ),
+        make_job("cpu-ddp-cifar", "hosts", nproc_per_node=2, env=IFNAMES[1:], options=dict(hosts=("node1", "node2"))),
     ),
     # Slurm's default: podman, here with the local image (no registry: a note says every node needs it).
     "slurm-podman-local-cpu-ddp-cifar": lambda: (
@@ -147,7 +145,7 @@ CASES = {
             env=IFNAMES,
             image="envkit-cuda:0123456789ab",
             image_id=IMAGE_ID,
-            options=EngineOptions(image_tarball=CUDA_TARBALL),
+            options=dict(image_tarball=CUDA_TARBALL),
         ),
     ),
     "slurm-host-cpu-ddp-cifar": lambda: (
@@ -157,7 +155,7 @@ CASES = {
             "slurm",
             nproc_per_node=2,
             env=("GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1"),
-            options=EngineOptions(container="host"),
+            options=dict(container="host"),
         ),
     ),
     "slurm-host-gpu-ddp-cifar": lambda: (
@@ -166,12 +164,12 @@ CASES = {
             "gpu-ddp-cifar",
             "slurm",
             gpus_per_node=4,
-            options=EngineOptions(container="host", partition="gpu", time="02:00:00"),
+            options=dict(container="host", partition="gpu", time="02:00:00"),
         ),
     ),
     "slurm-docker-gpu-ddp-cifar": lambda: (
         "slurm",
-        make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4, env=IFNAMES, options=EngineOptions(container="docker")),
+        make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4, env=IFNAMES, options=dict(container="docker")),
     ),
     "slurm-pyxis-gpu-ddp-cifar": lambda: (
         "slurm",
@@ -181,7 +179,7 @@ CASES = {
             gpus_per_node=4,
             image=REGISTRY_IMAGE,
             image_id=IMAGE_ID,
-            options=EngineOptions(container="pyxis"),
+            options=dict(container="pyxis"),
         ),
     ),
     "slurm-apptainer-gpu-ddp-cifar": lambda: (
@@ -192,7 +190,7 @@ CASES = {
             gpus_per_node=4,
             image="envkit-cuda:0123456789ab",
             image_id=IMAGE_ID,
-            options=EngineOptions(container="apptainer", image_tarball=CUDA_TARBALL),
+            options=dict(container="apptainer", image_tarball=CUDA_TARBALL),
         ),
     ),
     "pytorchjob-gpu-ddp-cifar": lambda: (
@@ -210,7 +208,7 @@ CASES = {
             "jobset",
             nodes=4,
             env=("XLA_FLAGS=--xla_dump_to=/tmp/x",),
-            options=EngineOptions(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"),
+            options=dict(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"),
         ),
     ),
     "tpu-pod-registry-tpu-mnist": lambda: (
@@ -221,7 +219,7 @@ CASES = {
             nodes=4,
             image=f"registry.example:5000/team/envkit-tpu-vm@{DIGEST}",
             image_id=IMAGE_ID,
-            options=EngineOptions(tpu="my-v4-32", zone="us-central2-b"),
+            options=dict(tpu="my-v4-32", zone="us-central2-b"),
         ),
     ),
     "tpu-pod-tarball-tpu-mnist": lambda: (
@@ -233,7 +231,7 @@ CASES = {
             env=("XLA_FLAGS=--xla_dump_to=/tmp/x",),
             image="envkit-tpu-vm:0123456789ab",
             image_id=IMAGE_ID,
-            options=EngineOptions(
+            options=dict(
                 tpu="my-v4-32", zone="us-central2-b", image_tarball="/shared/images/envkit-tpu-vm-0123456789ab.tar.gz"
             ),
         ),
@@ -244,6 +242,6 @@ CASES = {
     ),
     "skypilot-tpu-mnist": lambda: (
         "skypilot",
-        make_job("tpu-mnist", "skypilot", nodes=4, options=EngineOptions(accelerators="tpu-v5e-16")),
+        make_job("tpu-mnist", "skypilot", nodes=4, options=dict(accelerators="tpu-v5e-16")),
     ),
 }

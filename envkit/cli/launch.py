@@ -14,16 +14,11 @@ from envkit.cli.options import add_config, add_recipe_args, directory_option
 from envkit.errors import EnvkitError
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(name for name in text.split(",") if name)
-
-
-def _absolute(text: str) -> str:
-    return str(Path(text).resolve())
-
-
 def register(subparsers) -> None:
-    from envkit.launch.job import DEFAULT_RDZV_PORT, ENGINES, NOTEBOOK_ENGINES, SLURM_CONTAINERS
+    from envkit.launch import engines
+    from envkit.launch.job import DEFAULT_RDZV_PORT
+
+    names = (*engines.REGISTRY, *engines.NOTEBOOK_ENGINES)
 
     launch = subparsers.add_parser(
         "launch",
@@ -40,9 +35,9 @@ def register(subparsers) -> None:
     launch.add_argument(
         "--on",
         required=True,
-        choices=ENGINES + NOTEBOOK_ENGINES,
+        choices=names,
         metavar="ENGINE",
-        help=f"one of: {', '.join(ENGINES + NOTEBOOK_ENGINES)}",
+        help=f"one of: {', '.join(names)}",
     )
     launch.add_argument("--nodes", type=int, default=1, help="hosts (default 1)")
     launch.add_argument("--gpus-per-node", type=int, help="GPUs per host (default: 1 for GPU experiments, else 0)")
@@ -89,39 +84,22 @@ def register(subparsers) -> None:
         "(skypilot); hosts and slurm --container docker give it to run.sh, which passes the multi-node "
         "ones (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) into the container",
     )
-    # Each engine setting's dest is a field of EngineOptions, which takes them by name (engine_options):
-    # a new setting is one line here and one field there.
-    engine = launch.add_argument_group("engine settings")
-    engine.add_argument(
-        "--hosts", type=_names, default=(), help="hosts: comma-separated host names, the rendezvous host first"
-    )
-    engine.add_argument(
-        "--container",
-        default=SLURM_CONTAINERS[0],
-        choices=SLURM_CONTAINERS,
-        help="slurm: podman (the image, pulled by digest with --registry or loaded from --image-tarball; "
-        "the default), docker (run.sh), pyxis, apptainer, or host (the Python environment sbatch runs in)",
-    )
-    engine.add_argument("--partition", help="slurm: partition")
-    engine.add_argument("--time", help="slurm: time limit, e.g. 02:00:00")
-    engine.add_argument(
-        "--image-tarball",
-        type=_absolute,
-        help="slurm podman/apptainer, tpu-pod: envkit save's .tar.gz (its .manifest.json beside it names the image)",
-    )
-    engine.add_argument(
-        "--volume-claim",
-        default="envkit",
-        help="pytorchjob, jobset: PersistentVolumeClaim holding data/ and results/ (default envkit)",
-    )
-    engine.add_argument("--tpu-accelerator", help="jobset on TPU: GKE accelerator, e.g. tpu-v5-lite-podslice")
-    engine.add_argument("--tpu-topology", help="jobset on TPU: slice topology, e.g. 4x4")
-    engine.add_argument("--tpu-chips-per-node", type=int, default=4, help="jobset on TPU: chips per host (default 4)")
-    engine.add_argument("--tpu", help="tpu-pod: the TPU VM's name")
-    engine.add_argument("--zone", help="tpu-pod: the TPU VM's zone")
-    engine.add_argument("--stop", action="store_true", help="tpu-pod: stop the experiment's container on every worker")
-    engine.add_argument("--accelerators", help="skypilot: e.g. A100:8 or tpu-v5e-16 (default A100:<gpus-per-node>)")
-    # Kaggle runs the experiment's notebook, not an image: its settings are no EngineOptions.
+    # Each engine's options (envkit.launch.spec.Option), declared in the engine's module.
+    group = launch.add_argument_group("engine settings")
+    for option in engines.options():
+        if option.switch:
+            group.add_argument(option.flag, dest=option.name, action="store_true", help=option.help)
+        else:
+            kwargs = {"type": option.type} if option.type else {}
+            group.add_argument(
+                option.flag,
+                dest=option.name,
+                default=option.default,
+                choices=option.choices,
+                help=option.help,
+                **kwargs,
+            )
+    # Kaggle runs the experiment's notebook, not an image: its settings are no engine's options.
     kaggle = launch.add_argument_group("kaggle settings")
     kaggle.add_argument(
         "--kaggle-user",
@@ -148,9 +126,7 @@ def register(subparsers) -> None:
 
 def build(args):
     """The job and its plan from the parsed arguments (bad input: EnvkitError)."""
-    from envkit.launch import images
-    from envkit.launch.engines import render_job
-    from envkit.launch.job import build_job, engine_options
+    from envkit.launch import engines, images
     from envkit.project.config import load_config
     from envkit.project.experiments import experiment as find_experiment
     from envkit.runs.plans import experiment_target
@@ -162,10 +138,10 @@ def build(args):
     image = images.choose(
         config.root, target.name, tag=args.tag, image=args.image, registry=args.registry, tarball=tarball
     )
-    job = build_job(
+    job = engines.build_job(
+        args.on,
         experiment,
         target,
-        engine=args.on,
         nodes=args.nodes,
         root=config.root,
         data_dir=args.data_dir.resolve(),
@@ -178,21 +154,22 @@ def build(args):
         extra_args=tuple(args.recipe_args),
         rdzv_port=args.rdzv_port,
         env=tuple(args.env),
-        options=engine_options(vars(args)),
+        options=vars(args),
         config=args.config,
     )
-    return job, render_job(args.on, job, args.output or Path("jobs"))
+    return job, engines.render_job(args.on, job, args.output or Path("jobs"))
 
 
 def cmd_launch(args) -> int:
+    from envkit.launch import engines
     from envkit.launch import plan as plans
-    from envkit.launch import tpu_pod
     from envkit.launch.shell import line
 
-    if args.on == "kaggle":
+    if args.on in engines.NOTEBOOK_ENGINES:
         return _launch_kaggle(args)
-    if args.stop and args.on != "tpu-pod":
-        raise EnvkitError(f"--stop applies to --on tpu-pod; stop a {args.on} job with the engine's own client")
+    if args.stop and engines.engine(args.on).stop is None:
+        stoppable = ", ".join(name for name, engine in engines.REGISTRY.items() if engine.stop)
+        raise EnvkitError(f"--stop applies to --on {stoppable}; stop a {args.on} job with the engine's own client")
     if not 1 <= args.rdzv_port <= 65535:
         raise EnvkitError(f"--rdzv-port {args.rdzv_port} is not a port; give 1-65535")
     job, plan = build(args)
@@ -202,7 +179,7 @@ def cmd_launch(args) -> int:
             f"(redirect the printed commands to keep them)"
         )
     if args.stop:
-        stop = tpu_pod.stop_command(job)
+        stop = engines.engine(args.on).stop(job)
         if args.dry_run:
             print(line(*stop))
         else:

@@ -8,10 +8,15 @@ other program starts under torchrun here.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+from envkit.errors import EnvkitError
 from envkit.launch import job as jobs
 from envkit.launch.plan import Plan
+from envkit.launch.spec import Engine, Option
+
+_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
 
 
 def run_sh(job: jobs.Job) -> str:
@@ -60,3 +65,28 @@ def plan(job: jobs.Job, output: Path) -> Plan:
         notes=("envkit starts nothing on other machines: run each command on its host, in any order",),
         elsewhere=tuple((host, command) for host in where),
     )
+
+
+def check(job: jobs.Job) -> None:
+    hosts = job.options.hosts
+    if job.nodes > 1 and len(hosts) != job.nodes:
+        raise EnvkitError(
+            f"--on hosts with --nodes {job.nodes} needs --hosts with {job.nodes} comma-separated host names "
+            f"(the first holds the rendezvous), got {len(hosts)}"
+        )
+    for host in hosts:
+        if not _HOST.match(host):
+            raise EnvkitError(f"--hosts: {host!r} is not a host name (letters, digits, '.', '-')")
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name for name in text.split(",") if name)
+
+
+ENGINE = Engine(
+    name="hosts",
+    kinds=("cpu", "cuda"),
+    options=(Option("hosts", "hosts: comma-separated host names, the rendezvous host first", default=(), type=_names),),
+    plan=plan,
+    check=check,
+)

@@ -10,20 +10,30 @@ per TPU host (PJRT discovers the slice).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from envkit.errors import EnvkitError
 from envkit.launch import job as jobs
 from envkit.launch.plan import Plan
 from envkit.launch.shell import line
+from envkit.launch.spec import Engine, Option
 
 PYTORCHJOB_API = "kubeflow.org/v1"
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 REPLICATED_JOB = "node"
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 TPU_SELECTORS = ("cloud.google.com/gke-tpu-accelerator", "cloud.google.com/gke-tpu-topology")
+# A Kubernetes object name that also serves as a DNS label (RFC 1123).
+_DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+JOB_NAME = (
+    "a valid Kubernetes name (DNS-1123 label): lowercase letters, digits and '-', starting and ending with "
+    "a letter or digit, at most 63 characters; set --name",
+    _DNS_1123_LABEL,
+)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -177,3 +187,45 @@ def plan_pytorchjob(job: jobs.Job, output: Path) -> Plan:
 
 def plan_jobset(job: jobs.Job, output: Path) -> Plan:
     return _plan(job, output, jobset(job), "jobset")
+
+
+def check_jobset(job: jobs.Job) -> None:
+    if job.kind == "tpu-vm" and not (job.options.tpu_accelerator and job.options.tpu_topology):
+        raise EnvkitError(
+            "a TPU JobSet needs --tpu-accelerator (GKE's name, e.g. tpu-v5-lite-podslice) and --tpu-topology (e.g. 4x4)"
+        )
+    if job.options.tpu_chips_per_node < 1:
+        raise EnvkitError(f"--tpu-chips-per-node {job.options.tpu_chips_per_node} is not allowed; give 1 or more")
+
+
+# Both engines mount data/ and results/ from one claim.
+VOLUME_CLAIM = Option(
+    "volume_claim",
+    "pytorchjob, jobset: PersistentVolumeClaim holding data/ and results/ (default envkit)",
+    default="envkit",
+    valid=("a PersistentVolumeClaim name (DNS-1123 label)", _DNS_1123_LABEL),
+)
+PYTORCHJOB = Engine(
+    name="pytorchjob", kinds=("cpu", "cuda"), options=(VOLUME_CLAIM,), plan=plan_pytorchjob, job_name=JOB_NAME
+)
+JOBSET = Engine(
+    name="jobset",
+    kinds=("cpu", "cuda", "tpu-vm"),
+    options=(
+        VOLUME_CLAIM,
+        Option(
+            "tpu_accelerator",
+            "jobset on TPU: GKE accelerator, e.g. tpu-v5-lite-podslice",
+            valid=("GKE's accelerator name such as tpu-v5-lite-podslice", _DNS_1123_LABEL),
+        ),
+        Option(
+            "tpu_topology",
+            "jobset on TPU: slice topology, e.g. 4x4",
+            valid=("a slice topology such as 4x4 or 2x2x4", re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*){1,2}$")),
+        ),
+        Option("tpu_chips_per_node", "jobset on TPU: chips per host (default 4)", default=4, type=int),
+    ),
+    plan=plan_jobset,
+    check=check_jobset,
+    job_name=JOB_NAME,
+)

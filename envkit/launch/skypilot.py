@@ -8,13 +8,16 @@ is one YAML string made by the emitter, its words quoted by shlex.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+from envkit.errors import EnvkitError
 from envkit.launch import job as jobs
 from envkit.launch.kubernetes import dump
 from envkit.launch.plan import Plan
 from envkit.launch.shell import Raw, line
+from envkit.launch.spec import Engine, Option
 
 DEFAULT_GPU = "A100"
 HEAD = Raw('"$head"')
@@ -82,3 +85,27 @@ def plan(job: jobs.Job, output: Path) -> Plan:
         results=f"~/{RESULTS} on the head node (rank 0): {line('rsync', '-a', f'{job.name}:{RESULTS}/', 'results/')}",
         notes=(*job.image_notes(), f"stop it: {line('sky', 'down', '--yes', job.name)}"),
     )
+
+
+def check(job: jobs.Job) -> None:
+    if job.kind == "tpu-vm" and not job.options.accelerators:
+        raise EnvkitError("--on skypilot for a TPU experiment needs --accelerators, e.g. tpu-v5e-16")
+
+
+ENGINE = Engine(
+    name="skypilot",
+    kinds=("cpu", "cuda", "tpu-vm"),
+    options=(
+        Option(
+            "accelerators",
+            "skypilot: e.g. A100:8 or tpu-v5e-16 (default A100:<gpus-per-node>)",
+            # SkyPilot's NAME[:COUNT]: checked here, as sky would refuse it only once the job runs.
+            valid=(
+                "NAME[:COUNT] such as A100:8 or tpu-v5e-16 (COUNT a positive number)",
+                re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(:([1-9][0-9]*|[0-9]*\.[0-9]*[1-9][0-9]*))?$"),
+            ),
+        ),
+    ),
+    plan=plan,
+    check=check,
+)

@@ -17,14 +17,20 @@ sbatch's own exit status is the job's.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.launch import hosts
+from envkit.launch import hosts, images
 from envkit.launch import job as jobs
 from envkit.launch.plan import Plan
 from envkit.launch.shell import Raw, line
+from envkit.launch.spec import Engine, Option
 from envkit.support import provenance
+
+# The first is the default: the image, through the daemonless runtime a user may run on a cluster.
+CONTAINERS = ("podman", "docker", "pyxis", "apptainer", "host")
+_SBATCH_VALUE = {"partition": re.compile(r"^[A-Za-z0-9_.,-]+$"), "time": re.compile(r"^[0-9][0-9:-]*$")}
 
 FIRST_HOST = 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)'
 # Per node: the GPUs Slurm gave this step, as run.sh's GPUS wants them (host indices).
@@ -240,3 +246,40 @@ def plan(job: jobs.Job, output: Path) -> Plan:
             "follow it with squeue and the job's slurm-<id>.out; cancel with scancel <id>",
         ),
     )
+
+
+def check(job: jobs.Job) -> None:
+    options = job.options
+    if options.container not in CONTAINERS:
+        raise EnvkitError(f"unknown --container {options.container!r}; choose from {', '.join(CONTAINERS)}")
+    for key, pattern in _SBATCH_VALUE.items():
+        value = getattr(options, key)
+        if value is not None and not pattern.match(value):
+            raise EnvkitError(f"--{key} {value!r} is not a valid Slurm {key}")
+    if options.container == "apptainer" and not options.image_tarball:
+        raise EnvkitError("--container apptainer runs envkit save's tarball: pass --image-tarball FILE.tar.gz")
+    if options.container == "pyxis" and "/" not in job.image:
+        raise EnvkitError(
+            f"--container pyxis pulls the image on every node, and {job.image!r} names no registry: "
+            f"pass --registry HOST[:PORT][/PATH] (after envkit push) or --image"
+        )
+
+
+ENGINE = Engine(
+    name="slurm",
+    kinds=("cpu", "cuda"),
+    options=(
+        Option(
+            "container",
+            "slurm: podman (the image, pulled by digest with --registry or loaded from --image-tarball; "
+            "the default), docker (run.sh), pyxis, apptainer, or host (the Python environment sbatch runs in)",
+            default=CONTAINERS[0],
+            choices=CONTAINERS,
+        ),
+        Option("partition", "slurm: partition"),
+        Option("time", "slurm: time limit, e.g. 02:00:00"),
+        images.TARBALL,
+    ),
+    plan=plan,
+    check=check,
+)

@@ -10,11 +10,15 @@ The container is named, so one docker stop on all workers ends the run.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+from envkit.errors import EnvkitError
+from envkit.launch import images
 from envkit.launch import job as jobs
 from envkit.launch.plan import Plan
 from envkit.launch.shell import Raw, line
+from envkit.launch.spec import Engine, Option
 
 DOCKER = ("sudo", "docker")  # TPU VM users are not in the docker group
 WORKER_DIR = "envkit"  # under the ssh user's home on each worker
@@ -105,3 +109,38 @@ def plan(job: jobs.Job, output: Path) -> Plan:
             f"fetch the results: {line(*fetch_results)}",
         ),
     )
+
+
+def check(job: jobs.Job) -> None:
+    if not (job.options.tpu and job.options.zone):
+        missing = " and ".join(
+            flag for flag, value in (("--tpu NAME", job.options.tpu), ("--zone ZONE", job.options.zone)) if not value
+        )
+        raise EnvkitError(f"--on tpu-pod needs {missing}: the TPU VM's name and zone (gcloud compute tpus tpu-vm list)")
+
+
+# The TPU VM and its zone are Google Cloud's resource names: checked here, as gcloud would refuse them only later.
+ENGINE = Engine(
+    name="tpu-pod",
+    kinds=("tpu-vm",),
+    options=(
+        images.TARBALL,
+        Option(
+            "tpu",
+            "tpu-pod: the TPU VM's name",
+            valid=(
+                "a TPU VM name: lowercase letters, digits and '-', starting with a letter",
+                re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"),
+            ),
+        ),
+        Option(
+            "zone",
+            "tpu-pod: the TPU VM's zone",
+            valid=("a zone such as us-central2-b", re.compile(r"^[a-z]+(-[a-z]+[0-9]+)+-[a-z]$")),
+        ),
+        Option("stop", "tpu-pod: stop the experiment's container on every worker", default=False, switch=True),
+    ),
+    plan=plan,
+    check=check,
+    stop=stop_command,
+)

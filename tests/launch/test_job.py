@@ -14,15 +14,15 @@ import pytest
 from launch_jobs import CASES, DIGEST, FAKE_DATA, IMAGE_ID, OUTPUT, make_job, project, record_push, run, save_manifest
 from paths import REPO_ROOT, TESTS
 
+from envkit.cli import main
 from envkit.launch import engines, slurm
-from envkit.launch.job import ENGINES, EngineOptions
 from envkit.launch.plan import describe
 
 GOLDEN = paths.GOLDEN / "launch"
 
 
-def test_every_engine_has_one_renderer():
-    assert tuple(engines.RENDERERS) == ENGINES
+def test_every_engine_is_registered_by_its_name():
+    assert all(name == engine.name for name, engine in engines.REGISTRY.items())
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -60,7 +60,7 @@ def test_slurm_script_asks_for_what_the_issue_names():
 
 
 def test_single_host_experiment_runs_without_torchrun():
-    job = make_job("gpu-dp-cifar", "slurm", nodes=1, gpus_per_node=4, options=EngineOptions(container="host"))
+    job = make_job("gpu-dp-cifar", "slurm", nodes=1, gpus_per_node=4, options=dict(container="host"))
     wrapper = "python /srv/envkit/docker/cuda/envkit_run.py"  # the run wrapper beside run.sh writes the results
     assert f"srun --ntasks-per-node=1 --chdir=/srv/envkit {wrapper} python recipes/cifar.py" in slurm.sbatch_script(job)
     in_image = slurm.sbatch_script(make_job("gpu-dp-cifar", "slurm", nodes=1, gpus_per_node=4))
@@ -68,7 +68,7 @@ def test_single_host_experiment_runs_without_torchrun():
 
 
 def test_slurm_runs_the_image_under_podman_by_default():
-    assert EngineOptions().container == "podman"
+    assert slurm.ENGINE.settings({}).container == "podman"
     script = slurm.sbatch_script(make_job("cpu-ddp-cifar", "slurm"))
     assert "container podman." in script and "\nsrun --ntasks-per-node=1 podman run " in script
     assert "export ENVKIT_DATA_DIR=/workspace/data\n" in script and " -e ENVKIT_DATA_DIR " in script
@@ -318,7 +318,7 @@ def test_slurm_host_script_trains_when_srun_runs_its_task_here(tmp_path):
         root=REPO_ROOT,
         data_dir=tmp_path / "data",
         results_dir=tmp_path / "results",
-        options=EngineOptions(container="host"),
+        options=dict(container="host"),
         extra_args=FAKE_DATA,
     )
     script = tmp_path / "job.sbatch"
@@ -335,16 +335,74 @@ def test_slurm_host_script_trains_when_srun_runs_its_task_here(tmp_path):
     assert len(list((tmp_path / "results").glob("*.json"))) == 1  # rank 0 alone writes it
 
 
-def test_every_engine_setting_of_the_parser_is_a_field_of_engine_options():
+def test_every_engine_setting_of_the_parser_is_an_engine_option():
     import argparse
-    import dataclasses
 
     from envkit.cli import launch as cli_launch
-    from envkit.launch.job import EngineOptions
 
     parser = argparse.ArgumentParser()
     cli_launch.register(parser.add_subparsers())
     launch = parser._subparsers._group_actions[0].choices["launch"]
     group = next(g for g in launch._action_groups if g.title == "engine settings")
-    settings = {action.dest for action in group._group_actions} - {"stop"}  # --stop is an action, not a setting
-    assert settings == {field.name for field in dataclasses.fields(EngineOptions)}
+    settings = {action.dest for action in group._group_actions}
+    assert settings == {option.name for engine in engines.REGISTRY.values() for option in engine.options}
+
+
+TOY_ENGINE = '''"""A toy engine: the command each node would run, in a colour."""
+
+import re
+
+from envkit.errors import EnvkitError
+from envkit.launch.plan import Plan
+from envkit.launch.spec import Engine, Option
+
+
+def check(job):
+    if job.options.colour == "red" and job.nodes > 1:
+        raise EnvkitError("--colour red runs on one node")
+
+
+def plan(job, output):
+    argv = ("toyrun", "--nodes", str(job.nodes), "--colour", job.options.colour, *job.command())
+    return Plan(files=(), commands=(argv,), results="in the toy's box")
+
+
+COLOUR = Option("colour", "toy: a colour", default="blue", valid=("lowercase letters", re.compile("^[a-z]+$")))
+ENGINE = Engine(name="toy", kinds=("cpu",), options=(COLOUR,), plan=plan, check=check)
+'''
+
+
+def test_a_new_engine_is_one_module_and_one_registry_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "toy_engines").mkdir()
+    (tmp_path / "toy_engines" / "__init__.py").write_text("")
+    (tmp_path / "toy_engines" / "toy.py").write_text(TOY_ENGINE)
+    monkeypatch.syspath_prepend(tmp_path)
+    from toy_engines import toy
+
+    monkeypatch.setitem(engines.REGISTRY, "toy", toy.ENGINE)  # the registry line
+    config = ["--config", str(REPO_ROOT / "envkit.yaml")]
+
+    def launch(*argv: str) -> tuple[int, str, str]:
+        code = main(["launch", "cpu-ddp-cifar", "--on", "toy", "--dry-run", *config, *argv])
+        return (code, *capsys.readouterr())
+
+    code, out, _ = launch("--nodes", "2", "--colour", "green")
+    assert code == 0 and out.startswith("# --- submit\ntoyrun --nodes 2 --colour green python recipes/cifar.py ")
+    assert launch("--colour", "Green")[2] == "envkit: error: --colour 'Green' is not valid: give lowercase letters\n"
+    assert launch("--nodes", "2", "--colour", "red")[2] == "envkit: error: --colour red runs on one node\n"
+    code, _, err = main(["launch", "gpu-ddp-cifar", "--on", "toy", "--dry-run", *config]), *capsys.readouterr()
+    assert (code, err) == (
+        2,
+        "envkit: error: --on toy runs cpu experiments, and gpu-ddp-cifar is a cuda experiment; "
+        "engines for it: hosts, slurm, pytorchjob, jobset, skypilot\n",
+    )
+    code, _, err = main(["launch", "cpu-ddp-cifar", "--on", "tpu-pod", "--dry-run", *config]), *capsys.readouterr()
+    assert code == 2 and err.endswith("engines for it: hosts, slurm, pytorchjob, jobset, skypilot, toy\n")
+    help_text = main_help(capsys)
+    assert "--colour COLOUR" in help_text and "toy: a colour" in help_text
+
+
+def main_help(capsys) -> str:
+    with pytest.raises(SystemExit):
+        main(["launch", "--help"])
+    return capsys.readouterr().out

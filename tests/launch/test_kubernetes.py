@@ -17,7 +17,6 @@ import yaml
 from launch_jobs import REPO_ROOT, make_job
 
 from envkit.launch import kubernetes
-from envkit.launch.job import EngineOptions
 
 CRD_DIR = REPO_ROOT.parent / "shared" / "reference" / "k8s"
 CRDS = {"PyTorchJob": "kubeflow-pytorchjob-crd.yaml", "JobSet": "jobset-crd.yaml"}
@@ -72,7 +71,7 @@ MANIFESTS = {
             "tpu-mnist",
             "jobset",
             nodes=4,
-            options=EngineOptions(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"),
+            options=dict(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"),
         )
     ),
 }
@@ -117,7 +116,7 @@ def test_manifests_carry_what_the_engines_need():
             "tpu-mnist",
             "jobset",
             nodes=4,
-            options=EngineOptions(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"),
+            options=dict(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"),
         )
     )
     pod = tpu["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]

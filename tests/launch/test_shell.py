@@ -17,7 +17,7 @@ import yaml
 from launch_jobs import make_job
 
 from envkit.launch import hosts, kubernetes, skypilot, slurm, tpu_pod
-from envkit.launch.job import IMAGE_PROJECT, EngineOptions
+from envkit.launch.job import IMAGE_PROJECT
 from envkit.launch.shell import line
 
 REGISTRY_IMAGE = "registry.example:5000/team/envkit-cuda:latest"
@@ -121,7 +121,7 @@ SLURM_VARIANTS = {
 @pytest.mark.parametrize("container", sorted(SLURM_VARIANTS))
 def test_slurm_script_passes_hostile_arguments_as_words(sandbox, container):
     extra, programs = SLURM_VARIANTS[container]
-    options = EngineOptions(container=container, image_tarball="/images/e.tar.gz" if container == "apptainer" else None)
+    options = dict(container=container, image_tarball="/images/e.tar.gz" if container == "apptainer" else None)
     script = slurm.sbatch_script(job(sandbox, "gpu-ddp-cifar", "slurm", gpus_per_node=2, options=options, **extra))
     clean = slurm.sbatch_script(make_job("gpu-ddp-cifar", "slurm", gpus_per_node=2, options=options, **extra))
     assert script.count("#SBATCH") == clean.count("#SBATCH")
@@ -151,7 +151,7 @@ def test_slurm_script_passes_hostile_arguments_as_words(sandbox, container):
 
 def test_hosts_commands_pass_hostile_arguments_as_words(sandbox):
     plan = hosts.plan(
-        job(sandbox, "cpu-ddp-cifar", "hosts", nproc_per_node=2, options=EngineOptions(hosts=("node1", "node2"))),
+        job(sandbox, "cpu-ddp-cifar", "hosts", nproc_per_node=2, options=dict(hosts=("node1", "node2"))),
         Path("jobs"),
     )
     recorded = run_bash(sandbox, "\n".join(line(*argv) for _, argv in plan.elsewhere))
@@ -169,7 +169,7 @@ def test_tpu_pod_commands_pass_hostile_arguments_as_words(sandbox):
         "tpu-mnist",
         "tpu-pod",
         image="registry.example:5000/envkit-tpu-vm:latest",
-        options=EngineOptions(tpu="my-v4", zone="us-central2-b"),
+        options=dict(tpu="my-v4", zone="us-central2-b"),
     )
     plan = tpu_pod.plan(tpu_job, Path("jobs"))
     (gcloud,) = run_bash(sandbox, "\n".join(line(*argv) for argv in plan.commands))

@@ -18,7 +18,6 @@ from launch_jobs import make_job
 from xla_env import environment_missing
 
 from envkit.launch import kubernetes, skypilot
-from envkit.launch.job import EngineOptions
 
 CHECK = """
 import json, sys
@@ -57,9 +56,7 @@ def test_sky_accepts_the_tasks_and_rejects_a_broken_one(sky_python, tmp_path):
     tasks = {
         "gpu": skypilot.task(make_job("gpu-ddp-cifar", "skypilot", gpus_per_node=8)),
         "cpu": skypilot.task(make_job("cpu-ddp-cifar", "skypilot", nproc_per_node=4, env=("GLOO_SOCKET_IFNAME=eth0",))),
-        "tpu": skypilot.task(
-            make_job("tpu-mnist", "skypilot", nodes=4, options=EngineOptions(accelerators="tpu-v5e-16"))
-        ),
+        "tpu": skypilot.task(make_job("tpu-mnist", "skypilot", nodes=4, options=dict(accelerators="tpu-v5e-16"))),
     }
     tasks["broken"] = {**tasks["cpu"], "num_nodes": "two"}
     paths = []
