@@ -7,7 +7,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.launch import hosts, kubernetes, skypilot, slurm, tpu_pod
 from envkit.launch import job as jobs
-from envkit.launch.plan import Plan
+from envkit.launch.plan import LaunchPlan
 from envkit.launch.spec import Engine, Option
 
 # --on NAME -> its engine, in the order --help lists them. A new engine is its module and one line here.
@@ -43,5 +43,5 @@ def build_job(on: str, experiment, target, **choices) -> jobs.Job:
     return jobs.build_job(experiment, target, engine=engine(on), fitting=fitting, **choices)
 
 
-def render_job(on: str, job: jobs.Job, output: Path) -> Plan:
+def render_job(on: str, job: jobs.Job, output: Path) -> LaunchPlan:
     return engine(on).plan(job, output)

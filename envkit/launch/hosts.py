@@ -13,7 +13,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.launch import job as jobs
-from envkit.launch.plan import Plan
+from envkit.launch.plan import LaunchPlan
 from envkit.launch.spec import Engine, Option
 
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
@@ -48,7 +48,7 @@ def run_sh_argv(job: jobs.Job, endpoint, rdzv_id, nnodes) -> list:
     return job.command(["torchrun", "--nnodes", nnodes, "--nproc-per-node", str(job.processes_per_node), *rendezvous])
 
 
-def plan(job: jobs.Job, output: Path) -> Plan:
+def plan(job: jobs.Job, output: Path) -> LaunchPlan:
     hosts = job.options.hosts or ("localhost",)
     env = run_sh_env(job)
     endpoint = f"{hosts[0]}:{job.rdzv_port}"
@@ -58,7 +58,7 @@ def plan(job: jobs.Job, output: Path) -> Plan:
     argv = run_sh_argv(job, endpoint, job.rdzv_id, str(job.nodes))
     command = ("env", *(f"{key}={value}" for key, value in env.items()), run_sh(job), *argv)
     where = [f"{host}{' (rendezvous host)' if rank == 0 and job.nodes > 1 else ''}" for rank, host in enumerate(hosts)]
-    return Plan(
+    return LaunchPlan(
         files=(),
         commands=(),
         results=f"{job.results_dir} on the host that becomes rank 0 (with c10d, any of them)",

@@ -229,10 +229,10 @@ def _metadata_text(run: KaggleRun) -> str:
 
 
 def write(run: KaggleRun) -> None:
-    from envkit.launch.plan import Plan, write_files
+    from envkit.launch.plan import LaunchPlan, write_files
 
     write_files(
-        Plan(
+        LaunchPlan(
             files=(
                 (str(run.folder / "kernel-metadata.json"), _metadata_text(run)),
                 (str(run.folder / run.notebook_name), run.notebook_text),

@@ -18,7 +18,7 @@ import yaml
 
 from envkit.errors import EnvkitError
 from envkit.launch import job as jobs
-from envkit.launch.plan import Plan
+from envkit.launch.plan import LaunchPlan
 from envkit.launch.shell import line
 from envkit.launch.spec import Engine, Option
 
@@ -167,10 +167,10 @@ def jobset(job: jobs.Job) -> dict[str, Any]:
     }
 
 
-def _plan(job: jobs.Job, output: Path, manifest: dict[str, Any], suffix: str) -> Plan:
+def _plan(job: jobs.Job, output: Path, manifest: dict[str, Any], suffix: str) -> LaunchPlan:
     path = str(output / f"{job.name}.{suffix}.yaml")
     kind = manifest["kind"]
-    return Plan(
+    return LaunchPlan(
         files=((path, dump(manifest)),),
         commands=(("kubectl", "apply", "-f", path),),
         results=f"the PersistentVolumeClaim {job.options.volume_claim!r}, under results/ (written by rank 0)",
@@ -181,11 +181,11 @@ def _plan(job: jobs.Job, output: Path, manifest: dict[str, Any], suffix: str) ->
     )
 
 
-def plan_pytorchjob(job: jobs.Job, output: Path) -> Plan:
+def plan_pytorchjob(job: jobs.Job, output: Path) -> LaunchPlan:
     return _plan(job, output, pytorchjob(job), "pytorchjob")
 
 
-def plan_jobset(job: jobs.Job, output: Path) -> Plan:
+def plan_jobset(job: jobs.Job, output: Path) -> LaunchPlan:
     return _plan(job, output, jobset(job), "jobset")
 
 

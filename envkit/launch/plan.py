@@ -18,7 +18,7 @@ from envkit.support.atomic import write_text_atomic
 
 
 @dataclass(frozen=True)
-class Plan:
+class LaunchPlan:
     files: tuple[tuple[str, str], ...]  # (path, text), written before any command runs
     commands: tuple[tuple[str, ...], ...]  # argv, run in order on this machine
     results: str  # where the results will land
@@ -27,7 +27,7 @@ class Plan:
     executable: tuple[str, ...] = ()  # paths among files that get mode 755
 
 
-def describe(plan: Plan) -> str:
+def describe(plan: LaunchPlan) -> str:
     out = []
     for path, text in plan.files:
         out += [f"# --- file {path}", text.rstrip("\n")]
@@ -41,7 +41,7 @@ def describe(plan: Plan) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_files(plan: Plan) -> None:
+def write_files(plan: LaunchPlan) -> None:
     """All of the plan's files or, when one cannot be written, none of the new ones."""
     written = []
     try:
@@ -58,7 +58,7 @@ def write_files(plan: Plan) -> None:
         ) from None
 
 
-def submit(plan: Plan) -> None:
+def submit(plan: LaunchPlan) -> None:
     write_files(plan)
     for argv in plan.commands:
         run_client(argv)

@@ -15,7 +15,7 @@ from typing import Any
 from envkit.errors import EnvkitError
 from envkit.launch import job as jobs
 from envkit.launch.kubernetes import dump
-from envkit.launch.plan import Plan
+from envkit.launch.plan import LaunchPlan
 from envkit.launch.shell import Raw, line
 from envkit.launch.spec import Engine, Option
 
@@ -77,9 +77,9 @@ def task(job: jobs.Job) -> dict[str, Any]:
     return {"name": job.name, "num_nodes": job.nodes, "resources": resources, "envs": envs, "run": run_script(job)}
 
 
-def plan(job: jobs.Job, output: Path) -> Plan:
+def plan(job: jobs.Job, output: Path) -> LaunchPlan:
     path = str(output / f"{job.name}.sky.yaml")
-    return Plan(
+    return LaunchPlan(
         files=((path, dump(task(job))),),
         commands=(("sky", "launch", "--yes", "--cluster", job.name, path),),
         results=f"~/{RESULTS} on the head node (rank 0): {line('rsync', '-a', f'{job.name}:{RESULTS}/', 'results/')}",

@@ -23,7 +23,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.launch import hosts, images
 from envkit.launch import job as jobs
-from envkit.launch.plan import Plan
+from envkit.launch.plan import LaunchPlan
 from envkit.launch.shell import Raw, line
 from envkit.launch.spec import Engine, Option
 from envkit.support import provenance
@@ -235,9 +235,9 @@ def _podman(job: jobs.Job) -> list[str]:
     ]
 
 
-def plan(job: jobs.Job, output: Path) -> Plan:
+def plan(job: jobs.Job, output: Path) -> LaunchPlan:
     script = str(output / f"{job.name}.sbatch")
-    return Plan(
+    return LaunchPlan(
         files=((script, sbatch_script(job)),),
         commands=(("sbatch", script),),
         results=f"{job.results_dir} (a directory every node must see: a shared filesystem)",

@@ -44,7 +44,7 @@ class Engine:
     name: str  # --on NAME
     kinds: tuple[str, ...]  # the target kinds it has hardware for
     options: tuple[Option, ...]
-    plan: Callable  # (job, output: Path) -> envkit.launch.plan.Plan
+    plan: Callable  # (job, output: Path) -> envkit.launch.plan.LaunchPlan
     check: Callable | None = None  # (job) -> None: refuses, with one line, what the engine could not run
     stop: Callable | None = None  # (job) -> argv that stops the running job (--stop)
     # Job names become file names and #SBATCH values (the default rule), or Kubernetes names.

@@ -16,7 +16,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.launch import images
 from envkit.launch import job as jobs
-from envkit.launch.plan import Plan
+from envkit.launch.plan import LaunchPlan
 from envkit.launch.shell import Raw, line
 from envkit.launch.spec import Engine, Option
 
@@ -80,7 +80,7 @@ def stop_command(job: jobs.Job) -> tuple[str, ...]:
     return ssh(job, line(*DOCKER, "stop", container_name(job)))
 
 
-def plan(job: jobs.Job, output: Path) -> Plan:
+def plan(job: jobs.Job, output: Path) -> LaunchPlan:
     copy: tuple[tuple[str, ...], ...] = ()
     tarball = job.options.image_tarball
     if tarball:
@@ -99,7 +99,7 @@ def plan(job: jobs.Job, output: Path) -> Plan:
         job.options.zone,
         "--stop",
     )
-    return Plan(
+    return LaunchPlan(
         files=(),
         commands=(*copy, ssh(job, remote_command(job))),
         results=f"~/{WORKER_DIR}/results on the worker that runs rank 0 (worker 0)",

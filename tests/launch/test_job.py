@@ -353,7 +353,7 @@ TOY_ENGINE = '''"""A toy engine: the command each node would run, in a colour.""
 import re
 
 from envkit.errors import EnvkitError
-from envkit.launch.plan import Plan
+from envkit.launch.plan import LaunchPlan
 from envkit.launch.spec import Engine, Option
 
 
@@ -364,7 +364,7 @@ def check(job):
 
 def plan(job, output):
     argv = ("toyrun", "--nodes", str(job.nodes), "--colour", job.options.colour, *job.command())
-    return Plan(files=(), commands=(argv,), results="in the toy's box")
+    return LaunchPlan(files=(), commands=(argv,), results="in the toy's box")
 
 
 COLOUR = Option("colour", "toy: a colour", default="blue", valid=("lowercase letters", re.compile("^[a-z]+$")))
