@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+import stat
 from pathlib import Path
 
 import pytest
@@ -245,3 +247,33 @@ CASES = {
         make_job("tpu-mnist", "skypilot", nodes=4, options=dict(accelerators="tpu-v5e-16")),
     ),
 }
+
+
+def fake_client(bin_dir: Path, name: str, exit_code: int = 0, message: str = "") -> Path:
+    """A client that records its arguments (one per line, NUL-free) and answers like the real one."""
+    bin_dir.mkdir(exist_ok=True)
+    log = bin_dir / f"{name}.calls"
+    script = bin_dir / name
+    script.write_text(
+        "#!/bin/bash\n"
+        f'printf "%s\\0" "$@" >> {shlex.quote(str(log))}\nprintf "\\n" >> {shlex.quote(str(log))}\n'
+        f"echo {shlex.quote(message)} >&2\nexit {exit_code}\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return log
+
+
+def calls(log: Path) -> list[list[str]]:
+    if not log.exists():
+        return []
+    return [entry.split("\0") for entry in log.read_text().split("\0\n") if entry]
+
+
+@pytest.fixture()
+def fake_path(tmp_path, monkeypatch):
+    # The fake clients alone: this machine has real sbatch, kubectl and gcloud in /usr/bin,
+    # and none of them may run from a test.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    return bin_dir

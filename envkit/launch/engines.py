@@ -40,7 +40,8 @@ def options() -> list[Option]:
 def build_job(on: str, experiment, target, **choices) -> jobs.Job:
     """The job ``--on`` runs (envkit.launch.job.build_job, told which engines fit the experiment's kind)."""
     fitting = tuple(other.name for other in REGISTRY.values() if experiment.kind in other.kinds)
-    return jobs.build_job(experiment, target, engine=engine(on), fitting=fitting, **choices)
+    reserved = tuple(prefix for other in REGISTRY.values() for prefix in other.reserved_env)
+    return jobs.build_job(experiment, target, engine=engine(on), fitting=fitting, reserved_env=reserved, **choices)
 
 
 def render_job(on: str, job: jobs.Job, output: Path) -> LaunchPlan:

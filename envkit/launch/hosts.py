@@ -14,38 +14,10 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.launch import job as jobs
 from envkit.launch.plan import LaunchPlan
+from envkit.launch.run_sh import run_sh, run_sh_argv, run_sh_env
 from envkit.launch.spec import Engine, Option
 
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
-
-
-def run_sh(job: jobs.Job) -> str:
-    return f"{job.root}/docker/{job.target}/run.sh"
-
-
-def run_sh_env(job: jobs.Job) -> dict[str, str]:
-    """The variables run.sh reads for this job (the image, mounts, GPUs)."""
-    env = {
-        "IMAGE": job.image,
-        "DATA_DIR": job.data_dir,
-        "RESULTS_DIR": job.results_dir,
-        "ENVKIT_EXPERIMENT": job.experiment,
-    }
-    if job.kind == "cuda":
-        env["GPUS"] = ",".join(str(index) for index in range(job.gpus_per_node))
-    return env
-
-
-def run_sh_argv(job: jobs.Job, endpoint, rdzv_id, nnodes) -> list:
-    """What run.sh runs in the image, from the project's root. A recipe starts torchrun itself from the
-    variables run.sh passes (on the CPU it needs the process count); any other program of a torchrun job
-    starts under torchrun with the rendezvous ``endpoint``, ``rdzv_id`` and ``nnodes``."""
-    if not job.uses_torchrun:
-        return job.command()
-    if job.recipe is not None:
-        return [*job.command(), *(["--nproc", str(job.processes_per_node)] if job.gpus_per_node == 0 else [])]
-    rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id]
-    return job.command(["torchrun", "--nnodes", nnodes, "--nproc-per-node", str(job.processes_per_node), *rendezvous])
 
 
 def plan(job: jobs.Job, output: Path) -> LaunchPlan:
@@ -85,7 +57,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 ENGINE = Engine(
     name="hosts",
-    kinds=("cpu", "cuda"),
+    accelerators=("none", "gpus"),
     options=(Option("hosts", "hosts: comma-separated host names, the rendezvous host first", default=(), type=_names),),
     plan=plan,
     check=check,

@@ -57,7 +57,6 @@ RESERVED_ENV = {
     "RDZV_ID": "--name",
     "PJRT_DEVICE": "the experiment",
 }
-RESERVED_ENV_PREFIXES = ("PET_", "SLURM_", "SKYPILOT_")
 
 
 @dataclass(frozen=True)
@@ -82,6 +81,21 @@ class Job:
     env: tuple[tuple[str, str], ...] = ()  # --env NAME=VALUE, in the order given: set for the recipe on every node
     options: SimpleNamespace = field(default_factory=SimpleNamespace)  # the engine's settings (its Options)
     image_id: str | None = None  # sha256:<hex> of the image config, when known before the job starts
+
+    @property
+    def devices(self) -> Mapping[str, Any]:
+        """How a node is asked for the kind's devices (kinds.yaml's launch: accelerator none | gpus | slice)."""
+        return target_kind(self.kind).launch
+
+    @property
+    def asks_gpus(self) -> bool:
+        """Whether each node is asked for --gpus-per-node of the kind's GPUs."""
+        return self.devices["accelerator"] == "gpus" and self.gpus_per_node > 0
+
+    @property
+    def kind_run(self):
+        """The kind's container settings, as run.sh applies them (kinds.yaml's run)."""
+        return target_kind(self.kind).run
 
     @property
     def uses_torchrun(self) -> bool:
@@ -136,8 +150,9 @@ class Job:
         )
 
 
-def parse_env(assignments) -> tuple[tuple[str, str], ...]:
-    """``--env NAME=VALUE`` words as (name, value) pairs; any value, since every engine quotes or emits it."""
+def parse_env(assignments, reserved_prefixes: tuple[str, ...] = ()) -> tuple[tuple[str, str], ...]:
+    """``--env NAME=VALUE`` words as (name, value) pairs; any value, since every engine quotes or emits it.
+    ``reserved_prefixes``: the engines' own variables (their Engine.reserved_env)."""
     pairs: dict[str, str] = {}
     for assignment in assignments:
         name, equals, value = assignment.partition("=")
@@ -147,9 +162,7 @@ def parse_env(assignments) -> tuple[tuple[str, str], ...]:
             )
         if name in pairs:
             raise EnvkitError(f"--env {name} is given twice; give each variable once")
-        engine_set = [
-            f"the engine's {prefix}* variables" for prefix in RESERVED_ENV_PREFIXES if name.startswith(prefix)
-        ]
+        engine_set = [f"the engine's {prefix}* variables" for prefix in reserved_prefixes if name.startswith(prefix)]
         source = RESERVED_ENV.get(name) or next(iter(engine_set), None)
         if source:
             raise EnvkitError(f"--env {name}: envkit or the engine sets it for the job (from {source}), not --env")
@@ -189,10 +202,12 @@ def build_job(
     env: tuple[str, ...] = (),
     options: Mapping[str, Any] = MappingProxyType({}),
     fitting: tuple[str, ...] = (),
+    reserved_env: tuple[str, ...] = (),
     config: Path = DEFAULT_CONFIG,
 ) -> Job:
     """The job ``engine`` runs; ``options`` are its settings by name (the parsed flags, or a few: defaults fill in),
-    ``fitting`` the engines that run the experiment's kind (envkit.launch.engines.build_job names them)."""
+    ``fitting`` the engines that run the experiment's kind and ``reserved_env`` the prefixes of the variables
+    engines set (envkit.launch.engines.build_job names both)."""
     if nodes < 1:
         raise EnvkitError(f"--nodes {nodes} is not allowed; give 1 or more")
     if experiment.named_runs:  # a job is one recipe run
@@ -239,7 +254,7 @@ def build_job(
         results_dir=str(results_dir),
         rdzv_port=rdzv_port,
         rdzv_id=name,
-        env=parse_env(env),
+        env=parse_env(env, reserved_env),
         options=settings,
     )
     if engine.check is not None:

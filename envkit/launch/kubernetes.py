@@ -14,13 +14,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from envkit.errors import EnvkitError
 from envkit.launch import job as jobs
 from envkit.launch.plan import LaunchPlan
 from envkit.launch.shell import line
 from envkit.launch.spec import Engine, Option
+from envkit.launch.yaml_text import dump
 
 PYTORCHJOB_API = "kubeflow.org/v1"
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
@@ -34,23 +33,6 @@ JOB_NAME = (
     "a letter or digit, at most 63 characters; set --name",
     _DNS_1123_LABEL,
 )
-
-
-class _Dumper(yaml.SafeDumper):
-    """safe_dump's emitter, with multi-line strings (scripts) as literal blocks."""
-
-
-def _string(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
-
-
-_Dumper.add_representer(str, _string)
-
-
-def dump(document: dict[str, Any]) -> str:
-    return yaml.dump(
-        document, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=False
-    )
 
 
 def _metadata(job: jobs.Job) -> dict[str, Any]:
@@ -70,6 +52,7 @@ def _container(job: jobs.Job, name: str, env: list[dict[str, Any]]) -> dict[str,
         "command": _command(job),
         "env": [
             *({"name": k, "value": v} for k, v in job.container_env()),
+            *({"name": k, "value": v} for k, v in job.kind_run.env.items()),  # as run.sh sets them
             *env,
             *({"name": k, "value": v} for k, v in job.env),
         ],
@@ -79,10 +62,11 @@ def _container(job: jobs.Job, name: str, env: list[dict[str, Any]]) -> dict[str,
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],
     }
-    if job.kind == "cuda":
-        container["resources"] = {"limits": {"nvidia.com/gpu": job.gpus_per_node}}
-    elif job.kind == "tpu-vm":
-        container["resources"] = {"limits": {"google.com/tpu": job.options.tpu_chips_per_node}}
+    resource = job.devices.get("kubernetes_resource")
+    count = job.options.tpu_chips_per_node if job.devices["accelerator"] == "slice" else job.gpus_per_node
+    if resource and count and (job.asks_gpus or job.devices["accelerator"] == "slice"):
+        container["resources"] = {"limits": {resource: count}}
+    if "--privileged" in job.kind_run.docker_args:  # as run.sh starts the kind's containers
         container["securityContext"] = {"privileged": True}
     return container
 
@@ -97,8 +81,9 @@ def _pod_spec(job: jobs.Job, container: dict[str, Any], restart: str) -> dict[st
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},
         ],
     }
-    if job.kind == "tpu-vm":
+    if job.devices["accelerator"] == "slice":
         spec["nodeSelector"] = dict(zip(TPU_SELECTORS, (job.options.tpu_accelerator, job.options.tpu_topology)))
+    if job.kind_run.host_network:
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     return spec
@@ -128,8 +113,6 @@ def pytorchjob(job: jobs.Job) -> dict[str, Any]:
 
 def jobset(job: jobs.Job) -> dict[str, Any]:
     env: list[dict[str, Any]] = []
-    if job.kind == "tpu-vm":
-        env.append({"name": "PJRT_DEVICE", "value": "TPU"})
     if job.uses_torchrun:
         master = f"{job.name}-{REPLICATED_JOB}-0-0.{job.name}"
         env += [
@@ -190,7 +173,7 @@ def plan_jobset(job: jobs.Job, output: Path) -> LaunchPlan:
 
 
 def check_jobset(job: jobs.Job) -> None:
-    if job.kind == "tpu-vm" and not (job.options.tpu_accelerator and job.options.tpu_topology):
+    if job.devices["accelerator"] == "slice" and not (job.options.tpu_accelerator and job.options.tpu_topology):
         raise EnvkitError(
             "a TPU JobSet needs --tpu-accelerator (GKE's name, e.g. tpu-v5-lite-podslice) and --tpu-topology (e.g. 4x4)"
         )
@@ -206,11 +189,16 @@ VOLUME_CLAIM = Option(
     valid=("a PersistentVolumeClaim name (DNS-1123 label)", _DNS_1123_LABEL),
 )
 PYTORCHJOB = Engine(
-    name="pytorchjob", kinds=("cpu", "cuda"), options=(VOLUME_CLAIM,), plan=plan_pytorchjob, job_name=JOB_NAME
+    name="pytorchjob",
+    accelerators=("none", "gpus"),
+    options=(VOLUME_CLAIM,),
+    plan=plan_pytorchjob,
+    job_name=JOB_NAME,
+    reserved_env=("PET_",),
 )
 JOBSET = Engine(
     name="jobset",
-    kinds=("cpu", "cuda", "tpu-vm"),
+    accelerators=("none", "gpus", "slice"),
     options=(
         VOLUME_CLAIM,
         Option(
@@ -228,4 +216,5 @@ JOBSET = Engine(
     plan=plan_jobset,
     check=check_jobset,
     job_name=JOB_NAME,
+    reserved_env=("PET_",),
 )

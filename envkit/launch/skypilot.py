@@ -14,12 +14,11 @@ from typing import Any
 
 from envkit.errors import EnvkitError
 from envkit.launch import job as jobs
-from envkit.launch.kubernetes import dump
 from envkit.launch.plan import LaunchPlan
 from envkit.launch.shell import Raw, line
 from envkit.launch.spec import Engine, Option
+from envkit.launch.yaml_text import dump
 
-DEFAULT_GPU = "A100"
 HEAD = Raw('"$head"')
 # Under the run's directory on each node (the home directory); the program runs from the project's root in
 # the image, so the run script sets them absolute before it moves there.
@@ -30,7 +29,8 @@ RUN_SETS = ("ENVKIT_DATA_DIR", "ENVKIT_RESULTS_DIR")
 def accelerators(job: jobs.Job) -> str | None:
     if job.options.accelerators:
         return job.options.accelerators
-    return f"{DEFAULT_GPU}:{job.gpus_per_node}" if job.gpus_per_node else None
+    default = job.devices.get("skypilot_default")
+    return f"{default}:{job.gpus_per_node}" if default and job.gpus_per_node else None
 
 
 def run_script(job: jobs.Job) -> str:
@@ -71,8 +71,7 @@ def task(job: jobs.Job) -> dict[str, Any]:
         resources["accelerators"] = accelerators(job)
     # The data and results directories are absolute only on the node, so the run script sets them.
     envs = {name: value for name, value in (*job.image_env(), *job.run_env(DATA, RESULTS)) if name not in RUN_SETS}
-    if job.kind == "tpu-vm":
-        envs["PJRT_DEVICE"] = "TPU"
+    envs.update(job.kind_run.env)
     envs.update(job.env)
     return {"name": job.name, "num_nodes": job.nodes, "resources": resources, "envs": envs, "run": run_script(job)}
 
@@ -88,13 +87,13 @@ def plan(job: jobs.Job, output: Path) -> LaunchPlan:
 
 
 def check(job: jobs.Job) -> None:
-    if job.kind == "tpu-vm" and not job.options.accelerators:
+    if job.devices["accelerator"] == "slice" and not job.options.accelerators:
         raise EnvkitError("--on skypilot for a TPU experiment needs --accelerators, e.g. tpu-v5e-16")
 
 
 ENGINE = Engine(
     name="skypilot",
-    kinds=("cpu", "cuda", "tpu-vm"),
+    accelerators=("none", "gpus", "slice"),
     options=(
         Option(
             "accelerators",
@@ -108,4 +107,5 @@ ENGINE = Engine(
     ),
     plan=plan,
     check=check,
+    reserved_env=("SKYPILOT_",),
 )

@@ -1,8 +1,8 @@
 """What a launch engine module declares (torchx's runopts, _validate and materialize, in one record).
 
-Each engine module ends with an ``Engine``: the target kinds it has hardware for, its options (which are
-also its command-line flags), its checks and its plan. envkit.launch.engines lists them; nothing else
-names an engine.
+Each engine module ends with an ``Engine``: the accelerators it can ask a node for (so the target kinds it
+runs: the accelerator of kinds.yaml's ``launch``), its options (which are also its command-line flags), its checks
+and its plan. envkit.launch.engines lists them; nothing else names an engine.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from envkit.errors import EnvkitError
+from envkit.project.kinds import load_kinds
 
 
 @dataclass(frozen=True)
@@ -42,13 +43,19 @@ class Option:
 @dataclass(frozen=True)
 class Engine:
     name: str  # --on NAME
-    kinds: tuple[str, ...]  # the target kinds it has hardware for
+    accelerators: tuple[str, ...]  # what it can ask a node for: none | gpus | slice (kinds.yaml's launch)
     options: tuple[Option, ...]
     plan: Callable  # (job, output: Path) -> envkit.launch.plan.LaunchPlan
     check: Callable | None = None  # (job) -> None: refuses, with one line, what the engine could not run
     stop: Callable | None = None  # (job) -> argv that stops the running job (--stop)
     # Job names become file names and #SBATCH values (the default rule), or Kubernetes names.
     job_name: tuple[str, re.Pattern] | None = None  # (the one-line error's rule, the pattern)
+    reserved_env: tuple[str, ...] = ()  # prefixes of the variables the engine sets itself (not --env's)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The target kinds it runs, in kinds.yaml's order."""
+        return tuple(kind.name for kind in load_kinds().values() if kind.launch["accelerator"] in self.accelerators)
 
     def settings(self, given: Mapping[str, Any]) -> SimpleNamespace:
         """This engine's options from ``given`` (parsed flags, or a test's few), defaults for the rest, checked."""

@@ -122,7 +122,7 @@ def check(job: jobs.Job) -> None:
 # The TPU VM and its zone are Google Cloud's resource names: checked here, as gcloud would refuse them only later.
 ENGINE = Engine(
     name="tpu-pod",
-    kinds=("tpu-vm",),
+    accelerators=("slice",),
     options=(
         images.TARBALL,
         Option(

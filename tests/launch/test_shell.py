@@ -16,7 +16,7 @@ import pytest
 import yaml
 from launch_jobs import make_job
 
-from envkit.launch import hosts, kubernetes, skypilot, slurm, tpu_pod
+from envkit.launch import hosts, kubernetes, skypilot, slurm, tpu_pod, yaml_text
 from envkit.launch.job import IMAGE_PROJECT
 from envkit.launch.shell import line
 
@@ -184,7 +184,7 @@ def test_tpu_pod_commands_pass_hostile_arguments_as_words(sandbox):
 
 def test_skypilot_task_is_one_document_and_its_run_quotes_every_word(sandbox):
     sky_job = job(sandbox, "gpu-ddp-cifar", "skypilot", gpus_per_node=4)
-    text = kubernetes.dump(skypilot.task(sky_job))
+    text = yaml_text.dump(skypilot.task(sky_job))
     documents = list(yaml.safe_load_all(text))
     assert len(documents) == 1
     assert documents[0].keys() == skypilot.task(make_job("gpu-ddp-cifar", "skypilot", gpus_per_node=4)).keys()
@@ -219,7 +219,7 @@ def _paths(node, prefix=()):
 def test_kubernetes_manifest_gains_no_keys_or_documents(sandbox, render):
     engine = "pytorchjob" if render is kubernetes.pytorchjob else "jobset"
     hostile = render(job(sandbox, "gpu-ddp-cifar", engine, gpus_per_node=2))
-    documents = list(yaml.safe_load_all(kubernetes.dump(hostile)))
+    documents = list(yaml.safe_load_all(yaml_text.dump(hostile)))
     assert len(documents) == 1 and documents[0] == hostile
     assert _paths(documents[0]) == _paths(render(make_job("gpu-ddp-cifar", engine, gpus_per_node=2)))
     commands = [c["command"] for c in _containers(documents[0])]

@@ -17,7 +17,7 @@ import pytest
 from launch_jobs import make_job
 from xla_env import environment_missing
 
-from envkit.launch import kubernetes, skypilot
+from envkit.launch import skypilot, yaml_text
 
 CHECK = """
 import json, sys
@@ -62,7 +62,7 @@ def test_sky_accepts_the_tasks_and_rejects_a_broken_one(sky_python, tmp_path):
     paths = []
     for name, task in tasks.items():
         path = tmp_path / f"{name}.yaml"
-        path.write_text(kubernetes.dump(task))
+        path.write_text(yaml_text.dump(task))
         paths.append(str(path))
     done = subprocess.run(
         ["unshare", "--net", sky_python, "-c", CHECK, *paths], capture_output=True, text=True, timeout=300
