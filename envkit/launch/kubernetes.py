@@ -39,9 +39,19 @@ def _metadata(job: jobs.Job) -> dict[str, Any]:
     return {"name": job.name, "labels": {"app.kubernetes.io/managed-by": "envkit", "envkit/experiment": job.experiment}}
 
 
+def literal(value: str) -> str:
+    """``value`` as the program gets it: the kubelet expands $(NAME) in a container's command, args and env values,
+    and turns $$ into $, so every $ is written $$."""
+    return value.replace("$", "$$")
+
+
 def _command(job: jobs.Job) -> list[str]:
     # torchrun takes its settings from the PET_* variables the operator sets.
-    return job.wrapped(job.command(["torchrun"] if job.uses_torchrun else None))
+    return [literal(word) for word in job.wrapped(job.command(["torchrun"] if job.uses_torchrun else None))]
+
+
+def _env(pairs) -> list[dict[str, str]]:
+    return [{"name": name, "value": literal(value)} for name, value in pairs]
 
 
 def _container(job: jobs.Job, name: str, env: list[dict[str, Any]]) -> dict[str, Any]:
@@ -50,12 +60,8 @@ def _container(job: jobs.Job, name: str, env: list[dict[str, Any]]) -> dict[str,
         "image": job.image,
         "imagePullPolicy": "IfNotPresent",
         "command": _command(job),
-        "env": [
-            *({"name": k, "value": v} for k, v in job.container_env()),
-            *({"name": k, "value": v} for k, v in job.kind_run.env.items()),  # as run.sh sets them
-            *env,
-            *({"name": k, "value": v} for k, v in job.env),
-        ],
+        # The kind's variables as run.sh sets them (PJRT_DEVICE on TPU), then the engine's, then --env's.
+        "env": [*_env(job.container_env()), *_env(job.kind_run.env.items()), *env, *_env(job.env)],
         "volumeMounts": [
             {"name": "envkit", "mountPath": jobs.CONTAINER_DATA, "subPath": "data"},
             {"name": "envkit", "mountPath": jobs.CONTAINER_RESULTS, "subPath": "results"},

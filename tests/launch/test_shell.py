@@ -1,8 +1,10 @@
-"""Hostile recipe arguments reach the recipe as literal words, and nothing else runs.
+"""Hostile recipe arguments and --env values reach the program exactly as the user typed them, and nothing
+else runs, on every engine.
 
 Each rendered script or command is executed by bash with fake clients first on
 PATH; the fakes record their arguments. YAML outputs are parsed back: one
-document, the same keys as a clean render.
+document, the same keys as a clean render; a Kubernetes container's command and env
+are read as the kubelet reads them ($(NAME) expanded, $$ turned into $).
 """
 
 from __future__ import annotations
@@ -34,6 +36,14 @@ def sandbox(tmp_path):
         f"x\ntouch {markers[3]}",
         "a\n---\nkind: Secret\nmetadata: {name: stolen}",
         '"$HOME" ${PATH} *',
+        # What the kubelet would rewrite unless escaped: $$ becomes $, $(NAME) a variable's value.
+        "a$$b",
+        "$(ENVKIT_DEVICE)",
+        "p@$$word",
+        "$(EVIL_00)$",
+        "two words",
+        'it\'s "quoted"',
+        "line1\nline2",
     )
     bin_dir, root, log, env_log = tmp_path / "bin", tmp_path / "root", tmp_path / "calls", tmp_path / "env"
     bin_dir.mkdir()
@@ -89,8 +99,8 @@ def run_bash(sandbox, script: str) -> list[list[str]]:
 
 
 def job(sandbox, name, engine, **kwargs):
-    """The job with the hostile words as recipe arguments and as --env values (EVIL_0, EVIL_1, ...)."""
-    env = tuple(f"EVIL_{index}={value}" for index, value in enumerate(sandbox["evil"]))
+    """The job with the hostile words as recipe arguments and as --env values (EVIL_00, EVIL_01, ...)."""
+    env = tuple(f"EVIL_{index:02d}={value}" for index, value in enumerate(sandbox["evil"]))
     return make_job(
         name,
         engine,
@@ -179,7 +189,7 @@ def test_tpu_pod_commands_pass_hostile_arguments_as_words(sandbox):
     pull, docker_run = run_bash(sandbox, gcloud[-1])
     assert pull[:3] == ["sudo", "docker", "pull"]
     assert docker_run[1:3] == ["docker", "run"] and tuple(docker_run[-len(sandbox["evil"]) :]) == sandbox["evil"]
-    assert all(f"EVIL_{index}={value}" in docker_run for index, value in enumerate(sandbox["evil"]))
+    assert all(f"EVIL_{index:02d}={value}" in docker_run for index, value in enumerate(sandbox["evil"]))
 
 
 def test_skypilot_task_is_one_document_and_its_run_quotes_every_word(sandbox):
@@ -188,7 +198,7 @@ def test_skypilot_task_is_one_document_and_its_run_quotes_every_word(sandbox):
     documents = list(yaml.safe_load_all(text))
     assert len(documents) == 1
     assert documents[0].keys() == skypilot.task(make_job("gpu-ddp-cifar", "skypilot", gpus_per_node=4)).keys()
-    assert tuple(documents[0]["envs"][f"EVIL_{index}"] for index in range(len(sandbox["evil"]))) == sandbox["evil"]
+    assert tuple(documents[0]["envs"][f"EVIL_{index:02d}"] for index in range(len(sandbox["evil"]))) == sandbox["evil"]
     # The run starts in the image's project folder, which this host does not have.
     (torchrun,) = run_bash(sandbox, documents[0]["run"].replace(f"cd {IMAGE_PROJECT}", f"cd {sandbox['tmp']}"))
     assert torchrun[:11] == [
@@ -222,11 +232,52 @@ def test_kubernetes_manifest_gains_no_keys_or_documents(sandbox, render):
     documents = list(yaml.safe_load_all(yaml_text.dump(hostile)))
     assert len(documents) == 1 and documents[0] == hostile
     assert _paths(documents[0]) == _paths(render(make_job("gpu-ddp-cifar", engine, gpus_per_node=2)))
-    commands = [c["command"] for c in _containers(documents[0])]
-    assert commands and all(tuple(command[-len(sandbox["evil"]) :]) == sandbox["evil"] for command in commands)
-    for container in _containers(documents[0]):
-        given = {entry["name"]: entry.get("value") for entry in container["env"]}
-        assert tuple(given[f"EVIL_{index}"] for index in range(len(sandbox["evil"]))) == sandbox["evil"]
+    containers = _containers(documents[0])
+    assert containers
+    for container in containers:
+        env, command = kubelet(container)
+        assert tuple(command[-len(sandbox["evil"]) :]) == sandbox["evil"]
+        assert tuple(env[f"EVIL_{index:02d}"] for index in range(len(sandbox["evil"]))) == sandbox["evil"]
+
+
+def kubelet_expand(text: str, defined: dict[str, str]) -> str:
+    """The kubelet's expansion of a command word or env value (kubernetes third_party/forked/golang/expansion):
+    $$ is $, $(NAME) is NAME's value where NAME is defined (else left as written), any other $ stays."""
+    out, cursor = [], 0
+    while cursor < len(text):
+        if text[cursor] == "$" and cursor + 1 < len(text):
+            following = text[cursor + 1]
+            closer = text.find(")", cursor + 2) if following == "(" else -1
+            if following == "$":
+                out.append("$")
+                cursor += 2
+            elif following == "(" and closer != -1:
+                name = text[cursor + 2 : closer]
+                out.append(defined.get(name, f"$({name})"))
+                cursor = closer + 1
+            else:
+                out.append("$" + following)
+                cursor += 2
+        else:
+            out.append(text[cursor])
+            cursor += 1
+    return "".join(out)
+
+
+def test_the_kubelet_expansion_stand_in_reads_as_kubernetes_documents():
+    defined = {"VAR_A": "a", "VAR_B": "b"}
+    assert kubelet_expand("$(VAR_A)$(VAR_B)$$(VAR_A)$$$(VAR_B)$(NONE)$", defined) == "ab$(VAR_A)$b$(NONE)$"
+    assert kubelet_expand("$(", defined) == "$(" and kubelet_expand("a$b", defined) == "a$b"
+
+
+def kubelet(container) -> tuple[dict[str, str], list[str]]:
+    """The container's environment and argv as its program gets them: each env value expanded with the variables
+    before it, the command with all of them."""
+    env: dict[str, str] = {}
+    for entry in container["env"]:
+        if "value" in entry:
+            env[entry["name"]] = kubelet_expand(entry["value"], env)
+    return env, [kubelet_expand(word, env) for word in container["command"]]
 
 
 def _containers(manifest):
