@@ -15,7 +15,7 @@ from envkit.image.build import repository
 from envkit.image.pushed import Pushed, record
 from envkit.launch.engines import build_job
 from envkit.project.config import load_config
-from envkit.project.experiments import experiment
+from envkit.project.experiments import Experiment, experiment
 
 ROOT = Path("/srv/envkit")
 OUTPUT = Path("jobs")
@@ -41,7 +41,7 @@ FAKE_DATA = (
 
 
 def make_job(
-    name: str,
+    name: str | Experiment,
     engine: str,
     *,
     nodes: int = 2,
@@ -51,7 +51,7 @@ def make_job(
     results_dir: Path = Path("/shared/results"),
     **kwargs,
 ):
-    exp = experiment(name)
+    exp = name if isinstance(name, Experiment) else experiment(name)
     config = load_config(REPO_ROOT / "envkit.yaml")
     target = next(t for t in config.targets.values() if t.kind == exp.kind)
     options = kwargs.pop("options", dict())

@@ -40,7 +40,12 @@ def register(subparsers) -> None:
         help=f"one of: {', '.join(names)}",
     )
     launch.add_argument("--nodes", type=int, default=1, help="hosts (default 1)")
-    launch.add_argument("--gpus-per-node", type=int, help="GPUs per host (default: 1 for GPU experiments, else 0)")
+    launch.add_argument(
+        "--gpus-per-node",
+        type=int,
+        help="GPUs per host, and torchrun's processes per host (default: for an experiment on every GPU, those its "
+        "target names (gpus: 0,2), else its devices; 1 for an experiment on the first GPU; else 0)",
+    )
     launch.add_argument("--nproc-per-node", type=int, help="CPU torchrun experiments: processes per host (default 1)")
     launch.add_argument("--name", help="job name (default: the experiment's); DNS-1123 for Kubernetes")
     launch.add_argument(
@@ -79,10 +84,11 @@ def register(subparsers) -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="an environment variable for the job on every node, repeatable (e.g. GLOO_SOCKET_IFNAME=eth0): "
-        "exported by the sbatch script, set on the container (Kubernetes, tpu-pod), in the task's envs "
-        "(skypilot); hosts and slurm --container docker give it to run.sh, which passes the multi-node "
-        "ones (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) into the container",
+        help="an environment variable for the program on every node, repeatable (e.g. GLOO_SOCKET_IFNAME=eth0), "
+        "after the experiment's env: (it wins over one of the same name): exported by the sbatch script, set on "
+        "the container (Kubernetes, tpu-pod), in the task's envs (skypilot); through run.sh (hosts, slurm "
+        "--container docker), env(1) sets it in the container, but the multi-node interfaces "
+        "(NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME), which run.sh passes itself",
     )
     # Each engine's options (envkit.launch.spec.Option), declared in the engine's module.
     group = launch.add_argument_group("engine settings")

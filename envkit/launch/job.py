@@ -78,7 +78,8 @@ class Job:
     results_dir: str
     rdzv_port: int = DEFAULT_RDZV_PORT
     rdzv_id: str = "envkit"
-    env: tuple[tuple[str, str], ...] = ()  # --env NAME=VALUE, in the order given: set for the recipe on every node
+    # The experiment's env:, then --env NAME=VALUE in the order given (--env wins): set for the program on every node.
+    env: tuple[tuple[str, str], ...] = ()
     options: SimpleNamespace = field(default_factory=SimpleNamespace)  # the engine's settings (its Options)
     image_id: str | None = None  # sha256:<hex> of the image config, when known before the job starts
 
@@ -226,7 +227,7 @@ def build_job(
             f"or an experiment that spreads over hosts (scale torchrun or tpu-pod)"
         )
     if gpus_per_node is None:
-        gpus_per_node = 0 if experiment.gpus == "none" else 1
+        gpus_per_node = _default_gpus(experiment, target)
     check_gpus(experiment, gpus_per_node)
     check_recipe_args(experiment, extra_args, config)
     processes = _processes_per_node(experiment, gpus_per_node, nproc_per_node)
@@ -254,12 +255,21 @@ def build_job(
         results_dir=str(results_dir),
         rdzv_port=rdzv_port,
         rdzv_id=name,
-        env=parse_env(env, reserved_env),
+        env=tuple({**experiment.env, **dict(parse_env(env, reserved_env))}.items()),
         options=settings,
     )
     if engine.check is not None:
         engine.check(job)
     return job
+
+
+def _default_gpus(experiment, target) -> int:
+    """--gpus-per-node's default: none for a CPU experiment, one for ``gpus: first``, and for ``gpus: all`` the GPUs
+    the target names (its gpus: 0,2), else the devices the experiment's setting needs (its ``devices``)."""
+    if experiment.gpus != "all":
+        return 0 if experiment.gpus == "none" else 1
+    named = getattr(target, "gpus", None)
+    return len(named.split(",")) if named and named != "all" else experiment.devices
 
 
 def _processes_per_node(experiment, gpus_per_node: int, nproc_per_node: int | None) -> int:

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from envkit.launch import job as jobs
 
+# What run.sh passes into the container of the caller's environment (templates/run.sh.j2: multi-node torchrun's
+# interfaces); any other variable of the job reaches the program through env(1) in the container.
+PASSED = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
 
 def run_sh(job: jobs.Job) -> str:
     return f"{job.root}/docker/{job.target}/run.sh"
@@ -23,10 +27,21 @@ def run_sh_env(job: jobs.Job) -> dict[str, str]:
     return env
 
 
+def passed_env(job: jobs.Job) -> dict[str, str]:
+    """The job's variables run.sh itself passes into the container (set in its environment)."""
+    return {name: value for name, value in job.env if name in PASSED}
+
+
 def run_sh_argv(job: jobs.Job, endpoint, rdzv_id, nnodes) -> list:
-    """What run.sh runs in the image, from the project's root. A recipe starts torchrun itself from the
-    variables run.sh passes (on the CPU it needs the process count); any other program of a torchrun job
-    starts under torchrun with the rendezvous ``endpoint``, ``rdzv_id`` and ``nnodes``."""
+    """What run.sh runs in the image, from the project's root: the job's other variables (the experiment's env:,
+    --env) set by env(1). A recipe starts torchrun itself from the variables run.sh passes (on the CPU it needs
+    the process count); any other program of a torchrun job starts under torchrun with the rendezvous
+    ``endpoint``, ``rdzv_id`` and ``nnodes``."""
+    others = [f"{name}={value}" for name, value in job.env if name not in PASSED]
+    return [*(["env", *others] if others else []), *_program(job, endpoint, rdzv_id, nnodes)]
+
+
+def _program(job: jobs.Job, endpoint, rdzv_id, nnodes) -> list:
     if not job.uses_torchrun:
         return job.command()
     if job.recipe is not None:

@@ -112,6 +112,11 @@ def plan(job: jobs.Job, output: Path) -> LaunchPlan:
 
 
 def check(job: jobs.Job) -> None:
+    if job.uses_torchrun:
+        raise EnvkitError(
+            f"--on tpu-pod starts {job.experiment}'s program once on every worker, and it is a scale torchrun "
+            f"experiment (torchrun on each host, a c10d rendezvous): run it with --on jobset or --on skypilot"
+        )
     if not (job.options.tpu and job.options.zone):
         missing = " and ".join(
             flag for flag, value in (("--tpu NAME", job.options.tpu), ("--zone ZONE", job.options.zone)) if not value
