@@ -18,7 +18,7 @@ def register(subparsers) -> None:
     from envkit.launch import engines
     from envkit.launch.job import DEFAULT_RDZV_PORT
 
-    names = (*engines.REGISTRY, *engines.NOTEBOOK_ENGINES)
+    names = tuple(engines.REGISTRY)
 
     launch = subparsers.add_parser(
         "launch",
@@ -58,6 +58,30 @@ def register(subparsers) -> None:
         "with --dry-run, write them there without submitting)",
     )
     add_config(launch)
+    _add_image_options(launch)
+    launch.add_argument(
+        "--rdzv-port", type=int, default=DEFAULT_RDZV_PORT, help=f"rendezvous port (default {DEFAULT_RDZV_PORT})"
+    )
+    launch.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for the program on every node, repeatable (e.g. GLOO_SOCKET_IFNAME=eth0), "
+        "after the experiment's env: (it wins over one of the same name): exported by the sbatch script, set on "
+        "the container (Kubernetes, tpu-pod), in the task's envs (skypilot); through run.sh (hosts, slurm "
+        "--container docker), env(1) sets it in the container, but the multi-node interfaces "
+        "(NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME), which run.sh passes itself",
+    )
+    # Each engine's options (envkit.launch.spec.Option), declared in the engine's module.
+    group = launch.add_argument_group("engine settings")
+    for option in engines.options():
+        _add_option(group, option)
+    launch.set_defaults(func=cmd_launch)
+
+
+def _add_image_options(launch) -> None:
+    """Which target and image run, and the host's folders."""
     launch.add_argument("--target", help="config target to run (default: the first of the experiment's kind)")
     launch.add_argument(
         "--image",
@@ -76,58 +100,22 @@ def register(subparsers) -> None:
     launch.add_argument(
         "--data-dir", type=directory_option, default=Path("data"), help="host data directory (hosts, slurm)"
     )
-    launch.add_argument(
-        "--rdzv-port", type=int, default=DEFAULT_RDZV_PORT, help=f"rendezvous port (default {DEFAULT_RDZV_PORT})"
+
+
+def _add_option(group, option) -> None:
+    if option.switch:
+        group.add_argument(option.flag, dest=option.name, action="store_true", help=option.help)
+        return
+    kwargs = {"type": option.type} if option.type else {}
+    group.add_argument(
+        option.flag,
+        dest=option.name,
+        default=option.default,
+        choices=option.choices,
+        metavar=option.metavar,
+        help=option.help,
+        **kwargs,
     )
-    launch.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="an environment variable for the program on every node, repeatable (e.g. GLOO_SOCKET_IFNAME=eth0), "
-        "after the experiment's env: (it wins over one of the same name): exported by the sbatch script, set on "
-        "the container (Kubernetes, tpu-pod), in the task's envs (skypilot); through run.sh (hosts, slurm "
-        "--container docker), env(1) sets it in the container, but the multi-node interfaces "
-        "(NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME), which run.sh passes itself",
-    )
-    # Each engine's options (envkit.launch.spec.Option), declared in the engine's module.
-    group = launch.add_argument_group("engine settings")
-    for option in engines.options():
-        if option.switch:
-            group.add_argument(option.flag, dest=option.name, action="store_true", help=option.help)
-        else:
-            kwargs = {"type": option.type} if option.type else {}
-            group.add_argument(
-                option.flag,
-                dest=option.name,
-                default=option.default,
-                choices=option.choices,
-                help=option.help,
-                **kwargs,
-            )
-    # Kaggle runs the experiment's notebook, not an image: its settings are no engine's options.
-    kaggle = launch.add_argument_group("kaggle settings")
-    kaggle.add_argument(
-        "--kaggle-user",
-        help="kaggle: the account the notebook goes to (default: KAGGLE_USERNAME, "
-        "or kaggle.json's username); --name sets its slug (default envkit-EXPERIMENT), --target the "
-        "Kaggle notebook target",
-    )
-    kaggle.add_argument(
-        "--poll",
-        type=int,
-        default=60,
-        metavar="SECONDS",
-        help="kaggle: seconds between `kaggle kernels status` checks (default 60)",
-    )
-    kaggle.add_argument(
-        "--wait",
-        type=int,
-        default=12 * 3600,
-        metavar="SECONDS",
-        help="kaggle: give up waiting after this long; the run goes on (default 43200)",
-    )
-    launch.set_defaults(func=cmd_launch)
 
 
 def build(args):
@@ -137,13 +125,16 @@ def build(args):
     from envkit.project.experiments import experiment as find_experiment
     from envkit.runs.plans import experiment_target
 
+    engine = engines.engine(args.on)
     experiment = find_experiment(args.experiment, args.config)
     config = load_config(args.config)
-    target = experiment_target(config, experiment, args.target)
-    tarball = Path(args.image_tarball) if args.image_tarball else None
-    image = images.choose(
-        config.root, target.name, tag=args.tag, image=args.image, registry=args.registry, tarball=tarball
-    )
+    target = (engine.target or experiment_target)(config, experiment, args.target)
+    image = images.LaunchImage("")  # a notebook engine runs no image
+    if engine.image:
+        tarball = Path(args.image_tarball) if args.image_tarball else None
+        image = images.choose(
+            config.root, target.name, tag=args.tag, image=args.image, registry=args.registry, tarball=tarball
+        )
     job = engines.build_job(
         args.on,
         experiment,
@@ -171,8 +162,6 @@ def cmd_launch(args) -> int:
     from envkit.launch import plan as plans
     from envkit.launch.shell import line
 
-    if args.on in engines.NOTEBOOK_ENGINES:
-        return _launch_kaggle(args)
     if args.stop and engines.engine(args.on).stop is None:
         stoppable = ", ".join(name for name, engine in engines.REGISTRY.items() if engine.stop)
         raise EnvkitError(f"--stop applies to --on {stoppable}; stop a {args.on} job with the engine's own client")
@@ -202,29 +191,4 @@ def cmd_launch(args) -> int:
         return 0
     plans.submit(plan)
     print(f"envkit: submitted {job.experiment} as {job.name!r} to {args.on}; results: {plan.results}", file=sys.stderr)
-    return 0
-
-
-def _launch_kaggle(args) -> int:
-    """Kaggle runs a notebook, not an image: envkit notebook's, pushed with the kaggle CLI."""
-    from envkit.launch import kaggle
-    from envkit.project.config import load_config
-
-    if args.nodes != 1 or args.recipe_args or args.stop:
-        raise EnvkitError(
-            "--on kaggle runs the experiment's notebook as rendered: one node, no recipe arguments "
-            "after '--', no --stop (stop it on kaggle.com)"
-        )
-    if args.poll < 1 or args.wait < 1:
-        raise EnvkitError("--poll and --wait take a positive number of seconds")
-    config = load_config(args.config)
-    run = kaggle.prepare(
-        config, args.experiment, args.target, args.kaggle_user, args.name, args.output or Path("jobs"), args.results_dir
-    )
-    if args.dry_run:
-        if args.output:
-            kaggle.write(run)
-        sys.stdout.write(kaggle.describe(run, args.poll))
-        return 0
-    kaggle.submit(run, args.poll, args.wait)
     return 0

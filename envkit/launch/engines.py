@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.launch import hosts, kubernetes, skypilot, slurm, tpu_pod
+from envkit.launch import hosts, kaggle, kubernetes, skypilot, slurm, tpu_pod
 from envkit.launch import job as jobs
 from envkit.launch.plan import LaunchPlan
 from envkit.launch.spec import Engine, Option
@@ -20,10 +20,9 @@ REGISTRY: dict[str, Engine] = {
         kubernetes.JOBSET,
         tpu_pod.ENGINE,
         skypilot.ENGINE,
+        kaggle.ENGINE,
     )
 }
-# Engines that run an experiment's notebook, not an image (envkit/launch/kaggle.py): no Job, no plan.
-NOTEBOOK_ENGINES = ("kaggle",)
 
 
 def engine(name: str) -> Engine:

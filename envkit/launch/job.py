@@ -82,6 +82,8 @@ class Job:
     env: tuple[tuple[str, str], ...] = ()
     options: SimpleNamespace = field(default_factory=SimpleNamespace)  # the engine's settings (its Options)
     image_id: str | None = None  # sha256:<hex> of the image config, when known before the job starts
+    config: str = str(DEFAULT_CONFIG)  # the project's envkit.yaml (a notebook engine renders the notebook from it)
+    extra_args: tuple[str, ...] = ()  # the user's arguments (after '--'), the end of ``args``
 
     @property
     def devices(self) -> Mapping[str, Any]:
@@ -211,27 +213,18 @@ def build_job(
     engines set (envkit.launch.engines.build_job names both)."""
     if nodes < 1:
         raise EnvkitError(f"--nodes {nodes} is not allowed; give 1 or more")
-    if experiment.named_runs:  # a job is one recipe run
+    if experiment.named_runs and engine.one_run:  # a job is one recipe run
         raise EnvkitError(
             f"{experiment.name} is {len(experiment.runs)} recipe runs, and envkit launch submits one: "
             f"run it with make {experiment.name} or envkit experiment {experiment.name}"
         )
-    if experiment.kind not in engine.kinds:
-        raise EnvkitError(
-            f"--on {engine.name} runs {'/'.join(engine.kinds)} experiments, and {experiment.name} is a "
-            f"{experiment.kind} experiment; engines for it: {', '.join(fitting)}"
-        )
-    if experiment.scale == "single" and nodes > 1:
-        raise EnvkitError(
-            f"{experiment.name} runs on one host only (scale single): use --nodes 1, "
-            f"or an experiment that spreads over hosts (scale torchrun or tpu-pod)"
-        )
+    _check_fits(experiment, engine, nodes, fitting)
     if gpus_per_node is None:
         gpus_per_node = _default_gpus(experiment, target)
     check_gpus(experiment, gpus_per_node)
     check_recipe_args(experiment, extra_args, config)
     processes = _processes_per_node(experiment, gpus_per_node, nproc_per_node)
-    name = name or experiment.name
+    name = name or engine.default_name.format(experiment=experiment.name)
     rule, pattern = engine.job_name or JOB_NAME
     if not pattern.match(name):
         raise EnvkitError(f"job name {name!r} is not {rule}")
@@ -257,10 +250,26 @@ def build_job(
         rdzv_id=name,
         env=tuple({**experiment.env, **dict(parse_env(env, reserved_env))}.items()),
         options=settings,
+        config=str(config),
+        extra_args=tuple(extra_args),
     )
     if engine.check is not None:
         engine.check(job)
     return job
+
+
+def _check_fits(experiment, engine: Engine, nodes: int, fitting: tuple[str, ...]) -> None:
+    """The engine has the experiment's hardware, and the experiment spreads over ``nodes`` hosts."""
+    if experiment.kind not in engine.kinds:
+        raise EnvkitError(
+            f"--on {engine.name} runs {'/'.join(engine.kinds)} experiments, and {experiment.name} is a "
+            f"{experiment.kind} experiment; engines for it: {', '.join(fitting)}"
+        )
+    if experiment.scale == "single" and nodes > 1:
+        raise EnvkitError(
+            f"{experiment.name} runs on one host only (scale single): use --nodes 1, "
+            f"or an experiment that spreads over hosts (scale torchrun or tpu-pod)"
+        )
 
 
 def _default_gpus(experiment, target) -> int:

@@ -27,6 +27,7 @@ class Option:
     type: Callable[[str], Any] | None = None
     choices: tuple[str, ...] | None = None
     switch: bool = False  # a flag without a value (store_true)
+    metavar: str | None = None  # the value's name in --help (default: the name in capitals)
     # What a valid value looks like, checked before the job is rendered (the engine would refuse it only
     # once the job runs): (what to give, the pattern a given value must match).
     valid: tuple[str, re.Pattern] | None = None
@@ -51,10 +52,19 @@ class Engine:
     # Job names become file names and #SBATCH values (the default rule), or Kubernetes names.
     job_name: tuple[str, re.Pattern] | None = None  # (the one-line error's rule, the pattern)
     reserved_env: tuple[str, ...] = ()  # prefixes of the variables the engine sets itself (not --env's)
+    # An engine that runs the experiment's notebook (Kaggle) runs no image: it picks its own kind of target,
+    # names the job after the notebook's rule, runs every run of the experiment, and knows its kinds from its data.
+    image: bool = True
+    target: Callable | None = None  # (config, experiment, --target or None) -> the target; default: its image target
+    default_name: str = "{experiment}"  # the job's name without --name
+    one_run: bool = True  # a job is one run of the experiment (an experiment of several named runs is refused)
+    kinds_of: Callable[[], tuple[str, ...]] | None = None  # the kinds it runs, where its accelerators do not say
 
     @property
     def kinds(self) -> tuple[str, ...]:
         """The target kinds it runs, in kinds.yaml's order."""
+        if self.kinds_of is not None:
+            return self.kinds_of()
         return tuple(kind.name for kind in load_kinds().values() if kind.launch["accelerator"] in self.accelerators)
 
     def settings(self, given: Mapping[str, Any]) -> SimpleNamespace:

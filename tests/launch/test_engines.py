@@ -75,7 +75,7 @@ def test_a_new_engine_is_one_module_and_one_registry_line(tmp_path, monkeypatch,
     assert (code, err) == (
         2,
         "envkit: error: --on toy runs cpu experiments, and gpu-ddp-cifar is a cuda experiment; "
-        "engines for it: hosts, slurm, pytorchjob, jobset, skypilot\n",
+        "engines for it: hosts, slurm, pytorchjob, jobset, skypilot, kaggle\n",
     )
     code, _, err = main(["launch", "cpu-ddp-cifar", "--on", "tpu-pod", "--dry-run", *config]), *capsys.readouterr()
     assert code == 2 and err.endswith("engines for it: hosts, slurm, pytorchjob, jobset, skypilot, toy\n")
@@ -105,7 +105,7 @@ def _imported_launch_modules(path) -> set[str]:
 def test_no_engine_imports_another():
     """What two engines share lives in a module of its own (run_sh, yaml_text), so an engine is one file."""
     modules = {engine.plan.__module__.rsplit(".", 1)[1] for engine in engines.REGISTRY.values()}
-    assert modules == {"hosts", "slurm", "kubernetes", "tpu_pod", "skypilot"}
+    assert modules == {"hosts", "slurm", "kubernetes", "tpu_pod", "skypilot", "kaggle"}
     crossing = {name: _imported_launch_modules(LAUNCH / f"{name}.py") & modules for name in sorted(modules)}
     assert crossing == {name: set() for name in sorted(modules)}
 
@@ -139,4 +139,19 @@ def test_an_engine_runs_the_kinds_whose_accelerator_it_asks_for():
         "jobset": ("cpu", "cuda", "tpu-vm"),
         "tpu-pod": ("tpu-vm",),
         "skypilot": ("cpu", "cuda", "tpu-vm"),
+        "kaggle": ("cuda", "tpu-vm"),  # its accelerators' kinds (envkit/data/notebook_platforms.yaml)
     }
+
+
+def test_launch_modules_and_functions_stay_small():
+    """Issue 31's figures for the launch code: modules of at most 500 lines, functions of at most 80."""
+    paths = [*sorted(LAUNCH.glob("*.py")), REPO_ROOT / "envkit" / "cli" / "launch.py"]
+    assert len(paths) > 10
+    long_modules = [path.name for path in paths if len(path.read_text().splitlines()) > 500]
+    long_functions = [
+        f"{path.name}:{node.name}"
+        for path in paths
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef) and node.end_lineno - node.lineno + 1 > 80
+    ]
+    assert (long_modules, long_functions) == ([], [])
