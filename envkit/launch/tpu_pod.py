@@ -40,6 +40,15 @@ def _manifest(tarball: str) -> str:
     return tarball[: -len(".tar.gz")] + ".manifest.json" if tarball.endswith(".tar.gz") else tarball
 
 
+def _kind_flags(job: jobs.Job) -> list[str]:
+    """docker run's flags for the kind's containers, as run.sh gives them (kinds.yaml's run: the chips' privilege,
+    the slice's host network, /dev/shm, PJRT_DEVICE)."""
+    settings = job.kind_run
+    flags = [*settings.docker_args, *(["--net=host"] if settings.host_network else [])]
+    flags += ["--shm-size", settings.shm_size] if settings.shm_size else ["--ipc=host"]
+    return flags + [word for key, value in settings.env.items() for word in ("-e", f"{key}={value}")]
+
+
 def remote_command(job: jobs.Job) -> str:
     """What each worker runs: fetch or load the image, then the container in the foreground."""
     tarball = job.options.image_tarball
@@ -59,12 +68,7 @@ def remote_command(job: jobs.Job) -> str:
         Raw('"$(id -u):$(id -g)"'),
         "-e",
         "HOME=/tmp",
-        "--privileged",
-        "--net=host",
-        "--shm-size",
-        "16G",
-        "-e",
-        "PJRT_DEVICE=TPU",
+        *_kind_flags(job),
         *(word for key, value in (*job.container_env(), *job.env) for word in ("-e", f"{key}={value}")),
         "-v",
         Raw(f'"$HOME"/{WORKER_DIR}/data:{jobs.CONTAINER_DATA}'),
