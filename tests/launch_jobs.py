@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+import stat
 from pathlib import Path
 
 import pytest
@@ -11,9 +13,9 @@ from paths import REPO_ROOT
 from envkit.cli import main
 from envkit.image.build import repository
 from envkit.image.pushed import Pushed, record
-from envkit.launch.job import EngineOptions, build_job
+from envkit.launch.engines import build_job
 from envkit.project.config import load_config
-from envkit.project.experiments import experiment
+from envkit.project.experiments import Experiment, experiment
 
 ROOT = Path("/srv/envkit")
 OUTPUT = Path("jobs")
@@ -39,7 +41,7 @@ FAKE_DATA = (
 
 
 def make_job(
-    name: str,
+    name: str | Experiment,
     engine: str,
     *,
     nodes: int = 2,
@@ -49,14 +51,14 @@ def make_job(
     results_dir: Path = Path("/shared/results"),
     **kwargs,
 ):
-    exp = experiment(name)
+    exp = name if isinstance(name, Experiment) else experiment(name)
     config = load_config(REPO_ROOT / "envkit.yaml")
     target = next(t for t in config.targets.values() if t.kind == exp.kind)
-    options = kwargs.pop("options", EngineOptions())
+    options = kwargs.pop("options", dict())
     return build_job(
+        engine,
         exp,
         target,
-        engine=engine,
         nodes=nodes,
         root=root,
         data_dir=data_dir,
@@ -121,13 +123,11 @@ IFNAMES = ("NCCL_SOCKET_IFNAME=ib0", "GLOO_SOCKET_IFNAME=eth0")
 CASES = {
     "hosts-gpu-ddp-cifar": lambda: (
         "hosts",
-        make_job("gpu-ddp-cifar", "hosts", gpus_per_node=4, options=EngineOptions(hosts=("node1", "node2"))),
+        make_job("gpu-ddp-cifar", "hosts", gpus_per_node=4, options=dict(hosts=("node1", "node2"))),
     ),
     "hosts-cpu-ddp-cifar": lambda: (
         "hosts",
-        make_job(
-            "cpu-ddp-cifar", "hosts", nproc_per_node=2, env=IFNAMES[1:], options=EngineOptions(hosts=("node1", "node2"))
-        ),
+        make_job("cpu-ddp-cifar", "hosts", nproc_per_node=2, env=IFNAMES[1:], options=dict(hosts=("node1", "node2"))),
     ),
     # Slurm's default: podman, here with the local image (no registry: a note says every node needs it).
     "slurm-podman-local-cpu-ddp-cifar": lambda: (
@@ -147,7 +147,7 @@ CASES = {
             env=IFNAMES,
             image="envkit-cuda:0123456789ab",
             image_id=IMAGE_ID,
-            options=EngineOptions(image_tarball=CUDA_TARBALL),
+            options=dict(image_tarball=CUDA_TARBALL),
         ),
     ),
     "slurm-host-cpu-ddp-cifar": lambda: (
@@ -157,7 +157,7 @@ CASES = {
             "slurm",
             nproc_per_node=2,
             env=("GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1"),
-            options=EngineOptions(container="host"),
+            options=dict(container="host"),
         ),
     ),
     "slurm-host-gpu-ddp-cifar": lambda: (
@@ -166,12 +166,12 @@ CASES = {
             "gpu-ddp-cifar",
             "slurm",
             gpus_per_node=4,
-            options=EngineOptions(container="host", partition="gpu", time="02:00:00"),
+            options=dict(container="host", partition="gpu", time="02:00:00"),
         ),
     ),
     "slurm-docker-gpu-ddp-cifar": lambda: (
         "slurm",
-        make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4, env=IFNAMES, options=EngineOptions(container="docker")),
+        make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4, env=IFNAMES, options=dict(container="docker")),
     ),
     "slurm-pyxis-gpu-ddp-cifar": lambda: (
         "slurm",
@@ -181,7 +181,7 @@ CASES = {
             gpus_per_node=4,
             image=REGISTRY_IMAGE,
             image_id=IMAGE_ID,
-            options=EngineOptions(container="pyxis"),
+            options=dict(container="pyxis"),
         ),
     ),
     "slurm-apptainer-gpu-ddp-cifar": lambda: (
@@ -192,7 +192,7 @@ CASES = {
             gpus_per_node=4,
             image="envkit-cuda:0123456789ab",
             image_id=IMAGE_ID,
-            options=EngineOptions(container="apptainer", image_tarball=CUDA_TARBALL),
+            options=dict(container="apptainer", image_tarball=CUDA_TARBALL),
         ),
     ),
     "pytorchjob-gpu-ddp-cifar": lambda: (
@@ -210,7 +210,7 @@ CASES = {
             "jobset",
             nodes=4,
             env=("XLA_FLAGS=--xla_dump_to=/tmp/x",),
-            options=EngineOptions(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"),
+            options=dict(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"),
         ),
     ),
     "tpu-pod-registry-tpu-mnist": lambda: (
@@ -221,7 +221,7 @@ CASES = {
             nodes=4,
             image=f"registry.example:5000/team/envkit-tpu-vm@{DIGEST}",
             image_id=IMAGE_ID,
-            options=EngineOptions(tpu="my-v4-32", zone="us-central2-b"),
+            options=dict(tpu="my-v4-32", zone="us-central2-b"),
         ),
     ),
     "tpu-pod-tarball-tpu-mnist": lambda: (
@@ -233,7 +233,7 @@ CASES = {
             env=("XLA_FLAGS=--xla_dump_to=/tmp/x",),
             image="envkit-tpu-vm:0123456789ab",
             image_id=IMAGE_ID,
-            options=EngineOptions(
+            options=dict(
                 tpu="my-v4-32", zone="us-central2-b", image_tarball="/shared/images/envkit-tpu-vm-0123456789ab.tar.gz"
             ),
         ),
@@ -244,6 +244,36 @@ CASES = {
     ),
     "skypilot-tpu-mnist": lambda: (
         "skypilot",
-        make_job("tpu-mnist", "skypilot", nodes=4, options=EngineOptions(accelerators="tpu-v5e-16")),
+        make_job("tpu-mnist", "skypilot", nodes=4, options=dict(accelerators="tpu-v5e-16")),
     ),
 }
+
+
+def fake_client(bin_dir: Path, name: str, exit_code: int = 0, message: str = "") -> Path:
+    """A client that records its arguments (one per line, NUL-free) and answers like the real one."""
+    bin_dir.mkdir(exist_ok=True)
+    log = bin_dir / f"{name}.calls"
+    script = bin_dir / name
+    script.write_text(
+        "#!/bin/bash\n"
+        f'printf "%s\\0" "$@" >> {shlex.quote(str(log))}\nprintf "\\n" >> {shlex.quote(str(log))}\n'
+        f"echo {shlex.quote(message)} >&2\nexit {exit_code}\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return log
+
+
+def calls(log: Path) -> list[list[str]]:
+    if not log.exists():
+        return []
+    return [entry.split("\0") for entry in log.read_text().split("\0\n") if entry]
+
+
+@pytest.fixture()
+def fake_path(tmp_path, monkeypatch):
+    # The fake clients alone: this machine has real sbatch, kubectl and gcloud in /usr/bin,
+    # and none of them may run from a test.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    return bin_dir

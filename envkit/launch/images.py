@@ -16,6 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.launch.spec import Option
+
+
+def _absolute(text: str) -> str:
+    return str(Path(text).resolve())
+
+
+# The engines that load envkit save's tarball on their nodes declare it (slurm, tpu-pod); choose reads it too.
+TARBALL = Option(
+    "image_tarball",
+    "slurm podman/apptainer, tpu-pod: envkit save's .tar.gz (its .manifest.json beside it names the image)",
+    type=_absolute,
+)
 
 
 @dataclass(frozen=True)

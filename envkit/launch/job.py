@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 from envkit.errors import EnvkitError
+from envkit.launch.spec import Engine
 from envkit.lock.base_digest import split_reference
 from envkit.project import DEFAULT_CONFIG
 from envkit.project.experiments import PYTHONS, check_recipe_args
@@ -30,47 +32,13 @@ CONTAINER_DATA = "/workspace/data"
 CONTAINER_RESULTS = "/workspace/results"
 DEFAULT_RDZV_PORT = 29500
 
-# The target kinds each engine has hardware for.
-ENGINE_KINDS = {
-    "hosts": ("cpu", "cuda"),
-    "slurm": ("cpu", "cuda"),
-    "pytorchjob": ("cpu", "cuda"),
-    "jobset": ("cpu", "cuda", "tpu-vm"),
-    "tpu-pod": ("tpu-vm",),
-    "skypilot": ("cpu", "cuda", "tpu-vm"),
-}
-ENGINES = tuple(ENGINE_KINDS)
-# Engines that run an experiment's notebook, not an image (envkit/launch/kaggle.py): no Job, no renderer.
-NOTEBOOK_ENGINES = ("kaggle",)
-KUBERNETES_ENGINES = ("pytorchjob", "jobset")
-# The first is the default: the image, through the daemonless runtime a user may run on a cluster.
-SLURM_CONTAINERS = ("podman", "docker", "pyxis", "apptainer", "host")
-
-# A Kubernetes object name that also serves as a DNS label (RFC 1123).
-_DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # Job names become file names and #SBATCH values: no path separators, spaces or newlines.
-_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
-_SBATCH_VALUE = {"partition": re.compile(r"^[A-Za-z0-9_.,-]+$"), "time": re.compile(r"^[0-9][0-9:-]*$")}
+JOB_NAME = (
+    "valid: letters, digits, '.', '_' and '-', starting with a letter or digit",
+    re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"),
+)
 # --env NAME=VALUE: a name every engine can set (POSIX shell, docker -e, Kubernetes, SkyPilot).
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Engine options checked here because the engine would refuse them only once the job runs:
-# a TPU VM and its zone (Google Cloud's resource names), SkyPilot's NAME[:COUNT] accelerators,
-# GKE's accelerator and slice topology, a Kubernetes claim name.
-_ENGINE_VALUE = {
-    "tpu": (
-        "a TPU VM name: lowercase letters, digits and '-', starting with a letter",
-        re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"),
-    ),
-    "zone": ("a zone such as us-central2-b", re.compile(r"^[a-z]+(-[a-z]+[0-9]+)+-[a-z]$")),
-    "accelerators": (
-        "NAME[:COUNT] such as A100:8 or tpu-v5e-16 (COUNT a positive number)",
-        re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(:([1-9][0-9]*|[0-9]*\.[0-9]*[1-9][0-9]*))?$"),
-    ),
-    "tpu_accelerator": ("GKE's accelerator name such as tpu-v5-lite-podslice", _DNS_1123_LABEL),
-    "tpu_topology": ("a slice topology such as 4x4 or 2x2x4", re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*){1,2}$")),
-    "volume_claim": ("a PersistentVolumeClaim name (DNS-1123 label)", _DNS_1123_LABEL),
-}
 # Set by envkit or the engine from the job itself; the options that change them are named instead.
 RESERVED_ENV = {
     "ENVKIT_IMAGE": "--image",
@@ -89,25 +57,6 @@ RESERVED_ENV = {
     "RDZV_ID": "--name",
     "PJRT_DEVICE": "the experiment",
 }
-RESERVED_ENV_PREFIXES = ("PET_", "SLURM_", "SKYPILOT_")
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    """Settings only some engines read; build_job checks the ones the chosen engine needs."""
-
-    container: str = SLURM_CONTAINERS[0]  # slurm: podman | docker | pyxis | apptainer | host
-    partition: str | None = None  # slurm
-    time: str | None = None  # slurm
-    image_tarball: str | None = None  # slurm podman/apptainer, tpu-pod: envkit save's .tar.gz (absolute)
-    hosts: tuple[str, ...] = ()  # hosts: the machines, the first one holds the rendezvous
-    tpu: str | None = None  # tpu-pod: TPU VM name
-    zone: str | None = None  # tpu-pod
-    tpu_accelerator: str | None = None  # jobset on TPU: GKE's accelerator name
-    tpu_topology: str | None = None  # jobset on TPU: slice topology, e.g. 4x4
-    tpu_chips_per_node: int = 4  # jobset on TPU: google.com/tpu per pod
-    volume_claim: str = "envkit"  # kubernetes: the PersistentVolumeClaim holding data/ and results/
-    accelerators: str | None = None  # skypilot: e.g. A100:8 or tpu-v5e-16
 
 
 @dataclass(frozen=True)
@@ -129,9 +78,27 @@ class Job:
     results_dir: str
     rdzv_port: int = DEFAULT_RDZV_PORT
     rdzv_id: str = "envkit"
-    env: tuple[tuple[str, str], ...] = ()  # --env NAME=VALUE, in the order given: set for the recipe on every node
-    options: EngineOptions = field(default_factory=EngineOptions)
+    # The experiment's env:, then --env NAME=VALUE in the order given (--env wins): set for the program on every node.
+    env: tuple[tuple[str, str], ...] = ()
+    options: SimpleNamespace = field(default_factory=SimpleNamespace)  # the engine's settings (its Options)
     image_id: str | None = None  # sha256:<hex> of the image config, when known before the job starts
+    config: str = str(DEFAULT_CONFIG)  # the project's envkit.yaml (a notebook engine renders the notebook from it)
+    extra_args: tuple[str, ...] = ()  # the user's arguments (after '--'), the end of ``args``
+
+    @property
+    def devices(self) -> Mapping[str, Any]:
+        """How a node is asked for the kind's devices (kinds.yaml's launch: accelerator none | gpus | slice)."""
+        return target_kind(self.kind).launch
+
+    @property
+    def asks_gpus(self) -> bool:
+        """Whether each node is asked for --gpus-per-node of the kind's GPUs."""
+        return self.devices["accelerator"] == "gpus" and self.gpus_per_node > 0
+
+    @property
+    def kind_run(self):
+        """The kind's container settings, as run.sh applies them (kinds.yaml's run)."""
+        return target_kind(self.kind).run
 
     @property
     def uses_torchrun(self) -> bool:
@@ -186,8 +153,9 @@ class Job:
         )
 
 
-def parse_env(assignments) -> tuple[tuple[str, str], ...]:
-    """``--env NAME=VALUE`` words as (name, value) pairs; any value, since every engine quotes or emits it."""
+def parse_env(assignments, reserved_prefixes: tuple[str, ...] = ()) -> tuple[tuple[str, str], ...]:
+    """``--env NAME=VALUE`` words as (name, value) pairs; any value, since every engine quotes or emits it.
+    ``reserved_prefixes``: the engines' own variables (their Engine.reserved_env)."""
     pairs: dict[str, str] = {}
     for assignment in assignments:
         name, equals, value = assignment.partition("=")
@@ -197,9 +165,7 @@ def parse_env(assignments) -> tuple[tuple[str, str], ...]:
             )
         if name in pairs:
             raise EnvkitError(f"--env {name} is given twice; give each variable once")
-        engine_set = [
-            f"the engine's {prefix}* variables" for prefix in RESERVED_ENV_PREFIXES if name.startswith(prefix)
-        ]
+        engine_set = [f"the engine's {prefix}* variables" for prefix in reserved_prefixes if name.startswith(prefix)]
         source = RESERVED_ENV.get(name) or next(iter(engine_set), None)
         if source:
             raise EnvkitError(f"--env {name}: envkit or the engine sets it for the job (from {source}), not --env")
@@ -220,16 +186,11 @@ def check_gpus(experiment, gpus_per_node: int) -> None:
         raise EnvkitError(f"{experiment.name}: --gpus-per-node {gpus_per_node} is not allowed; give {wanted}")
 
 
-def engine_options(values: Mapping[str, Any]) -> EngineOptions:
-    """The engine settings among parsed arguments, each taken by its field's name."""
-    return EngineOptions(**{setting.name: values[setting.name] for setting in fields(EngineOptions)})
-
-
 def build_job(
     experiment,
     target,
     *,
-    engine: str,
+    engine: Engine,
     nodes: int,
     root: Path,
     data_dir: Path,
@@ -242,39 +203,33 @@ def build_job(
     extra_args: tuple[str, ...] = (),
     rdzv_port: int = DEFAULT_RDZV_PORT,
     env: tuple[str, ...] = (),
-    options: EngineOptions = EngineOptions(),
+    options: Mapping[str, Any] = MappingProxyType({}),
+    fitting: tuple[str, ...] = (),
+    reserved_env: tuple[str, ...] = (),
     config: Path = DEFAULT_CONFIG,
 ) -> Job:
-    if engine not in ENGINE_KINDS:
-        raise EnvkitError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    """The job ``engine`` runs; ``options`` are its settings by name (the parsed flags, or a few: defaults fill in),
+    ``fitting`` the engines that run the experiment's kind and ``reserved_env`` the prefixes of the variables
+    engines set (envkit.launch.engines.build_job names both)."""
     if nodes < 1:
         raise EnvkitError(f"--nodes {nodes} is not allowed; give 1 or more")
-    if experiment.named_runs:  # a job is one recipe run
+    if experiment.named_runs and engine.one_run:  # a job is one recipe run
         raise EnvkitError(
             f"{experiment.name} is {len(experiment.runs)} recipe runs, and envkit launch submits one: "
             f"run it with make {experiment.name} or envkit experiment {experiment.name}"
         )
-    kinds = ENGINE_KINDS[engine]
-    if experiment.kind not in kinds:
-        fitting = ", ".join(e for e, k in ENGINE_KINDS.items() if experiment.kind in k)
-        raise EnvkitError(
-            f"--on {engine} runs {'/'.join(kinds)} experiments, and {experiment.name} is a {experiment.kind} "
-            f"experiment; engines for it: {fitting}"
-        )
-    if experiment.scale == "single" and nodes > 1:
-        raise EnvkitError(
-            f"{experiment.name} runs on one host only (scale single): use --nodes 1, "
-            f"or an experiment that spreads over hosts (scale torchrun or tpu-pod)"
-        )
+    _check_fits(experiment, engine, nodes, fitting)
     if gpus_per_node is None:
-        gpus_per_node = 0 if experiment.gpus == "none" else 1
+        gpus_per_node = _default_gpus(experiment, target)
     check_gpus(experiment, gpus_per_node)
     check_recipe_args(experiment, extra_args, config)
     processes = _processes_per_node(experiment, gpus_per_node, nproc_per_node)
-    name = name or experiment.name
-    _check_name(engine, name)
-    _check_options(engine, experiment, nodes, options, image)
-    return Job(
+    name = name or engine.default_name.format(experiment=experiment.name)
+    rule, pattern = engine.job_name or JOB_NAME
+    if not pattern.match(name):
+        raise EnvkitError(f"job name {name!r} is not {rule}")
+    settings = engine.settings(options)
+    job = Job(
         name=name,
         experiment=experiment.name,
         kind=experiment.kind,
@@ -293,9 +248,37 @@ def build_job(
         results_dir=str(results_dir),
         rdzv_port=rdzv_port,
         rdzv_id=name,
-        env=parse_env(env),
-        options=options,
+        env=tuple({**experiment.env, **dict(parse_env(env, reserved_env))}.items()),
+        options=settings,
+        config=str(config),
+        extra_args=tuple(extra_args),
     )
+    if engine.check is not None:
+        engine.check(job)
+    return job
+
+
+def _check_fits(experiment, engine: Engine, nodes: int, fitting: tuple[str, ...]) -> None:
+    """The engine has the experiment's hardware, and the experiment spreads over ``nodes`` hosts."""
+    if experiment.kind not in engine.kinds:
+        raise EnvkitError(
+            f"--on {engine.name} runs {'/'.join(engine.kinds)} experiments, and {experiment.name} is a "
+            f"{experiment.kind} experiment; engines for it: {', '.join(fitting)}"
+        )
+    if experiment.scale == "single" and nodes > 1:
+        raise EnvkitError(
+            f"{experiment.name} runs on one host only (scale single): use --nodes 1, "
+            f"or an experiment that spreads over hosts (scale torchrun or tpu-pod)"
+        )
+
+
+def _default_gpus(experiment, target) -> int:
+    """--gpus-per-node's default: none for a CPU experiment, one for ``gpus: first``, and for ``gpus: all`` the GPUs
+    the target names (its gpus: 0,2), else the devices the experiment's setting needs (its ``devices``)."""
+    if experiment.gpus != "all":
+        return 0 if experiment.gpus == "none" else 1
+    named = getattr(target, "gpus", None)
+    return len(named.split(",")) if named and named != "all" else experiment.devices
 
 
 def _processes_per_node(experiment, gpus_per_node: int, nproc_per_node: int | None) -> int:
@@ -313,58 +296,3 @@ def _processes_per_node(experiment, gpus_per_node: int, nproc_per_node: int | No
     if nproc_per_node < 1:
         raise EnvkitError(f"--nproc-per-node {nproc_per_node} is not allowed; give 1 or more")
     return nproc_per_node
-
-
-def _check_name(engine: str, name: str) -> None:
-    if engine in KUBERNETES_ENGINES:
-        if not _DNS_1123_LABEL.match(name):
-            raise EnvkitError(
-                f"job name {name!r} is not a valid Kubernetes name (DNS-1123 label): lowercase letters, digits "
-                f"and '-', starting and ending with a letter or digit, at most 63 characters; set --name"
-            )
-    elif not _JOB_NAME.match(name):
-        raise EnvkitError(
-            f"job name {name!r} is not valid: letters, digits, '.', '_' and '-', starting with a letter or digit"
-        )
-
-
-def _check_options(engine: str, experiment, nodes: int, options: EngineOptions, image: str) -> None:
-    for key, (expected, pattern) in _ENGINE_VALUE.items():
-        value = getattr(options, key)
-        if value is not None and not pattern.match(value):
-            raise EnvkitError(f"--{key.replace('_', '-')} {value!r} is not valid: give {expected}")
-    if engine == "hosts" and nodes > 1 and len(options.hosts) != nodes:
-        raise EnvkitError(
-            f"--on hosts with --nodes {nodes} needs --hosts with {nodes} comma-separated host names "
-            f"(the first holds the rendezvous), got {len(options.hosts)}"
-        )
-    for host in options.hosts:
-        if not _HOST.match(host):
-            raise EnvkitError(f"--hosts: {host!r} is not a host name (letters, digits, '.', '-')")
-    if engine == "slurm":
-        if options.container not in SLURM_CONTAINERS:
-            raise EnvkitError(f"unknown --container {options.container!r}; choose from {', '.join(SLURM_CONTAINERS)}")
-        for key, pattern in _SBATCH_VALUE.items():
-            value = getattr(options, key)
-            if value is not None and not pattern.match(value):
-                raise EnvkitError(f"--{key} {value!r} is not a valid Slurm {key}")
-        if options.container == "apptainer" and not options.image_tarball:
-            raise EnvkitError("--container apptainer runs envkit save's tarball: pass --image-tarball FILE.tar.gz")
-        if options.container == "pyxis" and "/" not in image:
-            raise EnvkitError(
-                f"--container pyxis pulls the image on every node, and {image!r} names no registry: "
-                f"pass --registry HOST[:PORT][/PATH] (after envkit push) or --image"
-            )
-    if engine == "tpu-pod" and not (options.tpu and options.zone):
-        missing = " and ".join(
-            flag for flag, value in (("--tpu NAME", options.tpu), ("--zone ZONE", options.zone)) if not value
-        )
-        raise EnvkitError(f"--on tpu-pod needs {missing}: the TPU VM's name and zone (gcloud compute tpus tpu-vm list)")
-    if engine == "jobset" and experiment.kind == "tpu-vm" and not (options.tpu_accelerator and options.tpu_topology):
-        raise EnvkitError(
-            "a TPU JobSet needs --tpu-accelerator (GKE's name, e.g. tpu-v5-lite-podslice) and --tpu-topology (e.g. 4x4)"
-        )
-    if options.tpu_chips_per_node < 1:
-        raise EnvkitError(f"--tpu-chips-per-node {options.tpu_chips_per_node} is not allowed; give 1 or more")
-    if engine == "skypilot" and experiment.kind == "tpu-vm" and not options.accelerators:
-        raise EnvkitError("--on skypilot for a TPU experiment needs --accelerators, e.g. tpu-v5e-16")

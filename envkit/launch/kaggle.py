@@ -22,11 +22,13 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.launch import job as jobs
+from envkit.launch.plan import LaunchPlan, Step
 from envkit.launch.shell import line
+from envkit.launch.spec import Engine, Option
 
 # kaggle-cli's config folder: KAGGLE_CONFIG_DIR, else ~/.kaggle where it exists, else the XDG folder.
 CREDENTIAL_FILES = ("access_token", "kaggle.json", "credentials.json")
@@ -36,16 +38,6 @@ _STATUS = re.compile(r'has status "(?:KernelWorkerStatus\.)?([A-Za-z_]+)"')
 DONE, FAILED = {"complete"}, {"error", "cancel_requested", "cancel_acknowledged"}
 _OWNER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,49}$")
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{2,49}$")
-
-
-@dataclass(frozen=True)
-class KaggleRun:
-    kernel: str  # OWNER/SLUG
-    folder: Path  # what `kaggle kernels push -p` reads
-    notebook_name: str
-    notebook_text: str
-    metadata: dict
-    results: Path  # where `kaggle kernels output` puts the results
 
 
 def metadata(kernel: str, notebook_name: str, accelerator, private: bool = True) -> dict:
@@ -70,52 +62,19 @@ def metadata(kernel: str, notebook_name: str, accelerator, private: bool = True)
     }
 
 
-def prepare(
-    config,
-    experiment: str,
-    target_name: str | None,
-    owner: str | None,
-    name: str | None,
-    output: Path,
-    results_dir: Path,
-) -> KaggleRun:
-    """Everything a push needs, checked (bad input: EnvkitError); writes nothing."""
-    from envkit.notebook.builder import fitting_experiment, render_notebook
-    from envkit.project.experiments import experiment as find_experiment
-    from envkit.project.notebook_platforms import accelerator_of
+def target(config, entry, name: str | None):
+    """The Kaggle notebook target that runs ``entry``: ``name``, else the first of its kind; its notebook must
+    hold the experiment."""
+    from envkit.notebook.builder import fitting_experiment
 
-    entry = find_experiment(experiment, config.path)
-    target = _kaggle_target(config, entry, target_name)
-    fitting_experiment(config, target, entry.name)
-    owner = owner or _configured_owner()
-    if owner is None:
-        raise EnvkitError("name the Kaggle account the notebook goes to: --kaggle-user NAME (or KAGGLE_USERNAME)")
-    if not _OWNER.match(owner):
-        raise EnvkitError(f"--kaggle-user {owner!r} is not a Kaggle user name (letters, digits, '-', '_')")
-    slug = name or f"envkit-{entry.name}"
-    if not _SLUG.match(slug):
-        raise EnvkitError(f"--name {slug!r}: a Kaggle notebook slug is 3-50 lowercase letters, digits and '-'")
-    notebook = render_notebook(config, entry.name, target.name)
-    _, accelerator = accelerator_of(target)
-    kernel = f"{owner}/{slug}"
-    return KaggleRun(
-        kernel,
-        output / slug,
-        notebook.path.name,
-        notebook.text,
-        metadata(kernel, notebook.path.name, accelerator),
-        results_dir / "kaggle" / slug,
-    )
-
-
-def _kaggle_target(config, entry, name: str | None):
     if name is not None:
-        target = config.target(name)
-        if target.platform != "kaggle":
+        chosen = config.target(name)
+        if chosen.platform != "kaggle":
             raise EnvkitError(
-                f"--on kaggle: target {name} is not a Kaggle notebook target (platform: {target.platform or 'none'})"
+                f"--on kaggle: target {name} is not a Kaggle notebook target (platform: {chosen.platform or 'none'})"
             )
-        return target
+        fitting_experiment(config, chosen, entry.name)
+        return chosen
     fitting = [t for t in config.targets.values() if t.platform == "kaggle" and t.kind == entry.kind]
     if not fitting:
         from envkit.project.notebook_platforms import load_platforms
@@ -132,7 +91,17 @@ def _kaggle_target(config, entry, name: str | None):
             f"--on kaggle: {config.path} has no Kaggle notebook target for {entry.name} ({entry.kind}): "
             f"add one (platform: kaggle, accelerator: one of {', '.join(names)})"
         )
+    fitting_experiment(config, fitting[0], entry.name)
     return fitting[0]
+
+
+def _kinds() -> tuple[str, ...]:
+    """The kinds of Kaggle's accelerators (envkit/data/notebook_platforms.yaml), in kinds.yaml's order."""
+    from envkit.project.kinds import names
+    from envkit.project.notebook_platforms import load_platforms
+
+    have = {accelerator.kind for accelerator in load_platforms().platforms["kaggle"].accelerators.values()}
+    return tuple(kind for kind in names() if kind in have)
 
 
 def _config_folders() -> list[Path]:
@@ -187,100 +156,119 @@ def check_client() -> str:
     return client
 
 
-def commands(run: KaggleRun) -> dict[str, tuple[str, ...]]:
+def commands(kernel: str, folder: Path, results: Path) -> dict[str, tuple[str, ...]]:
     return {
-        "push": ("kaggle", "kernels", "push", "-p", str(run.folder)),
-        "status": ("kaggle", "kernels", "status", run.kernel),
-        "output": (
-            "kaggle",
-            "kernels",
-            "output",
-            run.kernel,
-            "-p",
-            str(run.results),
-            "--file-pattern",
-            RESULTS_PATTERN,
-            "-o",
-        ),
+        "push": ("kaggle", "kernels", "push", "-p", str(folder)),
+        "status": ("kaggle", "kernels", "status", kernel),
+        "output": ("kaggle", "kernels", "output", kernel, "-p", str(results), "--file-pattern", RESULTS_PATTERN, "-o"),
     }
 
 
-def describe(run: KaggleRun, poll_s: int) -> str:
-    steps = commands(run)
-    return (
-        "\n".join(
-            [
-                f"# --- file {run.folder / 'kernel-metadata.json'}",
-                _metadata_text(run).rstrip("\n"),
-                f"# --- file {run.folder / run.notebook_name} (envkit notebook, {len(run.notebook_text.encode()) // 1024} KiB)",
-                "# --- submit",
-                line(*steps["push"]),
-                f"# then every {poll_s} s until it completes: {line(*steps['status'])}",
-                line(*steps["output"]),
-                f"# results: under {run.results} (then: envkit report DIR)",
-            ]
+def _owner(job: jobs.Job) -> str:
+    owner = job.options.kaggle_user or _configured_owner()
+    if owner is None:
+        raise EnvkitError("name the Kaggle account the notebook goes to: --kaggle-user NAME (or KAGGLE_USERNAME)")
+    if not _OWNER.match(owner):
+        raise EnvkitError(f"--kaggle-user {owner!r} is not a Kaggle user name (letters, digits, '-', '_')")
+    return owner
+
+
+def check(job: jobs.Job) -> None:
+    if job.nodes != 1 or job.extra_args:
+        raise EnvkitError(
+            "--on kaggle runs the experiment's notebook as rendered: one node, no recipe arguments after '--' "
+            "(stop it on kaggle.com)"
         )
-        + "\n"
-    )
+    if job.options.poll < 1 or job.options.wait < 1:
+        raise EnvkitError("--poll and --wait take a positive number of seconds")
+    _owner(job)
 
 
-def _metadata_text(run: KaggleRun) -> str:
-    return json.dumps(run.metadata, indent=2) + "\n"
+def _shown(path: Path) -> Path:
+    """``path`` relative to the working directory where it is inside it, as the user would type it."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
 
 
-def write(run: KaggleRun) -> None:
-    from envkit.launch.plan import Plan, write_files
+def plan(job: jobs.Job, output: Path) -> LaunchPlan:
+    """The notebook envkit notebook renders for the job's Kaggle target beside its kernel-metadata.json, pushed with
+    the kaggle CLI, followed until it ends, and its results fetched."""
+    from envkit.notebook.builder import render_notebook
+    from envkit.project.config import load_config
+    from envkit.project.notebook_platforms import accelerator_of
 
-    write_files(
-        Plan(
-            files=(
-                (str(run.folder / "kernel-metadata.json"), _metadata_text(run)),
-                (str(run.folder / run.notebook_name), run.notebook_text),
+    config = load_config(Path(job.config))
+    notebook = render_notebook(config, job.experiment, job.target)
+    _, accelerator = accelerator_of(config.target(job.target))
+    kernel, folder = f"{_owner(job)}/{job.name}", output / job.name
+    results = _shown(Path(job.results_dir)) / "kaggle" / job.name
+    steps = commands(kernel, folder, results)
+    code_file = str(folder / notebook.path.name)
+    poll, wait = job.options.poll, job.options.wait
+    return LaunchPlan(
+        files=(
+            (
+                str(folder / "kernel-metadata.json"),
+                json.dumps(metadata(kernel, notebook.path.name, accelerator), indent=2) + "\n",
             ),
-            commands=(),
-            results="",
-        )
+            (code_file, notebook.text),
+        ),
+        brief=((code_file, f"envkit notebook, {len(notebook.text.encode()) // 1024} KiB"),),
+        commands=(
+            Step(line(*steps["push"]), lambda: _push(kernel, steps)),
+            Step(
+                f"# then every {poll} s until it completes: {line(*steps['status'])}",
+                lambda: _wait(kernel, steps, poll, wait),
+            ),
+            Step(line(*steps["output"]), lambda: _fetch(kernel, results, steps)),
+        ),
+        results=f"under {results} (then: envkit report DIR)",
+        before=check_client,
     )
 
 
-def submit(run: KaggleRun, poll_s: int, timeout_s: int) -> None:
-    """Push, wait for the run to end, fetch its results: each step through the kaggle CLI."""
-    check_client()
-    write(run)
-    steps = commands(run)
+def _push(kernel: str, steps) -> None:
     _client(steps["push"])
     print(
-        f"envkit: pushed {run.kernel}; waiting for it to finish (Ctrl-C leaves it running: "
+        f"envkit: pushed {kernel}; waiting for it to finish (Ctrl-C leaves it running: "
         f"{line(*steps['status'])}, then {line(*steps['output'])})",
         file=sys.stderr,
     )
+
+
+def _wait(kernel: str, steps, poll_s: int, timeout_s: int) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         status = _status(_client(steps["status"], echo=False))
         if status in DONE:
-            break
+            return
         if status in FAILED:
             raise EnvkitError(
-                f"{run.kernel} ended with status {status.upper()} on Kaggle: see its log on kaggle.com "
+                f"{kernel} ended with status {status.upper()} on Kaggle: see its log on kaggle.com "
                 f"(its output: {line(*steps['output'])})",
                 exit_code=1,
             )
         if time.monotonic() > deadline:
             raise EnvkitError(
-                f"{run.kernel} is still {status} after {timeout_s} s; it keeps running: {line(*steps['status'])}",
+                f"{kernel} is still {status} after {timeout_s} s; it keeps running: {line(*steps['status'])}",
                 exit_code=1,
             )
         time.sleep(poll_s)
-    run.results.mkdir(parents=True, exist_ok=True)
+
+
+def _fetch(kernel: str, results: Path, steps) -> None:
+    results.mkdir(parents=True, exist_ok=True)
     _client(steps["output"])
-    found = sorted(run.results.rglob("*.json"))
+    found = sorted(results.rglob("*.json"))
     folders = sorted({path.parent for path in found})
     print(
-        f"envkit: {len(found)} results file(s) from {run.kernel} in "
+        f"envkit: {len(found)} results file(s) from {kernel} in "
         + (
             ", ".join(str(folder) for folder in folders) + f"; compare them: envkit report {folders[0]}"
             if found
-            else str(run.results)
+            else str(results)
         ),
         file=sys.stderr,
     )
@@ -311,3 +299,34 @@ def _client(argv: tuple[str, ...], echo: bool = True) -> str:
         last = next((row.strip() for row in reversed(text.splitlines()) if row.strip()), "no message")
         raise EnvkitError(f"{line(*argv[:3])} failed (exit {done.returncode}): {last}", exit_code=1)
     return text
+
+
+ENGINE = Engine(
+    name="kaggle",
+    accelerators=(),
+    options=(
+        Option(
+            "kaggle_user",
+            "kaggle: the account the notebook goes to (default: KAGGLE_USERNAME, or kaggle.json's username); "
+            "--name sets its slug (default envkit-EXPERIMENT), --target the Kaggle notebook target",
+        ),
+        Option(
+            "poll", "kaggle: seconds between `kaggle kernels status` checks (default 60)", 60, int, metavar="SECONDS"
+        ),
+        Option(
+            "wait",
+            "kaggle: give up waiting after this long; the run goes on (default 43200)",
+            12 * 3600,
+            int,
+            metavar="SECONDS",
+        ),
+    ),
+    plan=plan,
+    check=check,
+    job_name=("valid: a Kaggle notebook slug is 3-50 lowercase letters, digits and '-'", _SLUG),
+    image=False,
+    target=target,
+    default_name="envkit-{experiment}",
+    one_run=False,
+    kinds_of=_kinds,
+)

@@ -10,46 +10,48 @@ per TPU host (PJRT discovers the slice).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from envkit.errors import EnvkitError
 from envkit.launch import job as jobs
-from envkit.launch.plan import Plan
+from envkit.launch.plan import LaunchPlan
 from envkit.launch.shell import line
+from envkit.launch.spec import Engine, Option
+from envkit.launch.yaml_text import dump
 
 PYTORCHJOB_API = "kubeflow.org/v1"
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 REPLICATED_JOB = "node"
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 TPU_SELECTORS = ("cloud.google.com/gke-tpu-accelerator", "cloud.google.com/gke-tpu-topology")
-
-
-class _Dumper(yaml.SafeDumper):
-    """safe_dump's emitter, with multi-line strings (scripts) as literal blocks."""
-
-
-def _string(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
-
-
-_Dumper.add_representer(str, _string)
-
-
-def dump(document: dict[str, Any]) -> str:
-    return yaml.dump(
-        document, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=False
-    )
+# A Kubernetes object name that also serves as a DNS label (RFC 1123).
+_DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+JOB_NAME = (
+    "a valid Kubernetes name (DNS-1123 label): lowercase letters, digits and '-', starting and ending with "
+    "a letter or digit, at most 63 characters; set --name",
+    _DNS_1123_LABEL,
+)
 
 
 def _metadata(job: jobs.Job) -> dict[str, Any]:
     return {"name": job.name, "labels": {"app.kubernetes.io/managed-by": "envkit", "envkit/experiment": job.experiment}}
 
 
+def literal(value: str) -> str:
+    """``value`` as the program gets it: the kubelet expands $(NAME) in a container's command, args and env values,
+    and turns $$ into $, so every $ is written $$."""
+    return value.replace("$", "$$")
+
+
 def _command(job: jobs.Job) -> list[str]:
     # torchrun takes its settings from the PET_* variables the operator sets.
-    return job.wrapped(job.command(["torchrun"] if job.uses_torchrun else None))
+    return [literal(word) for word in job.wrapped(job.command(["torchrun"] if job.uses_torchrun else None))]
+
+
+def _env(pairs) -> list[dict[str, str]]:
+    return [{"name": name, "value": literal(value)} for name, value in pairs]
 
 
 def _container(job: jobs.Job, name: str, env: list[dict[str, Any]]) -> dict[str, Any]:
@@ -58,21 +60,19 @@ def _container(job: jobs.Job, name: str, env: list[dict[str, Any]]) -> dict[str,
         "image": job.image,
         "imagePullPolicy": "IfNotPresent",
         "command": _command(job),
-        "env": [
-            *({"name": k, "value": v} for k, v in job.container_env()),
-            *env,
-            *({"name": k, "value": v} for k, v in job.env),
-        ],
+        # The kind's variables as run.sh sets them (PJRT_DEVICE on TPU), then the engine's, then --env's.
+        "env": [*_env(job.container_env()), *_env(job.kind_run.env.items()), *env, *_env(job.env)],
         "volumeMounts": [
             {"name": "envkit", "mountPath": jobs.CONTAINER_DATA, "subPath": "data"},
             {"name": "envkit", "mountPath": jobs.CONTAINER_RESULTS, "subPath": "results"},
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],
     }
-    if job.kind == "cuda":
-        container["resources"] = {"limits": {"nvidia.com/gpu": job.gpus_per_node}}
-    elif job.kind == "tpu-vm":
-        container["resources"] = {"limits": {"google.com/tpu": job.options.tpu_chips_per_node}}
+    resource = job.devices.get("kubernetes_resource")
+    count = job.options.tpu_chips_per_node if job.devices["accelerator"] == "slice" else job.gpus_per_node
+    if resource and count and (job.asks_gpus or job.devices["accelerator"] == "slice"):
+        container["resources"] = {"limits": {resource: count}}
+    if "--privileged" in job.kind_run.docker_args:  # as run.sh starts the kind's containers
         container["securityContext"] = {"privileged": True}
     return container
 
@@ -87,8 +87,9 @@ def _pod_spec(job: jobs.Job, container: dict[str, Any], restart: str) -> dict[st
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},
         ],
     }
-    if job.kind == "tpu-vm":
+    if job.devices["accelerator"] == "slice":
         spec["nodeSelector"] = dict(zip(TPU_SELECTORS, (job.options.tpu_accelerator, job.options.tpu_topology)))
+    if job.kind_run.host_network:
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     return spec
@@ -118,8 +119,6 @@ def pytorchjob(job: jobs.Job) -> dict[str, Any]:
 
 def jobset(job: jobs.Job) -> dict[str, Any]:
     env: list[dict[str, Any]] = []
-    if job.kind == "tpu-vm":
-        env.append({"name": "PJRT_DEVICE", "value": "TPU"})
     if job.uses_torchrun:
         master = f"{job.name}-{REPLICATED_JOB}-0-0.{job.name}"
         env += [
@@ -157,10 +156,10 @@ def jobset(job: jobs.Job) -> dict[str, Any]:
     }
 
 
-def _plan(job: jobs.Job, output: Path, manifest: dict[str, Any], suffix: str) -> Plan:
+def _plan(job: jobs.Job, output: Path, manifest: dict[str, Any], suffix: str) -> LaunchPlan:
     path = str(output / f"{job.name}.{suffix}.yaml")
     kind = manifest["kind"]
-    return Plan(
+    return LaunchPlan(
         files=((path, dump(manifest)),),
         commands=(("kubectl", "apply", "-f", path),),
         results=f"the PersistentVolumeClaim {job.options.volume_claim!r}, under results/ (written by rank 0)",
@@ -171,9 +170,57 @@ def _plan(job: jobs.Job, output: Path, manifest: dict[str, Any], suffix: str) ->
     )
 
 
-def plan_pytorchjob(job: jobs.Job, output: Path) -> Plan:
+def plan_pytorchjob(job: jobs.Job, output: Path) -> LaunchPlan:
     return _plan(job, output, pytorchjob(job), "pytorchjob")
 
 
-def plan_jobset(job: jobs.Job, output: Path) -> Plan:
+def plan_jobset(job: jobs.Job, output: Path) -> LaunchPlan:
     return _plan(job, output, jobset(job), "jobset")
+
+
+def check_jobset(job: jobs.Job) -> None:
+    if job.devices["accelerator"] == "slice" and not (job.options.tpu_accelerator and job.options.tpu_topology):
+        raise EnvkitError(
+            "a TPU JobSet needs --tpu-accelerator (GKE's name, e.g. tpu-v5-lite-podslice) and --tpu-topology (e.g. 4x4)"
+        )
+    if job.options.tpu_chips_per_node < 1:
+        raise EnvkitError(f"--tpu-chips-per-node {job.options.tpu_chips_per_node} is not allowed; give 1 or more")
+
+
+# Both engines mount data/ and results/ from one claim.
+VOLUME_CLAIM = Option(
+    "volume_claim",
+    "pytorchjob, jobset: PersistentVolumeClaim holding data/ and results/ (default envkit)",
+    default="envkit",
+    valid=("a PersistentVolumeClaim name (DNS-1123 label)", _DNS_1123_LABEL),
+)
+PYTORCHJOB = Engine(
+    name="pytorchjob",
+    accelerators=("none", "gpus"),
+    options=(VOLUME_CLAIM,),
+    plan=plan_pytorchjob,
+    job_name=JOB_NAME,
+    reserved_env=("PET_",),
+)
+JOBSET = Engine(
+    name="jobset",
+    accelerators=("none", "gpus", "slice"),
+    options=(
+        VOLUME_CLAIM,
+        Option(
+            "tpu_accelerator",
+            "jobset on TPU: GKE accelerator, e.g. tpu-v5-lite-podslice",
+            valid=("GKE's accelerator name such as tpu-v5-lite-podslice", _DNS_1123_LABEL),
+        ),
+        Option(
+            "tpu_topology",
+            "jobset on TPU: slice topology, e.g. 4x4",
+            valid=("a slice topology such as 4x4 or 2x2x4", re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*){1,2}$")),
+        ),
+        Option("tpu_chips_per_node", "jobset on TPU: chips per host (default 4)", default=4, type=int),
+    ),
+    plan=plan_jobset,
+    check=check_jobset,
+    job_name=JOB_NAME,
+    reserved_env=("PET_",),
+)

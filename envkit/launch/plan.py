@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,22 +19,34 @@ from envkit.support.atomic import write_text_atomic
 
 
 @dataclass(frozen=True)
-class Plan:
+class Step:
+    """A step of a submission that is not one client call (waiting for a notebook to finish): ``shown`` is its line
+    in the dry run (a command, or a '# ' note), ``run`` does it."""
+
+    shown: str
+    run: Callable[[], object]
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
     files: tuple[tuple[str, str], ...]  # (path, text), written before any command runs
-    commands: tuple[tuple[str, ...], ...]  # argv, run in order on this machine
+    commands: tuple[tuple[str, ...] | Step, ...]  # argv (or a Step), run in order on this machine
     results: str  # where the results will land
     notes: tuple[str, ...] = ()  # what the user does next (stop the run, fetch the results)
     elsewhere: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (where, argv): commands for the user to run there
     executable: tuple[str, ...] = ()  # paths among files that get mode 755
+    brief: tuple[tuple[str, str], ...] = ()  # (path, what it is): files the dry run names instead of printing
+    before: Callable[[], object] | None = None  # checked before anything is written (the client, its login)
 
 
-def describe(plan: Plan) -> str:
+def describe(plan: LaunchPlan) -> str:
     out = []
+    brief = dict(plan.brief)
     for path, text in plan.files:
-        out += [f"# --- file {path}", text.rstrip("\n")]
+        out += [f"# --- file {path} ({brief[path]})"] if path in brief else [f"# --- file {path}", text.rstrip("\n")]
     if plan.commands:
         out.append("# --- submit")
-        out += [line(*argv) for argv in plan.commands]
+        out += [step.shown if isinstance(step, Step) else line(*step) for step in plan.commands]
     for where, argv in plan.elsewhere:
         out += [f"# --- on {where}", line(*argv)]
     out += [f"# {note}" for note in plan.notes]
@@ -41,7 +54,7 @@ def describe(plan: Plan) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_files(plan: Plan) -> None:
+def write_files(plan: LaunchPlan) -> None:
     """All of the plan's files or, when one cannot be written, none of the new ones."""
     written = []
     try:
@@ -58,10 +71,12 @@ def write_files(plan: Plan) -> None:
         ) from None
 
 
-def submit(plan: Plan) -> None:
+def submit(plan: LaunchPlan) -> None:
+    if plan.before is not None:
+        plan.before()
     write_files(plan)
-    for argv in plan.commands:
-        run_client(argv)
+    for step in plan.commands:
+        step.run() if isinstance(step, Step) else run_client(step)
 
 
 def run_client(argv: tuple[str, ...]) -> None:

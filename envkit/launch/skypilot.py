@@ -8,15 +8,17 @@ is one YAML string made by the emitter, its words quoted by shlex.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+from envkit.errors import EnvkitError
 from envkit.launch import job as jobs
-from envkit.launch.kubernetes import dump
-from envkit.launch.plan import Plan
+from envkit.launch.plan import LaunchPlan
 from envkit.launch.shell import Raw, line
+from envkit.launch.spec import Engine, Option
+from envkit.launch.yaml_text import dump
 
-DEFAULT_GPU = "A100"
 HEAD = Raw('"$head"')
 # Under the run's directory on each node (the home directory); the program runs from the project's root in
 # the image, so the run script sets them absolute before it moves there.
@@ -27,7 +29,8 @@ RUN_SETS = ("ENVKIT_DATA_DIR", "ENVKIT_RESULTS_DIR")
 def accelerators(job: jobs.Job) -> str | None:
     if job.options.accelerators:
         return job.options.accelerators
-    return f"{DEFAULT_GPU}:{job.gpus_per_node}" if job.gpus_per_node else None
+    default = job.devices.get("skypilot_default")
+    return f"{default}:{job.gpus_per_node}" if default and job.gpus_per_node else None
 
 
 def run_script(job: jobs.Job) -> str:
@@ -68,17 +71,41 @@ def task(job: jobs.Job) -> dict[str, Any]:
         resources["accelerators"] = accelerators(job)
     # The data and results directories are absolute only on the node, so the run script sets them.
     envs = {name: value for name, value in (*job.image_env(), *job.run_env(DATA, RESULTS)) if name not in RUN_SETS}
-    if job.kind == "tpu-vm":
-        envs["PJRT_DEVICE"] = "TPU"
+    envs.update(job.kind_run.env)
     envs.update(job.env)
     return {"name": job.name, "num_nodes": job.nodes, "resources": resources, "envs": envs, "run": run_script(job)}
 
 
-def plan(job: jobs.Job, output: Path) -> Plan:
+def plan(job: jobs.Job, output: Path) -> LaunchPlan:
     path = str(output / f"{job.name}.sky.yaml")
-    return Plan(
+    return LaunchPlan(
         files=((path, dump(task(job))),),
         commands=(("sky", "launch", "--yes", "--cluster", job.name, path),),
         results=f"~/{RESULTS} on the head node (rank 0): {line('rsync', '-a', f'{job.name}:{RESULTS}/', 'results/')}",
         notes=(*job.image_notes(), f"stop it: {line('sky', 'down', '--yes', job.name)}"),
     )
+
+
+def check(job: jobs.Job) -> None:
+    if job.devices["accelerator"] == "slice" and not job.options.accelerators:
+        raise EnvkitError("--on skypilot for a TPU experiment needs --accelerators, e.g. tpu-v5e-16")
+
+
+ENGINE = Engine(
+    name="skypilot",
+    accelerators=("none", "gpus", "slice"),
+    options=(
+        Option(
+            "accelerators",
+            "skypilot: e.g. A100:8 or tpu-v5e-16 (default A100:<gpus-per-node>)",
+            # SkyPilot's NAME[:COUNT]: checked here, as sky would refuse it only once the job runs.
+            valid=(
+                "NAME[:COUNT] such as A100:8 or tpu-v5e-16 (COUNT a positive number)",
+                re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(:([1-9][0-9]*|[0-9]*\.[0-9]*[1-9][0-9]*))?$"),
+            ),
+        ),
+    ),
+    plan=plan,
+    check=check,
+    reserved_env=("SKYPILOT_",),
+)

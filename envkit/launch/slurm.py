@@ -17,23 +17,29 @@ sbatch's own exit status is the job's.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.launch import hosts
+from envkit.launch import images, run_sh
 from envkit.launch import job as jobs
-from envkit.launch.plan import Plan
+from envkit.launch.plan import LaunchPlan
 from envkit.launch.shell import Raw, line
+from envkit.launch.spec import Engine, Option
 from envkit.support import provenance
+
+# The first is the default: the image, through the daemonless runtime a user may run on a cluster.
+CONTAINERS = ("podman", "docker", "pyxis", "apptainer", "host")
+_SBATCH_VALUE = {"partition": re.compile(r"^[A-Za-z0-9_.,-]+$"), "time": re.compile(r"^[0-9][0-9:-]*$")}
 
 FIRST_HOST = 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)'
 # Per node: the GPUs Slurm gave this step, as run.sh's GPUS wants them (host indices).
 STEP_GPUS = 'export GPUS=${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-all}}; exec "$0" "$@"'
 # The same GPUs as podman's CDI devices (nvidia-ctk cdi generate names them nvidia.com/gpu=<index>|all),
-# inserted after "podman run": bash -c STEP_DEVICES podman run ARGS...
+# inserted after "podman run": bash -c STEP_DEVICES podman run ARGS... ({cdi}: the kind's cdi_device)
 STEP_DEVICES = (
-    'devices=(); for id in $(echo "${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-all}}" | tr , " "); '
-    'do devices+=(--device "nvidia.com/gpu=$id"); done; exec "$0" "$1" "${devices[@]}" "${@:2}"'
+    'devices=(); for id in $(echo "${{SLURM_STEP_GPUS:-${{SLURM_JOB_GPUS:-all}}}}" | tr , " "); '
+    'do devices+=(--device "{cdi}=$id"); done; exec "$0" "$1" "${{devices[@]}}" "${{@:2}}"'
 )
 # Run on every node before anything is written: podman there, the image there (pulled by its digest,
 # or loaded from the tarball), and a container of it starts. Otherwise one line and exit 2, which
@@ -117,7 +123,7 @@ def _host(job: jobs.Job) -> list[str]:
 
 
 def _docker(job: jobs.Job) -> list[str]:
-    env = hosts.run_sh_env(job)
+    env = run_sh.run_sh_env(job)
     env.pop("GPUS", None)  # per node, from the step's allocation (below)
     exports = _exports(env.items())
     exports.append(
@@ -128,9 +134,9 @@ def _docker(job: jobs.Job) -> list[str]:
             Raw('RDZV_ID="$SLURM_JOB_ID"'),
         )
     )
-    wrap = ["bash", "-c", STEP_GPUS] if job.kind == "cuda" else []
-    argv = hosts.run_sh_argv(job, Raw(f'"$head":{job.rdzv_port}'), Raw('"$SLURM_JOB_ID"'), Raw('"$SLURM_NNODES"'))
-    return [*exports, line(*_srun(), *wrap, hosts.run_sh(job), *argv)]
+    wrap = ["bash", "-c", STEP_GPUS] if job.asks_gpus else []
+    argv = run_sh.run_sh_argv(job, Raw(f'"$head":{job.rdzv_port}'), Raw('"$SLURM_JOB_ID"'), Raw('"$SLURM_NNODES"'))
+    return [*exports, line(*_srun(), *wrap, run_sh.run_sh(job), *argv)]
 
 
 def _bind_pairs(job: jobs.Job) -> list[str]:
@@ -164,7 +170,7 @@ def _pyxis(job: jobs.Job) -> list[str]:
 
 
 def _apptainer(job: jobs.Job) -> list[str]:
-    gpu = ["--nv"] if job.kind == "cuda" else []
+    gpu = list(job.devices.get("apptainer_args", ())) if job.asks_gpus else []
     source = f"docker-archive://{job.options.image_tarball}"
     return [
         *_exports(job.container_env()),
@@ -205,9 +211,7 @@ def _podman_check(job: jobs.Job) -> list[str]:
 def _podman(job: jobs.Job) -> list[str]:
     """podman run with the flags run.sh gives the kind's containers (envkit/data/kinds.yaml), the node's
     network and host name (c10d must find the node's name), the recipe's variables passed by name."""
-    from envkit.project.kinds import kind
-
-    settings = kind(job.kind).run
+    settings = job.kind_run
     image, _ = _podman_source(job)
     flags = ["--rm", "--pull=never", "--network=host", "--uts=host", *settings.docker_args]
     flags += ["--shm-size", settings.shm_size] if settings.shm_size else ["--ipc=host"]
@@ -221,7 +225,8 @@ def _podman(job: jobs.Job) -> list[str]:
     # (envkit/support/provenance.py); podman passes only the variables it is given (pyxis and apptainer pass all).
     flags += ["-e", "SLURM_NODEID"]
     flags += [word for pair in _bind_pairs(job) for word in ("-v", pair)]
-    wrap = ["bash", "-c", STEP_DEVICES] if job.kind == "cuda" else []
+    cdi = job.devices.get("cdi_device")
+    wrap = ["bash", "-c", STEP_DEVICES.format(cdi=cdi)] if cdi and job.asks_gpus else []
     return [
         *_exports(job.container_env()),
         PODMAN_USERNS,
@@ -229,9 +234,9 @@ def _podman(job: jobs.Job) -> list[str]:
     ]
 
 
-def plan(job: jobs.Job, output: Path) -> Plan:
+def plan(job: jobs.Job, output: Path) -> LaunchPlan:
     script = str(output / f"{job.name}.sbatch")
-    return Plan(
+    return LaunchPlan(
         files=((script, sbatch_script(job)),),
         commands=(("sbatch", script),),
         results=f"{job.results_dir} (a directory every node must see: a shared filesystem)",
@@ -240,3 +245,41 @@ def plan(job: jobs.Job, output: Path) -> Plan:
             "follow it with squeue and the job's slurm-<id>.out; cancel with scancel <id>",
         ),
     )
+
+
+def check(job: jobs.Job) -> None:
+    options = job.options
+    if options.container not in CONTAINERS:
+        raise EnvkitError(f"unknown --container {options.container!r}; choose from {', '.join(CONTAINERS)}")
+    for key, pattern in _SBATCH_VALUE.items():
+        value = getattr(options, key)
+        if value is not None and not pattern.match(value):
+            raise EnvkitError(f"--{key} {value!r} is not a valid Slurm {key}")
+    if options.container == "apptainer" and not options.image_tarball:
+        raise EnvkitError("--container apptainer runs envkit save's tarball: pass --image-tarball FILE.tar.gz")
+    if options.container == "pyxis" and "/" not in job.image:
+        raise EnvkitError(
+            f"--container pyxis pulls the image on every node, and {job.image!r} names no registry: "
+            f"pass --registry HOST[:PORT][/PATH] (after envkit push) or --image"
+        )
+
+
+ENGINE = Engine(
+    name="slurm",
+    accelerators=("none", "gpus"),
+    options=(
+        Option(
+            "container",
+            "slurm: podman (the image, pulled by digest with --registry or loaded from --image-tarball; "
+            "the default), docker (run.sh), pyxis, apptainer, or host (the Python environment sbatch runs in)",
+            default=CONTAINERS[0],
+            choices=CONTAINERS,
+        ),
+        Option("partition", "slurm: partition"),
+        Option("time", "slurm: time limit, e.g. 02:00:00"),
+        images.TARBALL,
+    ),
+    plan=plan,
+    check=check,
+    reserved_env=("SLURM_",),
+)

@@ -10,11 +10,15 @@ The container is named, so one docker stop on all workers ends the run.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+from envkit.errors import EnvkitError
+from envkit.launch import images
 from envkit.launch import job as jobs
-from envkit.launch.plan import Plan
+from envkit.launch.plan import LaunchPlan
 from envkit.launch.shell import Raw, line
+from envkit.launch.spec import Engine, Option
 
 DOCKER = ("sudo", "docker")  # TPU VM users are not in the docker group
 WORKER_DIR = "envkit"  # under the ssh user's home on each worker
@@ -36,6 +40,15 @@ def _manifest(tarball: str) -> str:
     return tarball[: -len(".tar.gz")] + ".manifest.json" if tarball.endswith(".tar.gz") else tarball
 
 
+def _kind_flags(job: jobs.Job) -> list[str]:
+    """docker run's flags for the kind's containers, as run.sh gives them (kinds.yaml's run: the chips' privilege,
+    the slice's host network, /dev/shm, PJRT_DEVICE)."""
+    settings = job.kind_run
+    flags = [*settings.docker_args, *(["--net=host"] if settings.host_network else [])]
+    flags += ["--shm-size", settings.shm_size] if settings.shm_size else ["--ipc=host"]
+    return flags + [word for key, value in settings.env.items() for word in ("-e", f"{key}={value}")]
+
+
 def remote_command(job: jobs.Job) -> str:
     """What each worker runs: fetch or load the image, then the container in the foreground."""
     tarball = job.options.image_tarball
@@ -55,12 +68,7 @@ def remote_command(job: jobs.Job) -> str:
         Raw('"$(id -u):$(id -g)"'),
         "-e",
         "HOME=/tmp",
-        "--privileged",
-        "--net=host",
-        "--shm-size",
-        "16G",
-        "-e",
-        "PJRT_DEVICE=TPU",
+        *_kind_flags(job),
         *(word for key, value in (*job.container_env(), *job.env) for word in ("-e", f"{key}={value}")),
         "-v",
         Raw(f'"$HOME"/{WORKER_DIR}/data:{jobs.CONTAINER_DATA}'),
@@ -76,7 +84,7 @@ def stop_command(job: jobs.Job) -> tuple[str, ...]:
     return ssh(job, line(*DOCKER, "stop", container_name(job)))
 
 
-def plan(job: jobs.Job, output: Path) -> Plan:
+def plan(job: jobs.Job, output: Path) -> LaunchPlan:
     copy: tuple[tuple[str, ...], ...] = ()
     tarball = job.options.image_tarball
     if tarball:
@@ -95,7 +103,7 @@ def plan(job: jobs.Job, output: Path) -> Plan:
         job.options.zone,
         "--stop",
     )
-    return Plan(
+    return LaunchPlan(
         files=(),
         commands=(*copy, ssh(job, remote_command(job))),
         results=f"~/{WORKER_DIR}/results on the worker that runs rank 0 (worker 0)",
@@ -105,3 +113,43 @@ def plan(job: jobs.Job, output: Path) -> Plan:
             f"fetch the results: {line(*fetch_results)}",
         ),
     )
+
+
+def check(job: jobs.Job) -> None:
+    if job.uses_torchrun:
+        raise EnvkitError(
+            f"--on tpu-pod starts {job.experiment}'s program once on every worker, and it is a scale torchrun "
+            f"experiment (torchrun on each host, a c10d rendezvous): run it with --on jobset or --on skypilot"
+        )
+    if not (job.options.tpu and job.options.zone):
+        missing = " and ".join(
+            flag for flag, value in (("--tpu NAME", job.options.tpu), ("--zone ZONE", job.options.zone)) if not value
+        )
+        raise EnvkitError(f"--on tpu-pod needs {missing}: the TPU VM's name and zone (gcloud compute tpus tpu-vm list)")
+
+
+# The TPU VM and its zone are Google Cloud's resource names: checked here, as gcloud would refuse them only later.
+ENGINE = Engine(
+    name="tpu-pod",
+    accelerators=("slice",),
+    options=(
+        images.TARBALL,
+        Option(
+            "tpu",
+            "tpu-pod: the TPU VM's name",
+            valid=(
+                "a TPU VM name: lowercase letters, digits and '-', starting with a letter",
+                re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"),
+            ),
+        ),
+        Option(
+            "zone",
+            "tpu-pod: the TPU VM's zone",
+            valid=("a zone such as us-central2-b", re.compile(r"^[a-z]+(-[a-z]+[0-9]+)+-[a-z]$")),
+        ),
+        Option("stop", "tpu-pod: stop the experiment's container on every worker", default=False, switch=True),
+    ),
+    plan=plan,
+    check=check,
+    stop=stop_command,
+)

@@ -7,9 +7,12 @@ kind names, so a new kind is data plus its run.sh fragment
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 from envkit.errors import EnvkitError
 from envkit.project.datafile import DATA_DIR, load_checked
@@ -52,6 +55,8 @@ class Kind:
     run: RunSettings
     python_base_image: str  # format string with {python}, for base_image "python"
     platforms: tuple[str, ...] = DEFAULT_PLATFORMS  # docker's names: linux/amd64, linux/arm64
+    # How envkit launch's engines ask a node for the devices (kinds.yaml's launch; read by envkit/launch/).
+    launch: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({"accelerator": "none"}))
 
 
 @cache
@@ -72,6 +77,7 @@ def load_kinds(path: Path = KINDS_PATH) -> dict[str, Kind]:
             run=RunSettings(**{**run, "docker_args": tuple(run.get("docker_args", ()))}),
             python_base_image=data["python_base_image"],
             platforms=tuple(entry.get("platforms", DEFAULT_PLATFORMS)),
+            launch=MappingProxyType(entry.get("launch", {"accelerator": "none"})),
         )
     return kinds
 

@@ -74,7 +74,7 @@ class Step:
 
 @dataclass
 class RunPlan:
-    """The steps `envkit experiment`, `compare` and `demo` run on this host (what an engine is handed is envkit.launch.plan.Plan)."""
+    """The steps `envkit experiment`, `compare` and `demo` run on this host (what an engine is handed is envkit.launch.plan.LaunchPlan)."""
 
     steps: list[Step]
     notes: list[str] = field(default_factory=list)  # said before running, e.g. why Docker is not used

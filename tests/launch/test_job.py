@@ -1,4 +1,7 @@
-"""`envkit launch`: each engine's rendering (golden files), bad input, submission through fake clients."""
+"""`envkit launch` for every engine: the rendering (golden files), bad input, submission through fake clients.
+
+Each engine's own behaviour is tested in its file (test_slurm, test_hosts, test_tpu_pod, test_kubernetes,
+test_skypilot, test_kaggle); the registry and the toy engine in test_engines."""
 
 from __future__ import annotations
 
@@ -11,18 +14,14 @@ from pathlib import Path
 
 import paths
 import pytest
-from launch_jobs import CASES, DIGEST, FAKE_DATA, IMAGE_ID, OUTPUT, make_job, project, record_push, run, save_manifest
+from launch_jobs import CASES, OUTPUT, calls, fake_client, fake_path, project, run  # noqa: F401 - fixtures
 from paths import REPO_ROOT, TESTS
 
+from envkit.cli import main
 from envkit.launch import engines, slurm
-from envkit.launch.job import ENGINES, EngineOptions
 from envkit.launch.plan import describe
 
 GOLDEN = paths.GOLDEN / "launch"
-
-
-def test_every_engine_has_one_renderer():
-    assert tuple(engines.RENDERERS) == ENGINES
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -50,32 +49,6 @@ def test_rendering_is_deterministic():
 
     first = rendered("0")
     assert first == rendered("4242") and first.count("# results: ") == len(CASES)
-
-
-def test_slurm_script_asks_for_what_the_issue_names():
-    script = slurm.sbatch_script(make_job("gpu-ddp-cifar", "slurm", gpus_per_node=4))
-    assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=4\n" in script
-    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1' in script
-    assert "sacct" not in script
-
-
-def test_single_host_experiment_runs_without_torchrun():
-    job = make_job("gpu-dp-cifar", "slurm", nodes=1, gpus_per_node=4, options=EngineOptions(container="host"))
-    wrapper = "python /srv/envkit/docker/cuda/envkit_run.py"  # the run wrapper beside run.sh writes the results
-    assert f"srun --ntasks-per-node=1 --chdir=/srv/envkit {wrapper} python recipes/cifar.py" in slurm.sbatch_script(job)
-    in_image = slurm.sbatch_script(make_job("gpu-dp-cifar", "slurm", nodes=1, gpus_per_node=4))
-    assert " envkit-cuda:latest python /opt/envkit/envkit_run.py python recipes/cifar.py" in in_image
-
-
-def test_slurm_runs_the_image_under_podman_by_default():
-    assert EngineOptions().container == "podman"
-    script = slurm.sbatch_script(make_job("cpu-ddp-cifar", "slurm"))
-    assert "container podman." in script and "\nsrun --ntasks-per-node=1 podman run " in script
-    assert "export ENVKIT_DATA_DIR=/workspace/data\n" in script and " -e ENVKIT_DATA_DIR " in script
-    assert "recipes/cifar.py --device cpu --parallel ddp\n" in script, "nothing added to the recipe's arguments"
-
-
-# ------------------------------------------------------------------ the command line
 
 
 BAD_INPUT = {
@@ -174,36 +147,6 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, dry_run, capsys, 
     assert sorted(p.name for p in project.iterdir()) == ["envkit.yaml"]
 
 
-def fake_client(bin_dir: Path, name: str, exit_code: int = 0, message: str = "") -> Path:
-    """A client that records its arguments (one per line, NUL-free) and answers like the real one."""
-    bin_dir.mkdir(exist_ok=True)
-    log = bin_dir / f"{name}.calls"
-    script = bin_dir / name
-    script.write_text(
-        "#!/bin/bash\n"
-        f'printf "%s\\0" "$@" >> {shlex.quote(str(log))}\nprintf "\\n" >> {shlex.quote(str(log))}\n'
-        f"echo {shlex.quote(message)} >&2\nexit {exit_code}\n"
-    )
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    return log
-
-
-def calls(log: Path) -> list[list[str]]:
-    if not log.exists():
-        return []
-    return [entry.split("\0") for entry in log.read_text().split("\0\n") if entry]
-
-
-@pytest.fixture()
-def fake_path(tmp_path, monkeypatch):
-    # The fake clients alone: this machine has real sbatch, kubectl and gcloud in /usr/bin,
-    # and none of them may run from a test.
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    monkeypatch.setenv("PATH", str(bin_dir))
-    return bin_dir
-
-
 @pytest.mark.parametrize(
     "engine, argv, client, file",
     [
@@ -249,102 +192,3 @@ def test_dry_run_with_output_writes_the_script_it_prints(capsys, project):
     )
     script = (project / "out" / "cpu-ddp-cifar.sbatch").read_text()
     assert code == 0 and script.rstrip("\n") in out
-
-
-def test_tpu_pod_runs_only_gcloud_and_stops_on_every_worker(capsys, project, fake_path):
-    log = fake_client(fake_path, "gcloud")
-    record_push(project, "tpu-vm", "registry.example:5000")
-    base = ["tpu-mnist", "--on", "tpu-pod", "--nodes", "4", "--tpu", "my-v4", "--zone", "us-central2-b"]
-    assert run(capsys, "launch", *base, "--registry", "registry.example:5000")[0] == 0
-    assert run(capsys, "launch", *base, "--stop")[0] == 0
-    submitted, stopped = calls(log)
-    assert submitted[:6] == ["compute", "tpus", "tpu-vm", "ssh", "my-v4", "--zone"]
-    assert "--worker=all" in submitted and f"docker pull registry.example:5000/envkit-tpu-vm@{DIGEST}" in submitted[-1]
-    assert f"-e ENVKIT_IMAGE_ID={IMAGE_ID}" in submitted[-1]
-    assert "--privileged --net=host" in submitted[-1] and "-e PJRT_DEVICE=TPU" in submitted[-1]
-    assert stopped[-2:] == ["--command", "sudo docker stop envkit-tpu-mnist"] and "--worker=all" in stopped
-
-
-def test_tpu_pod_tarball_is_copied_to_every_worker_then_loaded(capsys, project, fake_path):
-    log = fake_client(fake_path, "gcloud")
-    tarball = save_manifest(project / "images", "tpu-vm")
-    code, _, err = run(
-        capsys,
-        "launch",
-        "tpu-mnist",
-        "--on",
-        "tpu-pod",
-        "--tpu",
-        "my-v4",
-        "--zone",
-        "us-central2-b",
-        "--image-tarball",
-        str(tarball.relative_to(project)),
-    )
-    assert code == 0, err
-    mkdir, scp, ssh = calls(log)
-    assert scp[3] == "scp" and scp[-1] == "--worker=all" and scp[5].endswith(".manifest.json")
-    assert "envkit load envkit/envkit-tpu-vm-0123456789ab.tar.gz &&" in ssh[-1]
-    # The manifest names the image: its content tag runs, and the results get its ID.
-    assert f"-e ENVKIT_IMAGE=envkit-tpu-vm:0123456789ab -e ENVKIT_IMAGE_ID={IMAGE_ID} " in ssh[-1]
-
-
-def test_hosts_prints_the_commands_and_starts_nothing(capsys, project, fake_path):
-    code, out, _ = run(
-        capsys, "launch", "cpu-ddp-cifar", "--on", "hosts", "--nodes", "2", "--hosts", "a,b", "--nproc-per-node", "2"
-    )
-    assert code == 0 and out.count("NNODES=2 RDZV_ENDPOINT=a:29500") == 2 and "--nproc 2" in out
-    assert sorted(p.name for p in project.iterdir()) == ["envkit.yaml"]
-
-
-@pytest.mark.slow  # two gloo processes train for real (~40 s)
-def test_slurm_host_script_trains_when_srun_runs_its_task_here(tmp_path):
-    """The rendered host-environment script, run by bash with srun/scontrol stand-ins that keep
-    the task on this machine: torchrun's flags and the rendezvous are right, one results file."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text("#!/bin/bash\necho localhost\n")
-    # srun's own options go, but --chdir, where the task runs (the project's root), as srun would.
-    (bin_dir / "srun").write_text(
-        '#!/bin/bash\nwhile [[ $1 == --* ]]; do [[ $1 == --chdir=* ]] && cd "${1#--chdir=}"; shift; done\nexec "$@"\n'
-    )
-    for fake in bin_dir.iterdir():
-        fake.chmod(0o755)
-    job = make_job(
-        "cpu-ddp-cifar",
-        "slurm",
-        nodes=1,
-        nproc_per_node=2,
-        root=REPO_ROOT,
-        data_dir=tmp_path / "data",
-        results_dir=tmp_path / "results",
-        options=EngineOptions(container="host"),
-        extra_args=FAKE_DATA,
-    )
-    script = tmp_path / "job.sbatch"
-    script.write_text(slurm.sbatch_script(job))
-    env = {
-        "PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "SLURM_JOB_NODELIST": "localhost",
-        "SLURM_NNODES": "1",
-        "SLURM_JOB_ID": "7",
-    }
-    done = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert len(list((tmp_path / "results").glob("*.json"))) == 1  # rank 0 alone writes it
-
-
-def test_every_engine_setting_of_the_parser_is_a_field_of_engine_options():
-    import argparse
-    import dataclasses
-
-    from envkit.cli import launch as cli_launch
-    from envkit.launch.job import EngineOptions
-
-    parser = argparse.ArgumentParser()
-    cli_launch.register(parser.add_subparsers())
-    launch = parser._subparsers._group_actions[0].choices["launch"]
-    group = next(g for g in launch._action_groups if g.title == "engine settings")
-    settings = {action.dest for action in group._group_actions} - {"stop"}  # --stop is an action, not a setting
-    assert settings == {field.name for field in dataclasses.fields(EngineOptions)}

@@ -16,8 +16,7 @@ import pytest
 import yaml
 from launch_jobs import REPO_ROOT, make_job
 
-from envkit.launch import kubernetes
-from envkit.launch.job import EngineOptions
+from envkit.launch import kubernetes, yaml_text
 
 CRD_DIR = REPO_ROOT.parent / "shared" / "reference" / "k8s"
 CRDS = {"PyTorchJob": "kubeflow-pytorchjob-crd.yaml", "JobSet": "jobset-crd.yaml"}
@@ -72,7 +71,7 @@ MANIFESTS = {
             "tpu-mnist",
             "jobset",
             nodes=4,
-            options=EngineOptions(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"),
+            options=dict(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"),
         )
     ),
 }
@@ -117,7 +116,7 @@ def test_manifests_carry_what_the_engines_need():
             "tpu-mnist",
             "jobset",
             nodes=4,
-            options=EngineOptions(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"),
+            options=dict(tpu_accelerator="tpu-v5-lite-podslice", tpu_topology="4x4"),
         )
     )
     pod = tpu["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
@@ -140,7 +139,7 @@ def test_jobset_names_the_master_pod_and_the_rank_from_the_index():
 
 
 def test_manifest_text_is_one_yaml_document_without_anchors():
-    text = kubernetes.dump(MANIFESTS["pytorchjob-gpu"]())
+    text = yaml_text.dump(MANIFESTS["pytorchjob-gpu"]())
     assert "&id" not in text and len(list(yaml.safe_load_all(text))) == 1
 
 

@@ -1,8 +1,10 @@
-"""Hostile recipe arguments reach the recipe as literal words, and nothing else runs.
+"""Hostile recipe arguments and --env values reach the program exactly as the user typed them, and nothing
+else runs, on every engine.
 
 Each rendered script or command is executed by bash with fake clients first on
 PATH; the fakes record their arguments. YAML outputs are parsed back: one
-document, the same keys as a clean render.
+document, the same keys as a clean render; a Kubernetes container's command and env
+are read as the kubelet reads them ($(NAME) expanded, $$ turned into $).
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import pytest
 import yaml
 from launch_jobs import make_job
 
-from envkit.launch import hosts, kubernetes, skypilot, slurm, tpu_pod
-from envkit.launch.job import IMAGE_PROJECT, EngineOptions
+from envkit.launch import hosts, kubernetes, skypilot, slurm, tpu_pod, yaml_text
+from envkit.launch.job import IMAGE_PROJECT
 from envkit.launch.shell import line
 
 REGISTRY_IMAGE = "registry.example:5000/team/envkit-cuda:latest"
@@ -34,6 +36,14 @@ def sandbox(tmp_path):
         f"x\ntouch {markers[3]}",
         "a\n---\nkind: Secret\nmetadata: {name: stolen}",
         '"$HOME" ${PATH} *',
+        # What the kubelet would rewrite unless escaped: $$ becomes $, $(NAME) a variable's value.
+        "a$$b",
+        "$(ENVKIT_DEVICE)",
+        "p@$$word",
+        "$(EVIL_00)$",
+        "two words",
+        'it\'s "quoted"',
+        "line1\nline2",
     )
     bin_dir, root, log, env_log = tmp_path / "bin", tmp_path / "root", tmp_path / "calls", tmp_path / "env"
     bin_dir.mkdir()
@@ -89,8 +99,8 @@ def run_bash(sandbox, script: str) -> list[list[str]]:
 
 
 def job(sandbox, name, engine, **kwargs):
-    """The job with the hostile words as recipe arguments and as --env values (EVIL_0, EVIL_1, ...)."""
-    env = tuple(f"EVIL_{index}={value}" for index, value in enumerate(sandbox["evil"]))
+    """The job with the hostile words as recipe arguments and as --env values (EVIL_00, EVIL_01, ...)."""
+    env = tuple(f"EVIL_{index:02d}={value}" for index, value in enumerate(sandbox["evil"]))
     return make_job(
         name,
         engine,
@@ -121,7 +131,7 @@ SLURM_VARIANTS = {
 @pytest.mark.parametrize("container", sorted(SLURM_VARIANTS))
 def test_slurm_script_passes_hostile_arguments_as_words(sandbox, container):
     extra, programs = SLURM_VARIANTS[container]
-    options = EngineOptions(container=container, image_tarball="/images/e.tar.gz" if container == "apptainer" else None)
+    options = dict(container=container, image_tarball="/images/e.tar.gz" if container == "apptainer" else None)
     script = slurm.sbatch_script(job(sandbox, "gpu-ddp-cifar", "slurm", gpus_per_node=2, options=options, **extra))
     clean = slurm.sbatch_script(make_job("gpu-ddp-cifar", "slurm", gpus_per_node=2, options=options, **extra))
     assert script.count("#SBATCH") == clean.count("#SBATCH")
@@ -151,16 +161,17 @@ def test_slurm_script_passes_hostile_arguments_as_words(sandbox, container):
 
 def test_hosts_commands_pass_hostile_arguments_as_words(sandbox):
     plan = hosts.plan(
-        job(sandbox, "cpu-ddp-cifar", "hosts", nproc_per_node=2, options=EngineOptions(hosts=("node1", "node2"))),
+        job(sandbox, "cpu-ddp-cifar", "hosts", nproc_per_node=2, options=dict(hosts=("node1", "node2"))),
         Path("jobs"),
     )
     recorded = run_bash(sandbox, "\n".join(line(*argv) for _, argv in plan.elsewhere))
-    assert len(recorded) == 2 and seen_env(sandbox) == sandbox["evil"]
-    assert all(
-        argv[:3] == ["run.sh", "python", "recipes/cifar.py"]
-        and tuple(argv[-len(sandbox["evil"]) - 2 : -2]) == sandbox["evil"]
-        for argv in recorded
-    )
+    evil = sandbox["evil"]
+    assert len(recorded) == 2
+    for argv in recorded:
+        # run.sh passes none of the caller's variables but its own: env(1) sets them for the program in the image.
+        assert argv[:2] == ["run.sh", "env"] and argv[2 + len(evil) : 4 + len(evil)] == ["python", "recipes/cifar.py"]
+        assert tuple(word.partition("=")[2] for word in argv[2 : 2 + len(evil)]) == evil
+        assert tuple(argv[-len(evil) - 2 : -2]) == evil
 
 
 def test_tpu_pod_commands_pass_hostile_arguments_as_words(sandbox):
@@ -169,7 +180,7 @@ def test_tpu_pod_commands_pass_hostile_arguments_as_words(sandbox):
         "tpu-mnist",
         "tpu-pod",
         image="registry.example:5000/envkit-tpu-vm:latest",
-        options=EngineOptions(tpu="my-v4", zone="us-central2-b"),
+        options=dict(tpu="my-v4", zone="us-central2-b"),
     )
     plan = tpu_pod.plan(tpu_job, Path("jobs"))
     (gcloud,) = run_bash(sandbox, "\n".join(line(*argv) for argv in plan.commands))
@@ -179,16 +190,16 @@ def test_tpu_pod_commands_pass_hostile_arguments_as_words(sandbox):
     pull, docker_run = run_bash(sandbox, gcloud[-1])
     assert pull[:3] == ["sudo", "docker", "pull"]
     assert docker_run[1:3] == ["docker", "run"] and tuple(docker_run[-len(sandbox["evil"]) :]) == sandbox["evil"]
-    assert all(f"EVIL_{index}={value}" in docker_run for index, value in enumerate(sandbox["evil"]))
+    assert all(f"EVIL_{index:02d}={value}" in docker_run for index, value in enumerate(sandbox["evil"]))
 
 
 def test_skypilot_task_is_one_document_and_its_run_quotes_every_word(sandbox):
     sky_job = job(sandbox, "gpu-ddp-cifar", "skypilot", gpus_per_node=4)
-    text = kubernetes.dump(skypilot.task(sky_job))
+    text = yaml_text.dump(skypilot.task(sky_job))
     documents = list(yaml.safe_load_all(text))
     assert len(documents) == 1
     assert documents[0].keys() == skypilot.task(make_job("gpu-ddp-cifar", "skypilot", gpus_per_node=4)).keys()
-    assert tuple(documents[0]["envs"][f"EVIL_{index}"] for index in range(len(sandbox["evil"]))) == sandbox["evil"]
+    assert tuple(documents[0]["envs"][f"EVIL_{index:02d}"] for index in range(len(sandbox["evil"]))) == sandbox["evil"]
     # The run starts in the image's project folder, which this host does not have.
     (torchrun,) = run_bash(sandbox, documents[0]["run"].replace(f"cd {IMAGE_PROJECT}", f"cd {sandbox['tmp']}"))
     assert torchrun[:11] == [
@@ -219,14 +230,55 @@ def _paths(node, prefix=()):
 def test_kubernetes_manifest_gains_no_keys_or_documents(sandbox, render):
     engine = "pytorchjob" if render is kubernetes.pytorchjob else "jobset"
     hostile = render(job(sandbox, "gpu-ddp-cifar", engine, gpus_per_node=2))
-    documents = list(yaml.safe_load_all(kubernetes.dump(hostile)))
+    documents = list(yaml.safe_load_all(yaml_text.dump(hostile)))
     assert len(documents) == 1 and documents[0] == hostile
     assert _paths(documents[0]) == _paths(render(make_job("gpu-ddp-cifar", engine, gpus_per_node=2)))
-    commands = [c["command"] for c in _containers(documents[0])]
-    assert commands and all(tuple(command[-len(sandbox["evil"]) :]) == sandbox["evil"] for command in commands)
-    for container in _containers(documents[0]):
-        given = {entry["name"]: entry.get("value") for entry in container["env"]}
-        assert tuple(given[f"EVIL_{index}"] for index in range(len(sandbox["evil"]))) == sandbox["evil"]
+    containers = _containers(documents[0])
+    assert containers
+    for container in containers:
+        env, command = kubelet(container)
+        assert tuple(command[-len(sandbox["evil"]) :]) == sandbox["evil"]
+        assert tuple(env[f"EVIL_{index:02d}"] for index in range(len(sandbox["evil"]))) == sandbox["evil"]
+
+
+def kubelet_expand(text: str, defined: dict[str, str]) -> str:
+    """The kubelet's expansion of a command word or env value (kubernetes third_party/forked/golang/expansion):
+    $$ is $, $(NAME) is NAME's value where NAME is defined (else left as written), any other $ stays."""
+    out, cursor = [], 0
+    while cursor < len(text):
+        if text[cursor] == "$" and cursor + 1 < len(text):
+            following = text[cursor + 1]
+            closer = text.find(")", cursor + 2) if following == "(" else -1
+            if following == "$":
+                out.append("$")
+                cursor += 2
+            elif following == "(" and closer != -1:
+                name = text[cursor + 2 : closer]
+                out.append(defined.get(name, f"$({name})"))
+                cursor = closer + 1
+            else:
+                out.append("$" + following)
+                cursor += 2
+        else:
+            out.append(text[cursor])
+            cursor += 1
+    return "".join(out)
+
+
+def test_the_kubelet_expansion_stand_in_reads_as_kubernetes_documents():
+    defined = {"VAR_A": "a", "VAR_B": "b"}
+    assert kubelet_expand("$(VAR_A)$(VAR_B)$$(VAR_A)$$$(VAR_B)$(NONE)$", defined) == "ab$(VAR_A)$b$(NONE)$"
+    assert kubelet_expand("$(", defined) == "$(" and kubelet_expand("a$b", defined) == "a$b"
+
+
+def kubelet(container) -> tuple[dict[str, str], list[str]]:
+    """The container's environment and argv as its program gets them: each env value expanded with the variables
+    before it, the command with all of them."""
+    env: dict[str, str] = {}
+    for entry in container["env"]:
+        if "value" in entry:
+            env[entry["name"]] = kubelet_expand(entry["value"], env)
+    return env, [kubelet_expand(word, env) for word in container["command"]]
 
 
 def _containers(manifest):

@@ -17,8 +17,7 @@ import pytest
 from launch_jobs import make_job
 from xla_env import environment_missing
 
-from envkit.launch import kubernetes, skypilot
-from envkit.launch.job import EngineOptions
+from envkit.launch import skypilot, yaml_text
 
 CHECK = """
 import json, sys
@@ -57,15 +56,13 @@ def test_sky_accepts_the_tasks_and_rejects_a_broken_one(sky_python, tmp_path):
     tasks = {
         "gpu": skypilot.task(make_job("gpu-ddp-cifar", "skypilot", gpus_per_node=8)),
         "cpu": skypilot.task(make_job("cpu-ddp-cifar", "skypilot", nproc_per_node=4, env=("GLOO_SOCKET_IFNAME=eth0",))),
-        "tpu": skypilot.task(
-            make_job("tpu-mnist", "skypilot", nodes=4, options=EngineOptions(accelerators="tpu-v5e-16"))
-        ),
+        "tpu": skypilot.task(make_job("tpu-mnist", "skypilot", nodes=4, options=dict(accelerators="tpu-v5e-16"))),
     }
     tasks["broken"] = {**tasks["cpu"], "num_nodes": "two"}
     paths = []
     for name, task in tasks.items():
         path = tmp_path / f"{name}.yaml"
-        path.write_text(kubernetes.dump(task))
+        path.write_text(yaml_text.dump(task))
         paths.append(str(path))
     done = subprocess.run(
         ["unshare", "--net", sky_python, "-c", CHECK, *paths], capture_output=True, text=True, timeout=300

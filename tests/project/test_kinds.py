@@ -42,6 +42,10 @@ ROCM_KIND = """\
       user: caller
       shm_size: 8g
       docker_args: [--device=/dev/kfd, --device=/dev/dri, --group-add, video]
+    launch:
+      accelerator: gpus
+      cdi_device: amd.com/gpu
+      kubernetes_resource: amd.com/gpu
 """
 ROCM_FRAGMENT = """\
 {# rocm: the device nodes and the video group are in envkit/data/kinds.yaml. #}
@@ -51,6 +55,15 @@ ROCM_FRAGMENT = """\
 {% endblock %}
 """
 ROCM_EXPERIMENT = """\
+  rocm-ddp-cifar:
+    summary: CIFAR-10 with DDP over AMD GPUs
+    title: "cifar, DDP over {gpus} AMD GPUs"
+    kind: rocm
+    recipe: cifar
+    args: [--device, cuda, --parallel, ddp]
+    gpus: all
+    scale: torchrun
+    published: null
   rocm-mnist:
     summary: MNIST on one AMD GPU
     title: "mnist on one AMD GPU"
@@ -220,6 +233,20 @@ def test_a_rocm_kind_from_data_and_a_fragment_alone(rocm_project):
         "no ROCm devices (/dev/kfd) found: rocm-* targets need an AMD GPU host",
         "None rocm-mnist",
     ], done.stderr
+    # launches: the engines that ask a node for GPUs take it, the GPUs named by the kind's data
+    done = envkit(project, "launch", "rocm-ddp-cifar", "--on", "pytorchjob", "--gpus-per-node", "2", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "image: envkit-rocm:latest" in done.stdout and "amd.com/gpu: 2" in done.stdout
+    assert "nvidia" not in done.stdout and "value: cuda" in done.stdout  # ENVKIT_DEVICE, the kind's device
+    done = envkit(project, "launch", "rocm-ddp-cifar", "--on", "slurm", "--gpus-per-node", "2", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert 'devices+=(--device "amd.com/gpu=$id")' in done.stdout and "--shm-size 8g" in done.stdout
+    done = envkit(project, "launch", "rocm-mnist", "--on", "tpu-pod", "--dry-run")
+    assert (done.returncode, done.stderr) == (
+        2,
+        "envkit: error: --on tpu-pod runs tpu-vm experiments, and rocm-mnist is a rocm experiment; "
+        "engines for it: hosts, slurm, pytorchjob, jobset, skypilot\n",
+    )
     assert python_files(project) == python_files(REPO_ROOT)
 
 
