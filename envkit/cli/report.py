@@ -114,7 +114,8 @@ def print_report(
     config: Path = DEFAULT_CONFIG,
 ) -> None:
     from envkit.errors import EnvkitError
-    from envkit.runs.report import build_report, render_report
+    from envkit.runs.formats import render_report
+    from envkit.runs.report import build_report
     from envkit.runs.results import load_results
 
     if plot is not None:

@@ -522,8 +522,9 @@ def show_report(settings: dict) -> None:
     sys.path.insert(0, str(REPORT.resolve()))
     try:
         from envkit.errors import EnvkitError  # envkit's own one-line errors, from the embedded copy
+        from envkit.runs.formats import render_report
         from envkit.runs.plot import write_plot
-        from envkit.runs.report import build_report, render_report
+        from envkit.runs.report import build_report
         from envkit.runs.results import load_results
     except ImportError as exc:
         raise NotebookStop(

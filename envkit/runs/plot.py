@@ -14,7 +14,8 @@ import math
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.runs.report import METRICS, OURS, Report, Row, Section, column_of
+from envkit.runs.columns import METRICS, column_of
+from envkit.runs.model import OURS, Report, Row, Section
 from envkit.support.atomic import atomic_stream
 
 INSTALL_HINT = "pip install 'envkit[report]'"

@@ -13,7 +13,8 @@ from report_golden import check_golden
 
 from envkit.cli import main
 from envkit.errors import EnvkitError
-from envkit.runs.report import build_report, pooled, render_report
+from envkit.runs.formats import render_report
+from envkit.runs.report import build_report, pooled
 from envkit.runs.results import Stat, load_results, parse, stat_of
 
 RESULTS = DATA / "results" / "mixed"
@@ -365,7 +366,9 @@ def test_strict_compares_runs_of_one_environment(tmp_path, capsys):
 
 
 def test_report_data_names_known_recipes_columns_and_statistics():
-    from envkit.runs.report import COLUMNS, FLAT_FIELDS, ROW_KEYS, _drawable, _known, report_facts
+    from envkit.runs.columns import COLUMNS, FLAT_FIELDS
+    from envkit.runs.published import _drawable, _known, report_facts
+    from envkit.runs.report import ROW_KEYS
     from envkit.runs.results import CONFIGURATION_KEYS, ENVIRONMENT_KEYS, KNOWN_RECIPES, STAT_KEYS
 
     facts = report_facts()

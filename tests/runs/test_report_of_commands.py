@@ -15,7 +15,9 @@ from results_contract import assert_valid_results
 
 from envkit.cli import main
 from envkit.errors import EnvkitError
-from envkit.runs.report import build_report, project_facts, render_report
+from envkit.runs.formats import render_report
+from envkit.runs.published import project_facts
+from envkit.runs.report import build_report
 from envkit.runs.results import load_results
 from envkit.support import provenance
 
