@@ -544,7 +544,8 @@ def show_report(settings: dict) -> None:
     display(Markdown(render_report(report, "md")))
     picture = RESULTS / "comparison.png"
     try:
-        write_plot(report, picture)
+        for line in write_plot(report, picture):
+            print(f"the plot leaves out {line}")
     except EnvkitError as exc:
         # The table is the comparison; a program that reports no per-epoch times has nothing to plot.
         print(f"no plot: {exc}")

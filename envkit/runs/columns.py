@@ -13,6 +13,7 @@ from envkit.runs.model import OURS, Row, Section
 from envkit.runs.results import Stat
 
 NOT_APPLICABLE = "–"
+LOCK_DIGITS = 12  # a lock's sha256 is told apart by its first 12 digits, like an image ID
 # In report.yaml's columns and panels: every metric the section's runs reported (a panel each in the plot).
 METRICS = "metrics"
 
@@ -43,6 +44,13 @@ def _accuracy(value: float | None) -> str:
 
 def _optional(value) -> str:
     return NOT_APPLICABLE if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _speedup_cell(row: Row) -> str:
+    if row.speedup is None:
+        return NOT_APPLICABLE
+    spread = f" ± {row.speedup_std:.2f}" if row.speedup_std is not None else ""
+    return f"{row.speedup:.2f}×{spread}"
 
 
 def _rounded(value: float | None) -> float | None:
@@ -178,7 +186,7 @@ COLUMNS = {
             "speed-up ({speedup})",
             ("speedup",),
             lambda row: (_rounded(row.speedup),),
-            lambda row: NOT_APPLICABLE if row.speedup is None else f"{row.speedup:.2f}×",
+            _speedup_cell,
         ),
         Column("baseline", None, ("baseline",), lambda row: (row.baseline,)),
         Column(
@@ -218,19 +226,43 @@ COLUMNS = {
             measure=lambda row: (row.wall_time_s.mean, row.wall_time_s.std) if row.wall_time_s else None,
             axis="wall time (s)",
         ),
+        # A comparison's rows: the speed-up's spread, what the runs really used, and the lock they ran on.
+        Column("speedup_std", None, ("speedup_std",), lambda row: (_rounded(row.speedup_std),)),
+        Column(
+            "device_used", "device used", ("device_used",), lambda row: (row.device,), lambda row: _optional(row.device)
+        ),
+        Column(
+            "lock",
+            "lock",
+            ("lock",),
+            lambda row: (row.lock,),
+            lambda row: "unlocked" if row.lock is None else row.lock[:LOCK_DIGITS],
+        ),
     )
 }
 # A command's columns: in csv/json only where the report holds a command's rows, so that a recipe's
 # report keeps its bytes (and its last columns, the experiment's).
-COMMAND_COLUMNS = ("where", "failed", "wall_time_s")
+COMMAND_COLUMNS = ("where", "failed", "wall_time_s", "speedup_std", "device_used", "lock")
 FLAT_FIELDS = tuple(key for name, column in COLUMNS.items() if name not in COMMAND_COLUMNS for key in column.flat_keys)
 
 
-def _metric_cell(stat: Stat | None) -> str:
-    # A program's metrics have any scale (a loss of 0.0012, a step count of 4000): significant digits.
+def significant(stat: Stat | None) -> str:
+    """Mean ± std in significant digits, for values of any scale (one sample: its value)."""
     if stat is None:
         return NOT_APPLICABLE
     return f"{stat.mean:.4g}" if stat.n == 1 else f"{stat.mean:.4g} ± {stat.std:.2g}"
+
+
+def _metric_cell(row: Row, name: str) -> str:
+    """Mean ± std in significant digits (a program's metrics have any scale: a loss of 0.0012, a count of 4000);
+    where not every successful run reported it as a number, how many did, and how many reported NaN or ±inf."""
+    cell = significant(row.metrics.get(name))
+    notes = []
+    if 0 < row.reported.get(name, 0) < row.succeeded:
+        notes.append(f"{row.reported[name]} of {counted(row.succeeded, 'run')}")
+    if row.not_finite.get(name):
+        notes.append(f"{row.not_finite[name]} NaN/inf")
+    return cell + (f" ({', '.join(notes)})" if notes else "")
 
 
 def metric_column(name: str) -> Column:
@@ -244,7 +276,7 @@ def metric_column(name: str) -> Column:
         name,
         (f"{METRICS}.{name}_mean", f"{METRICS}.{name}_std"),
         lambda row: (_rounded(stat(row).mean), _rounded(stat(row).std)) if stat(row) else (None, None),
-        lambda row: _metric_cell(stat(row)),
+        lambda row: _metric_cell(row, name),
         measure=lambda row: (stat(row).mean, stat(row).std) if stat(row) else None,
         axis=name,
     )

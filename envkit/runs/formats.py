@@ -6,9 +6,20 @@ import csv
 import io
 import json
 
-from envkit.runs.columns import COLUMNS, COMMAND_COLUMNS, Column, column_of, counted, expanded, metric_column, words_and
+from envkit.runs.columns import (
+    COLUMNS,
+    COMMAND_COLUMNS,
+    Column,
+    column_of,
+    counted,
+    expanded,
+    metric_column,
+    significant,
+    words_and,
+)
+from envkit.runs.comparison import arguments_text
+from envkit.runs.environments import environments_text
 from envkit.runs.model import OURS, Report, Section
-from envkit.runs.report import environments_text
 
 
 def markdown_columns(section: Section, reference: bool) -> list[Column]:
@@ -21,8 +32,13 @@ def markdown_columns(section: Section, reference: bool) -> list[Column]:
     return [column_of(key) for key in keys]
 
 
+def _md_text(text: str) -> str:
+    """``text`` on one markdown line: a metric's or experiment's name may hold a newline (a program's own key)."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def _md_line(cells: list[str]) -> str:
-    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+    return "| " + " | ".join(_md_text(cell).replace("|", "\\|") for cell in cells) + " |"
 
 
 def _recipe_intro(section: Section, report: Report) -> list[str]:
@@ -42,16 +58,71 @@ def _recipe_intro(section: Section, report: Report) -> list[str]:
 
 def _command_intro(section: Section, report: Report) -> list[str]:
     baseline = next((row.baseline for row in section.rows if row.baseline), None)
-    return [
-        f"Runs of `{section.experiment}` (the project's experiments) by where they ran: the run wrapper's wall time "
-        "in seconds and each metric the program reported, mean ± std over its successful runs (failed runs are "
-        f"counted, not measured). Speed-up = baseline wall time ÷ row wall time; baseline: {baseline or 'none'} "
+    work = section.work
+    data = f", data {json.dumps(work['data'], sort_keys=True)}" if work.get("data") is not None else ""
+    lines = [
+        f"Runs of `{section.experiment}` that did the same work (arguments {arguments_text(work.get('arguments', []))}"
+        f"{data}), a row per target on its own lock: the run wrapper's wall time in seconds and each metric the "
+        "program reported, mean ± std over its successful runs (failed runs are counted, not measured). "
+        "Speed-up = baseline wall time ÷ row wall time, ± its spread from both wall times' std; baseline: "
+        f"{baseline or 'none'} "
         + (
             "(--baseline)."
             if report.baseline_rule.endswith("(--baseline)")
             else "(the cpu run, else the first; choose with --baseline)."
         )
     ]
+    if section.differs:
+        lines.append(
+            f"Not pooled with the other runs of `{section.experiment}`: they differ in {words_and(section.differs)} "
+            "(a comparison each)."
+        )
+    return [_md_text(line) for line in lines]
+
+
+def _command_notes(section: Section) -> list[str]:
+    """Under a comparison's table: its CPU runs of accelerator targets, unchecked devices, NaN, partial metrics."""
+    rows = section.rows
+    notes = []
+    stand_ins = [row.label for row in rows if row.cpu_stand_in]
+    if stand_ins:
+        notes.append(
+            f"{words_and(stand_ins)}: runs of an accelerator's target whose device block shows no accelerator "
+            "initialised: CPU runs, kept out of the speed-ups."
+        )
+    if any(row.device and row.device.endswith("(not checked)") for row in rows):
+        notes.append(
+            "device used (not checked): the record has no device block, so the target's label stands for what "
+            "the program initialised."
+        )
+    if any(row.not_finite for row in rows):
+        notes.append("NaN/inf: values a run reported as NaN or ±inf are counted in the cell, left out of its mean.")
+    if any(0 < count < row.succeeded for row in rows for count in row.reported.values()):
+        notes.append("k of n runs: a metric only some of the row's successful runs reported; its mean is theirs.")
+    return [_md_text(note) for note in notes]
+
+
+def _series_markdown(section: Section) -> list[str]:
+    """Each row's series (dvclive's per-step files): the first step apart from the steady state."""
+    names = section.series_names
+    if not names:
+        return []
+    lines = [
+        "",
+        "Series, per step (the plot draws them as curves): the first step's value apart from the steady state "
+        "(every later step), mean ± std over the runs that wrote the series.",
+        "",
+        _md_line(["where", "series", "runs", "steps", "first step", "steady state"]),
+        _md_line(["---"] * 6),
+    ]
+    for row in section.rows:
+        for name in names:
+            curve = row.curves.get(name)
+            if curve is not None:
+                steps = f"{curve.steps[0]}–{curve.steps[-1]}"
+                cells = [row.label, name, str(curve.runs), steps, significant(curve.first), significant(curve.steady)]
+                lines.append(_md_line(cells))
+    return lines
 
 
 def _experiment_intro(section: Section) -> list[str]:
@@ -67,7 +138,7 @@ def _experiment_intro(section: Section) -> list[str]:
 
 
 def _section_markdown(section: Section, report: Report) -> list[str]:
-    lines = [f"## {section.title}", ""]
+    lines = [f"## {_md_text(section.title)}", ""]
     if section.recipe is None:
         lines += _command_intro(section, report)
     else:
@@ -75,11 +146,18 @@ def _section_markdown(section: Section, report: Report) -> list[str]:
     lines.append("")
     columns = markdown_columns(section, report.reference)
     speedup_name = section.facts.get("speedup", {}).get("name")
-    headers = [column.header.format(speedup=speedup_name) for column in columns]
+    # Only the speed-up's header names its metric: a metric's own name may hold braces.
+    headers = [
+        column.header.format(speedup=speedup_name) if column.key == "speedup" else column.header for column in columns
+    ]
     lines += [_md_line(headers), _md_line(["---"] * len(headers))]
     lines += [_md_line([column.cell(row) for column in columns]) for row in section.rows]
     if section.environments:
         lines += ["", f"env: these rows ran in {environments_text(section)}; `--strict` refuses to compare them."]
+    if section.recipe is None:
+        notes = _command_notes(section)
+        lines += ["", *notes] if notes else []
+        lines += _series_markdown(section)
     lines.append("")
     return lines
 
@@ -89,6 +167,8 @@ def format_markdown(report: Report) -> str:
     summary = f"{counted(report.runs, 'run')} in {counted(configurations, 'configuration')}"
     if report.skipped:
         summary += f"; {counted(report.skipped, 'file')} skipped (see warnings)"
+    if report.copies:
+        summary += f"; {counted(report.copies, 'copied record')} (the run name and start of another) counted once"
     lines = ["# envkit comparison report", "", summary + ".", ""]
     for section in report.sections:
         lines += _section_markdown(section, report)

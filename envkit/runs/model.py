@@ -47,6 +47,19 @@ class Row:
     failed: int = 0  # a command's runs that exited with another status than 0 (left out of the statistics)
     wall_time_s: Stat | None = None  # the run wrapper's wall time of the successful runs
     metrics: dict = field(default_factory=dict)  # reported metric name -> Stat over the successful runs reporting it
+    # A comparison's row (envkit.runs.comparison): one target's runs on one lock.
+    target: str | None = None  # the target it ran on (the record's), else where it ran (place)
+    lock: str | None = None  # the lock_sha256 its runs ran on; None: unlocked
+    device: str | None = None  # what its runs really initialised, in words (the record's device block)
+    cpu_stand_in: bool = False  # an accelerator target's runs that initialised no accelerator: no speed-up
+    speedup_std: float | None = None  # the speed-up's spread, from both wall times' std
+    reported: dict = field(default_factory=dict)  # metric -> successful runs that reported it as a finite number
+    not_finite: dict = field(default_factory=dict)  # metric -> successful runs that reported it as NaN or ±inf
+    curves: dict = field(default_factory=dict)  # series name -> Curve, over its successful runs
+
+    @property
+    def succeeded(self) -> int:
+        return self.runs - self.failed
 
     @property
     def label(self) -> str:
@@ -76,6 +89,20 @@ class Row:
         )
 
 
+@dataclass(frozen=True)
+class Curve:
+    """One series of a row's runs (dvclive's plots/metrics/<name>.tsv): the mean value per step over the runs
+    that reached it, at most a bounded number of points (every ``stride``-th step); the first step apart from the
+    steady state (every later step: compile and warm-up show in the first)."""
+
+    steps: tuple[int, ...]
+    values: tuple[float, ...]
+    runs: int  # the runs that wrote the series
+    first: Stat  # the first step's value over those runs
+    steady: Stat | None  # every later step's value over those runs (None: one step only)
+    stride: int = 1  # >1: the curve keeps every stride-th step of a longer series
+
+
 @dataclass
 class Section:
     recipe: str | None  # None: a command's experiment
@@ -86,18 +113,28 @@ class Section:
     experiment: str | None = None  # an experiment's section (report.yaml experiments), else the recipe's
     run_summaries: dict[str, str] = field(default_factory=dict)  # an experiment's: its runs' summaries by label
     apart: str | None = None  # published rows alone: why they are compared with none of the runs measured here
+    # A comparison (a command's runs that did the same work, envkit.runs.comparison): what its runs share (arguments,
+    # data), and how it differs from the experiment's other comparisons (empty: the experiment has one).
+    work: dict = field(default_factory=dict)
+    differs: list[str] = field(default_factory=list)
 
     @property
     def title(self) -> str:
         if self.recipe is None:
-            return self.facts.get("title") or f"experiment {self.experiment}"
+            title = self.facts.get("title") or f"experiment {self.experiment}"
+            return " · ".join([title, *self.differs])
         title = f"{self.facts['title'] if self.experiment else self.recipe} · dataset {self.dataset}"
         return title + (" · published, compared with no run here" if self.apart else "")
 
     @property
     def metric_names(self) -> list[str]:
         """Every metric its rows report, sorted."""
-        return sorted({name for row in self.rows for name in row.metrics})
+        return sorted({name for row in self.rows for name in (*row.metrics, *row.not_finite)})
+
+    @property
+    def series_names(self) -> list[str]:
+        """Every series its rows drew, sorted."""
+        return sorted({name for row in self.rows for name in row.curves})
 
 
 @dataclass
@@ -107,6 +144,7 @@ class Report:
     skipped: int
     baseline_rule: str
     reference: bool
+    copies: int = 0  # records that repeat another's run name and start: counted once
 
 
 def configuration_label(configuration: dict) -> str:

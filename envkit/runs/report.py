@@ -15,13 +15,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import string
 from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.project import DEFAULT_CONFIG
 from envkit.project.experiments import Experiment, run_of
-from envkit.runs.columns import words_and
+from envkit.runs.comparison import assign_speedups, command_sections
+from envkit.runs.environments import environment_facts, environment_line, environments_text, mark_environments
 from envkit.runs.model import NOTEBOOK_KEY, OURS, Report, Row, Section, notebook_label
 from envkit.runs.published import (
     describe_work,
@@ -29,13 +29,12 @@ from envkit.runs.published import (
     project_facts,
     published_rows,
     published_work,
-    report_facts,
     run_work,
     same_work,
     section_facts,
     shown_settings,
 )
-from envkit.runs.results import CONFIGURATION_KEYS, ENVIRONMENT_KEYS, RunResult, Stat, stat_of
+from envkit.runs.results import CONFIGURATION_KEYS, RunResult, Stat, stat_of
 
 # processes_per_node follows from the mode, world size and nodes (and version 1 files were upgraded
 # to processes_per_node = world_size, which DP and SPMD runs would not record): rows ignore it.
@@ -48,51 +47,6 @@ def pooled(stats: list[Stat]) -> Stat:
     mean = sum(s.mean * s.n for s in stats) / total
     variance = sum(s.n * (s.std**2 + (s.mean - mean) ** 2) for s in stats) / total
     return Stat(mean, math.sqrt(variance), total)
-
-
-def _short(value) -> str:
-    # A sha256 is told apart by its first 12 digits, like an image ID.
-    return "none" if value is None else value[:12] if len(str(value)) == 64 else str(value)
-
-
-def environment_line(environment: dict) -> str:
-    count = environment.get("device_count")
-    name = environment.get("device_name") or environment.get("device_type") or "unknown device"
-    # For CPUs device_count is the logical CPUs, which "×2" would read as two sockets.
-    several = "{name}, {count} CPUs" if environment.get("device_type") == "cpu" else "{name} ×{count}"
-    parts = [several.format(name=name, count=count) if isinstance(count, int) and count > 1 else name]
-    # torch's CUDA build shows in its version tag already; on GPUs it is the CUDA runtime that ran.
-    keys = (
-        ("python", "torch", "torchvision", "torch_xla", "torch_tpu")
-        + (("torch_cuda_build",) if environment.get("device_type") == "cuda" else ())
-        + ("image",)
-    )
-    for key in keys:
-        if environment.get(key):
-            parts.append(f"{'cuda' if key == 'torch_cuda_build' else key} {environment[key]}")
-    if environment.get("lock_sha256"):
-        parts.append(f"lock {_short(environment['lock_sha256'])}")
-    return ", ".join(parts)
-
-
-def environment_facts(run: RunResult) -> tuple:
-    """The facts that make two runs' environments comparable (report.yaml environment_facts)."""
-    return tuple(
-        _fact(key, run.environment[key] if key in ENVIRONMENT_KEYS else run.configuration.get(key))
-        for key in report_facts()["environment_facts"]
-    )
-
-
-def _fact(key: str, value):
-    # A lock is made for one Python minor, and an image's patch release is its base's, not the lock's:
-    # a host venv and an image of one lock run one environment even where the patch releases differ.
-    if key == "python" and isinstance(value, str):
-        return ".".join(value.split(".")[:2])
-    return value
-
-
-def describe_environment(facts: tuple) -> str:
-    return ", ".join(f"{key} {_short(value)}" for key, value in zip(report_facts()["environment_facts"], facts))
 
 
 def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult], facts: dict, **placement) -> Row:
@@ -125,47 +79,6 @@ def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult], fact
     )
 
 
-def place_of(run: RunResult) -> str:
-    """Where a command ran: its device, and the notebook, else the image, else the host."""
-    environment = run.environment
-    where = (
-        notebook_label(run.notebook)
-        if run.notebook is not None
-        else environment.get("image") or environment.get("host") or "unknown host"
-    )
-    return f"{environment.get('device_type') or 'unknown device'} on {where}"
-
-
-def _stat(values: list[float]) -> Stat | None:
-    return Stat(**stat_of(values)) if values else None
-
-
-def _command_row(place: str, runs: list[RunResult], facts: dict) -> Row:
-    """A command's runs in one place: wall time and each reported metric over the successful runs."""
-    done = [run for run in runs if run.succeeded]
-    environments = sorted({environment_line(run.environment) for run in runs})
-    names = sorted({name for run in done for name in run.metrics})
-    return Row(
-        source=OURS,
-        source_short=OURS,
-        recipe=None,
-        configuration={"device": runs[0].environment.get("device_type")},
-        runs=len(runs),
-        total_s=None,
-        first_epoch_s=None,
-        stats={},
-        test_accuracy=None,
-        environment=environments[0] if len(environments) == 1 else "mixed: " + "; ".join(environments),
-        experiment=runs[0].experiment,
-        environments=tuple(sorted({environment_facts(run) for run in runs}, key=json.dumps)),
-        facts=facts,
-        place=place,
-        failed=len(runs) - len(done),
-        wall_time_s=_stat([run.run["wall_time_s"] for run in done]),
-        metrics={name: _stat([run.metrics[name] for run in done if name in run.metrics]) for name in names},
-    )
-
-
 def _metric(row: Row, name: str | None) -> float | None:
     stat = {"total_s": row.total_s, "wall_time_s": row.wall_time_s}.get(name) or row.stats.get(name)
     return stat.mean if stat else None
@@ -182,9 +95,7 @@ def _assign_speedups(rows: list[Row], baseline: str | None) -> None:
     for row in rows:
         groups.setdefault(row.comparable_key(), []).append(row)
     for group in groups.values():
-        if baseline is None and group[0].place is not None:  # a command's places: the cpu run's, else the first
-            reference = next((row for row in group if row.configuration["device"] == "cpu"), group[0])
-        elif baseline is None:
+        if baseline is None:
             reference = next((row for row in group if (row.configuration.get("world_size") or 1) == 1), None)
         else:
             reference = next((row for row in group if row.label == baseline), None)
@@ -196,32 +107,6 @@ def _assign_speedups(rows: list[Row], baseline: str | None) -> None:
             if base_value and value:
                 row.speedup = base_value / value
                 row.baseline = reference.label
-
-
-def _mark_environments(section: Section) -> None:
-    """Letter each environment of a section whose measured rows ran in more than one."""
-    seen: list[tuple] = []
-    for row in section.rows:
-        seen += [facts for facts in row.environments if facts not in seen]
-    if len(seen) < 2:
-        return
-    section.environments = seen
-    for row in section.rows:
-        row.mark = ",".join(environment_letter(seen.index(facts)) for facts in row.environments)
-
-
-def environment_letter(index: int) -> str:
-    return string.ascii_uppercase[index % 26] + (str(index // 26) if index >= 26 else "")
-
-
-def environments_text(section: Section) -> str:
-    """'2 environments that differ in backend (A = ...; B = ...)'."""
-    names = report_facts()["environment_facts"]
-    differing = [name for index, name in enumerate(names) if len({facts[index] for facts in section.environments}) > 1]
-    listed = "; ".join(
-        f"{environment_letter(i)} = {describe_environment(facts)}" for i, facts in enumerate(section.environments)
-    )
-    return f"{len(section.environments)} environments that differ in {words_and(differing)} ({listed})"
 
 
 def _refuse_mixed_environments(sections: list[Section]) -> None:
@@ -249,28 +134,27 @@ def _experiment_run(run: RunResult, config: Path, facts: dict) -> tuple[Experime
     return entry, recipe_run.label, entry.runs.index(recipe_run)
 
 
-def build_report(
-    results: list[RunResult],
-    skipped: int = 0,
-    baseline: str | None = None,
-    reference: bool = False,
-    strict: bool = False,
-    config: Path = DEFAULT_CONFIG,
-) -> Report:
-    """Group a command's runs by experiment and place, a recipe's by recipe, dataset and configuration;
-    add published rows on request.
+def unique_runs(results: list[RunResult]) -> tuple[list[RunResult], int]:
+    """The runs, each once: a record that repeats another's run name and start is a copy (a results folder
+    copied into another, a download kept twice), counted once; and how many copies were left out."""
+    seen: set[tuple] = set()
+    kept = []
+    for run in results:
+        key = (run.run_name, run.started_at) if run.started_at else (str(run.path),)
+        if key not in seen:
+            seen.add(key)
+            kept.append(run)
+    return kept, len(results) - len(kept)
 
-    ``strict``: refuse (EnvkitError) when a section's measured runs differ in environment_facts.
-    ``config``: the project whose experiments the runs may belong to, and whose report.yaml sits beside it.
-    """
-    facts = project_facts(config)
+
+def _recipe_sections(
+    results: list[RunResult], facts: dict, config: Path
+) -> tuple[dict[tuple, Section], dict[tuple, list[dict]]]:
+    """A recipe's runs by recipe, dataset and configuration (an experiment's runs that report.yaml names: a
+    section of their own, a row per run); and each section's runs' work, which published rows must share."""
     owners: dict[str, Experiment] = {}
     grouped: dict[tuple, tuple[dict, dict, list[RunResult]]] = {}
-    places: dict[str, dict[str, list[RunResult]]] = {}  # a command's experiment -> place -> its runs
     for run in results:
-        if run.recipe is None:
-            places.setdefault(run.experiment, {}).setdefault(place_of(run), []).append(run)
-            continue
         configuration = {key: run.configuration[key] for key in ROW_KEYS}
         if run.notebook is not None:
             configuration[NOTEBOOK_KEY] = notebook_label(run.notebook)
@@ -304,11 +188,28 @@ def build_report(
         placement = dict(experiment=owner, run=name, run_rank=rank, settings=settings) if owner else {}
         section.rows.append(_row_from_runs(recipe, configuration, runs, section.facts, **placement))
         works.setdefault(key, []).extend(run_work(configuration["dataset"], run.settings) for run in runs)
-    for experiment, runs_by_place in places.items():
-        own = section_facts(facts, None, experiment)
-        rows = [_command_row(place, runs, own) for place, runs in runs_by_place.items()]
-        # After the recipes' sections, by the experiment's name ("~" sorts after the recipes and their experiments').
-        sections[("~", experiment, "")] = Section(None, None, own, rows, experiment=experiment)
+    return sections, works
+
+
+def build_report(
+    results: list[RunResult],
+    skipped: int = 0,
+    baseline: str | None = None,
+    reference: bool = False,
+    strict: bool = False,
+    config: Path = DEFAULT_CONFIG,
+) -> Report:
+    """The report of ``results``: a command's runs as comparisons (envkit.runs.comparison: the runs that did the
+    same work, a row per target), a recipe's by recipe, dataset and configuration; published rows on request.
+
+    ``strict``: refuse (EnvkitError) when a section's measured runs differ in environment_facts.
+    ``config``: the project whose experiments the runs may belong to, and whose report.yaml sits beside it.
+    """
+    facts = project_facts(config)
+    runs, copies = unique_runs(results)
+    sections, works = _recipe_sections([run for run in runs if run.recipe is not None], facts, config)
+    # After the recipes' sections ("~" sorts after the recipes and their experiments').
+    sections.update(command_sections([run for run in runs if run.recipe is None], facts))
     if baseline is not None:
         labels = sorted({row.label for section in sections.values() for row in section.rows})
         if baseline not in labels:
@@ -317,9 +218,11 @@ def build_report(
         _place_published(sections, works)
     for section in sections.values():
         section.rows.sort(key=Row.sort_key)
-        if "speedup" in section.facts:
+        if section.recipe is None:
+            assign_speedups(section.rows, baseline)
+        elif "speedup" in section.facts:
             _assign_speedups(section.rows, baseline)
-        _mark_environments(section)
+        mark_environments(section)
     ordered = [sections[key] for key in sorted(sections)]
     if strict:
         _refuse_mixed_environments(ordered)
@@ -328,7 +231,9 @@ def build_report(
         if baseline is not None
         else "the first single-device configuration of each group (choose with --baseline)"
     )
-    return Report(sections=ordered, runs=len(results), skipped=skipped, baseline_rule=rule, reference=reference)
+    return Report(
+        sections=ordered, runs=len(runs), skipped=skipped, baseline_rule=rule, reference=reference, copies=copies
+    )
 
 
 def _place_published(sections: dict[tuple, Section], works: dict[tuple, list[dict]]) -> None:

@@ -80,6 +80,13 @@ class RunResult:
         None  # the run wrapper's block (experiment, argv, exit_status, wall_time_s), if it started the run
     )
     metrics: dict[str, float] = field(default_factory=dict)  # every numeric metric reported, nested keys joined by "."
+    # What the report compares a run by, where the record carries it (each optional: older records lack them).
+    started_at: str | None = None  # the run block's (UTC, ISO 8601), else the record's own
+    series: dict = field(default_factory=dict)  # a command's per-step series: name -> {"step": [...], "value": [...]}
+    device: dict | None = None  # the device block the run wrapper writes: what the program really initialised
+    target: str | None = None  # the envkit target it ran on, where the record names it
+    data: object = None  # the data it read, where the record names it (any JSON value)
+    not_finite: tuple[str, ...] = ()  # the metrics it reported as NaN or ±inf (left out of .metrics)
 
     @property
     def experiment(self) -> str | None:
@@ -94,6 +101,33 @@ class RunResult:
         """The run name the run was started with: a repeated run's file adds -2, -3, ... to it, its settings do not."""
         name = self.settings.get("run_name")
         return name if isinstance(name, str) else self.run_name
+
+
+def not_finite_metrics(metrics: dict, prefix: str = "") -> tuple[str, ...]:
+    """The names (as flat_metrics joins them) of the metrics reported as NaN or ±inf."""
+    names: list[str] = []
+    for key, value in metrics.items():
+        if isinstance(value, dict):
+            names += not_finite_metrics(value, f"{prefix}{key}.")
+        elif isinstance(value, float) and not math.isfinite(value):
+            names.append(f"{prefix}{key}")
+    return tuple(names)
+
+
+def _record_facts(document: dict) -> dict:
+    """The optional facts of a record the report groups and labels runs by (RunResult's started_at ... not_finite)."""
+    run = document.get("run") if isinstance(document.get("run"), dict) else {}
+    notebook = document.get("notebook") if isinstance(document.get("notebook"), dict) else {}
+    device = document.get("device", run.get("device"))
+    target = document.get("target", run.get("target", notebook.get("target")))
+    return {
+        "started_at": run.get("started_at") or document.get("started_at"),
+        "series": document.get("series") or {},
+        "device": device if isinstance(device, dict) else None,
+        "target": target if isinstance(target, str) else None,
+        "data": document.get("data", run.get("data")),
+        "not_finite": not_finite_metrics(document.get("metrics") or {}),
+    }
 
 
 def flat_metrics(metrics: dict, prefix: str = "") -> dict[str, float]:
@@ -232,6 +266,7 @@ def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
         settings=document.get("settings") or {},
         run=document.get("run"),
         metrics=flat_metrics(document["metrics"]),
+        **_record_facts(document),
     )
     return result, note
 
@@ -249,6 +284,7 @@ def _command_run(path: Path, document: dict) -> RunResult:
         notebook=document.get("notebook"),
         run=document["run"],
         metrics=flat_metrics(document["metrics"] or {}),
+        **_record_facts(document),
     )
 
 

@@ -180,7 +180,9 @@ def test_output_does_not_depend_on_file_order(mixed):
     results, _ = mixed
     # a second cpu configuration that differs only in batch: same label, same sort position
     cpu_mnist = next(r for r in results if r.run_name == "cpu-a")
-    smaller_batch = dataclasses.replace(cpu_mnist, configuration={**cpu_mnist.configuration, "global_batch": 64})
+    smaller_batch = dataclasses.replace(
+        cpu_mnist, run_name="cpu-b64", configuration={**cpu_mnist.configuration, "global_batch": 64}
+    )
     results = results + [smaller_batch]
     for output_format in ("md", "csv", "json"):
         forward = render_report(build_report(results, reference=True), output_format)
@@ -309,7 +311,9 @@ def test_rows_of_differing_environments_are_marked():
 def test_a_row_whose_runs_ran_in_two_environments_carries_both_marks():
     results, _ = load_results(BACKENDS)
     xla = next(r for r in results if r.run_name == "tpu-xla")
-    other_python = dataclasses.replace(xla, environment={**xla.environment, "python": "3.11.9"})
+    other_python = dataclasses.replace(
+        xla, run_name="tpu-xla-py311", environment={**xla.environment, "python": "3.11.9"}
+    )
     report = build_report(results + [other_python])
     section = next(s for s in report.sections if s.recipe == "mnist")
     assert {row.label: row.mark for row in section.rows} == {
@@ -400,8 +404,9 @@ def test_a_new_recipe_is_reported_from_data_alone(monkeypatch, tmp_path):
     """report.py and plot.py hold no per-recipe code: an entry in report.yaml is enough."""
     from envkit.runs import report as report_module
     from envkit.runs.plot import write_plot
+    from envkit.runs.published import report_facts
 
-    facts = report_module.report_facts()
+    facts = report_facts()
     imagenet = {**facts["recipes"]["cifar"], "speedup": {"metric": "epoch_s", "name": "epoch"}, "tick": "{model}"}
     monkeypatch.setattr(
         report_module, "project_facts", lambda config: {**facts, "recipes": {**facts["recipes"], "imagenet": imagenet}}

@@ -24,8 +24,24 @@ from envkit.support import provenance
 ENVIRONMENT = "a device, python 3.11.7, torch 2.13.0, image {image}, lock abababababab"
 
 
-def record(directory: Path, name: str, *, device: str, image: str | None, wall: float, status: int = 0, metrics=None):
-    """A results file as envkit_run.py writes it for a command that keeps no record of its own."""
+def record(
+    directory: Path,
+    name: str,
+    *,
+    device: str,
+    image: str | None,
+    wall: float,
+    status: int = 0,
+    metrics=None,
+    argv=("python", "train.py"),
+    lock: str | None = "ab" * 32,
+    started_at: str = "2026-11-25T22:00:00+00:00",
+    series=None,
+    used: dict | None = None,
+    **extra,
+):
+    """A results file as envkit_run.py writes it for a command that keeps no record of its own; ``extra``: the
+    record's optional facts (target, data); ``used``: its device block (what the program initialised)."""
     directory.mkdir(exist_ok=True)
     document = {
         "schema_version": 3,
@@ -33,13 +49,15 @@ def record(directory: Path, name: str, *, device: str, image: str | None, wall: 
         "run": {
             "record_version": 1,
             "experiment": "train",
-            "argv": ["python", "train.py"],
+            "argv": list(argv),
             "exit_status": status,
-            "started_at": "2026-11-25T22:00:00+00:00",
+            "started_at": started_at,
             "wall_time_s": wall,
         },
         "metrics": metrics,
-        "series": {},
+        "series": series or {},
+        **extra,
+        **({"device": used} if used is not None else {}),
         "environment": {
             "host": "box",
             "device_type": device,
@@ -51,7 +69,7 @@ def record(directory: Path, name: str, *, device: str, image: str | None, wall: 
             "image": image,
             "image_id": None,
             "image_digest": None,
-            "lock_sha256": "ab" * 32,
+            "lock_sha256": lock,
             "git_revision": "0123456789abcdef",
             "git_dirty": True,
             "distributions": [],
@@ -109,18 +127,17 @@ def test_runs_of_one_experiment_are_compared_across_places(runs):
     assert lines[4] == "## experiment train"
     assert "baseline: cpu on envkit-cpu:latest (the cpu run, else the first; choose with --baseline)." in lines[6]
     assert lines[8:12] == [
-        "| where | runs | failed | wall time s | acc | train.loss | speed-up (wall time) | environment |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-        "| cpu on envkit-cpu:latest | 2 | 0 | 11.000 ± 1.000 | 0.6 ± 0.1 | 1.5 ± 0.5 | 1.00× | "
-        + ENVIRONMENT.format(image="envkit-cpu:latest")
-        + " |",
-        # the failed run is counted, not measured: 2.75 s alone, 11 / 2.75 = 4
-        "| cuda on envkit-cuda:latest | 2 | 1 | 2.750 | 0.9 | – | 4.00× | "
-        + ENVIRONMENT.format(image="envkit-cuda:latest")
-        + " |",
+        "| where | runs | failed | wall time s | acc | train.loss | speed-up (wall time) | device used | lock "
+        "| environment |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| cpu on envkit-cpu:latest | 2 | 0 | 11.000 ± 1.000 | 0.6 ± 0.1 | 1.5 ± 0.5 | 1.00× "
+        "| a device (not checked) | abababababab | " + ENVIRONMENT.format(image="envkit-cpu:latest") + " |",
+        # the failed run is counted, not measured: 2.75 s alone, 11 / 2.75 = 4, ± 4 × (1 / 11): the cpu runs' spread
+        "| cuda on envkit-cuda:latest | 2 | 1 | 2.750 | 0.9 | – | 4.00× ± 0.36 "
+        "| a device (not checked) | abababababab | " + ENVIRONMENT.format(image="envkit-cuda:latest") + " |",
     ]
     text = render_report(build_report(results, baseline="cuda on envkit-cuda:latest"), "md")
-    assert "baseline: cuda on envkit-cuda:latest (--baseline)" in text and "| 0.25× |" in text
+    assert "baseline: cuda on envkit-cuda:latest (--baseline)" in text and "| 0.25× ± 0.02 |" in text
 
 
 def test_without_a_cpu_run_the_first_place_is_the_baseline(runs):
@@ -199,3 +216,130 @@ def test_a_bad_report_yaml_is_one_line_naming_it(runs, tmp_path, capsys, text, p
     assert str(error.value).startswith(f"{tmp_path / 'report.yaml'}: {problem}")
     assert main(["report", str(runs), "--config", str(config)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+# ---- comparisons (issue 32 §2): the runs that did the same work, a row per target, each on its own lock
+
+
+def _sections(results_dir: Path):
+    return build_report(load_results(results_dir)[0]).sections
+
+
+def test_runs_of_other_arguments_are_their_own_comparison_and_the_title_says_so(tmp_path):
+    """Before: one row pooled --epochs 1 and --epochs 2 runs (24.8 ± 5.1 s)."""
+    results = tmp_path / "results"
+    record(results, "a", device="cpu", image=None, wall=20.0, argv=["python", "train.py", "--epochs", "1"])
+    # torchrun's launcher words and another interpreter are no difference in the work
+    record(results, "b", device="cpu", image=None, wall=22.0, argv=["/v/bin/python", "train.py", "--epochs", "1"])
+    record(results, "c", device="cpu", image=None, wall=40.0, argv=["torchrun", "--nproc-per-node=1", "train.py"])
+    one, other = _sections(results)
+    assert [row.runs for row in one.rows] == [1] and one.work["arguments"] == []
+    assert [row.runs for row in other.rows] == [2] and other.work["arguments"] == ["--epochs", "1"]
+    assert other.title == "experiment train · arguments `--epochs 1`"
+    text = render_report(build_report(load_results(results)[0]), "md")
+    assert "## experiment train · arguments `--epochs 1`\n" in text and "## experiment train · arguments none" in text
+    assert "Not pooled with the other runs of `train`: they differ in arguments `--epochs 1`" in text
+
+
+def test_a_targets_older_lock_is_a_comparison_of_its_own(tmp_path):
+    """Before: a locked run and an unlocked run of one target were one row."""
+    results = tmp_path / "results"
+    record(results, "a", device="cpu", image=None, wall=10.0, target="cpu")
+    record(results, "b", device="cuda", image=None, wall=2.0, target="cuda", started_at="2026-11-26T10:00:00+00:00")
+    record(results, "c", device="cuda", image=None, wall=9.0, target="cuda", lock=None)
+    main_comparison, apart = _sections(results)
+    assert [(row.label, row.lock, row.speedup) for row in main_comparison.rows] == [
+        ("cpu", "ab" * 32, 1.0),
+        ("cuda", "ab" * 32, 5.0),
+    ]
+    assert [(row.label, row.lock) for row in apart.rows] == [("cuda", None)]
+    assert apart.differs == ["cuda on no lock (an older lock of the target)"]
+
+
+def test_records_of_one_experiment_on_several_targets_form_one_comparison_a_row_per_target(tmp_path):
+    results = tmp_path / "results"
+    for name, target, device, wall in [
+        ("a", "cpu", "cpu", 8.0),
+        ("b", "cpu", "cpu", 12.0),
+        ("c", "tpu-vm", "tpu", 2.0),
+    ]:
+        record(results, name, device=device, image=None, wall=wall, target=target)
+    (section,) = _sections(results)
+    assert [(row.label, row.runs, row.speedup) for row in section.rows] == [("cpu", 2, 1.0), ("tpu-vm", 1, 5.0)]
+    # 10 ± 2 s against 2 s: the spread is the baseline's relative std
+    assert section.rows[1].speedup_std == pytest.approx(5.0 * 2 / 10)
+    text = render_report(build_report(load_results(results)[0]), "md")
+    assert "| tpu-vm | 1 | 0 | 2.000 | 5.00× ± 1.00 |" in text
+
+
+def test_a_gpu_targets_run_that_initialised_no_accelerator_is_a_cpu_run_without_a_speedup(tmp_path):
+    """Before: a CPU run of the cuda target read `cuda`, and its wall time joined the target's speed-up."""
+    results = tmp_path / "results"
+    record(results, "a", device="cpu", image=None, wall=10.0, target="cpu")
+    gpu = {"accelerator": "cuda", "name": "NVIDIA H100", "count": 1}
+    record(results, "b", device="cuda", image=None, wall=1.0, target="cuda", used=gpu)
+    record(results, "c", device="cuda", image=None, wall=11.0, target="cuda", used={"accelerator": None})
+    (section,) = _sections(results)
+    rows = {row.label: row for row in section.rows}
+    assert rows["cuda"].device == "NVIDIA H100" and rows["cuda"].speedup == 10.0 and rows["cuda"].runs == 1
+    stand_in = rows["cuda (CPU run)"]
+    assert stand_in.cpu_stand_in and stand_in.speedup is None and stand_in.device == "no accelerator (CPU run)"
+    text = render_report(build_report(load_results(results)[0]), "md")
+    assert "cuda (CPU run): runs of an accelerator's target whose device block shows no accelerator" in text
+
+
+def test_a_counter_is_no_metric_and_series_are_curves_with_the_first_step_apart(tmp_path):
+    """Before: dvclive's step was tabled and plotted as a metric, and the acc series was never drawn."""
+    results = tmp_path / "results"
+    series = {"acc": {"step": [0, 1, 2, 3], "value": [0.1, 0.5, 0.6, 0.7]}, "step": {"step": [0], "value": [0]}}
+    record(results, "a", device="cpu", image=None, wall=5.0, metrics={"acc": 0.7, "step": 3}, series=series)
+    (section,) = _sections(results)
+    (row,) = section.rows
+    assert list(row.metrics) == ["acc"] and list(row.curves) == ["acc"]
+    curve = row.curves["acc"]
+    assert curve.steps == (0, 1, 2, 3) and curve.first.mean == 0.1
+    assert curve.steady.mean == pytest.approx(0.6) and curve.steady.n == 3
+    text = render_report(build_report(load_results(results)[0]), "md")
+    assert "| step |" not in text and "| where | series | runs | steps | first step | steady state |" in text
+    assert "| cpu on box | acc | 1 | 0–3 | 0.1 | 0.6 ± 0.082 |" in text
+
+
+def test_a_long_series_is_a_bounded_curve(tmp_path):
+    from envkit.runs.comparison import CURVE_POINTS
+
+    results = tmp_path / "results"
+    steps = list(range(10_000))
+    record(results, "a", device="cpu", image=None, wall=5.0, series={"loss": {"step": steps, "value": steps}})
+    (section,) = _sections(results)
+    curve = section.rows[0].curves["loss"]
+    assert len(curve.steps) <= CURVE_POINTS and curve.steps[0] == 0 and curve.stride == 50
+
+
+def test_the_plot_draws_series_as_curves_and_says_what_it_leaves_out(tmp_path):
+    pytest.importorskip("matplotlib")
+    from envkit.runs.plot import MAX_SECTIONS, plotted, write_plot
+
+    results = tmp_path / "results"
+    series = {"acc": {"step": [0, 1, 2], "value": [0.1, 0.5, 0.6]}}
+    for index in range(MAX_SECTIONS + 2):
+        argv = ["python", "train.py", "--seed", str(index)]
+        record(results, f"r{index}", device="cpu", image=None, wall=1.0 + index, argv=argv, series=series)
+    report = build_report(load_results(results)[0])
+    drawable, left_out = plotted(report)
+    assert len(drawable) == MAX_SECTIONS and drawable[0][2][-1] == ("curve", "acc")
+    assert left_out == [
+        "2 sections after the first 12: experiment train · arguments `--seed 8`, experiment train · arguments "
+        "`--seed 9`"
+    ]
+    assert write_plot(report, tmp_path / "plot.png") == left_out
+
+
+def test_data_that_differs_is_its_own_comparison(tmp_path):
+    results = tmp_path / "results"
+    record(results, "a", device="cpu", image=None, wall=1.0, data={"mnist": "sha256:aa"})
+    record(results, "b", device="cpu", image=None, wall=1.0, data={"mnist": "sha256:bb"})
+    titles = [section.title for section in _sections(results)]
+    assert titles == [
+        'experiment train · data {"mnist": "sha256:aa"}',
+        'experiment train · data {"mnist": "sha256:bb"}',
+    ]
