@@ -144,6 +144,10 @@ def print_report(
     report = build_report(
         results, skipped=skipped, baseline=baseline, reference=reference, strict=strict, config=config
     )
+    # The report holds what it shows (bounded curves, not the runs' series): the plot's memory is not added to theirs.
+    del results
+    for warning in report.warnings:
+        print(f"envkit: warning: {warning}", file=sys.stderr)
     sys.stdout.write(render_report(report, output_format))
     sys.stdout.flush()
     if plot is not None:

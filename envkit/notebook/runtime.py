@@ -539,6 +539,8 @@ def show_report(settings: dict) -> None:
         report = build_report(results, reference=True, config=REPORT / EXPERIMENTS)
     except EnvkitError as exc:
         raise NotebookStop(str(exc)) from None
+    for warning in report.warnings:
+        print(f"warning: {warning}")
     from IPython.display import Image, Markdown, display
 
     display(Markdown(render_report(report, "md")))

@@ -145,6 +145,7 @@ class Report:
     baseline_rule: str
     reference: bool
     copies: int = 0  # records that repeat another's run name and start: counted once
+    warnings: list[str] = field(default_factory=list)  # what the reader should know: each copy, each NaN reported
 
 
 def configuration_label(configuration: dict) -> str:

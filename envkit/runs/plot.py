@@ -25,10 +25,10 @@ HATCHES = ("", "//", "..", "xx")
 MIN_SLOTS = 4
 # The plot's bounds (a results directory may hold thousands of runs): sections, panels per section, rows per panel,
 # the figure's width in inches (at 110 dpi), and how many left-out names a line gives.
-MAX_SECTIONS = 12
+MAX_SECTIONS = 8
 MAX_PANELS = 6
 MAX_ROWS = 16
-MAX_WIDTH = 30.0
+MAX_WIDTH = 24.0
 NAMED = 5
 
 

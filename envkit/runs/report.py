@@ -59,7 +59,9 @@ def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult], fact
         if len(present) == len(runs):
             stats[name] = pooled(present)
     totals = stat_of([run.timing["total_s"] for run in runs])
-    accuracies = [run.test_accuracy for run in runs if run.test_accuracy is not None]
+    accuracies = [
+        run.test_accuracy for run in runs if run.test_accuracy is not None and math.isfinite(run.test_accuracy)
+    ]
     environments = sorted({environment_line(run.environment) for run in runs})
     environment = environments[0] if len(environments) == 1 else "mixed: " + "; ".join(environments)
     return Row(
@@ -134,17 +136,28 @@ def _experiment_run(run: RunResult, config: Path, facts: dict) -> tuple[Experime
     return entry, recipe_run.label, entry.runs.index(recipe_run)
 
 
-def unique_runs(results: list[RunResult]) -> tuple[list[RunResult], int]:
+def unique_runs(results: list[RunResult]) -> tuple[list[RunResult], list[str]]:
     """The runs, each once: a record that repeats another's run name and start is a copy (a results folder
-    copied into another, a download kept twice), counted once; and how many copies were left out."""
-    seen: set[tuple] = set()
-    kept = []
+    copied into another, a download kept twice), counted once; and a line for each copy left out."""
+    seen: dict[tuple, RunResult] = {}
+    kept, copies = [], []
     for run in results:
         key = (run.run_name, run.started_at) if run.started_at else (str(run.path),)
-        if key not in seen:
-            seen.add(key)
+        if key in seen:
+            copies.append(f"{run.path} repeats {seen[key].path} (the same run name and start): counted once")
+        else:
+            seen[key] = run
             kept.append(run)
-    return kept, len(results) - len(kept)
+    return kept, copies
+
+
+def _not_finite_lines(runs: list[RunResult]) -> list[str]:
+    """A line for each run that reported a metric as NaN or ±inf: never dropped without a word."""
+    return [
+        f"{run.path}: {', '.join(sorted(run.not_finite))} reported as NaN or ±inf: counted in its row, left out of the mean"
+        for run in runs
+        if run.not_finite
+    ]
 
 
 def _recipe_sections(
@@ -232,7 +245,13 @@ def build_report(
         else "the first single-device configuration of each group (choose with --baseline)"
     )
     return Report(
-        sections=ordered, runs=len(runs), skipped=skipped, baseline_rule=rule, reference=reference, copies=copies
+        sections=ordered,
+        runs=len(runs),
+        skipped=skipped,
+        baseline_rule=rule,
+        reference=reference,
+        copies=len(copies),
+        warnings=copies + _not_finite_lines(runs),
     )
 
 

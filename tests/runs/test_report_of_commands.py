@@ -328,7 +328,7 @@ def test_the_plot_draws_series_as_curves_and_says_what_it_leaves_out(tmp_path):
     drawable, left_out = plotted(report)
     assert len(drawable) == MAX_SECTIONS and drawable[0][2][-1] == ("curve", "acc")
     assert left_out == [
-        "2 sections after the first 12: experiment train · arguments `--seed 8`, experiment train · arguments "
+        f"2 sections after the first {MAX_SECTIONS}: experiment train · arguments `--seed 8`, experiment train · arguments "
         "`--seed 9`"
     ]
     assert write_plot(report, tmp_path / "plot.png") == left_out
@@ -343,3 +343,54 @@ def test_data_that_differs_is_its_own_comparison(tmp_path):
         'experiment train · data {"mnist": "sha256:aa"}',
         'experiment train · data {"mnist": "sha256:bb"}',
     ]
+
+
+# ---- wrong answers (issue 33 §10): NaN, partial metrics, copies, a newline in a name
+
+
+def test_a_nan_is_counted_and_said_never_dropped(tmp_path, capsys):
+    """Before: loss 0.5, 0.7 and NaN read `runs 3 | failed 0 | loss 0.6 ± 0.1`."""
+    results = tmp_path / "results"
+    for name, loss in (("a", 0.5), ("b", 0.7), ("c", float("nan"))):
+        record(results, name, device="cpu", image=None, wall=1.0, metrics={"loss": loss}, started_at=f"{name}")
+    assert main(["report", str(results)]) == 0
+    out, err = capsys.readouterr()
+    assert "| 3 | 0 | 1.000 ± 0.000 | 0.6 ± 0.1 (2 of 3 runs, 1 NaN/inf) |" in out
+    assert "NaN/inf: values a run reported as NaN or ±inf are counted in the cell, left out of its mean." in out
+    assert err == (
+        f"envkit: warning: {results / 'c.json'}: loss reported as NaN or ±inf: counted in its row, "
+        "left out of the mean\n"
+    )
+
+
+def test_a_metric_only_some_runs_report_says_how_many(tmp_path):
+    results = tmp_path / "results"
+    record(results, "a", device="cpu", image=None, wall=1.0, metrics={"acc": 0.5, "loss": 1}, started_at="a")
+    record(results, "b", device="cpu", image=None, wall=1.0, metrics={"loss": 2}, started_at="b")
+    text = render_report(build_report(load_results(results)[0]), "md")
+    assert "| 0.5 (1 of 2 runs) | 1.5 ± 0.5 |" in text
+    assert "k of n runs: a metric only some of the row's successful runs reported; its mean is theirs." in text
+
+
+def test_a_copied_record_is_counted_once(tmp_path, capsys):
+    """Before: a copy (same run name and start) was a second run."""
+    results = tmp_path / "results"
+    record(results, "a", device="cpu", image=None, wall=1.0)
+    (results / "a-copy.json").write_text((results / "a.json").read_text())
+    assert main(["report", str(results)]) == 0
+    out, err = capsys.readouterr()
+    assert "1 run in 1 configuration; 1 copied record (the run name and start of another) counted once." in out
+    assert "| cpu on box | 1 | 0 |" in out
+    assert (
+        err
+        == f"envkit: warning: {results / 'a.json'} repeats {results / 'a-copy.json'} (the same run name and start): counted once\n"
+    )
+
+
+def test_a_metric_name_with_a_newline_or_braces_keeps_the_table_whole(tmp_path):
+    results = tmp_path / "results"
+    record(results, "a", device="cpu", image=None, wall=1.0, metrics={"acc\nuracy": 0.5, "loss{x}": 1})
+    text = render_report(build_report(load_results(results)[0]), "md")
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    assert len(table) == 3 and len({line.count(" | ") for line in table}) == 1
+    assert "| acc\\nuracy | loss{x} |" in table[0]
