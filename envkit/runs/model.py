@@ -114,7 +114,8 @@ class Section:
     run_summaries: dict[str, str] = field(default_factory=dict)  # an experiment's: its runs' summaries by label
     apart: str | None = None  # published rows alone: why they are compared with none of the runs measured here
     # A comparison (a command's runs that did the same work, envkit.runs.comparison): what its runs share (arguments,
-    # data), and how it differs from the experiment's other comparisons (empty: the experiment has one).
+    # data), and how it differs from the experiment's other comparisons (empty: the experiment has one); a recipe's
+    # section: how its work (epochs, step cap, train images) differs from its recipe and dataset's other sections.
     work: dict = field(default_factory=dict)
     differs: list[str] = field(default_factory=list)
 
@@ -123,7 +124,8 @@ class Section:
         if self.recipe is None:
             title = self.facts.get("title") or f"experiment {self.experiment}"
             return " · ".join([title, *self.differs])
-        title = f"{self.facts['title'] if self.experiment else self.recipe} · dataset {self.dataset}"
+        title = " · ".join([f"{self.facts['title'] if self.experiment else self.recipe}", f"dataset {self.dataset}"])
+        title = " · ".join([title, *self.differs])
         return title + (" · published, compared with no run here" if self.apart else "")
 
     @property

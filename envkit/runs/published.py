@@ -138,6 +138,17 @@ def same_work(published: dict, measured: dict) -> bool:
     return all(value is None and key == "epochs" or measured[key] == value for key, value in published.items())
 
 
+def work_differences(work: dict, works: list[dict]) -> list[str]:
+    """How ``work`` differs from the other ``works`` of its recipe and dataset: its value of each fact that is
+    not the same in all of them (none where they all agree)."""
+    words = {
+        "train_images": lambda value: "every train image" if value == "all" else f"{value} train images",
+        "max_steps": lambda value: "no step cap" if value is None else f"at most {value} steps",
+        "epochs": lambda value: "epochs not recorded" if value is None else counted(value, "epoch"),
+    }
+    return [describe(work[fact]) for fact, describe in words.items() if len({other[fact] for other in works}) > 1]
+
+
 def describe_work(work: dict) -> str:
     images = {"all": "every train image", None: "train images not recorded"}.get(
         work["train_images"], f"{work['train_images']} train images"

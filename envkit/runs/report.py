@@ -1,10 +1,8 @@
 """Group result files into the report's sections and rows (envkit.runs.model).
 
-Any command's runs (the run wrapper's records, issue 25 §7) are grouped by experiment, one row per
-place they ran (the device, and the image, host or notebook): wall time and every metric the
-program reported as mean ± std over its successful runs, the speed-up against a baseline place
-(the cpu run, else the first), and the environment. The seed recipes' runs are grouped by recipe,
-dataset and configuration, as the published experiments were (envkit.runs.published): MNIST as E1
+Any command's runs (the run wrapper's records, issue 25 §7) are comparisons (envkit.runs.comparison):
+the runs that did the same work, a row per target on its own lock. The seed recipes' runs are grouped
+by recipe, dataset, work and configuration, as the published experiments were (envkit.runs.published): MNIST as E1
 and CIFAR as E2; the runs of an experiment that varies the training itself (E3: batch and
 learning-rate rule) get a section of their own, one row per run. Rows are sorted, so the same
 directory always gives the same report; envkit.runs.formats writes it.
@@ -33,6 +31,7 @@ from envkit.runs.published import (
     same_work,
     section_facts,
     shown_settings,
+    work_differences,
 )
 from envkit.runs.results import CONFIGURATION_KEYS, RunResult, Stat, stat_of
 
@@ -163,8 +162,10 @@ def _not_finite_lines(runs: list[RunResult]) -> list[str]:
 def _recipe_sections(
     results: list[RunResult], facts: dict, config: Path
 ) -> tuple[dict[tuple, Section], dict[tuple, list[dict]]]:
-    """A recipe's runs by recipe, dataset and configuration (an experiment's runs that report.yaml names: a
-    section of their own, a row per run); and each section's runs' work, which published rows must share."""
+    """A recipe's runs by recipe, dataset, work and configuration (an experiment's runs that report.yaml names: a
+    section of their own, a row per run); and each section's runs' work, which published rows must share.
+    Runs of other work (epochs, a step cap, a fake set's size) are never pooled: a section each, its title
+    saying what differs."""
     owners: dict[str, Experiment] = {}
     grouped: dict[tuple, tuple[dict, dict, list[RunResult]]] = {}
     for run in results:
@@ -175,6 +176,7 @@ def _recipe_sections(
         owner = None if entry is None else owners.setdefault(entry.name, entry).name
         settings = {key: run.settings.get(key) for key in shown_settings(facts, owner)}
         key = (
+            json.dumps(run_work(configuration["dataset"], run.settings), sort_keys=True),
             owner or "",
             name,
             rank,
@@ -185,9 +187,9 @@ def _recipe_sections(
         grouped.setdefault(key, (configuration, settings, []))[2].append(run)
     sections: dict[tuple, Section] = {}
     works: dict[tuple, list[dict]] = {}  # section -> the work of each of its runs
-    for (owner, name, rank, recipe, _, _), (configuration, settings, runs) in grouped.items():
+    for (work, owner, name, rank, recipe, _, _), (configuration, settings, runs) in grouped.items():
         # Experiment sections come after the recipes' ("" sorts first), each of its own.
-        key = (owner, recipe, configuration["dataset"])
+        key = (owner, recipe, configuration["dataset"], work)
         section = sections.setdefault(
             key,
             Section(
@@ -201,6 +203,9 @@ def _recipe_sections(
         placement = dict(experiment=owner, run=name, run_rank=rank, settings=settings) if owner else {}
         section.rows.append(_row_from_runs(recipe, configuration, runs, section.facts, **placement))
         works.setdefault(key, []).extend(run_work(configuration["dataset"], run.settings) for run in runs)
+    for key, section in sections.items():
+        others = [json.loads(other[3]) for other in sections if other[:3] == key[:3]]
+        section.differs = work_differences(json.loads(key[3]), others)
     return sections, works
 
 
@@ -269,7 +274,7 @@ def _place_published(sections: dict[tuple, Section], works: dict[tuple, list[dic
                 apart = (
                     f"The published rows did other work ({describe_work(work)}) than every run measured here ({here}): "
                 )
-                fitting = [("", recipe, source["dataset"], "published")]
+                fitting = [("", recipe, source["dataset"], "~published")]  # after the measured sections (work: "{...}")
                 sections.setdefault(
                     fitting[0],
                     Section(

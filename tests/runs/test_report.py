@@ -155,6 +155,17 @@ def test_a_published_row_is_compared_only_with_runs_that_did_the_same_work(mixed
     assert "| published" not in real
 
 
+def test_a_recipes_runs_of_other_epochs_are_never_pooled(mixed):
+    """Before: a row pooled 1-epoch and 2-epoch runs of one configuration (issue 32 §2)."""
+    results, _ = mixed
+    cpu_a = next(r for r in results if r.run_name == "cpu-a")
+    longer = dataclasses.replace(cpu_a, run_name="cpu-a-3-epochs", settings={**cpu_a.settings, "epochs": 3})
+    titles = [section.title for section in build_report(results + [longer]).sections if section.recipe == "mnist"]
+    assert titles == ["mnist · dataset fake · 2 epochs", "mnist · dataset fake · 3 epochs", "mnist · dataset real"]
+    fake = [s for s in build_report(results + [longer]).sections if s.title.startswith("mnist · dataset fake")]
+    assert [row.runs for row in fake[1].rows] == [1]
+
+
 def test_repeated_runs_and_schema_versions_aggregate(mixed):
     results, warnings = mixed
     cpu_mnist = [r for r in results if r.recipe == "mnist" and r.configuration["device"] == "cpu"]
