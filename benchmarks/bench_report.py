@@ -1,4 +1,5 @@
-"""`envkit report` of 5,000 results files: markdown, csv and the plot, each timed with its peak memory, against issue 32's figure (≤ 5 s, ≤ 300 MB).
+"""`envkit report` of 5,000 results files: markdown, csv and the plot, each timed with its peak memory,
+against issue 32's figure (≤ 5 s, ≤ 300 MB).
 
 The files are generated (no run needed): run wrapper records of 4 experiments on 4 targets with a few argument
 sets and repeats, each with a full environment (about 150 distributions), metrics and two 100-step series, about
@@ -41,9 +42,15 @@ def record(index: int) -> dict:
             "exit_status": 1 if index % 97 == 0 else 0,
             "started_at": f"2026-11-{1 + index % 28:02d}T{index % 24:02d}:00:00+00:00",
             "wall_time_s": 4.0 + (index % 7) * 0.3 + (0 if device == "cpu" else -3.0),
+            "device": {
+                "observed": True,
+                "accelerator": device,
+                "name": f"{device} device",
+                "count": 1,
+                "label": device,
+            },
         },
         "target": target,
-        "device": {"accelerator": None if device == "cpu" else device, "name": f"{device} device", "count": 1},
         "metrics": {"acc": 0.5 + (index % 10) / 40, "loss": 1.0 / (1 + index % 13), "step": 99},
         "series": {
             "acc": {"step": steps, "value": [min(1.0, 0.1 + step / 120) for step in steps]},

@@ -9,7 +9,7 @@ differ are never pooled, and the title of each comparison of an experiment that 
 Every key is read from the record (envkit.runs.results.RunResult): the experiment and argv of the run wrapper's
 block (its ``args`` where it writes them), the record's ``data`` and ``target`` where it names them (today's
 records name neither: the target is then where the run ran, its device and image, host or notebook), and the
-environment's lock. The device block, where the record has one, says what the program really initialised: a run
+environment's lock. The run block's device, where the record has one, says what the program really initialised: a run
 on a GPU or TPU target that initialised no accelerator is a CPU run, a row of its own kept out of speed-ups.
 A row's wall time and every metric are mean ± std over its successful runs; counters (report.yaml ``counters``:
 dvclive's ``step``) are not metrics; series are curves, their first step apart from the steady state.
@@ -62,23 +62,30 @@ def target_of(run: RunResult) -> str:
 
 def used_device(run: RunResult) -> tuple[str, bool | None]:
     """What the run really initialised, in words, and whether it was an accelerator; (the label's device, None)
-    for a record without a device block. The block's kind is its ``accelerator`` (or ``type``), its ``name`` and
-    ``count`` the device's."""
+    where the record has no device block, or one that observed nothing (a program that is not Python). The
+    block (the run wrapper's run.device) names the ``accelerator`` initialised (cuda, tpu, else cpu), its
+    ``name`` and ``count``, and the target's ``label``."""
     block = run.device
-    if block is None:
+    if block is None or block.get("observed") is False:
         label = run.environment.get("device_name") or run.environment.get("device_type") or "unknown device"
         return f"{label} (not checked)", None
-    kind = block.get("accelerator", block.get("type"))
+    kind = block.get("accelerator")
+    name = block.get("name") or kind or "CPU"
     if kind in NO_ACCELERATOR:
-        return "no accelerator (CPU run)", False
-    name = block.get("name") or kind
+        return f"{name} (no accelerator)", False
     count = block.get("count")
     return (f"{name} ×{count}" if isinstance(count, int) and count > 1 else str(name)), True
 
 
+def promised(run: RunResult) -> str | None:
+    """The device the run's target promised: the device block's label, else the environment's device type."""
+    block = run.device or {}
+    return block["label"] if "label" in block else run.environment.get("device_type")
+
+
 def cpu_stand_in(run: RunResult) -> bool:
-    """A run of an accelerator's target (its device is not the cpu) whose device block shows no accelerator."""
-    return run.environment.get("device_type") not in NO_ACCELERATOR and used_device(run)[1] is False
+    """A run of an accelerator's target (its label is not the cpu) that initialised no accelerator."""
+    return promised(run) not in NO_ACCELERATOR and used_device(run)[1] is False
 
 
 def _data_key(run: RunResult) -> str | None:
@@ -133,7 +140,7 @@ def _row(target: str, runs: list[RunResult], facts: dict) -> Row:
         source=OURS,
         source_short=OURS,
         recipe=None,
-        configuration={"device": "cpu" if cpu_stand_in(runs[0]) else runs[0].environment.get("device_type")},
+        configuration={"device": "cpu" if cpu_stand_in(runs[0]) else promised(runs[0])},
         runs=len(runs),
         total_s=None,
         first_epoch_s=None,
@@ -154,6 +161,9 @@ def _row(target: str, runs: list[RunResult], facts: dict) -> Row:
         reported={name: len(values[name]) for name in names},
         not_finite={name: count for name in names if (count := sum(name in run.not_finite for run in done)) > 0},
         curves={name: curve for name, curve in curves.items() if curve is not None},
+        warnings=sorted(
+            {warning for run in runs for warning in run.run.get("warnings") or () if isinstance(warning, str)}
+        ),
     )
 
 

@@ -92,9 +92,10 @@ def _command_notes(section: Section) -> list[str]:
         )
     if any(row.device and row.device.endswith("(not checked)") for row in rows):
         notes.append(
-            "device used (not checked): the record has no device block, so the target's label stands for what "
-            "the program initialised."
+            "device used (not checked): the record has no device block, or its program ran no Python that "
+            "reported one, so the target's label stands for what the program initialised."
         )
+    notes += [f"{row.label}: the run wrapper warns: {warning}" for row in rows for warning in row.warnings]
     if any(row.not_finite for row in rows):
         notes.append("NaN/inf: values a run reported as NaN or ±inf are counted in the cell, left out of its mean.")
     if any(0 < count < row.succeeded for row in rows for count in row.reported.values()):
@@ -130,7 +131,8 @@ def _experiment_intro(section: Section) -> list[str]:
     summaries = section.run_summaries
     shown = list(dict.fromkeys(row.run for row in section.rows))
     return [
-        f"{section.facts.get('intro', '')} Seconds are wall-clock, mean ± std over all epochs of all runs; the test accuracy "
+        f"{section.facts.get('intro', '')} Seconds are wall-clock, mean ± std over all epochs of all runs; "
+        "the test accuracy "
         f"is the last epoch's. Runs of `{section.experiment}` (the project's experiments):",
         "",
         *(f"- {run}: {summaries[run]}" for run in shown),

@@ -56,6 +56,7 @@ class Row:
     reported: dict = field(default_factory=dict)  # metric -> successful runs that reported it as a finite number
     not_finite: dict = field(default_factory=dict)  # metric -> successful runs that reported it as NaN or ±inf
     curves: dict = field(default_factory=dict)  # series name -> Curve, over its successful runs
+    warnings: list[str] = field(default_factory=list)  # what the run wrapper found wrong (a lock that did not run)
 
     @property
     def succeeded(self) -> int:
@@ -151,7 +152,8 @@ class Report:
 
 
 def configuration_label(configuration: dict) -> str:
-    """Short name of a configuration: the device, how the work is spread, and the backend and nodes where they say more."""
+    """Short name of a configuration: the device, how the work is spread, and the backend and nodes where they
+    say more."""
     device = configuration.get("device")
     size = configuration.get("world_size") or configuration.get("cores") or 1
     parallel = configuration.get("parallel")

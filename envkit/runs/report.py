@@ -153,7 +153,8 @@ def unique_runs(results: list[RunResult]) -> tuple[list[RunResult], list[str]]:
 def _not_finite_lines(runs: list[RunResult]) -> list[str]:
     """A line for each run that reported a metric as NaN or ±inf: never dropped without a word."""
     return [
-        f"{run.path}: {', '.join(sorted(run.not_finite))} reported as NaN or ±inf: counted in its row, left out of the mean"
+        f"{run.path}: {', '.join(sorted(run.not_finite))} reported as NaN or ±inf: "
+        "counted in its row, left out of the mean"
         for run in runs
         if run.not_finite
     ]

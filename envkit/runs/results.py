@@ -84,7 +84,7 @@ class RunResult:
     # What the report compares a run by, where the record carries it (each optional: older records lack them).
     started_at: str | None = None  # the run block's (UTC, ISO 8601), else the record's own
     series: dict = field(default_factory=dict)  # a command's per-step series: name -> {"step": [...], "value": [...]}
-    device: dict | None = None  # the device block the run wrapper writes: what the program really initialised
+    device: dict | None = None  # the run block's device (the run wrapper's): what the program really initialised
     target: str | None = None  # the envkit target it ran on, where the record names it
     data: object = None  # the data it read, where the record names it (any JSON value)
     not_finite: tuple[str, ...] = ()  # the metrics it reported as NaN or ±inf (left out of .metrics)

@@ -41,7 +41,7 @@ def record(
     **extra,
 ):
     """A results file as envkit_run.py writes it for a command that keeps no record of its own; ``extra``: the
-    record's optional facts (target, data); ``used``: its device block (what the program initialised)."""
+    record's optional facts (target, data); ``used``: the run block's device (what the program initialised)."""
     directory.mkdir(exist_ok=True)
     document = {
         "schema_version": 3,
@@ -53,11 +53,11 @@ def record(
             "exit_status": status,
             "started_at": started_at,
             "wall_time_s": wall,
+            **({"device": used} if used is not None else {}),
         },
         "metrics": metrics,
         "series": series or {},
         **extra,
-        **({"device": used} if used is not None else {}),
         "environment": {
             "host": "box",
             "device_type": device,
@@ -276,14 +276,17 @@ def test_a_gpu_targets_run_that_initialised_no_accelerator_is_a_cpu_run_without_
     """Before: a CPU run of the cuda target read `cuda`, and its wall time joined the target's speed-up."""
     results = tmp_path / "results"
     record(results, "a", device="cpu", image=None, wall=10.0, target="cpu")
-    gpu = {"accelerator": "cuda", "name": "NVIDIA H100", "count": 1}
+    gpu = {"observed": True, "accelerator": "cuda", "name": "NVIDIA H100", "count": 1, "label": "cuda"}
     record(results, "b", device="cuda", image=None, wall=1.0, target="cuda", used=gpu)
-    record(results, "c", device="cuda", image=None, wall=11.0, target="cuda", used={"accelerator": None})
+    # The wrapper records the device it saw in the environment too: the cpu, beside the label's cuda.
+    cpu = {"observed": True, "accelerator": "cpu", "name": "AMD EPYC", "count": None, "label": "cuda"}
+    record(results, "c", device="cpu", image=None, wall=11.0, target="cuda", used=cpu)
     (section,) = _sections(results)
     rows = {row.label: row for row in section.rows}
     assert rows["cuda"].device == "NVIDIA H100" and rows["cuda"].speedup == 10.0 and rows["cuda"].runs == 1
     stand_in = rows["cuda (CPU run)"]
-    assert stand_in.cpu_stand_in and stand_in.speedup is None and stand_in.device == "no accelerator (CPU run)"
+    assert stand_in.cpu_stand_in and stand_in.speedup is None and stand_in.device == "AMD EPYC (no accelerator)"
+    assert stand_in.configuration["device"] == "cpu"
     text = render_report(build_report(load_results(results)[0]), "md")
     assert "cuda (CPU run): runs of an accelerator's target whose device block shows no accelerator" in text
 
@@ -328,7 +331,8 @@ def test_the_plot_draws_series_as_curves_and_says_what_it_leaves_out(tmp_path):
     drawable, left_out = plotted(report)
     assert len(drawable) == MAX_SECTIONS and drawable[0][2][-1] == ("curve", "acc")
     assert left_out == [
-        f"2 sections after the first {MAX_SECTIONS}: experiment train · arguments `--seed 8`, experiment train · arguments "
+        f"2 sections after the first {MAX_SECTIONS}: experiment train · arguments `--seed 8`, "
+        "experiment train · arguments "
         "`--seed 9`"
     ]
     assert write_plot(report, tmp_path / "plot.png") == left_out
@@ -382,8 +386,8 @@ def test_a_copied_record_is_counted_once(tmp_path, capsys):
     assert "1 run in 1 configuration; 1 copied record (the run name and start of another) counted once." in out
     assert "| cpu on box | 1 | 0 |" in out
     assert (
-        err
-        == f"envkit: warning: {results / 'a.json'} repeats {results / 'a-copy.json'} (the same run name and start): counted once\n"
+        err == f"envkit: warning: {results / 'a.json'} repeats {results / 'a-copy.json'} "
+        "(the same run name and start): counted once\n"
     )
 
 
@@ -394,3 +398,21 @@ def test_a_metric_name_with_a_newline_or_braces_keeps_the_table_whole(tmp_path):
     table = [line for line in text.splitlines() if line.startswith("|")]
     assert len(table) == 3 and len({line.count(" | ") for line in table}) == 1
     assert "| acc\\nuracy | loss{x} |" in table[0]
+
+
+def test_what_the_run_wrapper_warns_is_said_under_the_table(tmp_path):
+    """Issue 32 §4: a lock that differs from what ran is a warning in the record, and in the report."""
+    results = tmp_path / "results"
+    document = record(results, "a", device="cpu", image=None, wall=1.0)
+    document["run"]["warnings"] = ["torch 2.13.0 ran, the lock has 2.9.0"]
+    (results / "a.json").write_text(json.dumps(document))
+    text = render_report(build_report(load_results(results)[0]), "md")
+    assert "cpu on box: the run wrapper warns: torch 2.13.0 ran, the lock has 2.9.0" in text
+
+
+def test_a_run_whose_program_reported_no_device_keeps_its_label_unchecked(tmp_path):
+    results = tmp_path / "results"
+    unseen = {"observed": False, "accelerator": None, "label": "cuda"}
+    record(results, "a", device="cuda", image=None, wall=3.0, target="cuda", used=unseen)
+    ((row,),) = [section.rows for section in _sections(results)]
+    assert row.device == "a device (not checked)" and not row.cpu_stand_in and row.speedup == 1.0
