@@ -14,8 +14,9 @@ def register(subparsers) -> None:
     report = subparsers.add_parser(
         "report",
         help="compare the runs in a results directory (tables as in the published experiments)",
-        description="Group the results files in RESULTS_DIR by experiment and where each ran (a recipe's by "
-        "configuration) and print the comparison.",
+        description="Group the results files in RESULTS_DIR into comparisons (a command's runs that did the same "
+        "work: experiment, arguments and data, a row per target on its own lock; a recipe's by configuration) "
+        "and print them.",
     )
     report.add_argument(
         "results_dir",
@@ -84,8 +85,9 @@ def _add_report_options(parser: argparse.ArgumentParser) -> None:
         "--baseline",
         metavar="LABEL",
         default=None,
-        help="configuration the speed-ups are relative to, e.g. 'cpu ×1', or a command's place, e.g. "
-        "'cpu on envkit-cpu:latest' (default: the first single-device one; a command's: its cpu run, else the first)",
+        help="configuration the speed-ups are relative to, e.g. 'cpu ×1', or a command's target (else its place), "
+        "e.g. 'cpu on envkit-cpu:latest' (default: the first single-device one; a command's: its cpu target, "
+        "else the first)",
     )
     parser.add_argument(
         "--strict",
@@ -114,7 +116,8 @@ def print_report(
     config: Path = DEFAULT_CONFIG,
 ) -> None:
     from envkit.errors import EnvkitError
-    from envkit.runs.report import build_report, render_report
+    from envkit.runs.formats import render_report
+    from envkit.runs.report import build_report
     from envkit.runs.results import load_results
 
     if plot is not None:
@@ -141,15 +144,21 @@ def print_report(
     report = build_report(
         results, skipped=skipped, baseline=baseline, reference=reference, strict=strict, config=config
     )
+    # The report holds what it shows (bounded curves, not the runs' series): the plot's memory is not added to theirs.
+    del results
+    for warning in report.warnings:
+        print(f"envkit: warning: {warning}", file=sys.stderr)
     sys.stdout.write(render_report(report, output_format))
     sys.stdout.flush()
     if plot is not None:
         from envkit.runs.plot import write_plot
 
         try:
-            write_plot(report, plot)
+            left_out = write_plot(report, plot)
         except OSError as exc:
             raise EnvkitError(f"cannot write the plot {plot}: {exc.strerror or exc}") from None
+        for line in left_out:
+            print(f"envkit: the plot leaves out {line}", file=sys.stderr)
         print(f"envkit: wrote {plot}", file=sys.stderr)
 
 

@@ -22,7 +22,8 @@ from envkit.support.bounded_load import Refused, load_text, read_text
 HELPER = Path(__file__).with_name("runtime.py")
 HELPER_NAME = "envkit_notebook.py"  # what the notebook imports it as
 # The report the notebook shows is envkit's own (`envkit report --reference` and its plot).
-REPORT_MODULES = ("envkit.runs.report", "envkit.runs.plot", "envkit.runs.results")
+# Every module show_report (runtime.py) imports; the closure adds what they import.
+REPORT_MODULES = ("envkit.runs.formats", "envkit.runs.report", "envkit.runs.plot", "envkit.runs.results")
 # A project file a notebook embeds weighs at most this. Code and configuration weigh kilobytes; a file of
 # megabytes is data or weights, which a notebook downloads (into ENVKIT_DATA_DIR) rather than carries: the
 # notebook is one JSON document that Colab and Kaggle load whole in the browser, its files in base64 (a third

@@ -522,8 +522,9 @@ def show_report(settings: dict) -> None:
     sys.path.insert(0, str(REPORT.resolve()))
     try:
         from envkit.errors import EnvkitError  # envkit's own one-line errors, from the embedded copy
+        from envkit.runs.formats import render_report
         from envkit.runs.plot import write_plot
-        from envkit.runs.report import build_report, render_report
+        from envkit.runs.report import build_report
         from envkit.runs.results import load_results
     except ImportError as exc:
         raise NotebookStop(
@@ -538,12 +539,15 @@ def show_report(settings: dict) -> None:
         report = build_report(results, reference=True, config=REPORT / EXPERIMENTS)
     except EnvkitError as exc:
         raise NotebookStop(str(exc)) from None
+    for warning in report.warnings:
+        print(f"warning: {warning}")
     from IPython.display import Image, Markdown, display
 
     display(Markdown(render_report(report, "md")))
     picture = RESULTS / "comparison.png"
     try:
-        write_plot(report, picture)
+        for line in write_plot(report, picture):
+            print(f"the plot leaves out {line}")
     except EnvkitError as exc:
         # The table is the comparison; a program that reports no per-epoch times has nothing to plot.
         print(f"no plot: {exc}")

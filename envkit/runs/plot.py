@@ -2,7 +2,9 @@
 
 What each section draws is data (envkit/data/report.yaml: panels, tick): one panel for
 E1 and E2 (seconds per epoch), two for E3 (test accuracy beside seconds per epoch), and for
-a command's experiment its wall time per place and a panel per metric the program reported.
+a command's comparison its wall time per target, a panel per metric the program reported and
+a curve panel per series it wrote. The picture is bounded (``plotted``): what it leaves out is
+said, a line each.
 matplotlib is imported inside ``write_plot`` (and forced onto the headless Agg
 backend) so that the rest of envkit never pays for it or needs a display; it is
 the optional extra ``report``, and ``require_matplotlib`` says so in one line.
@@ -14,12 +16,20 @@ import math
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.runs.report import METRICS, OURS, Report, Row, Section, column_of
+from envkit.runs.columns import METRICS, column_of
+from envkit.runs.model import OURS, Report, Row, Section
 from envkit.support.atomic import atomic_stream
 
 INSTALL_HINT = "pip install 'envkit[report]'"
 HATCHES = ("", "//", "..", "xx")
 MIN_SLOTS = 4
+# The plot's bounds (a results directory may hold thousands of runs): sections, panels per section, rows per panel,
+# the figure's width in inches (at 110 dpi), and how many left-out names a line gives.
+MAX_SECTIONS = 8
+MAX_PANELS = 6
+MAX_ROWS = 16
+MAX_WIDTH = 24.0
+NAMED = 5
 
 
 def require_matplotlib() -> None:
@@ -91,46 +101,88 @@ def _draw_panel(axes, section: Section, drawn_bars: list[tuple[str, str]], rows:
     axes.legend(fontsize=7, loc="upper left")
 
 
+def _draw_curves(axes, section: Section, name: str, rows: list[Row]) -> None:
+    """One series as a curve per row; the first step marked apart (compile and warm-up show there)."""
+    for index, row in enumerate(rows):
+        curve = row.curves.get(name)
+        if curve is None:
+            continue
+        axes.plot(curve.steps, curve.values, color=f"C{index % 10}", linewidth=1.2, label=_tick_label(row))
+        axes.plot(curve.steps[:1], curve.values[:1], "o", color=f"C{index % 10}", markersize=4)
+    axes.set_xlabel("step (first step marked)")
+    axes.set_ylabel(name)
+    axes.set_title(section.title)
+    axes.legend(fontsize=7, loc="best")
+
+
 def _panel_width(panel_count: int, rows: int) -> float:
     # One panel keeps the width it always had; panels side by side share theirs.
     return max(7.0, 1.1 * rows + 2) if panel_count == 1 else panel_count * max(5.0, 1.1 * rows + 1.5)
 
 
-def write_plot(report: Report, path: Path) -> None:
-    """Write the PNG atomically: one row of panels per section, its bars per configuration (or run)."""
+def _named(titles: list[str]) -> str:
+    shown = ", ".join(titles[:NAMED])
+    return shown + (f" and {len(titles) - NAMED} more" if len(titles) > NAMED else "")
+
+
+def plotted(report: Report) -> tuple[list[tuple[Section, list[Row], list]], list[str]]:
+    """What the plot draws, bounded whatever the results directory holds: at most MAX_SECTIONS sections, each
+    at most MAX_PANELS panels (its bar panels, then a curve per series) of at most MAX_ROWS rows; and one line
+    for each thing it leaves out."""
+    drawable, left_out = [], []
+    for section in report.sections:
+        keys = {key for panel in panels(section) for key, _ in panel}
+        rows = [
+            row for row in section.rows if row.curves or any(column_of(key).measure(row) is not None for key in keys)
+        ]
+        if not rows:
+            continue
+        drawn = [("bars", panel) for panel in panels(section)] + [("curve", name) for name in section.series_names]
+        if len(drawn) > MAX_PANELS:
+            names = [" + ".join(name for _, name in what) if kind == "bars" else what for kind, what in drawn]
+            left_out.append(f"{section.title}: the panels {_named(names[MAX_PANELS:])} (at most {MAX_PANELS})")
+        if len(rows) > MAX_ROWS:
+            left_out.append(f"{section.title}: {len(rows) - MAX_ROWS} rows after the first {MAX_ROWS}")
+        drawable.append((section, rows[:MAX_ROWS], drawn[:MAX_PANELS]))
+    if len(drawable) > MAX_SECTIONS:
+        titles = [section.title for section, _, _ in drawable[MAX_SECTIONS:]]
+        left_out.append(f"{len(titles)} sections after the first {MAX_SECTIONS}: {_named(titles)}")
+    return drawable[:MAX_SECTIONS], left_out
+
+
+def write_plot(report: Report, path: Path) -> list[str]:
+    """Write the PNG atomically: one row of panels per section, its bars per configuration (or run), its
+    series as curves; return what the bounds left out (plotted), a line each."""
     require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    drawable = []
-    for section in report.sections:
-        keys = {key for panel in panels(section) for key, _ in panel}
-        rows = [row for row in section.rows if any(column_of(key).measure(row) is not None for key in keys)]
-        if rows:
-            drawable.append((section, rows))
+    drawable, left_out = plotted(report)
     if not drawable:
         raise EnvkitError(
             "nothing to plot: no configuration recorded per-epoch timings and no command's run succeeded "
             "(runs stopped before an epoch ended, or failed?)"
         )
-    columns = math.lcm(*(len(panels(section)) for section, _ in drawable))
+    columns = math.lcm(*(len(drawn) for _, _, drawn in drawable))
     figure = pyplot.figure(
         figsize=(
             # Published rows bring three-line, slanted tick labels: give each panel room for them.
-            max(_panel_width(len(panels(section)), len(rows)) for section, rows in drawable),
+            min(MAX_WIDTH, max(_panel_width(len(drawn), len(rows)) for _, rows, drawn in drawable)),
             (5.2 if report.reference else 4.2) * len(drawable),
         )
     )
     grid = figure.add_gridspec(len(drawable), columns)
-    for line, (section, rows) in enumerate(drawable):
+    for line, (section, rows, drawn) in enumerate(drawable):
         sources = list(dict.fromkeys(row.source for row in rows))
-        span = columns // len(panels(section))
-        for index, drawn_bars in enumerate(panels(section)):
-            _draw_panel(
-                figure.add_subplot(grid[line, index * span : (index + 1) * span]), section, drawn_bars, rows, sources
-            )
+        span = columns // len(drawn)
+        for index, (kind, what) in enumerate(drawn):
+            axes = figure.add_subplot(grid[line, index * span : (index + 1) * span])
+            if kind == "bars":
+                _draw_panel(axes, section, what, rows, sources)
+            else:
+                _draw_curves(axes, section, what, rows)
     figure.suptitle(
         "envkit comparison (mean ± std; hatched bars: published numbers)"
         if report.reference
@@ -144,3 +196,4 @@ def write_plot(report: Report, path: Path) -> None:
             figure.savefig(stream, format="png", dpi=110, metadata={"Software": None})
     finally:
         pyplot.close(figure)
+    return left_out

@@ -14,6 +14,7 @@ into the results directory, and the report refuses it (one line naming it) rathe
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -80,6 +81,13 @@ class RunResult:
         None  # the run wrapper's block (experiment, argv, exit_status, wall_time_s), if it started the run
     )
     metrics: dict[str, float] = field(default_factory=dict)  # every numeric metric reported, nested keys joined by "."
+    # What the report compares a run by, where the record carries it (each optional: older records lack them).
+    started_at: str | None = None  # the run block's (UTC, ISO 8601), else the record's own
+    series: dict = field(default_factory=dict)  # a command's per-step series: name -> {"step": [...], "value": [...]}
+    device: dict | None = None  # the run block's device (the run wrapper's): what the program really initialised
+    target: str | None = None  # the envkit target it ran on, where the record names it
+    data: object = None  # the data it read, where the record names it (any JSON value)
+    not_finite: tuple[str, ...] = ()  # the metrics it reported as NaN or ±inf (left out of .metrics)
 
     @property
     def experiment(self) -> str | None:
@@ -94,6 +102,33 @@ class RunResult:
         """The run name the run was started with: a repeated run's file adds -2, -3, ... to it, its settings do not."""
         name = self.settings.get("run_name")
         return name if isinstance(name, str) else self.run_name
+
+
+def not_finite_metrics(metrics: dict, prefix: str = "") -> tuple[str, ...]:
+    """The names (as flat_metrics joins them) of the metrics reported as NaN or ±inf."""
+    names: list[str] = []
+    for key, value in metrics.items():
+        if isinstance(value, dict):
+            names += not_finite_metrics(value, f"{prefix}{key}.")
+        elif isinstance(value, float) and not math.isfinite(value):
+            names.append(f"{prefix}{key}")
+    return tuple(names)
+
+
+def _record_facts(document: dict) -> dict:
+    """The optional facts of a record the report groups and labels runs by (RunResult's started_at ... not_finite)."""
+    run = document.get("run") if isinstance(document.get("run"), dict) else {}
+    notebook = document.get("notebook") if isinstance(document.get("notebook"), dict) else {}
+    device = document.get("device", run.get("device"))
+    target = document.get("target", run.get("target", notebook.get("target")))
+    return {
+        "started_at": run.get("started_at") or document.get("started_at"),
+        "series": document.get("series") or {},
+        "device": device if isinstance(device, dict) else None,
+        "target": target if isinstance(target, str) else None,
+        "data": document.get("data", run.get("data")),
+        "not_finite": not_finite_metrics(document.get("metrics") or {}),
+    }
 
 
 def flat_metrics(metrics: dict, prefix: str = "") -> dict[str, float]:
@@ -187,9 +222,57 @@ def _where(error: jsonschema.ValidationError) -> str:
     return ".".join(str(part) for part in error.absolute_path) or "top level"
 
 
+@cache
+def _validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(results_schema())
+
+
+# The scalar item schemas a long array may hold (a series' steps and values, the distributions), checked in a
+# plain loop: jsonschema descends into every item (100,000 per second), which made 5,000 records take a minute.
+# By exact type: a bool is no integer or number to JSON Schema (a float that is whole goes the slow way).
+_SCALAR_TYPES = {"integer": {int}, "number": {int, float}, "string": {str}}
+
+
+def _scalar_items(schema) -> tuple[set, re.Pattern | None] | None:
+    """(the Python types, the compiled pattern) an array's item schema allows, if it is only a type (and pattern)."""
+    if (
+        not isinstance(schema, dict)
+        or not set(schema) <= {"type", "pattern"}
+        or schema.get("type") not in _SCALAR_TYPES
+    ):
+        return None
+    return _SCALAR_TYPES[schema["type"]], re.compile(schema["pattern"]) if "pattern" in schema else None
+
+
+def _without_scalar_arrays(document, schema):
+    """``document`` with each array of scalar items emptied, once every item passed the plain check; None when an
+    item did not (the whole document then goes through jsonschema, for its message)."""
+    if isinstance(document, dict) and isinstance(schema, dict):
+        properties = schema.get("properties", {})
+        others = schema.get("additionalProperties")
+        kept = {}
+        for key, value in document.items():
+            inner = properties.get(key, others if isinstance(others, dict) else None)
+            kept[key] = value if inner is None else _without_scalar_arrays(value, inner)
+            if kept[key] is None and value is not None:
+                return None
+        return kept
+    if isinstance(document, list) and isinstance(schema, dict) and (scalar := _scalar_items(schema.get("items"))):
+        types, pattern = scalar
+        if not {type(item) for item in document} <= types or (pattern and not all(map(pattern.search, document))):
+            return None
+        if schema.get("uniqueItems") and len(set(document)) != len(document):
+            return None
+        return []
+    return document
+
+
 def schema_error(document: dict) -> str | None:
     """The most relevant way ``document`` breaks the current schema, one line, or None."""
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(results_schema()).iter_errors(document))
+    skeleton = _without_scalar_arrays(document, results_schema())
+    if skeleton is not None and _validator().is_valid(skeleton):
+        return None
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(document))
     return None if error is None else f"{_where(error)}: {error.message}"
 
 
@@ -232,6 +315,7 @@ def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
         settings=document.get("settings") or {},
         run=document.get("run"),
         metrics=flat_metrics(document["metrics"]),
+        **_record_facts(document),
     )
     return result, note
 
@@ -249,6 +333,7 @@ def _command_run(path: Path, document: dict) -> RunResult:
         notebook=document.get("notebook"),
         run=document["run"],
         metrics=flat_metrics(document["metrics"] or {}),
+        **_record_facts(document),
     )
 
 

@@ -22,8 +22,9 @@ from xla_env import xla_python
 
 from envkit.cli import main
 from envkit.project.experiments import experiment
+from envkit.runs.formats import render_report
 from envkit.runs.plot import write_plot
-from envkit.runs.report import build_report, render_report
+from envkit.runs.report import build_report
 from envkit.runs.results import load_results
 
 RESULTS = DATA / "results" / "e3"

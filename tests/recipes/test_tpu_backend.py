@@ -351,6 +351,6 @@ def test_faked_torch_tpu_each_torchrun_process_trains_a_ddp_replica(cpu_as_torch
         configuration["strategy"],
         configuration["world_size"],
     ) == ("torch_tpu", "ddp", None, 1)
-    from envkit.runs.report import configuration_label
+    from envkit.runs.model import configuration_label
 
     assert configuration_label(configuration) == "tpu DDP×1 (torch_tpu)"

@@ -12,8 +12,9 @@ from paths import DATA, REPO_ROOT
 
 from envkit.cli import main
 from envkit.errors import EnvkitError
+from envkit.runs.model import Report
 from envkit.runs.plot import require_matplotlib, write_plot
-from envkit.runs.report import Report, build_report
+from envkit.runs.report import build_report
 from envkit.runs.results import load_results
 
 RESULTS = DATA / "results" / "mixed"

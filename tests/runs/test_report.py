@@ -13,7 +13,8 @@ from report_golden import check_golden
 
 from envkit.cli import main
 from envkit.errors import EnvkitError
-from envkit.runs.report import build_report, pooled, render_report
+from envkit.runs.formats import render_report
+from envkit.runs.report import build_report, pooled
 from envkit.runs.results import Stat, load_results, parse, stat_of
 
 RESULTS = DATA / "results" / "mixed"
@@ -154,6 +155,17 @@ def test_a_published_row_is_compared_only_with_runs_that_did_the_same_work(mixed
     assert "| published" not in real
 
 
+def test_a_recipes_runs_of_other_epochs_are_never_pooled(mixed):
+    """Before: a row pooled 1-epoch and 2-epoch runs of one configuration (issue 32 §2)."""
+    results, _ = mixed
+    cpu_a = next(r for r in results if r.run_name == "cpu-a")
+    longer = dataclasses.replace(cpu_a, run_name="cpu-a-3-epochs", settings={**cpu_a.settings, "epochs": 3})
+    titles = [section.title for section in build_report(results + [longer]).sections if section.recipe == "mnist"]
+    assert titles == ["mnist · dataset fake · 2 epochs", "mnist · dataset fake · 3 epochs", "mnist · dataset real"]
+    fake = [s for s in build_report(results + [longer]).sections if s.title.startswith("mnist · dataset fake")]
+    assert [row.runs for row in fake[1].rows] == [1]
+
+
 def test_repeated_runs_and_schema_versions_aggregate(mixed):
     results, warnings = mixed
     cpu_mnist = [r for r in results if r.recipe == "mnist" and r.configuration["device"] == "cpu"]
@@ -179,7 +191,9 @@ def test_output_does_not_depend_on_file_order(mixed):
     results, _ = mixed
     # a second cpu configuration that differs only in batch: same label, same sort position
     cpu_mnist = next(r for r in results if r.run_name == "cpu-a")
-    smaller_batch = dataclasses.replace(cpu_mnist, configuration={**cpu_mnist.configuration, "global_batch": 64})
+    smaller_batch = dataclasses.replace(
+        cpu_mnist, run_name="cpu-b64", configuration={**cpu_mnist.configuration, "global_batch": 64}
+    )
     results = results + [smaller_batch]
     for output_format in ("md", "csv", "json"):
         forward = render_report(build_report(results, reference=True), output_format)
@@ -308,7 +322,9 @@ def test_rows_of_differing_environments_are_marked():
 def test_a_row_whose_runs_ran_in_two_environments_carries_both_marks():
     results, _ = load_results(BACKENDS)
     xla = next(r for r in results if r.run_name == "tpu-xla")
-    other_python = dataclasses.replace(xla, environment={**xla.environment, "python": "3.11.9"})
+    other_python = dataclasses.replace(
+        xla, run_name="tpu-xla-py311", environment={**xla.environment, "python": "3.11.9"}
+    )
     report = build_report(results + [other_python])
     section = next(s for s in report.sections if s.recipe == "mnist")
     assert {row.label: row.mark for row in section.rows} == {
@@ -365,7 +381,9 @@ def test_strict_compares_runs_of_one_environment(tmp_path, capsys):
 
 
 def test_report_data_names_known_recipes_columns_and_statistics():
-    from envkit.runs.report import COLUMNS, FLAT_FIELDS, ROW_KEYS, _drawable, _known, report_facts
+    from envkit.runs.columns import COLUMNS, FLAT_FIELDS
+    from envkit.runs.published import _drawable, _known, report_facts
+    from envkit.runs.report import ROW_KEYS
     from envkit.runs.results import CONFIGURATION_KEYS, ENVIRONMENT_KEYS, KNOWN_RECIPES, STAT_KEYS
 
     facts = report_facts()
@@ -397,8 +415,9 @@ def test_a_new_recipe_is_reported_from_data_alone(monkeypatch, tmp_path):
     """report.py and plot.py hold no per-recipe code: an entry in report.yaml is enough."""
     from envkit.runs import report as report_module
     from envkit.runs.plot import write_plot
+    from envkit.runs.published import report_facts
 
-    facts = report_module.report_facts()
+    facts = report_facts()
     imagenet = {**facts["recipes"]["cifar"], "speedup": {"metric": "epoch_s", "name": "epoch"}, "tick": "{model}"}
     monkeypatch.setattr(
         report_module, "project_facts", lambda config: {**facts, "recipes": {**facts["recipes"], "imagenet": imagenet}}

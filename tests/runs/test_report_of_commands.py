@@ -15,15 +15,33 @@ from results_contract import assert_valid_results
 
 from envkit.cli import main
 from envkit.errors import EnvkitError
-from envkit.runs.report import build_report, project_facts, render_report
+from envkit.runs.formats import render_report
+from envkit.runs.published import project_facts
+from envkit.runs.report import build_report
 from envkit.runs.results import load_results
 from envkit.support import provenance
 
 ENVIRONMENT = "a device, python 3.11.7, torch 2.13.0, image {image}, lock abababababab"
 
 
-def record(directory: Path, name: str, *, device: str, image: str | None, wall: float, status: int = 0, metrics=None):
-    """A results file as envkit_run.py writes it for a command that keeps no record of its own."""
+def record(
+    directory: Path,
+    name: str,
+    *,
+    device: str,
+    image: str | None,
+    wall: float,
+    status: int = 0,
+    metrics=None,
+    argv=("python", "train.py"),
+    lock: str | None = "ab" * 32,
+    started_at: str = "2026-11-25T22:00:00+00:00",
+    series=None,
+    used: dict | None = None,
+    **extra,
+):
+    """A results file as envkit_run.py writes it for a command that keeps no record of its own; ``extra``: the
+    record's optional facts (target, data); ``used``: the run block's device (what the program initialised)."""
     directory.mkdir(exist_ok=True)
     document = {
         "schema_version": 3,
@@ -31,13 +49,15 @@ def record(directory: Path, name: str, *, device: str, image: str | None, wall: 
         "run": {
             "record_version": 1,
             "experiment": "train",
-            "argv": ["python", "train.py"],
+            "argv": list(argv),
             "exit_status": status,
-            "started_at": "2026-11-25T22:00:00+00:00",
+            "started_at": started_at,
             "wall_time_s": wall,
+            **({"device": used} if used is not None else {}),
         },
         "metrics": metrics,
-        "series": {},
+        "series": series or {},
+        **extra,
         "environment": {
             "host": "box",
             "device_type": device,
@@ -49,7 +69,7 @@ def record(directory: Path, name: str, *, device: str, image: str | None, wall: 
             "image": image,
             "image_id": None,
             "image_digest": None,
-            "lock_sha256": "ab" * 32,
+            "lock_sha256": lock,
             "git_revision": "0123456789abcdef",
             "git_dirty": True,
             "distributions": [],
@@ -107,18 +127,17 @@ def test_runs_of_one_experiment_are_compared_across_places(runs):
     assert lines[4] == "## experiment train"
     assert "baseline: cpu on envkit-cpu:latest (the cpu run, else the first; choose with --baseline)." in lines[6]
     assert lines[8:12] == [
-        "| where | runs | failed | wall time s | acc | train.loss | speed-up (wall time) | environment |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-        "| cpu on envkit-cpu:latest | 2 | 0 | 11.000 ± 1.000 | 0.6 ± 0.1 | 1.5 ± 0.5 | 1.00× | "
-        + ENVIRONMENT.format(image="envkit-cpu:latest")
-        + " |",
-        # the failed run is counted, not measured: 2.75 s alone, 11 / 2.75 = 4
-        "| cuda on envkit-cuda:latest | 2 | 1 | 2.750 | 0.9 | – | 4.00× | "
-        + ENVIRONMENT.format(image="envkit-cuda:latest")
-        + " |",
+        "| where | runs | failed | wall time s | acc | train.loss | speed-up (wall time) | device used | lock "
+        "| environment |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| cpu on envkit-cpu:latest | 2 | 0 | 11.000 ± 1.000 | 0.6 ± 0.1 | 1.5 ± 0.5 | 1.00× "
+        "| a device (not checked) | abababababab | " + ENVIRONMENT.format(image="envkit-cpu:latest") + " |",
+        # the failed run is counted, not measured: 2.75 s alone, 11 / 2.75 = 4, ± 4 × (1 / 11): the cpu runs' spread
+        "| cuda on envkit-cuda:latest | 2 | 1 | 2.750 | 0.9 | – | 4.00× ± 0.36 "
+        "| a device (not checked) | abababababab | " + ENVIRONMENT.format(image="envkit-cuda:latest") + " |",
     ]
     text = render_report(build_report(results, baseline="cuda on envkit-cuda:latest"), "md")
-    assert "baseline: cuda on envkit-cuda:latest (--baseline)" in text and "| 0.25× |" in text
+    assert "baseline: cuda on envkit-cuda:latest (--baseline)" in text and "| 0.25× ± 0.02 |" in text
 
 
 def test_without_a_cpu_run_the_first_place_is_the_baseline(runs):
@@ -197,3 +216,203 @@ def test_a_bad_report_yaml_is_one_line_naming_it(runs, tmp_path, capsys, text, p
     assert str(error.value).startswith(f"{tmp_path / 'report.yaml'}: {problem}")
     assert main(["report", str(runs), "--config", str(config)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+# ---- comparisons (issue 32 §2): the runs that did the same work, a row per target, each on its own lock
+
+
+def _sections(results_dir: Path):
+    return build_report(load_results(results_dir)[0]).sections
+
+
+def test_runs_of_other_arguments_are_their_own_comparison_and_the_title_says_so(tmp_path):
+    """Before: one row pooled --epochs 1 and --epochs 2 runs (24.8 ± 5.1 s)."""
+    results = tmp_path / "results"
+    record(results, "a", device="cpu", image=None, wall=20.0, argv=["python", "train.py", "--epochs", "1"])
+    # torchrun's launcher words and another interpreter are no difference in the work
+    record(results, "b", device="cpu", image=None, wall=22.0, argv=["/v/bin/python", "train.py", "--epochs", "1"])
+    record(results, "c", device="cpu", image=None, wall=40.0, argv=["torchrun", "--nproc-per-node=1", "train.py"])
+    one, other = _sections(results)
+    assert [row.runs for row in one.rows] == [1] and one.work["arguments"] == []
+    assert [row.runs for row in other.rows] == [2] and other.work["arguments"] == ["--epochs", "1"]
+    assert other.title == "experiment train · arguments `--epochs 1`"
+    text = render_report(build_report(load_results(results)[0]), "md")
+    assert "## experiment train · arguments `--epochs 1`\n" in text and "## experiment train · arguments none" in text
+    assert "Not pooled with the other runs of `train`: they differ in arguments `--epochs 1`" in text
+
+
+def test_a_targets_older_lock_is_a_comparison_of_its_own(tmp_path):
+    """Before: a locked run and an unlocked run of one target were one row."""
+    results = tmp_path / "results"
+    record(results, "a", device="cpu", image=None, wall=10.0, target="cpu")
+    record(results, "b", device="cuda", image=None, wall=2.0, target="cuda", started_at="2026-11-26T10:00:00+00:00")
+    record(results, "c", device="cuda", image=None, wall=9.0, target="cuda", lock=None)
+    main_comparison, apart = _sections(results)
+    assert [(row.label, row.lock, row.speedup) for row in main_comparison.rows] == [
+        ("cpu", "ab" * 32, 1.0),
+        ("cuda", "ab" * 32, 5.0),
+    ]
+    assert [(row.label, row.lock) for row in apart.rows] == [("cuda", None)]
+    assert apart.differs == ["cuda on no lock (an older lock of the target)"]
+
+
+def test_records_of_one_experiment_on_several_targets_form_one_comparison_a_row_per_target(tmp_path):
+    results = tmp_path / "results"
+    for name, target, device, wall in [
+        ("a", "cpu", "cpu", 8.0),
+        ("b", "cpu", "cpu", 12.0),
+        ("c", "tpu-vm", "tpu", 2.0),
+    ]:
+        record(results, name, device=device, image=None, wall=wall, target=target)
+    (section,) = _sections(results)
+    assert [(row.label, row.runs, row.speedup) for row in section.rows] == [("cpu", 2, 1.0), ("tpu-vm", 1, 5.0)]
+    # 10 ± 2 s against 2 s: the spread is the baseline's relative std
+    assert section.rows[1].speedup_std == pytest.approx(5.0 * 2 / 10)
+    text = render_report(build_report(load_results(results)[0]), "md")
+    assert "| tpu-vm | 1 | 0 | 2.000 | 5.00× ± 1.00 |" in text
+
+
+def test_a_gpu_targets_run_that_initialised_no_accelerator_is_a_cpu_run_without_a_speedup(tmp_path):
+    """Before: a CPU run of the cuda target read `cuda`, and its wall time joined the target's speed-up."""
+    results = tmp_path / "results"
+    record(results, "a", device="cpu", image=None, wall=10.0, target="cpu")
+    gpu = {"observed": True, "accelerator": "cuda", "name": "NVIDIA H100", "count": 1, "label": "cuda"}
+    record(results, "b", device="cuda", image=None, wall=1.0, target="cuda", used=gpu)
+    # The wrapper records the device it saw in the environment too: the cpu, beside the label's cuda.
+    cpu = {"observed": True, "accelerator": "cpu", "name": "AMD EPYC", "count": None, "label": "cuda"}
+    record(results, "c", device="cpu", image=None, wall=11.0, target="cuda", used=cpu)
+    (section,) = _sections(results)
+    rows = {row.label: row for row in section.rows}
+    assert rows["cuda"].device == "NVIDIA H100" and rows["cuda"].speedup == 10.0 and rows["cuda"].runs == 1
+    stand_in = rows["cuda (CPU run)"]
+    assert stand_in.cpu_stand_in and stand_in.speedup is None and stand_in.device == "AMD EPYC (no accelerator)"
+    assert stand_in.configuration["device"] == "cpu"
+    text = render_report(build_report(load_results(results)[0]), "md")
+    assert "cuda (CPU run): runs of an accelerator's target whose device block shows no accelerator" in text
+
+
+def test_a_counter_is_no_metric_and_series_are_curves_with_the_first_step_apart(tmp_path):
+    """Before: dvclive's step was tabled and plotted as a metric, and the acc series was never drawn."""
+    results = tmp_path / "results"
+    series = {"acc": {"step": [0, 1, 2, 3], "value": [0.1, 0.5, 0.6, 0.7]}, "step": {"step": [0], "value": [0]}}
+    record(results, "a", device="cpu", image=None, wall=5.0, metrics={"acc": 0.7, "step": 3}, series=series)
+    (section,) = _sections(results)
+    (row,) = section.rows
+    assert list(row.metrics) == ["acc"] and list(row.curves) == ["acc"]
+    curve = row.curves["acc"]
+    assert curve.steps == (0, 1, 2, 3) and curve.first.mean == 0.1
+    assert curve.steady.mean == pytest.approx(0.6) and curve.steady.n == 3
+    text = render_report(build_report(load_results(results)[0]), "md")
+    assert "| step |" not in text and "| where | series | runs | steps | first step | steady state |" in text
+    assert "| cpu on box | acc | 1 | 0–3 | 0.1 | 0.6 ± 0.082 |" in text
+
+
+def test_a_long_series_is_a_bounded_curve(tmp_path):
+    from envkit.runs.comparison import CURVE_POINTS
+
+    results = tmp_path / "results"
+    steps = list(range(10_000))
+    record(results, "a", device="cpu", image=None, wall=5.0, series={"loss": {"step": steps, "value": steps}})
+    (section,) = _sections(results)
+    curve = section.rows[0].curves["loss"]
+    assert len(curve.steps) <= CURVE_POINTS and curve.steps[0] == 0 and curve.stride == 50
+
+
+def test_the_plot_draws_series_as_curves_and_says_what_it_leaves_out(tmp_path):
+    pytest.importorskip("matplotlib")
+    from envkit.runs.plot import MAX_SECTIONS, plotted, write_plot
+
+    results = tmp_path / "results"
+    series = {"acc": {"step": [0, 1, 2], "value": [0.1, 0.5, 0.6]}}
+    for index in range(MAX_SECTIONS + 2):
+        argv = ["python", "train.py", "--seed", str(index)]
+        record(results, f"r{index}", device="cpu", image=None, wall=1.0 + index, argv=argv, series=series)
+    report = build_report(load_results(results)[0])
+    drawable, left_out = plotted(report)
+    assert len(drawable) == MAX_SECTIONS and drawable[0][2][-1] == ("curve", "acc")
+    assert left_out == [
+        f"2 sections after the first {MAX_SECTIONS}: experiment train · arguments `--seed 8`, "
+        "experiment train · arguments "
+        "`--seed 9`"
+    ]
+    assert write_plot(report, tmp_path / "plot.png") == left_out
+
+
+def test_data_that_differs_is_its_own_comparison(tmp_path):
+    results = tmp_path / "results"
+    record(results, "a", device="cpu", image=None, wall=1.0, data={"mnist": "sha256:aa"})
+    record(results, "b", device="cpu", image=None, wall=1.0, data={"mnist": "sha256:bb"})
+    titles = [section.title for section in _sections(results)]
+    assert titles == [
+        'experiment train · data {"mnist": "sha256:aa"}',
+        'experiment train · data {"mnist": "sha256:bb"}',
+    ]
+
+
+# ---- wrong answers (issue 33 §10): NaN, partial metrics, copies, a newline in a name
+
+
+def test_a_nan_is_counted_and_said_never_dropped(tmp_path, capsys):
+    """Before: loss 0.5, 0.7 and NaN read `runs 3 | failed 0 | loss 0.6 ± 0.1`."""
+    results = tmp_path / "results"
+    for name, loss in (("a", 0.5), ("b", 0.7), ("c", float("nan"))):
+        record(results, name, device="cpu", image=None, wall=1.0, metrics={"loss": loss}, started_at=f"{name}")
+    assert main(["report", str(results)]) == 0
+    out, err = capsys.readouterr()
+    assert "| 3 | 0 | 1.000 ± 0.000 | 0.6 ± 0.1 (2 of 3 runs, 1 NaN/inf) |" in out
+    assert "NaN/inf: values a run reported as NaN or ±inf are counted in the cell, left out of its mean." in out
+    assert err == (
+        f"envkit: warning: {results / 'c.json'}: loss reported as NaN or ±inf: counted in its row, "
+        "left out of the mean\n"
+    )
+
+
+def test_a_metric_only_some_runs_report_says_how_many(tmp_path):
+    results = tmp_path / "results"
+    record(results, "a", device="cpu", image=None, wall=1.0, metrics={"acc": 0.5, "loss": 1}, started_at="a")
+    record(results, "b", device="cpu", image=None, wall=1.0, metrics={"loss": 2}, started_at="b")
+    text = render_report(build_report(load_results(results)[0]), "md")
+    assert "| 0.5 (1 of 2 runs) | 1.5 ± 0.5 |" in text
+    assert "k of n runs: a metric only some of the row's successful runs reported; its mean is theirs." in text
+
+
+def test_a_copied_record_is_counted_once(tmp_path, capsys):
+    """Before: a copy (same run name and start) was a second run."""
+    results = tmp_path / "results"
+    record(results, "a", device="cpu", image=None, wall=1.0)
+    (results / "a-copy.json").write_text((results / "a.json").read_text())
+    assert main(["report", str(results)]) == 0
+    out, err = capsys.readouterr()
+    assert "1 run in 1 configuration; 1 copied record (the run name and start of another) counted once." in out
+    assert "| cpu on box | 1 | 0 |" in out
+    assert (
+        err == f"envkit: warning: {results / 'a.json'} repeats {results / 'a-copy.json'} "
+        "(the same run name and start): counted once\n"
+    )
+
+
+def test_a_metric_name_with_a_newline_or_braces_keeps_the_table_whole(tmp_path):
+    results = tmp_path / "results"
+    record(results, "a", device="cpu", image=None, wall=1.0, metrics={"acc\nuracy": 0.5, "loss{x}": 1})
+    text = render_report(build_report(load_results(results)[0]), "md")
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    assert len(table) == 3 and len({line.count(" | ") for line in table}) == 1
+    assert "| acc\\nuracy | loss{x} |" in table[0]
+
+
+def test_what_the_run_wrapper_warns_is_said_under_the_table(tmp_path):
+    """Issue 32 §4: a lock that differs from what ran is a warning in the record, and in the report."""
+    results = tmp_path / "results"
+    document = record(results, "a", device="cpu", image=None, wall=1.0)
+    document["run"]["warnings"] = ["torch 2.13.0 ran, the lock has 2.9.0"]
+    (results / "a.json").write_text(json.dumps(document))
+    text = render_report(build_report(load_results(results)[0]), "md")
+    assert "cpu on box: the run wrapper warns: torch 2.13.0 ran, the lock has 2.9.0" in text
+
+
+def test_a_run_whose_program_reported_no_device_keeps_its_label_unchecked(tmp_path):
+    results = tmp_path / "results"
+    unseen = {"observed": False, "accelerator": None, "label": "cuda"}
+    record(results, "a", device="cuda", image=None, wall=3.0, target="cuda", used=unseen)
+    ((row,),) = [section.rows for section in _sections(results)]
+    assert row.device == "a device (not checked)" and not row.cpu_stand_in and row.speedup == 1.0

@@ -1,0 +1,265 @@
+"""A command's runs as comparisons (issue 32 §2): the runs that did the same work, a row per target.
+
+Runs of an experiment did the same work when they ran the same arguments (the words after the script: ``python
+train.py --epochs 1`` and ``torchrun ... train.py --epochs 1`` alike) on the same data. A comparison holds those
+runs, one row per target, each target on its own lock: a target whose runs used several locks joins with its
+newest lock's runs, and each other lock's runs are a comparison of their own. Runs whose arguments, data or locks
+differ are never pooled, and the title of each comparison of an experiment that has several says what differs.
+
+Every key is read from the record (envkit.runs.results.RunResult): the experiment and argv of the run wrapper's
+block (its ``args`` where it writes them), the record's ``data`` and ``target`` where it names them (today's
+records name neither: the target is then where the run ran, its device and image, host or notebook), and the
+environment's lock. The run block's device, where the record has one, says what the program really initialised: a run
+on a GPU or TPU target that initialised no accelerator is a CPU run, a row of its own kept out of speed-ups.
+A row's wall time and every metric are mean ± std over its successful runs; counters (report.yaml ``counters``:
+dvclive's ``step``) are not metrics; series are curves, their first step apart from the steady state.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+
+from envkit.runs.environments import environment_facts, environment_line, short
+from envkit.runs.model import OURS, Curve, Row, Section, notebook_label
+from envkit.runs.published import report_facts, section_facts
+from envkit.runs.results import RunResult, Stat, stat_of
+
+# The device block's words for "no accelerator initialised".
+NO_ACCELERATOR = (None, "", "none", "cpu")
+# A curve keeps at most this many points: a plot and a page stay small whatever a series' length.
+CURVE_POINTS = 200
+
+
+def arguments_of(run: RunResult) -> tuple[str, ...]:
+    """The run's arguments: the run block's ``args`` where the wrapper writes them, else the words of argv after
+    the script (after the program for a command that runs no .py file), so an interpreter's path or a launcher's
+    flags are never a difference in the work."""
+    recorded = run.run.get("args")
+    if isinstance(recorded, list) and all(isinstance(word, str) for word in recorded):
+        return tuple(recorded)
+    argv = run.run["argv"]
+    script = next((index for index, word in enumerate(argv) if word.endswith(".py")), 0)
+    return tuple(argv[script + 1 :])
+
+
+def place_of(run: RunResult) -> str:
+    """Where a command ran: its device, and the notebook, else the image, else the host."""
+    environment = run.environment
+    where = (
+        notebook_label(run.notebook)
+        if run.notebook is not None
+        else environment.get("image") or environment.get("host") or "unknown host"
+    )
+    return f"{environment.get('device_type') or 'unknown device'} on {where}"
+
+
+def target_of(run: RunResult) -> str:
+    """The target the record names, else where the run ran."""
+    return run.target or place_of(run)
+
+
+def used_device(run: RunResult) -> tuple[str, bool | None]:
+    """What the run really initialised, in words, and whether it was an accelerator; (the label's device, None)
+    where the record has no device block, or one that observed nothing (a program that is not Python). The
+    block (the run wrapper's run.device) names the ``accelerator`` initialised (cuda, tpu, else cpu), its
+    ``name`` and ``count``, and the target's ``label``."""
+    block = run.device
+    if block is None or block.get("observed") is False:
+        label = run.environment.get("device_name") or run.environment.get("device_type") or "unknown device"
+        return f"{label} (not checked)", None
+    kind = block.get("accelerator")
+    name = block.get("name") or kind or "CPU"
+    if kind in NO_ACCELERATOR:
+        return f"{name} (no accelerator)", False
+    count = block.get("count")
+    return (f"{name} ×{count}" if isinstance(count, int) and count > 1 else str(name)), True
+
+
+def promised(run: RunResult) -> str | None:
+    """The device the run's target promised: the device block's label, else the environment's device type."""
+    block = run.device or {}
+    return block["label"] if "label" in block else run.environment.get("device_type")
+
+
+def cpu_stand_in(run: RunResult) -> bool:
+    """A run of an accelerator's target (its label is not the cpu) that initialised no accelerator."""
+    return promised(run) not in NO_ACCELERATOR and used_device(run)[1] is False
+
+
+def _data_key(run: RunResult) -> str | None:
+    return None if run.data is None else json.dumps(run.data, sort_keys=True)
+
+
+def _work_key(run: RunResult) -> tuple:
+    return (run.experiment, arguments_of(run), _data_key(run))
+
+
+def _stat(values: list[float]) -> Stat | None:
+    return Stat(**stat_of(values)) if values else None
+
+
+def is_counter(name: str) -> bool:
+    """A counter the program logs beside its metrics (dvclive's ``step``), by its last name part."""
+    return name.rsplit(".", 1)[-1] in report_facts()["counters"]
+
+
+def _curve(runs: list[RunResult], name: str) -> Curve | None:
+    """The mean curve of series ``name`` over ``runs`` (those that wrote it), bounded to CURVE_POINTS points."""
+    written = [run.series[name] for run in runs if run.series.get(name, {}).get("step")]
+    if not written:
+        return None
+    by_step: dict[int, list[float]] = {}
+    for series in written:
+        for step, value in zip(series["step"], series["value"]):
+            by_step.setdefault(step, []).append(value)
+    steps = sorted(by_step)
+    stride = max(1, math.ceil(len(steps) / CURVE_POINTS))
+    kept = steps[::stride]
+    later = [value for series in written for value in series["value"][1:]]
+    return Curve(
+        steps=tuple(kept),
+        values=tuple(sum(by_step[step]) / len(by_step[step]) for step in kept),
+        runs=len(written),
+        first=Stat(**stat_of([series["value"][0] for series in written])),
+        steady=_stat(later),
+        stride=stride,
+    )
+
+
+def _row(target: str, runs: list[RunResult], facts: dict) -> Row:
+    """One target's runs on one lock: wall time and each metric over the successful runs; failed runs counted."""
+    done = [run for run in runs if run.succeeded]
+    environments = sorted({environment_line(run.environment) for run in runs})
+    names = sorted({name for run in done for name in (*run.metrics, *run.not_finite) if not is_counter(name)})
+    values = {name: [run.metrics[name] for run in done if name in run.metrics] for name in names}
+    series = sorted({name for run in done for name in run.series if not is_counter(name)})
+    curves = {name: _curve(done, name) for name in series}
+    return Row(
+        source=OURS,
+        source_short=OURS,
+        recipe=None,
+        configuration={"device": "cpu" if cpu_stand_in(runs[0]) else promised(runs[0])},
+        runs=len(runs),
+        total_s=None,
+        first_epoch_s=None,
+        stats={},
+        test_accuracy=None,
+        environment=environments[0] if len(environments) == 1 else "mixed: " + "; ".join(environments),
+        experiment=runs[0].experiment,
+        environments=tuple(sorted({environment_facts(run) for run in runs}, key=json.dumps)),
+        facts=facts,
+        place=f"{target} (CPU run)" if cpu_stand_in(runs[0]) else target,
+        failed=len(runs) - len(done),
+        wall_time_s=_stat([run.run["wall_time_s"] for run in done]),
+        metrics={name: stat for name in names if (stat := _stat(values[name])) is not None},
+        target=target,
+        lock=runs[0].environment.get("lock_sha256"),
+        device=" / ".join(sorted({used_device(run)[0] for run in runs})),
+        cpu_stand_in=cpu_stand_in(runs[0]),
+        reported={name: len(values[name]) for name in names},
+        not_finite={name: count for name in names if (count := sum(name in run.not_finite for run in done)) > 0},
+        curves={name: curve for name, curve in curves.items() if curve is not None},
+        warnings=sorted(
+            {warning for run in runs for warning in run.run.get("warnings") or () if isinstance(warning, str)}
+        ),
+    )
+
+
+def _newest(runs: list[RunResult]) -> tuple:
+    return max((run.started_at or "", str(run.path)) for run in runs)
+
+
+def _split_by_lock(runs: list[RunResult]) -> tuple[list[RunResult], list[tuple[str, str | None, list[RunResult]]]]:
+    """The runs of one work: those that join its comparison (each target's newest lock's), and (target, lock,
+    runs) for every other lock of a target, a comparison each."""
+    by_target: dict[str, dict[str | None, list[RunResult]]] = {}
+    for run in runs:
+        by_target.setdefault(target_of(run), {}).setdefault(run.environment.get("lock_sha256"), []).append(run)
+    joined: list[RunResult] = []
+    apart = []
+    for target, locks in sorted(by_target.items()):
+        ordered = sorted(locks.items(), key=lambda item: _newest(item[1]), reverse=True)
+        joined += ordered[0][1]
+        apart += [(target, lock, lock_runs) for lock, lock_runs in ordered[1:]]
+    return joined, apart
+
+
+def arguments_text(arguments: Iterable[str]) -> str:
+    """A comparison's arguments in markdown: `--epochs 1`, or none."""
+    words = " ".join(arguments)
+    return f"`{words}`" if words else "none"
+
+
+def _differences(work: tuple, all_works: list[tuple], lock: tuple[str, str | None] | None) -> list[str]:
+    """What sets a comparison apart from its experiment's others: the facets whose values differ among them."""
+    _, arguments, data = work
+    differs = []
+    if len({other[1] for other in all_works}) > 1:
+        differs.append(f"arguments {arguments_text(arguments)}")
+    if len({other[2] for other in all_works}) > 1:
+        differs.append(f"data {data if data is not None else 'not recorded'}")
+    if lock is not None:
+        target, sha = lock
+        differs.append(f"{target} on {'lock ' + short(sha) if sha else 'no lock'} (an older lock of the target)")
+    return differs
+
+
+def command_sections(runs: list[RunResult], facts: dict) -> dict[tuple, Section]:
+    """The comparisons of a command's runs, keyed for the report's order: by experiment (after the recipes'
+    sections), then arguments and data, each target's older locks after."""
+    works: dict[tuple, list[RunResult]] = {}
+    for run in runs:
+        works.setdefault(_work_key(run), []).append(run)
+    by_experiment: dict[str, list[tuple]] = {}
+    for work in works:
+        by_experiment.setdefault(work[0], []).append(work)
+    sections: dict[tuple, Section] = {}
+    for work, work_runs in works.items():
+        experiment = work[0]
+        own = section_facts(facts, None, experiment)
+        joined, apart = _split_by_lock(work_runs)
+        groups = [(None, joined)] + [((target, lock), lock_runs) for target, lock, lock_runs in apart]
+        for lock, group in groups:
+            by_target: dict[str, list[RunResult]] = {}
+            for run in group:
+                by_target.setdefault((target_of(run), cpu_stand_in(run)), []).append(run)
+            rows = [_row(target, target_runs, own) for (target, _), target_runs in by_target.items()]
+            key = ("~", experiment, work[1], work[2] or "", "" if lock is None else json.dumps(lock))
+            sections[key] = Section(
+                None,
+                None,
+                own,
+                rows,
+                experiment=experiment,
+                work={"arguments": list(work[1]), "data": work_runs[0].data},
+                differs=_differences(work, by_experiment[experiment], lock),
+            )
+    return sections
+
+
+def _wall(row: Row) -> Stat | None:
+    return row.wall_time_s if row.wall_time_s and row.wall_time_s.mean > 0 else None
+
+
+def assign_speedups(rows: list[Row], baseline: str | None) -> None:
+    """Speed-up = the baseline row's wall time ÷ the row's, with its spread (both wall times' relative std, added
+    in quadrature); the baseline is ``baseline`` (a row's label), else the cpu target's row, else the first.
+    A CPU run of an accelerator's target gets none, and is never the baseline."""
+    measured = [row for row in rows if not row.cpu_stand_in and _wall(row)]
+    if baseline is not None:
+        reference = next((row for row in measured if row.label == baseline), None)
+    else:
+        reference = next((row for row in measured if row.configuration["device"] == "cpu"), None)
+        reference = reference or next(iter(measured), None)
+    if reference is None:
+        return
+    base = _wall(reference)
+    for row in measured:
+        wall = _wall(row)
+        row.speedup = base.mean / wall.mean
+        # The baseline's own ratio is 1 by definition: no spread.
+        spread = math.hypot(base.std / base.mean, wall.std / wall.mean)
+        row.speedup_std = None if row is reference else row.speedup * spread
+        row.baseline = reference.label

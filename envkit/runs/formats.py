@@ -1,0 +1,228 @@
+"""A report as markdown, csv or json: a pure function of the report, so the same results give the same bytes."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from envkit.runs.columns import (
+    COLUMNS,
+    COMMAND_COLUMNS,
+    Column,
+    column_of,
+    counted,
+    expanded,
+    metric_column,
+    significant,
+    words_and,
+)
+from envkit.runs.comparison import arguments_text
+from envkit.runs.environments import environments_text
+from envkit.runs.model import OURS, Report, Section
+
+
+def markdown_columns(section: Section, reference: bool) -> list[Column]:
+    """The columns of a section's table: report.yaml's, plus the source (--reference) and env (marked) columns."""
+    keys = expanded(list(section.facts["columns"]), section)
+    if section.environments:  # next to the environment it names
+        keys.insert(keys.index("environment") if "environment" in keys else len(keys), "env")
+    if reference and not section.experiment:
+        keys.insert(0, "source")
+    return [column_of(key) for key in keys]
+
+
+def _md_text(text: str) -> str:
+    """``text`` on one markdown line: a metric's or experiment's name may hold a newline (a program's own key)."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+def _md_line(cells: list[str]) -> str:
+    return "| " + " | ".join(_md_text(cell).replace("|", "\\|") for cell in cells) + " |"
+
+
+def _recipe_intro(section: Section, report: Report) -> list[str]:
+    facts = section.facts
+    metric = COLUMNS[facts["speedup"]["metric"]].short_name
+    within = words_and([COLUMNS[key].short_name for key in facts["comparable_by"]])
+    lines = [
+        f"Seconds are wall-clock; s/iter and s/epoch are mean ± std over all iterations/epochs of all runs. "
+        f"Speed-up = baseline {metric} ÷ row {metric}, within the same {within}; baseline: {report.baseline_rule}."
+    ]
+    if report.reference:
+        lines.append('Rows whose source starts with "published" are the published numbers, not measured here.')
+    if section.apart:
+        lines.append(section.apart)
+    return lines
+
+
+def _command_intro(section: Section, report: Report) -> list[str]:
+    baseline = next((row.baseline for row in section.rows if row.baseline), None)
+    work = section.work
+    data = f", data {json.dumps(work['data'], sort_keys=True)}" if work.get("data") is not None else ""
+    lines = [
+        f"Runs of `{section.experiment}` that did the same work (arguments {arguments_text(work.get('arguments', []))}"
+        f"{data}), a row per target on its own lock: the run wrapper's wall time in seconds and each metric the "
+        "program reported, mean ± std over its successful runs (failed runs are counted, not measured). "
+        "Speed-up = baseline wall time ÷ row wall time, ± its spread from both wall times' std; baseline: "
+        f"{baseline or 'none'} "
+        + (
+            "(--baseline)."
+            if report.baseline_rule.endswith("(--baseline)")
+            else "(the cpu run, else the first; choose with --baseline)."
+        )
+    ]
+    if section.differs:
+        lines.append(
+            f"Not pooled with the other runs of `{section.experiment}`: they differ in {words_and(section.differs)} "
+            "(a comparison each)."
+        )
+    return [_md_text(line) for line in lines]
+
+
+def _command_notes(section: Section) -> list[str]:
+    """Under a comparison's table: its CPU runs of accelerator targets, unchecked devices, NaN, partial metrics."""
+    rows = section.rows
+    notes = []
+    stand_ins = [row.label for row in rows if row.cpu_stand_in]
+    if stand_ins:
+        notes.append(
+            f"{words_and(stand_ins)}: runs of an accelerator's target whose device block shows no accelerator "
+            "initialised: CPU runs, kept out of the speed-ups."
+        )
+    if any(row.device and row.device.endswith("(not checked)") for row in rows):
+        notes.append(
+            "device used (not checked): the record has no device block, or its program ran no Python that "
+            "reported one, so the target's label stands for what the program initialised."
+        )
+    notes += [f"{row.label}: the run wrapper warns: {warning}" for row in rows for warning in row.warnings]
+    if any(row.not_finite for row in rows):
+        notes.append("NaN/inf: values a run reported as NaN or ±inf are counted in the cell, left out of its mean.")
+    if any(0 < count < row.succeeded for row in rows for count in row.reported.values()):
+        notes.append("k of n runs: a metric only some of the row's successful runs reported; its mean is theirs.")
+    return [_md_text(note) for note in notes]
+
+
+def _series_markdown(section: Section) -> list[str]:
+    """Each row's series (dvclive's per-step files): the first step apart from the steady state."""
+    names = section.series_names
+    if not names:
+        return []
+    lines = [
+        "",
+        "Series, per step (the plot draws them as curves): the first step's value apart from the steady state "
+        "(every later step), mean ± std over the runs that wrote the series.",
+        "",
+        _md_line(["where", "series", "runs", "steps", "first step", "steady state"]),
+        _md_line(["---"] * 6),
+    ]
+    for row in section.rows:
+        for name in names:
+            curve = row.curves.get(name)
+            if curve is not None:
+                steps = f"{curve.steps[0]}–{curve.steps[-1]}"
+                cells = [row.label, name, str(curve.runs), steps, significant(curve.first), significant(curve.steady)]
+                lines.append(_md_line(cells))
+    return lines
+
+
+def _experiment_intro(section: Section) -> list[str]:
+    """What the experiment varies, then each of its runs here with the summary the experiments table gives it."""
+    summaries = section.run_summaries
+    shown = list(dict.fromkeys(row.run for row in section.rows))
+    return [
+        f"{section.facts.get('intro', '')} Seconds are wall-clock, mean ± std over all epochs of all runs; "
+        "the test accuracy "
+        f"is the last epoch's. Runs of `{section.experiment}` (the project's experiments):",
+        "",
+        *(f"- {run}: {summaries[run]}" for run in shown),
+    ]
+
+
+def _section_markdown(section: Section, report: Report) -> list[str]:
+    lines = [f"## {_md_text(section.title)}", ""]
+    if section.recipe is None:
+        lines += _command_intro(section, report)
+    else:
+        lines += _experiment_intro(section) if section.experiment else _recipe_intro(section, report)
+    lines.append("")
+    columns = markdown_columns(section, report.reference)
+    speedup_name = section.facts.get("speedup", {}).get("name")
+    # Only the speed-up's header names its metric: a metric's own name may hold braces.
+    headers = [
+        column.header.format(speedup=speedup_name) if column.key == "speedup" else column.header for column in columns
+    ]
+    lines += [_md_line(headers), _md_line(["---"] * len(headers))]
+    lines += [_md_line([column.cell(row) for column in columns]) for row in section.rows]
+    if section.environments:
+        lines += ["", f"env: these rows ran in {environments_text(section)}; `--strict` refuses to compare them."]
+    if section.recipe is None:
+        notes = _command_notes(section)
+        lines += ["", *notes] if notes else []
+        lines += _series_markdown(section)
+    lines.append("")
+    return lines
+
+
+def format_markdown(report: Report) -> str:
+    configurations = sum(1 for section in report.sections for row in section.rows if row.source == OURS)
+    summary = f"{counted(report.runs, 'run')} in {counted(configurations, 'configuration')}"
+    if report.skipped:
+        summary += f"; {counted(report.skipped, 'file')} skipped (see warnings)"
+    if report.copies:
+        summary += f"; {counted(report.copies, 'copied record')} (the run name and start of another) counted once"
+    lines = ["# envkit comparison report", "", summary + ".", ""]
+    for section in report.sections:
+        lines += _section_markdown(section, report)
+    return "\n".join(lines)
+
+
+def _flat_columns(report: Report) -> list[Column]:
+    """The csv/json columns: FLAT_FIELDS', then, where the report holds a command's rows, the command's
+    columns and a column per metric they reported."""
+    columns = [column for name, column in COLUMNS.items() if name not in COMMAND_COLUMNS]
+    if not any(row.place for section in report.sections for row in section.rows):
+        return columns
+    names = sorted({name for section in report.sections for name in section.metric_names})
+    return columns + [COLUMNS[name] for name in COMMAND_COLUMNS] + [metric_column(name) for name in names]
+
+
+def flat_rows(report: Report) -> list[dict]:
+    """One flat record per row, shared by the csv and json formats."""
+    records = []
+    columns = _flat_columns(report)
+    for section in report.sections:
+        for row in section.rows:
+            record = {}
+            for column in columns:
+                record.update(zip(column.flat_keys, column.flat(row)))
+            records.append(record)
+    return records
+
+
+def format_csv(report: Report) -> str:
+    buffer = io.StringIO()
+    fields = tuple(key for column in _flat_columns(report) for key in column.flat_keys)
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for record in flat_rows(report):
+        writer.writerow({key: "" if value is None else value for key, value in record.items()})
+    return buffer.getvalue()
+
+
+def format_json(report: Report) -> str:
+    document = {
+        "schema_version": 1,
+        "runs": report.runs,
+        "skipped": report.skipped,
+        "baseline_rule": report.baseline_rule,
+        "rows": flat_rows(report),
+    }
+    return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+FORMATTERS = {"md": format_markdown, "csv": format_csv, "json": format_json}
+
+
+def render_report(report: Report, output_format: str) -> str:
+    return FORMATTERS[output_format](report)

@@ -1,0 +1,184 @@
+"""The report as plain data: sections of rows, each row the runs of one configuration (or place) measured
+here, or a published source's numbers. envkit.runs.report fills it, envkit.runs.formats writes it as md, csv or
+json, envkit.runs.plot draws it: nothing here reads a file or formats a cell.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from envkit.runs.results import Stat, results_schema
+
+DEVICE_ORDER = {"tpu": 0, "cuda": 1, "cpu": 2}
+MODE_ORDER = {"single": 0, "none": 0, "dp": 1, "xmp": 2, "spmd": 3, "ddp": 4}
+BACKEND_ORDER = results_schema()["properties"]["configuration"]["properties"]["backend"]["enum"]
+# The published experiments ran torch_xla: its rows keep their plain names, other backends are named.
+UNLABELLED_BACKEND = "torch_xla"
+OURS = "ours"  # the source of the rows measured here (the others are published numbers)
+# A notebook's runs are rows of their own, named by where they ran and on which packages: the same
+# configuration on a runtime's packages and on its lock is the two-notebooks lesson, not one row.
+NOTEBOOK_KEY = "notebook"
+
+
+@dataclass
+class Row:
+    source: str  # OURS or a published label
+    source_short: str  # for plot ticks
+    recipe: str | None  # None: a command's runs
+    configuration: dict
+    runs: int
+    total_s: Stat | None
+    first_epoch_s: float | None
+    stats: dict  # name in STAT_KEYS -> Stat, only those present
+    test_accuracy: float | None
+    environment: str
+    source_rank: int = 0  # published sources keep their order in published.yaml
+    experiment: str | None = None  # the experiment whose run this row is (report.yaml experiments): its own section
+    run: str | None = None  # that run's name within the experiment
+    run_rank: int = 0  # the run's place in the experiment
+    settings: dict = field(default_factory=dict)  # the shown_settings of its runs (one value each: rows split by them)
+    speedup: float | None = None
+    baseline: str | None = None
+    environments: tuple = ()  # the distinct environment_facts of its runs (none for published rows)
+    mark: str = ""  # which of its section's environments, when the section holds several
+    facts: dict = field(default_factory=dict)  # its section's (section_facts)
+    place: str | None = None  # a command's row: where its runs ran (place_of)
+    failed: int = 0  # a command's runs that exited with another status than 0 (left out of the statistics)
+    wall_time_s: Stat | None = None  # the run wrapper's wall time of the successful runs
+    metrics: dict = field(default_factory=dict)  # reported metric name -> Stat over the successful runs reporting it
+    # A comparison's row (envkit.runs.comparison): one target's runs on one lock.
+    target: str | None = None  # the target it ran on (the record's), else where it ran (place)
+    lock: str | None = None  # the lock_sha256 its runs ran on; None: unlocked
+    device: str | None = None  # what its runs really initialised, in words (the record's device block)
+    cpu_stand_in: bool = False  # an accelerator target's runs that initialised no accelerator: no speed-up
+    speedup_std: float | None = None  # the speed-up's spread, from both wall times' std
+    reported: dict = field(default_factory=dict)  # metric -> successful runs that reported it as a finite number
+    not_finite: dict = field(default_factory=dict)  # metric -> successful runs that reported it as NaN or ±inf
+    curves: dict = field(default_factory=dict)  # series name -> Curve, over its successful runs
+    warnings: list[str] = field(default_factory=list)  # what the run wrapper found wrong (a lock that did not run)
+
+    @property
+    def succeeded(self) -> int:
+        return self.runs - self.failed
+
+    @property
+    def label(self) -> str:
+        return self.place or configuration_label(self.configuration)
+
+    def comparable_key(self) -> tuple:
+        return (self.source,) + tuple(str(self.configuration.get(key)) for key in self.facts.get("comparable_by", ()))
+
+    def sort_key(self) -> tuple:
+        c = self.configuration
+        mode = c.get("parallel") if c.get("parallel") not in (None, "none") else c.get("strategy") or "single"
+        comparable = tuple(
+            str(c.get(key)) if key == "model" else c.get(key) or 0 for key in self.facts.get("comparable_by", ())
+        )
+        return (
+            self.run_rank,
+            self.source_rank,
+            comparable,
+            # A command's places start from the cpu run, its default baseline; a recipe's, as published.
+            int(c.get("device") != "cpu") if self.place else DEVICE_ORDER.get(c.get("device"), 9),
+            c.get("world_size") or 1,
+            MODE_ORDER.get(mode, 9),
+            c.get("nodes") or 1,
+            BACKEND_ORDER.index(c.get("backend")),
+            self.place or "",
+            json.dumps([c, self.settings], sort_keys=True),  # last: never a tie, whatever the file order
+        )
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One series of a row's runs (dvclive's plots/metrics/<name>.tsv): the mean value per step over the runs
+    that reached it, at most a bounded number of points (every ``stride``-th step); the first step apart from the
+    steady state (every later step: compile and warm-up show in the first)."""
+
+    steps: tuple[int, ...]
+    values: tuple[float, ...]
+    runs: int  # the runs that wrote the series
+    first: Stat  # the first step's value over those runs
+    steady: Stat | None  # every later step's value over those runs (None: one step only)
+    stride: int = 1  # >1: the curve keeps every stride-th step of a longer series
+
+
+@dataclass
+class Section:
+    recipe: str | None  # None: a command's experiment
+    dataset: str | None  # None: a command's (the program's data is its own)
+    facts: dict
+    rows: list[Row] = field(default_factory=list)
+    environments: list[tuple] = field(default_factory=list)  # set only when its measured rows differ
+    experiment: str | None = None  # an experiment's section (report.yaml experiments), else the recipe's
+    run_summaries: dict[str, str] = field(default_factory=dict)  # an experiment's: its runs' summaries by label
+    apart: str | None = None  # published rows alone: why they are compared with none of the runs measured here
+    # A comparison (a command's runs that did the same work, envkit.runs.comparison): what its runs share (arguments,
+    # data), and how it differs from the experiment's other comparisons (empty: the experiment has one); a recipe's
+    # section: how its work (epochs, step cap, train images) differs from its recipe and dataset's other sections.
+    work: dict = field(default_factory=dict)
+    differs: list[str] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        if self.recipe is None:
+            title = self.facts.get("title") or f"experiment {self.experiment}"
+            return " · ".join([title, *self.differs])
+        title = " · ".join([f"{self.facts['title'] if self.experiment else self.recipe}", f"dataset {self.dataset}"])
+        title = " · ".join([title, *self.differs])
+        return title + (" · published, compared with no run here" if self.apart else "")
+
+    @property
+    def metric_names(self) -> list[str]:
+        """Every metric its rows report, sorted."""
+        return sorted({name for row in self.rows for name in (*row.metrics, *row.not_finite)})
+
+    @property
+    def series_names(self) -> list[str]:
+        """Every series its rows drew, sorted."""
+        return sorted({name for row in self.rows for name in row.curves})
+
+
+@dataclass
+class Report:
+    sections: list[Section]
+    runs: int
+    skipped: int
+    baseline_rule: str
+    reference: bool
+    copies: int = 0  # records that repeat another's run name and start: counted once
+    warnings: list[str] = field(default_factory=list)  # what the reader should know: each copy, each NaN reported
+
+
+def configuration_label(configuration: dict) -> str:
+    """Short name of a configuration: the device, how the work is spread, and the backend and nodes where they
+    say more."""
+    device = configuration.get("device")
+    size = configuration.get("world_size") or configuration.get("cores") or 1
+    parallel = configuration.get("parallel")
+    strategy = configuration.get("strategy")
+    if parallel == "dp":
+        mode = f"DP×{size}"
+    elif parallel == "ddp":
+        mode = f"DDP×{size}"
+    elif strategy == "xmp":
+        mode = f"xmp×{configuration.get('cores') or size}"
+    elif strategy == "spmd":
+        mode = f"SPMD×{configuration.get('cores') or size}"
+    else:
+        mode = f"×{size}"
+    extras = []
+    if configuration.get("backend") not in (None, UNLABELLED_BACKEND):
+        extras.append(configuration["backend"])
+    if (configuration.get("nodes") or 1) > 1:
+        extras.append(f"{configuration['nodes']} nodes")
+    if configuration.get(NOTEBOOK_KEY):
+        extras.append(configuration[NOTEBOOK_KEY])
+    return f"{device} {mode}" + (f" ({', '.join(extras)})" if extras else "")
+
+
+def notebook_label(notebook: dict) -> str:
+    """'colab v5e-1, lock' or 'kaggle TpuV5E8, runtime packages' (CPU mode says so)."""
+    where = f"{notebook['platform']} {notebook['accelerator']}" + (" CPU mode" if notebook.get("cpu_mode") else "")
+    return f"{where}, {'lock' if notebook['packages'] == 'lock' else 'runtime packages'}"
