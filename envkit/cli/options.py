@@ -103,6 +103,7 @@ def build_options(args, *, no_cache: bool):
     from envkit.image.build_context import BuildOptions, parse_build_arg
     from envkit.project.config import load_config
 
+    config = load_config(args.config)
     return BuildOptions(
         no_cache=no_cache,
         base_image=args.base_image,
@@ -111,7 +112,8 @@ def build_options(args, *, no_cache: bool):
         build_args=dict(parse_build_arg(a) for a in args.build_arg),
         builder=args.builder or BUILDERS[0],
         platform=getattr(args, "platform", None),
-        files_limit_mb=load_config(args.config).files_limit_mb,
+        files_limit_mb=config.files_limit_mb,
+        include_secrets=config.include_secrets,
     )
 
 

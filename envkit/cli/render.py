@@ -229,11 +229,12 @@ def _render(config_path: Path, selection: str):
 
 
 def _project_inputs(config) -> list[Path]:
-    from envkit.project.files import IGNORE_FILE, git_index, project_files
+    from envkit.project.files import IGNORE_FILE, files_of, git_index
 
-    files = project_files(config.root, config.files_limit_mb)
+    files = files_of(config, quiet=True)
     return [
         *(files.root / name for name in files.paths),
+        *(files.root / name for name, _ in files.secrets),  # one that no longer looks like a secret is carried
         config.root / IGNORE_FILE,
         *filter(None, [git_index(config.root)]),
     ]

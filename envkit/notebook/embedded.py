@@ -128,9 +128,9 @@ def project_files(config) -> tuple[list[str], bool]:
     """The project's files a command experiment's notebook carries (relative paths, sorted), and whether they
     are git's tracked list (False: every file of a folder that is not a git work tree); one line naming the
     files over FILE_CAP_BYTES, or (envkit.project.files) the largest when together they pass files_limit_mb."""
-    from envkit.project.files import project_files as listed
+    from envkit.project.files import files_of
 
-    files = listed(config.root, config.files_limit_mb)
+    files = files_of(config)
     kept = list(zip(files.paths, files.sizes, strict=True))
     over = sorted(((size, path) for path, size in kept if size > FILE_CAP_BYTES), reverse=True)
     if over:

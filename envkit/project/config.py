@@ -131,6 +131,7 @@ class ProjectConfig:
     source: str | None
     targets: dict[str, Target]
     files_limit_mb: int = DEFAULT_LIMIT_MB  # the project's files in an image or a notebook (envkit.project.files)
+    include_secrets: tuple[str, ...] = ()  # files that look like secrets the project carries all the same
 
     @property
     def images(self) -> dict[str, Target]:
@@ -166,6 +167,7 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> ProjectConfig:
         source=data.get("source"),
         targets=targets,
         files_limit_mb=data.get("files_limit_mb", DEFAULT_LIMIT_MB),
+        include_secrets=tuple(data.get("include_secrets", ())),
     )
 
 

@@ -232,3 +232,38 @@ def test_colab_link_names_the_path_from_the_repositorys_top(capsys, tmp_path):
         f"https://colab.research.google.com/github/envkit/envkit/blob/{head.stdout.strip()}/"
         "sub/dir/notebooks/colab-t4/gpu-mnist.ipynb\n"
     )
+
+
+def test_a_tracked_secret_is_never_carried_unless_the_config_lists_it(project, capsys):
+    key = "-----BEGIN " + "RSA PRIVATE KEY-----\nMIIEfake\n-----END RSA PRIVATE KEY-----\n"
+    for name, text in {
+        ".env": "SECRET_API_KEY=1\n",
+        ".netrc": "machine x\n",
+        "keys/id_rsa": key,
+        "config.py": f"KEY = {key!r}\n",
+    }.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    git(project, "add", "-f", ".env", ".netrc", "keys/id_rsa", "config.py")
+    code, out, err = envkit(
+        capsys,
+        "notebook",
+        "gpu-train",
+        "--target",
+        "colab-t4",
+        "--config",
+        str(project / "envkit.yaml"),
+        "--output",
+        str(project.parent / "nb.ipynb"),
+    )
+    notebook = nbformat.read(project.parent / "nb.ipynb", as_version=4)
+    carried = settings_of(notebook)["files"]["program"]
+    assert code == 0 and "project/train.py" in carried
+    assert not {"project/.env", "project/.netrc", "project/keys/id_rsa", "project/config.py"} & set(carried)
+    assert "SECRET_API_KEY" not in json.dumps(notebook) and err.count("\n") == 1
+    assert "left out 4 file(s) that look like secrets" in err and "config.py (holds a private key)" in err
+    # Listed, it is carried (and named no more).
+    config = project / "envkit.yaml"
+    config.write_text(config.read_text() + "include_secrets: [.env]\n")
+    carried = settings_of(render(project))["files"]["program"]
+    assert "project/.env" in carried and "project/.netrc" not in carried

@@ -90,3 +90,95 @@ def test_what_envkit_writes_is_never_the_projects(repository, tmp_path):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text("x\n")
     assert project_files(folder).paths == ("train.py",)
+
+
+# Fake credentials, put together here so that this file itself holds none a scanner would flag.
+PRIVATE_KEY = "-----BEGIN " + "OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
+GITHUB_TOKEN = "ghp" + "_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+SECRET_NAMED = (".env", ".env.local", ".netrc", "credentials.json", "keys/id_rsa", "server.pem", "api.key")
+SECRET_UNDER = (".aws/credentials", ".ssh/config", "secrets/token.txt", ".git-credentials")
+
+
+def _tracked_project(root: Path, names: dict[str, str]) -> Path:
+    for name, text in names.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    _git(root, "init", "-q")
+    _git(root, "add", "-f", *names)
+    return root
+
+
+def test_files_that_look_like_secrets_by_name_or_content_are_left_out_and_named(tmp_path, capsys):
+    names = {name: "SECRET_API_KEY=hunter2\n" for name in SECRET_NAMED + SECRET_UNDER}
+    names |= {"train.py": "print('train')\n", "deploy.py": f"TOKEN = '{GITHUB_TOKEN}'\n", "notes.txt": PRIVATE_KEY}
+    files = project_files(_tracked_project(tmp_path / "mine", names))
+    assert files.paths == ("train.py",)
+    left_out = dict(files.secrets)
+    assert set(left_out) == set(names) - {"train.py"}
+    assert left_out["deploy.py"] == "holds a GitHub token" and left_out["notes.txt"] == "holds a private key"
+    assert left_out["keys/id_rsa"] == "named id_rsa*" and left_out[".aws/credentials"] == "under .aws/"
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("envkit: left out 13 file(s) that look like secrets")
+    assert "include_secrets" in err and ".env (named .env)" in err
+
+
+def test_a_secret_straddling_two_read_blocks_is_found(tmp_path):
+    from envkit.project import files as module
+
+    padding = "x" * (module.SCAN_BLOCK - 10)
+    files = project_files(_tracked_project(tmp_path / "mine", {"big.txt": padding + PRIVATE_KEY}), quiet=True)
+    assert files.paths == () and dict(files.secrets) == {"big.txt": "holds a private key"}
+
+
+def test_include_secrets_is_the_only_way_in_a_file_or_a_folder(tmp_path, capsys):
+    names = {".env": "A=1\n", "secrets/a.key": "k\n", "secrets/b.txt": GITHUB_TOKEN, "server.pem": "p\n"}
+    files = project_files(_tracked_project(tmp_path / "mine", names), include_secrets=(".env", "secrets"))
+    assert files.paths == (".env", "secrets/a.key", "secrets/b.txt")
+    assert files.secrets == (("server.pem", "named *.pem"),)
+    assert "server.pem (named *.pem)" in capsys.readouterr().err
+
+
+def test_outside_git_gitignore_is_honoured_as_git_would_and_secrets_are_left_out(tmp_path):
+    folder = tmp_path / "plain"
+    made = {
+        ".gitignore": "*.log\n/build/\n!keep.log\n",
+        "src/.gitignore": "generated.py\n",
+        "train.py": "print('train')\n",
+        "run.log": "x\n",
+        "keep.log": "kept by the ! exception\n",
+        "build/out.py": "x\n",
+        "src/generated.py": "x\n",
+        "src/model.py": "x\n",
+        ".env": "SECRET_API_KEY=1\n",
+        ".aws/credentials": "[default]\n",
+        ".git-credentials": "https://u:p@example.com\n",
+        "secrets/api.key": "k\n",
+        "server.pem": PRIVATE_KEY,
+    }
+    for name, text in made.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    files = project_files(folder, quiet=True)
+    assert files.paths == (".gitignore", "keep.log", "src/.gitignore", "src/model.py", "train.py")
+    assert [name for name, _ in files.secrets] == [
+        ".aws/credentials",
+        ".env",
+        ".git-credentials",
+        "secrets/api.key",
+        "server.pem",
+    ]
+    assert "its .gitignore files do not exclude" in files.source()
+
+
+def test_include_secrets_in_the_config_is_a_list_of_relative_paths(tmp_path):
+    from envkit.project.config import load_config
+
+    config = tmp_path / "envkit.yaml"
+    base = "targets:\n  cpu: {kind: cpu, torch: 2.5.1}\n"
+    config.write_text(base + "include_secrets: [.env, certs/server.pem]\n")
+    assert load_config(config).include_secrets == (".env", "certs/server.pem")
+    for bad in ("[../outside.key]", "[/etc/ssl/key.pem]", ".env"):
+        config.write_text(base + f"include_secrets: {bad}\n")
+        with pytest.raises(EnvkitError) as refused:
+            load_config(config)
+        assert "include_secrets" in str(refused.value) and "\n" not in str(refused.value)

@@ -197,3 +197,16 @@ def test_a_command_experiments_notebook_is_stale_once_a_project_file_changes_or_
     assert render(project, "--all", "--check")[0].returncode == 0  # untracked: not the notebook's
     git(project, "add", "extra.py")
     assert render(project, "--all", "--check")[0].returncode == 1
+
+
+def test_the_memo_is_its_users_alone_whatever_the_umask(project, tmp_path):
+    old = os.umask(0o022)
+    try:
+        done, _ = render(project, "--all", "--check")
+    finally:
+        os.umask(old)
+    assert done.returncode == 0, done.stderr
+    folder = tmp_path / "cache" / "render-memo"
+    entries = list(folder.iterdir())
+    assert entries and folder.stat().st_mode & 0o777 == 0o700
+    assert {entry.stat().st_mode & 0o777 for entry in entries} == {0o600}
