@@ -52,6 +52,7 @@ WORK = "/tmp/envkit"
 PROJECT = "project"
 PACKAGES = ("lock", "runtime")
 _CELL_ID = re.compile(r"[^A-Za-z0-9]+")
+_EXPANDED = set("{}$")  # what IPython expands in a magic's line: {expression} evaluated, $name replaced
 
 
 @dataclass(frozen=True)
@@ -311,9 +312,23 @@ def _shown_file(experiment: Experiment, program: dict[str, tuple[str, bytes]]) -
         candidates = [f"{PROJECT}/{PurePosixPath(word).as_posix()}" for word in experiment.program]
     for path in candidates:
         data = program.get(path, (None, b""))[1]
-        if data.endswith(b"\n") and b"\r" not in data and _is_utf8(data):
+        if data.endswith(b"\n") and b"\r" not in data and _is_utf8(data) and _magic_line(path):
             return path
     return None
+
+
+def _magic_line(path: str) -> str | None:
+    """``path`` as %%writefile's argument, or None where it cannot stand there as itself. IPython expands a magic
+    line before it parses it: ``{expression}`` is evaluated, ``$name`` and a leading ``~`` replaced. A name holding
+    any of them is never put there (its file stays in the archive cell, checked by its sha256 like the others).
+    IPython splits the line as a non-POSIX shell would and %%writefile strips one pair of quotes around the name:
+    a name with spaces or one kind of quote is quoted with the other kind."""
+    if set(path) & _EXPANDED or path.startswith("~") or not path.isprintable():
+        return None
+    if not any(char.isspace() or char in "'\"" for char in path):
+        return path
+    quote = next((quote for quote in "'\"" if quote not in path), None)
+    return f"{quote}{path}{quote}" if quote else None
 
 
 def _is_utf8(data: bytes) -> bool:
@@ -395,7 +410,7 @@ def _file_cells(group: dict[str, tuple[str, bytes]]) -> list:
 
     # IPython's %%writefile writes the cell's body exactly: the file's bytes, which check_files compares.
     return [
-        v4.new_code_cell(f"%%writefile {path}\n{data.decode('utf-8')}", id=_cell_id("file", path))
+        v4.new_code_cell(f"%%writefile {_magic_line(path)}\n{data.decode('utf-8')}", id=_cell_id("file", path))
         for path, (_, data) in group.items()
     ]
 

@@ -111,7 +111,7 @@ def unpack(notebook: nbformat.NotebookNode, work: Path, monkeypatch) -> dict:
             exec(cell.source, namespace)  # standard library only; the settings cell moves into work
         elif cell.source.startswith("%%writefile "):
             head, body = cell.source.split("\n", 1)
-            (work / head.split()[1]).write_text(body)
+            (work / head.split(maxsplit=1)[1].strip("'\"")).write_text(body)
     return namespace["SETTINGS"]
 
 
@@ -267,3 +267,49 @@ def test_a_tracked_secret_is_never_carried_unless_the_config_lists_it(project, c
     config.write_text(config.read_text() + "include_secrets: [.env]\n")
     carried = settings_of(render(project))["files"]["program"]
     assert "project/.env" in carried and "project/.netrc" not in carried
+
+
+PWN = 't{__import__("os").system("touch PWN")}.py'
+
+
+def execute_program_cells(notebook: nbformat.NotebookNode, work: Path, monkeypatch) -> None:
+    """The notebook's settings, archive, %%writefile and program-check cells, run by a real IPython kernel."""
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("ENVKIT_NOTEBOOK_WORK", str(work))
+    kept = [cell for cell in notebook.cells if cell.id in ("settings", "files") or cell.source.startswith("%%")]
+    kept.insert(2, nbformat.v4.new_code_cell("import envkit_notebook as nb"))
+    kept += [cell for cell in notebook.cells if cell.id == "recipe-check"]
+    run = nbformat.v4.new_notebook(cells=kept, metadata=notebook.metadata)
+    NotebookClient(run, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(work)}}).execute()
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("my train.py", "%%writefile 'project/my train.py'"),
+        ("it's.py", '%%writefile "project/it\'s.py"'),
+        ("both '\"quotes.py", None),
+        (PWN, None),
+        ("a$HOME.py", None),
+        ("{x}.py", None),
+    ],
+)
+def test_a_file_name_is_never_evaluated_and_names_with_spaces_work(project, tmp_path, monkeypatch, name, shown):
+    (project / name).write_text(TRAIN)
+    git(project, "add", name)
+    config = project / "envkit.yaml"
+    config.write_text(
+        config.read_text().replace(
+            'command: [python, train.py, --epochs, "2"]', f"command: [python, {json.dumps(name)}]"
+        )
+    )
+    notebook = render(project)
+    writes = [cell.source.split("\n", 1)[0] for cell in notebook.cells if cell.source.startswith("%%writefile")]
+    assert writes == ([shown] if shown else [])  # an expanded name stays in the archive, checked like the rest
+    assert f"project/{name}" in settings_of(notebook)["files"]["program"]
+    work = tmp_path / "work"
+    work.mkdir()
+    execute_program_cells(notebook, work, monkeypatch)  # check_files: every program file is there, exactly
+    assert (work / "project" / name).read_text() == TRAIN
+    assert not list(tmp_path.rglob("PWN")) and not list(project.rglob("PWN"))
