@@ -191,6 +191,7 @@ def cmd_render(args: argparse.Namespace) -> int:
                 f"rendered files are stale ({report.problem()}): run `envkit render {fix}` and commit", exit_code=1
             )
         return 0
+    rendered.refuse_the_users(notebooks, notebook_files)  # before docker/ is written: all or nothing
     written = rendered.write(output, files)
     removed = rendered.remove_leftovers(output, names) if args.all else []
     print(
