@@ -22,6 +22,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.project import NOTEBOOKS, RENDERED, secrets
+from envkit.project.marks import written_by_envkit
 from envkit.support.bounded_load import Refused, load_text, open_regular
 from envkit.support.docker_client import docker_sdk
 
@@ -34,7 +35,9 @@ LARGEST_NAMED = 3
 SCAN_BLOCK = 1 << 20
 SCAN_OVERLAP = 4096
 # What envkit writes in a project is never its files: render's output (docker/, staged into an image beside
-# the project's files; notebooks/, whose committed notebooks cannot carry themselves), made from envkit.yaml.
+# the project's files; notebooks/, whose committed notebooks cannot carry themselves), made from envkit.yaml,
+# and the locks and push records beside it. Only what carries envkit's mark (envkit.project.marks): a file
+# of the user's in these folders (notebooks/helpers.py) is the project's like any other.
 ENVKIT_OUTPUT = (RENDERED.as_posix(), NOTEBOOKS.as_posix())
 # In a folder git does not track, also the runs' data and results (run.sh's defaults), the venvs, the caches
 # (make's render stamp in .cache/ among them) and editors' folders, which a repository's .gitignore keeps out:
@@ -219,7 +222,7 @@ def project_files(
     names = sorted(
         name
         for name in (tracked if tracked is not None else _unignored(root))
-        if not matcher.matches(name) and _top(name) not in ENVKIT_OUTPUT
+        if not matcher.matches(name) and not (_top(name) in ENVKIT_OUTPUT and written_by_envkit(root / name))
     )
     kept, left_out = [], []
     for name in names:

@@ -71,18 +71,36 @@ def test_files_over_the_limit_are_one_line_naming_the_largest(repository):
 
 def test_what_envkit_writes_is_never_the_projects(repository, tmp_path):
     # Tracked or not, render's output: an image target's rendered files change with every other target's render.
-    for rendered in ("docker/cpu/Dockerfile", "notebooks/colab-t4/requirements.lock"):
-        (repository / rendered).parent.mkdir(parents=True)
-        (repository / rendered).write_text("rendered\n")
+    marked = {
+        "docker/cpu/Dockerfile": "# Rendered by envkit from envkit.yaml\n",
+        "docker/cpu/envkit_run.py": '"""envkit\'s run wrapper: a run\n',
+        "notebooks/colab-t4/requirements.lock": '# envkit lock for target "colab-t4"\n',
+        "notebooks/colab-t4/gpu.ipynb": '{"cells": [{"source": ["Rendered by envkit from experiment `gpu`"]}]}\n',
+        "docker/cuda/pushed.json": '{\n  "format": 1,\n  "images": {},\n  "target": "cuda"\n}\n',
+    }
+    for rendered, text in marked.items():
+        (repository / rendered).parent.mkdir(parents=True, exist_ok=True)
+        (repository / rendered).write_text(text)
     _git(repository, "add", "docker", "notebooks")
     assert project_files(repository).paths == ("notes.md", "src/model.py", "train.py")
+    # The user's own files there are the project's: a module train.py imports, a Dockerfile envkit did not write.
+    for name in ("notebooks/helpers.py", "docker/mine/Dockerfile"):
+        (repository / name).parent.mkdir(parents=True, exist_ok=True)
+        (repository / name).write_text("# mine\n")
+    _git(repository, "add", "docker", "notebooks")
+    assert project_files(repository).paths == (
+        "docker/mine/Dockerfile",
+        "notebooks/helpers.py",
+        "notes.md",
+        "src/model.py",
+        "train.py",
+    )
     # Outside git, the runs' results and data and the venvs too: every run would change the next image.
     folder = tmp_path / "plain"
     made = (
         "results/run.json",
         "data/x.bin",
         ".venv/bin/python",
-        "docker/cpu/run.sh",
         ".cache/rendered",
         "src/.ruff_cache/x",
     )
