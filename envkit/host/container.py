@@ -62,10 +62,5 @@ def script(config, name: str) -> str:
     allowed = "a recipe's name (recipes/NAME.py) or the path of a Python script in the project, e.g. train.py"
     if path.is_absolute() or ".." in path.parts or not (config.root / path).is_file():
         raise EnvkitError(f"no {path} in the project {config.root}: give {allowed}")
-    files = files_of(config, quiet=True)
-    if path.as_posix() not in files.paths:
-        raise EnvkitError(
-            f"{path} is not among {files.source()} less .dockerignore's, so no image of the project holds it: "
-            "track it with git (or take it out of .dockerignore), then envkit build the target"
-        )
+    files_of(config, quiet=True).require(path.as_posix())
     return path.as_posix()

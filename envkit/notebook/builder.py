@@ -281,7 +281,7 @@ def _embedded_files(
         }
         tracked, executable = True, []
     else:
-        paths, tracked = embedded.project_files(config)
+        paths, tracked = embedded.project_files(config, experiment.program)
         program = {f"{PROJECT}/{path}": entry(config.root / path) for path in paths}
         executable = [f"{PROJECT}/{path}" for path in paths if (config.root / path).stat().st_mode & 0o111]
     # envkit's report is this envkit's own: its files relative to the folder holding the envkit package.

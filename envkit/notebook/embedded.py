@@ -124,13 +124,14 @@ def _module_path(root: Path, name: str) -> Path | None:
     return None  # a name imported from a module (a function, a class): its module is already listed
 
 
-def project_files(config) -> tuple[list[str], bool]:
+def project_files(config, program: tuple[str, ...] = ()) -> tuple[list[str], bool]:
     """The project's files a command experiment's notebook carries (relative paths, sorted), and whether they
     are git's tracked list (False: every file of a folder that is not a git work tree); one line naming the
     files over FILE_CAP_BYTES, or (envkit.project.files) the largest when together they pass files_limit_mb."""
     from envkit.project.files import files_of
 
     files = files_of(config)
+    files.require_program(program)  # a script not yet committed: one line, as `envkit run` says it
     kept = list(zip(files.paths, files.sizes, strict=True))
     over = sorted(((size, path) for path, size in kept if size > FILE_CAP_BYTES), reverse=True)
     if over:

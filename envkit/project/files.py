@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from envkit.errors import EnvkitError
 from envkit.project import NOTEBOOKS, RENDERED, secrets
@@ -64,6 +64,8 @@ class ProjectFiles:
     sizes: tuple[int, ...]
     tracked: bool  # git's list (True), or every file of a folder that is not a git work tree
     secrets: tuple[tuple[str, str], ...] = ()  # (path, why it looks like one) of each secret left out
+    submodules: tuple[str, ...] = ()  # git submodules under the root: their files are not the project's list
+    undecodable: tuple[str, ...] = ()  # names that are not UTF-8 (as the bytes they are, escaped), left out
 
     @property
     def total(self) -> int:
@@ -79,15 +81,61 @@ class ProjectFiles:
         )
 
     def notes(self) -> list[str]:
-        """What the caller says on stderr about files left out: one line for all the secrets."""
-        if not self.secrets:
-            return []
-        named = ", ".join(f"{path} ({why})" for path, why in self.secrets)
-        return [
-            f"envkit: left out {len(self.secrets)} file(s) that look like secrets, so no image or notebook "
-            f"publishes them: {named}; list one under include_secrets in envkit.yaml to carry it, or in "
-            f"{IGNORE_FILE} to leave it out without this line"
-        ]
+        """What the caller says on stderr about files left out: one line each for the secrets, the submodules
+        and the names that are not UTF-8."""
+        notes = []
+        if self.secrets:
+            named = ", ".join(f"{path} ({why})" for path, why in self.secrets)
+            notes.append(
+                f"envkit: left out {len(self.secrets)} file(s) that look like secrets, so no image or notebook "
+                f"publishes them: {named}; list one under include_secrets in envkit.yaml to carry it, or in "
+                f"{IGNORE_FILE} to leave it out without this line"
+            )
+        if self.submodules:
+            notes.append(
+                f"envkit: left out the git submodule(s) {', '.join(self.submodules)}: git tracks a submodule as a "
+                "commit, not as files, so no image or notebook holds them; install it as a package or copy its "
+                "files into the project"
+            )
+        if self.undecodable:
+            notes.append(
+                f"envkit: left out {len(self.undecodable)} file(s) whose names are not UTF-8, which a notebook's "
+                f"archive and envkit's records cannot hold: {', '.join(self.undecodable)}; rename them"
+            )
+        return notes
+
+    def require(self, name: str) -> None:
+        """One line when the project file ``name`` (relative, POSIX) is not among these files: what runs must be."""
+        if name in self.paths:
+            return
+        secret = dict(self.secrets).get(name)
+        if secret is not None:
+            raise EnvkitError(
+                f"{name} looks like a secret ({secret}), so no image or notebook of the project holds it: list it "
+                "under include_secrets in envkit.yaml if it is not one"
+            )
+        module = next((module for module in self.submodules if name.startswith(f"{module}/")), None)
+        if module is not None:
+            raise EnvkitError(
+                f"{name} is inside the git submodule {module}, whose files no image or notebook holds (git tracks "
+                "a submodule as a commit): copy it into the project, or install the submodule as a package"
+            )
+        fix = "track it with git (git add, then commit)" if self.tracked else "take it out of .gitignore"
+        raise EnvkitError(
+            f"{name} is not among {self.source()} less {IGNORE_FILE}'s, so no image or notebook of the project "
+            f"holds it: {fix} or out of {IGNORE_FILE}, then try again"
+        )
+
+    def require_program(self, program) -> None:
+        """``require`` the script a command runs: the first word of its argv that names a file of the project
+        (python train.py: train.py; ./run.sh), not the files its arguments name (data is read from elsewhere)."""
+        for word in program:
+            path = PurePosixPath(word)
+            if word.startswith("-") or path.is_absolute() or ".." in path.parts:
+                continue
+            if (self.root / path).is_file() and not (self.root / path).is_symlink():
+                self.require(path.as_posix())
+                return
 
 
 def _megabytes(size: int) -> str:
@@ -145,14 +193,29 @@ def _names(listed: subprocess.CompletedProcess, root: Path) -> list[str]:
     return [os.fsdecode(name) for name in listed.stdout.split(b"\0") if name]
 
 
-def _tracked(root: Path) -> list[str] | None:
-    """git's tracked paths under ``root`` (relative to it), or None when ``root`` is in no work tree."""
+GITLINK = "160000"  # the mode git gives a submodule's entry: a commit, not a file
+
+
+def _tracked(root: Path) -> tuple[list[str], list[str]] | None:
+    """git's tracked paths under ``root`` (relative to it) and its submodules, or None when ``root`` is in no
+    work tree."""
     if not in_work_tree(root):
         return None
-    names = _names(_git(root, "ls-files", "-z", "--cached", "--full-name", "--", "."), root)
+    # --stage: "<mode> <object> <stage>\t<path>" per entry, so a submodule is told by its mode.
+    entries = _names(_git(root, "ls-files", "-z", "--stage", "--full-name", "--", "."), root)
     top = os.fsdecode(_git(root, "rev-parse", "--show-toplevel").stdout.strip())
     prefix = root.resolve().relative_to(Path(top).resolve())
-    return [Path(name).relative_to(prefix).as_posix() if prefix != Path(".") else name for name in names]
+    files, submodules = [], []
+    for entry in entries:
+        info, name = entry.split("\t", 1)
+        name = Path(name).relative_to(prefix).as_posix() if prefix != Path(".") else name
+        (submodules if info.split(" ", 1)[0] == GITLINK else files).append(name)
+    return sorted(set(files)), submodules  # set: a file in conflict has an entry per stage
+
+
+def _escaped(name: str) -> str:
+    """A name that is not UTF-8 as one line can show it: its bytes, the others as backslash escapes."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
 def _unignored(root: Path) -> list[str]:
@@ -164,6 +227,14 @@ def _unignored(root: Path) -> list[str]:
         listed = _git(root, "ls-files", "-z", "--others", "--exclude-standard", *excluded, git_dir=scratch)
     # A folder that is a repository of its own is listed as "name/": it is not this project's files.
     return [name for name in _names(listed, root) if not name.endswith("/")]
+
+
+def _is_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # a surrogate from fsdecode: the name's bytes are not UTF-8
+        return False
+    return True
 
 
 def _top(name: str) -> str:
@@ -218,11 +289,15 @@ def project_files(
     a secret and ``include_secrets`` does not list is left out and (unless ``quiet``) named on stderr."""
     root = Path(root).resolve()
     tracked = _tracked(root)
+    listed, submodules = tracked if tracked is not None else (_unignored(root), [])
+    undecodable = [name for name in listed if not _is_utf8(name)]
     matcher = docker_sdk().utils.build.PatternMatcher(_ignore_patterns(root))
     names = sorted(
         name
-        for name in (tracked if tracked is not None else _unignored(root))
-        if not matcher.matches(name) and not (_top(name) in ENVKIT_OUTPUT and written_by_envkit(root / name))
+        for name in listed
+        if _is_utf8(name)
+        and not matcher.matches(name)
+        and not (_top(name) in ENVKIT_OUTPUT and written_by_envkit(root / name))
     )
     kept, left_out = [], []
     for name in names:
@@ -246,6 +321,8 @@ def project_files(
         tuple(size for _, size in kept),
         tracked is not None,
         tuple(sorted(left_out)),
+        tuple(submodules),
+        tuple(sorted(_escaped(name) for name in undecodable)),
     )
     if not quiet:
         for line in files.notes():

@@ -313,3 +313,22 @@ def test_a_file_name_is_never_evaluated_and_names_with_spaces_work(project, tmp_
     execute_program_cells(notebook, work, monkeypatch)  # check_files: every program file is there, exactly
     assert (work / "project" / name).read_text() == TRAIN
     assert not list(tmp_path.rglob("PWN")) and not list(project.rglob("PWN"))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["notebook", "gpu-train", "--target", "colab-t4", "--output", "nb.ipynb"],
+        ["experiment", "gpu-train", "--dry-run"],
+    ],
+)
+def test_a_script_not_yet_committed_is_refused_in_one_line_as_envkit_run_says(project, capsys, tmp_path, argv):
+    (project / "new.py").write_text(TRAIN)
+    config = project / "envkit.yaml"
+    config.write_text(
+        config.read_text().replace('command: [python, train.py, --epochs, "2"]', "command: [python, new.py]")
+    )
+    code, out, err = envkit(capsys, *argv, "--config", str(config))
+    assert (code, out) == (2, "") and err.count("\n") == 1, err
+    assert err.startswith(f"envkit: error: new.py is not among the files git tracks in {project} less .dockerignore's")
+    assert not (tmp_path / "nb.ipynb").exists() and not (project / "nb.ipynb").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -200,3 +201,45 @@ def test_include_secrets_in_the_config_is_a_list_of_relative_paths(tmp_path):
         with pytest.raises(EnvkitError) as refused:
             load_config(config)
         assert "include_secrets" in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_submodule_is_named_and_a_file_inside_it_is_refused_saying_so(repository, tmp_path, capsys):
+    vendored = tmp_path / "vendored"
+    vendored.mkdir()
+    (vendored / "lib.py").write_text("X = 1\n")
+    _git(vendored, "init", "-q")
+    _git(vendored, "add", "lib.py")
+    _git(vendored, "-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "-m", "lib")
+    _git(repository, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(vendored), "third/vendored")
+    files = project_files(repository)
+    assert files.submodules == ("third/vendored",) and "third/vendored/lib.py" not in files.paths
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "left out the git submodule(s) third/vendored" in err
+    with pytest.raises(EnvkitError, match="third/vendored/lib.py is inside the git submodule third/vendored, whose"):
+        files.require("third/vendored/lib.py")
+
+
+def test_a_file_name_that_is_not_utf8_is_left_out_and_named_in_git_and_outside(repository, tmp_path, capsys):
+    odd = os.fsdecode(b"d\xff/f\xfe.py")
+    (repository / odd).parent.mkdir()
+    (repository / odd).write_text("x = 1\n")
+    _git(repository, "add", odd)
+    folder = tmp_path / "plain"
+    (folder / odd).parent.mkdir(parents=True)
+    (folder / odd).write_text("x = 1\n")
+    for root in (repository, folder):
+        files = project_files(root)
+        assert files.undecodable == ("d\\xff/f\\xfe.py",) and odd not in files.paths
+        err = capsys.readouterr().err
+        assert "left out 1 file(s) whose names are not UTF-8" in err and "d\\xff/f\\xfe.py" in err
+        err.encode("utf-8")  # the line itself is UTF-8
+
+
+def test_a_commands_script_that_git_does_not_track_is_refused_in_one_line(repository):
+    (repository / "new.py").write_text("print('new')\n")
+    files = project_files(repository)
+    files.require_program(("python", "train.py", "--data", "data/big.bin"))  # the script, not its data
+    with pytest.raises(EnvkitError) as refused:
+        files.require_program(("python", "new.py"))
+    assert str(refused.value).startswith(f"new.py is not among the files git tracks in {repository}")
+    assert "git add, then commit" in str(refused.value)
