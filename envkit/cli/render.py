@@ -163,27 +163,26 @@ def _tpu_backends(matrix, release) -> str:
 
 def cmd_render(args: argparse.Namespace) -> int:
     from envkit.errors import EnvkitError
+    from envkit.notebook import committed
     from envkit.project import NOTEBOOKS
-    from envkit.render import memo
     from envkit.render import output as rendered
+    from envkit.render.selection import render_selection
 
     selection = "--all" if args.all else args.target
-    remembered = memo.recall(args.config, selection)
-    names, files = remembered if remembered is not None else _render(args.config, selection)
+    names, files, notebook_names, notebook_files = render_selection(args.config, selection, committed.render)
     output = args.output if args.output is not None else args.config.resolve().parent / rendered.DEFAULT_OUTPUT
     # Notebook targets: their committed notebooks, in notebooks/ beside the config (whatever --output says).
-    notebook_names, notebook_files = _notebooks(args.config, selection)
     notebooks = args.config.resolve().parent / NOTEBOOKS
     if args.stdout:
         for file in files + notebook_files:
             sys.stdout.write(f"==> {file.path.as_posix()} <==\n{file.text}")
         return 0
     if args.check:
-        from envkit.notebook.committed import orphans as unlisted
         from envkit.render.check import Output, check
 
         outputs = [Output(output, names, files), Output(notebooks, notebook_names, notebook_files)]
-        report = check(outputs, whole=args.all, unlisted=unlisted(notebooks, notebook_files) if args.all else [])
+        unlisted = committed.orphans(notebooks, notebook_files) if args.all else []
+        report = check(outputs, whole=args.all, unlisted=unlisted)
         sys.stdout.write("".join(f"{line}\n" for line in report.lines))
         if report.problem():
             fix = "--all" if args.all else f"--target {args.target}"
@@ -198,8 +197,6 @@ def cmd_render(args: argparse.Namespace) -> int:
         f"rendered {len(files)} files for {', '.join(names) or 'no image target'} into {output} ({len(written)} changed)"
         + "".join(f"; removed {directory}'s rendered files (not a target in the config)" for directory in removed)
     )
-    from envkit.notebook import committed
-
     removed = committed.leftovers(notebooks, notebook_files) if args.all else []
     if notebook_names or removed:
         written = rendered.write(notebooks, notebook_files)
@@ -210,70 +207,6 @@ def cmd_render(args: argparse.Namespace) -> int:
             + "".join(f"; removed {path} (no notebook target lists it)" for path in removed)
         )
     return 0
-
-
-def _selected(config, selection: str) -> list[str]:
-    return list(config.targets) if selection == "--all" else [config.target(selection).name]
-
-
-def _render(config_path: Path, selection: str):
-    """Render the image targets in full, and remember the result with every file it read (envkit.render.memo)."""
-    from envkit.project.config import load_config
-    from envkit.render import memo
-    from envkit.render import target_files as render
-
-    config = load_config(config_path)
-    names = [name for name in _selected(config, selection) if name in config.images]
-    files = render.render_targets(config, names)
-    memo.remember(config_path, selection, names, files, render.files_read(config, names))
-    return names, files
-
-
-def _project_inputs(config) -> list[Path]:
-    from envkit.project.files import IGNORE_FILE, files_of, git_index
-
-    files = files_of(config, quiet=True)
-    return [
-        *(files.root / name for name in files.paths),
-        *(files.root / name for name, _ in files.secrets),  # one that no longer looks like a secret is carried
-        config.root / IGNORE_FILE,
-        *filter(None, [git_index(config.root)]),
-    ]
-
-
-def _notebooks(config_path: Path, selection: str):
-    """The notebook targets' committed notebooks, remembered like the image targets' files."""
-    from envkit.render import memo
-
-    key = f"{selection} notebooks"
-    remembered = memo.recall(config_path, key)
-    if remembered is not None:
-        return remembered
-    from envkit.lock.lockfile import lock_path
-    from envkit.notebook import committed
-    from envkit.project.config import load_config
-    from envkit.project.datafile import DATA_DIR
-    from envkit.project.experiments import table_path
-    from envkit.render.target_files import template_files
-
-    config = load_config(config_path)
-    names = [name for name in _selected(config, selection) if name not in config.images]
-    files = committed.render(config, names)
-    # What a notebook embeds beyond envkit's own code (which the memo hashes anyway): the recipes, the locks,
-    # and for a command experiment the project's files, with git's index (a file tracked since) and .dockerignore.
-    listed = {experiment for name in names for experiment in config.targets[name].notebooks}
-    commands = any(config.experiments[experiment].command is not None for experiment in listed)
-    read = [
-        config.path,
-        table_path(config.path),
-        *DATA_DIR.iterdir(),
-        *template_files(config.root),
-        *(path for path in (config.root / "recipes").rglob("*.py")),
-        *(lock_path(config, name) for name in names),
-        *(_project_inputs(config) if commands else ()),
-    ]
-    memo.remember(config_path, key, names, files, read)
-    return names, files
 
 
 def _print_table(rows: list[tuple[str, ...]]) -> None:

@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.support.bounded_load import Refused, load_text, read_text
+from envkit.support.bounded_load import Refused, load_text, note, read_text
 
 HELPER = Path(__file__).with_name("runtime.py")
 HELPER_NAME = "envkit_notebook.py"  # what the notebook imports it as
@@ -34,6 +34,7 @@ OVER_CAP_NAMED = 3
 
 def _imported_names(root: Path, path: Path) -> frozenset[str]:
     """The absolute module names ``path`` imports (relative imports resolved within ``root``)."""
+    note(path)  # read once per process: the render memo must see it on every render
     try:
         stat = path.stat()
     except OSError as exc:
@@ -95,6 +96,7 @@ def recipe_files(recipes: Path, recipe: str) -> list[Path]:
     start = recipes / f"{recipe}.py"
     if not (start.exists() or start.is_symlink()):  # anything else there is named by the read that refuses it
         raise EnvkitError(f"recipe {start} not found")
+    note(recipes)  # its listing: a module appearing may be imported
     siblings = {path.stem for path in recipes.glob("*.py")} | {
         path.parent.name for path in recipes.glob("*/__init__.py")
     }
@@ -119,6 +121,7 @@ def report_files(root: Path) -> list[Path]:
 def _module_path(root: Path, name: str) -> Path | None:
     base = root.joinpath(*name.split("."))
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        note(candidate)
         if candidate.is_file():
             return candidate
     return None  # a name imported from a module (a function, a class): its module is already listed

@@ -26,7 +26,7 @@ from envkit.project.experiments import Experiment, load_experiments
 from envkit.project.files import DEFAULT_LIMIT_MB
 from envkit.project.matrix import Matrix, TorchRelease, load_matrix, minor_of, python_in_range
 from envkit.project.requirement import requirement_name
-from envkit.support.bounded_load import Refused, load_json, parse_yaml, read_text
+from envkit.support.bounded_load import Refused, load_json, note, parse_yaml, read_text
 from envkit.support.cache import schema_checked
 
 SCHEMA_PATH = DATA_DIR / "envkit.schema.json"
@@ -493,6 +493,7 @@ def _certificates(paths: list[str], root: Path, where: _Locator, at: DocPath) ->
     resolved = []
     for index, relative in enumerate(paths):
         cert = (root / relative).resolve()
+        note(cert)  # looked for: the render memo must see it go
         if not cert.is_file():
             raise EnvkitError(
                 f"{where(at + ('ca_certificates', index))}: {relative} is not a file (paths are relative to {root})"

@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from envkit.errors import EnvkitError
 from envkit.project import NOTEBOOKS, RENDERED, secrets
 from envkit.project.marks import written_by_envkit
-from envkit.support.bounded_load import Refused, load_text, open_regular
+from envkit.support.bounded_load import Refused, load_text, note, open_regular, volatile
 from envkit.support.docker_client import docker_sdk
 
 IGNORE_FILE = ".dockerignore"
@@ -144,6 +144,7 @@ def _megabytes(size: int) -> str:
 
 def _ignore_patterns(root: Path) -> list[str]:
     path = root / IGNORE_FILE
+    note(path)  # absent is a state too: one appearing changes the list (envkit.render.memo)
     if not path.is_file():
         return []
     lines = (line.strip() for line in load_text(path).splitlines())
@@ -201,6 +202,9 @@ def _tracked(root: Path) -> tuple[list[str], list[str]] | None:
     work tree."""
     if not in_work_tree(root):
         return None
+    index = git_index(root)
+    if index is not None:
+        note(index)  # what git ls-files answers from: a file tracked or untracked since is a change
     # --stage: "<mode> <object> <stage>\t<path>" per entry, so a submodule is told by its mode.
     entries = _names(_git(root, "ls-files", "-z", "--stage", "--full-name", "--", "."), root)
     top = os.fsdecode(_git(root, "rev-parse", "--show-toplevel").stdout.strip())
@@ -220,7 +224,9 @@ def _escaped(name: str) -> str:
 
 def _unignored(root: Path) -> list[str]:
     """Every file under ``root`` (not a work tree) that its .gitignore files and UNTRACKED_OUTPUT leave in: git
-    lists them from a scratch repository whose work tree is ``root``, so ignoring is git's own."""
+    lists them from a scratch repository whose work tree is ``root``, so ignoring is git's own. The whole folder
+    is read: a render that reads it is not remembered."""
+    volatile()
     with tempfile.TemporaryDirectory(prefix="envkit-files-") as scratch:
         _git(root, "init", "-q", "--bare", scratch)
         excluded = [f"--exclude={pattern}" for pattern in UNTRACKED_OUTPUT]
@@ -302,6 +308,7 @@ def project_files(
     kept, left_out = [], []
     for name in names:
         path = root / name
+        note(path)  # a tracked file deleted, or restored, changes the list
         # A deleted tracked file is not in the tree; a symlink or a submodule is not a file the image can hold.
         if path.is_symlink() or not path.is_file():
             continue

@@ -320,8 +320,12 @@ def test_a_project_renders_with_envkits_templates_and_overrides_them_file_by_fil
     files = {file.path.name: file.text for file in render.render_targets(elsewhere, ["cpu"])}
     assert files[".dockerignore"] == "# the project's own\n"
     assert files["Dockerfile"] == shipped[Path("cpu/Dockerfile")] and files["run.sh"] == shipped[Path("cpu/run.sh")]
-    # the memo sees an override appear where there was none
-    assert tmp_path / "templates" / "Dockerfile.j2" in render.template_files(tmp_path)
+    # the memo sees an override appear where there was none: the loader records where it looked
+    from envkit.support.bounded_load import recording
+
+    with recording() as read:
+        render.render_targets(elsewhere, ["cpu"])
+    assert str(tmp_path / "templates" / "Dockerfile.j2") in read
 
 
 def test_missing_packaged_templates_are_one_line(repo_config, tmp_path, monkeypatch):
