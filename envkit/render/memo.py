@@ -57,7 +57,7 @@ def _digest(path: str) -> str | None:
         return None
 
 
-def recall(config: Path, selection: str) -> dict | None:
+def recall(config: Path, selection: str) -> dict | list | None:
     """The remembered render of ``selection`` (a target name or "--all"): what remember() was given, or None."""
     try:
         entry = parse_json(read_bytes(_entry(config, selection)))
@@ -70,7 +70,7 @@ def recall(config: Path, selection: str) -> dict | None:
         return None
 
 
-def remember(config: Path, selection: str, render: dict, read: set[str]) -> None:
+def remember(config: Path, selection: str, render: dict | list, read: set[str]) -> None:
     """Store a successful render (JSON-able) with the digest of every path it read (``read``, as recorded)."""
     if VOLATILE in read:
         return

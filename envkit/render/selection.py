@@ -38,12 +38,13 @@ def render_selection(config_path: Path, selection: str, notebooks: Callable[...,
         names = [name for name in chosen if name in config.images]
         notebook_names = [name for name in chosen if name not in config.images]
         rendered = Rendered(names, render_targets(config, names), notebook_names, notebooks(config, notebook_names))
-    stored = [
-        part if index % 2 == 0 else [[f.path.as_posix(), f.text, f.mode] for f in part]
-        for index, part in enumerate(rendered)
-    ]
+    stored = [names, _stored(rendered.files), notebook_names, _stored(rendered.notebook_files)]
     memo.remember(config_path, selection, stored, read)
     return rendered
+
+
+def _stored(files: list[RenderedFile]) -> list[list]:
+    return [[file.path.as_posix(), file.text, file.mode] for file in files]
 
 
 def _files(stored: list) -> list[RenderedFile]:
