@@ -19,14 +19,15 @@ MODE = 0o644
 
 def render(config, names: list[str]) -> list[RenderedFile]:
     """The notebooks of the notebook targets among ``names``, paths relative to notebooks/ (<target>/<experiment>.ipynb)."""
+    listed = [(experiment, name) for name in names for experiment in config.target(name).notebooks]
+    if not listed:
+        return []  # the builder's imports (nbformat) cost a project without notebooks a third of its render
     from envkit.notebook.builder import render_notebook  # nbformat, Jinja: not for `render --check` from the memo
 
     files = []
-    for name in names:
-        target = config.target(name)
-        for experiment in target.notebooks:
-            notebook = render_notebook(config, experiment, target.name, committed=True)
-            files.append(RenderedFile(notebook.path.relative_to(NOTEBOOKS), notebook.text, MODE))
+    for experiment, name in listed:
+        notebook = render_notebook(config, experiment, name, committed=True)
+        files.append(RenderedFile(notebook.path.relative_to(NOTEBOOKS), notebook.text, MODE))
     return files
 
 
