@@ -129,3 +129,10 @@ def build_options_argv(args) -> tuple[str, ...]:
     for build_arg in args.build_arg:
         argv += ("--build-arg", build_arg)
     return argv
+
+
+def print_table(rows: list[tuple[str, ...]]) -> None:
+    """Rows as columns padded to their widest cell (the first row the header), as `targets` and `matrix` print."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())

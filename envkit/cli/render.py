@@ -1,6 +1,6 @@
-"""`envkit targets`, `envkit matrix` and `envkit render`.
+"""`envkit render`.
 
-Imports only the config, matrix and render modules: this path must stay free of
+Imports only the config and render modules: this path must stay free of
 torch, docker and matplotlib so that the CLI starts fast.
 """
 
@@ -14,30 +14,6 @@ from envkit.cli.options import add_config
 
 
 def register(subparsers) -> None:
-    targets = subparsers.add_parser(
-        "targets",
-        help="list the configured targets and their pins",
-        description="List each target in the config with its kind, base image (a notebook target: the platform, "
-        "accelerator and runtime it runs in), pinned versions and lock (locked or stale, with the first 12 hex of the "
-        "lock's sha256, or unlocked); a stale lock's reason follows the table, as `envkit lock --check` gives it.",
-    )
-    add_config(targets)
-    targets.set_defaults(func=cmd_targets)
-
-    matrix = subparsers.add_parser(
-        "matrix",
-        help="list the supported torch / CUDA / torch_xla combinations",
-        description="Print envkit's compatibility matrix (envkit/data/matrix.yaml): what a config may combine.",
-    )
-    matrix.add_argument(
-        "--verify",
-        action="store_true",
-        help="ask the package index pip uses (PIP_INDEX_URL, pip config, or pip's default) whether every pinned "
-        "version exists and its Requires-Dist and Python wheels agree; exit 1 on any disagreement, 3 when the "
-        "index cannot be reached",
-    )
-    matrix.set_defaults(func=cmd_matrix)
-
     render = subparsers.add_parser(
         "render",
         help="render docker/<target>/ (Dockerfile, run.sh, .dockerignore) and the notebook targets' notebooks",
@@ -62,103 +38,6 @@ def register(subparsers) -> None:
         "notebooks always go to notebooks/ beside the config",
     )
     render.set_defaults(func=cmd_render)
-
-
-def cmd_targets(args: argparse.Namespace) -> int:
-    from envkit.lock.lockfile import lock_status
-    from envkit.project.config import load_config
-
-    config = load_config(args.config)
-    rows = [("TARGET", "KIND", "BASE IMAGE OR NOTEBOOK RUNTIME", "LOCK", "PINS")]
-    stale = []
-    for target in config.targets.values():
-        pins = " ".join(f"{name}={version}" for name, version in target.pins().items())
-        status = lock_status(config, target.name)
-        lock = {"fresh": "locked", "stale": "stale"}.get(status.state, "unlocked")
-        if status.lock is not None:
-            lock += f" {status.lock.sha256[:12]}"
-        if target.is_notebook:
-            from envkit.project.notebook_platforms import where_it_runs
-
-            base = where_it_runs(target)
-        else:
-            base = target.base_image
-        rows.append((target.name, target.kind, base, lock, pins))
-        stale += [status.line()] if status.state == "stale" else []
-    _print_table(rows)
-    if stale:
-        print()
-        print("\n".join(stale))
-    return 0
-
-
-def cmd_matrix(args: argparse.Namespace) -> int:
-    from envkit.project.matrix import load_matrix, version_key
-
-    matrix = load_matrix()
-    if args.verify:
-        from envkit.lock import index_check as matrix_verify
-
-        return matrix_verify.run(matrix)
-    rows = [
-        (
-            "TORCH",
-            "RELEASES",
-            "TORCHVISION",
-            "PYTHON",
-            "CUDA VARIANTS (first = default, * = the default index's)",
-            "TPU-VM BACKENDS",
-        )
-    ]
-    for minor in sorted(matrix.torch, key=version_key):
-        release = matrix.torch[minor]
-        cuda = (
-            ", ".join(
-                f"{variant}{'*' if variant == release.pypi_cuda else ''} ({matrix.cuda[variant].cuda})"
-                for variant in release.cuda_choices()
-            )
-            or "-"
-        )
-        vision = f"{release.torchvision}.x" if release.torchvision else "none (torchvision: false)"
-        rows.append(
-            (
-                f"{minor}.x",
-                " ".join(release.versions),
-                vision,
-                "-".join(release.python),
-                cuda,
-                _tpu_backends(matrix, release),
-            )
-        )
-    _print_table(rows)
-    print()
-    rows = [("TORCH_XLA", "(TORCH, TORCH_XLA) PAIRS", "LIBTPU", "PYTHON")]
-    for minor, xla in matrix.torch_xla.items():
-        pairs = ", ".join(f"({torch}, {version})" for torch, version in xla.pairs)
-        rows.append((f"{minor}.x", pairs, f"{xla.libtpu_package} {xla.libtpu}", "-".join(xla.python)))
-    _print_table(rows)
-    print()
-    rows = [("TORCH_TPU", "TORCH", "LIBTPU", "PYTHON")]
-    for version, tpu in matrix.torch_tpu.items():
-        rows.append((version, "-".join(tpu.torch), f">= {tpu.libtpu}", "-".join(tpu.python)))
-    _print_table(rows)
-    print(
-        f"\ncpu wheels: {matrix.cpu_index_url}; torchvision's patch release equals torch's; "
-        "* marks the CUDA build of the default index's own torch, which locks with no second index; "
-        "CUDA variant lists and base images name their source in envkit/data/matrix.yaml."
-    )
-    return 0
-
-
-def _tpu_backends(matrix, release) -> str:
-    from envkit.project.matrix import version_in_range
-
-    backends = []
-    if release.minor in matrix.torch_xla:
-        backends.append("torch_xla")
-    if any(version_in_range(v, tpu.torch) for tpu in matrix.torch_tpu.values() for v in release.versions):
-        backends.append("torch_tpu")
-    return ", ".join(backends) or "-"
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -207,9 +86,3 @@ def cmd_render(args: argparse.Namespace) -> int:
             + "".join(f"; removed {path} (no notebook target lists it)" for path in removed)
         )
     return 0
-
-
-def _print_table(rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
