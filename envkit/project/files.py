@@ -123,7 +123,7 @@ class ProjectFiles:
         fix = "track it with git (git add, then commit)" if self.tracked else "take it out of .gitignore"
         raise EnvkitError(
             f"{name} is not among {self.source()} less {IGNORE_FILE}'s, so no image or notebook of the project "
-            f"holds it: {fix} or out of {IGNORE_FILE}, then try again"
+            f"holds it: {fix} and keep it out of {IGNORE_FILE}, then try again"
         )
 
     def require_program(self, program) -> None:
