@@ -31,8 +31,8 @@ from envkit.support.cache import nothing_kept
 # command -> module of envkit.cli that registers it (tests/cli/test_cli_commands.py checks both ways).
 COMMANDS = {
     "init": "init",
-    "targets": "render",
-    "matrix": "render",
+    "targets": "targets",
+    "matrix": "matrix",
     "render": "render",
     "build": "images",
     "run": "images",

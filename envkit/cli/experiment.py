@@ -81,6 +81,10 @@ def cmd_experiment(args: argparse.Namespace) -> int:
             )
     check_recipe_args(entry, args.recipe_args, args.config)
     config = load_config(args.config)
+    if entry.recipe is None:  # the image holds the project's files: a script not committed is not in it
+        from envkit.project.files import files_of
+
+        files_of(config, quiet=True).require_program(entry.program)
     target = experiment_target(config, entry, args.target)
     plan = experiment_plan(
         entry,

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import shlex
-import subprocess
 from pathlib import Path
 
 from envkit.cli.options import add_config
@@ -68,27 +66,13 @@ def cmd_notebook(args: argparse.Namespace) -> int:
     if args.output is not None and args.output.suffix != ".ipynb":
         raise EnvkitError(f"--output {args.output}: a notebook file ends in .ipynb")
     config = load_config(args.config)
-    packages = "runtime" if args.use_runtime else "lock"
-    path = builder.notebook_path(args.target, args.experiment, packages)
     if args.colab_link:
-        target = builder.notebook_target(config, args.target)
-        builder.fitting_experiment(config, target, args.experiment)
-        if target.platform != "colab":
-            raise EnvkitError(f"--colab-link: target {target.name} runs on {target.platform}, not colab")
-        commit = _commit(config.root, args.revision)
-        if _git(config.root, "cat-file", "-e", f"{commit}:./{path.as_posix()}") is None:
-            raise EnvkitError(
-                f"--colab-link: {path} is not committed at {args.revision or 'HEAD'} ({commit[:12]}): list "
-                f"{args.experiment} in target {target.name}'s notebooks, run envkit render --all and commit"
-            )
-        url = builder.colab_url(config, path, commit)
-        if url is None:
-            raise EnvkitError(
-                f"--colab-link needs the config's source to be a GitHub repository (source: {config.source})"
-            )
-        print(url)
+        from envkit.notebook.colab_link import colab_link
+
+        print(colab_link(config, args.experiment, args.target, args.revision))
         return 0
-    output = args.output or Path(path.name)
+    packages = "runtime" if args.use_runtime else "lock"
+    output = args.output or Path(builder.notebook_path(args.target, args.experiment, packages).name)
     if output.resolve().is_relative_to(config.root / NOTEBOOKS):
         raise EnvkitError(
             f"{output}: notebooks/ is render's, for the targets' notebooks lists: write it elsewhere (--output), or "
@@ -102,27 +86,3 @@ def cmd_notebook(args: argparse.Namespace) -> int:
         raise EnvkitError(f"cannot write {output}: {exc.strerror or exc}") from None
     print(f"wrote {output} ({len(notebook.text.encode()) // 1024} KiB)")
     return 0
-
-
-def _git(root: Path, *argv: str) -> str | None:
-    """git's output in ``root``, or None when it fails (or git is missing)."""
-    try:
-        done = subprocess.run(["git", *argv], cwd=root, capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
-def _commit(root: Path, revision: str | None) -> str:
-    """The commit ``revision`` names, as git resolves it (HEAD when None); anything else is one line."""
-    if revision == "":
-        raise EnvkitError("--revision '': name a commit, branch or tag (leave --revision out for HEAD)")
-    if _git(root, "rev-parse", "--git-dir") is None:
-        raise EnvkitError(f"--colab-link: {root} is not a git checkout, so no notebook is committed there")
-    commit = _git(root, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{revision or 'HEAD'}^{{commit}}")
-    if commit is None:
-        raise EnvkitError(
-            f"--revision {shlex.quote(revision or 'HEAD')}: not a commit of {root} (git rev-parse --verify); "
-            "name a commit, branch or tag"
-        )
-    return commit

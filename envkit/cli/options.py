@@ -103,6 +103,7 @@ def build_options(args, *, no_cache: bool):
     from envkit.image.build_context import BuildOptions, parse_build_arg
     from envkit.project.config import load_config
 
+    config = load_config(args.config)
     return BuildOptions(
         no_cache=no_cache,
         base_image=args.base_image,
@@ -111,7 +112,8 @@ def build_options(args, *, no_cache: bool):
         build_args=dict(parse_build_arg(a) for a in args.build_arg),
         builder=args.builder or BUILDERS[0],
         platform=getattr(args, "platform", None),
-        files_limit_mb=load_config(args.config).files_limit_mb,
+        files_limit_mb=config.files_limit_mb,
+        include_secrets=config.include_secrets,
     )
 
 
@@ -127,3 +129,10 @@ def build_options_argv(args) -> tuple[str, ...]:
     for build_arg in args.build_arg:
         argv += ("--build-arg", build_arg)
     return argv
+
+
+def print_table(rows: list[tuple[str, ...]]) -> None:
+    """Rows as columns padded to their widest cell (the first row the header), as `targets` and `matrix` print."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())

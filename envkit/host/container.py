@@ -56,16 +56,11 @@ def script(config, name: str) -> str:
     """The project's Python file that ``name`` names, as run.sh runs it from the project's root in the image: a
     recipe's name (recipes/<name>.py) or a script's path (train.py, src/train.py); one line when the project does
     not have it or its image cannot hold it."""
-    from envkit.project.files import project_files
+    from envkit.project.files import files_of
 
     path = PurePosixPath(name if name.endswith(".py") else f"{RECIPES}/{name}.py")
     allowed = "a recipe's name (recipes/NAME.py) or the path of a Python script in the project, e.g. train.py"
     if path.is_absolute() or ".." in path.parts or not (config.root / path).is_file():
         raise EnvkitError(f"no {path} in the project {config.root}: give {allowed}")
-    files = project_files(config.root, config.files_limit_mb)
-    if path.as_posix() not in files.paths:
-        raise EnvkitError(
-            f"{path} is not among {files.source()} less .dockerignore's, so no image of the project holds it: "
-            "track it with git (or take it out of .dockerignore), then envkit build the target"
-        )
+    files_of(config, quiet=True).require(path.as_posix())
     return path.as_posix()

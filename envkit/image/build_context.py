@@ -27,7 +27,7 @@ from envkit.lock.lockfile import LOCK_FILE, read_lock
 from envkit.project.files import DEFAULT_LIMIT_MB, project_files
 from envkit.support import provenance
 from envkit.support.bounded_load import hash_file, load_bytes, load_text
-from envkit.support.cache import cache_dir
+from envkit.support.cache import cache_dir, private_folder
 
 TAG_HEX = 12
 # Build args that say where the image came from rather than what is in it: they do
@@ -49,6 +49,7 @@ class BuildOptions:
     builder: str = BUILDERS[0]
     platform: str | None = None  # --platform: None builds for the engine's own
     files_limit_mb: int = DEFAULT_LIMIT_MB  # the config's files_limit_mb: the project's files together
+    include_secrets: tuple[str, ...] = ()  # the config's include_secrets: what looks like a secret, carried
 
 
 def parse_build_arg(text: str) -> tuple[str, str]:
@@ -68,7 +69,7 @@ def stage_context(root: Path, target, options: BuildOptions, dest: Path) -> None
             raise EnvkitError(f"{source} is missing: run 'envkit render' (or 'make render') first")
         shutil.copyfile(source, dest / name)
     _stage_lock(rendered, dest)
-    _stage_project(project_files(root, options.files_limit_mb), dest / "project")
+    _stage_project(project_files(root, options.files_limit_mb, options.include_secrets), dest / "project")
     _stage_certificates([*target.ca_certificates, *options.ca_certs], dest / "certs")
     _stage_wheels(options.wheelhouse, dest / "wheels")
 
@@ -223,7 +224,7 @@ def staging_area(root: Path, target_name: str):
     recipes keep their mtimes, so unchanged files are recognised as such.
     """
     context = staging_path(root, target_name)
-    context.parent.mkdir(parents=True, exist_ok=True)
+    private_folder(context.parent)  # it holds the project's files
     with open(context.parent / f".{context.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two builds of one target must not stage into each other
         shutil.rmtree(context, ignore_errors=True)

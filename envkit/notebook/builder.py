@@ -52,6 +52,7 @@ WORK = "/tmp/envkit"
 PROJECT = "project"
 PACKAGES = ("lock", "runtime")
 _CELL_ID = re.compile(r"[^A-Za-z0-9]+")
+_EXPANDED = set("{}$")  # what IPython expands in a magic's line: {expression} evaluated, $name replaced
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,6 @@ def render_notebook(
     target = notebook_target(config, target_name)
     experiment = fitting_experiment(config, target, experiment_name)
     platform, accelerator = accelerator_of(target)
-    runtime = platform.runtime_of(accelerator)
     # The one entry into the lock: its status read it, checked it against the config's inputs and holds its text.
     status = lock_status(config, target.name)
     if status.state != "fresh":
@@ -146,7 +146,7 @@ def render_notebook(
         "target": target,
         "platform": platform,
         "accelerator": accelerator,
-        "runtime": runtime,
+        "runtime": platform.runtime_of(accelerator),
         "packages": packages,
         "rerender": rerender,
         "commands": _commands(experiment),
@@ -165,11 +165,25 @@ def render_notebook(
         "device_text": _device_text(accelerator),
         "open_url": colab_url(config, path, "main") if committed and platform.name == "colab" else None,
     }
-    markdown = _markdown(config, context)
+    cells = _cells(_markdown(config, context), files, shown, settings, lock, target, experiment, packages, rerender)
+    notebook = v4.new_notebook(cells=cells, metadata=_metadata(accelerator, settings, files, lock, target))
+    try:
+        nbformat.validate(notebook)
+    except nbformat.ValidationError as exc:
+        raise EnvkitError(f"{path}: not a valid notebook: {' '.join(str(exc).split())[:200]}") from None
+    text = nbformat.writes(notebook)
+    return Notebook(path, text if text.endswith("\n") else text + "\n")
+
+
+def _cells(markdown, files, shown, settings, lock, target, experiment, packages, rerender) -> list:
+    """The notebook's cells, top to bottom: what it is, the runtime check, the environment, the program, the run
+    and the result; the program file a reader sees is a cell, every other file is in the collapsed archive."""
+    from nbformat import v4
+
     shown_file = {shown: files["program"][shown]} if shown else {}
     packed = {path: entry for group in files.values() for path, entry in group.items() if path not in shown_file}
     carried = "the recipe's modules" if experiment.recipe else "the project's files"
-    cells = [
+    return [
         v4.new_markdown_cell(markdown["intro"], id="what-it-is"),
         _collapsed_cell(
             "PEP 723: the lock's packages, for uv and juv", _pep723(lock.packages, target.python), id="pep-723"
@@ -206,20 +220,24 @@ def render_notebook(
             'nb.offer(SETTINGS, results)\nnb.check_files(SETTINGS, "report")\nnb.show_report(SETTINGS)', id="result"
         ),
     ]
-    metadata = {
+
+
+def _metadata(accelerator, settings: dict, files, lock: LockFile, target: Target) -> dict:
+    """The notebook's metadata: its kernel, the platform's accelerator settings and envkit's record (what it runs,
+    every file's sha256, and the lock itself, for tools that read a notebook's environment from its metadata)."""
+    return {
         "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
         "language_info": {"name": "python"},
         **accelerator.metadata,
         "envkit": {
             "rendered_by": f"envkit {__version__}",
-            "experiment": experiment.name,
+            "experiment": settings["experiment"],
             "target": target.name,
-            "platform": platform.name,
+            "platform": settings["platform"],
             "accelerator": accelerator.name,
-            "packages": packages,
+            "packages": settings["packages"],
             "runs": [run["summary"] for run in settings["runs"]],
             "files": {path: sha for group in files.values() for path, (sha, _) in group.items()},
-            # The lock itself, for tools that read a notebook's environment from its metadata.
             "lock": {
                 "sha256": lock.sha256,
                 "python": target.python,
@@ -228,13 +246,6 @@ def render_notebook(
             },
         },
     }
-    notebook = v4.new_notebook(cells=cells, metadata=metadata)
-    try:
-        nbformat.validate(notebook)
-    except nbformat.ValidationError as exc:
-        raise EnvkitError(f"{path}: not a valid notebook: {' '.join(str(exc).split())[:200]}") from None
-    text = nbformat.writes(notebook)
-    return Notebook(path, text if text.endswith("\n") else text + "\n")
 
 
 def _runs(experiment: Experiment) -> list[dict]:
@@ -280,7 +291,7 @@ def _embedded_files(
         }
         tracked, executable = True, []
     else:
-        paths, tracked = embedded.project_files(config)
+        paths, tracked = embedded.project_files(config, experiment.program)
         program = {f"{PROJECT}/{path}": entry(config.root / path) for path in paths}
         executable = [f"{PROJECT}/{path}" for path in paths if (config.root / path).stat().st_mode & 0o111]
     # envkit's report is this envkit's own: its files relative to the folder holding the envkit package.
@@ -311,9 +322,23 @@ def _shown_file(experiment: Experiment, program: dict[str, tuple[str, bytes]]) -
         candidates = [f"{PROJECT}/{PurePosixPath(word).as_posix()}" for word in experiment.program]
     for path in candidates:
         data = program.get(path, (None, b""))[1]
-        if data.endswith(b"\n") and b"\r" not in data and _is_utf8(data):
+        if data.endswith(b"\n") and b"\r" not in data and _is_utf8(data) and _magic_line(path):
             return path
     return None
+
+
+def _magic_line(path: str) -> str | None:
+    """``path`` as %%writefile's argument, or None where it cannot stand there as itself. IPython expands a magic
+    line before it parses it: ``{expression}`` is evaluated, ``$name`` and a leading ``~`` replaced. A name holding
+    any of them is never put there (its file stays in the archive cell, checked by its sha256 like the others).
+    IPython splits the line as a non-POSIX shell would and %%writefile strips one pair of quotes around the name:
+    a name with spaces or one kind of quote is quoted with the other kind."""
+    if set(path) & _EXPANDED or path.startswith("~") or not path.isprintable():
+        return None
+    if not any(char.isspace() or char in "'\"" for char in path):
+        return path
+    quote = next((quote for quote in "'\"" if quote not in path), None)
+    return f"{quote}{path}{quote}" if quote else None
 
 
 def _is_utf8(data: bytes) -> bool:
@@ -395,7 +420,7 @@ def _file_cells(group: dict[str, tuple[str, bytes]]) -> list:
 
     # IPython's %%writefile writes the cell's body exactly: the file's bytes, which check_files compares.
     return [
-        v4.new_code_cell(f"%%writefile {path}\n{data.decode('utf-8')}", id=_cell_id("file", path))
+        v4.new_code_cell(f"%%writefile {_magic_line(path)}\n{data.decode('utf-8')}", id=_cell_id("file", path))
         for path, (_, data) in group.items()
     ]
 

@@ -11,36 +11,39 @@ from __future__ import annotations
 from pathlib import Path
 
 from envkit.project import NOTEBOOKS
-from envkit.render.output import RenderedFile, begins_with
+from envkit.project.marks import begins_with, notebook_mark
+from envkit.render.output import RenderedFile
 
 MODE = 0o644
-# How every notebook envkit renders begins (templates/notebook/intro.md.j2, its first cell): one
-# without it is someone else's, which render neither removes nor asks to remove.
-MARK = b"Rendered by envkit from experiment "
-MARK_WITHIN = 4096
 
 
 def render(config, names: list[str]) -> list[RenderedFile]:
     """The notebooks of the notebook targets among ``names``, paths relative to notebooks/ (<target>/<experiment>.ipynb)."""
+    listed = [(experiment, name) for name in names for experiment in config.target(name).notebooks]
+    if not listed:
+        return []  # the builder's imports (nbformat) cost a project without notebooks a third of its render
     from envkit.notebook.builder import render_notebook  # nbformat, Jinja: not for `render --check` from the memo
 
     files = []
-    for name in names:
-        target = config.target(name)
-        for experiment in target.notebooks:
-            notebook = render_notebook(config, experiment, target.name, committed=True)
-            files.append(RenderedFile(notebook.path.relative_to(NOTEBOOKS), notebook.text, MODE))
+    for experiment, name in listed:
+        notebook = render_notebook(config, experiment, name, committed=True)
+        files.append(RenderedFile(notebook.path.relative_to(NOTEBOOKS), notebook.text, MODE))
     return files
 
 
 def leftovers(folder: Path, files: list[RenderedFile]) -> list[Path]:
-    """Notebooks under ``folder`` (notebooks/<target>/) that render wrote and no target's `notebooks` list renders
-    any more (its target removed, or the experiment taken off its list): `render --all` removes them."""
+    """Notebooks under ``folder`` (notebooks/<target>/) that render wrote there and no target's `notebooks` list
+    renders any more (its target removed, or the experiment taken off its list): `render --all` removes them.
+    Each is found by its mark (the first cell, from templates/notebook/), which names its experiment and
+    target: one without it, or one the user moved to another folder, is the user's, neither removed nor
+    asked to be."""
     rendered = {file.path for file in files}
     return sorted(
         path
         for path in folder.glob("*/*.ipynb")
-        if path.relative_to(folder) not in rendered and begins_with(path, MARK, MARK_WITHIN)
+        if path.relative_to(folder) not in rendered
+        and begins_with(path, notebook_mark(path.parent.name, path.stem))
+        and not path.is_symlink()
     )
 
 

@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.support.bounded_load import Refused, load_text, read_text
+from envkit.support.bounded_load import Refused, load_text, note, read_text
 
 HELPER = Path(__file__).with_name("runtime.py")
 HELPER_NAME = "envkit_notebook.py"  # what the notebook imports it as
@@ -35,6 +35,7 @@ OVER_CAP_NAMED = 3
 
 def _imported_names(root: Path, path: Path) -> frozenset[str]:
     """The absolute module names ``path`` imports (relative imports resolved within ``root``)."""
+    note(path)  # read once per process: the render memo must see it on every render
     try:
         stat = path.stat()
     except OSError as exc:
@@ -96,6 +97,7 @@ def recipe_files(recipes: Path, recipe: str) -> list[Path]:
     start = recipes / f"{recipe}.py"
     if not (start.exists() or start.is_symlink()):  # anything else there is named by the read that refuses it
         raise EnvkitError(f"recipe {start} not found")
+    note(recipes)  # its listing: a module appearing may be imported
     siblings = {path.stem for path in recipes.glob("*.py")} | {
         path.parent.name for path in recipes.glob("*/__init__.py")
     }
@@ -120,18 +122,20 @@ def report_files(root: Path) -> list[Path]:
 def _module_path(root: Path, name: str) -> Path | None:
     base = root.joinpath(*name.split("."))
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        note(candidate)
         if candidate.is_file():
             return candidate
     return None  # a name imported from a module (a function, a class): its module is already listed
 
 
-def project_files(config) -> tuple[list[str], bool]:
+def project_files(config, program: tuple[str, ...] = ()) -> tuple[list[str], bool]:
     """The project's files a command experiment's notebook carries (relative paths, sorted), and whether they
     are git's tracked list (False: every file of a folder that is not a git work tree); one line naming the
     files over FILE_CAP_BYTES, or (envkit.project.files) the largest when together they pass files_limit_mb."""
-    from envkit.project.files import project_files as listed
+    from envkit.project.files import files_of
 
-    files = listed(config.root, config.files_limit_mb)
+    files = files_of(config)
+    files.require_program(program)  # a script not yet committed: one line, as `envkit run` says it
     kept = list(zip(files.paths, files.sizes, strict=True))
     over = sorted(((size, path) for path, size in kept if size > FILE_CAP_BYTES), reverse=True)
     if over:

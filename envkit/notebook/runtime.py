@@ -75,12 +75,12 @@ def _show_one_line(shell, etype, value, tb, tb_offset=None) -> list[str]:
 
 def _one_line_errors() -> None:
     # IPython shows a NotebookStop as its message alone (no traceback); the cell still fails,
-    # so "Run all" stops at it.
-    try:
-        from IPython import get_ipython
-    except ImportError:
+    # so "Run all" stops at it. Only where IPython already runs (a notebook's kernel): envkit imports this module
+    # for its constants, and importing IPython would cost every notebook render a fifth of a second.
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
         return
-    shell = get_ipython()
+    shell = ipython.get_ipython()
     if shell is not None:
         shell.set_custom_exc((NotebookStop,), _show_one_line)
 

@@ -26,7 +26,7 @@ from envkit.project.experiments import Experiment, load_experiments
 from envkit.project.files import DEFAULT_LIMIT_MB
 from envkit.project.matrix import Matrix, TorchRelease, load_matrix, minor_of, python_in_range
 from envkit.project.requirement import requirement_name
-from envkit.support.bounded_load import Refused, load_json, parse_yaml, read_text
+from envkit.support.bounded_load import Refused, load_json, note, parse_yaml, read_text
 from envkit.support.cache import schema_checked
 
 SCHEMA_PATH = DATA_DIR / "envkit.schema.json"
@@ -131,6 +131,7 @@ class ProjectConfig:
     source: str | None
     targets: dict[str, Target]
     files_limit_mb: int = DEFAULT_LIMIT_MB  # the project's files in an image or a notebook (envkit.project.files)
+    include_secrets: tuple[str, ...] = ()  # files that look like secrets the project carries all the same
 
     @property
     def images(self) -> dict[str, Target]:
@@ -166,6 +167,7 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> ProjectConfig:
         source=data.get("source"),
         targets=targets,
         files_limit_mb=data.get("files_limit_mb", DEFAULT_LIMIT_MB),
+        include_secrets=tuple(data.get("include_secrets", ())),
     )
 
 
@@ -491,6 +493,7 @@ def _certificates(paths: list[str], root: Path, where: _Locator, at: DocPath) ->
     resolved = []
     for index, relative in enumerate(paths):
         cert = (root / relative).resolve()
+        note(cert)  # looked for: the render memo must see it go
         if not cert.is_file():
             raise EnvkitError(
                 f"{where(at + ('ca_certificates', index))}: {relative} is not a file (paths are relative to {root})"

@@ -17,7 +17,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.project import DEFAULT_CONFIG, kinds
 from envkit.project.datafile import DATA_DIR, check, load_checked
-from envkit.support.bounded_load import load_yaml
+from envkit.support.bounded_load import load_yaml, note
 
 SCHEMA_PATH = DATA_DIR / "experiments.schema.json"
 # The make include's own targets (and `build-<target>`): an experiment named like one would
@@ -120,6 +120,7 @@ def _loaded(config: Path) -> tuple[Path, dict[str, Experiment], dict[str, dict]]
 
 
 def _stamp(path: Path) -> tuple[int, int]:
+    note(path)  # read once per process while unchanged: the render memo must see it on every render
     try:
         stat = path.stat()
     except OSError:

@@ -1,20 +1,23 @@
 """Remember a render by what it read, so an unchanged project renders without Jinja or YAML.
 
 `envkit render` is run by make before every experiment and by editors on save; most runs
-render exactly what the last one did. A render reads the config, envkit's data tables,
-the templates, each target's lock and CA certificates, and envkit's own code. The memo
-stores the rendered files with the sha256 of each of those files; a later render of the
-same config and selection whose files all hash the same is that render, so its files are
-written from the memo and neither Jinja, PyYAML nor the config schema is imported.
-Any difference, a missing or unreadable entry, or a new envkit version is a miss, and a
-miss renders in full. Errors are never remembered: bad input always reaches the code
-that explains it.
+render exactly what the last one did. The memo is right by construction: a render runs inside
+envkit.support.bounded_load.recording(), and every file it reads goes through that one reader, which
+records it as it is read (a file tried and absent too: a lock or a template override appearing is a
+change). What a reader cannot open is noted where it is looked at (a folder's listing, git's index, a
+module whose parse is cached in the process), and a render whose inputs are more than files (a folder
+walked whole, outside git) is not remembered. The memo stores the rendered files with the sha256 of each
+of those paths, and of envkit's own package (its code and data); a later render of the same config and
+selection whose paths all hash the same is that render, so its files are written from the memo and
+neither Jinja, PyYAML nor the config schema is imported. Any difference, a missing or unreadable entry,
+or a new envkit is a miss, and a miss renders in full. Errors are never remembered: bad input always
+reaches the code that explains it.
 
 An entry is keyed by the config's resolved path (its directory is the project root a render
-reads from) and records every file by its absolute path, as typed, never resolved: the same
-file from any working directory, and a symlink now pointing elsewhere is read through again.
-A file is absent only when nothing, not even a dangling symlink, stands at its path; one that
-cannot be read is a miss, so the full render explains it.
+reads from) and records every path absolute, as typed, never resolved: the same file from any working
+directory, and a symlink now pointing elsewhere is read through again. A file is absent only when
+nothing, not even a dangling symlink, stands at its path; one that cannot be read is a miss, so the full
+render explains it. A folder is hashed by the names it holds.
 """
 
 from __future__ import annotations
@@ -26,8 +29,7 @@ import os
 from pathlib import Path
 
 from envkit import __version__
-from envkit.render.output import RenderedFile
-from envkit.support.bounded_load import Refused, parse_json, read_bytes, sha256
+from envkit.support.bounded_load import VOLATILE, Refused, parse_json, read_bytes, sha256
 from envkit.support.cache import cache_dir, keep
 
 PACKAGE = Path(__file__).resolve().parent.parent
@@ -40,8 +42,13 @@ def _entry(config: Path, selection: str) -> Path:
 
 
 def _digest(path: str) -> str | None:
-    """The file's sha256; None when nothing is there (no lock yet is a state too: a lock appearing is a
-    change). Raises OSError or Refused when something is there that cannot be read."""
+    """The file's sha256, or a folder's names'; None when nothing is there (no lock yet is a state too: a lock
+    appearing is a change). Raises OSError or Refused when something is there that cannot be read."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        return (
+            "folder:"
+            + hashlib.sha256("\0".join(sorted(os.listdir(path))).encode("utf-8", "surrogateescape")).hexdigest()
+        )
     try:
         return sha256(path)
     except (FileNotFoundError, NotADirectoryError):
@@ -50,41 +57,43 @@ def _digest(path: str) -> str | None:
         return None
 
 
-def recall(config: Path, selection: str) -> tuple[list[str], list[RenderedFile]] | None:
-    """The remembered render of ``selection`` (a target name or "--all"), or None."""
+def recall(config: Path, selection: str) -> dict | list | None:
+    """The remembered render of ``selection`` (a target name or "--all"): what remember() was given, or None."""
     try:
         entry = parse_json(read_bytes(_entry(config, selection)))
         if entry["code"] != _code_digest(PACKAGE) or any(
             _digest(path) != digest for path, digest in entry["read"].items()
         ):
             return None
-        return entry["names"], [RenderedFile(Path(path), text, mode) for path, text, mode in entry["files"]]
+        return entry["render"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def remember(config: Path, selection: str, names: list[str], files: list[RenderedFile], read: list[Path]) -> None:
-    """Store a successful render with the digest of every file it read (``read``)."""
+def remember(config: Path, selection: str, render: dict | list, read: set[str]) -> None:
+    """Store a successful render (JSON-able) with the digest of every path it read (``read``, as recorded)."""
+    if VOLATILE in read:
+        return
+    package = str(PACKAGE) + os.sep
     try:
-        read_paths = {os.path.abspath(path) for path in read} | {str(config.resolve())}
+        paths = {path for path in read if not path.startswith(package)} | {os.path.abspath(config)}
         entry = {
             "code": _code_digest(PACKAGE),
-            "read": {path: _digest(path) for path in sorted(read_paths)},
-            "names": names,
-            "files": [[file.path.as_posix(), file.text, file.mode] for file in files],
+            "read": {path: _digest(path) for path in sorted(paths)},
+            "render": render,
         }
     except (OSError, Refused):
         return  # a file that changed into one envkit refuses: the next render is a miss, which only costs time
     keep(_entry(config, selection), json.dumps(entry, sort_keys=True).encode())
 
 
-# Once per process: `envkit render` recalls its image files and its notebooks, two entries each keyed by
-# it, and the code that runs is the code loaded when the process started.
+# Once per process: the code that runs is the code loaded when the process started.
 @functools.cache
 def _code_digest(package: Path) -> str:
-    """The sha256 of envkit's own source (every module under ``package``): a changed module may change what a
-    render gives."""
+    """The sha256 of envkit's own package, every module and data file under ``package``: a changed one may change
+    what a render gives, and envkit reads its data tables through caches that outlive one render."""
     digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + read_bytes(path) + b"\0")
+    for path in sorted(package.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(path.relative_to(package).as_posix().encode() + b"\0" + read_bytes(path) + b"\0")
     return digest.hexdigest()

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from envkit.errors import EnvkitError
-from envkit.project import RENDERED
+from envkit.project import RENDERED, marks
+from envkit.project.marks import begins_with
 from envkit.support.atomic import abandoned, atomic_stream
-from envkit.support.bounded_load import Refused, open_regular, read_text
+from envkit.support.bounded_load import Refused, read_text
 
 DEFAULT_OUTPUT = RENDERED
 
@@ -36,6 +37,7 @@ def write(output: Path, files: list[RenderedFile]) -> list[Path]:
     """
     if output.exists() and not output.is_dir():
         raise EnvkitError(f"output path {output} is a file; pass --output DIR with a directory")
+    refuse_the_users(output, files)
     for leftover in abandoned_partials(output, files):
         leftover.unlink(missing_ok=True)
     created: list[Path] = []
@@ -60,6 +62,22 @@ def write(output: Path, files: list[RenderedFile]) -> list[Path]:
             f"cannot write to {exc.filename or output}: {reason}; choose a writable --output DIR"
         ) from None
     return written
+
+
+def refuse_the_users(output: Path, files: list[RenderedFile]) -> None:
+    """One line naming the first file render would replace that lacks envkit's mark: the user's, never
+    overwritten (checked before anything is written, so nothing is)."""
+    for file in files:
+        destination = output / file.path
+        if destination.is_dir() and not destination.is_symlink():
+            continue  # write() says a directory is in the way
+        if (destination.exists() or destination.is_symlink()) and _difference(destination, file) is not None:
+            if destination.is_symlink() or not marks.written_by_envkit(destination):
+                raise EnvkitError(
+                    f'{destination} is not envkit\'s (it lacks the mark "{marks.RENDERED.decode().strip()}" that '
+                    f"render writes): render never overwrites it; move it away, or render into another folder "
+                    f"with --output DIR"
+                )
 
 
 def _make_dirs(directory: Path, created: list[Path]) -> None:
@@ -139,10 +157,10 @@ def envkit_marks() -> dict[str, bytes]:
     from envkit.support import provenance
 
     return {
-        "Dockerfile": b"Rendered by envkit from ",
-        "run.sh": b"Rendered by envkit from ",
-        ".dockerignore": b"Rendered by envkit from ",
-        provenance.FILE_NAME: b'"""envkit\'s run wrapper: ',
+        "Dockerfile": marks.RENDERED,
+        "run.sh": marks.RENDERED,
+        ".dockerignore": marks.RENDERED,
+        provenance.FILE_NAME: marks.WRAPPER,
     }
 
 
@@ -150,23 +168,13 @@ def leftovers(output: Path, names: list[str]) -> dict[Path, list[Path]]:
     """The files render wrote for targets no longer in the config, by their directory under ``output``."""
     if not output.is_dir():
         return {}
-    marks = envkit_marks()
     found = {}
     for child in sorted(output.iterdir()):
         if child.is_dir() and not child.is_symlink() and child.name not in names:
-            ours = [child / name for name, mark in marks.items() if begins_with(child / name, mark)]
+            ours = [child / name for name, mark in envkit_marks().items() if begins_with(child / name, mark)]
             if ours:
                 found[child] = ours
     return found
-
-
-def begins_with(path: Path, mark: bytes, within: int = 512) -> bool:
-    """Whether ``mark`` is in the first ``within`` bytes of the file (run.sh's follows its #! line)."""
-    try:
-        with open_regular(path) as stream:
-            return mark in stream.read(within)
-    except (OSError, Refused):
-        return False
 
 
 def orphans(output: Path, names: list[str]) -> list[str]:

@@ -25,14 +25,12 @@ from envkit.lock.lockfile import (
 )
 from envkit.project import kinds
 from envkit.project.config import ProjectConfig, Target
-from envkit.project.datafile import DATA_DIR
-from envkit.project.experiments import table_path
 from envkit.project.requirement import requirement_name
 from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
 from envkit.render.output import RenderedFile
 from envkit.render.template_cache import template_cache
 from envkit.support import provenance
-from envkit.support.bounded_load import Refused, read_text
+from envkit.support.bounded_load import Refused, note, read_text
 from envkit.support.shellquote import FILTERS
 
 # Target file -> (template, file mode); {kind} is the target's kind.
@@ -79,20 +77,6 @@ def render_targets(config: ProjectConfig, names: list[str], locks: Path | None =
     return files
 
 
-def files_read(config: ProjectConfig, names: list[str]) -> list[Path]:
-    """Every file render_targets reads for ``names``: what the render memo must see unchanged."""
-    read = [
-        config.path,
-        table_path(config.path),
-        *DATA_DIR.iterdir(),
-        *template_files(config.root),
-        WRAPPER,
-    ]
-    for name in names:
-        read += [lock_path(config, name), *config.targets[name].ca_certificates]
-    return read
-
-
 def packaged_templates() -> Path:
     """envkit's own templates: envkit/templates/ in an installed wheel (setup.py puts them there), else the
     checkout's templates/ beside the envkit package (a source tree or an editable install)."""
@@ -105,18 +89,9 @@ def template_dirs(root: Path) -> list[Path]:
     """Where templates are looked up for the project at ``root``: its own templates/, file by file and only
     where it exists, before envkit's."""
     own = root / "templates"
+    note(own)  # a templates/ folder appearing is a change to the render memo
     packaged = packaged_templates()
     return [own, packaged] if own.is_dir() and own.resolve() != packaged.resolve() else [packaged]
-
-
-def template_files(root: Path) -> list[Path]:
-    """Every template file a render of the project at ``root`` may read, and where the project would override
-    each (absent is a state the render memo remembers: an override appearing is a change)."""
-    packaged, own = packaged_templates(), root / "templates"
-    names = {
-        path.relative_to(directory) for directory in (packaged, own) for path in directory.rglob("*") if path.is_file()
-    }
-    return sorted({directory / name for directory in (packaged, own) for name in names})
 
 
 def template_environment(root: Path) -> jinja2.Environment:
@@ -145,7 +120,10 @@ class _BoundedLoader(jinja2.FileSystemLoader):
         # the first directory that has the file (a project's own templates/ before envkit's); a dangling
         # symlink there is the project's file too, and fails to read rather than falling through
         candidates = [Path(directory, *split_template_path(template)) for directory in self.searchpath]
-        path = next((candidate for candidate in candidates if os.path.lexists(candidate)), candidates[-1])
+        for path in candidates:
+            note(path)  # looked for: an override appearing where there was none is a change (envkit.render.memo)
+            if os.path.lexists(path):
+                break
         try:
             source, mtime = read_text(path), path.stat().st_mtime_ns
         except (FileNotFoundError, NotADirectoryError):

@@ -23,7 +23,8 @@ import json
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import IO, Any, BinaryIO
 
@@ -49,12 +50,43 @@ class Refused(ValueError):
         return f"{path}:{self.line}: {self.reason}" if self.line else f"{path}: {self.reason}"
 
 
+# What a render read, for its memo (envkit.render.memo): every path opened here, or looked at with note(), while a
+# recording() block runs; VOLATILE when what was read cannot be told by the files' bytes alone.
+_recorders: list[set[str]] = []
+VOLATILE = "\0volatile"
+
+
+@contextmanager
+def recording() -> Iterator[set[str]]:
+    """The absolute paths read (opened, tried, or noted) while the block runs: a render's inputs, by construction."""
+    seen: set[str] = set()
+    _recorders.append(seen)
+    try:
+        yield seen
+    finally:
+        _recorders.remove(seen)
+
+
+def note(path: str | os.PathLike) -> None:
+    """Record ``path`` as read without opening it: a file looked for and perhaps absent (a template override, a
+    lock), a folder whose listing was read, a file a cache or a subprocess (git's index) read instead."""
+    for seen in _recorders:
+        seen.add(os.path.abspath(path))
+
+
+def volatile() -> None:
+    """Record that what was read is more than files' bytes (a folder walked whole): nothing may be remembered."""
+    for seen in _recorders:
+        seen.add(VOLATILE)
+
+
 def open_regular(path: str | os.PathLike) -> BinaryIO:
     """The file opened for reading; Refused unread when it is not a regular file, OSError for the caller.
 
     Opened without blocking, then checked: a FIFO named like a results file would otherwise wait
-    forever for a writer, and /dev/zero or a directory has no size to cap by.
+    forever for a writer, and /dev/zero or a directory has no size to cap by. Recorded, tried or not.
     """
+    note(path)
     handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         kind = _not_regular(os.fstat(handle).st_mode)

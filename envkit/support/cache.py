@@ -52,12 +52,26 @@ def nothing_kept(active: bool = True) -> Iterator[None]:
         _keeping.pop()
 
 
+# The cache holds what renders read and staged build contexts (the project's files, a notebook's text): its
+# user's alone, whatever the umask.
+PRIVATE_FOLDER = 0o700
+PRIVATE_FILE = 0o600
+
+
+def private_folder(folder: Path) -> None:
+    """``folder`` and the parents it lacks made with mode 0700; ``folder`` itself set to 0700 if it was there."""
+    missing = [parent for parent in [folder, *folder.parents] if not parent.exists()]
+    for parent in reversed(missing):
+        parent.mkdir(mode=PRIVATE_FOLDER, exist_ok=True)
+    folder.chmod(PRIVATE_FOLDER)
+
+
 def keep(path: Path, data: bytes) -> None:
-    """``data`` kept at ``path`` in the cache, unless a dry run is running."""
+    """``data`` kept at ``path`` in the cache (mode 0600 in 0700 folders), unless a dry run is running."""
     if not _keeping[-1]:
         return
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(path, data)
+        private_folder(path.parent)
+        write_bytes_atomic(path, data, mode=PRIVATE_FILE)
     except OSError:
         pass  # a cache that cannot be written only costs time

@@ -204,3 +204,26 @@ def test_staging_area_is_fixed_per_project_and_starts_empty(tmp_path, monkeypatc
 
 
 # ---------------------------------------------------------------- verify, with the builders faked
+
+
+def test_a_tracked_secret_never_enters_the_context_unless_the_config_lists_it(project, tmp_path, capsys):
+    for name in (".env", "keys/id_rsa", ".aws/credentials"):
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text("SECRET_API_KEY=1\n")
+    subprocess.run(["git", "-C", str(project), "add", "-f", ".env", "keys", ".aws"], check=True)
+    assert [name for name in files(staged(project, tmp_path)) if name.startswith("project/")] == [
+        "project/recipes/mnist.py"
+    ]
+    assert "left out 3 file(s) that look like secrets" in capsys.readouterr().err
+    listed = build_context.BuildOptions(include_secrets=(".env",))
+    assert "project/.env" in files(staged(project, tmp_path, listed, name="listed"))
+
+
+def test_the_staging_area_is_its_users_alone(project, tmp_path, monkeypatch):
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
+    old = os.umask(0o022)
+    try:
+        with build_context.staging_area(project, "cpu") as context:
+            assert context.parent.stat().st_mode & 0o777 == 0o700
+    finally:
+        os.umask(old)

@@ -111,7 +111,7 @@ def unpack(notebook: nbformat.NotebookNode, work: Path, monkeypatch) -> dict:
             exec(cell.source, namespace)  # standard library only; the settings cell moves into work
         elif cell.source.startswith("%%writefile "):
             head, body = cell.source.split("\n", 1)
-            (work / head.split()[1]).write_text(body)
+            (work / head.split(maxsplit=1)[1].strip("'\"")).write_text(body)
     return namespace["SETTINGS"]
 
 
@@ -232,3 +232,103 @@ def test_colab_link_names_the_path_from_the_repositorys_top(capsys, tmp_path):
         f"https://colab.research.google.com/github/envkit/envkit/blob/{head.stdout.strip()}/"
         "sub/dir/notebooks/colab-t4/gpu-mnist.ipynb\n"
     )
+
+
+def test_a_tracked_secret_is_never_carried_unless_the_config_lists_it(project, capsys):
+    key = "-----BEGIN " + "RSA PRIVATE KEY-----\nMIIEfake\n-----END RSA PRIVATE KEY-----\n"
+    for name, text in {
+        ".env": "SECRET_API_KEY=1\n",
+        ".netrc": "machine x\n",
+        "keys/id_rsa": key,
+        "config.py": f"KEY = {key!r}\n",
+    }.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    git(project, "add", "-f", ".env", ".netrc", "keys/id_rsa", "config.py")
+    code, out, err = envkit(
+        capsys,
+        "notebook",
+        "gpu-train",
+        "--target",
+        "colab-t4",
+        "--config",
+        str(project / "envkit.yaml"),
+        "--output",
+        str(project.parent / "nb.ipynb"),
+    )
+    notebook = nbformat.read(project.parent / "nb.ipynb", as_version=4)
+    carried = settings_of(notebook)["files"]["program"]
+    assert code == 0 and "project/train.py" in carried
+    assert not {"project/.env", "project/.netrc", "project/keys/id_rsa", "project/config.py"} & set(carried)
+    assert "SECRET_API_KEY" not in json.dumps(notebook) and err.count("\n") == 1
+    assert "left out 4 file(s) that look like secrets" in err and "config.py (holds a private key)" in err
+    # Listed, it is carried (and named no more).
+    config = project / "envkit.yaml"
+    config.write_text(config.read_text() + "include_secrets: [.env]\n")
+    carried = settings_of(render(project))["files"]["program"]
+    assert "project/.env" in carried and "project/.netrc" not in carried
+
+
+PWN = 't{__import__("os").system("touch PWN")}.py'
+
+
+def execute_program_cells(notebook: nbformat.NotebookNode, work: Path, monkeypatch) -> None:
+    """The notebook's settings, archive, %%writefile and program-check cells, run by a real IPython kernel."""
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("ENVKIT_NOTEBOOK_WORK", str(work))
+    kept = [cell for cell in notebook.cells if cell.id in ("settings", "files") or cell.source.startswith("%%")]
+    kept.insert(2, nbformat.v4.new_code_cell("import envkit_notebook as nb"))
+    kept += [cell for cell in notebook.cells if cell.id == "recipe-check"]
+    run = nbformat.v4.new_notebook(cells=kept, metadata=notebook.metadata)
+    NotebookClient(run, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(work)}}).execute()
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("my train.py", "%%writefile 'project/my train.py'"),
+        ("it's.py", '%%writefile "project/it\'s.py"'),
+        ("both '\"quotes.py", None),
+        (PWN, None),
+        ("a$HOME.py", None),
+        ("{x}.py", None),
+    ],
+)
+def test_a_file_name_is_never_evaluated_and_names_with_spaces_work(project, tmp_path, monkeypatch, name, shown):
+    (project / name).write_text(TRAIN)
+    git(project, "add", name)
+    config = project / "envkit.yaml"
+    config.write_text(
+        config.read_text().replace(
+            'command: [python, train.py, --epochs, "2"]', f"command: [python, {json.dumps(name)}]"
+        )
+    )
+    notebook = render(project)
+    writes = [cell.source.split("\n", 1)[0] for cell in notebook.cells if cell.source.startswith("%%writefile")]
+    assert writes == ([shown] if shown else [])  # an expanded name stays in the archive, checked like the rest
+    assert f"project/{name}" in settings_of(notebook)["files"]["program"]
+    work = tmp_path / "work"
+    work.mkdir()
+    execute_program_cells(notebook, work, monkeypatch)  # check_files: every program file is there, exactly
+    assert (work / "project" / name).read_text() == TRAIN
+    assert not list(tmp_path.rglob("PWN")) and not list(project.rglob("PWN"))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["notebook", "gpu-train", "--target", "colab-t4", "--output", "nb.ipynb"],
+        ["experiment", "gpu-train", "--dry-run"],
+    ],
+)
+def test_a_script_not_yet_committed_is_refused_in_one_line_as_envkit_run_says(project, capsys, tmp_path, argv):
+    (project / "new.py").write_text(TRAIN)
+    config = project / "envkit.yaml"
+    config.write_text(
+        config.read_text().replace('command: [python, train.py, --epochs, "2"]', "command: [python, new.py]")
+    )
+    code, out, err = envkit(capsys, *argv, "--config", str(config))
+    assert (code, out) == (2, "") and err.count("\n") == 1, err
+    assert err.startswith(f"envkit: error: new.py is not among the files git tracks in {project} less .dockerignore's")
+    assert not (tmp_path / "nb.ipynb").exists() and not (project / "nb.ipynb").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -71,18 +72,36 @@ def test_files_over_the_limit_are_one_line_naming_the_largest(repository):
 
 def test_what_envkit_writes_is_never_the_projects(repository, tmp_path):
     # Tracked or not, render's output: an image target's rendered files change with every other target's render.
-    for rendered in ("docker/cpu/Dockerfile", "notebooks/colab-t4/requirements.lock"):
-        (repository / rendered).parent.mkdir(parents=True)
-        (repository / rendered).write_text("rendered\n")
+    marked = {
+        "docker/cpu/Dockerfile": "# Rendered by envkit from envkit.yaml\n",
+        "docker/cpu/envkit_run.py": '"""envkit\'s run wrapper: a run\n',
+        "notebooks/colab-t4/requirements.lock": '# envkit lock for target "colab-t4"\n',
+        "notebooks/colab-t4/gpu.ipynb": '{"cells": [{"source": ["Rendered by envkit from experiment `gpu`"]}]}\n',
+        "docker/cuda/pushed.json": '{\n  "format": 1,\n  "images": {},\n  "target": "cuda"\n}\n',
+    }
+    for rendered, text in marked.items():
+        (repository / rendered).parent.mkdir(parents=True, exist_ok=True)
+        (repository / rendered).write_text(text)
     _git(repository, "add", "docker", "notebooks")
     assert project_files(repository).paths == ("notes.md", "src/model.py", "train.py")
+    # The user's own files there are the project's: a module train.py imports, a Dockerfile envkit did not write.
+    for name in ("notebooks/helpers.py", "docker/mine/Dockerfile"):
+        (repository / name).parent.mkdir(parents=True, exist_ok=True)
+        (repository / name).write_text("# mine\n")
+    _git(repository, "add", "docker", "notebooks")
+    assert project_files(repository).paths == (
+        "docker/mine/Dockerfile",
+        "notebooks/helpers.py",
+        "notes.md",
+        "src/model.py",
+        "train.py",
+    )
     # Outside git, the runs' results and data and the venvs too: every run would change the next image.
     folder = tmp_path / "plain"
     made = (
         "results/run.json",
         "data/x.bin",
         ".venv/bin/python",
-        "docker/cpu/run.sh",
         ".cache/rendered",
         "src/.ruff_cache/x",
     )
@@ -90,3 +109,137 @@ def test_what_envkit_writes_is_never_the_projects(repository, tmp_path):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text("x\n")
     assert project_files(folder).paths == ("train.py",)
+
+
+# Fake credentials, put together here so that this file itself holds none a scanner would flag.
+PRIVATE_KEY = "-----BEGIN " + "OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
+GITHUB_TOKEN = "ghp" + "_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+SECRET_NAMED = (".env", ".env.local", ".netrc", "credentials.json", "keys/id_rsa", "server.pem", "api.key")
+SECRET_UNDER = (".aws/credentials", ".ssh/config", "secrets/token.txt", ".git-credentials")
+
+
+def _tracked_project(root: Path, names: dict[str, str]) -> Path:
+    for name, text in names.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    _git(root, "init", "-q")
+    _git(root, "add", "-f", *names)
+    return root
+
+
+def test_files_that_look_like_secrets_by_name_or_content_are_left_out_and_named(tmp_path, capsys):
+    names = {name: "SECRET_API_KEY=hunter2\n" for name in SECRET_NAMED + SECRET_UNDER}
+    names |= {"train.py": "print('train')\n", "deploy.py": f"TOKEN = '{GITHUB_TOKEN}'\n", "notes.txt": PRIVATE_KEY}
+    files = project_files(_tracked_project(tmp_path / "mine", names))
+    assert files.paths == ("train.py",)
+    left_out = dict(files.secrets)
+    assert set(left_out) == set(names) - {"train.py"}
+    assert left_out["deploy.py"] == "holds a GitHub token" and left_out["notes.txt"] == "holds a private key"
+    assert left_out["keys/id_rsa"] == "named id_rsa*" and left_out[".aws/credentials"] == "under .aws/"
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("envkit: left out 13 file(s) that look like secrets")
+    assert "include_secrets" in err and ".env (named .env)" in err
+
+
+def test_a_secret_straddling_two_read_blocks_is_found(tmp_path):
+    from envkit.project import files as module
+
+    padding = "x" * (module.SCAN_BLOCK - 10)
+    files = project_files(_tracked_project(tmp_path / "mine", {"big.txt": padding + PRIVATE_KEY}), quiet=True)
+    assert files.paths == () and dict(files.secrets) == {"big.txt": "holds a private key"}
+
+
+def test_include_secrets_is_the_only_way_in_a_file_or_a_folder(tmp_path, capsys):
+    names = {".env": "A=1\n", "secrets/a.key": "k\n", "secrets/b.txt": GITHUB_TOKEN, "server.pem": "p\n"}
+    files = project_files(_tracked_project(tmp_path / "mine", names), include_secrets=(".env", "secrets"))
+    assert files.paths == (".env", "secrets/a.key", "secrets/b.txt")
+    assert files.secrets == (("server.pem", "named *.pem"),)
+    assert "server.pem (named *.pem)" in capsys.readouterr().err
+
+
+def test_outside_git_gitignore_is_honoured_as_git_would_and_secrets_are_left_out(tmp_path):
+    folder = tmp_path / "plain"
+    made = {
+        ".gitignore": "*.log\n/build/\n!keep.log\n",
+        "src/.gitignore": "generated.py\n",
+        "train.py": "print('train')\n",
+        "run.log": "x\n",
+        "keep.log": "kept by the ! exception\n",
+        "build/out.py": "x\n",
+        "src/generated.py": "x\n",
+        "src/model.py": "x\n",
+        ".env": "SECRET_API_KEY=1\n",
+        ".aws/credentials": "[default]\n",
+        ".git-credentials": "https://u:p@example.com\n",
+        "secrets/api.key": "k\n",
+        "server.pem": PRIVATE_KEY,
+    }
+    for name, text in made.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    files = project_files(folder, quiet=True)
+    assert files.paths == (".gitignore", "keep.log", "src/.gitignore", "src/model.py", "train.py")
+    assert [name for name, _ in files.secrets] == [
+        ".aws/credentials",
+        ".env",
+        ".git-credentials",
+        "secrets/api.key",
+        "server.pem",
+    ]
+    assert "its .gitignore files do not exclude" in files.source()
+
+
+def test_include_secrets_in_the_config_is_a_list_of_relative_paths(tmp_path):
+    from envkit.project.config import load_config
+
+    config = tmp_path / "envkit.yaml"
+    base = "targets:\n  cpu: {kind: cpu, torch: 2.5.1}\n"
+    config.write_text(base + "include_secrets: [.env, certs/server.pem]\n")
+    assert load_config(config).include_secrets == (".env", "certs/server.pem")
+    for bad in ("[../outside.key]", "[/etc/ssl/key.pem]", ".env"):
+        config.write_text(base + f"include_secrets: {bad}\n")
+        with pytest.raises(EnvkitError) as refused:
+            load_config(config)
+        assert "include_secrets" in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_submodule_is_named_and_a_file_inside_it_is_refused_saying_so(repository, tmp_path, capsys):
+    vendored = tmp_path / "vendored"
+    vendored.mkdir()
+    (vendored / "lib.py").write_text("X = 1\n")
+    _git(vendored, "init", "-q")
+    _git(vendored, "add", "lib.py")
+    _git(vendored, "-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "-m", "lib")
+    _git(repository, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(vendored), "third/vendored")
+    files = project_files(repository)
+    assert files.submodules == ("third/vendored",) and "third/vendored/lib.py" not in files.paths
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "left out the git submodule(s) third/vendored" in err
+    with pytest.raises(EnvkitError, match="third/vendored/lib.py is inside the git submodule third/vendored, whose"):
+        files.require("third/vendored/lib.py")
+
+
+def test_a_file_name_that_is_not_utf8_is_left_out_and_named_in_git_and_outside(repository, tmp_path, capsys):
+    odd = os.fsdecode(b"d\xff/f\xfe.py")
+    (repository / odd).parent.mkdir()
+    (repository / odd).write_text("x = 1\n")
+    _git(repository, "add", odd)
+    folder = tmp_path / "plain"
+    (folder / odd).parent.mkdir(parents=True)
+    (folder / odd).write_text("x = 1\n")
+    for root in (repository, folder):
+        files = project_files(root)
+        assert files.undecodable == ("d\\xff/f\\xfe.py",) and odd not in files.paths
+        err = capsys.readouterr().err
+        assert "left out 1 file(s) whose names are not UTF-8" in err and "d\\xff/f\\xfe.py" in err
+        err.encode("utf-8")  # the line itself is UTF-8
+
+
+def test_a_commands_script_that_git_does_not_track_is_refused_in_one_line(repository):
+    (repository / "new.py").write_text("print('new')\n")
+    files = project_files(repository)
+    files.require_program(("python", "train.py", "--data", "data/big.bin"))  # the script, not its data
+    with pytest.raises(EnvkitError) as refused:
+        files.require_program(("python", "new.py"))
+    assert str(refused.value).startswith(f"new.py is not among the files git tracks in {repository}")
+    assert "git add, then commit" in str(refused.value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -13,7 +14,7 @@ import pytest
 from paths import REPO_ROOT
 
 from envkit.render import memo
-from envkit.render.output import RenderedFile
+from envkit.support import bounded_load
 
 
 @pytest.fixture()
@@ -89,9 +90,9 @@ def test_a_damaged_memo_is_a_miss(tmp_path, monkeypatch):
     monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
     read = tmp_path / "input"
     read.write_text("a")
-    files = [RenderedFile(Path("t/Dockerfile"), "FROM x\n", 0o644)]
-    memo.remember(tmp_path / "envkit.yaml", "--all", ["t"], files, [read])
-    assert memo.recall(tmp_path / "envkit.yaml", "--all") == (["t"], files)
+    render_ = {"names": ["t"], "files": [["t/Dockerfile", "FROM x\n", 0o644]]}
+    memo.remember(tmp_path / "envkit.yaml", "--all", render_, {str(read)})
+    assert memo.recall(tmp_path / "envkit.yaml", "--all") == render_
     assert memo.recall(tmp_path / "envkit.yaml", "t") is None  # another selection
     read.write_text("b")
     assert memo.recall(tmp_path / "envkit.yaml", "--all") is None
@@ -100,14 +101,117 @@ def test_a_damaged_memo_is_a_miss(tmp_path, monkeypatch):
     code.mkdir()
     (code / "module.py").write_text("A = 1\n")
     monkeypatch.setattr(memo, "PACKAGE", code)
-    memo.remember(tmp_path / "envkit.yaml", "--all", ["t"], files, [read])
-    assert memo.recall(tmp_path / "envkit.yaml", "--all") == (["t"], files)
+    memo.remember(tmp_path / "envkit.yaml", "--all", render_, {str(read)})
+    assert memo.recall(tmp_path / "envkit.yaml", "--all") == render_
     (code / "module.py").write_text("A = 2\n")  # envkit's own code changed
     memo._code_digest.cache_clear()  # ... as the next envkit process sees it: a process hashes its code once
     assert memo.recall(tmp_path / "envkit.yaml", "--all") is None
     entry = next((tmp_path / "cache" / "render-memo").iterdir())
     entry.write_text("{not json")
     assert memo.recall(tmp_path / "envkit.yaml", "--all") is None
+    # a render that walked a folder whole (outside git) is never remembered
+    entry.unlink()
+    memo.remember(tmp_path / "envkit.yaml", "--all", render_, {str(read), bounded_load.VOLATILE})
+    assert memo.recall(tmp_path / "envkit.yaml", "--all") is None
+
+
+def _recorded(config: Path) -> dict[str, str | None]:
+    """What the memo entry of `render --all` of ``config`` recorded: path -> digest."""
+    [entry] = (Path(os.environ["ENVKIT_CACHE_DIR"]) / "render-memo").iterdir()
+    return json.loads(entry.read_text())["read"]
+
+
+def _opened_under(root: Path, action) -> set[str]:
+    """Every file under ``root`` that ``action`` opens while it renders (a recording runs: not --check's reading
+    of the output), seen by Python's audit hook rather than by envkit's reader."""
+    opened: set[str] = set()
+    _OPENED.append(opened)
+    try:
+        action()
+    finally:
+        _OPENED.remove(opened)
+    return {path for path in opened if path.startswith(f"{root}/") and os.path.isfile(path)}
+
+
+_OPENED: list[set[str]] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event == "open" and _OPENED and bounded_load._recorders and isinstance(args[0], (str, bytes, os.PathLike)):
+        _OPENED[-1].add(os.path.abspath(os.fsdecode(args[0])))
+
+
+sys.addaudithook(_audit)
+
+
+def _mutate_each_and_assert_a_miss(config: Path, root: Path) -> int:
+    """Change, one at a time, every path under ``root`` the render recorded (a file: one byte more; a file it
+    looked for and did not find: created; a folder it listed: a file added), assert the memo misses, undo it,
+    and assert it hits again. Returns how many paths were changed."""
+    recorded = [path for path in _recorded(config) if path.startswith(f"{root}/")]
+    assert memo.recall(config, "--all") is not None
+    for path in map(Path, recorded):
+        if path.is_dir():
+            added = path / "added-by-the-test"
+            added.write_text("x\n")
+            undo = added.unlink
+        elif path.is_file():
+            before = path.read_bytes()
+            path.write_bytes(before + b"\n")
+            undo = functools.partial(path.write_bytes, before)
+        else:
+            if not path.parent.is_dir():
+                continue  # a module looked for in a folder that is not there: the folder's listing is recorded
+            path.write_text("x\n")
+            undo = path.unlink
+        assert memo.recall(config, "--all") is None, f"{path} changed and the memo still hit"
+        undo()
+        assert memo.recall(config, "--all") is not None, path
+    return len(recorded)
+
+
+def test_every_file_a_render_of_this_repository_reads_is_recorded_and_each_change_misses(project, capsys):
+    from envkit.cli import main
+
+    config = project / "envkit.yaml"
+    opened = _opened_under(project, lambda: main(["render", "--all", "--check", "--config", str(config)]))
+    capsys.readouterr()
+    recorded = _recorded(config)
+    assert opened and opened <= set(recorded), sorted(opened - set(recorded))
+    assert str(project / "templates" / "Dockerfile.j2") in recorded and str(project / "recipes") in recorded
+    assert _mutate_each_and_assert_a_miss(config, project) > 50
+
+
+def test_every_file_a_render_of_the_example_project_reads_is_recorded_and_each_change_misses(
+    tmp_path, capsys, monkeypatch
+):
+    """tests/example_project after `envkit init`: its requirements.txt among what a render reads (the memo
+    once missed it: `render --all --check` said up to date after `echo pandas >> requirements.txt`)."""
+    from envkit.cli import main
+
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
+    project = tmp_path / "example"
+    shutil.copytree(REPO_ROOT / "tests" / "example_project", project)
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=project, check=True)
+    config = project / "envkit.yaml"
+    assert main(["init", "--dir", str(project)]) == 0
+    assert main(["render", "--all", "--config", str(config)]) == 0
+    capsys.readouterr()
+    opened = _opened_under(project, lambda: main(["render", "--all", "--check", "--config", str(config)]))
+    assert capsys.readouterr().out.count("up to date") >= 2
+    memo_entries = list((Path(os.environ["ENVKIT_CACHE_DIR"]) / "render-memo").iterdir())
+    for entry in memo_entries:  # the entry of this very render, not the one before it
+        entry.unlink()
+    opened = _opened_under(project, lambda: main(["render", "--all", "--check", "--config", str(config)]))
+    capsys.readouterr()
+    recorded = _recorded(config)
+    assert opened <= set(recorded) and str(project / "requirements.txt") in recorded, sorted(opened - set(recorded))
+    assert _mutate_each_and_assert_a_miss(config, project) >= 3
+    with open(project / "requirements.txt", "a") as stream:
+        stream.write("pandas\n")
+    done = check(project, "envkit.yaml")
+    assert done.returncode == 1 and "stale" in done.stderr, done
 
 
 def check(cwd: Path, config: str) -> subprocess.CompletedProcess:
@@ -170,9 +274,9 @@ def test_an_absent_file_is_absent_only_while_nothing_stands_at_its_path(tmp_path
     """A render remembered without a lock is not a hit once something unreadable stands there: render refuses it."""
     monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
     lock = tmp_path / "requirements.lock"
-    files = [RenderedFile(Path("t/Dockerfile"), "# UNLOCKED\n", 0o644)]
-    memo.remember(tmp_path / "envkit.yaml", "--all", ["t"], files, [lock])
-    assert memo.recall(tmp_path / "envkit.yaml", "--all") == (["t"], files)
+    render_ = {"names": ["t"], "files": [["t/Dockerfile", "# UNLOCKED\n", 0o644]]}
+    memo.remember(tmp_path / "envkit.yaml", "--all", render_, {str(lock)})
+    assert memo.recall(tmp_path / "envkit.yaml", "--all") == render_
     if in_its_place == "directory":
         lock.mkdir()
     else:
@@ -197,3 +301,16 @@ def test_a_command_experiments_notebook_is_stale_once_a_project_file_changes_or_
     assert render(project, "--all", "--check")[0].returncode == 0  # untracked: not the notebook's
     git(project, "add", "extra.py")
     assert render(project, "--all", "--check")[0].returncode == 1
+
+
+def test_the_memo_is_its_users_alone_whatever_the_umask(project, tmp_path):
+    old = os.umask(0o022)
+    try:
+        done, _ = render(project, "--all", "--check")
+    finally:
+        os.umask(old)
+    assert done.returncode == 0, done.stderr
+    folder = tmp_path / "cache" / "render-memo"
+    entries = list(folder.iterdir())
+    assert entries and folder.stat().st_mode & 0o777 == 0o700
+    assert {entry.stat().st_mode & 0o777 for entry in entries} == {0o600}

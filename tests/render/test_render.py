@@ -322,8 +322,12 @@ def test_a_project_renders_with_envkits_templates_and_overrides_them_file_by_fil
     files = {file.path.name: file.text for file in render.render_targets(elsewhere, ["cpu"])}
     assert files[".dockerignore"] == "# the project's own\n"
     assert files["Dockerfile"] == shipped[Path("cpu/Dockerfile")] and files["run.sh"] == shipped[Path("cpu/run.sh")]
-    # the memo sees an override appear where there was none
-    assert tmp_path / "templates" / "Dockerfile.j2" in render.template_files(tmp_path)
+    # the memo sees an override appear where there was none: the loader records where it looked
+    from envkit.support.bounded_load import recording
+
+    with recording() as read:
+        render.render_targets(elsewhere, ["cpu"])
+    assert str(tmp_path / "templates" / "Dockerfile.j2") in read
 
 
 def test_missing_packaged_templates_are_one_line(repo_config, tmp_path, monkeypatch):
@@ -339,3 +343,40 @@ def test_render_knows_the_mark_of_every_file_it_writes(repo_root):
     for name, mark in marks.items():
         for path in (repo_root / "docker").glob(f"*/{name}"):
             assert mark in path.read_bytes()[:512], path
+
+
+def test_a_file_without_envkits_mark_is_never_overwritten_and_nothing_is_written(repo_config, tmp_path):
+    files = render.render_targets(repo_config, ["cpu", "cuda"])
+    (tmp_path / "cuda").mkdir()
+    (tmp_path / "cuda" / "run.sh").write_text("#!/bin/sh\n# my own launcher\n")
+    with pytest.raises(EnvkitError) as refused:
+        rendered.write(tmp_path, files)
+    message = str(refused.value)
+    assert message.startswith(f"{tmp_path / 'cuda' / 'run.sh'} is not envkit's") and "\n" not in message
+    assert (tmp_path / "cuda" / "run.sh").read_text() == "#!/bin/sh\n# my own launcher\n"
+    assert not (tmp_path / "cpu").exists()
+    # envkit's own file, edited by hand, still carries the mark: render restores it
+    (tmp_path / "cuda" / "run.sh").unlink()
+    rendered.write(tmp_path, files)
+    dockerfile = tmp_path / "cpu" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "RUN echo edited\n")
+    assert rendered.write(tmp_path, files) == [dockerfile]
+
+
+def test_render_all_keeps_the_users_files_and_a_notebook_the_user_moved(tmp_path, capsys, monkeypatch):
+    from project_copy import copy_project
+
+    from envkit.cli import main
+
+    project = copy_project(tmp_path / "project")
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
+    moved = project / "notebooks" / "kaggle" / "gpu-mnist.ipynb"
+    moved.parent.mkdir()
+    moved.write_bytes((project / "notebooks" / "colab-t4" / "gpu-mnist.ipynb").read_bytes())
+    mine = project / "docker" / "mine" / "Dockerfile"
+    mine.parent.mkdir()
+    mine.write_text("FROM scratch\n")
+    config = str(project / "envkit.yaml")
+    assert main(["render", "--all", "--config", config]) == 0
+    assert moved.is_file() and mine.read_text() == "FROM scratch\n"
+    assert main(["render", "--all", "--check", "--config", config]) == 0, capsys.readouterr()

@@ -1,0 +1,87 @@
+"""Files that look like secrets, by name or by content: kept out of images and notebooks unless listed.
+
+An image is pushed and a notebook is committed or shared: either publishes every file it holds. A file
+whose name says it holds credentials (``.env``, ``id_rsa``, ``.netrc``, ``*.pem``...) or whose bytes hold
+a private key or a token with a well-known prefix is left out, and the caller names it in one line; the
+project's ``include_secrets`` list in envkit.yaml is the only way in (docs/secrets.md says why these lists).
+
+The names are the union of what ``docker init`` writes into a new .dockerignore (``.env`` and a
+development secrets YAML file) and the credential files gitleaks' and GitHub's secret scanning look for; the contents
+are gitleaks' and detect-secrets' private-key and token-prefix rules, only those with a fixed prefix (a
+32-hex string may be a hash as easily as a key; guessing from entropy would leave out ordinary files).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from pathlib import PurePosixPath
+
+# Whole-name patterns (fnmatch) of one path component: a file so named, or any file under a folder so named.
+SECRET_NAMES = (
+    ".env",
+    ".env.*",
+    ".envrc",
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "*.pfx",
+    "*.jks",
+    "*.keystore",
+    "*.ppk",
+    "*.ovpn",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    ".netrc",
+    "_netrc",
+    ".git-credentials",
+    ".pgpass",
+    ".htpasswd",
+    ".npmrc",
+    ".pypirc",
+    "credentials",
+    "credentials*.json",
+    "client_secret*.json",
+    "service-account*.json",
+    "secrets.*",
+    "*.tfstate",
+    "*.tfvars",
+)
+SECRET_FOLDERS = (".aws", ".ssh", ".gnupg", ".docker", ".kube", "secrets")
+
+# A private key's header (PEM, OpenSSH, PGP, PuTTY) or a token whose prefix its issuer fixed: few false alarms.
+SECRET_CONTENT = (
+    ("a private key", rb"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----|PuTTY-User-Key-File-\d"),
+    ("an AWS access key", rb"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"),
+    ("a GitHub token", rb"\b(?:gh[pousr]_[0-9A-Za-z]{36}|github_pat_[0-9A-Za-z_]{82})\b"),
+    ("a GitLab token", rb"\bglpat-[0-9A-Za-z_-]{20}\b"),
+    ("a Slack token", rb"\bxox[abprs]-[0-9A-Za-z-]{10,}"),
+    ("a Hugging Face token", rb"\bhf_[A-Za-z]{34}\b"),
+    ("an OpenAI key", rb"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}T3BlbkFJ[A-Za-z0-9_-]{20,}"),
+    ("an Anthropic key", rb"\bsk-ant-(?:api|admin)\d\d-[A-Za-z0-9_-]{80,}"),
+    ("a Google API key", rb"\bAIza[0-9A-Za-z_-]{35}\b"),
+    ("a Stripe key", rb"\b[rs]k_live_[0-9A-Za-z]{24,}"),
+    ("an npm token", rb"\bnpm_[A-Za-z0-9]{36}\b"),
+    ("a package index upload token", rb"\bpypi-AgE[A-Za-z0-9_-]{50,}"),
+)
+_CONTENT = re.compile(b"|".join(b"(" + pattern + b")" for _, pattern in SECRET_CONTENT))
+
+
+def by_name(path: str) -> str | None:
+    """Why the relative POSIX ``path`` looks like a secret by its name (the pattern), or None."""
+    parts = PurePosixPath(path).parts
+    for folder in parts[:-1]:
+        if folder in SECRET_FOLDERS:
+            return f"under {folder}/"
+    name = parts[-1]
+    return next((f"named {pattern}" for pattern in SECRET_NAMES if fnmatch.fnmatchcase(name, pattern)), None)
+
+
+def by_content(data: bytes) -> str | None:
+    """What secret ``data`` holds (a private key, a GitHub token...), or None."""
+    found = _CONTENT.search(data)
+    if found is None:
+        return None
+    return f"holds {SECRET_CONTENT[found.lastindex - 1][0]}"
