@@ -60,6 +60,13 @@ class _OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        # One message on every Python: 3.12.8 and 3.13.1 stopped quoting the choices (Debian 13's 3.13.5 prints
+        # "choose from init, targets"; 3.11 "choose from 'init', 'targets'"); envkit prints them unquoted.
+        if action.choices is not None and value not in action.choices:
+            choices = ", ".join(map(str, action.choices))
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r} (choose from {choices})")
+
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser with ``command``'s module registered, or every module when None."""
@@ -144,8 +151,14 @@ def _command(argv: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        # Parsing imports the command's module: most of a run's first 0.1 s, when Ctrl-C is likeliest.
-        args = parse(build_parser(_command(argv)), argv)
+        try:
+            # Parsing imports the command's module: most of a run's first 0.1 s, when Ctrl-C is likeliest.
+            args = parse(build_parser(_command(argv)), argv)
+        except SystemExit:
+            # --help and --version print and exit inside argparse: flush here, where a reader that has gone
+            # (envkit --help | head -1) is seen below, not at exit, where Python reports it and exits 120.
+            sys.stdout.flush()
+            raise
         with nothing_kept(getattr(args, "dry_run", False)):  # a dry run writes nothing, in the cache neither
             code = int(args.func(args) or 0)
         sys.stdout.flush()  # here, not at exit: a reader that has gone (| head) is seen below

@@ -30,6 +30,8 @@ def project(tmp_path_factory) -> Path:
         ["matrix"],
         ["targets"],
         ["--help"],
+        ["--version"],
+        ["render", "--help"],
     ],
     ids=" ".join,
 )
@@ -39,6 +41,8 @@ def test_a_reader_that_has_gone_ends_the_command_quietly(project, tmp_path, argv
     os.close(read_end)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "ENVKIT_CACHE_DIR": str(tmp_path / "cache")}
     env["DOCKER_HOST"] = f"unix://{tmp_path}/no-engine.sock"
+    # stdout buffered, as in a user's shell: unbuffered, each write fails at once and the flush at exit never does.
+    env.pop("PYTHONUNBUFFERED", None)
     try:
         done = subprocess.run(
             [sys.executable, "-m", "envkit", *argv], cwd=project, stdout=write_end, stderr=subprocess.PIPE, env=env
