@@ -23,7 +23,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.host.venv import describe_interpreter
 from envkit.project import DEFAULT_CONFIG, kinds
-from envkit.project.experiments import PYTHONS, RECIPES, Experiment, RecipeRun, load_experiments
+from envkit.project.experiments import PYTHONS, Experiment, RecipeRun, load_experiments
 from envkit.support import provenance
 from envkit.support.shellquote import command_line
 
@@ -89,10 +89,9 @@ def _envkit(*args: str) -> tuple[str, ...]:
 def host_step(
     title: str, entry: Experiment, python: str, root: Path, args: tuple[str, ...], env: dict[str, str]
 ) -> Step:
-    """One run of ``entry`` on this host with ``python``. A recipe runs by its path and writes its own record;
-    a command runs from the project's root through the run wrapper (its record), a leading python as ``python``."""
-    if entry.recipe is not None:
-        return Step(title, (python, str(root / RECIPES / f"{entry.recipe}.py"), *args), env, needs_torch=True)
+    """One run of ``entry`` on this host with ``python``, from the project's root through the run wrapper, as
+    run.sh runs it in an image: a recipe writes its record and the wrapper adds its run block; a run that fails
+    before the recipe writes (a rendezvous that times out) still gets its record. A leading python is ``python``."""
     program = entry.program
     if program[0] in PYTHONS:
         program = (python, *program[1:])
@@ -100,7 +99,13 @@ def host_step(
     # It runs elsewhere than envkit: the locations it is told must not be relative.
     located = {name: str(Path(value).resolve()) if name in LOCATIONS else value for name, value in env.items()}
     located["ENVKIT_EXPERIMENT"] = entry.name
-    return Step(title, (python, wrapper, *program, *args), located, cwd=str(root.resolve()))
+    return Step(
+        title,
+        (python, wrapper, *program, *args),
+        located,
+        needs_torch=entry.recipe is not None,
+        cwd=str(root.resolve()),
+    )
 
 
 LOCATIONS = ("ENVKIT_RESULTS_DIR", "ENVKIT_DATA_DIR")
