@@ -273,14 +273,16 @@ def _check_torch_xla(problems: list[str], notes: list[str], matrix: Matrix, inde
                 problems.append(f"torch_xla {xla}: its tpu extra does not require {release.libtpu_package}")
             elif not libtpu.specifier.contains(release.libtpu, prereleases=True):
                 problems.append(
-                    f"torch_xla {xla}: its tpu extra requires {libtpu.name}{libtpu.specifier}, the matrix pins {release.libtpu}"
+                    f"torch_xla {xla}: its tpu extra requires {libtpu.name}{libtpu.specifier}, the matrix "
+                    f"pins {release.libtpu}"
                 )
         if release.libtpu_package == "libtpu":
             if release.libtpu not in libtpu_index.wheels:
                 problems.append(f"libtpu {release.libtpu} (torch_xla {minor}): not on the index")
         else:
             notes.append(
-                f"{release.libtpu_package} {release.libtpu} (torch_xla {minor}): served by its find_links page, not checked"
+                f"{release.libtpu_package} {release.libtpu} (torch_xla {minor}): served by its find_links "
+                "page, not checked"
             )
 
 

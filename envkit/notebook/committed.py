@@ -21,7 +21,8 @@ MARK_WITHIN = 4096
 
 
 def render(config, names: list[str]) -> list[RenderedFile]:
-    """The notebooks of the notebook targets among ``names``, paths relative to notebooks/ (<target>/<experiment>.ipynb)."""
+    """The notebooks of the notebook targets among ``names``, paths relative to notebooks/
+    (<target>/<experiment>.ipynb)."""
     from envkit.notebook.builder import render_notebook  # nbformat, Jinja: not for `render --check` from the memo
 
     files = []

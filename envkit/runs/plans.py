@@ -74,7 +74,8 @@ class Step:
 
 @dataclass
 class RunPlan:
-    """The steps `envkit experiment`, `compare` and `demo` run on this host (what an engine is handed is envkit.launch.plan.Plan)."""
+    """The steps `envkit experiment`, `compare` and `demo` run on this host (what an engine is handed is
+    envkit.launch.plan.Plan)."""
 
     steps: list[Step]
     notes: list[str] = field(default_factory=list)  # said before running, e.g. why Docker is not used
@@ -294,7 +295,8 @@ def _docker_usable(facts) -> bool:
 def _check_local_python() -> None:
     if importlib.util.find_spec("torch") is None:
         raise EnvkitError(
-            f"torch is not installed in {sys.executable}: run 'make venv' (or use a host with Docker) to run the experiments"
+            f"torch is not installed in {sys.executable}: run 'make venv' (or use a host with Docker) to run "
+            "the experiments"
         )
 
 
@@ -353,7 +355,8 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_
         return RunPlan(
             local,
             [
-                f"Docker is not usable ({facts.docker_error or 'no engine'}); running the recipes with {describe_interpreter()}"
+                f"Docker is not usable ({facts.docker_error or 'no engine'}); running the recipes with "
+                f"{describe_interpreter()}"
             ],
         )
     run_sh = str(root / "docker" / DEMO_KIND / "run.sh")
