@@ -93,6 +93,8 @@ def host_step(
     """One run of ``entry`` on this host with ``python``, from the project's root through the run wrapper, as
     run.sh runs it in an image: a recipe writes its record and the wrapper adds its run block; a run that fails
     before the recipe writes (a rendezvous that times out) still gets its record. A leading python is ``python``."""
+    if os.sep in python:
+        python = os.path.abspath(python)  # it runs from the project's root, not from where it was named
     program = entry.program
     if program[0] in PYTHONS:
         program = (python, *program[1:])
