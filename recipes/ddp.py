@@ -144,7 +144,10 @@ def torchrun_command(args: argparse.Namespace, script: str, argv: list[str]) -> 
     hosts."""
     per_node = str(args.world_size // args.nnodes)
     if args.nnodes == 1:
-        rendezvous = ["--standalone", "--nproc-per-node", per_node]
+        # Loopback, not this host's name: the store's address is the name otherwise, and a host
+        # whose own name does not resolve (no 127.0.1.1 line) waits out two 300 s rendezvous
+        # timeouts, then fails.
+        rendezvous = ["--standalone", "--local-addr", "127.0.0.1", "--nproc-per-node", per_node]
     else:
         rendezvous = [
             "--nnodes",

@@ -17,16 +17,38 @@ naming those that have one (``dry_run_commands``: README's list is checked again
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import os
-import shlex
 import signal
 import sys
 
-from envkit import __version__
-from envkit.errors import EnvkitError
-from envkit.support.cache import nothing_kept
+
+def _interrupted_while_loading(signum, frame) -> None:
+    sys.stderr.write("envkit: interrupted\n")
+    raise SystemExit(130)
+
+
+def _is_the_program() -> bool:
+    """Whether this process is envkit itself: its console script, or python -m envkit."""
+    program = (getattr(sys, "argv", None) or [""])[0]
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.basename(program) == "envkit" or os.path.abspath(program) == os.path.join(here, "__main__.py")
+
+
+# Ctrl-C while envkit's own modules load (before main's handler is in place) is one line too, not a traceback;
+# only in envkit's own process: a program or test that imports envkit.cli keeps its own SIGINT handling.
+if _is_the_program():
+    try:
+        signal.signal(signal.SIGINT, _interrupted_while_loading)
+    except ValueError:  # not the main thread: signals are not ours to set
+        pass
+
+import argparse  # noqa: E402 - after the handler, which covers these imports too
+import importlib  # noqa: E402
+import shlex  # noqa: E402
+
+from envkit import __version__  # noqa: E402
+from envkit.errors import EnvkitError  # noqa: E402
+from envkit.support.cache import nothing_kept  # noqa: E402
 
 # command -> module of envkit.cli that registers it (tests/cli/test_cli_commands.py checks both ways).
 COMMANDS = {
@@ -59,6 +81,13 @@ class _OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        # One message on every Python: 3.12.8 and 3.13.1 stopped quoting the choices (Debian 13's 3.13.5 prints
+        # "choose from init, targets"; 3.11 "choose from 'init', 'targets'"); envkit prints them unquoted.
+        if action.choices is not None and value not in action.choices:
+            choices = ", ".join(map(str, action.choices))
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r} (choose from {choices})")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -144,21 +173,34 @@ def _command(argv: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        try:
+            code = _run(argv)
+        finally:
+            # Here, not at exit (after a command, --help, --version or an error alike): a reader that has gone
+            # (envkit doctor | head -1) is seen below, where at exit Python reports it and exits 120.
+            sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # The reader of stdout stopped reading: end quietly, as a tool killed by SIGPIPE does. Python's
+        # advice: point stdout at devnull, so the flush at exit cannot fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+
+
+def _run(argv: list[str]) -> int:
+    """The command's exit status; an error or a Ctrl-C as one line."""
+    try:
+        if signal.getsignal(signal.SIGINT) is _interrupted_while_loading:
+            # From here a Ctrl-C is a KeyboardInterrupt again: what a command was doing gets undone (a venv being
+            # replaced comes back), then the line below.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         # Parsing imports the command's module: most of a run's first 0.1 s, when Ctrl-C is likeliest.
         args = parse(build_parser(_command(argv)), argv)
         with nothing_kept(getattr(args, "dry_run", False)):  # a dry run writes nothing, in the cache neither
-            code = int(args.func(args) or 0)
-        sys.stdout.flush()  # here, not at exit: a reader that has gone (| head) is seen below
-        return code
+            return int(args.func(args) or 0)
     except EnvkitError as exc:
         print(f"envkit: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("envkit: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        # The reader of stdout stopped reading (envkit doctor | head -1): end quietly, as a
-        # tool killed by SIGPIPE does. Python's advice: point stdout at devnull, so the flush
-        # at exit cannot fail a second time.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + signal.SIGPIPE

@@ -18,9 +18,9 @@ def register(subparsers) -> None:
     experiment = subparsers.add_parser(
         "experiment",
         help="check the host, build the image (cached) and run one experiment of the table",
-        description="Run one experiment of the project (envkit.yaml's experiments; `envkit doctor` lists them): the host check, "
-        "the cached build of its target's image, then the recipe through docker/<target>/run.sh. envkit's "
-        "options may stand anywhere; the recipe's follow '--' and may add to the experiment's own arguments "
+        description="Run one experiment of the project (envkit.yaml's experiments; `envkit doctor` lists them): "
+        "the host check, the cached build of its target's image, then the recipe through docker/<target>/run.sh. "
+        "envkit's options may stand anywhere; the recipe's follow '--' and may add to the experiment's own arguments "
         "but not contradict them, e.g. envkit experiment cpu-mnist --dry-run -- --epochs 1. "
         "run.sh reads NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, "
         "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME from the environment.",

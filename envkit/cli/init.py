@@ -36,7 +36,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     existing = [name for name in plan.files if (root / name).exists()]
     if existing:
         raise EnvkitError(
-            f"{root / existing[0]} exists: envkit init never overwrites a file; edit it, or move it away and run init again"
+            f"{root / existing[0]} exists: envkit init never overwrites a file; edit it, or move it away and "
+            "run init again"
         )
     for name, text in plan.files.items():
         write_text_atomic(root / name, text)

@@ -22,7 +22,8 @@ def register(subparsers) -> None:
 
     launch = subparsers.add_parser(
         "launch",
-        help="run an experiment on N hosts via Slurm, Kubernetes, TPU pods, SkyPilot or plain hosts, or as a Kaggle notebook",
+        help="run an experiment on N hosts via Slurm, Kubernetes, TPU pods, SkyPilot or plain hosts, or as a "
+        "Kaggle notebook",
         description="Render EXPERIMENT for an engine and submit it with the engine's own client (sbatch, kubectl, "
         "gcloud, sky), or print exactly that with --dry-run. Recipe arguments follow '--' (the experiment's own "
         "come from the table), e.g. "

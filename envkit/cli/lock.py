@@ -28,8 +28,9 @@ def register(subparsers) -> None:
         metavar="FILE",
         type=Path,
         nargs="+",
-        help="lock host environments instead: each requirements file (requirements/<name>.in, requirements.txt) into <name>.lock beside it "
-        "(one universal lock for Linux x86-64 and aarch64 and macOS 14+ arm64 on Python 3.11-3.13, checked on each, the default index; torch==X+cpu from PyTorch's CPU index), "
+        help="lock host environments instead: each requirements file (requirements/<name>.in, requirements.txt) "
+        "into <name>.lock beside it (one universal lock for Linux x86-64 and aarch64 and macOS 14+ arm64 on Python "
+        "3.11-3.13, checked on each, the default index; torch==X+cpu from PyTorch's CPU index), "
         "what make venv / xla-env / tpu-env / sky-env install",
     )
     mode = lock.add_mutually_exclusive_group()

@@ -73,7 +73,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     written = rendered.write(output, files)
     removed = rendered.remove_leftovers(output, names) if args.all else []
     print(
-        f"rendered {len(files)} files for {', '.join(names) or 'no image target'} into {output} ({len(written)} changed)"
+        f"rendered {len(files)} files for {', '.join(names) or 'no image target'} into {output} "
+        f"({len(written)} changed)"
         + "".join(f"; removed {directory}'s rendered files (not a target in the config)" for directory in removed)
     )
     removed = committed.leftovers(notebooks, notebook_files) if args.all else []

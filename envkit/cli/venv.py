@@ -100,7 +100,10 @@ def _unlocked(args: argparse.Namespace, sources, path: Path) -> int:
             "(its `# platforms:` line)"
         )
     lock_path = requirements_lock_path(args.requirements)
-    because = f"{lock_path} does not exist (`envkit lock --requirements {args.requirements}` makes it where its indexes answer)"
+    because = (
+        f"{lock_path} does not exist (`envkit lock --requirements {args.requirements}` makes it where "
+        "its indexes answer)"
+    )
     version = make_unlocked_venv(
         args.requirements,
         tuple(inputs.python.split()),

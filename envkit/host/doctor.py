@@ -87,7 +87,8 @@ def hostname_problem(name: str) -> str | None:
             which = "does not resolve" if looked_up == name else f"resolves, its full name {looked_up} does not"
             return (
                 f"{which}: {exc.strerror or exc}; multi-host torchrun's c10d rendezvous fails without it; add "
-                f"'ADDRESS {name}' to /etc/hosts, ADDRESS being this host's address on the network the other hosts reach"
+                f"'ADDRESS {name}' to /etc/hosts, ADDRESS being this host's address on the network the other "
+                "hosts reach"
             )
     return None
 
@@ -178,7 +179,10 @@ def device_problem(facts: HostFacts, kind: str) -> str | None:
         if not facts.gpus:
             return check.missing
         if not facts.nvidia_runtime:
-            return "NVIDIA GPUs found but Docker cannot reach them: install nvidia-container-toolkit and restart the engine"
+            return (
+                "NVIDIA GPUs found but Docker cannot reach them: install nvidia-container-toolkit and "
+                "restart the engine"
+            )
     if check.check == "devices" and not facts.devices.get(check.name):
         return check.missing
     return None

@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -201,26 +202,33 @@ def find_python(wanted: tuple[str, ...], given: str | None = None) -> tuple[str,
     installed, why = _uv_python(wanted[0])
     if installed:
         return installed
-    raise EnvkitError(
-        f"the lock needs Python {allowed}; {seen}, and {why}: install one (python{wanted[0]} on PATH) or pass --python PATH"
-    )
+    raise EnvkitError(f"the lock needs Python {allowed}; {seen}, and {why}")
+
+
+# Without uv, how to get a supported Python: the system's package where it has one, else uv's own installer (a
+# static binary: it needs no Python), after which this fallback runs `uv python install` itself.
+GET_A_PYTHON = (
+    "install python{version} with the system's packages (where they have it), or uv (its standalone installer, "
+    "or pipx install uv) and run this again, which then runs `uv python install {version}`; or pass --python PATH"
+)
 
 
 def _uv_python(version: str) -> tuple[tuple[str, str] | None, str]:
-    """(path, full version) of the Python ``version`` uv installs, or (None, why not)."""
+    """(path, full version) of the Python ``version`` uv installs, or (None, why not and what to do)."""
     uv = find_uv()
     if uv is None:
-        return None, "uv is not here to install one"
+        return None, "no uv here to install one: " + GET_A_PYTHON.format(version=version)
     install = subprocess.run(
         [uv, "python", "install", version], stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace"
     )
     if install.returncode != 0:
-        return None, _reason(install.stderr, f"`uv python install {version}`")
+        why = _reason(install.stderr, f"`uv python install {version}`")
+        return None, f"{why}: install one (python{version} on PATH) or pass --python PATH"
     done = subprocess.run([uv, "python", "find", version], capture_output=True, text=True, errors="replace")
     path = done.stdout.strip()
     found = _version(path) if done.returncode == 0 and path else None
     if found is None:
-        return None, f"`uv python find {version}` named no Python that runs"
+        return None, f"`uv python find {version}` named no Python that runs: pass --python PATH"
     return (path, found), ""
 
 
@@ -326,12 +334,29 @@ def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
         raise EnvkitError(_reason(done.stderr, what))
 
 
+# What pip (Python's ssl) and uv (rustls) say when a certificate chain ends at a CA they do not trust: a network
+# that re-signs TLS (a company proxy) makes pip report "no versions of uv==…" and uv "UnknownIssuer".
+_UNTRUSTED = re.compile(
+    r"(certificate verify failed: [^()'\"]*[^()'\" ]|invalid peer certificate: \w+|self[- ]signed certificate[\w ]*)",
+    re.IGNORECASE,
+)
+TRUST_A_CA = (
+    "on a network that re-signs TLS, add its CA to the system's store (update-ca-certificates), then set "
+    "UV_NATIVE_TLS=1 (uv) and PIP_CERT=/etc/ssl/certs/ca-certificates.crt (pip), or point SSL_CERT_FILE (uv) and "
+    "PIP_CERT (pip) at a bundle that holds it"
+)
+
+
 def _reason(stderr: str, what: str) -> str:
-    """The failure as one line: a hash refusal naming the package, else the tool's error and cause lines."""
+    """The failure as one line: a hash refusal naming the package, an untrusted certificate with how to trust its
+    CA, else the tool's error and cause lines."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     mismatch = hash_mismatch(lines) or uv_hash_mismatch(lines)
     if mismatch:
         return mismatch
+    untrusted = next((found.group(1).strip() for line in lines if (found := _UNTRUSTED.search(line))), None)
+    if untrusted:
+        return f"{what} failed: the index's TLS certificate is not trusted here ({untrusted}): {TRUST_A_CA}"
     errors = [line for line in lines if line.lower().startswith(("error:", "cause:", "caused by:"))]
     return f"{what} failed: " + " ".join(" ".join(errors or lines[-1:] or ["no output"]).split())[:400]
 

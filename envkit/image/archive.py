@@ -132,7 +132,8 @@ def read_manifest(path: Path) -> dict:
             raise EnvkitError(f"manifest {path} has no valid '{name}' ({kind.__name__} expected)")
     if manifest["manifest_version"] > MANIFEST_VERSION:
         raise EnvkitError(
-            f"manifest {path} is version {manifest['manifest_version']}; this envkit reads up to {MANIFEST_VERSION}: upgrade envkit"
+            f"manifest {path} is version {manifest['manifest_version']}; this envkit reads up to "
+            f"{MANIFEST_VERSION}: upgrade envkit"
         )
     # Only envkit's own names: a manifest must not retag an image as, say, ubuntu:latest.
     if not re.fullmatch(rf"envkit-[a-z0-9][a-z0-9._-]*:[0-9a-f]{{{TAG_HEX}}}", manifest["tag"]):

@@ -31,7 +31,9 @@ PLATFORMS = {
         HostPlatform("linux/amd64", "x86_64-manylinux_{manylinux}", (), "Linux x86-64"),
         HostPlatform("linux/arm64", "aarch64-manylinux_{manylinux}", (), "Linux aarch64"),
         # torch 2.14's one Mac wheel is macosx_14_0_arm64: uv's default (13.0) would find none.
-        HostPlatform("macos/arm64", "aarch64-apple-darwin", (("MACOSX_DEPLOYMENT_TARGET", "14.0"),), "macOS 14+ on Apple silicon"),
+        HostPlatform(
+            "macos/arm64", "aarch64-apple-darwin", (("MACOSX_DEPLOYMENT_TARGET", "14.0"),), "macOS 14+ on Apple silicon"
+        ),
     )
 }  # fmt: skip
 MACOS_OLDEST = (14, 0)

@@ -177,16 +177,18 @@ class _RangeFile(io.RawIOBase):
 
 def verify(matrix: Matrix, index: Index) -> tuple[list[str], list[str]]:
     """(disagreements, notes): every way the matrix and the index differ, and what could not be checked."""
-    from packaging.specifiers import SpecifierSet
-
     index.load(["torch", "torchvision", "torch-xla", "libtpu", "torch-tpu"])
     problems: list[str] = []
     notes: list[str] = []
-    torch_index = index.project("torch")
-    vision_index = index.project("torchvision")
-    xla_index = index.project("torch-xla")
-    tpu_index = index.project("torch-tpu")
+    requires = _requirements(matrix, index)
+    _check_torch(problems, matrix, index, requires)
+    _check_torch_xla(problems, notes, matrix, index, requires)
+    _check_torch_tpu(problems, matrix, index, requires)
+    return problems, notes
 
+
+def _requirements(matrix: Matrix, index: Index) -> dict[tuple[str, str], list[str]]:
+    """(project, version) -> its Requires-Dist, for every release the matrix names, fetched side by side."""
     jobs: dict = {}
     with ThreadPoolExecutor(max_workers=8) as pool:
         for release in matrix.torch.values():
@@ -200,8 +202,12 @@ def verify(matrix: Matrix, index: Index) -> tuple[list[str], list[str]]:
                 jobs[("torch-xla", xla)] = pool.submit(index.requires_dist, "torch-xla", xla)
         for release in matrix.torch_tpu.values():
             jobs[("torch-tpu", release.version)] = pool.submit(index.requires_dist, "torch-tpu", release.version)
-        results = {key: job.result() for key, job in jobs.items()}
+        return {key: job.result() for key, job in jobs.items()}
 
+
+def _check_torch(problems: list[str], matrix: Matrix, index: Index, results: dict) -> None:
+    torch_index = index.project("torch")
+    vision_index = index.project("torchvision")
     # torch: every listed release exists, and every release of a listed minor is listed.
     minors = set(matrix.torch)
     oldest = min(minors, key=version_key)
@@ -242,6 +248,10 @@ def verify(matrix: Matrix, index: Index) -> tuple[list[str], list[str]]:
             _check_python(problems, f"torch {version}", release.python, pythons)
             _check_pypi_cuda(problems, matrix, release, version, results[("torch", version)])
 
+
+def _check_torch_xla(problems: list[str], notes: list[str], matrix: Matrix, index: Index, results: dict) -> None:
+    torch_index = index.project("torch")
+    xla_index = index.project("torch-xla")
     # torch_xla: every pair exists, every release on the index is in a pair, the tpu extra pins the row's libtpu.
     paired = {xla for release in matrix.torch_xla.values() for _, xla in release.pairs}
     for version in xla_index.releases():
@@ -263,16 +273,25 @@ def verify(matrix: Matrix, index: Index) -> tuple[list[str], list[str]]:
                 problems.append(f"torch_xla {xla}: its tpu extra does not require {release.libtpu_package}")
             elif not libtpu.specifier.contains(release.libtpu, prereleases=True):
                 problems.append(
-                    f"torch_xla {xla}: its tpu extra requires {libtpu.name}{libtpu.specifier}, the matrix pins {release.libtpu}"
+                    f"torch_xla {xla}: its tpu extra requires {libtpu.name}{libtpu.specifier}, the matrix "
+                    f"pins {release.libtpu}"
                 )
         if release.libtpu_package == "libtpu":
             if release.libtpu not in libtpu_index.wheels:
                 problems.append(f"libtpu {release.libtpu} (torch_xla {minor}): not on the index")
         else:
             notes.append(
-                f"{release.libtpu_package} {release.libtpu} (torch_xla {minor}): served by its find_links page, not checked"
+                f"{release.libtpu_package} {release.libtpu} (torch_xla {minor}): served by its find_links "
+                "page, not checked"
             )
 
+
+def _check_torch_tpu(problems: list[str], matrix: Matrix, index: Index, results: dict) -> None:
+    from packaging.specifiers import SpecifierSet
+
+    torch_index = index.project("torch")
+    tpu_index = index.project("torch-tpu")
+    libtpu_index = index.project("libtpu")
     # torch-tpu: its torch range, libtpu floor and Python wheels.
     for version in tpu_index.releases():
         if version not in matrix.torch_tpu:
@@ -301,7 +320,6 @@ def verify(matrix: Matrix, index: Index) -> tuple[list[str], list[str]]:
         for torch in release.torch:
             if torch not in torch_index.wheels:
                 problems.append(f"torch-tpu {version}: torch {torch} (an end of its range) is not on the index")
-    return problems, notes
 
 
 # What the default index's Linux x86-64 torch wheel pins for its CUDA runtime: the cu12 package

@@ -69,7 +69,8 @@ def lock_requirements(files: list[Path], upgrade: list[str], torch_index_url: st
     def text(path: Path, previous: str | None, uv: tuple[str, ...]) -> str:
         torch_index = inputs[path].torch_index_for(torch_index_url)
         body, command = _compile(inputs[path], previous, upgrade, torch_index, uv)
-        # Every platform and Python is checked and recorded (make platforms prints them); those the input names must pass.
+        # Every platform and Python is checked and recorded (make platforms prints them); those the input names must
+        # pass.
         cells = [(where, python) for where in PLATFORMS for python in PYTHONS]
         wheels = _served(str(path), inputs[path], body, torch_index, host_manylinux(), cells, "its `# platforms:` line")
         return lock_header(inputs[path], None, command, body, wheels) + body
@@ -187,7 +188,10 @@ def _target_text(
         from envkit.project.notebook_platforms import runtime_of
 
         runtime = runtime_of(target)
-        recorded = f"none: runs in {target.platform}'s {runtime.name} runtime ({runtime.facts['os'].value}, glibc {runtime.glibc})"
+        recorded = (
+            f"none: runs in {target.platform}'s {runtime.name} runtime ({runtime.facts['os'].value}, "
+            f"glibc {runtime.glibc})"
+        )
     else:
         # After resolving and checking: a target that cannot be locked gets its one error line, no warning.
         base = resolve_base(inputs.target, target.base_image)
@@ -294,4 +298,7 @@ def _default_index_build(target: Target) -> str:
     if release.pypi_cuda is None:
         return ""
     cuda = matrix.cuda[release.pypi_cuda].cuda
-    return f'; the default index\'s torch {target.torch} is the CUDA {cuda} build, which locks from that index alone (cuda: "{cuda}")'
+    return (
+        f"; the default index's torch {target.torch} is the CUDA {cuda} build, which locks from that "
+        f'index alone (cuda: "{cuda}")'
+    )

@@ -195,7 +195,8 @@ def _cells(markdown, files, shown, settings, lock, target, experiment, packages,
             id="settings",
         ),
         _collapsed_cell(
-            f"envkit's files: its notebook helper and run wrapper, the lock, {carried}, the report ({len(packed)} files)",
+            f"envkit's files: its notebook helper and run wrapper, the lock, {carried}, the report "
+            f"({len(packed)} files)",
             _archive_cell(packed, rerender),
             id="files",
         ),
@@ -459,7 +460,8 @@ def _archive_cell(files: dict[str, tuple[str, bytes]], rerender: str) -> str:
             f'ARCHIVE = """\n{lines}\n"""',
             "data = base64.b64decode(ARCHIVE)",
             f'if hashlib.sha256(data).hexdigest() != "{hashlib.sha256(data).hexdigest()}":',
-            f'    raise RuntimeError("this cell\'s archive changed since envkit rendered it: re-render the notebook with `{rerender}`")',
+            "    raise RuntimeError(\"this cell's archive changed since envkit rendered it: re-render the "
+            f'notebook with `{rerender}`")',
             "with zipfile.ZipFile(io.BytesIO(data)) as archive:",
             "    archive.extractall()",
             'print(f"{len(archive.namelist())} files unpacked, the archive matches its sha256")',

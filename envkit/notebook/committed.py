@@ -18,7 +18,8 @@ MODE = 0o644
 
 
 def render(config, names: list[str]) -> list[RenderedFile]:
-    """The notebooks of the notebook targets among ``names``, paths relative to notebooks/ (<target>/<experiment>.ipynb)."""
+    """The notebooks of the notebook targets among ``names``, paths relative to notebooks/
+    (<target>/<experiment>.ipynb)."""
     listed = [(experiment, name) for name in names for experiment in config.target(name).notebooks]
     if not listed:
         return []  # the builder's imports (nbformat) cost a project without notebooks a third of its render

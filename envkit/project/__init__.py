@@ -1,4 +1,5 @@
-"""The project's facts: envkit.yaml's config, the version matrix, the kinds, the experiments table, and the loader of envkit/data/.
+"""The project's facts: envkit.yaml's config, the version matrix, the kinds, the experiments table, and the loader of
+envkit/data/.
 
 Import-light on purpose: `envkit render` must not pay for what other commands need.
 """

@@ -79,7 +79,8 @@ class Matrix:
             raise EnvkitError(f"{field}: torch {version} is not in envkit's matrix; supported: {_releases(self.torch)}")
         if version not in release.versions:
             raise EnvkitError(
-                f"{field}: torch {version} was never released; releases of torch {release.minor}: {', '.join(release.versions)}"
+                f"{field}: torch {version} was never released; releases of torch {release.minor}: "
+                f"{', '.join(release.versions)}"
             )
         return release
 

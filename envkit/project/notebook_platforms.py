@@ -88,7 +88,8 @@ class Platform:
     def accelerator(self, name: str, where: str = "") -> Accelerator:
         if name not in self.accelerators:
             raise EnvkitError(
-                f"{where}unknown accelerator {name!r} for {self.title}; its accelerators: {', '.join(self.accelerators)}"
+                f"{where}unknown accelerator {name!r} for {self.title}; its accelerators: "
+                f"{', '.join(self.accelerators)}"
             )
         return self.accelerators[name]
 

@@ -1,4 +1,5 @@
-"""The project name a pip requirement names, by packaging's rules: the one parser the config, the locks and render share."""
+"""The project name a pip requirement names, by packaging's rules: the one parser the config, the locks and
+render share."""
 
 from __future__ import annotations
 

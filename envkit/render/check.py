@@ -1,4 +1,5 @@
-"""`envkit render --check`: which targets' committed files differ from a fresh render, and what `render --all` removes."""
+"""`envkit render --check`: which targets' committed files differ from a fresh render, and what `render --all`
+removes."""
 
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ from envkit.support.bounded_load import read_text
 
 
 def results_inventory(path: Path) -> inventory.Inventory:
-    """The environment a results file records, read as strictly as `envkit report` reads it (its schema, its version)."""
+    """The environment a results file records, read as strictly as `envkit report` reads it (its schema, its
+    version)."""
     try:
         result, note = results.parse(path, read_text(path))
     except OSError as exc:

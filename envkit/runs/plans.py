@@ -23,7 +23,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.host.venv import describe_interpreter
 from envkit.project import DEFAULT_CONFIG, kinds
-from envkit.project.experiments import PYTHONS, RECIPES, Experiment, RecipeRun, load_experiments
+from envkit.project.experiments import PYTHONS, Experiment, RecipeRun, load_experiments
 from envkit.support import provenance
 from envkit.support.shellquote import command_line
 
@@ -74,7 +74,8 @@ class Step:
 
 @dataclass
 class RunPlan:
-    """The steps `envkit experiment`, `compare` and `demo` run on this host (what an engine is handed is envkit.launch.plan.LaunchPlan)."""
+    """The steps `envkit experiment`, `compare` and `demo` run on this host (what an engine is handed is
+    envkit.launch.plan.LaunchPlan)."""
 
     steps: list[Step]
     notes: list[str] = field(default_factory=list)  # said before running, e.g. why Docker is not used
@@ -89,10 +90,11 @@ def _envkit(*args: str) -> tuple[str, ...]:
 def host_step(
     title: str, entry: Experiment, python: str, root: Path, args: tuple[str, ...], env: dict[str, str]
 ) -> Step:
-    """One run of ``entry`` on this host with ``python``. A recipe runs by its path and writes its own record;
-    a command runs from the project's root through the run wrapper (its record), a leading python as ``python``."""
-    if entry.recipe is not None:
-        return Step(title, (python, str(root / RECIPES / f"{entry.recipe}.py"), *args), env, needs_torch=True)
+    """One run of ``entry`` on this host with ``python``, from the project's root through the run wrapper, as
+    run.sh runs it in an image: a recipe writes its record and the wrapper adds its run block; a run that fails
+    before the recipe writes (a rendezvous that times out) still gets its record. A leading python is ``python``."""
+    if os.sep in python:
+        python = os.path.abspath(python)  # it runs from the project's root, not from where it was named
     program = entry.program
     if program[0] in PYTHONS:
         program = (python, *program[1:])
@@ -100,7 +102,13 @@ def host_step(
     # It runs elsewhere than envkit: the locations it is told must not be relative.
     located = {name: str(Path(value).resolve()) if name in LOCATIONS else value for name, value in env.items()}
     located["ENVKIT_EXPERIMENT"] = entry.name
-    return Step(title, (python, wrapper, *program, *args), located, cwd=str(root.resolve()))
+    return Step(
+        title,
+        (python, wrapper, *program, *args),
+        located,
+        needs_torch=entry.recipe is not None,
+        cwd=str(root.resolve()),
+    )
 
 
 LOCATIONS = ("ENVKIT_RESULTS_DIR", "ENVKIT_DATA_DIR")
@@ -289,7 +297,8 @@ def _docker_usable(facts) -> bool:
 def _check_local_python() -> None:
     if importlib.util.find_spec("torch") is None:
         raise EnvkitError(
-            f"torch is not installed in {sys.executable}: run 'make venv' (or use a host with Docker) to run the experiments"
+            f"torch is not installed in {sys.executable}: run 'make venv' (or use a host with Docker) to run "
+            "the experiments"
         )
 
 
@@ -348,7 +357,8 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_
         return RunPlan(
             local,
             [
-                f"Docker is not usable ({facts.docker_error or 'no engine'}); running the recipes with {describe_interpreter()}"
+                f"Docker is not usable ({facts.docker_error or 'no engine'}); running the recipes with "
+                f"{describe_interpreter()}"
             ],
         )
     run_sh = str(root / "docker" / DEMO_KIND / "run.sh")

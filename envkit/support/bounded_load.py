@@ -6,7 +6,8 @@ files could otherwise take a machine down before any check ran: nine nested YAML
 anchors of nine aliases each expand to 9**9 nodes from 300 bytes (the "billion
 laughs"); a few thousand nested brackets overflow the C stack of libyaml's composer,
 which is a segfault, not an exception; /dev/zero or a 100 MB file is read whole before
-anything can refuse it, and a FIFO named like a results file blocks the first read forever. Each cap is far above what envkit's own files need (the largest,
+anything can refuse it, and a FIFO named like a results file blocks the first read forever. Each cap is far above
+what envkit's own files need (the largest,
 matrix.yaml, has about 1,500 nodes and depth 6).
 
 YAML is parsed by libyaml's C parser where PyYAML has it, and composed by PyYAML's own
@@ -116,7 +117,8 @@ def _not_regular(mode: int) -> str | None:
 
 
 def read_bytes(path: str | os.PathLike, limit: int = MAX_BYTES) -> bytes:
-    """The file's bytes, refused unread when it is not a regular file or larger than ``limit``; OSError for the caller."""
+    """The file's bytes, refused unread when it is not a regular file or larger than ``limit``; OSError for the
+    caller."""
     with open_regular(path) as stream:
         if os.fstat(stream.fileno()).st_size > limit:
             raise Refused(_too_large(limit))

@@ -36,7 +36,10 @@ def docker_sdk():
 def _engine_error(exc: Exception) -> str:
     text = str(exc)
     if "Permission denied" in text:
-        return "permission denied on the Docker socket: add yourself to the 'docker' group (sudo usermod -aG docker $USER) and log in again"
+        return (
+            "permission denied on the Docker socket: add yourself to the 'docker' group (sudo usermod -aG "
+            "docker $USER) and log in again"
+        )
     where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     return f"no Docker engine answers at {where}: {START_ENGINE_HINT}"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,8 @@ def project(tmp_path_factory) -> Path:
         ["matrix"],
         ["targets"],
         ["--help"],
+        ["--version"],
+        ["render", "--help"],
     ],
     ids=" ".join,
 )
@@ -39,6 +42,8 @@ def test_a_reader_that_has_gone_ends_the_command_quietly(project, tmp_path, argv
     os.close(read_end)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "ENVKIT_CACHE_DIR": str(tmp_path / "cache")}
     env["DOCKER_HOST"] = f"unix://{tmp_path}/no-engine.sock"
+    # stdout buffered, as in a user's shell: unbuffered, each write fails at once and the flush at exit never does.
+    env.pop("PYTHONUNBUFFERED", None)
     try:
         done = subprocess.run(
             [sys.executable, "-m", "envkit", *argv], cwd=project, stdout=write_end, stderr=subprocess.PIPE, env=env
@@ -58,6 +63,36 @@ def test_ctrl_c_while_the_command_loads_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(cli, "build_parser", interrupted)
     assert cli.main(["render", "--all"]) == 130
     assert capsys.readouterr().err == "envkit: interrupted\n"
+
+
+@pytest.mark.parametrize("program", ["envkit", str(REPO_ROOT / "envkit" / "__main__.py")])
+def test_ctrl_c_while_envkit_s_own_modules_load_is_one_line(program):
+    """Ctrl-C before main runs (its modules still loading: a third of the tries in the first 0.2 s) was a
+    KeyboardInterrupt traceback; the signal here arrives right after envkit.cli is imported, before main."""
+    probe = (
+        f"import os, signal, sys, time; sys.argv[0] = {program!r}; import envkit.cli; "
+        "os.kill(os.getpid(), signal.SIGINT); time.sleep(30)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60)
+    assert (done.returncode, done.stderr) == (130, "envkit: interrupted\n")
+
+
+def test_a_program_that_imports_envkit_cli_keeps_its_own_ctrl_c():
+    probe = "import signal, sys; sys.argv[0] = 'myprogram'; import envkit.cli; print(signal.getsignal(signal.SIGINT))"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.strip() == str(signal.default_int_handler)
+
+
+def test_main_hands_ctrl_c_back_to_python_so_a_command_can_undo_its_work(monkeypatch):
+    """Once main runs, Ctrl-C is a KeyboardInterrupt again: a venv being replaced is put back before the line."""
+    monkeypatch.setattr(signal, "getsignal", lambda number: cli._interrupted_while_loading)
+    installed = []
+    monkeypatch.setattr(signal, "signal", lambda number, handler: installed.append((number, handler)))
+    with pytest.raises(SystemExit):
+        cli.main(["--version"])
+    assert installed[0] == (signal.SIGINT, signal.default_int_handler)
 
 
 def test_words_envkit_does_not_know_are_named_in_the_order_given_whatever_argparse_returns():

@@ -82,6 +82,68 @@ def test_without_an_allowed_python_on_path_uv_installs_one(tmp_path, monkeypatch
     assert log.read_text() == "python install 3.9\npython find 3.9\n"
 
 
+def test_without_uv_or_a_supported_python_the_line_says_how_to_get_one(tmp_path, capsys, monkeypatch):
+    """Debian 13 later with 3.14 alone, or an older host with 3.10: no uv to install one, so the line says how to
+    get a supported Python, not only that uv is missing."""
+    import envkit.host.venv as host_venv
+
+    monkeypatch.setattr(host_venv, "find_uv", lambda: None)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_tool(bin_dir / "python3", "echo 3.14.2\n")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setattr(sys, "executable", fake_tool(tmp_path / "python3.10", "echo 3.10.16\n"))
+    lock = tmp_path / "probe.lock"
+    lock.write_text(lock_text("3.13", {"envkit-probe-a==1.0": "a" * 64}))
+    code, out, err = bootstrap(capsys, str(lock), "--path", str(tmp_path / "venv"))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"envkit: error: the lock needs Python 3.13; found {tmp_path / 'python3.10'} 3.10.16, python3 3.14.2 "
+        f"({bin_dir / 'python3'}), and no uv here to install "
+        "one: install python3.13 with the system's packages (where they have it), or uv (its standalone installer, "
+        "or pipx install uv) and run this again, which then runs `uv python install 3.13`; or pass --python PATH\n"
+    )
+    assert not (tmp_path / "venv").exists()
+
+
+# What each installer prints where a proxy re-signs TLS with a CA the host does not trust.
+PIP_UNTRUSTED = (
+    "WARNING: Retrying (Retry(total=0, connect=None, read=None, redirect=None, status=None)) after connection broken "
+    "by 'SSLError(SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: unable to "
+    "get local issuer certificate (_ssl.c:1006)'))': /simple/uv/\n"
+    "ERROR: Could not find a version that satisfies the requirement uv==0.13.9 (from versions: none)\n"
+    "ERROR: No matching distribution found for uv==0.13.9\n"
+)
+UV_UNTRUSTED = (
+    "error: Request failed after 1 retry\n  Caused by: Failed to fetch: `https://index.example/simple/numpy/`\n"
+    "  Caused by: client error (Connect)\n  Caused by: invalid peer certificate: UnknownIssuer\n"
+)
+
+
+@pytest.mark.parametrize(
+    "installer, stderr, cause",
+    [
+        ("pip", PIP_UNTRUSTED, "certificate verify failed: unable to get local issuer certificate"),
+        ("uv", UV_UNTRUSTED, "invalid peer certificate: UnknownIssuer"),
+    ],
+)
+def test_an_untrusted_certificate_says_so_and_how_to_trust_the_ca(
+    tmp_path, capsys, monkeypatch, installer, stderr, cause
+):
+    """pip said only "no versions of uv==0.13.9" and uv "UnknownIssuer"; the line names the cause and the fix."""
+    import envkit.host.venv as host_venv
+
+    tool = fake_tool(tmp_path / "installer", f"cat >&2 <<'EOF'\n{stderr}EOF\nexit 1\n")
+    with pytest.raises(host_venv.EnvkitError) as refused:
+        host_venv._run([tool], f"{installer} install")
+    assert str(refused.value) == (
+        f"{installer} install failed: the index's TLS certificate is not trusted here ({cause}): on a network that "
+        "re-signs TLS, add its CA to the system's store (update-ca-certificates), then set UV_NATIVE_TLS=1 (uv) and "
+        "PIP_CERT=/etc/ssl/certs/ca-certificates.crt (pip), or point SSL_CERT_FILE (uv) and PIP_CERT (pip) at a bundle "
+        "that holds it"
+    )
+
+
 def universal_lock(wheels: dict[tuple[str, str], str]) -> str:
     """A host lock's header as `envkit lock --requirements` writes it: universal, with its coverage lines."""
     text = lock_text("3.11 3.12 3.13", {"envkit-probe-a==1.0": "a" * 64})

@@ -7,12 +7,14 @@ import shutil
 import sys
 
 import pytest
+from paths import REPO_ROOT
 
 from envkit.cli import main
 from envkit.cli import report as cli_report
 from envkit.host.doctor import HostFacts
 from envkit.host.venv import MARKER
 from envkit.runs.plans import RunPlan, Step, execute
+from envkit.support import provenance
 
 PY = sys.executable
 # The demo runs the recipes in this interpreter's venv, made from a lock whose sha256 their results record.
@@ -21,13 +23,23 @@ NO_ENGINE = HostFacts(docker_error="no Docker engine answers at unix:///var/run/
 WITH_ENGINE = HostFacts(docker_version="20.10.24", cpu_count=2)
 GPU_HOST_NO_ENGINE = HostFacts(docker_error="no engine", gpus=["GPU 0: A", "GPU 1: B"], cpu_count=8)
 
+
+def on_host(results: str, device: str, experiment: str) -> str:
+    """A run on this host, up to its recipe: from the project's root through the run wrapper, which records the run
+    whether or not the recipe gets to write its own record."""
+    return (
+        f"cd {REPO_ROOT} && ENVKIT_RESULTS_DIR={REPO_ROOT / results} ENVKIT_DEVICE={device} "
+        f"ENVKIT_EXPERIMENT={experiment} {PY} {provenance.__file__} {PY}"
+    )
+
+
 LOCAL_DEMO_RUNS = f"""\
 # 2. mnist on eager CPU
-ENVKIT_RESULTS_DIR=results/demo ENVKIT_DEVICE=cpu {PY} recipes/mnist.py --device cpu --quiet --dataset fake --epochs 4 --fake-train-size 3840 --fake-test-size 1000
+{on_host("results/demo", "cpu", "cpu-mnist")} recipes/mnist.py --device cpu --quiet --dataset fake --epochs 4 --fake-train-size 3840 --fake-test-size 1000
 # 3. cifar, one CPU process
-ENVKIT_RESULTS_DIR=results/demo ENVKIT_DEVICE=cpu {PY} recipes/cifar.py --device cpu --parallel none --quiet --dataset fake --epochs 4 --model mobilenet_v2 --global-batch 32 --image-size 64 --fake-train-size 512 --fake-test-size 128
+{on_host("results/demo", "cpu", "cpu-single-cifar")} recipes/cifar.py --device cpu --parallel none --quiet --dataset fake --epochs 4 --model mobilenet_v2 --global-batch 32 --image-size 64 --fake-train-size 512 --fake-test-size 128
 # 4. cifar, DDP over 2 gloo processes
-ENVKIT_RESULTS_DIR=results/demo ENVKIT_DEVICE=cpu {PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 --quiet --dataset fake --epochs 4 --model mobilenet_v2 --global-batch 32 --image-size 64 --fake-train-size 512 --fake-test-size 128
+{on_host("results/demo", "cpu", "cpu-ddp-cifar")} recipes/cifar.py --device cpu --parallel ddp --nproc 2 --quiet --dataset fake --epochs 4 --model mobilenet_v2 --global-batch 32 --image-size 64 --fake-train-size 512 --fake-test-size 128
 # 5. report
 {PY} -m envkit report results/demo --plot results/demo/comparison.png
 """
@@ -87,10 +99,7 @@ def test_demo_with_docker_runs_in_the_cpu_image_and_falls_back(in_repo, capsys):
         f"# 6. report\n{PY} -m envkit report results/demo --plot results/demo/comparison.png\n"
     )
     # the fallback is the local plan without its render step, renumbered
-    assert (
-        f"#    # 1. mnist on eager CPU\n#    ENVKIT_RESULTS_DIR=results/demo ENVKIT_DEVICE=cpu {PY} recipes/mnist.py"
-        in out
-    )
+    assert f"#    # 1. mnist on eager CPU\n#    {on_host('results/demo', 'cpu', 'cpu-mnist')} recipes/mnist.py" in out
 
 
 def test_compare_runs_the_experiments_doctor_allows(in_repo, repo_root, capsys):
@@ -101,9 +110,9 @@ def test_compare_runs_the_experiments_doctor_allows(in_repo, repo_root, capsys):
         f"# 1. experiment cpu-mnist\n{PY} -m envkit experiment --results-dir {repo_root / 'results'} cpu-mnist -- --dataset fake --epochs 1 --max-steps 5\n"
         "#    if this fails:\n"
         f"#    # the first Docker experiment failed; running the recipes with {HERE} instead\n"
-        f"#    # 1. mnist on eager CPU\n#    ENVKIT_RESULTS_DIR=results ENVKIT_DEVICE=cpu {PY} recipes/mnist.py --device cpu --quiet --dataset fake --epochs 1 --max-steps 5\n"
-        f"#    # 2. cifar, one CPU process\n#    ENVKIT_RESULTS_DIR=results ENVKIT_DEVICE=cpu {PY} recipes/cifar.py --device cpu --parallel none --quiet --dataset fake --epochs 1 --max-steps 5\n"
-        f"#    # 3. cifar, DDP over 2 gloo processes\n#    ENVKIT_RESULTS_DIR=results ENVKIT_DEVICE=cpu {PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 --quiet --dataset fake --epochs 1 --max-steps 5\n"
+        f"#    # 1. mnist on eager CPU\n#    {on_host('results', 'cpu', 'cpu-mnist')} recipes/mnist.py --device cpu --quiet --dataset fake --epochs 1 --max-steps 5\n"
+        f"#    # 2. cifar, one CPU process\n#    {on_host('results', 'cpu', 'cpu-single-cifar')} recipes/cifar.py --device cpu --parallel none --quiet --dataset fake --epochs 1 --max-steps 5\n"
+        f"#    # 3. cifar, DDP over 2 gloo processes\n#    {on_host('results', 'cpu', 'cpu-ddp-cifar')} recipes/cifar.py --device cpu --parallel ddp --nproc 2 --quiet --dataset fake --epochs 1 --max-steps 5\n"
         f"#    # 4. report\n#    {report}"
         f"# 2. report\n{report}"
     )
@@ -124,16 +133,24 @@ def test_compare_without_docker_runs_cpu_and_gpu_recipes_here(in_repo, capsys):
     in_repo(GPU_HOST_NO_ENGINE, [])
     out = dry_run(["compare", "--results-dir", "out", "--dataset", "fake", "--baseline", "cuda ×1"], capsys)
     common = "--quiet --dataset fake"
-    cpu, cuda = "ENVKIT_RESULTS_DIR=out ENVKIT_DEVICE=cpu", "ENVKIT_RESULTS_DIR=out ENVKIT_DEVICE=cuda"
+
+    def cpu(experiment):
+        return on_host("out", "cpu", experiment)
+
+    def cuda(experiment):
+        return on_host("out", "cuda", experiment)
+
     assert out == (
         f"# no Docker experiments on this host (no engine); running the recipes with {HERE}\n"
-        f"# 1. mnist on eager CPU\n{cpu} {PY} recipes/mnist.py --device cpu {common}\n"
-        f"# 2. cifar, one CPU process\n{cpu} {PY} recipes/cifar.py --device cpu --parallel none {common}\n"
-        f"# 3. cifar, DDP over 2 gloo processes\n{cpu} {PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 {common}\n"
-        f"# 4. mnist on one GPU\n{cuda} {PY} recipes/mnist.py --device cuda {common}\n"
-        f"# 5. cifar, one GPU\n{cuda} {PY} recipes/cifar.py --device cuda --parallel none {common}\n"
-        f"# 6. cifar, DataParallel over 2 GPUs\n{cuda} {PY} recipes/cifar.py --device cuda --parallel dp {common}\n"
-        f"# 7. cifar, DDP over 2 GPUs\n{cuda} {PY} recipes/cifar.py --device cuda --parallel ddp {common}\n"
+        f"# 1. mnist on eager CPU\n{cpu('cpu-mnist')} recipes/mnist.py --device cpu {common}\n"
+        f"# 2. cifar, one CPU process\n{cpu('cpu-single-cifar')} recipes/cifar.py --device cpu --parallel none {common}\n"
+        f"# 3. cifar, DDP over 2 gloo processes\n{cpu('cpu-ddp-cifar')} recipes/cifar.py --device cpu --parallel ddp "
+        f"--nproc 2 {common}\n"
+        f"# 4. mnist on one GPU\n{cuda('gpu-mnist')} recipes/mnist.py --device cuda {common}\n"
+        f"# 5. cifar, one GPU\n{cuda('gpu-single-cifar')} recipes/cifar.py --device cuda --parallel none {common}\n"
+        f"# 6. cifar, DataParallel over 2 GPUs\n{cuda('gpu-dp-cifar')} recipes/cifar.py --device cuda --parallel dp "
+        f"{common}\n"
+        f"# 7. cifar, DDP over 2 GPUs\n{cuda('gpu-ddp-cifar')} recipes/cifar.py --device cuda --parallel ddp {common}\n"
         f"# 8. report\n{PY} -m envkit report out --format md --baseline 'cuda ×1'\n"
     )
 
@@ -147,9 +164,10 @@ def test_compare_on_a_tpu_vm_without_docker_runs_one_core_then_all_cores(in_repo
     )
     in_repo(HostFacts(docker_error="no engine", devices={"tpu": ["/dev/accel0"]}, cpu_count=8), [])
     out = dry_run(["compare", "--results-dir", "out", "--dataset", "fake"], capsys)
-    common, tpu = "--quiet --dataset fake", "ENVKIT_RESULTS_DIR=out ENVKIT_DEVICE=tpu"
-    assert f"# 4. mnist on one TPU core\n{tpu} {PY} recipes/mnist.py --device tpu --cores 1 {common}\n" in out
-    assert f"# 5. mnist on all TPU cores\n{tpu} {PY} recipes/mnist.py --device tpu --cores all {common}\n" in out
+    common = "--quiet --dataset fake"
+    one, every = on_host("out", "tpu", "tpu-mnist-single"), on_host("out", "tpu", "tpu-mnist")
+    assert f"# 4. mnist on one TPU core\n{one} recipes/mnist.py --device tpu --cores 1 {common}\n" in out
+    assert f"# 5. mnist on all TPU cores\n{every} recipes/mnist.py --device tpu --cores all {common}\n" in out
     # then E3's runs, each under its own run name
     assert "# 6. E3, batch and learning-rate scaling on all TPU cores: e3-batch-scaling-b16\n" in out
     assert (
@@ -219,6 +237,23 @@ def test_step_environment_reaches_the_command(tmp_path):
     assert json.loads(out.read_text()) == "/some/where"
 
 
+def test_a_recipe_run_here_that_fails_before_writing_gets_its_record(repo_root, tmp_path):
+    """A host run goes through the run wrapper, as run.sh's do: a recipe that dies before it writes its results
+    (a DDP rendezvous that times out, say) leaves a record with its exit status, not nothing."""
+    from envkit.project.experiments import load_experiments
+    from envkit.runs.plans import host_step, run_env
+
+    entry = load_experiments(repo_root / "envkit.yaml")["cpu-ddp-cifar"]
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "cifar.py").write_text("import sys\nsys.exit(7)\n")
+    results = tmp_path / "results"
+    step = host_step("cifar", entry, PY, tmp_path, ("--parallel", "ddp"), run_env(entry.kind, results))
+    assert not execute(RunPlan([step]), dry_run=False)
+    (record,) = [json.loads(path.read_text()) for path in results.glob("*.json")]
+    assert record["run"]["experiment"] == "cpu-ddp-cifar" and record["run"]["exit_status"] == 7
+    assert record["run"]["argv"] == [PY, "recipes/cifar.py", "--parallel", "ddp"]
+
+
 @pytest.mark.slow
 def test_demo_runs_end_to_end_without_docker(repo_root, tmp_path, monkeypatch, capfd):
     """The real thing on this machine: render, recipes on CPU (MNIST; CIFAR one process vs DDP over gloo), report, plot."""
@@ -251,6 +286,9 @@ def test_demo_runs_end_to_end_without_docker(repo_root, tmp_path, monkeypatch, c
     marker = interpreter_lock()
     recorded = {json.loads((results / name).read_text())["environment"]["lock_sha256"] for name in names}
     assert recorded == {marker["lock_sha256"] if marker else None}
+    # Each went through the run wrapper (a run that fails before the recipe writes still gets its record).
+    runs = {json.loads((results / name).read_text())["run"]["experiment"] for name in names}
+    assert runs == {"cpu-mnist", "cpu-single-cifar", "cpu-ddp-cifar"}
     print(out)  # shown with -s: the demo's table
 
 

@@ -307,7 +307,10 @@ def test_a_node_whose_podman_cannot_run_the_image_stops_the_job_in_one_line_befo
     assert not (tmp_path / "results").exists()
 
 
-def test_the_check_pulls_a_pushed_image_by_digest_and_the_job_then_runs_it_without_pulling(tmp_path):
+@pytest.mark.parametrize("uid, userns", [(0, ""), (1000, "--userns=keep-id ")], ids=["root", "a user"])
+def test_the_check_pulls_a_pushed_image_by_digest_and_the_job_then_runs_it_without_pulling(tmp_path, uid, userns):
+    """The same on whatever account runs the suite: the node's caller is root, or a user whose rootless podman maps
+    them in with keep-id (an id that answers for them, so the suite passes as root and as a user alike)."""
     log = tmp_path / "podman.calls"
     job = make_job(
         "cpu-ddp-cifar",
@@ -321,17 +324,17 @@ def test_the_check_pulls_a_pushed_image_by_digest_and_the_job_then_runs_it_witho
     )
     script = tmp_path / "job.sbatch"
     script.write_text(slurm.sbatch_script(job))
-    done = subprocess.run(
-        ["bash", str(script)],
-        env=fake_node(tmp_path, f'echo "$*" >> {log}\n'),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
+    env = fake_node(tmp_path, f'echo "$*" >> {log}\n')
+    fake_id = tmp_path / "bin" / "id"
+    fake_id.write_text(f'#!/bin/bash\ncase "$1" in -u|-g) echo {uid} ;; *) exit 1 ;; esac\n')
+    fake_id.chmod(0o755)
+    done = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     check, job_run = log.read_text().splitlines()
     assert check == f"run --rm --pull=missing --network=none {REGISTRY}/envkit-cpu@{DIGEST} true"
-    assert job_run.startswith("run --rm --pull=never --network=host --uts=host --shm-size 2g --user ")
+    assert job_run.startswith(
+        f"run --rm --pull=never --network=host --uts=host --shm-size 2g {userns}--user {uid}:{uid} "
+    )
     assert (
         " -e ENVKIT_IMAGE -e ENVKIT_IMAGE_ID -e ENVKIT_IMAGE_DIGEST -e ENVKIT_EXPERIMENT -e ENVKIT_DATA_DIR"
         " -e ENVKIT_RESULTS_DIR -e ENVKIT_DEVICE -e SLURM_NODEID"

@@ -423,6 +423,8 @@ def test_one_host_relaunches_standalone(no_host_environment):
         "-m",
         "torch.distributed.run",
         "--standalone",
+        "--local-addr",
+        "127.0.0.1",
         "--nproc-per-node",
         "3",
         "--",

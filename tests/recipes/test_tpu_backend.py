@@ -293,6 +293,8 @@ def test_faked_torch_tpu_every_device_starts_one_torchrun_process_per_device(cpu
         "-m",
         "torch.distributed.run",
         "--standalone",
+        "--local-addr",
+        "127.0.0.1",
         "--nproc-per-node",
         "2",
         "--",

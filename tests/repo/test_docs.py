@@ -17,6 +17,7 @@ import ast
 import importlib
 import json
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,7 +38,12 @@ ELSEWHERE = {
 ELSEWHERE_NAMES = {name.rpartition("/")[2] for name in ELSEWHERE}
 RESULTS_SCHEMA = REPO_ROOT / "envkit" / "data" / "results.schema.json"
 CODE_FOLDERS = ("envkit", "recipes", "tests", "benchmarks", "scripts")
-TOP_LEVEL = sorted(path.name for path in REPO_ROOT.iterdir() if path.is_dir() and path.name not in (".git", ".venv"))
+# The repository's own folders are those git tracks: results/, data/ and the venvs that `make demo` and `make venv`
+# leave in a checkout are not the repository's, so a doc naming results/*.json names an output, not a path here.
+TRACKED = subprocess.run(
+    ["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+).stdout.split("\0")
+TOP_LEVEL = sorted({name.partition("/")[0] for name in TRACKED if "/" in name})
 PACKAGES = sorted(path.parent.name for path in (REPO_ROOT / "envkit").glob("*/__init__.py"))
 PATH = re.compile(rf"(?<![\w./~:-])((?:{'|'.join(map(re.escape, TOP_LEVEL))})/[\w./<>*{{}}-]*)")
 ENVKIT_PATH = re.compile(rf"`((?:{'|'.join(PACKAGES)})/\w+\.py)`")
@@ -136,6 +142,21 @@ def test_every_path_and_dotted_name_a_doc_or_docstring_cites_exists():
         f"{where}: {reference}" for where, text in documents() for reference in broken_references(text, modules, files)
     ]
     assert broken == []
+
+
+def test_a_folder_git_ignores_is_not_a_repository_path():
+    # After `make demo` a checkout holds results/ (README names results/*.json and results/kaggle/, outputs that a
+    # run writes); make venv leaves .venv*/ and .cache/. None is the repository's, so none is checked as a path.
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin"],
+        cwd=REPO_ROOT,
+        input="\n".join(f"{name}/" for name in [*TOP_LEVEL, "results", "data", ".venv-xla", ".cache"]),
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert {"results/", "data/", ".venv-xla/", ".cache/"} <= set(ignored)
+    assert [name for name in TOP_LEVEL if f"{name}/" in ignored] == []
+    assert broken_references("`results/kaggle/` and results/*.json", module_names(), set()) == []
 
 
 @pytest.mark.parametrize(
