@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import itertools
 import json
 import os
 import platform
@@ -280,25 +281,50 @@ def _git(*args: str) -> str | None:
 
 
 def _version(distribution: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
+    return installed().get(re.sub(r"[-_.]+", "-", distribution).lower())
 
 
 def distributions() -> list[str]:
     """name==version of every distribution this interpreter has, sorted, with PEP 503 names: the results
     schema's form (as the recipes' harness writes it), which `envkit report` validates."""
-    from importlib import metadata
+    return sorted(f"{name}=={version}" for name, version in installed().items())
 
-    found = {
-        f"{re.sub(r'[-_.]+', '-', dist.metadata['Name']).lower()}=={dist.version}"
-        for dist in metadata.distributions()
-        if dist.metadata["Name"]
-    }
-    return sorted(found)
+
+_INSTALLED: dict[str, str] = {}
+
+
+def installed() -> dict[str, str]:
+    """PEP 503 name -> version of each distribution this interpreter imports (the first on sys.path wins).
+
+    Read from each METADATA's header alone, by a scan of sys.path: importlib.metadata costs 0.1 s to import
+    and parses the whole file (descriptions of 100 KB) with the email parser on every call: 0.75 s after each
+    run for 290 distributions, where this takes 0.03 s (benchmarks/bench_wrapper.py)."""
+    if not _INSTALLED:
+        for entry in sys.path:
+            try:
+                names = sorted(os.listdir(entry or "."))
+            except OSError:  # a zip file, a folder that is gone
+                continue
+            for name in names:
+                if name.endswith((".dist-info", ".egg-info")):
+                    _add_distribution(Path(entry or ".", name))
+    return _INSTALLED
+
+
+def _add_distribution(path: Path) -> None:
+    for metadata in (path / "METADATA", path / "PKG-INFO", path):
+        try:
+            with metadata.open(encoding="utf-8", errors="replace") as handle:
+                header = "".join(itertools.takewhile(str.strip, itertools.islice(handle, 500)))  # to a blank line
+        except OSError:  # not there, or a folder
+            continue
+        fields = dict(_HEADER.findall(header))
+        if fields.get("Name") and fields.get("Version"):
+            _INSTALLED.setdefault(re.sub(r"[-_.]+", "-", fields["Name"]).lower(), fields["Version"])
+        return
+
+
+_HEADER = re.compile(r"^(Name|Version):[ \t]*(\S+)[ \t]*$", re.MULTILINE)
 
 
 def hand_over(*paths: Path) -> None:
