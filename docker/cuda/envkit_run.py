@@ -38,6 +38,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -79,9 +80,12 @@ def main(argv: list[str]) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     records_before = {path: path.stat().st_mtime_ns for path in results.glob("*.json")}
     dvclive_before = _mtime(Path(DVCLIVE_DIR, METRICS_FILE))
-    started = time.perf_counter()
-    status = run(argv, {**os.environ, METRICS_VARIABLE: str(folder.resolve())})
-    wall = round(time.perf_counter() - started, 3)
+    with tempfile.TemporaryDirectory(prefix="envkit-run-") as watch:
+        env = watched({**os.environ, METRICS_VARIABLE: str(folder.resolve())}, Path(watch))
+        started = time.perf_counter()
+        status = run(argv, env)
+        wall = round(time.perf_counter() - started, 3)
+        device = observed_device(Path(watch), os.environ.get(DEVICE_VARIABLE) or None)
     run_block = {
         "record_version": RECORD_VERSION,
         "experiment": experiment,
@@ -89,6 +93,8 @@ def main(argv: list[str]) -> int:
         "exit_status": status,
         "started_at": started_at.isoformat(timespec="seconds"),
         "wall_time_s": wall,
+        "device": device,
+        "warnings": device_warnings(device),
     }
     written = [
         path
@@ -112,7 +118,7 @@ def main(argv: list[str]) -> int:
         "run": run_block,
         "metrics": metrics,
         "series": read_series(folder / SERIES_DIR),
-        "environment": environment(),
+        "environment": truthful_environment(environment(), device),
     }
     _write(results / f"{run_name}.json", record)
     hand_over(results / f"{run_name}.json", folder, *folder.rglob("*"))
@@ -356,6 +362,137 @@ def _write(path: Path, document: dict) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     temporary.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(temporary, path)
+
+
+# The device the run really used (issue 32 §3): not the target's label (ENVKIT_DEVICE) but what torch initialised
+# in the run's Python processes. The wrapper puts a sitecustomize on PYTHONPATH (it then runs the interpreter's
+# own sitecustomize, if any) that writes, at each process's exit, one report into ENVKIT_DEVICE_REPORTS.
+DEVICE_REPORTS_VARIABLE = "ENVKIT_DEVICE_REPORTS"
+ACCELERATORS = {"cuda": "cuda", "tpu": "tpu"}  # a label (ENVKIT_DEVICE) that promises an accelerator
+
+
+def device_hook() -> None:
+    """Registers, in a Python process of the run, its report at exit: whether torch initialised CUDA (the devices
+    that held memory, their names), the XLA runtime (its device type: TPU, or CPU for XLA:CPU) or TorchTPU.
+    Copied alone into the sitecustomize: it uses nothing of this module, and asks nothing that would start
+    a runtime the program did not start."""
+    import atexit
+    import os
+
+    folder = os.environ.get("ENVKIT_DEVICE_REPORTS")
+
+    def report() -> None:
+        import json
+        import sys
+
+        seen: dict = {"torch": "torch" in sys.modules}
+        try:
+            cuda = getattr(sys.modules.get("torch"), "cuda", None)
+            if cuda is not None and cuda.is_initialized():
+                used = [i for i in range(cuda.device_count()) if cuda.max_memory_allocated(i) > 0]
+                properties = [cuda.get_device_properties(i) for i in used or [cuda.current_device()]]
+                seen["cuda"] = [{"name": p.name, "uuid": str(getattr(p, "uuid", ""))} for p in properties]
+            xla = sys.modules.get("torch_xla")
+            started = getattr(getattr(xla, "_XLAC", None), "_xla_runtime_is_initialized", lambda: False)
+            if xla is not None and started():
+                seen["xla"] = sys.modules["torch_xla.runtime"].device_type()
+            if "torch_tpu" in sys.modules:
+                seen["torch_tpu"] = True
+        except Exception as exc:  # noqa: BLE001 - a report never changes how the program ends
+            seen["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        path = os.path.join(folder, f"{os.getpid()}.json")
+        try:
+            with open(f"{path}.tmp", "w", encoding="utf-8") as handle:
+                json.dump(seen, handle)
+            os.replace(f"{path}.tmp", path)
+        except OSError:
+            pass
+
+    if folder:
+        atexit.register(report)
+
+
+_CHAIN = """
+def _envkit_chain():
+    # The sitecustomize this interpreter has of its own (Debian's, a venv's) runs too.
+    import importlib.machinery, os, sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [entry for entry in sys.path if os.path.abspath(entry or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.origin and spec.origin.endswith(".py"):
+        with open(spec.origin, "rb") as handle:
+            exec(compile(handle.read(), spec.origin, "exec"), {"__name__": "sitecustomize", "__file__": spec.origin})
+
+
+device_hook()
+_envkit_chain()
+"""
+
+
+def watched(env: dict[str, str], folder: Path) -> dict[str, str]:
+    """``env`` with the device hook on PYTHONPATH (torchrun's workers and every other Python the command starts
+    inherit it), writing its reports under ``folder``."""
+    import inspect
+
+    (folder / "hook").mkdir()
+    (folder / "reports").mkdir()
+    (folder / "hook" / "sitecustomize.py").write_text(inspect.getsource(device_hook) + _CHAIN, encoding="utf-8")
+    path = os.pathsep.join(filter(None, [str(folder / "hook"), env.get("PYTHONPATH")]))
+    return {**env, "PYTHONPATH": path, DEVICE_REPORTS_VARIABLE: str(folder / "reports")}
+
+
+def observed_device(folder: Path, label: str | None) -> dict:
+    """What the run's Python processes initialised: the accelerator (cuda, tpu, else cpu), its name and the
+    devices used, beside the target's label; ``observed`` false where no Python process of the run reported
+    (a program that is not Python, or one that ignores PYTHONPATH)."""
+    reports = []
+    for path in sorted((folder / "reports").glob("*.json")):
+        try:
+            reports.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue
+    reports = [report for report in reports if isinstance(report, dict)]
+    cuda = {json.dumps(device, sort_keys=True): device for r in reports for device in r.get("cuda") or ()}
+    xla = sorted({r["xla"] for r in reports if isinstance(r.get("xla"), str)})
+    accelerator, name, count = "cpu", device_name("cpu"), None
+    if cuda:
+        devices = list(cuda.values())
+        accelerator, name, count = "cuda", devices[0].get("name"), len(devices)
+    elif "TPU" in xla or any(r.get("torch_tpu") for r in reports):
+        accelerator, name = "tpu", os.environ.get("TPU_ACCELERATOR_TYPE") or os.environ.get("ACCELERATOR_TYPE")
+    return {
+        "observed": bool(reports),
+        "accelerator": accelerator if reports else None,
+        "name": name if reports else None,
+        "count": count,
+        "xla": xla[0] if len(xla) == 1 else (xla or None),
+        "label": label,
+        "python_processes": len(reports),
+        "errors": sorted({r["error"] for r in reports if isinstance(r.get("error"), str)}),
+    }
+
+
+def device_warnings(device: dict) -> list[str]:
+    """The run used another device than its target's label promised (a GPU run that trained on the CPU)."""
+    label = device.get("label")
+    if not device["observed"] or device["accelerator"] == ACCELERATORS.get(label or "", "cpu"):
+        return []
+    return [
+        f"the target says {label}, but the program initialised {device['accelerator']}: recorded as a "
+        f"{device['accelerator']} run"
+    ]
+
+
+def truthful_environment(environment: dict, device: dict) -> dict:
+    """The record's environment with the device the run used, where it was observed, instead of the label."""
+    if not device["observed"]:
+        return environment
+    return {
+        **environment,
+        "device_type": device["accelerator"],
+        "device_name": device["name"],
+        "device_count": device["count"],
+    }
 
 
 if __name__ == "__main__":
