@@ -22,12 +22,19 @@ keeps it: the wrapper adds its ``run`` block (experiment, argv, exit status, wal
 record the program wrote, instead of writing a second file. Any other program gets
 ``<results>/<run>.json``, failed or not, with its exit status, wall time, metrics and environment.
 The wrapper exits with the command's status.
+
+What ran is observed, not assumed (issue 32 §3, §4): a site hook on PYTHONPATH reports what torch initialised in
+each Python process of the command (the record's device is that, beside the target's label); run in a venv, the
+venv's bin/ comes first on PATH; the record's versions, distributions and lock are those of the interpreter that
+ran torch (``envkit_run.py --interpreter-facts`` asks another one), and packages other than the lock's are a
+warning in the record.
 """
 
 from __future__ import annotations
 
 import csv
 import datetime
+import hashlib
 import itertools
 import json
 import os
@@ -86,6 +93,7 @@ def main(argv: list[str]) -> int:
         status = run(argv, env)
         wall = round(time.perf_counter() - started, 3)
         device = observed_device(Path(watch), os.environ.get(DEVICE_VARIABLE) or None)
+    facts = facts_of(device)
     run_block = {
         "record_version": RECORD_VERSION,
         "experiment": experiment,
@@ -94,7 +102,7 @@ def main(argv: list[str]) -> int:
         "started_at": started_at.isoformat(timespec="seconds"),
         "wall_time_s": wall,
         "device": device,
-        "warnings": device_warnings(device),
+        "warnings": run_warnings(device, facts),
     }
     written = [
         path
@@ -118,7 +126,7 @@ def main(argv: list[str]) -> int:
         "run": run_block,
         "metrics": metrics,
         "series": read_series(folder / SERIES_DIR),
-        "environment": truthful_environment(environment(), device),
+        "environment": truthful_environment(environment(), device, facts),
     }
     _write(results / f"{run_name}.json", record)
     hand_over(results / f"{run_name}.json", folder, *folder.rglob("*"))
@@ -385,7 +393,8 @@ def device_hook() -> None:
         import json
         import sys
 
-        seen: dict = {"torch": "torch" in sys.modules}
+        torch = getattr(sys.modules.get("torch"), "__version__", None)
+        seen: dict = {"torch": str(torch) if torch else None, "prefix": sys.prefix, "executable": sys.executable}
         try:
             cuda = getattr(sys.modules.get("torch"), "cuda", None)
             if cuda is not None and cuda.is_initialized():
@@ -438,7 +447,11 @@ def watched(env: dict[str, str], folder: Path) -> dict[str, str]:
     (folder / "reports").mkdir()
     (folder / "hook" / "sitecustomize.py").write_text(inspect.getsource(device_hook) + _CHAIN, encoding="utf-8")
     path = os.pathsep.join(filter(None, [str(folder / "hook"), env.get("PYTHONPATH")]))
-    return {**env, "PYTHONPATH": path, DEVICE_REPORTS_VARIABLE: str(folder / "reports")}
+    # Run in a venv (envkit experiment --python .venv-cuda/bin/python), its bin/ comes first, as activating it
+    # does: torchrun and accelerate are the venv's, not another one's on PATH.
+    venv = [os.path.dirname(sys.executable)] if sys.prefix != sys.base_prefix else []
+    search = os.pathsep.join(dict.fromkeys([*venv, *env.get("PATH", os.defpath).split(os.pathsep)]))
+    return {**env, "PATH": search, "PYTHONPATH": path, DEVICE_REPORTS_VARIABLE: str(folder / "reports")}
 
 
 def observed_device(folder: Path, label: str | None) -> dict:
@@ -469,31 +482,101 @@ def observed_device(folder: Path, label: str | None) -> dict:
         "label": label,
         "python_processes": len(reports),
         "errors": sorted({r["error"] for r in reports if isinstance(r.get("error"), str)}),
+        "interpreter": _other_interpreter(reports),
     }
 
 
-def device_warnings(device: dict) -> list[str]:
-    """The run used another device than its target's label promised (a GPU run that trained on the CPU)."""
-    label = device.get("label")
-    if not device["observed"] or device["accelerator"] == ACCELERATORS.get(label or "", "cpu"):
-        return []
-    return [
-        f"the target says {label}, but the program initialised {device['accelerator']}: recorded as a "
-        f"{device['accelerator']} run"
-    ]
+def _other_interpreter(reports: list[dict]) -> str | None:
+    """The interpreter whose processes imported torch (else any of the run's), where it is not the wrapper's own:
+    a command that started another venv's Python ran that venv's packages."""
+    ran = [r for r in reports if r.get("torch")] or reports
+    prefixes = [r.get("prefix") for r in ran if isinstance(r.get("executable"), str)]
+    other = max(set(prefixes), key=prefixes.count) if prefixes else sys.prefix
+    return next((r["executable"] for r in ran if r.get("prefix") == other), None) if other != sys.prefix else None
 
 
-def truthful_environment(environment: dict, device: dict) -> dict:
-    """The record's environment with the device the run used, where it was observed, instead of the label."""
-    if not device["observed"]:
-        return environment
+def run_warnings(device: dict, facts: dict) -> list[str]:
+    """What does not match: a device other than the target's label promised (a GPU run that trained on the CPU),
+    another interpreter than the one the run was started with, packages other than the lock's."""
+    label, used = device.get("label"), device["accelerator"]
+    warnings = []
+    if device["observed"] and used != ACCELERATORS.get(label or "", "cpu"):
+        warnings.append(f"the target says {label}, but the program initialised {used}: recorded as a {used} run")
+    if device.get("interpreter"):
+        warnings.append(
+            f"the command ran {device['interpreter']}, not {sys.executable} that started it: the record's versions, "
+            "distributions and lock are the ones that ran"
+        )
+    return warnings + facts.get("lock_drift", [])
+
+
+def interpreter_facts() -> dict:
+    """This interpreter's versions, distributions and lock, and how its packages differ from that lock."""
     return {
-        **environment,
-        "device_type": device["accelerator"],
-        "device_name": device["name"],
-        "device_count": device["count"],
+        "python": platform.python_version(),
+        **{field: _version(name) for field, name in (("torch", "torch"), ("torch_xla", "torch_xla"))},
+        "torch_tpu": _version("torch-tpu"),
+        "lock_sha256": lock_sha256(),
+        "distributions": distributions(),
+        "lock_drift": lock_drift(),
     }
+
+
+FACTS_FLAG = "--interpreter-facts"  # envkit_run.py --interpreter-facts: interpreter_facts() as JSON
+
+
+def facts_of(device: dict) -> dict:
+    """interpreter_facts() of the interpreter that ran the command: this one, else asked of the other one."""
+    other = device.get("interpreter")
+    if not other:
+        return interpreter_facts()
+    try:
+        done = subprocess.run([other, os.path.abspath(__file__), FACTS_FLAG], capture_output=True, timeout=120)
+        facts = json.loads(done.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return {"lock_drift": [f"{other}'s versions could not be read: the record's are {sys.executable}'s"]}
+    return facts if isinstance(facts, dict) else {}
+
+
+def lock_drift() -> list[str]:
+    """How the packages here differ from the lock they were installed from (an image's, a venv's marker's)."""
+    sha = lock_sha256()
+    path = Path(__file__).with_name("requirements.lock") if os.environ.get("ENVKIT_LOCK_SHA256") else None
+    try:
+        if path is None and sha:
+            path = Path(json.loads(Path(sys.prefix, VENV_LOCK_MARKER).read_text(encoding="utf-8"))["lock"])
+        text = path.read_bytes() if path else None
+    except (OSError, ValueError, KeyError, TypeError):
+        text = None
+    if not sha or text is None:
+        return []
+    if hashlib.sha256(text).hexdigest() != sha:
+        return [f"{path} is no longer the lock this environment was installed from (sha256 {sha[:12]}): remake it"]
+    pins = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)\s*\\?$", text.decode("utf-8", "replace"), re.M)
+    found = installed()
+    drift = [
+        f"{name} {found.get(key) or 'missing'} (locked {version})"
+        for name, version in pins
+        if found.get(key := re.sub(r"[-_.]+", "-", name).lower()) != version
+    ]
+    more = f" and {len(drift) - 5} more" if len(drift) > 5 else ""
+    return [f"the packages that ran differ from the lock {path}: {', '.join(drift[:5])}{more}"] if drift else []
+
+
+def truthful_environment(environment: dict, device: dict, facts: dict) -> dict:
+    """The record's environment with the device the run used, where it was observed, instead of the label, and
+    the versions of the interpreter that ran."""
+    ran = {key: value for key, value in facts.items() if key in environment}
+    if not device["observed"]:
+        return {**environment, **ran}
+    used = {"device_type": device["accelerator"], "device_name": device["name"], "device_count": device["count"]}
+    return {**environment, **ran, **used}
+
+
+def print_facts() -> int:
+    print(json.dumps(interpreter_facts()))
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(print_facts() if sys.argv[1:] == [FACTS_FLAG] else main(sys.argv[1:]))
