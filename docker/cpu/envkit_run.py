@@ -89,9 +89,10 @@ def main(argv: list[str]) -> int:
     dvclive_before = _mtime(Path(DVCLIVE_DIR, METRICS_FILE))
     with tempfile.TemporaryDirectory(prefix="envkit-run-") as watch:
         env = watched({**os.environ, METRICS_VARIABLE: str(folder.resolve())}, Path(watch))
-        started = time.perf_counter()
-        status = run(argv, env)
-        wall = round(time.perf_counter() - started, 3)
+        with Logged(folder, env) as streams:
+            started = time.perf_counter()
+            status = run(argv, env, **streams)
+            wall = round(time.perf_counter() - started, 3)
         device = observed_device(Path(watch), os.environ.get(DEVICE_VARIABLE) or None)
     facts = facts_of(device)
     run_block = {
@@ -103,6 +104,7 @@ def main(argv: list[str]) -> int:
         "wall_time_s": wall,
         "device": device,
         "warnings": run_warnings(device, facts),
+        **output_facts(folder, results, status),
     }
     written = [
         path
@@ -113,13 +115,14 @@ def main(argv: list[str]) -> int:
         for path in written:
             _update(path, {"run": run_block})
         hand_over(*written)
-        shutil.rmtree(folder, ignore_errors=True)
+        drop_if_empty(folder)
         return status
     if _mtime(Path(DVCLIVE_DIR, METRICS_FILE)) != dvclive_before:
         collect_dvclive(Path(DVCLIVE_DIR), folder)
     metrics, problem = read_metrics(folder / METRICS_FILE)
     if problem:
         print(f"{PROG}: warning: {problem}", file=sys.stderr)
+    metrics = {**output_metrics(folder), **(metrics or {})} or metrics
     record = {
         "schema_version": 3,
         "run_name": run_name,
@@ -129,7 +132,7 @@ def main(argv: list[str]) -> int:
         "environment": truthful_environment(environment(), device, facts),
     }
     _write(results / f"{run_name}.json", record)
-    hand_over(results / f"{run_name}.json", folder, *folder.rglob("*"))
+    hand_over(results / f"{run_name}.json", *([folder, *folder.rglob("*")] if drop_if_empty(folder) else []))
     return status
 
 
@@ -148,10 +151,11 @@ def unique_name(results: Path, name: str) -> str:
     return candidate
 
 
-def run(argv: list[str], env: dict[str, str]) -> int:
-    """The command's exit status (a shell's 128+N for a signal, 127 for a command that cannot start)."""
+def run(argv: list[str], env: dict[str, str], **streams: int) -> int:
+    """The command's exit status (a shell's 128+N for a signal, 127 for a command that cannot start); ``streams``:
+    where its stdout and stderr go (Popen's), else this process's."""
     try:
-        process = subprocess.Popen(argv, env=env)
+        process = subprocess.Popen(argv, env=env, **streams)
     except OSError as exc:
         print(f"{PROG}: error: cannot start {argv[0]}: {exc.strerror or exc}", file=sys.stderr)
         return 127
@@ -576,6 +580,108 @@ def truthful_environment(environment: dict, device: dict, facts: dict) -> dict:
 def print_facts() -> int:
     print(json.dumps(interpreter_facts()))
     return 0
+
+
+# The run's own output (issue 32 §5): its stdout and stderr, shown as they come and kept in its folder; a failed
+# run's record carries the end of its stderr; an experiment's metric patterns (envkit.yaml's metrics, checked by
+# envkit/project/metric_patterns.py) read metrics from what it printed, as Guild reads an unmodified script.
+LOGS = ("stdout", "stderr")
+PATTERNS_VARIABLE = "ENVKIT_METRIC_PATTERNS"  # {"key_value": bool, "patterns": {metric: regex with one group}}
+STDERR_TAIL_LINES = 20
+_KEY_VALUE = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*:\s*(-?[0-9.]+(?:[eE][-+]?[0-9]+)?%?)\s*$")
+
+
+class Logged:
+    """Pipes for the command's stdout and stderr whose every byte goes to this process's own stream (live) and
+    to <run folder>/<stream>.log. A program that leaves a child holding them open is waited for 2 s, no more."""
+
+    def __init__(self, folder: Path, env: dict[str, str]) -> None:
+        self.folder, self.pipes, self.threads = folder, {}, []
+        if sys.stdout.isatty():  # shown live, as on the terminal: Python's stdout into a pipe would wait for 8 KB
+            env.setdefault("PYTHONUNBUFFERED", "1")
+
+    def __enter__(self) -> dict[str, int]:
+        import threading
+
+        for name in LOGS:
+            read, write = os.pipe()
+            self.pipes[name] = write
+            thread = threading.Thread(target=_copy, args=(read, getattr(sys, name), self.folder / f"{name}.log"))
+            thread.daemon = True
+            thread.start()
+            self.threads.append(thread)
+        return dict(self.pipes)
+
+    def __exit__(self, *_exc) -> None:
+        for write in self.pipes.values():
+            os.close(write)
+        for thread in self.threads:
+            thread.join(2)
+
+
+def _copy(read: int, stream, path: Path) -> None:
+    with open(read, "rb", buffering=0) as source, path.open("wb") as log:
+        while chunk := source.read(65536):
+            log.write(chunk)
+            try:
+                stream.buffer.write(chunk)
+                stream.flush()
+            except (OSError, ValueError, AttributeError):  # the terminal went away: the log goes on
+                pass
+
+
+def output_facts(folder: Path, results: Path, status: int) -> dict:
+    """The run block's log (its files, from the results folder) and, for a failed run, the end of its stderr."""
+    kept = {name: (folder / f"{name}.log") for name in LOGS if _size(folder / f"{name}.log")}
+    facts: dict = {"log": {name: path.relative_to(results).as_posix() for name, path in kept.items()}}
+    if status != 0 and "stderr" in kept:
+        with kept["stderr"].open("rb") as handle:
+            handle.seek(max(0, _size(kept["stderr"]) - 16384))
+            facts["stderr_tail"] = handle.read().decode("utf-8", "replace").splitlines()[-STDERR_TAIL_LINES:]
+    return facts
+
+
+def output_metrics(folder: Path) -> dict:
+    """The metrics the experiment's patterns find in its output (stdout, then stderr): the last value each."""
+    try:
+        wanted = json.loads(os.environ.get(PATTERNS_VARIABLE) or "{}")
+        patterns = {name: re.compile(text) for name, text in wanted.get("patterns", {}).items()}
+    except (ValueError, re.error, AttributeError) as exc:
+        print(
+            f"{PROG}: warning: {PATTERNS_VARIABLE} is not what envkit writes ({exc}): no metrics read", file=sys.stderr
+        )
+        return {}
+    found: dict[str, float] = {}
+    for path in (folder / f"{name}.log" for name in LOGS if wanted):
+        with open(path, encoding="utf-8", errors="replace") if _size(path) else open(os.devnull) as lines:
+            for line in lines:
+                pairs = [(name, m.group(1)) for name, pattern in patterns.items() if (m := pattern.search(line))]
+                key_value = _KEY_VALUE.match(line) if wanted.get("key_value") else None
+                for name, text in pairs + ([key_value.groups()] if key_value else []):
+                    try:
+                        found[name] = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+                    except ValueError:
+                        continue
+    return found
+
+
+def drop_if_empty(folder: Path) -> bool:
+    """Empty logs and an empty run folder are not left behind; whether the folder stays."""
+    for name in LOGS:
+        if (folder / f"{name}.log").is_file() and not _size(folder / f"{name}.log"):
+            (folder / f"{name}.log").unlink()
+    try:
+        folder.rmdir()
+    except OSError:
+        return folder.is_dir()
+    return False
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 if __name__ == "__main__":
