@@ -114,8 +114,7 @@ def main(argv: list[str]) -> int:
     if written:
         for path in written:
             _update(path, {"run": run_block})
-        hand_over(*written)
-        drop_if_empty(folder)
+        hand_over(*written, *kept(folder))
         return status
     if _mtime(Path(DVCLIVE_DIR, METRICS_FILE)) != dvclive_before:
         collect_dvclive(Path(DVCLIVE_DIR), folder)
@@ -132,7 +131,7 @@ def main(argv: list[str]) -> int:
         "environment": truthful_environment(environment(), device, facts),
     }
     _write(results / f"{run_name}.json", record)
-    hand_over(results / f"{run_name}.json", *([folder, *folder.rglob("*")] if drop_if_empty(folder) else []))
+    hand_over(results / f"{run_name}.json", *kept(folder))
     return status
 
 
@@ -663,6 +662,11 @@ def output_metrics(folder: Path) -> dict:
                     except ValueError:
                         continue
     return found
+
+
+def kept(folder: Path) -> list[Path]:
+    """The run folder and what is in it, once empty logs and an empty folder are gone (none then)."""
+    return [folder, *folder.rglob("*")] if drop_if_empty(folder) else []
 
 
 def drop_if_empty(folder: Path) -> bool:
