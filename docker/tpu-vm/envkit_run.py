@@ -619,14 +619,18 @@ class Logged:
 
 
 def _copy(read: int, stream, path: Path) -> None:
-    with open(read, "rb", buffering=0) as source, path.open("wb") as log:
+    """Every chunk to the stream and the log, whichever of them fails: a pipe left unread would stop the program."""
+    try:
+        log = path.open("wb")
+    except OSError:  # a results folder that cannot be written: the output is still shown
+        log = open(os.devnull, "wb")  # closed below, with the pipe
+    with open(read, "rb", buffering=0) as source, log:
         while chunk := source.read(65536):
-            log.write(chunk)
-            try:
-                stream.buffer.write(chunk)
-                stream.flush()
-            except (OSError, ValueError, AttributeError):  # the terminal went away: the log goes on
-                pass
+            for write in (log.write, stream.buffer.write, lambda _chunk: stream.flush()):
+                try:
+                    write(chunk)
+                except (OSError, ValueError, AttributeError):  # a full disk, a terminal gone: the rest goes on
+                    continue
 
 
 def output_facts(folder: Path, results: Path, status: int) -> dict:

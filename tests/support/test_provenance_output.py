@@ -4,10 +4,12 @@ an empty run folder is not left behind."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from envkit.support import provenance
@@ -78,3 +80,15 @@ def test_a_child_left_running_with_the_output_open_does_not_hold_the_record(tmp_
     """A background child keeps the pipe open: the wrapper waits for it 2 s at most (subprocess's timeout guards)."""
     done, (record,) = wrapped(tmp_path, "sh", "-c", "echo started; sleep 60 &")
     assert done.returncode == 0 and record["run"]["exit_status"] == 0
+
+
+def test_a_log_that_cannot_be_written_still_shows_the_output_and_drains_the_pipe(tmp_path):
+    """An unread pipe would stop the program once it filled (64 KB): the copy goes on without its log."""
+    read, write = os.pipe()
+    shown = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    reader = threading.Thread(target=provenance._copy, args=(read, shown, tmp_path / "gone" / "x.log"))
+    reader.start()
+    os.write(write, b"x" * 200_000)
+    os.close(write)
+    reader.join(30)
+    assert not reader.is_alive() and shown.buffer.getvalue() == b"x" * 200_000
