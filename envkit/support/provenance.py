@@ -40,6 +40,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -90,9 +91,10 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="envkit-run-") as watch:
         env = watched({**os.environ, METRICS_VARIABLE: str(folder.resolve())}, Path(watch))
         with Logged(folder, env) as streams:
-            started = time.perf_counter()
+            mark, started = machine_mark(), time.perf_counter()
             status = run(argv, env, **streams)
             wall = round(time.perf_counter() - started, 3)
+            busy = machine_facts(mark)
         device = observed_device(Path(watch), os.environ.get(DEVICE_VARIABLE) or None)
     facts = facts_of(device)
     run_block = {
@@ -102,6 +104,7 @@ def main(argv: list[str]) -> int:
         "exit_status": status,
         "started_at": started_at.isoformat(timespec="seconds"),
         "wall_time_s": wall,
+        **busy,
         "device": device,
         "warnings": run_warnings(device, facts),
         **output_facts(folder, results, status),
@@ -690,6 +693,19 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
+
+
+def machine_mark() -> tuple[float, float]:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime, os.getloadavg()[0]
+
+
+def machine_facts(mark: tuple[float, float]) -> dict:
+    """The program's CPU seconds (it and the children it waited for) and the host's 1-minute load average at its
+    start and end: beside the wall time they tell a slow program from a busy machine (issue 32 §6: a run's wall
+    time on a 2-core host running other jobs was 5x its bare time, at the same CPU time)."""
+    cpu, load = machine_mark()
+    return {"cpu_time_s": round(cpu - mark[0], 3), "load_average": [round(mark[1], 2), round(load, 2)]}
 
 
 if __name__ == "__main__":

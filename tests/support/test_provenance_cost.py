@@ -4,6 +4,7 @@ these tests hold the causes away."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from importlib import metadata
@@ -31,3 +32,14 @@ def test_the_distributions_are_importlib_metadatas_without_its_email_parser():
             first.setdefault(provenance.re.sub(r"[-_.]+", "-", name).lower(), dist.version)
     assert found == sorted(f"{name}=={version}" for name, version in first.items())
     assert torch == metadata.version("torch") and not parsed
+
+
+def test_the_record_says_the_programs_cpu_time_and_the_hosts_load_beside_its_wall_time(tmp_path):
+    """On a busy host the wall time grows and the CPU time does not: the record keeps both, and the load."""
+    env = {"PATH": os.environ["PATH"], "ENVKIT_RESULTS_DIR": str(tmp_path / "results")}
+    work = "total = 0\nfor number in range(3_000_000):\n    total += number\n"
+    subprocess.run([sys.executable, str(WRAPPER), sys.executable, "-c", work], cwd=tmp_path, env=env, check=True)
+    (path,) = (tmp_path / "results").glob("*.json")
+    run = json.loads(path.read_text())["run"]
+    assert run["cpu_time_s"] > 0 and len(run["load_average"]) == 2
+    assert all(load >= 0 for load in run["load_average"])
