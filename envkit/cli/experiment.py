@@ -51,8 +51,14 @@ def register(subparsers) -> None:
         "--python",
         metavar="PYTHON",
         help="run the recipe with this interpreter on this host instead of "
-        "in the target's image (no host check, no build), e.g. E3 on XLA:CPU: PJRT_DEVICE=CPU "
+        "in the target's image (no build; a GPU or TPU experiment still needs its device here, or --allow-cpu), e.g. E3 on XLA:CPU: PJRT_DEVICE=CPU "
         "CPU_NUM_DEVICES=8 envkit experiment e3-batch-scaling --python .venv-xla/bin/python",
+    )
+    experiment.add_argument(
+        "--allow-cpu",
+        action="store_true",
+        help="with --python: run a GPU or TPU experiment on a host without that device, on the CPU as a "
+        "stand-in (its record says CPU); without it such a run is refused before it starts",
     )
     experiment.add_argument(
         "--dry-run", action="store_true", help="print the commands (host check, build, run) instead of running them"
@@ -72,6 +78,10 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     entry = experiment(args.name, args.config)
     if args.python is not None:
         return _run_here(entry, args)
+    if args.allow_cpu:
+        raise EnvkitError(
+            "--allow-cpu goes with --python (a run on this host's interpreter); an image runs only where its device is"
+        )
     if args.gpus is not None:
         parse_gpus(args.gpus)  # bad input on any host, before anything runs
         if entry.gpus == "none":
@@ -141,9 +151,11 @@ def _run_here(entry, args: argparse.Namespace) -> int:
         )
     check_recipe_args(entry, args.recipe_args, args.config)
     if not args.dry_run:  # a dry run shows the plan whether or not the interpreter is there yet (make DRY_RUN=1)
+        from envkit.host.accelerator import require_accelerator
         from envkit.host.venv import check_interpreter
 
         check_interpreter(args.python)
+        require_accelerator(entry.name, entry.kind, args.allow_cpu)
     plan = local_experiment_plan(
         entry,
         args.python,

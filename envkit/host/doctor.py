@@ -59,7 +59,8 @@ class HostFacts:
     hostname_problem: str | None = None  # what failed and what to do, when it does not resolve
 
 
-def _nvidia_gpus() -> list[str]:
+def nvidia_gpus() -> list[str]:
+    """The GPUs nvidia-smi -L lists (none without nvidia-smi)."""
     if not shutil.which("nvidia-smi"):
         return []
     try:
@@ -95,9 +96,7 @@ def hostname_problem(name: str) -> str | None:
 
 def inspect_host() -> HostFacts:
     devices = {check.name: device_files(check) for check in _device_checks()}
-    facts = HostFacts(
-        gpus=_nvidia_gpus(), devices=devices, cpu_count=os.cpu_count() or 1, hostname=socket.gethostname()
-    )
+    facts = HostFacts(gpus=nvidia_gpus(), devices=devices, cpu_count=os.cpu_count() or 1, hostname=socket.gethostname())
     facts.hostname_problem = hostname_problem(facts.hostname)
     facts.hostname_resolves = facts.hostname_problem is None
     disk_path = "."

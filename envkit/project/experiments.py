@@ -17,6 +17,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.project import DEFAULT_CONFIG, kinds
 from envkit.project.datafile import DATA_DIR, check, load_checked
+from envkit.project.metric_patterns import metric_variables
 from envkit.support.bounded_load import load_yaml, note
 
 SCHEMA_PATH = DATA_DIR / "experiments.schema.json"
@@ -195,7 +196,7 @@ def _experiment(path: Path, name: str, entry: dict, targets: dict) -> Experiment
         defaults=tuple(entry.get("defaults", ())),
         runs=_runs(name, entry),
         command=tuple(entry["command"]) if "command" in entry else None,
-        env=dict(entry.get("env", {})),
+        env={**entry.get("env", {}), **metric_variables(at, entry.get("metrics"))},
         target=target,
         devices=entry.get("devices", 1),
         recipe=fields.get("recipe"),

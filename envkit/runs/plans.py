@@ -102,6 +102,7 @@ def host_step(
     # It runs elsewhere than envkit: the locations it is told must not be relative.
     located = {name: str(Path(value).resolve()) if name in LOCATIONS else value for name, value in env.items()}
     located["ENVKIT_EXPERIMENT"] = entry.name
+    located.update({name: value for name, value in entry.env.items() if name == provenance.PATTERNS_VARIABLE})
     return Step(
         title,
         (python, wrapper, *program, *args),
@@ -220,6 +221,7 @@ def experiment_plan(
     }
     run_env.update({"GPUS": gpus} if gpus is not None else {})
     run_env["ENVKIT_EXPERIMENT"] = entry.name  # run.sh passes it to the run wrapper, whose record names it
+    run_env.update({name: value for name, value in entry.env.items() if name == provenance.PATTERNS_VARIABLE})
     run_sh = str(config.parent / "docker" / target.name / "run.sh")
     return RunPlan(
         [

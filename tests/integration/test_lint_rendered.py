@@ -63,7 +63,7 @@ def test_cpu_dry_run(repo_root):
     assert result.returncode == 0, result.stderr
     assert shlex.split(result.stdout) == [
         "docker", "run", "--rm", "--init", "--user", OWNER, "-e", "HOME=/tmp", "--shm-size", "2g",
-        "-e", "ENVKIT_IMAGE=envkit-cpu:latest", "-e", "ENVKIT_IMAGE_ID", "-e", "ENVKIT_IMAGE_DIGEST", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}", "-e", "ENVKIT_EXPERIMENT",
+        "-e", "ENVKIT_IMAGE=envkit-cpu:latest", "-e", "ENVKIT_IMAGE_ID", "-e", "ENVKIT_IMAGE_DIGEST", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}", "-e", "ENVKIT_EXPERIMENT", "-e", "ENVKIT_METRIC_PATTERNS",
         *mounts("cpu"), "envkit-cpu:latest", *TAIL, "--epochs", "1",
     ]  # fmt: skip
 
@@ -75,7 +75,7 @@ def test_cuda_dry_run_renumbers_chosen_gpus(repo_root):
         "docker", "run", "--rm", "--init", "--user", OWNER, "-e", "HOME=/tmp",
         "--gpus", '"device=0,2"', "-e", "CUDA_VISIBLE_DEVICES=0,1", "--ipc=host",
         "--ulimit", "memlock=-1", "--ulimit", "stack=67108864",
-        "-e", "ENVKIT_IMAGE=lab/envkit-cuda:abc", "-e", "ENVKIT_IMAGE_ID", "-e", "ENVKIT_IMAGE_DIGEST", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}", "-e", "ENVKIT_EXPERIMENT",
+        "-e", "ENVKIT_IMAGE=lab/envkit-cuda:abc", "-e", "ENVKIT_IMAGE_ID", "-e", "ENVKIT_IMAGE_DIGEST", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}", "-e", "ENVKIT_EXPERIMENT", "-e", "ENVKIT_METRIC_PATTERNS",
         *mounts("cuda"), "lab/envkit-cuda:abc", *TAIL,
     ]  # fmt: skip
     assert "--gpus '\"device=0,2\"'" in result.stdout, "the quoting a user would type"
@@ -128,7 +128,7 @@ def test_tpu_dry_run(repo_root):
     assert shlex.split(result.stdout) == [
         "docker", "run", "--rm", "--init", "--privileged", "--net=host", "--shm-size", "16G",
         "-e", "PJRT_DEVICE=TPU", "-e", "ENVKIT_IMAGE=envkit-tpu-vm:latest", "-e", "ENVKIT_IMAGE_ID",
-        "-e", "ENVKIT_IMAGE_DIGEST", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}", "-e", "ENVKIT_EXPERIMENT", *mounts("tpu", "/tmp/out"), "envkit-tpu-vm:latest",
+        "-e", "ENVKIT_IMAGE_DIGEST", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}", "-e", "ENVKIT_EXPERIMENT", "-e", "ENVKIT_METRIC_PATTERNS", *mounts("tpu", "/tmp/out"), "envkit-tpu-vm:latest",
         *TAIL, "--device", "tpu",
     ]  # fmt: skip
 

@@ -105,7 +105,7 @@ command=(
   --user "$owner" -e HOME=/tmp
   "${device_args[@]}" "${ipc_args[@]}"
   ${ulimit_args[@]+"${ulimit_args[@]}"}
-  -e "ENVKIT_IMAGE=$image" -e ENVKIT_IMAGE_ID -e ENVKIT_IMAGE_DIGEST -e "ENVKIT_RESULTS_OWNER=$owner" -e ENVKIT_EXPERIMENT
+  -e "ENVKIT_IMAGE=$image" -e ENVKIT_IMAGE_ID -e ENVKIT_IMAGE_DIGEST -e "ENVKIT_RESULTS_OWNER=$owner" -e ENVKIT_EXPERIMENT -e ENVKIT_METRIC_PATTERNS
   ${multinode_args[@]+"${multinode_args[@]}"}
   -e ENVKIT_DATA_DIR=/workspace/data -e ENVKIT_RESULTS_DIR=/workspace/results -e ENVKIT_DEVICE=cuda
   -v "$data_dir:/workspace/data" -v "$results_dir:/workspace/results"

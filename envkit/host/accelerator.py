@@ -1,0 +1,34 @@
+"""An experiment run on this host's own interpreter (`envkit experiment --python`) gets the accelerator its kind
+promises, or is refused before it starts (issue 32 §3): a GPU or TPU experiment on a host without one would train
+on the CPU under a GPU's or TPU's name. ``--allow-cpu`` runs it anyway as a CPU stand-in, and the run wrapper's
+record then says CPU (the device it observed, envkit/support/provenance.py)."""
+
+from __future__ import annotations
+
+import os
+
+from envkit.errors import EnvkitError
+from envkit.host import doctor
+from envkit.project import kinds
+
+ALLOW_CPU = "--allow-cpu"
+# torch_xla's own way to say "XLA on the CPU" (E3 on XLA:CPU): a CPU stand-in asked for by name.
+XLA_ON_CPU = ("PJRT_DEVICE", "CPU")
+
+
+def require_accelerator(name: str, kind: str, allow_cpu: bool) -> None:
+    """One line (exit 2) when ``kind`` needs a device this host lacks and no CPU stand-in was asked for."""
+    check = kinds.kind(kind).host
+    if allow_cpu or check.check == "none" or os.environ.get(XLA_ON_CPU[0]) == XLA_ON_CPU[1]:
+        return
+    facts = doctor.HostFacts(nvidia_runtime=True)  # no image here: the engine's runtime does not matter
+    if check.check == "nvidia":
+        facts.gpus = doctor.nvidia_gpus()
+    else:
+        facts.devices = {check.name: doctor.device_files(check)}
+    problem = doctor.device_problem(facts, kind)
+    if problem:
+        raise EnvkitError(
+            f"{name} is a {kind} experiment and this host cannot give it its device: {problem}; "
+            f"{ALLOW_CPU} runs it here on the CPU as a stand-in, recorded as a CPU run"
+        )

@@ -1,0 +1,88 @@
+"""The device a run really used (issue 32 §3): the run wrapper's site hook reports what torch initialised in each
+Python process of the run, and the record says that, not the target's label."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envkit.support import provenance
+
+WRAPPER = Path(provenance.__file__)
+# A stand-in torch whose CUDA was initialised on the first of two GPUs: the hook's questions, answered as a GPU
+# host would (this host has none).
+FAKE_TORCH = """
+import types
+class _Properties:
+    def __init__(self, index):
+        self.name, self.uuid = f"NVIDIA H100 80GB HBM3 #{index}", f"GPU-{index}"
+cuda = types.SimpleNamespace(
+    is_initialized=lambda: True, device_count=lambda: 2, current_device=lambda: 0,
+    max_memory_allocated=lambda index: 1024 if index == 0 else 0, get_device_properties=_Properties,
+)
+"""
+
+
+def wrapped(folder: Path, *argv: str, **env: str) -> tuple[subprocess.CompletedProcess, dict]:
+    environment = {"PATH": os.environ["PATH"], "ENVKIT_RESULTS_DIR": str(folder / "results"), **env}
+    done = subprocess.run(
+        [sys.executable, str(WRAPPER), *argv], cwd=folder, env=environment, capture_output=True, text=True
+    )
+    (record,) = [json.loads(path.read_text()) for path in (folder / "results").glob("*.json")]
+    return done, record
+
+
+def test_a_gpu_targets_run_that_trained_on_the_cpu_is_recorded_as_a_cpu_run(tmp_path):
+    body = "import torch\nprint(float((torch.ones(3) * 2).sum()))\n"
+    (tmp_path / "train.py").write_text(body)
+    done, record = wrapped(tmp_path, sys.executable, "train.py", ENVKIT_DEVICE="cuda")
+    assert done.returncode == 0 and done.stdout == "6.0\n", done.stderr
+    device = record["run"]["device"]
+    assert device["observed"] and device["accelerator"] == "cpu" and device["label"] == "cuda"
+    assert record["environment"]["device_type"] == "cpu" and record["environment"]["device_name"]
+    assert record["run"]["warnings"] == ["the target says cuda, but the program initialised cpu: recorded as a cpu run"]
+
+
+def test_the_cuda_devices_a_program_used_are_named_from_torch(tmp_path):
+    (tmp_path / "fake" / "torch").mkdir(parents=True)
+    (tmp_path / "fake" / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    (tmp_path / "train.py").write_text("import torch\n")
+    done, record = wrapped(
+        tmp_path, sys.executable, "train.py", ENVKIT_DEVICE="cuda", PYTHONPATH=str(tmp_path / "fake")
+    )
+    assert done.returncode == 0, done.stderr
+    device = record["run"]["device"]
+    assert (device["accelerator"], device["name"], device["count"]) == ("cuda", "NVIDIA H100 80GB HBM3 #0", 1)
+    assert record["run"]["warnings"] == [] and record["environment"]["device_type"] == "cuda"
+
+
+def test_torchrun_and_its_workers_report_and_a_program_that_is_not_python_is_not_observed(tmp_path):
+    (tmp_path / "train.py").write_text("import torch, os\nassert os.environ['LOCAL_RANK'] in '01'\n")
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    done, record = wrapped(tmp_path, torchrun, "--standalone", "--nproc-per-node", "2", "train.py")
+    assert done.returncode == 0, done.stderr
+    assert record["run"]["device"]["python_processes"] == 3 and record["run"]["device"]["accelerator"] == "cpu"
+    (tmp_path / "results" / record["run_name"]).with_suffix(".json").unlink()
+    done, record = wrapped(tmp_path, "sh", "-c", "true", ENVKIT_DEVICE="cuda")
+    assert not record["run"]["device"]["observed"] and record["environment"]["device_type"] == "cuda"
+    assert record["run"]["warnings"] == []
+
+
+def test_the_interpreters_own_sitecustomize_still_runs(tmp_path):
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "sitecustomize.py").write_text("import os\nos.environ['OWN_SITE'] = 'ran'\n")
+    done, record = wrapped(
+        tmp_path, sys.executable, "-c", "import os; print(os.environ.get('OWN_SITE'))", PYTHONPATH=str(tmp_path / "own")
+    )
+    assert done.stdout == "ran\n" and record["run"]["device"]["observed"]
+
+
+@pytest.mark.parametrize("label", ["cpu", None])
+def test_a_cpu_run_warns_of_nothing(tmp_path, label):
+    done, record = wrapped(tmp_path, sys.executable, "-c", "pass", **({"ENVKIT_DEVICE": label} if label else {}))
+    assert record["run"]["warnings"] == [] and record["run"]["device"]["accelerator"] == "cpu"
