@@ -219,7 +219,7 @@ def fake_buildah(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_BUILDAH_STATE", str(buildah.state_path))
     monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(image_build, "git_revision", lambda root: "abc123")
-    monkeypatch.setattr(image_build, "source_date_epoch", lambda root, name: "1700000000")
+    monkeypatch.setattr(image_build, "source_date_epoch", lambda root, name, output: "1700000000")
     return buildah
 
 

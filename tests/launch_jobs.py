@@ -71,7 +71,9 @@ def make_job(
 
 def record_push(project: Path, target: str, registry: str, tag: str = "latest") -> Path:
     """The record `envkit push TARGET --registry REGISTRY` leaves in the project (docker/<target>/pushed.json)."""
-    return record(project, target, [Pushed(f"{registry}/{repository(target)}", tag, DIGEST, IMAGE_ID)])
+    return record(
+        project / "docker" / target, target, [Pushed(f"{registry}/{repository(target)}", tag, DIGEST, IMAGE_ID)]
+    )
 
 
 def save_manifest(directory: Path, target: str) -> Path:

@@ -100,6 +100,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         entry,
         target,
         config=args.config,
+        output=config.output,
         gpus=args.gpus,
         results_dir=args.results_dir,
         data_dir=args.data_dir,

@@ -134,7 +134,7 @@ def cmd_push(args: argparse.Namespace) -> int:
 
     config, target = load_target(args)
     pushed = push(target, args.registry, args.tag, progress=lambda s: print(s, file=sys.stderr))
-    path = record(config.root, target.name, pushed)
+    path = record(config.output.image_folder(config.root, target.name), target.name, pushed)
     for each in pushed:
         print(f"{each.repository}:{each.tag}")
     # Both tags name one manifest: the reference `envkit launch --registry` runs.

@@ -134,7 +134,12 @@ def build(args):
     if engine.image:
         tarball = Path(args.image_tarball) if args.image_tarball else None
         image = images.choose(
-            config.root, target.name, tag=args.tag, image=args.image, registry=args.registry, tarball=tarball
+            config.output.image_folder(config.root, target.name),
+            target.name,
+            tag=args.tag,
+            image=args.image,
+            registry=args.registry,
+            tarball=tarball,
         )
     job = engines.build_job(
         args.on,
@@ -154,6 +159,7 @@ def build(args):
         env=tuple(args.env),
         options=vars(args),
         config=args.config,
+        images=config.output.images,
     )
     return job, engines.render_job(args.on, job, args.output or Path("jobs"))
 

@@ -52,7 +52,6 @@ def register(subparsers) -> None:
 
 def cmd_notebook(args: argparse.Namespace) -> int:
     from envkit.notebook import builder
-    from envkit.project import NOTEBOOKS
     from envkit.project.config import load_config
     from envkit.support.atomic import write_text_atomic
 
@@ -72,10 +71,11 @@ def cmd_notebook(args: argparse.Namespace) -> int:
         print(colab_link(config, args.experiment, args.target, args.revision))
         return 0
     packages = "runtime" if args.use_runtime else "lock"
-    output = args.output or Path(builder.notebook_path(args.target, args.experiment, packages).name)
-    if output.resolve().is_relative_to(config.root / NOTEBOOKS):
+    output = args.output or Path(builder.notebook_path(config.output, args.target, args.experiment, packages).name)
+    if output.resolve().is_relative_to(config.root / config.output.notebooks):
         raise EnvkitError(
-            f"{output}: notebooks/ is render's, for the targets' notebooks lists: write it elsewhere (--output), or "
+            f"{output}: {config.output.notebooks.as_posix()}/ is render's, for the targets' notebooks lists: "
+            "write it elsewhere (--output), or "
             f"list {args.experiment} in target {args.target}'s notebooks and run envkit render --all"
         )
     notebook = builder.render_notebook(config, args.experiment, args.target, packages)

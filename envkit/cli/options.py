@@ -114,6 +114,7 @@ def build_options(args, *, no_cache: bool):
         platform=getattr(args, "platform", None),
         files_limit_mb=config.files_limit_mb,
         include_secrets=config.include_secrets,
+        output=config.output,
     )
 
 

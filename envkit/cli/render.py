@@ -34,8 +34,8 @@ def register(subparsers) -> None:
         "--output",
         metavar="DIR",
         type=Path,
-        help="output directory of the image targets' files (default: docker/ beside the config); "
-        "notebooks always go to notebooks/ beside the config",
+        help="output directory of the image targets' files (default: envkit.yaml's output.images, docker/); "
+        "notebooks always go to output.notebooks (notebooks/) beside the config",
     )
     render.set_defaults(func=cmd_render)
 
@@ -43,15 +43,17 @@ def register(subparsers) -> None:
 def cmd_render(args: argparse.Namespace) -> int:
     from envkit.errors import EnvkitError
     from envkit.notebook import committed
-    from envkit.project import NOTEBOOKS
     from envkit.render import output as rendered
     from envkit.render.selection import render_selection
 
     selection = "--all" if args.all else args.target
-    names, files, notebook_names, notebook_files = render_selection(args.config, selection, committed.render)
-    output = args.output if args.output is not None else args.config.resolve().parent / rendered.DEFAULT_OUTPUT
-    # Notebook targets: their committed notebooks, in notebooks/ beside the config (whatever --output says).
-    notebooks = args.config.resolve().parent / NOTEBOOKS
+    names, files, notebook_names, notebook_files, (images, notebooks) = render_selection(
+        args.config, selection, committed.render
+    )
+    root = args.config.resolve().parent
+    output = args.output if args.output is not None else root / images
+    # Notebook targets: their committed notebooks, in the config's notebook folder (whatever --output says).
+    notebooks = root / notebooks
     if args.stdout:
         for file in files + notebook_files:
             sys.stdout.write(f"==> {file.path.as_posix()} <==\n{file.text}")
@@ -69,7 +71,7 @@ def cmd_render(args: argparse.Namespace) -> int:
                 f"rendered files are stale ({report.problem()}): run `envkit render {fix}` and commit", exit_code=1
             )
         return 0
-    rendered.refuse_the_users(notebooks, notebook_files)  # before docker/ is written: all or nothing
+    rendered.refuse_the_users(notebooks, notebook_files)  # before the image folder is written: all or nothing
     written = rendered.write(output, files)
     removed = rendered.remove_leftovers(output, names) if args.all else []
     print(

@@ -36,7 +36,12 @@ def run_recipe(
     }
     # run.sh is the one definition of how a target's container runs (user, GPUs,
     # mounts, TPU flags); users without envkit call it directly, so we do too.
-    argv = [str(config.root / "docker" / target.name / "run.sh"), "python", script(config, recipe), *recipe_args]
+    argv = [
+        str(config.output.image_folder(config.root, target.name) / "run.sh"),
+        "python",
+        script(config, recipe),
+        *recipe_args,
+    ]
     if dry_run:
         print(command_line(env, argv))
         return 0

@@ -166,7 +166,7 @@ def build(root: Path, target, options: BuildOptions) -> BuiltImage:
     repo = repository(target.name)
     with staging_area(root, target.name) as context:
         stage_context(root, target, options, context)
-        args = build_args_for(options, git_revision(root), source_date_epoch(root, target.name))
+        args = build_args_for(options, git_revision(root), source_date_epoch(root, target.name, options.output))
         tag = f"{repo}:{context_digest(context, args, options.builder, platform)[:TAG_HEX]}"
         existing = find_image(client, tag)
         if existing is not None and not options.no_cache:
@@ -188,7 +188,7 @@ def _build_with_buildah(root: Path, target, options: BuildOptions) -> BuiltImage
     client = engine_or_none()
     with staging_area(root, target.name) as context:
         stage_context(root, target, options, context)
-        args = build_args_for(options, git_revision(root), source_date_epoch(root, target.name))
+        args = build_args_for(options, git_revision(root), source_date_epoch(root, target.name, options.output))
         tag = f"{repo}:{context_digest(context, args, options.builder, platform)[:TAG_HEX]}"
         stored = None if options.no_cache else buildah.find(tag)
         reused = stored is not None
@@ -264,7 +264,7 @@ def rebuild_as(root: Path, target, options: BuildOptions, scratch_tag: str) -> t
     """
     with staging_area(root, target.name) as context:
         stage_context(root, target, options, context)
-        args = build_args_for(options, git_revision(root), source_date_epoch(root, target.name))
+        args = build_args_for(options, git_revision(root), source_date_epoch(root, target.name, options.output))
         content_tag = f"{repository(target.name)}:{context_digest(context, args, options.builder)[:TAG_HEX]}"
         if options.builder == "buildah":
             _base_into_buildah(base_image(context, args), engine_or_none())

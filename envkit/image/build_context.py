@@ -25,6 +25,7 @@ from envkit.image import BUILDERS
 from envkit.lock.base_digest import split_reference
 from envkit.lock.lockfile import LOCK_FILE, read_lock
 from envkit.project.files import DEFAULT_LIMIT_MB, project_files
+from envkit.project.output import DEFAULT_OUTPUT, Output
 from envkit.support import provenance
 from envkit.support.bounded_load import hash_file, load_bytes, load_text
 from envkit.support.cache import cache_dir, private_folder
@@ -50,6 +51,7 @@ class BuildOptions:
     platform: str | None = None  # --platform: None builds for the engine's own
     files_limit_mb: int = DEFAULT_LIMIT_MB  # the config's files_limit_mb: the project's files together
     include_secrets: tuple[str, ...] = ()  # the config's include_secrets: what looks like a secret, carried
+    output: Output = DEFAULT_OUTPUT  # the config's output: where the target's rendered files are
 
 
 def parse_build_arg(text: str) -> tuple[str, str]:
@@ -61,7 +63,7 @@ def parse_build_arg(text: str) -> tuple[str, str]:
 
 def stage_context(root: Path, target, options: BuildOptions, dest: Path) -> None:
     """Lay out the build context of docs/design.md §4 under ``dest``."""
-    rendered = root / "docker" / target.name
+    rendered = options.output.image_folder(root, target.name)
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("Dockerfile", ".dockerignore", provenance.FILE_NAME):
         source = rendered / name
@@ -69,7 +71,8 @@ def stage_context(root: Path, target, options: BuildOptions, dest: Path) -> None
             raise EnvkitError(f"{source} is missing: run 'envkit render' (or 'make render') first")
         shutil.copyfile(source, dest / name)
     _stage_lock(rendered, dest)
-    _stage_project(project_files(root, options.files_limit_mb, options.include_secrets), dest / "project")
+    files = project_files(root, options.files_limit_mb, options.include_secrets, options.output)
+    _stage_project(files, dest / "project")
     _stage_certificates([*target.ca_certificates, *options.ca_certs], dest / "certs")
     _stage_wheels(options.wheelhouse, dest / "wheels")
 
@@ -173,17 +176,17 @@ def build_args_for(options: BuildOptions, revision: str | None, source_date_epoc
     return args
 
 
-def source_date_epoch(root: Path, target_name: str) -> str | None:
-    """The commit time of the target's rendered files (docker/<target>/), else their newest mtime.
+def source_date_epoch(root: Path, target_name: str, output: Output) -> str | None:
+    """The commit time of the target's rendered files (<output.images>/<target>/), else their newest mtime.
 
     Not HEAD's time: an unrelated commit must not invalidate the build cache of every
     layer below the ARG. A checkout that is not a git repository falls back to the
     files' own times, which two builds from one checkout share.
     """
-    rendered = root / "docker" / target_name
+    rendered = output.image_folder(root, target_name)
     try:
         done = subprocess.run(
-            ["git", "-C", str(root), "log", "-1", "--format=%ct", "--", f"docker/{target_name}"],
+            ["git", "-C", str(root), "log", "-1", "--format=%ct", "--", (output.images / target_name).as_posix()],
             capture_output=True,
             text=True,
             check=False,

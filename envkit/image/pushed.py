@@ -1,6 +1,6 @@
 """What `envkit push` left in registries: for each repository and tag, the manifest digest and image ID.
 
-The record is docker/<target>/pushed.json, beside the target's Dockerfile and lock,
+The record is <output.images>/<target>/pushed.json, beside the target's Dockerfile and lock,
 and is committed like the lock: a collaborator on another machine (a Slurm login
 node, a laptop with kubectl) launches exactly the image that was pushed, by digest,
 with no engine and no registry lookup. A tag in a registry moves on the next push;
@@ -38,8 +38,9 @@ class Pushed:
         return f"{self.repository}@{self.digest}"
 
 
-def record_path(root: Path, target_name: str) -> Path:
-    return root / "docker" / target_name / RECORD_FILE
+def record_path(folder: Path) -> Path:
+    """The record in ``folder``, the target's rendered files (ProjectConfig.output.image_folder)."""
+    return folder / RECORD_FILE
 
 
 def _read(path: Path, target_name: str) -> dict:
@@ -55,9 +56,9 @@ def _read(path: Path, target_name: str) -> dict:
     return document
 
 
-def record(root: Path, target_name: str, pushes: list[Pushed]) -> Path:
+def record(folder: Path, target_name: str, pushes: list[Pushed]) -> Path:
     """Add ``pushes`` to the target's record (a tag pushed again is replaced); the whole file or none of it."""
-    path = record_path(root, target_name)
+    path = record_path(folder)
     document = _read(path, target_name)
     for pushed in pushes:
         entry = {"digest": pushed.digest, "image_id": pushed.image_id}
@@ -72,9 +73,9 @@ def record(root: Path, target_name: str, pushes: list[Pushed]) -> Path:
     return path
 
 
-def lookup(root: Path, target_name: str, repository: str, tag: str) -> Pushed | None:
+def lookup(folder: Path, target_name: str, repository: str, tag: str) -> Pushed | None:
     """What the last push of ``repository:tag`` recorded, or None when it was never pushed from this project."""
-    entry = _read(record_path(root, target_name), target_name)["images"].get(repository, {}).get(tag)
+    entry = _read(record_path(folder), target_name)["images"].get(repository, {}).get(tag)
     if entry is None:
         return None
     platforms = tuple((platform, each["image_id"]) for platform, each in entry.get("platforms", {}).items())

@@ -38,7 +38,7 @@ class LaunchImage:
 
 
 def choose(
-    root: Path,
+    folder: Path,
     target_name: str,
     *,
     tag: str,
@@ -68,10 +68,10 @@ def choose(
     check_registry(registry)
     from envkit.image.pushed import lookup, record_path
 
-    pushed = lookup(root, target_name, f"{registry}/{repository(target_name)}", tag)
+    pushed = lookup(folder, target_name, f"{registry}/{repository(target_name)}", tag)
     if pushed is None:
         raise EnvkitError(
-            f"launch by digest: {local} was never pushed to {registry} (no entry in {record_path(root, target_name)}); "
+            f"launch by digest: {local} was never pushed to {registry} (no entry in {record_path(folder)}); "
             f"run envkit push {target_name} --registry {registry}" + (f" --tag {tag}" if tag != LATEST else "")
         )
     return LaunchImage(pushed.reference, pushed.image_id)

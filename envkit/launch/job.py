@@ -18,7 +18,7 @@ from typing import Any
 from envkit.errors import EnvkitError
 from envkit.launch.spec import Engine
 from envkit.lock.base_digest import split_reference
-from envkit.project import DEFAULT_CONFIG
+from envkit.project import DEFAULT_CONFIG, RENDERED
 from envkit.project.experiments import PYTHONS, check_recipe_args
 from envkit.project.kinds import kind as target_kind
 from envkit.support import provenance
@@ -84,6 +84,12 @@ class Job:
     image_id: str | None = None  # sha256:<hex> of the image config, when known before the job starts
     config: str = str(DEFAULT_CONFIG)  # the project's envkit.yaml (a notebook engine renders the notebook from it)
     extra_args: tuple[str, ...] = ()  # the user's arguments (after '--'), the end of ``args``
+    images: str = RENDERED.as_posix()  # the image targets' folder under ``root`` (envkit.yaml's output.images)
+
+    @property
+    def rendered(self) -> str:
+        """The target's rendered files (run.sh, the run wrapper) on the host: <root>/<images>/<target>."""
+        return f"{self.root}/{self.images}/{self.target}"
 
     @property
     def devices(self) -> Mapping[str, Any]:
@@ -207,6 +213,7 @@ def build_job(
     fitting: tuple[str, ...] = (),
     reserved_env: tuple[str, ...] = (),
     config: Path = DEFAULT_CONFIG,
+    images: Path = RENDERED,
 ) -> Job:
     """The job ``engine`` runs; ``options`` are its settings by name (the parsed flags, or a few: defaults fill in),
     ``fitting`` the engines that run the experiment's kind and ``reserved_env`` the prefixes of the variables
@@ -252,6 +259,7 @@ def build_job(
         options=settings,
         config=str(config),
         extra_args=tuple(extra_args),
+        images=images.as_posix(),
     )
     if engine.check is not None:
         engine.check(job)

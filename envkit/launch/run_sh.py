@@ -1,4 +1,4 @@
-"""docker/<target>/run.sh as a launch runs it on a host (plain hosts, Slurm's docker container): its path,
+"""<output.images>/<target>/run.sh as a launch runs it on a host (plain hosts, Slurm's docker container): its path,
 the variables it reads, and what it runs in the image."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ PASSED = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
 
 def run_sh(job: jobs.Job) -> str:
-    return f"{job.root}/docker/{job.target}/run.sh"
+    return f"{job.rendered}/run.sh"
 
 
 def run_sh_env(job: jobs.Job) -> dict[str, str]:

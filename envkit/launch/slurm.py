@@ -118,7 +118,7 @@ def _srun() -> list[str]:
 
 def _host(job: jobs.Job) -> list[str]:
     # From the project's root, as in the image.
-    start = job.wrapped(job.command(_torchrun(job)), f"{job.root}/docker/{job.target}/{provenance.FILE_NAME}")
+    start = job.wrapped(job.command(_torchrun(job)), f"{job.rendered}/{provenance.FILE_NAME}")
     return [*_exports(job.run_env(job.data_dir, job.results_dir)), line(*_srun(), f"--chdir={job.root}", *start)]
 
 

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 
 from envkit.errors import EnvkitError
 from envkit.lock.host_platforms import PLATFORMS, PYTHONS, check_names
-from envkit.project import NOTEBOOKS
 from envkit.project.datafile import DATA_DIR
 from envkit.project.requirement import requirement_name
 from envkit.support.bounded_load import Refused, load_text, load_yaml, read_bytes, read_text
@@ -143,9 +142,9 @@ class LockStatus:
 
 
 def lock_path(config: ProjectConfig, name: str) -> Path:
-    if config.target(name).is_notebook:  # no docker/ directory: the lock sits beside its notebooks
-        return config.root / NOTEBOOKS / name / LOCK_FILE
-    return config.root / "docker" / name / LOCK_FILE
+    if config.target(name).is_notebook:  # no image folder: the lock sits beside its notebooks
+        return config.output.notebook_folder(config.root, name) / LOCK_FILE
+    return config.output.image_folder(config.root, name) / LOCK_FILE
 
 
 def lock_inputs(target: Target) -> LockInputs:

@@ -38,11 +38,12 @@ from envkit.errors import EnvkitError
 from envkit.lock.lockfile import LockFile, lock_status
 from envkit.notebook import embedded
 from envkit.notebook.runtime import EXPERIMENTS
-from envkit.project import NOTEBOOKS, kinds
+from envkit.project import kinds
 from envkit.project.config import ProjectConfig, Target
 from envkit.project.experiments import RECIPES, Experiment, excerpt
 from envkit.project.experiments import experiment as find_experiment
 from envkit.project.notebook_platforms import accelerator_of, load_platforms, refuse_too_few_devices
+from envkit.project.output import Output
 from envkit.support import provenance
 from envkit.support.bounded_load import load_bytes
 
@@ -61,9 +62,10 @@ class Notebook:
     text: str
 
 
-def notebook_path(target: str, experiment: str, packages: str = "lock") -> Path:
-    """notebooks/<target>/<experiment>.ipynb (-runtime.ipynb on the runtime's packages), beside the target's lock."""
-    return NOTEBOOKS / target / f"{experiment}{'-runtime' if packages == 'runtime' else ''}.ipynb"
+def notebook_path(output: Output, target: str, experiment: str, packages: str = "lock") -> Path:
+    """<output.notebooks>/<target>/<experiment>.ipynb (-runtime.ipynb on the runtime's packages), beside the target's
+    lock; relative to the project root."""
+    return output.notebooks / target / f"{experiment}{'-runtime' if packages == 'runtime' else ''}.ipynb"
 
 
 def rerender_command(target: str, experiment: str, packages: str) -> str:
@@ -135,7 +137,7 @@ def render_notebook(
         # A notebook installs exactly its lock: it must have one, made from what envkit.yaml now says.
         raise EnvkitError(f"a notebook of target {target.name} needs a fresh lock: {status.line()}")
     lock = status.lock
-    path = notebook_path(target.name, experiment.name, packages)
+    path = notebook_path(config.output, target.name, experiment.name, packages)
     files, tracked, executable = _embedded_files(config, experiment, lock)
     rerender = rerender_command(target.name, experiment.name, packages)
     settings = _settings(target, experiment, platform, accelerator, files, packages, rerender)

@@ -23,7 +23,7 @@ def colab_link(config: ProjectConfig, experiment: str, target_name: str, revisio
     fitting_experiment(config, target, experiment)
     if target.platform != "colab":
         raise EnvkitError(f"--colab-link: target {target.name} runs on {target.platform}, not colab")
-    path = notebook_path(target.name, experiment)
+    path = notebook_path(config.output, target.name, experiment)
     commit = _commit(config.root, revision)
     if _git(config.root, "cat-file", "-e", f"{commit}:./{path.as_posix()}") is None:
         raise EnvkitError(

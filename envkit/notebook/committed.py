@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envkit.project import NOTEBOOKS
 from envkit.project.marks import begins_with, notebook_mark
 from envkit.render.output import RenderedFile
 
@@ -18,8 +17,8 @@ MODE = 0o644
 
 
 def render(config, names: list[str]) -> list[RenderedFile]:
-    """The notebooks of the notebook targets among ``names``, paths relative to notebooks/
-    (<target>/<experiment>.ipynb)."""
+    """The notebooks of the notebook targets among ``names``, paths relative to the config's
+    notebook folder (<target>/<experiment>.ipynb)."""
     listed = [(experiment, name) for name in names for experiment in config.target(name).notebooks]
     if not listed:
         return []  # the builder's imports (nbformat) cost a project without notebooks a third of its render
@@ -28,7 +27,7 @@ def render(config, names: list[str]) -> list[RenderedFile]:
     files = []
     for experiment, name in listed:
         notebook = render_notebook(config, experiment, name, committed=True)
-        files.append(RenderedFile(notebook.path.relative_to(NOTEBOOKS), notebook.text, MODE))
+        files.append(RenderedFile(notebook.path.relative_to(config.output.notebooks), notebook.text, MODE))
     return files
 
 

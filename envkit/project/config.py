@@ -25,6 +25,7 @@ from envkit.project.dependencies import read_dependencies, with_dependencies
 from envkit.project.experiments import Experiment, load_experiments
 from envkit.project.files import DEFAULT_LIMIT_MB
 from envkit.project.matrix import Matrix, TorchRelease, load_matrix, minor_of, python_in_range
+from envkit.project.output import DEFAULT_OUTPUT, Output, read_output
 from envkit.project.requirement import requirement_name
 from envkit.support.bounded_load import Refused, load_json, note, parse_yaml, read_text
 from envkit.support.cache import schema_checked
@@ -132,10 +133,11 @@ class ProjectConfig:
     targets: dict[str, Target]
     files_limit_mb: int = DEFAULT_LIMIT_MB  # the project's files in an image or a notebook (envkit.project.files)
     include_secrets: tuple[str, ...] = ()  # files that look like secrets the project carries all the same
+    output: Output = DEFAULT_OUTPUT  # the folders envkit writes: envkit.yaml's output
 
     @property
     def images(self) -> dict[str, Target]:
-        """The image targets (docker/<target>/): every target but the notebook targets."""
+        """The image targets (<output.images>/<target>/): every target but the notebook targets."""
         return {name: target for name, target in self.targets.items() if not target.is_notebook}
 
     @property
@@ -168,6 +170,7 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> ProjectConfig:
         targets=targets,
         files_limit_mb=data.get("files_limit_mb", DEFAULT_LIMIT_MB),
         include_secrets=tuple(data.get("include_secrets", ())),
+        output=read_output(data, root, where),
     )
 
 

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from envkit.errors import EnvkitError
-from envkit.project import NOTEBOOKS, RENDERED, secrets
+from envkit.project import secrets
 from envkit.project.marks import written_by_envkit
+from envkit.project.output import DEFAULT_OUTPUT, Output
 from envkit.support.bounded_load import Refused, load_text, note, open_regular, volatile
 from envkit.support.docker_client import docker_sdk
 
@@ -34,11 +35,6 @@ LARGEST_NAMED = 3
 # header or a token straddling two blocks is found too (none is longer than this overlap).
 SCAN_BLOCK = 1 << 20
 SCAN_OVERLAP = 4096
-# What envkit writes in a project is never its files: render's output (docker/, staged into an image beside
-# the project's files; notebooks/, whose committed notebooks cannot carry themselves), made from envkit.yaml,
-# and the locks and push records beside it. Only what carries envkit's mark (envkit.project.marks): a file
-# of the user's in these folders (notebooks/helpers.py) is the project's like any other.
-ENVKIT_OUTPUT = (RENDERED.as_posix(), NOTEBOOKS.as_posix())
 # In a folder git does not track, also the runs' data and results (run.sh's defaults), the venvs, the caches
 # (make's render stamp in .cache/ among them) and editors' folders, which a repository's .gitignore keeps out:
 # else every run would change the next image. gitignore's syntax: git lists the folder's files.
@@ -243,10 +239,6 @@ def _is_utf8(name: str) -> bool:
     return True
 
 
-def _top(name: str) -> str:
-    return name.split("/", 1)[0]
-
-
 def _listed(include: tuple[str, ...], name: str) -> bool:
     """Whether envkit.yaml's include_secrets lists ``name``: the file itself, or a folder holding it."""
     return any(name == entry or name.startswith(entry.rstrip("/") + "/") for entry in include)
@@ -285,11 +277,16 @@ def _refuse_over_limit(root: Path, kept: list[tuple[str, int]], tracked: bool, l
 
 def files_of(config, *, quiet: bool = False) -> ProjectFiles:
     """The files of a loaded project (envkit.project.config.ProjectConfig), with its limit and its listed secrets."""
-    return project_files(config.root, config.files_limit_mb, config.include_secrets, quiet=quiet)
+    return project_files(config.root, config.files_limit_mb, config.include_secrets, config.output, quiet=quiet)
 
 
 def project_files(
-    root: Path, limit_mb: int = DEFAULT_LIMIT_MB, include_secrets: tuple[str, ...] = (), *, quiet: bool = False
+    root: Path,
+    limit_mb: int = DEFAULT_LIMIT_MB,
+    include_secrets: tuple[str, ...] = (),
+    output: Output = DEFAULT_OUTPUT,
+    *,
+    quiet: bool = False,
 ) -> ProjectFiles:
     """The project's files, or one line naming the largest when together they pass ``limit_mb``; what looks like
     a secret and ``include_secrets`` does not list is left out and (unless ``quiet``) named on stderr."""
@@ -298,12 +295,17 @@ def project_files(
     listed, submodules = tracked if tracked is not None else (_unignored(root), [])
     undecodable = [name for name in listed if not _is_utf8(name)]
     matcher = docker_sdk().utils.build.PatternMatcher(_ignore_patterns(root))
+    # What envkit writes in a project is never its files: render's output (the image folder, staged into an
+    # image beside the project's files; the notebook folder, whose committed notebooks cannot carry themselves),
+    # made from envkit.yaml, and the locks and push records beside it. Only what carries envkit's mark
+    # (envkit.project.marks): a file of the user's in these folders (notebooks/helpers.py) is the project's.
+    envkit_output = tuple(f"{top}/" for top in output.tops())
     names = sorted(
         name
         for name in listed
         if _is_utf8(name)
         and not matcher.matches(name)
-        and not (_top(name) in ENVKIT_OUTPUT and written_by_envkit(root / name))
+        and not (name.startswith(envkit_output) and written_by_envkit(root / name))
     )
     kept, left_out = [], []
     for name in names:

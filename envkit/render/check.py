@@ -11,7 +11,7 @@ from envkit.render import output as rendered
 
 @dataclass(frozen=True)
 class Output:
-    """One folder's fresh render: docker/ for the image targets, notebooks/ for the notebook targets."""
+    """One folder's fresh render: the image folder for the image targets, the notebook folder for the notebook ones."""
 
     folder: Path
     names: list[str]

@@ -15,12 +15,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from envkit.errors import EnvkitError
-from envkit.project import RENDERED, marks
+from envkit.project import marks
 from envkit.project.marks import begins_with
 from envkit.support.atomic import abandoned, atomic_stream
 from envkit.support.bounded_load import Refused, read_text
-
-DEFAULT_OUTPUT = RENDERED
 
 
 class RenderedFile(NamedTuple):

@@ -58,15 +58,13 @@ IMAGE_USER = {"name": "envkit", "id": 10001}
 
 
 def render_targets(config: ProjectConfig, names: list[str], locks: Path | None = None) -> list[RenderedFile]:
-    """The files of each target; ``locks`` holds <target>/requirements.lock (default: docker/ beside the config)."""
+    """The files of each target; ``locks`` holds <target>/requirements.lock (default: the config's image folder)."""
     env = template_environment(config.root)
     files = []
     for name in names:
         target = config.target(name)
         if target.is_notebook:
-            raise EnvkitError(
-                f"target {name} is a notebook target: it has no docker/ files (envkit notebook renders it)"
-            )
+            raise EnvkitError(f"target {name} is a notebook target: it has no image files (envkit notebook renders it)")
         lock_file = (locks / name / LOCK_FILE) if locks is not None else lock_path(config, name)
         inputs = lock_inputs(target)
         context = _context(config, target, _current_lock(target, inputs, lock_file), inputs)

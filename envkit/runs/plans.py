@@ -23,7 +23,9 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.host.venv import describe_interpreter
 from envkit.project import DEFAULT_CONFIG, kinds
+from envkit.project.config import load_config
 from envkit.project.experiments import PYTHONS, Experiment, RecipeRun, load_experiments
+from envkit.project.output import Output
 from envkit.support import provenance
 from envkit.support.shellquote import command_line
 
@@ -206,6 +208,7 @@ def experiment_plan(
     target,
     *,
     config: Path,
+    output: Output,
     gpus: str | None,
     results_dir: Path | None = None,
     data_dir: Path | None = None,
@@ -222,7 +225,7 @@ def experiment_plan(
     run_env.update({"GPUS": gpus} if gpus is not None else {})
     run_env["ENVKIT_EXPERIMENT"] = entry.name  # run.sh passes it to the run wrapper, whose record names it
     run_env.update({name: value for name, value in entry.env.items() if name == provenance.PATTERNS_VARIABLE})
-    run_sh = str(config.parent / "docker" / target.name / "run.sh")
+    run_sh = str(output.image_folder(config.parent, target.name) / "run.sh")
     return RunPlan(
         [
             Step(f"can this host run {entry.kind} images?", _envkit("doctor", "--require", entry.kind, *gpu_args)),
@@ -363,7 +366,7 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_
                 f"{describe_interpreter()}"
             ],
         )
-    run_sh = str(root / "docker" / DEMO_KIND / "run.sh")
+    run_sh = str(load_config(config).output.image_folder(root, DEMO_KIND) / "run.sh")
     mount = {"RESULTS_DIR": str(results_dir)}  # run.sh mounts it at /workspace/results
     in_demo_image = _baseline_first([entry for entry in load_experiments(config).values() if entry.kind == DEMO_KIND])
     docker_steps = [

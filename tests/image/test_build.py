@@ -78,7 +78,7 @@ def test_build_drives_buildkit_with_both_tags_and_the_args(project, recording_do
     for module in (image_build, image_archive):
         monkeypatch.setattr(module, "connect_docker", lambda: client)
     monkeypatch.setattr(image_build, "git_revision", lambda root: "abc123")
-    monkeypatch.setattr(image_build, "source_date_epoch", lambda root, name: "1700000000")
+    monkeypatch.setattr(image_build, "source_date_epoch", lambda root, name, output: "1700000000")
     original_build = image_build._docker_build
 
     def build_then_exist(*args, **kwargs):

@@ -14,6 +14,7 @@ from image_fakes import FakeTarget, files, project, staged
 
 from envkit.errors import EnvkitError
 from envkit.image import build_context
+from envkit.project.output import Output
 
 CERT = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 
@@ -113,7 +114,7 @@ def test_source_date_epoch_is_the_commit_time_of_the_rendered_files_and_not_in_t
     subprocess.run(
         [*git, "commit", "-q", "-m", "x"], check=True, env={**os.environ, "GIT_COMMITTER_DATE": "@1700000000 +0000"}
     )
-    assert build_context.source_date_epoch(project, "cpu") == "1700000000"
+    assert build_context.source_date_epoch(project, "cpu", Output()) == "1700000000"
     context = staged(project, tmp_path)
     assert build_context.context_digest(context, {"SOURCE_DATE_EPOCH": "1"}) == build_context.context_digest(
         context, {}
@@ -124,7 +125,7 @@ def test_source_date_epoch_outside_git_is_the_newest_rendered_file(project):
     os.utime(project / "docker" / "cpu" / "Dockerfile", (1600000000, 1600000000))
     os.utime(project / "docker" / "cpu" / ".dockerignore", (1500000000, 1500000000))
     os.utime(project / "docker" / "cpu" / "envkit_run.py", (1500000000, 1500000000))
-    assert build_context.source_date_epoch(project, "cpu") == "1600000000"
+    assert build_context.source_date_epoch(project, "cpu", Output()) == "1600000000"
 
 
 LOCK = "# inputs-sha256: x\ntqdm==4.67.1 \\\n    --hash=sha256:" + "ab" * 32 + "\n"

@@ -38,6 +38,7 @@ from xla_env import environment_missing
 from envkit.cli import main
 from envkit.notebook import builder, runtime
 from envkit.project.config import load_config
+from envkit.project.output import Output
 
 pytestmark = pytest.mark.slow
 IMAGE_RESULT = DATA / "results" / "backends" / "mnist-tpu-xla.json"
@@ -61,7 +62,7 @@ def executed(wheelhouse, tmp_path_factory, repo_root):
     pairs = [(t.name, e, "lock") for t in config.targets.values() for e in t.notebooks]
     pairs.append(("colab-tpu", "tpu-mnist-single", "runtime"))
     for target, experiment, packages in pairs:
-        path = repo_root / builder.notebook_path(target, experiment, packages)
+        path = repo_root / builder.notebook_path(Output(), target, experiment, packages)
         if packages == "runtime":  # not committed: rendered here
             path = root / path.name
             path.write_text(builder.render_notebook(config, experiment, target, packages).text)

@@ -36,7 +36,7 @@ def test_the_record_schema_is_a_valid_schema():
 
 def test_record_is_deterministic_keyed_by_repository_and_tag_and_a_new_push_replaces_the_tag(tmp_path):
     first = [pushed.Pushed(f"{REGISTRY}/envkit-cpu", tag, DIGEST, IMAGE_ID) for tag in ("0123456789ab", "latest")]
-    path = pushed.record(tmp_path, "cpu", first)
+    path = pushed.record(tmp_path / "docker" / "cpu", "cpu", first)
     assert path == tmp_path / "docker" / "cpu" / "pushed.json"
     text = path.read_text()
     assert json.loads(text) == {
@@ -49,16 +49,18 @@ def test_record_is_deterministic_keyed_by_repository_and_tag_and_a_new_push_repl
             }
         },
     }
-    pushed.record(tmp_path, "cpu", first)
+    pushed.record(tmp_path / "docker" / "cpu", "cpu", first)
     assert path.read_text() == text  # same pushes, same bytes
 
-    pushed.record(tmp_path, "cpu", [pushed.Pushed(f"{REGISTRY}/envkit-cpu", "latest", OTHER_DIGEST, IMAGE_ID)])
-    assert pushed.lookup(tmp_path, "cpu", f"{REGISTRY}/envkit-cpu", "latest").digest == OTHER_DIGEST
+    pushed.record(
+        tmp_path / "docker" / "cpu", "cpu", [pushed.Pushed(f"{REGISTRY}/envkit-cpu", "latest", OTHER_DIGEST, IMAGE_ID)]
+    )
+    assert pushed.lookup(tmp_path / "docker" / "cpu", "cpu", f"{REGISTRY}/envkit-cpu", "latest").digest == OTHER_DIGEST
     assert (
-        pushed.lookup(tmp_path, "cpu", f"{REGISTRY}/envkit-cpu", "0123456789ab").reference
+        pushed.lookup(tmp_path / "docker" / "cpu", "cpu", f"{REGISTRY}/envkit-cpu", "0123456789ab").reference
         == f"{REGISTRY}/envkit-cpu@{DIGEST}"
     )
-    assert pushed.lookup(tmp_path, "cpu", "elsewhere:5000/envkit-cpu", "latest") is None
+    assert pushed.lookup(tmp_path / "docker" / "cpu", "cpu", "elsewhere:5000/envkit-cpu", "latest") is None
 
 
 @pytest.mark.parametrize(
@@ -75,7 +77,7 @@ def test_a_damaged_record_is_one_line_naming_the_file(tmp_path, edit, message):
     edit(document)
     path.write_text(json.dumps(document))
     with pytest.raises(EnvkitError, match=message) as raised:
-        pushed.lookup(tmp_path, "cpu", f"{REGISTRY}/envkit-cpu", "latest")
+        pushed.lookup(tmp_path / "docker" / "cpu", "cpu", f"{REGISTRY}/envkit-cpu", "latest")
     assert str(path) in str(raised.value) and "\n" not in str(raised.value)
 
 
@@ -153,7 +155,7 @@ def test_cli_push_records_the_digest_and_prints_the_reference_launch_runs(monkey
         f"{REGISTRY}/envkit-cpu:latest",
         f"{REGISTRY}/envkit-cpu@{DIGEST}",
     ]
-    assert pushed.lookup(project, "cpu", f"{REGISTRY}/envkit-cpu", "latest").image_id == IMAGE_ID
+    assert pushed.lookup(project / "docker" / "cpu", "cpu", f"{REGISTRY}/envkit-cpu", "latest").image_id == IMAGE_ID
 
 
 # ------------------------------------------------------------------ launch

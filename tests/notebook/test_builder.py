@@ -22,6 +22,7 @@ from envkit.notebook import builder, embedded
 from envkit.notebook.runtime import EXPERIMENTS
 from envkit.project.config import load_config
 from envkit.project.experiments import load_experiments
+from envkit.project.output import Output
 from envkit.support import provenance
 
 COMMITTED = {  # target -> experiments, as envkit.yaml lists them
@@ -59,7 +60,7 @@ def committed_pairs():
 def test_the_config_lists_the_committed_notebooks(config, repo_root):
     assert {name: list(t.notebooks) for name, t in config.targets.items() if t.is_notebook} == COMMITTED
     assert sorted(path.relative_to(repo_root) for path in (repo_root / "notebooks").glob("*/*.ipynb")) == sorted(
-        builder.notebook_path(target, experiment) for target, experiment in committed_pairs()
+        builder.notebook_path(Output(), target, experiment) for target, experiment in committed_pairs()
     )
 
 

@@ -130,7 +130,7 @@ def test_unknown_key_suggests_the_closest(tmp_path):
 def test_unknown_top_level_key(tmp_path):
     message = config_error(tmp_path, 'target:\n  cpu: {kind: cpu, torch: "2.9.0"}\n')
     assert message.endswith(
-        "envkit.yaml:1: target: unknown key 'target'; did you mean 'targets'? allowed: experiments, files_limit_mb, include_secrets, requirements, source, targets"
+        "envkit.yaml:1: target: unknown key 'target'; did you mean 'targets'? allowed: experiments, files_limit_mb, include_secrets, output, requirements, source, targets"
     )
 
 

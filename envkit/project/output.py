@@ -1,0 +1,79 @@
+"""The folders envkit writes in a project (envkit.yaml's `output`): one for the image targets' files, one for the
+notebook targets' locks and committed notebooks.
+
+Read once with the config; every module that reads or writes them takes them from ``ProjectConfig.output``.
+The schema already refused absolute paths, '.' and '..' parts; this checks what needs the project: two
+different folders, neither inside the other, and none holding a file the config names as the project's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from envkit.errors import EnvkitError
+from envkit.project import NOTEBOOKS, RENDERED
+
+# Folders that are never envkit's to write: git's own, and envkit's caches and runs.
+RESERVED = (".git", ".cache", "results", "data")
+
+
+@dataclass(frozen=True)
+class Output:
+    """Relative to the project root (the config's folder)."""
+
+    images: Path = RENDERED  # <images>/<target>/: Dockerfile, run.sh, .dockerignore, lock, pushed.json
+    notebooks: Path = NOTEBOOKS  # <notebooks>/<target>/: a notebook target's lock and committed notebooks
+
+    def image_folder(self, root: Path, target_name: str) -> Path:
+        return root / self.images / target_name
+
+    def notebook_folder(self, root: Path, target_name: str) -> Path:
+        return root / self.notebooks / target_name
+
+    def tops(self) -> tuple[str, ...]:
+        """Both folders as POSIX paths, for matching git's names."""
+        return (self.images.as_posix(), self.notebooks.as_posix())
+
+
+# A config without `output`: docker/ and notebooks/.
+DEFAULT_OUTPUT = Output()
+
+
+def read_output(data: dict, root: Path, where: Callable[[tuple], str]) -> Output:
+    """The config's `output`, checked against the project; ``data`` passed the schema."""
+    given = data.get("output", {})
+    output = Output(
+        Path(PurePosixPath(given.get("images", RENDERED.as_posix()))),
+        Path(PurePosixPath(given.get("notebooks", NOTEBOOKS.as_posix()))),
+    )
+    own = _own_files(data)
+    for key, folder in (("images", output.images), ("notebooks", output.notebooks)):
+        other = output.notebooks if key == "images" else output.images
+        at = where(("output", key))
+        if folder == other or folder.is_relative_to(other) or other.is_relative_to(folder):
+            raise EnvkitError(
+                f"{at}: {folder.as_posix()!r} and {other.as_posix()!r} overlap; allowed: two different folders, "
+                "neither inside the other"
+            )
+        if folder.parts[0] in RESERVED:
+            raise EnvkitError(
+                f"{at}: {folder.as_posix()!r} is inside {folder.parts[0]}/; allowed: a folder of the project outside "
+                f"{', '.join(RESERVED)}"
+            )
+        clash = next((name for name in own if name == folder or name.is_relative_to(folder)), None)
+        if clash is not None:
+            raise EnvkitError(
+                f"{at}: {folder.as_posix()!r} holds the project's own {clash.as_posix()} (named in the config); "
+                "allowed: a folder envkit alone writes"
+            )
+        if (root / folder).exists() and not (root / folder).is_dir():
+            raise EnvkitError(f"{at}: {root / folder} is a file, not a folder; name a folder envkit may create")
+    return output
+
+
+def _own_files(data: dict) -> list[Path]:
+    """The project's files the config names: the requirements file, the experiments file, the secrets it carries."""
+    named = [data.get("requirements"), data.get("experiments"), *data.get("include_secrets", ())]
+    return [Path(PurePosixPath(name)) for name in named if isinstance(name, str)]
