@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from envkit.cli.options import add_config, add_recipe_args, directory_option
+from envkit.cli.options import add_config, add_recipe_args, add_target, directory_option
 from envkit.errors import EnvkitError
 
 
@@ -58,7 +58,9 @@ def register(subparsers) -> None:
         "with --dry-run, write them there without submitting)",
     )
     add_config(launch)
-    launch.add_argument("--target", help="config target to run (default: the first of the experiment's kind)")
+    add_target(
+        launch, "the config's target to run on, one of the experiment's targets (default: its first image target)"
+    )
     launch.add_argument(
         "--image",
         help="image reference, run as given (default: REGISTRY/envkit-<target>@<digest envkit push "
@@ -153,11 +155,10 @@ def build(args):
     from envkit.launch.job import build_job, engine_options
     from envkit.project.config import load_config
     from envkit.project.experiments import experiment as find_experiment
-    from envkit.runs.plans import experiment_target
+    from envkit.project.placement import place
 
-    experiment = find_experiment(args.experiment, args.config)
     config = load_config(args.config)
-    target = experiment_target(config, experiment, args.target)
+    experiment, target = place(config, find_experiment(args.experiment, args.config), args.target)
     tarball = Path(args.image_tarball) if args.image_tarball else None
     image = images.choose(
         config.root, target.name, tag=args.tag, image=args.image, registry=args.registry, tarball=tarball

@@ -438,11 +438,12 @@ def _notebook_experiments(target: str, raw: dict[str, Any], kind: str, where: _L
     names = raw.get("notebooks", [])
     table = load_experiments(where.path)
     for index, name in enumerate(names):
-        fitting = [entry.name for entry in table.values() if entry.kind == kind]
+        fitting = [entry.name for entry in table.values() if entry.runs_on(target, kind)]
         if name not in fitting:
             choices = f"choose from {', '.join(fitting)}" if fitting else "the project's experiments have none"
             raise EnvkitError(
-                f"{where(at + ('notebooks', index))}: {name!r} is not an experiment of kind {kind}; {choices}"
+                f"{where(at + ('notebooks', index))}: {name!r} is not an experiment that runs on {target} ({kind}); "
+                f"{choices}"
             )
         notebook_platforms.refuse_too_few_devices(
             table[name], target, raw["platform"], raw["accelerator"], f"{where(at + ('notebooks', index))}: "

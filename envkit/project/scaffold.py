@@ -2,8 +2,8 @@
 
 Its envkit.yaml names the default targets (cpu, cuda, tpu-vm and the notebook targets) at the torch
 the user's requirements name (else the newest release with a torch_xla pair, so every target exists),
-wires those requirements into every lock (``requirements:``), and holds one experiment per kind for each
-entry script (a top-level ``*.py`` with ``if __name__ == "__main__"``). envkit.mk gives them make
+wires those requirements into every lock (``requirements:``), and holds one experiment for each entry
+script (a top-level ``*.py`` with ``if __name__ == "__main__"``) that runs on every default target. envkit.mk gives them make
 targets; a Makefile that includes it is written only where there is none. The caller writes the files,
 all or none: nothing here touches the disk but reading.
 """
@@ -26,12 +26,8 @@ MAKE_INCLUDE = "envkit.mk"
 REQUIREMENTS_FILES = ("requirements.in", "requirements.txt", PYPROJECT)
 _ENTRY = re.compile(r"^if\s+__name__\s*==\s*['\"]__main__['\"]\s*:", re.MULTILINE)
 _NOT_ENTRY = re.compile(r"^(setup|conftest|test_.*|.*_test)\.py$")
-# (experiment prefix, kind, how the summary says where it runs, its GPU rule)
-EXPERIMENT_KINDS = (
-    ("cpu", "cpu", "on the CPU", None),
-    ("gpu", "cuda", "on one GPU", "first"),
-    ("tpu", "tpu-vm", "on a TPU VM", None),
-)
+# The image targets init writes, the first the default of `envkit experiment` and make.
+IMAGE_TARGETS = ("cpu", "cuda", "tpu-vm")
 
 
 @dataclass(frozen=True)
@@ -112,16 +108,16 @@ def _config(matrix: Matrix, torch: str, requirements: str | None, scripts: tuple
             "# Resolved with each target's torch build into every target's lock.",
             f"requirements: {requirements}",
         ]
-    lines += ["", "# One per entry script and kind: make <name>, envkit experiment <name>, envkit launch <name>."]
-    experiments = [
-        (f"{prefix}-{_slug(script)}", kind, f"{script} {where}", gpus, script)
-        for script in scripts
-        for prefix, kind, where, gpus in EXPERIMENT_KINDS
+    targets = [*IMAGE_TARGETS, "colab-t4", *(("colab-tpu", "kaggle-tpu") if xla else ())]
+    lines += [
+        "",
+        "# One per entry script, on the targets it lists (the first is the default): make <name> TARGET=cuda,",
+        "# envkit experiment <name> --target cuda, envkit launch <name>, envkit notebook <name> --target colab-t4.",
     ]
-    lines.append("experiments:" if experiments else "experiments: {}")
-    for name, kind, summary, gpus, script in experiments:
-        lines += [f"  {name}:", f"    summary: {summary}", f"    kind: {kind}", f"    command: [python, {script}]"]
-        lines += [f"    gpus: {gpus}"] if gpus else []
+    lines.append("experiments:" if scripts else "experiments: {}")
+    for name, script in experiment_names(scripts).items():
+        lines += [f"  {name}:", f"    summary: {script}", f"    command: [python, {script}]"]
+        lines += [f"    targets: [{', '.join(targets)}]", "    gpus: first"]
     lines += ["", "targets:", "  cpu:", "    kind: cpu", f"    torch: {q}", f"    python: {py}"]
     lines += ["  cuda:", "    kind: cuda", f"    torch: {q}"] + ([f'    cuda: "{cuda}"'] if cuda else [])
     lines += [f"    python: {py}", f"    base_image: python:{DEFAULT_PYTHON}-slim-bookworm"]
@@ -142,5 +138,15 @@ def _config(matrix: Matrix, torch: str, requirements: str | None, scripts: tuple
     return "\n".join(lines) + "\n"
 
 
-def _slug(script: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", Path(script).stem.lower()).strip("-")
+def experiment_names(scripts: tuple[str, ...]) -> dict[str, str]:
+    """Experiment name -> script: its name's slug, ``run-<slug>`` where that is one of make's own targets."""
+    from envkit.project.experiments import MAKE_TARGET_PREFIXES, MAKE_TARGETS
+
+    names = {}
+    for script in scripts:
+        slug = re.sub(r"[^a-z0-9]+", "-", Path(script).stem.lower()).strip("-")
+        name = f"run-{slug}" if slug in MAKE_TARGETS or slug.startswith(MAKE_TARGET_PREFIXES) else slug
+        while name in names:  # Train.py and train.py
+            name += "-2"
+        names[name] = script
+    return names

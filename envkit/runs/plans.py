@@ -253,35 +253,6 @@ def _config_args(config: Path) -> tuple[str, ...]:
     return () if config == DEFAULT_CONFIG else ("--config", str(config))
 
 
-def experiment_target(config, entry: Experiment, name: str | None):
-    """The config's target the experiment runs in: ``name``, else the one the experiment names, else the one named
-    after its kind or its kind's only one."""
-    name = name if name is not None else entry.target
-    if name is not None:
-        target = config.target(name)
-        if target.is_notebook:
-            raise EnvkitError(
-                f"target {name!r} is a notebook target ({target.platform}), not an image: "
-                f"envkit notebook {entry.name} --target {name}, or envkit launch {entry.name} --on {target.platform}"
-            )
-        if target.kind != entry.kind:
-            raise EnvkitError(
-                f"target {name!r} is a {target.kind} target, but {entry.name} runs in a {entry.kind} image"
-            )
-        return target
-    # Notebook targets build no image: only image targets run experiments here and through launch engines.
-    images = {key: target for key, target in config.targets.items() if not target.is_notebook}
-    if entry.kind in images and images[entry.kind].kind == entry.kind:
-        return images[entry.kind]
-    of_kind = [target for target in images.values() if target.kind == entry.kind]
-    if len(of_kind) == 1:
-        return of_kind[0]
-    found = (
-        f"several ({', '.join(t.name for t in of_kind)}): pick one with --target NAME" if of_kind else "none: add one"
-    )
-    raise EnvkitError(f"{entry.name} runs in a {entry.kind} image, and {config.path} has {found}")
-
-
 def _docker_usable(facts) -> bool:
     return facts.docker_version is not None and not facts.docker_error
 

@@ -1,5 +1,6 @@
 # envkit's make targets for this project, written by `envkit init` (include it from your Makefile).
-#   make <experiment>        one experiment of envkit.yaml in its target's image, e.g. make cpu-train
+#   make <experiment>        one experiment of envkit.yaml in its default target's image, e.g. make train;
+#                            TARGET=cuda runs it on another of its targets
 #                            (GPUS=0,1  ARGS='--epochs 3'  RESULTS_DIR=results  DATA_DIR=data  DRY_RUN=1)
 #   make render | lock | doctor | compare | report | help
 # The experiments are read from envkit.yaml each time, so a new one is a make target at once.
@@ -33,4 +34,4 @@ report: ## tabulate RESULTS_DIR
 
 $(ENVKIT_EXPERIMENTS):
 	$(ENVKIT) experiment $@ --config '$(ENVKIT_CONFIG)' --results-dir '$(RESULTS_DIR)' --data-dir '$(DATA_DIR)' \
-		$(if $(GPUS),--gpus '$(GPUS)') $(ENVKIT_DRY_RUN) $(if $(ARGS),-- $(ARGS))
+		$(if $(TARGET),--target '$(TARGET)') $(if $(GPUS),--gpus '$(GPUS)') $(ENVKIT_DRY_RUN) $(if $(ARGS),-- $(ARGS))

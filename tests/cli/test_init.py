@@ -48,22 +48,31 @@ def test_init_makes_a_project_of_a_users_repository(repo, capsys):
     assert {target.torch for target in config.targets.values()} == {"2.9.0"}  # the version requirements.txt pins
     assert all("tabulate==0.9.0" in target.pip_packages for target in config.targets.values())
     table = load_experiments(repo / "envkit.yaml")
-    assert {name: (e.kind, e.command, e.gpus) for name, e in table.items()} == {
-        "cpu-train": ("cpu", ("python", "train.py"), "none"),
-        "gpu-train": ("cuda", ("python", "train.py"), "first"),
-        "tpu-train": ("tpu-vm", ("python", "train.py"), "none"),
+    # One experiment per script, on every default target (issue 32 §1), not one per kind.
+    assert {name: (e.kind, e.command, e.targets) for name, e in table.items()} == {
+        "train": ("cpu", ("python", "train.py"), tuple(config.targets)),
     }
+    assert [table["train"].on(target).gpus for target in config.targets.values()] == [
+        "none",
+        "first",
+        "none",
+        "first",
+        "none",
+        "none",
+    ]
     assert (repo / "Makefile").read_text() == "# envkit's targets: make help lists them.\ninclude envkit.mk\n"
-    # make cpu-train works in the user's repository as make tpu-mnist does here
-    done = subprocess.run(
-        ["make", "-s", "cpu-train", f"ENVKIT={ENVKIT}", "DRY_RUN=1"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "# 3. experiment cpu-train" in done.stdout
+    # make train works in the user's repository as make tpu-mnist does here, and TARGET= picks another target
+    for target in ("", "cuda", "tpu-vm"):
+        done = subprocess.run(
+            ["make", "-s", "train", f"ENVKIT={ENVKIT}", "DRY_RUN=1", *([f"TARGET={target}"] if target else [])],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "# 3. experiment train" in done.stdout
+        assert f"# 2. build the {target or 'cpu'} image (cached)" in done.stdout
 
 
 def test_init_twice_changes_nothing_and_never_overwrites(repo, capsys):
@@ -100,9 +109,7 @@ def test_pyproject_dependencies_and_a_torch_pin_set_the_targets(repo, capsys):
     config = load_config(repo / "envkit.yaml")
     assert re.search(r"^requirements: pyproject.toml$", (repo / "envkit.yaml").read_text(), re.MULTILINE)
     assert {target.torch for target in config.targets.values()} == {"2.8.0"}
-    assert sorted(load_experiments(repo / "envkit.yaml")) == sorted(
-        f"{prefix}-{script}" for prefix in ("cpu", "gpu", "tpu") for script in ("sweep", "train")
-    )
+    assert list(load_experiments(repo / "envkit.yaml")) == ["sweep", "train"]
 
 
 def test_a_requirements_line_no_lock_can_hold_stops_init_before_it_writes(repo, capsys):
@@ -126,3 +133,9 @@ def test_the_example_project_holds_nothing_of_this_repository():
     ours = {hashlib.sha256(p.read_bytes()).hexdigest() for p in (paths.REPO_ROOT / "recipes").rglob("*.py")}
     assert sorted(p.name for p in EXAMPLE.iterdir()) == ["README.md", "requirements.txt", "train.py"]
     assert not {hashlib.sha256(p.read_bytes()).hexdigest() for p in EXAMPLE.iterdir()} & ours
+
+
+def test_a_script_named_like_a_make_target_gets_a_name_of_its_own(repo, capsys):
+    (repo / "test.py").write_text('if __name__ == "__main__":\n    pass\n')
+    assert init(capsys, repo)[0] == 0
+    assert list(load_experiments(repo / "envkit.yaml")) == ["run-test", "train"]
