@@ -87,6 +87,8 @@ class Target:
     notebooks: tuple[str, ...] = ()
     # The image platforms it builds for (docker's names: linux/amd64, linux/arm64); none for a notebook target.
     platforms: tuple[str, ...] = ()
+    # Why `envkit lock --check` may pass while the target has no lock (unlocked: {allowed: REASON}), or None.
+    unlocked_allowed: str | None = None
     config_hash: str = field(default="", compare=False)
 
     @property
@@ -362,6 +364,7 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
             accelerator=raw.get("accelerator"),
             notebooks=_notebook_experiments(name, raw, kind, where, at),
             platforms=_platforms(raw, spec, torch, where(at + ("platforms",))) if runtime is None else (),
+            unlocked_allowed=raw.get("unlocked", {}).get("allowed"),
         ),
         root,
     )
@@ -524,6 +527,7 @@ def _with_hash(target: Target, root: Path) -> Target:
     # config yields the same hash on every machine.
     fields = asdict(target)
     fields.pop("config_hash")
+    fields.pop("unlocked_allowed")  # a gate's setting, not the image's
     # Keys added later enter the hash only when set, so unchanged configs keep their hash.
     for later in ("apt_snapshot", "platform", "accelerator", "notebooks", "platforms"):
         if fields[later] in (None, (), kinds.DEFAULT_PLATFORMS):
