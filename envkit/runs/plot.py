@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from envkit import DISTRIBUTION
 from envkit.errors import EnvkitError
 from envkit.runs.report import METRICS, OURS, Report, Row, Section, column_of
 from envkit.support.atomic import atomic_stream
 
-INSTALL_HINT = "pip install 'envkit[report]'"
+INSTALL_HINT = f"pip install '{DISTRIBUTION}[report]'"
 HATCHES = ("", "//", "..", "xx")
 MIN_SLOTS = 4
 

@@ -58,7 +58,7 @@ def tool(tmp_path_factory) -> Path:
         work,
     )
     assert built.returncode == 0, built.stderr[-2000:]
-    wheel = next((work / "dist").glob("envkit-*.whl"))
+    wheel = next((work / "dist").glob("envkit_hw-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"envkit/templates/Dockerfile.j2", "envkit/templates/run.sh.j2", "envkit/templates/init/envkit.mk"} <= names
     assert "envkit/data/kinds.yaml" in names and not any(n.startswith("envkit/data/experiments.y") for n in names)
