@@ -4,6 +4,8 @@
 #                            (GPUS=0,1  ARGS='--epochs 3'  RESULTS_DIR=results  DATA_DIR=data  DRY_RUN=1)
 #   make render | lock | doctor | compare | report | help
 # The experiments are read from envkit.yaml each time, so a new one is a make target at once.
+# The including Makefile's default goal stays its own: included at its top, its first target after the include.
+ENVKIT_CALLERS_GOAL := $(.DEFAULT_GOAL)
 ENVKIT ?= envkit
 ENVKIT_CONFIG ?= envkit.yaml
 RESULTS_DIR ?= results
@@ -35,3 +37,5 @@ report: ## tabulate RESULTS_DIR
 $(ENVKIT_EXPERIMENTS):
 	$(ENVKIT) experiment $@ --config '$(ENVKIT_CONFIG)' --results-dir '$(RESULTS_DIR)' --data-dir '$(DATA_DIR)' \
 		$(if $(TARGET),--target '$(TARGET)') $(if $(GPUS),--gpus '$(GPUS)') $(ENVKIT_DRY_RUN) $(if $(ARGS),-- $(ARGS))
+
+.DEFAULT_GOAL := $(ENVKIT_CALLERS_GOAL)

@@ -74,6 +74,9 @@ def tool(tmp_path_factory) -> Path:
 def test_a_users_repository_from_init_to_its_locks_and_render(tool, tmp_path):
     project = tmp_path / "mine"
     shutil.copytree(EXAMPLE, project)
+    # The user's pin (init's default is the newest torch every default target has): the locks below are 2.9.0's.
+    requirements = project / "requirements.txt"
+    requirements.write_text(requirements.read_text().replace("torch>=2.9", "torch==2.9.0"))
     envkit = str(tool)
     done = run([envkit, "init"], project)
     assert done.returncode == 0, done.stderr
