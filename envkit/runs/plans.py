@@ -166,8 +166,13 @@ def local_runs(
     config: Path, results_dir: Path, facts, size: tuple[str, ...], extra: dict[str, tuple[str, ...]] | None = None
 ) -> list[Step]:
     """The experiments that can run on this Python, without images; ``extra`` args by recipe. The size
-    arguments are the recipes' flags: a command gets only its own arguments."""
-    runnable = [entry for entry in load_experiments(config).values() if _runs_here(facts, entry.kind)]
+    arguments are the recipes' flags: a command gets only its own arguments. A command experiment whose packages
+    this Python lacks is left out (lacking_notes says so): it would fail, or run on what is not its environment."""
+    runnable = [
+        entry
+        for entry in load_experiments(config).values()
+        if _runs_here(facts, entry.kind) and not _lacking(config, entry)
+    ]
     return [
         host_step(
             _title(entry.title, len(facts.gpus), run),
@@ -180,6 +185,44 @@ def local_runs(
         for entry in _baseline_first(runnable)
         for run in entry.runs
     ]
+
+
+def _lacking(config: Path, entry: Experiment) -> list[str]:
+    """The distributions a command experiment's default target installs that this Python lacks (a recipe's: none,
+    its torch is checked before it runs)."""
+    if entry.recipe is not None:
+        return []
+    from importlib import metadata
+
+    from envkit.project.config import load_config
+    from envkit.project.placement import place
+    from envkit.project.requirement import requirement_name
+
+    try:
+        target = place(load_config(config), entry, None)[1]
+    except EnvkitError:
+        return []  # no image target: nothing of it runs on a host either (its own commands say why)
+    missing = []
+    for name in dict.fromkeys(requirement_name(line) for line in target.requirements()):
+        try:
+            metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            missing.append(name)
+    return missing
+
+
+def lacking_notes(config: Path) -> list[str]:
+    """One note per command experiment left out of a run on this Python for the packages it lacks."""
+    notes = []
+    for entry in load_experiments(config).values():
+        missing = _lacking(config, entry)
+        if missing:
+            notes.append(
+                f"not run here: {entry.name} needs {', '.join(missing)}, which {sys.executable} lacks; run it with its "
+                f"target's venv: envkit venv {entry.target}, then envkit experiment {entry.name} --python "
+                f".venv-{entry.target}/bin/python"
+            )
+    return notes
 
 
 def experiment_gpus(entry: Experiment, requested: str | None, target_gpus: str | None) -> str | None:
@@ -286,6 +329,7 @@ def compare_plan(
             local,
             [
                 f"no Docker experiments on this host ({reason}); running the recipes with {describe_interpreter()}",
+                *lacking_notes(config),
                 *data,
             ],
         )
@@ -301,7 +345,12 @@ def compare_plan(
     # The first target also builds its image: when that fails the host cannot build
     # images at all (no reachable base image, say), so the recipes run here instead.
     fallback = RunPlan(
-        local, [f"the first Docker experiment failed; running the recipes with {describe_interpreter()} instead", *data]
+        local,
+        [
+            f"the first Docker experiment failed; running the recipes with {describe_interpreter()} instead",
+            *lacking_notes(config),
+            *data,
+        ],
     )
     return RunPlan(steps + [report], data, fallback, 0)
 
