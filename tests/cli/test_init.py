@@ -251,3 +251,29 @@ def test_a_write_that_fails_takes_back_the_others(repo, capsys, monkeypatch):
     code, err = init(capsys, repo)
     assert code == 2 and err.endswith("Makefile: Permission denied; init wrote nothing\n")
     assert tree(repo) == before
+
+
+def make(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["make", "-s", *args, f"ENVKIT={ENVKIT}"], cwd=repo, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_make_include_honours_docs_variables_or_stops_in_one_line(repo, capsys):
+    """Issue 32 §8: before, envkit.mk ignored ON, NNODES, EPOCHS and RECIPE_PYTHON: ON=slurm ran here."""
+    (repo / "ddp.py").write_text(
+        'import os\nrank = int(os.environ["LOCAL_RANK"])\nif __name__ == "__main__":\n    pass\n'
+    )
+    assert init(capsys, repo)[0] == 0
+    launched = make(repo, "ddp", "ON=slurm", "NNODES=2", "TARGET=cuda", "DRY_RUN=1")
+    assert launched.returncode == 0, launched.stderr
+    assert "#SBATCH --nodes=2" in launched.stdout and "doctor --require" not in launched.stdout
+    here = make(repo, "train", "RECIPE_PYTHON=/usr/bin/python3", "DRY_RUN=1")
+    assert here.returncode == 0 and "/usr/bin/python3 train.py" in here.stdout, here.stderr
+    built = make(repo, "train", "NO_CACHE=1", "BASE_IMAGE=mine:1", "DRY_RUN=1")
+    assert "build cpu --no-cache --base-image mine:1" in built.stdout, built.stderr
+    refused = make(repo, "train", "EPOCHS=2", "MODEL=resnet50")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "EPOCHS MODEL: flags of envkit's seed recipes, which a project's script does not take" in refused.stderr
+    unknown = make(repo, "train", "ON=nope")
+    assert unknown.returncode == 2 and "argument --on: invalid choice: 'nope'" in unknown.stderr
