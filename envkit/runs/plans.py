@@ -91,6 +91,7 @@ def host_step(
 ) -> Step:
     """One run of ``entry`` on this host with ``python``. A recipe runs by its path and writes its own record;
     a command runs from the project's root through the run wrapper (its record), a leading python as ``python``."""
+    env = {**entry.env, **env}  # the experiment's env:, under what envkit tells every run
     if entry.recipe is not None:
         return Step(title, (python, str(root / RECIPES / f"{entry.recipe}.py"), *args), env, needs_torch=True)
     program = entry.program
@@ -255,6 +256,9 @@ def experiment_plan(
     }
     run_env.update({"GPUS": gpus} if gpus is not None else {})
     run_env["ENVKIT_EXPERIMENT"] = entry.name  # run.sh passes it to the run wrapper, whose record names it
+    if entry.env:  # run.sh passes each into the container
+        run_env.update(entry.env)
+        run_env["ENVKIT_ENV"] = " ".join(entry.env)
     run_sh = str(config.parent / "docker" / target.name / "run.sh")
     return RunPlan(
         [

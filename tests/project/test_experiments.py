@@ -6,6 +6,7 @@ either read the table or are checked here against it, both ways.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -522,3 +523,38 @@ def test_a_bad_experiment_is_one_line_before_anything_renders(tmp_path, capsys, 
     assert main(["render", "--all", "--config", str(config)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and not (tmp_path / "docker").exists()
+
+
+def test_an_experiments_env_reaches_its_command_on_the_host_and_in_the_image(tmp_path, monkeypatch, capsys, repo_root):
+    """Issue 32 §8: before, env: was honoured in notebooks only; envkit experiment and run.sh dropped it."""
+    (tmp_path / "envkit.yaml").write_text(
+        MANY.replace("gpus: first}", "gpus: first, env: {WANDB_MODE: offline, NOTE: 'a b'}}")
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["experiment", "--dry-run", "train", "--target", "cpu"]) == 0
+    assert capsys.readouterr().out.endswith(
+        "ENVKIT_EXPERIMENT=train WANDB_MODE=offline NOTE='a b' ENVKIT_ENV='WANDB_MODE NOTE' docker/cpu/run.sh "
+        "python train.py\n"
+    )
+    assert main(["experiment", "--dry-run", "train", "--target", "cpu", "--python", "/usr/bin/python3"]) == 0
+    assert "WANDB_MODE=offline NOTE='a b' ENVKIT_DEVICE=cpu" in capsys.readouterr().out
+    # run.sh passes each named variable into the container
+    env = {"PATH": os.environ["PATH"], "ENVKIT_DRY_RUN": "1", "ENVKIT_ENV": "WANDB_MODE NOTE", "WANDB_MODE": "offline"}
+    done = subprocess.run(
+        [str(repo_root / "docker" / "cpu" / "run.sh"), "python", "train.py"],
+        cwd=tmp_path,
+        env={**env, "NOTE": "a b"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0 and " -e WANDB_MODE -e NOTE " in done.stdout, done.stderr
+    done = subprocess.run(
+        [str(repo_root / "docker" / "cpu" / "run.sh"), "python", "train.py"],
+        cwd=tmp_path,
+        env={**env, "ENVKIT_ENV": "A;B"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (2, "run.sh: error: ENVKIT_ENV must be variable names; got 'A;B'\n")
