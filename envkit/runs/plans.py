@@ -96,7 +96,7 @@ def host_step(
         return Step(title, (python, str(root / RECIPES / f"{entry.recipe}.py"), *args), env, needs_torch=True)
     program = entry.program
     if program[0] in PYTHONS:
-        program = (python, *program[1:])
+        program = (python, *_torchrun(entry), *program[1:])
     wrapper = str(Path(provenance.__file__))
     # It runs elsewhere than envkit: the locations it is told must not be relative.
     located = {name: str(Path(value).resolve()) if name in LOCATIONS else value for name, value in env.items()}
@@ -105,6 +105,17 @@ def host_step(
 
 
 LOCATIONS = ("ENVKIT_RESULTS_DIR", "ENVKIT_DATA_DIR")
+
+
+def _torchrun(entry: Experiment) -> tuple[str, ...]:
+    """What starts a ``scale: torchrun`` command's script under torchrun on this host, one process per device of its
+    kind (every GPU; CPU_DDP_PROCESSES gloo processes on a CPU; one on a TPU VM, whose program spreads itself), with
+    a single-host rendezvous on loopback. Nothing for another scale, or a command that starts torchrun itself."""
+    if entry.scale != "torchrun" or entry.command is None or entry.command[1:2] == ("-m",):
+        return ()
+    device = kinds.kind(entry.kind).device
+    processes = "gpu" if entry.gpus != "none" else str(CPU_DDP_PROCESSES) if device == "cpu" else "1"
+    return ("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", processes)
 
 
 def run_env(kind: str, results_dir: Path | None = None, data_dir: Path | None = None) -> dict[str, str]:

@@ -52,8 +52,9 @@ def test_init_makes_a_project_of_a_users_repository(repo, capsys):
     assert all("tabulate==0.9.0" in target.pip_packages for target in config.targets.values())
     table = load_experiments(repo / "envkit.yaml")
     # One experiment per script, on every default target (issue 32 §1), not one per kind.
-    assert {name: (e.kind, e.command, e.targets) for name, e in table.items()} == {
-        "train": ("cpu", ("python", "train.py"), tuple(config.targets)),
+    assert {name: (e.kind, e.command, e.targets, e.scale) for name, e in table.items()} == {
+        "ddp": ("cpu", ("python", "ddp.py"), tuple(config.targets), "torchrun"),  # it reads LOCAL_RANK
+        "train": ("cpu", ("python", "train.py"), tuple(config.targets), "single"),
     }
     assert [table["train"].on(target).gpus for target in config.targets.values()] == [
         "none",
@@ -115,7 +116,7 @@ def test_pyproject_dependencies_and_a_torch_pin_set_the_targets(repo, capsys):
     config = load_config(repo / "envkit.yaml")
     assert re.search(r"^requirements: pyproject.toml$", (repo / "envkit.yaml").read_text(), re.MULTILINE)
     assert {target.torch for target in config.targets.values()} == {"2.8.0"}
-    assert list(load_experiments(repo / "envkit.yaml")) == ["sweep", "train"]
+    assert list(load_experiments(repo / "envkit.yaml")) == ["ddp", "sweep", "train"]
 
 
 def test_a_requirements_line_no_lock_can_hold_stops_init_before_it_writes(repo, capsys):
@@ -137,14 +138,14 @@ def test_the_make_include_names_only_targets_no_experiment_may_take():
 
 def test_the_example_project_holds_nothing_of_this_repository():
     ours = {hashlib.sha256(p.read_bytes()).hexdigest() for p in (paths.REPO_ROOT / "recipes").rglob("*.py")}
-    assert sorted(p.name for p in EXAMPLE.iterdir()) == ["README.md", "requirements.txt", "train.py"]
+    assert sorted(p.name for p in EXAMPLE.iterdir()) == ["README.md", "ddp.py", "requirements.txt", "train.py"]
     assert not {hashlib.sha256(p.read_bytes()).hexdigest() for p in EXAMPLE.iterdir()} & ours
 
 
 def test_a_script_named_like_a_make_target_gets_a_name_of_its_own(repo, capsys):
     (repo / "test.py").write_text('if __name__ == "__main__":\n    pass\n')
     assert init(capsys, repo)[0] == 0
-    assert list(load_experiments(repo / "envkit.yaml")) == ["run-test", "train"]
+    assert list(load_experiments(repo / "envkit.yaml")) == ["ddp", "run-test", "train"]
 
 
 def test_scripts_without_a_main_guard_and_torchrun_scripts_are_found(repo, capsys):
@@ -231,7 +232,7 @@ def test_thousands_of_entry_scripts_give_a_config_every_command_reads(repo, caps
     for index in range(3200):
         (repo / f"s{index:04d}.py").write_text('if __name__ == "__main__":\n    pass\n')
     code, err = init(capsys, repo)
-    assert code == 0 and "3201 entry scripts: the first 100 have an experiment" in err
+    assert code == 0 and "3202 entry scripts: the first 100 have an experiment" in err
     assert len(load_experiments(repo / "envkit.yaml")) == 100
     assert main(["targets", "--config", str(repo / "envkit.yaml")]) == 0
 
@@ -277,3 +278,27 @@ def test_the_make_include_honours_docs_variables_or_stops_in_one_line(repo, caps
     assert "EPOCHS MODEL: flags of envkit's seed recipes, which a project's script does not take" in refused.stderr
     unknown = make(repo, "train", "ON=nope")
     assert unknown.returncode == 2 and "argument --on: invalid choice: 'nope'" in unknown.stderr
+
+
+def test_envkit_experiment_starts_a_torchrun_script_under_torchrun_here(repo, capsys, tmp_path):
+    """Issue 32 §7: before, envkit experiment ran [python, ddp.py] as plain python (KeyError: 'LOCAL_RANK')."""
+    assert init(capsys, repo)[0] == 0
+    config = str(repo / "envkit.yaml")
+    assert main(["experiment", "ddp", "--config", config, "--python", sys.executable, "--dry-run"]) == 0
+    assert capsys.readouterr().out.endswith(
+        f"{sys.executable} -m torch.distributed.run --standalone --nproc-per-node 2 ddp.py\n"
+    )
+    argv = ["experiment", "ddp", "--config", config, "--python", sys.executable, "--target", "cuda", "--dry-run"]
+    assert main(argv) == 0 and "--nproc-per-node gpu ddp.py\n" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_ddp_script_runs_on_two_gloo_processes(repo, capsys, tmp_path):
+    assert init(capsys, repo)[0] == 0
+    results = tmp_path / "results"
+    argv = ["experiment", "ddp", "--config", str(repo / "envkit.yaml"), "--python", sys.executable]
+    done = subprocess.run(
+        [ENVKIT, *argv, "--results-dir", str(results)], cwd=repo, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rank 0 of 2: sum=3.0" in done.stdout and "rank 1 of 2: sum=3.0" in done.stdout

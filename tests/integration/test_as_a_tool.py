@@ -94,7 +94,7 @@ def test_a_users_repository_from_init_to_its_locks_and_render(tool, tmp_path):
     )
     assert run([envkit, "render", "--all", "--check"], project).returncode == 0
     listed = run([envkit, "experiment", "--list"], project)
-    assert listed.stdout.split() == ["train"]
+    assert listed.stdout.split() == ["ddp", "train"]
     planned = run(["make", "-s", "train", "TARGET=cuda", f"ENVKIT={envkit}", "DRY_RUN=1"], project)
     assert planned.returncode == 0 and "experiment train" in planned.stdout, planned.stderr
     assert "build the cuda image" in planned.stdout
