@@ -105,12 +105,13 @@ def _write_all(root: Path, files: dict[str, str]) -> None:
     """Every file or none: a write that fails takes back the ones before it (one line names what failed)."""
     from envkit.errors import EnvkitError
     from envkit.support.atomic import write_text_atomic
+    from envkit.support.bounded_load import read_bytes
 
     done: list[tuple[Path, bytes | None]] = []
     try:
         for name, text in files.items():
             path = root / name
-            done.append((path, path.read_bytes() if path.is_file() else None))
+            done.append((path, read_bytes(path) if path.is_file() else None))
             write_text_atomic(path, text)
     except OSError as exc:
         for written, before in reversed(done):
