@@ -87,6 +87,10 @@ LAUNCH_OPTIONS = --on $(call quote,$(ON)) $(if $(NNODES),--nodes $(call quote,$(
 	$(foreach name,NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME,$(if $($(name)),--env $(call quote,$(name)=$($(name))))) \
 	$(DRY_FLAG) $(LAUNCH_FLAGS)
 
+# TARGET= given on make's command line runs an experiment target on that target of its (TARGET's cpu
+# default is push's, save's and prune's only).
+EXPERIMENT_TARGET = $(if $(filter command line,$(origin TARGET)),--target $(call quote,$(TARGET)))
+
 # experiment(recipe flags): the experiment named like the make target, as
 # envkit.yaml's experiments define it. `envkit experiment` checks the host, builds
 # (cached) and runs it through docker/<target>/run.sh, which creates RESULTS_DIR and
@@ -96,13 +100,13 @@ LAUNCH_OPTIONS = --on $(call quote,$(ON)) $(if $(NNODES),--nodes $(call quote,$(
 # Recipe flags follow '--', as on every envkit command line.
 ifeq ($(ON),)
 define experiment
-	$(DRY)$(MULTINODE_ENV) $(ENVKIT) experiment $(if $(GPUS),--gpus $(GPUS)) --results-dir $(RESULTS_DIR) \
+	$(DRY)$(MULTINODE_ENV) $(ENVKIT) experiment $(EXPERIMENT_TARGET) $(if $(GPUS),--gpus $(GPUS)) --results-dir $(RESULTS_DIR) \
 		--data-dir $(DATA_DIR) $(BUILD_FLAGS) $(if $(RECIPE_PYTHON),--python $(call quote,$(RECIPE_PYTHON))) $(DRY_FLAG) \
 		$@ $(if $(strip $(1)),-- $(1))
 endef
 else
 define experiment
-	$(DRY)$(ENVKIT) launch $@ $(LAUNCH_OPTIONS) $(if $(strip $(1)),-- $(1))
+	$(DRY)$(ENVKIT) launch $@ $(EXPERIMENT_TARGET) $(LAUNCH_OPTIONS) $(if $(strip $(1)),-- $(1))
 endef
 endif
 

@@ -11,7 +11,14 @@ import argparse
 import dataclasses
 import sys
 
-from envkit.cli.options import add_build_options, add_config, add_recipe_args, build_options_argv, directory_option
+from envkit.cli.options import (
+    add_build_options,
+    add_config,
+    add_recipe_args,
+    add_target,
+    build_options_argv,
+    directory_option,
+)
 
 
 def register(subparsers) -> None:
@@ -31,11 +38,11 @@ def register(subparsers) -> None:
     )
     add_recipe_args(experiment)
     add_config(experiment)
-    experiment.add_argument(
-        "--target",
-        metavar="NAME",
-        help="the config's target to run in (default: the one named after "
-        "the experiment's kind, or the kind's only target)",
+    add_target(
+        experiment,
+        "the config's target to run on, one of the experiment's targets (default: its first image target; "
+        "a seed experiment naming a kind: the target named after it, or the kind's only one); with --python, "
+        "the target whose device the run is told",
     )
     experiment.add_argument(
         "--gpus", help="host GPU indices or 'all' (the experiment's GPU rule picks the first or all)"
@@ -71,17 +78,22 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from envkit.host.doctor import parse_gpus
     from envkit.project.config import load_config
     from envkit.project.experiments import check_recipe_args, experiment
-    from envkit.runs.plans import experiment_gpus, experiment_plan, experiment_target, format_plan, run_in_order
+    from envkit.project.placement import place
+    from envkit.runs.plans import experiment_gpus, experiment_plan, format_plan, run_in_order
 
     if args.list or args.name is None:
         return _list(args)
     entry = experiment(args.name, args.config)
     if args.python is not None:
+        # The target it is run as (its device, its GPU rule), where one is named; else its default's kind.
+        entry = place(load_config(args.config), entry, args.target)[0] if args.target is not None else entry
         return _run_here(entry, args)
     if args.allow_cpu:
         raise EnvkitError(
             "--allow-cpu goes with --python (a run on this host's interpreter); an image runs only where its device is"
         )
+    config = load_config(args.config)
+    entry, target = place(config, entry, args.target)
     if args.gpus is not None:
         parse_gpus(args.gpus)  # bad input on any host, before anything runs
         if entry.gpus == "none":
@@ -90,12 +102,10 @@ def cmd_experiment(args: argparse.Namespace) -> int:
                 f"drop --gpus (GPUS= for make)"
             )
     check_recipe_args(entry, args.recipe_args, args.config)
-    config = load_config(args.config)
     if entry.recipe is None:  # the image holds the project's files: a script not committed is not in it
         from envkit.project.files import files_of
 
         files_of(config, quiet=True).require_program(entry.program)
-    target = experiment_target(config, entry, args.target)
     plan = experiment_plan(
         entry,
         target,
@@ -139,7 +149,6 @@ def _run_here(entry, args: argparse.Namespace) -> int:
     image_only = [
         option
         for option, given in (
-            ("--target", args.target),
             ("--gpus", args.gpus),
             ("build options", build_options_argv(args)),
         )

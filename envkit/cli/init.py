@@ -1,9 +1,11 @@
 """`envkit init`: make the repository here an envkit project (envkit.project.scaffold), writing every
-file or none, and never over a file that exists."""
+file or none, and never over a file that exists (a dangling link included); .gitignore gets a block added."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,8 +15,8 @@ def register(subparsers) -> None:
         "init",
         help="make this repository an envkit project: envkit.yaml, its experiments and a make include",
         description="Write envkit.yaml (the default targets at the torch your requirements name, your "
-        "requirements wired into every lock, one experiment per entry script and kind) and envkit.mk "
-        "(make <experiment>), plus a Makefile that includes it where there is none. An existing file is "
+        "requirements wired into every lock, one experiment per entry script on every default target) and "
+        "envkit.mk (make <experiment> [TARGET=cuda]), plus a Makefile that includes it where there is none. An existing file is "
         "never overwritten: init stops, naming it, and writes nothing.",
     )
     init.add_argument("--dir", type=Path, default=Path("."), help="the repository (default: here)")
@@ -26,22 +28,35 @@ def cmd_init(args: argparse.Namespace) -> int:
     from envkit.project.files import in_work_tree
     from envkit.project.scaffold import MAKE_INCLUDE, scaffold
     from envkit.render.target_files import packaged_templates
-    from envkit.support.atomic import write_text_atomic
     from envkit.support.bounded_load import load_text
 
     root = args.dir
     if not root.is_dir():
         raise EnvkitError(f"--dir {root}: not a directory")
+    _refuse_git_internals(root)
     plan = scaffold(root, load_text(packaged_templates() / "init" / MAKE_INCLUDE))
-    existing = [name for name in plan.files if (root / name).exists()]
+    existing = [name for name in plan.files if os.path.lexists(root / name)]
     if existing:
+        what = "exists" if (root / existing[0]).exists() else "is a link to nothing"
         raise EnvkitError(
-            f"{root / existing[0]} exists: envkit init never overwrites a file; edit it, or move it away and "
-            "run init again"
+            f"{root / existing[0]} {what}: envkit init never overwrites a file; edit it, or move it away and run init "
+            "again"
         )
-    for name, text in plan.files.items():
-        write_text_atomic(root / name, text)
-    print(f"envkit: wrote {', '.join(plan.files)} (torch {plan.torch})", file=sys.stderr)
+    if os.path.islink(root / ".gitignore") and plan.gitignore is not None:
+        raise EnvkitError(f"{root / '.gitignore'} is a link: envkit init adds its block to a file of the project only")
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise EnvkitError(f"{root}: not writable by this user: init writes {', '.join(plan.files)} there")
+    files = plan.files | ({".gitignore": plan.gitignore} if plan.gitignore is not None else {})
+    _write_all(root, files)
+    print(f"envkit: wrote {', '.join(files)} (torch {plan.torch})", file=sys.stderr)
+    if plan.torchrun:
+        print(f"envkit: {', '.join(plan.torchrun)} read the rank torchrun gives: scale: torchrun", file=sys.stderr)
+    if plan.skipped:
+        print(
+            f"envkit: {len(plan.scripts) + plan.skipped} entry scripts: the first {len(plan.scripts)} have an "
+            "experiment; add the others you run to envkit.yaml",
+            file=sys.stderr,
+        )
     if plan.requirements is None:
         print(
             "envkit: no requirements.in, requirements.txt or pyproject dependencies found: add requirements: FILE",
@@ -51,7 +66,8 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(f"envkit: add `include {MAKE_INCLUDE}` to your Makefile for make <experiment>", file=sys.stderr)
     if not plan.scripts:
         print(
-            'envkit: no entry script (a top-level *.py with if __name__ == "__main__"): add experiments to envkit.yaml',
+            'envkit: no entry script (a top-level *.py with if __name__ == "__main__", or train.py, main.py, ... '
+            "with top-level code): add experiments to envkit.yaml",
             file=sys.stderr,
         )
     if not in_work_tree(root):
@@ -62,3 +78,45 @@ def cmd_init(args: argparse.Namespace) -> int:
         )
     print("next: envkit lock --all && envkit render --all && make help", file=sys.stderr)
     return 0
+
+
+def _refuse_git_internals(root: Path) -> None:
+    """A bare repository, or a folder inside .git, has no work tree to make a project of."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--is-bare-repository", "--is-inside-git-dir"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return  # no git: the folder is a project's as it stands
+    if done.returncode == 0 and "true" in done.stdout.split():
+        from envkit.errors import EnvkitError
+
+        raise EnvkitError(
+            f"{root} is a bare git repository (or inside one's .git): run envkit init in a clone's work tree"
+        )
+
+
+def _write_all(root: Path, files: dict[str, str]) -> None:
+    """Every file or none: a write that fails takes back the ones before it (one line names what failed)."""
+    from envkit.errors import EnvkitError
+    from envkit.support.atomic import write_text_atomic
+    from envkit.support.bounded_load import read_bytes
+
+    done: list[tuple[Path, bytes | None]] = []
+    try:
+        for name, text in files.items():
+            path = root / name
+            done.append((path, read_bytes(path) if path.is_file() else None))
+            write_text_atomic(path, text)
+    except OSError as exc:
+        for written, before in reversed(done):
+            if before is None:
+                written.unlink(missing_ok=True)
+            else:
+                written.write_bytes(before)
+        raise EnvkitError(f"cannot write {path}: {exc.strerror or exc}; init wrote nothing") from None

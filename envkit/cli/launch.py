@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from envkit.cli.options import add_config, add_recipe_args, directory_option
+from envkit.cli.options import add_config, add_recipe_args, add_target, directory_option
 from envkit.errors import EnvkitError
 
 
@@ -83,7 +83,9 @@ def register(subparsers) -> None:
 
 def _add_image_options(launch) -> None:
     """Which target and image run, and the host's folders."""
-    launch.add_argument("--target", help="config target to run (default: the first of the experiment's kind)")
+    add_target(
+        launch, "the config's target to run on, one of the experiment's targets (default: its first image target)"
+    )
     launch.add_argument(
         "--image",
         help="image reference, run as given (default: REGISTRY/envkit-<target>@<digest envkit push "
@@ -124,12 +126,16 @@ def build(args):
     from envkit.launch import engines, images
     from envkit.project.config import load_config
     from envkit.project.experiments import experiment as find_experiment
-    from envkit.runs.plans import experiment_target
+    from envkit.project.placement import place
 
     engine = engines.engine(args.on)
-    experiment = find_experiment(args.experiment, args.config)
     config = load_config(args.config)
-    target = (engine.target or experiment_target)(config, experiment, args.target)
+    experiment = find_experiment(args.experiment, args.config)
+    if engine.target is None:
+        experiment, target = place(config, experiment, args.target)
+    else:  # a notebook engine picks its own kind of target
+        target = engine.target(config, experiment, args.target)
+        experiment = experiment.on(target)
     image = images.LaunchImage("")  # a notebook engine runs no image
     if engine.image:
         tarball = Path(args.image_tarball) if args.image_tarball else None

@@ -21,7 +21,9 @@ def register(subparsers) -> None:
     )
     add_config(lock)
     which = lock.add_mutually_exclusive_group()
-    which.add_argument("--target", metavar="NAME", help="lock one target")
+    which.add_argument(
+        "--target", metavar="NAME", action="append", help="lock (or --check) this target; repeatable, each honoured"
+    )
     which.add_argument("--all", action="store_true", help="lock every target in the config")
     which.add_argument(
         "--requirements",
@@ -38,13 +40,19 @@ def register(subparsers) -> None:
         "--check",
         action="store_true",
         help="offline: one line per target (fresh, stale and why, or unlocked); exit 1 when a lock is stale "
-        "(changed inputs, packages edited by hand, missing hashes, CUDA packages in cpu); all targets unless --target",
+        "(changed inputs, packages edited by hand, missing hashes, CUDA packages in cpu) or a target is unlocked "
+        "without leave (unlocked: {allowed: REASON}, or --allow-unlocked); all targets unless --target",
     )
     mode.add_argument(
         "--upgrade-package",
         metavar="NAME",
         action="append",
         help="let this locked package move to its newest allowed version (repeatable); others stay as locked",
+    )
+    lock.add_argument(
+        "--allow-unlocked",
+        action="store_true",
+        help="with --check: a target without a lock passes (a target may say so itself: unlocked: {allowed: REASON})",
     )
     lock.add_argument(
         "--torch-index-url",
@@ -61,8 +69,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     if args.target:
-        config.target(args.target)
-        names = [args.target]
+        names = [config.target(name).name for name in dict.fromkeys(args.target)]
     elif args.all or args.check:
         names = list(config.targets)
     else:
@@ -71,7 +78,10 @@ def cmd_lock(args: argparse.Namespace) -> int:
         from envkit.lock.lockfile import lock_status
 
         statuses = [lock_status(config, name) for name in names]
-        return _report(statuses, "--all")  # one stale lock is named with its own command
+        allowed = {name: config.target(name).unlocked_allowed for name in names}
+        if args.allow_unlocked:
+            allowed = {name: "--allow-unlocked" for name in names}
+        return _report(statuses, "--all", allowed)  # one stale lock is named with its own command
     from envkit.lock.resolve import lock_targets
 
     # The Dockerfile records the lock's sha256, so render follows: make re-renders by itself
@@ -90,14 +100,24 @@ def _lock_requirements(args: argparse.Namespace) -> int:
     return lock_requirements(args.requirements, args.upgrade_package or [], args.torch_index_url)
 
 
-def _report(statuses, fix: str) -> int:
-    """One line per lock, fresh ones included, then one error line for stale ones, as `envkit render --check` does."""
+def _report(statuses, fix: str, allowed: dict[str, str | None] | None = None) -> int:
+    """One line per lock, fresh ones included, then one error line for stale ones, as `envkit render --check` does,
+    else for targets unlocked without leave (``allowed``: target -> why it may be, or None; None for host
+    environments, whose absent lock is its own line)."""
     for status in statuses:
-        print(status.line())
+        leave = (allowed or {}).get(status.target) if status.state == "unlocked" else None
+        print(status.line() + (f"; allowed: {leave}" if leave else ""))
     stale = [status for status in statuses if status.state == "stale"]
     if stale:
         command = stale[0].relock if len(stale) == 1 else f"envkit lock {fix}"
         raise EnvkitError(
             f"locks are stale ({', '.join(s.target for s in stale)}): run `{command}` and commit", exit_code=1
+        )
+    unlocked = [s.target for s in statuses if s.state == "unlocked" and allowed is not None and not allowed[s.target]]
+    if unlocked:
+        raise EnvkitError(
+            f"unlocked: {', '.join(unlocked)}: run `envkit lock --target {unlocked[0]}` and commit, or give the target "
+            "unlocked: {allowed: REASON} (envkit lock --check --allow-unlocked for this check)",
+            exit_code=1,
         )
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from envkit.cli.options import add_config
+from envkit.cli.options import add_config, add_target
 from envkit.errors import EnvkitError
 
 
@@ -20,9 +20,7 @@ def register(subparsers) -> None:
         "them in notebooks/<target>/, and only they carry an 'Open in Colab' link.",
     )
     notebook.add_argument("experiment", help="an experiment of the project (envkit.yaml's experiments), e.g. tpu-mnist")
-    notebook.add_argument(
-        "--target", required=True, metavar="NAME", help="a notebook target of the config, e.g. colab-tpu"
-    )
+    add_target(notebook, "a notebook target of the config, e.g. colab-tpu", required=True)
     notebook.add_argument(
         "--output",
         metavar="FILE.ipynb",

@@ -27,6 +27,23 @@ def add_config(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class Once(argparse.Action):
+    """A one-valued option given twice with two values is refused in one line: never the last taken silently."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        given = getattr(namespace, self.dest, None)
+        if given is not None and given != values:
+            from envkit.errors import EnvkitError
+
+            raise EnvkitError(f"{option_string} given twice ({given}, {values}): give one, and one command per value")
+        setattr(namespace, self.dest, values)
+
+
+def add_target(parser, help: str, **kwargs) -> None:
+    """``--target NAME``, one target: given twice, one line (lock takes several: its own option)."""
+    parser.add_argument("--target", metavar="NAME", action=Once, help=help, **kwargs)
+
+
 RECIPE_ARGS_HINT = "recipe arguments follow '--'"
 
 

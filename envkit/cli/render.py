@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from envkit.cli.options import add_config
+from envkit.cli.options import add_config, add_target
 
 
 def register(subparsers) -> None:
@@ -23,7 +23,7 @@ def register(subparsers) -> None:
     )
     add_config(render)
     which = render.add_mutually_exclusive_group(required=True)
-    which.add_argument("--target", metavar="NAME", help="render one target")
+    add_target(which, "render one target")
     which.add_argument("--all", action="store_true", help="render every target in the config")
     output = render.add_mutually_exclusive_group()
     output.add_argument("--stdout", action="store_true", help="print the files instead of writing them")

@@ -67,32 +67,30 @@ def target(config, entry, name: str | None):
     hold the experiment."""
     from envkit.notebook.builder import fitting_experiment
 
-    if name is not None:
-        chosen = config.target(name)
-        if chosen.platform != "kaggle":
-            raise EnvkitError(
-                f"--on kaggle: target {name} is not a Kaggle notebook target (platform: {chosen.platform or 'none'})"
-            )
-        fitting_experiment(config, chosen, entry.name)
-        return chosen
-    fitting = [t for t in config.targets.values() if t.platform == "kaggle" and t.kind == entry.kind]
-    if not fitting:
-        from envkit.project.notebook_platforms import load_platforms
+    chosen = _kaggle_target(config, entry, name)
+    fitting_experiment(config, chosen, entry.name)
+    return chosen
 
-        # Only accelerators envkit's data has for Kaggle, of the experiment's kind.
-        kaggle = load_platforms().platforms["kaggle"]
-        names = [name for name, accelerator in kaggle.accelerators.items() if accelerator.kind == entry.kind]
-        if not names:
-            raise EnvkitError(
-                f"--on kaggle: {entry.name} is a {entry.kind} experiment, and Kaggle's accelerators "
-                f"({', '.join(kaggle.accelerators)}) are none of that kind: run it with `envkit experiment {entry.name}`"
-            )
+
+def _kaggle_target(config, entry, name: str | None):
+    from envkit.project.placement import NOTEBOOK, place
+
+    if name is not None or any(t.platform == "kaggle" and entry.fits(t) for t in config.targets.values()):
+        return place(config, entry, name, NOTEBOOK, "kaggle")[1]
+    from envkit.project.notebook_platforms import load_platforms
+
+    # Only accelerators envkit's data has for Kaggle, of the experiment's kind.
+    kaggle = load_platforms().platforms["kaggle"]
+    names = [name for name, accelerator in kaggle.accelerators.items() if accelerator.kind == entry.kind]
+    if not names:
         raise EnvkitError(
-            f"--on kaggle: {config.path} has no Kaggle notebook target for {entry.name} ({entry.kind}): "
-            f"add one (platform: kaggle, accelerator: one of {', '.join(names)})"
+            f"--on kaggle: {entry.name} is a {entry.kind} experiment, and Kaggle's accelerators "
+            f"({', '.join(kaggle.accelerators)}) are none of that kind: run it with `envkit experiment {entry.name}`"
         )
-    fitting_experiment(config, fitting[0], entry.name)
-    return fitting[0]
+    raise EnvkitError(
+        f"--on kaggle: {config.path} has no Kaggle notebook target for {entry.name} ({entry.kind}): "
+        f"add one (platform: kaggle, accelerator: one of {', '.join(names)})"
+    )
 
 
 def _kinds() -> tuple[str, ...]:

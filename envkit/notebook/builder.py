@@ -84,13 +84,9 @@ def notebook_target(config: ProjectConfig, name: str) -> Target:
 
 
 def fitting_experiment(config: ProjectConfig, target: Target, name: str) -> Experiment:
-    experiment = find_experiment(name, config.path)
-    if experiment.kind != target.kind:
-        fitting = [entry.name for entry in config.experiments.values() if entry.kind == target.kind]
-        raise EnvkitError(
-            f"experiment {name} runs on {experiment.kind}, target {target.name} is {target.kind}; "
-            f"its experiments: {', '.join(fitting)}"
-        )
+    from envkit.project.placement import NOTEBOOK, place
+
+    experiment, _ = place(config, find_experiment(name, config.path), target.name, NOTEBOOK)
     refuse_too_few_devices(experiment, target.name, target.platform, target.accelerator)
     return experiment
 
@@ -309,7 +305,7 @@ def _embedded_files(
         "program": program,
         "report": {
             **{f"report/{path.relative_to(package_parent).as_posix()}": entry(path) for path in report},
-            f"report/{EXPERIMENTS}": entry(excerpt(config.path, experiment.name)),
+            f"report/{EXPERIMENTS}": entry(excerpt(config.path, experiment.name, experiment.kind)),
         },
     }
     return files, tracked, executable

@@ -88,6 +88,8 @@ class Target:
     notebooks: tuple[str, ...] = ()
     # The image platforms it builds for (docker's names: linux/amd64, linux/arm64); none for a notebook target.
     platforms: tuple[str, ...] = ()
+    # Why `envkit lock --check` may pass while the target has no lock (unlocked: {allowed: REASON}), or None.
+    unlocked_allowed: str | None = None
     config_hash: str = field(default="", compare=False)
 
     @property
@@ -367,6 +369,7 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
             accelerator=raw.get("accelerator"),
             notebooks=_notebook_experiments(name, raw, kind, where, at),
             platforms=_platforms(raw, spec, torch, where(at + ("platforms",))) if runtime is None else (),
+            unlocked_allowed=raw.get("unlocked", {}).get("allowed"),
         ),
         root,
     )
@@ -443,11 +446,12 @@ def _notebook_experiments(target: str, raw: dict[str, Any], kind: str, where: _L
     names = raw.get("notebooks", [])
     table = load_experiments(where.path)
     for index, name in enumerate(names):
-        fitting = [entry.name for entry in table.values() if entry.kind == kind]
+        fitting = [entry.name for entry in table.values() if entry.runs_on(target, kind)]
         if name not in fitting:
             choices = f"choose from {', '.join(fitting)}" if fitting else "the project's experiments have none"
             raise EnvkitError(
-                f"{where(at + ('notebooks', index))}: {name!r} is not an experiment of kind {kind}; {choices}"
+                f"{where(at + ('notebooks', index))}: {name!r} is not an experiment that runs on {target} ({kind}); "
+                f"{choices}"
             )
         notebook_platforms.refuse_too_few_devices(
             table[name], target, raw["platform"], raw["accelerator"], f"{where(at + ('notebooks', index))}: "
@@ -529,6 +533,7 @@ def _with_hash(target: Target, root: Path) -> Target:
     # config yields the same hash on every machine.
     fields = asdict(target)
     fields.pop("config_hash")
+    fields.pop("unlocked_allowed")  # a gate's setting, not the image's
     # Keys added later enter the hash only when set, so unchanged configs keep their hash.
     for later in ("apt_snapshot", "platform", "accelerator", "notebooks", "platforms"):
         if fields[later] in (None, (), kinds.DEFAULT_PLATFORMS):

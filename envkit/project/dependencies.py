@@ -72,12 +72,28 @@ def _dependency(line: str, where: str) -> Dependency:
     return Dependency(line, where, canonicalize_name(requirement.name), str(requirement.specifier))
 
 
+# pip-compile --generate-hashes writes `name==1.0 \` then `--hash=sha256:...` lines: the lock makes its own hashes.
+_HASH_OPTION = re.compile(r"(^|\s)--hash[=\s]\S+")
+
+
 def _text_lines(text: str) -> list[tuple[int, str]]:
-    lines = []
+    """(number, line) of each requirement: comments stripped, continued lines joined, --hash options dropped."""
+    lines, pending = [], None
     for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split(" #", 1)[0].strip()
-        if line and not line.startswith("#"):
-            lines.append((number, line))
+        line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
+        continued = line.endswith("\\")
+        line = line.removesuffix("\\").strip()
+        start, joined = pending if pending is not None else (number, "")
+        joined = f"{joined} {line}".strip()
+        if continued:
+            pending = (start, joined)
+            continue
+        pending = None
+        joined = _HASH_OPTION.sub(" ", joined).strip()
+        if joined:
+            lines.append((start, joined))
+    if pending is not None and _HASH_OPTION.sub(" ", pending[1]).strip():
+        lines.append((pending[0], _HASH_OPTION.sub(" ", pending[1]).strip()))
     return lines
 
 
@@ -88,6 +104,8 @@ def _pyproject_lines(text: str, shown: str) -> list[tuple[int, str]]:
         dependencies = tomllib.loads(text).get("project", {}).get("dependencies", [])
     except tomllib.TOMLDecodeError as exc:
         raise EnvkitError(f"{shown}: not TOML: {exc}") from None
+    except RecursionError:
+        raise EnvkitError(f"{shown}: nested too deep to read; a pyproject.toml nests a few levels") from None
     if not isinstance(dependencies, list) or not all(isinstance(item, str) for item in dependencies):
         raise EnvkitError(f"{shown}: [project] dependencies must be a list of strings")
     # The line each dependency is written on, for the message that names it.

@@ -10,7 +10,7 @@ form, a ``recipe`` (recipes/<recipe>.py with envkit's recipe flags).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
@@ -63,8 +63,22 @@ class Experiment:
     runs: tuple[RecipeRun, ...] = ()  # one, or the table's runs in order (E3: a batch and learning-rate rule each)
     command: tuple[str, ...] | None = None  # an argv run from the project root, or None for a recipe
     env: dict[str, str] = field(default_factory=dict)  # environment variables it runs with
-    target: str | None = None  # the config's target it runs in, where the experiment names one
+    target: str | None = None  # the config's target it runs in: the chosen one (on), else its first
     devices: int = 1  # the GPUs or TPU cores its setting needs at least (a notebook accelerator with fewer is refused)
+    targets: tuple[str, ...] = ()  # the config's targets it runs on, the default first; () runs on any of its kind
+    gpus_rule: str | None = None  # the GPU rule it gives; None: its target kind's default
+
+    def fits(self, target) -> bool:
+        """Whether it runs on the config's ``target`` (a Target): one it names, or (naming none) any of its kind."""
+        return self.runs_on(target.name, target.kind)
+
+    def runs_on(self, target: str, kind: str) -> bool:
+        """Whether it runs on the target named ``target``, of ``kind``."""
+        return target in self.targets if self.targets else kind == self.kind
+
+    def on(self, target) -> Experiment:
+        """The experiment as it runs on ``target`` (one it fits): that target's kind, and the GPU rule on it."""
+        return replace(self, kind=target.kind, target=target.name, gpus=_gpus(self.gpus_rule, target.kind))
 
     @property
     def program(self) -> tuple[str, ...]:
@@ -76,6 +90,11 @@ class Experiment:
     def named_runs(self) -> bool:
         """Several runs, each with a run name the results (and the report) know it by."""
         return self.runs[0].name is not None
+
+
+def _gpus(rule: str | None, kind: str) -> str:
+    """The GPU rule on a kind: the given one where the kind has GPUs (default all), else none."""
+    return (rule or "all") if "gpus" in kinds.kind(kind).keys else "none"
 
 
 def _runs(name: str, entry: dict) -> tuple[RecipeRun, ...]:
@@ -96,14 +115,15 @@ def table_path(config: Path = DEFAULT_CONFIG) -> Path:
     return _loaded(config)[0]
 
 
-def excerpt(config: Path, name: str) -> str:
+def excerpt(config: Path, name: str, kind: str | None = None) -> str:
     """A table of the one experiment ``name``, as the project writes it (JSON, which the loader reads as YAML):
     what a notebook carries so that its report knows the experiment's runs, and changes only with them."""
     import json
 
     _, table, raw = _loaded(config)
-    # The kind resolved: a target it names is not in the excerpt.
-    entry = {key: value for key, value in raw[name].items() if key != "target"} | {"kind": table[name].kind}
+    # The kind resolved (``kind``: the one of the target it runs on): the targets it names are not in the excerpt.
+    entry = {key: value for key, value in raw[name].items() if key not in ("target", "targets")}
+    entry["kind"] = kind or table[name].kind
     return json.dumps({"experiments": {name: entry}}) + "\n"  # in the table's order: runs keep theirs
 
 
@@ -171,18 +191,18 @@ def _experiment(path: Path, name: str, entry: dict, targets: dict) -> Experiment
         raise EnvkitError(f"{at}: the name is a make target of envkit's; rename it (reserved: {reserved})")
     if ("recipe" in entry) == ("command" in entry):
         raise EnvkitError(f"{at}: give either command (an argv list run from the project root) or recipe, not both")
-    target = entry.get("target")
-    if target is not None and target not in targets:
-        raise EnvkitError(f"{at}/target: {target!r} is not a target of the config; choose from {', '.join(targets)}")
-    target_kind = targets[target].get("kind") if target is not None and isinstance(targets[target], dict) else None
-    kind = entry.get("kind") or target_kind
-    if target_kind is not None and kind != target_kind:
-        raise EnvkitError(f"{at}/kind: {kind!r} is not the kind of target {target} ({target_kind}); drop one")
+    named = _named_targets(at, entry, targets)
+    target_kind = targets[named[0]].get("kind") if named and isinstance(targets[named[0]], dict) else None
+    kind = entry.get("kind") or target_kind or _notebook_kind(targets, named)
+    if named and "kind" in entry and kind != target_kind:
+        raise EnvkitError(f"{at}/kind: {kind!r} is not the kind of target {named[0]} ({target_kind}); drop one")
     if kind is None:
-        raise EnvkitError(f"{at}: give kind (one of {', '.join(kinds.names())}) or the target it runs in")
+        raise EnvkitError(
+            f"{at}: give targets (the config's targets it runs on) or kind (one of {', '.join(kinds.names())})"
+        )
     if kind not in kinds.names():
         raise EnvkitError(f"{at}/kind: {kind!r} is not a target kind; choose from {', '.join(kinds.names())}")
-    gpus = entry.get("gpus", "all" if "gpus" in kinds.kind(kind).keys else "none")
+    gpus = _gpus(entry.get("gpus"), kind)
     fields = {key: entry[key] for key in ("image_title", "recipe") if key in entry}
     return Experiment(
         name=name,
@@ -197,11 +217,37 @@ def _experiment(path: Path, name: str, entry: dict, targets: dict) -> Experiment
         runs=_runs(name, entry),
         command=tuple(entry["command"]) if "command" in entry else None,
         env={**entry.get("env", {}), **metric_variables(at, entry.get("metrics"))},
-        target=target,
+        target=named[0] if named else None,
+        targets=named,
+        gpus_rule=entry.get("gpus"),
         devices=entry.get("devices", 1),
         recipe=fields.get("recipe"),
         image_title=fields.get("image_title"),
     )
+
+
+def _named_targets(at: str, entry: dict, targets: dict) -> tuple[str, ...]:
+    """The config's targets an entry names (targets, or the older single target), each checked to exist."""
+    if "target" in entry and "targets" in entry:
+        raise EnvkitError(f"{at}: give targets (a list) or target, not both")
+    named = entry["targets"] if "targets" in entry else [entry["target"]] if "target" in entry else []
+    for index, name in enumerate(named):
+        if name not in targets:
+            where = f"{at}/targets/{index}" if "targets" in entry else f"{at}/target"
+            raise EnvkitError(f"{where}: {name!r} is not a target of the config; choose from {', '.join(targets)}")
+    return tuple(named)
+
+
+def _notebook_kind(targets: dict, named: tuple[str, ...]) -> str | None:
+    """A notebook target names no kind: its accelerator's kind (the config checks the target itself)."""
+    if not named or not isinstance(targets[named[0]], dict):
+        return None
+    from envkit.project.notebook_platforms import load_platforms
+
+    raw = targets[named[0]]
+    platform = load_platforms().platforms.get(raw.get("platform"))
+    accelerator = platform.accelerators.get(raw.get("accelerator")) if platform is not None else None
+    return accelerator.kind if accelerator is not None else None
 
 
 def experiment(name: str, config: Path = DEFAULT_CONFIG) -> Experiment:

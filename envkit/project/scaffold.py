@@ -1,15 +1,18 @@
 """`envkit init`: the files that make an existing repository an envkit project, computed, not written.
 
 Its envkit.yaml names the default targets (cpu, cuda, tpu-vm and the notebook targets) at the torch
-the user's requirements name (else the newest release with a torch_xla pair, so every target exists),
-wires those requirements into every lock (``requirements:``), and holds one experiment per kind for each
-entry script (a top-level ``*.py`` with ``if __name__ == "__main__"``). envkit.mk gives them make
+the user's requirements pin (else the newest release that cpu, cuda and tpu-vm all have a build of, which
+their specifier allows), wires those requirements into every lock (``requirements:``), and holds one
+experiment for each entry script that runs on every default target: a top-level ``*.py`` with
+``if __name__ == "__main__"``, or one named as scripts are run (train.py, main.py, ...) with top-level
+code. A script that reads LOCAL_RANK or RANK, or calls init_process_group, runs under torchrun. envkit.mk gives them make
 targets; a Makefile that includes it is written only where there is none. The caller writes the files,
 all or none: nothing here touches the disk but reading.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,20 +21,28 @@ from envkit.errors import EnvkitError
 from envkit.project import DEFAULT_CONFIG
 from envkit.project.config import DEFAULT_PYTHON
 from envkit.project.dependencies import PYPROJECT, Dependency, read_dependencies
-from envkit.project.matrix import Matrix, load_matrix, version_key
+from envkit.project.matrix import Matrix, load_matrix, version_in_range, version_key
 from envkit.support.bounded_load import Refused, read_text
 
 MAKE_INCLUDE = "envkit.mk"
 # Where a project's requirements are looked for, in order: a .in file is the input a lock is made from.
 REQUIREMENTS_FILES = ("requirements.in", "requirements.txt", PYPROJECT)
 _ENTRY = re.compile(r"^if\s+__name__\s*==\s*['\"]__main__['\"]\s*:", re.MULTILINE)
-_NOT_ENTRY = re.compile(r"^(setup|conftest|test_.*|.*_test)\.py$")
-# (experiment prefix, kind, how the summary says where it runs, its GPU rule)
-EXPERIMENT_KINDS = (
-    ("cpu", "cpu", "on the CPU", None),
-    ("gpu", "cuda", "on one GPU", "first"),
-    ("tpu", "tpu-vm", "on a TPU VM", None),
+# A script run as it is, without a main guard: these names, with a statement at the top level that does something.
+ENTRY_NAMES = ("train", "main", "run", "finetune", "fine_tune", "pretrain", "evaluate", "eval", "benchmark", "bench")
+_TOP_LEVEL_CODE = re.compile(r"^(?!(import|from|def|class|async|@|#|if __name__)\b)[A-Za-z_][^\n]*\(", re.MULTILINE)
+# What torchrun gives each process (or what only a process group needs): such a script runs under torchrun.
+_TORCHRUN = re.compile(
+    r"""(environ(\.get)?\s*[\[(]\s*|getenv\s*\(\s*)['"](LOCAL_RANK|RANK|LOCAL_WORLD_SIZE)['"]|init_process_group\s*\("""
 )
+# More entry scripts than this at the top of a repository are not scripts a user runs one by one.
+MAX_SCRIPTS = 100
+# What envkit makes inside a project, which git should not track (.gitignore's block, marked to be found again).
+GITIGNORE_MARK = "# envkit: what envkit makes here (envkit init)"
+GITIGNORE = (GITIGNORE_MARK, "/.venv*/", "/results/", "/data/", "/.cache/")
+_NOT_ENTRY = re.compile(r"^(setup|conftest|test_.*|.*_test)\.py$")
+# The image targets init writes, the first the default of `envkit experiment` and make.
+IMAGE_TARGETS = ("cpu", "cuda", "tpu-vm")
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,9 @@ class Scaffold:
     requirements: str | None  # the file wired in, or None
     scripts: tuple[str, ...]
     torch: str
+    torchrun: tuple[str, ...] = ()  # the scripts that run under torchrun
+    gitignore: str | None = None  # .gitignore's new text (its block added), or None where it has the block
+    skipped: int = 0  # entry scripts past MAX_SCRIPTS, which get no experiment
 
 
 def scaffold(root: Path, make_include: str) -> Scaffold:
@@ -47,11 +61,29 @@ def scaffold(root: Path, make_include: str) -> Scaffold:
     requirements, lines = _requirements(root)
     matrix = load_matrix()
     torch = _torch(matrix, lines)
-    scripts = tuple(sorted(path.name for path in root.glob("*.py") if _is_entry(path)))
-    files = {DEFAULT_CONFIG.as_posix(): _config(matrix, torch, requirements, scripts), MAKE_INCLUDE: make_include}
-    if not any((root / name).exists() for name in ("Makefile", "makefile", "GNUmakefile")):
-        files["Makefile"] = f"# envkit's targets: make help lists them.\ninclude {MAKE_INCLUDE}\n"
-    return Scaffold(files, requirements, scripts, torch)
+    found = {path.name: kind for path in sorted(root.glob("*.py")) if (kind := _entry_kind(path)) is not None}
+    scripts = tuple(found)[:MAX_SCRIPTS]
+    torchrun = tuple(script for script in scripts if found[script] == "torchrun")
+    config = _config(matrix, torch, requirements, scripts, torchrun)
+    files = {DEFAULT_CONFIG.as_posix(): config, MAKE_INCLUDE: make_include}
+    if not any(os.path.lexists(root / name) for name in ("Makefile", "makefile", "GNUmakefile")):
+        # make alone lists the targets: the include keeps a Makefile's own first target the default.
+        files["Makefile"] = (
+            f"# envkit's targets: make help lists them.\ninclude {MAKE_INCLUDE}\n\n.DEFAULT_GOAL := help\n"
+        )
+    return Scaffold(files, requirements, scripts, torch, torchrun, _gitignore(root), len(found) - len(scripts))
+
+
+def _gitignore(root: Path) -> str | None:
+    """.gitignore with envkit's block added (None where it has it already): venvs, results, data, caches."""
+    path = root / ".gitignore"
+    try:
+        text = read_text(path) if os.path.lexists(path) else ""
+    except (OSError, Refused) as exc:
+        raise EnvkitError(f"{path}: cannot be read ({exc}); make it a text file, or remove it") from None
+    if GITIGNORE_MARK in text:
+        return None
+    return text + ("\n" if text and not text.endswith("\n") else "") + "\n".join(GITIGNORE) + "\n"
 
 
 def _requirements(root: Path) -> tuple[str | None, tuple[Dependency, ...]]:
@@ -65,7 +97,8 @@ def _requirements(root: Path) -> tuple[str | None, tuple[Dependency, ...]]:
 
 
 def _torch(matrix: Matrix, lines: tuple[Dependency, ...]) -> str:
-    """The torch the requirements pin, else the newest with a torch_xla pair that their specifier allows."""
+    """The torch the requirements pin, else the newest that every default image target has a build of (cpu;
+    cuda; tpu-vm on torch_xla or torch_tpu) on the default Python, which their specifier allows."""
     from packaging.specifiers import SpecifierSet
 
     named = next((line for line in lines if line.name == "torch"), None)
@@ -76,26 +109,47 @@ def _torch(matrix: Matrix, lines: tuple[Dependency, ...]) -> str:
         matrix.torch_release(f"{named.where}: torch", version)  # one line when envkit's matrix lacks it
         return version
     allowed = SpecifierSet(spec)
-    paired = sorted({torch for release in matrix.torch_xla.values() for torch, _ in release.pairs}, key=version_key)
-    fitting = [version for version in paired if version in allowed]
+    supported = _supported(matrix)
+    fitting = [version for version in supported if version in allowed]
     if not fitting:
         raise EnvkitError(
-            f"{named.where}: {named.line!r} allows no torch of envkit's matrix with a TPU build; "
-            f"pin one (torch=={paired[-1]}), `envkit matrix` lists them"
+            f"{named.where}: {named.line!r} allows no torch of envkit's matrix that cpu, cuda and tpu-vm all have a "
+            f"build of; pin one (torch=={supported[-1]}), `envkit matrix` lists them"
         )
     return fitting[-1]
 
 
-def _is_entry(path: Path) -> bool:
+def _supported(matrix: Matrix) -> list[str]:
+    """The torch releases, oldest first, with a CUDA build, a torchvision, the default Python and a TPU backend."""
+    paired = {torch for release in matrix.torch_xla.values() for torch, _ in release.pairs}
+    return sorted(
+        (
+            version
+            for release in matrix.torch.values()
+            if release.cuda_choices() and release.torchvision and version_in_range(DEFAULT_PYTHON, release.python)
+            for version in release.versions
+            if version in paired or any(version_in_range(version, tpu.torch) for tpu in matrix.torch_tpu.values())
+        ),
+        key=version_key,
+    )
+
+
+def _entry_kind(path: Path) -> str | None:
+    """ "single" or "torchrun" for an entry script (a main guard, or an entry name with top-level code), else None."""
     if _NOT_ENTRY.match(path.name) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*\.py", path.name):
-        return False
+        return None
     try:
-        return _ENTRY.search(read_text(path)) is not None
+        text = read_text(path)
     except (OSError, Refused):  # not a script a user runs: huge, binary, or not a regular file
-        return False
+        return None
+    if _ENTRY.search(text) is None and not (path.stem.lower() in ENTRY_NAMES and _TOP_LEVEL_CODE.search(text)):
+        return None
+    return "torchrun" if _TORCHRUN.search(text) else "single"
 
 
-def _config(matrix: Matrix, torch: str, requirements: str | None, scripts: tuple[str, ...]) -> str:
+def _config(
+    matrix: Matrix, torch: str, requirements: str | None, scripts: tuple[str, ...], torchrun: tuple[str, ...]
+) -> str:
     release = matrix.torch_release("torch", torch)
     cuda = matrix.cuda[release.cuda_choices()[0]].cuda if release.cuda_choices() else None
     xla = next((x for rel in matrix.torch_xla.values() for t, x in rel.pairs if t == torch), None)
@@ -112,16 +166,18 @@ def _config(matrix: Matrix, torch: str, requirements: str | None, scripts: tuple
             "# Resolved with each target's torch build into every target's lock.",
             f"requirements: {requirements}",
         ]
-    lines += ["", "# One per entry script and kind: make <name>, envkit experiment <name>, envkit launch <name>."]
-    experiments = [
-        (f"{prefix}-{_slug(script)}", kind, f"{script} {where}", gpus, script)
-        for script in scripts
-        for prefix, kind, where, gpus in EXPERIMENT_KINDS
+    targets = [*IMAGE_TARGETS, "colab-t4", *(("colab-tpu", "kaggle-tpu") if xla else ())]
+    lines += [
+        "",
+        "# One per entry script, on the targets it lists (the first is the default): make <name> TARGET=cuda,",
+        "# envkit experiment <name> --target cuda, envkit launch <name>, envkit notebook <name> --target colab-t4.",
     ]
-    lines.append("experiments:" if experiments else "experiments: {}")
-    for name, kind, summary, gpus, script in experiments:
-        lines += [f"  {name}:", f"    summary: {summary}", f"    kind: {kind}", f"    command: [python, {script}]"]
-        lines += [f"    gpus: {gpus}"] if gpus else []
+    lines.append("experiments:" if scripts else "experiments: {}")
+    for name, script in experiment_names(scripts).items():
+        lines += [f"  {name}:", f"    summary: {script}", f"    command: [python, {script}]"]
+        lines += [f"    targets: [{', '.join(targets)}]"]
+        # A torchrun script: one process per GPU of the target (every GPU), or per TPU/CPU device it is given.
+        lines += ["    scale: torchrun", "    gpus: all"] if script in torchrun else ["    gpus: first"]
     lines += ["", "targets:", "  cpu:", "    kind: cpu", f"    torch: {q}", f"    python: {py}"]
     lines += ["  cuda:", "    kind: cuda", f"    torch: {q}"] + ([f'    cuda: "{cuda}"'] if cuda else [])
     lines += [f"    python: {py}", f"    base_image: python:{DEFAULT_PYTHON}-slim-bookworm"]
@@ -142,5 +198,15 @@ def _config(matrix: Matrix, torch: str, requirements: str | None, scripts: tuple
     return "\n".join(lines) + "\n"
 
 
-def _slug(script: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", Path(script).stem.lower()).strip("-")
+def experiment_names(scripts: tuple[str, ...]) -> dict[str, str]:
+    """Experiment name -> script: its name's slug, ``run-<slug>`` where that is one of make's own targets."""
+    from envkit.project.experiments import MAKE_TARGET_PREFIXES, MAKE_TARGETS
+
+    names = {}
+    for script in scripts:
+        slug = re.sub(r"[^a-z0-9]+", "-", Path(script).stem.lower()).strip("-")
+        name = f"run-{slug}" if slug in MAKE_TARGETS or slug.startswith(MAKE_TARGET_PREFIXES) else slug
+        while name in names:  # Train.py and train.py
+            name += "-2"
+        names[name] = script
+    return names

@@ -11,6 +11,7 @@ from pathlib import Path
 import jinja2
 from jinja2.loaders import split_template_path
 
+from envkit import DISTRIBUTION
 from envkit.errors import EnvkitError
 from envkit.lock.base_digest import split_reference
 from envkit.lock.lockfile import (
@@ -96,7 +97,7 @@ def template_environment(root: Path) -> jinja2.Environment:
     """Jinja over the project's templates/ and then envkit's own (a project overrides them file by file)."""
     directories = template_dirs(root)
     if not directories[-1].is_dir():
-        raise EnvkitError(f"envkit's templates are missing at {directories[-1]}: reinstall envkit")
+        raise EnvkitError(f"envkit's templates are missing at {directories[-1]}: reinstall envkit ({DISTRIBUTION})")
     env = jinja2.Environment(
         loader=_BoundedLoader([str(directory) for directory in directories]),
         undefined=jinja2.StrictUndefined,

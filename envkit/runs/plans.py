@@ -97,14 +97,14 @@ def host_step(
     before the recipe writes (a rendezvous that times out) still gets its record. A leading python is ``python``."""
     if os.sep in python:
         python = os.path.abspath(python)  # it runs from the project's root, not from where it was named
+    env = {**entry.env, **env}  # the experiment's env:, under what envkit tells every run
     program = entry.program
     if program[0] in PYTHONS:
-        program = (python, *program[1:])
+        program = (python, *_torchrun(entry), *program[1:])
     wrapper = str(Path(provenance.__file__))
     # It runs elsewhere than envkit: the locations it is told must not be relative.
     located = {name: str(Path(value).resolve()) if name in LOCATIONS else value for name, value in env.items()}
     located["ENVKIT_EXPERIMENT"] = entry.name
-    located.update({name: value for name, value in entry.env.items() if name == provenance.PATTERNS_VARIABLE})
     return Step(
         title,
         (python, wrapper, *program, *args),
@@ -115,6 +115,17 @@ def host_step(
 
 
 LOCATIONS = ("ENVKIT_RESULTS_DIR", "ENVKIT_DATA_DIR")
+
+
+def _torchrun(entry: Experiment) -> tuple[str, ...]:
+    """What starts a ``scale: torchrun`` command's script under torchrun on this host, one process per device of its
+    kind (every GPU; CPU_DDP_PROCESSES gloo processes on a CPU; one on a TPU VM, whose program spreads itself), with
+    a single-host rendezvous on loopback. Nothing for another scale, or a command that starts torchrun itself."""
+    if entry.scale != "torchrun" or entry.command is None or entry.command[1:2] == ("-m",):
+        return ()
+    device = kinds.kind(entry.kind).device
+    processes = "gpu" if entry.gpus != "none" else str(CPU_DDP_PROCESSES) if device == "cpu" else "1"
+    return ("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", processes)
 
 
 def run_env(kind: str, results_dir: Path | None = None, data_dir: Path | None = None) -> dict[str, str]:
@@ -177,8 +188,13 @@ def local_runs(
     config: Path, results_dir: Path, facts, size: tuple[str, ...], extra: dict[str, tuple[str, ...]] | None = None
 ) -> list[Step]:
     """The experiments that can run on this Python, without images; ``extra`` args by recipe. The size
-    arguments are the recipes' flags: a command gets only its own arguments."""
-    runnable = [entry for entry in load_experiments(config).values() if _runs_here(facts, entry.kind)]
+    arguments are the recipes' flags: a command gets only its own arguments. A command experiment whose packages
+    this Python lacks is left out (lacking_notes says so): it would fail, or run on what is not its environment."""
+    runnable = [
+        entry
+        for entry in load_experiments(config).values()
+        if _runs_here(facts, entry.kind) and not _lacking(config, entry)
+    ]
     return [
         host_step(
             _title(entry.title, len(facts.gpus), run),
@@ -191,6 +207,44 @@ def local_runs(
         for entry in _baseline_first(runnable)
         for run in entry.runs
     ]
+
+
+def _lacking(config: Path, entry: Experiment) -> list[str]:
+    """The distributions a command experiment's default target installs that this Python lacks (a recipe's: none,
+    its torch is checked before it runs)."""
+    if entry.recipe is not None:
+        return []
+    from importlib import metadata
+
+    from envkit.project.config import load_config
+    from envkit.project.placement import place
+    from envkit.project.requirement import requirement_name
+
+    try:
+        target = place(load_config(config), entry, None)[1]
+    except EnvkitError:
+        return []  # no image target: nothing of it runs on a host either (its own commands say why)
+    missing = []
+    for name in dict.fromkeys(requirement_name(line) for line in target.requirements()):
+        try:
+            metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            missing.append(name)
+    return missing
+
+
+def lacking_notes(config: Path) -> list[str]:
+    """One note per command experiment left out of a run on this Python for the packages it lacks."""
+    notes = []
+    for entry in load_experiments(config).values():
+        missing = _lacking(config, entry)
+        if missing:
+            notes.append(
+                f"not run here: {entry.name} needs {', '.join(missing)}, which {sys.executable} lacks; run it with its "
+                f"target's venv: envkit venv {entry.target}, then envkit experiment {entry.name} --python "
+                f".venv-{entry.target}/bin/python"
+            )
+    return notes
 
 
 def experiment_gpus(entry: Experiment, requested: str | None, target_gpus: str | None) -> str | None:
@@ -224,7 +278,9 @@ def experiment_plan(
     }
     run_env.update({"GPUS": gpus} if gpus is not None else {})
     run_env["ENVKIT_EXPERIMENT"] = entry.name  # run.sh passes it to the run wrapper, whose record names it
-    run_env.update({name: value for name, value in entry.env.items() if name == provenance.PATTERNS_VARIABLE})
+    if entry.env:  # run.sh passes each into the container
+        run_env.update(entry.env)
+        run_env["ENVKIT_ENV"] = " ".join(entry.env)
     run_sh = str(output.image_folder(config.parent, target.name) / "run.sh")
     return RunPlan(
         [
@@ -266,35 +322,6 @@ def _config_args(config: Path) -> tuple[str, ...]:
     return () if config == DEFAULT_CONFIG else ("--config", str(config))
 
 
-def experiment_target(config, entry: Experiment, name: str | None):
-    """The config's target the experiment runs in: ``name``, else the one the experiment names, else the one named
-    after its kind or its kind's only one."""
-    name = name if name is not None else entry.target
-    if name is not None:
-        target = config.target(name)
-        if target.is_notebook:
-            raise EnvkitError(
-                f"target {name!r} is a notebook target ({target.platform}), not an image: "
-                f"envkit notebook {entry.name} --target {name}, or envkit launch {entry.name} --on {target.platform}"
-            )
-        if target.kind != entry.kind:
-            raise EnvkitError(
-                f"target {name!r} is a {target.kind} target, but {entry.name} runs in a {entry.kind} image"
-            )
-        return target
-    # Notebook targets build no image: only image targets run experiments here and through launch engines.
-    images = {key: target for key, target in config.targets.items() if not target.is_notebook}
-    if entry.kind in images and images[entry.kind].kind == entry.kind:
-        return images[entry.kind]
-    of_kind = [target for target in images.values() if target.kind == entry.kind]
-    if len(of_kind) == 1:
-        return of_kind[0]
-    found = (
-        f"several ({', '.join(t.name for t in of_kind)}): pick one with --target NAME" if of_kind else "none: add one"
-    )
-    raise EnvkitError(f"{entry.name} runs in a {entry.kind} image, and {config.path} has {found}")
-
-
 def _docker_usable(facts) -> bool:
     return facts.docker_version is not None and not facts.docker_error
 
@@ -329,6 +356,7 @@ def compare_plan(
             local,
             [
                 f"no Docker experiments on this host ({reason}); running the recipes with {describe_interpreter()}",
+                *lacking_notes(config),
                 *data,
             ],
         )
@@ -344,7 +372,12 @@ def compare_plan(
     # The first target also builds its image: when that fails the host cannot build
     # images at all (no reachable base image, say), so the recipes run here instead.
     fallback = RunPlan(
-        local, [f"the first Docker experiment failed; running the recipes with {describe_interpreter()} instead", *data]
+        local,
+        [
+            f"the first Docker experiment failed; running the recipes with {describe_interpreter()} instead",
+            *lacking_notes(config),
+            *data,
+        ],
     )
     return RunPlan(steps + [report], data, fallback, 0)
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from envkit import DISTRIBUTION
 from envkit.errors import EnvkitError
 from envkit.runs.columns import METRICS, column_of
 from envkit.runs.model import OURS, Report, Row, Section
 from envkit.support.atomic import atomic_stream
 
-INSTALL_HINT = "pip install 'envkit[report]'"
+INSTALL_HINT = f"pip install '{DISTRIBUTION}[report]'"
 HATCHES = ("", "//", "..", "xx")
 MIN_SLOTS = 4
 # The plot's bounds (a results directory may hold thousands of runs): sections, panels per section, rows per panel,

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 
+from envkit import DISTRIBUTION
 from envkit.errors import EnvkitError
 
 START_ENGINE_HINT = (
     "start one with 'sudo systemctl start docker' (or 'sudo dockerd &', or 'sudo scripts/docker-engine.sh start')"
 )
 PING_TIMEOUT_S = 15
-SDK_MISSING = "the Docker SDK for Python is missing: pip install 'envkit[docker]' (or run 'make venv')"
+SDK_MISSING = f"the Docker SDK for Python is missing: pip install '{DISTRIBUTION}[docker]' (or run 'make venv')"
 
 
 def docker_sdk():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 
+from envkit import DISTRIBUTION
 from envkit.errors import EnvkitError
 
 
@@ -21,7 +22,8 @@ def uv_binary() -> str:
     found = find_uv()
     if found is None:
         raise EnvkitError(
-            "uv is not installed: envkit lock resolves with it; reinstall envkit (it depends on uv) or pip install uv"
+            f"uv is not installed: envkit lock resolves with it; reinstall envkit ({DISTRIBUTION}, which depends on uv) "
+            "or pip install uv"
         )
     return found
 

@@ -8,21 +8,25 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import venv
 from pathlib import Path
 
 import pytest
+from paths import REPO_ROOT
 
+from envkit import DISTRIBUTION
 from envkit.cli import build_parser
 from envkit.project.config import DEFAULT_CONFIG
 
 # What the report extra and the recipes bring, none of it in a core-only install; and the Docker SDK, a core
 # dependency, hidden too: an environment without it gets one line naming how to install it.
 OPTIONAL = ("docker", "matplotlib", "numpy", "torch", "torchvision", "torch_xla", "tqdm", "requests", "urllib3")
-SDK_LINE = "envkit: error: the Docker SDK for Python is missing: pip install 'envkit[docker]' (or run 'make venv')\n"
+SDK_LINE = "envkit: error: the Docker SDK for Python is missing: pip install 'envkit-hw[docker]' (or run 'make venv')\n"
 BLOCKER = f"""
 import sys
 from importlib.abc import MetaPathFinder
@@ -68,7 +72,7 @@ def test_engine_commands_without_the_sdk_are_one_line_naming_the_extra(repo_root
 
 def test_doctor_without_the_sdk_names_the_extra(repo_root):
     done = core_only("doctor", cwd=repo_root)
-    assert done.returncode == 0 and "pip install 'envkit[docker]'" in done.stdout, done.stderr
+    assert done.returncode == 0 and "pip install 'envkit-hw[docker]'" in done.stdout, done.stderr
 
 
 def test_every_handler_is_cmd_and_its_command_name():
@@ -135,3 +139,23 @@ def test_a_real_core_only_install_runs_help_and_render(tmp_path, repo_root):
     done = subprocess.run([envkit, "build", "cpu"], capture_output=True, text=True, env=no_engine, cwd=repo_root)
     assert done.returncode == 2 and done.stderr.startswith("envkit: error: no Docker engine answers at"), done.stderr
     assert done.stderr.count("\n") == 1
+
+
+# The distribution's name (issue 32 §9): "envkit" on the package index is another project, so pyproject's
+# [project] name is envkit.DISTRIBUTION and every install hint names it; the import and the command stay envkit.
+def test_the_distribution_is_named_once_and_the_command_stays_envkit():
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    assert (project["name"], DISTRIBUTION) == ("envkit-hw", "envkit-hw")
+    assert project["scripts"]["envkit"].startswith("envkit.")
+
+
+def test_every_install_hint_names_the_distribution():
+    from envkit.runs.plot import INSTALL_HINT
+    from envkit.support.docker_client import SDK_MISSING
+
+    assert INSTALL_HINT == "pip install 'envkit-hw[report]'"
+    assert "pip install 'envkit-hw[docker]'" in SDK_MISSING
+    # No hint in the code, the docs or the templates installs the other project.
+    wrong = re.compile(r"pip install '?envkit(\[|\b(?!-hw))")
+    texts = [*REPO_ROOT.glob("envkit/**/*.py"), *REPO_ROOT.glob("docs/*.md"), REPO_ROOT / "README.md"]
+    assert texts and not [path for path in texts if wrong.search(path.read_text(encoding="utf-8"))]

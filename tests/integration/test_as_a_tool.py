@@ -58,7 +58,7 @@ def tool(tmp_path_factory) -> Path:
         work,
     )
     assert built.returncode == 0, built.stderr[-2000:]
-    wheel = next((work / "dist").glob("envkit-*.whl"))
+    wheel = next((work / "dist").glob("envkit_hw-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"envkit/templates/Dockerfile.j2", "envkit/templates/run.sh.j2", "envkit/templates/init/envkit.mk"} <= names
     assert "envkit/data/kinds.yaml" in names and not any(n.startswith("envkit/data/experiments.y") for n in names)
@@ -74,6 +74,9 @@ def tool(tmp_path_factory) -> Path:
 def test_a_users_repository_from_init_to_its_locks_and_render(tool, tmp_path):
     project = tmp_path / "mine"
     shutil.copytree(EXAMPLE, project)
+    # The user's pin (init's default is the newest torch every default target has): the locks below are 2.9.0's.
+    requirements = project / "requirements.txt"
+    requirements.write_text(requirements.read_text().replace("torch>=2.9", "torch==2.9.0"))
     envkit = str(tool)
     done = run([envkit, "init"], project)
     assert done.returncode == 0, done.stderr
@@ -91,17 +94,18 @@ def test_a_users_repository_from_init_to_its_locks_and_render(tool, tmp_path):
     )
     assert run([envkit, "render", "--all", "--check"], project).returncode == 0
     listed = run([envkit, "experiment", "--list"], project)
-    assert listed.stdout.split() == ["cpu-train", "gpu-train", "tpu-train"]
-    planned = run(["make", "-s", "gpu-train", f"ENVKIT={envkit}", "DRY_RUN=1"], project)
-    assert planned.returncode == 0 and "experiment gpu-train" in planned.stdout, planned.stderr
+    assert listed.stdout.split() == ["ddp", "train"]
+    planned = run(["make", "-s", "train", "TARGET=cuda", f"ENVKIT={envkit}", "DRY_RUN=1"], project)
+    assert planned.returncode == 0 and "experiment train" in planned.stdout, planned.stderr
+    assert "build the cuda image" in planned.stdout
     # Its notebook for Colab's T4: the colab-t4 lock (the user's tabulate in it), the user's files embedded by
     # sha256, the command run from the project's root. tests/integration/test_notebook_execute.py executes such a
     # notebook in CPU mode (CPU mode's wheelhouse has no tabulate, so this one is validated, not run).
     locked = run([envkit, "lock", "--target", "colab-t4"], project, timeout=1800)
     assert locked.returncode == 0, locked.stderr
-    written = run([envkit, "notebook", "gpu-train", "--target", "colab-t4"], project)
+    written = run([envkit, "notebook", "train", "--target", "colab-t4"], project)
     assert written.returncode == 0, written.stderr
-    notebook = nbformat.read(project / "gpu-train.ipynb", as_version=4)
+    notebook = nbformat.read(project / "train.ipynb", as_version=4)
     nbformat.validate(notebook)
     text = "\n".join(cell.source for cell in notebook.cells)
     assert "train.py" in text and hashlib.sha256((EXAMPLE / "train.py").read_bytes()).hexdigest() in text
@@ -183,11 +187,11 @@ def test_a_users_experiment_runs_in_its_image_and_on_a_host_lock_then_reports_an
     report = run([envkit, "report", str(results)], project)
     assert report.returncode == 0 and "local-train" in report.stdout, report.stderr
     for engine, name, extra in [
-        ("hosts", "gpu-train", []),
-        ("slurm", "gpu-train", []),
-        ("pytorchjob", "gpu-train", []),
-        ("skypilot", "gpu-train", []),
-        ("tpu-pod", "tpu-train", ["--tpu", "my-tpu", "--zone", "us-central2-b"]),
+        ("hosts", "train", ["--target", "cuda"]),
+        ("slurm", "train", ["--target", "cuda"]),
+        ("pytorchjob", "train", ["--target", "cuda"]),
+        ("skypilot", "train", ["--target", "cuda"]),
+        ("tpu-pod", "train", ["--target", "tpu-vm", "--tpu", "my-tpu", "--zone", "us-central2-b"]),
     ]:
         planned = run([envkit, "launch", name, "--on", engine, "--dry-run", *extra], project)
         assert planned.returncode == 0, (engine, planned.stderr)

@@ -158,10 +158,33 @@ def test_render_refuses_a_hand_edited_lock(locked, indexes, capsys, repo_root):
     assert not (locked.parent / "docker" / "tpu-vm" / "Dockerfile").exists()
 
 
-def test_check_reports_unlocked_targets_without_failing(tmp_path, capsys):
+UNLOCKED = "cpu: unlocked: docker/cpu/requirements.lock does not exist (envkit lock --target cpu)"
+
+
+def test_check_fails_on_an_unlocked_target_unless_it_may_be(tmp_path, capsys):
+    """Issue 32 §9: before, --check passed (exit 0) with cpu unlocked, so a CI gate passed an unpinned image."""
     config = write_project(tmp_path, "http://127.0.0.1:9/simple/")
+    code, out, err = envkit(capsys, "lock", "--check", "--config", str(config), "--target", "cpu")
+    assert (code, out) == (1, f"{UNLOCKED}\n")
+    assert err == (
+        "envkit: error: unlocked: cpu: run `envkit lock --target cpu` and commit, or give the target "
+        "unlocked: {allowed: REASON} (envkit lock --check --allow-unlocked for this check)\n"
+    )
+    code, out, _ = envkit(capsys, "lock", "--check", "--config", str(config), "--target", "cpu", "--allow-unlocked")
+    assert (code, out) == (0, f"{UNLOCKED}; allowed: --allow-unlocked\n")
+    config = write_project(tmp_path, "http://127.0.0.1:9/simple/", cpu={"unlocked": {"allowed": "no CPU index in CI"}})
     code, out, _ = envkit(capsys, "lock", "--check", "--config", str(config), "--target", "cpu")
-    assert (code, out) == (0, "cpu: unlocked: docker/cpu/requirements.lock does not exist (envkit lock --target cpu)\n")
+    assert (code, out) == (0, f"{UNLOCKED}; allowed: no CPU index in CI\n")
+    code, out, err = envkit(capsys, "lock", "--check", "--config", str(config), "--target", "cpu", "--target", "cuda")
+    assert code == 1 and out.splitlines()[1].startswith("cuda: unlocked") and "unlocked: cuda:" in err
+
+
+def test_check_honours_every_target_given(locked, indexes, capsys):
+    """Issue 33 §13: before, --target a --target b checked b alone and said fresh while a was stale."""
+    pin_an_older_version_by_hand(locked, indexes[0].url)
+    code, out, err = envkit(capsys, "lock", "--check", "--config", str(locked), "--target", "tpu-vm", "--target", "cpu")
+    assert code == 1 and [line.split(":")[0] for line in out.splitlines()] == ["tpu-vm", "cpu"]
+    assert "locks are stale (tpu-vm)" in err
 
 
 def test_relock_keeps_versions_until_upgrade_package(locked, indexes, capsys):

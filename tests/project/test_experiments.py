@@ -6,6 +6,7 @@ either read the table or are checked here against it, both ways.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ from envkit.errors import EnvkitError
 from envkit.project.config import load_config
 from envkit.project.experiments import load_experiments, table_path
 from envkit.project.kinds import load_kinds
-from envkit.runs.plans import experiment_target
+from envkit.project.placement import NOTEBOOK, place
 
 TABLE = load_experiments()
 # One experiment target: `name: $(RENDERED)/<target> | $(ENVKIT) ## summary` (the target's render stamp)
@@ -40,7 +41,7 @@ def test_makefile_has_one_target_per_experiment_and_no_other(repo_root):
     config = load_config(repo_root / "envkit.yaml")
     for name, target, summary, flags in found:
         entry = TABLE[name]
-        assert target == experiment_target(config, entry, None).name, name
+        assert target == place(config, entry, None)[1].name, name
         assert (summary, flags) == (entry.summary, entry.recipe.upper()), name
         assert re.search(rf"^\.PHONY:[^\n]*(\\\n[^\n]*)*\b{name}\b", makefile, re.MULTILINE), f"{name} is not .PHONY"
 
@@ -334,6 +335,64 @@ def test_an_experiment_needs_a_target_of_its_kind(tmp_path, monkeypatch, capsys)
     assert "build b" in capsys.readouterr().out
 
 
+MANY = (
+    'targets:\n  cpu: {kind: cpu, torch: "2.9.0"}\n  gpu: {kind: cuda, torch: "2.9.0", cuda: "12.8"}\n'
+    '  t4: {platform: colab, accelerator: T4, torch: "2.9.0"}\n'
+    "experiments:\n  train: {summary: s, command: [python, train.py], targets: [gpu, cpu, t4], gpus: first}\n"
+)
+
+
+def test_one_experiment_runs_on_each_of_its_targets(tmp_path, monkeypatch, capsys):
+    """Issue 32 §1: one experiment, many targets; before, one experiment per kind (cpu-train, gpu-train, ...)."""
+    (tmp_path / "envkit.yaml").write_text(MANY)
+    monkeypatch.chdir(tmp_path)
+    config = load_config(tmp_path / "envkit.yaml")
+    entry = load_experiments(tmp_path / "envkit.yaml")["train"]
+    assert entry.targets == ("gpu", "cpu", "t4")
+    # the first image target by default; a chosen one gives its kind and the GPU rule on it
+    placed = {name: place(config, entry, name) for name in (None, "cpu")}
+    assert [(e.kind, e.target, e.gpus, t.name) for e, t in placed.values()] == [
+        ("cuda", "gpu", "first", "gpu"),
+        ("cpu", "cpu", "none", "cpu"),
+    ]
+    notebook, target = place(config, entry, None, NOTEBOOK)
+    assert (notebook.kind, target.name) == ("cuda", "t4")
+    assert main(["experiment", "--dry-run", "train", "--target", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "envkit doctor --require cpu\n" in out and "build cpu" in out and "docker/cpu/run.sh python train.py" in out
+    assert main(["experiment", "--dry-run", "train"]) == 0
+    assert "envkit doctor --require cuda --gpus 0\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--target", "cpu", "--target", "gpu"], "--target given twice (cpu, gpu): give one"),
+        (["--target", "t4"], "target 't4' is a notebook target (colab), not an image: envkit notebook train"),
+        (["--target", "tpu"], "unknown target 'tpu'; targets in envkit.yaml: cpu, gpu, t4"),
+    ],
+)
+def test_a_target_the_experiment_cannot_take_is_one_line(tmp_path, monkeypatch, capsys, argv, message):
+    (tmp_path / "envkit.yaml").write_text(MANY)
+    monkeypatch.chdir(tmp_path)
+    assert main(["experiment", "--dry-run", "train", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and message in err
+
+
+def test_a_target_outside_the_experiments_list_is_refused(tmp_path, monkeypatch, capsys):
+    (tmp_path / "envkit.yaml").write_text(MANY.replace("[gpu, cpu, t4]", "[gpu, t4]"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["experiment", "--dry-run", "train", "--target", "cpu"]) == 2
+    assert capsys.readouterr().err == (
+        "envkit: error: train runs on gpu, t4, not cpu: add cpu to its targets in envkit.yaml\n"
+    )
+    assert main(["notebook", "train", "--target", "cpu"]) == 2
+    assert "target 'cpu' is not a notebook target (it names no platform); notebook targets in envkit.yaml: t4" in (
+        capsys.readouterr().err
+    )
+
+
 def test_experiment_stops_at_the_first_failed_step(repo_root, tmp_path):
     # No engine answers: the host check fails with its one line, and nothing is built.
     env = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": f"unix://{tmp_path}/no.sock", "PYTHONPATH": str(repo_root)}
@@ -434,11 +493,23 @@ def test_a_project_without_experiments_has_an_empty_table(tmp_path, monkeypatch,
         ),
         (
             "experiments:\n  cpu-train: {summary: s, command: [python, train.py]}\n",
-            "experiments/cpu-train: give kind (one of cpu, cuda, tpu-vm) or the target it runs in",
+            "experiments/cpu-train: give targets (the config's targets it runs on) or kind (one of cpu, cuda, tpu-vm)",
         ),
         (
             "experiments:\n  cpu-train: {summary: s, target: tpu, command: [python, train.py]}\n",
             "experiments/cpu-train/target: 'tpu' is not a target of the config; choose from cpu, gpu",
+        ),
+        (
+            "experiments:\n  train: {summary: s, targets: [cpu, tpu], command: [python, train.py]}\n",
+            "experiments/train/targets/1: 'tpu' is not a target of the config; choose from cpu, gpu",
+        ),
+        (
+            "experiments:\n  train: {summary: s, targets: [cpu, cpu], command: [python, train.py]}\n",
+            "experiments/train/targets: ['cpu', 'cpu'] has non-unique elements",
+        ),
+        (
+            "experiments:\n  train: {summary: s, targets: [cpu], target: cpu, command: [python, train.py]}\n",
+            "experiments/train: give targets (a list) or target, not both",
         ),
         (
             "experiments:\n  cpu-train: {summary: s, target: gpu, kind: cpu, command: [python, train.py]}\n",
@@ -455,3 +526,38 @@ def test_a_bad_experiment_is_one_line_before_anything_renders(tmp_path, capsys, 
     assert main(["render", "--all", "--config", str(config)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and not (tmp_path / "docker").exists()
+
+
+def test_an_experiments_env_reaches_its_command_on_the_host_and_in_the_image(tmp_path, monkeypatch, capsys, repo_root):
+    """Issue 32 §8: before, env: was honoured in notebooks only; envkit experiment and run.sh dropped it."""
+    (tmp_path / "envkit.yaml").write_text(
+        MANY.replace("gpus: first}", "gpus: first, env: {WANDB_MODE: offline, NOTE: 'a b'}}")
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["experiment", "--dry-run", "train", "--target", "cpu"]) == 0
+    assert capsys.readouterr().out.endswith(
+        "ENVKIT_EXPERIMENT=train WANDB_MODE=offline NOTE='a b' ENVKIT_ENV='WANDB_MODE NOTE' docker/cpu/run.sh "
+        "python train.py\n"
+    )
+    assert main(["experiment", "--dry-run", "train", "--target", "cpu", "--python", "/usr/bin/python3"]) == 0
+    assert "WANDB_MODE=offline NOTE='a b' ENVKIT_DEVICE=cpu" in capsys.readouterr().out
+    # run.sh passes each named variable into the container
+    env = {"PATH": os.environ["PATH"], "ENVKIT_DRY_RUN": "1", "ENVKIT_ENV": "WANDB_MODE NOTE", "WANDB_MODE": "offline"}
+    done = subprocess.run(
+        [str(repo_root / "docker" / "cpu" / "run.sh"), "python", "train.py"],
+        cwd=tmp_path,
+        env={**env, "NOTE": "a b"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0 and " -e WANDB_MODE -e NOTE " in done.stdout, done.stderr
+    done = subprocess.run(
+        [str(repo_root / "docker" / "cpu" / "run.sh"), "python", "train.py"],
+        cwd=tmp_path,
+        env={**env, "ENVKIT_ENV": "A;B"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (2, "run.sh: error: ENVKIT_ENV must be variable names; got 'A;B'\n")

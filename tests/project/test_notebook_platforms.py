@@ -173,7 +173,7 @@ def write_config(root: Path, **target) -> Path:
         ({"kind": "cuda"}, "colab's v5e-1 is a tpu-vm accelerator, not cuda"),
         (
             {"notebooks": ["gpu-mnist"]},
-            "'gpu-mnist' is not an experiment of kind tpu-vm; choose from tpu-mnist, tpu-mnist-single, e3-batch-scaling",
+            "'gpu-mnist' is not an experiment that runs on nb (tpu-vm); choose from tpu-mnist, tpu-mnist-single, e3-batch-scaling",
         ),
         (
             {"notebooks": ["tpu-mnist-single", "e3-batch-scaling"]},

@@ -89,7 +89,7 @@ sys.meta_path.insert(0, Hide())
 from envkit.cli import main
 sys.exit(main(sys.argv[1:]))
 """
-MISSING_LINE = "envkit: error: plotting needs matplotlib, which is not installed: pip install 'envkit[report]'"
+MISSING_LINE = "envkit: error: plotting needs matplotlib, which is not installed: pip install 'envkit-hw[report]'"
 
 
 def _without_matplotlib(*argv, cwd: Path, hide: str = "matplotlib") -> subprocess.CompletedProcess:
@@ -126,7 +126,7 @@ def test_matplotlib_that_does_not_import_says_why(tmp_path):
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.splitlines() == [
         "envkit: error: plotting needs matplotlib, which does not import here "
-        "(No module named 'numpy'): pip install 'envkit[report]'"
+        "(No module named 'numpy'): pip install 'envkit-hw[report]'"
     ]
 
 

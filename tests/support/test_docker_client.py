@@ -15,7 +15,8 @@ def test_a_missing_docker_sdk_is_one_line_naming_the_extra(monkeypatch):
     with pytest.raises(EnvkitError) as caught:
         engine.connect_docker()
     assert (
-        str(caught.value) == "the Docker SDK for Python is missing: pip install 'envkit[docker]' (or run 'make venv')"
+        str(caught.value)
+        == "the Docker SDK for Python is missing: pip install 'envkit-hw[docker]' (or run 'make venv')"
     )
     assert caught.value.exit_code == 2
 
@@ -26,5 +27,5 @@ def test_the_rendered_docker_directory_is_not_mistaken_for_the_sdk(monkeypatch, 
     pytest.importorskip("docker")  # so that the real SDK is put back in sys.modules afterwards
     monkeypatch.delitem(sys.modules, "docker")
     monkeypatch.setattr(sys, "path", [str(tmp_path)])
-    with pytest.raises(EnvkitError, match=r"pip install 'envkit\[docker\]'"):
+    with pytest.raises(EnvkitError, match=r"pip install 'envkit-hw\[docker\]'"):
         engine.docker_sdk()

@@ -11,7 +11,8 @@
 # SHM_SIZE (2g), DOCKER (docker),
 # NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME (multi-node
 # torchrun: passed into the container when set; NNODES above 1 runs on the host network),
-# ENVKIT_EXPERIMENT (the experiment its results file names),
+# ENVKIT_EXPERIMENT (the experiment its results file names), ENVKIT_ENV (names of variables passed into the
+# container as they are set here: an experiment's env),
 # ENVKIT_DRY_RUN=1 (print the docker command instead of running it),
 # ENVKIT_IMAGE_DIGEST (the image's manifest digest for the results; found for name@sha256: and buildah's images).
 set -euo pipefail
@@ -66,6 +67,12 @@ multinode_args=()
 for name in NNODES NODE_RANK RDZV_ENDPOINT RDZV_ID NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME; do
   [[ -z ${!name:-} ]] || multinode_args+=(-e "$name")
 done
+# An experiment's env (envkit experiment names them): each reaches the command as it is set here.
+env_args=()
+for name in ${ENVKIT_ENV:-}; do
+  [[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || fail "ENVKIT_ENV must be variable names; got '$name'"
+  env_args+=(-e "$name")
+done
 [[ ${NNODES:-1} =~ ^[1-9][0-9]*$ ]] || fail "NNODES must be a number of hosts, 1 or more; got '$NNODES'"
 if ((${NNODES:-1} > 1)); then
   multinode_args+=(--net=host)
@@ -76,7 +83,7 @@ command=(
   --user "$owner" -e HOME=/tmp
   "${ipc_args[@]}"
   -e "ENVKIT_IMAGE=$image" -e ENVKIT_IMAGE_ID -e ENVKIT_IMAGE_DIGEST -e "ENVKIT_RESULTS_OWNER=$owner" -e ENVKIT_EXPERIMENT -e ENVKIT_METRIC_PATTERNS
-  ${multinode_args[@]+"${multinode_args[@]}"}
+  ${multinode_args[@]+"${multinode_args[@]}"} ${env_args[@]+"${env_args[@]}"}
   -e ENVKIT_DATA_DIR=/workspace/data -e ENVKIT_RESULTS_DIR=/workspace/results -e ENVKIT_DEVICE=cpu
   -v "$data_dir:/workspace/data" -v "$results_dir:/workspace/results"
   "$image" python /opt/envkit/envkit_run.py "$@"
