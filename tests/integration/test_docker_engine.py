@@ -45,7 +45,6 @@ from docker_engine import (
     docker_cli,
     engine_test,
     envkit,
-    fill_wheelhouse,
     locked,
     locked_build,
     manifest_digest,
@@ -70,8 +69,10 @@ NON_ROOT = (4242, 4242)
 
 
 @pytest.fixture(scope="session")
-def wheelhouse(tmp_path_factory) -> Path:
-    return fill_wheelhouse(tmp_path_factory.mktemp("wheelhouse"), OFFLINE_CONFIG, "cpu")
+def wheelhouse(locked) -> Path:
+    """The locked project's wheelhouse: pip resolves the unlocked offline config to the same eleven files (torch's
+    CPU build and its dependencies), so the session downloads them once."""
+    return locked[1]
 
 
 @pytest.fixture(scope="session")
@@ -604,15 +605,16 @@ def test_diff_of_two_locks_names_the_one_package_that_differs(client, locked, ba
     config = yaml.safe_load((other / "envkit.yaml").read_text())
     config["targets"]["cpu"]["pip_packages"] = ["tqdm==4.66.5"]
     (other / "envkit.yaml").write_text(yaml.safe_dump(config))
+    # The session's wheels first: pip finds every file of the new lock but tqdm's already there, and fetches that one.
+    (tmp_path / "wheels").mkdir()
+    for wheel in wheels.glob("*.whl"):
+        os.link(wheel, tmp_path / "wheels" / wheel.name)
     try:
         # The previous lock is uv's preference: only tqdm moves.
         lock = lock_and_render(other, torch_index(tmp_path / "torch-index"))
         offline_lock.fill_wheelhouse(lock, tmp_path / "wheels")
     except OfflineLockError as exc:
         unavailable(f"cannot relock with tqdm 4.66.5: {exc}")
-    for wheel in wheels.glob("*.whl"):
-        if not (tmp_path / "wheels" / wheel.name).exists():
-            os.link(wheel, tmp_path / "wheels" / wheel.name)
     b = locked_build(other, tmp_path / "wheels", base_image).stdout.strip()
     try:
         done = envkit("diff", a, b, cwd=project, check=False)
