@@ -14,7 +14,7 @@ from pathlib import Path
 
 import paths
 import pytest
-from launch_jobs import CASES, OUTPUT, calls, fake_client, fake_path, project, run  # noqa: F401 - fixtures
+from launch_jobs import CASES, OUTPUT, calls, fake_client, run
 from paths import REPO_ROOT, TESTS
 
 from envkit.cli import main
