@@ -30,13 +30,7 @@ from docker_engine import (  # noqa: F401 - fixtures too
     registry,
     unavailable,
 )
-from multihost import (  # noqa: F401 - two_node_slurm is a fixture
-    NODE_INTERFACE,
-    SlurmCluster,
-    podman_of_its_own,
-    slurm_job_script,
-    two_node_slurm,
-)
+from multihost import NODE_INTERFACE, SlurmCluster, podman_of_its_own, slurm_job_script
 from offline_lock import OfflineLockError, lock_and_render, torch_index
 from paths import REPO_ROOT
 
