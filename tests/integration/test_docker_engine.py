@@ -39,18 +39,12 @@ from docker_engine import (
     HOST_CA_BUNDLE,
     MNIST_SMOKE,
     OFFLINE_CONFIG,
-    base_image,
     build_committed,
-    client,
-    docker_cli,
     engine_test,
     envkit,
     fill_wheelhouse,
-    locked,
     locked_build,
     manifest_digest,
-    project,
-    registry,
     unavailable,
 )
 from mnist_files import read_results, write_mnist

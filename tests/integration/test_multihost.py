@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cifar_files import RECIPE, TEST_IMAGES, TRAINING, data_dir, only_results, recipe  # noqa: F401 - data_dir too
+from cifar_files import RECIPE, TEST_IMAGES, TRAINING, only_results, recipe
 from multihost import HOSTS_SCRIPT, NAMESPACE_TOOLS, require, torchrun_on_hosts
 
 
