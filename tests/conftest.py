@@ -5,6 +5,10 @@
   skipped otherwise so that a plain ``pytest`` stays fast.
 - ``--update-golden`` (or ENVKIT_UPDATE_GOLDEN=1) rewrites golden files
   instead of comparing against them.
+
+The fixtures that tests of several packages share are registered here as plugins, so that no test imports a
+fixture by name: they stay beside the helpers they are built from, in modules that tests and benchmarks import
+(a conftest cannot be imported). A package's own fixtures are in its conftest.py.
 """
 
 from __future__ import annotations
@@ -14,6 +18,10 @@ from pathlib import Path
 
 import pytest
 from paths import REPO_ROOT
+
+# docker_engine: client, docker_cli, base_image, project, registry, locked (image, host and integration tests);
+# lock_project: indexes (lock and integration tests); cifar_files: data_dir (recipes and integration tests).
+pytest_plugins = ("docker_engine", "lock_project", "cifar_files")
 
 
 def pytest_addoption(parser):

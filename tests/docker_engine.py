@@ -16,7 +16,6 @@ from pathlib import Path
 
 import offline_lock
 import pytest
-from launch_jobs import REPO_ROOT
 from offline_lock import OfflineLockError, lock_and_render, new_project, torch_index
 from paths import REPO_ROOT
 

@@ -1,4 +1,8 @@
-"""A small in-memory engine and a staged project for the image tests (tests/image/): no Docker engine needed."""
+"""A small in-memory engine and a staged project for the image tests (tests/image/): no Docker engine needed.
+
+The classes and functions the tests call by name live here, because a conftest cannot be imported;
+the fixtures built from them (project, engine, fake_buildah) are in tests/image/conftest.py.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
-from envkit.image import archive as image_archive
-from envkit.image import build as image_build
 from envkit.image import build_context
 
 
@@ -25,23 +25,6 @@ class FakeTarget:
 
     def pins(self) -> dict[str, str]:
         return {"python": "3.11", "torch": "2.13.0"}
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    (root / "docker" / "cpu").mkdir(parents=True)
-    (root / "docker" / "cpu" / "Dockerfile").write_text("FROM scratch\n")
-    (root / "docker" / "cpu" / ".dockerignore").write_text("**/__pycache__\n")
-    (root / "docker" / "cpu" / "envkit_run.py").write_text("# the run wrapper\n")
-    (root / "recipes" / "__pycache__").mkdir(parents=True)
-    (root / "recipes" / "mnist.py").write_text("print('mnist')\n")
-    (root / "recipes" / "__pycache__" / "mnist.cpython-311.pyc").write_bytes(b"\0junk")
-    # The image holds what git tracks: the recipe, not the rendered files or the caches beside it.
-    git = ["git", "-C", str(root)]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "recipes/mnist.py"], check=True)
-    return root
 
 
 def staged(
@@ -101,19 +84,6 @@ class FakeClient:
 
     def info(self):
         return {"Architecture": self.architecture}
-
-
-@pytest.fixture
-def engine(monkeypatch):
-    image = FakeImage(
-        id="sha256:" + "ab" * 32,
-        tags=["envkit-cpu:0123456789ab", "envkit-cpu:latest"],
-        labels={"io.envkit.pin.torch": "2.13.0", "io.envkit.kind": "cpu"},
-    )
-    client = FakeClient(image)
-    for module in (image_build, image_archive):
-        monkeypatch.setattr(module, "connect_docker", lambda: client)
-    return client
 
 
 def envkit(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -210,17 +180,6 @@ class FakeBuildah:
 
     def calls(self, command: str) -> list[list[str]]:
         return [call for call in self.state["calls"] if call[0] == command]
-
-
-@pytest.fixture
-def fake_buildah(tmp_path, monkeypatch):
-    buildah = FakeBuildah(tmp_path)
-    monkeypatch.setenv("BUILDAH", str(buildah.executable))
-    monkeypatch.setenv("FAKE_BUILDAH_STATE", str(buildah.state_path))
-    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(image_build, "git_revision", lambda root: "abc123")
-    monkeypatch.setattr(image_build, "source_date_epoch", lambda root, name, output: "1700000000")
-    return buildah
 
 
 class DaemonImages(FakeImages):

@@ -1,4 +1,9 @@
-"""Jobs for the launch tests: fixed paths, so that renders are the same on every machine."""
+"""Jobs for the launch tests: fixed paths, so that renders are the same on every machine.
+
+Plain helpers, imported by name: the image tests and tests/docker_engine.py use some of them, and test_job.py
+imports CASES in a child process, so they cannot live in a conftest. The launch fixtures (project, fake_path)
+are in tests/launch/conftest.py.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,6 @@ import shlex
 import stat
 from pathlib import Path
 
-import pytest
 from paths import REPO_ROOT
 
 from envkit.cli import main
@@ -100,15 +104,6 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
         code = exc.code
     out, err = capsys.readouterr()
     return code, out, err
-
-
-@pytest.fixture()
-def project(tmp_path, monkeypatch):
-    root = tmp_path / "project"
-    root.mkdir()
-    monkeypatch.chdir(root)
-    (root / "envkit.yaml").write_text((REPO_ROOT / "envkit.yaml").read_text())
-    return root
 
 
 REGISTRY_IMAGE = f"registry.example:5000/team/envkit-cuda@{DIGEST}"
@@ -269,13 +264,3 @@ def calls(log: Path) -> list[list[str]]:
     if not log.exists():
         return []
     return [entry.split("\0") for entry in log.read_text().split("\0\n") if entry]
-
-
-@pytest.fixture()
-def fake_path(tmp_path, monkeypatch):
-    # The fake clients alone: this machine has real sbatch, kubectl and gcloud in /usr/bin,
-    # and none of them may run from a test.
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    monkeypatch.setenv("PATH", str(bin_dir))
-    return bin_dir

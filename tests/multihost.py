@@ -9,6 +9,9 @@ then whatever a job left inside the namespaces, then the namespaces.
 
 Without root or the tools, tests skip with the reason; with ENVKIT_REQUIRE_SLURM=1
 (CI) they fail instead.
+
+Plain helpers: tests/host and benchmarks/bench_multihost.py import them by name, which a conftest does not
+allow. The fixtures built on them (two_hosts, two_node_slurm) are in tests/integration/conftest.py.
 """
 
 from __future__ import annotations
@@ -274,15 +277,3 @@ def torchrun_on_hosts(
             stderr.seek(0)
             finished.append(subprocess.CompletedProcess(process.args, process.returncode, stdout.read(), stderr.read()))
         return finished
-
-
-@pytest.fixture
-def two_hosts(tmp_path) -> Iterator[Hosts]:
-    with namespace_hosts(tmp_path / "hosts") as hosts:
-        yield hosts
-
-
-@pytest.fixture
-def two_node_slurm(tmp_path) -> Iterator[SlurmCluster]:
-    with slurm_cluster(tmp_path / "cluster") as cluster:
-        yield cluster

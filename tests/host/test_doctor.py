@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from docker_engine import client, engine_test, envkit, project
+from docker_engine import engine_test, envkit
 from paths import REPO_ROOT
 
 from envkit.errors import EnvkitError

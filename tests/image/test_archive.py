@@ -8,7 +8,7 @@ import json
 import os
 
 import pytest
-from image_fakes import FakeTarget, engine, envkit
+from image_fakes import FakeTarget, envkit
 
 from envkit.errors import EnvkitError
 from envkit.image import archive as image_archive

@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from image_fakes import FakeClient, FakeImage, FakeImages, FakeTarget, engine, envkit, project, staged
-from launch_jobs import REPO_ROOT
+from image_fakes import FakeClient, FakeImage, FakeImages, FakeTarget, envkit, staged
 from paths import REPO_ROOT
 
 from envkit.errors import EnvkitError

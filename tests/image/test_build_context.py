@@ -10,7 +10,7 @@ import os
 import subprocess
 
 import pytest
-from image_fakes import FakeTarget, files, project, staged
+from image_fakes import FakeTarget, files, staged
 
 from envkit.errors import EnvkitError
 from envkit.image import build_context

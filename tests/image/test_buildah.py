@@ -11,8 +11,6 @@ from image_fakes import (
     FakeTarget,
     buildah_project,
     envkit,
-    fake_buildah,
-    project,
     staged,
 )
 

@@ -22,15 +22,11 @@ from pathlib import Path
 import offline_lock
 import pytest
 import yaml
-from docker_engine import (  # noqa: F401 - fixtures
+from docker_engine import (
     MNIST_SMOKE,
     OFFLINE_CONFIG,
-    base_image,
-    client,
-    docker_cli,
     engine_test,
     envkit,
-    locked,
     unavailable,
 )
 

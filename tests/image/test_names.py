@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from image_fakes import FakeTarget, engine, envkit
+from image_fakes import FakeTarget, envkit
 
 from envkit.errors import EnvkitError
 from envkit.image import build as image_build

@@ -16,7 +16,7 @@ import urllib.request
 from dataclasses import dataclass, field
 
 import pytest
-from docker_engine import client, docker_cli, engine_test, envkit, registry, unavailable  # noqa: F401 - fixtures
+from docker_engine import engine_test, envkit, unavailable
 
 from envkit.errors import EnvkitError
 from envkit.image import build as image_build

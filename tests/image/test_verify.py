@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from image_fakes import DaemonImages, FakeClient, FakeImage, FakeTarget, buildah_project, engine, fake_buildah, project
+from image_fakes import DaemonImages, FakeClient, FakeImage, FakeTarget, buildah_project
 
 from envkit.errors import EnvkitError
 from envkit.image import build as image_build

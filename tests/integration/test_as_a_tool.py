@@ -18,7 +18,6 @@ from pathlib import Path
 import nbformat
 import paths
 import pytest
-from docker_engine import base_image, client  # noqa: F401 - fixtures
 
 REPO = paths.REPO_ROOT
 EXAMPLE = paths.TESTS / "example_project"

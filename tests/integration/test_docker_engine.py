@@ -39,17 +39,11 @@ from docker_engine import (
     HOST_CA_BUNDLE,
     MNIST_SMOKE,
     OFFLINE_CONFIG,
-    base_image,
     build_committed,
-    client,
-    docker_cli,
     engine_test,
     envkit,
-    locked,
     locked_build,
     manifest_digest,
-    project,
-    registry,
     unavailable,
 )
 from mnist_files import read_results, write_mnist

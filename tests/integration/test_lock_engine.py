@@ -12,8 +12,8 @@ import io
 import tarfile
 
 import pytest
-from docker_engine import base_image, client, engine_test, registry  # noqa: F401 - fixtures
-from lock_project import envkit, indexes, lock_text, write_project  # noqa: F401 - fixtures
+from docker_engine import engine_test
+from lock_project import envkit, lock_text, write_project
 
 import docker
 from envkit.lock.lockfile import BASE_LINE

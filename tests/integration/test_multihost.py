@@ -12,8 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cifar_files import RECIPE, TEST_IMAGES, TRAINING, data_dir, only_results, recipe  # noqa: F401 - data_dir too
-from multihost import HOSTS_SCRIPT, NAMESPACE_TOOLS, require, torchrun_on_hosts, two_hosts  # noqa: F401 - two_hosts is a fixture
+from cifar_files import RECIPE, TEST_IMAGES, TRAINING, only_results, recipe
+from multihost import HOSTS_SCRIPT, NAMESPACE_TOOLS, require, torchrun_on_hosts
 
 
 @pytest.mark.slow

@@ -19,23 +19,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cifar_files import TRAINING, data_dir, only_results  # noqa: F401 - data_dir is a fixture
-from docker_engine import (  # noqa: F401 - fixtures too
-    base_image,
-    client,
+from cifar_files import TRAINING, only_results
+from docker_engine import (
     envkit,
-    locked,
     locked_build,
     manifest_digest,
-    registry,
 )
-from multihost import (  # noqa: F401 - two_node_slurm is a fixture
-    NODE_INTERFACE,
-    SlurmCluster,
-    podman_of_its_own,
-    slurm_job_script,
-    two_node_slurm,
-)
+from multihost import NODE_INTERFACE, SlurmCluster, podman_of_its_own, slurm_job_script
 from paths import REPO_ROOT
 
 from envkit.image.build_context import staging_path

@@ -14,10 +14,7 @@ import shutil
 import subprocess
 
 import pytest
-from docker_engine import (  # noqa: F401 - fixtures
-    base_image,
-    client,
-    docker_cli,
+from docker_engine import (
     engine_test,
     envkit,
     fill_wheelhouse,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from launch_jobs import fake_path, project, run  # noqa: F401 - fixtures
+from launch_jobs import run
 
 
 def test_hosts_prints_the_commands_and_starts_nothing(capsys, project, fake_path):

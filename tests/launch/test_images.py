@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from launch_jobs import DIGEST, IMAGE_ID, REPO_ROOT, make_job, project, record_push, run  # noqa: F401 - project is a fixture
+from launch_jobs import DIGEST, IMAGE_ID, REPO_ROOT, make_job, record_push, run
 
 from envkit.cli import main
 from envkit.errors import EnvkitError

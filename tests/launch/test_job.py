@@ -6,19 +6,15 @@ test_skypilot, test_kaggle); the registry and the toy engine in test_engines."""
 from __future__ import annotations
 
 import os
-import shlex
-import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import paths
 import pytest
-from launch_jobs import CASES, OUTPUT, calls, fake_client, fake_path, project, run  # noqa: F401 - fixtures
+from launch_jobs import CASES, OUTPUT, calls, fake_client, run
 from paths import REPO_ROOT, TESTS
 
-from envkit.cli import main
-from envkit.launch import engines, slurm
+from envkit.launch import engines
 from envkit.launch.plan import describe
 
 GOLDEN = paths.GOLDEN / "launch"

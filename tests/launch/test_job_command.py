@@ -156,6 +156,7 @@ def test_kubernetes(kind, engine):
         nproc = manifest["spec"]["nprocPerNode"]
     else:
         specs = [manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]]
+    assert specs
     for spec in specs:
         env, command = kubelet(spec["containers"][0])
         assert expected_env().items() <= env.items()

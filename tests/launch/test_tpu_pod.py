@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from launch_jobs import DIGEST, IMAGE_ID, calls, fake_client, fake_path, project, record_push, run, save_manifest  # noqa: F401 - fixtures
+from launch_jobs import DIGEST, IMAGE_ID, calls, fake_client, record_push, run, save_manifest
 
 
 def test_tpu_pod_runs_only_gcloud_and_stops_on_every_worker(capsys, project, fake_path):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import paths
 import pytest
-from lock_project import NO_REGISTRY, envkit, indexes, lock_text, write_project
+from lock_project import NO_REGISTRY, envkit, lock_text, write_project
 from wheel_index import IndexServer
 from xla_env import environment_missing
 

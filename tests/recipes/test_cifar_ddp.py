@@ -16,7 +16,7 @@ import cifar
 import pytest
 import torch
 import torch.nn.functional as F
-from cifar_files import RECIPE, STEPS_PER_EPOCH, TEST_IMAGES, TRAINING, data_dir, only_results, recipe
+from cifar_files import RECIPE, STEPS_PER_EPOCH, TEST_IMAGES, TRAINING, only_results, recipe
 from paths import REPO_ROOT, TESTS
 
 pytestmark = pytest.mark.slow

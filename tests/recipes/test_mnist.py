@@ -14,7 +14,7 @@ import harness
 import mnist
 import pytest
 import torch
-from mnist_files import RECIPE, REPO_ROOT, checkpoint_weights, read_results, run_mnist, write_mnist
+from mnist_files import RECIPE, checkpoint_weights, read_results, run_mnist, write_mnist
 
 TINY = ("--per-device-batch", "32", "--quiet", "--no-download")
 

@@ -3,7 +3,8 @@
 The folders mirror envkit's packages; the recipes' tests sit in tests/recipes/, suites that cross
 packages (a real engine, Slurm, notebooks executed, the Makefile) in tests/integration/, and checks
 of the repository as a whole (layers, docs) in tests/repo/. Helpers shared by tests are modules at
-tests/ top level, never test files: a test file does not import another.
+tests/ top level, never test files: a test file does not import another. A package's own fixtures are in its
+conftest.py, the one other file its folder may hold.
 """
 
 from __future__ import annotations
@@ -85,6 +86,6 @@ def test_helpers_at_the_top_are_not_test_files_and_folders_hold_no_strays():
     strays = [
         path.relative_to(TESTS).as_posix()
         for path in TESTS.glob("*/*.py")
-        if path.parent.name in folders and not path.name.startswith("test_")
+        if path.parent.name in folders and not path.name.startswith("test_") and path.name != "conftest.py"
     ]
     assert strays == []

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from mnist_files import REPO_ROOT, run_mnist
+from mnist_files import run_mnist
 from paths import DATA, REPO_ROOT
 from results_contract import assert_valid_results, contract_errors
 

@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from envkit.support import provenance
 
 WRAPPER = Path(provenance.__file__)
