@@ -51,7 +51,7 @@ NOT_APPLICABLE = "–"
 PROJECT_FACTS = "report.yaml"
 # In report.yaml's columns and panels: every metric the section's runs reported (a panel each in the plot).
 METRICS = "metrics"
-ENTRY_KEYS = ("title", "intro", "columns", "panels", "tick", "speedup", "comparable_by")
+ENTRY_KEYS = ("title", "intro", "columns", "panels", "tick", "speedup", "comparable_by", "goal")
 
 
 def _data(name: str):
@@ -109,6 +109,16 @@ def _check_project_facts(path: Path, own) -> None:
                     f"a list of panels, each {METRICS} (a panel per metric) or a list of measured columns "
                     f"with one axis ({', '.join(key for key in COLUMNS if COLUMNS[key].measure)}, {METRICS}.<name>)",
                 )
+            goal = entry.get("goal", {"metric": "", "value": 0})
+            if (
+                not isinstance(goal, dict)
+                or set(goal) - {"metric", "value", "at_most"}
+                or not isinstance(goal.get("metric"), str)
+                or isinstance(goal.get("value"), bool)
+                or not isinstance(goal.get("value"), int | float)
+                or not isinstance(goal.get("at_most", False), bool)
+            ):
+                refuse(f"{where}.goal", "a mapping of metric (a name), value (a number) and at_most (true for a loss)")
             for key in ("title", "intro", "tick"):
                 if key in entry and not isinstance(entry[key], str):
                     refuse(f"{where}.{key}", "a string")
@@ -170,6 +180,7 @@ class Row:
     failed: int = 0  # a command's runs that exited with another status than 0 (left out of the statistics)
     wall_time_s: Stat | None = None  # the run wrapper's wall time of the successful runs
     metrics: dict = field(default_factory=dict)  # reported metric name -> Stat over the successful runs reporting it
+    results: tuple = ()  # the runs behind it, for the HTML page's curves and differences (none for published rows)
 
     @property
     def label(self) -> str:
@@ -343,6 +354,7 @@ def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult], fact
         environment=environment,
         environments=tuple(sorted({environment_facts(run) for run in runs}, key=json.dumps)),
         facts=facts,
+        results=tuple(runs),
         **placement,
     )
 
@@ -385,6 +397,7 @@ def _command_row(place: str, runs: list[RunResult], facts: dict) -> Row:
         failed=len(runs) - len(done),
         wall_time_s=_stat([run.run["wall_time_s"] for run in done]),
         metrics={name: _stat([run.metrics[name] for run in done if name in run.metrics]) for name in names},
+        results=tuple(runs),
     )
 
 
