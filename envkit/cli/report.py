@@ -176,6 +176,9 @@ def _check_html(html: Path) -> None:
         raise EnvkitError(f"--html {html}: the page is an HTML file, give a name ending in .html")
     if html.is_dir():
         raise EnvkitError(f"--html {html}: is a directory, give the page's file name (e.g. {html / 'report.html'})")
+    existing = next(parent for parent in html.absolute().parents if parent.exists())
+    if not existing.is_dir():
+        raise EnvkitError(f"--html {html}: {existing} is not a directory, so the page cannot go there")
     _require_matplotlib()
 
 

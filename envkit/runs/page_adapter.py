@@ -25,7 +25,17 @@ from envkit.support.bounded_load import load_json
 # A seed recipe's per-epoch lists (its metrics), by the name of the metric they end at.
 RECIPE_SERIES = {"epoch_loss": "loss", "epoch_test_accuracy": "test_accuracy"}
 # What a run recorded about where it ran that an inventory does not hold: compared the way `envkit diff` compares.
-RUN_FACTS = ("host", "device_type", "device_name", "device_count", "image", "image_digest", "git_revision", "git_dirty")
+RUN_FACTS = (
+    "host",
+    "device_type",
+    "device_name",
+    "device_count",
+    "image",
+    "image_id",
+    "image_digest",
+    "git_revision",
+    "git_dirty",
+)
 ALL_PAIRS = 5  # up to this many environments every pair is shown; beyond, each against the first
 
 
@@ -112,12 +122,22 @@ def _failed(row: model.Row) -> tuple[str, ...]:
     )
 
 
+def _label(row: model.Row) -> str:
+    """The row's name in figures, as the PNG plot's ticks name it: its run, the facts its section's tick
+    names (a model and batch), and a published source."""
+    label = row.label if row.run is None else f"{row.run}: {row.label}"
+    tick = row.facts.get("tick")
+    if tick:
+        label += ", " + tick.format(**row.configuration, **row.settings).replace("\n", ", ")
+    return label if row.source == model.OURS else f"{label} (published: {row.source_short})"
+
+
 def _target(row: model.Row, section: model.Section, cells: tuple[str, ...], goal: Goal | None) -> Target:
     series = [_series(run) for run in row.results]
     time_to_goal, reached = _time_to_goal(goal, list(row.results), series) if goal else (None, (0, 0))
     steady = row.stats.get("steady_epoch_s")
     return Target(
-        label=row.label if row.run is None else f"{row.run}: {row.label}",
+        label=_label(row),
         cells=cells,
         published=None if row.source == model.OURS else row.source,
         speedup=_speedup(row, section),

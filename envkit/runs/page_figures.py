@@ -93,7 +93,9 @@ def speedup_figure(comparison: Comparison, salt: str) -> Figure | None:
     axes.set_xlabel(f"speed-up ({comparison.speedup_name}) against {comparison.baseline or 'the baseline'}")
     caption = (
         f"Speed-up against {comparison.baseline or 'the baseline'}: error bars are the spread of the ratio "
-        "(the runs' std of both sides, propagated); hatched bars are published numbers." + left_out
+        "(the runs' std of both sides, propagated)."
+        + (" Hatched bars are published numbers." if any(target.published for target in targets) else "")
+        + left_out
     )
     return Figure("Speed-up", _svg(figure, salt), caption)
 
