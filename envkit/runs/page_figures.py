@@ -53,7 +53,9 @@ def _bounded(targets: list[Target], what: str) -> tuple[list[Target], str]:
     return targets[:MAX_TARGETS], f" The first {MAX_TARGETS} of {len(targets)} {what} are drawn; the table lists all."
 
 
-def _bars(axes, labels: list[str], measures: list[tuple[float, float]], published: list[bool], colour: str) -> None:
+def _bars(axes, labels: list[str], given: list[tuple[float, float] | None], published: list[bool], colour: str) -> None:
+    """Horizontal bars in the table's order; a row without a measure gets no bar and no number."""
+    measures = [measure or (0.0, 0.0) for measure in given]
     drawn = axes.barh(
         range(len(labels)),
         [mean for mean, _ in measures],
@@ -65,7 +67,7 @@ def _bars(axes, labels: list[str], measures: list[tuple[float, float]], publishe
     )
     for patch, is_published in zip(drawn, published):
         patch.set_hatch(HATCH if is_published else "")
-    axes.bar_label(drawn, labels=[f"{mean:.3g}" for mean, _ in measures], padding=4, fontsize=8)
+    axes.bar_label(drawn, labels=[f"{m[0]:.3g}" if m else "" for m in given], padding=4, fontsize=8)
     axes.set_yticks(range(len(labels)), labels, fontsize=8)
     axes.invert_yaxis()  # the table's order, top to bottom
     axes.margins(x=0.2)
@@ -112,7 +114,7 @@ def warmup_figure(comparison: Comparison, salt: str) -> Figure | None:
     _bars(axes[0][0], labels, [(target.first_epoch, 0.0) for target in targets], [False] * len(targets), "C1")
     axes[0][0].set_xlabel("first epoch (s): compile and warm-up")
     if panels == 2:
-        _bars(axes[0][1], labels, [timed or (0.0, 0.0) for timed in steady], [False] * len(targets), "C2")
+        _bars(axes[0][1], labels, steady, [False] * len(targets), "C2")
         axes[0][1].set_xlabel("later epochs (s/epoch, mean ± std)")
     caption = (
         "The first epoch (compilation on XLA, warm-up, data loading) apart from the steady state; "
