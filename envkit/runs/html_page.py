@@ -19,7 +19,7 @@ from envkit.runs.page_model import Comparison, Measure, Page
 from envkit.support.atomic import write_bytes_atomic
 
 TEMPLATE = "report/page.html.j2"
-MAX_FIGURE_COMPARISONS = 12
+MAX_FIGURE_COMPARISONS = 8
 NUMBER = re.compile(r"^[-+]?[\d.]+(e[-+]?\d+)?( ± [\d.]+(e[-+]?\d+)?)?(×|%)?$")
 
 

@@ -17,10 +17,9 @@ from envkit.errors import EnvkitError
 from envkit.image.diff import compare, dict_changes, format_sections
 from envkit.image.inventory import from_environment
 from envkit.runs import report as model
-from envkit.runs.html_page import write_page
+from envkit.runs.html_page import MAX_FIGURE_COMPARISONS, write_page
 from envkit.runs.page_model import Comparison, Curve, Difference, Goal, Measure, Page, Target
 from envkit.runs.results import RunResult, Stat
-from envkit.support.bounded_load import load_json
 
 # A seed recipe's per-epoch lists (its metrics), by the name of the metric they end at.
 RECIPE_SERIES = {"epoch_loss": "loss", "epoch_test_accuracy": "test_accuracy"}
@@ -40,7 +39,8 @@ ALL_PAIRS = 5  # up to this many environments every pair is shown; beyond, each 
 
 
 def _series(run: RunResult) -> dict[str, tuple[list[float], list[float]]]:
-    document = load_json(run.path)
+    # The report's loader read this file within its bounds and validated it a moment ago.
+    document = json.loads(run.path.read_bytes())
     if run.recipe is not None:
         metrics = document.get("metrics") or {}
         return {
@@ -55,6 +55,13 @@ def _curves(series: list[dict[str, tuple[list[float], list[float]]]]) -> dict[st
     """Per series name, the mean and std over the runs at each step any of them recorded."""
     curves = {}
     for name in sorted({name for one in series for name in one}):
+        recorded = [one[name] for one in series if name in one]
+        if all(steps == recorded[0][0] for steps, _ in recorded):  # the usual case: every run logged the same steps
+            columns = list(zip(*(values for _, values in recorded)))
+            means = [sum(column) / len(column) for column in columns]
+            stds = [math.sqrt(sum((v - m) ** 2 for v in c) / len(c)) for c, m in zip(columns, means)]
+            curves[name] = Curve(tuple(recorded[0][0]), tuple(means), tuple(stds), len(recorded))
+            continue
         by_step: dict[float, list[float]] = {}
         for one in series:
             for step, value in zip(*one.get(name, ((), ()))):
@@ -132,8 +139,9 @@ def _label(row: model.Row) -> str:
     return label if row.source == model.OURS else f"{label} (published: {row.source_short})"
 
 
-def _target(row: model.Row, section: model.Section, cells: tuple[str, ...], goal: Goal | None) -> Target:
-    series = [_series(run) for run in row.results]
+def _target(row: model.Row, section: model.Section, cells: tuple[str, ...], goal: Goal | None, drawn: bool) -> Target:
+    """``drawn``: its comparison gets figures (html_page.MAX_FIGURE_COMPARISONS), so its series are read."""
+    series = [_series(run) for run in row.results] if drawn or goal else []
     time_to_goal, reached = _time_to_goal(goal, list(row.results), series) if goal else (None, (0, 0))
     steady = row.stats.get("steady_epoch_s")
     return Target(
@@ -159,9 +167,10 @@ def _differences(section: model.Section) -> tuple[tuple[Difference, ...], str | 
             key = json.dumps(run.environment, sort_keys=True, default=str)
             named.setdefault(key, (run.environment, []))[1].append(run.run_name)
     environments = [
-        (f"environment {model.environment_letter(i)} (runs: {', '.join(runs)})", environment)
+        (f"environment {model.environment_letter(i)} (runs: {_listed(runs)})", environment)
         for i, (environment, runs) in enumerate(named.values())
     ]
+    inventories = {name: from_environment(name, environment) for name, environment in environments}
     pairs = list(combinations(environments, 2))
     left_out = None
     if len(environments) > ALL_PAIRS:
@@ -169,17 +178,21 @@ def _differences(section: model.Section) -> tuple[tuple[Difference, ...], str | 
         left_out = f"{len(environments)} environments: each is compared with the first, not every pair"
     differences = []
     for (a_name, a), (b_name, b) in pairs:
-        inventories = from_environment("A", a), from_environment("B", b)
+        pair = inventories[a_name], inventories[b_name]
         rows = []
-        for compared in compare(*inventories):
+        for compared in compare(*pair):
             if compared.unknown is None:  # a results file records no apt packages, labels or base digest
-                lines = format_sections([compared], *inventories).splitlines()[2:]
+                lines = format_sections([compared], *pair).splitlines()[2:]
                 rows.append((compared.title, lines[0], tuple(line.strip() for line in lines[1:])))
         facts = dict_changes(*({key: _text(side.get(key)) for key in RUN_FACTS} for side in (a, b)))
         summary = f"{len(facts)} of {len(RUN_FACTS)} differ" if facts else f"same ({len(RUN_FACTS)})"
         rows.append(("where it ran", f"where it ran: {summary}", facts))
         differences.append(Difference(a_name, b_name, tuple(rows)))
     return tuple(differences), left_out
+
+
+def _listed(names: list[str], shown: int = 8) -> str:
+    return ", ".join(names) if len(names) <= shown else f"{', '.join(names[:shown])} and {len(names) - shown} more"
 
 
 def _text(value) -> str | None:
@@ -204,12 +217,13 @@ def _goal(facts: dict) -> Goal | None:
 def page_from_report(report: model.Report, warnings: list[str]) -> Page:
     """The page of ``report`` (built with its runs), with the files the report skipped (``warnings``)."""
     comparisons = []
-    for section in report.sections:
+    for index, section in enumerate(report.sections):
         columns = model.markdown_columns(section, report.reference)
         speedup_name = section.facts.get("speedup", {}).get("name", "")
         goal = _goal(section.facts)
         targets = tuple(
-            _target(row, section, tuple(column.cell(row) for column in columns), goal) for row in section.rows
+            _target(row, section, tuple(column.cell(row) for column in columns), goal, index < MAX_FIGURE_COMPARISONS)
+            for row in section.rows
         )
         differences, left_out = _differences(section)
         comparisons.append(

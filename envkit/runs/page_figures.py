@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from envkit.runs.page_model import Comparison, Curve, Target
 
 MAX_TARGETS = 16
-MAX_POINTS = 400
-MAX_CURVES = 6  # series drawn per comparison
+MAX_POINTS = 250
+MAX_CURVES = 4  # series drawn per comparison
 HATCH = "//"  # published rows: hatched, so they cannot pass for ours
 
 
@@ -41,7 +41,7 @@ def _svg(figure, salt: str) -> str:
 
     with matplotlib.rc_context({"svg.hashsalt": salt, "svg.fonttype": "none", "font.family": "sans-serif"}):
         buffer = io.StringIO()
-        figure.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
+        figure.savefig(buffer, format="svg", metadata={"Date": None})
     _pyplot().close(figure)
     text = buffer.getvalue()
     return text[text.index("<svg") :]  # the XML prolog and DOCTYPE have no place inside HTML
@@ -83,7 +83,7 @@ def speedup_figure(comparison: Comparison, salt: str) -> Figure | None:
         return None
     targets, left_out = _bounded(targets, "rows with a speed-up")
     pyplot = _pyplot()
-    figure, axes = pyplot.subplots(figsize=(7, _height(len(targets))))
+    figure, axes = pyplot.subplots(figsize=(7, _height(len(targets))), layout="constrained")
     _bars(
         axes,
         [target.label for target in targets],
@@ -110,7 +110,9 @@ def warmup_figure(comparison: Comparison, salt: str) -> Figure | None:
     labels = [target.label for target in targets]
     steady = [target.steady_epoch for target in targets]
     panels = 2 if any(steady) else 1
-    figure, axes = _pyplot().subplots(1, panels, figsize=(4.5 * panels + 1, _height(len(targets))), squeeze=False)
+    figure, axes = _pyplot().subplots(
+        1, panels, figsize=(4.5 * panels + 1, _height(len(targets))), squeeze=False, layout="constrained"
+    )
     _bars(axes[0][0], labels, [(target.first_epoch, 0.0) for target in targets], [False] * len(targets), "C1")
     axes[0][0].set_xlabel("first epoch (s): compile and warm-up")
     if panels == 2:
@@ -142,7 +144,7 @@ def curve_figure(comparison: Comparison, name: str, salt: str) -> Figure | None:
         return None
     targets, left_out = _bounded(targets, "targets recording it")
     pyplot = _pyplot()
-    figure, axes = pyplot.subplots(figsize=(7, 3.6))
+    figure, axes = pyplot.subplots(figsize=(7, 3.6), layout="constrained")
     thinned = False
     for index, target in enumerate(targets):
         curve = target.curves[name]
@@ -177,7 +179,7 @@ def goal_figure(comparison: Comparison, salt: str) -> Figure | None:
         return None
     targets, left_out = _bounded(targets, "targets that reached it")
     pyplot = _pyplot()
-    figure, axes = pyplot.subplots(figsize=(7, _height(len(targets))))
+    figure, axes = pyplot.subplots(figsize=(7, _height(len(targets))), layout="constrained")
     _bars(
         axes,
         [target.label for target in targets],
