@@ -20,7 +20,7 @@ from envkit.support.atomic import write_bytes_atomic
 
 TEMPLATE = "report/page.html.j2"
 MAX_FIGURE_COMPARISONS = 8
-NUMBER = re.compile(r"^[-+]?[\d.]+(e[-+]?\d+)?( ± [\d.]+(e[-+]?\d+)?)?(×|%)?$")
+NUMBER = re.compile(r"^[-+]?[\d.]+(e[-+]?\d+)?[×%]?( ± [\d.]+(e[-+]?\d+)?)?[×%]?$")
 
 
 @dataclass(frozen=True)

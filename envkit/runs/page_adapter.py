@@ -113,6 +113,8 @@ def _speedup(row: model.Row, section: model.Section) -> Measure | None:
     if row.speedup is None:
         return None
     base = next(r for r in section.rows if r.label == row.baseline and r.comparable_key() == row.comparable_key())
+    if base is row:  # the baseline against itself: 1 exactly
+        return row.speedup, 0.0
     facts = row.facts["speedup"]
     spreads = []
     for side in (base, row):
@@ -139,16 +141,19 @@ def _label(row: model.Row) -> str:
     return label if row.source == model.OURS else f"{label} (published: {row.source_short})"
 
 
-def _target(row: model.Row, section: model.Section, cells: tuple[str, ...], goal: Goal | None, drawn: bool) -> Target:
-    """``drawn``: its comparison gets figures (html_page.MAX_FIGURE_COMPARISONS), so its series are read."""
+def _target(row: model.Row, section: model.Section, columns: list, goal: Goal | None, drawn: bool) -> Target:
+    """The row's cells as the report writes them, its speed-up with its spread; ``drawn``: its comparison gets
+    figures (html_page.MAX_FIGURE_COMPARISONS), so its series are read."""
     series = [_series(run) for run in row.results] if drawn or goal else []
     time_to_goal, reached = _time_to_goal(goal, list(row.results), series) if goal else (None, (0, 0))
     steady = row.stats.get("steady_epoch_s")
+    speedup = _speedup(row, section)
+    spread = f" ± {speedup[1]:.2f}" if speedup and speedup[1] > 0 else ""
     return Target(
         label=_label(row),
-        cells=cells,
+        cells=tuple(column.cell(row) + (spread if column.key == "speedup" else "") for column in columns),
         published=None if row.source == model.OURS else row.source,
-        speedup=_speedup(row, section),
+        speedup=speedup,
         first_epoch=row.first_epoch_s,
         steady_epoch=(steady.mean, steady.std) if steady else None,
         curves=_curves(series),
@@ -221,10 +226,7 @@ def page_from_report(report: model.Report, warnings: list[str]) -> Page:
         columns = model.markdown_columns(section, report.reference)
         speedup_name = section.facts.get("speedup", {}).get("name", "")
         goal = _goal(section.facts)
-        targets = tuple(
-            _target(row, section, tuple(column.cell(row) for column in columns), goal, index < MAX_FIGURE_COMPARISONS)
-            for row in section.rows
-        )
+        targets = tuple(_target(row, section, columns, goal, index < MAX_FIGURE_COMPARISONS) for row in section.rows)
         differences, left_out = _differences(section)
         comparisons.append(
             Comparison(

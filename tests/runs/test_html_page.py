@@ -4,7 +4,9 @@ bounds, and bad input by envkit report's one-line rules."""
 from __future__ import annotations
 
 import json
+import math
 import re
+import statistics
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -117,8 +119,18 @@ def test_the_tables_hold_the_reports_numbers(tmp_path, capsys):
     markdown = capsys.readouterr().out
     rows = [line.strip("|").split(" | ") for line in markdown.splitlines() if line.startswith("| ")]
     table = _Page(text).tables[0]
-    assert [[cell.strip() for cell in row] for row in rows if row[0].strip() != "---"] == table
+    expected = [[cell.strip() for cell in row] for row in rows if row[0].strip() != "---"]
+    assert [[_unspread(cell) for cell in row] for row in table] == expected
     assert ["cpu on envkit-cpu:latest", "3", "0", "42.233 ± 1.021"] == table[1][:4]
+    # the speed-up with its spread: both sides' relative std, propagated
+    cpu, cuda = (statistics.pstdev(w) / statistics.mean(w) for w in ((41.0, 43.5, 42.2), (6.1, 5.8)))
+    speedup = statistics.mean((41.0, 43.5, 42.2)) / statistics.mean((6.1, 5.8))
+    assert table[2][6] == f"{speedup:.2f}× ± {speedup * math.hypot(cpu, cuda):.2f}"
+
+
+def _unspread(cell: str) -> str:
+    """A speed-up cell as the markdown report writes it: without the spread the page adds."""
+    return re.sub(r"(×) ± [\d.]+$", r"\1", cell)
 
 
 def test_failed_runs_and_the_time_to_the_goal(tmp_path, capsys):
