@@ -3,7 +3,8 @@
 The files are command runs as the run wrapper writes them: 40 experiments on 5 places each, 25 runs per
 place, each with two recorded series of 200 steps and 60 distributions (one place's lock differs). Prints
 the wall time of `envkit report` with and without --html (median of --repeat runs, each in its own process),
-their ratio, the page's size and how many figures it drew (figures are bounded: see envkit/runs/page_figures.py
+their ratio, then in one process where the time goes (reading the files, grouping them, the page's data, the
+page itself), the page's size and how many figures it drew (figures are bounded: see envkit/runs/page_figures.py
 and html_page.py). Issue 34 asks for the page in 10 s or less. Figures only: nothing is asserted.
 
 usage: python benchmarks/bench_html_page.py [--repeat N] [--files N]
@@ -84,6 +85,24 @@ def timed(argv: list[str], repeat: int) -> float:
     return statistics.median(times)
 
 
+def breakdown(results: Path) -> dict[str, float]:
+    from envkit.runs.html_page import render_page
+    from envkit.runs.page_adapter import page_from_report
+    from envkit.runs.report import build_report
+    from envkit.runs.results import load_results
+
+    steps, started = {}, time.perf_counter()
+    runs, warnings = load_results(results)
+    steps["load"], started = time.perf_counter() - started, time.perf_counter()
+    report = build_report(runs, config=REPO / "envkit.yaml")
+    steps["report"], started = time.perf_counter() - started, time.perf_counter()
+    page = page_from_report(report, warnings)
+    steps["page data"], started = time.perf_counter() - started, time.perf_counter()
+    render_page(page)
+    steps["page"] = time.perf_counter() - started
+    return steps
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
@@ -96,6 +115,8 @@ def main() -> None:
         report = [sys.executable, "-m", "envkit", "report", str(results), "--config", str(REPO / "envkit.yaml")]
         alone = timed(report, args.repeat)
         with_page = timed([*report, "--html", str(page)], args.repeat)
+        steps = breakdown(results)
+        print("in one process: " + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in steps.items()))
         text = page.read_text(encoding="utf-8")
         print(f"envkit report:          {alone:6.2f} s")
         print(f"envkit report --html:   {with_page:6.2f} s ({with_page / alone:.2f}x the report alone; target 10 s)")

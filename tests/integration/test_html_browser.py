@@ -186,6 +186,10 @@ def test_the_page_in_headless_chromium(browser, tmp_path, screenshots, name, cap
     for figure in figures:
         assert figure["width"] > 100 and figure["height"] > 50 and figure["drawn"] > 10, figure
 
+    # Opened, so that the screenshot shows what differed too.
+    browser.send(
+        "Runtime.evaluate", session, expression="document.querySelectorAll('details').forEach(d => d.open = true)"
+    )
     shot = browser.send("Page.captureScreenshot", session, format="png", captureBeyondViewport=True)
     screenshot = screenshots / f"{name}.png"
     screenshot.write_bytes(base64.b64decode(shot["data"]))
