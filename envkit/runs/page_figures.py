@@ -36,12 +36,14 @@ def _pyplot():
     return pyplot
 
 
-def _svg(figure, salt: str) -> str:
+def _svg(figure, salt: str, tight: bool = True) -> str:
+    """``tight``: fit the figure to its (long) tick labels, at the cost of a second draw (a layout engine
+    costs more); a curve's fixed margins need none."""
     import matplotlib
 
     with matplotlib.rc_context({"svg.hashsalt": salt, "svg.fonttype": "none", "font.family": "sans-serif"}):
         buffer = io.StringIO()
-        figure.savefig(buffer, format="svg", metadata={"Date": None})
+        figure.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight" if tight else None)
     _pyplot().close(figure)
     text = buffer.getvalue()
     return text[text.index("<svg") :]  # the XML prolog and DOCTYPE have no place inside HTML
@@ -83,7 +85,7 @@ def speedup_figure(comparison: Comparison, salt: str) -> Figure | None:
         return None
     targets, left_out = _bounded(targets, "rows with a speed-up")
     pyplot = _pyplot()
-    figure, axes = pyplot.subplots(figsize=(7, _height(len(targets))), layout="constrained")
+    figure, axes = pyplot.subplots(figsize=(7, _height(len(targets))))
     _bars(
         axes,
         [target.label for target in targets],
@@ -144,7 +146,8 @@ def curve_figure(comparison: Comparison, name: str, salt: str) -> Figure | None:
         return None
     targets, left_out = _bounded(targets, "targets recording it")
     pyplot = _pyplot()
-    figure, axes = pyplot.subplots(figsize=(7, 3.6), layout="constrained")
+    figure, axes = pyplot.subplots(figsize=(7, 3.6))
+    figure.subplots_adjust(left=0.12, right=0.98, bottom=0.13, top=0.97)
     thinned = False
     for index, target in enumerate(targets):
         curve = target.curves[name]
@@ -169,7 +172,7 @@ def curve_figure(comparison: Comparison, name: str, salt: str) -> Figure | None:
         + (f" Lines are thinned to {MAX_POINTS} evenly spaced points." if thinned else "")
         + left_out
     )
-    return Figure(name, _svg(figure, salt), caption)
+    return Figure(name, _svg(figure, salt, tight=False), caption)
 
 
 def goal_figure(comparison: Comparison, salt: str) -> Figure | None:
@@ -179,7 +182,7 @@ def goal_figure(comparison: Comparison, salt: str) -> Figure | None:
         return None
     targets, left_out = _bounded(targets, "targets that reached it")
     pyplot = _pyplot()
-    figure, axes = pyplot.subplots(figsize=(7, _height(len(targets))), layout="constrained")
+    figure, axes = pyplot.subplots(figsize=(7, _height(len(targets))))
     _bars(
         axes,
         [target.label for target in targets],
