@@ -245,3 +245,11 @@ def test_a_goal_that_is_not_a_metric_and_a_value_is_one_line(tmp_path, capsys, g
         "value (a number) and at_most (true for a loss)"
     ]
     assert not page.exists()
+
+
+def test_compare_hands_the_page_to_its_report_step():
+    from envkit.cli import build_parser
+    from envkit.cli.report import _report_args
+
+    args = build_parser().parse_args(["compare", "--html", "out/page.html"])
+    assert ("--html", "out/page.html") == _report_args(args)[2:4]
