@@ -253,3 +253,17 @@ def test_compare_hands_the_page_to_its_report_step():
 
     args = build_parser().parse_args(["compare", "--html", "out/page.html"])
     assert ("--html", "out/page.html") == _report_args(args)[2:4]
+
+
+def test_a_recipes_time_to_the_goal_is_its_first_epoch_then_its_steady_ones(tmp_path, capsys):
+    """E3's goal (envkit/data/report.yaml: 90% test accuracy), recomputed from the files with json alone."""
+    lines = _Page(_write("e3", tmp_path)[0]).lines
+    for path in sorted((RESULTS / "e3").glob("*.json")):
+        document = json.loads(path.read_text())
+        accuracies = document["metrics"]["epoch_test_accuracy"]
+        reached = [i for i, value in enumerate(accuracies) if value >= 0.9]
+        timing = document["timing"]
+        seconds = timing["first_epoch_s"] + reached[0] * timing["steady_epoch_s"]["mean"] if reached else None
+        run = document["run_name"].removeprefix("e3-batch-scaling-")
+        found = [line.split(" | ", 1)[1] for line in lines if line.startswith(f"{run}: ") and " of 1 | " in line]
+        assert found == [f"1 of 1 | {seconds:.3f} ± 0.000" if reached else "0 of 1 | –"]
