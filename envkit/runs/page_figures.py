@@ -120,6 +120,7 @@ def warmup_figure(comparison: Comparison, salt: str) -> Figure | None:
     if panels == 2:
         _bars(axes[0][1], labels, steady, [False] * len(targets), "C2")
         axes[0][1].set_xlabel("later epochs (s/epoch, mean ± std)")
+        axes[0][1].tick_params(labelleft=False)  # the same rows as on the left: their names once
     caption = (
         "The first epoch (compilation on XLA, warm-up, data loading) apart from the steady state; "
         "a row without later epochs (a one-epoch run) has no steady-state bar." + left_out

@@ -29,6 +29,7 @@ CHROMIUM = shutil.which("chromium")
 TIMEOUT_S = 60
 PAGES = {
     "commands": (DATA / "results" / "commands", ("--config", str(DATA / "page" / "envkit.yaml"))),
+    "e3": (DATA / "results" / "e3", ()),  # the repository's own experiment, with its per-epoch curves and goal
     "mixed-reference": (DATA / "results" / "mixed", ("--reference",)),
 }
 TABLES = """JSON.stringify([...document.querySelectorAll('table')].map(
