@@ -29,6 +29,17 @@ class _Drawn:
     figures: list[Figure]
     left_out: str
 
+    @property
+    def intro(self) -> list[tuple[str, list[str]]]:
+        """The intro's lines as paragraphs ("p", [line]) and lists ("ul", items): the report's "- " lines."""
+        blocks: list[tuple[str, list[str]]] = []
+        for line in self.comparison.intro:
+            if line.startswith("- ") and blocks and blocks[-1][0] == "ul":
+                blocks[-1][1].append(line[2:])
+            else:
+                blocks.append(("ul", [line[2:]]) if line.startswith("- ") else ("p", [line]))
+        return blocks
+
 
 def _code(text: str):
     """Markdown's `code` of the report's prose as <code>, the rest escaped."""
