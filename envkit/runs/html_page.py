@@ -20,6 +20,7 @@ from envkit.support.atomic import write_bytes_atomic
 
 TEMPLATE = "report/page.html.j2"
 MAX_FIGURE_COMPARISONS = 8
+LISTED = 20  # failed runs per comparison and skipped files listed by name; the rest are counted
 NUMBER = re.compile(r"^[-+]?[\d.]+(e[-+]?\d+)?[×%]?( ± [\d.]+(e[-+]?\d+)?)?[×%]?$")
 
 
@@ -82,7 +83,7 @@ def render_page(page: Page) -> str:
         if beyond > 0
         else ""
     )
-    return _environment().get_template(TEMPLATE).render(page=page, comparisons=drawn, left_out=left_out)
+    return _environment().get_template(TEMPLATE).render(page=page, comparisons=drawn, left_out=left_out, listed=LISTED)
 
 
 def write_page(page: Page, path: Path) -> int:

@@ -17,7 +17,7 @@ from report_golden import check_golden
 
 from envkit.cli import main
 from envkit.runs import page_figures
-from envkit.runs.html_page import MAX_FIGURE_COMPARISONS, render_page
+from envkit.runs.html_page import LISTED, MAX_FIGURE_COMPARISONS, render_page
 from envkit.runs.page_model import Comparison, Curve, Page, Target
 
 RESULTS = DATA / "results"
@@ -194,8 +194,15 @@ def test_figures_are_bounded_and_say_what_they_left_out():
     assert speedup.svg.count(">target ") == page_figures.MAX_TARGETS
     assert f"The first {page_figures.MAX_TARGETS} of 40 rows with a speed-up are drawn" in speedup.caption
     assert f"thinned to {page_figures.MAX_POINTS} evenly spaced points" in curve.caption
-    page = Page("bounded", "", tuple(Comparison(f"c{i}", (), ("target",), (_target(i),)) for i in range(20)))
+    page = Page(
+        "bounded",
+        "",
+        tuple(Comparison(f"c{i}", (), ("target",), (_target(i),)) for i in range(20)),
+        skipped=tuple(f"file{i}.json: not a results file" for i in range(LISTED + 5)),
+    )
     text = render_page(page)
+    assert f"file{LISTED - 1}.json" in text and f"file{LISTED}.json" not in text
+    assert "and 5 more (envkit report warns of each)" in text
     assert text.count("<figure") == 2 * MAX_FIGURE_COMPARISONS
     beyond = 20 - MAX_FIGURE_COMPARISONS
     assert f"the other {beyond} have their tables only" in text
