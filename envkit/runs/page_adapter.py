@@ -39,8 +39,14 @@ ALL_PAIRS = 5  # up to this many environments every pair is shown; beyond, each 
 
 
 def _series(run: RunResult) -> dict[str, tuple[list[float], list[float]]]:
-    # The report's loader read this file within its bounds and validated it a moment ago.
-    document = json.loads(run.path.read_bytes())
+    # The report's loader read this file within its bounds and validated it a moment ago; one that has
+    # gone or changed since then just draws no curve.
+    try:
+        document = json.loads(run.path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(document, dict):
+        return {}
     if run.recipe is not None:
         metrics = document.get("metrics") or {}
         return {
