@@ -163,7 +163,7 @@ def _row(target: str, runs: list[RunResult], facts: dict) -> Row:
         curves={name: curve for name, curve in curves.items() if curve is not None},
         warnings=sorted(
             {warning for run in runs for warning in run.run.get("warnings") or () if isinstance(warning, str)}
-        ),
+        ),        results=tuple(runs),
     )
 
 

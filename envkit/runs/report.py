@@ -76,6 +76,7 @@ def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult], fact
         environment=environment,
         environments=tuple(sorted({environment_facts(run) for run in runs}, key=json.dumps)),
         facts=facts,
+        results=tuple(runs),
         **placement,
     )
 
