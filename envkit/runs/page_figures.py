@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 
+from envkit.runs.comparison import CURVE_POINTS
 from envkit.runs.page_model import Comparison, Curve, Target
 
 MAX_TARGETS = 16
@@ -128,13 +129,18 @@ def warmup_figure(comparison: Comparison, salt: str) -> Figure | None:
     return Figure("First epoch and steady state", _svg(figure, salt), caption)
 
 
-def _thinned(curve: Curve) -> tuple[list[float], list[float], list[float]]:
-    """At most MAX_POINTS evenly spaced points, the last one always kept."""
+def _thinned(curve: Curve) -> tuple[list[float], list[float]]:
+    """At most MAX_POINTS evenly spaced points, the first and last always kept."""
     count = len(curve.steps)
     if count <= MAX_POINTS:
-        return list(curve.steps), list(curve.means), list(curve.stds)
+        return list(curve.steps), list(curve.values)
     picked = sorted({round(i * (count - 1) / (MAX_POINTS - 1)) for i in range(MAX_POINTS)})
-    return [curve.steps[i] for i in picked], [curve.means[i] for i in picked], [curve.stds[i] for i in picked]
+    return [curve.steps[i] for i in picked], [curve.values[i] for i in picked]
+
+
+def _first_and_steady(label: str, curve: Curve) -> str:
+    steady = f"{curve.steady.mean:.4g} ± {curve.steady.std:.2g}" if curve.steady else "none (one step)"
+    return f"{label}: first {curve.first.mean:.4g} ± {curve.first.std:.2g}, steady state {steady}"
 
 
 def curve_names(comparison: Comparison) -> list[str]:
@@ -152,25 +158,31 @@ def curve_figure(comparison: Comparison, name: str, salt: str) -> Figure | None:
     thinned = False
     for index, target in enumerate(targets):
         curve = target.curves[name]
-        steps, means, stds = _thinned(curve)
+        steps, values = _thinned(curve)
         thinned = thinned or len(steps) < len(curve.steps)
         colour = f"C{index % 10}"
         axes.plot(
-            steps, means, marker="o" if len(steps) <= 30 else None, markersize=3, color=colour, label=target.label
+            steps, values, marker="o" if len(steps) <= 30 else None, markersize=3, color=colour, label=target.label
         )
-        if curve.runs > 1:
-            lows = [m - s for m, s in zip(means, stds)]
-            highs = [m + s for m, s in zip(means, stds)]
-            axes.fill_between(steps, lows, highs, color=colour, alpha=0.15, linewidth=0)
+        # The first step (compile, warm-up) apart from the steady state: a hollow marker of its own.
+        axes.plot(steps[:1], values[:1], marker="o", markersize=7, fillstyle="none", linestyle="none", color=colour)
     if comparison.goal is not None and comparison.goal.metric == name:
         axes.axhline(comparison.goal.value, color="grey", linewidth=0.8, linestyle="--", label=comparison.goal.text)
     axes.set_xlabel(targets[0].steps_name)
     axes.set_ylabel(name)
     axes.legend(fontsize=7, loc="best")
+    steps_name = targets[0].steps_name
     caption = (
-        f"{name} per {targets[0].steps_name}, one line per target: the mean over its runs "
-        "(shaded: ± std where it has several)."
+        f"{name} per {steps_name}, one line per target: the mean over its runs. The first {steps_name} (hollow "
+        f"marker: compile and warm-up) apart from the steady state, mean ± std over the runs: "
+        + "; ".join(_first_and_steady(target.label, target.curves[name]) for target in targets)
+        + "."
         + (f" Lines are thinned to {MAX_POINTS} evenly spaced points." if thinned else "")
+        + (
+            f" A series longer than {CURVE_POINTS} steps keeps every n-th step (the report's curves)."
+            if any(target.curves[name].stride > 1 for target in targets)
+            else ""
+        )
         + left_out
     )
     return Figure(name, _svg(figure, salt, tight=False), caption)

@@ -1,8 +1,8 @@
 """What the HTML page draws, as plain data: the narrow interface between the report's model and the page.
 
 The page (envkit.runs.html_page) knows nothing of how runs are grouped or how cells are formatted: it is
-handed comparisons whose table cells the report's own columns already wrote, each target's numbers for
-the figures, and the environment differences `envkit diff` computed. envkit.runs.page_adapter builds
+handed comparisons whose table cells the report's own columns already wrote, each target's numbers and
+curves (the model's) for the figures, and the environment differences `envkit diff` computed. envkit.runs.page_adapter builds
 these from the report; pointing the page at another report model means writing that one function again.
 """
 
@@ -10,17 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# A target's curve is the report model's own: its mean per step, the first step apart from the steady state.
+from envkit.runs.model import Curve
+
 Measure = tuple[float, float]  # (mean, spread: std over the runs, or the propagated spread of a ratio)
-
-
-@dataclass(frozen=True)
-class Curve:
-    """One recorded series of one target: the mean over its runs at each step (the band: their std)."""
-
-    steps: tuple[float, ...]
-    means: tuple[float, ...]
-    stds: tuple[float, ...]
-    runs: int  # how many of the target's runs recorded it
 
 
 @dataclass(frozen=True)
@@ -74,6 +67,8 @@ class Comparison:
     goal: Goal | None = None
     differences: tuple[Difference, ...] = ()
     differences_left_out: str | None = None  # why fewer pairs are shown than the comparison has
+    series_headers: tuple[str, ...] = ()  # the table of each target's series: first step apart from the steady state
+    series_rows: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)
