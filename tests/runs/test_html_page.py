@@ -135,6 +135,32 @@ def test_the_tables_hold_the_reports_numbers(tmp_path, capsys):
     assert table[2][6] == f"{speedup:.2f}× ± {speedup * math.hypot(cpu, cuda):.2f}"
 
 
+def test_runs_left_out_say_why(tmp_path, capsys):
+    """A failed run names its stderr's last line; a CPU run of an accelerator's target (its device block shows
+    no accelerator initialised) is listed as left out of the speed-ups, beside the model's own row for it."""
+    results = tmp_path / "results"
+    results.mkdir()
+    for path in (RESULTS / "commands").glob("*.json"):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if path.stem == "train-cuda-3":
+            record["run"]["stderr_tail"] = [
+                "Traceback (most recent call last):",
+                "RuntimeError: CUDA out of memory",
+                "",
+            ]
+        if path.stem == "train-cuda-2":
+            record["run"]["device"] = {"observed": True, "accelerator": None, "label": "cuda"}
+        (results / path.name).write_text(json.dumps(record), encoding="utf-8")
+    page = tmp_path / "page.html"
+    assert main(["report", str(results), "--config", str(PROJECT), "--html", str(page)]) == 0
+    lines = _Page(page.read_text(encoding="utf-8")).lines
+    assert "train-cuda-3: exit status 1 (stderr: RuntimeError: CUDA out of memory), left out of the numbers" in lines
+    stand_in = [line for line in lines if line.startswith("train-cuda-2: ran on ")]
+    assert stand_in and stand_in[0].endswith("a CPU run, left out of the speed-ups")
+    table = _Page(page.read_text(encoding="utf-8")).tables[0]
+    assert any(row[0].endswith("(CPU run)") and row[6] == "–" for row in table[1:])
+
+
 def test_failed_runs_and_the_time_to_the_goal(tmp_path, capsys):
     lines = _Page(_write("commands", tmp_path)[0]).lines
     assert "train-cuda-3: exit status 1, left out of the numbers" in lines
