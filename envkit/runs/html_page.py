@@ -79,7 +79,8 @@ def render_page(page: Page) -> str:
         drawn.append(_Drawn(comparison, figures, left_out))
     beyond = len(page.comparisons) - MAX_FIGURE_COMPARISONS
     left_out = (
-        f"Figures are drawn for the first {MAX_FIGURE_COMPARISONS} comparisons; the other {beyond} have their tables only."
+        f"Figures are drawn for the first {MAX_FIGURE_COMPARISONS} comparisons; "
+        f"the other {beyond} have their tables only."
         if beyond > 0
         else ""
     )

@@ -2,8 +2,9 @@
 
 The page (envkit.runs.html_page) knows nothing of how runs are grouped or how cells are formatted: it is
 handed comparisons whose table cells the report's own columns already wrote, each target's numbers and
-curves (the model's) for the figures, and the environment differences `envkit diff` computed. envkit.runs.page_adapter builds
-these from the report; pointing the page at another report model means writing that one function again.
+curves (the model's) for the figures, and the environment differences `envkit diff` computed.
+envkit.runs.page_adapter builds these from the report; pointing the page at another report model means
+writing that one function again.
 """
 
 from __future__ import annotations

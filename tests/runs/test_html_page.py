@@ -293,7 +293,9 @@ def test_compare_hands_the_page_to_its_report_step():
 def test_a_recipes_time_to_the_goal_is_its_first_epoch_then_its_steady_ones(tmp_path, capsys):
     """E3's goal (envkit/data/report.yaml: 90% test accuracy), recomputed from the files with json alone."""
     lines = _Page(_write("e3", tmp_path)[0]).lines
-    for path in sorted((RESULTS / "e3").glob("*.json")):
+    paths = sorted((RESULTS / "e3").glob("*.json"))
+    assert paths
+    for path in paths:
         document = json.loads(path.read_text())
         accuracies = document["metrics"]["epoch_test_accuracy"]
         reached = [i for i, value in enumerate(accuracies) if value >= 0.9]
