@@ -55,7 +55,7 @@ def _records(page: Page) -> list[tuple[str, list[dict]]]:
                 {"target": t.label, "step": step, "value": mean}
                 for t in comparison.targets
                 if name in t.curves
-                for step, mean in zip(t.curves[name].steps, t.curves[name].means)
+                for step, mean in zip(t.curves[name].steps, t.curves[name].values)
             ]
             figures.append(("lines", points))
     return figures
