@@ -76,6 +76,13 @@ def _add_report_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("md", "csv", "json"), default="md", help="table format (default: md)")
     parser.add_argument("--plot", type=Path, metavar="FILE.png", default=None, help="also write a bar chart PNG")
     parser.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE.html",
+        default=None,
+        help="also write the comparison as one self-contained HTML page (tables, figures, what differed)",
+    )
+    parser.add_argument(
         "--reference",
         action="store_true",
         help="add the published numbers, labelled as published, beside the runs that did the same work "
@@ -114,6 +121,7 @@ def print_report(
     baseline: str | None = None,
     strict: bool = False,
     config: Path = DEFAULT_CONFIG,
+    html: Path | None = None,
 ) -> None:
     from envkit.errors import EnvkitError
     from envkit.runs.formats import render_report
@@ -124,6 +132,8 @@ def print_report(
         if plot.suffix.lower() != ".png":
             raise EnvkitError(f"--plot {plot}: the plot is a PNG file, give a name ending in .png")
         _require_matplotlib()
+    if html is not None:
+        _check_html(html)
     results, warnings = load_results(results_dir)
     skipped = sum(1 for warning in warnings if warning.startswith("skipped "))
     if not results:
@@ -160,6 +170,25 @@ def print_report(
         for line in left_out:
             print(f"envkit: the plot leaves out {line}", file=sys.stderr)
         print(f"envkit: wrote {plot}", file=sys.stderr)
+    if html is not None:
+        from envkit.runs.page_adapter import write_report_page
+
+        size = write_report_page(report, warnings, html)
+        print(f"envkit: wrote {html} ({size / 1e6:.2f} MB)", file=sys.stderr)
+
+
+def _check_html(html: Path) -> None:
+    """Before anything prints: the page's name, and matplotlib for its figures."""
+    from envkit.errors import EnvkitError
+
+    if html.suffix.lower() not in (".html", ".htm"):
+        raise EnvkitError(f"--html {html}: the page is an HTML file, give a name ending in .html")
+    if html.is_dir():
+        raise EnvkitError(f"--html {html}: is a directory, give the page's file name (e.g. {html / 'report.html'})")
+    existing = next(parent for parent in html.absolute().parents if parent.exists())
+    if not existing.is_dir():
+        raise EnvkitError(f"--html {html}: {existing} is not a directory, so the page cannot go there")
+    _require_matplotlib()
 
 
 def _require_matplotlib() -> None:
@@ -170,7 +199,9 @@ def _require_matplotlib() -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    print_report(args.results_dir, args.format, args.plot, args.reference, args.baseline, args.strict, args.config)
+    print_report(
+        args.results_dir, args.format, args.plot, args.reference, args.baseline, args.strict, args.config, args.html
+    )
     return 0
 
 
@@ -193,6 +224,8 @@ def _report_args(args: argparse.Namespace) -> tuple[str, ...]:
     passed = ("--format", args.format)
     if args.plot is not None:
         passed += ("--plot", str(args.plot))
+    if args.html is not None:
+        passed += ("--html", str(args.html))
     if args.reference:
         passed += ("--reference",)
     if args.baseline is not None:
@@ -208,6 +241,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _check_project(args.config)
     if args.plot is not None and not args.dry_run:
         _require_matplotlib()
+    if args.html is not None and not args.dry_run:
+        _check_html(args.html)
     facts, runnable = _host_facts(args.config)
     plan = compare_plan(
         args.results_dir,

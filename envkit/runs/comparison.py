@@ -107,7 +107,12 @@ def is_counter(name: str) -> bool:
 
 def _curve(runs: list[RunResult], name: str) -> Curve | None:
     """The mean curve of series ``name`` over ``runs`` (those that wrote it), bounded to CURVE_POINTS points."""
-    written = [run.series[name] for run in runs if run.series.get(name, {}).get("step")]
+    return mean_curve([run.series[name] for run in runs if run.series.get(name, {}).get("step")])
+
+
+def mean_curve(written: list[dict]) -> Curve | None:
+    """The mean curve of one series as several runs wrote it (each {"step": [...], "value": [...]}), bounded to
+    CURVE_POINTS points; None where none wrote it."""
     if not written:
         return None
     by_step: dict[int, list[float]] = {}
@@ -164,6 +169,7 @@ def _row(target: str, runs: list[RunResult], facts: dict) -> Row:
         warnings=sorted(
             {warning for run in runs for warning in run.run.get("warnings") or () if isinstance(warning, str)}
         ),
+        results=tuple(runs),
     )
 
 
@@ -260,6 +266,11 @@ def assign_speedups(rows: list[Row], baseline: str | None) -> None:
         wall = _wall(row)
         row.speedup = base.mean / wall.mean
         # The baseline's own ratio is 1 by definition: no spread.
-        spread = math.hypot(base.std / base.mean, wall.std / wall.mean)
-        row.speedup_std = None if row is reference else row.speedup * spread
+        row.speedup_std = None if row is reference else speedup_spread(base, wall)
         row.baseline = reference.label
+
+
+def speedup_spread(base: Stat, measured: Stat) -> float:
+    """The spread of the speed-up base.mean ÷ measured.mean: both sides' relative std, added in quadrature."""
+    spread = math.hypot(base.std / base.mean if base.mean else 0.0, measured.std / measured.mean)
+    return base.mean / measured.mean * spread

@@ -80,7 +80,7 @@ def _command_intro(section: Section, report: Report) -> list[str]:
     return [_md_text(line) for line in lines]
 
 
-def _command_notes(section: Section) -> list[str]:
+def command_notes(section: Section) -> list[str]:
     """Under a comparison's table: its CPU runs of accelerator targets, unchecked devices, NaN, partial metrics."""
     rows = section.rows
     notes = []
@@ -103,27 +103,37 @@ def _command_notes(section: Section) -> list[str]:
     return [_md_text(note) for note in notes]
 
 
+SERIES_HEADERS = ("where", "series", "runs", "steps", "first step", "steady state")
+
+
+def series_rows(section: Section) -> list[list[str]]:
+    """Each row's series (dvclive's per-step files) as table cells: the first step apart from the steady state."""
+    rows = []
+    for row in section.rows:
+        for name in section.series_names:
+            curve = row.curves.get(name)
+            if curve is not None:
+                steps = f"{curve.steps[0]}–{curve.steps[-1]}"
+                rows.append(
+                    [row.label, name, str(curve.runs), steps, significant(curve.first), significant(curve.steady)]
+                )
+    return rows
+
+
 def _series_markdown(section: Section) -> list[str]:
-    """Each row's series (dvclive's per-step files): the first step apart from the steady state."""
-    names = section.series_names
-    if not names:
+    """Each row's series: the first step apart from the steady state."""
+    rows = series_rows(section)
+    if not rows:
         return []
-    lines = [
+    return [
         "",
         "Series, per step (the plot draws them as curves): the first step's value apart from the steady state "
         "(every later step), mean ± std over the runs that wrote the series.",
         "",
-        _md_line(["where", "series", "runs", "steps", "first step", "steady state"]),
-        _md_line(["---"] * 6),
+        _md_line(list(SERIES_HEADERS)),
+        _md_line(["---"] * len(SERIES_HEADERS)),
+        *(_md_line(cells) for cells in rows),
     ]
-    for row in section.rows:
-        for name in names:
-            curve = row.curves.get(name)
-            if curve is not None:
-                steps = f"{curve.steps[0]}–{curve.steps[-1]}"
-                cells = [row.label, name, str(curve.runs), steps, significant(curve.first), significant(curve.steady)]
-                lines.append(_md_line(cells))
-    return lines
 
 
 def _experiment_intro(section: Section) -> list[str]:
@@ -139,25 +149,33 @@ def _experiment_intro(section: Section) -> list[str]:
     ]
 
 
-def _section_markdown(section: Section, report: Report) -> list[str]:
-    lines = [f"## {_md_text(section.title)}", ""]
-    if section.recipe is None:
-        lines += _command_intro(section, report)
-    else:
-        lines += _experiment_intro(section) if section.experiment else _recipe_intro(section, report)
-    lines.append("")
-    columns = markdown_columns(section, report.reference)
+def section_headers(section: Section, columns: list[Column]) -> list[str]:
+    """The headers of a section's columns; only the speed-up's names its metric: a metric's own name may hold
+    braces."""
     speedup_name = section.facts.get("speedup", {}).get("name")
-    # Only the speed-up's header names its metric: a metric's own name may hold braces.
-    headers = [
+    return [
         column.header.format(speedup=speedup_name) if column.key == "speedup" else column.header for column in columns
     ]
+
+
+def section_intro(section: Section, report: Report) -> list[str]:
+    """The lines before a section's table (markdown; the HTML page shows them too): what its rows measure, its
+    baseline, and what sets a comparison apart from its experiment's others."""
+    if section.recipe is None:
+        return _command_intro(section, report)
+    return _experiment_intro(section) if section.experiment else _recipe_intro(section, report)
+
+
+def _section_markdown(section: Section, report: Report) -> list[str]:
+    lines = [f"## {_md_text(section.title)}", "", *section_intro(section, report), ""]
+    columns = markdown_columns(section, report.reference)
+    headers = section_headers(section, columns)
     lines += [_md_line(headers), _md_line(["---"] * len(headers))]
     lines += [_md_line([column.cell(row) for column in columns]) for row in section.rows]
     if section.environments:
         lines += ["", f"env: these rows ran in {environments_text(section)}; `--strict` refuses to compare them."]
     if section.recipe is None:
-        notes = _command_notes(section)
+        notes = command_notes(section)
         lines += ["", *notes] if notes else []
         lines += _series_markdown(section)
     lines.append("")

@@ -57,6 +57,7 @@ class Row:
     not_finite: dict = field(default_factory=dict)  # metric -> successful runs that reported it as NaN or ±inf
     curves: dict = field(default_factory=dict)  # series name -> Curve, over its successful runs
     warnings: list[str] = field(default_factory=list)  # what the run wrapper found wrong (a lock that did not run)
+    results: tuple = ()  # the runs behind it, for the HTML page's differences and goals (none for published rows)
 
     @property
     def succeeded(self) -> int:

@@ -387,7 +387,9 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_
     root = config.parent
     render = Step("render every target", _envkit("render", "--all", "--config", str(config)))
     size = _size_args(DEMO_EPOCHS, "fake")
-    report = _report_step(results_dir, ("--plot", str(results_dir / "comparison.png")))
+    report = _report_step(
+        results_dir, ("--plot", str(results_dir / "comparison.png"), "--html", str(results_dir / "comparison.html"))
+    )
     local = [render] + local_runs(config, results_dir, facts, size, DEMO_EXTRA_ARGS) + [report]
     if not use_docker:
         return RunPlan(local, [f"--no-docker: running the recipes with {describe_interpreter()}"])

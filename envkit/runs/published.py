@@ -21,7 +21,7 @@ from envkit.support.bounded_load import load_yaml
 
 # A project's own report facts: beside its envkit.yaml, in report.yaml's layout (recipes:, experiments:).
 PROJECT_FACTS = "report.yaml"
-ENTRY_KEYS = ("title", "intro", "columns", "panels", "tick", "speedup", "comparable_by")
+ENTRY_KEYS = ("title", "intro", "columns", "panels", "tick", "speedup", "comparable_by", "goal")
 
 
 def _data(name: str):
@@ -79,6 +79,16 @@ def _check_project_facts(path: Path, own) -> None:
                     f"a list of panels, each {METRICS} (a panel per metric) or a list of measured columns "
                     f"with one axis ({', '.join(key for key in COLUMNS if COLUMNS[key].measure)}, {METRICS}.<name>)",
                 )
+            goal = entry.get("goal", {"metric": "", "value": 0})
+            if (
+                not isinstance(goal, dict)
+                or set(goal) - {"metric", "value", "at_most"}
+                or not isinstance(goal.get("metric"), str)
+                or isinstance(goal.get("value"), bool)
+                or not isinstance(goal.get("value"), int | float)
+                or not isinstance(goal.get("at_most", False), bool)
+            ):
+                refuse(f"{where}.goal", "a mapping of metric (a name), value (a number) and at_most (true for a loss)")
             for key in ("title", "intro", "tick"):
                 if key in entry and not isinstance(entry[key], str):
                     refuse(f"{where}.{key}", "a string")

@@ -76,19 +76,24 @@ def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult], fact
         environment=environment,
         environments=tuple(sorted({environment_facts(run) for run in runs}, key=json.dumps)),
         facts=facts,
+        results=tuple(runs),
         **placement,
     )
 
 
-def _metric(row: Row, name: str | None) -> float | None:
-    stat = {"total_s": row.total_s, "wall_time_s": row.wall_time_s}.get(name) or row.stats.get(name)
-    return stat.mean if stat else None
+def _stat(row: Row, name: str | None) -> Stat | None:
+    return {"total_s": row.total_s, "wall_time_s": row.wall_time_s}.get(name) or row.stats.get(name)
+
+
+def speedup_stat(row: Row) -> Stat | None:
+    """The row's measure its speed-up divides: its section's speed-up metric, else that metric's fallback."""
+    speedup = row.facts["speedup"]
+    return _stat(row, speedup["metric"]) or _stat(row, speedup.get("fallback"))
 
 
 def _speedup_value(row: Row) -> float | None:
-    speedup = row.facts["speedup"]
-    value = _metric(row, speedup["metric"])
-    return value if value is not None else _metric(row, speedup.get("fallback"))
+    stat = speedup_stat(row)
+    return stat.mean if stat else None
 
 
 def _assign_speedups(rows: list[Row], baseline: str | None) -> None:

@@ -41,7 +41,7 @@ LOCAL_DEMO_RUNS = f"""\
 # 4. cifar, DDP over 2 gloo processes
 {on_host("results/demo", "cpu", "cpu-ddp-cifar")} recipes/cifar.py --device cpu --parallel ddp --nproc 2 --quiet --dataset fake --epochs 4 --model mobilenet_v2 --global-batch 32 --image-size 64 --fake-train-size 512 --fake-test-size 128
 # 5. report
-{PY} -m envkit report results/demo --plot results/demo/comparison.png
+{PY} -m envkit report results/demo --plot results/demo/comparison.png --html results/demo/comparison.html
 """
 
 
@@ -96,7 +96,7 @@ def test_demo_with_docker_runs_in_the_cpu_image_and_falls_back(in_repo, capsys):
         f"# 3. mnist in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh python recipes/mnist.py {image_args} --fake-train-size 3840 --fake-test-size 1000\n"
         f"# 4. cifar, one process in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh python recipes/cifar.py --device cpu --parallel none --quiet --dataset fake --epochs 4 {cifar_args}\n"
         f"# 5. cifar, DDP over 2 gloo processes in the cpu image\nRESULTS_DIR={results} docker/cpu/run.sh python recipes/cifar.py --device cpu --parallel ddp --nproc 2 --quiet --dataset fake --epochs 4 {cifar_args}\n"
-        f"# 6. report\n{PY} -m envkit report results/demo --plot results/demo/comparison.png\n"
+        f"# 6. report\n{PY} -m envkit report results/demo --plot results/demo/comparison.png --html results/demo/comparison.html\n"
     )
     # the fallback is the local plan without its render step, renumbered
     assert f"#    # 1. mnist on eager CPU\n#    {on_host('results/demo', 'cpu', 'cpu-mnist')} recipes/mnist.py" in out
@@ -280,6 +280,7 @@ def test_demo_runs_end_to_end_without_docker(repo_root, tmp_path, monkeypatch, c
     accuracies = {name: json.loads((results / name).read_text())["metrics"]["test_accuracy"] for name in names}
     assert all(acc > 0.5 for acc in accuracies.values()), accuracies
     assert (results / "comparison.png").read_bytes().startswith(b"\x89PNG")
+    assert "<table" in (results / "comparison.html").read_text(encoding="utf-8")
     # Every run names the lock this interpreter's venv was made from (make venv: requirements/dev.lock).
     from envkit.host.venv import interpreter_lock
 

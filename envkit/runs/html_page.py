@@ -1,0 +1,95 @@
+"""`envkit report --html FILE`: the comparison as one self-contained HTML page.
+
+The page is drawn from plain data (envkit.runs.page_model), so it holds no grouping or formatting of its
+own: real HTML tables (a screen reader, a text browser and grep read them), figures as inline SVG
+(envkit.runs.page_figures), and `envkit diff`'s environment differences in <details>. It has no script
+and requests nothing; its Content-Security-Policy forbids any load. The template is
+templates/report/page.html.j2 (envkit/templates/ in the wheel). Figures per page are bounded
+(MAX_FIGURE_COMPARISONS comparisons get figures; the rest are tables alone, and the page says so).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from envkit.runs.page_figures import Figure, comparison_figures
+from envkit.runs.page_model import Comparison, Measure, Page
+from envkit.support.atomic import write_bytes_atomic
+
+TEMPLATE = "report/page.html.j2"
+MAX_FIGURE_COMPARISONS = 8
+LISTED = 20  # failed runs per comparison and skipped files listed by name; the rest are counted
+NUMBER = re.compile(r"^[-+]?[\d.]+(e[-+]?\d+)?[×%]?( ± [\d.]+(e[-+]?\d+)?)?[×%]?$")
+
+
+@dataclass(frozen=True)
+class _Drawn:
+    comparison: Comparison
+    figures: list[Figure]
+    left_out: str
+
+    @property
+    def intro(self) -> list[tuple[str, list[str]]]:
+        """The intro's lines as paragraphs ("p", [line]) and lists ("ul", items): the report's "- " lines."""
+        blocks: list[tuple[str, list[str]]] = []
+        for line in self.comparison.intro:
+            if line.startswith("- ") and blocks and blocks[-1][0] == "ul":
+                blocks[-1][1].append(line[2:])
+            else:
+                blocks.append(("ul", [line[2:]]) if line.startswith("- ") else ("p", [line]))
+        return blocks
+
+
+def _code(text: str):
+    """Markdown's `code` of the report's prose as <code>, the rest escaped."""
+    from markupsafe import Markup, escape
+
+    return Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", str(escape(text))))
+
+
+def _measure(value: Measure | None) -> str:
+    return "–" if value is None else f"{value[0]:.3f} ± {value[1]:.3f}"
+
+
+def _environment():
+    import jinja2
+
+    from envkit.render.target_files import packaged_templates
+
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(packaged_templates()),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    environment.filters.update(code=_code, measure=_measure, numeric=lambda cell: bool(NUMBER.match(cell)))
+    return environment
+
+
+def render_page(page: Page) -> str:
+    """The page's HTML text: the same page gives the same text."""
+    drawn = []
+    for index, comparison in enumerate(page.comparisons):
+        if index < MAX_FIGURE_COMPARISONS:
+            figures, left_out = comparison_figures(comparison, f"envkit-{index}")
+        else:
+            figures, left_out = [], ""
+        drawn.append(_Drawn(comparison, figures, left_out))
+    beyond = len(page.comparisons) - MAX_FIGURE_COMPARISONS
+    left_out = (
+        f"Figures are drawn for the first {MAX_FIGURE_COMPARISONS} comparisons; "
+        f"the other {beyond} have their tables only."
+        if beyond > 0
+        else ""
+    )
+    return _environment().get_template(TEMPLATE).render(page=page, comparisons=drawn, left_out=left_out, listed=LISTED)
+
+
+def write_page(page: Page, path: Path) -> int:
+    """Write the page atomically; its size in bytes."""
+    data = render_page(page).encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(path, data)
+    return len(data)

@@ -1,0 +1,280 @@
+"""The page's data (envkit.runs.page_model) from the report's model: the one place that knows both.
+
+One comparison per report section (envkit.runs.comparison groups a command's runs, envkit.runs.report a
+recipe's): the table's cells are the report's own columns, the speed-up's spread the model's, the curves the
+model's (Row.curves: the first step apart from the steady state), the lines around the table the markdown
+report's. What the model does not hold is found here: the environment differences come from `envkit diff`'s
+comparison (envkit.image.diff over each run's inventory), a seed recipe's per-epoch lists (``epoch_loss``,
+``epoch_test_accuracy``) are read from its files and averaged by the model's own curve function, a recipe row's
+speed-up spread uses the model's formula, and the time to reach report.yaml's ``goal`` is read from each run's
+series.
+"""
+
+from __future__ import annotations
+
+import json
+from itertools import combinations
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+from envkit.image.diff import compare, dict_changes, format_sections
+from envkit.image.inventory import from_environment
+from envkit.runs.columns import counted
+from envkit.runs.comparison import mean_curve, speedup_spread
+from envkit.runs.environments import environment_letter, environments_text
+from envkit.runs.formats import (
+    SERIES_HEADERS,
+    command_notes,
+    markdown_columns,
+    section_headers,
+    section_intro,
+    series_rows,
+)
+from envkit.runs.html_page import MAX_FIGURE_COMPARISONS, write_page
+from envkit.runs.model import OURS, Curve, Report, Row, Section
+from envkit.runs.page_model import Comparison, Difference, Goal, Measure, Page, Target
+from envkit.runs.report import speedup_stat
+from envkit.runs.results import RunResult, stat_of
+
+# A seed recipe's per-epoch lists (its metrics), by the name of the metric they end at.
+RECIPE_SERIES = {"epoch_loss": "loss", "epoch_test_accuracy": "test_accuracy"}
+# What a run recorded about where it ran that an inventory does not hold: compared the way `envkit diff` compares.
+RUN_FACTS = (
+    "host",
+    "device_type",
+    "device_name",
+    "device_count",
+    "image",
+    "image_id",
+    "image_digest",
+    "git_revision",
+    "git_dirty",
+)
+ALL_PAIRS = 5  # up to this many environments every pair is shown; beyond, each against the first
+
+
+def _recipe_series(run: RunResult) -> dict[str, dict]:
+    """A seed recipe's per-epoch lists as series ({"step": [1, ...], "value": [...]}): the report's model keeps
+    none, so they are read from its file. The report's loader read it within its bounds a moment ago; one
+    that has gone or changed since then just draws no curve."""
+    try:
+        document = json.loads(run.path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    metrics = document.get("metrics") if isinstance(document, dict) else None
+    if not isinstance(metrics, dict):
+        return {}
+    return {
+        name: {"step": list(range(1, len(metrics[key]) + 1)), "value": metrics[key]}
+        for key, name in RECIPE_SERIES.items()
+        if isinstance(metrics.get(key), list) and metrics[key]
+    }
+
+
+def _series(run: RunResult) -> dict[str, dict]:
+    """A run's series by name: a command's as the model loaded them, a recipe's from its file."""
+    return run.series if run.recipe is None else _recipe_series(run)
+
+
+def _curves(row: Row, series: list[dict[str, dict]]) -> dict[str, Curve]:
+    """The row's curves: the model's (a command's), else the model's mean of its runs' recipe series."""
+    if row.recipe is None:
+        return dict(row.curves)
+    names = sorted({name for one in series for name in one})
+    curves = {name: mean_curve([one[name] for one in series if name in one]) for name in names}
+    return {name: curve for name, curve in curves.items() if curve is not None}
+
+
+def _reached(goal: Goal, values: list[float]) -> int | None:
+    """The index of the first point that meets the goal."""
+    return next(
+        (i for i, value in enumerate(values) if (value <= goal.value if goal.at_most else value >= goal.value)), None
+    )
+
+
+def _time_to_goal(goal: Goal, runs: list[RunResult], series: list[dict]) -> tuple[Measure | None, tuple[int, int]]:
+    """Seconds until the goal per successful run: a recipe's first epoch plus its later epochs' mean each; a
+    command's wall time in proportion to the steps (steps taken as equally long)."""
+    times = []
+    recorded = 0
+    for run, one in zip(runs, series):
+        if goal.metric not in one or not run.succeeded:
+            continue
+        recorded += 1
+        values = one[goal.metric]["value"]
+        index = _reached(goal, values)
+        if index is None:
+            continue
+        if run.recipe is not None:
+            steady = run.timing.get("steady_epoch_s")
+            times.append(run.timing["first_epoch_s"] + index * (steady.mean if steady else 0.0))
+        else:
+            times.append(run.run["wall_time_s"] * (index + 1) / len(values))
+    if not times:
+        return None, (0, recorded)
+    stat = stat_of(times)
+    return (stat["mean"], stat["std"]), (len(times), recorded)
+
+
+def _speedup(row: Row, section: Section) -> Measure | None:
+    """The row's speed-up with its spread: the model's (a comparison's rows); a recipe's row, whose model keeps
+    none, by the model's formula from both sides' measure."""
+    if row.speedup is None:
+        return None
+    if row.recipe is None or row.speedup_std is not None:
+        return row.speedup, row.speedup_std or 0.0
+    base = next(r for r in section.rows if r.label == row.baseline and r.comparable_key() == row.comparable_key())
+    if base is row:  # the baseline against itself: 1 exactly
+        return row.speedup, 0.0
+    sides = speedup_stat(base), speedup_stat(row)
+    return row.speedup, speedup_spread(*sides) if all(sides) else 0.0
+
+
+def _left_out(row: Row) -> tuple[str, ...]:
+    """One line per run left out of the row's numbers (a failed run, with its exit status and its stderr's last
+    line), or of the speed-ups (a CPU run of an accelerator's target)."""
+    lines = []
+    for run in row.results:
+        if not run.succeeded:
+            tail = [line for line in run.run.get("stderr_tail") or () if isinstance(line, str) and line.strip()]
+            reason = f" (stderr: {tail[-1].strip()})" if tail else ""
+            lines.append(f"{run.run_name}: exit status {run.run['exit_status']}{reason}, left out of the numbers")
+        elif row.cpu_stand_in:
+            lines.append(
+                f"{run.run_name}: ran on {row.target} but initialised no accelerator ({row.device}); "
+                "a CPU run, left out of the speed-ups"
+            )
+    return tuple(lines)
+
+
+def _label(row: Row) -> str:
+    """The row's name in figures, as the PNG plot's ticks name it: its run, the facts its section's tick
+    names (a model and batch), and a published source."""
+    label = row.label if row.run is None else f"{row.run}: {row.label}"
+    tick = row.facts.get("tick")
+    if tick:
+        label += ", " + tick.format(**row.configuration, **row.settings).replace("\n", ", ")
+    return label if row.source == OURS else f"{label} (published: {row.source_short})"
+
+
+def _target(row: Row, section: Section, columns: list, goal: Goal | None, drawn: bool) -> Target:
+    """The row's cells as the report writes them (a recipe's speed-up cell with the spread its model lacks), its
+    speed-up with its spread; ``drawn``: its comparison gets figures (html_page.MAX_FIGURE_COMPARISONS)."""
+    series = [_series(run) for run in row.results] if drawn or goal else []
+    time_to_goal, reached = _time_to_goal(goal, list(row.results), series) if goal else (None, (0, 0))
+    steady = row.stats.get("steady_epoch_s")
+    speedup = _speedup(row, section)
+    spread = f" ± {speedup[1]:.2f}" if speedup and speedup[1] > 0 and row.speedup_std is None else ""
+    return Target(
+        label=_label(row),
+        cells=tuple(column.cell(row) + (spread if column.key == "speedup" else "") for column in columns),
+        published=None if row.source == OURS else row.source,
+        speedup=speedup,
+        first_epoch=row.first_epoch_s,
+        steady_epoch=(steady.mean, steady.std) if steady else None,
+        curves=_curves(row, series) if drawn else {},
+        steps_name="step" if row.recipe is None else "epoch",
+        time_to_goal=time_to_goal,
+        goal_reached=reached,
+        failed=_left_out(row),
+    )
+
+
+def _differences(section: Section) -> tuple[tuple[Difference, ...], str | None]:
+    """`envkit diff` between the distinct environments the section's runs recorded."""
+    named: dict[str, tuple[dict, list[str]]] = {}
+    for row in section.rows:
+        for run in row.results:
+            key = json.dumps(run.environment, sort_keys=True, default=str)
+            named.setdefault(key, (run.environment, []))[1].append(run.run_name)
+    environments = [
+        (f"environment {environment_letter(i)} (runs: {_listed(runs)})", environment)
+        for i, (environment, runs) in enumerate(named.values())
+    ]
+    inventories = {name: from_environment(name, environment) for name, environment in environments}
+    pairs = list(combinations(environments, 2))
+    left_out = None
+    if len(environments) > ALL_PAIRS:
+        pairs = [(environments[0], other) for other in environments[1:]]
+        left_out = f"{len(environments)} environments: each is compared with the first, not every pair"
+    differences = []
+    for (a_name, a), (b_name, b) in pairs:
+        pair = inventories[a_name], inventories[b_name]
+        rows = []
+        for compared in compare(*pair):
+            if compared.unknown is None:  # a results file records no apt packages, labels or base digest
+                lines = format_sections([compared], *pair).splitlines()[2:]
+                rows.append((compared.title, lines[0], tuple(line.strip() for line in lines[1:])))
+        facts = dict_changes(*({key: _text(side.get(key)) for key in RUN_FACTS} for side in (a, b)))
+        summary = f"{len(facts)} of {len(RUN_FACTS)} differ" if facts else f"same ({len(RUN_FACTS)})"
+        rows.append(("where it ran", f"where it ran: {summary}", facts))
+        differences.append(Difference(a_name, b_name, tuple(rows)))
+    return tuple(differences), left_out
+
+
+def _listed(names: list[str], shown: int = 8) -> str:
+    return ", ".join(names) if len(names) <= shown else f"{', '.join(names[:shown])} and {len(names) - shown} more"
+
+
+def _text(value) -> str | None:
+    return None if value is None else str(value)
+
+
+def _notes(section: Section) -> tuple[str, ...]:
+    """The lines under the table: the environments its rows ran in, and a comparison's notes (CPU stand-ins,
+    unchecked devices, the run wrapper's warnings, NaN), as the markdown report writes them."""
+    notes = [f"env: these rows ran in {environments_text(section)}."] if section.environments else []
+    notes += command_notes(section) if section.recipe is None else []
+    return tuple(notes)
+
+
+def _goal(facts: dict) -> Goal | None:
+    goal = facts.get("goal")
+    return Goal(goal["metric"], float(goal["value"]), goal.get("at_most", False)) if goal else None
+
+
+def page_from_report(report: Report, warnings: list[str]) -> Page:
+    """The page of ``report`` (built with its runs), with the files the report skipped (``warnings``)."""
+    comparisons = []
+    for index, section in enumerate(report.sections):
+        columns = markdown_columns(section, report.reference)
+        speedup_name = section.facts.get("speedup", {}).get("name", "")
+        goal = _goal(section.facts)
+        targets = tuple(_target(row, section, columns, goal, index < MAX_FIGURE_COMPARISONS) for row in section.rows)
+        differences, left_out = _differences(section)
+        comparisons.append(
+            Comparison(
+                title=section.title,
+                intro=tuple(line for line in section_intro(section, report) if line),
+                headers=tuple(section_headers(section, columns)),
+                targets=targets,
+                notes=_notes(section),
+                speedup_name=speedup_name,
+                baseline=next((row.baseline for row in section.rows if row.baseline), None),
+                goal=goal,
+                differences=differences,
+                differences_left_out=left_out,
+                series_headers=SERIES_HEADERS,
+                series_rows=tuple(tuple(cells) for cells in series_rows(section)),
+            )
+        )
+    configurations = sum(1 for section in report.sections for row in section.rows if row.source == OURS)
+    summary = f"{counted(report.runs, 'run')} in {counted(configurations, 'configuration')}"
+    skipped = tuple(line.removeprefix("skipped ") for line in warnings if line.startswith("skipped "))
+    sources = {row.source: row.environment for s in report.sections for row in s.rows if row.source != OURS}
+    return Page(
+        title="envkit comparison report",
+        summary=summary + (f"; {counted(len(skipped), 'file')} skipped" if skipped else "") + ".",
+        comparisons=tuple(comparisons),
+        skipped=skipped,
+        sources=tuple(f"{label}: {note}" for label, note in sources.items()),
+    )
+
+
+def write_report_page(report: Report, warnings: list[str], path: Path) -> int:
+    """`envkit report --html`: the page of ``report`` written atomically to ``path``; its size in bytes.
+    A path it cannot write is one line (EnvkitError)."""
+    try:
+        return write_page(page_from_report(report, warnings), path)
+    except OSError as exc:
+        raise EnvkitError(f"cannot write the page {path}: {exc.strerror or exc}") from None

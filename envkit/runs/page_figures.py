@@ -1,0 +1,228 @@
+"""The page's figures as inline SVG drawn by matplotlib: speed-up bars, the first epoch beside the steady
+state, the recorded series as curves (one line per target) and the time to reach the experiment's goal.
+
+Inline SVG needs no script and loads nothing: text stays text (svg.fonttype none, in the reader's own
+sans-serif font), and each figure gets its own hash salt so that two figures' clip-path IDs never clash
+while the same report still gives the same bytes (no date in the metadata). Every figure is bounded:
+at most MAX_TARGETS bars or lines and MAX_POINTS points per line, and the caption says what was left out.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+from envkit.runs.comparison import CURVE_POINTS
+from envkit.runs.page_model import Comparison, Curve, Target
+
+MAX_TARGETS = 16
+MAX_POINTS = 250
+MAX_CURVES = 4  # series drawn per comparison
+HATCH = "//"  # published rows: hatched, so they cannot pass for ours
+
+
+@dataclass(frozen=True)
+class Figure:
+    title: str
+    svg: str  # an <svg> element, ready to sit in the page
+    caption: str
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    return pyplot
+
+
+def _svg(figure, salt: str, tight: bool = True) -> str:
+    """``tight``: fit the figure to its (long) tick labels, at the cost of a second draw (a layout engine
+    costs more); a curve's fixed margins need none."""
+    import matplotlib
+
+    with matplotlib.rc_context({"svg.hashsalt": salt, "svg.fonttype": "none", "font.family": "sans-serif"}):
+        buffer = io.StringIO()
+        figure.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight" if tight else None)
+    _pyplot().close(figure)
+    text = buffer.getvalue()
+    return text[text.index("<svg") :]  # the XML prolog and DOCTYPE have no place inside HTML
+
+
+def _bounded(targets: list[Target], what: str) -> tuple[list[Target], str]:
+    if len(targets) <= MAX_TARGETS:
+        return targets, ""
+    return targets[:MAX_TARGETS], f" The first {MAX_TARGETS} of {len(targets)} {what} are drawn; the table lists all."
+
+
+def _bars(axes, labels: list[str], given: list[tuple[float, float] | None], published: list[bool], colour: str) -> None:
+    """Horizontal bars in the table's order; a row without a measure gets no bar and no number."""
+    measures = [measure or (0.0, 0.0) for measure in given]
+    drawn = axes.barh(
+        range(len(labels)),
+        [mean for mean, _ in measures],
+        xerr=[spread for _, spread in measures],
+        capsize=3,
+        color=colour,
+        edgecolor="black",
+        linewidth=0.5,
+    )
+    for patch, is_published in zip(drawn, published):
+        patch.set_hatch(HATCH if is_published else "")
+    axes.bar_label(drawn, labels=[f"{m[0]:.3g}" if m else "" for m in given], padding=4, fontsize=8)
+    axes.set_yticks(range(len(labels)), labels, fontsize=8)
+    axes.invert_yaxis()  # the table's order, top to bottom
+    axes.margins(x=0.2)
+
+
+def _height(rows: int) -> float:
+    return 1.2 + 0.38 * rows
+
+
+def speedup_figure(comparison: Comparison, salt: str) -> Figure | None:
+    targets = [target for target in comparison.targets if target.speedup is not None]
+    if not targets:
+        return None
+    targets, left_out = _bounded(targets, "rows with a speed-up")
+    pyplot = _pyplot()
+    figure, axes = pyplot.subplots(figsize=(7, _height(len(targets))))
+    _bars(
+        axes,
+        [target.label for target in targets],
+        [target.speedup for target in targets],
+        [target.published is not None for target in targets],
+        "C0",
+    )
+    axes.axvline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    axes.set_xlabel(f"speed-up ({comparison.speedup_name}) against {comparison.baseline or 'the baseline'}")
+    caption = (
+        f"Speed-up against {comparison.baseline or 'the baseline'}: error bars are the spread of the ratio "
+        "(the runs' std of both sides, propagated)."
+        + (" Hatched bars are published numbers." if any(target.published for target in targets) else "")
+        + left_out
+    )
+    return Figure("Speed-up", _svg(figure, salt), caption)
+
+
+def warmup_figure(comparison: Comparison, salt: str) -> Figure | None:
+    targets = [target for target in comparison.targets if target.first_epoch is not None]
+    if not targets:
+        return None
+    targets, left_out = _bounded(targets, "rows with a first epoch")
+    labels = [target.label for target in targets]
+    steady = [target.steady_epoch for target in targets]
+    panels = 2 if any(steady) else 1
+    figure, axes = _pyplot().subplots(
+        1, panels, figsize=(4.5 * panels + 1, _height(len(targets))), squeeze=False, layout="constrained"
+    )
+    _bars(axes[0][0], labels, [(target.first_epoch, 0.0) for target in targets], [False] * len(targets), "C1")
+    axes[0][0].set_xlabel("first epoch (s): compile and warm-up")
+    if panels == 2:
+        _bars(axes[0][1], labels, steady, [False] * len(targets), "C2")
+        axes[0][1].set_xlabel("later epochs (s/epoch, mean ± std)")
+        axes[0][1].tick_params(labelleft=False)  # the same rows as on the left: their names once
+    caption = (
+        "The first epoch (compilation on XLA, warm-up, data loading) apart from the steady state; "
+        "a row without later epochs (a one-epoch run) has no steady-state bar." + left_out
+    )
+    return Figure("First epoch and steady state", _svg(figure, salt), caption)
+
+
+def _thinned(curve: Curve) -> tuple[list[float], list[float]]:
+    """At most MAX_POINTS evenly spaced points, the first and last always kept."""
+    count = len(curve.steps)
+    if count <= MAX_POINTS:
+        return list(curve.steps), list(curve.values)
+    picked = sorted({round(i * (count - 1) / (MAX_POINTS - 1)) for i in range(MAX_POINTS)})
+    return [curve.steps[i] for i in picked], [curve.values[i] for i in picked]
+
+
+def _first_and_steady(label: str, curve: Curve) -> str:
+    steady = f"{curve.steady.mean:.4g} ± {curve.steady.std:.2g}" if curve.steady else "none (one step)"
+    return f"{label}: first {curve.first.mean:.4g} ± {curve.first.std:.2g}, steady state {steady}"
+
+
+def curve_names(comparison: Comparison) -> list[str]:
+    return sorted({name for target in comparison.targets for name in target.curves})
+
+
+def curve_figure(comparison: Comparison, name: str, salt: str) -> Figure | None:
+    targets = [target for target in comparison.targets if name in target.curves]
+    if not targets:
+        return None
+    targets, left_out = _bounded(targets, "targets recording it")
+    pyplot = _pyplot()
+    figure, axes = pyplot.subplots(figsize=(7, 3.6))
+    figure.subplots_adjust(left=0.12, right=0.98, bottom=0.13, top=0.97)
+    thinned = False
+    for index, target in enumerate(targets):
+        curve = target.curves[name]
+        steps, values = _thinned(curve)
+        thinned = thinned or len(steps) < len(curve.steps)
+        colour = f"C{index % 10}"
+        axes.plot(
+            steps, values, marker="o" if len(steps) <= 30 else None, markersize=3, color=colour, label=target.label
+        )
+        # The first step (compile, warm-up) apart from the steady state: a hollow marker of its own.
+        axes.plot(steps[:1], values[:1], marker="o", markersize=7, fillstyle="none", linestyle="none", color=colour)
+    if comparison.goal is not None and comparison.goal.metric == name:
+        axes.axhline(comparison.goal.value, color="grey", linewidth=0.8, linestyle="--", label=comparison.goal.text)
+    axes.set_xlabel(targets[0].steps_name)
+    axes.set_ylabel(name)
+    axes.legend(fontsize=7, loc="best")
+    steps_name = targets[0].steps_name
+    caption = (
+        f"{name} per {steps_name}, one line per target: the mean over its runs. The first {steps_name} (hollow "
+        f"marker: compile and warm-up) apart from the steady state, mean ± std over the runs: "
+        + "; ".join(_first_and_steady(target.label, target.curves[name]) for target in targets)
+        + "."
+        + (f" Lines are thinned to {MAX_POINTS} evenly spaced points." if thinned else "")
+        + (
+            f" A series longer than {CURVE_POINTS} steps keeps every n-th step (the report's curves)."
+            if any(target.curves[name].stride > 1 for target in targets)
+            else ""
+        )
+        + left_out
+    )
+    return Figure(name, _svg(figure, salt, tight=False), caption)
+
+
+def goal_figure(comparison: Comparison, salt: str) -> Figure | None:
+    goal = comparison.goal
+    targets = [target for target in comparison.targets if target.time_to_goal is not None]
+    if goal is None or not targets:
+        return None
+    targets, left_out = _bounded(targets, "targets that reached it")
+    pyplot = _pyplot()
+    figure, axes = pyplot.subplots(figsize=(7, _height(len(targets))))
+    _bars(
+        axes,
+        [target.label for target in targets],
+        [target.time_to_goal for target in targets],
+        [False] * len(targets),
+        "C3",
+    )
+    axes.set_xlabel(f"seconds to reach {goal.text}")
+    caption = (
+        f"Time until {goal.text}, mean ± std over the runs that reached it (the table says how many did)." + left_out
+    )
+    return Figure(f"Time to reach {goal.text}", _svg(figure, salt), caption)
+
+
+def comparison_figures(comparison: Comparison, salt: str) -> tuple[list[Figure], str]:
+    """Every figure of one comparison (salted ``salt``-0, -1, ...), and what was left out of them."""
+    names = curve_names(comparison)
+    drawers = [
+        lambda s: speedup_figure(comparison, s),
+        lambda s: warmup_figure(comparison, s),
+        lambda s: goal_figure(comparison, s),
+    ]
+    drawers += [lambda s, name=name: curve_figure(comparison, name, s) for name in names[:MAX_CURVES]]
+    figures = [figure for index, draw in enumerate(drawers) if (figure := draw(f"{salt}-{index}")) is not None]
+    left_out = (
+        f"Curves of {len(names) - MAX_CURVES} more series are left out: {', '.join(names[MAX_CURVES:])}."
+        if len(names) > MAX_CURVES
+        else ""
+    )
+    return figures, left_out

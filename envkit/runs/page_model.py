@@ -1,0 +1,81 @@
+"""What the HTML page draws, as plain data: the narrow interface between the report's model and the page.
+
+The page (envkit.runs.html_page) knows nothing of how runs are grouped or how cells are formatted: it is
+handed comparisons whose table cells the report's own columns already wrote, each target's numbers and
+curves (the model's) for the figures, and the environment differences `envkit diff` computed.
+envkit.runs.page_adapter builds these from the report; pointing the page at another report model means
+writing that one function again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# A target's curve is the report model's own: its mean per step, the first step apart from the steady state.
+from envkit.runs.model import Curve
+
+Measure = tuple[float, float]  # (mean, spread: std over the runs, or the propagated spread of a ratio)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One row of a comparison's table: a target (and strategy) of ours, or a published row."""
+
+    label: str
+    cells: tuple[str, ...]  # the table's cells, as the report formats them (same order as Comparison.headers)
+    published: str | None = None  # the published source's label, else None (ours)
+    speedup: Measure | None = None
+    first_epoch: float | None = None  # seconds: compile and warm-up, apart from the steady state
+    steady_epoch: Measure | None = None  # seconds per epoch after the first
+    curves: dict[str, Curve] = field(default_factory=dict)  # series name -> its curve
+    steps_name: str = "step"  # what the curves' x axis counts (epoch for the seed recipes)
+    time_to_goal: Measure | None = None  # seconds until the goal was reached (mean over the runs that reached it)
+    goal_reached: tuple[int, int] = (0, 0)  # (runs that reached the goal, runs that recorded its series)
+    failed: tuple[str, ...] = ()  # one line per run left out of the numbers: which, and why
+
+
+@dataclass(frozen=True)
+class Difference:
+    """What differs between two environments of a comparison's runs: `envkit diff`'s sections."""
+
+    a: str  # the environment's name and the runs that ran in it
+    b: str
+    sections: tuple[tuple[str, str, tuple[str, ...]], ...]  # (title, summary line, its changes)
+
+
+@dataclass(frozen=True)
+class Goal:
+    metric: str
+    value: float
+    at_most: bool = False  # reached when the metric falls to the value (a loss), else when it rises to it
+
+    @property
+    def text(self) -> str:
+        return f"{self.metric} {'≤' if self.at_most else '≥'} {self.value:g}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One table of the report: the targets that did the same work, side by side."""
+
+    title: str
+    intro: tuple[str, ...]
+    headers: tuple[str, ...]
+    targets: tuple[Target, ...]
+    notes: tuple[str, ...] = ()  # lines under the table (environments that differ, rows left out)
+    speedup_name: str = "speed-up"
+    baseline: str | None = None
+    goal: Goal | None = None
+    differences: tuple[Difference, ...] = ()
+    differences_left_out: str | None = None  # why fewer pairs are shown than the comparison has
+    series_headers: tuple[str, ...] = ()  # the table of each target's series: first step apart from the steady state
+    series_rows: tuple[tuple[str, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class Page:
+    title: str
+    summary: str  # the report's first line: runs, configurations, files skipped
+    comparisons: tuple[Comparison, ...]
+    skipped: tuple[str, ...] = ()  # files left out of every table, one line each with the reason
+    sources: tuple[str, ...] = ()  # the published sources shown beside our rows, each named
