@@ -58,8 +58,10 @@ METRICS_FILE = "metrics.json"
 SERIES_DIR = Path("plots", "metrics")
 # The venv marker envkit venv writes (envkit/host/venv.py), which names the lock it installed.
 VENV_LOCK_MARKER = "envkit-lock.json"
+# The results schema's patterns (tests/support/test_provenance.py holds them equal): a value that is none is null.
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _REVISION = re.compile(r"^[0-9a-f]{7,64}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _NAME = re.compile(r"[^A-Za-z0-9._-]+")
 PROG = Path(FILE_NAME).stem
 
@@ -95,8 +97,9 @@ def main(argv: list[str]) -> int:
         if records_before.get(path) != path.stat().st_mtime_ns and _is_record(path)
     ]
     if written:
+        facts = environment()
         for path in written:
-            _update(path, {"run": run_block})
+            adopt(path, run_block, facts)
         hand_over(*written)
         shutil.rmtree(folder, ignore_errors=True)
         return status
@@ -214,7 +217,7 @@ def environment() -> dict:
         "torch_tpu": _version("torch-tpu"),
         "image": os.environ.get("ENVKIT_IMAGE") or None,
         "image_id": os.environ.get("ENVKIT_IMAGE_ID") or None,
-        "image_digest": os.environ.get("ENVKIT_IMAGE_DIGEST") or None,
+        "image_digest": _matching(_DIGEST, os.environ.get("ENVKIT_IMAGE_DIGEST", "")),
         "lock_sha256": lock_sha256(),
         "git_revision": revision,
         "git_dirty": dirty,
@@ -256,15 +259,19 @@ def lock_sha256() -> str | None:
         except (OSError, ValueError):
             return None
         sha = marker.get("lock_sha256", "") if isinstance(marker, dict) else ""
-    return sha if isinstance(sha, str) and _SHA256.match(sha) else None
+    return _matching(_SHA256, sha)
+
+
+def _matching(pattern: re.Pattern, value: object) -> str | None:
+    return value if isinstance(value, str) and pattern.match(value) else None
 
 
 def git_state() -> tuple[str | None, bool | None]:
     """The project's commit and whether its tracked files differ from it (None: not known, e.g. in an image)."""
     revision = os.environ.get("ENVKIT_REVISION", "").strip()
     if revision:
-        return (revision if _REVISION.match(revision) else None), None
-    head = _git("rev-parse", "HEAD")
+        return _matching(_REVISION, revision), None
+    head = _matching(_REVISION, _git("rev-parse", "HEAD"))
     if head is None:
         return None, None
     status = _git("status", "--porcelain", "--untracked-files=no")
@@ -319,9 +326,13 @@ def _mtime(path: Path) -> int | None:
         return None
 
 
-def _update(path: Path, fields: dict) -> None:
+def adopt(path: Path, run_block: dict, facts: dict) -> None:
+    """A record the program wrote gains the run block and the process's facts: the program's own
+    environment keys (a recipe's: the device torch initialised, torch's build) are kept over this
+    wrapper's, which cannot know them."""
     document = json.loads(path.read_text(encoding="utf-8"))
-    document.update(fields)
+    own = document.get("environment")
+    document.update(run=run_block, environment={**facts, **(own if isinstance(own, dict) else {})})
     _write(path, document)
 
 

@@ -89,18 +89,18 @@ def _envkit(*args: str) -> tuple[str, ...]:
 def host_step(
     title: str, entry: Experiment, python: str, root: Path, args: tuple[str, ...], env: dict[str, str]
 ) -> Step:
-    """One run of ``entry`` on this host with ``python``. A recipe runs by its path and writes its own record;
-    a command runs from the project's root through the run wrapper (its record), a leading python as ``python``."""
-    if entry.recipe is not None:
-        return Step(title, (python, str(root / RECIPES / f"{entry.recipe}.py"), *args), env, needs_torch=True)
-    program = entry.program
+    """One run of ``entry`` on this host with ``python``, from the project's root through the run wrapper, as in
+    an image: a recipe (by its path) writes its own record, which the wrapper completes with the process's facts;
+    a command gets the wrapper's record. A leading python is ``python``."""
+    recipe = entry.recipe is not None
+    program = ("python", str(root / RECIPES / f"{entry.recipe}.py")) if recipe else entry.program
     if program[0] in PYTHONS:
         program = (python, *program[1:])
     wrapper = str(Path(provenance.__file__))
     # It runs elsewhere than envkit: the locations it is told must not be relative.
     located = {name: str(Path(value).resolve()) if name in LOCATIONS else value for name, value in env.items()}
     located["ENVKIT_EXPERIMENT"] = entry.name
-    return Step(title, (python, wrapper, *program, *args), located, cwd=str(root.resolve()))
+    return Step(title, (python, wrapper, *program, *args), located, needs_torch=recipe, cwd=str(root.resolve()))
 
 
 LOCATIONS = ("ENVKIT_RESULTS_DIR", "ENVKIT_DATA_DIR")

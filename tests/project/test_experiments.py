@@ -161,11 +161,12 @@ def test_experiment_with_python_runs_the_recipes_here(repo_root, monkeypatch, ca
         == 0
     )
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
-    # no host check and no build: the recipe itself, with this interpreter
+    # no host check and no build: the recipe itself, with this interpreter, through the run wrapper
     device = load_kinds()[entry.kind].device
+    wrapper = repo_root / "envkit" / "support" / "provenance.py"
     assert lines == [
-        f"ENVKIT_RESULTS_DIR=/r ENVKIT_DEVICE={device} "
-        f"/opt/py/bin/python {repo_root}/recipes/{entry.recipe}.py {' '.join(run.argv)} --epochs 1"
+        f"cd {repo_root} && ENVKIT_RESULTS_DIR=/r ENVKIT_DEVICE={device} ENVKIT_EXPERIMENT={name} /opt/py/bin/python "
+        f"{wrapper} /opt/py/bin/python {repo_root}/recipes/{entry.recipe}.py {' '.join(run.argv)} --epochs 1"
         for run in entry.runs
     ]
 
