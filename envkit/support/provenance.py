@@ -17,11 +17,14 @@ dvclive has no variable for its folder: ``Live()`` writes ``dvclive/`` under the
 so a script that logs with dvclive unchanged is read from there. A script that picks its folder
 reads ENVKIT_METRICS_DIR, the run's own folder ``<results>/<run>/``, which this wrapper sets.
 
-A program that writes its own results record (the seed recipes: ``<results>/<recipe>-<run>.json``)
-keeps it: the wrapper adds its ``run`` block (experiment, argv, exit status, wall time) to each
-record the program wrote, instead of writing a second file. Any other program gets
-``<results>/<run>.json``, failed or not, with its exit status, wall time, metrics and environment.
-The wrapper exits with the command's status.
+Each run has an id, given to the program as ENVKIT_RUN_ID. A program that writes its own results
+record (the seed recipes: ``<results>/<recipe>-<run>.json``) names that id in it (``run_id``) and
+keeps it: the wrapper adds its ``run`` block (experiment, argv, exit status, wall time) and the
+process's facts to each record of its run, instead of writing a second file. Records of other runs
+into the same folder are left alone, whenever they were written. Any other program gets
+``<results>/<run>.json``, failed or not, with its exit status, wall time, metrics and environment;
+the run takes that name, and its folder ``<results>/<run>/``, atomically. The wrapper exits with the
+command's status.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 # Its name beside the command: docker/<target>/ and the image's /opt/envkit/, a notebook's folder.
@@ -47,6 +51,7 @@ DATA_VARIABLE = "ENVKIT_DATA_DIR"
 DEVICE_VARIABLE = "ENVKIT_DEVICE"
 EXPERIMENT_VARIABLE = "ENVKIT_EXPERIMENT"
 METRICS_VARIABLE = "ENVKIT_METRICS_DIR"
+RUN_ID_VARIABLE = "ENVKIT_RUN_ID"
 # A multi-node engine starts the wrapper on every node; the first node records the run, the others only
 # run their part: these say which node this is (run.sh's NODE_RANK, Slurm, SkyPilot, an indexed Kubernetes Job).
 NODE_RANK_VARIABLES = ("NODE_RANK", "SLURM_NODEID", "SKYPILOT_NODE_RANK", "JOB_COMPLETION_INDEX")
@@ -75,16 +80,16 @@ def main(argv: list[str]) -> int:
     results = Path(os.environ.get(RESULTS_VARIABLE) or "results")
     experiment = os.environ.get(EXPERIMENT_VARIABLE) or command_name(argv)
     started_at = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - datetime.UTC needs 3.11; notebooks may run older
-    run_name = unique_name(results, f"{_NAME.sub('-', experiment)}-{started_at:%Y%m%dT%H%M%SZ}")
-    folder = results / run_name
-    folder.mkdir(parents=True, exist_ok=True)
+    run_name, folder = claim(results, f"{_NAME.sub('-', experiment)}-{started_at:%Y%m%dT%H%M%SZ}")
+    run_id = uuid.uuid4().hex
     records_before = {path: path.stat().st_mtime_ns for path in results.glob("*.json")}
     dvclive_before = _mtime(Path(DVCLIVE_DIR, METRICS_FILE))
     started = time.perf_counter()
-    status = run(argv, {**os.environ, METRICS_VARIABLE: str(folder.resolve())})
+    status = run(argv, {**os.environ, RUN_ID_VARIABLE: run_id, METRICS_VARIABLE: str(folder.resolve())})
     wall = round(time.perf_counter() - started, 3)
     run_block = {
         "record_version": RECORD_VERSION,
+        "run_id": run_id,
         "experiment": experiment,
         "argv": list(argv),
         "exit_status": status,
@@ -94,14 +99,14 @@ def main(argv: list[str]) -> int:
     written = [
         path
         for path in sorted(results.glob("*.json"))
-        if records_before.get(path) != path.stat().st_mtime_ns and _is_record(path)
+        if records_before.get(path) != path.stat().st_mtime_ns and _is_record(path, run_id)
     ]
     if written:
         facts = environment()
         for path in written:
             adopt(path, run_block, facts)
         hand_over(*written)
-        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)  # the recipe's record is the run's: no folder of its own
         return status
     if _mtime(Path(DVCLIVE_DIR, METRICS_FILE)) != dvclive_before:
         collect_dvclive(Path(DVCLIVE_DIR), folder)
@@ -116,7 +121,7 @@ def main(argv: list[str]) -> int:
         "series": read_series(folder / SERIES_DIR),
         "environment": environment(),
     }
-    _write(results / f"{run_name}.json", record)
+    _write_new(results / f"{run_name}.json", record)
     hand_over(results / f"{run_name}.json", folder, *folder.rglob("*"))
     return status
 
@@ -127,13 +132,21 @@ def command_name(argv: list[str]) -> str:
     return Path(script or argv[0]).stem or "run"
 
 
-def unique_name(results: Path, name: str) -> str:
-    """``name``, or ``name-2``, ``name-3``... when a run of the same second already took it."""
-    candidate, number = name, 1
-    while (results / f"{candidate}.json").exists() or (results / candidate).exists():
-        number += 1
-        candidate = f"{name}-{number}"
-    return candidate
+def claim(results: Path, name: str) -> tuple[str, Path]:
+    """The run's name and folder: ``name``, or ``name-2``, ``name-3``... when another run (of the same second,
+    maybe at this moment) took it. Taken by making the folder, which only one process can do; a name whose
+    record is there without its folder (a recipe's run removes it) is an earlier run's too."""
+    results.mkdir(parents=True, exist_ok=True)
+    for number in range(1, 10_000):
+        candidate = name if number == 1 else f"{name}-{number}"
+        try:
+            (results / candidate).mkdir()
+        except FileExistsError:
+            continue
+        if not os.path.lexists(results / f"{candidate}.json"):
+            return candidate, results / candidate
+        (results / candidate).rmdir()
+    raise FileExistsError(f"no free run name {name}-N in {results}")
 
 
 def run(argv: list[str], env: dict[str, str]) -> int:
@@ -155,13 +168,14 @@ def run(argv: list[str], env: dict[str, str]) -> int:
     return 128 - code if code < 0 else code
 
 
-def _is_record(path: Path) -> bool:
-    """A results record the program wrote itself (an object naming its recipe), not a file of ours."""
+def _is_record(path: Path, run_id: str) -> bool:
+    """A results record this run's program wrote itself (an object naming its recipe and this run), not
+    another run's (two runs may share a results folder) nor a file of ours."""
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return isinstance(document, dict) and "recipe" in document
+    return isinstance(document, dict) and "recipe" in document and document.get("run_id") == run_id
 
 
 def collect_dvclive(source: Path, folder: Path) -> None:
@@ -336,11 +350,20 @@ def adopt(path: Path, run_block: dict, facts: dict) -> None:
     _write(path, document)
 
 
-def _write(path: Path, document: dict) -> None:
+def _write(path: Path, document: dict, replace=os.replace) -> None:
     """Whole or not at all: a reader never sees half a file."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     temporary.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
+    try:
+        replace(temporary, path)
+    finally:
+        if replace is os.link:
+            temporary.unlink()
+
+
+def _write_new(path: Path, document: dict) -> None:
+    """Whole, and never over another file: linked into place, which fails where a file is (FileExistsError)."""
+    _write(path, document, os.link)
 
 
 if __name__ == "__main__":

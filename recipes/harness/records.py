@@ -20,6 +20,9 @@ from .errors import RecipeError
 from .files import json_bytes, write_temp
 
 SCHEMA_VERSION = 3
+# The run wrapper (envkit_run.py) that starts a run names it here; the record carries it so that the
+# wrapper adopts this record, and not another run's written into the same results folder meanwhile.
+RUN_ID_VARIABLE = "ENVKIT_RUN_ID"
 
 
 def _package_version(distribution: str) -> str | None:
@@ -125,6 +128,7 @@ def build_results(
         "schema_version": SCHEMA_VERSION,
         "recipe": recipe,
         "run_name": run_name,
+        "run_id": os.environ.get(RUN_ID_VARIABLE) or None,
         "started_at": started_at,
         "settings": settings,
         "configuration": configuration,

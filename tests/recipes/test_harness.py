@@ -309,6 +309,15 @@ def test_the_harness_records_only_what_needs_torch(monkeypatch):
     }
 
 
+def test_the_record_carries_the_run_id_the_wrapper_gave(monkeypatch):
+    """The wrapper adopts only the records that name its run (two runs may share a results folder)."""
+    fields = dict.fromkeys(("recipe", "run_name", "started_at", "settings", "configuration", "timing", "metrics"))
+    monkeypatch.setenv("ENVKIT_RUN_ID", "ab" * 16)
+    assert harness.records.build_results(**fields, environment={})["run_id"] == "ab" * 16
+    monkeypatch.delenv("ENVKIT_RUN_ID")
+    assert harness.records.build_results(**fields, environment={})["run_id"] is None
+
+
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown to another user needs root")
 def test_files_go_to_the_results_owner_when_root(tmp_path, monkeypatch):
     monkeypatch.setenv("ENVKIT_RESULTS_OWNER", "4321:8765")

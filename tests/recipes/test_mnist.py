@@ -28,6 +28,7 @@ RESULT_KEYS = {
     "timing",
     "metrics",
     "environment",
+    "run_id",
     "run",
 }
 CONFIGURATION_KEYS = {

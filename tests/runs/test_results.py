@@ -59,8 +59,8 @@ def test_mnist_output_keeps_the_contract(mnist_output):
     document = assert_valid_results(mnist_output)  # as written: the recipes write the current version
     assert document["schema_version"] == results.SCHEMA_VERSION
     assert document["environment"]["lock_sha256"] == LOCK
-    # the wrapper's process facts beside the harness's torch facts
-    assert document["environment"]["distributions"]
+    # the wrapper's process facts beside the harness's torch facts, and the run id that tied them
+    assert document["run_id"] == document["run"]["run_id"] and document["environment"]["distributions"]
     assert document["environment"]["device_count"] >= 1 and document["environment"]["host"]
     assert document["environment"]["image_id"] == "sha256:" + "ab" * 32
     assert document["environment"]["image_digest"] == "sha256:" + "cd" * 32
@@ -74,10 +74,11 @@ def test_a_recipe_run_without_the_wrapper_keeps_the_contract_with_what_torch_kno
     done = run_mnist(
         *("--dataset", "fake", "--epochs", "1", "--per-device-batch", "32", "--fake-train-size", "64"),
         *("--results-dir", tmp_path, "--quiet"),
+        env={"ENVKIT_RUN_ID": ""},
     )
     assert done.returncode == 0, done.stderr
     document = assert_valid_results(tmp_path / "mnist-cpu.json")
-    assert "run" not in document
+    assert "run" not in document and document["run_id"] is None
     assert set(document["environment"]) == {
         "device_type",
         "device_name",

@@ -88,14 +88,21 @@ def test_metrics_that_are_not_an_object_are_one_line_and_the_run_keeps_its_recor
 
 def test_a_program_that_writes_its_own_record_keeps_it_and_gains_the_run_block(tmp_path):
     """The seed recipes write <results>/<recipe>-<run>.json: the wrapper adds to it rather than writing a second file."""
-    body = "import json, os, pathlib\n(pathlib.Path(os.environ['ENVKIT_RESULTS_DIR']) / 'mnist-cpu.json').write_text(json.dumps({'recipe': 'mnist'}))\n"
+    body = (
+        "import json, os, pathlib\nresults = pathlib.Path(os.environ['ENVKIT_RESULTS_DIR'])\n"
+        "(results / 'mnist-cpu.json').write_text(json.dumps({'recipe': 'mnist', 'run_id': os.environ['ENVKIT_RUN_ID']}))\n"
+        "(results / 'mnist-other.json').write_text(json.dumps({'recipe': 'mnist', 'run_id': 'ab' * 16}))\n"
+    )
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "old.json").write_text('{"recipe": "cifar"}')
     done, records = wrapped(tmp_path, sys.executable, script(tmp_path, body), "--epochs", "2")
     assert done.returncode == 0, done.stderr
-    assert sorted(path.name for path in (tmp_path / "results").iterdir()) == ["mnist-cpu.json", "old.json"]
+    names = ["mnist-cpu.json", "mnist-other.json", "old.json"]
+    assert sorted(path.name for path in (tmp_path / "results").iterdir()) == names
     assert records[0]["recipe"] == "mnist" and records[0]["run"]["argv"][1:] == ["train.py", "--epochs", "2"]
-    assert records[1] == {"recipe": "cifar"}, "a record of an earlier run is left alone"
+    assert records[0]["run"]["run_id"] == records[0]["run_id"]
+    assert records[1] == {"recipe": "mnist", "run_id": "ab" * 16}, "another run's record, written meanwhile, is left"
+    assert records[2] == {"recipe": "cifar"}, "a record of an earlier run is left alone"
 
 
 def test_without_a_command_it_says_how_to_use_it(tmp_path):
@@ -128,7 +135,7 @@ def test_the_wrapper_owns_the_process_facts_and_a_recipe_record_keeps_what_torch
     that adopts the record adds host, Python, image, lock, git and distributions."""
     body = (
         "import json, os, pathlib\n"
-        "record = {'recipe': 'mnist', 'run_id': os.environ.get('ENVKIT_RUN_ID'),\n"
+        "record = {'recipe': 'mnist', 'run_id': os.environ['ENVKIT_RUN_ID'],\n"
         "          'environment': {'device_type': 'cuda', 'device_name': 'H100', 'device_count': 8, 'torch': '9.9'}}\n"
         "(pathlib.Path(os.environ['ENVKIT_RESULTS_DIR']) / 'mnist-x.json').write_text(json.dumps(record))\n"
     )
