@@ -7,12 +7,14 @@ import shutil
 import sys
 
 import pytest
+from paths import REPO_ROOT
 
 from envkit.cli import main
 from envkit.cli import report as cli_report
 from envkit.host.doctor import HostFacts
 from envkit.host.venv import MARKER
 from envkit.runs.plans import RunPlan, Step, execute
+from envkit.support import provenance
 
 PY = sys.executable
 # The demo runs the recipes in this interpreter's venv, made from a lock whose sha256 their results record.
@@ -21,13 +23,22 @@ NO_ENGINE = HostFacts(docker_error="no Docker engine answers at unix:///var/run/
 WITH_ENGINE = HostFacts(docker_version="20.10.24", cpu_count=2)
 GPU_HOST_NO_ENGINE = HostFacts(docker_error="no engine", gpus=["GPU 0: A", "GPU 1: B"], cpu_count=8)
 
+
+def here(results: str, device: str, experiment: str) -> str:
+    """A recipe's run on this host, up to its script: from the project's root, through the run wrapper."""
+    return (
+        f"cd {REPO_ROOT} && ENVKIT_RESULTS_DIR={REPO_ROOT / results} ENVKIT_DEVICE={device} "
+        f"ENVKIT_EXPERIMENT={experiment} {PY} {provenance.__file__} {PY}"
+    )
+
+
 LOCAL_DEMO_RUNS = f"""\
 # 2. mnist on eager CPU
-ENVKIT_RESULTS_DIR=results/demo ENVKIT_DEVICE=cpu {PY} recipes/mnist.py --device cpu --quiet --dataset fake --epochs 4 --fake-train-size 3840 --fake-test-size 1000
+{here("results/demo", "cpu", "cpu-mnist")} recipes/mnist.py --device cpu --quiet --dataset fake --epochs 4 --fake-train-size 3840 --fake-test-size 1000
 # 3. cifar, one CPU process
-ENVKIT_RESULTS_DIR=results/demo ENVKIT_DEVICE=cpu {PY} recipes/cifar.py --device cpu --parallel none --quiet --dataset fake --epochs 4 --model mobilenet_v2 --global-batch 32 --image-size 64 --fake-train-size 512 --fake-test-size 128
+{here("results/demo", "cpu", "cpu-single-cifar")} recipes/cifar.py --device cpu --parallel none --quiet --dataset fake --epochs 4 --model mobilenet_v2 --global-batch 32 --image-size 64 --fake-train-size 512 --fake-test-size 128
 # 4. cifar, DDP over 2 gloo processes
-ENVKIT_RESULTS_DIR=results/demo ENVKIT_DEVICE=cpu {PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 --quiet --dataset fake --epochs 4 --model mobilenet_v2 --global-batch 32 --image-size 64 --fake-train-size 512 --fake-test-size 128
+{here("results/demo", "cpu", "cpu-ddp-cifar")} recipes/cifar.py --device cpu --parallel ddp --nproc 2 --quiet --dataset fake --epochs 4 --model mobilenet_v2 --global-batch 32 --image-size 64 --fake-train-size 512 --fake-test-size 128
 # 5. report
 {PY} -m envkit report results/demo --plot results/demo/comparison.png
 """
@@ -87,10 +98,7 @@ def test_demo_with_docker_runs_in_the_cpu_image_and_falls_back(in_repo, capsys):
         f"# 6. report\n{PY} -m envkit report results/demo --plot results/demo/comparison.png\n"
     )
     # the fallback is the local plan without its render step, renumbered
-    assert (
-        f"#    # 1. mnist on eager CPU\n#    ENVKIT_RESULTS_DIR=results/demo ENVKIT_DEVICE=cpu {PY} recipes/mnist.py"
-        in out
-    )
+    assert f"#    # 1. mnist on eager CPU\n#    {here('results/demo', 'cpu', 'cpu-mnist')} recipes/mnist.py" in out
 
 
 def test_compare_runs_the_experiments_doctor_allows(in_repo, repo_root, capsys):
@@ -101,9 +109,9 @@ def test_compare_runs_the_experiments_doctor_allows(in_repo, repo_root, capsys):
         f"# 1. experiment cpu-mnist\n{PY} -m envkit experiment --results-dir {repo_root / 'results'} cpu-mnist -- --dataset fake --epochs 1 --max-steps 5\n"
         "#    if this fails:\n"
         f"#    # the first Docker experiment failed; running the recipes with {HERE} instead\n"
-        f"#    # 1. mnist on eager CPU\n#    ENVKIT_RESULTS_DIR=results ENVKIT_DEVICE=cpu {PY} recipes/mnist.py --device cpu --quiet --dataset fake --epochs 1 --max-steps 5\n"
-        f"#    # 2. cifar, one CPU process\n#    ENVKIT_RESULTS_DIR=results ENVKIT_DEVICE=cpu {PY} recipes/cifar.py --device cpu --parallel none --quiet --dataset fake --epochs 1 --max-steps 5\n"
-        f"#    # 3. cifar, DDP over 2 gloo processes\n#    ENVKIT_RESULTS_DIR=results ENVKIT_DEVICE=cpu {PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 --quiet --dataset fake --epochs 1 --max-steps 5\n"
+        f"#    # 1. mnist on eager CPU\n#    {here('results', 'cpu', 'cpu-mnist')} recipes/mnist.py --device cpu --quiet --dataset fake --epochs 1 --max-steps 5\n"
+        f"#    # 2. cifar, one CPU process\n#    {here('results', 'cpu', 'cpu-single-cifar')} recipes/cifar.py --device cpu --parallel none --quiet --dataset fake --epochs 1 --max-steps 5\n"
+        f"#    # 3. cifar, DDP over 2 gloo processes\n#    {here('results', 'cpu', 'cpu-ddp-cifar')} recipes/cifar.py --device cpu --parallel ddp --nproc 2 --quiet --dataset fake --epochs 1 --max-steps 5\n"
         f"#    # 4. report\n#    {report}"
         f"# 2. report\n{report}"
     )
@@ -124,16 +132,20 @@ def test_compare_without_docker_runs_cpu_and_gpu_recipes_here(in_repo, capsys):
     in_repo(GPU_HOST_NO_ENGINE, [])
     out = dry_run(["compare", "--results-dir", "out", "--dataset", "fake", "--baseline", "cuda ×1"], capsys)
     common = "--quiet --dataset fake"
-    cpu, cuda = "ENVKIT_RESULTS_DIR=out ENVKIT_DEVICE=cpu", "ENVKIT_RESULTS_DIR=out ENVKIT_DEVICE=cuda"
     assert out == (
         f"# no Docker experiments on this host (no engine); running the recipes with {HERE}\n"
-        f"# 1. mnist on eager CPU\n{cpu} {PY} recipes/mnist.py --device cpu {common}\n"
-        f"# 2. cifar, one CPU process\n{cpu} {PY} recipes/cifar.py --device cpu --parallel none {common}\n"
-        f"# 3. cifar, DDP over 2 gloo processes\n{cpu} {PY} recipes/cifar.py --device cpu --parallel ddp --nproc 2 {common}\n"
-        f"# 4. mnist on one GPU\n{cuda} {PY} recipes/mnist.py --device cuda {common}\n"
-        f"# 5. cifar, one GPU\n{cuda} {PY} recipes/cifar.py --device cuda --parallel none {common}\n"
-        f"# 6. cifar, DataParallel over 2 GPUs\n{cuda} {PY} recipes/cifar.py --device cuda --parallel dp {common}\n"
-        f"# 7. cifar, DDP over 2 GPUs\n{cuda} {PY} recipes/cifar.py --device cuda --parallel ddp {common}\n"
+        f"# 1. mnist on eager CPU\n{here('out', 'cpu', 'cpu-mnist')} recipes/mnist.py --device cpu {common}\n"
+        f"# 2. cifar, one CPU process\n{here('out', 'cpu', 'cpu-single-cifar')} recipes/cifar.py --device cpu "
+        f"--parallel none {common}\n"
+        f"# 3. cifar, DDP over 2 gloo processes\n{here('out', 'cpu', 'cpu-ddp-cifar')} recipes/cifar.py --device cpu "
+        f"--parallel ddp --nproc 2 {common}\n"
+        f"# 4. mnist on one GPU\n{here('out', 'cuda', 'gpu-mnist')} recipes/mnist.py --device cuda {common}\n"
+        f"# 5. cifar, one GPU\n{here('out', 'cuda', 'gpu-single-cifar')} recipes/cifar.py --device cuda "
+        f"--parallel none {common}\n"
+        f"# 6. cifar, DataParallel over 2 GPUs\n{here('out', 'cuda', 'gpu-dp-cifar')} recipes/cifar.py --device cuda "
+        f"--parallel dp {common}\n"
+        f"# 7. cifar, DDP over 2 GPUs\n{here('out', 'cuda', 'gpu-ddp-cifar')} recipes/cifar.py --device cuda "
+        f"--parallel ddp {common}\n"
         f"# 8. report\n{PY} -m envkit report out --format md --baseline 'cuda ×1'\n"
     )
 
@@ -147,9 +159,10 @@ def test_compare_on_a_tpu_vm_without_docker_runs_one_core_then_all_cores(in_repo
     )
     in_repo(HostFacts(docker_error="no engine", devices={"tpu": ["/dev/accel0"]}, cpu_count=8), [])
     out = dry_run(["compare", "--results-dir", "out", "--dataset", "fake"], capsys)
-    common, tpu = "--quiet --dataset fake", "ENVKIT_RESULTS_DIR=out ENVKIT_DEVICE=tpu"
-    assert f"# 4. mnist on one TPU core\n{tpu} {PY} recipes/mnist.py --device tpu --cores 1 {common}\n" in out
-    assert f"# 5. mnist on all TPU cores\n{tpu} {PY} recipes/mnist.py --device tpu --cores all {common}\n" in out
+    common = "--quiet --dataset fake"
+    one, every = here("out", "tpu", "tpu-mnist-single"), here("out", "tpu", "tpu-mnist")
+    assert f"# 4. mnist on one TPU core\n{one} recipes/mnist.py --device tpu --cores 1 {common}\n" in out
+    assert f"# 5. mnist on all TPU cores\n{every} recipes/mnist.py --device tpu --cores all {common}\n" in out
     # then E3's runs, each under its own run name
     assert "# 6. E3, batch and learning-rate scaling on all TPU cores: e3-batch-scaling-b16\n" in out
     assert (

@@ -184,8 +184,13 @@ def test_e3_runs_its_four_runs_in_the_image_or_with_recipe_python(project, repo_
     assert " --python '.venv-xla/bin/python' e3-batch-scaling" in make_line
     here = planned(repo_root, make_line)
     variables = "ENVKIT_RESULTS_DIR=/r ENVKIT_DATA_DIR=" + shlex.quote(str(project / "data")) + " ENVKIT_DEVICE=tpu"
+    wrapper = repo_root / "envkit" / "support" / "provenance.py"  # from the project's root, through the run wrapper
     assert len(here) == 4 and all(
-        line.startswith(f"{variables} .venv-xla/bin/python {repo_root}/recipes/mnist.py --device tpu ") for line in here
+        line.startswith(
+            f"cd {repo_root} && {variables} ENVKIT_EXPERIMENT=e3-batch-scaling .venv-xla/bin/python {wrapper} "
+            f".venv-xla/bin/python {repo_root}/recipes/mnist.py --device tpu "
+        )
+        for line in here
     )
 
 
