@@ -61,12 +61,14 @@ def write_mnist(root: Path, train_count: int = 256, test_count: int = 128, seed:
 
 
 def run_mnist(
-    *args, python: str = sys.executable, env: dict | None = None, timeout: float = 300, **popen
+    *args, python: str = sys.executable, env: dict | None = None, timeout: float = 300, wrapped: bool = False, **popen
 ) -> subprocess.CompletedProcess:
     """Run ``python recipes/mnist.py ARGS`` the way an image does (a plain script, envkit not
-    imported); ``env`` entries are added to this process's environment."""
+    imported), ``wrapped``: through the run wrapper as run.sh starts it; ``env`` entries are added to
+    this process's environment."""
+    wrapper = [python, str(REPO_ROOT / "envkit" / "support" / "provenance.py")] if wrapped else []
     return subprocess.run(
-        [python, str(RECIPE), *map(str, args)],
+        [*wrapper, python, str(RECIPE), *map(str, args)],
         capture_output=True,
         text=True,
         timeout=timeout,

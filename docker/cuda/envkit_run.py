@@ -2,61 +2,60 @@
 
     python3 envkit_run.py COMMAND [ARGS...]
 
-Standard library only, and no import of envkit: run.sh, the launch engines and the notebooks
-ship this file beside the command (docker/<target>/envkit_run.py, a notebook's cell) and start
-the command through it, where envkit is not installed. It reads:
+Standard library only, and no import of envkit: run.sh, the launch engines and the notebooks ship this file
+beside the command (docker/<target>/envkit_run.py, a notebook's cell) and start the command through it, where
+envkit is not installed. It reads ENVKIT_RESULTS_DIR (default ``results``), ENVKIT_EXPERIMENT (default: the
+script's name), and what the image, the notebook or the venv's marker says about the environment
+(ENVKIT_LOCK_SHA256, ENVKIT_IMAGE, ENVKIT_IMAGE_ID, ENVKIT_IMAGE_DIGEST, ENVKIT_REVISION).
 
-- ENVKIT_RESULTS_DIR (default ``results``): where the results file goes;
-- ENVKIT_EXPERIMENT (default: the command's script name): the experiment the run belongs to;
-- ENVKIT_LOCK_SHA256, ENVKIT_IMAGE, ENVKIT_IMAGE_ID, ENVKIT_IMAGE_DIGEST, ENVKIT_REVISION: what
-  the image (or the notebook, or the venv's marker) says about the environment.
+The program reports its metrics the way DVC reads them, with nothing of envkit: a ``metrics.json`` of key/value
+pairs and per-step series as TSV files under ``plots/metrics/`` (dvclive's layout), in ENVKIT_METRICS_DIR (the
+run's own folder ``<results>/<run>/``) or in ``dvclive/`` under the working directory, where ``Live()`` writes.
 
-The program reports its metrics the way DVC reads them, with nothing of envkit: a ``metrics.json``
-of key/value pairs and per-step series as TSV files under ``plots/metrics/`` (dvclive's layout).
-dvclive has no variable for its folder: ``Live()`` writes ``dvclive/`` under the working directory,
-so a script that logs with dvclive unchanged is read from there. A script that picks its folder
-reads ENVKIT_METRICS_DIR, the run's own folder ``<results>/<run>/``, which this wrapper sets.
-
-A program that writes its own results record (the seed recipes: ``<results>/<recipe>-<run>.json``)
-keeps it: the wrapper adds its ``run`` block (experiment, argv, exit status, wall time) to each
-record the program wrote, instead of writing a second file. Any other program gets
-``<results>/<run>.json``, failed or not, with its exit status, wall time, metrics and environment.
-The wrapper exits with the command's status.
+Each run has an id, given to the program as ENVKIT_RUN_ID. A program that writes its own results record (the
+seed recipes: ``<results>/<recipe>-<run>.json``) names it there (``run_id``) and keeps it: the wrapper adds its
+``run`` block (experiment, argv, exit status, wall time) and the process's facts to each record of its run; other
+runs' records in the folder are left alone. Any other program gets ``<results>/<run>.json``, failed or not, a name
+the run takes atomically. Every file is read with bounds, and what could not be read is named in the record
+(``run.unread``); the wrapper forwards the signals that stop a run and exits with the command's status.
 
 What ran is observed, not assumed (issue 32 §3, §4): a site hook on PYTHONPATH reports what torch initialised in
 each Python process of the command (the record's device is that, beside the target's label); run in a venv, the
 venv's bin/ comes first on PATH; the record's versions, distributions and lock are those of the interpreter that
 ran torch (``envkit_run.py --interpreter-facts`` asks another one), and packages other than the lock's are a
-warning in the record.
+warning in the record. The command's stdout and stderr are shown and kept in its run folder (issue 32 §5).
 """
 
 from __future__ import annotations
 
 import csv
 import datetime
+import errno
 import hashlib
+import io
 import itertools
 import json
 import os
 import platform
 import re
 import resource
-import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 # Its name beside the command: docker/<target>/ and the image's /opt/envkit/, a notebook's folder.
 FILE_NAME = "envkit_run.py"
 RESULTS_VARIABLE = "ENVKIT_RESULTS_DIR"
-DATA_VARIABLE = "ENVKIT_DATA_DIR"
 DEVICE_VARIABLE = "ENVKIT_DEVICE"
 EXPERIMENT_VARIABLE = "ENVKIT_EXPERIMENT"
 METRICS_VARIABLE = "ENVKIT_METRICS_DIR"
+RUN_ID_VARIABLE = "ENVKIT_RUN_ID"
 # A multi-node engine starts the wrapper on every node; the first node records the run, the others only
 # run their part: these say which node this is (run.sh's NODE_RANK, Slurm, SkyPilot, an indexed Kubernetes Job).
 NODE_RANK_VARIABLES = ("NODE_RANK", "SLURM_NODEID", "SKYPILOT_NODE_RANK", "JOB_COMPLETION_INDEX")
@@ -68,10 +67,19 @@ METRICS_FILE = "metrics.json"
 SERIES_DIR = Path("plots", "metrics")
 # The venv marker envkit venv writes (envkit/host/venv.py), which names the lock it installed.
 VENV_LOCK_MARKER = "envkit-lock.json"
+# The results schema's patterns (tests/support/test_provenance.py holds them equal): a value that is none is null.
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _REVISION = re.compile(r"^[0-9a-f]{7,64}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _NAME = re.compile(r"[^A-Za-z0-9._-]+")
 PROG = Path(FILE_NAME).stem
+# What it reads of the program's files, as envkit's reader caps them (bounded_load's MAX_BYTES and MAX_DEPTH;
+# tests/support/test_provenance.py holds them equal): a record past either is one the report refuses.
+MAX_READ = 16 * 2**20
+MAX_DEPTH = 64
+MAX_POINTS = 200_000  # a series' point is about 40 bytes of the record: all of them stay well under MAX_READ
+# A run's stop, cancel, preemption or hang-up: the command gets them (else this process alone would end, unrecorded).
+FORWARDED = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def main(argv: list[str]) -> int:
@@ -83,22 +91,27 @@ def main(argv: list[str]) -> int:
     results = Path(os.environ.get(RESULTS_VARIABLE) or "results")
     experiment = os.environ.get(EXPERIMENT_VARIABLE) or command_name(argv)
     started_at = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - datetime.UTC needs 3.11; notebooks may run older
-    run_name = unique_name(results, f"{_NAME.sub('-', experiment)}-{started_at:%Y%m%dT%H%M%SZ}")
-    folder = results / run_name
-    folder.mkdir(parents=True, exist_ok=True)
-    records_before = {path: path.stat().st_mtime_ns for path in results.glob("*.json")}
-    dvclive_before = _mtime(Path(DVCLIVE_DIR, METRICS_FILE))
+    run_id = uuid.uuid4().hex
+    env = {**os.environ, RUN_ID_VARIABLE: run_id}
+    try:
+        run_name, folder = claim(results, f"{_NAME.sub('-', experiment)}-{started_at:%Y%m%dT%H%M%SZ}")
+    except OSError as exc:
+        # It runs all the same (what it prints or saves elsewhere outweighs a record); this line says so at once.
+        _warn(f"cannot write results into {results} ({_reason(exc)}): {argv[0]} runs, and no results file is written")
+        return run(argv, env)
+    before = _stamps(results)
+    dvclive_before = _stamp(Path(DVCLIVE_DIR, METRICS_FILE))
     with tempfile.TemporaryDirectory(prefix="envkit-run-") as watch:
-        env = watched({**os.environ, METRICS_VARIABLE: str(folder.resolve())}, Path(watch))
+        env = watched({**env, METRICS_VARIABLE: str(folder.resolve())}, Path(watch))
         with Logged(folder, env) as streams:
             mark, started = machine_mark(), time.perf_counter()
             status = run(argv, env, **streams)
             wall = round(time.perf_counter() - started, 3)
             busy = machine_facts(mark)
         device = observed_device(Path(watch), os.environ.get(DEVICE_VARIABLE) or None)
-    facts = facts_of(device)
     run_block = {
         "record_version": RECORD_VERSION,
+        "run_id": run_id,
         "experiment": experiment,
         "argv": list(argv),
         "exit_status": status,
@@ -106,36 +119,41 @@ def main(argv: list[str]) -> int:
         "wall_time_s": wall,
         **busy,
         "device": device,
-        "warnings": run_warnings(device, facts),
-        **output_facts(folder, results, status),
+        "unread": [],
     }
-    written = [
-        path
-        for path in sorted(results.glob("*.json"))
-        if records_before.get(path) != path.stat().st_mtime_ns and _is_record(path)
-    ]
-    if written:
-        for path in written:
-            _update(path, {"run": run_block})
-        hand_over(*written, *kept(folder))
-        return status
-    if _mtime(Path(DVCLIVE_DIR, METRICS_FILE)) != dvclive_before:
-        collect_dvclive(Path(DVCLIVE_DIR), folder)
-    metrics, problem = read_metrics(folder / METRICS_FILE)
-    if problem:
-        print(f"{PROG}: warning: {problem}", file=sys.stderr)
-    metrics = {**output_metrics(folder), **(metrics or {})} or metrics
+    try:
+        facts = facts_of(device)
+        run_block.update(warnings=run_warnings(device, facts), **output_facts(folder, results, status))
+        source = Path(DVCLIVE_DIR) if _stamp(Path(DVCLIVE_DIR, METRICS_FILE)) != dvclive_before else folder
+        own = own_records(_changed(results, before), run_id, run_block["unread"])
+        record_run(results, run_name, run_block, own, truthful_environment(environment(), device, facts), source)
+    except Exception as exc:  # noqa: BLE001 - whatever the record met, the command's status is what is returned
+        _warn(f"the run's results file was not written: {_reason(exc)}")
+    return status
+
+
+def record_run(
+    results: Path, run_name: str, run_block: dict, own: list[tuple[Path, dict]], facts: dict, source: Path
+) -> None:
+    """Complete the records this run's program wrote (``own``) with the run block and ``facts``, else write its
+    own, with the metrics and series of ``source`` (its folder, or dvclive's) and those its output printed."""
+    folder, unread = results / run_name, run_block["unread"]
+    if own:
+        for path, document in own:
+            adopt(path, document, run_block, facts)
+        hand_over(*(path for path, _ in own), *kept(folder))  # the recipe's record is the run's; its logs stay
+        return
+    metrics = read_metrics(source / METRICS_FILE, unread)
     record = {
         "schema_version": 3,
         "run_name": run_name,
         "run": run_block,
-        "metrics": metrics,
-        "series": read_series(folder / SERIES_DIR),
-        "environment": truthful_environment(environment(), device, facts),
+        "metrics": {**output_metrics(folder), **(metrics or {})} or metrics,
+        "series": read_series(source / SERIES_DIR, unread),
+        "environment": facts,
     }
-    _write(results / f"{run_name}.json", record)
+    _write_new(results / f"{run_name}.json", _within_limit(record, unread))
     hand_over(results / f"{run_name}.json", *kept(folder))
-    return status
 
 
 def command_name(argv: list[str]) -> str:
@@ -144,81 +162,218 @@ def command_name(argv: list[str]) -> str:
     return Path(script or argv[0]).stem or "run"
 
 
-def unique_name(results: Path, name: str) -> str:
-    """``name``, or ``name-2``, ``name-3``... when a run of the same second already took it."""
-    candidate, number = name, 1
-    while (results / f"{candidate}.json").exists() or (results / candidate).exists():
-        number += 1
-        candidate = f"{name}-{number}"
-    return candidate
+def claim(results: Path, name: str) -> tuple[str, Path]:
+    """The run's name and folder: ``name``, or ``name-2``, ``name-3``... where another run (of the same second, maybe
+    now) took it. Taken by making the folder, which one process alone can do; a record without its folder too."""
+    results.mkdir(parents=True, exist_ok=True)
+    for number in range(1, 10_000):
+        candidate = name if number == 1 else f"{name}-{number}"
+        try:
+            (results / candidate).mkdir()
+        except FileExistsError:
+            continue
+        if not os.path.lexists(results / f"{candidate}.json"):
+            return candidate, results / candidate
+        (results / candidate).rmdir()
+    raise FileExistsError(f"no free run name {name}-N in {results}")
 
 
 def run(argv: list[str], env: dict[str, str], **streams: int) -> int:
     """The command's exit status (a shell's 128+N for a signal, 127 for a command that cannot start); ``streams``:
-    where its stdout and stderr go (Popen's), else this process's."""
+    where its stdout and stderr go (Popen's), else this process's. Each signal in FORWARDED goes on to the command,
+    whose status is then recorded; Ctrl-C and Ctrl-\\ from the terminal reach it by themselves (the terminal's
+    whole foreground group gets them)."""
+    process: list[subprocess.Popen] = []
+    pending: list[int] = []
+
+    def forward(number: int, _frame: object) -> None:
+        if not process:
+            pending.append(number)  # before the command started: it gets the signal once it has
+        elif not _from_keyboard(number):
+            process[0].send_signal(number)
+
+    for number in FORWARDED:
+        signal.signal(number, forward)
     try:
-        process = subprocess.Popen(argv, env=env, **streams)
+        process.append(subprocess.Popen(argv, env=env, **streams))
     except OSError as exc:
         print(f"{PROG}: error: cannot start {argv[0]}: {exc.strerror or exc}", file=sys.stderr)
         return 127
-    # A container's stop or a scheduler's cancel reaches this process (the image's init hands it here):
-    # the command gets it too, and its status is recorded once it ends.
-    signal.signal(signal.SIGTERM, lambda number, _frame: process.send_signal(number))
-    while True:
-        try:
-            code = process.wait()
-            break
-        except KeyboardInterrupt:  # the command got the same Ctrl-C: wait for it to finish
-            continue
+    for number in pending:
+        process[0].send_signal(number)
+    code = process[0].wait()  # a signal's handler runs, and the wait goes on (PEP 475)
     return 128 - code if code < 0 else code
 
 
-def _is_record(path: Path) -> bool:
-    """A results record the program wrote itself (an object naming its recipe), not a file of ours."""
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+def _from_keyboard(number: int) -> bool:
+    """Whether a SIGINT or SIGQUIT came from this process's terminal: it is in the terminal's foreground group."""
+    if number not in (signal.SIGINT, signal.SIGQUIT):
         return False
-    return isinstance(document, dict) and "recipe" in document
-
-
-def collect_dvclive(source: Path, folder: Path) -> None:
-    """A dvclive run in the working directory: its metrics and series into the run's folder."""
-    if (source / METRICS_FILE).is_file():
-        shutil.copyfile(source / METRICS_FILE, folder / METRICS_FILE)
-    if (source / SERIES_DIR).is_dir():
-        shutil.copytree(source / SERIES_DIR, folder / SERIES_DIR, dirs_exist_ok=True)
-
-
-def read_metrics(path: Path) -> tuple[dict | None, str | None]:
-    """The program's key/value metrics (dvclive's metrics.json; nested keys kept), and what was wrong."""
-    if not path.is_file():
-        return None, None
     try:
-        metrics = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        return None, f"{path} is not JSON ({exc}): no metrics recorded"
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (AttributeError, OSError, ValueError):  # no stdin, or not a terminal
+        return False
+
+
+# ---------------------------------------------------------------- what the program left, read with bounds
+class Unreadable(ValueError):
+    """A file the wrapper will not read, or could not: the reason, in one line."""
+
+
+def read_regular(path: Path, limit: int = MAX_READ) -> bytes:
+    """A regular file's bytes, at most ``limit``, as envkit's reader (bounded_load.py) reads: a symlink is not followed
+    (it may lead to a credentials file), a FIFO not waited on, and the size is known first (/dev/zero never ends)."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise Unreadable("a symbolic link, not followed" if exc.errno == errno.ELOOP else _reason(exc)) from None
+    try:
+        info, data = os.fstat(handle), b""
+        if not stat.S_ISREG(info.st_mode):
+            raise Unreadable(f"{_kind(info.st_mode)}, not a regular file")
+        while info.st_size <= limit and len(data) <= limit and (chunk := os.read(handle, limit + 1 - len(data))):
+            data += chunk
+    finally:
+        os.close(handle)
+    if info.st_size > limit or len(data) > limit:
+        raise Unreadable(f"larger than {limit // 2**20} MiB, more than the wrapper reads")
+    return data
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
+def parse_json(data: bytes, depth: int = MAX_DEPTH) -> object:
+    """A JSON document nested at most ``depth`` deep (the report refuses a record nested deeper than MAX_DEPTH)."""
+    too_deep = Unreadable(f"nested deeper than {depth} levels, more than a results file may be")
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise Unreadable(f"not UTF-8 (byte {exc.start})") from None
+    except RecursionError:
+        raise too_deep from None
+    except ValueError as exc:
+        raise Unreadable(f"not JSON ({' '.join(str(exc).split())})") from None
+    pending = [(document, 1)]
+    while pending:  # iterative: a recursive walk is what a deep document would break
+        value, level = pending.pop()
+        if isinstance(value, (dict, list)):
+            if level > depth:
+                raise too_deep
+            pending.extend((child, level + 1) for child in (value.values() if isinstance(value, dict) else value))
+    return document
+
+
+def _stamps(results: Path) -> dict[str, tuple[int, int, int] | None]:  # each *.json entry as it stands, not followed
+    try:
+        with os.scandir(results) as entries:
+            return {entry.name: _stamp(entry.path) for entry in entries if entry.name.endswith(".json")}
+    except OSError:
+        return {}
+
+
+def _changed(results: Path, before: dict) -> list[Path]:
+    return [results / name for name, stamp in sorted(_stamps(results).items()) if before.get(name) != stamp]
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info.st_mtime_ns, info.st_size, info.st_ino
+
+
+def own_records(changed: list[Path], run_id: str, unread: list[str]) -> list[tuple[Path, dict]]:
+    """The results records this run's program wrote (objects naming their recipe and this run), not another run's
+    (two runs may share a results folder) nor a file of ours; a changed file that could not be read is unread."""
+    own = []
+    for path in changed:
+        try:
+            document = parse_json(read_regular(path))
+        except Unreadable as exc:
+            _unread(unread, path, str(exc))
+            continue
+        if isinstance(document, dict) and "recipe" in document and document.get("run_id") == run_id:
+            own.append((path, document))
+    return own
+
+
+def read_metrics(path: Path, unread: list[str]) -> dict | None:
+    """The program's key/value metrics (dvclive's metrics.json; nested keys kept), or None."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        metrics = parse_json(read_regular(path), MAX_DEPTH - 1)  # one level down in the record
+    except Unreadable as exc:
+        return _unread(unread, path, str(exc))
     if not isinstance(metrics, dict):
-        return None, f"{path} holds a {type(metrics).__name__}, not an object of metrics: no metrics recorded"
-    return metrics, None
+        return _unread(unread, path, f"holds a {type(metrics).__name__}, not an object of metrics")
+    return metrics
 
 
-def read_series(folder: Path) -> dict[str, dict[str, list]]:
+def read_series(folder: Path, unread: list[str]) -> dict[str, dict[str, list]]:
     """dvclive's per-step series (plots/metrics/<name>.tsv: step, then the value): name -> steps and values."""
-    series = {}
-    for path in sorted(folder.rglob("*.tsv")) if folder.is_dir() else ():
+    series, points = {}, 0
+    for path in _tsv_files(folder):
         name = path.relative_to(folder).with_suffix("").as_posix()
-        steps, values = [], []
-        with path.open(encoding="utf-8", newline="") as handle:
-            for row in csv.DictReader(handle, delimiter="\t"):
-                value = row.get(Path(name).name)
-                try:
-                    steps.append(int(row["step"]))
-                    values.append(float(value))
-                except (KeyError, TypeError, ValueError):
-                    continue
+        try:
+            steps, values = _parse_series(read_regular(path), Path(name).name)
+        except Unreadable as exc:
+            _unread(unread, path, str(exc))
+            continue
+        points += len(steps)
+        if points > MAX_POINTS:
+            _unread(unread, path, f"past {MAX_POINTS} points in the run's series")
+            continue
         series[name] = {"step": steps, "value": values}
     return series
+
+
+def _tsv_files(folder: Path) -> list[Path]:
+    """Every ``*.tsv`` file under ``folder``; linked folders are not entered."""
+    found = []
+    for directory, _folders, files in os.walk(folder):
+        found += [Path(directory, name) for name in files if name.endswith(".tsv")]
+    return sorted(found)
+
+
+def _parse_series(data: bytes, column: str) -> tuple[list[int], list[float]]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Unreadable(f"not UTF-8 (byte {exc.start})") from None
+    steps, values = [], []
+    try:
+        for row in csv.DictReader(io.StringIO(text, newline=""), delimiter="\t"):
+            try:
+                step, value = int(row["step"]), float(row.get(column))
+            except (KeyError, TypeError, ValueError):
+                continue
+            steps.append(step)
+            values.append(value)
+    except csv.Error as exc:
+        raise Unreadable(f"not TSV ({exc})") from None
+    return steps, values
+
+
+def _unread(unread: list[str], path: Path, why: str) -> None:
+    unread.append(f"{path}: {why}")
+    _warn(f"{path}: {why}: not recorded")
+
+
+def _within_limit(record: dict, unread: list[str]) -> bytes:
+    """The record as written, no larger than the report reads: the series, then the metrics give way."""
+    data = _serialised(record)
+    for key, nothing in (("series", {}), ("metrics", None)):
+        if len(data) <= MAX_READ:
+            break
+        record[key] = nothing
+        _unread(unread, Path(record["run_name"]), f"its {key} take the record past {MAX_READ // 2**20} MiB")
+        data = _serialised(record)
+    return data
 
 
 def environment() -> dict:
@@ -235,7 +390,7 @@ def environment() -> dict:
         "torch_tpu": _version("torch-tpu"),
         "image": os.environ.get("ENVKIT_IMAGE") or None,
         "image_id": os.environ.get("ENVKIT_IMAGE_ID") or None,
-        "image_digest": os.environ.get("ENVKIT_IMAGE_DIGEST") or None,
+        "image_digest": _matching(_DIGEST, os.environ.get("ENVKIT_IMAGE_DIGEST", "")),
         "lock_sha256": lock_sha256(),
         "git_revision": revision,
         "git_dirty": dirty,
@@ -246,17 +401,7 @@ def environment() -> dict:
 def device_name(device: str | None) -> str | None:
     """The accelerator's name: nvidia-smi's first GPU, the TPU VM's accelerator type, else the CPU's model."""
     if device == "cuda":
-        try:
-            done = subprocess.run(
-                ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return (done.stdout.strip().splitlines() or [None])[0] if done.returncode == 0 else None
+        return ((_output("nvidia-smi", "--query-gpu=name", "--format=csv,noheader") or "").splitlines() or [None])[0]
     if device == "tpu":
         return os.environ.get("TPU_ACCELERATOR_TYPE") or os.environ.get("ACCELERATOR_TYPE") or None
     try:
@@ -273,28 +418,33 @@ def lock_sha256() -> str | None:
     sha = os.environ.get("ENVKIT_LOCK_SHA256", "")
     if not sha:
         try:
-            marker = json.loads(Path(sys.prefix, VENV_LOCK_MARKER).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            marker = parse_json(read_regular(Path(sys.prefix, VENV_LOCK_MARKER)))
+        except (OSError, Unreadable):
             return None
         sha = marker.get("lock_sha256", "") if isinstance(marker, dict) else ""
-    return sha if isinstance(sha, str) and _SHA256.match(sha) else None
+    return _matching(_SHA256, sha)
+
+
+def _matching(pattern: re.Pattern, value: object) -> str | None:
+    return value if isinstance(value, str) and pattern.match(value) else None
 
 
 def git_state() -> tuple[str | None, bool | None]:
     """The project's commit and whether its tracked files differ from it (None: not known, e.g. in an image)."""
     revision = os.environ.get("ENVKIT_REVISION", "").strip()
     if revision:
-        return (revision if _REVISION.match(revision) else None), None
-    head = _git("rev-parse", "HEAD")
+        return _matching(_REVISION, revision), None
+    head = _matching(_REVISION, _output("git", "rev-parse", "HEAD"))
     if head is None:
         return None, None
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    status = _output("git", "status", "--porcelain", "--untracked-files=no")
     return head, None if status is None else bool(status)
 
 
-def _git(*args: str) -> str | None:
+def _output(*argv: str) -> str | None:
+    """A tool's output, stripped; None where it is missing, fails or takes more than 30 s."""
     try:
-        done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=30, check=False)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
@@ -348,8 +498,7 @@ _HEADER = re.compile(r"^(Name|Version):[ \t]*(\S+)[ \t]*$", re.MULTILINE)
 
 
 def hand_over(*paths: Path) -> None:
-    """Root in the image (kinds whose containers run as root) hands what it wrote to the caller,
-    ENVKIT_RESULTS_OWNER=uid:gid, as the recipes do (recipes/harness/files.py)."""
+    """Root in the image hands what it wrote to ENVKIT_RESULTS_OWNER=uid:gid (recipes/harness/files.py does too)."""
     owner = os.environ.get("ENVKIT_RESULTS_OWNER", "")
     if not re.fullmatch(r"[0-9]+:[0-9]+", owner) or not hasattr(os, "geteuid") or os.geteuid() != 0:
         return
@@ -358,24 +507,40 @@ def hand_over(*paths: Path) -> None:
         os.chown(path, uid, gid, follow_symlinks=False)
 
 
-def _mtime(path: Path) -> int | None:
-    try:
-        return path.stat().st_mtime_ns
-    except OSError:
-        return None
+def adopt(path: Path, document: dict, run_block: dict, facts: dict) -> None:
+    """A record the program wrote gains the run block and the process's facts; the program's own environment keys
+    (a recipe's: the device torch initialised, torch's build) are kept over this wrapper's, which cannot know them."""
+    own = document.get("environment")
+    document.update(run=run_block, environment={**facts, **(own if isinstance(own, dict) else {})})
+    _write(path, _serialised(document))
 
 
-def _update(path: Path, fields: dict) -> None:
-    document = json.loads(path.read_text(encoding="utf-8"))
-    document.update(fields)
-    _write(path, document)
+def _serialised(document: dict) -> bytes:
+    return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
-def _write(path: Path, document: dict) -> None:
+def _write(path: Path, data: bytes, replace=os.replace) -> None:
     """Whole or not at all: a reader never sees half a file."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
+    temporary.write_bytes(data)
+    try:
+        replace(temporary, path)
+    finally:
+        if replace is os.link:
+            temporary.unlink()
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Whole, and never over another file: linked into place, which fails where a file is (FileExistsError)."""
+    _write(path, data, os.link)
+
+
+def _warn(message: str) -> None:
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
+def _reason(error: BaseException) -> str:
+    return (error.strerror if isinstance(error, OSError) else None) or str(error) or type(error).__name__
 
 
 # The device the run really used (issue 32 §3): not the target's label (ENVKIT_DEVICE) but what torch initialised
@@ -550,7 +715,7 @@ def lock_drift() -> list[str]:
     path = Path(__file__).with_name("requirements.lock") if os.environ.get("ENVKIT_LOCK_SHA256") else None
     try:
         if path is None and sha:
-            path = Path(json.loads(Path(sys.prefix, VENV_LOCK_MARKER).read_text(encoding="utf-8"))["lock"])
+            path = Path(parse_json(read_regular(Path(sys.prefix, VENV_LOCK_MARKER)))["lock"])
         text = path.read_bytes() if path else None
     except (OSError, ValueError, KeyError, TypeError):
         text = None

@@ -40,10 +40,12 @@ import json
 import os
 import platform
 import re
+import select
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
 from importlib import metadata
 from pathlib import Path
 
@@ -237,19 +239,41 @@ def lock_packages(lock: Path) -> dict[str, str]:
 
 
 def _stream(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[int, str]:
-    """Run ``argv`` with its output shown as it comes (progress bars included); (exit code, last line)."""
+    """Run ``argv`` with its output shown as it comes (progress bars included); (exit code, last line).
+
+    It returns when the program ends, as a shell in a terminal does: a child the program left running (a
+    ``sleep &``, a TensorBoard server) holds the output pipe open, and would hold the cell until it ended. What
+    such a child writes later is still shown, from a thread."""
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd)
-    tail = b""
-    while True:
-        chunk = os.read(process.stdout.fileno(), 8192)
-        if not chunk:
-            break
-        sys.stdout.write(chunk.decode("utf-8", errors="replace"))
-        sys.stdout.flush()
+    pipe, tail, after, closed = process.stdout.fileno(), b"", 0, False
+    while after < 64 and not closed:  # once the program has ended: what it wrote, not a child's endless output
+        after += process.poll() is not None
+        if not select.select([pipe], [], [], 0 if after else 0.1)[0]:
+            if after:
+                break
+            continue
+        chunk = os.read(pipe, 65536)
+        closed = not chunk  # nobody holds the pipe any more
+        _show(chunk)
         tail = (tail + chunk)[-4096:]
     code = process.wait()
+    if closed:
+        process.stdout.close()
+    else:
+        threading.Thread(target=_show_until_closed, args=(process.stdout,), daemon=True).start()
     lines = [line.strip() for line in re.split(r"[\r\n]+", tail.decode("utf-8", errors="replace")) if line.strip()]
     return code, lines[-1] if lines else "no output"
+
+
+def _show(chunk: bytes) -> None:
+    sys.stdout.write(chunk.decode("utf-8", errors="replace"))
+    sys.stdout.flush()
+
+
+def _show_until_closed(stream) -> None:
+    with stream:
+        while chunk := os.read(stream.fileno(), 65536):
+            _show(chunk)
 
 
 def _clean_env(prefixes: tuple[str, ...]) -> dict[str, str]:

@@ -18,7 +18,7 @@ Recipes run inside the images with only torch (+ tqdm, + torchvision for real da
 TPU) installed, so this package imports nothing else at top level and never imports envkit. Recipes
 import it as a sibling (``python recipes/mnist.py`` puts ``recipes/`` on ``sys.path``): what the
 recipes use is ``harness.<name>`` (``__all__``), the rest stays in its module
-(``harness.records.git_revision``).
+(``harness.records.capture_environment``).
 """
 
 from .arguments import (

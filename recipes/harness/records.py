@@ -7,13 +7,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
-import re
-import socket
-import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,70 +20,19 @@ from .errors import RecipeError
 from .files import json_bytes, write_temp
 
 SCHEMA_VERSION = 3
-# A git commit hash; anything else in ENVKIT_REVISION (such as "unknown", which images built by
-# older
-# envkit releases set when they had no git) names no revision.
-_REVISION = re.compile(r"[0-9a-f]{4,40}")
-
-
-def git_revision() -> str | None:
-    """The commit the recipes came from: ``ENVKIT_REVISION`` (the image build passes the full hash),
-    else ``git rev-parse HEAD`` next to the recipe (the full hash), else None."""
-    revision = os.environ.get("ENVKIT_REVISION", "").strip()
-    if revision:
-        return revision if _REVISION.fullmatch(revision) else None
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if done.returncode != 0:
-        return None
-    return done.stdout.strip() or None
+# The run wrapper (envkit_run.py) that starts a run names it here; the record carries it so that the
+# wrapper adopts this record, and not another run's written into the same results folder meanwhile.
+RUN_ID_VARIABLE = "ENVKIT_RUN_ID"
 
 
 def _package_version(distribution: str) -> str | None:
-    """A distribution's version, looked up without importing it (importing torch_tpu starts a
-    runtime)."""
+    """A distribution's version, looked up without importing it."""
     from importlib import metadata
 
     try:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
         return None
-
-
-def installed_distributions() -> list[str]:
-    """Every distribution this interpreter has, as sorted ``name==version`` with PEP 503 names."""
-    from importlib import metadata
-
-    found = set()
-    for distribution in metadata.distributions():
-        name = distribution.metadata["Name"]
-        if name:
-            found.add(f"{re.sub(r'[-_.]+', '-', name).lower()}=={distribution.version}")
-    return sorted(found)
-
-
-# Written by envkit's venv maker (envkit/host/venv.py MARKER) into the venv's root.
-VENV_LOCK_MARKER = "envkit-lock.json"
-
-
-def venv_lock_sha256() -> str | None:
-    """The sha256 of the lock this interpreter's venv was made from, or None when it was not made
-    from one."""
-    try:
-        marker = json.loads(Path(sys.prefix, VENV_LOCK_MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    sha = marker.get("lock_sha256") if isinstance(marker, dict) else None
-    return sha if isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha) else None
 
 
 def _cpu_name() -> str:
@@ -102,7 +46,10 @@ def _cpu_name() -> str:
 
 
 def capture_environment(device: torch.device, device_kind: str) -> dict:
-    """The ``environment`` block of the results JSON (envkit/data/results.schema.json)."""
+    """What of the ``environment`` block (envkit/data/results.schema.json) needs torch: the device
+    it initialised and its own build. The process's facts (host, Python, image, lock, git,
+    distributions) are the run wrapper's, which adds them to the record it adopts
+    (envkit/support/provenance.py): a run started without it records these alone."""
     if device.type == "cuda":
         name, count = torch.cuda.get_device_name(device), torch.cuda.device_count()
     elif is_xla(device):
@@ -114,32 +61,18 @@ def capture_environment(device: torch.device, device_kind: str) -> dict:
         name, count = "TPU (torch_tpu)", torch.accelerator.device_count()
     else:
         name, count = _cpu_name(), os.cpu_count() or 1
-    torch_xla_version = (
-        _package_version("torch_xla") if is_xla(device) or device_kind == "tpu" else None
-    )
+    xla_used = is_xla(device) or device_kind == "tpu"
+    torch_xla_version = _package_version("torch_xla") if xla_used else None
     return {
-        "host": socket.gethostname(),
         "device_type": device_kind,
         "device_name": name,
         "device_count": count,
-        "python": platform.python_version(),
         "torch": torch.__version__,
         "torchvision": _package_version("torchvision"),
         "torch_xla": torch_xla_version,
-        "torch_tpu": _package_version("torch-tpu"),
         # The CUDA release this torch was built for, whatever device ran (a CPU run on a CUDA build
         # names one too).
         "torch_cuda_build": torch.version.cuda,
-        "image": os.environ.get("ENVKIT_IMAGE") or None,
-        # What the image says about itself: the hash of the lock it installed, and its own ID.
-        # On the host, the lock `envkit venv` made this interpreter's venv from.
-        "lock_sha256": os.environ.get("ENVKIT_LOCK_SHA256") or venv_lock_sha256(),
-        "image_id": os.environ.get("ENVKIT_IMAGE_ID") or None,
-        # Its manifest digest where run.sh knows one (pulled by name@sha256:, or built by buildah):
-        # the same on every engine.
-        "image_digest": os.environ.get("ENVKIT_IMAGE_DIGEST") or None,
-        "git_revision": git_revision(),
-        "distributions": installed_distributions(),
     }
 
 
@@ -195,6 +128,7 @@ def build_results(
         "schema_version": SCHEMA_VERSION,
         "recipe": recipe,
         "run_name": run_name,
+        "run_id": os.environ.get(RUN_ID_VARIABLE) or None,
         "started_at": started_at,
         "settings": settings,
         "configuration": configuration,

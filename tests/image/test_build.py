@@ -162,13 +162,18 @@ def test_an_existing_content_tag_is_reused_without_building(project, recording_d
 
 
 def test_the_build_and_the_recipes_record_one_form_of_git_revision():
-    """The build passes ENVKIT_REVISION; a recipe on the host asks git itself: both give the full hash."""
+    """The build passes ENVKIT_REVISION; the run wrapper on the host asks git itself: both give the full hash."""
     repo = REPO_ROOT
     built = build_context.git_revision(repo)
     env = {k: v for k, v in os.environ.items() if k != "ENVKIT_REVISION"}
-    probe = "import harness; print(harness.records.git_revision())"
+    probe = "import provenance; print(provenance.git_state()[0])"  # as envkit_run.py, envkit not imported
     on_host = subprocess.run(
-        [sys.executable, "-c", probe], cwd=repo / "recipes", env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", probe],
+        cwd=repo / "recipes",
+        env={**env, "PYTHONPATH": str(repo / "envkit" / "support")},
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert re.fullmatch(r"[0-9a-f]{40}", built) and on_host.stdout.strip() == built
 

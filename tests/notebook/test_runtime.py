@@ -3,7 +3,10 @@ recognise and refuse, its file check, and both as one line inside a real kernel 
 
 from __future__ import annotations
 
+import os
 import stat
+import threading
+import time
 from pathlib import Path
 
 import nbformat
@@ -220,3 +223,27 @@ def test_in_the_notebook_an_edited_recipe_cell_is_one_line(repo_root, tmp_path, 
     [line] = execute_until_stopped(notebook, tmp_path / "work", monkeypatch)
     assert line.startswith("envkit: recipes/mnist.py changed since this notebook was rendered (sha256 ")
     assert line.endswith("re-render the notebook with `envkit notebook tpu-mnist --target kaggle-tpu`")
+
+
+def test_a_run_returns_when_the_program_ends_not_when_a_child_it_left_running_does(tmp_path, capfd):
+    """As the run wrapper in a terminal does (issue 33 §9): a child left running in the background (a `sleep 45 &`,
+    a TensorBoard server) holds the output pipe, but the cell's run returns when the program ends; the child runs
+    on, and what it writes later is still shown."""
+    release = tmp_path / "release"
+    os.mkfifo(release)
+    script = f"(read line < {release}; echo late) & echo trained; exit 3"
+    ended = []
+    thread = threading.Thread(target=lambda: ended.append(runtime._stream(["sh", "-c", script])), daemon=True)
+    thread.start()
+    thread.join(timeout=120)  # a hang guard: the background child waits for the release below
+    try:
+        assert ended == [(3, "trained")], "the run waited for the program's background child"
+    finally:
+        with open(os.open(release, os.O_WRONLY | os.O_NONBLOCK), "w") as writer:  # the child may go now
+            writer.write("go\n")
+    for _ in range(1200):  # the child's late line, copied by the thread once the child writes it
+        if "late" in capfd.readouterr().out:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the background child's output was not shown")

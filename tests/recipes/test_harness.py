@@ -6,7 +6,6 @@ import io
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,7 +13,6 @@ from pathlib import Path
 import harness
 import pytest
 import torch
-from paths import REPO_ROOT
 from results_contract import results_schema
 
 
@@ -291,48 +289,31 @@ def test_check_resumable_names_the_differences(tmp_path):
         harness.checkpoints.check_resumable(tmp_path, {"lr": 1.0}, {"lr": 2.0})
 
 
-def test_environment_records_image_and_revision(monkeypatch):
+def test_the_harness_records_only_what_needs_torch(monkeypatch):
+    """The process's facts (host, Python, image, lock, git, distributions) are the run wrapper's
+    (tests/support/test_provenance.py): the harness names the device torch initialised and torch's build."""
     monkeypatch.setenv("ENVKIT_IMAGE", "envkit-cpu:abc")
-    monkeypatch.setenv("ENVKIT_REVISION", "deadbeef")
     environment = harness.records.capture_environment(torch.device("cpu"), "cpu")
-    assert environment["image"] == "envkit-cpu:abc" and environment["git_revision"] == "deadbeef"
     assert environment["torch"] == torch.__version__ and environment["device_type"] == "cpu"
     assert environment["torch_xla"] is None and environment["device_count"] >= 1
     assert set(environment) == {
-        "host",
         "device_type",
         "device_name",
         "device_count",
-        "python",
         "torch",
         "torchvision",
         "torch_xla",
         "torch_cuda_build",
-        "image",
-        "git_revision",
-        "torch_tpu",
-        "lock_sha256",
-        "image_id",
-        "image_digest",
-        "distributions",
     }
 
 
-def test_git_revision_falls_back_to_git(monkeypatch):
-    monkeypatch.delenv("ENVKIT_REVISION", raising=False)
-    revision = harness.records.git_revision()
-    assert revision is None or len(revision) == 40
-
-
-def test_git_revision_is_the_full_hash_here_and_null_when_unknown(monkeypatch):
-    monkeypatch.setenv("ENVKIT_REVISION", "")  # what an image built without git has
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
-    if head.returncode == 0:  # a checkout (not an unpacked archive): the same 40 hex digits git names
-        assert harness.records.git_revision() == head.stdout.strip() and len(head.stdout.strip()) == 40
-    monkeypatch.setenv("ENVKIT_REVISION", "unknown")  # what images of older envkit releases set without git
-    assert harness.records.git_revision() is None
-    monkeypatch.setenv("ENVKIT_REVISION", "0123456789abcdef0123456789abcdef01234567")
-    assert harness.records.git_revision() == "0123456789abcdef0123456789abcdef01234567"
+def test_the_record_carries_the_run_id_the_wrapper_gave(monkeypatch):
+    """The wrapper adopts only the records that name its run (two runs may share a results folder)."""
+    fields = dict.fromkeys(("recipe", "run_name", "started_at", "settings", "configuration", "timing", "metrics"))
+    monkeypatch.setenv("ENVKIT_RUN_ID", "ab" * 16)
+    assert harness.records.build_results(**fields, environment={})["run_id"] == "ab" * 16
+    monkeypatch.delenv("ENVKIT_RUN_ID")
+    assert harness.records.build_results(**fields, environment={})["run_id"] is None
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown to another user needs root")
@@ -453,45 +434,6 @@ def test_resume_checkpoint_starts_fresh_or_checks_settings(tmp_path, capsys):
     assert harness.checkpoints.resume_checkpoint("demo.py", path, {"lr": 1.0}, announce=True)["epoch"] == 3
     with pytest.raises(harness.RecipeError, match="cannot resume"):
         harness.checkpoints.resume_checkpoint("demo.py", path, {"lr": 2.0}, announce=True)
-
-
-def test_environment_names_lock_image_and_every_distribution(monkeypatch, tmp_path):
-    monkeypatch.setattr(sys, "prefix", str(tmp_path))  # a venv made from no lock
-    monkeypatch.setenv("ENVKIT_LOCK_SHA256", "ab" * 32)
-    monkeypatch.setenv("ENVKIT_IMAGE_ID", "sha256:" + "cd" * 32)
-    monkeypatch.setenv("ENVKIT_IMAGE_DIGEST", "sha256:" + "ef" * 32)
-    environment = harness.records.capture_environment(torch.device("cpu"), "cpu")
-    assert environment["lock_sha256"] == "ab" * 32 and environment["image_id"] == "sha256:" + "cd" * 32
-    assert environment["image_digest"] == "sha256:" + "ef" * 32
-    distributions = environment["distributions"]
-    assert distributions == sorted(set(distributions))
-    assert any(entry.startswith("torch==") for entry in distributions)
-    names = [entry.split("==")[0] for entry in distributions]
-    assert all(name == name.lower() and "_" not in name and "." not in name for name in names)
-    monkeypatch.delenv("ENVKIT_LOCK_SHA256")
-    monkeypatch.setenv("ENVKIT_IMAGE_ID", "")
-    monkeypatch.delenv("ENVKIT_IMAGE_DIGEST")
-    environment = harness.records.capture_environment(torch.device("cpu"), "cpu")
-    assert (
-        environment["lock_sha256"] is None and environment["image_id"] is None and environment["image_digest"] is None
-    )
-    assert environment["torch_tpu"] is None and "torch_tpu" not in sys.modules  # looked up, never imported
-
-
-def test_a_run_on_the_host_names_the_lock_its_venv_was_made_from(monkeypatch, tmp_path):
-    from envkit.host.venv import MARKER
-
-    monkeypatch.delenv("ENVKIT_LOCK_SHA256", raising=False)
-    monkeypatch.setattr(sys, "prefix", str(tmp_path))
-    (tmp_path / MARKER).write_text(json.dumps({"lock": "/x/requirements.lock", "lock_sha256": "ef" * 32}))
-    assert harness.records.capture_environment(torch.device("cpu"), "cpu")["lock_sha256"] == "ef" * 32
-    # An image's own lock wins: its venv was made from the lock the image records.
-    monkeypatch.setenv("ENVKIT_LOCK_SHA256", "ab" * 32)
-    assert harness.records.capture_environment(torch.device("cpu"), "cpu")["lock_sha256"] == "ab" * 32
-    monkeypatch.delenv("ENVKIT_LOCK_SHA256")
-    for broken in ("not json", json.dumps(["ef" * 32]), json.dumps({"lock_sha256": "not a sha"})):
-        (tmp_path / MARKER).write_text(broken)
-        assert harness.records.capture_environment(torch.device("cpu"), "cpu")["lock_sha256"] is None
 
 
 def test_one_vocabulary_for_replicas_and_processes():

@@ -28,6 +28,8 @@ RESULT_KEYS = {
     "timing",
     "metrics",
     "environment",
+    "run_id",
+    "run",
 }
 CONFIGURATION_KEYS = {
     "device",
@@ -74,7 +76,8 @@ def trained(mnist_dir, tmp_path_factory) -> tuple[Path, subprocess.CompletedProc
         "--epochs",
         "2",
         *TINY,
-        env={"ENVKIT_IMAGE": "envkit-cpu:test", "ENVKIT_REVISION": "abc123"},
+        env={"ENVKIT_IMAGE": "envkit-cpu:test", "ENVKIT_REVISION": "abc1234", "ENVKIT_RESULTS_DIR": str(results)},
+        wrapped=True,  # as run.sh starts it: the wrapper adds the process's facts to the recipe's record
     )
     assert done.returncode == 0, done.stderr
     return results, done
@@ -112,7 +115,7 @@ def test_results_json_has_every_contract_key(trained):
     }
     assert ENVIRONMENT_KEYS <= set(document["environment"])
     assert document["environment"]["image"] == "envkit-cpu:test"
-    assert document["environment"]["git_revision"] == "abc123"
+    assert document["environment"]["git_revision"] == "abc1234"
     assert document["environment"]["torch"] == torch.__version__
     timing = document["timing"]
     assert timing["total_s"] >= timing["epoch_s"]["mean"] * 2 > 0

@@ -44,10 +44,12 @@ def mnist_output(tmp_path_factory) -> Path:
         directory,
         "--quiet",
         env={
+            "ENVKIT_RESULTS_DIR": str(directory),
             "ENVKIT_LOCK_SHA256": LOCK,
             "ENVKIT_IMAGE_ID": "sha256:" + "ab" * 32,
             "ENVKIT_IMAGE_DIGEST": "sha256:" + "cd" * 32,
         },
+        wrapped=True,  # as run.sh, the launch engines, the notebooks and envkit experiment start it
     )
     assert done.returncode == 0, done.stderr
     return directory / "mnist-cpu.json"
@@ -57,10 +59,37 @@ def test_mnist_output_keeps_the_contract(mnist_output):
     document = assert_valid_results(mnist_output)  # as written: the recipes write the current version
     assert document["schema_version"] == results.SCHEMA_VERSION
     assert document["environment"]["lock_sha256"] == LOCK
+    # the wrapper's process facts beside the harness's torch facts, and the run id that tied them
+    assert document["run_id"] == document["run"]["run_id"] and document["environment"]["distributions"]
+    assert document["environment"]["device_count"] >= 1 and document["environment"]["host"]
     assert document["environment"]["image_id"] == "sha256:" + "ab" * 32
     assert document["environment"]["image_digest"] == "sha256:" + "cd" * 32
     assert document["configuration"]["nodes"] == 1 and document["configuration"]["backend"] is None
     assert results.upgrade(document) == (document, None)  # the current version is read as written
+
+
+def test_a_recipe_run_without_the_wrapper_keeps_the_contract_with_what_torch_knows(tmp_path):
+    """Started bare (python recipes/mnist.py), the record has no run block and no process facts: the harness
+    records only what needs torch, the wrapper owns the rest."""
+    done = run_mnist(
+        *("--dataset", "fake", "--epochs", "1", "--per-device-batch", "32", "--fake-train-size", "64"),
+        *("--results-dir", tmp_path, "--quiet"),
+        env={"ENVKIT_RUN_ID": ""},
+    )
+    assert done.returncode == 0, done.stderr
+    document = assert_valid_results(tmp_path / "mnist-cpu.json")
+    assert "run" not in document and document["run_id"] is None
+    assert set(document["environment"]) == {
+        "device_type",
+        "device_name",
+        "device_count",
+        "torch",
+        "torchvision",
+        "torch_xla",
+        "torch_cuda_build",
+    }
+    result, _ = results.parse(tmp_path / "mnist-cpu.json", (tmp_path / "mnist-cpu.json").read_text())
+    assert result.environment["host"] is None and result.environment["torch"] == document["environment"]["torch"]
 
 
 def test_report_reads_the_mnist_output(mnist_output):

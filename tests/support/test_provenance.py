@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import json
 import os
+import platform
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -84,14 +86,21 @@ def test_metrics_that_are_not_an_object_are_one_line_and_the_run_keeps_its_recor
 
 def test_a_program_that_writes_its_own_record_keeps_it_and_gains_the_run_block(tmp_path):
     """The seed recipes write <results>/<recipe>-<run>.json: the wrapper adds to it rather than writing a second file."""
-    body = "import json, os, pathlib\n(pathlib.Path(os.environ['ENVKIT_RESULTS_DIR']) / 'mnist-cpu.json').write_text(json.dumps({'recipe': 'mnist'}))\n"
+    body = (
+        "import json, os, pathlib\nresults = pathlib.Path(os.environ['ENVKIT_RESULTS_DIR'])\n"
+        "(results / 'mnist-cpu.json').write_text(json.dumps({'recipe': 'mnist', 'run_id': os.environ['ENVKIT_RUN_ID']}))\n"
+        "(results / 'mnist-other.json').write_text(json.dumps({'recipe': 'mnist', 'run_id': 'ab' * 16}))\n"
+    )
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "old.json").write_text('{"recipe": "cifar"}')
     done, records = wrapped(tmp_path, sys.executable, script(tmp_path, body), "--epochs", "2")
     assert done.returncode == 0, done.stderr
-    assert sorted(path.name for path in (tmp_path / "results").iterdir()) == ["mnist-cpu.json", "old.json"]
+    names = ["mnist-cpu.json", "mnist-other.json", "old.json"]
+    assert sorted(path.name for path in (tmp_path / "results").iterdir()) == names
     assert records[0]["recipe"] == "mnist" and records[0]["run"]["argv"][1:] == ["train.py", "--epochs", "2"]
-    assert records[1] == {"recipe": "cifar"}, "a record of an earlier run is left alone"
+    assert records[0]["run"]["run_id"] == records[0]["run_id"]
+    assert records[1] == {"recipe": "mnist", "run_id": "ab" * 16}, "another run's record, written meanwhile, is left"
+    assert records[2] == {"recipe": "cifar"}, "a record of an earlier run is left alone"
 
 
 def test_without_a_command_it_says_how_to_use_it(tmp_path):
@@ -117,3 +126,82 @@ def test_only_the_first_node_of_a_multi_node_run_records_it(tmp_path):
     assert done.returncode == 4 and records == [] and not (tmp_path / "results").exists()
     done, records = wrapped(tmp_path, sys.executable, script(tmp_path, body), SLURM_NODEID="0", NODE_RANK="0")
     assert done.returncode == 4 and len(records) == 1
+
+
+def test_the_wrapper_owns_the_process_facts_and_a_recipe_record_keeps_what_torch_told_it(tmp_path):
+    """One owner for a run's environment: a recipe's harness writes the device and torch's build, the wrapper
+    that adopts the record adds host, Python, image, lock, git and distributions."""
+    body = (
+        "import json, os, pathlib\n"
+        "record = {'recipe': 'mnist', 'run_id': os.environ['ENVKIT_RUN_ID'],\n"
+        "          'environment': {'device_type': 'cuda', 'device_name': 'H100', 'device_count': 8, 'torch': '9.9'}}\n"
+        "(pathlib.Path(os.environ['ENVKIT_RESULTS_DIR']) / 'mnist-x.json').write_text(json.dumps(record))\n"
+    )
+    done, (record,) = wrapped(
+        tmp_path, sys.executable, script(tmp_path, body), ENVKIT_IMAGE="envkit-cpu:abc", ENVKIT_REVISION="abc1234"
+    )
+    assert done.returncode == 0, done.stderr
+    environment = record["environment"]
+    assert (environment["device_type"], environment["device_name"], environment["device_count"]) == ("cuda", "H100", 8)
+    assert environment["torch"] == "9.9", "the program's own fact is kept over the wrapper's look-up"
+    assert (environment["image"], environment["git_revision"]) == ("envkit-cpu:abc", "abc1234")
+    assert environment["python"] == platform.python_version() and environment["host"] == socket.gethostname()
+    assert any(entry.startswith("pytest==") for entry in environment["distributions"])
+
+
+def test_image_lock_and_digest_come_from_the_image_and_values_that_are_none_are_null(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))  # a venv made from no lock
+    monkeypatch.setenv("ENVKIT_LOCK_SHA256", "ab" * 32)
+    monkeypatch.setenv("ENVKIT_IMAGE_ID", "sha256:" + "cd" * 32)
+    monkeypatch.setenv("ENVKIT_IMAGE_DIGEST", "sha256:" + "ef" * 32)
+    environment = provenance.environment()
+    assert environment["lock_sha256"] == "ab" * 32 and environment["image_id"] == "sha256:" + "cd" * 32
+    assert environment["image_digest"] == "sha256:" + "ef" * 32
+    distributions = environment["distributions"]
+    assert distributions == sorted(set(distributions)) and any(entry.startswith("torch==") for entry in distributions)
+    names = [entry.split("==")[0] for entry in distributions]
+    assert all(name == name.lower() and "_" not in name and "." not in name for name in names)
+    monkeypatch.setenv("ENVKIT_LOCK_SHA256", "not a sha")
+    monkeypatch.setenv("ENVKIT_IMAGE_ID", "")
+    monkeypatch.setenv("ENVKIT_IMAGE_DIGEST", "latest")
+    environment = provenance.environment()
+    assert (environment["lock_sha256"], environment["image_id"], environment["image_digest"]) == (None, None, None)
+    assert environment["torch_tpu"] is None and "torch_tpu" not in sys.modules  # looked up, never imported
+
+
+def test_a_run_on_the_host_names_the_lock_its_venv_was_made_from(monkeypatch, tmp_path):
+    from envkit.host.venv import MARKER
+
+    assert provenance.VENV_LOCK_MARKER == MARKER
+    monkeypatch.delenv("ENVKIT_LOCK_SHA256", raising=False)
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    (tmp_path / MARKER).write_text(json.dumps({"lock": "/x/requirements.lock", "lock_sha256": "ef" * 32}))
+    assert provenance.lock_sha256() == "ef" * 32
+    monkeypatch.setenv("ENVKIT_LOCK_SHA256", "ab" * 32)  # an image's own lock wins
+    assert provenance.lock_sha256() == "ab" * 32
+    monkeypatch.delenv("ENVKIT_LOCK_SHA256")
+    for broken in ("not json", json.dumps(["ef" * 32]), json.dumps({"lock_sha256": "not a sha"})):
+        (tmp_path / MARKER).write_text(broken)
+        assert provenance.lock_sha256() is None
+
+
+def test_git_revision_is_the_full_hash_here_and_null_when_no_hash(monkeypatch):
+    monkeypatch.delenv("ENVKIT_REVISION", raising=False)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    if head.returncode == 0:  # a checkout (not an unpacked archive): the same 40 hex digits git names
+        assert provenance.git_state()[0] == head.stdout.strip() and len(head.stdout.strip()) == 40
+    monkeypatch.setenv("ENVKIT_REVISION", "unknown")  # what images of older envkit releases set without git
+    assert provenance.git_state() == (None, None)
+    monkeypatch.setenv("ENVKIT_REVISION", "abc12")  # shorter than any abbreviation git gives
+    assert provenance.git_state() == (None, None)
+    monkeypatch.setenv("ENVKIT_REVISION", "0123456789abcdef0123456789abcdef01234567")
+    assert provenance.git_state() == ("0123456789abcdef0123456789abcdef01234567", None)
+
+
+def test_the_wrapper_checks_values_by_the_results_schemas_own_patterns():
+    """One schema, one pattern: the wrapper cannot read envkit/data where it runs, so its copies are held equal."""
+    schema = json.loads((Path(provenance.__file__).parents[1] / "data" / "results.schema.json").read_text())
+    environment = schema["properties"]["environment"]["properties"]
+    assert provenance._REVISION.pattern == environment["git_revision"]["pattern"]
+    assert provenance._SHA256.pattern == environment["lock_sha256"]["pattern"]
+    assert provenance._DIGEST.pattern == environment["image_digest"]["pattern"]

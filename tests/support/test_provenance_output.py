@@ -66,7 +66,8 @@ def test_a_run_that_prints_nothing_leaves_no_folder_behind(tmp_path):
 def test_a_program_that_writes_its_own_record_keeps_its_log_beside_it(tmp_path):
     body = (
         "import json, os, pathlib\nprint('trained')\n"
-        "pathlib.Path(os.environ['ENVKIT_RESULTS_DIR'], 'mnist-1.json').write_text(json.dumps({'recipe': 'mnist'}))\n"
+        "record = {'recipe': 'mnist', 'run_id': os.environ['ENVKIT_RUN_ID']}  # the run's own record names it\n"
+        "pathlib.Path(os.environ['ENVKIT_RESULTS_DIR'], 'mnist-1.json').write_text(json.dumps(record))\n"
     )
     (tmp_path / "train.py").write_text(body)
     done, (record,) = wrapped(tmp_path, sys.executable, "train.py")
