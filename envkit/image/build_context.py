@@ -65,7 +65,7 @@ def stage_context(root: Path, target, options: BuildOptions, dest: Path) -> None
     """Lay out the build context of docs/design.md §4 under ``dest``."""
     rendered = options.output.image_folder(root, target.name)
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("Dockerfile", ".dockerignore", provenance.FILE_NAME):
+    for name in ("Dockerfile", ".dockerignore", *provenance.shipped()):
         source = rendered / name
         if not source.is_file():
             raise EnvkitError(f"{source} is missing: run 'envkit render' (or 'make render') first")

@@ -299,7 +299,7 @@ def _embedded_files(
     files = {
         "helper": {
             embedded.HELPER_NAME: entry(embedded.HELPER),
-            provenance.FILE_NAME: entry(Path(provenance.__file__)),
+            **{name: entry(path) for name, path in provenance.shipped().items()},
         },
         "lock": {"requirements.lock": (lock.sha256, lock.text.encode("utf-8"))},
         "program": program,

@@ -8,7 +8,7 @@ what an unmodified script prints, as Guild does.
 
 A value that ends in % is a fraction (57% -> 0.57); the last match in the run's output wins. Checked here, once,
 as the config loads (one line for a pattern that is not a regex or has not exactly one group); the wrapper
-(envkit/support/provenance.py) is handed them as ENVKIT_METRIC_PATTERNS, through the experiment's environment.
+(envkit/support/provenance_output.py reads them) is handed them as ENVKIT_METRIC_PATTERNS, through the experiment's environment.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def metric_variables(at: str, metrics: dict | None) -> dict[str, str]:
                 f"{at}/metrics/patterns/{name}: {pattern!r} has {groups} groups; give exactly one, around the value, "
                 r"e.g. 'Accuracy: ([0-9.]+%?)' (make the others (?:...))"
             )
-    from envkit.support.provenance import PATTERNS_VARIABLE  # here: the wrapper's imports only where they serve
+    from envkit.support.provenance_output import PATTERNS_VARIABLE  # here: the wrapper's imports only where they serve
 
     wanted = {"key_value": bool(metrics.get("key_value", False)), "patterns": dict(metrics.get("patterns", {}))}
     return {PATTERNS_VARIABLE: json.dumps(wanted, sort_keys=True)}

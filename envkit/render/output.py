@@ -149,7 +149,7 @@ def _difference(path: Path, file: RenderedFile) -> str | None:
 
 
 def envkit_marks() -> dict[str, bytes]:
-    """How the files render writes into docker/<target>/ begin (its three templates and the run wrapper it
+    """How the files render writes into docker/<target>/ begin (its three templates and the run wrapper's files it
     copies): render removes only what it wrote. A file without its mark is someone else's, and so is a
     lock (`envkit lock` wrote it): render keeps both, and --check does not ask for their removal."""
     from envkit.support import provenance
@@ -158,7 +158,7 @@ def envkit_marks() -> dict[str, bytes]:
         "Dockerfile": marks.RENDERED,
         "run.sh": marks.RENDERED,
         ".dockerignore": marks.RENDERED,
-        provenance.FILE_NAME: marks.WRAPPER,
+        **dict.fromkeys(provenance.shipped(), marks.WRAPPER),
     }
 
 

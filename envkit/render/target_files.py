@@ -40,8 +40,6 @@ FILES = {
     "run.sh": ("kinds/{kind}.run.sh.j2", 0o755),
     ".dockerignore": ("dockerignore.j2", 0o644),
 }
-# The run wrapper every command in the image starts through (standard library only: the image has no envkit).
-WRAPPER = Path(provenance.__file__)
 # What apt and dpkg leave behind that differs between two identical builds (logs,
 # caches with timestamps, downloaded index files): removed in the layer that made them.
 APT_LEFTOVERS = (
@@ -72,7 +70,11 @@ def render_targets(config: ProjectConfig, names: list[str], locks: Path | None =
         for filename, (template, mode) in FILES.items():
             text = render_template(env, template.format(kind=target.kind), context)
             files.append(RenderedFile(Path(name) / filename, text, mode))
-        files.append(RenderedFile(Path(name) / provenance.FILE_NAME, read_text(WRAPPER), 0o644))
+        # The run wrapper every command in the image starts through (standard library only: the image has no envkit),
+        # its files together.
+        files += [
+            RenderedFile(Path(name) / file, read_text(path), 0o644) for file, path in provenance.shipped().items()
+        ]
     return files
 
 
@@ -239,6 +241,7 @@ def _context(config: ProjectConfig, target: Target, lock: LockFile | None, input
         "requirements": target.requirements(),
         "lock": lock,
         "lock_file": LOCK_FILE,
+        "wrapper_files": list(provenance.shipped()),  # envkit_run.py and its modules, staged beside the Dockerfile
         "torch_find_links": torch_find_links(target, inputs),
         "base_image": base,
         "base_digest": base_digest or "",

@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 from envkit.cli import main
+from envkit.support import provenance
+
+WRAPPER = ", ".join(provenance.shipped())  # the run wrapper's files render writes beside the Dockerfile
 
 
 @pytest.fixture()
@@ -50,7 +53,7 @@ def test_render_writes_the_committed_files(capsys, project, repo_root):
         (project / "docker" / lock.parent.name).mkdir(parents=True)
         shutil.copy(lock, project / "docker" / lock.parent.name / lock.name)
     code, out, _ = run(capsys, "render", "--all", "--config", str(project / "envkit.yaml"))
-    assert code == 0 and "rendered 12 files for cpu, cuda, tpu-vm" in out
+    assert code == 0 and "rendered 24 files for cpu, cuda, tpu-vm" in out  # 3 templates and 5 wrapper files each
     # docker/<target>/requirements.lock comes from `envkit lock`, not from render.
     committed = {path: data for path, data in files_under(repo_root / "docker").items() if not path.endswith(".lock")}
     assert {
@@ -66,6 +69,10 @@ def test_render_one_target_into_output(capsys, project):
         "cuda/.dockerignore",
         "cuda/Dockerfile",
         "cuda/envkit_run.py",
+        "cuda/provenance_device.py",
+        "cuda/provenance_facts.py",
+        "cuda/provenance_output.py",
+        "cuda/provenance_records.py",
         "cuda/run.sh",
     ]
 
@@ -131,7 +138,7 @@ def test_the_advice_for_a_removed_target_converges(capsys, project):
     )
     assert out.splitlines()[-1] == (
         f"{project / 'docker' / 'old-gpu'}: not a target in the config: `envkit render --all` "
-        "removes Dockerfile, run.sh, .dockerignore, envkit_run.py"
+        f"removes Dockerfile, run.sh, .dockerignore, {WRAPPER}"
     )
     assert run(capsys, "render", "--target", "cpu", "--check", "--config", config)[0] == 0
     code, out, _ = run(capsys, "render", "--all", "--config", config)  # the advice, as given
@@ -152,7 +159,7 @@ def test_render_all_keeps_what_it_did_not_write_in_a_removed_targets_directory(c
     shutil.copy(repo_root / "docker" / "tpu-vm" / "requirements.lock", project / "docker" / "old-gpu" / kept)
     code, out, _ = run(capsys, "render", "--all", "--check", "--config", config)
     assert code == 1 and out.splitlines()[-1].endswith(
-        f"removes Dockerfile, run.sh, .dockerignore, envkit_run.py; it keeps {kept}, which render did not write"
+        f"removes Dockerfile, run.sh, .dockerignore, {WRAPPER}; it keeps {kept}, which render did not write"
     )
     assert run(capsys, "render", "--all", "--config", config)[0] == 0
     assert sorted(p.name for p in (project / "docker" / "old-gpu").iterdir()) == [kept]

@@ -10,6 +10,7 @@ from image_fakes import FakeBuildah, FakeClient, FakeImage
 
 from envkit.image import archive as image_archive
 from envkit.image import build as image_build
+from envkit.support import provenance
 
 
 @pytest.fixture
@@ -18,7 +19,8 @@ def project(tmp_path: Path) -> Path:
     (root / "docker" / "cpu").mkdir(parents=True)
     (root / "docker" / "cpu" / "Dockerfile").write_text("FROM scratch\n")
     (root / "docker" / "cpu" / ".dockerignore").write_text("**/__pycache__\n")
-    (root / "docker" / "cpu" / "envkit_run.py").write_text("# the run wrapper\n")
+    for name in provenance.shipped():  # the run wrapper's files
+        (root / "docker" / "cpu" / name).write_text("# the run wrapper\n")
     (root / "recipes" / "__pycache__").mkdir(parents=True)
     (root / "recipes" / "mnist.py").write_text("print('mnist')\n")
     (root / "recipes" / "__pycache__" / "mnist.cpython-311.pyc").write_bytes(b"\0junk")

@@ -166,7 +166,7 @@ def test_the_build_and_the_recipes_record_one_form_of_git_revision():
     repo = REPO_ROOT
     built = build_context.git_revision(repo)
     env = {k: v for k, v in os.environ.items() if k != "ENVKIT_REVISION"}
-    probe = "import provenance; print(provenance.git_state()[0])"  # as envkit_run.py, envkit not imported
+    probe = "import provenance_facts; print(provenance_facts.git_state()[0])"  # as envkit_run.py: envkit not imported
     on_host = subprocess.run(
         [sys.executable, "-c", probe],
         cwd=repo / "recipes",

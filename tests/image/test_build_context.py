@@ -15,13 +15,15 @@ from image_fakes import FakeTarget, files, staged
 from envkit.errors import EnvkitError
 from envkit.image import build_context
 from envkit.project.output import Output
+from envkit.support import provenance
 
 CERT = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 
 
 def test_staged_context_has_the_design_layout_without_caches(project, tmp_path):
     context = staged(project, tmp_path)
-    assert files(context) == [".dockerignore", "Dockerfile", "envkit_run.py", "project/recipes/mnist.py"]
+    wrapper = sorted(provenance.shipped())  # envkit_run.py and its modules
+    assert files(context) == sorted([".dockerignore", "Dockerfile", *wrapper, "project/recipes/mnist.py"])
     assert (context / "certs").is_dir() and (context / "wheels").is_dir()
 
 
@@ -124,7 +126,8 @@ def test_source_date_epoch_is_the_commit_time_of_the_rendered_files_and_not_in_t
 def test_source_date_epoch_outside_git_is_the_newest_rendered_file(project):
     os.utime(project / "docker" / "cpu" / "Dockerfile", (1600000000, 1600000000))
     os.utime(project / "docker" / "cpu" / ".dockerignore", (1500000000, 1500000000))
-    os.utime(project / "docker" / "cpu" / "envkit_run.py", (1500000000, 1500000000))
+    for name in provenance.shipped():
+        os.utime(project / "docker" / "cpu" / name, (1500000000, 1500000000))
     assert build_context.source_date_epoch(project, "cpu", Output()) == "1600000000"
 
 

@@ -75,7 +75,6 @@ def test_committed_notebook_is_a_fresh_render_valid_and_deterministic(config, re
 
 
 def test_a_render_reads_the_lock_once_and_works_out_its_inputs_once(config, monkeypatch):
-    from pathlib import Path
 
     from envkit.lock import lockfile
     from envkit.support import bounded_load
@@ -110,7 +109,7 @@ def test_it_reads_top_to_bottom_and_carries_what_it_runs(config, repo_root, tmp_
     written = written_files(notebook)
     sources = {
         embedded.HELPER_NAME: embedded.HELPER,
-        provenance.FILE_NAME: Path(provenance.__file__),
+        **provenance.shipped(),
         "requirements.lock": lock_path(config, target),
     }
     recipes = repo_root / "recipes"

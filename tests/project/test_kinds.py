@@ -164,7 +164,7 @@ def test_a_rocm_kind_from_data_and_a_fragment_alone(rocm_project):
     # renders, with the kind's flags in its run.sh
     done = envkit(project, "render", "--all")
     assert done.returncode == 0, done.stderr
-    assert "rendered 16 files for cpu, cuda, tpu-vm, rocm" in done.stdout
+    assert "rendered 32 files for cpu, cuda, tpu-vm, rocm" in done.stdout
     run_sh = project / "docker" / "rocm" / "run.sh"
     dry = subprocess.run(
         [str(run_sh), "python", "recipes/mnist.py", "--device", "cuda"],

@@ -42,9 +42,12 @@ def by_path(files):
 def test_golden_files(golden_config, update_golden, target):
     # Locks are render inputs: tests/golden/<case>/requirements.lock where a case has one.
     files = render.render_targets(golden_config, [target], locks=GOLDEN)
-    assert [file.path.name for file in files] == ["Dockerfile", "run.sh", ".dockerignore", "envkit_run.py"]
-    # The run wrapper is copied, not rendered: the module itself, byte for byte.
-    assert files.pop().text == Path(provenance.__file__).read_text(encoding="utf-8")
+    wrapper = provenance.shipped()  # envkit_run.py and its modules
+    assert [file.path.name for file in files] == ["Dockerfile", "run.sh", ".dockerignore", *wrapper]
+    # The run wrapper is copied, not rendered: its modules themselves, byte for byte.
+    for file, path in zip(files[3:], wrapper.values(), strict=True):
+        assert file.text == path.read_text(encoding="utf-8")
+    del files[3:]
     if update_golden:
         rendered.write(GOLDEN, files)
     for file in files:
@@ -87,7 +90,7 @@ def test_rendering_is_deterministic(repo_config, tmp_path):
         )
     first = {p.relative_to(tmp_path / "a"): p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}
     second = {p.relative_to(tmp_path / "b"): p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
-    assert first == second and len(first) == 12
+    assert first == second and len(first) == 3 * (len(render.FILES) + len(provenance.shipped()))
     assert all(b"\r\n" not in content for content in first.values())
 
 
@@ -256,7 +259,7 @@ def test_unwritable_output_even_as_root(repo_config, tmp_path, monkeypatch):
 
 def test_unchanged_files_are_not_rewritten(repo_config, tmp_path):
     files = render.render_targets(repo_config, ["cpu"])
-    assert len(rendered.write(tmp_path, files)) == 4
+    assert len(rendered.write(tmp_path, files)) == len(render.FILES) + len(provenance.shipped())
     before = {p.name: p.stat().st_ino for p in (tmp_path / "cpu").iterdir()}
     (tmp_path / "cpu" / "run.sh").chmod(0o644)
     assert rendered.write(tmp_path, files) == [tmp_path / "cpu" / "run.sh"]
@@ -339,7 +342,7 @@ def test_missing_packaged_templates_are_one_line(repo_config, tmp_path, monkeypa
 def test_render_knows_the_mark_of_every_file_it_writes(repo_root):
     """render --all removes only the files it wrote, each found by its mark (a lock is `envkit lock`'s)."""
     marks = rendered.envkit_marks()
-    assert set(marks) == {*render.FILES, provenance.FILE_NAME}
+    assert set(marks) == {*render.FILES, *provenance.shipped()}
     for name, mark in marks.items():
         for path in (repo_root / "docker").glob(f"*/{name}"):
             assert mark in path.read_bytes()[:512], path

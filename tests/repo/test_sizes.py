@@ -29,7 +29,6 @@ TODAY = {
     "envkit/notebook/runtime.py: a module over 500 lines": "no branch yet",
     "envkit/notebook/runtime.py: create_environment, a function over 80 lines": "no branch yet",
     "envkit/project/config.py: lines over 120 characters": "the config's owner",
-    "envkit/support/provenance.py: lines over 120 characters": "issue 33 §7-8, the run wrapper's rework",
     "envkit/runs/report.py: lines over 120 characters": "§2",
     "envkit/launch/slurm.py: lines over 120 characters": "§1",
     "envkit/launch/kubernetes.py: lines over 120 characters": "§1",

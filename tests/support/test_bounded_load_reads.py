@@ -26,7 +26,10 @@ PACKAGE = Path(bounded_load.__file__).resolve().parent.parent
 ALLOWED = {
     ("support/bounded_load.py", "open_regular"): "the bounded reader itself",
     ("notebook/runtime.py", "*"): "runs inside a notebook (standard library only): it cannot import envkit",
-    ("support/provenance.py", "*"): "the run wrapper ships beside a command where envkit is not installed",
+    **{
+        (f"support/{module}.py", "*"): "the run wrapper ships beside a command where envkit is not installed"
+        for module in ("provenance_records", "provenance_facts", "provenance_device", "provenance_output")
+    },
     ("image/inventory.py", "from_saved_tarball"): "an image tarball (gigabytes) streamed through tarfile, never held",
     ("image/archive.py", "load"): "the image tarball is streamed to the engine after its sha256 was checked",
 }

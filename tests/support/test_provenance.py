@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from envkit.support import provenance
+from envkit.support import provenance, provenance_facts
 
 WRAPPER = Path(provenance.__file__)
 
@@ -109,14 +109,34 @@ def test_without_a_command_it_says_how_to_use_it(tmp_path):
 
 
 def test_the_wrapper_needs_the_standard_library_alone():
-    """It runs in images and notebooks where envkit is not installed."""
+    """It runs in images and notebooks where envkit is not installed: the standard library and its own modules,
+    which ship beside it."""
+    files = provenance.shipped()
+    assert list(files)[0] == provenance.FILE_NAME and len(files) == len(provenance.MODULES) + 1
     imported = set()
-    for node in ast.walk(ast.parse(WRAPPER.read_text())):
-        if isinstance(node, ast.Import):
-            imported |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            imported.add(node.module.split(".")[0])
-    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported - set(sys.stdlib_module_names)
+    for path in files.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                imported.add(node.module.split(".")[0])
+    allowed = set(sys.stdlib_module_names) | {"__future__", *provenance.MODULES}
+    assert imported - allowed == set() and set(provenance.MODULES) <= imported
+
+
+def test_the_wrapper_runs_from_its_shipped_files_alone(tmp_path):
+    """As in an image's /opt/envkit/ or a notebook's folder: its files copied under their shipped names, nothing
+    of envkit importable."""
+    shipped = tmp_path / "opt"
+    shipped.mkdir()
+    for name, path in provenance.shipped().items():
+        (shipped / name).write_bytes(path.read_bytes())
+    env = {"PATH": os.environ["PATH"], "ENVKIT_RESULTS_DIR": str(tmp_path / "results")}
+    command = [sys.executable, "-I", str(shipped / provenance.FILE_NAME), sys.executable, "-c", "print('hi')"]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    (record,) = [json.loads(path.read_text()) for path in (tmp_path / "results").glob("*.json")]
+    assert done.returncode == 0 and done.stdout == "hi\n", done.stderr
+    assert record["run"]["exit_status"] == 0 and record["environment"]["python"] == platform.python_version()
 
 
 def test_only_the_first_node_of_a_multi_node_run_records_it(tmp_path):
@@ -154,7 +174,7 @@ def test_image_lock_and_digest_come_from_the_image_and_values_that_are_none_are_
     monkeypatch.setenv("ENVKIT_LOCK_SHA256", "ab" * 32)
     monkeypatch.setenv("ENVKIT_IMAGE_ID", "sha256:" + "cd" * 32)
     monkeypatch.setenv("ENVKIT_IMAGE_DIGEST", "sha256:" + "ef" * 32)
-    environment = provenance.environment()
+    environment = provenance_facts.environment()
     assert environment["lock_sha256"] == "ab" * 32 and environment["image_id"] == "sha256:" + "cd" * 32
     assert environment["image_digest"] == "sha256:" + "ef" * 32
     distributions = environment["distributions"]
@@ -164,7 +184,7 @@ def test_image_lock_and_digest_come_from_the_image_and_values_that_are_none_are_
     monkeypatch.setenv("ENVKIT_LOCK_SHA256", "not a sha")
     monkeypatch.setenv("ENVKIT_IMAGE_ID", "")
     monkeypatch.setenv("ENVKIT_IMAGE_DIGEST", "latest")
-    environment = provenance.environment()
+    environment = provenance_facts.environment()
     assert (environment["lock_sha256"], environment["image_id"], environment["image_digest"]) == (None, None, None)
     assert environment["torch_tpu"] is None and "torch_tpu" not in sys.modules  # looked up, never imported
 
@@ -172,36 +192,36 @@ def test_image_lock_and_digest_come_from_the_image_and_values_that_are_none_are_
 def test_a_run_on_the_host_names_the_lock_its_venv_was_made_from(monkeypatch, tmp_path):
     from envkit.host.venv import MARKER
 
-    assert provenance.VENV_LOCK_MARKER == MARKER
+    assert provenance_facts.VENV_LOCK_MARKER == MARKER
     monkeypatch.delenv("ENVKIT_LOCK_SHA256", raising=False)
     monkeypatch.setattr(sys, "prefix", str(tmp_path))
     (tmp_path / MARKER).write_text(json.dumps({"lock": "/x/requirements.lock", "lock_sha256": "ef" * 32}))
-    assert provenance.lock_sha256() == "ef" * 32
+    assert provenance_facts.lock_sha256() == "ef" * 32
     monkeypatch.setenv("ENVKIT_LOCK_SHA256", "ab" * 32)  # an image's own lock wins
-    assert provenance.lock_sha256() == "ab" * 32
+    assert provenance_facts.lock_sha256() == "ab" * 32
     monkeypatch.delenv("ENVKIT_LOCK_SHA256")
     for broken in ("not json", json.dumps(["ef" * 32]), json.dumps({"lock_sha256": "not a sha"})):
         (tmp_path / MARKER).write_text(broken)
-        assert provenance.lock_sha256() is None
+        assert provenance_facts.lock_sha256() is None
 
 
 def test_git_revision_is_the_full_hash_here_and_null_when_no_hash(monkeypatch):
     monkeypatch.delenv("ENVKIT_REVISION", raising=False)
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
     if head.returncode == 0:  # a checkout (not an unpacked archive): the same 40 hex digits git names
-        assert provenance.git_state()[0] == head.stdout.strip() and len(head.stdout.strip()) == 40
+        assert provenance_facts.git_state()[0] == head.stdout.strip() and len(head.stdout.strip()) == 40
     monkeypatch.setenv("ENVKIT_REVISION", "unknown")  # what images of older envkit releases set without git
-    assert provenance.git_state() == (None, None)
+    assert provenance_facts.git_state() == (None, None)
     monkeypatch.setenv("ENVKIT_REVISION", "abc12")  # shorter than any abbreviation git gives
-    assert provenance.git_state() == (None, None)
+    assert provenance_facts.git_state() == (None, None)
     monkeypatch.setenv("ENVKIT_REVISION", "0123456789abcdef0123456789abcdef01234567")
-    assert provenance.git_state() == ("0123456789abcdef0123456789abcdef01234567", None)
+    assert provenance_facts.git_state() == ("0123456789abcdef0123456789abcdef01234567", None)
 
 
 def test_the_wrapper_checks_values_by_the_results_schemas_own_patterns():
     """One schema, one pattern: the wrapper cannot read envkit/data where it runs, so its copies are held equal."""
     schema = json.loads((Path(provenance.__file__).parents[1] / "data" / "results.schema.json").read_text())
     environment = schema["properties"]["environment"]["properties"]
-    assert provenance._REVISION.pattern == environment["git_revision"]["pattern"]
-    assert provenance._SHA256.pattern == environment["lock_sha256"]["pattern"]
-    assert provenance._DIGEST.pattern == environment["image_digest"]["pattern"]
+    assert provenance_facts._REVISION.pattern == environment["git_revision"]["pattern"]
+    assert provenance_facts._SHA256.pattern == environment["lock_sha256"]["pattern"]
+    assert provenance_facts._DIGEST.pattern == environment["image_digest"]["pattern"]

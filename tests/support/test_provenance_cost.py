@@ -10,7 +10,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from envkit.support import provenance
+from envkit.support import provenance, provenance_facts
 
 WRAPPER = Path(provenance.__file__)
 
@@ -18,7 +18,7 @@ WRAPPER = Path(provenance.__file__)
 def test_the_distributions_are_importlib_metadatas_without_its_email_parser():
     """importlib.metadata parsed every METADATA whole (0.75 s after each run for 290 distributions)."""
     probe = (
-        "import json, sys; sys.path.insert(0, sys.argv[1]); import provenance; "
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import provenance_facts as provenance; "
         "print(json.dumps([provenance.distributions(), provenance._version('torch'), 'email.parser' in sys.modules]))"
     )
     done = subprocess.run(
@@ -29,7 +29,7 @@ def test_the_distributions_are_importlib_metadatas_without_its_email_parser():
     for dist in metadata.distributions():
         name = dist.metadata["Name"]
         if name:
-            first.setdefault(provenance.re.sub(r"[-_.]+", "-", name).lower(), dist.version)
+            first.setdefault(provenance_facts.re.sub(r"[-_.]+", "-", name).lower(), dist.version)
     assert found == sorted(f"{name}=={version}" for name, version in first.items())
     assert torch == metadata.version("torch") and not parsed
 

@@ -20,7 +20,7 @@ import pytest
 from results_contract import assert_valid_results
 
 from envkit.runs import results as report_results
-from envkit.support import bounded_load, provenance
+from envkit.support import bounded_load, provenance, provenance_records
 
 WRAPPER = Path(provenance.__file__)
 HANG = 120  # seconds after which a run that has not ended is a hang, not a slow machine
@@ -157,7 +157,9 @@ def test_metrics_nested_past_what_the_report_reads_are_refused_when_written(tmp_
     assert record["metrics"] is None and "nested deeper than 63 levels" in unread(record)
     runs, warnings = report_results.load_results(tmp_path / "results")
     assert len(runs) == 1 and warnings == []
-    assert provenance.MAX_DEPTH == bounded_load.MAX_DEPTH and provenance.MAX_READ == bounded_load.MAX_BYTES
+    assert (
+        provenance_records.MAX_DEPTH == bounded_load.MAX_DEPTH and provenance_records.MAX_READ == bounded_load.MAX_BYTES
+    )
 
 
 def test_a_results_folder_it_cannot_write_is_one_line_and_the_program_runs_with_its_status(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from envkit.support import provenance
+from envkit.support import provenance, provenance_facts
 
 WRAPPER = Path(provenance.__file__)
 LOCK = "# envkit lock\ntabulate==0.9.0 \\\n    --hash=sha256:0\nsix==1.17.0 \\\n    --hash=sha256:1\n"
@@ -31,7 +31,7 @@ def venv(tmp_path) -> Path:
     lock = tmp_path / "requirements.lock"
     lock.write_text(LOCK)
     marker = {"lock": str(lock), "lock_sha256": hashlib.sha256(LOCK.encode()).hexdigest()}
-    (path / provenance.VENV_LOCK_MARKER).write_text(json.dumps(marker))
+    (path / provenance_facts.VENV_LOCK_MARKER).write_text(json.dumps(marker))
     tool = path / "bin" / "mytool"
     tool.write_text("#!/bin/sh\necho venv\n")
     tool.chmod(0o755)

@@ -12,7 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
-from envkit.support import provenance
+from envkit.support import provenance, provenance_output
 
 WRAPPER = Path(provenance.__file__)
 ACCURACY = {"patterns": {"accuracy": r"Accuracy: \d+/\d+ \((\d+%)\)"}}
@@ -87,7 +87,7 @@ def test_a_log_that_cannot_be_written_still_shows_the_output_and_drains_the_pipe
     """An unread pipe would stop the program once it filled (64 KB): the copy goes on without its log."""
     read, write = os.pipe()
     shown = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
-    reader = threading.Thread(target=provenance._copy, args=(read, shown, tmp_path / "gone" / "x.log"))
+    reader = threading.Thread(target=provenance_output._copy, args=(read, shown, tmp_path / "gone" / "x.log"))
     reader.start()
     os.write(write, b"x" * 200_000)
     os.close(write)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from results_contract import assert_valid_results
 
-from envkit.support import provenance
+from envkit.support import provenance, provenance_records
 
 WRAPPER = Path(provenance.__file__)
 
@@ -109,7 +109,7 @@ def test_a_run_takes_the_next_free_name_and_never_writes_over_a_record(tmp_path)
     assert provenance.claim(results, "train-x") == ("train-x-3", results / "train-x-3")
     assert (results / "train-x-3").is_dir() and not (results / "train-x").exists()
     with pytest.raises(FileExistsError):
-        provenance._write_new(results / "train-x.json", b"{}\n")
+        provenance_records.write_new(results / "train-x.json", b"{}\n")
     assert (results / "train-x.json").read_text() == "{}" and sorted(p.name for p in results.iterdir()) == [
         "train-x-2",
         "train-x-3",

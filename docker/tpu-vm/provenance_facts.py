@@ -1,0 +1,223 @@
+"""envkit's run wrapper: the process's facts, where the run ran (issue 31 §3: the one owner of a run's environment).
+
+One of the files that ship together as envkit_run.py (provenance.py's SHIPPED): standard library only, found without
+importing the command's libraries. The host, Python, image, lock, git state and distributions are filled here; the
+recipes' harness adds only what needs torch. Run as a script by another interpreter (``python provenance_facts.py``),
+it prints that interpreter's facts as JSON: the run's versions are those of the Python that ran torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+try:  # in envkit: modules of envkit.support
+    from . import provenance_records as records
+except ImportError:  # run as a script (envkit_run.py, shipped): its modules are beside it, even under python -P
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import provenance_records as records
+
+DEVICE_VARIABLE = "ENVKIT_DEVICE"
+# The venv marker envkit venv writes (envkit/host/venv.py), which names the lock it installed.
+VENV_LOCK_MARKER = "envkit-lock.json"
+# The results schema's patterns (tests/support/test_provenance.py holds them equal): a value that is none is null.
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_REVISION = re.compile(r"^[0-9a-f]{7,64}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def environment() -> dict:
+    """Where the run ran, found without importing the command's libraries."""
+    device = os.environ.get(DEVICE_VARIABLE) or None
+    revision, dirty = git_state()
+    return {
+        "host": socket.gethostname(),
+        "device_type": device,
+        "device_name": device_name(device),
+        "python": platform.python_version(),
+        "torch": _version("torch"),
+        "torch_xla": _version("torch_xla"),
+        "torch_tpu": _version("torch-tpu"),
+        "image": os.environ.get("ENVKIT_IMAGE") or None,
+        "image_id": os.environ.get("ENVKIT_IMAGE_ID") or None,
+        "image_digest": _matching(_DIGEST, os.environ.get("ENVKIT_IMAGE_DIGEST", "")),
+        "lock_sha256": lock_sha256(),
+        "git_revision": revision,
+        "git_dirty": dirty,
+        "distributions": distributions(),
+    }
+
+
+def device_name(device: str | None) -> str | None:
+    """The accelerator's name: nvidia-smi's first GPU, the TPU VM's accelerator type, else the CPU's model."""
+    if device == "cuda":
+        return ((_output("nvidia-smi", "--query-gpu=name", "--format=csv,noheader") or "").splitlines() or [None])[0]
+    if device == "tpu":
+        return os.environ.get("TPU_ACCELERATOR_TYPE") or os.environ.get("ACCELERATOR_TYPE") or None
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def lock_sha256() -> str | None:
+    """The lock the packages came from: the image's or notebook's ENVKIT_LOCK_SHA256, else the venv's marker."""
+    sha = os.environ.get("ENVKIT_LOCK_SHA256", "")
+    if not sha:
+        try:
+            marker = records.parse_json(records.read_regular(Path(sys.prefix, VENV_LOCK_MARKER)))
+        except (OSError, records.Unreadable):
+            return None
+        sha = marker.get("lock_sha256", "") if isinstance(marker, dict) else ""
+    return _matching(_SHA256, sha)
+
+
+def _matching(pattern: re.Pattern, value: object) -> str | None:
+    return value if isinstance(value, str) and pattern.match(value) else None
+
+
+def git_state() -> tuple[str | None, bool | None]:
+    """The project's commit and whether its tracked files differ from it (None: not known, e.g. in an image)."""
+    revision = os.environ.get("ENVKIT_REVISION", "").strip()
+    if revision:
+        return _matching(_REVISION, revision), None
+    head = _matching(_REVISION, _output("git", "rev-parse", "HEAD"))
+    if head is None:
+        return None, None
+    status = _output("git", "status", "--porcelain", "--untracked-files=no")
+    return head, None if status is None else bool(status)
+
+
+def _output(*argv: str) -> str | None:
+    """A tool's output, stripped; None where it is missing, fails or takes more than 30 s."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _version(distribution: str) -> str | None:
+    return installed().get(re.sub(r"[-_.]+", "-", distribution).lower())
+
+
+def distributions() -> list[str]:
+    """name==version of every distribution this interpreter has, sorted, with PEP 503 names: the results
+    schema's form (as the recipes' harness writes it), which `envkit report` validates."""
+    return sorted(f"{name}=={version}" for name, version in installed().items())
+
+
+_INSTALLED: dict[str, str] = {}
+
+
+def installed() -> dict[str, str]:
+    """PEP 503 name -> version of each distribution this interpreter imports (the first on sys.path wins).
+
+    Read from each METADATA's header alone, by a scan of sys.path: importlib.metadata costs 0.1 s to import
+    and parses the whole file (descriptions of 100 KB) with the email parser on every call: 0.75 s after each
+    run for 290 distributions, where this takes 0.03 s (benchmarks/bench_wrapper.py)."""
+    if not _INSTALLED:
+        for entry in sys.path:
+            try:
+                names = sorted(os.listdir(entry or "."))
+            except OSError:  # a zip file, a folder that is gone
+                continue
+            for name in names:
+                if name.endswith((".dist-info", ".egg-info")):
+                    _add_distribution(Path(entry or ".", name))
+    return _INSTALLED
+
+
+def _add_distribution(path: Path) -> None:
+    for metadata in (path / "METADATA", path / "PKG-INFO", path):
+        try:
+            with metadata.open(encoding="utf-8", errors="replace") as handle:
+                header = "".join(itertools.takewhile(str.strip, itertools.islice(handle, 500)))  # to a blank line
+        except OSError:  # not there, or a folder
+            continue
+        fields = dict(_HEADER.findall(header))
+        if fields.get("Name") and fields.get("Version"):
+            _INSTALLED.setdefault(re.sub(r"[-_.]+", "-", fields["Name"]).lower(), fields["Version"])
+        return
+
+
+_HEADER = re.compile(r"^(Name|Version):[ \t]*(\S+)[ \t]*$", re.MULTILINE)
+
+
+def interpreter_facts() -> dict:
+    """This interpreter's versions, distributions and lock, and how its packages differ from that lock."""
+    return {
+        "python": platform.python_version(),
+        **{field: _version(name) for field, name in (("torch", "torch"), ("torch_xla", "torch_xla"))},
+        "torch_tpu": _version("torch-tpu"),
+        "lock_sha256": lock_sha256(),
+        "distributions": distributions(),
+        "lock_drift": lock_drift(),
+    }
+
+
+def facts_of(device: dict) -> dict:
+    """interpreter_facts() of the interpreter that ran the command: this one, else asked of the other one."""
+    other = device.get("interpreter")
+    if not other:
+        return interpreter_facts()
+    try:
+        done = subprocess.run(
+            [other, os.path.abspath(__file__)],  # this file as a script: its facts as JSON
+            capture_output=True,
+            timeout=120,
+        )
+        facts = json.loads(done.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return {"lock_drift": [f"{other}'s versions could not be read: the record's are {sys.executable}'s"]}
+    return facts if isinstance(facts, dict) else {}
+
+
+def lock_drift() -> list[str]:
+    """How the packages here differ from the lock they were installed from (an image's, a venv's marker's)."""
+    sha = lock_sha256()
+    path = Path(__file__).with_name("requirements.lock") if os.environ.get("ENVKIT_LOCK_SHA256") else None
+    try:
+        if path is None and sha:
+            path = Path(records.parse_json(records.read_regular(Path(sys.prefix, VENV_LOCK_MARKER)))["lock"])
+        text = path.read_bytes() if path else None
+    except (OSError, ValueError, KeyError, TypeError):
+        text = None
+    if not sha or text is None:
+        return []
+    if hashlib.sha256(text).hexdigest() != sha:
+        return [f"{path} is no longer the lock this environment was installed from (sha256 {sha[:12]}): remake it"]
+    pins = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)\s*\\?$", text.decode("utf-8", "replace"), re.M)
+    found = installed()
+    drift = [
+        f"{name} {found.get(key) or 'missing'} (locked {version})"
+        for name, version in pins
+        if found.get(key := re.sub(r"[-_.]+", "-", name).lower()) != version
+    ]
+    more = f" and {len(drift) - 5} more" if len(drift) > 5 else ""
+    return [f"the packages that ran differ from the lock {path}: {', '.join(drift[:5])}{more}"] if drift else []
+
+
+def truthful_environment(environment: dict, device: dict, facts: dict) -> dict:
+    """The record's environment with the device the run used, where it was observed, instead of the label, and
+    the versions of the interpreter that ran."""
+    ran = {key: value for key, value in facts.items() if key in environment}
+    if not device["observed"]:
+        return {**environment, **ran}
+    used = {"device_type": device["accelerator"], "device_name": device["name"], "device_count": device["count"]}
+    return {**environment, **ran, **used}
+
+
+if __name__ == "__main__":
+    print(json.dumps(interpreter_facts()))
