@@ -55,12 +55,10 @@ except ImportError:  # run as a script (envkit_run.py, shipped): its modules are
     import provenance_output as output
     import provenance_records as records
 
-# Its name beside the command: docker/<target>/ and the image's /opt/envkit/, a notebook's folder.
-FILE_NAME = "envkit_run.py"
+FILE_NAME = records.FILE_NAME  # its name beside the command
 # Its modules, shipped beside it under their own names (a name of envkit's: no project's module is shadowed).
 MODULES = ("provenance_records", "provenance_facts", "provenance_device", "provenance_output")
 RESULTS_VARIABLE = "ENVKIT_RESULTS_DIR"
-
 EXPERIMENT_VARIABLE = "ENVKIT_EXPERIMENT"
 METRICS_VARIABLE = "ENVKIT_METRICS_DIR"
 RUN_ID_VARIABLE = "ENVKIT_RUN_ID"

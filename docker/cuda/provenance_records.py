@@ -17,9 +17,11 @@ import stat
 import sys
 from pathlib import Path
 
-PROG = "envkit_run"  # how its lines begin (FILE_NAME's stem)
+# The wrapper's name beside the command: docker/<target>/ and the image's /opt/envkit/, a notebook's folder.
+FILE_NAME = "envkit_run.py"
+PROG = Path(FILE_NAME).stem  # how its lines begin
 # What it reads of the program's files, as envkit's reader caps them (bounded_load's MAX_BYTES and MAX_DEPTH;
-# tests/support/test_provenance.py holds them equal): a record past either is one the report refuses.
+# tests/support/test_provenance_hostile.py holds them equal): a record past either is one the report refuses.
 MAX_READ = 16 * 2**20
 MAX_DEPTH = 64
 MAX_POINTS = 200_000  # a series' point is about 40 bytes of the record: all of them stay well under MAX_READ
