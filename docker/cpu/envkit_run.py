@@ -82,7 +82,8 @@ def main(argv: list[str]) -> int:
         return run(argv, dict(os.environ))
     results = Path(os.environ.get(RESULTS_VARIABLE) or "results")
     experiment = os.environ.get(EXPERIMENT_VARIABLE) or command_name(argv)
-    started_at = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - datetime.UTC needs 3.11; notebooks may run older
+    # noqa below: datetime.UTC needs 3.11, and notebooks may run an older Python.
+    started_at = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017
     run_name = unique_name(results, f"{_NAME.sub('-', experiment)}-{started_at:%Y%m%dT%H%M%SZ}")
     folder = results / run_name
     folder.mkdir(parents=True, exist_ok=True)
