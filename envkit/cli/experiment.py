@@ -58,7 +58,8 @@ def register(subparsers) -> None:
         "--python",
         metavar="PYTHON",
         help="run the recipe with this interpreter on this host instead of "
-        "in the target's image (no build; a GPU or TPU experiment still needs its device here, or --allow-cpu), e.g. E3 on XLA:CPU: PJRT_DEVICE=CPU "
+        "in the target's image (no build; a GPU or TPU experiment still needs its device here, or --allow-cpu), "
+        "e.g. E3 on XLA:CPU: PJRT_DEVICE=CPU "
         "CPU_NUM_DEVICES=8 envkit experiment e3-batch-scaling --python .venv-xla/bin/python",
     )
     experiment.add_argument(

@@ -16,7 +16,8 @@ def register(subparsers) -> None:
         help="make this repository an envkit project: envkit.yaml, its experiments and a make include",
         description="Write envkit.yaml (the default targets at the torch your requirements name, your "
         "requirements wired into every lock, one experiment per entry script on every default target) and "
-        "envkit.mk (make <experiment> [TARGET=cuda]), plus a Makefile that includes it where there is none. An existing file is "
+        "envkit.mk (make <experiment> [TARGET=cuda]), plus a Makefile that includes it where there is none. "
+        "An existing file is "
         "never overwritten: init stops, naming it, and writes nothing.",
     )
     init.add_argument("--dir", type=Path, default=Path("."), help="the repository (default: here)")

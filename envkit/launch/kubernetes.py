@@ -165,7 +165,8 @@ def _plan(job: jobs.Job, output: Path, manifest: dict[str, Any], suffix: str) ->
         results=f"the PersistentVolumeClaim {job.options.volume_claim!r}, under results/ (written by rank 0)",
         notes=(
             *job.image_notes(),
-            f"follow it: {line('kubectl', 'get', kind.lower(), job.name)}; delete it: {line('kubectl', 'delete', '-f', path)}",
+            f"follow it: {line('kubectl', 'get', kind.lower(), job.name)}; "
+            f"delete it: {line('kubectl', 'delete', '-f', path)}",
         ),
     )
 

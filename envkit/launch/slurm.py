@@ -72,7 +72,8 @@ def sbatch_script(job: jobs.Job) -> str:
         [
             "#!/bin/bash",
             *(f"#SBATCH {directive}" for directive in directives),
-            f"# Rendered by envkit launch: experiment {job.experiment}, target {job.target}, container {options.container}.",
+            f"# Rendered by envkit launch: experiment {job.experiment}, target {job.target}, "
+            f"container {options.container}.",
             "set -eu",
             "# c10d rendezvous on the allocation's first host; one torchrun per node. Before pipefail:",
             "# head closes the pipe early, and scontrol may die of SIGPIPE.",
@@ -144,7 +145,8 @@ def _bind_pairs(job: jobs.Job) -> list[str]:
     for host_path, _ in pairs:
         if "," in host_path or ":" in host_path:
             raise EnvkitError(
-                f"{host_path!r}: a bind-mounted directory cannot contain ',' or ':'; choose another --data-dir/--results-dir"
+                f"{host_path!r}: a bind-mounted directory cannot contain ',' or ':'; "
+                f"choose another --data-dir/--results-dir"
             )
     return [f"{host_path}:{inside}" for host_path, inside in pairs]
 
@@ -203,7 +205,8 @@ def _podman_check(job: jobs.Job) -> list[str]:
     image, pull = _podman_source(job)
     tarball = [job.options.image_tarball] if job.options.image_tarball else []
     return [
-        "# Every node: podman, the image, and a container of it start; else one line and exit 2, before anything is written.",
+        "# Every node: podman, the image, and a container of it start; else one line and exit 2, "
+        "before anything is written.",
         line(*_srun(), "bash", "-c", PODMAN_CHECK, image, pull, *tarball),
     ]
 

@@ -336,7 +336,8 @@ def _build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, wh
     python = raw.get("python", chosen.default_python)
     if not python_in_range(python, chosen.python_range):
         raise EnvkitError(
-            f"{where(at + ('python',) if 'python' in raw else at)}: Python {python} is outside torch {minor_of(torch)}'s "
+            f"{where(at + ('python',) if 'python' in raw else at)}: "
+            f"Python {python} is outside torch {minor_of(torch)}'s "
             f"supported range {release.python[0]}-{release.python[1]}"
         )
     base_image, apt_packages = _base_image(raw, spec, chosen, python, runtime is not None, lambda *key: where(at + key))
@@ -425,13 +426,15 @@ def _notebook_runtime(raw: dict[str, Any], at: DocPath, where: _Locator) -> note
         for key in NOTEBOOK_ONLY_KEYS:
             if key in raw:
                 raise EnvkitError(
-                    f"{where(at + (key,))}: {key!r} applies to notebook targets only: add platform ({', '.join(notebook_platforms.names())})"
+                    f"{where(at + (key,))}: {key!r} applies to notebook targets only: "
+                    f"add platform ({', '.join(notebook_platforms.names())})"
                 )
         return None
     for key in IMAGE_ONLY_KEYS:
         if key in raw:
             raise EnvkitError(
-                f"{where(at + (key,))}: {key!r} does not apply to a notebook target: it runs in {raw['platform']}'s runtime, not in an image"
+                f"{where(at + (key,))}: {key!r} does not apply to a notebook target: "
+                f"it runs in {raw['platform']}'s runtime, not in an image"
             )
     if "accelerator" not in raw:
         raise EnvkitError(
@@ -478,7 +481,8 @@ def _torchvision(raw: dict[str, Any], release: TorchRelease, patch: str, torch: 
         return f"{minor}.{patch}"
     if minor_of(value) != minor:
         raise EnvkitError(
-            f"{field_at}: torchvision {value} does not go with torch {torch}; valid choices: {minor}.x, or false to leave it out"
+            f"{field_at}: torchvision {value} does not go with torch {torch}; "
+            f"valid choices: {minor}.x, or false to leave it out"
         )
     return value
 

@@ -93,8 +93,9 @@ class Experiment:
 
 
 def _gpus(rule: str | None, kind: str) -> str:
-    """The GPU rule on a kind: the given one where the kind has GPUs (default all), else none."""
-    return (rule or "all") if "gpus" in kinds.kind(kind).keys else "none"
+    """The GPU rule on a kind: the given one where the kind has GPUs (default all), else none. A kind has GPUs
+    where its nodes ask for them (kinds.yaml's launch accelerator), the one fact launch reads too."""
+    return (rule or "all") if kinds.kind(kind).launch.get("accelerator") == "gpus" else "none"
 
 
 def _runs(name: str, entry: dict) -> tuple[RecipeRun, ...]:

@@ -5,8 +5,8 @@ the user's requirements pin (else the newest release that cpu, cuda and tpu-vm a
 their specifier allows), wires those requirements into every lock (``requirements:``), and holds one
 experiment for each entry script that runs on every default target: a top-level ``*.py`` with
 ``if __name__ == "__main__"``, or one named as scripts are run (train.py, main.py, ...) with top-level
-code. A script that reads LOCAL_RANK or RANK, or calls init_process_group, runs under torchrun. envkit.mk gives them make
-targets; a Makefile that includes it is written only where there is none. The caller writes the files,
+code. A script that reads LOCAL_RANK or RANK, or calls init_process_group, runs under torchrun. envkit.mk gives
+them make targets; a Makefile that includes it is written only where there is none. The caller writes the files,
 all or none: nothing here touches the disk but reading.
 """
 

@@ -35,6 +35,7 @@ from envkit.runs.model import OURS, Curve, Report, Row, Section
 from envkit.runs.page_model import Comparison, Difference, Goal, Measure, Page, Target
 from envkit.runs.report import speedup_stat
 from envkit.runs.results import RunResult, stat_of
+from envkit.support.bounded_load import load_json
 
 # A seed recipe's per-epoch lists (its metrics), by the name of the metric they end at.
 RECIPE_SERIES = {"epoch_loss": "loss", "epoch_test_accuracy": "test_accuracy"}
@@ -58,8 +59,8 @@ def _recipe_series(run: RunResult) -> dict[str, dict]:
     none, so they are read from its file. The report's loader read it within its bounds a moment ago; one
     that has gone or changed since then just draws no curve."""
     try:
-        document = json.loads(run.path.read_bytes())
-    except (OSError, ValueError):
+        document = load_json(run.path)
+    except EnvkitError:
         return {}
     metrics = document.get("metrics") if isinstance(document, dict) else None
     if not isinstance(metrics, dict):

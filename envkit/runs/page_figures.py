@@ -80,19 +80,20 @@ def _height(rows: int) -> float:
     return 1.2 + 0.38 * rows
 
 
+def _bar_chart(targets: list, values: list, published: list[bool], colour: str):
+    """One panel of horizontal bars, a row per target: the speed-up's and the time to a goal's."""
+    figure, axes = _pyplot().subplots(figsize=(7, _height(len(targets))))
+    _bars(axes, [target.label for target in targets], values, published, colour)
+    return figure, axes
+
+
 def speedup_figure(comparison: Comparison, salt: str) -> Figure | None:
     targets = [target for target in comparison.targets if target.speedup is not None]
     if not targets:
         return None
     targets, left_out = _bounded(targets, "rows with a speed-up")
-    pyplot = _pyplot()
-    figure, axes = pyplot.subplots(figsize=(7, _height(len(targets))))
-    _bars(
-        axes,
-        [target.label for target in targets],
-        [target.speedup for target in targets],
-        [target.published is not None for target in targets],
-        "C0",
+    figure, axes = _bar_chart(
+        targets, [target.speedup for target in targets], [target.published is not None for target in targets], "C0"
     )
     axes.axvline(1.0, color="grey", linewidth=0.8, linestyle="--")
     axes.set_xlabel(f"speed-up ({comparison.speedup_name}) against {comparison.baseline or 'the baseline'}")
@@ -194,15 +195,7 @@ def goal_figure(comparison: Comparison, salt: str) -> Figure | None:
     if goal is None or not targets:
         return None
     targets, left_out = _bounded(targets, "targets that reached it")
-    pyplot = _pyplot()
-    figure, axes = pyplot.subplots(figsize=(7, _height(len(targets))))
-    _bars(
-        axes,
-        [target.label for target in targets],
-        [target.time_to_goal for target in targets],
-        [False] * len(targets),
-        "C3",
-    )
+    figure, axes = _bar_chart(targets, [target.time_to_goal for target in targets], [False] * len(targets), "C3")
     axes.set_xlabel(f"seconds to reach {goal.text}")
     caption = (
         f"Time until {goal.text}, mean ± std over the runs that reached it (the table says how many did)." + left_out

@@ -174,6 +174,7 @@ def _recipe_sections(
     saying what differs."""
     owners: dict[str, Experiment] = {}
     grouped: dict[tuple, tuple[dict, dict, list[RunResult]]] = {}
+    work_of: dict[str, dict] = {}  # a key's work, as text (hashable), -> the work it was made from
     for run in results:
         configuration = {key: run.configuration[key] for key in ROW_KEYS}
         if run.notebook is not None:
@@ -181,8 +182,10 @@ def _recipe_sections(
         entry, name, rank = _experiment_run(run, config, facts)
         owner = None if entry is None else owners.setdefault(entry.name, entry).name
         settings = {key: run.settings.get(key) for key in shown_settings(facts, owner)}
+        work = run_work(configuration["dataset"], run.settings)
+        work_of.setdefault(json.dumps(work, sort_keys=True), work)
         key = (
-            json.dumps(run_work(configuration["dataset"], run.settings), sort_keys=True),
+            json.dumps(work, sort_keys=True),
             owner or "",
             name,
             rank,
@@ -210,8 +213,8 @@ def _recipe_sections(
         section.rows.append(_row_from_runs(recipe, configuration, runs, section.facts, **placement))
         works.setdefault(key, []).extend(run_work(configuration["dataset"], run.settings) for run in runs)
     for key, section in sections.items():
-        others = [json.loads(other[3]) for other in sections if other[:3] == key[:3]]
-        section.differs = work_differences(json.loads(key[3]), others)
+        others = [work_of[other[3]] for other in sections if other[:3] == key[:3]]
+        section.differs = work_differences(work_of[key[3]], others)
     return sections, works
 
 

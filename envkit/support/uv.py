@@ -22,7 +22,8 @@ def uv_binary() -> str:
     found = find_uv()
     if found is None:
         raise EnvkitError(
-            f"uv is not installed: envkit lock resolves with it; reinstall envkit ({DISTRIBUTION}, which depends on uv) "
+            f"uv is not installed: envkit lock resolves with it; "
+            f"reinstall envkit ({DISTRIBUTION}, which depends on uv) "
             "or pip install uv"
         )
     return found

@@ -167,7 +167,7 @@ def test_a_users_experiment_runs_in_its_image_and_on_a_host_lock_then_reports_an
     assert record["environment"]["image_id"].startswith("sha256:") and record["environment"]["lock_sha256"]
     image = client.images.get("envkit-cpu-local:latest")
     listed = client.containers.run(image, ["find", ".", "-type", "f"], remove=True).decode().split()
-    assert sorted(listed) == ["./README.md", "./requirements.txt", "./train.py"]  # git's files; data/ stayed out
+    assert sorted(listed) == ["./README.md", "./ddp.py", "./requirements.txt", "./train.py"]  # git's files; not data/
 
     # A host run on the same lock: its venv, then the command from the project's root through the wrapper.
     # uv's cache of the test's own: it keys torch by the stand-in index's path, new each run, so the user's cache
