@@ -8,7 +8,8 @@ what an unmodified script prints, as Guild does.
 
 A value that ends in % is a fraction (57% -> 0.57); the last match in the run's output wins. Checked here, once,
 as the config loads (one line for a pattern that is not a regex or has not exactly one group); the wrapper
-(envkit/support/provenance_output.py reads them) is handed them as ENVKIT_METRIC_PATTERNS, through the experiment's environment.
+(envkit/support/provenance_output.py reads them) is handed them as ENVKIT_METRIC_PATTERNS, through the
+experiment's environment.
 """
 
 from __future__ import annotations
