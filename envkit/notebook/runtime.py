@@ -561,8 +561,7 @@ def show_report(settings: dict) -> None:
         from envkit.runs.results import load_results
     except ImportError as exc:
         raise NotebookStop(
-            f"envkit's report needs PyYAML, jsonschema and Jinja2 in this kernel ({exc}): "
-            "pip install pyyaml jsonschema jinja2"
+            f"envkit's report needs PyYAML and jsonschema in this kernel ({exc}): pip install pyyaml jsonschema"
         ) from None
     finally:
         sys.path.remove(str(REPORT.resolve()))
@@ -592,6 +591,9 @@ def show_report(settings: dict) -> None:
         size = write_report_page(report, warnings, page)
     except EnvkitError as exc:
         print(f"no page: {exc}")
+        return
+    except ImportError as exc:  # its template's Jinja2 (Colab and Kaggle have it): the table above stands
+        print(f"no page: it needs {exc.name} in this kernel ({exc}): pip install {exc.name}")
         return
     # One file that opens offline anywhere: the report of every result so far, so it replaces an earlier one.
     _deliver(settings, [page], f"the comparison page ({size / 1e6:.2f} MB, opens offline in a browser)", replace=True)

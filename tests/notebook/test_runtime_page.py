@@ -15,13 +15,13 @@ from envkit.notebook import runtime
 RESULT = DATA / "results" / "backends" / "mnist-tpu-xla.json"
 
 
-def run_result_cell(repo_root: Path, notebook: str, work: Path, output: Path, monkeypatch) -> str:
+def run_result_cell(repo_root: Path, notebook: str, work: Path, output: Path, monkeypatch, before: str = "") -> str:
     """The committed notebook's settings, archive and runtime check, a result file placed where its run would write
-    one, and its last cell, in a fresh ipykernel in CPU mode; the last cell's printed text."""
+    one (after ``before``), and its last cell, in a fresh ipykernel in CPU mode; the last cell's printed text."""
     full = nbformat.read(repo_root / "notebooks" / notebook, as_version=4)
     cells = {cell.id: cell for cell in full.cells}
     placed = nbformat.v4.new_code_cell(
-        f"import shutil\nfrom pathlib import Path\nPath('results').mkdir(exist_ok=True)\n"
+        f"{before}\nimport shutil\nfrom pathlib import Path\nPath('results').mkdir(exist_ok=True)\n"
         f"results = [Path(shutil.copy({str(RESULT)!r}, 'results'))]"
     )
     full.cells = [cells["settings"], cells["files"], cells["runtime-check"], placed, cells["result"]]
@@ -50,3 +50,14 @@ def test_the_last_cell_saves_the_comparison_page_beside_the_results(repo_root, t
     assert sorted(path.name for path in saved.iterdir()) == sorted(
         ["comparison.html", RESULT.name, f"{RESULT.stem}-2.json"]
     )
+
+
+def test_without_jinja2_the_table_and_results_stand_and_the_page_is_one_line(repo_root, tmp_path, monkeypatch):
+    # A kernel whose Jinja2 cannot be imported (Colab and Kaggle have it): the page's template needs it.
+    text = run_result_cell(
+        repo_root, "kaggle-tpu/tpu-mnist.ipynb", tmp_path / "work", tmp_path / "output", monkeypatch,
+        before="import sys\nsys.modules['jinja2'] = None",
+    )  # fmt: skip
+    assert f"results saved in {tmp_path / 'output' / 'results'}/: {RESULT.name}" in text
+    assert "no page: it needs jinja2 in this kernel (" in text and text.rstrip().endswith("pip install jinja2"), text
+    assert not (tmp_path / "output" / "results" / "comparison.html").exists()
