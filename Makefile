@@ -216,8 +216,8 @@ cpu-ddp-cifar: $(RENDERED)/cpu | $(ENVKIT) ## CIFAR-10 with DDP over gloo proces
 e3-batch-scaling: $(RENDERED)/tpu-vm | $(ENVKIT) ## MNIST over every TPU core, 16 and 128 per core, each with and without linear lr scaling plus warm-up
 	$(call experiment,$(MNIST_FLAGS))
 
-compare: | $(ENVKIT) ## run the experiments this host can run, then tabulate RESULTS_DIR (EPOCHS= MAX_STEPS=; DATASET=fake: no download)
-	$(DRY)$(ENVKIT) compare --results-dir $(RESULTS_DIR) $(COMMON_FLAGS) $(DRY_FLAG)
+compare: | $(ENVKIT) ## run what this host can, report RESULTS_DIR, write its comparison.html (EPOCHS= MAX_STEPS=; DATASET=fake: no download)
+	$(DRY)$(ENVKIT) compare --results-dir $(RESULTS_DIR) --html $(RESULTS_DIR)/comparison.html $(COMMON_FLAGS) $(DRY_FLAG)
 
 demo: | $(ENVKIT) ## the comparisons this host can run, small and fast, then the report (BASE_IMAGE=)
 	$(DRY)$(ENVKIT) demo $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) $(DRY_FLAG)

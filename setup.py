@@ -1,7 +1,7 @@
 """The one build step pyproject.toml cannot say: templates/ (at the top of the repository, where the
 design card keeps it) goes into the wheel as envkit/templates/, so an installed envkit renders anywhere.
 
-An editable install keeps reading templates/ from the checkout (envkit.render.templates finds either).
+An editable install keeps reading templates/ from the checkout (envkit.support.packaged finds either).
 """
 
 import shutil

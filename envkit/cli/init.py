@@ -28,8 +28,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     from envkit.errors import EnvkitError
     from envkit.project.files import in_work_tree
     from envkit.project.scaffold import MAKE_INCLUDE, scaffold
-    from envkit.render.target_files import packaged_templates
     from envkit.support.bounded_load import load_text
+    from envkit.support.packaged import packaged_templates
 
     root = args.dir
     if not root.is_dir():

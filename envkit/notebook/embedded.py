@@ -1,8 +1,8 @@
 """The files a notebook carries, so that nothing is cloned.
 
 A recipe brings the sibling modules it imports (recipes/ is flat: ``import harness``);
-envkit's report brings the envkit modules it imports and the data files they name (as a
-quoted file name).
+envkit's report brings the envkit modules it imports, the data files they name (as a
+quoted file name) and the HTML page's template (under templates/, where envkit.support.packaged looks).
 Imports are read with ``ast`` (inside functions too), never executed, so a recipe that
 gains or loses a helper module changes its notebooks without anyone listing files.
 A command experiment brings the project's files (envkit.project.files: git's tracked list less
@@ -17,13 +17,21 @@ from functools import cache
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.runs.html_page import TEMPLATE as PAGE_TEMPLATE
 from envkit.support.bounded_load import Refused, load_text, note, read_text
+from envkit.support.packaged import packaged_templates
 
 HELPER = Path(__file__).with_name("runtime.py")
 HELPER_NAME = "envkit_notebook.py"  # what the notebook imports it as
-# The report the notebook shows is envkit's own (`envkit report --reference` and its plot).
+# The report the notebook shows is envkit's own (`envkit report --reference`, its plot and its HTML page).
 # Every module show_report (runtime.py) imports; the closure adds what they import.
-REPORT_MODULES = ("envkit.runs.formats", "envkit.runs.report", "envkit.runs.plot", "envkit.runs.results")
+REPORT_MODULES = (
+    "envkit.runs.formats",
+    "envkit.runs.page_adapter",
+    "envkit.runs.report",
+    "envkit.runs.plot",
+    "envkit.runs.results",
+)
 # A project file a notebook embeds weighs at most this. Code and configuration weigh kilobytes; a file of
 # megabytes is data or weights, which a notebook downloads (into ENVKIT_DATA_DIR) rather than carries: the
 # notebook is one JSON document that Colab and Kaggle load whole in the browser, its files in base64 (a third
@@ -108,7 +116,7 @@ def recipe_files(recipes: Path, recipe: str) -> list[Path]:
 @cache
 def report_files(root: Path) -> list[Path]:
     """envkit's report modules, every envkit module they import (with its packages' __init__.py),
-    and the files of envkit/data/ they name, sorted."""
+    the files of envkit/data/ they name, and the page's template, sorted."""
     data = {path.name: path for path in (root / "envkit" / "data").iterdir()}
     found = _closure(
         root, [_module_path(root, name) for name in REPORT_MODULES], lambda name: name.startswith("envkit")
@@ -116,6 +124,7 @@ def report_files(root: Path) -> list[Path]:
     for path in list(found):
         text = load_text(path)
         found.update(data[name] for name in data if f'"{name}"' in text or f"'{name}'" in text)
+    found.add(packaged_templates() / PAGE_TEMPLATE)
     return sorted(found)
 
 

@@ -19,7 +19,8 @@ per step, each with the notebook's SETTINGS (rendered from envkit's data):
   project's root in that environment, through the run wrapper, with live progress; then the
   notebook's provenance added to each results file;
 - ``offer``: the results file for download, or in the platform's output folder;
-- ``show_report``: envkit's own report table and plot of the results.
+- ``show_report``: envkit's own report table and plot of the results, and the comparison as one HTML
+  page (``envkit report --html``), saved or offered as the results are.
 
 A failure is ``NotebookStop``: one line in the notebook, and "Run all" stops there.
 
@@ -512,6 +513,12 @@ def record(path: Path, settings: dict, environment: dict, runtime: dict) -> None
 
 def offer(settings: dict, results: list[Path]) -> None:
     """The results files: in the platform's output folder, or offered for download."""
+    _deliver(settings, results, "results")
+
+
+def _deliver(settings: dict, paths: list[Path], what: str, replace: bool = False) -> None:
+    """``paths`` in the platform's output folder's results/ (``replace``: under their own names, over an earlier
+    copy; else beside earlier copies), or offered for download; one line says where."""
     output = settings["output"]
     folder = os.environ.get(OUTPUT) or (
         output["path"] if output["method"] == "directory" and cpu_mode() is None else None
@@ -519,16 +526,16 @@ def offer(settings: dict, results: list[Path]) -> None:
     if folder:
         target = Path(folder) / "results"
         target.mkdir(parents=True, exist_ok=True)
-        saved = [_copy_beside(path, target) for path in results]
-        print(f"results saved in {target}/: " + ", ".join(path.name for path in saved))
+        saved = [shutil.copy2(path, target / path.name) if replace else _copy_beside(path, target) for path in paths]
+        print(f"{what} saved in {target}/: " + ", ".join(Path(path).name for path in saved))
     elif cpu_mode() is None:
         from google.colab import files  # Colab's own download
 
-        for path in results:
+        for path in paths:
             files.download(str(path))
-        print("results offered for download: " + ", ".join(path.name for path in results))
+        print(f"{what} offered for download: " + ", ".join(path.name for path in paths))
     else:
-        print(f"CPU mode without {OUTPUT}: the results stay in {RESULTS.resolve()}/")
+        print(f"CPU mode without {OUTPUT}: {what} stay in {RESULTS.resolve()}/")
 
 
 def _copy_beside(path: Path, folder: Path) -> Path:
@@ -542,12 +549,14 @@ def _copy_beside(path: Path, folder: Path) -> Path:
 
 
 def show_report(settings: dict) -> None:
-    """envkit's report of every result in ./results: the table (with the published numbers) and its plot."""
+    """envkit's report of every result in ./results: the table (with the published numbers), its plot, and the
+    comparison as one HTML page, saved or offered as the results are."""
     sys.path.insert(0, str(REPORT.resolve()))
     try:
         from envkit.errors import EnvkitError  # envkit's own one-line errors, from the embedded copy
         from envkit.runs.formats import render_report
-        from envkit.runs.plot import write_plot
+        from envkit.runs.page_adapter import write_report_page
+        from envkit.runs.plot import require_matplotlib, write_plot
         from envkit.runs.report import build_report
         from envkit.runs.results import load_results
     except ImportError as exc:
@@ -572,8 +581,19 @@ def show_report(settings: dict) -> None:
     try:
         for line in write_plot(report, picture):
             print(f"the plot leaves out {line}")
+        display(Image(filename=str(picture)))
     except EnvkitError as exc:
         # The table is the comparison; a program that reports no per-epoch times has nothing to plot.
         print(f"no plot: {exc}")
+    page = RESULTS / "comparison.html"
+    try:
+        require_matplotlib()  # the page's figures
+        size = write_report_page(report, warnings, page)
+    except EnvkitError as exc:
+        print(f"no page: {exc}")
         return
-    display(Image(filename=str(picture)))
+    except ImportError as exc:  # its template's Jinja2 (Colab and Kaggle have it): the table above stands
+        print(f"no page: it needs {exc.name} in this kernel ({exc}): pip install {exc.name}")
+        return
+    # One file that opens offline anywhere: the report of every result so far, so it replaces an earlier one.
+    _deliver(settings, [page], f"the comparison page ({size / 1e6:.2f} MB, opens offline in a browser)", replace=True)

@@ -32,6 +32,7 @@ from envkit.render.output import RenderedFile
 from envkit.render.template_cache import template_cache
 from envkit.support import provenance
 from envkit.support.bounded_load import Refused, note, read_text
+from envkit.support.packaged import packaged_templates
 from envkit.support.shellquote import FILTERS
 
 # Target file -> (template, file mode); {kind} is the target's kind.
@@ -76,14 +77,6 @@ def render_targets(config: ProjectConfig, names: list[str], locks: Path | None =
             RenderedFile(Path(name) / file, read_text(path), 0o644) for file, path in provenance.shipped().items()
         ]
     return files
-
-
-def packaged_templates() -> Path:
-    """envkit's own templates: envkit/templates/ in an installed wheel (setup.py puts them there), else the
-    checkout's templates/ beside the envkit package (a source tree or an editable install)."""
-    package = Path(__file__).resolve().parents[1]
-    installed = package / "templates"
-    return installed if installed.is_dir() else package.parent / "templates"
 
 
 def template_dirs(root: Path) -> list[Path]:

@@ -56,7 +56,7 @@ def _measure(value: Measure | None) -> str:
 def _environment():
     import jinja2
 
-    from envkit.render.target_files import packaged_templates
+    from envkit.support.packaged import packaged_templates
 
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(packaged_templates()),

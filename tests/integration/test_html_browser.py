@@ -1,9 +1,11 @@
-"""`envkit report --html` in a real browser: Debian's headless chromium, started by the test in a network
-namespace of its own (loopback only), driven over the DevTools protocol on a pipe (no port, no library).
+"""`envkit report --html` in real browsers: Debian's headless chromium, started by the test in a network
+namespace of its own (loopback only), driven over the DevTools protocol on a pipe (no port, no library); and
+Debian's headless Firefox ESR, driven over Marionette (tests/marionette.py) from inside such a namespace.
 
-It asserts that the page requested nothing but itself (the browser's network log) and broke no
-Content-Security-Policy, that its tables hold the runs' figures, that each figure drew (a laid-out,
-non-empty SVG), and keeps a full-page screenshot under the test's temporary folder.
+It asserts that the page requested nothing but itself (chromium's network log; Firefox's resource timing, which
+lists failed requests too) and broke no Content-Security-Policy, that its tables hold the runs' figures, that each
+figure drew (a laid-out, non-empty SVG), and keeps a full-page screenshot under the test's temporary folder.
+Firefox is skipped where it is not installed, and fails instead with ENVKIT_REQUIRE_FIREFOX=1 (CI).
 """
 
 from __future__ import annotations
@@ -15,17 +17,23 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from paths import DATA
+from xla_env import environment_missing
 
 from envkit.cli import main
 
 pytestmark = pytest.mark.slow
 
 CHROMIUM = shutil.which("chromium")
+FIREFOX = shutil.which("firefox-esr") or shutil.which("firefox")
+MARIONETTE = Path(__file__).resolve().parents[1] / "marionette.py"
+# In an empty namespace, where any request fails: the loopback interface up for Marionette's socket alone.
+IN_EMPTY_NETWORK = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "browser"]
 TIMEOUT_S = 60
 PAGES = {
     "commands": (DATA / "results" / "commands", ("--config", str(DATA / "page" / "envkit.yaml"))),
@@ -38,6 +46,8 @@ FIGURES = """JSON.stringify([...document.querySelectorAll('figure svg')].map(s =
     const box = s.getBoundingClientRect();
     return {width: box.width, height: box.height, drawn: s.querySelectorAll('path, text').length};
 }))"""
+RESOURCES = "JSON.stringify(performance.getEntriesByType('resource').map(entry => entry.name))"
+OPEN_DETAILS = "document.querySelectorAll('details').forEach(d => d.open = true)"
 
 
 class DevTools:
@@ -115,17 +125,20 @@ class DevTools:
 def browser(tmp_path):
     if CHROMIUM is None:
         pytest.fail("chromium is not installed (Debian: apt-get install chromium)")
-    if subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode != 0:
-        pytest.skip("cannot make a network namespace here (unshare --net), and the browser gets no other network")
+    _require_a_network_namespace()
     argv = [
-        "unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "chromium",
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe", "--no-first-run",
+        *IN_EMPTY_NETWORK, CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
         f"--user-data-dir={tmp_path / 'profile'}", "about:blank",
     ]  # fmt: skip
     devtools = DevTools(argv, tmp_path / "chromium.log")
     yield devtools
     devtools.close()
+
+
+def _require_a_network_namespace() -> None:
+    if subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode != 0:
+        pytest.skip("cannot make a network namespace here (unshare --net), and the browser gets no other network")
 
 
 def _open(browser: DevTools, page: Path) -> tuple[str, list[str], list[str]]:
@@ -173,8 +186,19 @@ def test_the_page_in_headless_chromium(browser, tmp_path, screenshots, name, cap
     assert requested == [page.as_uri()]  # the page itself, and nothing it asked for
     assert not [text for text in logged if "Content Security Policy" in text or "Failed to load" in text], logged
 
-    tables = browser.evaluate(session, TABLES)
-    # The markdown report's rows, cell for cell, are the rows of the page's comparison tables.
+    _assert_shown(markdown, browser.evaluate(session, TABLES), browser.evaluate(session, FIGURES))
+
+    # Opened, so that the screenshot shows what differed too.
+    browser.send("Runtime.evaluate", session, expression=OPEN_DETAILS)
+    shot = browser.send("Page.captureScreenshot", session, format="png", captureBeyondViewport=True)
+    screenshot = screenshots / f"{name}.png"
+    screenshot.write_bytes(base64.b64decode(shot["data"]))
+    assert screenshot.stat().st_size > 10_000
+    print(f"screenshot: {screenshot}")
+
+
+def _assert_shown(markdown: str, tables: list, figures: list) -> None:
+    """The markdown report's rows, cell for cell, are the rows of the page's comparison tables; each figure drew."""
     rows = [
         [cell.strip() for cell in line.strip("|").split(" | ")] for line in markdown.splitlines() if line[:2] == "| "
     ]
@@ -183,19 +207,50 @@ def test_the_page_in_headless_chromium(browser, tmp_path, screenshots, name, cap
     # both, which tests/runs/test_html_page.py checks cell for cell): compared without it.
     expected = [[re.sub(r"(×) ± [\d.]+$", r"\1", cell) for cell in row] for row in expected]
     shown = [[re.sub(r"(×) ± [\d.]+$", r"\1", cell) for cell in row] for table in tables for row in table]
-    assert [row for row in shown if row in expected] == expected
-
-    figures = browser.evaluate(session, FIGURES)
+    assert expected and [row for row in shown if row in expected] == expected
     assert figures
     for figure in figures:
         assert figure["width"] > 100 and figure["height"] > 50 and figure["drawn"] > 10, figure
 
-    # Opened, so that the screenshot shows what differed too.
-    browser.send(
-        "Runtime.evaluate", session, expression="document.querySelectorAll('details').forEach(d => d.open = true)"
+
+def _in_firefox(tmp_path: Path, pages: list[dict]) -> list[dict]:
+    """Each of ``pages`` (tests/marionette.py's job) in one headless Firefox in an empty network namespace."""
+    if FIREFOX is None:
+        environment_missing("firefox is not installed (Debian: apt-get install firefox-esr)", "ENVKIT_REQUIRE_FIREFOX")
+    _require_a_network_namespace()
+    job = {"firefox": FIREFOX, "profile": str(tmp_path / "firefox-profile"), "pages": pages}
+    done = subprocess.run(
+        [*IN_EMPTY_NETWORK, sys.executable, str(MARIONETTE)],
+        input=json.dumps(job), capture_output=True, text=True, timeout=4 * TIMEOUT_S,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout)
+
+
+def test_firefoxs_resource_timing_catches_a_page_that_asks_for_more(tmp_path):
+    """The check itself, in Firefox: the greedy page's stylesheet, script and image, each failed, are listed."""
+    page = tmp_path / "greedy.html"
+    page.write_text(
+        '<!DOCTYPE html><html><head><link rel="stylesheet" href="http://192.0.2.1/a.css">'
+        '<script src="http://192.0.2.1/a.js"></script></head><body><img src="http://192.0.2.1/a.png"></body></html>'
     )
-    shot = browser.send("Page.captureScreenshot", session, format="png", captureBeyondViewport=True)
-    screenshot = screenshots / f"{name}.png"
-    screenshot.write_bytes(base64.b64decode(shot["data"]))
+    [answer] = _in_firefox(tmp_path, [{"url": page.as_uri(), "scripts": {"requested": RESOURCES}}])
+    assert sorted(answer["requested"]) == [f"http://192.0.2.1/a.{kind}" for kind in ("css", "js", "png")]
+
+
+@pytest.mark.parametrize("name", sorted(PAGES))
+def test_the_page_in_headless_firefox(tmp_path, screenshots, name, capsys):
+    directory, options = PAGES[name]
+    page = tmp_path / f"{name}.html"
+    assert main(["report", str(directory), *options, "--html", str(page)]) == 0
+    markdown = capsys.readouterr().out
+    screenshot = screenshots / f"{name}-firefox.png"
+    scripts = {"requested": RESOURCES, "tables": TABLES, "figures": FIGURES}
+    [answer] = _in_firefox(
+        tmp_path,
+        [{"url": page.as_uri(), "scripts": scripts, "before_screenshot": OPEN_DETAILS, "screenshot": str(screenshot)}],
+    )
+    assert answer["requested"] == []  # nothing the page asked for, not even a request that failed
+    _assert_shown(markdown, answer["tables"], answer["figures"])
     assert screenshot.stat().st_size > 10_000
     print(f"screenshot: {screenshot}")

@@ -496,7 +496,7 @@ def test_sharing_targets_need_their_variable(project, target, variable):
 
 def test_report_and_test_targets(project):
     assert dry_run(project, "compare", "RESULTS_DIR=/r", "EPOCHS=1", "DATASET=fake") == [
-        ".venv/bin/envkit compare --results-dir /r --epochs 1 --dataset fake"
+        ".venv/bin/envkit compare --results-dir /r --html /r/comparison.html --epochs 1 --dataset fake"
     ]
     assert dry_run(project, "demo") == [".venv/bin/envkit demo"]
     assert dry_run(project, "test") == [".venv/bin/pytest --slow --durations=30"]

@@ -72,6 +72,7 @@ def executed(wheelhouse, tmp_path_factory, repo_root):
             "notebook": notebook,
             "seconds": seconds,
             "results": sorted((root / name / "output" / "results").glob("*.json")),
+            "page": root / name / "output" / "results" / "comparison.html",
         }
     return runs
 
@@ -102,6 +103,10 @@ def test_every_committed_notebook_runs_top_to_bottom(executed, wheelhouse, repo_
         assert any("image/png" in data for data in shown)
         # one results file per run of the experiment (E3: four)
         assert len(executed[name]["results"]) == len(notebook.metadata.envkit.runs)
+        # and beside them the comparison page, drawn by the report the notebook embeds: its tables and figures
+        assert "comparison.html" in outputs(notebook, "result")
+        page = executed[name]["page"].read_text(encoding="utf-8")
+        assert "<table" in page and "<svg" in page and "<script" not in page
     assert any(
         # E1's notebooks: the published numbers, apart from CPU mode's few steps on generated data
         "published (Colab 2020" in output.data.get("text/markdown", "")
