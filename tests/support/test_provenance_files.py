@@ -192,3 +192,11 @@ def test_every_image_names_its_project_folder_for_the_wrapper(dockerfile):
     text = dockerfile.read_text(encoding="utf-8")
     assert f"ENV {provenance_files.PROJECT_VARIABLE}=/workspace/project\n" in text
     assert "WORKDIR /workspace/project\n" in text
+
+
+def test_a_file_name_that_is_not_utf8_is_copied_under_its_own_bytes(tmp_path):
+    folder = project(tmp_path, "open(b'w\\xff.pt', 'wb').write(b'x')\n")
+    done, record = wrapped(folder, tmp_path / "results")
+    (entry,) = record["run"]["project_files"]["copied"]
+    assert done.returncode == 0 and entry["path"] == os.fsdecode(b"w\xff.pt")
+    assert (tmp_path / "results" / entry["copy"]).read_bytes() == b"x"
