@@ -23,11 +23,14 @@ What ran is observed, not assumed (issue 32 §3, §4): a site hook on PYTHONPATH
 each Python process of the command (the record's device is that, beside the target's label); run in a venv, the
 venv's bin/ comes first on PATH; the record's versions, distributions and lock are those of the interpreter that
 ran torch (``python provenance_facts.py`` asks another one), and packages other than the lock's are a warning in
-the record. The command's stdout and stderr are shown and output.kept in its run folder (issue 32 §5).
+the record. The command's stdout and stderr are shown and output.kept in its run folder (issue 32 §5). In an image
+(ENVKIT_CONTAINER_PROJECT), the files the command created or changed in the project folder, which vanish with the
+container, are copied into its run folder and listed in the record (``run.project_files``; issue 32 §8).
 
 The wrapper is this file and its modules, shipped beside it under their own names (shipped()): provenance_records.py
 (what the program left, read with bounds; the records written whole), provenance_facts.py (where the run ran),
-provenance_device.py (the device it used) and provenance_output.py (its output and the machine's load).
+provenance_device.py (the device it used), provenance_output.py (its output and the machine's load) and
+provenance_files.py (what it left in an image's project folder, kept).
 """
 
 from __future__ import annotations
@@ -46,18 +49,20 @@ from pathlib import Path
 try:  # in envkit: modules of envkit.support
     from . import provenance_device as devices
     from . import provenance_facts as facts
+    from . import provenance_files as files
     from . import provenance_output as output
     from . import provenance_records as records
 except ImportError:  # run as a script (envkit_run.py, shipped): its modules are beside it, even under python -P
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import provenance_device as devices
     import provenance_facts as facts
+    import provenance_files as files
     import provenance_output as output
     import provenance_records as records
 
 FILE_NAME = records.FILE_NAME  # its name beside the command
 # Its modules, shipped beside it under their own names (a name of envkit's: no project's module is shadowed).
-MODULES = ("provenance_records", "provenance_facts", "provenance_device", "provenance_output")
+MODULES = ("provenance_records", "provenance_facts", "provenance_device", "provenance_output", "provenance_files")
 RESULTS_VARIABLE = "ENVKIT_RESULTS_DIR"
 EXPERIMENT_VARIABLE = "ENVKIT_EXPERIMENT"
 METRICS_VARIABLE = "ENVKIT_METRICS_DIR"
@@ -98,6 +103,7 @@ def main(argv: list[str]) -> int:
         records.warn(f"cannot write results into {results} ({why}): {argv[0]} runs, and no results file is written")
         return run(argv, env)
     before = records.stamps(results)
+    watched = files.watch(results)  # in a container: the project folder's files, which vanish with it
     dvclive_before = records.stamp(Path(DVCLIVE_DIR, METRICS_FILE))
     with tempfile.TemporaryDirectory(prefix="envkit-run-") as watch:
         env = devices.watched({**env, METRICS_VARIABLE: str(folder.resolve())}, Path(watch))
@@ -122,6 +128,8 @@ def main(argv: list[str]) -> int:
     try:
         ran = facts.facts_of(device)
         run_block.update(warnings=devices.run_warnings(device, ran), **output.output_facts(folder, results, status))
+        if watched is not None:
+            run_block["project_files"] = files.keep(watched, folder, results)
         source = Path(DVCLIVE_DIR) if records.stamp(Path(DVCLIVE_DIR, METRICS_FILE)) != dvclive_before else folder
         own = records.own_records(records.changed(results, before), run_id, run_block["unread"])
         where = facts.truthful_environment(facts.environment(), device, ran)

@@ -41,7 +41,7 @@ def read_regular(path: Path, limit: int = MAX_READ) -> bytes:
     try:
         info, data = os.fstat(handle), b""
         if not stat.S_ISREG(info.st_mode):
-            raise Unreadable(f"{_kind(info.st_mode)}, not a regular file")
+            raise Unreadable(f"{file_kind(info.st_mode)}, not a regular file")
         while info.st_size <= limit and len(data) <= limit and (chunk := os.read(handle, limit + 1 - len(data))):
             data += chunk
     finally:
@@ -51,7 +51,7 @@ def read_regular(path: Path, limit: int = MAX_READ) -> bytes:
     return data
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
     kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"))
     return next((name for test, name in kinds if test(mode)), "a special file")
 

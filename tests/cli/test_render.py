@@ -53,7 +53,8 @@ def test_render_writes_the_committed_files(capsys, project, repo_root):
         (project / "docker" / lock.parent.name).mkdir(parents=True)
         shutil.copy(lock, project / "docker" / lock.parent.name / lock.name)
     code, out, _ = run(capsys, "render", "--all", "--config", str(project / "envkit.yaml"))
-    assert code == 0 and "rendered 24 files for cpu, cuda, tpu-vm" in out  # 3 templates and 5 wrapper files each
+    each = 3 + len(provenance.shipped())  # 3 templates and the wrapper's files
+    assert code == 0 and f"rendered {3 * each} files for cpu, cuda, tpu-vm" in out
     # docker/<target>/requirements.lock comes from `envkit lock`, not from render.
     committed = {path: data for path, data in files_under(repo_root / "docker").items() if not path.endswith(".lock")}
     assert {
@@ -65,16 +66,10 @@ def test_render_one_target_into_output(capsys, project):
     code, _, _ = run(
         capsys, "render", "--target", "cuda", "--config", str(project / "envkit.yaml"), "--output", str(project / "out")
     )
-    assert code == 0 and sorted(files_under(project / "out")) == [
-        "cuda/.dockerignore",
-        "cuda/Dockerfile",
-        "cuda/envkit_run.py",
-        "cuda/provenance_device.py",
-        "cuda/provenance_facts.py",
-        "cuda/provenance_output.py",
-        "cuda/provenance_records.py",
-        "cuda/run.sh",
-    ]
+    wrapper = [f"cuda/{name}" for name in provenance.shipped()]
+    assert code == 0 and sorted(files_under(project / "out")) == sorted(
+        ["cuda/.dockerignore", "cuda/Dockerfile", "cuda/run.sh", *wrapper]
+    )
 
 
 def test_stdout_shows_tpu_pins_and_writes_nothing(capsys, project):

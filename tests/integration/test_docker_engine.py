@@ -20,6 +20,7 @@ GPU, no TPU here). Cost on 2 cores: tpu-vm 8.1 GB, cuda 7.6 GB, each a few minut
 from __future__ import annotations
 
 import grp
+import hashlib
 import io
 import json
 import os
@@ -49,6 +50,7 @@ from docker_engine import (
 from mnist_files import read_results, write_mnist
 from offline_lock import OfflineLockError, lock_and_render, torch_index
 from paths import REPO_ROOT
+from results_contract import assert_valid_results
 
 import docker
 from envkit.host.doctor import inspect_host
@@ -186,6 +188,35 @@ def test_envkit_run_goes_through_run_sh(project, docker_cli, built, tmp_path):
         env=env,
     )
     check_results(results, (os.getuid(), os.getgid()), "envkit-cpu:latest")
+
+
+@engine_test
+def test_a_checkpoint_saved_in_the_image_s_project_folder_reaches_the_host_s_run_folder(
+    project, docker_cli, built, tmp_path
+):
+    """Issue 32 §8: the project folder in the image is the container's, and vanishes with it; the run wrapper copies
+    what the run saved there into the run's folder under the mounted results, and the record lists it."""
+    results = tmp_path / "results"
+    save = "import torch; torch.save({'weights': torch.ones(3)}, 'snapshot.pt')"
+    env = {**os.environ, "DOCKER": docker_cli, "RESULTS_DIR": str(results), "DATA_DIR": str(tmp_path / "data")}
+    env["IMAGE"] = built  # this session's build by its content tag: another session may move envkit-cpu:latest
+    done = subprocess.run(
+        [str(project / "docker" / "cpu" / "run.sh"), "python", "-c", save],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    (record,) = [assert_valid_results(path) for path in results.glob("*.json")]
+    kept = record["run"]["project_files"]
+    assert kept["project"] == "/workspace/project" and kept["left_out"] == []
+    (entry,) = kept["copied"]
+    copy = results / entry["copy"]
+    assert entry["path"] == "snapshot.pt" and copy == results / record["run_name"] / "files" / "snapshot.pt"
+    data = copy.read_bytes()
+    assert data[:2] == b"PK" and (len(data), hashlib.sha256(data).hexdigest()) == (entry["size"], entry["sha256"])
+    assert (copy.stat().st_uid, copy.stat().st_gid) == (os.getuid(), os.getgid())
 
 
 @engine_test

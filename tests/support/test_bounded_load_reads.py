@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from envkit.support import bounded_load
+from envkit.support import bounded_load, provenance
 from envkit.support.bounded_load import Refused, hash_file, read_bytes, read_text, sha256
 
 PACKAGE = Path(bounded_load.__file__).resolve().parent.parent
@@ -28,7 +28,7 @@ ALLOWED = {
     ("notebook/runtime.py", "*"): "runs inside a notebook (standard library only): it cannot import envkit",
     **{
         (f"support/{module}.py", "*"): "the run wrapper ships beside a command where envkit is not installed"
-        for module in ("provenance_records", "provenance_facts", "provenance_device", "provenance_output")
+        for module in provenance.MODULES
     },
     ("image/inventory.py", "from_saved_tarball"): "an image tarball (gigabytes) streamed through tarfile, never held",
     ("image/archive.py", "load"): "the image tarball is streamed to the engine after its sha256 was checked",
