@@ -33,7 +33,9 @@ def main() -> None:
     with torch.no_grad():
         test_loss = torch.nn.functional.mse_loss(model(x), y).item()
         correct = int(((model(x) - y).abs() < 0.02).sum().item())
-    print(f"\nTest set: Average loss: {test_loss:.4f}, Accuracy: {correct}/{len(x)} ({100.0 * correct / len(x):.0f}%)\n")
+    print(
+        f"\nTest set: Average loss: {test_loss:.4f}, Accuracy: {correct}/{len(x)} ({100.0 * correct / len(x):.0f}%)\n"
+    )
     print(f"device={device} weight={model.weight.item():.3f} bias={model.bias.item():.3f}")
 
 
