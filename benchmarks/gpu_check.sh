@@ -73,6 +73,10 @@ work=${GPU_CHECK_WORK:-$(mktemp -d -t envkit-gpu-check.XXXXXX)}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 results=$work/results data=$work/data
+# The report reads every record there: an earlier check's would join this one's rows.
+if compgen -G "$results/*.json" >/dev/null; then
+  fail "$results holds an earlier check's records, which the report would pool with this one's: give another GPU_CHECK_WORK"
+fi
 mkdir -p "$results" "$data"
 say "writing into $work"
 

@@ -46,6 +46,13 @@ def test_bad_settings_are_one_line_before_anything_runs(tmp_path):
     assert done.stderr == "gpu_check: error: GPU_CHECK_CIFAR_EPOCHS must be a positive integer; got 'many'\n"
 
 
+def test_an_earlier_checks_records_are_refused_not_pooled(tmp_path):
+    (tmp_path / "work" / "results").mkdir(parents=True)
+    (tmp_path / "work" / "results" / "train-1.json").write_text("{}")
+    done = gpu_check(tmp_path, GPU_CHECK_DRY_RUN="1")
+    assert (done.returncode, done.stderr.count("\n")) == (2, 1) and "an earlier check's records" in done.stderr
+
+
 def test_a_host_without_a_gpu_is_refused_in_one_line_and_nothing_is_written(tmp_path):
     import torch
 
