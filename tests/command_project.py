@@ -20,7 +20,7 @@ import helper
 
 seen = {"cwd": os.getcwd(), "argv": sys.argv[1:], "prefix": sys.prefix, "flavour": os.environ.get("FLAVOUR"),
         **{name: os.environ.get(name) for name in ("ENVKIT_DATA_DIR", "ENVKIT_RESULTS_DIR", "ENVKIT_DEVICE",
-                                                   "ENVKIT_EXPERIMENT", "ENVKIT_METRICS_DIR")}}
+                                                   "ENVKIT_EXPERIMENT", "ENVKIT_TARGET", "ENVKIT_METRICS_DIR")}}
 Path(os.environ["ENVKIT_DATA_DIR"], "seen.json").write_text(json.dumps(seen))
 Path(os.environ["ENVKIT_METRICS_DIR"], "metrics.json").write_text(json.dumps({"loss": helper.LOSS}))
 print("trained, loss", helper.LOSS)

@@ -6,7 +6,8 @@
 # Runs COMMAND in the image, from the project's root there, through envkit_run.py (its results file:
 # exit status, wall time, metrics, environment) with ./data and ./results mounted. Nothing is added
 # to its arguments: the locations and the device reach it as ENVKIT_DATA_DIR, ENVKIT_RESULTS_DIR and
-# ENVKIT_DEVICE=cpu (the recipes' defaults for --data-dir, --results-dir, --device).
+# ENVKIT_DEVICE=cpu (the recipes' defaults for --data-dir, --results-dir, --device), and the target
+# as ENVKIT_TARGET=cpu (its results file names it).
 # Environment: IMAGE (default envkit-cpu:latest), DATA_DIR (./data), RESULTS_DIR (./results),
 # SHM_SIZE (2g), DOCKER (docker),
 # NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME (multi-node
@@ -85,6 +86,7 @@ command=(
   -e "ENVKIT_IMAGE=$image" -e ENVKIT_IMAGE_ID -e ENVKIT_IMAGE_DIGEST -e "ENVKIT_RESULTS_OWNER=$owner" -e ENVKIT_EXPERIMENT -e ENVKIT_METRIC_PATTERNS
   ${multinode_args[@]+"${multinode_args[@]}"} ${env_args[@]+"${env_args[@]}"}
   -e ENVKIT_DATA_DIR=/workspace/data -e ENVKIT_RESULTS_DIR=/workspace/results -e ENVKIT_DEVICE=cpu
+  -e ENVKIT_TARGET=cpu
   -v "$data_dir:/workspace/data" -v "$results_dir:/workspace/results"
   "$image" python /opt/envkit/envkit_run.py "$@"
 )

@@ -5,7 +5,8 @@
 Standard library only, and no import of envkit: run.sh, the launch engines and the notebooks ship this file
 beside the command (docker/<target>/envkit_run.py, a notebook's cell) and start the command through it, where
 envkit is not installed. It reads ENVKIT_RESULTS_DIR (default ``results``), ENVKIT_EXPERIMENT (default: the
-script's name), and what the image, the notebook or the venv's marker says about the facts.environment
+script's name), ENVKIT_TARGET (the envkit target it runs as, which the report's row is; none where unset), and
+what the image, the notebook or the venv's marker says about the environment
 (ENVKIT_LOCK_SHA256, ENVKIT_IMAGE, ENVKIT_IMAGE_ID, ENVKIT_IMAGE_DIGEST, ENVKIT_REVISION).
 
 The program reports its metrics the way DVC reads them, with nothing of envkit: a ``metrics.json`` of key/value
@@ -23,7 +24,7 @@ What ran is observed, not assumed (issue 32 §3, §4): a site hook on PYTHONPATH
 each Python process of the command (the record's device is that, beside the target's label); run in a venv, the
 venv's bin/ comes first on PATH; the record's versions, distributions and lock are those of the interpreter that
 ran torch (``python provenance_facts.py`` asks another one), and packages other than the lock's are a warning in
-the record. The command's stdout and stderr are shown and output.kept in its run folder (issue 32 §5). In an image
+the record. The command's stdout and stderr are shown and kept in its run folder (issue 32 §5). In an image
 (ENVKIT_CONTAINER_PROJECT), the files the command created or changed in the project folder, which vanish with the
 container, are copied into its run folder and listed in the record (``run.project_files``; issue 32 §8).
 
@@ -65,6 +66,9 @@ FILE_NAME = records.FILE_NAME  # its name beside the command
 MODULES = ("provenance_records", "provenance_facts", "provenance_device", "provenance_output", "provenance_files")
 RESULTS_VARIABLE = "ENVKIT_RESULTS_DIR"
 EXPERIMENT_VARIABLE = "ENVKIT_EXPERIMENT"
+# Set by whatever starts the run as a target's (envkit experiment, run.sh, the launch engines, the notebooks): two
+# targets of one kind on one host are two rows of the report, not one "cpu on host" (issue 32 §2).
+TARGET_VARIABLE = "ENVKIT_TARGET"
 METRICS_VARIABLE = "ENVKIT_METRICS_DIR"
 RUN_ID_VARIABLE = "ENVKIT_RUN_ID"
 # A multi-node engine starts the wrapper on every node; the first node records the run, the others only
@@ -117,6 +121,7 @@ def main(argv: list[str]) -> int:
         "record_version": RECORD_VERSION,
         "run_id": run_id,
         "experiment": experiment,
+        "target": os.environ.get(TARGET_VARIABLE) or None,
         "argv": list(argv),
         "exit_status": status,
         "started_at": started_at.isoformat(timespec="seconds"),

@@ -50,6 +50,7 @@ RESERVED_ENV = {
     "ENVKIT_RESULTS_DIR": "--results-dir",
     "ENVKIT_DEVICE": "the experiment's target kind",
     "ENVKIT_EXPERIMENT": "the experiment",
+    "ENVKIT_TARGET": "--target",
     "GPUS": "--gpus-per-node",
     "NNODES": "--nodes",
     "NODE_RANK": "--nodes",
@@ -125,10 +126,11 @@ class Job:
         return ["python", wrapper, *command]
 
     def run_env(self, data_dir: str, results_dir: str) -> tuple[tuple[str, str], ...]:
-        """Where the command finds its data and writes its results, its device and its experiment, as run.sh
-        passes them."""
+        """Where the command finds its data and writes its results, its device, its experiment and its target, as
+        run.sh passes them."""
         return (
             ("ENVKIT_EXPERIMENT", self.experiment),
+            ("ENVKIT_TARGET", self.target),
             ("ENVKIT_DATA_DIR", data_dir),
             ("ENVKIT_RESULTS_DIR", results_dir),
             ("ENVKIT_DEVICE", target_kind(self.kind).device),

@@ -455,6 +455,7 @@ def run_program(settings: dict, environment: dict, runtime: dict) -> list[Path]:
     env.update(ENVKIT_DATA_DIR=str(DATA.resolve()), ENVKIT_RESULTS_DIR=str(RESULTS.resolve()))
     env["ENVKIT_DEVICE"] = "cpu" if cpu else settings["run_device"]
     env["ENVKIT_EXPERIMENT"] = settings["experiment"]
+    env["ENVKIT_TARGET"] = settings["target"]
     root = Path(settings["root"])
     for folder in (RESULTS, DATA, root):
         folder.mkdir(exist_ok=True)

@@ -7,10 +7,11 @@ newest lock's runs, and each other lock's runs are a comparison of their own. Ru
 differ are never pooled, and the title of each comparison of an experiment that has several says what differs.
 
 Every key is read from the record (envkit.runs.results.RunResult): the experiment and argv of the run wrapper's
-block (its ``args`` where it writes them), the record's ``data`` and ``target`` where it names them (today's
-records name neither: the target is then where the run ran, its device and image, host or notebook), and the
-environment's lock. The run block's device, where the record has one, says what the program really initialised: a run
-on a GPU or TPU target that initialised no accelerator is a CPU run, a row of its own kept out of speed-ups.
+block (its ``args`` where it writes them), the record's ``data`` where it names it, the target the wrapper
+records (``run.target``, ENVKIT_TARGET; a record without it: where the run ran, its device and image, host or
+notebook), and the environment's lock. The run block's device, where the record has one, says what the program
+really initialised: a run on a GPU or TPU target that initialised no accelerator is a CPU run, a row of its own
+kept out of speed-ups.
 A row's wall time and every metric are mean ± std over its successful runs; counters (report.yaml ``counters``:
 dvclive's ``step``) are not metrics; series are curves, their first step apart from the steady state.
 """

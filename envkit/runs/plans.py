@@ -105,6 +105,8 @@ def host_step(
     # It runs elsewhere than envkit: the locations it is told must not be relative.
     located = {name: str(Path(value).resolve()) if name in LOCATIONS else value for name, value in env.items()}
     located["ENVKIT_EXPERIMENT"] = entry.name
+    if entry.target is not None:  # the target it runs as: its record's row in the report
+        located[provenance.TARGET_VARIABLE] = entry.target
     return Step(
         title,
         (python, wrapper, *program, *args),

@@ -120,7 +120,8 @@ def _record_facts(document: dict) -> dict:
     run = document.get("run") if isinstance(document.get("run"), dict) else {}
     notebook = document.get("notebook") if isinstance(document.get("notebook"), dict) else {}
     device = document.get("device", run.get("device"))
-    target = document.get("target", run.get("target", notebook.get("target")))
+    # the first that names one: a run started without ENVKIT_TARGET records run.target null
+    target = document.get("target") or run.get("target") or notebook.get("target")
     return {
         "started_at": run.get("started_at") or document.get("started_at"),
         "series": document.get("series") or {},

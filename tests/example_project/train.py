@@ -1,6 +1,7 @@
 """A user's own training script, as envkit finds it: no envkit import, its own flags, one small dependency.
 
-Fits a line to generated points on whatever device torch sees, and prints a table of the epochs.
+Fits a line to generated points on whatever device torch sees, prints a table of the epochs, then its test line
+as PyTorch's MNIST example prints it (envkit reads metrics from such a line through the experiment's ``metrics``).
 """
 
 import argparse
@@ -29,6 +30,12 @@ def main() -> None:
             optimizer.step()
         rows.append((epoch, f"{loss.item():.5f}"))
     print(tabulate(rows, headers=("epoch", "loss")))
+    with torch.no_grad():
+        test_loss = torch.nn.functional.mse_loss(model(x), y).item()
+        correct = int(((model(x) - y).abs() < 0.02).sum().item())
+    print(
+        f"\nTest set: Average loss: {test_loss:.4f}, Accuracy: {correct}/{len(x)} ({100.0 * correct / len(x):.0f}%)\n"
+    )
     print(f"device={device} weight={model.weight.item():.3f} bias={model.bias.item():.3f}")
 
 

@@ -69,6 +69,17 @@ def tool(tmp_path_factory) -> Path:
     return venv / "bin" / "envkit"
 
 
+@pytest.fixture(scope="module")
+def local_index(tmp_path_factory) -> tuple[str, dict[str, str]]:
+    """A local stand-in for PyTorch's index (torch 2.13.0's CPU build, the only torch this machine has offline) and
+    the uv cache the tests' venvs share: uv keys torch by the index's path, so one index and one cache unpack torch
+    (700 MB) once for every venv of the module, not once per venv into the user's cache."""
+    import offline_lock
+
+    work = tmp_path_factory.mktemp("torch-index")
+    return offline_lock.torch_index(work / "index"), {"UV_CACHE_DIR": str(work / "uv")}
+
+
 @pytest.mark.slow
 def test_a_users_repository_from_init_to_its_locks_and_render(tool, tmp_path):
     project = tmp_path / "mine"
@@ -123,7 +134,7 @@ LOCAL_EXPERIMENT = {
 
 @pytest.mark.slow
 def test_a_users_experiment_runs_in_its_image_and_on_a_host_lock_then_reports_and_launches(
-    tool, tmp_path, client, base_image
+    tool, local_index, tmp_path, client, base_image
 ):
     import offline_lock
     import yaml
@@ -145,7 +156,7 @@ def test_a_users_experiment_runs_in_its_image_and_on_a_host_lock_then_reports_an
     config["targets"]["cpu-local"] = LOCAL_TARGET
     config["experiments"]["local-train"] = {**LOCAL_EXPERIMENT, "args": ["--epochs", "2"]}
     (project / "envkit.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    index = offline_lock.torch_index(tmp_path / "torch-index")
+    index, uv_cache = local_index
     no_engine = {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}  # the lock must not ask a registry for the base
     locked = run([envkit, "lock", "--target", "cpu-local", "--torch-index-url", index], project, 1800, **no_engine)
     assert locked.returncode == 0, locked.stderr
@@ -170,11 +181,7 @@ def test_a_users_experiment_runs_in_its_image_and_on_a_host_lock_then_reports_an
     assert sorted(listed) == ["./README.md", "./ddp.py", "./requirements.txt", "./train.py"]  # git's files; not data/
 
     # A host run on the same lock: its venv, then the command from the project's root through the wrapper.
-    # uv's cache of the test's own: it keys torch by the stand-in index's path, new each run, so the user's cache
-    # would keep another unpacked torch (700 MB) per run.
-    venv = run(
-        [envkit, "venv", "cpu-local", "--torch-index-url", index], project, 1800, UV_CACHE_DIR=str(tmp_path / "uv")
-    )
+    venv = run([envkit, "venv", "cpu-local", "--torch-index-url", index], project, 1800, **uv_cache)
     assert venv.returncode == 0, venv.stderr[-2000:]
     host = project / ".venv-cpu-local" / "bin" / "python"
     done = run([envkit, "experiment", "local-train", "--python", str(host), "--results-dir", str(results)], project)
@@ -195,3 +202,87 @@ def test_a_users_experiment_runs_in_its_image_and_on_a_host_lock_then_reports_an
         planned = run([envkit, "launch", name, "--on", engine, "--dry-run", *extra], project)
         assert planned.returncode == 0, (engine, planned.stderr)
         assert "recipes/" not in planned.stdout and "train.py" in planned.stdout, (engine, planned.stdout)
+
+
+# A second cpu-kind target with other settings: one experiment, two targets' venvs on this host, two report rows.
+LEAN_TARGET = {**LOCAL_TARGET, "shm_size": "1g", "env": {"OMP_NUM_THREADS": "1"}}
+# The MNIST example's test line, as envkit.yaml's metrics patterns read it (envkit/project/metric_patterns.py).
+METRICS = {"patterns": {"accuracy": r"Accuracy: \d+/\d+ \((\d+%)\)", "test_loss": r"Average loss: ([0-9.]+)"}}
+
+
+@pytest.mark.slow
+def test_one_experiment_on_two_cpu_targets_venvs_is_one_comparison_then_torchrun_ddp_and_a_gpu_run_refused(
+    tool, local_index, tmp_path
+):
+    """Issue 32's tests, host only (no engine): init, lock and render, the example's train.py on two cpu-kind targets'
+    venvs through `envkit experiment --target T --python`, its printed test line read as metrics, the report's one
+    comparison with a row per target; ddp.py under torchrun on 2 gloo processes; a cuda run refused in one line."""
+    import yaml
+
+    project = tmp_path / "mine"
+    shutil.copytree(EXAMPLE, project)
+    envkit = str(tool)
+    assert run([envkit, "init"], project).returncode == 0
+    config = yaml.safe_load((project / "envkit.yaml").read_text())
+    config["targets"].update({"cpu-local": LOCAL_TARGET, "cpu-lean": LEAN_TARGET})
+    train, ddp = config["experiments"]["train"], config["experiments"]["ddp"]
+    train.update(targets=["cpu-local", "cpu-lean", "cuda"], args=["--epochs", "2"], metrics=METRICS)
+    ddp["targets"] = ["cpu-local", "cuda"]
+    (project / "envkit.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    index, uv_cache = local_index
+    results = tmp_path / "results"
+    no_engine = {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}  # nothing here needs one
+    for target in ("cpu-local", "cpu-lean"):
+        locked = run([envkit, "lock", "--target", target, "--torch-index-url", index], project, 1800, **no_engine)
+        assert locked.returncode == 0, locked.stderr
+        venv = run([envkit, "venv", target, "--torch-index-url", index], project, 1800, **uv_cache)
+        assert venv.returncode == 0, venv.stderr[-2000:]
+    assert run([envkit, "render", "--all"], project).returncode == 0
+    for target in ("cpu-local", "cpu-lean"):
+        python = f".venv-{target}/bin/python"
+        argv = ["experiment", "train", "--target", target, "--python", python, "--results-dir", str(results)]
+        done = run([envkit, *argv], project, **no_engine)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "Test set: Average loss: " in done.stdout
+    records = {r["run"]["target"]: r for r in (json.loads(path.read_text()) for path in results.glob("*.json"))}
+    assert sorted(records) == ["cpu-lean", "cpu-local"]
+    for record in records.values():
+        assert record["run"]["experiment"] == "train" and record["run"]["argv"][-2:] == ["--epochs", "2"]
+        assert 0 < record["metrics"]["accuracy"] <= 1 and record["metrics"]["test_loss"] >= 0
+        assert record["run"]["device"]["accelerator"] == "cpu" and record["environment"]["torch"].startswith("2.13.0")
+
+    # One comparison: a row per target, each with the metric its output printed.
+    report = run([envkit, "report", str(results)], project)
+    assert report.returncode == 0, report.stderr
+    assert report.stdout.count("## experiment train") == 1, report.stdout
+    table = [line for line in report.stdout.splitlines() if line.startswith("| cpu-l")]
+    assert sorted(line.split("|")[1].strip() for line in table) == ["cpu-lean", "cpu-local"], report.stdout
+    header = next(line for line in report.stdout.splitlines() if line.startswith("| where "))
+    assert "accuracy" in header and "test_loss" in header, header
+
+    # The DDP script, which reads LOCAL_RANK, under torchrun on 2 gloo processes: the record says so.
+    python = ".venv-cpu-local/bin/python"
+    done = run(
+        [envkit, "experiment", "ddp", "--target", "cpu-local", "--python", python, "--results-dir", str(results)],
+        project,
+        **no_engine,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rank 0 of 2: sum=3.0" in done.stdout and "rank 1 of 2: sum=3.0" in done.stdout, done.stdout
+    (record,) = [
+        r for r in (json.loads(path.read_text()) for path in results.glob("*.json")) if r["run"]["experiment"] == "ddp"
+    ]
+    assert record["run"]["exit_status"] == 0 and record["run"]["target"] == "cpu-local"
+    assert "torch.distributed.run" in record["run"]["argv"] and record["run"]["argv"][-1] == "ddp.py"
+    assert record["run"]["argv"][record["run"]["argv"].index("--nproc-per-node") + 1] == "2"
+    assert record["run"]["device"]["python_processes"] >= 2
+
+    # The GPU experiment on this GPU-less host: refused before it starts, in one line naming the CPU stand-in's flag.
+    refused = run(
+        [envkit, "experiment", "train", "--target", "cuda", "--python", python, "--results-dir", str(results)],
+        project,
+        **no_engine,
+    )
+    assert (refused.returncode, refused.stdout, refused.stderr.count("\n")) == (2, "", 1), refused.stderr
+    assert "--allow-cpu" in refused.stderr and "Traceback" not in refused.stderr
+    assert len(list(results.glob("*.json"))) == 3

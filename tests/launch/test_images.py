@@ -338,7 +338,7 @@ def test_the_check_pulls_a_pushed_image_by_digest_and_the_job_then_runs_it_witho
         f"run --rm --pull=never --network=host --uts=host --shm-size 2g {userns}--user {uid}:{uid} "
     )
     assert (
-        " -e ENVKIT_IMAGE -e ENVKIT_IMAGE_ID -e ENVKIT_IMAGE_DIGEST -e ENVKIT_EXPERIMENT -e ENVKIT_DATA_DIR"
+        " -e ENVKIT_IMAGE -e ENVKIT_IMAGE_ID -e ENVKIT_IMAGE_DIGEST -e ENVKIT_EXPERIMENT -e ENVKIT_TARGET -e ENVKIT_DATA_DIR"
         " -e ENVKIT_RESULTS_DIR -e ENVKIT_DEVICE -e SLURM_NODEID"
         f" -v {tmp_path}/data:/workspace/data "
     ) in job_run

@@ -141,7 +141,7 @@ def test_the_command_runs_from_the_projects_root_through_the_run_wrapper(project
     assert seen["cwd"] == str(work / "project") and seen["argv"] == ["--epochs", "2"]
     assert seen["flavour"] == "notebook"  # the experiment's env
     assert (seen["ENVKIT_DATA_DIR"], seen["ENVKIT_RESULTS_DIR"]) == (str(work / "data"), str(work / "results"))
-    assert (seen["ENVKIT_DEVICE"], seen["ENVKIT_EXPERIMENT"]) == ("cpu", "gpu-train")
+    assert (seen["ENVKIT_DEVICE"], seen["ENVKIT_EXPERIMENT"], seen["ENVKIT_TARGET"]) == ("cpu", "gpu-train", "colab-t4")
     assert seen["ENVKIT_METRICS_DIR"].startswith(str(work / "results" / "gpu-train-"))
     if packages == "lock":
         assert seen["prefix"] == str(work / "venv")

@@ -540,7 +540,9 @@ def test_an_experiments_env_reaches_its_command_on_the_host_and_in_the_image(tmp
         "python train.py\n"
     )
     assert main(["experiment", "--dry-run", "train", "--target", "cpu", "--python", "/usr/bin/python3"]) == 0
-    assert "WANDB_MODE=offline NOTE='a b' ENVKIT_DEVICE=cpu" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    # the target it runs as reaches the run wrapper, whose record names it (the report's row)
+    assert "WANDB_MODE=offline NOTE='a b' ENVKIT_DEVICE=cpu ENVKIT_EXPERIMENT=train ENVKIT_TARGET=cpu " in out
     # run.sh passes each named variable into the container
     env = {"PATH": os.environ["PATH"], "ENVKIT_DRY_RUN": "1", "ENVKIT_ENV": "WANDB_MODE NOTE", "WANDB_MODE": "offline"}
     done = subprocess.run(

@@ -119,25 +119,30 @@ def test_what_the_run_wrapper_writes_validates_and_reports(tmp_path, capsys):
     )
 
 
-def test_runs_of_one_experiment_are_compared_across_places(runs):
-    results, warnings = load_results(runs)
-    assert warnings == [] and len(results) == 4 and {run.recipe for run in results} == {None}
-    lines = render_report(build_report(results), "md").splitlines()
-    assert lines[2] == "4 runs in 2 configurations."
-    assert lines[4] == "## experiment train"
-    assert "baseline: cpu on envkit-cpu:latest (the cpu run, else the first; choose with --baseline)." in lines[6]
-    assert lines[8:12] == [
-        "| where | runs | failed | wall time s | acc | train.loss | speed-up (wall time) | device used | lock "
-        "| environment |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        "| cpu on envkit-cpu:latest | 2 | 0 | 11.000 ± 1.000 | 0.6 ± 0.1 | 1.5 ± 0.5 | 1.00× "
-        "| a device (not checked) | abababababab | " + ENVIRONMENT.format(image="envkit-cpu:latest") + " |",
-        # the failed run is counted, not measured: 2.75 s alone, 11 / 2.75 = 4, ± 4 × (1 / 11): the cpu runs' spread
-        "| cuda on envkit-cuda:latest | 2 | 1 | 2.750 | 0.9 | – | 4.00× ± 0.36 "
-        "| a device (not checked) | abababababab | " + ENVIRONMENT.format(image="envkit-cuda:latest") + " |",
-    ]
-    text = render_report(build_report(results, baseline="cuda on envkit-cuda:latest"), "md")
-    assert "baseline: cuda on envkit-cuda:latest (--baseline)" in text and "| 0.25× ± 0.02 |" in text
+def test_the_wrappers_runs_as_two_targets_of_one_kind_are_two_rows_of_one_comparison(tmp_path):
+    """Before: the wrapper recorded no target, so two cpu targets' runs on one host were one row, "cpu on host"."""
+    (tmp_path / "train.py").write_text("print('Accuracy: 1')\n")
+    for target in ("cpu-a", "cpu-b"):
+        environment = {
+            "PATH": os.environ["PATH"],
+            "ENVKIT_RESULTS_DIR": str(tmp_path / "results"),
+            "ENVKIT_DEVICE": "cpu",
+            "ENVKIT_TARGET": target,
+        }
+        command = [sys.executable, provenance.__file__, sys.executable, "train.py"]
+        subprocess.run(command, cwd=tmp_path, env=environment, check=True, capture_output=True)
+    (section,) = _sections(tmp_path / "results")
+    assert [(row.label, row.runs) for row in section.rows] == [("cpu-a", 1), ("cpu-b", 1)]
+
+
+def test_a_run_started_without_a_target_is_labelled_where_it_ran(tmp_path):
+    results = tmp_path / "results"
+    for name, target in (("a", None), ("b", "cpu-a")):
+        document = record(results, name, device="cpu", image=None, wall=1.0)
+        document["run"]["target"] = target
+        (results / f"{name}.json").write_text(json.dumps(document))
+    (section,) = _sections(results)
+    assert sorted(row.label for row in section.rows) == ["cpu on box", "cpu-a"]
 
 
 def test_without_a_cpu_run_the_first_place_is_the_baseline(runs):

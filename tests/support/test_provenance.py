@@ -54,6 +54,15 @@ def test_a_failed_run_gets_its_results_file_with_its_status(tmp_path):
     assert missing.stderr == "envkit_run: error: cannot start no-such-program-here: No such file or directory\n"
 
 
+def test_the_record_names_the_target_the_run_was_started_as(tmp_path):
+    """Before: no run.target, so two cpu-kind targets' host runs pooled into one report row, "cpu on host"."""
+    done, (record,) = wrapped(tmp_path, sys.executable, script(tmp_path, "print('hi')\n"), ENVKIT_TARGET="cpu-fast")
+    assert done.returncode == 0 and record["run"]["target"] == "cpu-fast"
+    (tmp_path / "bare").mkdir()
+    done, (record,) = wrapped(tmp_path / "bare", sys.executable, script(tmp_path / "bare", "print('hi')\n"))
+    assert done.returncode == 0 and record["run"]["target"] is None
+
+
 def test_a_dvclive_script_works_unchanged(tmp_path):
     """dvclive has no variable for its folder (Live(dir="dvclive") under the working directory): read from there."""
     body = """\

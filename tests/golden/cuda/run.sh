@@ -6,7 +6,8 @@
 # Runs COMMAND in the image, from the project's root there, through envkit_run.py (its results file:
 # exit status, wall time, metrics, environment) with ./data and ./results mounted. Nothing is added
 # to its arguments: the locations and the device reach it as ENVKIT_DATA_DIR, ENVKIT_RESULTS_DIR and
-# ENVKIT_DEVICE=cuda (the recipes' defaults for --data-dir, --results-dir, --device).
+# ENVKIT_DEVICE=cuda (the recipes' defaults for --data-dir, --results-dir, --device), and the target
+# as ENVKIT_TARGET=cuda (its results file names it).
 # Environment: IMAGE (default envkit-cuda:latest), DATA_DIR (./data), RESULTS_DIR (./results),
 # GPUS (host GPU indices such as 0,2, or all; default 1,3),
 # SHM_SIZE (8g), DOCKER (docker),
@@ -115,6 +116,7 @@ command=(
   -e "ENVKIT_IMAGE=$image" -e ENVKIT_IMAGE_ID -e ENVKIT_IMAGE_DIGEST -e "ENVKIT_RESULTS_OWNER=$owner" -e ENVKIT_EXPERIMENT -e ENVKIT_METRIC_PATTERNS
   ${multinode_args[@]+"${multinode_args[@]}"} ${env_args[@]+"${env_args[@]}"}
   -e ENVKIT_DATA_DIR=/workspace/data -e ENVKIT_RESULTS_DIR=/workspace/results -e ENVKIT_DEVICE=cuda
+  -e ENVKIT_TARGET=cuda
   -v "$data_dir:/workspace/data" -v "$results_dir:/workspace/results"
   "$image" python /opt/envkit/envkit_run.py "$@"
 )
