@@ -1,6 +1,6 @@
 """One target of envkit.yaml built from its mapping: its kind, the wheels, Python and base image its kind and the
-matrix choose, each key checked (one line naming the file, line and field), the project's requirements among its pip packages, and
-the hash of what decides its image.
+matrix choose, each key checked (one line naming the file, line and field), the project's requirements among its pip
+packages, and the hash of what decides its image.
 """
 
 from __future__ import annotations
