@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_environment import environment
+
 REPO = Path(__file__).resolve().parent.parent
 PLACES = (("cpu", "envkit-cpu:latest"), ("cuda", "envkit-cuda:latest"), ("cuda", "envkit-cuda:v2"),
           ("tpu", "envkit-tpu-vm:latest"), ("cpu", "envkit-cpu:v2"))  # fmt: skip
@@ -54,23 +56,14 @@ def write_results(directory: Path, files: int) -> None:
                         "acc": {"step": steps, "value": [round(1 - math.exp(-rate * s), 5) for s in steps]},
                         "loss": {"step": steps, "value": [round(2 * math.exp(-rate * s), 5) for s in steps]},
                     },
-                    "environment": {
-                        "host": "bench",
-                        "device_type": device,
-                        "device_name": f"{device} device",
-                        "device_count": 1,
-                        "python": "3.11.7",
-                        "torch": "2.13.0",
-                        "torch_xla": None,
-                        "torch_tpu": None,
-                        "image": image,
-                        "image_id": None,
-                        "image_digest": None,
-                        "lock_sha256": f"{place % 2}" * 64,
-                        "git_revision": "0123456789abcdef",
-                        "git_dirty": False,
-                        "distributions": distributions,
-                    },  # fmt: skip
+                    "environment": environment(
+                        device,
+                        image,
+                        f"{place % 2}" * 64,
+                        distributions,
+                        torch="2.13.0",
+                        git_revision="0123456789abcdef",
+                    ),
                 }
                 (directory / f"{document['run_name']}.json").write_text(json.dumps(document))
     print(f"{number} results files in {directory}")

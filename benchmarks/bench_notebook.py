@@ -37,7 +37,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from notebook_cpu import build_wheelhouse, cpu_mode_env, execute  # noqa: E402
 
 from envkit.notebook import builder, runtime  # noqa: E402
-from envkit.project.config import load_config  # noqa: E402
+from envkit.project.load import load_config  # noqa: E402
 
 
 def cpu_seconds() -> float:

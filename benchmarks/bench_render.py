@@ -87,14 +87,14 @@ def user_project(scratch: Path) -> Path:
 def unlocked(config: Path) -> list[str]:
     """The project's targets without a lock: they render unlocked."""
     from envkit.lock.lockfile import lock_path
-    from envkit.project.config import load_config
+    from envkit.project.load import load_config
 
     loaded = load_config(config)
     return [name for name in loaded.targets if not lock_path(loaded, name).exists()]
 
 
 def in_process(config: Path, output: Path) -> None:
-    from envkit.project.config import load_config
+    from envkit.project.load import load_config
     from envkit.render import output as rendered
     from envkit.render import target_files as render
 

@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_environment import environment
+
 TARGETS = (("cpu", "cpu"), ("cuda", "cuda"), ("tpu-vm", "tpu"), ("colab-t4", "cuda"))
 EXPERIMENTS = ("train", "ddp", "dvclive", "mnist-example")
 FIGURE_S, FIGURE_MB = 5.0, 300.0
@@ -56,23 +58,14 @@ def record(index: int) -> dict:
             "acc": {"step": steps, "value": [min(1.0, 0.1 + step / 120) for step in steps]},
             "train/loss": {"step": steps, "value": [2.0 / (1 + step) for step in steps]},
         },
-        "environment": {
-            "host": "bench",
-            "device_type": device,
-            "device_name": f"{device} device",
-            "device_count": 1,
-            "python": "3.11.7",
-            "torch": "2.9.0",
-            "torch_xla": None,
-            "torch_tpu": None,
-            "image": f"envkit-{target}:latest",
-            "image_id": None,
-            "image_digest": None,
-            "lock_sha256": f"{(index // 2000) % 2 + ord(target[0]) % 8:x}" * 64,
-            "git_revision": "0123456789abcdef0123456789abcdef01234567",
-            "git_dirty": False,
-            "distributions": [f"package-{number:03d}==1.{number}.0" for number in range(150)],
-        },
+        "environment": environment(
+            device,
+            f"envkit-{target}:latest",
+            f"{(index // 2000) % 2 + ord(target[0]) % 8:x}" * 64,
+            [f"package-{number:03d}==1.{number}.0" for number in range(150)],
+            torch="2.9.0",
+            git_revision="0123456789abcdef0123456789abcdef01234567",
+        ),
     }
 
 

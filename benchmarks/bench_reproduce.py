@@ -84,7 +84,7 @@ def image_sizes(client) -> list[tuple[str, str]]:
     """Each image target of the checkout's envkit.yaml (notebook targets have none): the size of its latest image, where the engine
     has one built from the committed docker/<target>/Dockerfile (the same config-hash label)."""
     from envkit.image.build import LATEST, find_image, repository
-    from envkit.project.config import load_config
+    from envkit.project.load import load_config
 
     rows = []
     for name in load_config(REPO / "envkit.yaml").images:

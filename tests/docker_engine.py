@@ -22,7 +22,7 @@ from paths import REPO_ROOT
 from envkit.errors import EnvkitError
 from envkit.image.build import docker_cli as docker_command
 from envkit.image.build_context import staging_path
-from envkit.project.config import load_config
+from envkit.project.load import load_config
 from envkit.support.docker_client import connect_docker
 
 OFFLINE_CONFIG = REPO_ROOT / "benchmarks" / "envkit-offline.yaml"

@@ -18,8 +18,8 @@ from envkit.cli import main
 from envkit.image.build import repository
 from envkit.image.pushed import Pushed, record
 from envkit.launch.engines import build_job
-from envkit.project.config import load_config
 from envkit.project.experiments import Experiment, experiment
+from envkit.project.load import load_config
 
 ROOT = Path("/srv/envkit")
 OUTPUT = Path("jobs")

@@ -77,8 +77,8 @@ def register(subparsers) -> None:
 def cmd_experiment(args: argparse.Namespace) -> int:
     from envkit.errors import EnvkitError
     from envkit.host.doctor import parse_gpus
-    from envkit.project.config import load_config
     from envkit.project.experiments import check_recipe_args, experiment
+    from envkit.project.load import load_config
     from envkit.project.placement import place
     from envkit.runs.plans import experiment_gpus, experiment_plan, format_plan, run_in_order
 

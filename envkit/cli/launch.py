@@ -124,8 +124,8 @@ def _add_option(group, option) -> None:
 def build(args):
     """The job and its plan from the parsed arguments (bad input: EnvkitError)."""
     from envkit.launch import engines, images
-    from envkit.project.config import load_config
     from envkit.project.experiments import experiment as find_experiment
+    from envkit.project.load import load_config
     from envkit.project.placement import place
 
     engine = engines.engine(args.on)

@@ -65,7 +65,7 @@ def register(subparsers) -> None:
 def cmd_lock(args: argparse.Namespace) -> int:
     if args.requirements:
         return _lock_requirements(args)
-    from envkit.project.config import load_config
+    from envkit.project.load import load_config
 
     config = load_config(args.config)
     if args.target:

@@ -50,7 +50,7 @@ def register(subparsers) -> None:
 
 def cmd_notebook(args: argparse.Namespace) -> int:
     from envkit.notebook import builder
-    from envkit.project.config import load_config
+    from envkit.project.load import load_config
     from envkit.support.atomic import write_text_atomic
 
     if args.revision is not None and not args.colab_link:

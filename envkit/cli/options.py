@@ -66,7 +66,7 @@ def load_target(args: argparse.Namespace):
 def load_image_target(config_path: Path, name: str):
     """The config at ``config_path`` and its image target ``name`` (a notebook target has no image: one line)."""
     from envkit.errors import EnvkitError
-    from envkit.project.config import load_config
+    from envkit.project.load import load_config
 
     config = load_config(config_path)
     target = config.target(name)
@@ -118,7 +118,7 @@ def add_build_options(parser) -> None:
 
 def build_options(args, *, no_cache: bool):
     from envkit.image.build_context import BuildOptions, parse_build_arg
-    from envkit.project.config import load_config
+    from envkit.project.load import load_config
 
     config = load_config(args.config)
     return BuildOptions(

@@ -21,7 +21,7 @@ def register(subparsers) -> None:
 
 def cmd_targets(args: argparse.Namespace) -> int:
     from envkit.lock.lockfile import lock_status
-    from envkit.project.config import load_config
+    from envkit.project.load import load_config
 
     config = load_config(args.config)
     rows = [("TARGET", "KIND", "BASE IMAGE OR NOTEBOOK RUNTIME", "LOCK", "PINS")]

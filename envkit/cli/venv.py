@@ -120,7 +120,7 @@ def _target_lock(args: argparse.Namespace):
     """(lock, where its files come from, default venv path) of a target that is locked and fresh."""
     from envkit.host.venv import Sources
     from envkit.lock.lockfile import lock_inputs, lock_path, read_lock
-    from envkit.project.config import load_config
+    from envkit.project.load import load_config
     from envkit.render.target_files import torch_find_links
 
     config = load_config(args.config)

@@ -79,7 +79,7 @@ def _inventory(text: str, config_path: Path):
         raise EnvkitError(f"{text}: no such file; {SIDES}")
     reference = text
     if ":" not in text and "/" not in text and config_path.is_file():
-        from envkit.project.config import load_config
+        from envkit.project.load import load_config
 
         if text in load_config(config_path).targets:
             reference = f"{repository(text)}:{LATEST}"

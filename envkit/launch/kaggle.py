@@ -194,7 +194,7 @@ def plan(job: jobs.Job, output: Path) -> LaunchPlan:
     """The notebook envkit notebook renders for the job's Kaggle target beside its kernel-metadata.json, pushed with
     the kaggle CLI, followed until it ends, and its results fetched."""
     from envkit.notebook.builder import render_notebook
-    from envkit.project.config import load_config
+    from envkit.project.load import load_config
     from envkit.project.notebook_platforms import accelerator_of
 
     config = load_config(Path(job.config))

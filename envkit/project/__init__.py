@@ -6,7 +6,7 @@ Import-light on purpose: `envkit render` must not pay for what other commands ne
 
 from pathlib import Path
 
-# Here rather than in config.py: the CLI names the default without loading YAML.
+# Here rather than in load.py: the CLI names the default without loading YAML.
 DEFAULT_CONFIG = Path("envkit.yaml")
 # A notebook target's folder beside the config: notebooks/<target>/ holds its lock and its committed notebooks.
 NOTEBOOKS = Path("notebooks")

@@ -29,7 +29,7 @@ def render_selection(config_path: Path, selection: str, notebooks: Callable[...,
     if remembered is not None:
         names, files, notebook_names, notebook_files, (images, notebooks) = remembered
         return Rendered(names, _files(files), notebook_names, _files(notebook_files), (Path(images), Path(notebooks)))
-    from envkit.project.config import load_config
+    from envkit.project.load import load_config
     from envkit.render.target_files import render_targets
     from envkit.support.bounded_load import recording
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from envkit.runs.model import OURS, Row, Section
 from envkit.runs.results import Stat
@@ -78,28 +79,21 @@ class Column:
         return self.name or self.header or self.key
 
 
+def _plain(
+    key: str, header: str | None, value: Callable[[Row], Any], name: str | None = None, from_settings: bool = False
+) -> Column:
+    """A column of one value, flat as it is and shown as _optional writes it."""
+    flat, cell = (lambda row: (value(row),)), (lambda row: _optional(value(row)))
+    return Column(key, header, (key,), flat, cell, name, from_settings=from_settings)
+
+
 def _setting(key: str, header: str | None = None, name: str | None = None) -> Column:
-    return Column(
-        key,
-        header,
-        (key,),
-        lambda row: (row.configuration.get(key),),
-        lambda row: _optional(row.configuration.get(key)),
-        name,
-    )
+    return _plain(key, header, lambda row: row.configuration.get(key), name)
 
 
 def _trained(key: str, header: str, name: str | None = None) -> Column:
     """A training setting of the results' settings, as experiment sections show it (E3: the learning-rate rule)."""
-    return Column(
-        key,
-        header,
-        (key,),
-        lambda row: (row.settings.get(key),),
-        lambda row: _optional(row.settings.get(key)),
-        name,
-        from_settings=True,
-    )
+    return _plain(key, header, lambda row: row.settings.get(key), name, from_settings=True)
 
 
 def _statistic(
@@ -198,7 +192,7 @@ COLUMNS = {
         Column("env", "env", ("env",), lambda row: (row.mark or None,), lambda row: row.mark or NOT_APPLICABLE),
         # Experiment sections (report.yaml experiments): which run of which experiment, and its training settings.
         Column("experiment", None, ("experiment",), lambda row: (row.experiment,)),
-        Column("run", "run", ("run",), lambda row: (row.run,), lambda row: _optional(row.run)),
+        _plain("run", "run", lambda row: row.run),
         _trained("lr_scaling", "lr scaling"),
         _trained("warmup_epochs", "warm-up epochs"),
         _trained("effective_lr", "lr", "learning rate"),
@@ -228,9 +222,7 @@ COLUMNS = {
         ),
         # A comparison's rows: the speed-up's spread, what the runs really used, and the lock they ran on.
         Column("speedup_std", None, ("speedup_std",), lambda row: (_rounded(row.speedup_std),)),
-        Column(
-            "device_used", "device used", ("device_used",), lambda row: (row.device,), lambda row: _optional(row.device)
-        ),
+        _plain("device_used", "device used", lambda row: row.device),
         Column(
             "lock",
             "lock",

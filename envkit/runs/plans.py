@@ -23,8 +23,8 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.host.venv import describe_interpreter
 from envkit.project import DEFAULT_CONFIG, kinds
-from envkit.project.config import load_config
 from envkit.project.experiments import PYTHONS, Experiment, RecipeRun, load_experiments
+from envkit.project.load import load_config
 from envkit.project.output import Output
 from envkit.support import provenance
 from envkit.support.shellquote import command_line
@@ -218,7 +218,7 @@ def _lacking(config: Path, entry: Experiment) -> list[str]:
         return []
     from importlib import metadata
 
-    from envkit.project.config import load_config
+    from envkit.project.load import load_config
     from envkit.project.placement import place
     from envkit.project.requirement import requirement_name
 

@@ -21,7 +21,7 @@ from paths import REPO_ROOT
 
 from envkit import DISTRIBUTION
 from envkit.cli import build_parser
-from envkit.project.config import DEFAULT_CONFIG
+from envkit.project import DEFAULT_CONFIG
 
 # What the report extra and the recipes bring, none of it in a core-only install; and the Docker SDK, a core
 # dependency, hidden too: an environment without it gets one line naming how to install it.

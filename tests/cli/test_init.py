@@ -13,8 +13,8 @@ import paths
 import pytest
 
 from envkit.cli import main
-from envkit.project.config import load_config
 from envkit.project.experiments import MAKE_TARGETS, load_experiments
+from envkit.project.load import load_config
 
 EXAMPLE = paths.TESTS / "example_project"
 ENVKIT = str(Path(sys.executable).with_name("envkit"))

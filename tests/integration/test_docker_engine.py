@@ -56,7 +56,7 @@ import docker
 from envkit.host.doctor import inspect_host
 from envkit.image.build_context import staging_path
 from envkit.lock.lockfile import normalise, read_lock
-from envkit.project.config import load_config
+from envkit.project.load import load_config
 from envkit.render.labels import LOCK_LABEL
 
 TORCH = yaml.safe_load(OFFLINE_CONFIG.read_text())["targets"]["cpu"]["torch"]

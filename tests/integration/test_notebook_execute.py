@@ -37,7 +37,7 @@ from xla_env import environment_missing
 
 from envkit.cli import main
 from envkit.notebook import builder, runtime
-from envkit.project.config import load_config
+from envkit.project.load import load_config
 from envkit.project.output import Output
 
 pytestmark = pytest.mark.slow

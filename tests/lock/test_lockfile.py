@@ -22,7 +22,7 @@ from wheel_index import IndexServer
 from xla_env import environment_missing
 
 from envkit.lock.lockfile import lock_inputs, read_lock, requirements_inputs, requirements_lock_path
-from envkit.project.config import load_config
+from envkit.project.load import load_config
 
 GOLDEN = paths.GOLDEN / "lock"
 INPUTS_HASH = re.compile(r"^(# inputs-sha256: )[0-9a-f]{64}$", re.MULTILINE)

@@ -20,8 +20,8 @@ from envkit.cli import main
 from envkit.lock.lockfile import lock_path, read_lock
 from envkit.notebook import builder, embedded
 from envkit.notebook.runtime import EXPERIMENTS
-from envkit.project.config import load_config
 from envkit.project.experiments import load_experiments
+from envkit.project.load import load_config
 from envkit.project.output import Output
 from envkit.support import provenance
 

@@ -17,7 +17,7 @@ from project_copy import copy_project
 
 from envkit.cli import main
 from envkit.notebook import builder, embedded, runtime
-from envkit.project.config import load_config
+from envkit.project.load import load_config
 from envkit.support import provenance
 
 

@@ -10,7 +10,8 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from envkit.errors import EnvkitError
-from envkit.project.config import SCHEMA_PATH, load_config
+from envkit.project.document import SCHEMA_PATH
+from envkit.project.load import load_config
 
 
 def write_config(directory: Path, text: str) -> Path:

@@ -9,7 +9,7 @@ import pytest
 from envkit.cli import main
 from envkit.errors import EnvkitError
 from envkit.lock.lockfile import lock_inputs
-from envkit.project.config import load_config
+from envkit.project.load import load_config
 
 TARGETS = (
     "targets:\n"

@@ -17,9 +17,9 @@ from paths import REPO_ROOT
 
 from envkit.cli import main
 from envkit.errors import EnvkitError
-from envkit.project.config import load_config
 from envkit.project.experiments import load_experiments, table_path
 from envkit.project.kinds import load_kinds
+from envkit.project.load import load_config
 from envkit.project.placement import NOTEBOOK, place
 
 TABLE = load_experiments()

@@ -190,7 +190,7 @@ def test_outside_git_gitignore_is_honoured_as_git_would_and_secrets_are_left_out
 
 
 def test_include_secrets_in_the_config_is_a_list_of_relative_paths(tmp_path):
-    from envkit.project.config import load_config
+    from envkit.project.load import load_config
 
     config = tmp_path / "envkit.yaml"
     base = "targets:\n  cpu: {kind: cpu, torch: 2.5.1}\n"

@@ -24,7 +24,7 @@ from paths import REPO_ROOT
 
 from envkit.errors import EnvkitError
 from envkit.project import kinds
-from envkit.project.config import schema
+from envkit.project.document import schema
 from envkit.support import provenance
 
 ROCM_KIND = """\

@@ -13,7 +13,7 @@ from wheel_index import IndexServer
 from envkit.cli import main
 from envkit.lock.lockfile import lock_inputs, lock_path, read_lock
 from envkit.project import kinds
-from envkit.project.config import load_config
+from envkit.project.load import load_config
 from envkit.project.notebook_platforms import PLATFORMS_PATH, SCHEMA_PATH, load_platforms
 
 KAGGLE_IDS = {

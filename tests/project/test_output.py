@@ -13,7 +13,7 @@ import pytest
 from envkit.cli import main
 from envkit.errors import EnvkitError
 from envkit.image.build_context import stage_context
-from envkit.project.config import load_config
+from envkit.project.load import load_config
 from envkit.project.output import Output
 
 EXAMPLE = paths.TESTS / "example_project"

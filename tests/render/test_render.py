@@ -15,7 +15,7 @@ from paths import GOLDEN, REPO_ROOT
 
 from envkit.errors import EnvkitError
 from envkit.lock.lockfile import read_lock
-from envkit.project.config import load_config
+from envkit.project.load import load_config
 from envkit.render import output as rendered
 from envkit.render import target_files as render
 from envkit.support import atomic, provenance

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from envkit.errors import EnvkitError
-from envkit.project.config import load_config
+from envkit.project.load import load_config
 from envkit.render import target_files as render
 from envkit.support.cache import schema_checked
 
