@@ -35,7 +35,8 @@ from pathlib import Path, PurePosixPath
 
 from envkit import __version__
 from envkit.errors import EnvkitError
-from envkit.lock.lockfile import LockFile, lock_status
+from envkit.lock.lockfile import LockFile
+from envkit.lock.status import lock_status
 from envkit.notebook import embedded
 from envkit.notebook.runtime import EXPERIMENTS
 from envkit.project import kinds

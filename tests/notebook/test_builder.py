@@ -76,11 +76,11 @@ def test_committed_notebook_is_a_fresh_render_valid_and_deterministic(config, re
 
 def test_a_render_reads_the_lock_once_and_works_out_its_inputs_once(config, monkeypatch):
 
-    from envkit.lock import lockfile
+    from envkit.lock import lockfile, status
     from envkit.support import bounded_load
 
     lock, opened, inputs = lockfile.lock_path(config, "kaggle-tpu"), [], []
-    real_open, real_inputs = bounded_load.open_regular, lockfile.lock_inputs
+    real_open, real_inputs = bounded_load.open_regular, status.lock_inputs
 
     def counting_open(path):  # every read of a project file opens it here
         opened.extend([path] if Path(path) == lock else [])
@@ -91,7 +91,7 @@ def test_a_render_reads_the_lock_once_and_works_out_its_inputs_once(config, monk
         return real_inputs(target)
 
     monkeypatch.setattr(bounded_load, "open_regular", counting_open)
-    monkeypatch.setattr(lockfile, "lock_inputs", counting_inputs)
+    monkeypatch.setattr(status, "lock_inputs", counting_inputs)  # where lock_status looks it up
     monkeypatch.setattr(builder, "lock_inputs", counting_inputs, raising=False)  # where the builder imported it
     builder.render_notebook(config, "tpu-mnist", "kaggle-tpu")
     assert (len(opened), inputs) == (1, ["kaggle-tpu"])
