@@ -16,7 +16,7 @@ from command_project import TRAIN, command_project, git
 from project_copy import copy_project
 
 from envkit.cli import main
-from envkit.notebook import builder, embedded, runtime
+from envkit.notebook import builder, embedded, runtime, runtime_shared
 from envkit.project.config import load_config
 from envkit.support import provenance
 
@@ -122,7 +122,7 @@ def test_the_command_runs_from_the_projects_root_through_the_run_wrapper(project
     settings = unpack(render(project), work, monkeypatch)
     for group in ("helper", "program"):
         runtime.check_files(settings, group)
-    monkeypatch.setenv(runtime.CPU_MODE, str(tmp_path))
+    monkeypatch.setenv(runtime_shared.CPU_MODE, str(tmp_path))
     if packages == "lock":  # a venv of this interpreter stands in for the lock's: the command must get its Python
         venv.create(work / "venv", system_site_packages=True)
         python = str(work / "venv" / "bin" / "python")
@@ -162,7 +162,7 @@ def test_a_program_that_is_not_python_finds_the_venvs_python_first(project, tmp_
     monkeypatch.chdir(tmp_path)
     settings = unpack(render(project, experiment), work, monkeypatch)
     assert settings["executable"] == ["project/run.sh"]  # ./run.sh runs as it is, once its mode is back
-    monkeypatch.setenv(runtime.CPU_MODE, str(tmp_path))
+    monkeypatch.setenv(runtime_shared.CPU_MODE, str(tmp_path))
     venv.create(work / "venv", system_site_packages=True)
     environment = {"python": "venv/bin/python", "packages": "lock", "lock_sha256": "0" * 64}
     environment |= {"installer": None, "lock_differences": None}
@@ -174,7 +174,7 @@ def test_a_failed_command_stops_the_notebook_in_one_line_and_keeps_its_record(pr
     work = tmp_path / "work"
     monkeypatch.chdir(tmp_path)
     settings = unpack(render(project), work, monkeypatch)
-    monkeypatch.setenv(runtime.CPU_MODE, str(tmp_path))
+    monkeypatch.setenv(runtime_shared.CPU_MODE, str(tmp_path))
     monkeypatch.setenv("FAIL", "3")
     environment = {"python": sys.executable, "packages": "runtime", "lock_sha256": "0" * 64}
     environment |= {"installer": None, "lock_differences": None}

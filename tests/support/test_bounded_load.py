@@ -199,6 +199,7 @@ def test_every_yaml_and_json_reader_goes_through_the_bounded_loader():
         "envkit/support/bounded_load.py",
         "envkit/lock/index_check.py",
         "envkit/notebook/runtime.py",
+        "envkit/notebook/runtime_venv.py",
         "envkit/support/provenance.py",
         "envkit/support/provenance_records.py",
         "envkit/support/provenance_facts.py",
