@@ -46,13 +46,15 @@ import shutil
 import sys
 from pathlib import Path
 
-try:  # in envkit: modules of envkit.notebook
+try:  # in envkit: modules of envkit.notebook, and the run wrapper's bounded reader (envkit.support)
+    from ..support.provenance_records import Unreadable, parse_json, read_regular
     from .runtime_accelerator import check_runtime
     from .runtime_shared import DATA, EXPERIMENTS, OUTPUT, REPORT, RESULTS, NotebookStop, cpu_mode, sha256_of
     from .runtime_stream import stream
     from .runtime_venv import create_environment, runtime_environment
-except ImportError:  # in a notebook, as envkit_notebook.py: its modules are beside it
+except ImportError:  # in a notebook, as envkit_notebook.py: its modules and the run wrapper's are beside it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from provenance_records import Unreadable, parse_json, read_regular
     from runtime_accelerator import check_runtime
     from runtime_shared import DATA, EXPERIMENTS, OUTPUT, REPORT, RESULTS, NotebookStop, cpu_mode, sha256_of
     from runtime_stream import stream
@@ -142,9 +144,9 @@ def run_program(settings: dict, environment: dict, runtime: dict) -> list[Path]:
         code, last = stream(argv, env, root)
         if code != 0:
             raise NotebookStop(f"{shown} failed (exit {code}): {last}")
-    written = sorted(set(RESULTS.glob("*.json")) - before)
-    for path in written:
-        record(path, settings, environment, runtime)
+    written = [
+        path for path in sorted(set(RESULTS.glob("*.json")) - before) if record(path, settings, environment, runtime)
+    ]
     print("results: " + ", ".join(str(path) for path in written))
     return written
 
@@ -155,9 +157,23 @@ def program_argv(program: list[str], python: str, flags: list[str]) -> list[str]
     return [python, *flags, *rest] if head in ("python", "python3") else list(program)
 
 
-def record(path: Path, settings: dict, environment: dict, runtime: dict) -> None:
-    """Add where the run ran and on which packages to a results file (its optional ``notebook`` block)."""
-    document = json.loads(path.read_text(encoding="utf-8"))
+def record(path: Path, settings: dict, environment: dict, runtime: dict) -> bool:
+    """Add where the run ran and on which packages to a results file (its optional ``notebook`` block); False, with
+    one line naming it, where ``path`` is not a record to add it to. The program may leave anything in the results
+    folder: it is read as the run wrapper reads what a program left (provenance_records.read_regular), a regular
+    file of at most 16 MiB, nested at most 64 deep, never through a symbolic link (it may lead to a credentials
+    file) nor waited on (a FIFO); what is left out is not offered either."""
+    try:
+        document = parse_json(read_regular(path))
+    except Unreadable as exc:
+        print(f"left out {path}: {exc}")
+        return False
+    if not isinstance(document, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(document), "a number"
+        )
+        print(f"left out {path}: {kind}, not a results record (a JSON object)")
+        return False
     document["notebook"] = {
         "platform": settings["platform"],
         "accelerator": settings["accelerator"],
@@ -175,6 +191,7 @@ def record(path: Path, settings: dict, environment: dict, runtime: dict) -> None
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(json.dumps(document, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
     os.replace(temporary, path)
+    return True
 
 
 # ---------------------------------------------------------------------------- the result

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import venv
@@ -184,6 +185,34 @@ def test_a_failed_command_stops_the_notebook_in_one_line_and_keeps_its_record(pr
         runtime.run_program(settings, environment, {"found": "", "python": "3", "version": {}, "packages": {}})
     [path] = (work / "results").glob("*.json")
     assert json.loads(path.read_text())["run"]["exit_status"] == 3
+
+
+def test_only_the_records_a_run_leaves_are_given_their_block_and_returned(project, tmp_path, monkeypatch, capsys):
+    work = tmp_path / "work"
+    monkeypatch.chdir(tmp_path)
+    settings = unpack(render(project), work, monkeypatch)
+    monkeypatch.setenv(runtime_shared.CPU_MODE, str(tmp_path))
+    (tmp_path / "credentials.json").write_text('{"token": "s3cret"}\n')
+
+    def run(argv, env, cwd):  # the run, as far as the results folder sees it: a record and two files that are not
+        results = work / "results"
+        (results / "record.json").write_text('{"recipe": "train", "metrics": {"loss": 0.25}}\n')
+        os.mkfifo(results / "progress.json")
+        (results / "token.json").symlink_to(tmp_path / "credentials.json")
+        return 0, "done"
+
+    monkeypatch.setattr(runtime, "stream", run)
+    environment = {"python": sys.executable, "packages": "runtime", "lock_sha256": "0" * 64}
+    environment |= {"installer": None, "lock_differences": None}
+    found = {"found": "", "python": "3", "version": {}, "packages": {}}
+    assert runtime.run_program(settings, environment, found) == [Path("results/record.json")]
+    assert json.loads((work / "results" / "record.json").read_text())["notebook"]["experiment"] == "gpu-train"
+    out = capsys.readouterr().out
+    assert "left out results/progress.json: a FIFO, not a regular file\n" in out
+    assert "left out results/token.json: a symbolic link, not followed\n" in out
+    assert out.endswith("results: results/record.json\n")
+    assert (work / "results" / "token.json").is_symlink()
+    assert (tmp_path / "credentials.json").read_text() == '{"token": "s3cret"}\n'
 
 
 def test_an_edited_project_file_is_one_line_naming_the_rerender(project, tmp_path, monkeypatch):

@@ -248,3 +248,49 @@ def test_a_run_returns_when_the_program_ends_not_when_a_child_it_left_running_do
         time.sleep(0.1)
     else:
         pytest.fail("the background child's output was not shown")
+
+
+def left_behind(folder: Path, case: str) -> Path:
+    """A results file a program may leave that is not a record to read whole: ``case`` says which."""
+    path = folder / "results" / f"{case}.json"
+    path.parent.mkdir()
+    if case == "symlink":  # to a file the notebook's user would not publish
+        (folder / "credentials.json").write_text('{"token": "s3cret"}\n')
+        path.symlink_to(folder / "credentials.json")
+    elif case == "fifo":
+        os.mkfifo(path)
+    elif case == "huge":  # past the 16 MiB the run wrapper and envkit's reader read (sparse: no disk)
+        with path.open("wb") as handle:
+            handle.truncate(17 * 2**20)
+    elif case == "deep":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    else:
+        path.write_text("[1, 2]\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ("symlink", "a symbolic link, not followed"),
+        ("fifo", "a FIFO, not a regular file"),
+        ("huge", "larger than 16 MiB, more than the wrapper reads"),
+        ("deep", "nested deeper than 64 levels, more than a results file may be"),
+        ("array", "an array, not a results record (a JSON object)"),
+    ],
+)
+def test_a_results_file_is_read_with_bounds_and_never_through_a_link(tmp_path, capsys, monkeypatch, case, reason):
+    monkeypatch.delenv(CPU_MODE, raising=False)
+    path = left_behind(tmp_path, case)
+    before = os.lstat(path)
+    notebook = {"platform": "colab", "accelerator": "T4", "experiment": "gpu-train", "target": "colab-t4"}
+    notebook["files"] = {"helper": {}, "lock": {}, "program": {}}
+    environment = {"packages": "lock", "lock_sha256": "0" * 64, "installer": "uv", "lock_differences": None}
+    found = {"found": "T4 ×1", "python": "3.12", "version": {}, "packages": {}}
+    assert runtime.record(path, notebook, environment, found) is False
+    assert capsys.readouterr().out == f"left out {path}: {reason}\n"
+    after = os.lstat(path)  # left as it was: not replaced, not followed
+    assert (after.st_ino, after.st_mode, after.st_mtime_ns) == (before.st_ino, before.st_mode, before.st_mtime_ns)
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+    if case == "symlink":
+        assert (tmp_path / "credentials.json").read_text() == '{"token": "s3cret"}\n'

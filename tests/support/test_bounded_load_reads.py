@@ -27,7 +27,7 @@ ALLOWED = {
     ("support/bounded_load.py", "open_regular"): "the bounded reader itself",
     **{
         (f"notebook/{module}.py", "*"): "runs inside a notebook (standard library only): it cannot import envkit"
-        for module in ("runtime", "runtime_shared", "runtime_accelerator", "runtime_venv")
+        for module in ("runtime_shared", "runtime_accelerator", "runtime_venv")
     },
     **{
         (f"support/{module}.py", "*"): "the run wrapper ships beside a command where envkit is not installed"
