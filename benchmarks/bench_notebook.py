@@ -4,7 +4,7 @@ environment with uv and with pip, and each committed notebook's wall time execut
 - render: `envkit notebook`'s builder in-process, per committed notebook: the first render
   (nbformat, the schema, the templates, each embedded file read and hashed) and the median
   of --repeat warm renders after it.
-- install: the notebook helper's own create_environment (envkit/notebook/runtime.py) in CPU
+- install: the notebook helper's own create_environment (envkit/notebook/runtime_venv.py) in CPU
   mode: a fresh venv holding a CPU lock (torch 2.13.0's CPU build from local disk, tqdm,
   numpy and their dependencies; tests/notebook_cpu.py), hash-checked, offline from a local
   wheelhouse; uv cold (an empty uv cache: XDG_CACHE_HOME is a fresh folder) and warm, and
@@ -36,7 +36,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from notebook_cpu import build_wheelhouse, cpu_mode_env, execute  # noqa: E402
 
-from envkit.notebook import builder, runtime  # noqa: E402
+from envkit.notebook import builder, runtime_venv  # noqa: E402
 from envkit.project.load import load_config  # noqa: E402
 
 
@@ -64,7 +64,7 @@ def render_figures(config, pairs, repeat: int) -> None:
 
 
 def install_once(wheelhouse: Path, work: Path, installer: str, cache: Path) -> tuple[float, float]:
-    env = {**cpu_mode_env(wheelhouse, work), runtime.INSTALLER: installer, "XDG_CACHE_HOME": str(cache)}
+    env = {**cpu_mode_env(wheelhouse, work), runtime_venv.INSTALLER: installer, "XDG_CACHE_HOME": str(cache)}
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
     here = Path.cwd()
@@ -73,7 +73,7 @@ def install_once(wheelhouse: Path, work: Path, installer: str, cache: Path) -> t
     try:
         lock = {"path": "unused", "python": "unused"}  # CPU mode takes the wheelhouse's lock and this Python
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):  # the installers' own output
-            _, wall, cpu = timed(lambda: runtime.create_environment({"lock": lock}))
+            _, wall, cpu = timed(lambda: runtime_venv.create_environment({"lock": lock}))
     finally:
         os.chdir(here)
         for key, value in saved.items():
@@ -82,7 +82,7 @@ def install_once(wheelhouse: Path, work: Path, installer: str, cache: Path) -> t
 
 
 def install_figures(wheelhouse: Path, scratch: Path, installs: int) -> None:
-    packages = len(runtime.lock_packages(wheelhouse / "requirements.lock"))
+    packages = len(runtime_venv.lock_packages(wheelhouse / "requirements.lock"))
     size = sum(path.stat().st_size for path in wheelhouse.glob("*.whl")) / 2**20
     print(
         f"\ninstall a CPU lock ({packages} packages, {size:.0f} MiB of wheels) into a fresh venv, hash-checked, offline"

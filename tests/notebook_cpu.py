@@ -17,7 +17,7 @@ import nbformat
 from nbclient import NotebookClient
 
 from envkit.lock.resolve import uv_binary
-from envkit.notebook import runtime
+from envkit.notebook import runtime_shared
 
 # torch 2.13.0: the CPU build pip takes from local disk on envkit's development machines.
 CPU_REQUIREMENTS = ("torch==2.13.0", "tqdm", "numpy")
@@ -79,7 +79,7 @@ def build_wheelhouse(folder: Path) -> Path:
 def cpu_mode_env(wheelhouse: Path, work: Path, output: Path | None = None) -> dict[str, str]:
     """The variables that put a notebook (or the helper called directly) in CPU mode, with uv on PATH."""
     env = {
-        runtime.CPU_MODE: str(wheelhouse),
+        runtime_shared.CPU_MODE: str(wheelhouse),
         "ENVKIT_NOTEBOOK_WORK": str(work),
         "PATH": f"{Path(uv_binary()).parent}{os.pathsep}{os.environ['PATH']}",
         # uv keys its cache by the wheelhouse's path, new each session: in the user's cache every session would
@@ -87,7 +87,7 @@ def cpu_mode_env(wheelhouse: Path, work: Path, output: Path | None = None) -> di
         "UV_CACHE_DIR": str(wheelhouse.with_name(f"{wheelhouse.name}-uv-cache")),
     }
     if output is not None:
-        env[runtime.OUTPUT] = str(output)
+        env[runtime_shared.OUTPUT] = str(output)
     return env
 
 

@@ -75,7 +75,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
     else:
         raise EnvkitError("envkit lock: choose the targets: --target NAME or --all")
     if args.check:
-        from envkit.lock.lockfile import lock_status
+        from envkit.lock.status import lock_status
 
         statuses = [lock_status(config, name) for name in names]
         allowed = {name: config.target(name).unlocked_allowed for name in names}
@@ -91,7 +91,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
 
 def _lock_requirements(args: argparse.Namespace) -> int:
     if args.check:
-        from envkit.lock.lockfile import requirements_status
+        from envkit.lock.status import requirements_status
 
         statuses = [requirements_status(path) for path in args.requirements]
         return _report(statuses, "--requirements " + " ".join(status.target for status in statuses))

@@ -20,7 +20,7 @@ def register(subparsers) -> None:
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
-    from envkit.lock.lockfile import lock_status
+    from envkit.lock.status import lock_status
     from envkit.project.load import load_config
 
     config = load_config(args.config)

@@ -66,7 +66,8 @@ def cmd_venv(args: argparse.Namespace) -> int:
 def _requirements_lock(args: argparse.Namespace):
     """(its fresh lock or None when there is none, where files come from, default venv path) of a host environment."""
     from envkit.host.venv import Sources
-    from envkit.lock.lockfile import read_lock, requirements_inputs, requirements_lock_path
+    from envkit.lock.inputs import requirements_inputs
+    from envkit.lock.lockfile import read_lock, requirements_lock_path
     from envkit.render.target_files import project_pages
 
     inputs = requirements_inputs(args.requirements)
@@ -88,7 +89,8 @@ def _unlocked(args: argparse.Namespace, sources, path: Path) -> int:
 
     from envkit.host.venv import make_unlocked_venv
     from envkit.lock.host_platforms import this_platform
-    from envkit.lock.lockfile import UNIVERSAL, requirements_inputs, requirements_lock_path
+    from envkit.lock.inputs import requirements_inputs
+    from envkit.lock.lockfile import UNIVERSAL, requirements_lock_path
 
     if args.installer == "uv":
         raise EnvkitError("--installer uv installs locks; an environment without a lock is resolved by pip")
@@ -119,7 +121,8 @@ def _unlocked(args: argparse.Namespace, sources, path: Path) -> int:
 def _target_lock(args: argparse.Namespace):
     """(lock, where its files come from, default venv path) of a target that is locked and fresh."""
     from envkit.host.venv import Sources
-    from envkit.lock.lockfile import lock_inputs, lock_path, read_lock
+    from envkit.lock.inputs import lock_inputs
+    from envkit.lock.lockfile import lock_path, read_lock
     from envkit.project.load import load_config
     from envkit.render.target_files import torch_find_links
 

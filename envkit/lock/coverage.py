@@ -124,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     """`make platforms`: the coverage matrix of host locks, checked against the index now."""
     import argparse
 
-    from envkit.lock.lockfile import host_manylinux, read_lock, requirements_inputs
+    from envkit.lock.inputs import requirements_inputs
+    from envkit.lock.lockfile import read_lock
+    from envkit.lock.manylinux import host_manylinux
 
     parser = argparse.ArgumentParser(
         prog="python -m envkit.lock.coverage",

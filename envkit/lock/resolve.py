@@ -25,21 +25,11 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.lock.base_digest import resolve_base
+from envkit.lock.header import lock_header
 from envkit.lock.host_platforms import PLATFORMS, PYTHONS
-from envkit.lock.lockfile import (
-    TORCH_INDEX_PACKAGES,
-    UNIVERSAL,
-    LockInputs,
-    host_manylinux,
-    lock_header,
-    lock_inputs,
-    lock_path,
-    normalise,
-    read_lock,
-    requirements_inputs,
-    requirements_lock_path,
-    target_manylinux,
-)
+from envkit.lock.inputs import TORCH_INDEX_PACKAGES, LockInputs, lock_inputs, requirements_inputs
+from envkit.lock.lockfile import UNIVERSAL, lock_path, normalise, read_lock, requirements_lock_path
+from envkit.lock.manylinux import host_manylinux, target_manylinux
 from envkit.project.config import ProjectConfig, Target
 from envkit.project.matrix import load_matrix
 from envkit.project.requirement import requirement_name

@@ -8,7 +8,7 @@ run, and the result (envkit's report and plot). What runs is the experiment's pr
 a recipe experiment carries the recipe and the modules it imports (recipes/ at the scratch
 folder's top); a command experiment carries the project's files (under ``project/``, its root).
 A student reads the program: the recipe, or the command's script, is a visible ``%%writefile``
-cell. Every other file it embeds (the helper envkit/notebook/runtime.py, the run wrapper, the
+cell. Every other file it embeds (the helper envkit/notebook/runtime.py and its modules, the run wrapper, the
 lock, the program's other files, envkit's report) is in one collapsed cell, a zip archive whose
 sha256 that cell checks; each file is checked against its own sha256 before use.
 Collapsed means Colab's form view (``cellView: form`` and a ``# @title`` line) and
@@ -35,9 +35,10 @@ from pathlib import Path, PurePosixPath
 
 from envkit import __version__
 from envkit.errors import EnvkitError
-from envkit.lock.lockfile import LockFile, lock_status
+from envkit.lock.lockfile import LockFile
+from envkit.lock.status import lock_status
 from envkit.notebook import embedded
-from envkit.notebook.runtime import EXPERIMENTS
+from envkit.notebook.runtime_shared import EXPERIMENTS
 from envkit.project import kinds
 from envkit.project.config import ProjectConfig, Target
 from envkit.project.experiments import RECIPES, Experiment, excerpt
@@ -298,7 +299,7 @@ def _embedded_files(
     report = embedded.report_files(package_parent)
     files = {
         "helper": {
-            embedded.HELPER_NAME: entry(embedded.HELPER),
+            **{name: entry(path) for name, path in embedded.helper_files().items()},
             **{name: entry(path) for name, path in provenance.shipped().items()},
         },
         "lock": {"requirements.lock": (lock.sha256, lock.text.encode("utf-8"))},

@@ -22,7 +22,7 @@ from envkit.support.bounded_load import Refused, load_text, note, read_text
 from envkit.support.packaged import packaged_templates
 
 HELPER = Path(__file__).with_name("runtime.py")
-HELPER_NAME = "envkit_notebook.py"  # what the notebook imports it as
+HELPER_NAME = "envkit_notebook.py"  # what the notebook imports it as; its modules keep their names beside it
 # The report the notebook shows is envkit's own (`envkit report --reference`, its plot and its HTML page).
 # Every module show_report (runtime.py) imports; the closure adds what they import.
 REPORT_MODULES = (
@@ -111,6 +111,17 @@ def recipe_files(recipes: Path, recipe: str) -> list[Path]:
     }
     found = _closure(recipes, [start], lambda name: name.split(".")[0] in siblings)
     return [start] + sorted(found - {start})
+
+
+def helper_files() -> dict[str, Path]:
+    """The notebook helper (HELPER, as HELPER_NAME) and every module of envkit/notebook/ it imports, directly or
+    not, by their names in the notebook: found from its imports as a recipe's modules are, so that a module the
+    helper gains is carried without anyone listing it."""
+    folder = HELPER.parent
+    note(folder)  # its listing: a module appearing may be imported
+    siblings = {path.stem for path in folder.glob("*.py")}
+    found = _closure(folder, [HELPER], lambda name: name in siblings)
+    return {HELPER_NAME: HELPER, **{path.name: path for path in sorted(found - {HELPER})}}
 
 
 @cache

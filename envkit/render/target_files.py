@@ -14,16 +14,8 @@ from jinja2.loaders import split_template_path
 from envkit import DISTRIBUTION
 from envkit.errors import EnvkitError
 from envkit.lock.base_digest import split_reference
-from envkit.lock.lockfile import (
-    LOCK_FILE,
-    TORCH_INDEX_PACKAGES,
-    LockFile,
-    LockInputs,
-    hand_edited,
-    lock_inputs,
-    lock_path,
-    read_lock,
-)
+from envkit.lock.inputs import TORCH_INDEX_PACKAGES, LockInputs, lock_inputs
+from envkit.lock.lockfile import LOCK_FILE, LockFile, hand_edited, lock_path, read_lock
 from envkit.project import kinds
 from envkit.project.config import ProjectConfig, Target
 from envkit.project.requirement import requirement_name

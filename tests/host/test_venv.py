@@ -234,7 +234,7 @@ def test_a_python_envkit_does_not_support_is_one_line_and_writes_nothing(tmp_pat
     """`envkit venv --python` of a host lock (Pythons 3.11-3.13) with 3.10 (too old for the locks) or 3.14 (wheels
     missing): refused before any venv is made, naming what the lock takes and what was given."""
     import envkit.host.venv as host_venv
-    from envkit.lock.lockfile import requirements_inputs
+    from envkit.lock.inputs import requirements_inputs
 
     monkeypatch.setattr(host_venv, "this_platform", lambda: "linux/amd64")
     (tmp_path / "probe.in").write_text("envkit-probe-a==1.0\n")
@@ -454,7 +454,7 @@ def test_a_venv_holds_exactly_the_lock_and_records_its_sha(tmp_path, probe_index
 @pytest.mark.slow
 def test_a_host_environment_installs_its_lock_or_else_its_pins_unlocked(tmp_path, probe_index, capsys, monkeypatch):
     """What make xla-env / sky-env / tpu-env run: the lock beside requirements/<name>.in where there is one."""
-    from envkit.lock.lockfile import requirements_inputs
+    from envkit.lock.inputs import requirements_inputs
 
     index, pins = probe_index
     url = index.url

@@ -36,7 +36,7 @@ from paths import DATA
 from xla_env import environment_missing
 
 from envkit.cli import main
-from envkit.notebook import builder, runtime
+from envkit.notebook import builder, runtime_shared, runtime_venv
 from envkit.project.load import load_config
 from envkit.project.output import Output
 
@@ -83,7 +83,7 @@ def outputs(notebook: nbformat.NotebookNode, cell_id: str) -> str:
 
 
 def test_every_committed_notebook_runs_top_to_bottom(executed, wheelhouse, repo_root):
-    packages = len(runtime.lock_packages(wheelhouse / "requirements.lock"))
+    packages = len(runtime_venv.lock_packages(wheelhouse / "requirements.lock"))
     committed = sorted(
         path.relative_to(repo_root / "notebooks").with_suffix("").as_posix()
         for path in (repo_root / "notebooks").glob("*/*.ipynb")
@@ -120,7 +120,7 @@ def test_every_committed_notebook_runs_top_to_bottom(executed, wheelhouse, repo_
 
 def test_results_carry_the_notebooks_provenance_and_validate(executed, wheelhouse, repo_root):
     schema = json.loads((repo_root / "envkit" / "data" / "results.schema.json").read_text())
-    cpu_lock = runtime.lock_packages(wheelhouse / "requirements.lock")
+    cpu_lock = runtime_venv.lock_packages(wheelhouse / "requirements.lock")
     assert executed, "no notebook was executed"
     for run in executed.values():
         assert run["results"], "a notebook wrote no results"
@@ -148,7 +148,7 @@ def test_results_carry_the_notebooks_provenance_and_validate(executed, wheelhous
             assert (
                 block["lock_sha256"]
                 == document["environment"]["lock_sha256"]
-                == runtime.sha256_of(wheelhouse / "requirements.lock")
+                == runtime_shared.sha256_of(wheelhouse / "requirements.lock")
             )
             assert block["installer"].startswith("uv ") and block["lock_differences"] is None
             # exactly the lock: every distribution the recipe's interpreter had
@@ -205,7 +205,7 @@ def test_a_command_experiments_notebook_runs_the_projects_command(wheelhouse, tm
     jsonschema.validate(document, json.loads((repo_root / "envkit" / "data" / "results.schema.json").read_text()))
     assert (document["run"]["experiment"], document["run"]["exit_status"]) == ("gpu-train", 0)
     assert document["metrics"] == {"loss": 0.25} and document["notebook"]["cpu_mode"] is True
-    assert document["environment"]["lock_sha256"] == runtime.sha256_of(wheelhouse / "requirements.lock")
+    assert document["environment"]["lock_sha256"] == runtime_shared.sha256_of(wheelhouse / "requirements.lock")
     # envkit's report of the run: its experiment's table, with the metric the program wrote
     result = next(cell for cell in notebook.cells if cell.id == "result")
     [table] = [

@@ -16,7 +16,9 @@ from xla_env import environment_missing
 from envkit.errors import EnvkitError
 from envkit.lock.coverage import Sources, missing_wheels
 from envkit.lock.host_platforms import PLATFORMS, PYTHONS
-from envkit.lock.lockfile import host_manylinux, read_lock, requirements_inputs
+from envkit.lock.inputs import requirements_inputs
+from envkit.lock.lockfile import read_lock
+from envkit.lock.manylinux import host_manylinux
 
 LOCKS = sorted((REPO_ROOT / "requirements").glob("*.lock"))
 UNREACHABLE = ("Failed to fetch", "dns error", "error sending request", "Could not connect", "network")

@@ -21,7 +21,8 @@ from lock_project import NO_REGISTRY, envkit, lock_text, write_project
 from wheel_index import IndexServer
 from xla_env import environment_missing
 
-from envkit.lock.lockfile import lock_inputs, read_lock, requirements_inputs, requirements_lock_path
+from envkit.lock.inputs import lock_inputs, requirements_inputs
+from envkit.lock.lockfile import read_lock, requirements_lock_path
 from envkit.project.load import load_config
 
 GOLDEN = paths.GOLDEN / "lock"
@@ -405,7 +406,7 @@ def test_the_host_environments_locks_pass_check(repo_root):
 
 
 def test_a_requirements_input_names_the_platforms_and_pythons_it_serves(tmp_path):
-    from envkit.lock.lockfile import requirements_inputs
+    from envkit.lock.inputs import requirements_inputs
 
     (tmp_path / "env.in").write_text("# python: 3.13 3.11\n# platforms: linux/amd64\ntqdm\n")
     inputs = requirements_inputs(tmp_path / "env.in")

@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
 import zipfile
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from envkit.cli import main
 from envkit.lock.lockfile import lock_path, read_lock
 from envkit.notebook import builder, embedded
-from envkit.notebook.runtime import EXPERIMENTS
+from envkit.notebook.runtime_shared import EXPERIMENTS
 from envkit.project.experiments import load_experiments
 from envkit.project.load import load_config
 from envkit.project.output import Output
@@ -76,11 +77,11 @@ def test_committed_notebook_is_a_fresh_render_valid_and_deterministic(config, re
 
 def test_a_render_reads_the_lock_once_and_works_out_its_inputs_once(config, monkeypatch):
 
-    from envkit.lock import lockfile
+    from envkit.lock import lockfile, status
     from envkit.support import bounded_load
 
     lock, opened, inputs = lockfile.lock_path(config, "kaggle-tpu"), [], []
-    real_open, real_inputs = bounded_load.open_regular, lockfile.lock_inputs
+    real_open, real_inputs = bounded_load.open_regular, status.lock_inputs
 
     def counting_open(path):  # every read of a project file opens it here
         opened.extend([path] if Path(path) == lock else [])
@@ -91,7 +92,7 @@ def test_a_render_reads_the_lock_once_and_works_out_its_inputs_once(config, monk
         return real_inputs(target)
 
     monkeypatch.setattr(bounded_load, "open_regular", counting_open)
-    monkeypatch.setattr(lockfile, "lock_inputs", counting_inputs)
+    monkeypatch.setattr(status, "lock_inputs", counting_inputs)  # where lock_status looks it up
     monkeypatch.setattr(builder, "lock_inputs", counting_inputs, raising=False)  # where the builder imported it
     builder.render_notebook(config, "tpu-mnist", "kaggle-tpu")
     assert (len(opened), inputs) == (1, ["kaggle-tpu"])
@@ -108,7 +109,7 @@ def test_it_reads_top_to_bottom_and_carries_what_it_runs(config, repo_root, tmp_
     # every embedded file: the recipe's %%writefile cell or the archive, under the sha256 SETTINGS checks
     written = written_files(notebook)
     sources = {
-        embedded.HELPER_NAME: embedded.HELPER,
+        **embedded.helper_files(),
         **provenance.shipped(),
         "requirements.lock": lock_path(config, target),
     }
@@ -178,6 +179,24 @@ def test_the_archive_cell_unpacks_its_files_and_refuses_an_edited_archive(config
     edited = cell.source.replace('ARCHIVE = """\n', 'ARCHIVE = """\nAAAA', 1)
     with pytest.raises(RuntimeError, match="archive changed since envkit rendered it: re-render the notebook with"):
         exec(edited, {})
+
+
+def test_the_helper_imports_alone_from_what_the_archive_carries(config, tmp_path, monkeypatch):
+    """The helper is several modules: each one it imports is in the archive, and it imports from there alone (a
+    fresh interpreter in the unpacked folder, as the notebook's kernel imports envkit_notebook)."""
+    notebook = nbformat.reads(builder.render_notebook(config, "tpu-mnist", "kaggle-tpu").text, as_version=4)
+    [cell] = [cell for cell in notebook.cells if cell.id == "files"]
+    monkeypatch.chdir(tmp_path)
+    exec(cell.source, {})
+    assert set(embedded.helper_files()) > {embedded.HELPER_NAME}
+    assert set(embedded.helper_files()) <= {path.name for path in tmp_path.iterdir()}
+    probe = (
+        "import sys; sys.path.insert(0, '.'); import envkit_notebook as nb; [getattr(nb, step) for step in nb.__all__]; "
+        "print(sorted(name for name in sys.modules if name.startswith('envkit')))"
+    )
+    done = subprocess.run([sys.executable, "-I", "-c", probe], cwd=tmp_path, capture_output=True, text=True)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == "['envkit_notebook']\n"  # nothing of an installed envkit
 
 
 def test_colab_notebooks_preselect_their_accelerator_and_link_to_colab(config):

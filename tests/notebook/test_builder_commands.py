@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import venv
@@ -16,7 +17,7 @@ from command_project import TRAIN, command_project, git
 from project_copy import copy_project
 
 from envkit.cli import main
-from envkit.notebook import builder, embedded, runtime
+from envkit.notebook import builder, embedded, runtime, runtime_shared
 from envkit.project.load import load_config
 from envkit.support import provenance
 
@@ -122,7 +123,7 @@ def test_the_command_runs_from_the_projects_root_through_the_run_wrapper(project
     settings = unpack(render(project), work, monkeypatch)
     for group in ("helper", "program"):
         runtime.check_files(settings, group)
-    monkeypatch.setenv(runtime.CPU_MODE, str(tmp_path))
+    monkeypatch.setenv(runtime_shared.CPU_MODE, str(tmp_path))
     if packages == "lock":  # a venv of this interpreter stands in for the lock's: the command must get its Python
         venv.create(work / "venv", system_site_packages=True)
         python = str(work / "venv" / "bin" / "python")
@@ -162,7 +163,7 @@ def test_a_program_that_is_not_python_finds_the_venvs_python_first(project, tmp_
     monkeypatch.chdir(tmp_path)
     settings = unpack(render(project, experiment), work, monkeypatch)
     assert settings["executable"] == ["project/run.sh"]  # ./run.sh runs as it is, once its mode is back
-    monkeypatch.setenv(runtime.CPU_MODE, str(tmp_path))
+    monkeypatch.setenv(runtime_shared.CPU_MODE, str(tmp_path))
     venv.create(work / "venv", system_site_packages=True)
     environment = {"python": "venv/bin/python", "packages": "lock", "lock_sha256": "0" * 64}
     environment |= {"installer": None, "lock_differences": None}
@@ -174,7 +175,7 @@ def test_a_failed_command_stops_the_notebook_in_one_line_and_keeps_its_record(pr
     work = tmp_path / "work"
     monkeypatch.chdir(tmp_path)
     settings = unpack(render(project), work, monkeypatch)
-    monkeypatch.setenv(runtime.CPU_MODE, str(tmp_path))
+    monkeypatch.setenv(runtime_shared.CPU_MODE, str(tmp_path))
     monkeypatch.setenv("FAIL", "3")
     environment = {"python": sys.executable, "packages": "runtime", "lock_sha256": "0" * 64}
     environment |= {"installer": None, "lock_differences": None}
@@ -184,6 +185,34 @@ def test_a_failed_command_stops_the_notebook_in_one_line_and_keeps_its_record(pr
         runtime.run_program(settings, environment, {"found": "", "python": "3", "version": {}, "packages": {}})
     [path] = (work / "results").glob("*.json")
     assert json.loads(path.read_text())["run"]["exit_status"] == 3
+
+
+def test_only_the_records_a_run_leaves_are_given_their_block_and_returned(project, tmp_path, monkeypatch, capsys):
+    work = tmp_path / "work"
+    monkeypatch.chdir(tmp_path)
+    settings = unpack(render(project), work, monkeypatch)
+    monkeypatch.setenv(runtime_shared.CPU_MODE, str(tmp_path))
+    (tmp_path / "credentials.json").write_text('{"token": "s3cret"}\n')
+
+    def run(argv, env, cwd):  # the run, as far as the results folder sees it: a record and two files that are not
+        results = work / "results"
+        (results / "record.json").write_text('{"recipe": "train", "metrics": {"loss": 0.25}}\n')
+        os.mkfifo(results / "progress.json")
+        (results / "token.json").symlink_to(tmp_path / "credentials.json")
+        return 0, "done"
+
+    monkeypatch.setattr(runtime, "stream", run)
+    environment = {"python": sys.executable, "packages": "runtime", "lock_sha256": "0" * 64}
+    environment |= {"installer": None, "lock_differences": None}
+    found = {"found": "", "python": "3", "version": {}, "packages": {}}
+    assert runtime.run_program(settings, environment, found) == [Path("results/record.json")]
+    assert json.loads((work / "results" / "record.json").read_text())["notebook"]["experiment"] == "gpu-train"
+    out = capsys.readouterr().out
+    assert "left out results/progress.json: a FIFO, not a regular file\n" in out
+    assert "left out results/token.json: a symbolic link, not followed\n" in out
+    assert out.endswith("results: results/record.json\n")
+    assert (work / "results" / "token.json").is_symlink()
+    assert (tmp_path / "credentials.json").read_text() == '{"token": "s3cret"}\n'
 
 
 def test_an_edited_project_file_is_one_line_naming_the_rerender(project, tmp_path, monkeypatch):

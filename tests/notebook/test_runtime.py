@@ -14,7 +14,8 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from envkit.notebook import builder, runtime
+from envkit.notebook import builder, runtime, runtime_stream, runtime_venv
+from envkit.notebook.runtime_shared import CPU_MODE
 from envkit.project.notebook_platforms import load_platforms
 
 # What nvidia-smi calls each GPU model the platforms offer.
@@ -62,7 +63,7 @@ def settings(platform: str, accelerator: str) -> dict:
 
 @pytest.fixture(autouse=True)
 def not_cpu_mode(monkeypatch):
-    monkeypatch.delenv(runtime.CPU_MODE, raising=False)
+    monkeypatch.delenv(CPU_MODE, raising=False)
 
 
 @pytest.mark.parametrize(("platform", "accelerator"), ACCELERATORS)
@@ -133,7 +134,7 @@ def test_the_runtime_is_recorded_and_compared_with_envkits_data(tmp_path, capsys
 
 
 def test_cpu_mode_records_but_does_not_check(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv(runtime.CPU_MODE, str(tmp_path))
+    monkeypatch.setenv(CPU_MODE, str(tmp_path))
     pci, smi = fake_host(tmp_path / "host", [], [])
     assert runtime.check_runtime(settings("kaggle", "TpuV5E8"), pci, smi)["found"] == "no accelerator (CPU only)"
     assert "(CPU mode: Kaggle's TPU v5e-8 is not checked)" in capsys.readouterr().out
@@ -143,11 +144,11 @@ def test_cpu_mode_records_but_does_not_check(tmp_path, capsys, monkeypatch):
 def test_cpu_mode_names_a_wheelhouse_not_a_switch(tmp_path, monkeypatch, value):
     """Issue 28 §22: ENVKIT_NOTEBOOK_CPU=1 said `1/requirements.lock is missing: run the cells above in order`."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv(runtime.CPU_MODE, value)
+    monkeypatch.setenv(CPU_MODE, value)
     with pytest.raises(runtime.NotebookStop) as stopped:
         runtime.create_environment({"lock": {"path": "requirements.lock", "python": "3.11"}})
     assert str(stopped.value) == (
-        f"{runtime.CPU_MODE}={value} is not a directory: it names CPU mode's wheelhouse (a CPU requirements.lock "
+        f"{CPU_MODE}={value} is not a directory: it names CPU mode's wheelhouse (a CPU requirements.lock "
         "and its wheels), not a switch; unset it to run on the accelerator"
     )
 
@@ -166,13 +167,13 @@ def test_an_edited_file_is_one_line_naming_the_rerender(tmp_path, monkeypatch):
 
 
 def test_lock_packages_reads_a_requirements_lock(repo_root):
-    packages = runtime.lock_packages(repo_root / "notebooks" / "colab-tpu" / "requirements.lock")
+    packages = runtime_venv.lock_packages(repo_root / "notebooks" / "colab-tpu" / "requirements.lock")
     assert packages["torch"] == "2.9.0" and packages["torch-xla"] == "2.9.0" and packages["libtpu"] == "0.0.21"
 
 
 def test_without_uv_a_lock_for_another_python_is_one_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv(runtime.INSTALLER, "pip")
+    monkeypatch.setenv(runtime_venv.INSTALLER, "pip")
     (tmp_path / "requirements.lock").write_text("tqdm==4.67.1 \\\n    --hash=sha256:" + "0" * 64 + "\n")
     with pytest.raises(
         runtime.NotebookStop,
@@ -212,7 +213,7 @@ def test_in_the_notebook_the_wrong_accelerator_is_one_line_with_the_fix(repo_roo
 
 
 def test_in_the_notebook_an_edited_recipe_cell_is_one_line(repo_root, tmp_path, monkeypatch):
-    monkeypatch.setenv(runtime.CPU_MODE, str(tmp_path / "no-wheels"))  # the runtime check passes: only files matter
+    monkeypatch.setenv(CPU_MODE, str(tmp_path / "no-wheels"))  # the runtime check passes: only files matter
     notebook = committed_cells(
         repo_root,
         "kaggle-tpu/tpu-mnist.ipynb",
@@ -233,7 +234,7 @@ def test_a_run_returns_when_the_program_ends_not_when_a_child_it_left_running_do
     os.mkfifo(release)
     script = f"(read line < {release}; echo late) & echo trained; exit 3"
     ended = []
-    thread = threading.Thread(target=lambda: ended.append(runtime._stream(["sh", "-c", script])), daemon=True)
+    thread = threading.Thread(target=lambda: ended.append(runtime_stream.stream(["sh", "-c", script])), daemon=True)
     thread.start()
     thread.join(timeout=120)  # a hang guard: the background child waits for the release below
     try:
@@ -247,3 +248,49 @@ def test_a_run_returns_when_the_program_ends_not_when_a_child_it_left_running_do
         time.sleep(0.1)
     else:
         pytest.fail("the background child's output was not shown")
+
+
+def left_behind(folder: Path, case: str) -> Path:
+    """A results file a program may leave that is not a record to read whole: ``case`` says which."""
+    path = folder / "results" / f"{case}.json"
+    path.parent.mkdir()
+    if case == "symlink":  # to a file the notebook's user would not publish
+        (folder / "credentials.json").write_text('{"token": "s3cret"}\n')
+        path.symlink_to(folder / "credentials.json")
+    elif case == "fifo":
+        os.mkfifo(path)
+    elif case == "huge":  # past the 16 MiB the run wrapper and envkit's reader read (sparse: no disk)
+        with path.open("wb") as handle:
+            handle.truncate(17 * 2**20)
+    elif case == "deep":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    else:
+        path.write_text("[1, 2]\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ("symlink", "a symbolic link, not followed"),
+        ("fifo", "a FIFO, not a regular file"),
+        ("huge", "larger than 16 MiB, more than the wrapper reads"),
+        ("deep", "nested deeper than 64 levels, more than a results file may be"),
+        ("array", "an array, not a results record (a JSON object)"),
+    ],
+)
+def test_a_results_file_is_read_with_bounds_and_never_through_a_link(tmp_path, capsys, monkeypatch, case, reason):
+    monkeypatch.delenv(CPU_MODE, raising=False)
+    path = left_behind(tmp_path, case)
+    before = os.lstat(path)
+    notebook = {"platform": "colab", "accelerator": "T4", "experiment": "gpu-train", "target": "colab-t4"}
+    notebook["files"] = {"helper": {}, "lock": {}, "program": {}}
+    environment = {"packages": "lock", "lock_sha256": "0" * 64, "installer": "uv", "lock_differences": None}
+    found = {"found": "T4 ×1", "python": "3.12", "version": {}, "packages": {}}
+    assert runtime.record(path, notebook, environment, found) is False
+    assert capsys.readouterr().out == f"left out {path}: {reason}\n"
+    after = os.lstat(path)  # left as it was: not replaced, not followed
+    assert (after.st_ino, after.st_mode, after.st_mtime_ns) == (before.st_ino, before.st_mode, before.st_mtime_ns)
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+    if case == "symlink":
+        assert (tmp_path / "credentials.json").read_text() == '{"token": "s3cret"}\n'

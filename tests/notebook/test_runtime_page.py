@@ -10,7 +10,7 @@ import pytest
 from nbclient import NotebookClient
 from paths import DATA
 
-from envkit.notebook import runtime
+from envkit.notebook import runtime_shared
 
 RESULT = DATA / "results" / "backends" / "mnist-tpu-xla.json"
 
@@ -25,9 +25,9 @@ def run_result_cell(repo_root: Path, notebook: str, work: Path, output: Path, mo
         f"results = [Path(shutil.copy({str(RESULT)!r}, 'results'))]"
     )
     full.cells = [cells["settings"], cells["files"], cells["runtime-check"], placed, cells["result"]]
-    monkeypatch.setenv(runtime.CPU_MODE, str(work / "no-wheels"))  # the runtime check records, and passes
+    monkeypatch.setenv(runtime_shared.CPU_MODE, str(work / "no-wheels"))  # the runtime check records, and passes
     monkeypatch.setenv("ENVKIT_NOTEBOOK_WORK", str(work))
-    monkeypatch.setenv(runtime.OUTPUT, str(output))
+    monkeypatch.setenv(runtime_shared.OUTPUT, str(output))
     NotebookClient(full, timeout=120, kernel_name="python3").execute()
     last = full.cells[-1]
     assert not any(o.output_type == "error" for o in last.outputs)

@@ -8,7 +8,7 @@ import pytest
 
 from envkit.cli import main
 from envkit.errors import EnvkitError
-from envkit.lock.lockfile import lock_inputs
+from envkit.lock.inputs import lock_inputs
 from envkit.project.load import load_config
 
 TARGETS = (

@@ -11,7 +11,8 @@ from jsonschema import Draft202012Validator
 from wheel_index import IndexServer
 
 from envkit.cli import main
-from envkit.lock.lockfile import lock_inputs, lock_path, read_lock
+from envkit.lock.inputs import lock_inputs
+from envkit.lock.lockfile import lock_path, read_lock
 from envkit.project import kinds
 from envkit.project.load import load_config
 from envkit.project.notebook_platforms import PLATFORMS_PATH, SCHEMA_PATH, load_platforms

@@ -6,7 +6,7 @@ What counts as a citation:
   placeholder), or from envkit/ (``render/output.py``), a Python file named alone (``plans.py``), and any
   Markdown file with its folder (``docs/design.md``: a cited document that is not in the repository shows);
 - a dotted name from envkit (``envkit.runs.report.build_report``), resolved by import then getattr;
-- ``module.name`` in backquotes, where module is a module of envkit or the recipes (``lockfile.lock_inputs``,
+- ``module.name`` in backquotes, where module is a module of envkit or the recipes (``inputs.lock_inputs``,
   ``harness.set_loader_epoch``): the name must be an attribute of a module of that name, or a field of the
   results JSON (``environment.image``).
 """
@@ -180,7 +180,7 @@ def test_a_reference_to_something_missing_is_caught(text):
 
 def test_references_to_what_exists_pass():
     text = (
-        "`envkit/render/output.py`, `render/output.py`, `plans.py`, envkit.runs.report, `lockfile.lock_inputs`, "
+        "`envkit/render/output.py`, `render/output.py`, `plans.py`, envkit.runs.report, `inputs.lock_inputs`, "
         "`harness.set_loader_epoch`, `environment.image_id`, docker/<target>/, tests/golden/, envkit.yaml"
     )
     files = {path.name for path in python_files()}

@@ -1,9 +1,6 @@
 """The house's size rules, measured on the code: no function in envkit/ over 80 lines, no module over 500, no line
 of envkit/ or recipes/ over 120 characters (the formatter keeps code within it; messages, comments and docstrings
 are wrapped by hand).
-
-Today's offenders are listed, each with the work that removes it: a new one fails at once, and once the list is
-empty the strict xfail below passes, which fails the suite until its mark goes.
 """
 
 from __future__ import annotations
@@ -17,14 +14,6 @@ from paths import REPO_ROOT
 FUNCTION_LINES = 80
 MODULE_LINES = 500
 LINE_CHARACTERS = 120
-
-# What is over a limit today, and what removes it (issue 31 unless said). Keyed by what is over, not by how much, so
-# that other work on these files does not fail this test while it lasts.
-TODAY = {
-    "envkit/lock/lockfile.py: a module over 500 lines": "not split yet",
-    "envkit/notebook/runtime.py: a module over 500 lines": "not split yet",
-    "envkit/notebook/runtime.py: create_environment, a function over 80 lines": "not split yet",
-}
 
 
 def python_files(*folders: str, root: Path = REPO_ROOT) -> list[Path]:
@@ -53,13 +42,8 @@ def oversized(root: Path = REPO_ROOT) -> dict[str, str]:
     return found
 
 
-def test_nothing_is_over_a_size_limit_beyond_today_s_known_offenders():
-    assert python_files("envkit") and python_files("recipes")
-    assert {what: much for what, much in oversized().items() if what not in TODAY} == {}
-
-
-@pytest.mark.xfail(strict=True, reason=f"today's offenders (TODAY says what removes each): {'; '.join(TODAY)}")
 def test_no_function_module_or_line_is_over_its_limit():
+    assert python_files("envkit") and python_files("recipes")
     assert oversized() == {}
 
 

@@ -193,12 +193,12 @@ def test_non_utf8_text_is_one_refusal(tmp_path):
 def test_every_yaml_and_json_reader_goes_through_the_bounded_loader():
     """No other module parses YAML or JSON itself (the package index's JSON is a network reply, not a file)."""
     parser = re.compile(r"\b(yaml\.(safe_)?load|yaml\.(C?Safe)?Loader\(|json\.loads?\()")
-    # (the notebook helper runs in a notebook's own kernel and imports no envkit: its recipe's results and its
-    # interpreter's package list are what it reads; the run wrapper likewise runs in images and notebooks alone)
+    # (the notebook helper runs in a notebook's own kernel and imports no envkit: its venv's package list is what it
+    # parses, and it reads results through the run wrapper's reader; the wrapper runs in images and notebooks alone)
     allowed = {
         "envkit/support/bounded_load.py",
         "envkit/lock/index_check.py",
-        "envkit/notebook/runtime.py",
+        "envkit/notebook/runtime_venv.py",
         "envkit/support/provenance.py",
         "envkit/support/provenance_records.py",
         "envkit/support/provenance_facts.py",

@@ -25,7 +25,10 @@ PACKAGE = Path(bounded_load.__file__).resolve().parent.parent
 # (module, enclosing function) -> why it reads a file another way.
 ALLOWED = {
     ("support/bounded_load.py", "open_regular"): "the bounded reader itself",
-    ("notebook/runtime.py", "*"): "runs inside a notebook (standard library only): it cannot import envkit",
+    **{
+        (f"notebook/{module}.py", "*"): "runs inside a notebook (standard library only): it cannot import envkit"
+        for module in ("runtime_shared", "runtime_accelerator", "runtime_venv")
+    },
     **{
         (f"support/{module}.py", "*"): "the run wrapper ships beside a command where envkit is not installed"
         for module in provenance.MODULES

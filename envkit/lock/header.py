@@ -1,0 +1,69 @@
+"""A lock's header as `envkit lock` writes it: what it was resolved from (the inputs' digest, platform, Python,
+indexes, base image), the digest of its packages, and a host lock's wheel coverage per platform and Python.
+envkit/lock/lockfile.py reads it back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from envkit.lock.inputs import LockInputs
+from envkit.lock.lockfile import (
+    BASE_LINE,
+    IMAGE_PLATFORMS_LINE,
+    INPUTS_LINE,
+    LOCK_FILE,
+    NO_WHEEL,
+    PACKAGES_LINE,
+    PLATFORM_LINE,
+    WHEELS_LINE,
+    body_digest,
+    requirements_lock_path,
+)
+
+
+def wheels_lines(wheels: dict[tuple[str, str], tuple[str, ...]]) -> list[str]:
+    return [
+        f"{WHEELS_LINE}{where} python {python}: {NO_WHEEL + ' '.join(missing) if missing else 'ok'}"
+        for (where, python), missing in wheels.items()
+    ]
+
+
+def lock_header(
+    inputs: LockInputs,
+    base_image: str | None,
+    command: str,
+    body: str,
+    wheels: dict[tuple[str, str], tuple[str, ...]] | None = None,
+    platforms: tuple[str, ...] = (),
+) -> str:
+    """The lock's header; ``platforms``: an image target's (none for a host environment or a notebook target)."""
+    if inputs.torch_index:
+        indexes = f"torch, torchvision from PyTorch's {inputs.torch_variant} index; everything else from "
+    else:
+        indexes = "every package from "
+    indexes += "the target's pip_index_url" if inputs.index_url else "the default index"
+    if inputs.source == "target":
+        what, relock, name = (
+            f'target "{inputs.target}"',
+            f"envkit.yaml, then run `envkit lock --target {inputs.target}`",
+            LOCK_FILE,
+        )
+    else:
+        name = requirements_lock_path(Path(inputs.target)).name
+        what, relock = inputs.target, f"{inputs.target}, then run `envkit lock --requirements` on it"
+    lines = [
+        f"# envkit lock for {what}: every package pinned by version and sha256.",
+        f"# Do not edit: change {relock}.",
+        f"# Install: pip install --require-hashes --no-deps --only-binary=:all: -r {name}",
+        f"{INPUTS_LINE}{inputs.digest()}",
+        f"{PACKAGES_LINE}{body_digest(body)}",
+        f"{PLATFORM_LINE}{inputs.platform}, python {inputs.python}",
+        *([f"{IMAGE_PLATFORMS_LINE}{' '.join(platforms)}"] if platforms else []),
+        *wheels_lines(wheels or {}),
+        f"# indexes: {indexes}",
+        f"# top-level: {' '.join(inputs.requirements)}",
+        *([f"{BASE_LINE}{base_image}"] if base_image else []),
+        f"# resolved with: {command}",
+    ]
+    return "\n".join(lines) + "\n"
