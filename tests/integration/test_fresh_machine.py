@@ -27,7 +27,6 @@ pytestmark = pytest.mark.slow
 # resolve) and pass in the suite on Debian 12: open bugs, not yet diagnosed, kept out of its run until they are
 # fixed (each is named in the closing note of the stop that found them). Every other fast test runs there.
 KNOWN_FAILING_THERE = (
-    "tests/lock/test_lockfile.py::test_torch_comes_from_pytorch_index_and_everything_else_from_the_default",
     "tests/support/test_provenance_device.py::"
     "test_torchrun_and_its_workers_report_and_a_program_that_is_not_python_is_not_observed",
 )
