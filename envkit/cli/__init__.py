@@ -35,8 +35,10 @@ def _is_the_program() -> bool:
 
 
 # Ctrl-C while envkit's own modules load (before main's handler is in place) is one line too, not a traceback;
-# only in envkit's own process: a program or test that imports envkit.cli keeps its own SIGINT handling.
-if _is_the_program():
+# only in envkit's own process: a program or test that imports envkit.cli keeps its own SIGINT handling. Only
+# where Python's own handler is in place: a SIGINT ignored from the start (a shell's background job, nohup) stays
+# ignored, as Python itself leaves it.
+if _is_the_program() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     try:
         signal.signal(signal.SIGINT, _interrupted_while_loading)
     except ValueError:  # not the main thread: signals are not ours to set

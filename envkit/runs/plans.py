@@ -127,7 +127,9 @@ def _torchrun(entry: Experiment) -> tuple[str, ...]:
         return ()
     device = kinds.kind(entry.kind).device
     processes = "gpu" if entry.gpus != "none" else str(CPU_DDP_PROCESSES) if device == "cpu" else "1"
-    return ("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", processes)
+    # --local-addr: the store's address is this host's name otherwise, and where that name does not resolve (no
+    # 127.0.1.1 line in /etc/hosts) torchrun waits out its rendezvous timeouts, then fails (issue 33 §20).
+    return ("-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1", "--nproc-per-node", processes)
 
 
 def run_env(kind: str, results_dir: Path | None = None, data_dir: Path | None = None) -> dict[str, str]:

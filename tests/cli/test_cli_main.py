@@ -68,20 +68,31 @@ def test_ctrl_c_while_the_command_loads_is_one_line(monkeypatch, capsys):
 def test_ctrl_c_while_envkit_s_own_modules_load_is_one_line(program):
     """Ctrl-C before main runs (its modules still loading: a third of the tries in the first 0.2 s) was a
     KeyboardInterrupt traceback; the signal here arrives right after envkit.cli is imported, before main."""
+    # Python's own handler first, as in a terminal: this process may have inherited SIGINT ignored (a CI script's
+    # background job), which envkit leaves ignored (the test below).
     probe = (
-        f"import os, signal, sys, time; sys.argv[0] = {program!r}; import envkit.cli; "
-        "os.kill(os.getpid(), signal.SIGINT); time.sleep(30)"
+        f"import os, signal, sys, time; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        f"sys.argv[0] = {program!r}; import envkit.cli; os.kill(os.getpid(), signal.SIGINT); time.sleep(30)"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60)
     assert (done.returncode, done.stderr) == (130, "envkit: interrupted\n")
 
 
-def test_a_program_that_imports_envkit_cli_keeps_its_own_ctrl_c():
-    probe = "import signal, sys; sys.argv[0] = 'myprogram'; import envkit.cli; print(signal.getsignal(signal.SIGINT))"
+@pytest.mark.parametrize("handler", ["signal.default_int_handler", "signal.SIG_IGN", "lambda *_: None"])
+@pytest.mark.parametrize("program", ["myprogram", "envkit"])
+def test_a_program_that_imports_envkit_cli_keeps_its_own_ctrl_c(program, handler):
+    """Another program keeps whatever SIGINT handling it has; envkit itself keeps a SIGINT it was started with
+    ignored (a shell's background job, nohup), as Python does. Before, it put its own handler over SIG_IGN, and
+    this test read the handler this process was started with (SIG_IGN under CI's background job, not Python's)."""
+    probe = (
+        f"import signal, sys; handler = {handler}; signal.signal(signal.SIGINT, handler); "
+        f"sys.argv[0] = {program!r}; import envkit.cli; print(signal.getsignal(signal.SIGINT) is handler)"
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
-    assert done.stdout.strip() == str(signal.default_int_handler)
+    kept = program == "envkit" and handler == "signal.default_int_handler"  # envkit's own line replaces Python's
+    assert done.stdout.strip() == str(not kept)
 
 
 def test_main_hands_ctrl_c_back_to_python_so_a_command_can_undo_its_work(monkeypatch):

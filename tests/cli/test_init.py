@@ -286,7 +286,7 @@ def test_envkit_experiment_starts_a_torchrun_script_under_torchrun_here(repo, ca
     config = str(repo / "envkit.yaml")
     assert main(["experiment", "ddp", "--config", config, "--python", sys.executable, "--dry-run"]) == 0
     assert capsys.readouterr().out.endswith(
-        f"{sys.executable} -m torch.distributed.run --standalone --nproc-per-node 2 ddp.py\n"
+        f"{sys.executable} -m torch.distributed.run --standalone --local-addr 127.0.0.1 --nproc-per-node 2 ddp.py\n"
     )
     argv = ["experiment", "ddp", "--config", config, "--python", sys.executable, "--target", "cuda", "--dry-run"]
     assert main(argv) == 0 and "--nproc-per-node gpu ddp.py\n" in capsys.readouterr().out

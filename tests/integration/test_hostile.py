@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -92,7 +92,7 @@ def _write(path: Path, content: bytes | int | tuple[str, object]) -> None:
             os.symlink(value, path)
         elif kind == "directory":
             path.mkdir()
-        else:  # unreadable (mode 000; the case runs as a user other than root): a file, or a directory for null
+        else:  # unreadable (mode 000; root runs the case without its read overrides): a file, or a directory for null
             path.mkdir() if value is None else path.write_text(value)
             path.chmod(0)
     elif isinstance(content, int):
@@ -142,38 +142,48 @@ def _unreadable(case: dict) -> bool:
     return any(isinstance(spec, dict) and "unreadable" in spec for spec in (case.get("files") or {}).values())
 
 
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+_CAPABILITY_VERSION_3 = 0x20080522  # linux/capability.h: two _CapData, capabilities 0-31 in the first
+_READ_OVERRIDES = 1 << 1 | 1 << 2  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+
+
 @contextlib.contextmanager
-def _as_nobody(active: bool):
-    """Root reads a mode-000 file: a case with an unreadable file runs as nobody (effective uid 65534)."""
+def _without_read_override(active: bool):
+    """Root reads a mode-000 file: a case with an unreadable file runs with root's two capabilities that pass over
+    file modes out of this thread's effective set, so a file root owns with mode 000 is unreadable to it too.
+    Root stays root (before: the case ran as nobody, who could not reach a repository under /root, mode 700)."""
     if not active:
         yield
         return
-    os.setegid(NOBODY)
-    os.seteuid(NOBODY)
+    libc = ctypes.CDLL(None, use_errno=True)
+    header, data = _CapHeader(_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
+
+    def capset(effective: int) -> None:
+        data[0].effective = effective
+        if libc.capset(ctypes.byref(header), data) != 0:
+            raise OSError(ctypes.get_errno(), "capset")
+
+    if libc.capget(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    effective = data[0].effective
+    capset(effective & ~_READ_OVERRIDES)
     try:
         yield
     finally:
-        os.seteuid(0)
-        os.setegid(0)
-
-
-NOBODY = 65534
+        capset(effective)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
-def test_hostile_input_is_one_line_and_changes_nothing(case, pristine, tmp_path, monkeypatch, capsys, request):
-    as_nobody = _unreadable(case) and os.geteuid() == 0
-    if as_nobody:
-        # nobody must reach the copy: pytest's own directories are root's alone (mode 700).
-        tmp_path = Path(tempfile.mkdtemp(prefix="envkit-hostile-"))
-        request.addfinalizer(lambda: shutil.rmtree(tmp_path))
-        tmp_path.chmod(0o755)
-        (tmp_path / "cache").mkdir(mode=0o777)
-        (tmp_path / "cache").chmod(0o777)
+def test_hostile_input_is_one_line_and_changes_nothing(case, pristine, tmp_path, monkeypatch, capsys):
     project = tmp_path / "project"
     shutil.copytree(pristine, project)
-    if as_nobody:  # the copy keeps pytest's mode 700
-        project.chmod(0o755)
     if "config" in case:
         _configure(project / "envkit.yaml", case["config"])
     if "edit" in case:
@@ -191,7 +201,7 @@ def test_hostile_input_is_one_line_and_changes_nothing(case, pristine, tmp_path,
     before = snapshot(project)
 
     try:
-        with _as_nobody(as_nobody):
+        with _without_read_override(_unreadable(case) and os.geteuid() == 0):
             code = main([str(word) for word in case["argv"]])
     except SystemExit as exit_:  # argparse's own refusals
         code = exit_.code

@@ -80,7 +80,9 @@ def test_torch_comes_from_pytorch_index_and_everything_else_from_the_default(loc
     }
     text = lock_text(locked, "cpu")
     for index, name in ((pytorch, "torch"), (pytorch, "torchvision"), (pypi, "filelock"), (pypi, "pillow")):
-        wheel = next((index.root / name).glob("*.whl"))
+        # The locked version's wheel by name: the pytorch index serves +cpu and +cu126 side by side, and a
+        # folder's order is the file system's (tmpfs lists the newest first: the +cu126 wheel).
+        (wheel,) = (index.root / name).glob(f"{name}-{cpu.packages[name]}-*.whl")
         assert f"--hash=sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}" in text, name
     # PyPI's CUDA build of torch brings nvidia-* and triton; the cpu lock must not.
     assert not any(package.startswith(("nvidia-", "triton")) for package in cpu.packages)

@@ -132,7 +132,8 @@ def test_one_ddp_step_equals_one_full_batch_step(tmp_path):
     # the worker runs this file as a script: pytest's pythonpath setting is not there, so it goes in the environment
     found = os.pathsep.join(str(folder) for folder in (TESTS, REPO_ROOT / "recipes"))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CIFAR_DDP_STEP_OUT": str(tmp_path / "ddp.pt"), "PYTHONPATH": found}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__]
+    loopback = "--local-addr=127.0.0.1"  # a host whose own name does not resolve waits out the rendezvous otherwise
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", loopback, "--nproc_per_node=2", __file__]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     single = one_step(cifar.Replicas(device=torch.device("cpu"), parallel="none"))

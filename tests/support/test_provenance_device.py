@@ -64,7 +64,11 @@ def test_the_cuda_devices_a_program_used_are_named_from_torch(tmp_path):
 def test_torchrun_and_its_workers_report_and_a_program_that_is_not_python_is_not_observed(tmp_path):
     (tmp_path / "train.py").write_text("import torch, os\nassert os.environ['LOCAL_RANK'] in '01'\n")
     torchrun = str(Path(sys.executable).with_name("torchrun"))
-    done, record = wrapped(tmp_path, torchrun, "--standalone", "--nproc-per-node", "2", "train.py")
+    # On loopback, as envkit starts torchrun: its rendezvous otherwise waits for this host's name, which need not
+    # resolve (Debian 13's fresh machine: two 300 s timeouts, then failure).
+    done, record = wrapped(
+        tmp_path, torchrun, "--standalone", "--local-addr", "127.0.0.1", "--nproc-per-node", "2", "train.py"
+    )
     assert done.returncode == 0, done.stderr
     assert record["run"]["device"]["python_processes"] == 3 and record["run"]["device"]["accelerator"] == "cpu"
     (tmp_path / "results" / record["run_name"]).with_suffix(".json").unlink()
