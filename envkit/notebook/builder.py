@@ -45,6 +45,7 @@ from envkit.project.experiments import RECIPES, Experiment, excerpt
 from envkit.project.experiments import experiment as find_experiment
 from envkit.project.notebook_platforms import accelerator_of, load_platforms, refuse_too_few_devices
 from envkit.project.output import Output
+from envkit.runs.torchrun import started_program
 from envkit.support import provenance
 from envkit.support.bounded_load import load_bytes
 
@@ -148,7 +149,7 @@ def render_notebook(
         "runtime": platform.runtime_of(accelerator),
         "packages": packages,
         "rerender": rerender,
-        "commands": _commands(experiment),
+        "commands": _commands(settings["program"], experiment),
         "program_file_count": len(files["program"]),
         "shown": shown,
         "project": PROJECT,
@@ -258,8 +259,8 @@ def _runs(experiment: Experiment) -> list[dict]:
     ]
 
 
-def _commands(experiment: Experiment) -> list[str]:
-    return [shlex.join([*experiment.program, *run.argv]) for run in experiment.runs]
+def _commands(program: list[str], experiment: Experiment) -> list[str]:
+    return [shlex.join([*program, *run.argv]) for run in experiment.runs]
 
 
 def _device_text(accelerator) -> str:
@@ -384,8 +385,9 @@ def _settings(target, experiment, platform, accelerator, files, packages, rerend
         "packages": packages,
         "lock": {"path": "requirements.lock", "python": target.python},
         # What runs from the project's root (the scratch folder's top for a recipe, project/ for a command's
-        # files), each run's arguments after it; a leading python is the environment's interpreter.
-        "program": list(experiment.program),
+        # files), each run's arguments after it; a leading python is the environment's interpreter. A torchrun
+        # script runs under torchrun with a process per GPU of the accelerator, as on a host (CPU mode: on the CPU).
+        "program": list(started_program(experiment, accelerator.device.get("count"))),
         "root": "." if experiment.recipe is not None else PROJECT,
         "env": run_env(kind, target),
         "experiment_env": dict(experiment.env),  # the experiment's own variables, in CPU mode too

@@ -26,6 +26,7 @@ from envkit.project import DEFAULT_CONFIG, kinds
 from envkit.project.experiments import PYTHONS, Experiment, RecipeRun, load_experiments
 from envkit.project.load import load_config
 from envkit.project.output import Output
+from envkit.runs.torchrun import CPU_DDP_PROCESSES, started_program
 from envkit.support import provenance
 from envkit.support.shellquote import command_line
 
@@ -50,8 +51,6 @@ DEMO_CIFAR_ARGS = (
     "128",
 )
 DEMO_EXTRA_ARGS = {"mnist": DEMO_MNIST_ARGS, "cifar": DEMO_CIFAR_ARGS}
-# Two gloo processes: the smallest DDP that shows the lesson, and all a 2-core laptop has.
-CPU_DDP_PROCESSES = 2
 # Said before compare runs on real data: where it comes from, and the way around the download.
 REAL_DATA_NOTE = (
     "--dataset real: each recipe downloads MNIST or CIFAR-10 into its data directory on first use, "
@@ -98,9 +97,9 @@ def host_step(
     if os.sep in python:
         python = os.path.abspath(python)  # it runs from the project's root, not from where it was named
     env = {**entry.env, **env}  # the experiment's env:, under what envkit tells every run
-    program = entry.program
+    program = started_program(entry)
     if program[0] in PYTHONS:
-        program = (python, *_torchrun(entry), *program[1:])
+        program = (python, *program[1:])
     wrapper = str(Path(provenance.__file__))
     # It runs elsewhere than envkit: the locations it is told must not be relative.
     located = {name: str(Path(value).resolve()) if name in LOCATIONS else value for name, value in env.items()}
@@ -117,19 +116,6 @@ def host_step(
 
 
 LOCATIONS = ("ENVKIT_RESULTS_DIR", "ENVKIT_DATA_DIR")
-
-
-def _torchrun(entry: Experiment) -> tuple[str, ...]:
-    """What starts a ``scale: torchrun`` command's script under torchrun on this host, one process per device of its
-    kind (every GPU; CPU_DDP_PROCESSES gloo processes on a CPU; one on a TPU VM, whose program spreads itself), with
-    a single-host rendezvous on loopback. Nothing for another scale, or a command that starts torchrun itself."""
-    if entry.scale != "torchrun" or entry.command is None or entry.command[1:2] == ("-m",):
-        return ()
-    device = kinds.kind(entry.kind).device
-    processes = "gpu" if entry.gpus != "none" else str(CPU_DDP_PROCESSES) if device == "cpu" else "1"
-    # --local-addr: the store's address is this host's name otherwise, and where that name does not resolve (no
-    # 127.0.1.1 line in /etc/hosts) torchrun waits out its rendezvous timeouts, then fails (issue 33 §20).
-    return ("-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1", "--nproc-per-node", processes)
 
 
 def run_env(kind: str, results_dir: Path | None = None, data_dir: Path | None = None) -> dict[str, str]:
@@ -294,7 +280,7 @@ def experiment_plan(
                 _envkit("build", target.name, *_config_args(config), *build_args),
             ),
             *(
-                Step(_run_title(entry, run), (run_sh, *entry.program, *run.argv, *recipe_args), run_env)
+                Step(_run_title(entry, run), (run_sh, *started_program(entry), *run.argv, *recipe_args), run_env)
                 for run in entry.runs
             ),
         ]
@@ -417,7 +403,13 @@ def demo_plan(results_dir: Path, *, config: Path, facts, use_docker: bool, base_
         *(
             Step(
                 _title(entry.image_title or entry.title, 0, run),
-                (run_sh, *entry.program, *run.argv, *_recipe_size(entry, size), *DEMO_EXTRA_ARGS.get(entry.recipe, ())),
+                (
+                    run_sh,
+                    *started_program(entry),
+                    *run.argv,
+                    *_recipe_size(entry, size),
+                    *DEMO_EXTRA_ARGS.get(entry.recipe, ()),
+                ),
                 mount,
             )
             for entry in in_demo_image

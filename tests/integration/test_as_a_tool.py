@@ -155,6 +155,7 @@ def test_a_users_experiment_runs_in_its_image_and_on_a_host_lock_then_reports_an
     config = yaml.safe_load((project / "envkit.yaml").read_text())
     config["targets"]["cpu-local"] = LOCAL_TARGET
     config["experiments"]["local-train"] = {**LOCAL_EXPERIMENT, "args": ["--epochs", "2"]}
+    config["experiments"]["ddp"]["targets"].append("cpu-local")  # init's scale: torchrun experiment, in the image
     (project / "envkit.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     index, uv_cache = local_index
     no_engine = {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}  # the lock must not ask a registry for the base
@@ -179,6 +180,13 @@ def test_a_users_experiment_runs_in_its_image_and_on_a_host_lock_then_reports_an
     image = client.images.get("envkit-cpu-local:latest")
     listed = client.containers.run(image, ["find", ".", "-type", "f"], remove=True).decode().split()
     assert sorted(listed) == ["./README.md", "./ddp.py", "./requirements.txt", "./train.py"]  # git's files; not data/
+    # The DDP script in the same image starts under torchrun, two gloo processes (issue 32 §7; before, run.sh ran
+    # it as plain python: KeyError: 'LOCAL_RANK').
+    ddp = run(
+        [envkit, "experiment", "ddp", "--target", "cpu-local", "--results-dir", str(tmp_path / "ddp"), *build], project
+    )
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    assert "rank 0 of 2: sum=3.0" in ddp.stdout and "rank 1 of 2: sum=3.0" in ddp.stdout, ddp.stdout
 
     # A host run on the same lock: its venv, then the command from the project's root through the wrapper.
     venv = run([envkit, "venv", "cpu-local", "--torch-index-url", index], project, 1800, **uv_cache)
