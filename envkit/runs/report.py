@@ -34,6 +34,7 @@ from envkit.runs.published import (
     work_differences,
 )
 from envkit.runs.results import CONFIGURATION_KEYS, RunResult, Stat, stat_of
+from envkit.runs.speedup_bounds import flag_beyond
 
 # processes_per_node follows from the mode, world size and nodes (and version 1 files were upgraded
 # to processes_per_node = world_size, which DP and SPMD runs would not record): rows ignore it.
@@ -249,6 +250,7 @@ def build_report(
             assign_speedups(section.rows, baseline)
         elif "speedup" in section.facts:
             _assign_speedups(section.rows, baseline)
+        flag_beyond(section.rows)
         mark_environments(section)
     ordered = [sections[key] for key in sorted(sections)]
     if strict:

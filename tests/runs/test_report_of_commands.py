@@ -416,3 +416,18 @@ def test_a_run_whose_program_reported_no_device_keeps_its_label_unchecked(tmp_pa
     record(results, "a", device="cuda", image=None, wall=3.0, target="cuda", used=unseen)
     ((row,),) = [section.rows for section in _sections(results)]
     assert row.device == "a device (not checked)" and not row.cpu_stand_in and row.speedup == 1.0
+
+
+def test_a_commands_gpu_row_beyond_its_gpus_against_a_gpu_baseline_is_flagged(tmp_path):
+    """A speed-up beyond the devices used is not a result (tests/runs/test_speedup_bounds.py: a recipe's)."""
+    results = tmp_path / "results"
+    one, two = ({"observed": True, "accelerator": "cuda", "name": "H100", "count": n, "label": "cuda"} for n in (1, 2))
+    record(results, "a", device="cuda", image=None, wall=30.0, target="cuda", used=one)
+    record(results, "b", device="cuda", image=None, wall=10.0, target="cuda-2", used=two)
+    record(results, "c", device="cpu", image=None, wall=60.0, target="cpu")
+    against_gpu = build_report(load_results(results)[0], baseline="cuda")
+    rows = {row.label: row for row in against_gpu.sections[0].rows}
+    assert rows["cuda-2"].speedup_beyond == "beyond 2 GPUs: not a result"
+    assert rows["cpu"].speedup_beyond is None  # another device than the baseline's: no bound
+    against_cpu = build_report(load_results(results)[0])  # a GPU against the CPU: no bound either
+    assert all(row.speedup_beyond is None for row in against_cpu.sections[0].rows)
