@@ -97,7 +97,8 @@ def host_step(
     before the recipe writes (a rendezvous that times out) still gets its record. A leading python is ``python``."""
     if os.sep in python:
         python = os.path.abspath(python)  # it runs from the project's root, not from where it was named
-    env = {**entry.env, **env}  # the experiment's env:, under what envkit tells every run
+    # The experiment's env:, under what envkit tells every run, over the thread budget it would set.
+    env = {**cpu_threads(entry), **entry.env, **env}
     program = entry.program
     if program[0] in PYTHONS:
         program = (python, *_torchrun(entry), *program[1:])
@@ -126,6 +127,20 @@ def _torchrun(entry: Experiment) -> tuple[str, ...]:
     device = kinds.kind(entry.kind).device
     processes = "gpu" if entry.gpus != "none" else str(CPU_DDP_PROCESSES) if device == "cpu" else "1"
     return ("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", processes)
+
+
+def cpu_threads(entry: Experiment) -> dict[str, str]:
+    """OMP_NUM_THREADS for a command run on a CPU here: one thread budget (the CPUs this process may use) shared
+    by its processes, so one process and torchrun's CPU_DDP_PROCESSES compare at the same threads in total
+    (torchrun alone gives each of its processes one thread, one process takes every core: issue 32). Nothing for
+    a recipe (its harness shares the budget itself), another device, or a command that starts torchrun itself."""
+    if entry.recipe is not None or kinds.kind(entry.kind).device != "cpu":
+        return {}
+    if entry.scale == "torchrun" and not _torchrun(entry):
+        return {}  # its processes are the command's own: their count is not known here
+    processes = CPU_DDP_PROCESSES if _torchrun(entry) else 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return {"OMP_NUM_THREADS": str(max(1, cpus // processes))}
 
 
 def run_env(kind: str, results_dir: Path | None = None, data_dir: Path | None = None) -> dict[str, str]:
