@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
@@ -247,13 +248,50 @@ def test_a_targets_older_lock_is_a_comparison_of_its_own(tmp_path):
     record(results, "a", device="cpu", image=None, wall=10.0, target="cpu")
     record(results, "b", device="cuda", image=None, wall=2.0, target="cuda", started_at="2026-11-26T10:00:00+00:00")
     record(results, "c", device="cuda", image=None, wall=9.0, target="cuda", lock=None)
-    main_comparison, apart = _sections(results)
+    # Outside a project nothing says which lock is the target's: the newest runs' joins, the other is not "older".
+    main_comparison, apart = build_report(load_results(results)[0], config=tmp_path / "envkit.yaml").sections
     assert [(row.label, row.lock, row.speedup) for row in main_comparison.rows] == [
         ("cpu", "ab" * 32, 1.0),
         ("cuda", "ab" * 32, 5.0),
     ]
     assert [(row.label, row.lock) for row in apart.rows] == [("cuda", None)]
-    assert apart.differs == ["cuda on no lock (an older lock of the target)"]
+    assert apart.differs == ["cuda on no lock (not the lock of the target's newest runs)"]
+
+
+def _project_with_lock(root: Path, target: str) -> tuple[Path, str]:
+    """A project whose ``target`` has a lock file; its path and the lock's sha256."""
+    config = root / "envkit.yaml"
+    config.write_text(f'targets:\n  {target}: {{kind: cpu, torch: "2.9.0"}}\n')
+    lock = root / "docker" / target / "requirements.lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text("torch==2.9.0\n")
+    return config, hashlib.sha256(lock.read_bytes()).hexdigest()
+
+
+def test_a_run_on_its_targets_current_lock_joins_though_others_are_newer(tmp_path):
+    """Bug B4: a run on the target's current lock was titled 'an older lock of the target'."""
+    config, current = _project_with_lock(tmp_path, "cpu")
+    results = tmp_path / "results"
+    record(results, "a", device="cpu", image=None, wall=10.0, target="cpu", lock=current)
+    record(results, "b", device="cpu", image=None, wall=9.0, target="cpu", started_at="2026-11-26T10:00:00+00:00")
+    main_comparison, apart = build_report(load_results(results)[0], config=config).sections
+    assert [(row.label, row.lock) for row in main_comparison.rows] == [("cpu", current)]
+    assert apart.differs == [f"cpu on lock {'ab' * 6} (the target's current lock is {current[:12]})"]
+
+
+def test_runs_that_name_no_target_never_claim_an_older_lock(tmp_path):
+    """Bug B4: records without a target were told against the cpu target's lock, and called 'older'."""
+    config, _ = _project_with_lock(tmp_path, "cpu")
+    results = tmp_path / "results"
+    record(results, "a", device="cpu", image=None, wall=10.0, lock="cd" * 32)
+    record(results, "b", device="cpu", image=None, wall=9.0, started_at="2026-11-26T10:00:00+00:00")
+    titles = [section.title for section in build_report(load_results(results)[0], config=config).sections]
+    assert titles == [
+        "experiment train",
+        f"experiment train · cpu on box on lock {'cd' * 6} (not the lock of the newest runs there; the records "
+        "name no target)",
+    ]
+    assert not any("older" in title for title in titles)
 
 
 def test_records_of_one_experiment_on_several_targets_form_one_comparison_a_row_per_target(tmp_path):
