@@ -16,9 +16,7 @@ import math
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.lock.lockfile import lock_path, read_lock
 from envkit.project import DEFAULT_CONFIG
-from envkit.project.config import load_config
 from envkit.project.experiments import Experiment, run_of
 from envkit.runs.comparison import assign_speedups, command_sections
 from envkit.runs.environments import environment_facts, environment_line, environments_text, mark_environments
@@ -221,21 +219,6 @@ def _recipe_sections(
     return sections, works
 
 
-def current_locks(config: Path, targets: set) -> dict[str, str | None]:
-    """The lock sha256 of each of ``targets`` the project at ``config`` has (None: unlocked), which its runs'
-    locks are told against; none outside a project, or where its config cannot be read (the report still reads
-    the results)."""
-    names = sorted(name for name in targets if name is not None)
-    if not names or not config.is_file():
-        return {}
-    try:
-        project = load_config(config)
-        locks = {name: read_lock(lock_path(project, name)) for name in names if name in project.targets}
-    except EnvkitError:
-        return {}
-    return {name: None if lock is None else lock.sha256 for name, lock in locks.items()}
-
-
 def build_report(
     results: list[RunResult],
     skipped: int = 0,
@@ -243,19 +226,21 @@ def build_report(
     reference: bool = False,
     strict: bool = False,
     config: Path = DEFAULT_CONFIG,
+    current_locks: dict[str, str | None] | None = None,
 ) -> Report:
     """The report of ``results``: a command's runs as comparisons (envkit.runs.comparison: the runs that did the
     same work, a row per target), a recipe's by recipe, dataset and configuration; published rows on request.
 
     ``strict``: refuse (EnvkitError) when a section's measured runs differ in environment_facts.
     ``config``: the project whose experiments the runs may belong to, and whose report.yaml sits beside it.
+    ``current_locks``: its targets' current locks (envkit.runs.target_locks), which a named target's runs join on.
     """
     facts = project_facts(config)
     runs, copies = unique_runs(results)
     sections, works = _recipe_sections([run for run in runs if run.recipe is not None], facts, config)
     # After the recipes' sections ("~" sorts after the recipes and their experiments').
     commands = [run for run in runs if run.recipe is None]
-    sections.update(command_sections(commands, facts, current_locks(config, {run.target for run in commands})))
+    sections.update(command_sections(commands, facts, current_locks))
     if baseline is not None:
         labels = sorted({row.label for section in sections.values() for row in section.rows})
         if baseline not in labels:

@@ -20,6 +20,7 @@ from envkit.runs.formats import render_report
 from envkit.runs.published import project_facts
 from envkit.runs.report import build_report
 from envkit.runs.results import load_results
+from envkit.runs.target_locks import current_locks
 from envkit.support import provenance
 
 ENVIRONMENT = "a device, python 3.11.7, torch 2.13.0, image {image}, lock abababababab"
@@ -268,15 +269,20 @@ def _project_with_lock(root: Path, target: str) -> tuple[Path, str]:
     return config, hashlib.sha256(lock.read_bytes()).hexdigest()
 
 
-def test_a_run_on_its_targets_current_lock_joins_though_others_are_newer(tmp_path):
+def test_a_run_on_its_targets_current_lock_joins_though_others_are_newer(tmp_path, capsys):
     """Bug B4: a run on the target's current lock was titled 'an older lock of the target'."""
     config, current = _project_with_lock(tmp_path, "cpu")
     results = tmp_path / "results"
     record(results, "a", device="cpu", image=None, wall=10.0, target="cpu", lock=current)
     record(results, "b", device="cpu", image=None, wall=9.0, target="cpu", started_at="2026-11-26T10:00:00+00:00")
-    main_comparison, apart = build_report(load_results(results)[0], config=config).sections
+    runs = load_results(results)[0]
+    assert current_locks(config, {"cpu", "gone", None}) == {"cpu": current}  # a target the project lacks: none
+    main_comparison, apart = build_report(runs, config=config, current_locks=current_locks(config, {"cpu"})).sections
     assert [(row.label, row.lock) for row in main_comparison.rows] == [("cpu", current)]
-    assert apart.differs == [f"cpu on lock {'ab' * 6} (the target's current lock is {current[:12]})"]
+    title = f"cpu on lock {'ab' * 6} (the target's current lock is {current[:12]})"
+    assert apart.differs == [title]
+    assert main(["report", str(results), "--config", str(config)]) == 0
+    assert f"## experiment train · {title}\n" in capsys.readouterr().out
 
 
 def test_runs_that_name_no_target_never_claim_an_older_lock(tmp_path):
@@ -285,7 +291,8 @@ def test_runs_that_name_no_target_never_claim_an_older_lock(tmp_path):
     results = tmp_path / "results"
     record(results, "a", device="cpu", image=None, wall=10.0, lock="cd" * 32)
     record(results, "b", device="cpu", image=None, wall=9.0, started_at="2026-11-26T10:00:00+00:00")
-    titles = [section.title for section in build_report(load_results(results)[0], config=config).sections]
+    runs = load_results(results)[0]
+    titles = [section.title for section in build_report(runs, current_locks=current_locks(config, {None})).sections]
     assert titles == [
         "experiment train",
         f"experiment train · cpu on box on lock {'cd' * 6} (not the lock of the newest runs there; the records "
