@@ -127,6 +127,7 @@ def print_report(
     from envkit.runs.formats import render_report
     from envkit.runs.report import build_report
     from envkit.runs.results import load_results
+    from envkit.runs.target_locks import current_locks
 
     if plot is not None:
         if plot.suffix.lower() != ".png":
@@ -152,7 +153,13 @@ def print_report(
     for warning in warnings:
         print(f"envkit: warning: {warning}", file=sys.stderr)
     report = build_report(
-        results, skipped=skipped, baseline=baseline, reference=reference, strict=strict, config=config
+        results,
+        skipped=skipped,
+        baseline=baseline,
+        reference=reference,
+        strict=strict,
+        config=config,
+        current_locks=current_locks(config, {run.target for run in results if run.recipe is None}),
     )
     # The report holds what it shows (bounded curves, not the runs' series): the plot's memory is not added to theirs.
     del results

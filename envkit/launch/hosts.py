@@ -41,10 +41,11 @@ def plan(job: jobs.Job, output: Path) -> LaunchPlan:
 
 def check(job: jobs.Job) -> None:
     hosts = job.options.hosts
-    if job.nodes > 1 and len(hosts) != job.nodes:
+    # One node per host: two hosts run with --nnodes 1 each would start two separate jobs, not one of two nodes.
+    if (job.nodes > 1 or len(hosts) > 1) and len(hosts) != job.nodes:
         raise EnvkitError(
             f"--on hosts with --nodes {job.nodes} needs --hosts with {job.nodes} comma-separated host names "
-            f"(the first holds the rendezvous), got {len(hosts)}"
+            f"(the first holds the rendezvous), got {len(hosts)}: give as many --nodes as --hosts"
         )
     for host in hosts:
         if not _HOST.match(host):

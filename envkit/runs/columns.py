@@ -50,6 +50,8 @@ def _optional(value) -> str:
 def _speedup_cell(row: Row) -> str:
     if row.speedup is None:
         return NOT_APPLICABLE
+    if row.speedup_beyond is not None:  # the ratio measured, never as a result
+        return f"{row.speedup:.2f}× ({row.speedup_beyond})"
     spread = f" ± {row.speedup_std:.2f}" if row.speedup_std is not None else ""
     return f"{row.speedup:.2f}×{spread}"
 
@@ -179,7 +181,7 @@ COLUMNS = {
             "speedup",
             "speed-up ({speedup})",
             ("speedup",),
-            lambda row: (_rounded(row.speedup),),
+            lambda row: (None if row.speedup_beyond else _rounded(row.speedup),),
             _speedup_cell,
         ),
         Column("baseline", None, ("baseline",), lambda row: (row.baseline,)),
@@ -197,6 +199,14 @@ COLUMNS = {
         _trained("warmup_epochs", "warm-up epochs"),
         _trained("effective_lr", "lr", "learning rate"),
         _trained("epochs", "epochs"),
+        # A speed-up beyond the devices used (speedup_bounds): the ratio measured and why it is not a result; its
+        # ``speedup`` is then null.
+        Column(
+            "speedup_beyond",
+            None,
+            ("speedup_beyond",),
+            lambda row: (f"{row.speedup:.2f}× {row.speedup_beyond}" if row.speedup_beyond else None,),
+        ),
         # A command's rows (the run wrapper's records): where they ran (csv/json: configuration), how many
         # failed, and the wall time of the rest.
         Column("where", "where", (), lambda row: (), lambda row: row.label),

@@ -178,9 +178,12 @@ def _newest(runs: list[RunResult]) -> tuple:
     return max((run.started_at or "", str(run.path)) for run in runs)
 
 
-def _split_by_lock(runs: list[RunResult]) -> tuple[list[RunResult], list[tuple[str, str | None, list[RunResult]]]]:
-    """The runs of one work: those that join its comparison (each target's newest lock's), and (target, lock,
-    runs) for every other lock of a target, a comparison each."""
+def _split_by_lock(
+    runs: list[RunResult], current: dict[str, str | None]
+) -> tuple[list[RunResult], list[tuple[str, str | None, list[RunResult], str]]]:
+    """The runs of one work: those that join its comparison (each target's current lock's, where the project
+    says it (``current``: a target's lock sha256, None where unlocked), else its newest runs'), and (target,
+    lock, runs, why apart) for every other lock of a target, a comparison each."""
     by_target: dict[str, dict[str | None, list[RunResult]]] = {}
     for run in runs:
         by_target.setdefault(target_of(run), {}).setdefault(run.environment.get("lock_sha256"), []).append(run)
@@ -188,9 +191,25 @@ def _split_by_lock(runs: list[RunResult]) -> tuple[list[RunResult], list[tuple[s
     apart = []
     for target, locks in sorted(by_target.items()):
         ordered = sorted(locks.items(), key=lambda item: _newest(item[1]), reverse=True)
+        named = any(run.target is not None for _, lock_runs in ordered for run in lock_runs)
+        if named and target in current and current[target] in locks:
+            ordered.sort(key=lambda item: item[0] != current[target])  # stable: the current lock first
         joined += ordered[0][1]
-        apart += [(target, lock, lock_runs) for lock, lock_runs in ordered[1:]]
+        why = _why_apart(target if named else None, current)
+        apart += [(target, lock, lock_runs, why) for lock, lock_runs in ordered[1:]]
     return joined, apart
+
+
+def _why_apart(target: str | None, current: dict[str, str | None]) -> str:
+    """Why a lock's runs stand apart: not the target's current lock, where the records name the target and the
+    project has its lock; else only that other runs of it are newer (never "older": nothing here says which
+    lock came first, nor, where the records name no target, whose lock it is)."""
+    if target is None:
+        return "not the lock of the newest runs there; the records name no target"
+    if target in current:
+        lock = current[target]
+        return f"the target's current lock is {short(lock)}" if lock else "the target is unlocked now"
+    return "not the lock of the target's newest runs"
 
 
 def arguments_text(arguments: Iterable[str]) -> str:
@@ -199,7 +218,7 @@ def arguments_text(arguments: Iterable[str]) -> str:
     return f"`{words}`" if words else "none"
 
 
-def _differences(work: tuple, all_works: list[tuple], lock: tuple[str, str | None] | None) -> list[str]:
+def _differences(work: tuple, all_works: list[tuple], lock: tuple[str, str | None, str] | None) -> list[str]:
     """What sets a comparison apart from its experiment's others: the facets whose values differ among them."""
     _, arguments, data = work
     differs = []
@@ -208,14 +227,17 @@ def _differences(work: tuple, all_works: list[tuple], lock: tuple[str, str | Non
     if len({other[2] for other in all_works}) > 1:
         differs.append(f"data {data if data is not None else 'not recorded'}")
     if lock is not None:
-        target, sha = lock
-        differs.append(f"{target} on {'lock ' + short(sha) if sha else 'no lock'} (an older lock of the target)")
+        target, sha, why = lock
+        differs.append(f"{target} on {'lock ' + short(sha) if sha else 'no lock'} ({why})")
     return differs
 
 
-def command_sections(runs: list[RunResult], facts: dict) -> dict[tuple, Section]:
+def command_sections(
+    runs: list[RunResult], facts: dict, current: dict[str, str | None] | None = None
+) -> dict[tuple, Section]:
     """The comparisons of a command's runs, keyed for the report's order: by experiment (after the recipes'
-    sections), then arguments and data, each target's older locks after."""
+    sections), then arguments and data, each target's other locks after; ``current``: the project's targets'
+    locks (sha256, None where unlocked), which a named target's runs join on."""
     works: dict[tuple, list[RunResult]] = {}
     for run in runs:
         works.setdefault(_work_key(run), []).append(run)
@@ -226,14 +248,14 @@ def command_sections(runs: list[RunResult], facts: dict) -> dict[tuple, Section]
     for work, work_runs in works.items():
         experiment = work[0]
         own = section_facts(facts, None, experiment)
-        joined, apart = _split_by_lock(work_runs)
-        groups = [(None, joined)] + [((target, lock), lock_runs) for target, lock, lock_runs in apart]
+        joined, apart = _split_by_lock(work_runs, current or {})
+        groups = [(None, joined)] + [((target, lock, why), lock_runs) for target, lock, lock_runs, why in apart]
         for lock, group in groups:
             by_target: dict[str, list[RunResult]] = {}
             for run in group:
                 by_target.setdefault((target_of(run), cpu_stand_in(run)), []).append(run)
             rows = [_row(target, target_runs, own) for (target, _), target_runs in by_target.items()]
-            key = ("~", experiment, work[1], work[2] or "", "" if lock is None else json.dumps(lock))
+            key = ("~", experiment, work[1], work[2] or "", "" if lock is None else json.dumps(lock[:2]))
             sections[key] = Section(
                 None,
                 None,

@@ -53,6 +53,8 @@ class Row:
     device: str | None = None  # what its runs really initialised, in words (the record's device block)
     cpu_stand_in: bool = False  # an accelerator target's runs that initialised no accelerator: no speed-up
     speedup_std: float | None = None  # the speed-up's spread, from both wall times' std
+    # Why its speed-up is not a result: beyond what its devices could give against the baseline's (speedup_bounds).
+    speedup_beyond: str | None = None
     reported: dict = field(default_factory=dict)  # metric -> successful runs that reported it as a finite number
     not_finite: dict = field(default_factory=dict)  # metric -> successful runs that reported it as NaN or ±inf
     curves: dict = field(default_factory=dict)  # series name -> Curve, over its successful runs

@@ -119,8 +119,8 @@ def _time_to_goal(goal: Goal, runs: list[RunResult], series: list[dict]) -> tupl
 
 def _speedup(row: Row, section: Section) -> Measure | None:
     """The row's speed-up with its spread: the model's (a comparison's rows); a recipe's row, whose model keeps
-    none, by the model's formula from both sides' measure."""
-    if row.speedup is None:
+    none, by the model's formula from both sides' measure; none where it is beyond the devices used (not a result)."""
+    if row.speedup is None or row.speedup_beyond is not None:
         return None
     if row.recipe is None or row.speedup_std is not None:
         return row.speedup, row.speedup_std or 0.0
@@ -145,6 +145,8 @@ def _left_out(row: Row) -> tuple[str, ...]:
                 f"{run.run_name}: ran on {row.target} but initialised no accelerator ({row.device}); "
                 "a CPU run, left out of the speed-ups"
             )
+    if row.speedup_beyond is not None:
+        lines.append(f"speed-up {row.speedup:.2f}× {row.speedup_beyond}: left out of the speed-up figure")
     return tuple(lines)
 
 

@@ -26,7 +26,7 @@ from envkit.project import DEFAULT_CONFIG, kinds
 from envkit.project.experiments import PYTHONS, Experiment, RecipeRun, load_experiments
 from envkit.project.load import load_config
 from envkit.project.output import Output
-from envkit.runs.torchrun import CPU_DDP_PROCESSES, started_program
+from envkit.runs.torchrun import CPU_DDP_PROCESSES, cpu_threads, started_program
 from envkit.support import provenance
 from envkit.support.shellquote import command_line
 
@@ -96,7 +96,8 @@ def host_step(
     before the recipe writes (a rendezvous that times out) still gets its record. A leading python is ``python``."""
     if os.sep in python:
         python = os.path.abspath(python)  # it runs from the project's root, not from where it was named
-    env = {**entry.env, **env}  # the experiment's env:, under what envkit tells every run
+    # The experiment's env:, under what envkit tells every run, over the thread budget it would set.
+    env = {**cpu_threads(entry), **entry.env, **env}
     program = started_program(entry)
     if program[0] in PYTHONS:
         program = (python, *program[1:])

@@ -13,6 +13,7 @@ the optional extra ``report``, and ``require_matplotlib`` says so in one line.
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 from envkit import DISTRIBUTION
@@ -64,7 +65,7 @@ def _tick_label(row: Row) -> str:
     return label
 
 
-def _draw_panel(axes, section: Section, drawn_bars: list[tuple[str, str]], rows: list[Row], sources: list[str]) -> None:
+def _draw_panel(axes, drawn_bars: list[tuple[str, str]], rows: list[Row], sources: list[str]) -> None:
     width = 0.8 / len(drawn_bars)
     positions = range(len(rows))
     for index, (key, name) in enumerate(drawn_bars):
@@ -97,12 +98,12 @@ def _draw_panel(axes, section: Section, drawn_bars: list[tuple[str, str]], rows:
         ha="right" if len(rows) > 6 else "center",
     )
     axes.set_ylabel(column_of(drawn_bars[0][0]).axis)
-    axes.set_title(section.title)
+    axes.set_title(_wrapped(" + ".join(name for _, name in drawn_bars), axes), fontsize=10)
     axes.margins(y=0.15)
     axes.legend(fontsize=7, loc="upper left")
 
 
-def _draw_curves(axes, section: Section, name: str, rows: list[Row]) -> None:
+def _draw_curves(axes, name: str, rows: list[Row]) -> None:
     """One series as a curve per row; the first step marked apart (compile and warm-up show there)."""
     for index, row in enumerate(rows):
         curve = row.curves.get(name)
@@ -112,7 +113,7 @@ def _draw_curves(axes, section: Section, name: str, rows: list[Row]) -> None:
         axes.plot(curve.steps[:1], curve.values[:1], "o", color=f"C{index % 10}", markersize=4)
     axes.set_xlabel("step (first step marked)")
     axes.set_ylabel(name)
-    axes.set_title(section.title)
+    axes.set_title(_wrapped(f"{name} per step", axes), fontsize=10)
     axes.legend(fontsize=7, loc="best")
 
 
@@ -151,6 +152,49 @@ def plotted(report: Report) -> tuple[list[tuple[Section, list[Row], list]], list
     return drawable[:MAX_SECTIONS], left_out
 
 
+def _wrapped(text: str, where, points: float = 10.0) -> str:
+    """``text`` in lines that fit the width of ``where`` (axes or a subfigure) at ``points``: a long title (an
+    experiment's arguments, a lock) must not run into its neighbour's (bug B4)."""
+    figure = where.get_figure(root=True) if hasattr(where, "get_figure") else where.figure
+    inches = figure.get_figwidth() * (where.get_position().width if hasattr(where, "get_position") else 1.0)
+    # An average character is about 0.55 of the font's size wide.
+    return "\n".join(textwrap.wrap(text, max(12, int(inches * 72 / (0.55 * points))))) or text
+
+
+def figure_of(report: Report, drawable: list) -> object:
+    """The figure: one subfigure per section, titled once by it, its panels titled by what they show, laid out
+    by matplotlib's constrained layout so that no title runs into another or into the figure's."""
+    from matplotlib import pyplot
+
+    columns = math.lcm(*(len(drawn) for _, _, drawn in drawable))
+    figure = pyplot.figure(
+        figsize=(
+            # Published rows bring three-line, slanted tick labels: give each panel room for them.
+            min(MAX_WIDTH, max(_panel_width(len(drawn), len(rows)) for _, rows, drawn in drawable)),
+            (5.2 if report.reference else 4.2) * len(drawable),
+        ),
+        layout="constrained",
+    )
+    figure.suptitle(
+        "envkit comparison (mean ± std; hatched bars: published numbers)"
+        if report.reference
+        else "envkit comparison (mean ± std)"
+    )
+    lines = figure.subfigures(len(drawable), 1, squeeze=False)[:, 0]
+    for line, (section, rows, drawn) in zip(lines, drawable):
+        line.suptitle(_wrapped(section.title, line, 11), fontsize=11)
+        grid = line.add_gridspec(1, columns)
+        sources = list(dict.fromkeys(row.source for row in rows))
+        span = columns // len(drawn)
+        for index, (kind, what) in enumerate(drawn):
+            axes = line.add_subplot(grid[0, index * span : (index + 1) * span])
+            if kind == "bars":
+                _draw_panel(axes, what, rows, sources)
+            else:
+                _draw_curves(axes, what, rows)
+    return figure
+
+
 def write_plot(report: Report, path: Path) -> list[str]:
     """Write the PNG atomically: one row of panels per section, its bars per configuration (or run), its
     series as curves; return what the bounds left out (plotted), a line each."""
@@ -166,30 +210,7 @@ def write_plot(report: Report, path: Path) -> list[str]:
             "nothing to plot: no configuration recorded per-epoch timings and no command's run succeeded "
             "(runs stopped before an epoch ended, or failed?)"
         )
-    columns = math.lcm(*(len(drawn) for _, _, drawn in drawable))
-    figure = pyplot.figure(
-        figsize=(
-            # Published rows bring three-line, slanted tick labels: give each panel room for them.
-            min(MAX_WIDTH, max(_panel_width(len(drawn), len(rows)) for _, rows, drawn in drawable)),
-            (5.2 if report.reference else 4.2) * len(drawable),
-        )
-    )
-    grid = figure.add_gridspec(len(drawable), columns)
-    for line, (section, rows, drawn) in enumerate(drawable):
-        sources = list(dict.fromkeys(row.source for row in rows))
-        span = columns // len(drawn)
-        for index, (kind, what) in enumerate(drawn):
-            axes = figure.add_subplot(grid[line, index * span : (index + 1) * span])
-            if kind == "bars":
-                _draw_panel(axes, section, what, rows, sources)
-            else:
-                _draw_curves(axes, section, what, rows)
-    figure.suptitle(
-        "envkit comparison (mean ± std; hatched bars: published numbers)"
-        if report.reference
-        else "envkit comparison (mean ± std)"
-    )
-    figure.tight_layout()
+    figure = figure_of(report, drawable)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with atomic_stream(path) as stream:

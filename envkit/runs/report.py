@@ -34,6 +34,7 @@ from envkit.runs.published import (
     work_differences,
 )
 from envkit.runs.results import CONFIGURATION_KEYS, RunResult, Stat, stat_of
+from envkit.runs.speedup_bounds import flag_beyond
 
 # processes_per_node follows from the mode, world size and nodes (and version 1 files were upgraded
 # to processes_per_node = world_size, which DP and SPMD runs would not record): rows ignore it.
@@ -225,18 +226,21 @@ def build_report(
     reference: bool = False,
     strict: bool = False,
     config: Path = DEFAULT_CONFIG,
+    current_locks: dict[str, str | None] | None = None,
 ) -> Report:
     """The report of ``results``: a command's runs as comparisons (envkit.runs.comparison: the runs that did the
     same work, a row per target), a recipe's by recipe, dataset and configuration; published rows on request.
 
     ``strict``: refuse (EnvkitError) when a section's measured runs differ in environment_facts.
     ``config``: the project whose experiments the runs may belong to, and whose report.yaml sits beside it.
+    ``current_locks``: its targets' current locks (envkit.runs.target_locks), which a named target's runs join on.
     """
     facts = project_facts(config)
     runs, copies = unique_runs(results)
     sections, works = _recipe_sections([run for run in runs if run.recipe is not None], facts, config)
     # After the recipes' sections ("~" sorts after the recipes and their experiments').
-    sections.update(command_sections([run for run in runs if run.recipe is None], facts))
+    commands = [run for run in runs if run.recipe is None]
+    sections.update(command_sections(commands, facts, current_locks))
     if baseline is not None:
         labels = sorted({row.label for section in sections.values() for row in section.rows})
         if baseline not in labels:
@@ -249,6 +253,7 @@ def build_report(
             assign_speedups(section.rows, baseline)
         elif "speedup" in section.facts:
             _assign_speedups(section.rows, baseline)
+        flag_beyond(section.rows)
         mark_environments(section)
     ordered = [sections[key] for key in sorted(sections)]
     if strict:

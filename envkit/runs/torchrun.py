@@ -5,6 +5,8 @@ torchrun per node themselves (envkit.launch), with the node counts they are give
 
 from __future__ import annotations
 
+import os
+
 from envkit.project import kinds
 from envkit.project.experiments import PYTHONS, Experiment
 
@@ -37,3 +39,18 @@ def _torchrun_processes(entry: Experiment, gpus: int | None) -> str:
     if entry.gpus != "none":
         return "gpu" if gpus is None else str(gpus)
     return str(CPU_DDP_PROCESSES) if device == "cpu" else "1"
+
+
+def cpu_threads(entry: Experiment) -> dict[str, str]:
+    """OMP_NUM_THREADS for a command run on a CPU here: one thread budget (the CPUs this process may use) shared
+    by its processes, so one process and torchrun's CPU_DDP_PROCESSES compare at the same threads in total
+    (torchrun alone gives each of its processes one thread, one process takes every core: issue 32). Nothing for
+    a recipe (its harness shares the budget itself), another device, or a command that starts torchrun itself."""
+    if entry.recipe is not None or kinds.kind(entry.kind).device != "cpu":
+        return {}
+    under_torchrun = started_program(entry) != entry.program
+    if entry.scale == "torchrun" and not under_torchrun:
+        return {}  # its processes are the command's own: their count is not known here
+    processes = CPU_DDP_PROCESSES if under_torchrun else 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return {"OMP_NUM_THREADS": str(max(1, cpus // processes))}

@@ -174,3 +174,19 @@ class Replicas:
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(tensor)
         return tensor.tolist()
+
+
+def share_threads(replicas: Replicas) -> dict:
+    """On a CPU, gives this process its share of the threads the run may use (the CPUs it may
+    run on), so that one process and N DDP processes use the same threads in total: torchrun
+    gives each of its processes OMP_NUM_THREADS=1 while one process takes every core, and a
+    speed-up would then measure thread counts, not processes (issue 32: DDP×2 read 6.27× over
+    one process on two cores). Elsewhere the threads stay as they are. Returns what the record
+    keeps: the budget, this host's processes and the threads each used."""
+    cpus = (
+        os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    )
+    budget, processes = len(cpus), replicas.processes_per_node
+    if replicas.device.type == "cpu":
+        torch.set_num_threads(max(1, budget // processes))
+    return {"budget": budget, "processes": processes, "per_process": torch.get_num_threads()}

@@ -122,6 +122,7 @@ def build_results(
     timing: dict,
     metrics: dict,
     environment: dict,
+    threads: dict | None = None,
 ) -> dict:
     """The results document (envkit/data/results.schema.json)."""
     return {
@@ -135,6 +136,7 @@ def build_results(
         "timing": timing,
         "metrics": metrics,
         "environment": environment,
+        "threads": threads,
     }
 
 

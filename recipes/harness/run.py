@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from .checkpoints import Checkpointer, restore_rng_states, rng_states
-from .devices import Replicas, is_xla, seed_everything, xla_compilations
+from .devices import Replicas, is_xla, seed_everything, share_threads, xla_compilations
 from .errors import RecipeError
 from .progress import ProgressBar
 from .records import (
@@ -112,6 +112,7 @@ class Run:
         self.history = History()
         self._epoch_started = self._test_started = self.started
         seed_everything(args.seed, replicas.device)
+        self.threads = share_threads(replicas)
 
     def _check_every_process_resumes_alike(self) -> None:
         """Rank 0 alone writes checkpoints: on several hosts, a host that cannot see them would
@@ -238,6 +239,7 @@ class Run:
             timing=timing_record(history, self.elapsed_s()),
             metrics=metrics,
             environment=capture_environment(self.replicas.device, self.args.device),
+            threads=self.threads,
         )
         path = write_results(self.args.results_dir, results)
         timing = results["timing"]

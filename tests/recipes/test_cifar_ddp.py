@@ -41,6 +41,10 @@ def test_ddp_splits_the_global_batch_and_matches_one_process(tmp_path, data_dir)
     configuration = distributed["configuration"]
     assert (configuration["parallel"], configuration["world_size"]) == ("ddp", 2)
     assert (configuration["global_batch"], configuration["per_device_batch"]) == (16, 8)
+    # One thread budget for both (issue 32): torchrun alone would give each process one thread, one process all.
+    budget = single["threads"]["budget"]
+    assert single["threads"] == {"budget": budget, "processes": 1, "per_process": budget}
+    assert distributed["threads"] == {"budget": budget, "processes": 2, "per_process": max(1, budget // 2)}
     # Only rank 0 writes: one results file, one checkpoint, no temp files.
     assert sorted(p.name for p in (tmp_path / "ddp").rglob("*") if p.is_file()) == [
         "cifar-mobilenet_v2-b16-cpu-x2-ddp.json",

@@ -446,6 +446,26 @@ def test_one_vocabulary_for_replicas_and_processes():
     assert (two_hosts.replicas, two_hosts.processes_per_node, two_hosts.is_main) == (4, 2, False)
 
 
+def test_cpu_processes_share_one_thread_budget(monkeypatch):
+    """Issue 32, make demo on 2 CPUs: one process and DDP×2 get the same threads in total (torchrun gave each
+    DDP process one), so a speed-up measures the processes, not a thread count."""
+    monkeypatch.setattr(harness.devices.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    before = torch.get_num_threads()
+    try:
+        single = harness.devices.share_threads(harness.Replicas(torch.device("cpu")))
+        assert single == {"budget": 4, "processes": 1, "per_process": 4} and torch.get_num_threads() == 4
+        two = harness.devices.share_threads(harness.Replicas(torch.device("cpu"), rank=1, world_size=2))
+        assert two == {"budget": 4, "processes": 2, "per_process": 2} and torch.get_num_threads() == 2
+        # More processes than CPUs: one thread each, and the record says the budget was overdrawn.
+        many = harness.devices.share_threads(harness.Replicas(torch.device("cpu"), world_size=8))
+        assert many == {"budget": 4, "processes": 8, "per_process": 1}
+        # One process feeding several replicas (DP, SPMD) is one process: the whole budget.
+        spmd = harness.devices.share_threads(harness.Replicas(torch.device("cpu"), replicas=8))
+        assert spmd["per_process"] == 4
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize(
     ("device", "backend"), [("cpu", None), ("cuda", None), ("tpu", "torch_xla"), ("tpu", "torch_tpu")]
 )

@@ -30,6 +30,7 @@ RESULT_KEYS = {
     "environment",
     "run_id",
     "run",
+    "threads",
 }
 CONFIGURATION_KEYS = {
     "device",
@@ -114,6 +115,12 @@ def test_results_json_has_every_contract_key(trained):
         "backend": None,
     }
     assert ENVIRONMENT_KEYS <= set(document["environment"])
+    # One process on the CPU: every CPU the run may use, as the threads the record says it used.
+    assert document["threads"] == {
+        "budget": len(os.sched_getaffinity(0)),
+        "processes": 1,
+        "per_process": len(os.sched_getaffinity(0)),
+    }
     assert document["environment"]["image"] == "envkit-cpu:test"
     assert document["environment"]["git_revision"] == "abc1234"
     assert document["environment"]["torch"] == torch.__version__

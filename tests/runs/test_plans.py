@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from types import SimpleNamespace
 
+from envkit.project.experiments import load_experiments
+from envkit.runs import plans
 from envkit.runs.plans import compare_plan
 
 FACTS = SimpleNamespace(gpus=[], devices={}, docker_version=None, docker_error="no engine answers")
@@ -26,3 +28,23 @@ def test_compare_never_runs_a_command_on_a_python_that_lacks_its_packages(tmp_pa
         f"not run here: train needs envkit-surely-absent-dist, which {sys.executable} lacks; run it with its target's "
         "venv: envkit venv cpu, then envkit experiment train --python .venv-cpu/bin/python"
     ) in plan.notes
+
+
+def test_a_command_on_a_cpu_shares_one_thread_budget_over_its_processes(tmp_path, monkeypatch):
+    """Issue 32, make demo on 2 CPUs: torchrun gives each process one thread, one process takes every core; here
+    one process gets the budget and each of torchrun's CPU_DDP_PROCESSES its share, unless env: says otherwise."""
+    monkeypatch.setattr(plans.os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
+    config = tmp_path / "envkit.yaml"
+    config.write_text(
+        'targets:\n  cpu: {kind: cpu, torch: "2.9.0"}\nexperiments:\n'
+        "  one: {summary: s, command: [python, train.py], targets: [cpu]}\n"
+        "  ddp: {summary: s, command: [python, ddp.py], targets: [cpu], scale: torchrun}\n"
+        "  own: {summary: s, command: [python, train.py], targets: [cpu], env: {OMP_NUM_THREADS: '3'}}\n"
+    )
+    table = load_experiments(config)
+
+    def threads(name: str) -> str:
+        (step,) = plans.local_experiment_plan(table[name], sys.executable, root=tmp_path).steps
+        return step.env["OMP_NUM_THREADS"]
+
+    assert (threads("one"), threads("ddp"), threads("own")) == ("4", str(4 // plans.CPU_DDP_PROCESSES), "3")

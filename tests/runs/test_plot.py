@@ -136,3 +136,33 @@ def test_require_matplotlib_passes_where_it_is_installed():
         patch.setitem(sys.modules, "matplotlib", None)  # what `import matplotlib` meets when it is absent
         with pytest.raises(EnvkitError, match=r"^plotting needs matplotlib, which is not installed: "):
             require_matplotlib()
+
+
+def test_no_title_runs_into_another_or_the_figures(tmp_path):
+    """Bug B4: each panel repeated its long section title, and the titles overlapped each other and the figure's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    from envkit.runs.plot import figure_of, plotted
+
+    results, _ = load_results(RESULTS)
+    long_title = "experiment train · cpu on a-long-host-name on lock 75a20fe120ea (" + "a reason " * 12 + ")"
+    report = build_report(results, reference=True)
+    for section in report.sections:
+        section.differs = [long_title]
+    figure = figure_of(report, plotted(report)[0])
+    try:
+        figure.canvas.draw()
+        renderer = figure.canvas.get_renderer()
+        titles = [figure._suptitle] + [sub._suptitle for sub in figure.subfigs]
+        titles += [axes.title for axes in figure.get_axes()]
+        boxes = [text.get_window_extent(renderer) for text in titles if text is not None and text.get_text()]
+        assert len(boxes) == 1 + 2 * len(plotted(report)[0])  # the figure's, each section's, each panel's
+        whole = figure.bbox
+        for index, box in enumerate(boxes):
+            assert whole.x0 <= box.x0 and box.x1 <= whole.x1, "a title runs off the figure"
+            assert not any(box.overlaps(other) for other in boxes[index + 1 :]), "two titles overlap"
+    finally:
+        pyplot.close(figure)

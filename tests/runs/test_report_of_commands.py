@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
@@ -19,6 +20,7 @@ from envkit.runs.formats import render_report
 from envkit.runs.published import project_facts
 from envkit.runs.report import build_report
 from envkit.runs.results import load_results
+from envkit.runs.target_locks import current_locks
 from envkit.support import provenance
 
 ENVIRONMENT = "a device, python 3.11.7, torch 2.13.0, image {image}, lock abababababab"
@@ -252,13 +254,56 @@ def test_a_targets_older_lock_is_a_comparison_of_its_own(tmp_path):
     record(results, "a", device="cpu", image=None, wall=10.0, target="cpu")
     record(results, "b", device="cuda", image=None, wall=2.0, target="cuda", started_at="2026-11-26T10:00:00+00:00")
     record(results, "c", device="cuda", image=None, wall=9.0, target="cuda", lock=None)
-    main_comparison, apart = _sections(results)
+    # Outside a project nothing says which lock is the target's: the newest runs' joins, the other is not "older".
+    main_comparison, apart = build_report(load_results(results)[0], config=tmp_path / "envkit.yaml").sections
     assert [(row.label, row.lock, row.speedup) for row in main_comparison.rows] == [
         ("cpu", "ab" * 32, 1.0),
         ("cuda", "ab" * 32, 5.0),
     ]
     assert [(row.label, row.lock) for row in apart.rows] == [("cuda", None)]
-    assert apart.differs == ["cuda on no lock (an older lock of the target)"]
+    assert apart.differs == ["cuda on no lock (not the lock of the target's newest runs)"]
+
+
+def _project_with_lock(root: Path, target: str) -> tuple[Path, str]:
+    """A project whose ``target`` has a lock file; its path and the lock's sha256."""
+    config = root / "envkit.yaml"
+    config.write_text(f'targets:\n  {target}: {{kind: cpu, torch: "2.9.0"}}\n')
+    lock = root / "docker" / target / "requirements.lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text("torch==2.9.0\n")
+    return config, hashlib.sha256(lock.read_bytes()).hexdigest()
+
+
+def test_a_run_on_its_targets_current_lock_joins_though_others_are_newer(tmp_path, capsys):
+    """Bug B4: a run on the target's current lock was titled 'an older lock of the target'."""
+    config, current = _project_with_lock(tmp_path, "cpu")
+    results = tmp_path / "results"
+    record(results, "a", device="cpu", image=None, wall=10.0, target="cpu", lock=current)
+    record(results, "b", device="cpu", image=None, wall=9.0, target="cpu", started_at="2026-11-26T10:00:00+00:00")
+    runs = load_results(results)[0]
+    assert current_locks(config, {"cpu", "gone", None}) == {"cpu": current}  # a target the project lacks: none
+    main_comparison, apart = build_report(runs, config=config, current_locks=current_locks(config, {"cpu"})).sections
+    assert [(row.label, row.lock) for row in main_comparison.rows] == [("cpu", current)]
+    title = f"cpu on lock {'ab' * 6} (the target's current lock is {current[:12]})"
+    assert apart.differs == [title]
+    assert main(["report", str(results), "--config", str(config)]) == 0
+    assert f"## experiment train · {title}\n" in capsys.readouterr().out
+
+
+def test_runs_that_name_no_target_never_claim_an_older_lock(tmp_path):
+    """Bug B4: records without a target were told against the cpu target's lock, and called 'older'."""
+    config, _ = _project_with_lock(tmp_path, "cpu")
+    results = tmp_path / "results"
+    record(results, "a", device="cpu", image=None, wall=10.0, lock="cd" * 32)
+    record(results, "b", device="cpu", image=None, wall=9.0, started_at="2026-11-26T10:00:00+00:00")
+    runs = load_results(results)[0]
+    titles = [section.title for section in build_report(runs, current_locks=current_locks(config, {None})).sections]
+    assert titles == [
+        "experiment train",
+        f"experiment train · cpu on box on lock {'cd' * 6} (not the lock of the newest runs there; the records "
+        "name no target)",
+    ]
+    assert not any("older" in title for title in titles)
 
 
 def test_records_of_one_experiment_on_several_targets_form_one_comparison_a_row_per_target(tmp_path):
@@ -421,3 +466,18 @@ def test_a_run_whose_program_reported_no_device_keeps_its_label_unchecked(tmp_pa
     record(results, "a", device="cuda", image=None, wall=3.0, target="cuda", used=unseen)
     ((row,),) = [section.rows for section in _sections(results)]
     assert row.device == "a device (not checked)" and not row.cpu_stand_in and row.speedup == 1.0
+
+
+def test_a_commands_gpu_row_beyond_its_gpus_against_a_gpu_baseline_is_flagged(tmp_path):
+    """A speed-up beyond the devices used is not a result (tests/runs/test_speedup_bounds.py: a recipe's)."""
+    results = tmp_path / "results"
+    one, two = ({"observed": True, "accelerator": "cuda", "name": "H100", "count": n, "label": "cuda"} for n in (1, 2))
+    record(results, "a", device="cuda", image=None, wall=30.0, target="cuda", used=one)
+    record(results, "b", device="cuda", image=None, wall=10.0, target="cuda-2", used=two)
+    record(results, "c", device="cpu", image=None, wall=60.0, target="cpu")
+    against_gpu = build_report(load_results(results)[0], baseline="cuda")
+    rows = {row.label: row for row in against_gpu.sections[0].rows}
+    assert rows["cuda-2"].speedup_beyond == "beyond 2 GPUs: not a result"
+    assert rows["cpu"].speedup_beyond is None  # another device than the baseline's: no bound
+    against_cpu = build_report(load_results(results)[0])  # a GPU against the CPU: no bound either
+    assert all(row.speedup_beyond is None for row in against_cpu.sections[0].rows)

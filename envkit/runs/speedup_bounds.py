@@ -1,0 +1,79 @@
+"""A speed-up that more devices than were used would be needed for: flagged, not a result (issue 32, `make demo`
+on 2 CPUs).
+
+Against a baseline on the same kind of device, n times the devices (GPUs, TPU cores, or a CPU's processes) can make
+a run at most n times faster: DDP×2 against one process read 2.53×, 5.22× and 6.27× on a two-core host, where the
+one process's thread count, not the second process, made the difference. Such a row keeps its measured ratio in its
+cell with the reason, is left out of the speed-up figure, and its csv/json ``speedup`` is null (``speedup_beyond``
+says why). The bound holds only where the count is all that differs: rows on other hardware than their baseline (a
+GPU against the CPU, an H100 against a T4) or another TPU backend have none, nor do rows that used no more devices
+than the baseline, or whose records do not say how many devices or processes they used.
+"""
+
+from __future__ import annotations
+
+from envkit.runs.model import Row
+
+# What a row's parallel units are, by the device they ran on.
+UNIT_NOUNS = {"cpu": "processes", "cuda": "GPUs", "tpu": "TPU cores"}
+
+
+def _command_units(row: Row) -> int | None:
+    """The CUDA devices a command's runs used (the run wrapper's device block), where all its runs agree; None
+    elsewhere (the block does not tell a CPU program's working processes from torchrun's launcher)."""
+    counts = {(run.device or {}).get("count") for run in row.results}
+    if row.cpu_stand_in or len(counts) != 1:
+        return None
+    count = counts.pop()
+    return count if isinstance(count, int) and count > 0 else None
+
+
+def parallel_units(row: Row) -> tuple[str, int] | None:
+    """(device, how many of it) the row's runs spread their work over: a recipe's (or a published source's)
+    world size, or TPU cores where more; a command's CUDA devices. None where the record does not say."""
+    device = row.configuration.get("device")
+    if device not in UNIT_NOUNS:
+        return None
+    if row.place is not None:  # a command's row
+        count = _command_units(row)
+        return None if count is None else (device, count)
+    size = max(row.configuration.get("world_size") or 1, row.configuration.get("cores") or 1)
+    return device, size
+
+
+def _hardware(row: Row) -> tuple:
+    """What the row ran on besides the count: its device's name (the device block's for a command, else the
+    environment's; a published row's environment note) and its TPU backend."""
+    names = {
+        (run.device or {}).get("name") if row.place is not None else run.environment.get("device_name")
+        for run in row.results
+    }
+    return (tuple(sorted(map(str, names))) if names else (row.environment,), row.configuration.get("backend"))
+
+
+def beyond_reason(row: Row, base: Row) -> str | None:
+    """Why ``row``'s speed-up over ``base`` is not a result: on the same hardware it used more devices than the
+    baseline, and its speed-up exceeds their ratio ("beyond 2 processes"); None where it does not, or no bound
+    applies."""
+    if row.speedup is None or row is base:
+        return None
+    mine, theirs = parallel_units(row), parallel_units(base)
+    if mine is None or theirs is None or mine[0] != theirs[0] or mine[1] <= theirs[1]:
+        return None
+    if _hardware(row) != _hardware(base):
+        return None
+    bound = mine[1] / theirs[1]
+    if row.speedup <= bound:
+        return None
+    against = "" if theirs[1] == 1 else f" against {theirs[1]}"
+    return f"beyond {mine[1]} {UNIT_NOUNS[mine[0]]}{against}: not a result"
+
+
+def flag_beyond(rows: list[Row]) -> None:
+    """Mark each row whose speed-up exceeds what its devices could give against its baseline (Row.speedup_beyond)."""
+    for row in rows:
+        base = next(
+            (other for other in rows if other.label == row.baseline and other.comparable_key() == row.comparable_key()),
+            None,
+        )
+        row.speedup_beyond = None if base is None else beyond_reason(row, base)
