@@ -37,9 +37,11 @@ _TORCHRUN = re.compile(
 )
 # More entry scripts than this at the top of a repository are not scripts a user runs one by one.
 MAX_SCRIPTS = 100
-# What envkit makes inside a project, which git should not track (.gitignore's block, marked to be found again).
+# What envkit makes inside a project, which git should not track (.gitignore's block, marked to be found again):
+# venvs, runs' results, data, caches, and envkit launch's scripts and manifests (jobs/ by default: they hold this
+# host's paths, and each launch writes them again).
 GITIGNORE_MARK = "# envkit: what envkit makes here (envkit init)"
-GITIGNORE = (GITIGNORE_MARK, "/.venv*/", "/results/", "/data/", "/.cache/")
+GITIGNORE = (GITIGNORE_MARK, "/.venv*/", "/results/", "/data/", "/.cache/", "/jobs/")
 _NOT_ENTRY = re.compile(r"^(setup|conftest|test_.*|.*_test)\.py$")
 # The image targets init writes, the first the default of `envkit experiment` and make.
 IMAGE_TARGETS = ("cpu", "cuda", "tpu-vm")
@@ -75,7 +77,7 @@ def scaffold(root: Path, make_include: str) -> Scaffold:
 
 
 def _gitignore(root: Path) -> str | None:
-    """.gitignore with envkit's block added (None where it has it already): venvs, results, data, caches."""
+    """.gitignore with envkit's block added (None where it has it already): GITIGNORE's folders."""
     path = root / ".gitignore"
     try:
         text = read_text(path) if os.path.lexists(path) else ""
@@ -171,6 +173,8 @@ def _config(
         "",
         "# One per entry script, on the targets it lists (the first is the default): make <name> TARGET=cuda,",
         "# envkit experiment <name> --target cuda, envkit launch <name>, envkit notebook <name> --target colab-t4.",
+        "# A script that only prints its metrics gets them read from its output by a regex with one group each:",
+        "#   metrics: {patterns: {accuracy: 'Accuracy: \\d+/\\d+ \\((\\d+%)\\)'}}   (57% is 0.57; docs/experiments.md)",
     ]
     lines.append("experiments:" if scripts else "experiments: {}")
     for name, script in experiment_names(scripts).items():

@@ -66,7 +66,7 @@ def test_init_makes_a_project_of_a_users_repository(repo, capsys):
         "# envkit's targets: make help lists them.\ninclude envkit.mk\n\n.DEFAULT_GOAL := help\n"
     )
     assert (repo / ".gitignore").read_text() == (
-        "# envkit: what envkit makes here (envkit init)\n/.venv*/\n/results/\n/data/\n/.cache/\n"
+        "# envkit: what envkit makes here (envkit init)\n/.venv*/\n/results/\n/data/\n/.cache/\n/jobs/\n"
     )
     # make train works in the user's repository as make tpu-mnist does here, and TARGET= picks another target
     for target in ("", "cuda", "tpu-vm"):
@@ -176,6 +176,28 @@ def test_torch_follows_the_users_specifier_and_the_gitignore_gets_a_block(repo, 
     assert {target.torch for target in config.targets.values()} == {"2.9.0"}
     assert list(config.targets) == ["cpu", "cuda", "tpu-vm", "colab-t4", "colab-tpu", "kaggle-tpu"]
     assert (repo / ".gitignore").read_text().startswith("*.pyc\n# envkit: what envkit makes here (envkit init)\n")
+
+
+def test_the_metrics_hint_works_as_written_on_pytorch_examples_mnist_output(repo, capsys, tmp_path, monkeypatch):
+    # An unmodified script that only prints its accuracy (pytorch/examples' mnist) gets metrics null until its
+    # experiment names a pattern: envkit.yaml says how, and the pattern it shows, pasted in, reads 57% as 0.57.
+    import yaml
+
+    from envkit.project.metric_patterns import metric_variables
+    from envkit.support.provenance_output import output_metrics
+
+    assert init(capsys, repo)[0] == 0
+    text = (repo / "envkit.yaml").read_text()
+    (hint,) = [line for line in text.splitlines() if line.lstrip("# ").startswith("metrics:")]
+    metrics = yaml.safe_load(hint.lstrip("# ").split("   ")[0])["metrics"]
+    config = yaml.safe_load(text)
+    config["experiments"]["train"]["metrics"] = metrics
+    (repo / "envkit.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    assert load_experiments(repo / "envkit.yaml")["train"].name == "train"  # the schema takes it
+    for name, value in metric_variables("train", metrics).items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "stdout.log").write_text("Train Epoch: 1\n\nTest set: Average loss: 1.1795, Accuracy: 170/300 (57%)\n")
+    assert output_metrics(tmp_path) == {"accuracy": 0.57}
 
 
 def test_a_pip_compile_file_with_hashes_is_read(repo, capsys):
