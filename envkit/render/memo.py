@@ -92,8 +92,15 @@ def remember(config: Path, selection: str, render: dict | list, read: set[str]) 
 def _code_digest(package: Path) -> str:
     """The sha256 of envkit's own package, every module and data file under ``package``: a changed one may change
     what a render gives, and envkit reads its data tables through caches that outlive one render."""
+    # os.walk, not Path.rglob: rglob's pattern matching cost more than reading and hashing the files (remembered
+    # renders ran it every time, benchmarks/bench_render.py).
+    files = []
+    for folder, folders, names in os.walk(package):
+        folders[:] = [name for name in folders if name != "__pycache__"]
+        files += [Path(folder, name).relative_to(package).parts for name in names]
     digest = hashlib.sha256()
-    for path in sorted(package.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(path.relative_to(package).as_posix().encode() + b"\0" + read_bytes(path) + b"\0")
+    for parts in sorted(files):
+        path = package.joinpath(*parts)
+        if path.is_file():
+            digest.update("/".join(parts).encode() + b"\0" + read_bytes(path) + b"\0")
     return digest.hexdigest()

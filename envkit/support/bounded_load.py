@@ -35,7 +35,7 @@ MAX_BYTES = 16 * 2**20  # a results file with every installed distribution is ab
 MAX_DEPTH = 64  # nesting of mappings and lists, aliases expanded
 MAX_ALIASES = 100  # *references to &anchors
 MAX_NODES = 100_000  # scalars, lists and mappings, aliases expanded
-_CHUNK = 2**20
+_CHUNK = 2**16  # what one read asks for: a buffer that small costs nothing to allocate
 
 
 class Refused(ValueError):
@@ -139,12 +139,13 @@ def hash_file(path: str | os.PathLike, hasher: Any, limit: int | None = MAX_BYTE
     with open_regular(path) as stream:
         if limit is not None and os.fstat(stream.fileno()).st_size > limit:
             raise Refused(_too_large(limit))
-        seen = 0
-        for chunk in iter(lambda: stream.read(_CHUNK), b""):
-            seen += len(chunk)
+        seen, buffer = 0, bytearray(_CHUNK)
+        chunk = memoryview(buffer)
+        while size := stream.readinto(buffer):
+            seen += size
             if limit is not None and seen > limit:
                 raise Refused(_too_large(limit))
-            hasher.update(chunk)
+            hasher.update(chunk[:size])
     return hasher
 
 
@@ -155,10 +156,15 @@ def sha256(path: str | os.PathLike, limit: int | None = MAX_BYTES) -> str:
 
 def read_stream(stream: IO[bytes], limit: int = MAX_BYTES) -> bytes:
     """At most ``limit`` bytes of a stream (a pipe, /dev/zero, a member of a tarball), else Refused."""
-    data = stream.read(limit + 1)
-    if len(data) > limit:
+    # In chunks: read(limit + 1) would allocate the whole limit first, for every file however small (most are a
+    # few KB), and that cost more than reading them.
+    chunks, seen = [], 0
+    while seen <= limit and (chunk := stream.read(min(_CHUNK, limit + 1 - seen))):
+        chunks.append(chunk)
+        seen += len(chunk)
+    if seen > limit:
         raise Refused(_too_large(limit))
-    return data
+    return b"".join(chunks)
 
 
 def decode(data: bytes) -> str:
