@@ -45,6 +45,7 @@ from bench_init import EXAMPLE, envkit
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "torchvision", "torch_xla", "docker", "matplotlib", "numpy")
 GOAL_RATIO = 1.0  # envkit render --target cuda over hpccm, whole processes
+MISS_GOAL_RATIO = 1.5  # the same after a lock changed and on a cold cache (issue 33 §12)
 HPCCM_RECIPE = REPO / "benchmarks" / "hpccm" / "cuda_recipe.py"
 
 
@@ -223,7 +224,8 @@ def main() -> int:
     print(
         f"ratio envkit / hpccm: wall {ratio(envkit_times):.2f}, cpu {ratio(envkit_times, 1):.2f} "
         f"(goal <= {GOAL_RATIO:.1f}); memo miss (after a lock changed): wall {ratio(envkit_miss):.2f}, "
-        f"cpu {ratio(envkit_miss, 1):.2f}; cold cache (a fresh ENVKIT_CACHE_DIR): wall {ratio(envkit_cold):.2f}"
+        f"cpu {ratio(envkit_miss, 1):.2f}; cold cache (a fresh ENVKIT_CACHE_DIR): wall {ratio(envkit_cold):.2f}, "
+        f"cpu {ratio(envkit_cold, 1):.2f} (goal <= {MISS_GOAL_RATIO:.1f} for both)"
     )
     print()
     floor = statistics.median(python_floor[1])
