@@ -18,6 +18,14 @@ if TYPE_CHECKING:
 
 # A cpu image that pulls these has resolved PyPI's CUDA build of torch.
 CUDA_ONLY_PREFIXES = ("nvidia-", "triton")
+# NVIDIA's pure-Python packages that any project may use on a CPU (nvidia-ml-py: NVML's bindings, which dvclive
+# pulls in through pynvml): no CUDA build of torch brought them.
+NOT_CUDA_BUILDS = frozenset({"nvidia-ml-py"})
+
+
+def cuda_only_packages(packages) -> list[str]:
+    """The packages of a lock that only a CUDA build of torch brings, sorted."""
+    return sorted(pkg for pkg in packages if pkg.startswith(CUDA_ONLY_PREFIXES) and pkg not in NOT_CUDA_BUILDS)
 
 
 @dataclass(frozen=True)
@@ -59,7 +67,7 @@ def lock_status(config: ProjectConfig, name: str) -> LockStatus:
         expected = None
     problems += _problems(lock, expected, relock)
     if target.kind == "cpu":
-        cuda_only = sorted(pkg for pkg in lock.packages if pkg.startswith(CUDA_ONLY_PREFIXES))
+        cuda_only = cuda_only_packages(lock.packages)
         if cuda_only:
             problems.append(f"a cpu lock with CUDA packages: {', '.join(cuda_only)}")
     return LockStatus(name, relative, lock, tuple(problems), relock)

@@ -23,6 +23,7 @@ from xla_env import environment_missing
 
 from envkit.lock.inputs import lock_inputs, requirements_inputs
 from envkit.lock.lockfile import read_lock, requirements_lock_path
+from envkit.lock.status import cuda_only_packages
 from envkit.project.load import load_config
 
 GOLDEN = paths.GOLDEN / "lock"
@@ -539,3 +540,11 @@ def test_a_requirements_txt_is_a_requirements_input_and_a_lock_is_not(tmp_path, 
     assert (code, out) == (2, "") and err == (
         f"envkit: error: {tmp_path}/env.lock: this is a lock; give the requirements it is made from (a .in or .txt file)\n"
     )
+
+
+def test_nvidias_pure_python_packages_are_no_sign_of_a_cuda_build():
+    # dvclive pulls nvidia-ml-py (NVML's bindings) into any project's lock: a cpu lock holding it was "stale" as soon
+    # as `envkit lock` wrote it, so `lock --check` could never pass there.
+    locked = {"nvidia-ml-py": "13.580.82", "dvclive": "3.49.1", "nvidia-cublas-cu12": "12.8.4.1", "triton": "3.5.0"}
+    assert cuda_only_packages(locked) == ["nvidia-cublas-cu12", "triton"]
+    assert cuda_only_packages({"nvidia-ml-py": "13.580.82", "torch": "2.13.0"}) == []
