@@ -46,11 +46,14 @@ MNIST = ("python", "recipes/mnist.py")
 TAIL = ["python", "/opt/envkit/envkit_run.py", *MNIST]
 
 
-def mounts(device: str, results: str = "/tmp/results") -> list[str]:
-    """The run's locations and device as variables (nothing on the command), then its mounts."""
+def mounts(device: str, results: str = "/tmp/results", target: str | None = None) -> list[str]:
+    """The run's locations, device and target (the record's row) as variables (nothing on the command), then its
+    mounts. This repository's targets are named for their kinds."""
     locations = ["ENVKIT_DATA_DIR=/workspace/data", "ENVKIT_RESULTS_DIR=/workspace/results", f"ENVKIT_DEVICE={device}"]
     return [
         *(word for setting in locations for word in ("-e", setting)),
+        "-e",
+        f"ENVKIT_TARGET={target or device}",
         "-v",
         "/srv/data:/workspace/data",
         "-v",
@@ -128,7 +131,7 @@ def test_tpu_dry_run(repo_root):
     assert shlex.split(result.stdout) == [
         "docker", "run", "--rm", "--init", "--privileged", "--net=host", "--shm-size", "16G",
         "-e", "PJRT_DEVICE=TPU", "-e", "ENVKIT_IMAGE=envkit-tpu-vm:latest", "-e", "ENVKIT_IMAGE_ID",
-        "-e", "ENVKIT_IMAGE_DIGEST", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}", "-e", "ENVKIT_EXPERIMENT", "-e", "ENVKIT_METRIC_PATTERNS", *mounts("tpu", "/tmp/out"), "envkit-tpu-vm:latest",
+        "-e", "ENVKIT_IMAGE_DIGEST", "-e", f"ENVKIT_RESULTS_OWNER={OWNER}", "-e", "ENVKIT_EXPERIMENT", "-e", "ENVKIT_METRIC_PATTERNS", *mounts("tpu", "/tmp/out", "tpu-vm"), "envkit-tpu-vm:latest",
         *TAIL, "--device", "tpu",
     ]  # fmt: skip
 

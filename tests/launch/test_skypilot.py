@@ -77,6 +77,7 @@ def test_sky_accepts_the_tasks_and_rejects_a_broken_one(sky_python, tmp_path):
     assert result["cpu"]["envs"] == {
         "ENVKIT_IMAGE": "envkit-cpu:latest",
         "ENVKIT_EXPERIMENT": "cpu-ddp-cifar",
+        "ENVKIT_TARGET": "cpu",
         "ENVKIT_DEVICE": "cpu",
         "GLOO_SOCKET_IFNAME": "eth0",
     }
