@@ -54,7 +54,9 @@ def test_ddp_across_two_hosts_matches_two_processes_on_one(tmp_path, data_dir, t
         "cifar-mobilenet_v2-b16-cpu-x2-ddp.pt",
     ]
     across, one_host = only_results(tmp_path / "two-hosts"), only_results(tmp_path / "one-host")
-    assert across["environment"]["host"] == "node1"
+    # The recipe alone records torch's facts; the host is the run wrapper's, which a launch engine starts around
+    # torchrun on each node (tests/integration/test_slurm.py runs that).
+    assert across["environment"].get("host") is None
     configuration = across["configuration"]
     assert (configuration["world_size"], configuration["per_device_batch"]) == (2, 8)
     # Two hosts of one process each; the single-host run is one host of two.

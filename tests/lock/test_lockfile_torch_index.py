@@ -30,6 +30,7 @@ from xla_env import environment_missing
 
 from envkit.cli import main
 from envkit.lock.lockfile import read_lock
+from envkit.support import provenance
 
 pytestmark = pytest.mark.slow
 
@@ -174,10 +175,13 @@ def test_the_lock_becomes_a_host_venv_whose_runs_name_it(tmp_path, served, capsy
         f"made {venv} from {config.parent}/docker/cpu/requirements.lock ({len(lock.packages)} packages, "
         f"lock sha256 {lock.sha256[:12]}) with Python 3.11."
     )
-    # A recipe run in it records the lock its interpreter was made from.
+    # A recipe run in it, through the run wrapper as `envkit experiment --python` starts it, records the lock its
+    # interpreter was made from (the wrapper reads the venv's marker; the recipe itself records only torch's facts).
     results = tmp_path / "results"
     done = subprocess.run(
         [
+            str(venv / "bin" / "python"),
+            provenance.__file__,
             str(venv / "bin" / "python"),
             str(REPO_ROOT / "recipes" / "mnist.py"),
             "--device",
@@ -198,7 +202,8 @@ def test_the_lock_becomes_a_host_venv_whose_runs_name_it(tmp_path, served, capsy
         ],
         capture_output=True,
         text=True,
-        env={key: value for key, value in os.environ.items() if key != "ENVKIT_LOCK_SHA256"},
+        env={key: value for key, value in os.environ.items() if key != "ENVKIT_LOCK_SHA256"}
+        | {"ENVKIT_RESULTS_DIR": str(results)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     [written] = results.glob("mnist-*.json")
