@@ -161,12 +161,15 @@ def _run_here(entry, args: argparse.Namespace) -> int:
             "(image runs only; recipe arguments such as --gpus go after '--')"
         )
     check_recipe_args(entry, args.recipe_args, args.config)
-    if not args.dry_run:  # a dry run shows the plan whether or not the interpreter is there yet (make DRY_RUN=1)
-        from envkit.host.accelerator import require_accelerator
+    from envkit.host.accelerator import missing_device, require_accelerator
+
+    if args.dry_run:  # the plan whether or not the interpreter is there yet (make DRY_RUN=1), as it would run here
+        stand_in = args.allow_cpu and missing_device(entry.kind) is not None
+    else:
         from envkit.host.venv import check_interpreter
 
         check_interpreter(args.python)
-        require_accelerator(entry.name, entry.kind, args.allow_cpu)
+        stand_in = require_accelerator(entry.name, entry.kind, args.allow_cpu)
     plan = local_experiment_plan(
         entry,
         args.python,
@@ -174,6 +177,7 @@ def _run_here(entry, args: argparse.Namespace) -> int:
         results_dir=args.results_dir,
         data_dir=args.data_dir,
         recipe_args=tuple(args.recipe_args),
+        cpu_stand_in=stand_in,
     )
     if args.dry_run:
         sys.stdout.write(format_plan(plan))

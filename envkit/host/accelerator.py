@@ -16,19 +16,27 @@ ALLOW_CPU = "--allow-cpu"
 XLA_ON_CPU = ("PJRT_DEVICE", "CPU")
 
 
-def require_accelerator(name: str, kind: str, allow_cpu: bool) -> None:
-    """One line (exit 2) when ``kind`` needs a device this host lacks and no CPU stand-in was asked for."""
+def require_accelerator(name: str, kind: str, allow_cpu: bool) -> bool:
+    """Whether ``name`` runs here as a CPU stand-in (``kind`` needs a device this host lacks, and ``allow_cpu``
+    asked for one); one line (exit 2) when it lacks the device and no stand-in was asked for."""
+    problem = missing_device(kind)
+    if problem and not allow_cpu:
+        raise EnvkitError(
+            f"{name} is a {kind} experiment and this host cannot give it its device: {problem}; "
+            f"{ALLOW_CPU} runs it here on the CPU as a stand-in, recorded as a CPU run"
+        )
+    return problem is not None
+
+
+def missing_device(kind: str) -> str | None:
+    """What this host lacks of the device ``kind`` needs, or None: it has it, ``kind`` needs none, or torch_xla is
+    asked to run on the CPU."""
     check = kinds.kind(kind).host
-    if allow_cpu or check.check == "none" or os.environ.get(XLA_ON_CPU[0]) == XLA_ON_CPU[1]:
-        return
+    if check.check == "none" or os.environ.get(XLA_ON_CPU[0]) == XLA_ON_CPU[1]:
+        return None
     facts = doctor.HostFacts(nvidia_runtime=True)  # no image here: the engine's runtime does not matter
     if check.check == "nvidia":
         facts.gpus = doctor.nvidia_gpus()
     else:
         facts.devices = {check.name: doctor.device_files(check)}
-    problem = doctor.device_problem(facts, kind)
-    if problem:
-        raise EnvkitError(
-            f"{name} is a {kind} experiment and this host cannot give it its device: {problem}; "
-            f"{ALLOW_CPU} runs it here on the CPU as a stand-in, recorded as a CPU run"
-        )
+    return doctor.device_problem(facts, kind) or None

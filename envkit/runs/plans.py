@@ -89,16 +89,23 @@ def _envkit(*args: str) -> tuple[str, ...]:
 
 
 def host_step(
-    title: str, entry: Experiment, python: str, root: Path, args: tuple[str, ...], env: dict[str, str]
+    title: str,
+    entry: Experiment,
+    python: str,
+    root: Path,
+    args: tuple[str, ...],
+    env: dict[str, str],
+    device: str | None = None,
 ) -> Step:
     """One run of ``entry`` on this host with ``python``, from the project's root through the run wrapper, as
     run.sh runs it in an image: a recipe writes its record and the wrapper adds its run block; a run that fails
-    before the recipe writes (a rendezvous that times out) still gets its record. A leading python is ``python``."""
+    before the recipe writes (a rendezvous that times out) still gets its record. A leading python is ``python``.
+    ``device``: where it runs on another device than its kind's (a CPU stand-in, envkit.runs.torchrun)."""
     if os.sep in python:
         python = os.path.abspath(python)  # it runs from the project's root, not from where it was named
     # The experiment's env:, under what envkit tells every run, over the thread budget it would set.
-    env = {**cpu_threads(entry), **entry.env, **env}
-    program = started_program(entry)
+    env = {**cpu_threads(entry, device), **entry.env, **env}
+    program = started_program(entry, device=device)
     if program[0] in PYTHONS:
         program = (python, *program[1:])
     wrapper = str(Path(provenance.__file__))
@@ -300,12 +307,18 @@ def local_experiment_plan(
     results_dir: Path | None = None,
     data_dir: Path | None = None,
     recipe_args: tuple[str, ...] = (),
+    cpu_stand_in: bool = False,
 ) -> RunPlan:
     """The experiment's runs with ``python`` on this host instead of in its image: no host check, no build.
-    E3 runs so on XLA:CPU (the torch_xla environment with PJRT_DEVICE=CPU CPU_NUM_DEVICES=8)."""
+    E3 runs so on XLA:CPU (the torch_xla environment with PJRT_DEVICE=CPU CPU_NUM_DEVICES=8). A ``cpu_stand_in``
+    (--allow-cpu on a host without the kind's device) starts its processes as a CPU run does."""
     env = run_env(entry.kind, results_dir, data_dir)
+    device = "cpu" if cpu_stand_in else None
     return RunPlan(
-        [host_step(_run_title(entry, run), entry, python, root, (*run.argv, *recipe_args), env) for run in entry.runs]
+        [
+            host_step(_run_title(entry, run), entry, python, root, (*run.argv, *recipe_args), env, device)
+            for run in entry.runs
+        ]
     )
 
 

@@ -21,15 +21,17 @@ def test_a_gpu_experiment_without_a_gpu_is_one_line_naming_the_flag(no_gpu):
     assert str(refused.value).startswith("gpu-train is a cuda experiment and this host cannot give it its device")
     assert "--allow-cpu runs it here on the CPU as a stand-in" in str(refused.value)
     assert refused.value.exit_code == 2
-    require_accelerator("gpu-train", "cuda", allow_cpu=True)
-    require_accelerator("cpu-train", "cpu", allow_cpu=False)
+    # it then runs as a CPU stand-in (its processes start as a CPU run's, envkit.runs.torchrun)
+    assert require_accelerator("gpu-train", "cuda", allow_cpu=True) is True
+    assert require_accelerator("cpu-train", "cpu", allow_cpu=False) is False
 
 
 def test_a_host_whose_nvidia_smi_lists_a_gpu_runs_it(no_gpu, tmp_path):
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)'\n")
     smi.chmod(0o755)
-    require_accelerator("gpu-train", "cuda", allow_cpu=False)
+    assert require_accelerator("gpu-train", "cuda", allow_cpu=False) is False
+    assert require_accelerator("gpu-train", "cuda", allow_cpu=True) is False  # no stand-in where the GPU is
 
 
 def test_a_tpu_experiment_is_refused_unless_xla_is_asked_to_run_on_the_cpu(no_gpu, monkeypatch):

@@ -53,6 +53,18 @@ def test_a_single_process_script_and_the_users_arguments_are_as_they_were(repo, 
     assert out.endswith(f"/docker/cpu/run.sh {TORCHRUN} 2 ddp.py --steps 3\n"), out
 
 
+def test_a_gpu_torchrun_script_run_here_as_a_cpu_stand_in_starts_the_cpus_processes(repo, capsys, monkeypatch):
+    # Before, --allow-cpu started `--nproc-per-node gpu`, which torchrun refuses without CUDA ("Cuda is not
+    # available"): the stand-in never ran.
+    monkeypatch.setenv("PATH", str(repo / "no-such-bin"))  # no nvidia-smi: this host has no GPU
+    here = ("ddp", "--target", "cuda", "--python", sys.executable)
+    stand_in = dry_run(capsys, repo, *here, "--allow-cpu")
+    assert f"{TORCHRUN} {CPU_DDP_PROCESSES} ddp.py\n" in stand_in and "OMP_NUM_THREADS=" in stand_in, stand_in
+    assert "ENVKIT_DEVICE=cuda" in stand_in and "ENVKIT_TARGET=cuda" in stand_in  # still the cuda target's run
+    # without --allow-cpu the plan is the GPU host's (the run itself is refused in one line before it starts)
+    assert dry_run(capsys, repo, *here).endswith(f"{TORCHRUN} gpu ddp.py\n")
+
+
 def test_make_runs_it_under_torchrun(repo):
     done = subprocess.run(
         ["make", "-s", "ddp", f"ENVKIT={ENVKIT}", "DRY_RUN=1"], cwd=repo, capture_output=True, text=True, timeout=120
