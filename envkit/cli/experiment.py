@@ -86,9 +86,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         return _list(args)
     entry = experiment(args.name, args.config)
     if args.python is not None:
-        # The target it is run as (its device, its GPU rule), where one is named; else its default's kind.
-        entry = place(load_config(args.config), entry, args.target)[0] if args.target is not None else entry
-        return _run_here(entry, args)
+        return _run_here(_placed_here(load_config(args.config), entry, args.target), args)
     if args.allow_cpu:
         raise EnvkitError(
             "--allow-cpu goes with --python (a run on this host's interpreter); an image runs only where its device is"
@@ -139,6 +137,21 @@ def _list(args: argparse.Namespace) -> int:
         raise EnvkitError("--list takes no experiment name or recipe arguments")
     sys.stdout.write("".join(f"{name}\n" for name in load_experiments(args.config)))
     return 0
+
+
+def _placed_here(config, entry, name: str | None):
+    """The experiment as it runs as target ``name`` (its device, its GPU rule), or as its default target, so its
+    record names the target as an image run's does. A run here needs no image: where no single default target
+    fits (a seed experiment whose kind has several targets, or none), it runs as its kind, naming no target."""
+    from envkit.errors import EnvkitError
+    from envkit.project.placement import place
+
+    if name is not None:
+        return place(config, entry, name)[0]
+    try:
+        return place(config, entry, None)[0]
+    except EnvkitError:
+        return entry
 
 
 def _run_here(entry, args: argparse.Namespace) -> int:

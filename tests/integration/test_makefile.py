@@ -187,7 +187,8 @@ def test_e3_runs_its_four_runs_in_the_image_or_with_recipe_python(project, repo_
     python, wrapper = repo_root / ".venv-xla" / "bin" / "python", repo_root / "envkit" / "support" / "provenance.py"
     # from the project's root through the run wrapper, which records each run, failed or not
     start = (
-        f"cd {repo_root} && {variables} ENVKIT_EXPERIMENT=e3-batch-scaling {python} {wrapper} {python} recipes/mnist.py"
+        f"cd {repo_root} && {variables} ENVKIT_EXPERIMENT=e3-batch-scaling ENVKIT_TARGET=tpu-vm {python} {wrapper} "
+        f"{python} recipes/mnist.py"
     )
     assert len(here) == 4 and all(line.startswith(f"{start} --device tpu ") for line in here), here
 

@@ -164,14 +164,31 @@ def test_experiment_with_python_runs_the_recipes_here(repo_root, monkeypatch, ca
     )
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
     # no host check and no build: the recipe itself, with this interpreter, from the project's root through the run
-    # wrapper (as run.sh runs it in an image: a run that fails before the recipe writes still gets its record)
+    # wrapper (as run.sh runs it in an image: a run that fails before the recipe writes still gets its record),
+    # naming the target it runs as, its kind's target here, so its record's row is an image run's
     device = load_kinds()[entry.kind].device
     wrapper = repo_root / "envkit" / "support" / "provenance.py"
+    target = place(load_config(repo_root / "envkit.yaml"), entry, None)[1].name
     assert lines == [
-        f"cd {repo_root} && ENVKIT_RESULTS_DIR=/r ENVKIT_DEVICE={device} ENVKIT_EXPERIMENT={name} /opt/py/bin/python "
+        f"cd {repo_root} && ENVKIT_RESULTS_DIR=/r ENVKIT_DEVICE={device} ENVKIT_EXPERIMENT={name} "
+        f"ENVKIT_TARGET={target} /opt/py/bin/python "
         f"{wrapper} /opt/py/bin/python recipes/{entry.recipe}.py {' '.join(run.argv)} --epochs 1"
         for run in entry.runs
     ]
+
+
+def test_a_run_here_names_no_target_where_none_is_its_default(tmp_path, monkeypatch, capsys):
+    # an image run refuses to guess between two cpu targets; a run on this host needs no image, so it runs as its kind
+    (tmp_path / "envkit.yaml").write_text(
+        'targets:\n  a: {kind: cpu, torch: "2.9.0"}\n  b: {kind: cpu, torch: "2.9.0"}\n'
+        "experiments:\n  t: {summary: s, command: [python, t.py], kind: cpu}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["experiment", "--dry-run", "t", "--python", "/usr/bin/python3"]) == 0
+    out = capsys.readouterr().out
+    assert "ENVKIT_EXPERIMENT=t /usr/bin/python3 " in out and "ENVKIT_TARGET" not in out
+    assert main(["experiment", "--dry-run", "t", "--python", "/usr/bin/python3", "--target", "b"]) == 0
+    assert "ENVKIT_EXPERIMENT=t ENVKIT_TARGET=b /usr/bin/python3 " in capsys.readouterr().out
 
 
 def test_several_runs_are_named_after_the_experiment_and_listed_in_the_table_order():
