@@ -276,9 +276,12 @@ def experiment_plan(
     }
     run_env.update({"GPUS": gpus} if gpus is not None else {})
     run_env["ENVKIT_EXPERIMENT"] = entry.name  # run.sh passes it to the run wrapper, whose record names it
-    if entry.env:  # run.sh passes each into the container
-        run_env.update(entry.env)
-        run_env["ENVKIT_ENV"] = " ".join(entry.env)
+    # The experiment's env: over the thread budget a command gets on a CPU (as on a host, host_step), each passed
+    # into the container by run.sh: otherwise one process takes every core and torchrun gives each of its own one.
+    passed = {**cpu_threads(entry), **entry.env}
+    if passed:
+        run_env.update(passed)
+        run_env["ENVKIT_ENV"] = " ".join(passed)
     run_sh = str(output.image_folder(config.parent, target.name) / "run.sh")
     return RunPlan(
         [

@@ -552,9 +552,11 @@ def test_an_experiments_env_reaches_its_command_on_the_host_and_in_the_image(tmp
     )
     monkeypatch.chdir(tmp_path)
     assert main(["experiment", "--dry-run", "train", "--target", "cpu"]) == 0
+    # over the thread budget a command on a CPU gets (every CPU here for its one process), as on a host
+    threads = len(os.sched_getaffinity(0))
     assert capsys.readouterr().out.endswith(
-        "ENVKIT_EXPERIMENT=train WANDB_MODE=offline NOTE='a b' ENVKIT_ENV='WANDB_MODE NOTE' docker/cpu/run.sh "
-        "python train.py\n"
+        f"ENVKIT_EXPERIMENT=train OMP_NUM_THREADS={threads} WANDB_MODE=offline NOTE='a b' "
+        "ENVKIT_ENV='OMP_NUM_THREADS WANDB_MODE NOTE' docker/cpu/run.sh python train.py\n"
     )
     assert main(["experiment", "--dry-run", "train", "--target", "cpu", "--python", "/usr/bin/python3"]) == 0
     out = capsys.readouterr().out

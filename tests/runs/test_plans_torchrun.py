@@ -4,6 +4,7 @@ make's run.sh step, envkit demo's run in the cpu image. Before, those ran ``run.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -44,7 +45,11 @@ def dry_run(capsys, repo: Path, *argv: str) -> str:
 )
 def test_envkit_experiment_starts_a_torchrun_script_under_torchrun_in_the_image(repo, capsys, target, processes):
     out = dry_run(capsys, repo, "ddp", "--target", target)
-    assert out.endswith(f"ENVKIT_EXPERIMENT=ddp {repo}/docker/{target}/run.sh {TORCHRUN} {processes} ddp.py\n"), out
+    # on a CPU its processes share one thread budget in the image too, passed in by run.sh
+    threads = max(1, len(os.sched_getaffinity(0)) // CPU_DDP_PROCESSES)
+    env = f"OMP_NUM_THREADS={threads} ENVKIT_ENV=OMP_NUM_THREADS " if target == "cpu" else ""
+    started = f"{repo}/docker/{target}/run.sh {TORCHRUN} {processes} ddp.py\n"
+    assert out.endswith(f"ENVKIT_EXPERIMENT=ddp {env}{started}"), out
 
 
 def test_a_single_process_script_and_the_users_arguments_are_as_they_were(repo, capsys):
