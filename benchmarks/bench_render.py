@@ -15,6 +15,9 @@ here stays unlocked and is named; the cuda target must lock). Measures, side by 
     cache warm (the usual case) and cold (a fresh ENVKIT_CACHE_DIR, as on a new machine: it pays for
     jsonschema and for compiling the templates),
     against a bare `python -c pass` start-up as the floor;
+  - the kept libraries' own floor: `import jinja2` (what every render the memo misses needs) and
+    `import jinja2, yaml, jsonschema` (what a render on a cold cache needs: it parses the user's envkit.yaml and
+    checks it against envkit's schema), each whole process beside hpccm's;
 and reports whether torch, docker, matplotlib (or, on a warm cache, jsonschema) were imported on that path.
 Every render writes into a fresh directory, so every file is written: the slow case.
 
@@ -47,6 +50,8 @@ HEAVY = ("torch", "torchvision", "torch_xla", "docker", "matplotlib", "numpy")
 GOAL_RATIO = 1.0  # envkit render --target cuda over hpccm, whole processes
 MISS_GOAL_RATIO = 1.5  # the same after a lock changed and on a cold cache (issue 33 §12)
 HPCCM_RECIPE = REPO / "benchmarks" / "hpccm" / "cuda_recipe.py"
+# What a render imports from kept libraries, by case: their import alone bounds the ratio from below.
+LIBRARY_FLOORS = {"miss": "import jinja2", "cold": "import jinja2, yaml, jsonschema"}
 
 
 def timed(action, repeat: int) -> tuple[list[float], list[float]]:
@@ -203,6 +208,10 @@ def main() -> int:
             lambda: subprocess_render(config, fresh(), cold_cache(), bench, ("--target", "cuda")), args.repeat
         )
         bench_floor = timed(lambda: subprocess.run([bench, "-c", "pass"], check=True), args.repeat)
+        library_floors = {
+            case: timed(lambda code=code: subprocess.run([bench, "-c", code], check=True), args.repeat)
+            for case, code in LIBRARY_FLOORS.items()
+        }
         python_floor = timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True, env=warm), args.repeat)
         inside = timed(lambda: in_process(config, fresh()), args.repeat)
         outside = timed(lambda: subprocess_render(config, fresh(), warm), args.repeat)
@@ -227,6 +236,12 @@ def main() -> int:
         f"cpu {ratio(envkit_miss, 1):.2f}; cold cache (a fresh ENVKIT_CACHE_DIR): wall {ratio(envkit_cold):.2f}, "
         f"cpu {ratio(envkit_cold, 1):.2f} (goal <= {MISS_GOAL_RATIO:.1f} for both)"
     )
+    for case, code in LIBRARY_FLOORS.items():
+        times = library_floors[case]
+        print(
+            f"floor of a {case} render, `python -c '{code}'` alone: wall {ratio(times):.2f}, cpu {ratio(times, 1):.2f} "
+            f"hpccm ({statistics.median(times[1]) * 1000:.1f} ms cpu)"
+        )
     print()
     floor = statistics.median(python_floor[1])
     print(f"envkit render --all (the same project, {sys.executable})")
