@@ -70,12 +70,13 @@ _CONTENT = re.compile(b"|".join(b"(" + pattern + b")" for _, pattern in SECRET_C
 
 
 def by_name(path: str) -> str | None:
-    """Why the relative POSIX ``path`` looks like a secret by its name (the pattern), or None."""
+    """Why the relative POSIX ``path`` looks like a secret by its name (the pattern), or None. Case is ignored,
+    as gitleaks' path rules ignore it: ``.ENV`` and ``Server.PEM`` hold what ``.env`` and ``server.pem`` do."""
     parts = PurePosixPath(path).parts
     for folder in parts[:-1]:
-        if folder in SECRET_FOLDERS:
+        if folder.lower() in SECRET_FOLDERS:
             return f"under {folder}/"
-    name = parts[-1]
+    name = parts[-1].lower()
     return next((f"named {pattern}" for pattern in SECRET_NAMES if fnmatch.fnmatchcase(name, pattern)), None)
 
 

@@ -141,6 +141,20 @@ def test_files_that_look_like_secrets_by_name_or_content_are_left_out_and_named(
     assert "include_secrets" in err and ".env (named .env)" in err
 
 
+def test_a_secret_name_in_capitals_is_a_secret_too(tmp_path, capsys):
+    # A name's case says nothing about what it holds: .ENV and Server.PEM were carried into every image.
+    names = {name: "SECRET_API_KEY=hunter2\n" for name in ("config/.ENV", "Server.PEM", "KEYS/ID_RSA", ".AWS/config")}
+    files = project_files(_tracked_project(tmp_path / "mine", names | {"train.py": "print('train')\n"}))
+    assert files.paths == ("train.py",)
+    assert dict(files.secrets) == {
+        "config/.ENV": "named .env",
+        "Server.PEM": "named *.pem",
+        "KEYS/ID_RSA": "named id_rsa*",
+        ".AWS/config": "under .AWS/",
+    }
+    assert capsys.readouterr().err.startswith("envkit: left out 4 file(s) that look like secrets")
+
+
 def test_a_secret_straddling_two_read_blocks_is_found(tmp_path):
     from envkit.project import files as module
 
