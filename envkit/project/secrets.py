@@ -48,8 +48,15 @@ SECRET_NAMES = (
     "secrets.*",
     "*.tfstate",
     "*.tfvars",
+    "*.kdbx",
+    "*.keytab",
+    "kaggle.json",
+    "application_default_credentials.json",
+    ".s3cfg",
+    ".boto",
+    ".dockercfg",
 )
-SECRET_FOLDERS = (".aws", ".ssh", ".gnupg", ".docker", ".kube", "secrets")
+SECRET_FOLDERS = (".aws", ".azure", ".ssh", ".gnupg", ".docker", ".kube", ".kaggle", ".huggingface", "secrets")
 
 # A private key's header (PEM, OpenSSH, PGP, PuTTY) or a token whose prefix its issuer fixed: few false alarms.
 SECRET_CONTENT = (

@@ -155,6 +155,28 @@ def test_a_secret_name_in_capitals_is_a_secret_too(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("envkit: left out 4 file(s) that look like secrets")
 
 
+def test_the_credential_files_of_the_tools_a_user_of_envkit_keeps_are_secrets(tmp_path):
+    # Each went into images and notebooks: Kaggle's API token (kaggle.json, which envkit's Kaggle targets ask
+    # for), gcloud's application default credentials, s3cmd's and boto's, an old Docker login, a KeePass
+    # database, a Kerberos keytab, and the Azure and Hugging Face CLIs' folders.
+    names = (
+        "kaggle.json",
+        ".kaggle/kaggle.json",
+        "gcp/application_default_credentials.json",
+        ".s3cfg",
+        ".boto",
+        ".dockercfg",
+        "vault.kdbx",
+        "svc.keytab",
+        ".azure/msal_token_cache.json",
+        ".huggingface/token",
+    )
+    root = _tracked_project(tmp_path / "mine", {name: "x\n" for name in names} | {"train.py": "print(1)\n"})
+    files = project_files(root, quiet=True)
+    assert files.paths == ("train.py",)
+    assert set(dict(files.secrets)) == set(names)
+
+
 def test_a_secret_straddling_two_read_blocks_is_found(tmp_path):
     from envkit.project import files as module
 
