@@ -450,6 +450,22 @@ def test_a_metric_name_with_a_newline_or_braces_keeps_the_table_whole(tmp_path):
     assert "| acc\\nuracy | loss{x} |" in table[0]
 
 
+@pytest.mark.parametrize(
+    ("values", "cell"),
+    [((1e200, 0.5), "| 5e+199 ± 5e+199 |"), ((1e308, 1e308, -1.5e308), "| 1.667e+307 ± 1.2e+308 |")],
+    ids=["a-diverged-loss", "near-the-floats-limit"],
+)
+def test_huge_finite_values_average_to_what_they_are(tmp_path, capsys, values, cell):
+    """Before: a run whose loss diverged to 1e200 beside one at 0.5 ended the report in an OverflowError
+    traceback; runs that reported 1e308 read `inf ± inf`, though no value is infinite."""
+    results = tmp_path / "results"
+    for index, value in enumerate(values):
+        record(results, f"r{index}", device="cpu", image=None, wall=1.0, metrics={"loss": value}, started_at=str(index))
+    assert main(["report", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert cell in out and "inf" not in out
+
+
 def test_what_the_run_wrapper_warns_is_said_under_the_table(tmp_path):
     """Issue 32 §4: a lock that differs from what ran is a warning in the record, and in the report."""
     results = tmp_path / "results"
