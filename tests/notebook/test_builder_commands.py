@@ -361,3 +361,30 @@ def test_a_script_not_yet_committed_is_refused_in_one_line_as_envkit_run_says(pr
     assert (code, out) == (2, "") and err.count("\n") == 1, err
     assert err.startswith(f"envkit: error: new.py is not among the files git tracks in {project} less .dockerignore's")
     assert not (tmp_path / "nb.ipynb").exists() and not (project / "nb.ipynb").exists()
+
+
+@pytest.mark.parametrize("kind", ["the user's notebook", "a symlink", "a dangling symlink"])
+def test_a_file_of_the_users_where_the_notebook_goes_is_never_overwritten(capsys, project, tmp_path, monkeypatch, kind):
+    """Before: `envkit notebook gpu-train` wrote over the user's own gpu-train.ipynb in the working directory (the
+    default name) or through --output, and replaced a symlink there, though envkit never overwrites a file that
+    lacks its mark; a notebook envkit wrote is written again."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    mine = work / "gpu-train.ipynb"
+    (tmp_path / "elsewhere.ipynb").write_text("{}\n")
+    if kind == "the user's notebook":
+        mine.write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}\n')
+    else:
+        mine.symlink_to(tmp_path / ("elsewhere.ipynb" if kind == "a symlink" else "gone.ipynb"))
+    before = os.readlink(mine) if mine.is_symlink() else mine.read_text()
+    config = ["--config", str(project / "envkit.yaml")]
+    for output in ([], ["--output", str(mine)]):
+        code, out, err = envkit(capsys, "notebook", "gpu-train", "--target", "colab-t4", *output, *config)
+        assert (code, out) == (2, "") and err.count("\n") == 1, err
+        assert err.startswith(f"envkit: error: {mine if output else 'gpu-train.ipynb'} is not a notebook envkit wrote")
+    assert (os.readlink(mine) if mine.is_symlink() else mine.read_text()) == before
+    assert (tmp_path / "elsewhere.ipynb").read_text() == "{}\n"
+    mine.unlink()
+    assert envkit(capsys, "notebook", "gpu-train", "--target", "colab-t4", *config)[0] == 0
+    assert envkit(capsys, "notebook", "gpu-train", "--target", "colab-t4", *config)[0] == 0  # envkit's own, again
