@@ -72,6 +72,9 @@ SECRET_CONTENT = (
     ("a Stripe key", rb"\b[rs]k_live_[0-9A-Za-z]{24,}"),
     ("an npm token", rb"\bnpm_[A-Za-z0-9]{36}\b"),
     ("a package index upload token", rb"\bpypi-AgE[A-Za-z0-9_-]{50,}"),
+    # detect-secrets' basic-auth rule: a URL's user and password before its host (a placeholder for the password,
+    # a shell variable or one in angle brackets, is none)
+    ("a password in a URL", rb"(?i:\b[a-z][a-z0-9+.-]{1,20})://[^\s:/?#@'\"<>`]+:[^\s/?#@'\"<>`${}*]{3,}@"),
 )
 _CONTENT = re.compile(b"|".join(b"(" + pattern + b")" for _, pattern in SECRET_CONTENT))
 

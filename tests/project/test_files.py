@@ -177,6 +177,20 @@ def test_the_credential_files_of_the_tools_a_user_of_envkit_keeps_are_secrets(tm
     assert set(dict(files.secrets)) == set(names)
 
 
+def test_a_password_in_a_url_is_a_secret_and_a_placeholder_is_not(tmp_path):
+    """Before: a tracked settings.py with a database URL's password, or a pip.conf whose index URL holds a token,
+    went into every image and notebook; detect-secrets' basic-auth rule finds them."""
+    names = {
+        "settings.py": "DATABASE_URL = 'postgres://" + "trainer:Xk7pQ2vR9@db.internal:5432/runs'\n",
+        "pip.conf": "[global]\nindex-url = https://" + "ci:9f8e7d6c5b4a@pkgs.example.org/simple\n",
+        "README.md": "Set https://user:${TOKEN}@host or https://<user>:<password>@host, ssh://git@host:22/x\n",
+        "train.py": "URL = 'http://localhost:8080/a@b'\n",
+    }
+    files = project_files(_tracked_project(tmp_path / "mine", names), quiet=True)
+    assert files.paths == ("README.md", "train.py")
+    assert dict(files.secrets) == {"pip.conf": "holds a password in a URL", "settings.py": "holds a password in a URL"}
+
+
 def test_a_secret_straddling_two_read_blocks_is_found(tmp_path):
     from envkit.project import files as module
 
