@@ -11,7 +11,8 @@ what the image, the notebook or the venv's marker says about the environment
 
 The program reports its metrics the way DVC reads them, with nothing of envkit: a ``metrics.json`` of key/value
 pairs and per-step series as TSV files under ``plots/metrics/`` (dvclive's layout), in ENVKIT_METRICS_DIR (the
-run's own folder ``<results>/<run>/``) or in ``dvclive/`` under the working directory, where ``Live()`` writes.
+run's own folder ``<results>/<run>/``) or in ``dvclive/`` under the working directory, where ``Live()`` writes: read
+from there only where a Python process of the run imported dvclive, since every run started in that folder shares it.
 
 Each run has an id, given to the program as ENVKIT_RUN_ID. A program that writes its own results record (the
 seed recipes: ``<results>/<recipe>-<run>.json``) names it there (``run_id``) and keeps it: the wrapper adds its
@@ -117,6 +118,7 @@ def main(argv: list[str]) -> int:
             wall = round(time.perf_counter() - started, 3)
             busy = output.machine_facts(mark)
         device = devices.observed_device(Path(watch), os.environ.get(facts.DEVICE_VARIABLE) or None)
+        dvclive = devices.imported_dvclive(Path(watch))
     run_block = {
         "record_version": RECORD_VERSION,
         "run_id": run_id,
@@ -135,7 +137,9 @@ def main(argv: list[str]) -> int:
         run_block.update(warnings=devices.run_warnings(device, ran), **output.output_facts(folder, results, status))
         if watched is not None:
             run_block["project_files"] = files.keep(watched, folder, results)
-        source = Path(DVCLIVE_DIR) if records.stamp(Path(DVCLIVE_DIR, METRICS_FILE)) != dvclive_before else folder
+        # ./dvclive changed during the run, by a program of it that used dvclive: not by another run in this folder
+        live = dvclive and records.stamp(Path(DVCLIVE_DIR, METRICS_FILE)) != dvclive_before
+        source = Path(DVCLIVE_DIR) if live else folder
         own = records.own_records(records.changed(results, before), run_id, run_block["unread"])
         where = facts.truthful_environment(facts.environment(), device, ran)
         record_run(results, run_name, run_block, own, where, source)

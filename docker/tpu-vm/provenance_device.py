@@ -38,6 +38,8 @@ def device_hook() -> None:
 
         torch = getattr(sys.modules.get("torch"), "__version__", None)
         seen: dict = {"torch": str(torch) if torch else None, "prefix": sys.prefix, "executable": sys.executable}
+        if "dvclive" in sys.modules:  # its ./dvclive is this run's, not another run's in the same folder
+            seen["dvclive"] = True
         try:
             cuda = getattr(sys.modules.get("torch"), "cuda", None)
             if cuda is not None and cuda.is_initialized():
@@ -101,13 +103,7 @@ def observed_device(folder: Path, label: str | None) -> dict:
     """What the run's Python processes initialised: the accelerator (cuda, tpu, else cpu), its name and the
     devices used, beside the target's label; ``observed`` false where no Python process of the run reported
     (a program that is not Python, or one that ignores PYTHONPATH)."""
-    reports = []
-    for path in sorted((folder / "reports").glob("*.json")):
-        try:
-            reports.append(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            continue
-    reports = [report for report in reports if isinstance(report, dict)]
+    reports = _reports(folder)
     cuda = {json.dumps(device, sort_keys=True): device for r in reports for device in r.get("cuda") or ()}
     xla = sorted({r["xla"] for r in reports if isinstance(r.get("xla"), str)})
     accelerator, name, count = "cpu", facts.device_name("cpu"), None
@@ -127,6 +123,23 @@ def observed_device(folder: Path, label: str | None) -> dict:
         "errors": sorted({r["error"] for r in reports if isinstance(r.get("error"), str)}),
         "interpreter": _other_interpreter(reports),
     }
+
+
+def imported_dvclive(folder: Path) -> bool:
+    """Whether a Python process of the run imported dvclive: only then is ./dvclive, which every run started in
+    the same folder shares, this run's."""
+    return any(report.get("dvclive") is True for report in _reports(folder))
+
+
+def _reports(folder: Path) -> list[dict]:
+    """The reports the run's Python processes wrote at exit (one that cannot be read is none)."""
+    reports = []
+    for path in sorted((folder / "reports").glob("*.json")):
+        try:
+            reports.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue
+    return [report for report in reports if isinstance(report, dict)]
 
 
 def _other_interpreter(reports: list[dict]) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from envkit.cli.options import add_config, add_target
@@ -26,7 +27,8 @@ def register(subparsers) -> None:
         metavar="FILE.ipynb",
         type=Path,
         help="where to write it (default: <experiment>.ipynb in the working directory); never under the project's "
-        "notebooks/, which render keeps for the targets' notebooks lists",
+        "notebooks/, which render keeps for the targets' notebooks lists, nor over a file that is not a notebook "
+        "envkit wrote",
     )
     notebook.add_argument(
         "--use-runtime",
@@ -76,6 +78,7 @@ def cmd_notebook(args: argparse.Namespace) -> int:
             "write it elsewhere (--output), or "
             f"list {args.experiment} in target {args.target}'s notebooks and run envkit render --all"
         )
+    _never_over_a_users_file(output)
     notebook = builder.render_notebook(config, args.experiment, args.target, packages)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -84,3 +87,16 @@ def cmd_notebook(args: argparse.Namespace) -> int:
         raise EnvkitError(f"cannot write {output}: {exc.strerror or exc}") from None
     print(f"wrote {output} ({len(notebook.text.encode()) // 1024} KiB)")
     return 0
+
+
+def _never_over_a_users_file(output: Path) -> None:
+    """One line where ``output`` is there and is not a notebook envkit wrote (its mark in the first cell): the
+    user's own notebook of that name, or a link, which envkit never overwrites or replaces."""
+    from envkit.project import marks
+
+    if os.path.lexists(output) and (output.is_symlink() or not marks.begins_with(output, marks.NOTEBOOK)):
+        mark = marks.NOTEBOOK.decode().strip()
+        raise EnvkitError(
+            f"{output} is not a notebook envkit wrote (it lacks the mark {mark!r} of envkit's notebooks): envkit "
+            "notebook never overwrites it; move it away, or write elsewhere with --output FILE.ipynb"
+        )

@@ -48,8 +48,15 @@ SECRET_NAMES = (
     "secrets.*",
     "*.tfstate",
     "*.tfvars",
+    "*.kdbx",
+    "*.keytab",
+    "kaggle.json",
+    "application_default_credentials.json",
+    ".s3cfg",
+    ".boto",
+    ".dockercfg",
 )
-SECRET_FOLDERS = (".aws", ".ssh", ".gnupg", ".docker", ".kube", "secrets")
+SECRET_FOLDERS = (".aws", ".azure", ".ssh", ".gnupg", ".docker", ".kube", ".kaggle", ".huggingface", "secrets")
 
 # A private key's header (PEM, OpenSSH, PGP, PuTTY) or a token whose prefix its issuer fixed: few false alarms.
 SECRET_CONTENT = (
@@ -65,17 +72,21 @@ SECRET_CONTENT = (
     ("a Stripe key", rb"\b[rs]k_live_[0-9A-Za-z]{24,}"),
     ("an npm token", rb"\bnpm_[A-Za-z0-9]{36}\b"),
     ("a package index upload token", rb"\bpypi-AgE[A-Za-z0-9_-]{50,}"),
+    # detect-secrets' basic-auth rule: a URL's user and password before its host (a placeholder for the password,
+    # a shell variable or one in angle brackets, is none)
+    ("a password in a URL", rb"(?i:\b[a-z][a-z0-9+.-]{1,20})://[^\s:/?#@'\"<>`]+:[^\s/?#@'\"<>`${}*]{3,}@"),
 )
 _CONTENT = re.compile(b"|".join(b"(" + pattern + b")" for _, pattern in SECRET_CONTENT))
 
 
 def by_name(path: str) -> str | None:
-    """Why the relative POSIX ``path`` looks like a secret by its name (the pattern), or None."""
+    """Why the relative POSIX ``path`` looks like a secret by its name (the pattern), or None. Case is ignored,
+    as gitleaks' path rules ignore it: ``.ENV`` and ``Server.PEM`` hold what ``.env`` and ``server.pem`` do."""
     parts = PurePosixPath(path).parts
     for folder in parts[:-1]:
-        if folder in SECRET_FOLDERS:
+        if folder.lower() in SECRET_FOLDERS:
             return f"under {folder}/"
-    name = parts[-1]
+    name = parts[-1].lower()
     return next((f"named {pattern}" for pattern in SECRET_NAMES if fnmatch.fnmatchcase(name, pattern)), None)
 
 

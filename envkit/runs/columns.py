@@ -6,6 +6,7 @@ formatted with fixed precision, so the same rows always give the same bytes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -57,7 +58,10 @@ def _speedup_cell(row: Row) -> str:
 
 
 def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 6)
+    """6 decimal places, but never fewer than 4 significant digits: a learning rate of 3e-7 is not 0.0."""
+    if value is None or value == 0 or not math.isfinite(value):
+        return value
+    return round(value, max(6, 3 - math.floor(math.log10(abs(value)))))
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -145,9 +146,15 @@ def flat_metrics(metrics: dict, prefix: str = "") -> dict[str, float]:
 
 
 def stat_of(values: list[float]) -> dict:
-    """Population mean/std, the same statistic the recipes record."""
-    mean = sum(values) / len(values)
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    """Population mean/std, the same statistic the recipes record. Finite values past what a float's sum of squares
+    holds (a diverged loss of 1e200 beside 0.5) are summed exactly: never inf, never an OverflowError."""
+    try:
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    except OverflowError:  # float ** raises where + gives inf
+        mean = std = math.inf
+    if not math.isfinite(mean + std) and all(math.isfinite(v) for v in values):
+        mean, std = statistics.mean(values), statistics.pstdev(values)
     return {"mean": mean, "std": std, "n": len(values)}
 
 

@@ -361,3 +361,56 @@ def test_a_script_not_yet_committed_is_refused_in_one_line_as_envkit_run_says(pr
     assert (code, out) == (2, "") and err.count("\n") == 1, err
     assert err.startswith(f"envkit: error: new.py is not among the files git tracks in {project} less .dockerignore's")
     assert not (tmp_path / "nb.ipynb").exists() and not (project / "nb.ipynb").exists()
+
+
+@pytest.mark.parametrize("kind", ["the user's notebook", "a symlink", "a dangling symlink"])
+def test_a_file_of_the_users_where_the_notebook_goes_is_never_overwritten(capsys, project, tmp_path, monkeypatch, kind):
+    """Before: `envkit notebook gpu-train` wrote over the user's own gpu-train.ipynb in the working directory (the
+    default name) or through --output, and replaced a symlink there, though envkit never overwrites a file that
+    lacks its mark; a notebook envkit wrote is written again."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    mine = work / "gpu-train.ipynb"
+    (tmp_path / "elsewhere.ipynb").write_text("{}\n")
+    if kind == "the user's notebook":
+        mine.write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}\n')
+    else:
+        mine.symlink_to(tmp_path / ("elsewhere.ipynb" if kind == "a symlink" else "gone.ipynb"))
+    before = os.readlink(mine) if mine.is_symlink() else mine.read_text()
+    config = ["--config", str(project / "envkit.yaml")]
+    for output in ([], ["--output", str(mine)]):
+        code, out, err = envkit(capsys, "notebook", "gpu-train", "--target", "colab-t4", *output, *config)
+        assert (code, out) == (2, "") and err.count("\n") == 1, err
+        assert err.startswith(f"envkit: error: {mine if output else 'gpu-train.ipynb'} is not a notebook envkit wrote")
+    assert (os.readlink(mine) if mine.is_symlink() else mine.read_text()) == before
+    assert (tmp_path / "elsewhere.ipynb").read_text() == "{}\n"
+    mine.unlink()
+    assert envkit(capsys, "notebook", "gpu-train", "--target", "colab-t4", *config)[0] == 0
+    assert envkit(capsys, "notebook", "gpu-train", "--target", "colab-t4", *config)[0] == 0  # envkit's own, again
+
+
+# Put together here so that this file itself holds no token a scanner would flag.
+HF_TOKEN = "hf" + "_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"
+
+
+@pytest.mark.parametrize("where", ["env", "command"])
+def test_a_token_in_the_experiments_env_or_command_never_reaches_a_notebook(capsys, project, tmp_path, where):
+    """Before: a Hugging Face token in envkit.yaml's env: (or the command's arguments) was written into the
+    notebook's settings cell in plain text, though envkit.yaml itself was left out of the archive for holding it."""
+    config = project / "envkit.yaml"
+    text = config.read_text()
+    if where == "env":
+        text = text.replace("env: {FLAVOUR: notebook}", f"env: {{FLAVOUR: notebook, HF_TOKEN: {HF_TOKEN}}}", 1)
+    else:
+        text = text.replace('command: [python, train.py, --epochs, "2"]', f"command: [python, train.py, {HF_TOKEN}]")
+    config.write_text(text)
+    output = tmp_path / "nb.ipynb"
+    argv = ["notebook", "gpu-train", "--target", "colab-t4", "--output", str(output), "--config", str(config)]
+    code, out, err = envkit(capsys, *argv)
+    assert (code, out, output.exists()) == (2, "", False), err
+    named = "its env HF_TOKEN" if where == "env" else "its command"
+    assert err.count("\n") == 1 and err.startswith(f"envkit: error: experiment gpu-train: {named} holds a Hugging")
+    assert HF_TOKEN not in err
+    config.write_text("include_secrets: [envkit.yaml]\n" + text)  # the one way in
+    assert envkit(capsys, *argv)[0] == 0 and HF_TOKEN in output.read_text()

@@ -141,6 +141,56 @@ def test_files_that_look_like_secrets_by_name_or_content_are_left_out_and_named(
     assert "include_secrets" in err and ".env (named .env)" in err
 
 
+def test_a_secret_name_in_capitals_is_a_secret_too(tmp_path, capsys):
+    # A name's case says nothing about what it holds: .ENV and Server.PEM were carried into every image.
+    names = {name: "SECRET_API_KEY=hunter2\n" for name in ("config/.ENV", "Server.PEM", "KEYS/ID_RSA", ".AWS/config")}
+    files = project_files(_tracked_project(tmp_path / "mine", names | {"train.py": "print('train')\n"}))
+    assert files.paths == ("train.py",)
+    assert dict(files.secrets) == {
+        "config/.ENV": "named .env",
+        "Server.PEM": "named *.pem",
+        "KEYS/ID_RSA": "named id_rsa*",
+        ".AWS/config": "under .AWS/",
+    }
+    assert capsys.readouterr().err.startswith("envkit: left out 4 file(s) that look like secrets")
+
+
+def test_the_credential_files_of_the_tools_a_user_of_envkit_keeps_are_secrets(tmp_path):
+    # Each went into images and notebooks: Kaggle's API token (kaggle.json, which envkit's Kaggle targets ask
+    # for), gcloud's application default credentials, s3cmd's and boto's, an old Docker login, a KeePass
+    # database, a Kerberos keytab, and the Azure and Hugging Face CLIs' folders.
+    names = (
+        "kaggle.json",
+        ".kaggle/kaggle.json",
+        "gcp/application_default_credentials.json",
+        ".s3cfg",
+        ".boto",
+        ".dockercfg",
+        "vault.kdbx",
+        "svc.keytab",
+        ".azure/msal_token_cache.json",
+        ".huggingface/token",
+    )
+    root = _tracked_project(tmp_path / "mine", {name: "x\n" for name in names} | {"train.py": "print(1)\n"})
+    files = project_files(root, quiet=True)
+    assert files.paths == ("train.py",)
+    assert set(dict(files.secrets)) == set(names)
+
+
+def test_a_password_in_a_url_is_a_secret_and_a_placeholder_is_not(tmp_path):
+    """Before: a tracked settings.py with a database URL's password, or a pip.conf whose index URL holds a token,
+    went into every image and notebook; detect-secrets' basic-auth rule finds them."""
+    names = {
+        "settings.py": "DATABASE_URL = 'postgres://" + "trainer:Xk7pQ2vR9@db.internal:5432/runs'\n",
+        "pip.conf": "[global]\nindex-url = https://" + "ci:9f8e7d6c5b4a@pkgs.example.org/simple\n",
+        "README.md": "Set https://user:${TOKEN}@host or https://<user>:<password>@host, ssh://git@host:22/x\n",
+        "train.py": "URL = 'http://localhost:8080/a@b'\n",
+    }
+    files = project_files(_tracked_project(tmp_path / "mine", names), quiet=True)
+    assert files.paths == ("README.md", "train.py")
+    assert dict(files.secrets) == {"pip.conf": "holds a password in a URL", "settings.py": "holds a password in a URL"}
+
+
 def test_a_secret_straddling_two_read_blocks_is_found(tmp_path):
     from envkit.project import files as module
 

@@ -450,6 +450,40 @@ def test_a_metric_name_with_a_newline_or_braces_keeps_the_table_whole(tmp_path):
     assert "| acc\\nuracy | loss{x} |" in table[0]
 
 
+@pytest.mark.parametrize(
+    ("values", "cell"),
+    [((1e200, 0.5), "| 5e+199 ± 5e+199 |"), ((1e308, 1e308, -1.5e308), "| 1.667e+307 ± 1.2e+308 |")],
+    ids=["a-diverged-loss", "near-the-floats-limit"],
+)
+def test_huge_finite_values_average_to_what_they_are(tmp_path, capsys, values, cell):
+    """Before: a run whose loss diverged to 1e200 beside one at 0.5 ended the report in an OverflowError
+    traceback; runs that reported 1e308 read `inf ± inf`, though no value is infinite."""
+    results = tmp_path / "results"
+    for index, value in enumerate(values):
+        record(results, f"r{index}", device="cpu", image=None, wall=1.0, metrics={"loss": value}, started_at=str(index))
+    assert main(["report", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert cell in out and "inf" not in out
+
+
+def test_csv_and_json_keep_a_small_metric_rather_than_zero(tmp_path, capsys):
+    """Before: a learning rate of 3e-7 and a loss of 1.234567e-5 read 0.0 and 1.2e-05 in csv and json, which
+    round to 6 decimal places; now each keeps at least 4 significant digits, and larger values are as before."""
+    results = tmp_path / "results"
+    metrics = {"lr": 3e-7, "loss": 1.234567e-5, "acc": 0.123456789}
+    record(results, "a", device="cpu", image=None, wall=1.0, metrics=metrics)
+    assert main(["report", str(results), "--format", "csv"]) == 0
+    (row,) = csv.DictReader(io.StringIO(capsys.readouterr().out))
+    assert (row["metrics.lr_mean"], row["metrics.loss_mean"], row["metrics.acc_mean"]) == (
+        "3e-07",
+        "1.235e-05",
+        "0.123457",
+    )
+    assert main(["report", str(results), "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert (row["metrics.lr_mean"], row["metrics.loss_mean"]) == (3e-7, 1.235e-5)
+
+
 def test_what_the_run_wrapper_warns_is_said_under_the_table(tmp_path):
     """Issue 32 §4: a lock that differs from what ran is a warning in the record, and in the report."""
     results = tmp_path / "results"

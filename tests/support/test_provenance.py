@@ -64,9 +64,11 @@ def test_the_record_names_the_target_the_run_was_started_as(tmp_path):
 
 
 def test_a_dvclive_script_works_unchanged(tmp_path):
-    """dvclive has no variable for its folder (Live(dir="dvclive") under the working directory): read from there."""
+    """dvclive has no variable for its folder (Live(dir="dvclive") under the working directory): read from there,
+    by a run whose program imported dvclive (a stand-in module here)."""
     body = """\
-import json, pathlib
+import json, pathlib, sys, types
+sys.modules["dvclive"] = types.ModuleType("dvclive")
 live = pathlib.Path("dvclive")
 (live / "plots" / "metrics" / "train").mkdir(parents=True)
 (live / "plots" / "metrics" / "train" / "loss.tsv").write_text("timestamp\\tstep\\tloss\\n1\\t0\\t2.5\\n2\\t1\\t1.25\\n")

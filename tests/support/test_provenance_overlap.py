@@ -36,7 +36,11 @@ meet("started")
 if kind == "recipe":
     record = {"recipe": "mnist", "run_id": os.environ["ENVKIT_RUN_ID"], "run_name": index, "environment": {}}
     (pathlib.Path(os.environ["ENVKIT_RESULTS_DIR"]) / f"mnist-{index}.json").write_text(json.dumps(record))
-else:
+elif kind == "dvclive":  # dvclive's Live() writes ./dvclive, which every run started in this folder shares
+    sys.modules["dvclive"] = type(sys)("dvclive")  # stands in for dvclive
+    pathlib.Path("dvclive").mkdir(exist_ok=True)
+    pathlib.Path("dvclive", "metrics.json").write_text(json.dumps({"index": int(index)}))
+elif kind == "command":
     (pathlib.Path(os.environ["ENVKIT_METRICS_DIR"]) / "metrics.json").write_text(json.dumps({"index": int(index)}))
 meet("written")
 sys.exit(code)
@@ -99,6 +103,15 @@ def test_overlapping_runs_each_keep_their_own_record_status_and_metrics(tmp_path
                 "index": index
             }, "the run's folder is its own and kept"
     assert len({record["run"]["run_id"] for record in records.values()}) == len(runs)
+
+
+def test_a_run_that_wrote_no_metrics_never_takes_a_dvclive_runs_from_the_shared_folder(tmp_path):
+    """Before: a run whose program wrote nothing, overlapping a dvclive run started in the same folder, recorded
+    that run's metrics and series as its own, since ./dvclive changed during it."""
+    statuses, records = overlapping(tmp_path, [("train", "dvclive", 0), ("prepare", "nothing", 3)])
+    assert statuses == [0, 3]
+    assert records["0"]["metrics"] == {"index": 0}
+    assert records["1"]["run"]["exit_status"] == 3 and records["1"]["metrics"] is None
 
 
 def test_a_run_takes_the_next_free_name_and_never_writes_over_a_record(tmp_path):
