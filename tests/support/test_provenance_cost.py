@@ -15,14 +15,16 @@ from envkit.support import provenance, provenance_facts
 WRAPPER = Path(provenance.__file__)
 
 
-def test_the_distributions_are_importlib_metadatas_without_its_email_parser():
+def test_the_distributions_are_importlib_metadatas_without_its_email_parser(tmp_path):
     """importlib.metadata parsed every METADATA whole (0.75 s after each run for 290 distributions)."""
     probe = (
         "import json, sys; sys.path.insert(0, sys.argv[1]); import provenance_facts as provenance; "
         "print(json.dumps([provenance.distributions(), provenance._version('torch'), 'email.parser' in sys.modules]))"
     )
+    # From an empty folder: `python -c` puts its working directory first on sys.path, and a checkout's build
+    # leftovers there (an *.egg-info of a wheel built in place) are distributions to it but not to this process.
     done = subprocess.run(
-        [sys.executable, "-c", probe, str(WRAPPER.parent)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", probe, str(WRAPPER.parent)], capture_output=True, text=True, check=True, cwd=tmp_path
     )
     found, torch, parsed = json.loads(done.stdout)
     first = {}
