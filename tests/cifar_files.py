@@ -108,8 +108,19 @@ def only_results(directory: Path) -> dict:
     return assert_valid_results(path)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def data_dir(tmp_path_factory) -> Path:
+    """The tiny CIFAR-10 the slow recipe tests train on; read only (--no-download --data-check exists)."""
     root = tmp_path_factory.mktemp("cifar")
     write_cifar10(root, train_per_batch=TRAIN_PER_BATCH, test_size=TEST_IMAGES)
     return root
+
+
+@pytest.fixture(scope="session")
+def ddp_one_host(tmp_path_factory, data_dir) -> tuple[subprocess.CompletedProcess, Path]:
+    """TRAINING as DDP over two gloo processes on this host, with --show-scatter: the run and its results folder.
+    tests/recipes/test_cifar_ddp.py checks it against one process and tests/integration/test_multihost.py two hosts
+    against it; one run serves both (six epochs of two processes)."""
+    cwd = tmp_path_factory.mktemp("ddp-one-host")
+    argv = [*TRAINING, "--data-dir", str(data_dir), "--parallel", "ddp", "--nproc", "2", "--show-scatter"]
+    return recipe([*argv, "--results-dir", "results"], cwd), cwd / "results"

@@ -130,17 +130,20 @@ LOCAL_EXPERIMENT = {
     "target": "cpu-local",
     "command": ["python", "train.py"],
 }
+# A second cpu-kind target with other settings: one experiment, two targets' venvs on this host, two report rows.
+LEAN_TARGET = {**LOCAL_TARGET, "shm_size": "1g", "env": {"OMP_NUM_THREADS": "1"}}
+# The MNIST example's test line, as envkit.yaml's metrics patterns read it (envkit/project/metric_patterns.py).
+METRICS = {"patterns": {"accuracy": r"Accuracy: \d+/\d+ \((\d+%)\)", "test_loss": r"Average loss: ([0-9.]+)"}}
 
 
-@pytest.mark.slow
-def test_a_users_experiment_runs_in_its_image_and_on_a_host_lock_then_reports_and_launches(
-    tool, local_index, tmp_path, client, base_image
-):
-    import offline_lock
+@pytest.fixture(scope="module")
+def user_project(tool, local_index, tmp_path_factory) -> Path:
+    """The example as a user's git repository after `envkit init`, with two cpu-kind targets the engine can build
+    here (cpu-local, cpu-lean) locked, rendered and each made a venv: the image test and the two-targets test both
+    run on it, so each target's venv (torch's 700 MB unpacked and byte-compiled) is made once for the module."""
     import yaml
-    from docker_engine import HOST_CA_BUNDLE
 
-    project = tmp_path / "mine"
+    project = tmp_path_factory.mktemp("user") / "mine"
     shutil.copytree(EXAMPLE, project)
     (project / "data").mkdir()
     (project / "data" / "points.bin").write_bytes(b"\0" * 1024)  # untracked data: never in the image
@@ -153,17 +156,35 @@ def test_a_users_experiment_runs_in_its_image_and_on_a_host_lock_then_reports_an
     envkit = str(tool)
     assert run([envkit, "init"], project).returncode == 0
     config = yaml.safe_load((project / "envkit.yaml").read_text())
-    config["targets"]["cpu-local"] = LOCAL_TARGET
+    config["targets"].update({"cpu-local": LOCAL_TARGET, "cpu-lean": LEAN_TARGET})
     config["experiments"]["local-train"] = {**LOCAL_EXPERIMENT, "args": ["--epochs", "2"]}
+    train = config["experiments"]["train"]
+    train.update(targets=[*train["targets"], "cpu-local", "cpu-lean"], args=["--epochs", "2"], metrics=METRICS)
     config["experiments"]["ddp"]["targets"].append("cpu-local")  # init's scale: torchrun experiment, in the image
     (project / "envkit.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     index, uv_cache = local_index
-    no_engine = {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}  # the lock must not ask a registry for the base
-    locked = run([envkit, "lock", "--target", "cpu-local", "--torch-index-url", index], project, 1800, **no_engine)
-    assert locked.returncode == 0, locked.stderr
-    lock = project / "docker" / "cpu-local" / "requirements.lock"
-    assert "tabulate==0.9.0" in lock.read_text() and "torch==2.13.0" in lock.read_text()
+    no_engine = {"DOCKER_HOST": f"unix://{project}/no-engine.sock"}  # the lock must not ask a registry for the base
+    for target in ("cpu-local", "cpu-lean"):
+        locked = run([envkit, "lock", "--target", target, "--torch-index-url", index], project, 1800, **no_engine)
+        assert locked.returncode == 0, locked.stderr
+        lock = (project / "docker" / target / "requirements.lock").read_text()
+        assert "tabulate==0.9.0" in lock and "torch==2.13.0" in lock
+        # A host run on the same lock: its venv, from which the tests run the command through the wrapper.
+        venv = run([envkit, "venv", target, "--torch-index-url", index], project, 1800, **uv_cache)
+        assert venv.returncode == 0, venv.stderr[-2000:]
     assert run([envkit, "render", "--all"], project).returncode == 0
+    return project
+
+
+@pytest.mark.slow
+def test_a_users_experiment_runs_in_its_image_and_on_a_host_lock_then_reports_and_launches(
+    tool, user_project, tmp_path, client, base_image
+):
+    import offline_lock
+    from docker_engine import HOST_CA_BUNDLE
+
+    project, envkit = user_project, str(tool)
+    lock = project / "docker" / "cpu-local" / "requirements.lock"
     wheels = offline_lock.fill_wheelhouse(lock, tmp_path / "wheels")
 
     # The image: its build, then the run through run.sh and the run wrapper, from the project's root in the image.
@@ -188,9 +209,7 @@ def test_a_users_experiment_runs_in_its_image_and_on_a_host_lock_then_reports_an
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     assert "rank 0 of 2: sum=3.0" in ddp.stdout and "rank 1 of 2: sum=3.0" in ddp.stdout, ddp.stdout
 
-    # A host run on the same lock: its venv, then the command from the project's root through the wrapper.
-    venv = run([envkit, "venv", "cpu-local", "--torch-index-url", index], project, 1800, **uv_cache)
-    assert venv.returncode == 0, venv.stderr[-2000:]
+    # A host run on the same lock (the fixture made its venv): the command from the project's root through the wrapper.
     host = project / ".venv-cpu-local" / "bin" / "python"
     done = run([envkit, "experiment", "local-train", "--python", str(host), "--results-dir", str(results)], project)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -212,40 +231,17 @@ def test_a_users_experiment_runs_in_its_image_and_on_a_host_lock_then_reports_an
         assert "recipes/" not in planned.stdout and "train.py" in planned.stdout, (engine, planned.stdout)
 
 
-# A second cpu-kind target with other settings: one experiment, two targets' venvs on this host, two report rows.
-LEAN_TARGET = {**LOCAL_TARGET, "shm_size": "1g", "env": {"OMP_NUM_THREADS": "1"}}
-# The MNIST example's test line, as envkit.yaml's metrics patterns read it (envkit/project/metric_patterns.py).
-METRICS = {"patterns": {"accuracy": r"Accuracy: \d+/\d+ \((\d+%)\)", "test_loss": r"Average loss: ([0-9.]+)"}}
-
-
 @pytest.mark.slow
 def test_one_experiment_on_two_cpu_targets_venvs_is_one_comparison_then_torchrun_ddp_and_a_gpu_run_refused(
-    tool, local_index, tmp_path
+    tool, user_project, tmp_path
 ):
-    """Issue 32's tests, host only (no engine): init, lock and render, the example's train.py on two cpu-kind targets'
-    venvs through `envkit experiment --target T --python`, its printed test line read as metrics, the report's one
-    comparison with a row per target; ddp.py under torchrun on 2 gloo processes; a cuda run refused in one line."""
-    import yaml
-
-    project = tmp_path / "mine"
-    shutil.copytree(EXAMPLE, project)
-    envkit = str(tool)
-    assert run([envkit, "init"], project).returncode == 0
-    config = yaml.safe_load((project / "envkit.yaml").read_text())
-    config["targets"].update({"cpu-local": LOCAL_TARGET, "cpu-lean": LEAN_TARGET})
-    train, ddp = config["experiments"]["train"], config["experiments"]["ddp"]
-    train.update(targets=["cpu-local", "cpu-lean", "cuda"], args=["--epochs", "2"], metrics=METRICS)
-    ddp["targets"] = ["cpu-local", "cuda"]
-    (project / "envkit.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    index, uv_cache = local_index
+    """Issue 32's tests, host only (no engine): the example's train.py on two cpu-kind targets' venvs (the fixture's
+    init, locks, render and venvs) through `envkit experiment --target T --python`, its printed test line read as
+    metrics, the report's one comparison with a row per target; ddp.py under torchrun on 2 gloo processes; a cuda run
+    refused in one line."""
+    project, envkit = user_project, str(tool)
     results = tmp_path / "results"
     no_engine = {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}  # nothing here needs one
-    for target in ("cpu-local", "cpu-lean"):
-        locked = run([envkit, "lock", "--target", target, "--torch-index-url", index], project, 1800, **no_engine)
-        assert locked.returncode == 0, locked.stderr
-        venv = run([envkit, "venv", target, "--torch-index-url", index], project, 1800, **uv_cache)
-        assert venv.returncode == 0, venv.stderr[-2000:]
-    assert run([envkit, "render", "--all"], project).returncode == 0
     for target in ("cpu-local", "cpu-lean"):
         python = f".venv-{target}/bin/python"
         argv = ["experiment", "train", "--target", target, "--python", python, "--results-dir", str(results)]

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import offline_lock
@@ -288,10 +289,21 @@ def test_extra_ca_certificate_is_trusted_by_pip_in_the_image(client, project, bu
     client.images.remove(with_ca)
 
 
+@pytest.fixture(scope="module")
+def saved(project, built, tmp_path_factory) -> Iterator[tuple[Path, Path]]:
+    """``envkit save cpu`` of the built image: its tarball (~400 MB) and manifest, which the save-and-load test and
+    the diff test both read, so the module saves the image once for both."""
+    folder = tmp_path_factory.mktemp("saved")
+    tarball, manifest = envkit(
+        "save", "cpu", "--config", "envkit.yaml", "--output-dir", str(folder), cwd=project
+    ).stdout.split()
+    yield Path(tarball), Path(manifest)
+    shutil.rmtree(folder, ignore_errors=True)  # gone with the module: pytest keeps its last temporary folders
+
+
 @engine_test
-def test_save_then_load_restores_the_same_image(client, project, built, tmp_path):
-    saved = envkit("save", "cpu", "--config", "envkit.yaml", "--output-dir", str(tmp_path), cwd=project).stdout.split()
-    tarball, manifest_path = Path(saved[0]), Path(saved[1])
+def test_save_then_load_restores_the_same_image(client, project, built, saved, tmp_path):
+    tarball, manifest_path = saved
     manifest = json.loads(manifest_path.read_text())
     image = client.images.get(built)
     assert manifest["tag"] == built and manifest["image_id"] == image.id
@@ -309,16 +321,17 @@ def test_save_then_load_restores_the_same_image(client, project, built, tmp_path
     ).stdout.split()
     assert json.loads(Path(again[1]).read_text())["sha256"] == manifest["sha256"]
 
-    with tarball.open("r+b") as stream:  # one flipped byte in the middle of a layer
-        stream.seek(tarball.stat().st_size // 2)
+    # One flipped byte in the middle of a layer of the second save (the session's is the diff test's too).
+    flipped = Path(again[0])
+    with flipped.open("r+b") as stream:
+        stream.seek(flipped.stat().st_size // 2)
         byte = stream.read(1)
         stream.seek(-1, os.SEEK_CUR)
         stream.write(bytes([byte[0] ^ 0xFF]))
-    refused = envkit("load", str(tarball), cwd=project, check=False)
+    refused = envkit("load", str(flipped), cwd=project, check=False)
     assert refused.returncode == 2
     assert "refusing to load" in refused.stderr and refused.stderr.count("\n") == 1
-    for saved_tarball in (tarball, Path(again[0])):  # ~400 MB each; pytest keeps tmp dirs around
-        saved_tarball.unlink()
+    flipped.unlink()  # ~400 MB; pytest keeps tmp dirs around
 
 
 @engine_test
@@ -544,7 +557,7 @@ def test_verify_of_a_target_never_built_is_one_line_and_writes_nothing(client, p
 
 
 @engine_test
-def test_diff_names_the_one_package_and_variable_that_differ(client, project, built, tmp_path):
+def test_diff_names_the_one_package_and_variable_that_differ(client, project, built, saved):
     # B: the same image with tqdm uninstalled and one variable changed, as a collaborator's might be.
     container = client.containers.run(
         built, ["python", "-m", "pip", "uninstall", "-y", "-q", "tqdm"], detach=True, user="0"
@@ -555,10 +568,7 @@ def test_diff_names_the_one_package_and_variable_that_differ(client, project, bu
     finally:
         container.remove(force=True)
     try:
-        saved = envkit(
-            "save", "cpu", "--config", "envkit.yaml", "--output-dir", str(tmp_path), cwd=project
-        ).stdout.split()
-        for a in (built, saved[0], saved[1]):  # an engine image, its saved tarball, or the tarball's manifest
+        for a in (built, *saved):  # an engine image, its saved tarball, or the tarball's manifest
             done = envkit("diff", a, "envkit-difftest:b", cwd=project, check=False)
             assert done.returncode == 1, done.stderr
             assert "python packages: 1 of" in done.stdout and "  - tqdm " in done.stdout
@@ -567,7 +577,6 @@ def test_diff_names_the_one_package_and_variable_that_differ(client, project, bu
         assert (
             envkit("diff", "cpu", built, cwd=project, check=False).returncode == 0
         )  # a target name is its latest image
-        Path(saved[0]).unlink()
     finally:
         client.images.remove(other.id, force=True)
 

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cifar_files import RECIPE, TEST_IMAGES, TRAINING, only_results, recipe
+from cifar_files import RECIPE, TEST_IMAGES, TRAINING, only_results
 from multihost import HOSTS_SCRIPT, NAMESPACE_TOOLS, require, torchrun_on_hosts
 
 
@@ -35,14 +35,14 @@ def test_namespace_hosts_have_their_own_names_and_reach_each_other(two_hosts):
 
 
 @pytest.mark.slow
-def test_ddp_across_two_hosts_matches_two_processes_on_one(tmp_path, data_dir, two_hosts):
+def test_ddp_across_two_hosts_matches_two_processes_on_one(tmp_path, data_dir, two_hosts, ddp_one_host):
     common_args = [*TRAINING, "--data-dir", str(data_dir), "--parallel", "ddp", "--show-scatter"]
     ranks = torchrun_on_hosts(
         two_hosts, RECIPE, [*common_args, "--results-dir", str(tmp_path / "two-hosts")], cwd=tmp_path
     )
     for node, done in zip(two_hosts.nodes, ranks):
         assert done.returncode == 0, f"{node}: {done.stderr[-3000:]}"
-    recipe([*common_args, "--nproc", "2", "--results-dir", "one-host"], tmp_path)
+    _, one_host_results = ddp_one_host  # the same arguments with --nproc 2 on this host (cifar_files.py)
 
     # Each host ran one rank, with half of the global batch.
     assert [
@@ -53,7 +53,7 @@ def test_ddp_across_two_hosts_matches_two_processes_on_one(tmp_path, data_dir, t
         "cifar-mobilenet_v2-b16-cpu-x2-ddp.json",
         "cifar-mobilenet_v2-b16-cpu-x2-ddp.pt",
     ]
-    across, one_host = only_results(tmp_path / "two-hosts"), only_results(tmp_path / "one-host")
+    across, one_host = only_results(tmp_path / "two-hosts"), only_results(one_host_results)
     # The recipe alone records torch's facts; the host is the run wrapper's, which a launch engine starts around
     # torchrun on each node (tests/integration/test_slurm.py runs that).
     assert across["environment"].get("host") is None

@@ -22,12 +22,9 @@ from paths import REPO_ROOT, TESTS
 pytestmark = pytest.mark.slow
 
 
-def test_ddp_splits_the_global_batch_and_matches_one_process(tmp_path, data_dir):
-    common_args = [*TRAINING, "--data-dir", str(data_dir)]
-    ddp = recipe(
-        [*common_args, "--parallel", "ddp", "--nproc", "2", "--show-scatter", "--results-dir", "ddp"], tmp_path
-    )
-    recipe([*common_args, "--results-dir", "single"], tmp_path)
+def test_ddp_splits_the_global_batch_and_matches_one_process(tmp_path, data_dir, ddp_one_host):
+    ddp, ddp_results = ddp_one_host  # two processes on this host (the session's run, which test_multihost.py shares)
+    recipe([*TRAINING, "--data-dir", str(data_dir), "--results-dir", "single"], tmp_path)
 
     # Each process got half of the global batch of 16, and nothing was gathered.
     scatter = sorted(line for line in ddp.stdout.splitlines() if line.startswith("scatter"))
@@ -36,7 +33,7 @@ def test_ddp_splits_the_global_batch_and_matches_one_process(tmp_path, data_dir)
         "no gather: each process keeps its outputs and DDP all-reduces gradients"
         for rank in (0, 1)
     ]
-    distributed, single = only_results(tmp_path / "ddp"), only_results(tmp_path / "single")
+    distributed, single = only_results(ddp_results), only_results(tmp_path / "single")
     assert distributed["run_name"] == "mobilenet_v2-b16-cpu-x2-ddp"
     configuration = distributed["configuration"]
     assert (configuration["parallel"], configuration["world_size"]) == ("ddp", 2)
@@ -46,7 +43,7 @@ def test_ddp_splits_the_global_batch_and_matches_one_process(tmp_path, data_dir)
     assert single["threads"] == {"budget": budget, "processes": 1, "per_process": budget}
     assert distributed["threads"] == {"budget": budget, "processes": 2, "per_process": max(1, budget // 2)}
     # Only rank 0 writes: one results file, one checkpoint, no temp files.
-    assert sorted(p.name for p in (tmp_path / "ddp").rglob("*") if p.is_file()) == [
+    assert sorted(p.name for p in ddp_results.rglob("*") if p.is_file()) == [
         "cifar-mobilenet_v2-b16-cpu-x2-ddp.json",
         "cifar-mobilenet_v2-b16-cpu-x2-ddp.pt",
     ]
@@ -90,7 +87,7 @@ def test_two_hosts_write_one_results_file(tmp_path, data_dir):
     argv = [
         *TRAINING,
         "--epochs",
-        "2",
+        "1",  # rank 0 writes its record and its checkpoint after every epoch: one shows who writes
         "--data-dir",
         str(data_dir),
         "--parallel",
