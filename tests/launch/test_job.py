@@ -216,3 +216,20 @@ def test_a_job_file_of_the_users_is_never_overwritten(engine, argv, file, capsys
     mine.unlink()
     for _ in range(2):  # written, then written again over envkit's own
         assert run(capsys, "launch", *argv, "--on", engine, "--nodes", "2", "--output", "out")[0] == 0
+
+
+def test_a_failed_write_removes_only_the_files_the_plan_added(tmp_path):
+    """Before: when a later file could not be written, an earlier job's file the plan had just written over was
+    deleted with the new ones."""
+    from envkit.errors import EnvkitError
+    from envkit.launch.plan import LaunchPlan, write_files
+
+    mark = "# Rendered by envkit launch: "
+    earlier, new, blocked = tmp_path / "a.sbatch", tmp_path / "b.yaml", tmp_path / "file" / "c.yaml"
+    earlier.write_text(f"#!/bin/bash\n{mark}an earlier job\n")
+    (tmp_path / "file").write_text("not a folder\n")
+    texts = [f"{mark}again\n", f"{mark}new\n", f"{mark}blocked\n"]
+    plan = LaunchPlan(files=tuple(zip(map(str, (earlier, new, blocked)), texts, strict=True)), commands=(), results="")
+    with pytest.raises(EnvkitError, match="cannot write"):
+        write_files(plan)
+    assert earlier.read_text() == f"{mark}again\n" and not new.exists()
