@@ -118,11 +118,35 @@ def test_a_killed_renders_staged_files_are_reported_then_removed(capsys, project
     assert run(capsys, "render", "--all", "--check", "--config", config)[0] == 0
 
 
+def removed_target(project: Path, name: str = "old-gpu") -> Path:
+    """docker/<name> as render left it for a target since removed from the config: cpu's files, its marks naming it."""
+    folder = project / "docker" / name
+    shutil.copytree(project / "docker" / "cpu", folder)
+    for file in ("Dockerfile", "run.sh"):
+        (folder / file).write_text((folder / file).read_text().replace('target "cpu"', f'target "{name}"', 1))
+    return folder
+
+
+def test_a_targets_folder_the_user_copied_is_theirs_and_never_removed(capsys, project):
+    """Before: the user copied the cpu target's folder to one named mine and edited its Dockerfile to build a
+    variant of their own; render --all removed the folder ("not a target in the config"), because the copied files
+    carried envkit's mark. The mark names the target render wrote it for: one naming cpu in mine is a copy."""
+    config = str(project / "envkit.yaml")
+    assert run(capsys, "render", "--all", "--config", config)[0] == 0
+    mine = project / "docker" / "mine"
+    shutil.copytree(project / "docker" / "cpu", mine)
+    (mine / "Dockerfile").write_text((mine / "Dockerfile").read_text() + "RUN echo my own variant\n")
+    before = files_under(mine)
+    assert run(capsys, "render", "--all", "--check", "--config", config)[0] == 0
+    code, out, _ = run(capsys, "render", "--all", "--config", config)
+    assert code == 0 and "removed" not in out and files_under(mine) == before
+
+
 def test_the_advice_for_a_removed_target_converges(capsys, project):
     """Before: check said "remove it; run `envkit render --all`", and render --all left the directory, so check kept failing."""
     config = str(project / "envkit.yaml")
     assert run(capsys, "render", "--all", "--config", config)[0] == 0
-    shutil.copytree(project / "docker" / "cpu", project / "docker" / "old-gpu")
+    removed_target(project)
     (project / "docker" / "notes").mkdir()  # a directory of someone else's files is left alone
     (project / "docker" / "notes" / "Dockerfile").write_text("FROM scratch\n")
     code, out, err = run(capsys, "render", "--all", "--check", "--config", config)
@@ -150,7 +174,7 @@ def test_render_all_keeps_what_it_did_not_write_in_a_removed_targets_directory(c
     (render --all deleted it, and kept failing --check on what it kept)."""
     config = str(project / "envkit.yaml")
     assert run(capsys, "render", "--all", "--config", config)[0] == 0
-    shutil.copytree(project / "docker" / "cpu", project / "docker" / "old-gpu")
+    removed_target(project)
     shutil.copy(repo_root / "docker" / "tpu-vm" / "requirements.lock", project / "docker" / "old-gpu" / kept)
     code, out, _ = run(capsys, "render", "--all", "--check", "--config", config)
     assert code == 1 and out.splitlines()[-1].endswith(
