@@ -303,3 +303,23 @@ def test_console_script_error_has_no_traceback(tmp_path):
         "envkit: error: envkit.yaml:2: targets.cpu.torch: torch 1.0.0 is not in envkit's matrix; supported: "
         "2.1.x, 2.2.x, 2.3.x, 2.4.x, 2.5.x, 2.6.x, 2.7.x, 2.8.x, 2.9.x, 2.10.x, 2.11.x, 2.12.x, 2.13.x, 2.14.x, 2.15.x\n"
     )
+
+
+def test_an_index_url_with_a_password_is_never_rendered_unless_listed(capsys, project):
+    """Before: pip_index_url: https://ci:<token>@pkgs.example.org/simple went as is into docker/cpu/Dockerfile's
+    ARG PIP_INDEX_URL default, which is committed and stays in every image's build history."""
+    config = project / "envkit.yaml"
+    password = "Xk7pQ2vR9tok"
+    text = config.read_text().replace(
+        "  cpu:\n    kind: cpu\n",
+        f"  cpu:\n    kind: cpu\n    pip_index_url: https://ci:{password}@pkgs.example.org/simple\n",
+        1,
+    )
+    config.write_text(text)
+    code, out, err = run(capsys, "render", "--target", "cpu", "--config", str(config))
+    assert (code, out) == (2, "") and err.count("\n") == 1 and password not in err, err
+    assert err.startswith("envkit: error: target cpu: pip_index_url holds a password in a URL")
+    assert not (project / "docker").exists()
+    config.write_text("include_secrets: [envkit.yaml]\n" + text)  # the one way in
+    assert run(capsys, "render", "--target", "cpu", "--config", str(config))[0] == 0
+    assert password in (project / "docker" / "cpu" / "Dockerfile").read_text()
