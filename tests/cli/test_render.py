@@ -305,20 +305,22 @@ def test_console_script_error_has_no_traceback(tmp_path):
     )
 
 
-def test_an_index_url_with_a_password_is_never_rendered_unless_listed(capsys, project):
+@pytest.mark.parametrize("key", ["pip_index_url", "find_links"])
+def test_an_index_url_with_a_password_is_never_rendered_unless_listed(capsys, project, key):
     """Before: pip_index_url: https://ci:<token>@pkgs.example.org/simple went as is into docker/cpu/Dockerfile's
     ARG PIP_INDEX_URL default, which is committed and stays in every image's build history."""
     config = project / "envkit.yaml"
     password = "Xk7pQ2vR9tok"
+    url = f"https://ci:{password}@pkgs.example.org/simple"
     text = config.read_text().replace(
         "  cpu:\n    kind: cpu\n",
-        f"  cpu:\n    kind: cpu\n    pip_index_url: https://ci:{password}@pkgs.example.org/simple\n",
+        f"  cpu:\n    kind: cpu\n    {key}: {url if key == 'pip_index_url' else [url]}\n",
         1,
     )
     config.write_text(text)
     code, out, err = run(capsys, "render", "--target", "cpu", "--config", str(config))
     assert (code, out) == (2, "") and err.count("\n") == 1 and password not in err, err
-    assert err.startswith("envkit: error: target cpu: pip_index_url holds a password in a URL")
+    assert err.startswith(f"envkit: error: target cpu: {key} holds a password in a URL")
     assert not (project / "docker").exists()
     config.write_text("include_secrets: [envkit.yaml]\n" + text)  # the one way in
     assert run(capsys, "render", "--target", "cpu", "--config", str(config))[0] == 0
