@@ -551,8 +551,8 @@ def test_nvidias_pure_python_packages_are_no_sign_of_a_cuda_build():
 
 
 def test_a_lock_file_of_the_users_is_never_overwritten(tmp_path, indexes, capsys):
-    """Before: the user's own docker/cpu/requirements.lock (a pip-compile output kept there) was written over by
-    envkit lock --all, rc 0, though envkit never overwrites a file that lacks its mark."""
+    """Before: the user's own lock file where the cpu target's lock goes (a pip-compile output kept there) was
+    written over by envkit lock --all, rc 0, though envkit never overwrites a file that lacks its mark."""
     pypi, pytorch = indexes
     config = write_project(tmp_path, pypi.url)
     mine = tmp_path / "docker" / "cpu" / "requirements.lock"
