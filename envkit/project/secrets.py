@@ -105,3 +105,13 @@ def by_content(data: bytes) -> str | None:
         if _PRIVATE_KEY.search(base64.b64decode(text[: len(text) // 4 * 4])):
             return f"holds {SECRET_CONTENT[0][0]} (base64)"
     return None
+
+
+def redacted(text: str) -> str:
+    """``text`` with each secret the content rules find replaced by what it is: for what envkit publishes besides
+    files (a report's arguments and a failed run's stderr, which a program may have printed a token into)."""
+
+    def what(found: re.Match) -> bytes:
+        return f"[{SECRET_CONTENT[found.lastindex - 1][0]}, redacted]".encode()
+
+    return _CONTENT.sub(what, text.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
