@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from envkit.errors import EnvkitError
 from envkit.image import BUILDERS
 from envkit.lock.base_digest import split_reference
 from envkit.lock.lockfile import LOCK_FILE, read_lock
+from envkit.project import secrets
 from envkit.project.files import DEFAULT_LIMIT_MB, project_files
 from envkit.project.output import DEFAULT_OUTPUT, Output
 from envkit.support import provenance
@@ -112,6 +114,12 @@ def _stage_certificates(certificates: Iterable[Path], dest: Path) -> None:
         if b"-----BEGIN CERTIFICATE-----" not in data:
             raise EnvkitError(
                 f"CA certificate {cert} is not PEM: give a file with '-----BEGIN CERTIFICATE-----' blocks"
+            )
+        secret = secrets.by_content(data)  # a CA's cert and key in one file (mitmproxy-ca.pem): the image publishes it
+        if secret is not None:
+            raise EnvkitError(
+                f"CA certificate {cert} {secret}, which every image of it would publish: give a file of the "
+                f"certificate alone (openssl x509 -in {shlex.quote(str(cert))} -out {shlex.quote(cert.stem + '.crt')})"
             )
         # update-ca-certificates only picks up *.crt files.
         staged = dest / f"{cert.stem}.crt"

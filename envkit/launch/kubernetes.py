@@ -16,7 +16,7 @@ from typing import Any
 
 from envkit.errors import EnvkitError
 from envkit.launch import job as jobs
-from envkit.launch.plan import LaunchPlan
+from envkit.launch.plan import MARK, LaunchPlan
 from envkit.launch.shell import line
 from envkit.launch.spec import Engine, Option
 from envkit.launch.yaml_text import dump
@@ -160,7 +160,7 @@ def _plan(job: jobs.Job, output: Path, manifest: dict[str, Any], suffix: str) ->
     path = str(output / f"{job.name}.{suffix}.yaml")
     kind = manifest["kind"]
     return LaunchPlan(
-        files=((path, dump(manifest)),),
+        files=((path, f"{MARK}experiment {job.experiment}, target {job.target}.\n{dump(manifest)}"),),
         commands=(("kubectl", "apply", "-f", path),),
         results=f"the PersistentVolumeClaim {job.options.volume_claim!r}, under results/ (written by rank 0)",
         notes=(

@@ -7,6 +7,7 @@ atomically and runs the commands through the engines' own clients.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,7 +16,12 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.launch.shell import line
+from envkit.project import marks
 from envkit.support.atomic import write_text_atomic
+
+# The first lines of each file envkit launch writes that holds a comment (an sbatch script, a manifest, a task): a
+# file there without it is the user's, never overwritten. A notebook carries its own mark (envkit.project.marks).
+MARK = "# Rendered by envkit launch: "
 
 
 @dataclass(frozen=True)
@@ -55,20 +61,43 @@ def describe(plan: LaunchPlan) -> str:
 
 
 def write_files(plan: LaunchPlan) -> None:
-    """All of the plan's files or, when one cannot be written, none of the new ones."""
+    """All of the plan's files or, when one cannot be written, none of the new ones; one line, before any is
+    written, where one would go over a file envkit launch did not write."""
+    _never_over_the_users(plan)
     written = []
     try:
         for path, text in plan.files:
             target = Path(path)
             target.parent.mkdir(parents=True, exist_ok=True)
+            new = not os.path.lexists(target)
             write_text_atomic(target, text, mode=0o755 if path in plan.executable else None)
-            written.append(target)
+            written += [target] if new else []
     except OSError as exc:
-        for target in written:
+        for target in written:  # an earlier job's file, written over, stays: only what this plan added goes
             target.unlink(missing_ok=True)
         raise EnvkitError(
             f"cannot write {exc.filename or 'the launch files'}: {exc.strerror}; choose a writable --output"
         ) from None
+
+
+def _ours(path: Path) -> bool:
+    return not path.is_symlink() and (marks.begins_with(path, MARK.encode()) or marks.begins_with(path, marks.NOTEBOOK))
+
+
+def _never_over_the_users(plan: LaunchPlan) -> None:
+    """One line naming a file of the plan that is there and lacks envkit's mark. A file that holds no comment (a
+    Kaggle kernel's kernel-metadata.json) is envkit's where a marked file of the plan is beside it."""
+    paths = [Path(path) for path, _ in plan.files]
+    marked = {path.parent for path in paths if _ours(path)}
+    for path in paths:
+        if not os.path.lexists(path) or _ours(path):
+            continue
+        if path.suffix == ".json" and path.parent in marked and path.is_file() and not path.is_symlink():
+            continue
+        raise EnvkitError(
+            f"{path} is not a file envkit launch wrote (it lacks the mark {MARK.strip()!r}): envkit never "
+            "overwrites it; move it away, or write the job elsewhere with --output DIR"
+        )
 
 
 def submit(plan: LaunchPlan) -> None:

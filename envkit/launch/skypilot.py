@@ -14,7 +14,7 @@ from typing import Any
 
 from envkit.errors import EnvkitError
 from envkit.launch import job as jobs
-from envkit.launch.plan import LaunchPlan
+from envkit.launch.plan import MARK, LaunchPlan
 from envkit.launch.shell import Raw, line
 from envkit.launch.spec import Engine, Option
 from envkit.launch.yaml_text import dump
@@ -79,7 +79,7 @@ def task(job: jobs.Job) -> dict[str, Any]:
 def plan(job: jobs.Job, output: Path) -> LaunchPlan:
     path = str(output / f"{job.name}.sky.yaml")
     return LaunchPlan(
-        files=((path, dump(task(job))),),
+        files=((path, f"{MARK}experiment {job.experiment}, target {job.target}.\n{dump(task(job))}"),),
         commands=(("sky", "launch", "--yes", "--cluster", job.name, path),),
         results=f"~/{RESULTS} on the head node (rank 0): {line('rsync', '-a', f'{job.name}:{RESULTS}/', 'results/')}",
         notes=(*job.image_notes(), f"stop it: {line('sky', 'down', '--yes', job.name)}"),

@@ -23,7 +23,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.launch import images, run_sh
 from envkit.launch import job as jobs
-from envkit.launch.plan import LaunchPlan
+from envkit.launch.plan import MARK, LaunchPlan
 from envkit.launch.shell import Raw, line
 from envkit.launch.spec import Engine, Option
 from envkit.support import provenance
@@ -72,8 +72,7 @@ def sbatch_script(job: jobs.Job) -> str:
         [
             "#!/bin/bash",
             *(f"#SBATCH {directive}" for directive in directives),
-            f"# Rendered by envkit launch: experiment {job.experiment}, target {job.target}, "
-            f"container {options.container}.",
+            f"{MARK}experiment {job.experiment}, target {job.target}, container {options.container}.",
             "set -eu",
             "# c10d rendezvous on the allocation's first host; one torchrun per node. Before pipefail:",
             "# head closes the pipe early, and scontrol may die of SIGPIPE.",

@@ -30,6 +30,7 @@ from envkit.lock.host_platforms import PLATFORMS, PYTHONS
 from envkit.lock.inputs import TORCH_INDEX_PACKAGES, LockInputs, lock_inputs, requirements_inputs
 from envkit.lock.lockfile import UNIVERSAL, lock_path, normalise, read_lock, requirements_lock_path
 from envkit.lock.manylinux import host_manylinux, target_manylinux
+from envkit.project import marks
 from envkit.project.config import ProjectConfig, Target
 from envkit.project.matrix import load_matrix
 from envkit.project.requirement import requirement_name
@@ -104,6 +105,12 @@ def _write_locks(jobs: dict[Path, Callable[[str | None, tuple[str, ...]], str]],
     uv_version = subprocess.run([uv, "--version"], capture_output=True, text=True, check=False).stdout.split()[:2]
     written, failures = [], []
     for path, make_text in jobs.items():
+        if previous[path] is not None and (path.is_symlink() or not marks.begins_with(path, marks.LOCK)):
+            failures.append(
+                f"{path} is not a lock envkit wrote (it lacks the mark {marks.LOCK.decode().strip()!r}): envkit lock "
+                "never overwrites it; move it away, then lock again"
+            )
+            continue
         try:
             text = make_text(previous[path], (uv, *uv_version))
         except EnvkitError as exc:

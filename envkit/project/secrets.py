@@ -13,6 +13,7 @@ are gitleaks' and detect-secrets' private-key and token-prefix rules, only those
 
 from __future__ import annotations
 
+import base64
 import fnmatch
 import re
 from pathlib import PurePosixPath
@@ -77,6 +78,10 @@ SECRET_CONTENT = (
     ("a password in a URL", rb"(?i:\b[a-z][a-z0-9+.-]{1,20})://[^\s:/?#@'\"<>`]+:[^\s/?#@'\"<>`${}*]{3,}@"),
 )
 _CONTENT = re.compile(b"|".join(b"(" + pattern + b")" for _, pattern in SECRET_CONTENT))
+_PRIVATE_KEY = re.compile(SECRET_CONTENT[0][1])
+# "-----BEGIN " in base64 begins a PEM block stored encoded, as a kubeconfig's client-key-data and a Kubernetes
+# Secret's tls.key are: its first 90 bytes decoded hold the header.
+_BASE64_PEM = re.compile(rb"LS0tLS1CRUdJTi[A-Za-z0-9+/]{8,106}")
 
 
 def by_name(path: str) -> str | None:
@@ -93,6 +98,20 @@ def by_name(path: str) -> str | None:
 def by_content(data: bytes) -> str | None:
     """What secret ``data`` holds (a private key, a GitHub token...), or None."""
     found = _CONTENT.search(data)
-    if found is None:
-        return None
-    return f"holds {SECRET_CONTENT[found.lastindex - 1][0]}"
+    if found is not None:
+        return f"holds {SECRET_CONTENT[found.lastindex - 1][0]}"
+    for encoded in _BASE64_PEM.finditer(data):
+        text = encoded.group()
+        if _PRIVATE_KEY.search(base64.b64decode(text[: len(text) // 4 * 4])):
+            return f"holds {SECRET_CONTENT[0][0]} (base64)"
+    return None
+
+
+def redacted(text: str) -> str:
+    """``text`` with each secret the content rules find replaced by what it is: for what envkit publishes besides
+    files (a report's arguments and a failed run's stderr, which a program may have printed a token into)."""
+
+    def what(found: re.Match) -> bytes:
+        return f"[{SECRET_CONTENT[found.lastindex - 1][0]}, redacted]".encode()
+
+    return _CONTENT.sub(what, text.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")

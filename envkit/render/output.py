@@ -168,11 +168,21 @@ def leftovers(output: Path, names: list[str]) -> dict[Path, list[Path]]:
         return {}
     found = {}
     for child in sorted(output.iterdir()):
-        if child.is_dir() and not child.is_symlink() and child.name not in names:
+        if child.is_dir() and not child.is_symlink() and child.name not in names and not _copied(child):
             ours = [child / name for name, mark in envkit_marks().items() if begins_with(child / name, mark)]
             if ours:
                 found[child] = ours
     return found
+
+
+def _copied(directory: Path) -> bool:
+    """Whether the folder's Dockerfile or run.sh carries the mark render wrote for another target: the user copied
+    a target's folder to make a variant of their own (a copy of the cpu folder named mine), and all of it is theirs."""
+    own = f'target "{directory.name}"'.encode()
+    return any(
+        marks.RENDERED in start and b"target " in start and own not in start
+        for start in (marks.head(directory / name) for name in ("Dockerfile", "run.sh"))
+    )
 
 
 def orphans(output: Path, names: list[str]) -> list[str]:

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 
+from envkit.project.secrets import redacted
 from envkit.runs.columns import (
     COLUMNS,
     COMMAND_COLUMNS,
@@ -243,4 +244,5 @@ FORMATTERS = {"md": format_markdown, "csv": format_csv, "json": format_json}
 
 
 def render_report(report: Report, output_format: str) -> str:
-    return FORMATTERS[output_format](report)
+    """The report as text; a token a run's arguments or stderr hold is redacted (the report is shared)."""
+    return redacted(FORMATTERS[output_format](report))

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from envkit.project.secrets import redacted
 from envkit.runs.page_figures import Figure, comparison_figures
 from envkit.runs.page_model import Comparison, Measure, Page
 from envkit.support.atomic import write_bytes_atomic
@@ -84,7 +85,8 @@ def render_page(page: Page) -> str:
         if beyond > 0
         else ""
     )
-    return _environment().get_template(TEMPLATE).render(page=page, comparisons=drawn, left_out=left_out, listed=LISTED)
+    text = _environment().get_template(TEMPLATE).render(page=page, comparisons=drawn, left_out=left_out, listed=LISTED)
+    return redacted(text)  # a token a run's arguments or stderr hold: the page is committed and sent
 
 
 def write_page(page: Page, path: Path) -> int:

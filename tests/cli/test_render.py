@@ -118,11 +118,35 @@ def test_a_killed_renders_staged_files_are_reported_then_removed(capsys, project
     assert run(capsys, "render", "--all", "--check", "--config", config)[0] == 0
 
 
+def removed_target(project: Path, name: str = "old-gpu") -> Path:
+    """docker/<name> as render left it for a target since removed from the config: cpu's files, its marks naming it."""
+    folder = project / "docker" / name
+    shutil.copytree(project / "docker" / "cpu", folder)
+    for file in ("Dockerfile", "run.sh"):
+        (folder / file).write_text((folder / file).read_text().replace('target "cpu"', f'target "{name}"', 1))
+    return folder
+
+
+def test_a_targets_folder_the_user_copied_is_theirs_and_never_removed(capsys, project):
+    """Before: the user copied the cpu target's folder to one named mine and edited its Dockerfile to build a
+    variant of their own; render --all removed the folder ("not a target in the config"), because the copied files
+    carried envkit's mark. The mark names the target render wrote it for: one naming cpu in mine is a copy."""
+    config = str(project / "envkit.yaml")
+    assert run(capsys, "render", "--all", "--config", config)[0] == 0
+    mine = project / "docker" / "mine"
+    shutil.copytree(project / "docker" / "cpu", mine)
+    (mine / "Dockerfile").write_text((mine / "Dockerfile").read_text() + "RUN echo my own variant\n")
+    before = files_under(mine)
+    assert run(capsys, "render", "--all", "--check", "--config", config)[0] == 0
+    code, out, _ = run(capsys, "render", "--all", "--config", config)
+    assert code == 0 and "removed" not in out and files_under(mine) == before
+
+
 def test_the_advice_for_a_removed_target_converges(capsys, project):
     """Before: check said "remove it; run `envkit render --all`", and render --all left the directory, so check kept failing."""
     config = str(project / "envkit.yaml")
     assert run(capsys, "render", "--all", "--config", config)[0] == 0
-    shutil.copytree(project / "docker" / "cpu", project / "docker" / "old-gpu")
+    removed_target(project)
     (project / "docker" / "notes").mkdir()  # a directory of someone else's files is left alone
     (project / "docker" / "notes" / "Dockerfile").write_text("FROM scratch\n")
     code, out, err = run(capsys, "render", "--all", "--check", "--config", config)
@@ -150,7 +174,7 @@ def test_render_all_keeps_what_it_did_not_write_in_a_removed_targets_directory(c
     (render --all deleted it, and kept failing --check on what it kept)."""
     config = str(project / "envkit.yaml")
     assert run(capsys, "render", "--all", "--config", config)[0] == 0
-    shutil.copytree(project / "docker" / "cpu", project / "docker" / "old-gpu")
+    removed_target(project)
     shutil.copy(repo_root / "docker" / "tpu-vm" / "requirements.lock", project / "docker" / "old-gpu" / kept)
     code, out, _ = run(capsys, "render", "--all", "--check", "--config", config)
     assert code == 1 and out.splitlines()[-1].endswith(
@@ -279,3 +303,25 @@ def test_console_script_error_has_no_traceback(tmp_path):
         "envkit: error: envkit.yaml:2: targets.cpu.torch: torch 1.0.0 is not in envkit's matrix; supported: "
         "2.1.x, 2.2.x, 2.3.x, 2.4.x, 2.5.x, 2.6.x, 2.7.x, 2.8.x, 2.9.x, 2.10.x, 2.11.x, 2.12.x, 2.13.x, 2.14.x, 2.15.x\n"
     )
+
+
+@pytest.mark.parametrize("key", ["pip_index_url", "find_links"])
+def test_an_index_url_with_a_password_is_never_rendered_unless_listed(capsys, project, key):
+    """Before: pip_index_url: https://ci:<token>@pkgs.example.org/simple went as is into docker/cpu/Dockerfile's
+    ARG PIP_INDEX_URL default, which is committed and stays in every image's build history."""
+    config = project / "envkit.yaml"
+    password = "Xk7pQ2vR9tok"
+    url = f"https://ci:{password}@pkgs.example.org/simple"
+    text = config.read_text().replace(
+        "  cpu:\n    kind: cpu\n",
+        f"  cpu:\n    kind: cpu\n    {key}: {url if key == 'pip_index_url' else [url]}\n",
+        1,
+    )
+    config.write_text(text)
+    code, out, err = run(capsys, "render", "--target", "cpu", "--config", str(config))
+    assert (code, out) == (2, "") and err.count("\n") == 1 and password not in err, err
+    assert err.startswith(f"envkit: error: target cpu: {key} holds a password in a URL")
+    assert not (project / "docker").exists()
+    config.write_text("include_secrets: [envkit.yaml]\n" + text)  # the one way in
+    assert run(capsys, "render", "--target", "cpu", "--config", str(config))[0] == 0
+    assert password in (project / "docker" / "cpu" / "Dockerfile").read_text()

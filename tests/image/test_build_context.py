@@ -62,6 +62,23 @@ def test_bad_build_inputs_are_one_line(project, tmp_path, make_options, message)
     assert "\n" not in str(caught.value)
 
 
+def test_a_ca_certificate_file_that_also_holds_its_private_key_never_reaches_the_image(project, tmp_path):
+    """Before: a PEM holding the CA's certificate and its private key (mitmproxy's mitmproxy-ca.pem, a proxy's
+    combined bundle) was staged whole into certs/, so the key sat in every image envkit push publishes."""
+    bundle = tmp_path / "mitmproxy-ca.pem"
+    key = b"-----BEGIN " + b"RSA PRIVATE KEY-----\nMIIEfake\n-----END RSA PRIVATE KEY-----\n"
+    bundle.write_bytes(key + CERT)
+    for options, target in (
+        (build_context.BuildOptions(ca_certs=(bundle,)), FakeTarget()),
+        (build_context.BuildOptions(), FakeTarget(ca_certificates=(bundle,))),
+    ):
+        with pytest.raises(EnvkitError) as caught:
+            staged(project, tmp_path, options, target, name=str(id(options)))
+        assert str(caught.value).startswith(f"CA certificate {bundle} holds a private key")
+        assert "\n" not in str(caught.value)
+    assert not any(b"PRIVATE KEY" in path.read_bytes() for path in tmp_path.rglob("*.crt"))
+
+
 def test_unrendered_target_says_how_to_render(project, tmp_path):
     (project / "docker" / "cpu" / "Dockerfile").unlink()
     with pytest.raises(EnvkitError, match="run 'envkit render'"):

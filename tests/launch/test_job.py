@@ -188,3 +188,48 @@ def test_dry_run_with_output_writes_the_script_it_prints(capsys, project):
     )
     script = (project / "out" / "cpu-ddp-cifar.sbatch").read_text()
     assert code == 0 and script.rstrip("\n") in out
+
+
+@pytest.mark.parametrize(
+    "engine, argv, file",
+    [
+        ("slurm", ["gpu-ddp-cifar", "--gpus-per-node", "2"], "gpu-ddp-cifar.sbatch"),
+        ("pytorchjob", ["gpu-ddp-cifar"], "gpu-ddp-cifar.pytorchjob.yaml"),
+        ("skypilot", ["gpu-ddp-cifar"], "gpu-ddp-cifar.sky.yaml"),
+    ],
+)
+def test_a_job_file_of_the_users_is_never_overwritten(engine, argv, file, capsys, project, fake_path):
+    """Before: the user's own out/gpu-ddp-cifar.sbatch (or manifest, or task) was overwritten by the job envkit
+    wrote there, with --dry-run --output and on a submission alike; a file envkit launch wrote is written again."""
+    log = fake_client(fake_path, {"slurm": "sbatch", "pytorchjob": "kubectl", "skypilot": "sky"}[engine])
+    mine = project / "out" / file
+    mine.parent.mkdir()
+    mine.write_text("#!/bin/bash\n# my own job, tuned by hand\n")
+    for dry_run in (["--dry-run"], []):
+        code, out, err = run(capsys, "launch", *argv, "--on", engine, "--nodes", "2", "--output", "out", *dry_run)
+        assert (code, out) == (2, ""), err
+        assert err == (
+            f"envkit: error: out/{file} is not a file envkit launch wrote (it lacks the mark '# Rendered by envkit "
+            "launch:'): envkit never overwrites it; move it away, or write the job elsewhere with --output DIR\n"
+        )
+        assert mine.read_text() == "#!/bin/bash\n# my own job, tuned by hand\n" and calls(log) == []
+    mine.unlink()
+    for _ in range(2):  # written, then written again over envkit's own
+        assert run(capsys, "launch", *argv, "--on", engine, "--nodes", "2", "--output", "out")[0] == 0
+
+
+def test_a_failed_write_removes_only_the_files_the_plan_added(tmp_path):
+    """Before: when a later file could not be written, an earlier job's file the plan had just written over was
+    deleted with the new ones."""
+    from envkit.errors import EnvkitError
+    from envkit.launch.plan import LaunchPlan, write_files
+
+    mark = "# Rendered by envkit launch: "
+    earlier, new, blocked = tmp_path / "a.sbatch", tmp_path / "b.yaml", tmp_path / "file" / "c.yaml"
+    earlier.write_text(f"#!/bin/bash\n{mark}an earlier job\n")
+    (tmp_path / "file").write_text("not a folder\n")
+    texts = [f"{mark}again\n", f"{mark}new\n", f"{mark}blocked\n"]
+    plan = LaunchPlan(files=tuple(zip(map(str, (earlier, new, blocked)), texts, strict=True)), commands=(), results="")
+    with pytest.raises(EnvkitError, match="cannot write"):
+        write_files(plan)
+    assert earlier.read_text() == f"{mark}again\n" and not new.exists()

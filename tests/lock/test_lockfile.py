@@ -548,3 +548,25 @@ def test_nvidias_pure_python_packages_are_no_sign_of_a_cuda_build():
     locked = {"nvidia-ml-py": "13.580.82", "dvclive": "3.49.1", "nvidia-cublas-cu12": "12.8.4.1", "triton": "3.5.0"}
     assert cuda_only_packages(locked) == ["nvidia-cublas-cu12", "triton"]
     assert cuda_only_packages({"nvidia-ml-py": "13.580.82", "torch": "2.13.0"}) == []
+
+
+def test_a_lock_file_of_the_users_is_never_overwritten(tmp_path, indexes, capsys):
+    """Before: the user's own lock file where the cpu target's lock goes (a pip-compile output kept there) was
+    written over by envkit lock --all, rc 0, though envkit never overwrites a file that lacks its mark."""
+    pypi, pytorch = indexes
+    config = write_project(tmp_path, pypi.url)
+    mine = tmp_path / "docker" / "cpu" / "requirements.lock"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("# pip-compile output, kept by hand\nnumpy==1.26.4\n")
+    code, out, err = envkit(capsys, "lock", "--all", "--config", str(config), "--torch-index-url", pytorch.url)
+    assert code == 2 and mine.read_text() == "# pip-compile output, kept by hand\nnumpy==1.26.4\n"
+    assert [line for line in err.splitlines() if "warning: " not in line] == [  # the base digests: warnings
+        f"envkit: error: {mine} is not a lock envkit wrote (it lacks the mark '# envkit lock for target'): envkit "
+        "lock never overwrites it; move it away, then lock again"
+    ]
+    assert sorted(out.splitlines()) == [  # the other targets are locked all the same
+        "wrote docker/cuda/requirements.lock (6 packages)",
+        "wrote docker/tpu-vm/requirements.lock (9 packages)",
+    ]
+    mine.unlink()
+    assert envkit(capsys, "lock", "--all", "--config", str(config), "--torch-index-url", pytorch.url)[0] == 0

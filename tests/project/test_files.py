@@ -191,6 +191,26 @@ def test_a_password_in_a_url_is_a_secret_and_a_placeholder_is_not(tmp_path):
     assert dict(files.secrets) == {"pip.conf": "holds a password in a URL", "settings.py": "holds a password in a URL"}
 
 
+def test_a_private_key_in_base64_is_a_secret(tmp_path):
+    """Before: a kubeconfig (client-key-data) or a Kubernetes Secret manifest (tls.key) under an ordinary name holds
+    its private key base64-encoded, as both formats do, and went into every image and notebook."""
+    import base64
+
+    def encoded(kind: str) -> str:
+        return base64.b64encode(PRIVATE_KEY.replace("OPENSSH ", kind).encode()).decode()
+
+    names = {
+        "cluster.yaml": f"users:\n- name: me\n  user:\n    client-key-data: {encoded('')}\n",
+        "k8s/tls.yaml": f"kind: Secret\ndata:\n  tls.key: {encoded('RSA ')}\n",
+        "k8s/ec.yaml": f"data:\n  key: {encoded('EC ')}\n",
+        "certs.yaml": "ca: " + base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n").decode() + "\n",
+    }
+    files = project_files(_tracked_project(tmp_path / "mine", names), quiet=True)
+    assert files.paths == ("certs.yaml",)
+    assert set(dict(files.secrets)) == {"cluster.yaml", "k8s/tls.yaml", "k8s/ec.yaml"}
+    assert set(dict(files.secrets).values()) == {"holds a private key (base64)"}
+
+
 def test_a_secret_straddling_two_read_blocks_is_found(tmp_path):
     from envkit.project import files as module
 

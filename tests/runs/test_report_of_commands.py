@@ -515,3 +515,26 @@ def test_a_commands_gpu_row_beyond_its_gpus_against_a_gpu_baseline_is_flagged(tm
     assert rows["cpu"].speedup_beyond is None  # another device than the baseline's: no bound
     against_cpu = build_report(load_results(results)[0])  # a GPU against the CPU: no bound either
     assert all(row.speedup_beyond is None for row in against_cpu.sections[0].rows)
+
+
+def test_a_token_in_a_runs_arguments_or_stderr_is_redacted_in_every_report(tmp_path, capsys):
+    """Before: a token passed as an argument (--hf-token), or printed by a failed run into its stderr, was shown in
+    the markdown, csv and json reports and on the HTML page, which is committed and sent."""
+    token = "ghp" + "_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"  # put together: this file holds none
+    results = tmp_path / "results"
+    argv = ("python", "train.py", "--token", token)
+    record(results, "a", device="cpu", image=None, wall=1.0, argv=argv, started_at="a")
+    record(results, "b", device="cpu", image=None, wall=1.0, argv=argv, started_at="b", status=1)
+    failed = json.loads((results / "b.json").read_text())
+    failed["run"]["stderr_tail"] = [f"HTTPError: 401 for token {token}"]
+    (results / "b.json").write_text(json.dumps(failed))
+    outputs = {}
+    for output in ("md", "csv", "json"):
+        assert main(["report", str(results), "--format", output]) == 0
+        outputs[output] = capsys.readouterr().out
+    assert main(["report", str(results), "--html", str(tmp_path / "page.html")]) == 0
+    outputs["html"] = (tmp_path / "page.html").read_text()
+    assert not [output for output, text in outputs.items() if token in text]
+    # the title's arguments in markdown; on the page those and the failed run's stderr line
+    assert outputs["md"].count("[a GitHub token, redacted]") == 1
+    assert outputs["html"].count("[a GitHub token, redacted]") == 2
