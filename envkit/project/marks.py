@@ -17,6 +17,7 @@ RENDERED = b"Rendered by envkit from "  # the templates' files, "from experiment
 NOTEBOOK = b"Rendered by envkit from experiment "
 WRAPPER = b'"""envkit\'s run wrapper: '
 LOCK = b"# envkit lock for target "
+ANY_LOCK = b"# envkit lock for "  # a target's lock, or a requirements input's (`envkit lock --requirements dev.in`)
 PUSHED = b'"format": '  # a push record is JSON: {"format": 1, ..., "target": ...} with its keys sorted
 # A notebook's mark is in its first cell, after nbformat's JSON preamble; run.sh's follows its #! line.
 WITHIN = 4096

@@ -456,6 +456,22 @@ def test_a_requirements_input_holds_requirements_only(tmp_path, capsys, text, pr
     assert not (tmp_path / "env.lock").exists()
 
 
+def test_a_requirements_inputs_lock_envkit_wrote_is_locked_again_and_the_users_is_not(
+    tmp_path, indexes, capsys, monkeypatch
+):
+    # Before: the user's-lock check knew only a target's mark, so `envkit lock --requirements dev.in` refused
+    # requirements/dev.lock, the lock envkit itself had written (CI's host-lock tests failed).
+    monkeypatch.setenv("UV_DEFAULT_INDEX", indexes[0].url)  # the installer's default index, here a local one
+    (tmp_path / "env.in").write_text("tqdm\n")
+    for _ in range(2):
+        code, out, err = envkit(capsys, "lock", "--requirements", str(tmp_path / "env.in"))
+        assert code == 0, err
+    mine = "# pip-compile output, kept by hand\ntqdm==4.67.1\n"
+    (tmp_path / "env.lock").write_text(mine)
+    code, out, err = envkit(capsys, "lock", "--requirements", str(tmp_path / "env.in"))
+    assert code == 2 and "is not a lock envkit wrote" in err and (tmp_path / "env.lock").read_text() == mine
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["dev", "xla", "sky"])
 def test_the_committed_host_locks_are_what_envkit_lock_resolves(tmp_path, repo_root, name):
@@ -561,7 +577,7 @@ def test_a_lock_file_of_the_users_is_never_overwritten(tmp_path, indexes, capsys
     code, out, err = envkit(capsys, "lock", "--all", "--config", str(config), "--torch-index-url", pytorch.url)
     assert code == 2 and mine.read_text() == "# pip-compile output, kept by hand\nnumpy==1.26.4\n"
     assert [line for line in err.splitlines() if "warning: " not in line] == [  # the base digests: warnings
-        f"envkit: error: {mine} is not a lock envkit wrote (it lacks the mark '# envkit lock for target'): envkit "
+        f"envkit: error: {mine} is not a lock envkit wrote (it lacks the mark '# envkit lock for'): envkit "
         "lock never overwrites it; move it away, then lock again"
     ]
     assert sorted(out.splitlines()) == [  # the other targets are locked all the same
