@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from envkit.cli.options import add_config, add_target
@@ -94,7 +93,7 @@ def _never_over_a_users_file(output: Path) -> None:
     user's own notebook of that name, or a link, which envkit never overwrites or replaces."""
     from envkit.project import marks
 
-    if os.path.lexists(output) and (output.is_symlink() or not marks.begins_with(output, marks.NOTEBOOK)):
+    if marks.foreign(output, marks.NOTEBOOK):
         mark = marks.NOTEBOOK.decode().strip()
         raise EnvkitError(
             f"{output} is not a notebook envkit wrote (it lacks the mark {mark!r} of envkit's notebooks): envkit "

@@ -19,9 +19,10 @@ from envkit.launch.shell import line
 from envkit.project import marks
 from envkit.support.atomic import write_text_atomic
 
-# The first lines of each file envkit launch writes that holds a comment (an sbatch script, a manifest, a task): a
-# file there without it is the user's, never overwritten. A notebook carries its own mark (envkit.project.marks).
-MARK = "# Rendered by envkit launch: "
+# The first line of each file envkit launch writes that holds a comment (an sbatch script, a manifest, a task): a
+# file there without it is the user's, never overwritten. A notebook carries its own mark.
+MARK = marks.LAUNCH.decode()
+_OURS = (marks.LAUNCH, marks.NOTEBOOK)
 
 
 @dataclass(frozen=True)
@@ -80,17 +81,13 @@ def write_files(plan: LaunchPlan) -> None:
         ) from None
 
 
-def _ours(path: Path) -> bool:
-    return not path.is_symlink() and (marks.begins_with(path, MARK.encode()) or marks.begins_with(path, marks.NOTEBOOK))
-
-
 def _never_over_the_users(plan: LaunchPlan) -> None:
     """One line naming a file of the plan that is there and lacks envkit's mark. A file that holds no comment (a
     Kaggle kernel's kernel-metadata.json) is envkit's where a marked file of the plan is beside it."""
     paths = [Path(path) for path, _ in plan.files]
-    marked = {path.parent for path in paths if _ours(path)}
+    marked = {path.parent for path in paths if os.path.lexists(path) and not marks.foreign(path, *_OURS)}
     for path in paths:
-        if not os.path.lexists(path) or _ours(path):
+        if not marks.foreign(path, *_OURS):
             continue
         if path.suffix == ".json" and path.parent in marked and path.is_file() and not path.is_symlink():
             continue

@@ -105,7 +105,7 @@ def _write_locks(jobs: dict[Path, Callable[[str | None, tuple[str, ...]], str]],
     uv_version = subprocess.run([uv, "--version"], capture_output=True, text=True, check=False).stdout.split()[:2]
     written, failures = [], []
     for path, make_text in jobs.items():
-        if previous[path] is not None and (path.is_symlink() or not marks.begins_with(path, marks.ANY_LOCK)):
+        if previous[path] is not None and marks.foreign(path, marks.ANY_LOCK):
             failures.append(
                 f"{path} is not a lock envkit wrote (it lacks the mark {marks.ANY_LOCK.decode().strip()!r}): envkit "
                 "lock never overwrites it; move it away, then lock again"

@@ -4,11 +4,12 @@
 (envkit.project.files) leave out only what envkit wrote in its output folders; a file without the mark is
 the user's, kept and carried. The marks are the first lines of templates/ (Dockerfile, run.sh,
 .dockerignore, a notebook's first cell), of the run wrapper (envkit/support/provenance.py), of a lock
-(envkit.lock.lockfile) and of a push record (envkit.image.pushed).
+(envkit.lock.lockfile), of a launch job's files (envkit.launch) and of a push record (envkit.image.pushed).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from envkit.support.bounded_load import Refused, open_regular
@@ -18,6 +19,7 @@ NOTEBOOK = b"Rendered by envkit from experiment "
 WRAPPER = b'"""envkit\'s run wrapper: '
 LOCK = b"# envkit lock for target "
 ANY_LOCK = b"# envkit lock for "  # a target's lock, or a requirements input's (`envkit lock --requirements dev.in`)
+LAUNCH = b"# Rendered by envkit launch: "  # an sbatch script, a Kubernetes manifest, a SkyPilot task
 PUSHED = b'"format": '  # a push record is JSON: {"format": 1, ..., "target": ...} with its keys sorted
 # A notebook's mark is in its first cell, after nbformat's JSON preamble; run.sh's follows its #! line.
 WITHIN = 4096
@@ -35,6 +37,15 @@ def head(path: Path, within: int = WITHIN) -> bytes:
 def begins_with(path: Path, mark: bytes, within: int = WITHIN) -> bool:
     """Whether ``mark`` is in the first ``within`` bytes of the file."""
     return mark in head(path, within)
+
+
+def foreign(path: Path, *ours: bytes) -> bool:
+    """Whether something stands at ``path`` that envkit did not write: a link, or a file whose head carries none of
+    ``ours``. envkit never writes over or replaces it (render, notebook, launch, lock)."""
+    if not os.path.lexists(path):
+        return False
+    start = b"" if path.is_symlink() else head(path)
+    return not any(mark in start for mark in ours)
 
 
 def notebook_mark(target: str, experiment: str) -> bytes:
