@@ -117,8 +117,9 @@ def main(argv: list[str]) -> int:
             status = run(argv, env, **streams)
             wall = round(time.perf_counter() - started, 3)
             busy = output.machine_facts(mark)
-        device = devices.observed_device(Path(watch), os.environ.get(facts.DEVICE_VARIABLE) or None)
-        dvclive = devices.imported_dvclive(Path(watch))
+        reports = devices.process_reports(Path(watch))  # read once: the device and dvclive's use are both in them
+        device = devices.observed_device(reports, os.environ.get(facts.DEVICE_VARIABLE) or None)
+        dvclive = devices.imported_dvclive(reports)
     run_block = {
         "record_version": RECORD_VERSION,
         "run_id": run_id,

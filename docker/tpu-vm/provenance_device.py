@@ -99,11 +99,10 @@ def watched(env: dict[str, str], folder: Path) -> dict[str, str]:
     return {**env, "PATH": search, "PYTHONPATH": path, DEVICE_REPORTS_VARIABLE: str(folder / "reports")}
 
 
-def observed_device(folder: Path, label: str | None) -> dict:
+def observed_device(reports: list[dict], label: str | None) -> dict:
     """What the run's Python processes initialised: the accelerator (cuda, tpu, else cpu), its name and the
     devices used, beside the target's label; ``observed`` false where no Python process of the run reported
-    (a program that is not Python, or one that ignores PYTHONPATH)."""
-    reports = _reports(folder)
+    (a program that is not Python, or one that ignores PYTHONPATH). ``reports``: process_reports'."""
     cuda = {json.dumps(device, sort_keys=True): device for r in reports for device in r.get("cuda") or ()}
     xla = sorted({r["xla"] for r in reports if isinstance(r.get("xla"), str)})
     accelerator, name, count = "cpu", facts.device_name("cpu"), None
@@ -125,13 +124,13 @@ def observed_device(folder: Path, label: str | None) -> dict:
     }
 
 
-def imported_dvclive(folder: Path) -> bool:
+def imported_dvclive(reports: list[dict]) -> bool:
     """Whether a Python process of the run imported dvclive: only then is ./dvclive, which every run started in
-    the same folder shares, this run's."""
-    return any(report.get("dvclive") is True for report in _reports(folder))
+    the same folder shares, this run's. ``reports``: process_reports'."""
+    return any(report.get("dvclive") is True for report in reports)
 
 
-def _reports(folder: Path) -> list[dict]:
+def process_reports(folder: Path) -> list[dict]:
     """The reports the run's Python processes wrote at exit (one that cannot be read is none)."""
     reports = []
     for path in sorted((folder / "reports").glob("*.json")):
