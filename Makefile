@@ -34,7 +34,7 @@ RDZV_ENDPOINT ?=
 RDZV_ID ?=
 NCCL_SOCKET_IFNAME ?=
 GLOO_SOCKET_IFNAME ?=
-# Another engine's hosts (envkit launch): ON=slurm|hosts|pytorchjob|jobset|tpu-pod|skypilot makes an
+# Another engine's hosts (envkit launch): ON=ENGINE (envkit launch --help lists them, e.g. slurm) makes an
 # experiment target submit there instead of running here, on NNODES hosts with GPUS_PER_NODE GPUs
 # each (HOSTS=a,b for ON=hosts); LAUNCH_FLAGS adds any other envkit launch option.
 ON ?=

@@ -147,7 +147,6 @@ ENGINE = Engine(
             "tpu-pod: the TPU VM's zone",
             valid=("a zone such as us-central2-b", re.compile(r"^[a-z]+(-[a-z]+[0-9]+)+-[a-z]$")),
         ),
-        Option("stop", "tpu-pod: stop the experiment's container on every worker", default=False, switch=True),
     ),
     plan=plan,
     check=check,
