@@ -63,9 +63,11 @@ MULTINODE := NNODES NODE_RANK RDZV_ENDPOINT RDZV_ID NCCL_SOCKET_IFNAME GLOO_SOCK
 # A value quoted for the shell: '...' with each ' written as '\''.
 quote = '$(subst ','\'',$(1))'
 
-# A malformed GPUS= is bad input on any host: stop before anything runs.
+# A malformed GPUS= is bad input on any host: stop before anything runs. Its syntax is envkit's data (kinds.yaml's
+# gpu_indices), read here without Python, as no venv may exist yet.
+GPU_INDICES := $(shell sed -n "s/^gpu_indices: '\(.*\)'$$/\1/p" envkit/data/kinds.yaml)
 ifneq ($(GPUS),)
-ifeq ($(shell printf '%s' '$(GPUS)' | grep -Ex 'all|[0-9]+(,[0-9]+)*'),)
+ifeq ($(shell printf '%s' '$(GPUS)' | grep -Ex 'all|$(GPU_INDICES)'),)
 $(error GPUS='$(GPUS)' is invalid: give comma-separated GPU indices (e.g. GPUS=0,1) or GPUS=all)
 endif
 endif

@@ -237,6 +237,7 @@ def _context(config: ProjectConfig, target: Target, lock: LockFile | None, input
         "target": target,
         "kind": kind,
         "run_env": run_env(kind, target),
+        "gpu_indices": kinds.gpu_indices(),  # GPUS's syntax (cuda's run.sh checks it)
         "docker_args": [*kind.run.docker_args, *(["--net=host"] if kind.run.host_network else [])],
         "ulimits": " ".join(f"{name}={value}" for name, value in kind.run.ulimits.items()),
         "labels": labels(config, target, lock),

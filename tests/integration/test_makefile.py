@@ -74,6 +74,9 @@ def project(tmp_path: Path, repo_root: Path) -> Path:
         (work / name).parent.mkdir(parents=True, exist_ok=True)
         (work / name).write_text("stand-in\n")
         _age(work / name, 300)
+    # GPUS's syntax is read from kinds.yaml (gpu_indices).
+    shutil.copy(repo_root / "envkit" / "data" / "kinds.yaml", work / "envkit" / "data" / "kinds.yaml")
+    _age(work / "envkit" / "data" / "kinds.yaml", 300)
     for kind in KINDS:
         for name in ("Dockerfile", "run.sh"):
             (work / "docker" / kind).mkdir(parents=True, exist_ok=True)
@@ -374,6 +377,15 @@ def test_invalid_gpus_is_one_clear_line(project, gpus):
     assert done.stdout == ""
     assert done.stderr.count("\n") == 1
     assert f"GPUS='{gpus}' is invalid: give comma-separated GPU indices" in done.stderr
+
+
+def test_the_gpus_syntax_is_envkit_s_data(project):
+    """make reads GPUS's syntax from kinds.yaml's gpu_indices, as doctor, run.sh and the recipes do."""
+    kinds = project / "envkit" / "data" / "kinds.yaml"
+    assert "\ngpu_indices: '[0-9]+(,[0-9]+)*'\n" in kinds.read_text()
+    kinds.write_text(kinds.read_text().replace("gpu_indices: '[0-9]+(,[0-9]+)*'", "gpu_indices: '[0-3]'"))
+    assert make(project, "-n", "gpu-dp-cifar", "GPUS=2").returncode == 0
+    assert "GPUS='0,1' is invalid" in make(project, "-n", "gpu-dp-cifar", "GPUS=0,1").stderr
 
 
 def test_build_options_reach_envkit_build(project):
