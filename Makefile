@@ -10,7 +10,9 @@ PER_DEVICE_BATCH ?=
 EPOCHS ?=
 DATASET ?=
 MAX_STEPS ?=
-RESULTS_DIR ?= $(CURDIR)/results
+# The results folder's name is the run wrapper's (envkit/support/provenance_records.py), read without Python.
+RESULTS_FOLDER := $(shell sed -n 's/^RESULTS_FOLDER = "\(.*\)"$$/\1/p' envkit/support/provenance_records.py)
+RESULTS_DIR ?= $(CURDIR)/$(RESULTS_FOLDER)
 DATA_DIR ?= $(CURDIR)/data
 WHEELHOUSE ?=
 BASE_IMAGE ?=

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from envkit.cli.options import add_config, add_recipe_args, add_target, directory_option
 from envkit.errors import EnvkitError
+from envkit.support.provenance_records import RESULTS_FOLDER
 
 
 def register(subparsers) -> None:
@@ -120,7 +121,10 @@ def _add_image_options(launch) -> None:
     )
     launch.add_argument("--tag", default="latest", help="image tag whose pushed digest runs (default: latest)")
     launch.add_argument(
-        "--results-dir", type=directory_option, default=Path("results"), help="host results directory (hosts, slurm)"
+        "--results-dir",
+        type=directory_option,
+        default=Path(RESULTS_FOLDER),
+        help="host results directory (hosts, slurm)",
     )
     launch.add_argument(
         "--data-dir", type=directory_option, default=Path("data"), help="host data directory (hosts, slurm)"

@@ -41,8 +41,8 @@ def select_device(kind: str) -> torch.device:
     raise RecipeError(f"--device {kind!r} is not known; choose one of {', '.join(DEVICES)}")
 
 
-# GPU ids as envkit's kinds.yaml writes them (gpu_indices): a copy, since the recipes never import envkit
-# (tests/recipes/test_harness.py compares the two).
+# GPU ids as envkit's kinds.yaml writes them (gpu_indices): a copy, since the recipes never
+# import envkit (tests/recipes/test_harness.py compares the two).
 GPU_INDICES = "[0-9]+(,[0-9]+)*"
 
 

@@ -600,3 +600,10 @@ def test_the_recipes_gpu_ids_are_kinds_yaml_s_copy(monkeypatch):
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "1,0"
     with pytest.raises(harness.RecipeError, match="is not a comma-separated list"):
         harness.devices.choose_gpus("0,")
+
+
+def test_the_recipes_results_folder_is_the_run_wrapper_s_copy():
+    """The recipes never import envkit: their default results folder (a recipe run by hand) is compared here."""
+    from envkit.support.provenance_records import RESULTS_FOLDER
+
+    assert harness.arguments.RESULTS_FOLDER == RESULTS_FOLDER
