@@ -10,7 +10,9 @@ PER_DEVICE_BATCH ?=
 EPOCHS ?=
 DATASET ?=
 MAX_STEPS ?=
-RESULTS_DIR ?= $(CURDIR)/results
+# The results folder's name is the run wrapper's (envkit/support/provenance_records.py), read without Python.
+RESULTS_FOLDER := $(shell sed -n 's/^RESULTS_FOLDER = "\(.*\)"$$/\1/p' envkit/support/provenance_records.py)
+RESULTS_DIR ?= $(CURDIR)/$(RESULTS_FOLDER)
 DATA_DIR ?= $(CURDIR)/data
 WHEELHOUSE ?=
 BASE_IMAGE ?=
@@ -34,7 +36,7 @@ RDZV_ENDPOINT ?=
 RDZV_ID ?=
 NCCL_SOCKET_IFNAME ?=
 GLOO_SOCKET_IFNAME ?=
-# Another engine's hosts (envkit launch): ON=slurm|hosts|pytorchjob|jobset|tpu-pod|skypilot makes an
+# Another engine's hosts (envkit launch): ON=ENGINE (envkit launch --help lists them, e.g. slurm) makes an
 # experiment target submit there instead of running here, on NNODES hosts with GPUS_PER_NODE GPUs
 # each (HOSTS=a,b for ON=hosts); LAUNCH_FLAGS adds any other envkit launch option.
 ON ?=
@@ -63,9 +65,11 @@ MULTINODE := NNODES NODE_RANK RDZV_ENDPOINT RDZV_ID NCCL_SOCKET_IFNAME GLOO_SOCK
 # A value quoted for the shell: '...' with each ' written as '\''.
 quote = '$(subst ','\'',$(1))'
 
-# A malformed GPUS= is bad input on any host: stop before anything runs.
+# A malformed GPUS= is bad input on any host: stop before anything runs. Its syntax is envkit's data (kinds.yaml's
+# gpu_indices), read here without Python, as no venv may exist yet.
+GPU_INDICES := $(shell sed -n "s/^gpu_indices: '\(.*\)'$$/\1/p" envkit/data/kinds.yaml)
 ifneq ($(GPUS),)
-ifeq ($(shell printf '%s' '$(GPUS)' | grep -Ex 'all|[0-9]+(,[0-9]+)*'),)
+ifeq ($(shell printf '%s' '$(GPUS)' | grep -Ex 'all|$(GPU_INDICES)'),)
 $(error GPUS='$(GPUS)' is invalid: give comma-separated GPU indices (e.g. GPUS=0,1) or GPUS=all)
 endif
 endif

@@ -19,6 +19,7 @@ from envkit.cli.options import (
     build_options_argv,
     directory_option,
 )
+from envkit.support.provenance_records import RESULTS_FOLDER
 
 
 def register(subparsers) -> None:
@@ -48,7 +49,10 @@ def register(subparsers) -> None:
         "--gpus", help="host GPU indices or 'all' (the experiment's GPU rule picks the first or all)"
     )
     experiment.add_argument(
-        "--results-dir", type=directory_option, default=None, help="where results go (default: run.sh's ./results)"
+        "--results-dir",
+        type=directory_option,
+        default=None,
+        help=f"where results go (default: run.sh's ./{RESULTS_FOLDER})",
     )
     experiment.add_argument(
         "--data-dir", type=directory_option, default=None, help="datasets (default: run.sh's ./data)"

@@ -19,6 +19,7 @@ from envkit.cli.options import (
     directory_option,
     load_target,
 )
+from envkit.support.provenance_records import RESULTS_FOLDER
 
 
 def register(subparsers) -> None:
@@ -44,7 +45,7 @@ def register(subparsers) -> None:
     add_recipe_args(run)
     run.add_argument("--tag", help="image tag to run (default: latest)")
     run.add_argument("--gpus", help="comma-separated host GPU indices or 'all' (cuda targets)")
-    run.add_argument("--results-dir", type=directory_option, default=Path("results"))
+    run.add_argument("--results-dir", type=directory_option, default=Path(RESULTS_FOLDER))
     run.add_argument("--data-dir", type=directory_option, default=Path("data"))
     run.add_argument(
         "--dry-run", action="store_true", help="print the run.sh line it would run; check, create and run nothing"

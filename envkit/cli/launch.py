@@ -7,11 +7,13 @@ prints it (--dry-run) or submits it with the engine's own client.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 from envkit.cli.options import add_config, add_recipe_args, add_target, directory_option
 from envkit.errors import EnvkitError
+from envkit.support.provenance_records import RESULTS_FOLDER
 
 
 def register(subparsers) -> None:
@@ -19,7 +21,6 @@ def register(subparsers) -> None:
     from envkit.launch.job import DEFAULT_RDZV_PORT
 
     names = tuple(engines.REGISTRY)
-
     launch = subparsers.add_parser(
         "launch",
         help="run an experiment on N hosts via Slurm, Kubernetes, TPU pods, SkyPilot or plain hosts, or as a "
@@ -38,7 +39,7 @@ def register(subparsers) -> None:
         required=True,
         choices=names,
         metavar="ENGINE",
-        help=f"one of: {', '.join(names)}",
+        help="the engine: one of the groups of options below (--on NAME), whose options it alone takes",
     )
     launch.add_argument("--nodes", type=int, default=1, help="hosts (default 1)")
     launch.add_argument(
@@ -74,11 +75,33 @@ def register(subparsers) -> None:
         "--container docker), env(1) sets it in the container, but the multi-node interfaces "
         "(NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME), which run.sh passes itself",
     )
-    # Each engine's options (envkit.launch.spec.Option), declared in the engine's module.
-    group = launch.add_argument_group("engine settings")
-    for option in engines.options():
-        _add_option(group, option)
+    launch.add_argument(
+        "--stop",
+        action="store_true",
+        help="stop the experiment's running job instead of submitting it (an engine that cannot says so)",
+    )
+    _add_engine_options(launch, engines.REGISTRY)
     launch.set_defaults(func=cmd_launch)
+
+
+def _add_engine_options(launch, registry) -> None:
+    """Each engine's options (envkit.launch.spec.Option, declared in its module) as a group of flags, "--on NAME":
+    given only where given (build refuses another engine's), shown in the first group of the engines that share
+    one declaration; a flag of launch's own is refused (the registry refuses two engines' of one name)."""
+    added: set[str] = set()
+    for engine in registry.values():
+        shared = [option.flag for option in engine.options if option.name in added]
+        group = launch.add_argument_group(f"--on {engine.name}", f"also {', '.join(shared)}" if shared else None)
+        for option in engine.options:
+            if option.name in added:
+                continue
+            try:
+                _add_option(group, option)
+            except argparse.ArgumentError:
+                raise EnvkitError(
+                    f"launch engine {engine.name} declares {option.flag}, an option of every engine: rename it"
+                ) from None
+            added.add(option.name)
 
 
 def _add_image_options(launch) -> None:
@@ -98,7 +121,10 @@ def _add_image_options(launch) -> None:
     )
     launch.add_argument("--tag", default="latest", help="image tag whose pushed digest runs (default: latest)")
     launch.add_argument(
-        "--results-dir", type=directory_option, default=Path("results"), help="host results directory (hosts, slurm)"
+        "--results-dir",
+        type=directory_option,
+        default=Path(RESULTS_FOLDER),
+        help="host results directory (hosts, slurm)",
     )
     launch.add_argument(
         "--data-dir", type=directory_option, default=Path("data"), help="host data directory (hosts, slurm)"
@@ -106,14 +132,17 @@ def _add_image_options(launch) -> None:
 
 
 def _add_option(group, option) -> None:
+    # No default in the namespace: the engine's settings fill it in, and a given one is known as given.
     if option.switch:
-        group.add_argument(option.flag, dest=option.name, action="store_true", help=option.help)
+        group.add_argument(
+            option.flag, dest=option.name, action="store_true", default=argparse.SUPPRESS, help=option.help
+        )
         return
     kwargs = {"type": option.type} if option.type else {}
     group.add_argument(
         option.flag,
         dest=option.name,
-        default=option.default,
+        default=argparse.SUPPRESS,
         choices=option.choices,
         metavar=option.metavar,
         help=option.help,
@@ -126,26 +155,20 @@ def build(args):
     from envkit.launch import engines, images
     from envkit.project.experiments import experiment as find_experiment
     from envkit.project.load import load_config
-    from envkit.project.placement import place
 
     engine = engines.engine(args.on)
+    options = engines.given_options(args.on, vars(args))
     config = load_config(args.config)
-    experiment = find_experiment(args.experiment, args.config)
-    if engine.target is None:
-        experiment, target = place(config, experiment, args.target)
-    else:  # a notebook engine picks its own kind of target
-        target = engine.target(config, experiment, args.target)
-        experiment = experiment.on(target)
+    experiment, target = engine.place(config, find_experiment(args.experiment, args.config), args.target)
     image = images.LaunchImage("")  # a notebook engine runs no image
-    if engine.image:
-        tarball = Path(args.image_tarball) if args.image_tarball else None
+    if engine.runs_image:
         image = images.choose(
             config.output.image_folder(config.root, target.name),
             target.name,
             tag=args.tag,
             image=args.image,
             registry=args.registry,
-            tarball=tarball,
+            tarball=options.get(images.TARBALL.name),
         )
     job = engines.build_job(
         args.on,
@@ -163,7 +186,7 @@ def build(args):
         extra_args=tuple(args.recipe_args),
         rdzv_port=args.rdzv_port,
         env=tuple(args.env),
-        options=vars(args),
+        options=options,
         config=args.config,
         images=config.output.images,
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from envkit.cli.options import add_config, directory_option
 from envkit.project import DEFAULT_CONFIG
+from envkit.support.provenance_records import RESULTS_FOLDER
 
 
 def register(subparsers) -> None:
@@ -33,7 +34,7 @@ def register(subparsers) -> None:
         help="run every experiment this host can run, then report",
         description="Ask `envkit doctor` which experiments this host can run, run them, then print the report.",
     )
-    _add_run_options(compare, default_results=Path("results"))
+    _add_run_options(compare, default_results=Path(RESULTS_FOLDER))
     compare.add_argument(
         "--epochs", type=_positive_int, default=None, help="epochs per run (default: each recipe's own)"
     )
@@ -49,7 +50,7 @@ def register(subparsers) -> None:
         help="render every target, run the small comparison this machine can run, report and plot",
         description="The whole story on any machine in a few minutes: render, run small experiments, report, plot.",
     )
-    _add_run_options(demo, default_results=Path("results/demo"))
+    _add_run_options(demo, default_results=Path(RESULTS_FOLDER, "demo"))
     demo.add_argument("--no-docker", action="store_true", help="run on this Python even when Docker is usable")
     demo.add_argument(
         "--base-image",

@@ -9,6 +9,7 @@ from pathlib import Path, PurePosixPath
 
 from envkit.errors import EnvkitError
 from envkit.project.experiments import RECIPES
+from envkit.support.provenance_records import RESULTS_FOLDER
 from envkit.support.shellquote import command_line
 
 
@@ -20,7 +21,7 @@ def run_recipe(
     *,
     tag: str | None = None,
     gpus: str | None = None,
-    results_dir: Path = Path("results"),
+    results_dir: Path = Path(RESULTS_FOLDER),
     data_dir: Path = Path("data"),
     dry_run: bool = False,
 ) -> int:

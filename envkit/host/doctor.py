@@ -207,10 +207,9 @@ def parse_gpus(text: str, available: int | None = None) -> list[int] | None:
     """``GPUS`` as host indices (None for 'all'); checked against ``available`` when known."""
     if text == "all":
         return None
-    parts = text.split(",")
-    if not text or not all(p.isdigit() for p in parts):
+    if not re.fullmatch(kinds.gpu_indices(), text):
         raise EnvkitError(f"GPUS='{text}' is invalid: give comma-separated GPU indices (e.g. GPUS=0,1) or GPUS=all")
-    indices = [int(p) for p in parts]
+    indices = [int(p) for p in text.split(",")]
     if len(set(indices)) != len(indices):
         raise EnvkitError(f"GPUS='{text}' names a GPU twice: give each index once")
     if available is not None:

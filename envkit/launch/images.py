@@ -44,7 +44,7 @@ def choose(
     tag: str,
     image: str | None = None,
     registry: str | None = None,
-    tarball: Path | None = None,
+    tarball: str | None = None,
 ) -> LaunchImage:
     from envkit.image.build import LATEST, repository
     from envkit.image.names import check_reference, check_registry, check_tag
@@ -54,7 +54,7 @@ def choose(
     if tarball:
         from envkit.image.archive import manifest_for, read_manifest
 
-        path = manifest_for(tarball)
+        path = manifest_for(Path(tarball))
         if not path.is_file():
             raise EnvkitError(
                 f"--image-tarball {tarball}: no {path.name} beside it; the image's name and ID come from "

@@ -233,7 +233,7 @@ def build_job(
     check_gpus(experiment, gpus_per_node)
     check_recipe_args(experiment, extra_args, config)
     processes = _processes_per_node(experiment, gpus_per_node, nproc_per_node)
-    name = name or engine.default_name.format(experiment=experiment.name)
+    name = name or engine.default_name(experiment.name)
     rule, pattern = engine.job_name or JOB_NAME
     if not pattern.match(name):
         raise EnvkitError(f"job name {name!r} is not {rule}")

@@ -22,7 +22,9 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from envkit.errors import EnvkitError
 from envkit.launch import job as jobs
@@ -299,7 +301,27 @@ def _client(argv: tuple[str, ...], echo: bool = True) -> str:
     return text
 
 
-ENGINE = Engine(
+@dataclass(frozen=True)
+class NotebookEngine(Engine):
+    """Kaggle runs no image: it picks its own kind of target (a Kaggle notebook target), names the job after the
+    notebook's rule, runs every run of the experiment, and knows its kinds from its data."""
+
+    runs_image: ClassVar[bool] = False
+    one_run: ClassVar[bool] = False
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return _kinds()
+
+    def place(self, config, experiment, name: str | None):
+        chosen = target(config, experiment, name)
+        return experiment.on(chosen), chosen
+
+    def default_name(self, experiment: str) -> str:
+        return f"envkit-{experiment}"
+
+
+ENGINE = NotebookEngine(
     name="kaggle",
     accelerators=(),
     options=(
@@ -322,9 +344,4 @@ ENGINE = Engine(
     plan=plan,
     check=check,
     job_name=("valid: a Kaggle notebook slug is 3-50 lowercase letters, digits and '-'", _SLUG),
-    image=False,
-    target=target,
-    default_name="envkit-{experiment}",
-    one_run=False,
-    kinds_of=_kinds,
 )

@@ -20,6 +20,7 @@ from envkit.launch.plan import MARK, LaunchPlan
 from envkit.launch.shell import line
 from envkit.launch.spec import Engine, Option
 from envkit.launch.yaml_text import dump
+from envkit.support.provenance_records import RESULTS_FOLDER
 
 PYTORCHJOB_API = "kubeflow.org/v1"
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
@@ -64,7 +65,7 @@ def _container(job: jobs.Job, name: str, env: list[dict[str, Any]]) -> dict[str,
         "env": [*_env(job.container_env()), *_env(job.kind_run.env.items()), *env, *_env(job.env)],
         "volumeMounts": [
             {"name": "envkit", "mountPath": jobs.CONTAINER_DATA, "subPath": "data"},
-            {"name": "envkit", "mountPath": jobs.CONTAINER_RESULTS, "subPath": "results"},
+            {"name": "envkit", "mountPath": jobs.CONTAINER_RESULTS, "subPath": RESULTS_FOLDER},
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],
     }

@@ -18,11 +18,12 @@ from envkit.launch.plan import MARK, LaunchPlan
 from envkit.launch.shell import Raw, line
 from envkit.launch.spec import Engine, Option
 from envkit.launch.yaml_text import dump
+from envkit.support.provenance_records import RESULTS_FOLDER
 
 HEAD = Raw('"$head"')
 # Under the run's directory on each node (the home directory); the program runs from the project's root in
 # the image, so the run script sets them absolute before it moves there.
-DATA, RESULTS = "envkit/data", "envkit/results"
+DATA, RESULTS = "envkit/data", f"envkit/{RESULTS_FOLDER}"
 RUN_SETS = ("ENVKIT_DATA_DIR", "ENVKIT_RESULTS_DIR")
 
 
@@ -78,10 +79,11 @@ def task(job: jobs.Job) -> dict[str, Any]:
 
 def plan(job: jobs.Job, output: Path) -> LaunchPlan:
     path = str(output / f"{job.name}.sky.yaml")
+    fetch = line("rsync", "-a", f"{job.name}:{RESULTS}/", f"{RESULTS_FOLDER}/")
     return LaunchPlan(
         files=((path, f"{MARK}experiment {job.experiment}, target {job.target}.\n{dump(task(job))}"),),
         commands=(("sky", "launch", "--yes", "--cluster", job.name, path),),
-        results=f"~/{RESULTS} on the head node (rank 0): {line('rsync', '-a', f'{job.name}:{RESULTS}/', 'results/')}",
+        results=f"~/{RESULTS} on the head node (rank 0): {fetch}",
         notes=(*job.image_notes(), f"stop it: {line('sky', 'down', '--yes', job.name)}"),
     )
 

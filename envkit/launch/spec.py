@@ -11,10 +11,11 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 from envkit.errors import EnvkitError
 from envkit.project.kinds import load_kinds
+from envkit.project.placement import place
 
 
 @dataclass(frozen=True)
@@ -45,27 +46,31 @@ class Option:
 class Engine:
     name: str  # --on NAME
     accelerators: tuple[str, ...]  # what it can ask a node for: none | gpus | slice (kinds.yaml's launch)
-    options: tuple[Option, ...]
+    options: tuple[Option, ...]  # its own flags: no other engine's, nor launch's own (envkit.launch.engines.registry)
     plan: Callable  # (job, output: Path) -> envkit.launch.plan.LaunchPlan
     check: Callable | None = None  # (job) -> None: refuses, with one line, what the engine could not run
     stop: Callable | None = None  # (job) -> argv that stops the running job (--stop)
     # Job names become file names and #SBATCH values (the default rule), or Kubernetes names.
     job_name: tuple[str, re.Pattern] | None = None  # (the one-line error's rule, the pattern)
     reserved_env: tuple[str, ...] = ()  # prefixes of the variables the engine sets itself (not --env's)
-    # An engine that runs the experiment's notebook (Kaggle) runs no image: it picks its own kind of target,
-    # names the job after the notebook's rule, runs every run of the experiment, and knows its kinds from its data.
-    image: bool = True
-    target: Callable | None = None  # (config, experiment, --target or None) -> the target; default: its image target
-    default_name: str = "{experiment}"  # the job's name without --name
-    one_run: bool = True  # a job is one run of the experiment (an experiment of several named runs is refused)
-    kinds_of: Callable[[], tuple[str, ...]] | None = None  # the kinds it runs, where its accelerators do not say
+
+    # An engine runs the image of one of the config's image targets, one run of the experiment per job named after
+    # it, on the kinds whose accelerator it asks for: what runs something else (Kaggle: a notebook) overrides these.
+    runs_image: ClassVar[bool] = True
+    one_run: ClassVar[bool] = True  # an experiment of several named runs is refused
 
     @property
     def kinds(self) -> tuple[str, ...]:
         """The target kinds it runs, in kinds.yaml's order."""
-        if self.kinds_of is not None:
-            return self.kinds_of()
         return tuple(kind.name for kind in load_kinds().values() if kind.launch["accelerator"] in self.accelerators)
+
+    def place(self, config, experiment, name: str | None):
+        """(the experiment on its target, the target) for --target ``name`` or None: an image target."""
+        return place(config, experiment, name)
+
+    def default_name(self, experiment: str) -> str:
+        """The job's name without --name."""
+        return experiment
 
     def settings(self, given: Mapping[str, Any]) -> SimpleNamespace:
         """This engine's options from ``given`` (parsed flags, or a test's few), defaults for the rest, checked."""

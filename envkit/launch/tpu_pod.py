@@ -19,6 +19,7 @@ from envkit.launch import job as jobs
 from envkit.launch.plan import LaunchPlan
 from envkit.launch.shell import Raw, line
 from envkit.launch.spec import Engine, Option
+from envkit.support.provenance_records import RESULTS_FOLDER
 
 DOCKER = ("sudo", "docker")  # TPU VM users are not in the docker group
 WORKER_DIR = "envkit"  # under the ssh user's home on each worker
@@ -56,7 +57,7 @@ def remote_command(job: jobs.Job) -> str:
         fetch = line("envkit", "load", f"{WORKER_DIR}/{Path(tarball).name}")
     else:
         fetch = line(*DOCKER, "pull", job.image)
-    dirs = [Raw(f'"$HOME"/{WORKER_DIR}/data'), Raw(f'"$HOME"/{WORKER_DIR}/results')]
+    dirs = [Raw(f'"$HOME"/{WORKER_DIR}/data'), Raw(f'"$HOME"/{WORKER_DIR}/{RESULTS_FOLDER}')]
     run = line(
         *DOCKER,
         "run",
@@ -73,7 +74,7 @@ def remote_command(job: jobs.Job) -> str:
         "-v",
         Raw(f'"$HOME"/{WORKER_DIR}/data:{jobs.CONTAINER_DATA}'),
         "-v",
-        Raw(f'"$HOME"/{WORKER_DIR}/results:{jobs.CONTAINER_RESULTS}'),
+        Raw(f'"$HOME"/{WORKER_DIR}/{RESULTS_FOLDER}:{jobs.CONTAINER_RESULTS}'),
         job.image,
         *job.wrapped(job.command()),
     )
@@ -90,7 +91,9 @@ def plan(job: jobs.Job, output: Path) -> LaunchPlan:
     if tarball:
         copy = (_gcloud(job, "scp", tarball, _manifest(tarball), f"{job.options.tpu}:{WORKER_DIR}/"),)
         copy = (ssh(job, line("mkdir", "-p", WORKER_DIR)), *copy)
-    fetch_results = _gcloud(job, "scp", "--recurse", f"{job.options.tpu}:{WORKER_DIR}/results", ".", worker="0")
+    fetch_results = _gcloud(
+        job, "scp", "--recurse", f"{job.options.tpu}:{WORKER_DIR}/{RESULTS_FOLDER}", ".", worker="0"
+    )
     stop_again = (
         "envkit",
         "launch",
@@ -106,7 +109,7 @@ def plan(job: jobs.Job, output: Path) -> LaunchPlan:
     return LaunchPlan(
         files=(),
         commands=(*copy, ssh(job, remote_command(job))),
-        results=f"~/{WORKER_DIR}/results on the worker that runs rank 0 (worker 0)",
+        results=f"~/{WORKER_DIR}/{RESULTS_FOLDER} on the worker that runs rank 0 (worker 0)",
         notes=(
             f"stop it on every worker: {line(*stop_command(job))}",
             f"or: {line(*stop_again)}",
@@ -147,7 +150,6 @@ ENGINE = Engine(
             "tpu-pod: the TPU VM's zone",
             valid=("a zone such as us-central2-b", re.compile(r"^[a-z]+(-[a-z]+[0-9]+)+-[a-z]$")),
         ),
-        Option("stop", "tpu-pod: stop the experiment's container on every worker", default=False, switch=True),
     ),
     plan=plan,
     check=check,

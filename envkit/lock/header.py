@@ -20,6 +20,7 @@ from envkit.lock.lockfile import (
     body_digest,
     requirements_lock_path,
 )
+from envkit.project import marks
 
 
 def wheels_lines(wheels: dict[tuple[str, str], tuple[str, ...]]) -> list[str]:
@@ -43,17 +44,21 @@ def lock_header(
     else:
         indexes = "every package from "
     indexes += "the target's pip_index_url" if inputs.index_url else "the default index"
+    # The mark by which envkit knows its own locks (envkit.project.marks) begins it.
     if inputs.source == "target":
         what, relock, name = (
-            f'target "{inputs.target}"',
+            f'{marks.LOCK.decode()}"{inputs.target}"',
             f"envkit.yaml, then run `envkit lock --target {inputs.target}`",
             LOCK_FILE,
         )
     else:
         name = requirements_lock_path(Path(inputs.target)).name
-        what, relock = inputs.target, f"{inputs.target}, then run `envkit lock --requirements` on it"
+        what, relock = (
+            marks.ANY_LOCK.decode() + inputs.target,
+            f"{inputs.target}, then run `envkit lock --requirements` on it",
+        )
     lines = [
-        f"# envkit lock for {what}: every package pinned by version and sha256.",
+        f"{what}: every package pinned by version and sha256.",
         f"# Do not edit: change {relock}.",
         f"# Install: pip install --require-hashes --no-deps --only-binary=:all: -r {name}",
         f"{INPUTS_LINE}{inputs.digest()}",

@@ -201,7 +201,7 @@ def record(path: Path, settings: dict, environment: dict, runtime: dict) -> bool
 
 def offer(settings: dict, results: list[Path]) -> None:
     """The results files: in the platform's output folder, or offered for download."""
-    _deliver(settings, results, "results")
+    _deliver(settings, results, RESULTS.name)
 
 
 def _deliver(settings: dict, paths: list[Path], what: str, replace: bool = False) -> None:
@@ -212,7 +212,7 @@ def _deliver(settings: dict, paths: list[Path], what: str, replace: bool = False
         output["path"] if output["method"] == "directory" and cpu_mode() is None else None
     )
     if folder:
-        target = Path(folder) / "results"
+        target = Path(folder) / RESULTS
         target.mkdir(parents=True, exist_ok=True)
         saved = [shutil.copy2(path, target / path.name) if replace else _copy_beside(path, target) for path in paths]
         print(f"{what} saved in {target}/: " + ", ".join(Path(path).name for path in saved))

@@ -1,7 +1,8 @@
 """What every module of envkit's notebook helper shares (envkit/notebook/runtime.py, shipped beside it): the
 notebook's folders and variables, its one-line stop (NotebookStop), CPU mode, and how it names files and packages.
 
-Standard library only, and no import of envkit: it runs in the notebook platform's own kernel.
+Standard library only, and no import of envkit but the run wrapper's (shipped beside it): it runs in the notebook
+platform's own kernel.
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ import re
 import sys
 from pathlib import Path
 
+try:  # in envkit
+    from ..support.provenance_records import RESULTS_FOLDER
+except ImportError:  # in a notebook, beside the run wrapper's modules, which own the results folder's name
+    from provenance_records import RESULTS_FOLDER
+
 CPU_MODE = "ENVKIT_NOTEBOOK_CPU"
 OUTPUT = "ENVKIT_NOTEBOOK_OUTPUT"
 VENV = Path("venv")
-RESULTS = Path("results")
+RESULTS = Path(RESULTS_FOLDER)
 DATA = Path("data")
 REPORT = Path("report")  # envkit's report code, embedded: imported from here
 EXPERIMENTS = "experiments.json"  # the notebook's experiment as the project defines it, beside the report code

@@ -82,6 +82,12 @@ def load_kinds(path: Path = KINDS_PATH) -> dict[str, Kind]:
     return kinds
 
 
+@cache
+def gpu_indices(path: Path = KINDS_PATH) -> str:
+    """What GPUS is besides 'all' (kinds.yaml's gpu_indices): an extended regular expression of GPU indices."""
+    return load_checked(path, SCHEMA_PATH)["gpu_indices"]
+
+
 def kind(name: str) -> Kind:
     kinds = load_kinds()
     if name not in kinds:

@@ -17,8 +17,8 @@ from envkit.support.bounded_load import Refused, open_regular
 RENDERED = b"Rendered by envkit from "  # the templates' files, "from experiment ..." in a notebook
 NOTEBOOK = b"Rendered by envkit from experiment "
 WRAPPER = b'"""envkit\'s run wrapper: '
-LOCK = b"# envkit lock for target "
 ANY_LOCK = b"# envkit lock for "  # a target's lock, or a requirements input's (`envkit lock --requirements dev.in`)
+LOCK = ANY_LOCK + b"target "
 LAUNCH = b"# Rendered by envkit launch: "  # an sbatch script, a Kubernetes manifest, a SkyPilot task
 PUSHED = b'"format": '  # a push record is JSON: {"format": 1, ..., "target": ...} with its keys sorted
 # A notebook's mark is in its first cell, after nbformat's JSON preamble; run.sh's follows its #! line.

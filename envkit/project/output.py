@@ -14,9 +14,10 @@ from pathlib import Path, PurePosixPath
 
 from envkit.errors import EnvkitError
 from envkit.project import NOTEBOOKS, RENDERED
+from envkit.support.provenance_records import RESULTS_FOLDER
 
 # Folders that are never envkit's to write: git's own, and envkit's caches and runs.
-RESERVED = (".git", ".cache", "results", "data")
+RESERVED = (".git", ".cache", RESULTS_FOLDER, "data")
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from envkit.project.config import DEFAULT_PYTHON
 from envkit.project.dependencies import PYPROJECT, Dependency, read_dependencies
 from envkit.project.matrix import Matrix, load_matrix, version_in_range, version_key
 from envkit.support.bounded_load import Refused, read_text
+from envkit.support.provenance_records import RESULTS_FOLDER
 
 MAKE_INCLUDE = "envkit.mk"
 # Where a project's requirements are looked for, in order: a .in file is the input a lock is made from.
@@ -41,7 +42,7 @@ MAX_SCRIPTS = 100
 # venvs, runs' results, data, caches, and envkit launch's scripts and manifests (jobs/ by default: they hold this
 # host's paths, and each launch writes them again).
 GITIGNORE_MARK = "# envkit: what envkit makes here (envkit init)"
-GITIGNORE = (GITIGNORE_MARK, "/.venv*/", "/results/", "/data/", "/.cache/", "/jobs/")
+GITIGNORE = (GITIGNORE_MARK, "/.venv*/", f"/{RESULTS_FOLDER}/", "/data/", "/.cache/", "/jobs/")
 _NOT_ENTRY = re.compile(r"^(setup|conftest|test_.*|.*_test)\.py$")
 # The image targets init writes, the first the default of `envkit experiment` and make.
 IMAGE_TARGETS = ("cpu", "cuda", "tpu-vm")
@@ -59,7 +60,7 @@ class Scaffold:
 
 
 def scaffold(root: Path, make_include: str) -> Scaffold:
-    """What `envkit init` writes in ``root``; ``make_include`` is envkit.mk's text (a packaged template)."""
+    """What `envkit init` writes in ``root``; ``make_include`` is envkit.mk's packaged template (Jinja)."""
     requirements, lines = _requirements(root)
     matrix = load_matrix()
     torch = _torch(matrix, lines)
@@ -67,13 +68,21 @@ def scaffold(root: Path, make_include: str) -> Scaffold:
     scripts = tuple(found)[:MAX_SCRIPTS]
     torchrun = tuple(script for script in scripts if found[script] == "torchrun")
     config = _config(matrix, torch, requirements, scripts, torchrun)
-    files = {DEFAULT_CONFIG.as_posix(): config, MAKE_INCLUDE: make_include}
+    files = {DEFAULT_CONFIG.as_posix(): config, MAKE_INCLUDE: _make_include(make_include)}
     if not any(os.path.lexists(root / name) for name in ("Makefile", "makefile", "GNUmakefile")):
         # make alone lists the targets: the include keeps a Makefile's own first target the default.
         files["Makefile"] = (
             f"# envkit's targets: make help lists them.\ninclude {MAKE_INCLUDE}\n\n.DEFAULT_GOAL := help\n"
         )
     return Scaffold(files, requirements, scripts, torch, torchrun, _gitignore(root), len(found) - len(scripts))
+
+
+def _make_include(template: str) -> str:
+    """envkit.mk, given the results folder's name as data (its home: the run wrapper's RESULTS_FOLDER)."""
+    import jinja2
+
+    environment = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False)
+    return environment.from_string(template).render(results_folder=RESULTS_FOLDER)
 
 
 def _gitignore(root: Path) -> str | None:

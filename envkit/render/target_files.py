@@ -25,6 +25,7 @@ from envkit.render.template_cache import template_cache
 from envkit.support import provenance
 from envkit.support.bounded_load import Refused, note, read_text
 from envkit.support.packaged import packaged_templates
+from envkit.support.provenance_records import RESULTS_FOLDER
 from envkit.support.shellquote import FILTERS
 
 # Target file -> (template, file mode); {kind} is the target's kind.
@@ -237,6 +238,8 @@ def _context(config: ProjectConfig, target: Target, lock: LockFile | None, input
         "target": target,
         "kind": kind,
         "run_env": run_env(kind, target),
+        "gpu_indices": kinds.gpu_indices(),  # GPUS's syntax (cuda's run.sh checks it)
+        "results_folder": RESULTS_FOLDER,  # run.sh's RESULTS_DIR default
         "docker_args": [*kind.run.docker_args, *(["--net=host"] if kind.run.host_network else [])],
         "ulimits": " ".join(f"{name}={value}" for name, value in kind.run.ulimits.items()),
         "labels": labels(config, target, lock),

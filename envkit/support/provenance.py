@@ -94,7 +94,7 @@ def main(argv: list[str]) -> int:
         return 2 if not argv else 0
     if any(os.environ.get(name, "0") != "0" for name in NODE_RANK_VARIABLES):
         return run(argv, dict(os.environ))
-    results = Path(os.environ.get(RESULTS_VARIABLE) or "results")
+    results = Path(os.environ.get(RESULTS_VARIABLE) or records.RESULTS_FOLDER)
     experiment = os.environ.get(EXPERIMENT_VARIABLE) or command_name(argv)
     # datetime.UTC needs 3.11, and a notebook's Python may be older
     started_at = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017

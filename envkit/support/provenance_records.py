@@ -20,6 +20,8 @@ from pathlib import Path
 # The wrapper's name beside the command: docker/<target>/ and the image's /opt/envkit/, a notebook's folder.
 FILE_NAME = "envkit_run.py"
 PROG = Path(FILE_NAME).stem  # how its lines begin
+# Where results go without ENVKIT_RESULTS_DIR: the one home of the name (envkit, its templates, make, the notebooks).
+RESULTS_FOLDER = "results"
 # What it reads of the program's files, as envkit's reader caps them (bounded_load's MAX_BYTES and MAX_DEPTH;
 # tests/support/test_provenance_hostile.py holds them equal): a record past either is one the report refuses.
 MAX_READ = 16 * 2**20

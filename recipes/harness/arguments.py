@@ -17,6 +17,11 @@ DATASETS = ("real", "fake")
 DEVICE_VARIABLE = "ENVKIT_DEVICE"
 DATA_VARIABLE = "ENVKIT_DATA_DIR"
 RESULTS_VARIABLE = "ENVKIT_RESULTS_DIR"
+# --results-dir without ENVKIT_RESULTS_DIR (a recipe run by hand): the run wrapper's folder
+# name. A copy, since the recipes run where envkit is not installed and never import it;
+# everything envkit starts sets the variable, so the copy serves a hand-run recipe alone
+# (tests/recipes/test_harness.py compares it with envkit's RESULTS_FOLDER).
+RESULTS_FOLDER = "results"
 
 
 class RecipeArgumentParser(argparse.ArgumentParser):
@@ -65,7 +70,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, default_epochs: int
             f"{DEVICE_VARIABLE}={device!r} is not a device; give one of {', '.join(DEVICES)}",
         )
     data_dir = Path(_environment_default(DATA_VARIABLE, "data"))
-    results_dir = Path(_environment_default(RESULTS_VARIABLE, "results"))
+    results_dir = Path(_environment_default(RESULTS_VARIABLE, RESULTS_FOLDER))
     parser.add_argument(
         "--device",
         choices=DEVICES,
@@ -95,7 +100,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, default_epochs: int
         "--results-dir",
         type=Path,
         default=results_dir,
-        help=f"where the results JSON goes (default: ${RESULTS_VARIABLE}, else results)",
+        help=f"where the results JSON goes (default: ${RESULTS_VARIABLE}, else {RESULTS_FOLDER})",
     )
     parser.add_argument(
         "--epochs",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,11 +41,16 @@ def select_device(kind: str) -> torch.device:
     raise RecipeError(f"--device {kind!r} is not known; choose one of {', '.join(DEVICES)}")
 
 
+# GPU ids as envkit's kinds.yaml writes them (gpu_indices): a copy, since the recipes never
+# import envkit (tests/recipes/test_harness.py compares the two).
+GPU_INDICES = "[0-9]+(,[0-9]+)*"
+
+
 def choose_gpus(text: str) -> None:
     """``--gpus 1,2,3,4``: CUDA_VISIBLE_DEVICES, set before anything initialises CUDA (torch does so
     lazily), so device 0 is the first GPU listed; RecipeError for anything but distinct GPU ids."""
     parts = [part.strip() for part in text.split(",")]
-    if not all(part.isascii() and part.isdigit() for part in parts):
+    if not re.fullmatch(GPU_INDICES, ",".join(parts)):
         raise RecipeError(
             f"--gpus {text!r} is not a comma-separated list of GPU ids; use integers such as "
             "0,1,2,3"

@@ -1,11 +1,11 @@
 # envkit's make targets for this project, written by `envkit init` (include it from your Makefile).
 #   make <experiment>        one experiment of envkit.yaml in its default target's image, e.g. make train;
 #                            TARGET=cuda runs it on another of its targets
-#                            (GPUS=0,1  ARGS='--epochs 3'  RESULTS_DIR=results  DATA_DIR=data  DRY_RUN=1)
+#                            (GPUS=0,1  ARGS='--epochs 3'  RESULTS_DIR={{ results_folder }}  DATA_DIR=data  DRY_RUN=1)
 #                            RECIPE_PYTHON=.venv-cpu/bin/python runs it on this host with that interpreter;
 #                            NO_CACHE BASE_IMAGE WHEELHOUSE CA_CERTS BUILD_ARGS change the build;
 #                            NNODES NODE_RANK RDZV_ENDPOINT RDZV_ID NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME: torchrun
-#                            across hosts; ON=slurm|hosts|pytorchjob|jobset|tpu-pod|skypilot|kaggle launches it there
+#                            across hosts; ON=ENGINE (envkit launch --help lists them) launches it there
 #                            instead (NNODES GPUS_PER_NODE HOSTS REGISTRY LAUNCH_FLAGS), never here.
 #   make render | lock | doctor | compare | report | help
 # EPOCHS MODEL BATCH PER_DEVICE_BATCH DATASET MAX_STEPS are envkit's seed recipes' flags: your script takes its own
@@ -15,7 +15,7 @@
 ENVKIT_CALLERS_GOAL := $(.DEFAULT_GOAL)
 ENVKIT ?= envkit
 ENVKIT_CONFIG ?= envkit.yaml
-RESULTS_DIR ?= results
+RESULTS_DIR ?= {{ results_folder }}
 DATA_DIR ?= data
 ENVKIT_EXPERIMENTS := $(shell $(ENVKIT) experiment --list --config '$(ENVKIT_CONFIG)' 2>/dev/null)
 ENVKIT_DRY_RUN = $(if $(DRY_RUN),--dry-run)

@@ -7,10 +7,13 @@ Python releases. `pytest --update-golden tests/cli/test_cli_reference.py` rewrit
 from __future__ import annotations
 
 import argparse
+import re
 
+import pytest
 from paths import REPO_ROOT
 
 from envkit.cli import build_parser
+from envkit.launch import engines
 
 CLI_MD = REPO_ROOT / "docs" / "cli.md"
 HEADER = """# envkit's command line
@@ -43,25 +46,44 @@ def argument(action: argparse.Action) -> str:
     return ", ".join(f"{flag} {value}" for flag in action.option_strings)
 
 
-def command_section(name: str, parser: argparse.ArgumentParser) -> list[str]:
+def table(actions) -> list[str]:
+    rows = [
+        (argument(action), action.help)
+        for action in actions
+        if not isinstance(action, argparse._HelpAction) and action.help != argparse.SUPPRESS
+    ]
+    if not rows:
+        return []
+    lines = ["| argument | meaning |", "| --- | --- |"]
+    lines += [f"| {code(written)} | {cell(meaning or '')} |" for written, meaning in rows]
+    return [*lines, ""]
+
+
+def own_groups(parser: argparse.ArgumentParser) -> list:
+    """The groups a command declares (envkit launch's: one per engine), after argparse's two."""
+    return parser._action_groups[2:]
+
+
+def command_section(name: str, parser: argparse.ArgumentParser, omit: frozenset[str] = frozenset()) -> list[str]:
     lines = [f"## `envkit {name}`", ""]
     if parser.description:
         lines += [cell(parser.description), ""]
-    rows = [
-        (argument(action), action.help)
-        for action in parser._actions
-        if not isinstance(action, argparse._HelpAction) and action.help != argparse.SUPPRESS
-    ]
-    if rows:
-        lines += ["| argument | meaning |", "| --- | --- |"]
-        lines += [f"| {code(written)} | {cell(meaning or '')} |" for written, meaning in rows]
-        lines.append("")
+    grouped = {id(action) for group in own_groups(parser) for action in group._group_actions}
+    lines += table(action for action in parser._actions if id(action) not in grouped)
     if parser.epilog:
         lines += [cell(parser.epilog), ""]
+    for group in own_groups(parser):
+        if group.title in omit:
+            continue
+        lines += [f"### `envkit {name} {group.title}`", ""]
+        if group.description:
+            lines += [cell(group.description), ""]
+        lines += table(group._group_actions)
     return lines
 
 
-def cli_reference() -> str:
+def cli_reference(omit: frozenset[str] = frozenset()) -> str:
+    """The reference; ``omit``: groups left out (an engine the document has no section for yet)."""
     parser = build_parser()
     (commands,) = (action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
     helps = {choice.dest: choice.help for choice in commands._choices_actions}
@@ -69,17 +91,36 @@ def cli_reference() -> str:
     lines += [f"| [`{name}`](#envkit-{name}) | {cell(helps.get(name) or '')} |" for name in commands.choices]
     lines.append("")
     for name, subparser in commands.choices.items():
-        lines += command_section(name, subparser)
+        lines += command_section(name, subparser, omit)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+def undocumented_engines(text: str) -> frozenset[str]:
+    """The engines of the registry docs/cli.md has no section for: a new engine is its module and one registry line,
+    and --update-golden writes its section; every section the document has is compared."""
+    documented = set(re.findall(r"^### `envkit launch (--on [^`]+)`$", text, re.MULTILINE))
+    registered = {f"--on {name}" for name in engines.REGISTRY}
+    assert documented <= registered, f"docs/cli.md documents engines no longer registered: {documented - registered}"
+    return frozenset(registered - documented)
+
+
 def test_docs_cli_md_is_the_parser(update_golden):
-    written = cli_reference()
     if update_golden:
-        CLI_MD.write_text(written, encoding="utf-8")
-    assert CLI_MD.read_text(encoding="utf-8") == written, (
+        CLI_MD.write_text(cli_reference(), encoding="utf-8")
+    text = CLI_MD.read_text(encoding="utf-8")
+    assert text == cli_reference(undocumented_engines(text)), (
         "docs/cli.md differs from envkit's parser: rerun with --update-golden"
     )
+
+
+def test_an_engine_without_a_section_is_left_out_and_a_removed_one_is_caught(monkeypatch):
+    text = cli_reference()
+    without_kaggle = cli_reference(frozenset({"--on kaggle"}))
+    assert "--kaggle-user" in text and "--kaggle-user" not in without_kaggle
+    assert undocumented_engines(without_kaggle) == {"--on kaggle"}
+    monkeypatch.setattr(engines, "REGISTRY", {name: e for name, e in engines.REGISTRY.items() if name != "kaggle"})
+    with pytest.raises(AssertionError, match="no longer registered"):
+        undocumented_engines(text)
 
 
 def test_every_command_and_option_of_the_parser_is_in_the_reference():

@@ -15,6 +15,7 @@ import pytest
 from envkit.cli import main
 from envkit.project.experiments import MAKE_TARGETS, load_experiments
 from envkit.project.load import load_config
+from envkit.support.provenance_records import RESULTS_FOLDER
 
 EXAMPLE = paths.TESTS / "example_project"
 ENVKIT = str(Path(sys.executable).with_name("envkit"))
@@ -128,6 +129,13 @@ def test_a_requirements_line_no_lock_can_hold_stops_init_before_it_writes(repo, 
         "a lock holds released packages of an index only: name the package and a version\n"
     )
     assert tree(repo) == before
+
+
+def test_the_make_include_gets_the_results_folder_as_data(repo, capsys):
+    assert init(capsys, repo)[0] == 0
+    written = (repo / "envkit.mk").read_text()
+    assert f"\nRESULTS_DIR ?= {RESULTS_FOLDER}\n" in written and "{{" not in written
+    assert (paths.REPO_ROOT / "templates" / "init" / "envkit.mk").read_text().count("{{ results_folder }}") == 2
 
 
 def test_the_make_include_names_only_targets_no_experiment_may_take():

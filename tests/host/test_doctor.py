@@ -123,6 +123,13 @@ def test_parse_gpus_refuses_malformed_values(text, message):
         doctor.parse_gpus(text)
 
 
+def test_parse_gpus_reads_the_syntax_from_kinds_yaml(monkeypatch):
+    monkeypatch.setattr(doctor.kinds, "gpu_indices", lambda: "[0-3]")
+    assert doctor.parse_gpus("2") == [2]
+    with pytest.raises(EnvkitError, match="is invalid"):
+        doctor.parse_gpus("0,1")
+
+
 def test_gpus_beyond_the_host_are_refused_after_the_host_check():
     with pytest.raises(EnvkitError, match="names GPU 2, but this host has 2"):
         doctor.require(GPU_HOST, "cuda", "0,2")

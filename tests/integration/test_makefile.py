@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from envkit.project.experiments import load_experiments
+from envkit.support.provenance_records import RESULTS_FOLDER
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
 
@@ -74,6 +75,11 @@ def project(tmp_path: Path, repo_root: Path) -> Path:
         (work / name).parent.mkdir(parents=True, exist_ok=True)
         (work / name).write_text("stand-in\n")
         _age(work / name, 300)
+    # GPUS's syntax is read from kinds.yaml (gpu_indices), the results folder's name from the run wrapper.
+    shutil.copy(repo_root / "envkit" / "data" / "kinds.yaml", work / "envkit" / "data" / "kinds.yaml")
+    _age(work / "envkit" / "data" / "kinds.yaml", 300)
+    (work / "envkit" / "support").mkdir()
+    shutil.copy(repo_root / "envkit" / "support" / "provenance_records.py", work / "envkit" / "support")
     for kind in KINDS:
         for name in ("Dockerfile", "run.sh"):
             (work / "docker" / kind).mkdir(parents=True, exist_ok=True)
@@ -374,6 +380,24 @@ def test_invalid_gpus_is_one_clear_line(project, gpus):
     assert done.stdout == ""
     assert done.stderr.count("\n") == 1
     assert f"GPUS='{gpus}' is invalid: give comma-separated GPU indices" in done.stderr
+
+
+def test_the_gpus_syntax_is_envkit_s_data(project):
+    """make reads GPUS's syntax from kinds.yaml's gpu_indices, as doctor, run.sh and the recipes do."""
+    kinds = project / "envkit" / "data" / "kinds.yaml"
+    assert "\ngpu_indices: '[0-9]+(,[0-9]+)*'\n" in kinds.read_text()
+    kinds.write_text(kinds.read_text().replace("gpu_indices: '[0-9]+(,[0-9]+)*'", "gpu_indices: '[0-3]'"))
+    assert make(project, "-n", "gpu-dp-cifar", "GPUS=2").returncode == 0
+    assert "GPUS='0,1' is invalid" in make(project, "-n", "gpu-dp-cifar", "GPUS=0,1").stderr
+
+
+def test_the_results_folder_is_the_run_wrapper_s(project):
+    """make's RESULTS_DIR default is the wrapper's RESULTS_FOLDER, read from envkit/support/provenance_records.py."""
+    show = ["-s", "--eval=results-dir: ; @echo $(RESULTS_DIR)", "results-dir"]
+    assert make(project, *show).stdout == f"{project}/{RESULTS_FOLDER}\n"
+    records = project / "envkit" / "support" / "provenance_records.py"
+    records.write_text(records.read_text().replace(f'RESULTS_FOLDER = "{RESULTS_FOLDER}"', 'RESULTS_FOLDER = "runs"'))
+    assert make(project, *show).stdout == f"{project}/runs\n"
 
 
 def test_build_options_reach_envkit_build(project):

@@ -588,3 +588,22 @@ def test_resume_refuses_processes_that_see_different_checkpoints(tmp_path):
         ]
         == 2
     )
+
+
+def test_the_recipes_gpu_ids_are_kinds_yaml_s_copy(monkeypatch):
+    """The recipes never import envkit: their copy of GPUS's syntax is compared with envkit's data here."""
+    from envkit.project.kinds import gpu_indices
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # restored after the test
+    assert harness.devices.GPU_INDICES == gpu_indices()
+    harness.devices.choose_gpus(" 1, 0")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1,0"
+    with pytest.raises(harness.RecipeError, match="is not a comma-separated list"):
+        harness.devices.choose_gpus("0,")
+
+
+def test_the_recipes_results_folder_is_the_run_wrapper_s_copy():
+    """The recipes never import envkit: their default results folder (a recipe run by hand) is compared here."""
+    from envkit.support.provenance_records import RESULTS_FOLDER
+
+    assert harness.arguments.RESULTS_FOLDER == RESULTS_FOLDER

@@ -383,3 +383,10 @@ def test_render_all_keeps_the_users_files_and_a_notebook_the_user_moved(tmp_path
     assert main(["render", "--all", "--config", config]) == 0
     assert moved.is_file() and mine.read_text() == "FROM scratch\n"
     assert main(["render", "--all", "--check", "--config", config]) == 0, capsys.readouterr()
+
+
+def test_cuda_s_run_sh_checks_gpus_by_kinds_yaml_s_syntax(repo_config, monkeypatch):
+    """The template gets GPUS's syntax as data (kinds.yaml's gpu_indices), the one home make and doctor read."""
+    monkeypatch.setattr(render.kinds, "gpu_indices", lambda: "[0-3]")
+    (run_sh,) = (file for file in render.render_targets(repo_config, ["cuda"]) if file.path.name == "run.sh")
+    assert "elif [[ $gpus =~ ^[0-3]$ ]]; then\n" in run_sh.text
