@@ -28,6 +28,9 @@ except ImportError:  # run as a script (envkit_run.py, shipped): its modules are
 DEVICE_VARIABLE = "ENVKIT_DEVICE"
 # The venv marker envkit venv writes (envkit/host/venv.py), which names the lock it installed.
 VENV_LOCK_MARKER = "envkit-lock.json"
+# The lock an environment with ENVKIT_LOCK_SHA256 was installed from, where it is not requirements.lock beside the
+# wrapper (as in an image): a notebook's, which in CPU mode is the wheelhouse's.
+LOCK_FILE_VARIABLE = "ENVKIT_LOCK_FILE"
 # The results schema's patterns (tests/support/test_provenance.py holds them equal): a value that is none is null.
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _REVISION = re.compile(r"^[0-9a-f]{7,64}$")
@@ -187,7 +190,9 @@ def facts_of(device: dict) -> dict:
 def lock_drift() -> list[str]:
     """How the packages here differ from the lock they were installed from (an image's, a venv's marker's)."""
     sha = lock_sha256()
-    path = Path(__file__).with_name("requirements.lock") if os.environ.get("ENVKIT_LOCK_SHA256") else None
+    # an image's lock is beside the wrapper; a notebook names the one it installed (in CPU mode the wheelhouse's)
+    beside = os.environ.get(LOCK_FILE_VARIABLE) or Path(__file__).with_name("requirements.lock")
+    path = Path(beside) if os.environ.get("ENVKIT_LOCK_SHA256") else None
     try:
         if path is None and sha:
             path = Path(records.parse_json(records.read_regular(Path(sys.prefix, VENV_LOCK_MARKER)))["lock"])
