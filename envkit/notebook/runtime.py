@@ -246,6 +246,8 @@ def show_report(settings: dict) -> None:
     comparison as one HTML page, saved or offered as the results are."""
     sys.path.insert(0, str(REPORT.resolve()))
     try:
+        import yaml  # noqa: F401 - imported where the report reads its report.yaml, after this guard
+
         from envkit.errors import EnvkitError  # envkit's own one-line errors, from the embedded copy
         from envkit.runs.formats import render_report
         from envkit.runs.page_adapter import write_report_page
