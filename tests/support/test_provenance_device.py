@@ -48,6 +48,13 @@ def test_a_gpu_targets_run_that_trained_on_the_cpu_is_recorded_as_a_cpu_run(tmp_
     assert record["run"]["warnings"] == ["the target says cuda, but the program initialised cpu: recorded as a cpu run"]
 
 
+def test_a_cpu_stand_in_told_the_cpu_is_labelled_with_its_targets_device(tmp_path):
+    # --allow-cpu: the program is told ENVKIT_DEVICE=cpu, and its record still says which target it stood in for
+    done, record = wrapped(tmp_path, sys.executable, "-c", "pass", ENVKIT_DEVICE="cpu", ENVKIT_TARGET_DEVICE="cuda")
+    assert done.returncode == 0, done.stderr
+    assert (record["run"]["device"]["label"], record["environment"]["device_type"]) == ("cuda", "cpu")
+
+
 def test_the_cuda_devices_a_program_used_are_named_from_torch(tmp_path):
     (tmp_path / "fake" / "torch").mkdir(parents=True)
     (tmp_path / "fake" / "torch" / "__init__.py").write_text(FAKE_TORCH)
