@@ -314,12 +314,11 @@ def local_experiment_plan(
 ) -> RunPlan:
     """The experiment's runs with ``python`` on this host instead of in its image: no host check, no build.
     E3 runs so on XLA:CPU (the torch_xla environment with PJRT_DEVICE=CPU CPU_NUM_DEVICES=8). A ``cpu_stand_in``
-    (--allow-cpu on a host without the kind's device) starts its processes as a CPU run does."""
+    (--allow-cpu on a host without the kind's device) starts its processes as a CPU run does, told the device it
+    has (the cpu); its record's label stays the target's device."""
     device = "cpu" if cpu_stand_in else None
-    # A stand-in is told the device it has (the cpu); its record's label stays the target's device.
     env = run_env(device or entry.kind, results_dir, data_dir)
-    if cpu_stand_in:
-        env[provenance_facts.TARGET_DEVICE_VARIABLE] = kinds.kind(entry.kind).device
+    env |= {provenance_facts.TARGET_DEVICE_VARIABLE: kinds.kind(entry.kind).device} if cpu_stand_in else {}
     return RunPlan(
         [
             host_step(_run_title(entry, run), entry, python, root, (*run.argv, *recipe_args), env, device)
