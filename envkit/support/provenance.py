@@ -130,6 +130,7 @@ def main(argv: list[str]) -> int:
         "started_at": started_at.isoformat(timespec="seconds"),
         "wall_time_s": wall,
         **busy,
+        "conditions": facts.conditions(env, reports, wall, busy["cpu_time_s"]),
         "device": device,
         "unread": [],
     }

@@ -167,6 +167,11 @@ def assert_a_host_runs_facts(document: dict) -> None:
     assert (device["observed"], device["accelerator"], device["label"], device["errors"]) == (True, "cpu", "cpu", [])
     assert device["python_processes"] >= 1 and document["metrics"], document
     assert document["environment"]["device_type"] == "cpu" and document["run"]["warnings"] == []
+    # and the conditions it was measured under (issue 40 §5): the CPUs it could use and the share it took
+    conditions = document["run"]["conditions"]
+    assert (
+        conditions["cpus"] >= 1 and conditions["cpu_share"] > 0 and "OMP_NUM_THREADS" in conditions["thread_variables"]
+    )
 
 
 def test_report_reads_notebook_and_image_results_together(executed, tmp_path, capsys):
