@@ -108,18 +108,23 @@ def run_program(settings: dict, environment: dict, runtime: dict) -> list[Path]:
     # Absolute: the program runs from the project's root, which is not the scratch folder for a command.
     python = os.path.abspath(environment["python"])  # not resolved: venv/bin/python is a link out of the venv
     if environment["packages"] == "lock":
-        # -E -s: no PYTHONPATH, no user site (Colab and Kaggle set both): only the venv's packages.
-        flags = ["-E", "-s", "-u"]
+        # Only the venv's packages: none of the platform's PYTHON* settings (Colab and Kaggle set PYTHONPATH), no user
+        # site (-s, PYTHONNOUSERSITE). Removed from the environment rather than ignored with -E, which would also
+        # ignore the PYTHONPATH the run wrapper gives the program: its start-up module reports the device used and
+        # whether dvclive was imported. Every Python the program starts (torchrun's workers, a shell script's) is
+        # alike; the experiment's own PYTHON* settings are added below.
+        flags = ["-s", "-u"]
+        env = {name: value for name, value in env.items() if not name.startswith("PYTHON")}
         env["ENVKIT_LOCK_SHA256"] = environment["lock_sha256"]
-        # A program that is not `python ...` (a shell script, torchrun) finds the venv's commands first, and the
-        # Pythons it starts get what -E -s give.
-        for name in ("PYTHONPATH", "PYTHONHOME"):
-            env.pop(name, None)
+        # the lock it was installed from (in CPU mode the wheelhouse's, not the notebook's): the record's lock drift
+        env["ENVKIT_LOCK_FILE"] = os.path.abspath(environment["lock"])
+        # A program that is not `python ...` (a shell script, torchrun) finds the venv's commands first.
         venv = Path(python).parent.parent
         env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv), PYTHONNOUSERSITE="1")
     else:
         flags = ["-u"]
         env.pop("ENVKIT_LOCK_SHA256", None)
+        env.pop("ENVKIT_LOCK_FILE", None)
     if not cpu:
         env.update(settings["env"])
     env.update(settings["experiment_env"])
@@ -241,6 +246,8 @@ def show_report(settings: dict) -> None:
     comparison as one HTML page, saved or offered as the results are."""
     sys.path.insert(0, str(REPORT.resolve()))
     try:
+        import yaml  # noqa: F401 - imported where the report reads its report.yaml, after this guard
+
         from envkit.errors import EnvkitError  # envkit's own one-line errors, from the embedded copy
         from envkit.runs.formats import render_report
         from envkit.runs.page_adapter import write_report_page

@@ -72,6 +72,7 @@ def create_environment(settings: dict) -> dict:
     return {
         "python": venv_python,
         "packages": "lock",
+        "lock": str(lock),
         "lock_sha256": sha256_of(lock),
         "installer": _installer_version(installer),
         "lock_differences": None,

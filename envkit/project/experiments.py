@@ -77,8 +77,12 @@ class Experiment:
         return target in self.targets if self.targets else kind == self.kind
 
     def on(self, target) -> Experiment:
-        """The experiment as it runs on ``target`` (one it fits): that target's kind, and the GPU rule on it."""
-        return replace(self, kind=target.kind, target=target.name, gpus=_gpus(self.gpus_rule, target.kind))
+        """The experiment as it runs on ``target`` (one it fits): that target's kind, the GPU rule on it, and the
+        target's env: under the experiment's own, over what envkit would set (a CPU's thread budget): every run
+        (host, image, notebook, launch) gets its variables from here, so ``cpu-1t: {env: {OMP_NUM_THREADS: "1"}}``
+        is one thread wherever it runs."""
+        env = {**target.env, **self.env}
+        return replace(self, kind=target.kind, target=target.name, gpus=_gpus(self.gpus_rule, target.kind), env=env)
 
     @property
     def program(self) -> tuple[str, ...]:

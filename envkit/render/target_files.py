@@ -207,10 +207,11 @@ def apt_snapshot(target: Target) -> dict | None:
 
 
 def run_env(kind: kinds.Kind, target: Target) -> dict[str, str]:
+    """What run.sh and a notebook tell the program: the kind's variables, the target's own env over them (the
+    Dockerfile's ENV holds it too; passed again, so that nothing run.sh passes overrides it)."""
     # PJRT_DEVICE selects torch_xla's device; TorchTPU finds its chips without it.
-    if target.backend == "torch_tpu":
-        return {name: value for name, value in kind.run.env.items() if name != "PJRT_DEVICE"}
-    return dict(kind.run.env)
+    dropped = ("PJRT_DEVICE",) if target.backend == "torch_tpu" else ()
+    return {**{name: value for name, value in kind.run.env.items() if name not in dropped}, **target.env}
 
 
 def _refuse_published_passwords(config: ProjectConfig, target: Target) -> None:

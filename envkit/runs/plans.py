@@ -27,7 +27,7 @@ from envkit.project.experiments import PYTHONS, Experiment, RecipeRun, load_expe
 from envkit.project.load import load_config
 from envkit.project.output import Output
 from envkit.runs.torchrun import CPU_DDP_PROCESSES, cpu_threads, started_program
-from envkit.support import provenance
+from envkit.support import provenance, provenance_facts
 from envkit.support.shellquote import command_line
 
 # Small enough that the whole demo takes about a minute on two CPU cores, yet long enough
@@ -314,9 +314,11 @@ def local_experiment_plan(
 ) -> RunPlan:
     """The experiment's runs with ``python`` on this host instead of in its image: no host check, no build.
     E3 runs so on XLA:CPU (the torch_xla environment with PJRT_DEVICE=CPU CPU_NUM_DEVICES=8). A ``cpu_stand_in``
-    (--allow-cpu on a host without the kind's device) starts its processes as a CPU run does."""
-    env = run_env(entry.kind, results_dir, data_dir)
+    (--allow-cpu on a host without the kind's device) starts its processes as a CPU run does, told the device it
+    has (the cpu); its record's label stays the target's device."""
     device = "cpu" if cpu_stand_in else None
+    env = run_env(device or entry.kind, results_dir, data_dir)
+    env |= {provenance_facts.TARGET_DEVICE_VARIABLE: kinds.kind(entry.kind).device} if cpu_stand_in else {}
     return RunPlan(
         [
             host_step(_run_title(entry, run), entry, python, root, (*run.argv, *recipe_args), env, device)

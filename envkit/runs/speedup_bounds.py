@@ -77,3 +77,46 @@ def flag_beyond(rows: list[Row]) -> None:
             None,
         )
         row.speedup_beyond = None if base is None else beyond_reason(row, base)
+
+
+def conditions_flag(results: list, base: list) -> str | None:
+    """What a row's speed-up over its baseline was measured under, where it is not a result or not like for like,
+    from the run wrapper's records (run.conditions, run.load_average; issue 40 §5). ``results``: the row's runs,
+    ``base``: its baseline's (RunResult). A host busy beyond its usable CPUs as a run started (other work alone), or
+    as it ended beyond the CPUs plus the run's own threads: "host busy: load 9.1 on 2 CPUs; this speed-up is not a
+    result". Else threads or usable CPUs other than the baseline's: "1 thread on 2 CPUs, the baseline 2 threads on 2
+    CPUs". None where neither, or the records do not say (older ones)."""
+    for run in (*results, *base):
+        block = run.run or {}
+        conditions, load = block.get("conditions"), block.get("load_average") or []
+        if not conditions or not load:
+            continue
+        usable = conditions["usable_cpus"]
+        if load[0] > usable or load[-1] > usable + _threads(conditions):
+            return f"host busy: load {max(load):.1f} on {usable:g} CPUs; this speed-up is not a result"
+    mine, theirs = _budget(results), _budget(base)
+    if mine is None or theirs is None or mine == theirs:
+        return None
+    return f"{_budget_text(*mine)}, the baseline {_budget_text(*theirs)}"
+
+
+def _threads(conditions: dict) -> int:
+    """The threads a run computed with: torch's, else OMP_NUM_THREADS, else one."""
+    omp = conditions["thread_variables"].get("OMP_NUM_THREADS") or ""
+    return max(conditions["torch_threads"] or [int(omp) if omp.isdigit() else 1])
+
+
+def _budget(results: list) -> tuple[int, float] | None:
+    """(threads, usable CPUs) all of ``results`` ran with; None where they differ or a record does not say."""
+    budgets = {
+        (_threads(run.run["conditions"]), run.run["conditions"]["usable_cpus"])
+        for run in results
+        if run.run and run.run.get("conditions")
+    }
+    return (
+        budgets.pop() if len(budgets) == 1 and all(run.run and run.run.get("conditions") for run in results) else None
+    )
+
+
+def _budget_text(threads: int, cpus: float) -> str:
+    return f"{threads} thread{'s' if threads != 1 else ''} on {cpus:g} CPU{'s' if cpus != 1 else ''}"

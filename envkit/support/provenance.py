@@ -118,7 +118,7 @@ def main(argv: list[str]) -> int:
             wall = round(time.perf_counter() - started, 3)
             busy = output.machine_facts(mark)
         reports = devices.process_reports(Path(watch))  # read once: the device and dvclive's use are both in them
-        device = devices.observed_device(reports, os.environ.get(facts.DEVICE_VARIABLE) or None)
+        device = devices.observed_device(reports, facts.device_label())
         dvclive = devices.imported_dvclive(reports)
     run_block = {
         "record_version": RECORD_VERSION,
@@ -130,6 +130,7 @@ def main(argv: list[str]) -> int:
         "started_at": started_at.isoformat(timespec="seconds"),
         "wall_time_s": wall,
         **busy,
+        "conditions": facts.conditions(env, reports, wall, busy["cpu_time_s"]),
         "device": device,
         "unread": [],
     }

@@ -41,6 +41,9 @@ def device_hook() -> None:
         if "dvclive" in sys.modules:  # its ./dvclive is this run's, not another run's in the same folder
             seen["dvclive"] = True
         try:
+            threads = getattr(sys.modules.get("torch"), "get_num_threads", None)
+            if threads is not None:  # the intra-op threads it computed with (the record's conditions)
+                seen["torch_threads"] = threads()
             cuda = getattr(sys.modules.get("torch"), "cuda", None)
             if cuda is not None and cuda.is_initialized():
                 used = [i for i in range(cuda.device_count()) if cuda.max_memory_allocated(i) > 0]

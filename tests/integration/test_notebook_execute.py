@@ -144,6 +144,7 @@ def test_results_carry_the_notebooks_provenance_and_validate(executed, wheelhous
         assert (document["run"]["experiment"], document["run"]["exit_status"]) == (meta.experiment, 0)
         assert block["files"]["requirements.lock"] == meta.files["requirements.lock"]  # the lock it was rendered with
         assert block["runtime"]["python"] == ".".join(map(str, sys.version_info[:3]))
+        assert_a_host_runs_facts(document)
         if block["packages"] == "lock":
             assert (
                 block["lock_sha256"]
@@ -156,6 +157,21 @@ def test_results_carry_the_notebooks_provenance_and_validate(executed, wheelhous
         else:
             # the kernel's own packages: not the notebook's lock (this kernel's venv may name its own, envkit venv's)
             assert document["environment"]["lock_sha256"] != block["lock_sha256"] and block["installer"] is None
+
+
+def assert_a_host_runs_facts(document: dict) -> None:
+    """A notebook run records what a host run records (issue 40 §1): the device its Python processes used, as the run
+    wrapper's start-up module saw it (the program runs without -E, which hid it), its metrics, and no warning: in
+    CPU mode the lock the packages are compared with is the wheelhouse's, which the venv holds."""
+    device = document["run"]["device"]
+    assert (device["observed"], device["accelerator"], device["label"], device["errors"]) == (True, "cpu", "cpu", [])
+    assert device["python_processes"] >= 1 and document["metrics"], document
+    assert document["environment"]["device_type"] == "cpu" and document["run"]["warnings"] == []
+    # and the conditions it was measured under (issue 40 §5): the CPUs it could use and the share it took
+    conditions = document["run"]["conditions"]
+    assert (
+        conditions["cpus"] >= 1 and conditions["cpu_share"] > 0 and "OMP_NUM_THREADS" in conditions["thread_variables"]
+    )
 
 
 def test_report_reads_notebook_and_image_results_together(executed, tmp_path, capsys):
@@ -205,6 +221,7 @@ def test_a_command_experiments_notebook_runs_the_projects_command(wheelhouse, tm
     jsonschema.validate(document, json.loads((repo_root / "envkit" / "data" / "results.schema.json").read_text()))
     assert (document["run"]["experiment"], document["run"]["exit_status"]) == ("gpu-train", 0)
     assert document["metrics"] == {"loss": 0.25} and document["notebook"]["cpu_mode"] is True
+    assert_a_host_runs_facts(document)
     assert document["environment"]["lock_sha256"] == runtime_shared.sha256_of(wheelhouse / "requirements.lock")
     # envkit's report of the run: its experiment's table, with the metric the program wrote
     result = next(cell for cell in notebook.cells if cell.id == "result")

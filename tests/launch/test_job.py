@@ -233,3 +233,20 @@ def test_a_failed_write_removes_only_the_files_the_plan_added(tmp_path):
     with pytest.raises(EnvkitError, match="cannot write"):
         write_files(plan)
     assert earlier.read_text() == f"{mark}again\n" and not new.exists()
+
+
+@pytest.mark.parametrize(
+    ("engine", "shown"),
+    [("hosts", "env OMP_NUM_THREADS=1 "), ("slurm", "OMP_NUM_THREADS=1"), ("skypilot", "OMP_NUM_THREADS: '1'")],
+)
+def test_a_targets_env_reaches_the_launched_program(capsys, project, engine, shown):
+    # issue 40 §7: cpu: {env: {OMP_NUM_THREADS: "1"}} is one thread under every engine, as on the host and in run.sh
+    config = project / "envkit.yaml"
+    config.write_text(
+        config.read_text().replace(
+            "  cpu:\n    kind: cpu\n", '  cpu:\n    kind: cpu\n    env: {OMP_NUM_THREADS: "1"}\n', 1
+        )
+    )
+    argv = ["--hosts", "a,b"] if engine == "hosts" else []
+    code, out, err = run(capsys, "launch", "cpu-ddp-cifar", "--on", engine, "--nodes", "2", *argv, "--dry-run")
+    assert code == 0 and shown in out, err + out

@@ -129,10 +129,21 @@ def test_the_command_runs_from_the_projects_root_through_the_run_wrapper(project
         python = str(work / "venv" / "bin" / "python")
     else:
         python = sys.executable
+    # CPU mode's lock, in the wheelhouse, of a package the program's Python has: not the notebook's
+    # requirements.lock, which the run wrapper sits beside
+    version = subprocess.run([python, "-c", "from importlib import metadata; print(metadata.version('pytest'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    lock = tmp_path / "requirements.lock"
+    lock.write_text(f"pytest=={version}\n")
+    # the platform's Python settings (Colab sets PYTHONPATH): a lock's program never sees them
+    (tmp_path / "platform").mkdir()
+    (tmp_path / "platform" / "sitecustomize.py").write_text(f"open({str(tmp_path / 'leaked')!r}, 'w')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "platform"))
     environment = {
         "python": python,
         "packages": packages,
-        "lock_sha256": "0" * 64,
+        "lock": str(lock),
+        "lock_sha256": runtime_shared.sha256_of(lock),
         "installer": None,
         "lock_differences": None,
     }
@@ -155,6 +166,17 @@ def test_the_command_runs_from_the_projects_root_through_the_run_wrapper(project
     )
     assert record["notebook"]["files"]["project/train.py"] == settings["files"]["program"]["project/train.py"]
     assert record["notebook"]["files"][provenance.FILE_NAME] == settings["files"]["helper"][provenance.FILE_NAME]
+    # what a host run records: the device the program's Python used, reported by the wrapper's start-up module
+    device = record["run"]["device"]
+    assert (device["observed"], device["accelerator"], device["python_processes"], device["label"]) == (
+        True,
+        "cpu",
+        1,
+        "cpu",
+    )
+    if packages == "lock":
+        # the lock it was installed from is CPU mode's, which the packages match: no warning
+        assert record["run"]["warnings"] == [] and not (tmp_path / "leaked").exists()
 
 
 @pytest.mark.parametrize("experiment", ["gpu-shell", "gpu-script"])
@@ -165,7 +187,12 @@ def test_a_program_that_is_not_python_finds_the_venvs_python_first(project, tmp_
     assert settings["executable"] == ["project/run.sh"]  # ./run.sh runs as it is, once its mode is back
     monkeypatch.setenv(runtime_shared.CPU_MODE, str(tmp_path))
     venv.create(work / "venv", system_site_packages=True)
-    environment = {"python": "venv/bin/python", "packages": "lock", "lock_sha256": "0" * 64}
+    environment = {
+        "python": "venv/bin/python",
+        "packages": "lock",
+        "lock": "requirements.lock",
+        "lock_sha256": "0" * 64,
+    }
     environment |= {"installer": None, "lock_differences": None}
     runtime.run_program(settings, environment, {"found": "", "python": "3", "version": {}, "packages": {}})
     assert (work / "data" / "prefix").read_text().strip() == str(work / "venv")

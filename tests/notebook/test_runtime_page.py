@@ -15,9 +15,9 @@ from envkit.notebook import runtime_shared
 RESULT = DATA / "results" / "backends" / "mnist-tpu-xla.json"
 
 
-def run_result_cell(repo_root: Path, notebook: str, work: Path, output: Path, monkeypatch, before: str = "") -> str:
+def result_cell(repo_root: Path, notebook: str, work: Path, output: Path, monkeypatch, before: str = ""):
     """The committed notebook's settings, archive and runtime check, a result file placed where its run would write
-    one (after ``before``), and its last cell, in a fresh ipykernel in CPU mode; the last cell's printed text."""
+    one (after ``before``), and its last cell, in a fresh ipykernel in CPU mode; the last cell, executed."""
     full = nbformat.read(repo_root / "notebooks" / notebook, as_version=4)
     cells = {cell.id: cell for cell in full.cells}
     placed = nbformat.v4.new_code_cell(
@@ -28,8 +28,13 @@ def run_result_cell(repo_root: Path, notebook: str, work: Path, output: Path, mo
     monkeypatch.setenv(runtime_shared.CPU_MODE, str(work / "no-wheels"))  # the runtime check records, and passes
     monkeypatch.setenv("ENVKIT_NOTEBOOK_WORK", str(work))
     monkeypatch.setenv(runtime_shared.OUTPUT, str(output))
-    NotebookClient(full, timeout=120, kernel_name="python3").execute()
-    last = full.cells[-1]
+    NotebookClient(full, timeout=120, kernel_name="python3", allow_errors=True).execute()
+    return full.cells[-1]
+
+
+def run_result_cell(repo_root: Path, notebook: str, work: Path, output: Path, monkeypatch, before: str = "") -> str:
+    """result_cell's, which ends without an error; its printed text."""
+    last = result_cell(repo_root, notebook, work, output, monkeypatch, before)
     assert not any(o.output_type == "error" for o in last.outputs)
     return "".join(o.get("text", "") for o in last.outputs if o.output_type == "stream")
 
@@ -61,3 +66,17 @@ def test_without_jinja2_the_table_and_results_stand_and_the_page_is_one_line(rep
     assert f"results saved in {tmp_path / 'output' / 'results'}/: {RESULT.name}" in text
     assert "no page: it needs jinja2 in this kernel (" in text and text.rstrip().endswith("pip install jinja2"), text
     assert not (tmp_path / "output" / "results" / "comparison.html").exists()
+
+
+def test_without_pyyaml_the_report_cell_is_one_line_naming_what_to_install(repo_root, tmp_path, monkeypatch):
+    # envkit's report reads its report.yaml: a kernel without PyYAML stops in one line, not a 30-frame traceback
+    last = result_cell(
+        repo_root, "kaggle-tpu/tpu-mnist.ipynb", tmp_path / "work", tmp_path / "output", monkeypatch,
+        before="import sys\nsys.modules['yaml'] = None",
+    )  # fmt: skip
+    assert [o.traceback for o in last.outputs if o.output_type == "error"] == [
+        [
+            "envkit: envkit's report needs PyYAML and jsonschema in this kernel (import of yaml halted; None in "
+            "sys.modules): pip install pyyaml jsonschema"
+        ]
+    ]

@@ -65,7 +65,8 @@ def test_a_gpu_torchrun_script_run_here_as_a_cpu_stand_in_starts_the_cpus_proces
     here = ("ddp", "--target", "cuda", "--python", sys.executable)
     stand_in = dry_run(capsys, repo, *here, "--allow-cpu")
     assert f"{TORCHRUN} {CPU_DDP_PROCESSES} ddp.py\n" in stand_in and "OMP_NUM_THREADS=" in stand_in, stand_in
-    assert "ENVKIT_DEVICE=cuda" in stand_in and "ENVKIT_TARGET=cuda" in stand_in  # still the cuda target's run
+    assert "ENVKIT_TARGET=cuda" in stand_in  # still the cuda target's run, told the device it has (issue 40 §8)
+    assert "ENVKIT_DEVICE=cpu" in stand_in and "ENVKIT_TARGET_DEVICE=cuda" in stand_in  # its record's label
     # without --allow-cpu the plan is the GPU host's (the run itself is refused in one line before it starts)
     assert dry_run(capsys, repo, *here).endswith(f"{TORCHRUN} gpu ddp.py\n")
 

@@ -14,6 +14,7 @@ from envkit.runs.formats import render_report
 from envkit.runs.page_adapter import page_from_report
 from envkit.runs.report import build_report
 from envkit.runs.results import Stat, load_results
+from envkit.runs.speedup_bounds import conditions_flag
 
 RESULTS = DATA / "results" / "mixed"
 
@@ -66,3 +67,27 @@ def test_a_row_on_other_hardware_than_its_baseline_has_no_bound(too_fast):
         for run in too_fast
     ]
     assert all(row.speedup_beyond is None for section in build_report(other).sections for row in section.rows)
+
+
+def measured(load: list[float], omp: str | None, torch_threads: list[int], usable: float = 2):
+    """A run of the mixed results as the run wrapper records its conditions (issue 40 §5)."""
+    (run,) = [run for run in load_results(RESULTS)[0] if run.recipe == "cifar"][:1]
+    variables = {"OMP_NUM_THREADS": omp, "MKL_NUM_THREADS": None}
+    conditions = {"thread_variables": variables, "torch_threads": torch_threads, "cpus": 2, "usable_cpus": usable}
+    return dataclasses.replace(run, run={"load_average": load, "conditions": conditions, "exit_status": 0})
+
+
+def test_a_speedup_measured_on_a_busy_host_or_under_other_conditions_says_so():
+    """Issue 40 §5: on a host with load 9 on 2 cores, 2 threads took 34.9 s and 1 thread 19.5 s: "1.79× faster"."""
+    one, two = measured([9.1, 8.7], "1", [1]), measured([8.9, 9.0], "2", [2])
+    assert conditions_flag([one], [two]) == "host busy: load 9.1 on 2 CPUs; this speed-up is not a result"
+    # a run's own threads are its load, not another job's: two threads on two CPUs end with a load of 4 or so
+    quiet_one, quiet_two = measured([0.2, 1.1], "1", [1]), measured([0.1, 3.9], "2", [2])
+    assert conditions_flag([quiet_one], [quiet_two]) == "1 thread on 2 CPUs, the baseline 2 threads on 2 CPUs"
+    assert conditions_flag([quiet_two, quiet_two], [quiet_two]) is None  # like for like
+    # the thread budget from OMP_NUM_THREADS where torch was not imported; older records say nothing
+    assert conditions_flag([measured([0.1, 0.9], "4", [], usable=4)], [quiet_two]) == (
+        "4 threads on 4 CPUs, the baseline 2 threads on 2 CPUs"
+    )
+    older = dataclasses.replace(quiet_one, run={"exit_status": 0})
+    assert conditions_flag([older], [quiet_two]) is None

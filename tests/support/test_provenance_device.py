@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from envkit.support import provenance
@@ -46,6 +47,27 @@ def test_a_gpu_targets_run_that_trained_on_the_cpu_is_recorded_as_a_cpu_run(tmp_
     assert device["observed"] and device["accelerator"] == "cpu" and device["label"] == "cuda"
     assert record["environment"]["device_type"] == "cpu" and record["environment"]["device_name"]
     assert record["run"]["warnings"] == ["the target says cuda, but the program initialised cpu: recorded as a cpu run"]
+
+
+def test_a_cpu_stand_in_told_the_cpu_is_labelled_with_its_targets_device(tmp_path):
+    # --allow-cpu: the program is told ENVKIT_DEVICE=cpu, and its record still says which target it stood in for
+    done, record = wrapped(tmp_path, sys.executable, "-c", "pass", ENVKIT_DEVICE="cpu", ENVKIT_TARGET_DEVICE="cuda")
+    assert done.returncode == 0, done.stderr
+    assert (record["run"]["device"]["label"], record["environment"]["device_type"]) == ("cuda", "cpu")
+
+
+def test_the_record_says_the_thread_budget_and_cpus_the_program_had(tmp_path):
+    # issue 40 §5: a target's OMP_NUM_THREADS=1 as the program got it, torch's threads as it computed with them
+    (tmp_path / "train.py").write_text("import torch\nprint(torch.get_num_threads())\n")
+    done, record = wrapped(tmp_path, sys.executable, "train.py", OMP_NUM_THREADS="1")
+    assert done.returncode == 0 and done.stdout == "1\n", done.stderr
+    conditions = record["run"]["conditions"]
+    assert (conditions["thread_variables"]["OMP_NUM_THREADS"], conditions["torch_threads"]) == ("1", [1])
+    assert conditions["cpus"] == len(os.sched_getaffinity(0)) and 0 < conditions["usable_cpus"] <= conditions["cpus"]
+    run = record["run"]
+    assert 0 < conditions["cpu_share"] == round(run["cpu_time_s"] / (run["wall_time_s"] * conditions["usable_cpus"]), 3)
+    schema = json.loads((Path(provenance.__file__).parents[1] / "data" / "results.schema.json").read_text())
+    jsonschema.validate(record, schema)
 
 
 def test_the_cuda_devices_a_program_used_are_named_from_torch(tmp_path):

@@ -111,7 +111,7 @@ fi
 command=(
   "${docker[@]}" run --rm --init
   --user "$owner" -e HOME=/tmp
-  "${device_args[@]}" "${ipc_args[@]}"
+  "${device_args[@]}" "${ipc_args[@]}" -e 'GREETING=hello world' -e NCCL_DEBUG=WARN
   ${ulimit_args[@]+"${ulimit_args[@]}"}
   -e "ENVKIT_IMAGE=$image" -e ENVKIT_IMAGE_ID -e ENVKIT_IMAGE_DIGEST -e "ENVKIT_RESULTS_OWNER=$owner" -e ENVKIT_EXPERIMENT -e ENVKIT_METRIC_PATTERNS
   ${multinode_args[@]+"${multinode_args[@]}"} ${env_args[@]+"${env_args[@]}"}
