@@ -20,6 +20,7 @@ from wheel_index import IndexServer
 from envkit.cli import main
 from envkit.host.venv import MARKER
 from envkit.host.venv import main as venv_main
+from envkit.project import marks
 
 THIS_PYTHON = "{}.{}".format(*sys.version_info[:2])
 
@@ -294,19 +295,106 @@ def test_an_unlocked_target_is_refused_in_one_line(capsys):
         (lambda path: path.write_text("data"), "exists and is not a directory"),
         (
             lambda path: (path.mkdir(), (path / "notes.txt").write_text("mine")),
-            "exists and is not a virtual environment",
+            "exists and is not a virtual environment envkit made (it holds no envkit-venv.txt)",
+        ),
+        # Issue 39 §1: its only check was pyvenv.cfg, and `python3 -m venv myproj; mkdir myproj/src` lost src/.
+        (
+            lambda path: (a_venv(path), (path / "src").mkdir(), (path / "src" / "model.py").write_text("x")),
+            "exists and is not a virtual environment envkit made (it holds no envkit-venv.txt)",
+        ),
+        (
+            lambda path: (
+                a_venv(path, marks.VENV),
+                (path / "src").mkdir(),
+                (path / "src" / "model.py").write_text("x"),
+            ),
+            "holds src, which a virtual environment does not: envkit replaces only a folder holding a venv's files",
+        ),
+        (
+            lambda path: (a_venv(path, b"{}"), (path / "train.py").write_text("x")),
+            "exists and is not a virtual environment envkit made",
+        ),
+        (
+            lambda path: (a_venv(path, b'{"lock_sha256": "ab"}'), (path / ".git").mkdir(), (path / "t.py").touch()),
+            "holds .git, t.py, which a virtual environment does not",
         ),
     ],
+    ids=["link", "file", "a-folder", "a-venv-made-by-hand", "envkit-venv-with-src", "not-a-marker", "old-marker-git"],
 )
-def test_only_a_venv_is_ever_replaced(tmp_path, capsys, make, problem):
+def test_only_a_venv_envkit_made_and_holding_nothing_else_is_ever_replaced(tmp_path, capsys, make, problem):
     lock = tmp_path / "probe.lock"
     lock.write_text(lock_text(THIS_PYTHON, {"envkit-probe-a==1.0": "a" * 64}))
     path = tmp_path / "venv"
     make(path)
-    before = sorted(p.name for p in tmp_path.iterdir())
+    before = snapshot(tmp_path)
     code, _, err = bootstrap(capsys, str(lock), "--path", str(path))
     assert code == 2 and err.startswith(f"envkit: error: {path} {problem}") and err.count("\n") == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert snapshot(tmp_path) == before
+
+
+def a_venv(path: Path, mark: bytes | None = None) -> None:
+    """What `python -m venv` leaves at a venv's top; with ``mark``, envkit's mark file (bytes starting with
+    "{" are the lock marker envkit-lock.json that venvs made before the mark file hold)."""
+    (path / "bin").mkdir(parents=True)
+    (path / "lib").mkdir()
+    (path / "lib64").symlink_to("lib")
+    (path / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    if mark is not None:
+        (path / (MARKER if mark.startswith(b"{") else marks.VENV_FILE)).write_bytes(mark)
+
+
+def snapshot(root: Path) -> dict[str, bytes | str]:
+    """Every path under ``root`` with a file's bytes, a link's target or "dir"."""
+    return {
+        str(path.relative_to(root)): os.readlink(path)
+        if path.is_symlink()
+        else (path.read_bytes() if path.is_file() else "dir")
+        for path in sorted(root.rglob("*"))
+    }
+
+
+def test_a_project_that_is_itself_a_venv_is_never_replaced(tmp_path, capsys, monkeypatch):
+    """Issue 39 §1: `cd proj; python -m venv .` then `envkit venv ... --path "$PWD"` deleted train.py, the notes,
+    requirements/ and .git, and said it succeeded."""
+    project = tmp_path / "proj"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(project)], check=True)
+    (project / ".git").mkdir()
+    (project / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (project / "train.py").write_text("print('train')\n")
+    (project / "notes.md").write_text("notes\n")
+    (project / "requirements").mkdir()
+    (project / "requirements" / "small.in").write_text("envkit-probe-a==1.0\n")
+    monkeypatch.chdir(project)
+    before = snapshot(tmp_path)
+    code, out, err = envkit(capsys, "venv", "--requirements", "requirements/small.in", "--path", str(project))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"envkit: error: {project} exists and is not a virtual environment envkit made (it holds no "
+        "envkit-venv.txt): envkit replaces only its own; remove it yourself or choose another --path\n"
+    )
+    assert snapshot(tmp_path) == before
+
+
+def test_a_venv_envkit_made_is_marked_and_replaced(tmp_path, monkeypatch):
+    """The mark is written as soon as the folder is made; a marked folder holding a venv's files alone is replaced."""
+    from envkit.host import venv as host_venv
+
+    monkeypatch.setattr(
+        host_venv, "_run", lambda argv, what, env=None: what == "python -m venv" and a_venv(Path(argv[-1]))
+    )
+    requirements = tmp_path / "probe.in"
+    requirements.write_text("envkit-probe-a==1.0\n")
+    path = tmp_path / "v"
+    for _ in range(2):
+        host_venv.make_unlocked_venv(requirements, (THIS_PYTHON,), path, unlocked_because="no lock")
+        assert marks.begins_with(path / marks.VENV_FILE, marks.VENV)
+        assert sorted(entry.name for entry in path.iterdir()) == [
+            "bin",
+            "envkit-venv.txt",
+            "lib",
+            "lib64",
+            "pyvenv.cfg",
+        ]
 
 
 def test_the_bootstrap_module_needs_the_standard_library_alone():
@@ -359,12 +447,12 @@ def test_a_long_install_says_each_step_and_bounds_the_network(tmp_path, capsys, 
 def test_a_venv_stopped_by_sigterm_leaves_the_old_one_as_it_was(tmp_path):
     """Issue 28 §18: a closed terminal (SIGHUP) or kill (SIGTERM) while installing left a partial venv."""
     old = tmp_path / "venv"
-    old.mkdir()
-    (old / "pyvenv.cfg").write_text("home = /old\n")
-    (old / "mine").write_text("the old venv")
+    a_venv(old, marks.VENV)
+    (old / "lib" / "mine").write_text("the old venv")
     script = (
         "import os, signal, sys; from pathlib import Path; from envkit.host import venv as v\n"
         "def run(argv, what, env=None):\n"
+        "    if what == 'python -m venv': Path(argv[-1]).mkdir()\n"
         "    if 'install' in what: os.kill(os.getpid(), signal.SIGTERM)\n"
         "v._run = run\n"
         "req = Path(sys.argv[1]); req.write_text('x==1\\n')\n"
@@ -382,8 +470,8 @@ def test_a_venv_stopped_by_sigterm_leaves_the_old_one_as_it_was(tmp_path):
     )
     assert done.returncode == 130, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["venv", "x.in"]
-    assert sorted(p.name for p in old.iterdir()) == ["mine", "pyvenv.cfg"]
-    assert (old / "mine").read_text() == "the old venv"
+    assert sorted(p.name for p in old.iterdir()) == ["bin", "envkit-venv.txt", "lib", "lib64", "pyvenv.cfg"]
+    assert (old / "lib" / "mine").read_text() == "the old venv"
 
 
 # --------------------------------------------------------------------------- installs (slow)
