@@ -168,6 +168,19 @@ def test_the_advice_for_a_removed_target_converges(capsys, project):
     assert run(capsys, "render", "--all", "--check", "--config", config)[0] == 0
 
 
+def test_a_link_to_a_rendered_file_is_the_users_and_never_removed(capsys, project):
+    """Issue 39 §1 (every path envkit removes): a folder of docker/ that is no target, holding the user's link to
+    the run wrapper, lost the link to render --all: the mark was read through it."""
+    config = str(project / "envkit.yaml")
+    assert run(capsys, "render", "--all", "--config", config)[0] == 0
+    tools = project / "docker" / "tools"
+    tools.mkdir()
+    (tools / "envkit_run.py").symlink_to("../cpu/envkit_run.py")
+    assert run(capsys, "render", "--all", "--check", "--config", config)[0] == 0
+    code, out, _ = run(capsys, "render", "--all", "--config", config)
+    assert code == 0 and "removed" not in out and os.readlink(tools / "envkit_run.py") == "../cpu/envkit_run.py"
+
+
 @pytest.mark.parametrize("kept", ["NOTES.md", "requirements.lock"])
 def test_render_all_keeps_what_it_did_not_write_in_a_removed_targets_directory(capsys, project, repo_root, kept):
     """render removes what it rendered and keeps what it did not: someone's notes, and the lock `envkit lock` wrote
