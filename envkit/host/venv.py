@@ -82,7 +82,7 @@ def make_venv(
     locked = ["--require-hashes", "--no-deps", "-r", str(lock_path)]
     with _replacing(path):
         progress(f"making {path} with Python {version} ({interpreter})")
-        _new_venv(interpreter, path)
+        _new_venv(interpreter, version, path, uv)
         tool = "uv" if uv else "pip"
         progress(f"installing the {len(lock.packages)} packages of {lock_path}, hash-checked ({_BOUNDS})")
         if uv is None and installer == "auto" and "uv" in lock.packages:
@@ -124,7 +124,7 @@ def make_unlocked_venv(
     _check_destination(path)
     with _replacing(path):
         progress(f"making {path} with Python {version} ({interpreter})")
-        _new_venv(interpreter, path)
+        _new_venv(interpreter, version, path, None)  # pip resolves the pins: the venv needs its own
         progress(f"installing the pins of {requirements} with pip, unlocked: {unlocked_because} ({_BOUNDS})")
         _install("pip", path, ["-r", str(requirements)], sources)
     return version
@@ -227,11 +227,9 @@ def _uv_python(version: str) -> tuple[tuple[str, str] | None, str]:
     uv = find_uv()
     if uv is None:
         return None, "no uv here to install one: " + GET_A_PYTHON.format(version=version)
-    install = subprocess.run(
-        [uv, "python", "install", version], stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace"
-    )
+    install = _completed([uv, "python", "install", version])
     if install.returncode != 0:
-        why = _reason(install.stderr, f"`uv python install {version}`")
+        why = _reason(install.stdout, f"`uv python install {version}`")
         return None, f"{why}: install one (python{version} on PATH) or pass --python PATH"
     done = subprocess.run([uv, "python", "find", version], capture_output=True, text=True, errors="replace")
     path = done.stdout.strip()
@@ -274,9 +272,24 @@ def _version(python: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def _new_venv(interpreter: str, path: Path) -> None:
-    """`python -m venv` at ``path``, then envkit's mark in it: from then on the folder is one envkit may replace."""
-    _run([interpreter, "-m", "venv", str(path)], "python -m venv")
+def _new_venv(interpreter: str, version: str, path: Path, uv: str | None) -> None:
+    """`python -m venv` at ``path``, then envkit's mark in it: from then on the folder is one envkit may replace.
+
+    A Python without ensurepip (Debian's and Ubuntu's, until python3-venv is installed) cannot put pip in it: where
+    uv installs the lock, the venv needs none (`--without-pip`); else one line names the package.
+    """
+    done = _completed([interpreter, "-m", "venv", str(path)])
+    if done.returncode != 0 and "ensurepip" in done.stdout and uv is not None:
+        done = _completed([interpreter, "-m", "venv", "--without-pip", str(path)])
+    if done.returncode != 0 and "ensurepip" in done.stdout:
+        minor = version.rsplit(".", 1)[0]
+        raise EnvkitError(
+            f"python -m venv failed: Python {version} ({interpreter}) has no ensurepip to put pip in a venv; "
+            f"on Debian and Ubuntu install python3-venv (apt install python{minor}-venv), or install uv, with "
+            "which envkit makes the venv without pip"
+        )
+    if done.returncode != 0:
+        raise EnvkitError(_reason(done.stdout, "python -m venv"))
     mark = marks.VENV + b"envkit replaces this folder only while it holds nothing but a venv's files.\n"
     (path / marks.VENV_FILE).write_bytes(mark)
 
@@ -363,9 +376,23 @@ def _install(installer: str, venv: Path, what: list[str], sources: Sources) -> N
 
 
 def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
-    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace", env=env)
+    done = _completed(argv, env)
     if done.returncode != 0:
-        raise EnvkitError(_reason(done.stderr, what))
+        raise EnvkitError(_reason(done.stdout, what))
+
+
+def _completed(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The child run to its end, its two streams as one (``stdout``): a failure's reason may be on either (Debian's
+    venv prints its python3-venv hint on stdout, which reading stderr alone reported as "no output")."""
+    return subprocess.run(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        env=env,
+    )
 
 
 # What pip (Python's ssl) and uv (rustls) say when a certificate chain ends at a CA they do not trust: a network
@@ -381,10 +408,10 @@ TRUST_A_CA = (
 )
 
 
-def _reason(stderr: str, what: str) -> str:
+def _reason(output: str, what: str) -> str:
     """The failure as one line: a hash refusal naming the package, an untrusted certificate with how to trust its
     CA, else the tool's error and cause lines."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
     mismatch = hash_mismatch(lines) or uv_hash_mismatch(lines)
     if mismatch:
         return mismatch
