@@ -586,3 +586,23 @@ def test_a_lock_file_of_the_users_is_never_overwritten(tmp_path, indexes, capsys
     ]
     mine.unlink()
     assert envkit(capsys, "lock", "--all", "--config", str(config), "--torch-index-url", pytorch.url)[0] == 0
+
+
+def test_a_lock_is_never_written_outside_the_project_through_a_link(tmp_path, indexes, capsys):
+    """Issue 39 §18: with docker/cuda -> outside, `envkit lock --target cuda` wrote the lock there."""
+    pypi, pytorch = indexes
+    (tmp_path / "project" / "docker").mkdir(parents=True)
+    config = write_project(tmp_path / "project", pypi.url)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "project" / "docker" / "cuda").symlink_to(outside)
+    code, out, err = envkit(
+        capsys, "lock", "--target", "cuda", "--config", str(config), "--torch-index-url", pytorch.url
+    )
+    assert (code, out) == (2, "")
+    assert err == (
+        f"envkit: error: {tmp_path}/project/docker/cuda/requirements.lock is in {tmp_path}/project but a symbolic "
+        f"link takes it to {outside}/requirements.lock, outside it: envkit writes only inside the project; replace "
+        "the link with a folder, or write elsewhere with --output DIR\n"
+    )
+    assert list(outside.iterdir()) == []
