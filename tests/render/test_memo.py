@@ -303,6 +303,30 @@ def test_a_command_experiments_notebook_is_stale_once_a_project_file_changes_or_
     assert render(project, "--all", "--check")[0].returncode == 1
 
 
+@pytest.mark.parametrize("change", ["chmod -x run.sh", "helper.py a link to an identical copy"])
+def test_a_files_mode_and_linkness_are_read_like_its_bytes(tmp_path, monkeypatch, change):
+    """Issue 39 §16: the memo called a stale render fresh after `chmod -x run.sh` (the notebook still listed it as
+    executable) and after a tracked helper.py was replaced by a link to an identical copy (no longer carried)."""
+    from command_project import command_project, git
+
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
+    project = command_project(tmp_path / "mine")
+    config = project / "envkit.yaml"
+    config.write_text(config.read_text().replace("notebooks: [gpu-mnist]", "notebooks: [gpu-mnist, gpu-train]", 1))
+    git(project, "commit", "-qam", "the notebook of gpu-train is committed")
+    assert render(project, "--all")[0].returncode == 0
+    assert render(project, "--all", "--check")[0].returncode == 0  # remembered
+    if change == "chmod -x run.sh":
+        (project / "run.sh").chmod(0o644)
+    else:
+        (tmp_path / "copy.py").write_bytes((project / "helper.py").read_bytes())
+        (project / "helper.py").unlink()
+        (project / "helper.py").symlink_to(tmp_path / "copy.py")
+    done, imported = render(project, "--all", "--check")
+    assert (done.returncode, "jinja2" in imported) == (1, True), done.stdout
+    assert "notebooks/colab-t4/gpu-train.ipynb: stale" in done.stdout
+
+
 def test_the_memo_is_its_users_alone_whatever_the_umask(project, tmp_path):
     old = os.umask(0o022)
     try:
