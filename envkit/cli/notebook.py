@@ -52,6 +52,7 @@ def register(subparsers) -> None:
 def cmd_notebook(args: argparse.Namespace) -> int:
     from envkit.notebook import builder
     from envkit.project.load import load_config
+    from envkit.project.output import refuse_outside
     from envkit.support.atomic import write_text_atomic
 
     if args.revision is not None and not args.colab_link:
@@ -77,6 +78,7 @@ def cmd_notebook(args: argparse.Namespace) -> int:
             "write it elsewhere (--output), or "
             f"list {args.experiment} in target {args.target}'s notebooks and run envkit render --all"
         )
+    refuse_outside(config.root, [output])
     _never_over_a_users_file(output)
     notebook = builder.render_notebook(config, args.experiment, args.target, packages)
     try:

@@ -43,6 +43,7 @@ def register(subparsers) -> None:
 def cmd_render(args: argparse.Namespace) -> int:
     from envkit.errors import EnvkitError
     from envkit.notebook import committed
+    from envkit.project.output import refuse_outside
     from envkit.render import output as rendered
     from envkit.render.selection import render_selection
 
@@ -71,6 +72,9 @@ def cmd_render(args: argparse.Namespace) -> int:
                 f"rendered files are stale ({report.problem()}): run `envkit render {fix}` and commit", exit_code=1
             )
         return 0
+    refuse_outside(
+        root, [output, notebooks, *(output / f.path for f in files), *(notebooks / f.path for f in notebook_files)]
+    )
     rendered.refuse_the_users(notebooks, notebook_files)  # before the image folder is written: all or nothing
     written = rendered.write(output, files)
     removed = rendered.remove_leftovers(output, names) if args.all else []

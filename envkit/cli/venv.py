@@ -16,7 +16,9 @@ def register(subparsers) -> None:
         description="Make a virtual environment on this host from a target's docker/<target>/requirements.lock, "
         "or a host environment's requirements/<name>.lock (--requirements requirements/<name>.in), with the lock's "
         "Python, installing exactly the lock's files by sha256. The venv records the lock's sha256 "
-        "(envkit-lock.json), so recipe results run with it name their lock. A venv already at --path is set "
+        "(envkit-lock.json), so recipe results run with it name their lock. A venv already at --path is "
+        "replaced only when envkit made it (its envkit-venv.txt) and it holds nothing but a venv's files (a venv "
+        "made by hand, or one holding src/, .git or train.py, is refused in one line and left as it was); it is set "
         "aside and comes back if the new one fails. A host environment that has no lock here gets its pins, "
         "unlocked, and says so.",
     )

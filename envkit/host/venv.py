@@ -31,6 +31,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.lock.host_platforms import PLATFORMS, this_platform
 from envkit.lock.lockfile import LockFile, read_lock, requirement_entry
+from envkit.project import marks
 from envkit.support.atomic import write_text_atomic
 from envkit.support.bounded_load import load_json
 from envkit.support.install_log import hash_mismatch, uv_hash_mismatch
@@ -38,6 +39,13 @@ from envkit.support.uv import find_uv
 
 # In the venv's root; recipes/harness/records.py reads it by this name (tests/host/test_venv.py checks both agree).
 MARKER = "envkit-lock.json"
+# What `python -m venv` (.gitignore since 3.13), pip (share/, etc/: packages' data files) and uv (.lock, CACHEDIR.TAG)
+# leave at a venv's top, and envkit's own files: a folder holding anything else (src/, .git, train.py) is not
+# only a venv, and envkit never replaces it.
+VENV_ENTRIES = frozenset(
+    {"bin", "include", "lib", "lib64", "share", "etc", "pyvenv.cfg", ".gitignore", ".lock", "CACHEDIR.TAG"}
+    | {MARKER, marks.VENV_FILE}
+)
 INSTALLERS = ("auto", "uv", "pip")
 _VERSION_PROBE = "import sys; print('%d.%d.%d' % sys.version_info[:3])"
 # An index or --find-links page that does not answer: pip's own defaults (15 s, 5 retries with
@@ -74,7 +82,7 @@ def make_venv(
     locked = ["--require-hashes", "--no-deps", "-r", str(lock_path)]
     with _replacing(path):
         progress(f"making {path} with Python {version} ({interpreter})")
-        _run([interpreter, "-m", "venv", str(path)], "python -m venv")
+        _new_venv(interpreter, version, path, uv)
         tool = "uv" if uv else "pip"
         progress(f"installing the {len(lock.packages)} packages of {lock_path}, hash-checked ({_BOUNDS})")
         if uv is None and installer == "auto" and "uv" in lock.packages:
@@ -116,7 +124,7 @@ def make_unlocked_venv(
     _check_destination(path)
     with _replacing(path):
         progress(f"making {path} with Python {version} ({interpreter})")
-        _run([interpreter, "-m", "venv", str(path)], "python -m venv")
+        _new_venv(interpreter, version, path, None)  # pip resolves the pins: the venv needs its own
         progress(f"installing the pins of {requirements} with pip, unlocked: {unlocked_because} ({_BOUNDS})")
         _install("pip", path, ["-r", str(requirements)], sources)
     return version
@@ -132,7 +140,8 @@ def _replacing(path: Path) -> Iterator[None]:
     """Build at ``path``; a venv already there is set aside and comes back if the build fails or is
     stopped (Ctrl-C, or the SIGTERM or SIGHUP of a closed terminal, which would otherwise end envkit
     with the old venv set aside and a partial one in its place)."""
-    aside = path.with_name(f".{path.name}.replaced-{os.getpid()}") if path.exists() else None
+    whole = Path(os.path.abspath(path))  # `--path .` has no name to set aside under
+    aside = whole.with_name(f".{whole.name}.replaced-{os.getpid()}") if path.exists() else None
     if aside is not None:
         path.rename(aside)
     stopped = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
@@ -218,11 +227,9 @@ def _uv_python(version: str) -> tuple[tuple[str, str] | None, str]:
     uv = find_uv()
     if uv is None:
         return None, "no uv here to install one: " + GET_A_PYTHON.format(version=version)
-    install = subprocess.run(
-        [uv, "python", "install", version], stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace"
-    )
+    install = _completed([uv, "python", "install", version])
     if install.returncode != 0:
-        why = _reason(install.stderr, f"`uv python install {version}`")
+        why = _reason(install.stdout, f"`uv python install {version}`")
         return None, f"{why}: install one (python{version} on PATH) or pass --python PATH"
     done = subprocess.run([uv, "python", "find", version], capture_output=True, text=True, errors="replace")
     path = done.stdout.strip()
@@ -265,16 +272,56 @@ def _version(python: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def _new_venv(interpreter: str, version: str, path: Path, uv: str | None) -> None:
+    """`python -m venv` at ``path``, then envkit's mark in it: from then on the folder is one envkit may replace.
+
+    A Python without ensurepip (Debian's and Ubuntu's, until python3-venv is installed) cannot put pip in it: where
+    uv installs the lock, the venv needs none (`--without-pip`); else one line names the package.
+    """
+    done = _completed([interpreter, "-m", "venv", str(path)])
+    if done.returncode != 0 and "ensurepip" in done.stdout and uv is not None:
+        done = _completed([interpreter, "-m", "venv", "--without-pip", str(path)])
+    if done.returncode != 0 and "ensurepip" in done.stdout:
+        minor = version.rsplit(".", 1)[0]
+        raise EnvkitError(
+            f"python -m venv failed: Python {version} ({interpreter}) has no ensurepip to put pip in a venv; "
+            f"on Debian and Ubuntu install python3-venv (apt install python{minor}-venv), or install uv, with "
+            "which envkit makes the venv without pip"
+        )
+    if done.returncode != 0:
+        raise EnvkitError(_reason(done.stdout, "python -m venv"))
+    mark = marks.VENV + b"envkit replaces this folder only while it holds nothing but a venv's files.\n"
+    (path / marks.VENV_FILE).write_bytes(mark)
+
+
+def _made_by_envkit(path: Path) -> bool:
+    """Whether the folder holds envkit's mark: its own file, or the lock marker a venv made before that file had."""
+    return marks.begins_with(path / marks.VENV_FILE, marks.VENV) or marks.begins_with(path / MARKER, b'"lock_sha256"')
+
+
 def _check_destination(path: Path) -> None:
-    # Only a venv is ever replaced: never a link (it may be someone else's venv), a file or other data.
+    # Only a venv envkit made is ever replaced: never a link (it may be someone else's venv), a file, a venv
+    # made by hand (the project itself, after `python -m venv .`), or one that holds more than a venv does.
     if path.is_symlink():
         raise EnvkitError(
             f"{path} is a symbolic link: envkit venv replaces only a directory it can own; choose another --path"
         )
     if path.exists() and not path.is_dir():
         raise EnvkitError(f"{path} exists and is not a directory; choose another --path")
-    if path.is_dir() and any(path.iterdir()) and not (path / "pyvenv.cfg").is_file():
-        raise EnvkitError(f"{path} exists and is not a virtual environment; remove it or choose another --path")
+    if not path.is_dir() or not any(path.iterdir()):
+        return
+    if not _made_by_envkit(path):
+        raise EnvkitError(
+            f"{path} exists and is not a virtual environment envkit made (it holds no {marks.VENV_FILE}): envkit "
+            "replaces only its own; remove it yourself or choose another --path"
+        )
+    other = sorted(entry.name for entry in path.iterdir() if entry.name not in VENV_ENTRIES)
+    if other:
+        shown = ", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else "")
+        raise EnvkitError(
+            f"{path} holds {shown}, which a virtual environment does not: envkit replaces only a folder holding a "
+            "venv's files alone; move them out or choose another --path"
+        )
 
 
 def _uv_for(choice: str) -> str | None:
@@ -329,9 +376,23 @@ def _install(installer: str, venv: Path, what: list[str], sources: Sources) -> N
 
 
 def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
-    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace", env=env)
+    done = _completed(argv, env)
     if done.returncode != 0:
-        raise EnvkitError(_reason(done.stderr, what))
+        raise EnvkitError(_reason(done.stdout, what))
+
+
+def _completed(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The child run to its end, its two streams as one (``stdout``): a failure's reason may be on either (Debian's
+    venv prints its python3-venv hint on stdout, which reading stderr alone reported as "no output")."""
+    return subprocess.run(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        env=env,
+    )
 
 
 # What pip (Python's ssl) and uv (rustls) say when a certificate chain ends at a CA they do not trust: a network
@@ -347,10 +408,10 @@ TRUST_A_CA = (
 )
 
 
-def _reason(stderr: str, what: str) -> str:
+def _reason(output: str, what: str) -> str:
     """The failure as one line: a hash refusal naming the package, an untrusted certificate with how to trust its
     CA, else the tool's error and cause lines."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
     mismatch = hash_mismatch(lines) or uv_hash_mismatch(lines)
     if mismatch:
         return mismatch

@@ -17,6 +17,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.launch.shell import line
 from envkit.project import marks
+from envkit.project.output import refuse_outside
 from envkit.support.atomic import write_text_atomic
 
 # The first line of each file envkit launch writes that holds a comment (an sbatch script, a manifest, a task): a
@@ -64,6 +65,7 @@ def describe(plan: LaunchPlan) -> str:
 def write_files(plan: LaunchPlan) -> None:
     """All of the plan's files or, when one cannot be written, none of the new ones; one line, before any is
     written, where one would go over a file envkit launch did not write."""
+    refuse_outside(Path.cwd(), (Path(path) for path, _ in plan.files))  # jobs/ is the project's, beside the config
     _never_over_the_users(plan)
     written = []
     try:

@@ -17,10 +17,14 @@ from envkit.lock.lockfile import (
     PACKAGES_LINE,
     PLATFORM_LINE,
     WHEELS_LINE,
-    body_digest,
+    LockFile,
+    header_lines,
+    packages_digest,
     requirements_lock_path,
 )
 from envkit.project import marks
+
+COMMAND_LINE = "# resolved with: "
 
 
 def wheels_lines(wheels: dict[tuple[str, str], tuple[str, ...]]) -> list[str]:
@@ -62,13 +66,32 @@ def lock_header(
         f"# Do not edit: change {relock}.",
         f"# Install: pip install --require-hashes --no-deps --only-binary=:all: -r {name}",
         f"{INPUTS_LINE}{inputs.digest()}",
-        f"{PACKAGES_LINE}{body_digest(body)}",
+        f"{PACKAGES_LINE}{packages_digest(body, base_image)}",
         f"{PLATFORM_LINE}{inputs.platform}, python {inputs.python}",
         *([f"{IMAGE_PLATFORMS_LINE}{' '.join(platforms)}"] if platforms else []),
         *wheels_lines(wheels or {}),
         f"# indexes: {indexes}",
         f"# top-level: {' '.join(inputs.requirements)}",
         *([f"{BASE_LINE}{base_image}"] if base_image else []),
-        f"# resolved with: {command}",
+        f"{COMMAND_LINE}{command}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def edited_header(lock: LockFile, inputs: LockInputs, platforms: tuple[str, ...] = ()) -> str | None:
+    """The first line of the lock's header that is not what `envkit lock` writes for ``inputs`` (a hand-edited
+    platform, indexes or top-level line), or None. What came from resolving (base image, wheels, the command) is
+    taken as recorded: packages-sha256 covers a pinned base; inputs-sha256 and packages-sha256 are checked apart."""
+    recorded = header_lines(lock.text)
+    command = next((line[len(COMMAND_LINE) :] for line in recorded if line.startswith(COMMAND_LINE)), "")
+    expected = lock_header(inputs, lock.base_image, command, "", lock.wheels, platforms).splitlines()
+    apart = (INPUTS_LINE, PACKAGES_LINE)
+    recorded, expected = ([line for line in lines if not line.startswith(apart)] for lines in (recorded, expected))
+    if recorded == expected:
+        return None
+    changed = [line for line in recorded if line not in expected] + [line for line in expected if line not in recorded]
+    shown = (changed or recorded)[0].split(":", 1)[0]
+    return (
+        f"its header's {shown!r} line is not what envkit lock writes for its inputs (edited after it was locked, or "
+        "locked by an older envkit)"
+    )

@@ -4,7 +4,9 @@ A lock is a pip requirements file (`name==version` and its `--hash=sha256:`
 lines, no URLs) under a comment header. The header records the sha256 of the
 inputs, so a changed top-level pin, index setting, platform or Python shows up
 as a stale lock without contacting any index, and the sha256 of the packages
-below it, so a hand-edited lock shows too.
+below it, so a hand-edited lock shows too. Where the header pins the base image by digest (which render writes
+into FROM), packages-sha256 covers that line as well; the other header lines are what the inputs give
+(envkit/lock/header.py's edited_header checks them).
 
 This module reads a lock and says where one lives; what it is resolved from is envkit/lock/inputs.py, its header
 as written is envkit/lock/header.py, `envkit lock --check` is envkit/lock/status.py, and envkit/lock/resolve.py
@@ -49,7 +51,7 @@ class LockFile:
     unhashed: tuple[str, ...]  # requirement lines without a --hash
     sha256: str  # of the whole file: what images and results record
     packages_sha256: str | None = None  # as the header records it (None: written before envkit recorded it)
-    body_sha256: str = ""  # of the requirement lines below the header as they are now
+    body_sha256: str = ""  # what packages-sha256 must be for the lock as it is now (packages_digest)
     platform: str | None = None  # uv's --python-platform it was resolved for, or "universal: ..." (a host lock)
     python: str | None = None  # major.minor it was resolved for (a host lock: those it must serve, space-separated)
     text: str = field(default="", repr=False)  # the whole file, as sha256 hashes it (a notebook carries it)
@@ -130,7 +132,7 @@ def read_lock(path: Path) -> LockFile | None:
         tuple(unhashed),
         hashlib.sha256(data).hexdigest(),
         recorded_packages,
-        body_digest(_body(text)),
+        packages_digest(_body(text), base),
         platform,
         python or None,
         text,
@@ -170,15 +172,30 @@ def _body(text: str) -> str:
     return "".join(lines[start:])
 
 
-def body_digest(body: str) -> str:
-    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+def packages_digest(body: str, base_image: str | None) -> str:
+    """packages-sha256: of the requirement lines, and of the base-image line where it pins a digest, which render
+    writes into FROM. A line without one is not covered, so the locks written before it was keep their digest."""
+    pinned = f"{BASE_LINE}{base_image}\n" if base_image and "@sha256:" in base_image else ""
+    return hashlib.sha256((body + pinned).encode("utf-8")).hexdigest()
 
 
 def hand_edited(lock: LockFile) -> str | None:
-    """Why the packages are not the ones envkit lock wrote, or None when they are."""
-    if lock.packages_sha256 is not None and lock.packages_sha256 != lock.body_sha256:
-        return "its packages were edited after it was locked (the packages-sha256 of its header no longer matches)"
-    return None
+    """Why the packages or the pinned base image are not the ones envkit lock wrote, or None when they are."""
+    if lock.packages_sha256 is None or lock.packages_sha256 == lock.body_sha256:
+        return None
+    if lock.packages_sha256 == packages_digest(_body(lock.text), None):
+        return (
+            f"its base-image line ({lock.base_image}) names a digest that its packages-sha256 does not cover: edited "
+            "after it was locked, or locked by an older envkit"
+        )
+    pinned = lock.base_image and "@sha256:" in lock.base_image
+    what = "its packages or its base image's digest were" if pinned else "its packages were"
+    return f"{what} edited after it was locked (the packages-sha256 of its header no longer matches)"
+
+
+def header_lines(text: str) -> list[str]:
+    """The header: the lock's leading comment lines."""
+    return text[: len(text) - len(_body(text))].splitlines()
 
 
 def _requirement_lines(text: str) -> list[str]:

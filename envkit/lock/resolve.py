@@ -33,6 +33,7 @@ from envkit.lock.manylinux import host_manylinux, target_manylinux
 from envkit.project import marks
 from envkit.project.config import ProjectConfig, Target
 from envkit.project.matrix import load_matrix
+from envkit.project.output import refuse_outside
 from envkit.project.requirement import requirement_name
 from envkit.support.atomic import write_text_atomic
 from envkit.support.bounded_load import Refused, load_text, read_text
@@ -100,6 +101,7 @@ def _served(
 
 def _write_locks(jobs: dict[Path, Callable[[str | None, tuple[str, ...]], str]], root: Path) -> int:
     """Resolve every lock (job: previous text, uv -> new text), write those that changed, one line each."""
+    refuse_outside(root, jobs)
     previous = {path: _previous_text(path) for path in jobs}
     uv = uv_binary()
     uv_version = subprocess.run([uv, "--version"], capture_output=True, text=True, check=False).stdout.split()[:2]

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envkit.errors import EnvkitError
-from envkit.lock.inputs import lock_inputs, requirements_inputs
+from envkit.lock.header import edited_header
+from envkit.lock.inputs import LockInputs, lock_inputs, requirements_inputs
 from envkit.lock.lockfile import LockFile, hand_edited, lock_path, read_lock, requirements_lock_path
 
 if TYPE_CHECKING:
@@ -61,11 +62,11 @@ def lock_status(config: ProjectConfig, name: str) -> LockStatus:
         return LockStatus(name, relative, None, relock=relock)
     problems = []
     try:
-        expected = lock_inputs(target).digest()
+        inputs = lock_inputs(target)
     except EnvkitError as exc:  # the config can no longer be locked at all (an unknown base OS, say)
         problems.append(str(exc))
-        expected = None
-    problems += _problems(lock, expected, relock)
+        inputs = None
+    problems += _problems(lock, inputs, relock, target.platforms)
     if target.kind == "cpu":
         cuda_only = cuda_only_packages(lock.packages)
         if cuda_only:
@@ -78,18 +79,20 @@ def requirements_status(path: Path) -> LockStatus:
     lock_file = requirements_lock_path(path)
     lock = read_lock(lock_file)
     relock = f"envkit lock --requirements {path}"
-    problems = () if lock is None else tuple(_problems(lock, requirements_inputs(path).digest(), relock))
+    problems = () if lock is None else tuple(_problems(lock, requirements_inputs(path), relock))
     return LockStatus(str(path), str(lock_file), lock, problems, relock)
 
 
-def _problems(lock: LockFile, inputs_sha256: str | None, relock: str) -> list[str]:
-    """Why a lock is stale: changed inputs (None: not known), a header from before packages-sha256, edits, no hashes."""
+def _problems(lock: LockFile, inputs: LockInputs | None, relock: str, platforms: tuple[str, ...] = ()) -> list[str]:
+    """Why a lock is stale: changed inputs (None: not known), a header from before packages-sha256, edits of its
+    packages or its header, no hashes."""
     problems = []
-    if inputs_sha256 is not None and lock.inputs_sha256 != inputs_sha256:
+    changed = inputs is not None and lock.inputs_sha256 != inputs.digest()
+    if changed:
         problems.append(f"its inputs changed since it was locked ({relock})")
     if lock.packages_sha256 is None:
         problems.append(f"its header records no packages-sha256 (an older envkit wrote it): {relock}")
-    elif edited := hand_edited(lock):
+    elif edited := hand_edited(lock) or (inputs is not None and not changed and edited_header(lock, inputs, platforms)):
         problems.append(f"{edited}: {relock}")
     if lock.unhashed:
         problems.append(f"no --hash for {', '.join(lock.unhashed)}")

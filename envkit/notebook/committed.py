@@ -35,8 +35,8 @@ def leftovers(folder: Path, files: list[RenderedFile]) -> list[Path]:
     """Notebooks under ``folder`` (notebooks/<target>/) that render wrote there and no target's `notebooks` list
     renders any more (its target removed, or the experiment taken off its list): `render --all` removes them.
     Each is found by its mark (the first cell, from templates/notebook/), which names its experiment and
-    target: one without it, or one the user moved to another folder, is the user's, neither removed nor
-    asked to be."""
+    target: one without it, one the user moved to another folder, or one reached through a link, is the user's,
+    neither removed nor asked to be."""
     rendered = {file.path for file in files}
     return sorted(
         path
@@ -44,6 +44,7 @@ def leftovers(folder: Path, files: list[RenderedFile]) -> list[Path]:
         if path.relative_to(folder) not in rendered
         and begins_with(path, notebook_mark(path.parent.name, path.stem))
         and not path.is_symlink()
+        and not path.parent.is_symlink()  # a folder that links elsewhere is the user's, wherever it points
     )
 
 

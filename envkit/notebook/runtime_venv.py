@@ -22,6 +22,15 @@ except ImportError:  # in a notebook: beside envkit_notebook.py, which put its f
     from runtime_stream import stream
 
 INSTALLER = "ENVKIT_NOTEBOOK_INSTALLER"
+# envkit's mark in a venv it makes and what a venv holds at its top: envkit.project.marks.VENV_FILE and VENV, and
+# envkit.host.venv.VENV_ENTRIES (this module imports no envkit; tests/notebook/test_runtime.py checks they agree).
+# ./venv is replaced only when a previous run made it: ENVKIT_NOTEBOOK_WORK may name the user's own folder.
+VENV_FILE = "envkit-venv.txt"
+VENV_MARK = b"Made by envkit venv: "
+VENV_ENTRIES = frozenset(
+    {"bin", "include", "lib", "lib64", "share", "etc", "pyvenv.cfg", ".gitignore", ".lock", "CACHEDIR.TAG"}
+    | {"envkit-lock.json", VENV_FILE}
+)
 
 
 def lock_packages(lock: Path) -> dict[str, str]:
@@ -51,8 +60,7 @@ def create_environment(settings: dict) -> dict:
     """A fresh virtual environment at ./venv holding exactly the lock, installed with hash checking."""
     lock, python, wheelhouse = _lock_to_install(settings)
     installer = _installer()
-    if VENV.exists():
-        shutil.rmtree(VENV)
+    _remove_previous_venv()
     venv_python = str(VENV / "bin" / "python")
     packages = lock_packages(lock)
     print(
@@ -68,6 +76,8 @@ def create_environment(settings: dict) -> dict:
         code, last = stream(argv, env)
         if code != 0:
             raise NotebookStop(f"{' '.join(argv[:3])} failed (exit {code}): {last}")
+        if argv is steps[0]:  # the venv is made: marked before anything is installed into it
+            (VENV / VENV_FILE).write_bytes(VENV_MARK + b"this notebook replaces the folder on its next run.\n")
     _check_holds_the_lock(venv_python, packages)
     return {
         "python": venv_python,
@@ -77,6 +87,26 @@ def create_environment(settings: dict) -> dict:
         "installer": _installer_version(installer),
         "lock_differences": None,
     }
+
+
+def _remove_previous_venv() -> None:
+    """Remove the venv a previous run made; anything else at ./venv stops the notebook, untouched."""
+    if not os.path.lexists(VENV):
+        return
+    mark = VENV / VENV_FILE
+    ours = not VENV.is_symlink() and VENV.is_dir() and mark.is_file() and not mark.is_symlink()
+    if not ours or not mark.read_bytes().startswith(VENV_MARK):
+        raise NotebookStop(
+            f"{VENV.resolve()} is not a venv this notebook made (it holds no {VENV_FILE}): it is never replaced; "
+            "move it away, or set ENVKIT_NOTEBOOK_WORK to another folder, then run this cell again"
+        )
+    other = sorted(entry.name for entry in VENV.iterdir() if entry.name not in VENV_ENTRIES)
+    if other:
+        raise NotebookStop(
+            f"{VENV.resolve()} holds {', '.join(other[:5])}, which a venv does not: it is never replaced; move "
+            "them out, then run this cell again"
+        )
+    shutil.rmtree(VENV)
 
 
 def _lock_to_install(settings: dict) -> tuple[Path, str, Path | None]:

@@ -4,7 +4,8 @@
 (envkit.project.files) leave out only what envkit wrote in its output folders; a file without the mark is
 the user's, kept and carried. The marks are the first lines of templates/ (Dockerfile, run.sh,
 .dockerignore, a notebook's first cell), of the run wrapper (envkit/support/provenance.py), of a lock
-(envkit.lock.lockfile), of a launch job's files (envkit.launch) and of a push record (envkit.image.pushed).
+(envkit.lock.lockfile), of a launch job's files (envkit.launch), of a push record (envkit.image.pushed)
+and of a host venv's mark file (envkit.host.venv).
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ WRAPPER = b'"""envkit\'s run wrapper: '
 ANY_LOCK = b"# envkit lock for "  # a target's lock, or a requirements input's (`envkit lock --requirements dev.in`)
 LOCK = ANY_LOCK + b"target "
 LAUNCH = b"# Rendered by envkit launch: "  # an sbatch script, a Kubernetes manifest, a SkyPilot task
+# A venv's mark is a file of its own at its top (a folder has no head): `envkit venv` writes it as soon as
+# `python -m venv` has made the folder, and replaces only a folder holding it (envkit.host.venv).
+VENV_FILE = "envkit-venv.txt"
+VENV = b"Made by envkit venv: "
 PUSHED = b'"format": '  # a push record is JSON: {"format": 1, ..., "target": ...} with its keys sorted
 # A notebook's mark is in its first cell, after nbformat's JSON preamble; run.sh's follows its #! line.
 WITHIN = 4096

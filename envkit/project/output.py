@@ -8,7 +8,8 @@ different folders, neither inside the other, and none holding a file the config 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -72,6 +73,23 @@ def read_output(data: dict, root: Path, where: Callable[[tuple], str]) -> Output
         if (root / folder).exists() and not (root / folder).is_dir():
             raise EnvkitError(f"{at}: {root / folder} is a file, not a folder; name a folder envkit may create")
     return output
+
+
+def refuse_outside(root: Path, paths: Iterable[Path]) -> None:
+    """One line, before anything is written, for the first of ``paths`` that lies in ``root`` by its name and
+    outside it once its links are followed (`ln -s /tmp/elsewhere docker` took `render --all` there). Every
+    writer of the project's files asks it: render (images and notebooks), lock, notebook, launch. A path named
+    outside ``root`` (an explicit --output elsewhere) is the user's choice, not asked about."""
+    named_root = Path(os.path.abspath(root))
+    real_root = Path(os.path.realpath(root))
+    for path in paths:
+        named = Path(os.path.abspath(path))
+        real = Path(os.path.realpath(path))
+        if named.is_relative_to(named_root) and not real.is_relative_to(real_root):
+            raise EnvkitError(
+                f"{path} is in {root} but a symbolic link takes it to {real}, outside it: envkit writes only inside "
+                "the project; replace the link with a folder, or write elsewhere with --output DIR"
+            )
 
 
 def _own_files(data: dict) -> list[Path]:

@@ -17,7 +17,8 @@ An entry is keyed by the config's resolved path (its directory is the project ro
 reads from) and records every path absolute, as typed, never resolved: the same file from any working
 directory, and a symlink now pointing elsewhere is read through again. A file is absent only when
 nothing, not even a dangling symlink, stands at its path; one that cannot be read is a miss, so the full
-render explains it. A folder is hashed by the names it holds.
+render explains it. A file's permission bits and whether it is a link are part of its digest; a folder is
+hashed by the names it holds.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import functools
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 
 from envkit import __version__
@@ -42,19 +44,23 @@ def _entry(config: Path, selection: str) -> Path:
 
 
 def _digest(path: str) -> str | None:
-    """The file's sha256, or a folder's names'; None when nothing is there (no lock yet is a state too: a lock
-    appearing is a change). Raises OSError or Refused when something is there that cannot be read."""
+    """The file's sha256 with its permission bits and whether it is a link, or a folder's names'; None when
+    nothing is there (no lock yet is a state too: a lock appearing is a change). Raises OSError or Refused when
+    something is there that cannot be read. A file's mode and link-ness are read like its bytes: a notebook lists
+    the executable files it carries, and the project's files leave links out."""
     if os.path.isdir(path) and not os.path.islink(path):
         return (
             "folder:"
             + hashlib.sha256("\0".join(sorted(os.listdir(path))).encode("utf-8", "surrogateescape")).hexdigest()
         )
     try:
-        return sha256(path)
+        digest = sha256(path)
     except (FileNotFoundError, NotADirectoryError):
         if os.path.lexists(path):
             raise
         return None
+    link = "link:" if os.path.islink(path) else ""
+    return f"{link}{stat.S_IMODE(os.stat(path).st_mode):o}:{digest}"
 
 
 def recall(config: Path, selection: str) -> dict | list | None:

@@ -169,7 +169,12 @@ def leftovers(output: Path, names: list[str]) -> dict[Path, list[Path]]:
     found = {}
     for child in sorted(output.iterdir()):
         if child.is_dir() and not child.is_symlink() and child.name not in names and not _copied(child):
-            ours = [child / name for name, mark in envkit_marks().items() if begins_with(child / name, mark)]
+            # A link is the user's, wherever it points (the mark read through it is another file's): render wrote none.
+            ours = [
+                child / name
+                for name, mark in envkit_marks().items()
+                if not (child / name).is_symlink() and begins_with(child / name, mark)
+            ]
             if ours:
                 found[child] = ours
     return found

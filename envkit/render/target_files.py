@@ -14,6 +14,7 @@ from jinja2.loaders import split_template_path
 from envkit import DISTRIBUTION
 from envkit.errors import EnvkitError
 from envkit.lock.base_digest import split_reference
+from envkit.lock.header import edited_header
 from envkit.lock.inputs import TORCH_INDEX_PACKAGES, LockInputs, lock_inputs
 from envkit.lock.lockfile import LOCK_FILE, LockFile, hand_edited, lock_path, read_lock
 from envkit.project import kinds, secrets
@@ -146,7 +147,7 @@ def _current_lock(target: Target, inputs: LockInputs, path: Path) -> LockFile | 
             f"target {target.name}: {path} was resolved from other inputs than envkit.yaml now gives: "
             f"run `envkit lock --target {target.name}` (or delete the lock to build the target unlocked)"
         )
-    if lock is not None and (edited := hand_edited(lock)):
+    if lock is not None and (edited := hand_edited(lock) or edited_header(lock, inputs, target.platforms)):
         raise EnvkitError(f"target {target.name}: {path}: {edited}; run `envkit lock --target {target.name}`")
     return lock
 

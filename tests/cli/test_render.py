@@ -168,6 +168,39 @@ def test_the_advice_for_a_removed_target_converges(capsys, project):
     assert run(capsys, "render", "--all", "--check", "--config", config)[0] == 0
 
 
+def test_a_link_to_a_rendered_file_is_the_users_and_never_removed(capsys, project):
+    """Issue 39 §1 (every path envkit removes): a folder of docker/ that is no target, holding the user's link to
+    the run wrapper, lost the link to render --all: the mark was read through it."""
+    config = str(project / "envkit.yaml")
+    assert run(capsys, "render", "--all", "--config", config)[0] == 0
+    tools = project / "docker" / "tools"
+    tools.mkdir()
+    (tools / "envkit_run.py").symlink_to("../cpu/envkit_run.py")
+    assert run(capsys, "render", "--all", "--check", "--config", config)[0] == 0
+    code, out, _ = run(capsys, "render", "--all", "--config", config)
+    assert code == 0 and "removed" not in out and os.readlink(tools / "envkit_run.py") == "../cpu/envkit_run.py"
+
+
+@pytest.mark.parametrize("link", ["docker", "docker/cuda", "notebooks/colab-tpu"])
+def test_render_never_writes_outside_the_project_through_a_link(capsys, project, tmp_path_factory, link):
+    """Issue 39 §18: `ln -s /tmp/elsewhere docker; envkit render --all` wrote 27 files there."""
+    config = str(project / "envkit.yaml")
+    assert run(capsys, "render", "--all", "--config", config)[0] == 0
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    shutil.copytree(project / link, elsewhere, dirs_exist_ok=True)  # the folder moved out, its lock with it
+    shutil.rmtree(project / link)
+    (project / link).symlink_to(elsewhere)
+    (elsewhere / "run.sh").unlink(missing_ok=True)  # stale files render would write there
+    (elsewhere / "cpu" / "run.sh").unlink(missing_ok=True)
+    for notebook in elsewhere.glob("*.ipynb"):
+        notebook.unlink()
+    before, there = files_under(project), files_under(elsewhere)
+    code, out, err = run(capsys, "render", "--all", "--config", config)
+    assert (code, out) == (2, "") and err.count("\n") == 1
+    assert err.startswith(f"envkit: error: {project / link}") and f"a symbolic link takes it to {elsewhere}" in err
+    assert files_under(elsewhere) == there and files_under(project) == before
+
+
 @pytest.mark.parametrize("kept", ["NOTES.md", "requirements.lock"])
 def test_render_all_keeps_what_it_did_not_write_in_a_removed_targets_directory(capsys, project, repo_root, kept):
     """render removes what it rendered and keeps what it did not: someone's notes, and the lock `envkit lock` wrote

@@ -20,6 +20,7 @@ from wheel_index import IndexServer
 from envkit.cli import main
 from envkit.host.venv import MARKER
 from envkit.host.venv import main as venv_main
+from envkit.project import marks
 
 THIS_PYTHON = "{}.{}".format(*sys.version_info[:2])
 
@@ -294,19 +295,120 @@ def test_an_unlocked_target_is_refused_in_one_line(capsys):
         (lambda path: path.write_text("data"), "exists and is not a directory"),
         (
             lambda path: (path.mkdir(), (path / "notes.txt").write_text("mine")),
-            "exists and is not a virtual environment",
+            "exists and is not a virtual environment envkit made (it holds no envkit-venv.txt)",
+        ),
+        # Issue 39 §1: its only check was pyvenv.cfg, and `python3 -m venv myproj; mkdir myproj/src` lost src/.
+        (
+            lambda path: (a_venv(path), (path / "src").mkdir(), (path / "src" / "model.py").write_text("x")),
+            "exists and is not a virtual environment envkit made (it holds no envkit-venv.txt)",
+        ),
+        (
+            lambda path: (
+                a_venv(path, marks.VENV),
+                (path / "src").mkdir(),
+                (path / "src" / "model.py").write_text("x"),
+            ),
+            "holds src, which a virtual environment does not: envkit replaces only a folder holding a venv's files",
+        ),
+        (
+            lambda path: (a_venv(path, b"{}"), (path / "train.py").write_text("x")),
+            "exists and is not a virtual environment envkit made",
+        ),
+        (
+            lambda path: (a_venv(path, b'{"lock_sha256": "ab"}'), (path / ".git").mkdir(), (path / "t.py").touch()),
+            "holds .git, t.py, which a virtual environment does not",
         ),
     ],
+    ids=["link", "file", "a-folder", "a-venv-made-by-hand", "envkit-venv-with-src", "not-a-marker", "old-marker-git"],
 )
-def test_only_a_venv_is_ever_replaced(tmp_path, capsys, make, problem):
+def test_only_a_venv_envkit_made_and_holding_nothing_else_is_ever_replaced(tmp_path, capsys, make, problem):
     lock = tmp_path / "probe.lock"
     lock.write_text(lock_text(THIS_PYTHON, {"envkit-probe-a==1.0": "a" * 64}))
     path = tmp_path / "venv"
     make(path)
-    before = sorted(p.name for p in tmp_path.iterdir())
+    before = snapshot(tmp_path)
     code, _, err = bootstrap(capsys, str(lock), "--path", str(path))
     assert code == 2 and err.startswith(f"envkit: error: {path} {problem}") and err.count("\n") == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert snapshot(tmp_path) == before
+
+
+def a_venv(path: Path, mark: bytes | None = None) -> None:
+    """What `python -m venv` leaves at a venv's top; with ``mark``, envkit's mark file (bytes starting with
+    "{" are the lock marker envkit-lock.json that venvs made before the mark file hold)."""
+    (path / "bin").mkdir(parents=True)
+    (path / "lib").mkdir()
+    (path / "lib64").symlink_to("lib")
+    (path / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    if mark is not None:
+        (path / (MARKER if mark.startswith(b"{") else marks.VENV_FILE)).write_bytes(mark)
+
+
+def snapshot(root: Path) -> dict[str, bytes | str]:
+    """Every path under ``root`` with a file's bytes, a link's target or "dir"."""
+    return {
+        str(path.relative_to(root)): os.readlink(path)
+        if path.is_symlink()
+        else (path.read_bytes() if path.is_file() else "dir")
+        for path in sorted(root.rglob("*"))
+    }
+
+
+def test_a_project_that_is_itself_a_venv_is_never_replaced(tmp_path, capsys, monkeypatch):
+    """Issue 39 §1: `cd proj; python -m venv .` then `envkit venv ... --path "$PWD"` deleted train.py, the notes,
+    requirements/ and .git, and said it succeeded."""
+    project = tmp_path / "proj"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(project)], check=True)
+    (project / ".git").mkdir()
+    (project / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (project / "train.py").write_text("print('train')\n")
+    (project / "notes.md").write_text("notes\n")
+    (project / "requirements").mkdir()
+    (project / "requirements" / "small.in").write_text("envkit-probe-a==1.0\n")
+    monkeypatch.chdir(project)
+    before = snapshot(tmp_path)
+    code, out, err = envkit(capsys, "venv", "--requirements", "requirements/small.in", "--path", str(project))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"envkit: error: {project} exists and is not a virtual environment envkit made (it holds no "
+        "envkit-venv.txt): envkit replaces only its own; remove it yourself or choose another --path\n"
+    )
+    assert snapshot(tmp_path) == before
+
+
+def fake_children(monkeypatch) -> list[tuple[list[str], dict | None]]:
+    """The children envkit venv runs, recorded, not run: `python -m venv` makes a venv's folders."""
+    from envkit.host import venv as host_venv
+
+    ran = []
+
+    def completed(argv, env=None):
+        ran.append((argv, env))
+        if argv[1:3] == ["-m", "venv"]:
+            a_venv(Path(argv[-1]))
+        return subprocess.CompletedProcess(argv, 0, "")
+
+    monkeypatch.setattr(host_venv, "_completed", completed)
+    return ran
+
+
+def test_a_venv_envkit_made_is_marked_and_replaced(tmp_path, monkeypatch):
+    """The mark is written as soon as the folder is made; a marked folder holding a venv's files alone is replaced."""
+    from envkit.host import venv as host_venv
+
+    fake_children(monkeypatch)
+    requirements = tmp_path / "probe.in"
+    requirements.write_text("envkit-probe-a==1.0\n")
+    path = tmp_path / "v"
+    for _ in range(2):
+        host_venv.make_unlocked_venv(requirements, (THIS_PYTHON,), path, unlocked_because="no lock")
+        assert marks.begins_with(path / marks.VENV_FILE, marks.VENV)
+        assert sorted(entry.name for entry in path.iterdir()) == [
+            "bin",
+            "envkit-venv.txt",
+            "lib",
+            "lib64",
+            "pyvenv.cfg",
+        ]
 
 
 def test_the_bootstrap_module_needs_the_standard_library_alone():
@@ -329,14 +431,7 @@ def test_a_long_install_says_each_step_and_bounds_the_network(tmp_path, capsys, 
     """Issue 28 §18: pip retried an unreachable --find-links page for 6.5 minutes and printed nothing."""
     from envkit.host import venv as host_venv
 
-    ran = []
-
-    def run(argv, what, env=None):  # python -m venv makes the folder; the installs are recorded, not run
-        ran.append((argv, env))
-        if what == "python -m venv":
-            Path(argv[-1]).mkdir()
-
-    monkeypatch.setattr(host_venv, "_run", run)
+    ran = fake_children(monkeypatch)
     requirements = tmp_path / "probe.in"
     requirements.write_text("envkit-probe-a==1.0\n")
     sources = host_venv.Sources(None, ("http://192.0.2.1/wheels/",))
@@ -359,14 +454,15 @@ def test_a_long_install_says_each_step_and_bounds_the_network(tmp_path, capsys, 
 def test_a_venv_stopped_by_sigterm_leaves_the_old_one_as_it_was(tmp_path):
     """Issue 28 §18: a closed terminal (SIGHUP) or kill (SIGTERM) while installing left a partial venv."""
     old = tmp_path / "venv"
-    old.mkdir()
-    (old / "pyvenv.cfg").write_text("home = /old\n")
-    (old / "mine").write_text("the old venv")
+    a_venv(old, marks.VENV)
+    (old / "lib" / "mine").write_text("the old venv")
     script = (
-        "import os, signal, sys; from pathlib import Path; from envkit.host import venv as v\n"
-        "def run(argv, what, env=None):\n"
-        "    if 'install' in what: os.kill(os.getpid(), signal.SIGTERM)\n"
-        "v._run = run\n"
+        "import os, signal, subprocess, sys; from pathlib import Path; from envkit.host import venv as v\n"
+        "def run(argv, env=None):\n"
+        "    if argv[1:3] == ['-m', 'venv']: Path(argv[-1]).mkdir()\n"
+        "    if 'install' in argv: os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return subprocess.CompletedProcess(argv, 0, '')\n"
+        "v._completed = run\n"
         "req = Path(sys.argv[1]); req.write_text('x==1\\n')\n"
         "try:\n"
         "    v.make_unlocked_venv(req, sys.argv[3], Path(sys.argv[2]), unlocked_because='test')\n"
@@ -382,8 +478,83 @@ def test_a_venv_stopped_by_sigterm_leaves_the_old_one_as_it_was(tmp_path):
     )
     assert done.returncode == 130, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["venv", "x.in"]
-    assert sorted(p.name for p in old.iterdir()) == ["mine", "pyvenv.cfg"]
-    assert (old / "mine").read_text() == "the old venv"
+    assert sorted(p.name for p in old.iterdir()) == ["bin", "envkit-venv.txt", "lib", "lib64", "pyvenv.cfg"]
+    assert (old / "lib" / "mine").read_text() == "the old venv"
+
+
+def python_without_ensurepip(tmp_path: Path) -> str:
+    """This Python without ensurepip, as Debian's and Ubuntu's python3 is until python3-venv is installed: its own
+    binary in a prefix whose standard library (links to this one's) lacks ensurepip."""
+    base = Path(sys.base_prefix)
+    minor = f"python{THIS_PYTHON}"
+    prefix = tmp_path / "stripped"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "lib" / minor / "site-packages").mkdir(parents=True)
+    for entry in (base / "lib").iterdir():  # libpython, where the binary links to it
+        if entry.name != minor:
+            (prefix / "lib" / entry.name).symlink_to(entry)
+    for entry in (base / "lib" / minor).iterdir():
+        if entry.name not in ("ensurepip", "site-packages"):
+            (prefix / "lib" / minor / entry.name).symlink_to(entry)
+    python = prefix / "bin" / minor
+    python.write_bytes(Path(sys._base_executable).read_bytes())
+    python.chmod(0o755)
+    done = subprocess.run([python, "-c", "import ensurepip"], capture_output=True, text=True)
+    if "No module named 'ensurepip'" not in done.stderr:
+        pytest.skip(f"this Python cannot run from a copied prefix: {done.stderr.strip()[-200:]}")
+    return str(python)
+
+
+def test_a_python_without_ensurepip_is_one_line_naming_the_package(tmp_path, capsys, monkeypatch):
+    """Issue 44 §1: `make demo` on Debian without python3-venv said `python -m venv failed: no output`."""
+    import envkit.host.venv as host_venv
+
+    monkeypatch.setattr(host_venv, "find_uv", lambda: None)
+    python = python_without_ensurepip(tmp_path)
+    lock = tmp_path / "probe.lock"
+    lock.write_text(lock_text(THIS_PYTHON, {"envkit-probe-a==1.0": "a" * 64}))
+    code, out, err = bootstrap(capsys, str(lock), "--path", str(tmp_path / "venv"), "--python", python)
+    version = subprocess.run([python, "-c", "import platform; print(platform.python_version())"], **TEXT).stdout
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == (
+        f"envkit: error: python -m venv failed: Python {version.strip()} ({python}) has no ensurepip to put pip in a "
+        f"venv; on Debian and Ubuntu install python3-venv (apt install python{THIS_PYTHON}-venv), or install uv, "
+        "with which envkit makes the venv without pip"
+    )
+    assert not (tmp_path / "venv").exists()
+
+
+def test_with_uv_a_python_without_ensurepip_makes_the_venv_without_pip(tmp_path, capsys, monkeypatch):
+    """Issue 44 §1: uv installs the lock, so the venv needs no pip and no ensurepip."""
+    import envkit.host.venv as host_venv
+
+    installs = []
+    monkeypatch.setattr(host_venv, "find_uv", lambda: "/usr/bin/uv")
+    monkeypatch.setattr(host_venv, "_install", lambda installer, venv, what, sources: installs.append(installer))
+    python = python_without_ensurepip(tmp_path)
+    lock = tmp_path / "probe.lock"
+    lock.write_text(lock_text(THIS_PYTHON, {"envkit-probe-a==1.0": "a" * 64}))
+    code, out, err = bootstrap(capsys, str(lock), "--path", str(tmp_path / "venv"), "--python", python)
+    assert code == 0, err
+    assert installs == ["/usr/bin/uv"]
+    assert not list((tmp_path / "venv" / "lib").glob("python*/site-packages/pip"))
+    done = subprocess.run([tmp_path / "venv" / "bin" / "python", "-c", "import sys; print(sys.prefix)"], **TEXT)
+    assert done.stdout.strip() == str(tmp_path / "venv")
+
+
+def test_what_a_failed_child_printed_on_stdout_reaches_the_user(tmp_path, capsys):
+    """Issue 44 §1: the reason was read from stderr alone; Debian's venv prints its own on stdout."""
+    python = fake_tool(
+        tmp_path / "python3",
+        f'case "$2" in venv) echo "the disk is read-only here"; exit 1;; esac\nexec {sys.executable} "$@"\n',
+    )
+    lock = tmp_path / "probe.lock"
+    lock.write_text(lock_text(THIS_PYTHON, {"envkit-probe-a==1.0": "a" * 64}))
+    code, _, err = bootstrap(capsys, str(lock), "--path", str(tmp_path / "venv"), "--python", python)
+    assert (code, err.splitlines()[-1]) == (2, "envkit: error: python -m venv failed: the disk is read-only here")
+
+
+TEXT = {"capture_output": True, "text": True, "check": True}
 
 
 # --------------------------------------------------------------------------- installs (slow)

@@ -218,6 +218,18 @@ def test_a_job_file_of_the_users_is_never_overwritten(engine, argv, file, capsys
         assert run(capsys, "launch", *argv, "--on", engine, "--nodes", "2", "--output", "out")[0] == 0
 
 
+def test_a_job_is_never_written_outside_the_project_through_a_link(capsys, project, tmp_path_factory):
+    """Issue 39 §18: jobs/ a link to a folder elsewhere took the job's files there."""
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    (project / "jobs").symlink_to(elsewhere)
+    code, out, err = run(
+        capsys, "launch", "cpu-ddp-cifar", "--on", "slurm", "--nodes", "2", "--dry-run", "--output", "jobs"
+    )
+    assert (code, out) == (2, "") and err.startswith("envkit: error: jobs/cpu-ddp-cifar.sbatch is in ")
+    assert f"a symbolic link takes it to {elsewhere}/cpu-ddp-cifar.sbatch, outside it" in err
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_a_failed_write_removes_only_the_files_the_plan_added(tmp_path):
     """Before: when a later file could not be written, an earlier job's file the plan had just written over was
     deleted with the new ones."""

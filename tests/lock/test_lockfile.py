@@ -115,9 +115,51 @@ def pin_an_older_version_by_hand(config: Path, pypi_url: str) -> None:
     tpu.write_text(tpu.read_text().replace("tqdm==4.67.1", "tqdm==4.67.0"))
 
 
+def edit_the_header(old: str, new: str):
+    """Issue 39 §17: a hand-edited header line of docker/cuda/requirements.lock passed `lock --check` (exit 0), and
+    render wrote an edited base digest into FROM."""
+
+    def edit(config: Path, pypi_url: str) -> None:
+        cuda = config.parent / "docker" / "cuda" / "requirements.lock"
+        text = cuda.read_text()
+        assert old in text
+        cuda.write_text(text.replace(old, new, 1))
+
+    return edit
+
+
+PIN_THE_BASE = edit_the_header(" (no digest found: pinned by tag only)", "@sha256:" + "e" * 64)
+HEADER_EDITED = (
+    "cuda: stale: docker/cuda/requirements.lock: its header's '# {}' line is not what envkit lock writes for its "
+    "inputs (edited after it was locked, or locked by an older envkit): envkit lock --target cuda"
+)
+
+
 @pytest.mark.parametrize(
     ("edit", "stale"),
     [
+        (
+            PIN_THE_BASE,
+            "cuda: stale: docker/cuda/requirements.lock: its base-image line (127.0.0.1:9/nvidia/cuda:12.6.3-base-"
+            f"ubuntu24.04@sha256:{'e' * 64}) names a digest that its packages-sha256 does not cover: edited after it "
+            "was locked, or locked by an older envkit: envkit lock --target cuda",
+        ),
+        (
+            edit_the_header("# platform: x86_64-manylinux_2_", "# platform: x86_64-manylinux_1_"),
+            HEADER_EDITED.format("platform"),
+        ),
+        (
+            edit_the_header("# indexes: torch", "# indexes: every package from elsewhere; torch"),
+            HEADER_EDITED.format("indexes"),
+        ),
+        (
+            edit_the_header("# top-level: torch==2.9.0+cu126", "# top-level: torch==2.8.0+cu126"),
+            HEADER_EDITED.format("top-level"),
+        ),
+        (
+            edit_the_header("# image platforms: linux/amd64", "# image platforms: linux/arm64"),
+            HEADER_EDITED.format("image platforms"),
+        ),
         (
             change_a_pin,
             "tpu-vm: stale: docker/tpu-vm/requirements.lock: its inputs changed since it was locked "
@@ -135,6 +177,7 @@ def pin_an_older_version_by_hand(config: Path, pypi_url: str) -> None:
             "packages-sha256 of its header no longer matches): envkit lock --target tpu-vm",
         ),
     ],
+    ids=["base-digest", "platform", "indexes", "top-level", "image-platforms", "a-pin", "cuda-in-cpu", "older-version"],
 )
 def test_check_says_each_target_is_fresh_or_why_it_is_stale(locked, indexes, capsys, edit, stale):
     code, out, err = envkit(capsys, "lock", "--check", "--config", str(locked))
@@ -153,13 +196,21 @@ def test_check_says_each_target_is_fresh_or_why_it_is_stale(locked, indexes, cap
     assert len(out.splitlines()) == 3, "the other targets are still said to be fresh"
 
 
-def test_render_refuses_a_hand_edited_lock(locked, indexes, capsys, repo_root):
+@pytest.mark.parametrize(
+    ("edit", "target", "why"),
+    [
+        (pin_an_older_version_by_hand, "tpu-vm", "its packages were edited after it was locked"),
+        (PIN_THE_BASE, "cuda", "its base-image line (127.0.0.1:9/nvidia/cuda:12.6.3-base-ubuntu24.04@sha256:eee"),
+    ],
+    ids=["a-package", "the-base-digest"],
+)
+def test_render_refuses_a_hand_edited_lock(locked, indexes, capsys, repo_root, edit, target, why):
     shutil.copytree(repo_root / "templates", locked.parent / "templates")
-    pin_an_older_version_by_hand(locked, indexes[0].url)
+    edit(locked, indexes[0].url)
     code, out, err = envkit(capsys, "render", "--all", "--config", str(locked))
     assert (code, out) == (2, "") and err.count("\n") == 1
-    assert "tpu-vm/requirements.lock: its packages were edited after it was locked" in err
-    assert not (locked.parent / "docker" / "tpu-vm" / "Dockerfile").exists()
+    assert f"{target}/requirements.lock: {why}" in err
+    assert not (locked.parent / "docker" / target / "Dockerfile").exists()
 
 
 UNLOCKED = "cpu: unlocked: docker/cpu/requirements.lock does not exist (envkit lock --target cpu)"
@@ -586,3 +637,23 @@ def test_a_lock_file_of_the_users_is_never_overwritten(tmp_path, indexes, capsys
     ]
     mine.unlink()
     assert envkit(capsys, "lock", "--all", "--config", str(config), "--torch-index-url", pytorch.url)[0] == 0
+
+
+def test_a_lock_is_never_written_outside_the_project_through_a_link(tmp_path, indexes, capsys):
+    """Issue 39 §18: with docker/cuda -> outside, `envkit lock --target cuda` wrote the lock there."""
+    pypi, pytorch = indexes
+    (tmp_path / "project" / "docker").mkdir(parents=True)
+    config = write_project(tmp_path / "project", pypi.url)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "project" / "docker" / "cuda").symlink_to(outside)
+    code, out, err = envkit(
+        capsys, "lock", "--target", "cuda", "--config", str(config), "--torch-index-url", pytorch.url
+    )
+    assert (code, out) == (2, "")
+    assert err == (
+        f"envkit: error: {tmp_path}/project/docker/cuda/requirements.lock is in {tmp_path}/project but a symbolic "
+        f"link takes it to {outside}/requirements.lock, outside it: envkit writes only inside the project; replace "
+        "the link with a folder, or write elsewhere with --output DIR\n"
+    )
+    assert list(outside.iterdir()) == []

@@ -406,6 +406,18 @@ def test_render_check_finds_a_notebook_no_target_lists(capsys, project):
     assert "rendered files are stale (1 unlisted notebook(s))" in err
 
 
+def test_render_never_removes_a_notebook_in_a_folder_that_links_elsewhere(capsys, project, tmp_path):
+    """Issue 39 §1 (every path envkit removes): notebooks/old -> a folder elsewhere holding a notebook render once
+    wrote for target old: render --all removed it there, outside the project."""
+    text = (project / "notebooks" / "colab-t4" / "gpu-mnist.ipynb").read_text()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "gpu-mnist.ipynb").write_text(text.replace("and target `colab-t4`", "and target `old`"))
+    (project / "notebooks" / "old").symlink_to(elsewhere)
+    code, out, _ = envkit(capsys, "render", "--all", "--config", str(project / "envkit.yaml"))
+    assert code == 0 and "removed" not in out and (elsewhere / "gpu-mnist.ipynb").exists()
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

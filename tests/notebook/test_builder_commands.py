@@ -417,6 +417,22 @@ def test_a_file_of_the_users_where_the_notebook_goes_is_never_overwritten(capsys
     assert envkit(capsys, "notebook", "gpu-train", "--target", "colab-t4", *config)[0] == 0  # envkit's own, again
 
 
+def test_a_notebook_is_never_written_outside_the_project_through_a_link(capsys, project, tmp_path):
+    """Issue 39 §18: a folder of the project that links elsewhere took the notebook there."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (project / "shared").symlink_to(elsewhere)
+    output = project / "shared" / "gpu-train.ipynb"
+    argv = ["notebook", "gpu-train", "--target", "colab-t4", "--output", str(output)]
+    code, out, err = envkit(capsys, *argv, "--config", str(project / "envkit.yaml"))
+    assert (code, out) == (2, "") and err == (
+        f"envkit: error: {output} is in {project} but a symbolic link takes it to {elsewhere}/gpu-train.ipynb, "
+        "outside it: envkit writes only inside the project; replace the link with a folder, or write elsewhere with "
+        "--output DIR\n"
+    )
+    assert list(elsewhere.iterdir()) == []
+
+
 # Put together here so that this file itself holds no token a scanner would flag.
 HF_TOKEN = "hf" + "_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"
 

@@ -183,6 +183,51 @@ def test_without_uv_a_lock_for_another_python_is_one_line(tmp_path, monkeypatch)
         runtime.create_environment({"lock": {"path": "requirements.lock", "python": "3.2"}})
 
 
+def fake_installs(monkeypatch) -> list[list[str]]:
+    """The installer's commands, recorded: making the venv makes a venv's folders, the installs do nothing."""
+    ran = []
+
+    def stream(argv, env):
+        ran.append(argv)
+        if "venv" in argv[:3]:
+            for folder in ("bin", "lib"):
+                (runtime_venv.VENV / folder).mkdir(parents=True)
+        return 0, ""
+
+    monkeypatch.setattr(runtime_venv, "stream", stream)
+    monkeypatch.setattr(runtime_venv, "_check_holds_the_lock", lambda python, packages: None)
+    monkeypatch.setattr(runtime_venv, "_installer_version", lambda installer: installer)
+    monkeypatch.setenv(runtime_venv.INSTALLER, "uv")
+    return ran
+
+
+def test_the_venv_a_run_made_is_marked_and_replaced_and_no_other_folder_is(tmp_path, monkeypatch):
+    """Issue 39 §1 (every path envkit replaces): ./venv went with shutil.rmtree whatever it was, and
+    ENVKIT_NOTEBOOK_WORK may name the user's own folder, whose venv/ holds their work."""
+    from envkit.host.venv import VENV_ENTRIES
+    from envkit.project import marks
+
+    assert (runtime_venv.VENV_FILE, runtime_venv.VENV_MARK) == (marks.VENV_FILE, marks.VENV)
+    assert runtime_venv.VENV_ENTRIES == VENV_ENTRIES
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "requirements.lock").write_text("tqdm==4.67.1 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+    ran = fake_installs(monkeypatch)
+    lock = {"lock": {"path": "requirements.lock", "python": "3.11"}}
+    for _ in range(2):  # the second run replaces the first's venv
+        runtime.create_environment(lock)
+        assert sorted(p.name for p in (tmp_path / "venv").iterdir()) == ["bin", "envkit-venv.txt", "lib"]
+    assert len(ran) == 4
+
+    (tmp_path / "venv" / "train.py").write_text("mine")
+    with pytest.raises(runtime.NotebookStop, match=r"/venv holds train\.py, which a venv does not: it is never"):
+        runtime.create_environment(lock)
+    (tmp_path / "venv" / "envkit-venv.txt").unlink()
+    (tmp_path / "venv" / "train.py").unlink()
+    with pytest.raises(runtime.NotebookStop, match=r"/venv is not a venv this notebook made \(it holds no envkit-"):
+        runtime.create_environment(lock)
+    assert sorted(p.name for p in (tmp_path / "venv").iterdir()) == ["bin", "lib"] and len(ran) == 4
+
+
 # ---- inside a real kernel -----------------------------------------------------------
 
 

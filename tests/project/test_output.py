@@ -14,7 +14,7 @@ from envkit.cli import main
 from envkit.errors import EnvkitError
 from envkit.image.build_context import stage_context
 from envkit.project.load import load_config
-from envkit.project.output import Output
+from envkit.project.output import Output, refuse_outside
 
 EXAMPLE = paths.TESTS / "example_project"
 USERS_DOCKERFILE = "FROM python:3.11-slim\nCOPY . /app\n"
@@ -112,3 +112,21 @@ def _build_options(config: Path):
 
     loaded = load_config(config)
     return BuildOptions(files_limit_mb=loaded.files_limit_mb, output=loaded.output)
+
+
+def test_a_path_a_link_takes_out_of_the_project_is_refused(tmp_path):
+    """Issue 39 §18: every writer asks one check; a link inside the project is fine, an explicit path elsewhere
+    is the user's choice."""
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    (project / "notebooks").mkdir(parents=True)
+    elsewhere.mkdir()
+    (project / "docker").symlink_to(elsewhere)
+    (project / "inside").symlink_to("notebooks")
+    refuse_outside(project, [project / "inside" / "x", tmp_path / "elsewhere" / "x", project / "new" / "x"])
+    with pytest.raises(EnvkitError) as refused:
+        refuse_outside(project, [project / "notebooks" / "a", project / "docker" / "cpu" / "Dockerfile"])
+    assert str(refused.value) == (
+        f"{project}/docker/cpu/Dockerfile is in {project} but a symbolic link takes it to {elsewhere}/cpu/Dockerfile, "
+        "outside it: envkit writes only inside the project; replace the link with a folder, or write elsewhere "
+        "with --output DIR"
+    )

@@ -284,7 +284,8 @@ def test_an_absent_file_is_absent_only_while_nothing_stands_at_its_path(tmp_path
     assert memo.recall(tmp_path / "envkit.yaml", "--all") is None
 
 
-def test_a_command_experiments_notebook_is_stale_once_a_project_file_changes_or_is_tracked(tmp_path, monkeypatch):
+def remembered_command_project(tmp_path: Path, monkeypatch) -> Path:
+    """A user's project with command experiments, gpu-train's notebook committed, rendered and remembered."""
     from command_project import command_project, git
 
     monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
@@ -294,6 +295,13 @@ def test_a_command_experiments_notebook_is_stale_once_a_project_file_changes_or_
     git(project, "commit", "-qam", "the notebook of gpu-train is committed")
     assert render(project, "--all")[0].returncode == 0
     assert render(project, "--all", "--check")[0].returncode == 0  # remembered
+    return project
+
+
+def test_a_command_experiments_notebook_is_stale_once_a_project_file_changes_or_is_tracked(tmp_path, monkeypatch):
+    from command_project import git
+
+    project = remembered_command_project(tmp_path, monkeypatch)
     (project / "helper.py").write_text("LOSS = 0.5\n")
     assert render(project, "--all", "--check")[0].returncode == 1
     assert render(project, "--all")[0].returncode == 0
@@ -301,6 +309,22 @@ def test_a_command_experiments_notebook_is_stale_once_a_project_file_changes_or_
     assert render(project, "--all", "--check")[0].returncode == 0  # untracked: not the notebook's
     git(project, "add", "extra.py")
     assert render(project, "--all", "--check")[0].returncode == 1
+
+
+@pytest.mark.parametrize("change", ["chmod -x run.sh", "helper.py a link to an identical copy"])
+def test_a_files_mode_and_linkness_are_read_like_its_bytes(tmp_path, monkeypatch, change):
+    """Issue 39 §16: the memo called a stale render fresh after `chmod -x run.sh` (the notebook still listed it as
+    executable) and after a tracked helper.py was replaced by a link to an identical copy (no longer carried)."""
+    project = remembered_command_project(tmp_path, monkeypatch)
+    if change == "chmod -x run.sh":
+        (project / "run.sh").chmod(0o644)
+    else:
+        (tmp_path / "copy.py").write_bytes((project / "helper.py").read_bytes())
+        (project / "helper.py").unlink()
+        (project / "helper.py").symlink_to(tmp_path / "copy.py")
+    done, imported = render(project, "--all", "--check")
+    assert (done.returncode, "jinja2" in imported) == (1, True), done.stdout
+    assert "notebooks/colab-t4/gpu-train.ipynb: stale" in done.stdout
 
 
 def test_the_memo_is_its_users_alone_whatever_the_umask(project, tmp_path):

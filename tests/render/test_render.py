@@ -175,6 +175,20 @@ def test_a_stale_lock_is_refused_in_one_line(golden_config, tmp_path):
         render.render_targets(golden_config, ["cpu-local"], locks=tmp_path)
 
 
+def test_a_lock_whose_base_digest_was_edited_is_refused_and_never_reaches_from(golden_config, tmp_path):
+    """Issue 39 §17: an edited `# base-image: ...@sha256:` line passed the gate and render wrote it into FROM."""
+    (tmp_path / "cpu-local").mkdir()
+    text = (GOLDEN / "cpu-local" / "requirements.lock").read_text()
+    edited = text.replace("@sha256:cae662172fd4", "@sha256:000000000000", 1)
+    assert edited != text
+    (tmp_path / "cpu-local" / "requirements.lock").write_text(edited)
+    with pytest.raises(
+        EnvkitError,
+        match=r"^target cpu-local: .*: its packages or its base image's digest were edited after it was locked",
+    ):
+        render.render_targets(golden_config, ["cpu-local"], locks=tmp_path)
+
+
 def test_no_default_index_is_named(repo_config):
     # pip's default index applies unless a target sets pip_index_url.
     assert repo_config.images, "the repository has no image target"
