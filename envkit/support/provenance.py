@@ -211,7 +211,8 @@ def record_run(
             raise
         # a full disk: the record outranks the run's logs, which give way to it (and it says so)
         for name in run_block.pop("log", {}):
-            os.truncate(folder / f"{name}.log", 0)
+            with contextlib.suppress(OSError):
+                os.truncate(folder / f"{name}.log", 0)
         run_block["unwritten"].append(f"{folder}: the disk was full: its logs were emptied to write this record")
         records.replace(path, records.within_limit(record, unread))
     records.hand_over(path, *output.kept(folder))

@@ -9,6 +9,7 @@ script.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -94,7 +95,7 @@ class Log:
         self.path, self.head, self.tail_bytes = path, limit - limit // 2, limit // 2
         self.size, self.tail, self.written_at, self.error = 0, bytearray(), 0.0, None
         try:
-            self.file = path.open("w+b")
+            self.file = path.open("w+b", buffering=0)  # each chunk on disk as it comes
         except OSError as exc:  # a results folder that cannot be written: the output is still shown
             self.file, self.error = None, f"{path.name}: not written: {records.reason(exc)}"
 
@@ -105,7 +106,7 @@ class Log:
     def write(self, chunk: bytes) -> None:
         start, self.size = self.size, self.size + len(chunk)
         if start < self.head:
-            self._put(lambda file: (file.write(chunk[: self.head - start]), file.flush()))
+            self._put(lambda file: _write_all(file, chunk[: self.head - start]))
             chunk = chunk[self.head - start :]
         if chunk:
             self.tail += chunk
@@ -117,7 +118,7 @@ class Log:
         """The kept tail, after the head, in place of the one written before."""
         self.written_at = time.monotonic()
         mark = f"\n[{records.PROG}: {self.cut} bytes cut here]\n".encode() if self.cut else b""
-        self._put(lambda file: (file.seek(self.head), file.write(mark + self.tail), file.truncate(), file.flush()))
+        self._put(lambda file: (file.seek(self.head), _write_all(file, mark + self.tail), file.truncate()))
 
     def close(self) -> None:
         if self.tail:
@@ -141,8 +142,16 @@ class Log:
             write(self.file)
         except OSError as exc:  # a full disk: the log ends here, and the record says so
             self.error = f"{self.path.name}: {records.reason(exc)} after {min(self.size, self.head)} bytes"
-            self.file.close()
-            self.file = None
+            file, self.file = self.file, None
+            with contextlib.suppress(OSError):
+                file.close()
+
+
+def _write_all(file, data: bytes) -> None:
+    """All of ``data`` (an unbuffered file may take part of it: a full disk's last bytes), else an OSError."""
+    view = memoryview(data)
+    while view:
+        view = view[file.write(view) :]
 
 
 class Logged:
