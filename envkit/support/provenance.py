@@ -125,6 +125,7 @@ def main(argv: list[str]) -> int:
         "exit_status": None,
         "started_at": started_at.isoformat(timespec="seconds"),
         "wall_time_s": None,
+        "device": devices.observed_device([], os.environ.get(facts.DEVICE_VARIABLE) or None),  # none seen yet
         "unread": [],
         "unwritten": [],
     }
@@ -167,9 +168,7 @@ def main(argv: list[str]) -> int:
 def begin(path: Path, run_name: str, run_block: dict) -> bool:
     """The run's record as it starts (status running), small and written first: a wrapper killed before the end
     (kill -9, docker kill, a full disk) leaves it, and the report counts the run as killed or lost. Whether written."""
-    # what is known at once (the rest, where the run ended): the host, and the device the target names
-    known = {"host": run_block["wrapper"]["host"], "device_type": os.environ.get(facts.DEVICE_VARIABLE) or None}
-    environment = {**dict.fromkeys(("device_name", "torch", "torch_xla")), **known}
+    environment = facts.known_at_once()
     record = {"schema_version": 3, "run_name": run_name, "run": run_block, "metrics": None, "environment": environment}
     try:
         records.write_new(path, records.serialised(record))

@@ -36,23 +36,34 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 def environment() -> dict:
     """Where the run ran, found without importing the command's libraries."""
-    device = os.environ.get(DEVICE_VARIABLE) or None
+    known = known_at_once()
     revision, dirty = git_state()
     return {
-        "host": socket.gethostname(),
-        "device_type": device,
-        "device_name": device_name(device),
-        "python": platform.python_version(),
+        **known,
+        "device_name": device_name(known["device_type"]),
         "torch": _version("torch"),
         "torch_xla": _version("torch_xla"),
         "torch_tpu": _version("torch-tpu"),
+        "git_revision": revision,
+        "git_dirty": dirty,
+        "distributions": distributions(),
+    }
+
+
+def known_at_once() -> dict:
+    """What the record of a run's start says of where it runs: what needs no command, no scan of the installed
+    packages, no import (the rest is null until the run ends)."""
+    return {
+        "host": socket.gethostname(),
+        "device_type": os.environ.get(DEVICE_VARIABLE) or None,
+        "device_name": None,
+        "python": platform.python_version(),
+        "torch": None,
+        "torch_xla": None,
         "image": os.environ.get("ENVKIT_IMAGE") or None,
         "image_id": os.environ.get("ENVKIT_IMAGE_ID") or None,
         "image_digest": _matching(_DIGEST, os.environ.get("ENVKIT_IMAGE_DIGEST", "")),
         "lock_sha256": lock_sha256(),
-        "git_revision": revision,
-        "git_dirty": dirty,
-        "distributions": distributions(),
     }
 
 

@@ -272,6 +272,8 @@ def test_a_killed_wrapper_leaves_its_log_and_a_running_record_the_report_counts_
     (path,) = results.glob("*.json")
     record = assert_valid_results(path)
     assert (record["run"]["status"], record["run"]["exit_status"]) == ("running", None)
+    # where it runs, as far as known at once: its row and environment are its siblings'
+    assert record["environment"]["python"] == platform.python_version() and not record["run"]["device"]["observed"]
     (run,), warnings = load_results(results)
     assert run.state == "killed or lost" and not run.succeeded
     assert warnings == [f"{path}: {run.outcome}: counted among the failed runs, left out of the numbers"]
