@@ -139,7 +139,7 @@ def _left_out(row: Row) -> tuple[str, ...]:
         if not run.succeeded:
             tail = [line for line in run.run.get("stderr_tail") or () if isinstance(line, str) and line.strip()]
             reason = f" (stderr: {tail[-1].strip()})" if tail else ""
-            lines.append(f"{run.run_name}: exit status {run.run['exit_status']}{reason}, left out of the numbers")
+            lines.append(f"{run.run_name}: {run.outcome}{reason}, left out of the numbers")
         elif row.cpu_stand_in:
             lines.append(
                 f"{run.run_name}: ran on {row.target} but initialised no accelerator ({row.device}); "

@@ -25,6 +25,7 @@ import jsonschema
 from envkit.errors import EnvkitError
 from envkit.project.datafile import DATA_DIR
 from envkit.support.bounded_load import Refused, load_json, parse_json, read_text
+from envkit.support.provenance_facts import wrapper_state
 
 SCHEMA_PATH = DATA_DIR / "results.schema.json"
 
@@ -89,6 +90,9 @@ class RunResult:
     target: str | None = None  # the envkit target it ran on, where the record names it
     data: object = None  # the data it read, where the record names it (any JSON value)
     not_finite: tuple[str, ...] = ()  # the metrics it reported as NaN or ±inf (left out of .metrics)
+    # a record the wrapper left "running": "running", "killed or lost" or "running or lost" (wrapper_state's); None:
+    # the run ended. Such a run is not a success: counted among the failed ones, left out of the numbers
+    state: str | None = None
 
     @property
     def experiment(self) -> str | None:
@@ -97,6 +101,14 @@ class RunResult:
     @property
     def succeeded(self) -> bool:
         return self.run is None or self.run["exit_status"] == 0
+
+    @property
+    def outcome(self) -> str:
+        """How the run ended, in words: its exit status, or what became of one whose record says it is running."""
+        if self.state is not None:
+            wrapper = self.run.get("wrapper") or {}
+            return f"{self.state} (its wrapper, pid {wrapper.get('pid')} on {wrapper.get('host')}, left no end)"
+        return f"exit status {self.run['exit_status']}" if self.run else "ended"
 
     @property
     def requested_name(self) -> str:
@@ -341,6 +353,7 @@ def _command_run(path: Path, document: dict) -> RunResult:
         notebook=document.get("notebook"),
         run=document["run"],
         metrics=flat_metrics(document["metrics"] or {}),
+        state=wrapper_state(document["run"].get("wrapper")) if document["run"].get("status") == "running" else None,
         **_record_facts(document),
     )
 
@@ -379,5 +392,7 @@ def load_results(directory: Path) -> tuple[list[RunResult], list[str]]:
             continue
         if note:
             warnings.append(f"{path}: {note}")
+        if result.state is not None:  # counted, not hidden (issue 39 §7)
+            warnings.append(f"{path}: {result.outcome}: counted among the failed runs, left out of the numbers")
         results.append(result)
     return results, warnings

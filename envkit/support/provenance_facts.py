@@ -42,23 +42,34 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 def environment() -> dict:
     """Where the run ran, found without importing the command's libraries."""
-    device = os.environ.get(DEVICE_VARIABLE) or None
+    known = known_at_once()
     revision, dirty = git_state()
     return {
-        "host": socket.gethostname(),
-        "device_type": device,
-        "device_name": device_name(device),
-        "python": platform.python_version(),
+        **known,
+        "device_name": device_name(known["device_type"]),
         "torch": _version("torch"),
         "torch_xla": _version("torch_xla"),
         "torch_tpu": _version("torch-tpu"),
+        "git_revision": revision,
+        "git_dirty": dirty,
+        "distributions": distributions(),
+    }
+
+
+def known_at_once() -> dict:
+    """What the record of a run's start says of where it runs: what needs no command, no scan of the installed
+    packages, no import (the rest is null until the run ends)."""
+    return {
+        "host": socket.gethostname(),
+        "device_type": os.environ.get(DEVICE_VARIABLE) or None,
+        "device_name": None,
+        "python": platform.python_version(),
+        "torch": None,
+        "torch_xla": None,
         "image": os.environ.get("ENVKIT_IMAGE") or None,
         "image_id": os.environ.get("ENVKIT_IMAGE_ID") or None,
         "image_digest": _matching(_DIGEST, os.environ.get("ENVKIT_IMAGE_DIGEST", "")),
         "lock_sha256": lock_sha256(),
-        "git_revision": revision,
-        "git_dirty": dirty,
-        "distributions": distributions(),
     }
 
 
@@ -300,3 +311,59 @@ def truthful_environment(environment: dict, device: dict, facts: dict) -> dict:
 
 if __name__ == "__main__":
     print(json.dumps(interpreter_facts()))
+
+
+def wrapper() -> dict:
+    """The wrapper that writes the run's record, as the report later tells whether it still runs (wrapper_state):
+    its host, the host's boot and PID namespace, its pid and that process's start (a pid is reused)."""
+    return {
+        "host": socket.gethostname(),
+        "boot_id": _first_line("/proc/sys/kernel/random/boot_id"),
+        "pid_namespace": _link("/proc/self/ns/pid"),
+        "pid": os.getpid(),
+        "pid_started": _process_start(os.getpid()),
+    }
+
+
+def wrapper_state(recorded: object) -> str:
+    """A record left "running": "running" (its wrapper is alive), "killed or lost" (on this host, boot and PID
+    namespace no such process runs), else "running or lost" (another host, container or boot: not known here)."""
+    here = wrapper()
+    same = ("host", "boot_id", "pid_namespace")
+    if not isinstance(recorded, dict) or any(recorded.get(key) != here[key] for key in same):
+        return "running or lost"
+    pid = recorded.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return "running or lost"
+    if here["pid_started"] is not None:  # /proc: the very process, not another one given its pid since
+        return "running" if _process_start(pid) == recorded.get("pid_started") else "killed or lost"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return "killed or lost"
+    except OSError:  # another user's: it exists
+        pass
+    return "running"
+
+
+def _process_start(pid: int) -> int | None:
+    """When the process started, in clock ticks since the boot (/proc/<pid>/stat's 22nd field); None: none, or no
+    /proc."""
+    stat = _first_line(f"/proc/{pid}/stat") or ""
+    fields = stat.rpartition(")")[2].split()  # the command's name, in parentheses, may hold spaces
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+
+
+def _first_line(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.readline().strip() or None
+    except OSError:
+        return None
+
+
+def _link(path: str) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None

@@ -192,7 +192,7 @@ def test_the_metrics_hint_works_as_written_on_pytorch_examples_mnist_output(repo
     import yaml
 
     from envkit.project.metric_patterns import metric_variables
-    from envkit.support.provenance_output import output_metrics
+    from envkit.support.provenance_output import Matcher
 
     assert init(capsys, repo)[0] == 0
     text = (repo / "envkit.yaml").read_text()
@@ -204,8 +204,9 @@ def test_the_metrics_hint_works_as_written_on_pytorch_examples_mnist_output(repo
     assert load_experiments(repo / "envkit.yaml")["train"].name == "train"  # the schema takes it
     for name, value in metric_variables("train", metrics).items():
         monkeypatch.setenv(name, value)
-    (tmp_path / "stdout.log").write_text("Train Epoch: 1\n\nTest set: Average loss: 1.1795, Accuracy: 170/300 (57%)\n")
-    assert output_metrics(tmp_path) == {"accuracy": 0.57}
+    matcher = Matcher.from_environment()
+    matcher.feed(b"Train Epoch: 1\n\nTest set: Average loss: 1.1795, Accuracy: 170/300 (57%)\n")
+    assert matcher.close() == {"accuracy": 0.57}
 
 
 def test_a_pip_compile_file_with_hashes_is_read(repo, capsys):

@@ -257,3 +257,29 @@ def test_long_arrays_checked_without_jsonschema_are_refused_by_its_message(chang
     change(document)
     assert results.schema_error(document).startswith(problem)
     assert contract_errors(document)  # the contract's own check agrees
+
+
+def test_a_record_left_running_elsewhere_is_read_as_running_or_lost_and_counted_not_hidden(tmp_path):
+    """A run whose wrapper died (kill -9, docker kill) leaves the record of its start: on another host, or in a
+    container (another PID namespace), whether it still runs cannot be told, and the report says so."""
+    run = {
+        "record_version": 1,
+        "status": "running",
+        "wrapper": {"host": "node-7", "boot_id": None, "pid_namespace": None, "pid": 1, "pid_started": None},
+        "experiment": "train",
+        "argv": ["python", "train.py"],
+        "exit_status": None,
+        "started_at": "2026-11-29T03:00:00+00:00",
+        "wall_time_s": None,
+    }
+    environment = {"host": "node-7", "device_type": None, "device_name": None, "torch": None, "torch_xla": None}
+    document = {"schema_version": 3, "run_name": "train-1", "run": run, "metrics": None, "environment": environment}
+    assert contract_errors(document) == []
+    assert any("exit_status" in line for line in contract_errors({**document, "run": {**run, "status": "ended"}}))
+    (tmp_path / "train-1.json").write_text(json.dumps(document))
+    (read,), warnings = results.load_results(tmp_path)
+    assert read.state == "running or lost" and not read.succeeded
+    assert read.outcome == "running or lost (its wrapper, pid 1 on node-7, left no end)"
+    assert warnings == [
+        f"{tmp_path / 'train-1.json'}: {read.outcome}: counted among the failed runs, left out of the numbers"
+    ]

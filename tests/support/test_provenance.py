@@ -9,8 +9,12 @@ import platform
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+from results_contract import assert_valid_results
+
+from envkit.runs.results import load_results
 from envkit.support import provenance, provenance_facts
 
 WRAPPER = Path(provenance.__file__)
@@ -236,3 +240,41 @@ def test_the_wrapper_checks_values_by_the_results_schemas_own_patterns():
     assert provenance_facts._REVISION.pattern == environment["git_revision"]["pattern"]
     assert provenance_facts._SHA256.pattern == environment["lock_sha256"]["pattern"]
     assert provenance_facts._DIGEST.pattern == environment["image_digest"]["pattern"]
+
+
+def test_a_killed_wrapper_leaves_its_log_and_a_running_record_the_report_counts_and_its_program_dies(tmp_path):
+    """Before: kill -9 of the wrapper left stdout.log empty (block-buffered) and no record, and the program ran on."""
+    body = "import os, time\nprint(os.getpid())\nfor n in range(600):\n    print(f'line {n}')\n    time.sleep(0.1)\n"
+    results = tmp_path / "results"
+    wrapper = subprocess.Popen(
+        [sys.executable, str(WRAPPER), sys.executable, script(tmp_path, body)],
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"], "ENVKIT_RESULTS_DIR": str(results)},
+        stdout=subprocess.DEVNULL,
+    )
+    for _ in range(600):
+        log = next(results.glob("*/stdout.log"), None)
+        if log and "line 2\n" in log.read_text():
+            break
+        time.sleep(0.1)
+    wrapper.kill()
+    wrapper.wait(30)
+    assert log is not None, "the run's log was made as it started"
+    lines = log.read_text().splitlines()
+    assert lines[1:4] == ["line 0", "line 1", "line 2"], "the log holds what the program printed"
+    for _ in range(100):  # the program gets SIGKILL with its wrapper (a zombie until reaped is dead too)
+        state = Path(f"/proc/{lines[0]}/stat")
+        if not state.exists() or state.read_text().rpartition(")")[2].split()[0] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the program (pid {lines[0]}) outlived its wrapper")
+    (path,) = results.glob("*.json")
+    record = assert_valid_results(path)
+    assert (record["run"]["status"], record["run"]["exit_status"]) == ("running", None)
+    # where it runs, as far as known at once: its row and environment are its siblings'
+    assert record["environment"]["python"] == platform.python_version() and not record["run"]["device"]["observed"]
+    (run,), warnings = load_results(results)
+    assert run.state == "killed or lost" and not run.succeeded
+    assert warnings == [f"{path}: {run.outcome}: counted among the failed runs, left out of the numbers"]
+    assert f"killed or lost (its wrapper, pid {wrapper.pid} on {socket.gethostname()}" in run.outcome

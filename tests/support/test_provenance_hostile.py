@@ -215,3 +215,48 @@ def test_a_signal_to_the_wrapper_reaches_the_program_and_the_run_is_recorded(tmp
     (record,) = records(tmp_path / "results")
     assert wrapper.returncode == 40 and "Traceback" not in stderr
     assert record["run"]["exit_status"] == 40 and record["metrics"] == {"signal": int(number)}
+
+
+def test_a_linked_metrics_folder_is_not_followed(tmp_path):
+    """Before: plots/metrics -> / made the wrapper walk / (27 s) and record series from files outside the run."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.tsv").write_text("step\tsecret\n0\t1\n")
+    body = METRICS + f"(metrics / 'plots').mkdir()\nos.symlink({str(outside)!r}, metrics / 'plots' / 'metrics')\n"
+    done, (record,) = wrapped(tmp_path, body)
+    assert done.returncode == 0 and record["series"] == {}
+    assert "plots/metrics: a symbolic link, not followed" in unread(record)
+
+
+def test_a_temporary_file_is_not_left_behind_when_the_record_cannot_be_written(tmp_path):
+    def full(_source, _target):
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        provenance_records.replace(tmp_path / "run.json", b"{}\n", full)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_keeps_the_record_and_names_what_was_not_written(tmp_path):
+    """Before: a 1 MB results folder and a program printing 3 MB left no record, and a .json.tmp behind."""
+    results = tmp_path / "results"
+    results.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(results)], capture_output=True).returncode:
+        pytest.skip("a 1 MB tmpfs needs root (mount)")
+    try:
+        done, (record,) = wrapped(tmp_path, "for n in range(30_000):\n    print(f'{n:099d}')\n", results=results)
+        left = sorted(str(path.relative_to(results)) for path in results.rglob("*"))
+    finally:
+        subprocess.run(["umount", str(results)], check=True)
+    assert done.returncode == 0 and record["run"]["exit_status"] == 0 and record["run"]["status"] == "ended"
+    assert any("stdout.log: No space left on device" in line for line in record["run"]["unwritten"])
+    assert not [name for name in left if name.endswith(".tmp")], left
+
+
+def test_a_program_that_removes_the_results_folder_still_gets_its_record_and_log(tmp_path):
+    """Before: the record was lost (one warning line)."""
+    body = RESULTS + "import shutil\nprint('trained')\nsys.stdout.flush()\nshutil.rmtree(results)\n"
+    done, (record,) = wrapped(tmp_path, body)
+    assert done.returncode == 0 and record["run"]["exit_status"] == 0
+    assert any("was removed during the run: written again" in line for line in record["run"]["warnings"])
+    assert (tmp_path / "results" / record["run"]["log"]["stdout"]).read_text() == "trained\n"

@@ -87,9 +87,41 @@ def test_a_log_that_cannot_be_written_still_shows_the_output_and_drains_the_pipe
     """An unread pipe would stop the program once it filled (64 KB): the copy goes on without its log."""
     read, write = os.pipe()
     shown = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
-    reader = threading.Thread(target=provenance_output._copy, args=(read, shown, tmp_path / "gone" / "x.log"))
+    log, matcher = provenance_output.Log(tmp_path / "gone" / "x.log", 2**20), provenance_output.Matcher({}, {})
+    reader = threading.Thread(target=provenance_output._copy, args=(read, shown, log, matcher))
     reader.start()
     os.write(write, b"x" * 200_000)
     os.close(write)
     reader.join(30)
     assert not reader.is_alive() and shown.buffer.getvalue() == b"x" * 200_000
+
+
+def test_a_huge_output_keeps_a_bounded_log_and_its_metrics_in_bounded_memory(tmp_path):
+    """Before: the log was as large as the output (1 GiB gave 1 GiB), and patterns read it whole (RSS 2.1 GB)."""
+    body = (
+        "import sys\nprint('first line')\nprint('accuracy: 0.75')\n"
+        "for _ in range(50):\n    sys.stdout.write('x' * 1_000_000)\n"  # 50 MB in one line: no newline to cut at
+        "print()\nfor n in range(1000):\n    print(f'line {n}')\n"
+    )
+    (tmp_path / "train.py").write_text(body)
+    patterns = json.dumps({**ACCURACY, "key_value": True})
+    # the wrapper's peak memory, from a small parent: a child forked from pytest counts pytest's memory as its own
+    measure = (
+        "import os, subprocess, sys\nwrapper = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)\n"
+        "_, status, usage = os.wait4(wrapper.pid, 0)\nprint(os.waitstatus_to_exitcode(status), usage.ru_maxrss)\n"
+    )
+    command = [sys.executable, "-c", measure, sys.executable, str(WRAPPER), sys.executable, "train.py"]
+    env = {"PATH": os.environ["PATH"], "ENVKIT_RESULTS_DIR": str(tmp_path / "results"), "ENVKIT_LOG_BYTES": "200000"}
+    done = subprocess.run(
+        command, cwd=tmp_path, env={**env, "ENVKIT_METRIC_PATTERNS": patterns}, capture_output=True, text=True
+    )
+    status, peak = map(int, done.stdout.split())
+    (path,) = (tmp_path / "results").glob("*.json")
+    record = json.loads(path.read_text())
+    assert status == 0 and record["metrics"] == {"accuracy": 0.75}
+    log = (tmp_path / "results" / record["run"]["log"]["stdout"]).read_bytes()
+    cut = len(b"first line\naccuracy: 0.75\n") + 50_000_001 + sum(len(f"line {n}\n") for n in range(1000)) - 200_000
+    assert record["run"]["log_cut"] == {"stdout": cut}
+    assert log.startswith(b"first line\naccuracy: 0.75\nxxx") and log.endswith(b"line 998\nline 999\n")
+    assert f"\n[envkit_run: {cut} bytes cut here]\n".encode() in log and len(log) < 200_100
+    assert peak < 60_000, f"{peak} KiB: the wrapper or its program held the output"

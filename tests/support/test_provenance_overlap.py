@@ -40,6 +40,8 @@ elif kind == "dvclive":  # dvclive's Live() writes ./dvclive, which every run st
     sys.modules["dvclive"] = type(sys)("dvclive")  # stands in for dvclive
     pathlib.Path("dvclive").mkdir(exist_ok=True)
     pathlib.Path("dvclive", "metrics.json").write_text(json.dumps({"index": int(index)}))
+elif kind == "imports":  # imports dvclive, and fails before its Live() wrote anything
+    sys.modules["dvclive"] = type(sys)("dvclive")
 elif kind == "command":
     (pathlib.Path(os.environ["ENVKIT_METRICS_DIR"]) / "metrics.json").write_text(json.dumps({"index": int(index)}))
 meet("written")
@@ -109,6 +111,15 @@ def test_a_run_that_wrote_no_metrics_never_takes_a_dvclive_runs_from_the_shared_
     """Before: a run whose program wrote nothing, overlapping a dvclive run started in the same folder, recorded
     that run's metrics and series as its own, since ./dvclive changed during it."""
     statuses, records = overlapping(tmp_path, [("train", "dvclive", 0), ("prepare", "nothing", 3)])
+    assert statuses == [0, 3]
+    assert records["0"]["metrics"] == {"index": 0}
+    assert records["1"]["run"]["exit_status"] == 3 and records["1"]["metrics"] is None
+
+
+def test_a_run_that_imported_dvclive_and_wrote_nothing_never_takes_an_overlapping_runs_metrics(tmp_path):
+    """Before: a failed run whose program imported dvclive but wrote nothing took the concurrent dvclive run's
+    metrics from ./dvclive, which changed during it."""
+    statuses, records = overlapping(tmp_path, [("train", "dvclive", 0), ("other", "imports", 3)])
     assert statuses == [0, 3]
     assert records["0"]["metrics"] == {"index": 0}
     assert records["1"]["run"]["exit_status"] == 3 and records["1"]["metrics"] is None
