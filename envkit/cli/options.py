@@ -100,7 +100,12 @@ def add_build_inputs(parser, builder_default: str | None = BUILDERS[0]) -> None:
         help="extra CA certificate (PEM) to trust inside the image; repeatable",
     )
     parser.add_argument(
-        "--build-arg", action="append", default=[], metavar="KEY=VALUE", help="extra docker build arg; repeatable"
+        "--build-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra docker build arg; repeatable. PIP_INDEX_URL with credentials reaches the build as the build secret "
+        "pip_index_url (its ARG gets the URL without them); any other value holding a secret is refused",
     )
 
 
