@@ -383,3 +383,19 @@ def test_render_all_keeps_the_users_files_and_a_notebook_the_user_moved(tmp_path
     assert main(["render", "--all", "--config", config]) == 0
     assert moved.is_file() and mine.read_text() == "FROM scratch\n"
     assert main(["render", "--all", "--check", "--config", config]) == 0, capsys.readouterr()
+
+
+def test_run_sh_names_a_variable_envkit_env_names_but_nobody_set(repo_config, tmp_path):
+    """envkit launch --on hosts prints no --env value (each host exports it, run.sh passes it by name): before, a
+    host that forgot one ran the program without it and said nothing; now run.sh stops in one line naming it."""
+    script = tmp_path / "run.sh"
+    script.write_text(by_path(render.render_targets(repo_config, ["cpu"]))["cpu/run.sh"].text)
+    script.chmod(0o755)
+    env = {"PATH": os.environ["PATH"], "ENVKIT_DRY_RUN": "1", "ENVKIT_ENV": "WANDB_API_KEY"}
+    done = subprocess.run([str(script), "python", "t.py"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "run.sh: error: ENVKIT_ENV names WANDB_API_KEY, which is not set here; export it first\n"
+    done = subprocess.run(
+        [str(script), "python", "t.py"], capture_output=True, text=True, env={**env, "WANDB_API_KEY": "v4lue"}
+    )
+    assert done.returncode == 0 and " -e WANDB_API_KEY " in done.stdout and "v4lue" not in done.stdout, done.stderr
