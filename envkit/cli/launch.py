@@ -70,9 +70,10 @@ def register(subparsers) -> None:
         metavar="NAME=VALUE",
         help="an environment variable for the program on every node, repeatable (e.g. GLOO_SOCKET_IFNAME=eth0), "
         "after the experiment's env: (it wins over one of the same name): exported by the sbatch script, set on "
-        "the container (Kubernetes, tpu-pod), in the task's envs (skypilot); run.sh (slurm --container docker) "
-        "passes it into the container by name (ENVKIT_ENV), never in the run's argv; --on hosts prints its name "
-        "only, for each host to export; --on kaggle refuses it (the notebook runs as rendered)",
+        "the container (Kubernetes), in the task's envs (skypilot), in an --env-file copied to the workers "
+        "(tpu-pod); run.sh (slurm --container docker) passes it into the container by name (ENVKIT_ENV), never in "
+        "the run's argv; --on hosts prints its name only, for each host to export; --on kaggle refuses it (the "
+        "notebook runs as rendered)",
     )
     # Each engine's options (envkit.launch.spec.Option), declared in the engine's module.
     group = launch.add_argument_group("engine settings")
