@@ -57,6 +57,8 @@ def test_a_tpu_pod_env_value_is_on_no_command_line(capsys, project, fake_path):
     assert not [word for call in (mkdir, scp, ssh) for word in call if "v4lue" in word]
     assert scp[3] == "scp" and scp[4:6] == ["jobs/tpu-mnist.env", "my-v4:envkit/"]
     assert '--env-file "$HOME"/envkit/tpu-mnist.env ' in ssh[-1]
-    assert (project / "jobs" / "tpu-mnist.env").read_text().splitlines()[1:] == ["WANDB_API_KEY=v4lue"]
+    env_file = project / "jobs" / "tpu-mnist.env"
+    assert env_file.read_text().splitlines()[1:] == ["WANDB_API_KEY=v4lue"]
+    assert env_file.stat().st_mode & 0o777 == 0o600  # a launch file holding --env values is its owner's alone
     code, out, err = run(capsys, "launch", *base, "--registry", "registry.example:5000", "--env", "A=x\ny")
     assert (code, out) == (2, "") and err.count("\n") == 1 and "--env A: --on tpu-pod passes it in docker's" in err
