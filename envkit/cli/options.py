@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from envkit.errors import EnvkitError
 from envkit.image import BUILDERS
 from envkit.project import DEFAULT_CONFIG
 
@@ -149,7 +150,19 @@ def build_options_argv(args) -> tuple[str, ...]:
     argv += ("--wheelhouse", str(args.wheelhouse)) if args.wheelhouse else ()
     for cert in args.ca_cert:
         argv += ("--ca-cert", str(cert))
+    from envkit.image.build_context import INDEX_ARG, INDEX_SECRET_ENV, credentials, parse_build_arg
+
     for build_arg in args.build_arg:
+        key, value = parse_build_arg(build_arg)
+        why = credentials(value)
+        if why:
+            instead = (
+                f"set {INDEX_SECRET_ENV} to that URL" if key == INDEX_ARG else "give it to the program at run time"
+            )
+            raise EnvkitError(
+                f"--build-arg {key} {why}, which the `envkit build` this command runs and prints would carry on its "
+                f"command line: {instead} instead"
+            )
         argv += ("--build-arg", build_arg)
     return argv
 

@@ -66,21 +66,23 @@ INDEX_ARG = "PIP_INDEX_URL"
 
 
 def index_secret(build_args: Mapping[str, str]) -> str | None:
-    """--build-arg PIP_INDEX_URL's value where it holds credentials (envkit.project.secrets), which the build gets
-    as the secret INDEX_SECRET while its ARG gets the URL without them; a build arg holding any other secret is one
-    line."""
+    """The index URL with credentials that the build gets as the secret INDEX_SECRET while its ARG gets the URL
+    without them: --build-arg PIP_INDEX_URL's value where it holds credentials (envkit.project.secrets), else
+    INDEX_SECRET_ENV of envkit's own environment, which keeps it off every command line (`envkit experiment`
+    prints the `envkit build` it runs). A build arg holding any other secret is one line."""
     for key, value in build_args.items():
-        why = key != INDEX_ARG and _credentials(value)
+        why = key != INDEX_ARG and credentials(value)
         if why:
             raise EnvkitError(
                 f"--build-arg {key} {why}, which `docker history` and the image's config would keep: give a secret to "
                 f"the program at run time (`envkit launch --env`, the environment), an index's as {INDEX_ARG}"
             )
     url = build_args.get(INDEX_ARG)
-    return url if url and _credentials(url) else None
+    return url if url and credentials(url) else os.environ.get(INDEX_SECRET_ENV) or None
 
 
-def _credentials(value: str) -> str | None:
+def credentials(value: str) -> str | None:
+    """What secret a build arg's ``value`` holds (a password in a URL, a token...), or None."""
     return secrets.by_content(value.encode("utf-8", "surrogateescape")) or secrets.in_url(value)
 
 
@@ -215,8 +217,9 @@ def build_args_for(options: BuildOptions, revision: str | None, source_date_epoc
     if source_date_epoch:
         args["SOURCE_DATE_EPOCH"] = source_date_epoch
     args.update(options.build_args)
-    if index_secret(options.build_args) is not None:
-        args[INDEX_ARG] = _bare_url(args[INDEX_ARG])
+    secret = index_secret(options.build_args)
+    if secret is not None:
+        args[INDEX_ARG] = _bare_url(secret)
     return args
 
 

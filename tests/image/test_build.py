@@ -262,7 +262,8 @@ def test_another_platform_is_another_content_tag(project, tmp_path):
     assert build_context.context_digest(context, {}, platform=None) == native
 
 
-def test_an_index_password_reaches_docker_build_as_a_secret_never_an_arg(project, recording_docker, monkeypatch):
+@pytest.mark.parametrize("given", ["build-arg", "environment"])
+def test_an_index_password_reaches_docker_build_as_a_secret_never_an_arg(project, recording_docker, monkeypatch, given):
     """Before: `envkit build --build-arg PIP_INDEX_URL=https://u:pw@host/simple` passed the URL as a build arg, whose
     value `docker history` and the image's config keep. Now the ARG gets the URL without its user and password,
     and the URL itself reaches the pip steps as BuildKit's secret pip_index_url, read from the builder's
@@ -276,7 +277,9 @@ def test_an_index_password_reaches_docker_build_as_a_secret_never_an_arg(project
     client.images.built = True  # no image of this tag before the build: find_image says so
     monkeypatch.setattr(image_build, "find_image", lambda client, tag: None)
     url = "https://ci:Xk7pQ2vR9tok@pkgs.example.org/simple?token=Zz9"
-    options = build_context.BuildOptions(build_args={"PIP_INDEX_URL": url})
+    if given == "environment":  # as `envkit experiment` needs it: on no command line at all
+        monkeypatch.setenv("ENVKIT_PIP_INDEX_URL", url)
+    options = build_context.BuildOptions(build_args={"PIP_INDEX_URL": url} if given == "build-arg" else {})
     image_build.build(project, FakeTarget(), options)
     [call] = recording_docker()
     argv = call["argv"]

@@ -257,6 +257,12 @@ def test_a_run_label_that_could_read_as_a_repeat_is_refused(tmp_path, label):
             ["experiment", "--python", "py", "--gpus", "0", "--no-cache", "gpu-mnist"],
             "--python runs gpu-mnist here, without an image: leave out --gpus and build options (image runs only; ",
         ),
+        # Before: the password went on the command line of the `envkit build` it runs, and into its dry run
+        (
+            ["experiment", "cpu-mnist", "--build-arg", "PIP_INDEX_URL=https://ci:Xk7pQ2vR9@pkgs.example.org/s"],
+            "--build-arg PIP_INDEX_URL holds a password in a URL, which the `envkit build` this command runs and "
+            "prints would carry on its command line: set ENVKIT_PIP_INDEX_URL to that URL instead",
+        ),
     ],
 )
 def test_experiment_bad_input_is_one_line(repo_root, monkeypatch, capsys, argv, message):
