@@ -71,9 +71,10 @@ def register(subparsers) -> None:
         metavar="NAME=VALUE",
         help="an environment variable for the program on every node, repeatable (e.g. GLOO_SOCKET_IFNAME=eth0), "
         "after the experiment's env: (it wins over one of the same name): exported by the sbatch script, set on "
-        "the container (Kubernetes, tpu-pod), in the task's envs (skypilot); through run.sh (hosts, slurm "
-        "--container docker), env(1) sets it in the container, but the multi-node interfaces "
-        "(NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME), which run.sh passes itself",
+        "the container (Kubernetes), in the task's envs (skypilot), in an --env-file copied to the workers "
+        "(tpu-pod); run.sh (slurm --container docker) passes it into the container by name (ENVKIT_ENV), never in "
+        "the run's argv; --on hosts prints its name only, for each host to export; --on kaggle refuses it (the "
+        "notebook runs as rendered)",
     )
     launch.add_argument(
         "--stop",

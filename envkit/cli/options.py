@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from envkit.errors import EnvkitError
 from envkit.image import BUILDERS
 from envkit.project import DEFAULT_CONFIG
 
@@ -100,7 +101,12 @@ def add_build_inputs(parser, builder_default: str | None = BUILDERS[0]) -> None:
         help="extra CA certificate (PEM) to trust inside the image; repeatable",
     )
     parser.add_argument(
-        "--build-arg", action="append", default=[], metavar="KEY=VALUE", help="extra docker build arg; repeatable"
+        "--build-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra docker build arg; repeatable. PIP_INDEX_URL with credentials reaches the build as the build secret "
+        "pip_index_url (its ARG gets the URL without them); any other value holding a secret is refused",
     )
 
 
@@ -144,7 +150,19 @@ def build_options_argv(args) -> tuple[str, ...]:
     argv += ("--wheelhouse", str(args.wheelhouse)) if args.wheelhouse else ()
     for cert in args.ca_cert:
         argv += ("--ca-cert", str(cert))
+    from envkit.image.build_context import INDEX_ARG, INDEX_SECRET_ENV, credentials, parse_build_arg
+
     for build_arg in args.build_arg:
+        key, value = parse_build_arg(build_arg)
+        why = credentials(value)
+        if why:
+            instead = (
+                f"set {INDEX_SECRET_ENV} to that URL" if key == INDEX_ARG else "give it to the program at run time"
+            )
+            raise EnvkitError(
+                f"--build-arg {key} {why}, which the `envkit build` this command runs and prints would carry on its "
+                f"command line: {instead} instead"
+            )
         argv += ("--build-arg", build_arg)
     return argv
 

@@ -28,11 +28,14 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.image import buildah
 from envkit.image.build_context import (
+    INDEX_SECRET,
+    INDEX_SECRET_ENV,
     TAG_HEX,
     BuildOptions,
     build_args_for,
     context_digest,
     git_revision,
+    index_secret,
     source_date_epoch,
     stage_context,
     staging_area,
@@ -118,17 +121,30 @@ def refuse_unlisted(target, wanted: str, requested: bool = True) -> None:
 
 
 def _docker_build(
-    context: Path, args: dict[str, str], tags: tuple[str, ...], no_cache: bool, platform: str | None = None
+    context: Path,
+    args: dict[str, str],
+    tags: tuple[str, ...],
+    no_cache: bool,
+    platform: str | None = None,
+    secret: str | None = None,
 ) -> None:
+    """``secret``: the index URL with credentials (build_context.index_secret), passed as BuildKit's secret."""
     command = [*docker_cli(), "build", "--progress=plain", *(["--platform", platform] if platform else [])]
     for tag in tags:
         command += ["-t", tag]
     for key, value in sorted(args.items()):
         command += ["--build-arg", f"{key}={value}"]
+    if secret is not None:
+        command += ["--secret", f"id={INDEX_SECRET},env={INDEX_SECRET_ENV}"]
     if no_cache:
         command.append("--no-cache")
     command.append(str(context))
-    _stream_build(command, {**os.environ, "DOCKER_BUILDKIT": "1"}, f"docker build of {tags[0]}")
+    _stream_build(command, {**os.environ, "DOCKER_BUILDKIT": "1", **secret_env(secret)}, f"docker build of {tags[0]}")
+
+
+def secret_env(secret: str | None) -> dict[str, str]:
+    """The builder's environment that carries the index secret, if any."""
+    return {INDEX_SECRET_ENV: secret} if secret is not None else {}
 
 
 def _stream_build(command: list[str], env: Mapping[str, str], what: str) -> None:
@@ -172,7 +188,8 @@ def build(root: Path, target, options: BuildOptions) -> BuiltImage:
         if existing is not None and not options.no_cache:
             existing.tag(repo, LATEST)
             return BuiltImage(tag=tag, image_id=existing.id, size_bytes=existing.attrs["Size"], reused=True)
-        _docker_build(context, args, (tag, f"{repo}:{LATEST}"), options.no_cache, platform)
+        secret = index_secret(options.build_args)
+        _docker_build(context, args, (tag, f"{repo}:{LATEST}"), options.no_cache, platform, secret)
     image = client.images.get(tag)
     return BuiltImage(tag=tag, image_id=image.id, size_bytes=image.attrs["Size"], reused=False)
 
@@ -194,8 +211,10 @@ def _build_with_buildah(root: Path, target, options: BuildOptions) -> BuiltImage
         reused = stored is not None
         if stored is None:
             _base_into_buildah(base_image(context, args), client)
-            command = buildah.bud_command(context, args, (tag, f"{repo}:{LATEST}"), options.no_cache, platform)
-            _stream_build(command, os.environ, f"buildah bud of {tag}")
+            secret = index_secret(options.build_args)
+            tags = (tag, f"{repo}:{LATEST}")
+            command = buildah.bud_command(context, args, tags, options.no_cache, platform, secret is not None)
+            _stream_build(command, {**os.environ, **secret_env(secret)}, f"buildah bud of {tag}")
             stored = buildah.find(tag)
         else:
             buildah.tag(tag, f"{repo}:{LATEST}")
@@ -266,12 +285,13 @@ def rebuild_as(root: Path, target, options: BuildOptions, scratch_tag: str) -> t
         stage_context(root, target, options, context)
         args = build_args_for(options, git_revision(root), source_date_epoch(root, target.name, options.output))
         content_tag = f"{repository(target.name)}:{context_digest(context, args, options.builder)[:TAG_HEX]}"
+        secret = index_secret(options.build_args)
         if options.builder == "buildah":
             _base_into_buildah(base_image(context, args), engine_or_none())
-            command = buildah.bud_command(context, args, (scratch_tag,), no_cache=True)
-            _stream_build(command, os.environ, f"buildah bud of {scratch_tag}")
+            command = buildah.bud_command(context, args, (scratch_tag,), True, secret=secret is not None)
+            _stream_build(command, {**os.environ, **secret_env(secret)}, f"buildah bud of {scratch_tag}")
             return content_tag, buildah.find(scratch_tag).image_id
-        _docker_build(context, args, (scratch_tag,), no_cache=True)
+        _docker_build(context, args, (scratch_tag,), no_cache=True, secret=secret)
     return content_tag, connect_docker().images.get(scratch_tag).id
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from envkit.errors import EnvkitError
 from envkit.image import BUILDERS
@@ -54,6 +55,41 @@ class BuildOptions:
     files_limit_mb: int = DEFAULT_LIMIT_MB  # the config's files_limit_mb: the project's files together
     include_secrets: tuple[str, ...] = ()  # the config's include_secrets: what looks like a secret, carried
     output: Output = DEFAULT_OUTPUT  # the config's output: where the target's rendered files are
+
+
+# An index URL with credentials reaches the pip steps as this build secret (templates/Dockerfile.j2 mounts it),
+# which the builder reads from this variable of its own environment: never as an ARG, whose value `docker history`
+# and the image's config keep, nor on the builder's command line, which any user of the machine can read.
+INDEX_SECRET = "pip_index_url"
+INDEX_SECRET_ENV = "ENVKIT_PIP_INDEX_URL"
+INDEX_ARG = "PIP_INDEX_URL"
+
+
+def index_secret(build_args: Mapping[str, str]) -> str | None:
+    """The index URL with credentials that the build gets as the secret INDEX_SECRET while its ARG gets the URL
+    without them: --build-arg PIP_INDEX_URL's value where it holds credentials (envkit.project.secrets), else
+    INDEX_SECRET_ENV of envkit's own environment, which keeps it off every command line (`envkit experiment`
+    prints the `envkit build` it runs). A build arg holding any other secret is one line."""
+    for key, value in build_args.items():
+        why = key != INDEX_ARG and credentials(value)
+        if why:
+            raise EnvkitError(
+                f"--build-arg {key} {why}, which `docker history` and the image's config would keep: give a secret to "
+                f"the program at run time (`envkit launch --env`, the environment), an index's as {INDEX_ARG}"
+            )
+    url = build_args.get(INDEX_ARG)
+    return url if url and credentials(url) else os.environ.get(INDEX_SECRET_ENV) or None
+
+
+def credentials(value: str) -> str | None:
+    """What secret a build arg's ``value`` holds (a password in a URL, a token...), or None."""
+    return secrets.by_content(value.encode("utf-8", "surrogateescape")) or secrets.in_url(value)
+
+
+def _bare_url(url: str) -> str:
+    """``url`` without its user, password and query: what an ARG may say of an index that index_secret reaches."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2], query=""))
 
 
 def parse_build_arg(text: str) -> tuple[str, str]:
@@ -181,6 +217,9 @@ def build_args_for(options: BuildOptions, revision: str | None, source_date_epoc
     if source_date_epoch:
         args["SOURCE_DATE_EPOCH"] = source_date_epoch
     args.update(options.build_args)
+    secret = index_secret(options.build_args)
+    if secret is not None:
+        args[INDEX_ARG] = _bare_url(secret)
     return args
 
 

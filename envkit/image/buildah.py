@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.image.build_context import INDEX_SECRET, INDEX_SECRET_ENV
 from envkit.support.bounded_load import load_text, parse_json
 
 # The manifest format, explicit so that BUILDAH_FORMAT in the caller's environment cannot change the digest.
@@ -99,10 +100,16 @@ def find(reference: str) -> StoredImage | None:
 
 
 def bud_command(
-    context: Path, args: Mapping[str, str], tags: tuple[str, ...], no_cache: bool, platform: str | None = None
+    context: Path,
+    args: Mapping[str, str],
+    tags: tuple[str, ...],
+    no_cache: bool,
+    platform: str | None = None,
+    secret: bool = False,
 ) -> list[str]:
     """`buildah bud` for a staged context: every step a cached layer (--layers), as BuildKit caches them;
-    ``platform`` for another architecture than the host's."""
+    ``platform`` for another architecture than the host's; ``secret``: the index secret is in the environment
+    (build_context.INDEX_SECRET_ENV), passed by its name."""
     command = [*cli(), "bud", "--format", FORMAT, "--layers", *(["--platform", platform] if platform else [])]
     if no_cache:
         command.append("--no-cache")
@@ -112,6 +119,8 @@ def bud_command(
         command += ["-t", tag]
     for key, value in sorted(args.items()):
         command += ["--build-arg", f"{key}={value}"]
+    if secret:
+        command += ["--secret", f"id={INDEX_SECRET},src={INDEX_SECRET_ENV},type=env"]
     command.append(str(context))
     return command
 

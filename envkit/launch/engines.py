@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -76,4 +77,5 @@ def build_job(on: str, experiment, target, **choices) -> jobs.Job:
 
 
 def render_job(on: str, job: jobs.Job, output: Path) -> LaunchPlan:
-    return engine(on).plan(job, output)
+    """The engine's plan; its files are its owner's alone where they hold --env values (a secret, maybe)."""
+    return replace(engine(on).plan(job, output), private=bool(job.given_env))

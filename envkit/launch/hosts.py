@@ -14,7 +14,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.launch import job as jobs
 from envkit.launch.plan import LaunchPlan
-from envkit.launch.run_sh import passed_env, run_sh, run_sh_argv, run_sh_env
+from envkit.launch.run_sh import run_sh, run_sh_argv, run_sh_env
 from envkit.launch.spec import Engine, Option
 
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
@@ -26,15 +26,19 @@ def plan(job: jobs.Job, output: Path) -> LaunchPlan:
     endpoint = f"{hosts[0]}:{job.rdzv_port}"
     if job.nodes > 1:
         env.update(NNODES=str(job.nodes), RDZV_ENDPOINT=endpoint, RDZV_ID=job.rdzv_id)
-    env.update(passed_env(job))
+    # The experiment's env: is envkit.yaml's (checked for secrets as it is loaded); a --env value is printed nowhere:
+    # each host's environment gives it, and run.sh passes it by name.
+    env.update((name, value) for name, value in job.env if name not in job.given_env)
     argv = run_sh_argv(job, endpoint, job.rdzv_id, str(job.nodes))
     command = ("env", *(f"{key}={value}" for key, value in env.items()), run_sh(job), *argv)
     where = [f"{host}{' (rendezvous host)' if rank == 0 and job.nodes > 1 else ''}" for rank, host in enumerate(hosts)]
+    given = (f"export {' '.join(job.given_env)} on each host first: envkit prints no --env value",)
     return LaunchPlan(
         files=(),
         commands=(),
         results=f"{job.results_dir} on the host that becomes rank 0 (with c10d, any of them)",
-        notes=("envkit starts nothing on other machines: run each command on its host, in any order",),
+        notes=("envkit starts nothing on other machines: run each command on its host, in any order",)
+        + (given if job.given_env else ()),
         elsewhere=tuple((host, command) for host in where),
     )
 

@@ -50,6 +50,7 @@ RESERVED_ENV = {
     "ENVKIT_RESULTS_DIR": "--results-dir",
     "ENVKIT_DEVICE": "the experiment's target kind",
     "ENVKIT_EXPERIMENT": "the experiment",
+    "ENVKIT_ENV": "the names of the experiment's env: and --env",
     "ENVKIT_TARGET": "--target",
     "GPUS": "--gpus-per-node",
     "NNODES": "--nodes",
@@ -81,6 +82,9 @@ class Job:
     rdzv_id: str = "envkit"
     # The experiment's env:, then --env NAME=VALUE in the order given (--env wins): set for the program on every node.
     env: tuple[tuple[str, str], ...] = ()
+    # The names --env gave: their values reach the program through a launch file or the environment, never a
+    # command line, which the run's record keeps as its argv (and the report and page show).
+    given_env: tuple[str, ...] = ()
     options: SimpleNamespace = field(default_factory=SimpleNamespace)  # the engine's settings (its Options)
     image_id: str | None = None  # sha256:<hex> of the image config, when known before the job starts
     config: str = str(DEFAULT_CONFIG)  # the project's envkit.yaml (a notebook engine renders the notebook from it)
@@ -238,6 +242,7 @@ def build_job(
     if not pattern.match(name):
         raise EnvkitError(f"job name {name!r} is not {rule}")
     settings = engine.settings(options)
+    given = parse_env(env, reserved_env)
     job = Job(
         name=name,
         experiment=experiment.name,
@@ -257,7 +262,8 @@ def build_job(
         results_dir=str(results_dir),
         rdzv_port=rdzv_port,
         rdzv_id=name,
-        env=tuple({**experiment.env, **dict(parse_env(env, reserved_env))}.items()),
+        env=tuple({**experiment.env, **dict(given)}.items()),
+        given_env=tuple(name for name, _ in given),
         options=settings,
         config=str(config),
         extra_args=tuple(extra_args),

@@ -179,6 +179,12 @@ def check(job: jobs.Job) -> None:
             "--on kaggle runs the experiment's notebook as rendered: one node, no recipe arguments after '--' "
             "(stop it on kaggle.com)"
         )
+    if job.given_env:
+        raise EnvkitError(
+            f"--on kaggle runs the experiment's notebook as rendered, which --env cannot reach ({job.given_env[0]}): "
+            "set a setting in the experiment's env: in envkit.yaml, and read a secret from Kaggle's secrets "
+            "(Add-ons > Secrets) in the program"
+        )
     if job.options.poll < 1 or job.options.wait < 1:
         raise EnvkitError("--poll and --wait take a positive number of seconds")
     _owner(job)

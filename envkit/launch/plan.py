@@ -45,6 +45,7 @@ class LaunchPlan:
     executable: tuple[str, ...] = ()  # paths among files that get mode 755
     brief: tuple[tuple[str, str], ...] = ()  # (path, what it is): files the dry run names instead of printing
     before: Callable[[], object] | None = None  # checked before anything is written (the client, its login)
+    private: bool = False  # the files hold --env values: readable by their owner alone (600, 700 if executable)
 
 
 def describe(plan: LaunchPlan) -> str:
@@ -73,7 +74,9 @@ def write_files(plan: LaunchPlan) -> None:
             target = Path(path)
             target.parent.mkdir(parents=True, exist_ok=True)
             new = not os.path.lexists(target)
-            write_text_atomic(target, text, mode=0o755 if path in plan.executable else None)
+            executable = path in plan.executable
+            mode = (0o700 if executable else 0o600) if plan.private else (0o755 if executable else None)
+            write_text_atomic(target, text, mode=mode)
             written += [target] if new else []
     except OSError as exc:
         for target in written:  # an earlier job's file, written over, stays: only what this plan added goes

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from envkit.launch import job as jobs
 
-# What run.sh passes into the container of the caller's environment (templates/run.sh.j2: multi-node torchrun's
-# interfaces); any other variable of the job reaches the program through env(1) in the container.
+# What run.sh passes into the container of the caller's environment itself (templates/run.sh.j2: multi-node
+# torchrun's interfaces); any other variable of the job it passes when ENVKIT_ENV names it.
 PASSED = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
 
@@ -15,7 +15,8 @@ def run_sh(job: jobs.Job) -> str:
 
 
 def run_sh_env(job: jobs.Job) -> dict[str, str]:
-    """The variables run.sh reads for this job (the image, mounts, GPUs)."""
+    """The variables run.sh reads for this job (the image, mounts, GPUs, and ENVKIT_ENV: the names of the job's
+    variables it passes into the container as they are set where it runs)."""
     env = {
         "IMAGE": job.image,
         "DATA_DIR": job.data_dir,
@@ -24,24 +25,18 @@ def run_sh_env(job: jobs.Job) -> dict[str, str]:
     }
     if job.asks_gpus:
         env["GPUS"] = ",".join(str(index) for index in range(job.gpus_per_node))
+    named = [name for name, _ in job.env if name not in PASSED]
+    if named:
+        env["ENVKIT_ENV"] = " ".join(named)
     return env
 
 
-def passed_env(job: jobs.Job) -> dict[str, str]:
-    """The job's variables run.sh itself passes into the container (set in its environment)."""
-    return {name: value for name, value in job.env if name in PASSED}
-
-
 def run_sh_argv(job: jobs.Job, endpoint, rdzv_id, nnodes) -> list:
-    """What run.sh runs in the image, from the project's root: the job's other variables (the experiment's env:,
-    --env) set by env(1). A recipe starts torchrun itself from the variables run.sh passes (on the CPU it needs
-    the process count); any other program of a torchrun job starts under torchrun with the rendezvous
-    ``endpoint``, ``rdzv_id`` and ``nnodes``."""
-    others = [f"{name}={value}" for name, value in job.env if name not in PASSED]
-    return [*(["env", *others] if others else []), *_program(job, endpoint, rdzv_id, nnodes)]
-
-
-def _program(job: jobs.Job, endpoint, rdzv_id, nnodes) -> list:
+    """What run.sh runs in the image, from the project's root: the program alone, never the job's variables (the
+    experiment's env:, --env), which run.sh passes by name (ENVKIT_ENV) from its own environment, so that no value
+    is in the run's argv, which its record, the report and the page show. A recipe starts torchrun itself from the
+    variables run.sh passes (on the CPU it needs the process count); any other program of a torchrun job starts
+    under torchrun with the rendezvous ``endpoint``, ``rdzv_id`` and ``nnodes``."""
     if not job.uses_torchrun:
         return job.command()
     if job.recipe is not None:

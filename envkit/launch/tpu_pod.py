@@ -16,7 +16,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.launch import images
 from envkit.launch import job as jobs
-from envkit.launch.plan import LaunchPlan
+from envkit.launch.plan import MARK, LaunchPlan
 from envkit.launch.shell import Raw, line
 from envkit.launch.spec import Engine, Option
 from envkit.support.provenance_records import RESULTS_FOLDER
@@ -70,7 +70,8 @@ def remote_command(job: jobs.Job) -> str:
         "-e",
         "HOME=/tmp",
         *_kind_flags(job),
-        *(word for key, value in (*job.container_env(), *job.env) for word in ("-e", f"{key}={value}")),
+        *(word for key, value in (*job.container_env(), *_settings(job)) for word in ("-e", f"{key}={value}")),
+        *(("--env-file", Raw(f'"$HOME"/{WORKER_DIR}/{env_file_name(job)}')) if job.given_env else ()),
         "-v",
         Raw(f'"$HOME"/{WORKER_DIR}/data:{jobs.CONTAINER_DATA}'),
         "-v",
@@ -81,16 +82,37 @@ def remote_command(job: jobs.Job) -> str:
     return " && ".join([line("mkdir", "-p", *dirs), fetch, run])
 
 
+def _settings(job: jobs.Job) -> tuple[tuple[str, str], ...]:
+    """The experiment's env: (envkit.yaml's, checked for secrets as it loads), set on docker run's command line."""
+    return tuple((name, value) for name, value in job.env if name not in job.given_env)
+
+
+def env_file_name(job: jobs.Job) -> str:
+    return f"{job.name}.env"
+
+
+def env_file(job: jobs.Job) -> str:
+    """docker run's --env-file of the --env values, copied to each worker: never a command line, which gcloud's and
+    the worker's process lists show (nor the run's argv: its record, the report, the page)."""
+    given = [f"{name}={value}" for name, value in job.env if name in job.given_env]
+    return "\n".join([f"{MARK}--env of experiment {job.experiment}, target {job.target}.", *given, ""])
+
+
 def stop_command(job: jobs.Job) -> tuple[str, ...]:
     return ssh(job, line(*DOCKER, "stop", container_name(job)))
 
 
 def plan(job: jobs.Job, output: Path) -> LaunchPlan:
-    copy: tuple[tuple[str, ...], ...] = ()
     tarball = job.options.image_tarball
-    if tarball:
-        copy = (_gcloud(job, "scp", tarball, _manifest(tarball), f"{job.options.tpu}:{WORKER_DIR}/"),)
-        copy = (ssh(job, line("mkdir", "-p", WORKER_DIR)), *copy)
+    sent = (tarball, _manifest(tarball)) if tarball else ()
+    files = ((str(output / env_file_name(job)), env_file(job)),) if job.given_env else ()
+    sent += tuple(path for path, _ in files)
+    copy: tuple[tuple[str, ...], ...] = ()
+    if sent:
+        copy = (
+            ssh(job, line("mkdir", "-p", WORKER_DIR)),
+            _gcloud(job, "scp", *sent, f"{job.options.tpu}:{WORKER_DIR}/"),
+        )
     fetch_results = _gcloud(
         job, "scp", "--recurse", f"{job.options.tpu}:{WORKER_DIR}/{RESULTS_FOLDER}", ".", worker="0"
     )
@@ -107,7 +129,7 @@ def plan(job: jobs.Job, output: Path) -> LaunchPlan:
         "--stop",
     )
     return LaunchPlan(
-        files=(),
+        files=files,
         commands=(*copy, ssh(job, remote_command(job))),
         results=f"~/{WORKER_DIR}/{RESULTS_FOLDER} on the worker that runs rank 0 (worker 0)",
         notes=(
@@ -123,6 +145,11 @@ def check(job: jobs.Job) -> None:
         raise EnvkitError(
             f"--on tpu-pod starts {job.experiment}'s program once on every worker, and it is a scale torchrun "
             f"experiment (torchrun on each host, a c10d rendezvous): run it with --on jobset or --on skypilot"
+        )
+    newline = next((name for name, value in job.env if name in job.given_env and "\n" in value), None)
+    if newline is not None:
+        raise EnvkitError(
+            f"--env {newline}: --on tpu-pod passes it in docker's --env-file, whose values hold no newline"
         )
     if not (job.options.tpu and job.options.zone):
         missing = " and ".join(

@@ -167,26 +167,3 @@ def project_files(config, program: tuple[str, ...] = ()) -> tuple[list[str], boo
             f"and have the program fetch it into ENVKIT_DATA_DIR"
         )
     return [path for path, _ in kept], files.tracked
-
-
-def refuse_secret_settings(config, experiment) -> None:
-    """One line where the experiment's env values or command hold a secret (envkit.project.secrets' content rules):
-    the notebook's settings cell carries them in plain text, though the file they come from is left out of its
-    archive for holding them. Listing that file under include_secrets is the one way in, as for any file."""
-    from envkit.project import secrets
-    from envkit.project.experiments import table_path
-
-    source, root = table_path(config.path).resolve(), config.root.resolve()
-    listed = source.relative_to(root).as_posix() if source.is_relative_to(root) else None
-    if listed in config.include_secrets:
-        return
-    words = [(f"its env {name}", value) for name, value in experiment.env.items()]
-    words += [("its command", word) for word in experiment.command or ()]
-    for where, value in words:
-        why = secrets.by_content(str(value).encode("utf-8", "surrogateescape"))
-        if why is not None:
-            raise EnvkitError(
-                f"experiment {experiment.name}: {where} {why}, which a notebook would publish in its settings: "
-                f"read it in the notebook from the platform's secrets (Colab's or Kaggle's) instead, or list "
-                f"{listed or source} under include_secrets in envkit.yaml to carry it"
-            )

@@ -17,6 +17,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.project import DEFAULT_CONFIG, kinds
 from envkit.project.datafile import DATA_DIR, check, load_checked
+from envkit.project.files import refuse_secret_values
 from envkit.project.metric_patterns import metric_variables
 from envkit.support.bounded_load import load_yaml, note
 
@@ -168,6 +169,9 @@ def _load(config: Path, *stamps: tuple[int, int]) -> tuple[Path, dict[str, Exper
         path = config
         document = {"experiments": named or {}}
         check(path, SCHEMA_PATH, document)
+    listed = data.get("include_secrets")
+    include_secrets = tuple(entry for entry in listed if isinstance(entry, str)) if isinstance(listed, list) else ()
+    refuse_secret_values(path, config.parent, {"experiments": document["experiments"]}, include_secrets)
     table, run_names = {}, set()
     for name, entry in document["experiments"].items():
         table[name] = _experiment(path, name, entry, targets)

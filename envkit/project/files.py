@@ -244,6 +244,21 @@ def _listed(include: tuple[str, ...], name: str) -> bool:
     return any(name == entry or name.startswith(entry.rstrip("/") + "/") for entry in include)
 
 
+def refuse_secret_values(path: Path, root: Path, values, include_secrets: tuple[str, ...]) -> None:
+    """One line where a string of ``path`` (envkit.yaml, or the experiments file it names, in the project at
+    ``root``), loaded as ``values``, holds a secret (envkit.project.secrets.in_values), naming its key path, never
+    the value: any value of it may become a Dockerfile's ENV or ARG, a notebook's settings, a launch file's line or
+    a run's argv in its record, each published. Listing the file under include_secrets is the one way in."""
+    name = path.resolve().relative_to(root.resolve()).as_posix()
+    found = None if _listed(include_secrets, name) else secrets.in_values(values)
+    if found is not None:
+        raise EnvkitError(
+            f"{path}: {found[0]} {found[1]}, which envkit would publish (a Dockerfile, an image, a notebook, a "
+            f"launch file, a run's record): give it at run time instead (the environment, `envkit launch --env`, a "
+            f"notebook platform's secrets), or list {name} under include_secrets to publish it all the same"
+        )
+
+
 def _in_content(path: Path) -> str | None:
     """What secret the file's bytes hold; None when they hold none."""
     try:

@@ -14,7 +14,7 @@ from envkit.project import DEFAULT_CONFIG
 from envkit.project.config import ProjectConfig
 from envkit.project.document import read_document
 from envkit.project.experiments import load_experiments
-from envkit.project.files import DEFAULT_LIMIT_MB
+from envkit.project.files import DEFAULT_LIMIT_MB, refuse_secret_values
 from envkit.project.matrix import load_matrix
 from envkit.project.output import read_output
 from envkit.project.targets import build_target, with_project_requirements
@@ -24,6 +24,11 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> ProjectConfig:
     path = Path(path)
     data, where = read_document(path)
     root = path.resolve().parent
+    include_secrets = tuple(data.get("include_secrets", ()))
+    # load_experiments checks the experiments, wherever they are written
+    refuse_secret_values(
+        path, root, {key: value for key, value in data.items() if key != "experiments"}, include_secrets
+    )
     matrix = load_matrix()
     targets = {name: build_target(name, raw, root, matrix, where) for name, raw in data["targets"].items()}
     if "requirements" in data:
@@ -35,6 +40,6 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> ProjectConfig:
         source=data.get("source"),
         targets=targets,
         files_limit_mb=data.get("files_limit_mb", DEFAULT_LIMIT_MB),
-        include_secrets=tuple(data.get("include_secrets", ())),
+        include_secrets=include_secrets,
         output=read_output(data, root, where),
     )

@@ -115,3 +115,47 @@ def redacted(text: str) -> str:
         return f"[{SECRET_CONTENT[found.lastindex - 1][0]}, redacted]".encode()
 
     return _CONTENT.sub(what, text.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
+
+
+# A URL's credentials that the content rules leave to its scheme: a user alone before an http(s) host (an index's
+# token: https://TOKEN@host/simple), a password of any length (postgresql://admin:pw@db) and a query parameter
+# named for a credential (?token=..., X-Amz-Signature=...). A placeholder (${TOKEN}, <token>) is none.
+_URL_CREDENTIALS = (
+    ("a token as a URL's user", r"(?i:\bhttps?)://(?![$<{])[^\s/?#@'\"<>`:]+@"),
+    ("a password in a URL", r"(?i:\b[a-z][a-z0-9+.-]{1,20})://[^\s:/?#@'\"<>`]+:(?![$<{*])[^\s/?#@'\"<>`]+@"),
+    (
+        "a token in a URL's query",
+        r"(?i)\b[a-z][a-z0-9+.-]{1,20}://[^\s?#]*\?(?:[^\s#]*&)?(?:[a-z0-9]+[_-])*"
+        r"(?:token|key|apikey|secret|password|passwd|pwd|signature|sig|credentials?)=(?![$<{])[^\s&#]",
+    ),
+)
+# A mapping key that names a secret (HF_TOKEN, WANDB_API_KEY, DB_PASSWORD): its value is one, whatever its form.
+_SECRET_KEY = re.compile(r"(?i)(?:^|[_.-])(?:token|secret|password|passwd|api[_-]?key|access[_-]?key|private[_-]?key)$")
+# A shorter value, or a reference (${HF_TOKEN}), is a setting or a placeholder, not a secret.
+_SECRET_VALUE_MIN = 8
+
+
+def in_url(text: str) -> str | None:
+    """What credentials a URL in ``text`` carries beyond the content rules' (a token as its user, a password of any
+    length, a token in its query), or None: an index URL, a database URL, a signed link."""
+    return next((f"holds {what}" for what, pattern in _URL_CREDENTIALS if re.search(pattern, text)), None)
+
+
+def in_values(values, at: str = "") -> tuple[str, str] | None:
+    """The first string of ``values`` (a loaded YAML document: mappings, lists, scalars) that holds a secret, as
+    its key path (``targets/cpu/env/HF_TOKEN``) and what it holds; else None. Every string leaf and key is read
+    alike, so that no field of envkit.yaml that reaches a Dockerfile, a notebook, a launch file or a record is
+    left out because nobody listed it."""
+    if isinstance(values, str):
+        why = by_content(values.encode("utf-8", "surrogateescape")) or in_url(values)
+        return None if why is None else (at, why)
+    children = values.items() if isinstance(values, dict) else enumerate(values) if isinstance(values, list) else ()
+    for key, value in children:
+        where = f"{at}/{key}" if at else str(key)
+        found = (in_values(key, where) if isinstance(key, str) else None) or in_values(value, where)
+        if found is not None:
+            return found
+        named = isinstance(key, str) and _SECRET_KEY.search(key) and isinstance(value, str)
+        if named and len(value) >= _SECRET_VALUE_MIN and not value.startswith("$"):
+            return where, f"holds a value its name ({key}) says is a secret"
+    return None

@@ -17,7 +17,7 @@ from envkit.lock.base_digest import split_reference
 from envkit.lock.header import edited_header
 from envkit.lock.inputs import TORCH_INDEX_PACKAGES, LockInputs, lock_inputs
 from envkit.lock.lockfile import LOCK_FILE, LockFile, hand_edited, lock_path, read_lock
-from envkit.project import kinds, secrets
+from envkit.project import kinds
 from envkit.project.config import ProjectConfig, Target
 from envkit.project.requirement import requirement_name
 from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
@@ -215,24 +215,7 @@ def run_env(kind: kinds.Kind, target: Target) -> dict[str, str]:
     return {**{name: value for name, value in kind.run.env.items() if name not in dropped}, **target.env}
 
 
-def _refuse_published_passwords(config: ProjectConfig, target: Target) -> None:
-    """One line where pip_index_url or find_links holds a password (envkit.project.secrets): the Dockerfile's ARG
-    default is committed and stays in every image's build history. Listing the config under include_secrets is the
-    one way in, as for a file."""
-    if config.path.name in config.include_secrets:
-        return
-    for key, urls in (("pip_index_url", [target.pip_index_url or ""]), ("find_links", target.find_links)):
-        why = next(filter(None, (secrets.by_content(url.encode()) for url in urls)), None)
-        if why is not None:
-            raise EnvkitError(
-                f"target {target.name}: {key} {why}, which the rendered Dockerfile (committed) and every image's build "
-                f"history would publish: give the URL without its user:password@, or list {config.path.name} under "
-                "include_secrets to render it all the same"
-            )
-
-
 def _context(config: ProjectConfig, target: Target, lock: LockFile | None, inputs: LockInputs) -> dict:
-    _refuse_published_passwords(config, target)
     kind = kinds.kind(target.kind)
     base, base_digest = base_reference(target, lock)
     return {

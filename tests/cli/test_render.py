@@ -339,21 +339,31 @@ def test_console_script_error_has_no_traceback(tmp_path):
 
 
 @pytest.mark.parametrize("key", ["pip_index_url", "find_links"])
-def test_an_index_url_with_a_password_is_never_rendered_unless_listed(capsys, project, key):
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("https://ci:Xk7pQ2vR9tok@pkgs.example.org/simple", "a password in a URL"),
+        ("https://Xk7pQ2vR9tok@pkgs.example.org/me/", "a token as a URL's user"),
+        ("https://pkgs.example.org/simple?token=Xk7pQ2vR9tok", "a token in a URL's query"),
+    ],
+)
+def test_an_index_url_with_a_password_is_never_rendered_unless_listed(capsys, project, key, url, why):
     """Before: pip_index_url: https://ci:<token>@pkgs.example.org/simple went as is into docker/cpu/Dockerfile's
-    ARG PIP_INDEX_URL default, which is committed and stays in every image's build history."""
+    ARG PIP_INDEX_URL default, which is committed and stays in every image's build history; a token as the URL's
+    user (https://TOKEN@host/) or in its query (?token=) still did after user:password@ was refused."""
     config = project / "envkit.yaml"
     password = "Xk7pQ2vR9tok"
-    url = f"https://ci:{password}@pkgs.example.org/simple"
     text = config.read_text().replace(
         "  cpu:\n    kind: cpu\n",
-        f"  cpu:\n    kind: cpu\n    {key}: {url if key == 'pip_index_url' else [url]}\n",
+        f"  cpu:\n    kind: cpu\n    {key}: {repr(url) if key == 'pip_index_url' else [url]}\n",
         1,
     )
     config.write_text(text)
     code, out, err = run(capsys, "render", "--target", "cpu", "--config", str(config))
     assert (code, out) == (2, "") and err.count("\n") == 1 and password not in err, err
-    assert err.startswith(f"envkit: error: target cpu: {key} holds a password in a URL")
+    assert err.startswith(
+        f"envkit: error: {config}: targets/cpu/{key}{'/0' if key == 'find_links' else ''} holds {why}"
+    )
     assert not (project / "docker").exists()
     config.write_text("include_secrets: [envkit.yaml]\n" + text)  # the one way in
     assert run(capsys, "render", "--target", "cpu", "--config", str(config))[0] == 0

@@ -39,14 +39,15 @@ def test_cli_without_an_engine_says_how_to_start_one(repo_root, tmp_path):
 
 @pytest.fixture
 def recording_docker(tmp_path, monkeypatch):
-    """A docker client that records its argv and environment, then exits with $FAKE_RC."""
+    """A docker client that records its argv and environment (BuildKit, the index secret), then exits with $FAKE_RC."""
     log = tmp_path / "docker-calls.json"
     client = tmp_path / "fake-docker"
     client.write_text(
         f"#!{sys.executable}\n"
         "import json, os, sys\n"
         f"with open({str(log)!r}, 'a') as out:\n"
-        "    out.write(json.dumps({'argv': sys.argv[1:], 'buildkit': os.environ.get('DOCKER_BUILDKIT')}) + '\\n')\n"
+        "    seen = {'argv': sys.argv[1:], 'buildkit': os.environ.get('DOCKER_BUILDKIT')}\n"
+        "    out.write(json.dumps({**seen, 'secret': os.environ.get('ENVKIT_PIP_INDEX_URL')}) + '\\n')\n"
         "sys.exit(int(os.environ.get('FAKE_RC', '0')))\n"
     )
     client.chmod(0o755)
@@ -259,3 +260,42 @@ def test_another_platform_is_another_content_tag(project, tmp_path):
     native = build_context.context_digest(context, {})
     assert build_context.context_digest(context, {}, platform="linux/arm64") != native
     assert build_context.context_digest(context, {}, platform=None) == native
+
+
+@pytest.mark.parametrize("given", ["build-arg", "environment"])
+def test_an_index_password_reaches_docker_build_as_a_secret_never_an_arg(project, recording_docker, monkeypatch, given):
+    """Before: `envkit build --build-arg PIP_INDEX_URL=https://u:pw@host/simple` passed the URL as a build arg, whose
+    value `docker history` and the image's config keep. Now the ARG gets the URL without its user and password,
+    and the URL itself reaches the pip steps as BuildKit's secret pip_index_url, read from the builder's
+    environment, so it is on no command line either."""
+    image = FakeImage(id="sha256:" + "ef" * 32, tags=[], labels={})
+    client = FakeClient(image)
+    client.images = BuildingImages(image)
+    monkeypatch.setattr(image_build, "connect_docker", lambda: client)
+    monkeypatch.setattr(image_build, "git_revision", lambda root: None)
+    monkeypatch.setattr(image_build, "source_date_epoch", lambda root, name, output: None)
+    client.images.built = True  # no image of this tag before the build: find_image says so
+    monkeypatch.setattr(image_build, "find_image", lambda client, tag: None)
+    url = "https://ci:Xk7pQ2vR9tok@pkgs.example.org/simple?token=Zz9"
+    if given == "environment":  # as `envkit experiment` needs it: on no command line at all
+        monkeypatch.setenv("ENVKIT_PIP_INDEX_URL", url)
+    options = build_context.BuildOptions(build_args={"PIP_INDEX_URL": url} if given == "build-arg" else {})
+    image_build.build(project, FakeTarget(), options)
+    [call] = recording_docker()
+    argv = call["argv"]
+    assert not [word for word in argv if "Xk7pQ2vR9tok" in word or "Zz9" in word], argv
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--build-arg"] == [
+        "PIP_INDEX_URL=https://pkgs.example.org/simple"
+    ]
+    assert argv[argv.index("--secret") + 1] == "id=pip_index_url,env=ENVKIT_PIP_INDEX_URL"
+    assert call["secret"] == url
+
+
+def test_a_build_arg_holding_any_other_secret_is_one_line(project, recording_docker, monkeypatch):
+    monkeypatch.setattr(image_build, "connect_docker", lambda: FakeClient(FakeImage(id="", tags=[], labels={})))
+    token = "hf" + "_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"
+    with pytest.raises(EnvkitError) as caught:
+        image_build.build(project, FakeTarget(), build_context.BuildOptions(build_args={"HF": token}))
+    message = str(caught.value)
+    assert message.startswith("--build-arg HF holds a Hugging Face token") and token not in message
+    assert "\n" not in message and recording_docker() == []

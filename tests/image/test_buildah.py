@@ -101,3 +101,18 @@ def test_the_builder_reaches_envkit_build_from_experiment(repo_root):
     args = build_parser().parse_args(["experiment", "--builder", "buildah", "--no-cache", "cpu-mnist"])
     assert build_options_argv(args) == ("--no-cache", "--builder", "buildah")
     assert build_options_argv(build_parser().parse_args(["experiment", "cpu-mnist"])) == ()
+
+
+def test_an_index_password_reaches_buildah_as_a_secret_never_an_arg(project, fake_buildah, monkeypatch):
+    """Before: --build-arg PIP_INDEX_URL=https://u:pw@host/simple went to `buildah bud --build-arg`, kept in the
+    image's history; now bud gets the URL without them as the ARG, and the URL as the secret pip_index_url read
+    from the environment variable it names."""
+    monkeypatch.setattr(image_build, "connect_docker", lambda: None)
+    monkeypatch.setattr(image_build, "engine_or_none", lambda: None)
+    url = "https://ci:Xk7pQ2vR9tok@pkgs.example.org/simple"
+    options = build_context.BuildOptions(builder="buildah", build_args={"PIP_INDEX_URL": url})
+    image_build.build(buildah_project(project), FakeTarget(), options)
+    [bud] = fake_buildah.calls("bud")
+    assert not [word for word in bud if "Xk7pQ2vR9tok" in word], bud
+    assert "PIP_INDEX_URL=https://pkgs.example.org/simple" in bud
+    assert bud[bud.index("--secret") + 1] == "id=pip_index_url,src=ENVKIT_PIP_INDEX_URL,type=env"

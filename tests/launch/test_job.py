@@ -160,6 +160,10 @@ def test_submit_writes_the_file_and_calls_the_client(engine, argv, client, file,
     assert written.is_file() and "results:" in err
     assert [c[-1] for c in calls(log)] == [f"out/{file}"]
     assert not [p for p in (project / "out").iterdir() if p.name.startswith(".")]  # no temp files left
+    # Before: a file holding a --env value was as readable as any; now it is its owner's alone.
+    argv = [*argv, "--on", engine, "--nodes", "2", "--output", "out", "--env", "WANDB_API_KEY=v4lue"]
+    assert run(capsys, "launch", *argv)[0] == 0 and "v4lue" in written.read_text()
+    assert written.stat().st_mode & 0o777 == 0o600
 
 
 @pytest.mark.parametrize("client, engine", [("sbatch", "slurm"), ("kubectl", "pytorchjob"), ("sky", "skypilot")])

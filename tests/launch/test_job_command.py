@@ -91,8 +91,9 @@ def slurm_view(job_) -> tuple[dict[str, str], list[str]]:
     exported = exports(script)
     words = shlex.split(script.rstrip("\n").splitlines()[-1])
     container = job_.options.container
-    if container == "docker":  # run.sh: the caller's variables stay outside; env(1) sets the job's
-        return env_command(words[words.index(f"{job_.root}/docker/{job_.target}/run.sh") + 1 :])
+    if container == "docker":  # run.sh passes the variables ENVKIT_ENV names, as the script exports them
+        program = words[words.index(f"{job_.root}/docker/{job_.target}/run.sh") + 1 :]
+        return {name: exported[name] for name in exported["ENVKIT_ENV"].split()}, program
     if container == "podman":
         flags = words[words.index("run") : words.index(job_.image)]
         given = [flags[i + 1] for i, flag in enumerate(flags) if flag == "-e"]
@@ -115,11 +116,21 @@ def test_slurm(kind, container):
 
 @pytest.mark.parametrize("kind", sorted(SIZES))
 def test_hosts(kind):
+    """Before: run.sh ran `env NAME=VALUE... program` in the image, so every --env value was in the run's argv, which
+    its record (run.argv), the report and the page show. Now run.sh passes the job's variables by name (ENVKIT_ENV)
+    from the host's environment: the experiment's env: is set in the printed command, a --env value nowhere (each
+    host exports it, as the plan says)."""
     job_ = job(kind, "hosts", hosts=("node1", "node2"))
-    (_, argv), _ = hosts.plan(job_, Path("jobs")).elsewhere
-    env, program = env_command(list(argv[list(argv).index(f"{job_.root}/docker/{job_.target}/run.sh") + 1 :]))
-    assert env == expected_env()
-    assert_torchrun(program, SIZES[kind][1])
+    plan = hosts.plan(job_, Path("jobs"))
+    (_, argv), _ = plan.elsewhere
+    run_sh = list(argv).index(f"{job_.root}/docker/{job_.target}/run.sh")
+    assert argv[0] == "env"
+    assigned = dict(word.partition("=")[::2] for word in argv[1:run_sh])
+    assert assigned["ENVKIT_ENV"].split() == list(expected_env())
+    assert {name: assigned[name] for name in EXPERIMENT_ENV} == EXPERIMENT_ENV and "EXTRA" not in assigned
+    assert not [word for word in argv if "--env's" in word]
+    assert "export EXTRA on each host first: envkit prints no --env value" in plan.notes
+    assert_torchrun(list(argv[run_sh + 1 :]), SIZES[kind][1])
 
 
 def kubelet(container) -> tuple[dict[str, str], list[str]]:

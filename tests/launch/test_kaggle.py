@@ -225,6 +225,11 @@ def test_credentials_kaggle_refuses_are_one_line_exit_2(capsys, repo_root, kaggl
             "--on kaggle runs the experiment's notebook as rendered",
         ),
         (["tpu-mnist", "--kaggle-user", "student", "--name", "Bad Name"], "a Kaggle notebook slug is"),
+        # Before: accepted and silently dropped (the notebook runs as rendered)
+        (
+            ["tpu-mnist", "--kaggle-user", "student", "--env", "WANDB_API_KEY=x"],
+            "--on kaggle runs the experiment's notebook as rendered, which --env cannot reach (WANDB_API_KEY)",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys, repo_root, kaggle, argv, message):

@@ -41,3 +41,24 @@ def test_tpu_pod_tarball_is_copied_to_every_worker_then_loaded(capsys, project, 
     assert "envkit load envkit/envkit-tpu-vm-0123456789ab.tar.gz &&" in ssh[-1]
     # The manifest names the image: its content tag runs, and the results get its ID.
     assert f"-e ENVKIT_IMAGE=envkit-tpu-vm:0123456789ab -e ENVKIT_IMAGE_ID={IMAGE_ID} " in ssh[-1]
+
+
+def test_a_tpu_pod_env_value_is_on_no_command_line(capsys, project, fake_path):
+    """Before: --env WANDB_API_KEY=... became `docker run -e WANDB_API_KEY=...` inside the gcloud ssh command, on the
+    command lines of this machine and every worker. Now it is in a launch file (docker run --env-file), copied to
+    the workers with the tarball's scp, and named nowhere else; a value with a newline, which --env-file cannot
+    hold, is one line."""
+    log = fake_client(fake_path, "gcloud")
+    record_push(project, "tpu-vm", "registry.example:5000")
+    base = ["tpu-mnist", "--on", "tpu-pod", "--tpu", "my-v4", "--zone", "us-central2-b", "--output", "jobs"]
+    code, _, err = run(capsys, "launch", *base, "--registry", "registry.example:5000", "--env", "WANDB_API_KEY=v4lue")
+    assert code == 0, err
+    mkdir, scp, ssh = calls(log)
+    assert not [word for call in (mkdir, scp, ssh) for word in call if "v4lue" in word]
+    assert scp[3] == "scp" and scp[4:6] == ["jobs/tpu-mnist.env", "my-v4:envkit/"]
+    assert '--env-file "$HOME"/envkit/tpu-mnist.env ' in ssh[-1]
+    env_file = project / "jobs" / "tpu-mnist.env"
+    assert env_file.read_text().splitlines()[1:] == ["WANDB_API_KEY=v4lue"]
+    assert env_file.stat().st_mode & 0o777 == 0o600  # a launch file holding --env values is its owner's alone
+    code, out, err = run(capsys, "launch", *base, "--registry", "registry.example:5000", "--env", "A=x\ny")
+    assert (code, out) == (2, "") and err.count("\n") == 1 and "--env A: --on tpu-pod passes it in docker's" in err

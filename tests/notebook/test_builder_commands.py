@@ -437,23 +437,29 @@ def test_a_notebook_is_never_written_outside_the_project_through_a_link(capsys, 
 HF_TOKEN = "hf" + "_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"
 
 
-@pytest.mark.parametrize("where", ["env", "command"])
-def test_a_token_in_the_experiments_env_or_command_never_reaches_a_notebook(capsys, project, tmp_path, where):
-    """Before: a Hugging Face token in envkit.yaml's env: (or the command's arguments) was written into the
-    notebook's settings cell in plain text, though envkit.yaml itself was left out of the archive for holding it."""
+@pytest.mark.parametrize(
+    ("where", "old", "new"),
+    [
+        ("env/HF_TOKEN", "env: {FLAVOUR: notebook}", f"env: {{FLAVOUR: notebook, HF_TOKEN: {HF_TOKEN}}}"),
+        ("command/2", 'command: [python, train.py, --epochs, "2"]', f"command: [python, train.py, {HF_TOKEN}]"),
+        ("args/1", "gpus: first\n", f"gpus: first\n    args: [--hf-token, {HF_TOKEN}]\n"),
+        ("defaults/0", "gpus: first\n", f"gpus: first\n    defaults: ['--hf-token={HF_TOKEN}']\n"),
+        ("summary", "summary: train.py on one GPU", f"summary: train.py with {HF_TOKEN}"),
+    ],
+)
+def test_a_token_anywhere_in_the_experiment_never_reaches_a_notebook(capsys, project, tmp_path, where, old, new):
+    """Before: a Hugging Face token in the experiment's args, defaults or summary was written 4 times into the
+    notebook (its markdown, settings cell and archive's report/experiments.json) though envkit.yaml was left out
+    of the archive for holding it; only env: and command were checked. One check of every string as envkit.yaml
+    is loaded now stops it, naming the key path, writing nothing."""
     config = project / "envkit.yaml"
-    text = config.read_text()
-    if where == "env":
-        text = text.replace("env: {FLAVOUR: notebook}", f"env: {{FLAVOUR: notebook, HF_TOKEN: {HF_TOKEN}}}", 1)
-    else:
-        text = text.replace('command: [python, train.py, --epochs, "2"]', f"command: [python, train.py, {HF_TOKEN}]")
+    text = config.read_text().replace(old, new, 1)
     config.write_text(text)
     output = tmp_path / "nb.ipynb"
     argv = ["notebook", "gpu-train", "--target", "colab-t4", "--output", str(output), "--config", str(config)]
     code, out, err = envkit(capsys, *argv)
     assert (code, out, output.exists()) == (2, "", False), err
-    named = "its env HF_TOKEN" if where == "env" else "its command"
-    assert err.count("\n") == 1 and err.startswith(f"envkit: error: experiment gpu-train: {named} holds a Hugging")
+    assert err.count("\n") == 1 and f"experiments/gpu-train/{where} holds a Hugging Face token" in err, err
     assert HF_TOKEN not in err
     config.write_text("include_secrets: [envkit.yaml]\n" + text)  # the one way in
     assert envkit(capsys, *argv)[0] == 0 and HF_TOKEN in output.read_text()

@@ -444,3 +444,45 @@ def test_a_platform_a_target_cannot_build_for_is_one_line(tmp_path, target, mess
 def test_a_cpu_target_builds_for_both_architectures_by_default(tmp_path):
     config = load_config(write_config(tmp_path, 'targets:\n  cpu: {kind: cpu, torch: "2.9.0"}\n'))
     assert config.targets["cpu"].platforms == ("linux/amd64", "linux/arm64")
+
+
+# Put together here so that this file itself holds no token a scanner would flag.
+HF_TOKEN = "hf" + "_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"
+AWS_KEY = "AKIA" + "IOSFODNN7EXAMPLE"
+
+
+@pytest.mark.parametrize(
+    ("setting", "path", "why"),
+    [
+        (f"env: {{HF_TOKEN: {HF_TOKEN}}}", "targets/cpu/env/HF_TOKEN", "holds a Hugging Face token"),
+        (f"env: {{AWS_ACCESS_KEY_ID: {AWS_KEY}}}", "targets/cpu/env/AWS_ACCESS_KEY_ID", "holds an AWS access key"),
+        ("env: {DATABASE_URL: 'postgresql://admin:pw@db/x'}", "targets/cpu/env/DATABASE_URL", "holds a password"),
+        ("env: {WANDB_API_KEY: 0123456789abcdef0123}", "targets/cpu/env/WANDB_API_KEY", "holds a value its name"),
+        ("pip_index_url: https://Tk9xQ2vR7@pkgs.example.org/me/", "targets/cpu/pip_index_url", "holds a token as"),
+        ("pip_index_url: 'https://pkgs.example.org/simple?token=Tk9xQ2vR7'", "targets/cpu/pip_index_url", "holds a"),
+        ("find_links: ['https://x.example.org/w?X-Amz-Signature=ab12']", "targets/cpu/find_links/0", "holds a token"),
+    ],
+)
+def test_a_secret_anywhere_in_envkit_yaml_is_refused_by_its_key_path_unless_listed(tmp_path, setting, path, why):
+    """Before: a token in a target's env: became `ENV HF_TOKEN=...` in the rendered Dockerfile and the image's
+    config, and an index URL's token (as its user or in its query) its ARG default: every string of envkit.yaml is
+    now read by one check where it is loaded, which names the key path and never the value."""
+    text = f'targets:\n  cpu: {{kind: cpu, torch: "2.9.0", {setting}}}\n'
+    message = config_error(tmp_path, text)
+    assert message.startswith(f"{tmp_path / 'envkit.yaml'}: {path} {why}"), message
+    assert "Tk9xQ2vR7" not in message and HF_TOKEN not in message and AWS_KEY not in message and ":pw@" not in message
+    assert "list envkit.yaml under include_secrets" in message
+    load_config(write_config(tmp_path, "include_secrets: [envkit.yaml]\n" + text))  # the one way in
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "env: {TOKENIZERS_PARALLELISM: 'false', PAD_TOKEN: '<pad>', CACHE_KEY: 0123456789abcdef}",
+        "pip_index_url: https://pkgs.example.org/simple",
+        "find_links: ['https://download.example.org/whl/torch_stable.html?page=2']",
+        "env: {DATABASE_URL: 'postgresql://admin@db/x', DOCS: 'https://example.org/a?design=x&key_id'}",
+    ],
+)
+def test_settings_that_only_look_like_secrets_load(tmp_path, setting):
+    load_config(write_config(tmp_path, f'targets:\n  cpu: {{kind: cpu, torch: "2.9.0", {setting}}}\n'))

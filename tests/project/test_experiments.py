@@ -257,6 +257,12 @@ def test_a_run_label_that_could_read_as_a_repeat_is_refused(tmp_path, label):
             ["experiment", "--python", "py", "--gpus", "0", "--no-cache", "gpu-mnist"],
             "--python runs gpu-mnist here, without an image: leave out --gpus and build options (image runs only; ",
         ),
+        # Before: the password went on the command line of the `envkit build` it runs, and into its dry run
+        (
+            ["experiment", "cpu-mnist", "--build-arg", "PIP_INDEX_URL=https://ci:Xk7pQ2vR9@pkgs.example.org/s"],
+            "--build-arg PIP_INDEX_URL holds a password in a URL, which the `envkit build` this command runs and "
+            "prints would carry on its command line: set ENVKIT_PIP_INDEX_URL to that URL instead",
+        ),
     ],
 )
 def test_experiment_bad_input_is_one_line(repo_root, monkeypatch, capsys, argv, message):
@@ -582,3 +588,42 @@ def test_an_experiments_env_reaches_its_command_on_the_host_and_in_the_image(tmp
         check=False,
     )
     assert (done.returncode, done.stderr) == (2, "run.sh: error: ENVKIT_ENV must be variable names; got 'A;B'\n")
+
+
+# Put together here so that this file itself holds no token a scanner would flag.
+HF_TOKEN = "hf" + "_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"
+
+
+@pytest.mark.parametrize(
+    ("entry", "path"),
+    [
+        (f"{{kind: cpu, summary: s, command: [python, t.py], args: [--hf-token, {HF_TOKEN}]}}", "experiments/e/args/1"),
+        (f"{{kind: cpu, summary: s, recipe: mnist, defaults: ['--token={HF_TOKEN}']}}", "experiments/e/defaults/0"),
+        (
+            f"{{kind: cpu, summary: s, recipe: mnist, runs: {{a: {{summary: s, args: [{HF_TOKEN}]}}, b: {{summary: s, args: [--x]}}}}}}",
+            "experiments/e/runs/a/args/0",
+        ),
+        (f"{{kind: cpu, command: [python, t.py], summary: 'with {HF_TOKEN}'}}", "experiments/e/summary"),
+    ],
+)
+@pytest.mark.parametrize("in_file", [False, True])
+def test_a_token_anywhere_in_the_experiments_is_refused_by_its_key_path_unless_listed(tmp_path, entry, path, in_file):
+    """Before: a token in an experiment's args, defaults, runs.*.args or summary went into the notebook's markdown,
+    its settings cell and its archive's report/experiments.json (only env: and command were checked, in the
+    notebook builder): the experiments are now read by one check where they are loaded, in envkit.yaml or the file
+    it names, which names the key path and never the value."""
+    table = f"experiments:\n  e: {entry}\n"
+    config = tmp_path / "envkit.yaml"
+    head = 'targets:\n  cpu: {kind: cpu, torch: "2.9.0"}\n'
+    if in_file:
+        (tmp_path / "exp.yaml").write_text(table)
+        config.write_text(head + "experiments: exp.yaml\n")
+    else:
+        config.write_text(head + table)
+    with pytest.raises(EnvkitError) as caught:
+        load_experiments(config)
+    message, source = str(caught.value), tmp_path / ("exp.yaml" if in_file else "envkit.yaml")
+    assert message.startswith(f"{source}: {path} holds a Hugging Face token"), message
+    assert HF_TOKEN not in message and "\n" not in message
+    config.write_text(f"include_secrets: [{source.name}]\n" + config.read_text())  # the one way in
+    assert list(load_experiments(config)) == ["e"]

@@ -404,3 +404,19 @@ def test_cuda_s_run_sh_checks_gpus_by_kinds_yaml_s_syntax(repo_config, monkeypat
     monkeypatch.setattr(render.kinds, "gpu_indices", lambda: "[0-3]")
     (run_sh,) = (file for file in render.render_targets(repo_config, ["cuda"]) if file.path.name == "run.sh")
     assert "elif [[ $gpus =~ ^[0-3]$ ]]; then\n" in run_sh.text
+
+
+def test_run_sh_names_a_variable_envkit_env_names_but_nobody_set(repo_config, tmp_path):
+    """envkit launch --on hosts prints no --env value (each host exports it, run.sh passes it by name): before, a
+    host that forgot one ran the program without it and said nothing; now run.sh stops in one line naming it."""
+    script = tmp_path / "run.sh"
+    script.write_text(by_path(render.render_targets(repo_config, ["cpu"]))["cpu/run.sh"].text)
+    script.chmod(0o755)
+    env = {"PATH": os.environ["PATH"], "ENVKIT_DRY_RUN": "1", "ENVKIT_ENV": "WANDB_API_KEY"}
+    done = subprocess.run([str(script), "python", "t.py"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "run.sh: error: ENVKIT_ENV names WANDB_API_KEY, which is not set here; export it first\n"
+    done = subprocess.run(
+        [str(script), "python", "t.py"], capture_output=True, text=True, env={**env, "WANDB_API_KEY": "v4lue"}
+    )
+    assert done.returncode == 0 and " -e WANDB_API_KEY " in done.stdout and "v4lue" not in done.stdout, done.stderr
