@@ -253,7 +253,11 @@ def test_a_failed_write_removes_only_the_files_the_plan_added(tmp_path):
 
 @pytest.mark.parametrize(
     ("engine", "shown"),
-    [("hosts", "env OMP_NUM_THREADS=1 "), ("slurm", "OMP_NUM_THREADS=1"), ("skypilot", "OMP_NUM_THREADS: '1'")],
+    [
+        ("hosts", "ENVKIT_ENV=OMP_NUM_THREADS NNODES=2 RDZV_ENDPOINT=a:29500 RDZV_ID=cpu-ddp-cifar OMP_NUM_THREADS=1 "),
+        ("slurm", "OMP_NUM_THREADS=1"),
+        ("skypilot", "OMP_NUM_THREADS: '1'"),
+    ],
 )
 def test_a_targets_env_reaches_the_launched_program(capsys, project, engine, shown):
     # issue 40 §7: cpu: {env: {OMP_NUM_THREADS: "1"}} is one thread under every engine, as on the host and in run.sh
