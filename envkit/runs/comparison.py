@@ -84,9 +84,20 @@ def promised(run: RunResult) -> str | None:
     return block["label"] if "label" in block else run.environment.get("device_type")
 
 
+def notebook_cpu_mode(run: RunResult) -> bool:
+    """A notebook run in CPU mode (``notebook.cpu_mode`` in the record): its accelerator's name, the CPU's work."""
+    return bool((run.notebook or {}).get("cpu_mode"))
+
+
 def cpu_stand_in(run: RunResult) -> bool:
-    """A run of an accelerator's target (its label is not the cpu) that initialised no accelerator."""
-    return promised(run) not in NO_ACCELERATOR and used_device(run)[1] is False
+    """A run of an accelerator's target (its label is not the cpu) that initialised no accelerator, or a notebook
+    run in CPU mode, whatever its device block says."""
+    return notebook_cpu_mode(run) or (promised(run) not in NO_ACCELERATOR and used_device(run)[1] is False)
+
+
+def stand_in_label(target: str, runs: list[RunResult]) -> str:
+    """A stand-in's row, named so in every table, figure and file: 'colab-t4 (CPU mode)', 'cuda (CPU run)'."""
+    return f"{target} (CPU mode)" if notebook_cpu_mode(runs[0]) else f"{target} (CPU run)"
 
 
 def _data_key(run: RunResult) -> str | None:
@@ -156,7 +167,7 @@ def _row(target: str, runs: list[RunResult], facts: dict) -> Row:
         experiment=runs[0].experiment,
         environments=tuple(sorted({environment_facts(run) for run in runs}, key=json.dumps)),
         facts=facts,
-        place=f"{target} (CPU run)" if cpu_stand_in(runs[0]) else target,
+        place=stand_in_label(target, runs) if cpu_stand_in(runs[0]) else target,
         failed=len(runs) - len(done),
         wall_time_s=_stat([run.run["wall_time_s"] for run in done]),
         metrics={name: stat for name in names if (stat := _stat(values[name])) is not None},
@@ -164,6 +175,7 @@ def _row(target: str, runs: list[RunResult], facts: dict) -> Row:
         lock=runs[0].environment.get("lock_sha256"),
         device=" / ".join(sorted({used_device(run)[0] for run in runs})),
         cpu_stand_in=cpu_stand_in(runs[0]),
+        device_checked=all(used_device(run)[1] is not None for run in runs),
         reported={name: len(values[name]) for name in names},
         not_finite={name: count for name in names if (count := sum(name in run.not_finite for run in done)) > 0},
         curves={name: curve for name, curve in curves.items() if curve is not None},
@@ -266,34 +278,3 @@ def command_sections(
                 differs=_differences(work, by_experiment[experiment], lock),
             )
     return sections
-
-
-def _wall(row: Row) -> Stat | None:
-    return row.wall_time_s if row.wall_time_s and row.wall_time_s.mean > 0 else None
-
-
-def assign_speedups(rows: list[Row], baseline: str | None) -> None:
-    """Speed-up = the baseline row's wall time ÷ the row's, with its spread (both wall times' relative std, added
-    in quadrature); the baseline is ``baseline`` (a row's label), else the cpu target's row, else the first.
-    A CPU run of an accelerator's target gets none, and is never the baseline."""
-    measured = [row for row in rows if not row.cpu_stand_in and _wall(row)]
-    if baseline is not None:
-        reference = next((row for row in measured if row.label == baseline), None)
-    else:
-        reference = next((row for row in measured if row.configuration["device"] == "cpu"), None)
-        reference = reference or next(iter(measured), None)
-    if reference is None:
-        return
-    base = _wall(reference)
-    for row in measured:
-        wall = _wall(row)
-        row.speedup = base.mean / wall.mean
-        # The baseline's own ratio is 1 by definition: no spread.
-        row.speedup_std = None if row is reference else speedup_spread(base, wall)
-        row.baseline = reference.label
-
-
-def speedup_spread(base: Stat, measured: Stat) -> float:
-    """The spread of the speed-up base.mean ÷ measured.mean: both sides' relative std, added in quadrature."""
-    spread = math.hypot(base.std / base.mean if base.mean else 0.0, measured.std / measured.mean)
-    return base.mean / measured.mean * spread

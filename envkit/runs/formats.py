@@ -21,6 +21,7 @@ from envkit.runs.columns import (
 from envkit.runs.comparison import arguments_text
 from envkit.runs.environments import environments_text
 from envkit.runs.model import OURS, Report, Section
+from envkit.runs.speedups import METHOD, baseline_text
 
 
 def markdown_columns(section: Section, reference: bool) -> list[Column]:
@@ -48,7 +49,8 @@ def _recipe_intro(section: Section, report: Report) -> list[str]:
     within = words_and([COLUMNS[key].short_name for key in facts["comparable_by"]])
     lines = [
         f"Seconds are wall-clock; s/iter and s/epoch are mean ± std over all iterations/epochs of all runs. "
-        f"Speed-up = baseline {metric} ÷ row {metric}, within the same {within}; baseline: {report.baseline_rule}."
+        f"Speed-up = baseline {metric} ÷ row {metric}, within the same {within}; baseline: "
+        f"{baseline_text(section.rows, report.baseline)}. {METHOD}."
     ]
     if report.reference:
         lines.append('Rows whose source starts with "published" are the published numbers, not measured here.')
@@ -58,20 +60,14 @@ def _recipe_intro(section: Section, report: Report) -> list[str]:
 
 
 def _command_intro(section: Section, report: Report) -> list[str]:
-    baseline = next((row.baseline for row in section.rows if row.baseline), None)
     work = section.work
     data = f", data {json.dumps(work['data'], sort_keys=True)}" if work.get("data") is not None else ""
     lines = [
         f"Runs of `{section.experiment}` that did the same work (arguments {arguments_text(work.get('arguments', []))}"
         f"{data}), a row per target on its own lock: the run wrapper's wall time in seconds and each metric the "
         "program reported, mean ± std over its successful runs (failed runs are counted, not measured). "
-        "Speed-up = baseline wall time ÷ row wall time, ± its spread from both wall times' std; baseline: "
-        f"{baseline or 'none'} "
-        + (
-            "(--baseline)."
-            if report.baseline_rule.endswith("(--baseline)")
-            else "(the cpu run, else the first; choose with --baseline)."
-        )
+        f"Speed-up = baseline wall time ÷ row wall time; baseline: {baseline_text(section.rows, report.baseline)}. "
+        f"{METHOD}."
     ]
     if section.differs:
         lines.append(
@@ -89,12 +85,13 @@ def command_notes(section: Section) -> list[str]:
     if stand_ins:
         notes.append(
             f"{words_and(stand_ins)}: runs of an accelerator's target whose device block shows no accelerator "
-            "initialised: CPU runs, kept out of the speed-ups."
+            "initialised, or a notebook's CPU mode: CPU runs, kept out of the speed-ups."
         )
-    if any(row.device and row.device.endswith("(not checked)") for row in rows):
+    if not all(row.device_checked for row in rows):
         notes.append(
             "device used (not checked): the record has no device block, or its program ran no Python that "
-            "reported one, so the target's label stands for what the program initialised."
+            "reported one, so the target's label stands for what the program initialised; such a row is kept out "
+            "of the speed-ups (nothing says what it measured)."
         )
     notes += [f"{row.label}: the run wrapper warns: {warning}" for row in rows for warning in row.warnings]
     if any(row.not_finite for row in rows):

@@ -51,8 +51,15 @@ class Row:
     target: str | None = None  # the target it ran on (the record's), else where it ran (place)
     lock: str | None = None  # the lock_sha256 its runs ran on; None: unlocked
     device: str | None = None  # what its runs really initialised, in words (the record's device block)
-    cpu_stand_in: bool = False  # an accelerator target's runs that initialised no accelerator: no speed-up
-    speedup_std: float | None = None  # the speed-up's spread, from both wall times' std
+    # An accelerator target's runs that initialised no accelerator (--allow-cpu, a notebook's CPU mode): no speed-up.
+    cpu_stand_in: bool = False
+    device_checked: bool = True  # the record says what its runs initialised (a recipe's always does): may be baseline
+    # Its speed-up's verdict (envkit.runs.speedups): the ratio's interval (None: a side of one run), "faster",
+    # "slower", "no difference shown", "no verdict" or "baseline", the runs on each side, and the baseline's rule.
+    speedup_interval: tuple[float, float] | None = None
+    verdict: str | None = None
+    speedup_runs: tuple[int, int] = (0, 0)
+    baseline_rule: str | None = None
     # Why its speed-up is not a result: beyond what its devices could give against the baseline's (speedup_bounds).
     speedup_beyond: str | None = None
     reported: dict = field(default_factory=dict)  # metric -> successful runs that reported it as a finite number
@@ -152,6 +159,7 @@ class Report:
     reference: bool
     copies: int = 0  # records that repeat another's run name and start: counted once
     warnings: list[str] = field(default_factory=list)  # what the reader should know: each copy, each NaN reported
+    baseline: str | None = None  # the row label --baseline names
 
 
 def configuration_label(configuration: dict) -> str:

@@ -1,12 +1,12 @@
 """The page's data (envkit.runs.page_model) from the report's model: the one place that knows both.
 
 One comparison per report section (envkit.runs.comparison groups a command's runs, envkit.runs.report a
-recipe's): the table's cells are the report's own columns, the speed-up's spread the model's, the curves the
-model's (Row.curves: the first step apart from the steady state), the lines around the table the markdown
-report's. What the model does not hold is found here: the environment differences come from `envkit diff`'s
-comparison (envkit.image.diff over each run's inventory), a seed recipe's per-epoch lists (``epoch_loss``,
-``epoch_test_accuracy``) are read from its files and averaged by the model's own curve function, a recipe row's
-speed-up spread uses the model's formula, and the time to reach report.yaml's ``goal`` is read from each run's
+recipe's): the table's cells are the report's own columns, the speed-up and its interval the model's
+(envkit.runs.speedups, as markdown, csv and json give them), the curves the model's (Row.curves: the first step
+apart from the steady state), the lines around the table the markdown report's. What the model does not hold is
+found here: the environment differences come from `envkit diff`'s comparison (envkit.image.diff over each run's
+inventory), a seed recipe's per-epoch lists (``epoch_loss``, ``epoch_test_accuracy``) are read from its files and
+averaged by the model's own curve function, and the time to reach report.yaml's ``goal`` is read from each run's
 series.
 """
 
@@ -20,7 +20,7 @@ from envkit.errors import EnvkitError
 from envkit.image.diff import compare, dict_changes, format_sections
 from envkit.image.inventory import from_environment
 from envkit.runs.columns import counted
-from envkit.runs.comparison import mean_curve, speedup_spread
+from envkit.runs.comparison import mean_curve
 from envkit.runs.environments import environment_letter, environments_text
 from envkit.runs.formats import (
     SERIES_HEADERS,
@@ -32,9 +32,9 @@ from envkit.runs.formats import (
 )
 from envkit.runs.html_page import MAX_FIGURE_COMPARISONS, write_page
 from envkit.runs.model import OURS, Curve, Report, Row, Section
-from envkit.runs.page_model import Comparison, Difference, Goal, Measure, Page, Target
-from envkit.runs.report import speedup_stat
+from envkit.runs.page_model import Comparison, Difference, Goal, Interval, Measure, Page, Target
 from envkit.runs.results import RunResult, stat_of
+from envkit.runs.speedups import baseline_text
 from envkit.support.bounded_load import load_json
 
 # A seed recipe's per-epoch lists (its metrics), by the name of the metric they end at.
@@ -117,18 +117,14 @@ def _time_to_goal(goal: Goal, runs: list[RunResult], series: list[dict]) -> tupl
     return (stat["mean"], stat["std"]), (len(times), recorded)
 
 
-def _speedup(row: Row, section: Section) -> Measure | None:
-    """The row's speed-up with its spread: the model's (a comparison's rows); a recipe's row, whose model keeps
-    none, by the model's formula from both sides' measure; none where it is beyond the devices used (not a result)."""
+def _speedup(row: Row) -> Interval | None:
+    """The row's speed-up with its interval (envkit.runs.speedups, as every format gives it): (ratio, low, high),
+    the ratio itself at both ends where no interval exists; none where it is beyond the devices used (not a
+    result)."""
     if row.speedup is None or row.speedup_beyond is not None:
         return None
-    if row.recipe is None or row.speedup_std is not None:
-        return row.speedup, row.speedup_std or 0.0
-    base = next(r for r in section.rows if r.label == row.baseline and r.comparable_key() == row.comparable_key())
-    if base is row:  # the baseline against itself: 1 exactly
-        return row.speedup, 0.0
-    sides = speedup_stat(base), speedup_stat(row)
-    return row.speedup, speedup_spread(*sides) if all(sides) else 0.0
+    low, high = row.speedup_interval or (row.speedup, row.speedup)
+    return row.speedup, low, high
 
 
 def _left_out(row: Row) -> tuple[str, ...]:
@@ -160,19 +156,17 @@ def _label(row: Row) -> str:
     return label if row.source == OURS else f"{label} (published: {row.source_short})"
 
 
-def _target(row: Row, section: Section, columns: list, goal: Goal | None, drawn: bool) -> Target:
-    """The row's cells as the report writes them (a recipe's speed-up cell with the spread its model lacks), its
-    speed-up with its spread; ``drawn``: its comparison gets figures (html_page.MAX_FIGURE_COMPARISONS)."""
+def _target(row: Row, columns: list, goal: Goal | None, drawn: bool) -> Target:
+    """The row's cells as the report writes them, its speed-up with its interval; ``drawn``: its comparison gets
+    figures (html_page.MAX_FIGURE_COMPARISONS)."""
     series = [_series(run) for run in row.results] if drawn or goal else []
     time_to_goal, reached = _time_to_goal(goal, list(row.results), series) if goal else (None, (0, 0))
     steady = row.stats.get("steady_epoch_s")
-    speedup = _speedup(row, section)
-    spread = f" ± {speedup[1]:.2f}" if speedup and speedup[1] > 0 and row.speedup_std is None else ""
     return Target(
         label=_label(row),
-        cells=tuple(column.cell(row) + (spread if column.key == "speedup" else "") for column in columns),
+        cells=tuple(column.cell(row) for column in columns),
         published=None if row.source == OURS else row.source,
-        speedup=speedup,
+        speedup=_speedup(row),
         first_epoch=row.first_epoch_s,
         steady_epoch=(steady.mean, steady.std) if steady else None,
         curves=_curves(row, series) if drawn else {},
@@ -243,7 +237,7 @@ def page_from_report(report: Report, warnings: list[str]) -> Page:
         columns = markdown_columns(section, report.reference)
         speedup_name = section.facts.get("speedup", {}).get("name", "")
         goal = _goal(section.facts)
-        targets = tuple(_target(row, section, columns, goal, index < MAX_FIGURE_COMPARISONS) for row in section.rows)
+        targets = tuple(_target(row, columns, goal, index < MAX_FIGURE_COMPARISONS) for row in section.rows)
         differences, left_out = _differences(section)
         comparisons.append(
             Comparison(
@@ -253,7 +247,7 @@ def page_from_report(report: Report, warnings: list[str]) -> Page:
                 targets=targets,
                 notes=_notes(section),
                 speedup_name=speedup_name,
-                baseline=next((row.baseline for row in section.rows if row.baseline), None),
+                baseline=baseline_text(section.rows, report.baseline),
                 goal=goal,
                 differences=differences,
                 differences_left_out=left_out,

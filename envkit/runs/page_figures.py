@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from envkit.runs.comparison import CURVE_POINTS
 from envkit.runs.page_model import Comparison, Curve, Target
+from envkit.runs.welch import CONFIDENCE
 
 MAX_TARGETS = 16
 MAX_POINTS = 250
@@ -56,13 +57,25 @@ def _bounded(targets: list[Target], what: str) -> tuple[list[Target], str]:
     return targets[:MAX_TARGETS], f" The first {MAX_TARGETS} of {len(targets)} {what} are drawn; the table lists all."
 
 
-def _bars(axes, labels: list[str], given: list[tuple[float, float] | None], published: list[bool], colour: str) -> None:
-    """Horizontal bars in the table's order; a row without a measure gets no bar and no number."""
-    measures = [measure or (0.0, 0.0) for measure in given]
+def _errors(given: list[tuple | None]) -> list[list[float]]:
+    """matplotlib's error bars, below and above each value: a (mean, spread) measure's spread on both sides, a
+    (value, low, high) interval's ends (0 where a row has no measure)."""
+    below, above = [], []
+    for measure in given:
+        value, *ends = measure or (0.0, 0.0)
+        low, high = (value - ends[0], value + ends[0]) if len(ends) == 1 else ends
+        below.append(value - low)
+        above.append(high - value)
+    return [below, above]
+
+
+def _bars(axes, labels: list[str], given: list[tuple | None], published: list[bool], colour: str) -> None:
+    """Horizontal bars in the table's order, error bars a measure's spread or an interval's ends; a row without
+    a measure gets no bar and no number."""
     drawn = axes.barh(
         range(len(labels)),
-        [mean for mean, _ in measures],
-        xerr=[spread for _, spread in measures],
+        [measure[0] if measure else 0.0 for measure in given],
+        xerr=_errors(given),
         capsize=3,
         color=colour,
         edgecolor="black",
@@ -96,10 +109,10 @@ def speedup_figure(comparison: Comparison, salt: str) -> Figure | None:
         targets, [target.speedup for target in targets], [target.published is not None for target in targets], "C0"
     )
     axes.axvline(1.0, color="grey", linewidth=0.8, linestyle="--")
-    axes.set_xlabel(f"speed-up ({comparison.speedup_name}) against {comparison.baseline or 'the baseline'}")
+    axes.set_xlabel(f"speed-up ({comparison.speedup_name}) against the baseline")
     caption = (
-        f"Speed-up against {comparison.baseline or 'the baseline'}: error bars are the spread of the ratio "
-        "(the runs' std of both sides, propagated)."
+        f"Speed-up against the baseline, {comparison.baseline}: error bars are the ratio's {CONFIDENCE:.0%} "
+        "interval from the runs (Welch's t interval on log times; none for a side of one run)."
         + (" Hatched bars are published numbers." if any(target.published for target in targets) else "")
         + left_out
     )

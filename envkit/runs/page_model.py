@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 # A target's curve is the report model's own: its mean per step, the first step apart from the steady state.
 from envkit.runs.model import Curve
 
-Measure = tuple[float, float]  # (mean, spread: std over the runs, or the propagated spread of a ratio)
+Measure = tuple[float, float]  # (mean, spread: std over the runs)
+Interval = tuple[float, float, float]  # (value, low, high): a speed-up and its interval (envkit.runs.speedups)
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class Target:
     label: str
     cells: tuple[str, ...]  # the table's cells, as the report formats them (same order as Comparison.headers)
     published: str | None = None  # the published source's label, else None (ours)
-    speedup: Measure | None = None
+    speedup: Interval | None = None
     first_epoch: float | None = None  # seconds: compile and warm-up, apart from the steady state
     steady_epoch: Measure | None = None  # seconds per epoch after the first
     curves: dict[str, Curve] = field(default_factory=dict)  # series name -> its curve

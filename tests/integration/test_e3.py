@@ -110,7 +110,7 @@ def test_csv_and_json_name_the_experiment_and_run(e3_results):
         (NAME, "b128-scaled", 128, "linear"),
     ]
     header = render_report(build_report(e3_results), "csv").splitlines()[0].split(",")
-    assert header[-7:] == [
+    assert header[-10:] == [
         "experiment",
         "run",
         "lr_scaling",
@@ -118,6 +118,9 @@ def test_csv_and_json_name_the_experiment_and_run(e3_results):
         "effective_lr",
         "epochs",
         "speedup_beyond",
+        "speedup_low",
+        "speedup_high",
+        "speedup_verdict",
     ]
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from results_contract import assert_valid_results
+from run_records import record
 
 from envkit.cli import main
 from envkit.errors import EnvkitError
@@ -24,61 +25,6 @@ from envkit.runs.target_locks import current_locks
 from envkit.support import provenance
 
 ENVIRONMENT = "a device, python 3.11.7, torch 2.13.0, image {image}, lock abababababab"
-
-
-def record(
-    directory: Path,
-    name: str,
-    *,
-    device: str,
-    image: str | None,
-    wall: float,
-    status: int = 0,
-    metrics=None,
-    argv=("python", "train.py"),
-    lock: str | None = "ab" * 32,
-    started_at: str = "2026-11-25T22:00:00+00:00",
-    series=None,
-    used: dict | None = None,
-    **extra,
-):
-    """A results file as envkit_run.py writes it for a command that keeps no record of its own; ``extra``: the
-    record's optional facts (target, data); ``used``: the run block's device (what the program initialised)."""
-    directory.mkdir(exist_ok=True)
-    document = {
-        "schema_version": 3,
-        "run_name": name,
-        "run": {
-            "record_version": 1,
-            "experiment": "train",
-            "argv": list(argv),
-            "exit_status": status,
-            "started_at": started_at,
-            "wall_time_s": wall,
-            **({"device": used} if used is not None else {}),
-        },
-        "metrics": metrics,
-        "series": series or {},
-        **extra,
-        "environment": {
-            "host": "box",
-            "device_type": device,
-            "device_name": "a device",
-            "python": "3.11.7",
-            "torch": "2.13.0",
-            "torch_xla": None,
-            "torch_tpu": None,
-            "image": image,
-            "image_id": None,
-            "image_digest": None,
-            "lock_sha256": lock,
-            "git_revision": "0123456789abcdef",
-            "git_dirty": True,
-            "distributions": [],
-        },
-    }
-    (directory / f"{name}.json").write_text(json.dumps(document))
-    return document
 
 
 @pytest.fixture
@@ -151,7 +97,7 @@ def test_without_a_cpu_run_the_first_place_is_the_baseline(runs):
     results, _ = load_results(runs)
     cuda = [run for run in results if run.environment["device_type"] == "cuda"]
     text = render_report(build_report(cuda), "md")
-    assert "baseline: cuda on envkit-cuda:latest" in text and "| 1.00× |" in text
+    assert "baseline: cuda on envkit-cuda:latest" in text and "| 1.00× baseline |" in text
 
 
 def test_csv_and_json_carry_wall_time_and_every_metric(runs, capsys):
@@ -316,10 +262,10 @@ def test_records_of_one_experiment_on_several_targets_form_one_comparison_a_row_
         record(results, name, device=device, image=None, wall=wall, target=target)
     (section,) = _sections(results)
     assert [(row.label, row.runs, row.speedup) for row in section.rows] == [("cpu", 2, 1.0), ("tpu-vm", 1, 5.0)]
-    # 10 ± 2 s against 2 s: the spread is the baseline's relative std
-    assert section.rows[1].speedup_std == pytest.approx(5.0 * 2 / 10)
+    # one tpu-vm run against two cpu runs: no interval, no verdict, and the cell says so
+    assert (section.rows[1].speedup_interval, section.rows[1].verdict) == (None, "no verdict")
     text = render_report(build_report(load_results(results)[0]), "md")
-    assert "| tpu-vm | 1 | 0 | 2.000 | 5.00× ± 1.00 |" in text
+    assert "| tpu-vm | 1 | 0 | 2.000 | 5.00× no verdict (1 run against 2) |" in text
 
 
 def test_a_gpu_targets_run_that_initialised_no_accelerator_is_a_cpu_run_without_a_speedup(tmp_path):
@@ -499,7 +445,8 @@ def test_a_run_whose_program_reported_no_device_keeps_its_label_unchecked(tmp_pa
     unseen = {"observed": False, "accelerator": None, "label": "cuda"}
     record(results, "a", device="cuda", image=None, wall=3.0, target="cuda", used=unseen)
     ((row,),) = [section.rows for section in _sections(results)]
-    assert row.device == "a device (not checked)" and not row.cpu_stand_in and row.speedup == 1.0
+    # Nothing says what it measured: not the baseline, no speed-up (before: 1.00×), and the note says why.
+    assert row.device == "a device (not checked)" and not row.cpu_stand_in and row.speedup is None
 
 
 def test_a_commands_gpu_row_beyond_its_gpus_against_a_gpu_baseline_is_flagged(tmp_path):
