@@ -12,7 +12,6 @@ series.
 
 from __future__ import annotations
 
-import json
 from itertools import combinations
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from envkit.image.diff import compare, dict_changes, format_sections
 from envkit.image.inventory import from_environment
 from envkit.runs.columns import counted
 from envkit.runs.comparison import mean_curve
-from envkit.runs.environments import environment_letter, environments_text
+from envkit.runs.environments import environment_groups, environments_text
 from envkit.runs.formats import (
     SERIES_HEADERS,
     command_notes,
@@ -178,15 +177,11 @@ def _target(row: Row, columns: list, goal: Goal | None, drawn: bool) -> Target:
 
 
 def _differences(section: Section) -> tuple[tuple[Difference, ...], str | None]:
-    """`envkit diff` between the distinct environments the section's runs recorded."""
-    named: dict[str, tuple[dict, list[str]]] = {}
-    for row in section.rows:
-        for run in row.results:
-            key = json.dumps(run.environment, sort_keys=True, default=str)
-            named.setdefault(key, (run.environment, []))[1].append(run.run_name)
+    """`envkit diff` between the environments the section's table letters (environments.environment_groups: the
+    same letters and runs), each by its first run's record."""
     environments = [
-        (f"environment {environment_letter(i)} (runs: {_listed(runs)})", environment)
-        for i, (environment, runs) in enumerate(named.values())
+        (f"environment {letter} (runs: {_listed([run.run_name for run in runs])})", runs[0].environment)
+        for letter, runs in environment_groups(section)
     ]
     inventories = {name: from_environment(name, environment) for name, environment in environments}
     pairs = list(combinations(environments, 2))
