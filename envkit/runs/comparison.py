@@ -13,7 +13,7 @@ notebook), and the environment's lock. The run block's device, where the record 
 really initialised: a run on a GPU or TPU target that initialised no accelerator is a CPU run, a row of its own
 kept out of speed-ups.
 A row's wall time and every metric are mean ± std over its successful runs; counters (report.yaml ``counters``:
-dvclive's ``step``) are not metrics; series are curves, their first step apart from the steady state.
+dvclive's ``step``) are not metrics; series are curves with each run's final value, their first step apart.
 """
 
 from __future__ import annotations
@@ -119,12 +119,22 @@ def is_counter(name: str) -> bool:
 
 def _curve(runs: list[RunResult], name: str) -> Curve | None:
     """The mean curve of series ``name`` over ``runs`` (those that wrote it), bounded to CURVE_POINTS points."""
-    return mean_curve([run.series[name] for run in runs if run.series.get(name, {}).get("step")])
+    written = [run.series[name] for run in runs if run.series.get(name, {}).get("step")]
+    return mean_curve(written, per_step=all(run.recipe is None for run in runs))
 
 
-def mean_curve(written: list[dict]) -> Curve | None:
+def curves_of(runs: list[RunResult]) -> dict[str, Curve]:
+    """The mean curve of each series ``runs`` wrote (counters are not series), by name: a command's row's and a
+    recipe's alike."""
+    names = sorted({name for run in runs for name in run.series if not is_counter(name)})
+    curves = {name: _curve(runs, name) for name in names}
+    return {name: curve for name, curve in curves.items() if curve is not None}
+
+
+def mean_curve(written: list[dict], per_step: bool = True) -> Curve | None:
     """The mean curve of one series as several runs wrote it (each {"step": [...], "value": [...]}), bounded to
-    CURVE_POINTS points; None where none wrote it."""
+    CURVE_POINTS points, with each run's final value; None where none wrote it. ``per_step``: False for a seed
+    recipe's per-epoch lists."""
     if not written:
         return None
     by_step: dict[int, list[float]] = {}
@@ -134,14 +144,14 @@ def mean_curve(written: list[dict]) -> Curve | None:
     steps = sorted(by_step)
     stride = max(1, math.ceil(len(steps) / CURVE_POINTS))
     kept = steps[::stride]
-    later = [value for series in written for value in series["value"][1:]]
     return Curve(
         steps=tuple(kept),
         values=tuple(sum(by_step[step]) / len(by_step[step]) for step in kept),
         runs=len(written),
         first=Stat(**stat_of([series["value"][0] for series in written])),
-        steady=_stat(later),
+        final=Stat(**stat_of([series["value"][-1] for series in written])),
         stride=stride,
+        per_step=per_step,
     )
 
 
@@ -151,8 +161,6 @@ def _row(target: str, runs: list[RunResult], facts: dict) -> Row:
     environments = sorted({environment_line(run.environment) for run in runs})
     names = sorted({name for run in done for name in (*run.metrics, *run.not_finite) if not is_counter(name)})
     values = {name: [run.metrics[name] for run in done if name in run.metrics] for name in names}
-    series = sorted({name for run in done for name in run.series if not is_counter(name)})
-    curves = {name: _curve(done, name) for name in series}
     return Row(
         source=OURS,
         source_short=OURS,
@@ -178,7 +186,7 @@ def _row(target: str, runs: list[RunResult], facts: dict) -> Row:
         device_checked=all(used_device(run)[1] is not None for run in runs),
         reported={name: len(values[name]) for name in names},
         not_finite={name: count for name in names if (count := sum(name in run.not_finite for run in done)) > 0},
-        curves={name: curve for name, curve in curves.items() if curve is not None},
+        curves=curves_of(done),
         warnings=sorted(
             {warning for run in runs for warning in run.run.get("warnings") or () if isinstance(warning, str)}
         ),

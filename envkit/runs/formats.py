@@ -10,6 +10,7 @@ from envkit.project.secrets import redacted
 from envkit.runs.columns import (
     COLUMNS,
     COMMAND_COLUMNS,
+    NOT_APPLICABLE,
     Column,
     column_of,
     counted,
@@ -101,32 +102,39 @@ def command_notes(section: Section) -> list[str]:
     return [_md_text(note) for note in notes]
 
 
-SERIES_HEADERS = ("where", "series", "runs", "steps", "first step", "steady state")
+SERIES_HEADERS = ("where", "series", "runs", "steps", "final value", "first step")
 
 
 def series_rows(section: Section) -> list[list[str]]:
-    """Each row's series (dvclive's per-step files) as table cells: the first step apart from the steady state."""
+    """Each row's series (dvclive's per-step files, a seed recipe's per-epoch lists) as table cells: each run's
+    final value across the runs; a per-step series' first step apart (a per-epoch series has none apart)."""
     rows = []
     for row in section.rows:
         for name in section.series_names:
             curve = row.curves.get(name)
             if curve is not None:
-                steps = f"{curve.steps[0]}–{curve.steps[-1]}"
-                rows.append(
-                    [row.label, name, str(curve.runs), steps, significant(curve.first), significant(curve.steady)]
-                )
+                steps = f"{curve.unit}s {curve.steps[0]}–{curve.steps[-1]}"
+                first = significant(curve.first) if curve.per_step else NOT_APPLICABLE
+                where = row.label if row.run is None else f"{row.run}: {row.label}"
+                rows.append([where, name, str(curve.runs), steps, significant(curve.final), first])
     return rows
 
 
+SERIES_INTRO = (
+    "Series (the figures draw them as curves): each run's final value, mean ± std across the runs that wrote the "
+    "series; a per-step series' first step apart (it holds compilation and warm-up); a per-epoch series' first "
+    "epoch is timed apart instead."
+)
+
+
 def _series_markdown(section: Section) -> list[str]:
-    """Each row's series: the first step apart from the steady state."""
+    """Each row's series: its final value across the runs, a per-step series' first step apart."""
     rows = series_rows(section)
     if not rows:
         return []
     return [
         "",
-        "Series, per step (the plot draws them as curves): the first step's value apart from the steady state "
-        "(every later step), mean ± std over the runs that wrote the series.",
+        SERIES_INTRO,
         "",
         _md_line(list(SERIES_HEADERS)),
         _md_line(["---"] * len(SERIES_HEADERS)),

@@ -102,16 +102,49 @@ class Row:
 
 @dataclass(frozen=True)
 class Curve:
-    """One series of a row's runs (dvclive's plots/metrics/<name>.tsv): the mean value per step over the runs
-    that reached it, at most a bounded number of points (every ``stride``-th step); the first step apart from the
-    steady state (every later step: compile and warm-up show in the first)."""
+    """One series of a row's runs (dvclive's plots/metrics/<name>.tsv, a seed recipe's per-epoch lists): the mean
+    value per step over the runs that reached it, at most a bounded number of points (every ``stride``-th step); each
+    run's final value over the runs; and a per-step series' first step apart (compilation and warm-up show there: a
+    recipe's first epoch is timed apart instead, and its first value is a whole epoch's)."""
 
     steps: tuple[int, ...]
     values: tuple[float, ...]
     runs: int  # the runs that wrote the series
     first: Stat  # the first step's value over those runs
-    steady: Stat | None  # every later step's value over those runs (None: one step only)
+    final: Stat  # each run's last value, mean ± std across the runs (not over the steps of a curve still moving)
     stride: int = 1  # >1: the curve keeps every stride-th step of a longer series
+    per_step: bool = True  # False: a seed recipe's per-epoch list
+
+    @property
+    def unit(self) -> str:
+        return "step" if self.per_step else "epoch"
+
+
+def identical(curves: list[Curve | None]) -> list[int | None]:
+    """For each curve, the index of an earlier one it repeats point for point (None: its own): two targets'
+    identical curves would draw as one line, so the figures tell them apart and say so."""
+    seen: dict[tuple, int] = {}
+    repeats: list[int | None] = []
+    for index, curve in enumerate(curves):
+        key = None if curve is None else (curve.steps, curve.values)
+        repeats.append(seen.get(key) if key is not None else None)
+        if key is not None:
+            seen.setdefault(key, index)
+    return repeats
+
+
+def identical_groups(labels: list[str], repeats: list[int | None]) -> list[str]:
+    """'a and b' for each group of curves that repeat one another (``repeats``: identical's), named by ``labels``."""
+    groups: dict[int, list[str]] = {}
+    for index, first in enumerate(repeats):
+        if first is not None:
+            groups.setdefault(first, [labels[first]]).append(labels[index])
+    return [" and ".join(names) for names in groups.values()]
+
+
+# Line styles and markers for the curves of several targets, so that identical curves stay apart.
+LINE_STYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "x")
 
 
 @dataclass

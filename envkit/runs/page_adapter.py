@@ -2,12 +2,11 @@
 
 One comparison per report section (envkit.runs.comparison groups a command's runs, envkit.runs.report a
 recipe's): the table's cells are the report's own columns, the speed-up and its interval the model's
-(envkit.runs.speedups, as markdown, csv and json give them), the curves the model's (Row.curves: the first step
-apart from the steady state), the lines around the table the markdown report's. What the model does not hold is
-found here: the environment differences come from `envkit diff`'s comparison (envkit.image.diff over each run's
-inventory), a seed recipe's per-epoch lists (``epoch_loss``, ``epoch_test_accuracy``) are read from its files and
-averaged by the model's own curve function, and the time to reach report.yaml's ``goal`` is read from each run's
-series.
+(envkit.runs.speedups, as markdown, csv and json give them), the curves the model's (Row.curves: each run's
+final value, a per-step series' first step apart), the lines around the table the markdown report's. What the
+model does not hold is found here: the environment differences come from `envkit diff`'s comparison
+(envkit.image.diff over each run's inventory), and the time to reach report.yaml's ``goal`` is read from each
+run's series (a seed recipe's per-epoch lists are its series, envkit.runs.results.recipe_series).
 """
 
 from __future__ import annotations
@@ -19,10 +18,10 @@ from envkit.errors import EnvkitError
 from envkit.image.diff import compare, dict_changes, format_sections
 from envkit.image.inventory import from_environment
 from envkit.runs.columns import counted
-from envkit.runs.comparison import mean_curve
 from envkit.runs.environments import environment_groups, environments_text
 from envkit.runs.formats import (
     SERIES_HEADERS,
+    SERIES_INTRO,
     command_notes,
     markdown_columns,
     section_headers,
@@ -30,14 +29,11 @@ from envkit.runs.formats import (
     series_rows,
 )
 from envkit.runs.html_page import MAX_FIGURE_COMPARISONS, write_page
-from envkit.runs.model import OURS, Curve, Report, Row, Section
+from envkit.runs.model import OURS, Report, Row, Section
 from envkit.runs.page_model import Comparison, Difference, Goal, Interval, Measure, Page, Target
 from envkit.runs.results import RunResult, stat_of
 from envkit.runs.speedups import baseline_text
-from envkit.support.bounded_load import load_json
 
-# A seed recipe's per-epoch lists (its metrics), by the name of the metric they end at.
-RECIPE_SERIES = {"epoch_loss": "loss", "epoch_test_accuracy": "test_accuracy"}
 # What a run recorded about where it ran that an inventory does not hold: compared the way `envkit diff` compares.
 RUN_FACTS = (
     "host",
@@ -53,38 +49,6 @@ RUN_FACTS = (
 ALL_PAIRS = 5  # up to this many environments every pair is shown; beyond, each against the first
 
 
-def _recipe_series(run: RunResult) -> dict[str, dict]:
-    """A seed recipe's per-epoch lists as series ({"step": [1, ...], "value": [...]}): the report's model keeps
-    none, so they are read from its file. The report's loader read it within its bounds a moment ago; one
-    that has gone or changed since then just draws no curve."""
-    try:
-        document = load_json(run.path)
-    except EnvkitError:
-        return {}
-    metrics = document.get("metrics") if isinstance(document, dict) else None
-    if not isinstance(metrics, dict):
-        return {}
-    return {
-        name: {"step": list(range(1, len(metrics[key]) + 1)), "value": metrics[key]}
-        for key, name in RECIPE_SERIES.items()
-        if isinstance(metrics.get(key), list) and metrics[key]
-    }
-
-
-def _series(run: RunResult) -> dict[str, dict]:
-    """A run's series by name: a command's as the model loaded them, a recipe's from its file."""
-    return run.series if run.recipe is None else _recipe_series(run)
-
-
-def _curves(row: Row, series: list[dict[str, dict]]) -> dict[str, Curve]:
-    """The row's curves: the model's (a command's), else the model's mean of its runs' recipe series."""
-    if row.recipe is None:
-        return dict(row.curves)
-    names = sorted({name for one in series for name in one})
-    curves = {name: mean_curve([one[name] for one in series if name in one]) for name in names}
-    return {name: curve for name, curve in curves.items() if curve is not None}
-
-
 def _reached(goal: Goal, values: list[float]) -> int | None:
     """The index of the first point that meets the goal."""
     return next(
@@ -92,16 +56,16 @@ def _reached(goal: Goal, values: list[float]) -> int | None:
     )
 
 
-def _time_to_goal(goal: Goal, runs: list[RunResult], series: list[dict]) -> tuple[Measure | None, tuple[int, int]]:
+def _time_to_goal(goal: Goal, runs: list[RunResult]) -> tuple[Measure | None, tuple[int, int]]:
     """Seconds until the goal per successful run: a recipe's first epoch plus its later epochs' mean each; a
     command's wall time in proportion to the steps (steps taken as equally long)."""
     times = []
     recorded = 0
-    for run, one in zip(runs, series):
-        if goal.metric not in one or not run.succeeded:
+    for run in runs:
+        if goal.metric not in run.series or not run.succeeded:
             continue
         recorded += 1
-        values = one[goal.metric]["value"]
+        values = run.series[goal.metric]["value"]
         index = _reached(goal, values)
         if index is None:
             continue
@@ -158,8 +122,7 @@ def _label(row: Row) -> str:
 def _target(row: Row, columns: list, goal: Goal | None, drawn: bool) -> Target:
     """The row's cells as the report writes them, its speed-up with its interval; ``drawn``: its comparison gets
     figures (html_page.MAX_FIGURE_COMPARISONS)."""
-    series = [_series(run) for run in row.results] if drawn or goal else []
-    time_to_goal, reached = _time_to_goal(goal, list(row.results), series) if goal else (None, (0, 0))
+    time_to_goal, reached = _time_to_goal(goal, list(row.results)) if goal else (None, (0, 0))
     steady = row.stats.get("steady_epoch_s")
     return Target(
         label=_label(row),
@@ -168,7 +131,7 @@ def _target(row: Row, columns: list, goal: Goal | None, drawn: bool) -> Target:
         speedup=_speedup(row),
         first_epoch=row.first_epoch_s,
         steady_epoch=(steady.mean, steady.std) if steady else None,
-        curves=_curves(row, series) if drawn else {},
+        curves=dict(row.curves) if drawn else {},
         steps_name="step" if row.recipe is None else "epoch",
         time_to_goal=time_to_goal,
         goal_reached=reached,
@@ -248,6 +211,7 @@ def page_from_report(report: Report, warnings: list[str]) -> Page:
                 differences_left_out=left_out,
                 series_headers=SERIES_HEADERS,
                 series_rows=tuple(tuple(cells) for cells in series_rows(section)),
+                series_intro=SERIES_INTRO,
             )
         )
     configurations = sum(1 for section in report.sections for row in section.rows if row.source == OURS)

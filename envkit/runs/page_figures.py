@@ -13,6 +13,7 @@ import io
 from dataclasses import dataclass
 
 from envkit.runs.comparison import CURVE_POINTS
+from envkit.runs.model import LINE_STYLES, MARKERS, identical, identical_groups
 from envkit.runs.page_model import Comparison, Curve, Target
 from envkit.runs.welch import CONFIDENCE
 
@@ -152,9 +153,15 @@ def _thinned(curve: Curve) -> tuple[list[float], list[float]]:
     return [curve.steps[i] for i in picked], [curve.values[i] for i in picked]
 
 
-def _first_and_steady(label: str, curve: Curve) -> str:
-    steady = f"{curve.steady.mean:.4g} ± {curve.steady.std:.2g}" if curve.steady else "none (one step)"
-    return f"{label}: first {curve.first.mean:.4g} ± {curve.first.std:.2g}, steady state {steady}"
+def _final_and_first(label: str, curve: Curve) -> str:
+    """'cpu: final 0.95 ± 0.01' and, for a per-step series, its first step apart."""
+    first = f", first step {curve.first.mean:.4g} ± {curve.first.std:.2g}" if curve.per_step else ""
+    return f"{label}: final {curve.final.mean:.4g} ± {curve.final.std:.2g}{first}"
+
+
+def _identical(labels: list[str], repeats: list[int | None]) -> str:
+    listed = "; ".join(identical_groups(labels, repeats))
+    return f" Identical curves (drawn in other line styles and markers): {listed}." if listed else ""
 
 
 def curve_names(comparison: Comparison) -> list[str]:
@@ -170,27 +177,36 @@ def curve_figure(comparison: Comparison, name: str, salt: str) -> Figure | None:
     figure, axes = pyplot.subplots(figsize=(7, 3.6))
     figure.subplots_adjust(left=0.12, right=0.98, bottom=0.13, top=0.97)
     thinned = False
+    repeats = identical([target.curves[name] for target in targets])
     for index, target in enumerate(targets):
         curve = target.curves[name]
         steps, values = _thinned(curve)
         thinned = thinned or len(steps) < len(curve.steps)
-        colour = f"C{index % 10}"
+        colour, style, marker = f"C{index % 10}", LINE_STYLES[index % len(LINE_STYLES)], MARKERS[index % len(MARKERS)]
         axes.plot(
-            steps, values, marker="o" if len(steps) <= 30 else None, markersize=3, color=colour, label=target.label
+            steps,
+            values,
+            marker=marker if len(steps) <= 30 else None,
+            markersize=3,
+            color=colour,
+            label=target.label,
+            linestyle=style,
         )
-        # The first step (compile, warm-up) apart from the steady state: a hollow marker of its own.
-        axes.plot(steps[:1], values[:1], marker="o", markersize=7, fillstyle="none", linestyle="none", color=colour)
+        if curve.per_step:  # the first step (compile, warm-up) apart: a hollow marker of its own
+            axes.plot(steps[:1], values[:1], marker="o", markersize=7, fillstyle="none", linestyle="none", color=colour)
     if comparison.goal is not None and comparison.goal.metric == name:
         axes.axhline(comparison.goal.value, color="grey", linewidth=0.8, linestyle="--", label=comparison.goal.text)
     axes.set_xlabel(targets[0].steps_name)
     axes.set_ylabel(name)
     axes.legend(fontsize=7, loc="best")
     steps_name = targets[0].steps_name
+    first = " and the first step (hollow marker: compile and warm-up)" if targets[0].curves[name].per_step else ""
     caption = (
-        f"{name} per {steps_name}, one line per target: the mean over its runs. The first {steps_name} (hollow "
-        f"marker: compile and warm-up) apart from the steady state, mean ± std over the runs: "
-        + "; ".join(_first_and_steady(target.label, target.curves[name]) for target in targets)
+        f"{name} per {steps_name}, one line per target: the mean over its runs. Each run's final value{first}, "
+        "mean ± std across the runs: "
+        + "; ".join(_final_and_first(target.label, target.curves[name]) for target in targets)
         + "."
+        + _identical([target.label for target in targets], repeats)
         + (f" Lines are thinned to {MAX_POINTS} evenly spaced points." if thinned else "")
         + (
             f" A series longer than {CURVE_POINTS} steps keeps every n-th step (the report's curves)."

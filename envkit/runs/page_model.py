@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# A target's curve is the report model's own: its mean per step, the first step apart from the steady state.
+# A target's curve is the report model's own: its mean per step, each run's final value, the first step apart.
 from envkit.runs.model import Curve
 
 Measure = tuple[float, float]  # (mean, spread: std over the runs)
@@ -69,8 +69,9 @@ class Comparison:
     goal: Goal | None = None
     differences: tuple[Difference, ...] = ()
     differences_left_out: str | None = None  # why fewer pairs are shown than the comparison has
-    series_headers: tuple[str, ...] = ()  # the table of each target's series: first step apart from the steady state
+    series_headers: tuple[str, ...] = ()  # the table of each target's series: final value, a per-step first step apart
     series_rows: tuple[tuple[str, ...], ...] = ()
+    series_intro: str = ""  # what the series table's numbers are (formats.SERIES_INTRO)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from envkit import DISTRIBUTION
 from envkit.errors import EnvkitError
 from envkit.runs.columns import METRICS, column_of
-from envkit.runs.model import OURS, Report, Row, Section
+from envkit.runs.model import LINE_STYLES, MARKERS, OURS, Report, Row, Section, identical, identical_groups
 from envkit.support.atomic import atomic_stream
 
 INSTALL_HINT = f"pip install '{DISTRIBUTION}[report]'"
@@ -104,16 +104,21 @@ def _draw_panel(axes, drawn_bars: list[tuple[str, str]], rows: list[Row], source
 
 
 def _draw_curves(axes, name: str, rows: list[Row]) -> None:
-    """One series as a curve per row; the first step marked apart (compile and warm-up show there)."""
-    for index, row in enumerate(rows):
-        curve = row.curves.get(name)
-        if curve is None:
-            continue
-        axes.plot(curve.steps, curve.values, color=f"C{index % 10}", linewidth=1.2, label=_tick_label(row))
-        axes.plot(curve.steps[:1], curve.values[:1], "o", color=f"C{index % 10}", markersize=4)
-    axes.set_xlabel("step (first step marked)")
+    """One series as a curve per row, a line style and marker each (identical curves stay apart, and the title
+    names them); a per-step series' first step marked apart (compile and warm-up show there)."""
+    drawn = [row for row in rows if name in row.curves]
+    repeats = identical([row.curves[name] for row in drawn])
+    for index, row in enumerate(drawn):
+        curve, colour = row.curves[name], f"C{index % 10}"
+        style, marker = LINE_STYLES[index % len(LINE_STYLES)], MARKERS[index % len(MARKERS)]
+        axes.plot(curve.steps, curve.values, color=colour, linewidth=1.2, linestyle=style, label=_tick_label(row))
+        axes.plot(curve.steps[:1], curve.values[:1], marker, color=colour, markersize=4)
+    unit = drawn[0].curves[name].unit if drawn else "step"
+    axes.set_xlabel(f"{unit} (first {unit} marked)")
     axes.set_ylabel(name)
-    axes.set_title(_wrapped(f"{name} per step", axes), fontsize=10)
+    labels = [row.label if row.run is None else row.run for row in drawn]
+    same = "; ".join(identical_groups(labels, repeats))
+    axes.set_title(_wrapped(f"{name} per {unit}" + (f" (identical: {same})" if same else ""), axes), fontsize=10)
     axes.legend(fontsize=7, loc="best")
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.project import DEFAULT_CONFIG
 from envkit.project.experiments import Experiment, load_experiments, run_of
-from envkit.runs.comparison import command_sections, notebook_cpu_mode
+from envkit.runs.comparison import command_sections, curves_of, notebook_cpu_mode
 from envkit.runs.environments import environment_facts, environment_line, environments_text, mark_environments
 from envkit.runs.model import NOTEBOOK_KEY, OURS, Report, Row, Section, notebook_label
 from envkit.runs.published import (
@@ -80,6 +80,7 @@ def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult], fact
         facts=facts,
         results=tuple(runs),
         cpu_stand_in=any(notebook_cpu_mode(run) for run in runs),  # named so by its notebook label
+        curves=curves_of(runs),
         **placement,
     )
 

@@ -127,7 +127,7 @@ def test_the_tables_hold_the_reports_numbers(tmp_path, capsys):
     table, series = _Page(text).tables[:2]
     expected = [[cell.strip() for cell in row] for row in rows if row[0].strip() != "---"]
     assert table + series == expected  # the speed-up's interval and verdict too: the model's, in both
-    assert series[0] == ["where", "series", "runs", "steps", "first step", "steady state"]
+    assert series[0] == ["where", "series", "runs", "steps", "final value", "first step"]
     assert ["cpu on envkit-cpu:latest", "3", "0", "42.233 ± 1.021"] == table[1][:4]
     # Before: the page computed a spread of its own. Now the model's interval (Welch on log times) and verdict.
     speedup = statistics.mean((41.0, 43.5, 42.2)) / statistics.mean((6.1, 5.8))
@@ -309,3 +309,13 @@ def test_a_recipes_time_to_the_goal_is_its_first_epoch_then_its_steady_ones(tmp_
         run = document["run_name"].removeprefix("e3-batch-scaling-")
         found = [line.split(" | ", 1)[1] for line in lines if line.startswith(f"{run}: ") and " of 1 | " in line]
         assert found == [f"1 of 1 | {seconds:.3f} ± 0.000" if reached else "0 of 1 | –"]
+
+
+def test_identical_curves_are_drawn_apart_and_the_caption_says_identical():
+    """Issue 40 §10: before, two targets' identical curves drew as one line, and nothing said so."""
+    curve = Curve(steps=(0, 1, 2), values=(2.0, 1.0, 0.5), runs=1, first=Stat(2.0, 0.0, 1), final=Stat(0.5, 0.0, 1))
+    targets = tuple(Target(label=label, cells=(), curves={"loss": curve}) for label in ("cpu", "cpu-1t"))
+    figure = page_figures.curve_figure(Comparison("t", (), (), targets), "loss", "salt")
+    assert "Identical curves (drawn in other line styles and markers): cpu and cpu-1t." in figure.caption
+    assert "final 0.5 ± 0, first step 2 ± 0" in figure.caption
+    assert "stroke-dasharray" in figure.svg  # the second line is dashed

@@ -297,10 +297,24 @@ def test_a_counter_is_no_metric_and_series_are_curves_with_the_first_step_apart(
     assert list(row.metrics) == ["acc"] and list(row.curves) == ["acc"]
     curve = row.curves["acc"]
     assert curve.steps == (0, 1, 2, 3) and curve.first.mean == 0.1
-    assert curve.steady.mean == pytest.approx(0.6) and curve.steady.n == 3
+    assert (curve.final.mean, curve.final.n) == (0.7, 1)
     text = render_report(build_report(load_results(results)[0]), "md")
-    assert "| step |" not in text and "| where | series | runs | steps | first step | steady state |" in text
-    assert "| cpu on box | acc | 1 | 0–3 | 0.1 | 0.6 ± 0.082 |" in text
+    assert "| step |" not in text and "| where | series | runs | steps | final value | first step |" in text
+    assert "| cpu on box | acc | 1 | steps 0–3 | 0.7 | 0.1 |" in text
+
+
+def test_the_series_table_gives_each_runs_final_value_across_runs_not_the_spread_over_steps(tmp_path):
+    """Issue 40 §9: before, three identical runs of a falling loss read "steady state 0.2077 ± 0.41", the spread
+    over steps 1-29; now the final value and its spread across the runs (0 here), the first step apart."""
+    results = tmp_path / "results"
+    loss = [1.7 * 0.8**step for step in range(30)]
+    for name in ("a", "b", "c"):
+        record(
+            results, name, device="cpu", image=None, wall=5.0, series={"loss": {"step": list(range(30)), "value": loss}}
+        )
+    text = render_report(build_report(load_results(results)[0]), "md")
+    assert f"| cpu on box | loss | 3 | steps 0–29 | {loss[-1]:.4g} ± 0 | 1.7 ± 0 |" in text
+    assert "each run's final value, mean ± std across the runs" in text
 
 
 def test_a_long_series_is_a_bounded_curve(tmp_path):
