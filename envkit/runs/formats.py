@@ -202,13 +202,16 @@ def format_markdown(report: Report) -> str:
 
 
 def _flat_columns(report: Report) -> list[Column]:
-    """The csv/json columns: FLAT_FIELDS', then, where the report holds a command's rows, the command's
-    columns and a column per metric they reported."""
-    columns = [column for name, column in COLUMNS.items() if name not in COMMAND_COLUMNS]
-    if not any(row.place for section in report.sections for row in section.rows):
-        return columns
+    """The csv/json columns that have a value in at least one of the report's rows (issue 40 §11: a command's
+    experiment has no recipe columns, a recipe's none of a command's), in FLAT_FIELDS' order, then the command's
+    columns and a column per metric the rows reported; a report without rows keeps FLAT_FIELDS' header."""
+    rows = [row for section in report.sections for row in section.rows]
     names = sorted({name for section in report.sections for name in section.metric_names})
-    return columns + [COLUMNS[name] for name in COMMAND_COLUMNS] + [metric_column(name) for name in names]
+    fixed = [column for name, column in COLUMNS.items() if name not in COMMAND_COLUMNS]
+    if not rows:
+        return fixed
+    columns = fixed + [COLUMNS[name] for name in COMMAND_COLUMNS] + [metric_column(name) for name in names]
+    return [column for column in columns if any(value is not None for row in rows for value in column.flat(row))]
 
 
 def flat_rows(report: Report) -> list[dict]:

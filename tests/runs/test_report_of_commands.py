@@ -39,6 +39,35 @@ def runs(tmp_path) -> Path:
     return results
 
 
+def test_a_command_experiments_csv_lists_only_the_columns_with_values(runs):
+    """Issue 40 §11: before, the csv of a command experiment had 56 columns, most of them a recipe's, all empty."""
+    header = render_report(build_report(load_results(runs)[0]), "csv").splitlines()[0].split(",")
+    assert header == [
+        "source",
+        "configuration",
+        "device",
+        "runs",
+        "speedup",
+        "baseline",
+        "environment",
+        "experiment",
+        "speedup_low",
+        "speedup_high",
+        "speedup_verdict",
+        "failed",
+        "wall_time_s",
+        "wall_time_s_std",
+        "device_used",
+        "lock",
+        "metrics.acc_mean",
+        "metrics.acc_std",
+        "metrics.train.loss_mean",
+        "metrics.train.loss_std",
+    ]
+    document = json.loads(render_report(build_report(load_results(runs)[0]), "json"))
+    assert set(document["rows"][0]) == set(header)
+
+
 def test_a_commands_record_keeps_the_generic_core_of_the_schema(tmp_path):
     """Before: 'recipe' and 'configuration' were required, so every such record was refused."""
     assert_valid_results(record(tmp_path, "a", device="cpu", image=None, wall=1.0, metrics={"acc": 1}))
