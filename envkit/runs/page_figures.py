@@ -17,7 +17,7 @@ from envkit.runs.model import LINE_STYLES, MARKERS, identical, identical_groups
 from envkit.runs.page_model import Comparison, Curve, Target
 from envkit.runs.welch import CONFIDENCE
 
-MAX_TARGETS = 16
+MAX_TARGETS = 16  # bars or lines per figure, on the page and in the PNG plot (plot.MAX_ROWS)
 MAX_POINTS = 250
 MAX_CURVES = 4  # series drawn per comparison
 HATCH = "//"  # published rows: hatched, so they cannot pass for ours
@@ -153,6 +153,30 @@ def _thinned(curve: Curve) -> tuple[list[float], list[float]]:
     return [curve.steps[i] for i in picked], [curve.values[i] for i in picked]
 
 
+def draw_series(axes, lines: list[tuple[str, Curve]]) -> tuple[list[int | None], bool]:
+    """One series' curves on ``axes``, a (label, curve) each: the page's SVG and the PNG plot draw them with this one
+    function. Each line gets its own colour, line style and marker, so identical curves stay apart; a per-step
+    series' first step is a hollow marker of its own (compile and warm-up show there). Returns which curve each
+    repeats (model.identical) and whether a line was thinned to MAX_POINTS."""
+    thinned = False
+    for index, (label, curve) in enumerate(lines):
+        steps, values = _thinned(curve)
+        thinned = thinned or len(steps) < len(curve.steps)
+        colour, style, marker = f"C{index % 10}", LINE_STYLES[index % len(LINE_STYLES)], MARKERS[index % len(MARKERS)]
+        axes.plot(
+            steps,
+            values,
+            marker=marker if len(steps) <= 30 else None,
+            markersize=3,
+            color=colour,
+            label=label,
+            linestyle=style,
+        )
+        if curve.per_step:
+            axes.plot(steps[:1], values[:1], marker="o", markersize=7, fillstyle="none", linestyle="none", color=colour)
+    return identical([curve for _, curve in lines]), thinned
+
+
 def _final_and_first(label: str, curve: Curve) -> str:
     """'cpu: final 0.95 ± 0.01' and, for a per-step series, its first step apart."""
     first = f", first step {curve.first.mean:.4g} ± {curve.first.std:.2g}" if curve.per_step else ""
@@ -176,24 +200,7 @@ def curve_figure(comparison: Comparison, name: str, salt: str) -> Figure | None:
     pyplot = _pyplot()
     figure, axes = pyplot.subplots(figsize=(7, 3.6))
     figure.subplots_adjust(left=0.12, right=0.98, bottom=0.13, top=0.97)
-    thinned = False
-    repeats = identical([target.curves[name] for target in targets])
-    for index, target in enumerate(targets):
-        curve = target.curves[name]
-        steps, values = _thinned(curve)
-        thinned = thinned or len(steps) < len(curve.steps)
-        colour, style, marker = f"C{index % 10}", LINE_STYLES[index % len(LINE_STYLES)], MARKERS[index % len(MARKERS)]
-        axes.plot(
-            steps,
-            values,
-            marker=marker if len(steps) <= 30 else None,
-            markersize=3,
-            color=colour,
-            label=target.label,
-            linestyle=style,
-        )
-        if curve.per_step:  # the first step (compile, warm-up) apart: a hollow marker of its own
-            axes.plot(steps[:1], values[:1], marker="o", markersize=7, fillstyle="none", linestyle="none", color=colour)
+    repeats, thinned = draw_series(axes, [(target.label, target.curves[name]) for target in targets])
     if comparison.goal is not None and comparison.goal.metric == name:
         axes.axhline(comparison.goal.value, color="grey", linewidth=0.8, linestyle="--", label=comparison.goal.text)
     axes.set_xlabel(targets[0].steps_name)

@@ -195,3 +195,11 @@ def test_identical_curves_of_two_targets_are_told_apart_and_named(tmp_path):
     lines = [line for line in axes.get_lines() if len(line.get_xdata()) > 1]
     assert len({line.get_linestyle() for line in lines}) == 3  # one line style each: the two identical ones apart
     pyplot.close(figure)
+
+
+def test_the_png_plot_draws_curves_with_the_pages_function_and_bound():
+    """Issue 41 §1: before, plot.py and page_figures.py each drew curves their own way, under their own limits."""
+    from envkit.runs import page_figures, plot
+
+    assert plot.MAX_ROWS == page_figures.MAX_TARGETS
+    assert plot.draw_series is page_figures.draw_series
