@@ -66,6 +66,8 @@ class Row:
     not_finite: dict = field(default_factory=dict)  # metric -> successful runs that reported it as NaN or ±inf
     curves: dict = field(default_factory=dict)  # series name -> Curve, over its successful runs
     warnings: list[str] = field(default_factory=list)  # what the run wrapper found wrong (a lock that did not run)
+    time_to_goal: Stat | None = None  # seconds until its section's goal, over the runs that reached it (goals)
+    goal_reached: tuple[int, int] = (0, 0)  # (runs that reached the goal, successful runs that recorded its series)
     results: tuple = ()  # the runs behind it, for the HTML page's differences and goals (none for published rows)
 
     @property
@@ -145,6 +147,17 @@ def identical_groups(labels: list[str], repeats: list[int | None]) -> list[str]:
 # Line styles and markers for the curves of several targets, so that identical curves stay apart.
 LINE_STYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "x")
+
+
+@dataclass(frozen=True)
+class Goal:
+    metric: str
+    value: float
+    at_most: bool = False  # reached when the metric falls to the value (a loss), else when it rises to it
+
+    @property
+    def text(self) -> str:
+        return f"{self.metric} {'≤' if self.at_most else '≥'} {self.value:g}"
 
 
 @dataclass

@@ -5,8 +5,8 @@ recipe's): the table's cells are the report's own columns, the speed-up and its 
 (envkit.runs.speedups, as markdown, csv and json give them), the curves the model's (Row.curves: each run's
 final value, a per-step series' first step apart), the lines around the table the markdown report's. What the
 model does not hold is found here: the environment differences come from `envkit diff`'s comparison
-(envkit.image.diff over each run's inventory), and the time to reach report.yaml's ``goal`` is read from each
-run's series (a seed recipe's per-epoch lists are its series, envkit.runs.results.recipe_series).
+(envkit.image.diff over each run's inventory); the time to reach report.yaml's ``goal`` is the model's too
+(envkit.runs.goals).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from envkit.runs.formats import (
     section_intro,
     series_rows,
 )
+from envkit.runs.goals import goal_of
 from envkit.runs.html_page import MAX_FIGURE_COMPARISONS, write_page
 from envkit.runs.model import OURS, Report, Row, Section
-from envkit.runs.page_model import Comparison, Difference, Goal, Interval, Measure, Page, Target
-from envkit.runs.results import RunResult, stat_of
+from envkit.runs.page_model import Comparison, Difference, Interval, Page, Target
 from envkit.runs.speedups import baseline_text
 
 # What a run recorded about where it ran that an inventory does not hold: compared the way `envkit diff` compares.
@@ -47,37 +47,6 @@ RUN_FACTS = (
     "git_dirty",
 )
 ALL_PAIRS = 5  # up to this many environments every pair is shown; beyond, each against the first
-
-
-def _reached(goal: Goal, values: list[float]) -> int | None:
-    """The index of the first point that meets the goal."""
-    return next(
-        (i for i, value in enumerate(values) if (value <= goal.value if goal.at_most else value >= goal.value)), None
-    )
-
-
-def _time_to_goal(goal: Goal, runs: list[RunResult]) -> tuple[Measure | None, tuple[int, int]]:
-    """Seconds until the goal per successful run: a recipe's first epoch plus its later epochs' mean each; a
-    command's wall time in proportion to the steps (steps taken as equally long)."""
-    times = []
-    recorded = 0
-    for run in runs:
-        if goal.metric not in run.series or not run.succeeded:
-            continue
-        recorded += 1
-        values = run.series[goal.metric]["value"]
-        index = _reached(goal, values)
-        if index is None:
-            continue
-        if run.recipe is not None:
-            steady = run.timing.get("steady_epoch_s")
-            times.append(run.timing["first_epoch_s"] + index * (steady.mean if steady else 0.0))
-        else:
-            times.append(run.run["wall_time_s"] * (index + 1) / len(values))
-    if not times:
-        return None, (0, recorded)
-    stat = stat_of(times)
-    return (stat["mean"], stat["std"]), (len(times), recorded)
 
 
 def _speedup(row: Row) -> Interval | None:
@@ -119,10 +88,9 @@ def _label(row: Row) -> str:
     return label if row.source == OURS else f"{label} (published: {row.source_short})"
 
 
-def _target(row: Row, columns: list, goal: Goal | None, drawn: bool) -> Target:
+def _target(row: Row, columns: list, drawn: bool) -> Target:
     """The row's cells as the report writes them, its speed-up with its interval; ``drawn``: its comparison gets
     figures (html_page.MAX_FIGURE_COMPARISONS)."""
-    time_to_goal, reached = _time_to_goal(goal, list(row.results)) if goal else (None, (0, 0))
     steady = row.stats.get("steady_epoch_s")
     return Target(
         label=_label(row),
@@ -133,8 +101,8 @@ def _target(row: Row, columns: list, goal: Goal | None, drawn: bool) -> Target:
         steady_epoch=(steady.mean, steady.std) if steady else None,
         curves=dict(row.curves) if drawn else {},
         steps_name="step" if row.recipe is None else "epoch",
-        time_to_goal=time_to_goal,
-        goal_reached=reached,
+        time_to_goal=(row.time_to_goal.mean, row.time_to_goal.std) if row.time_to_goal else None,
+        goal_reached=row.goal_reached,
         failed=_left_out(row),
     )
 
@@ -183,19 +151,13 @@ def _notes(section: Section) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def _goal(facts: dict) -> Goal | None:
-    goal = facts.get("goal")
-    return Goal(goal["metric"], float(goal["value"]), goal.get("at_most", False)) if goal else None
-
-
 def page_from_report(report: Report, warnings: list[str]) -> Page:
     """The page of ``report`` (built with its runs), with the files the report skipped (``warnings``)."""
     comparisons = []
     for index, section in enumerate(report.sections):
         columns = markdown_columns(section, report.reference)
         speedup_name = section.facts.get("speedup", {}).get("name", "")
-        goal = _goal(section.facts)
-        targets = tuple(_target(row, columns, goal, index < MAX_FIGURE_COMPARISONS) for row in section.rows)
+        targets = tuple(_target(row, columns, index < MAX_FIGURE_COMPARISONS) for row in section.rows)
         differences, left_out = _differences(section)
         comparisons.append(
             Comparison(
@@ -206,7 +168,7 @@ def page_from_report(report: Report, warnings: list[str]) -> Page:
                 notes=_notes(section),
                 speedup_name=speedup_name,
                 baseline=baseline_text(section.rows, report.baseline),
-                goal=goal,
+                goal=goal_of(section.facts),
                 differences=differences,
                 differences_left_out=left_out,
                 series_headers=SERIES_HEADERS,

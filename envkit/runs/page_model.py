@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 # A target's curve is the report model's own: its mean per step, each run's final value, the first step apart.
-from envkit.runs.model import Curve
+from envkit.runs.model import Curve, Goal  # the report model's own
 
 Measure = tuple[float, float]  # (mean, spread: std over the runs)
 Interval = tuple[float, float, float]  # (value, low, high): a speed-up and its interval (envkit.runs.speedups)
@@ -42,17 +42,6 @@ class Difference:
     a: str  # the environment's name and the runs that ran in it
     b: str
     sections: tuple[tuple[str, str, tuple[str, ...]], ...]  # (title, summary line, its changes)
-
-
-@dataclass(frozen=True)
-class Goal:
-    metric: str
-    value: float
-    at_most: bool = False  # reached when the metric falls to the value (a loss), else when it rises to it
-
-    @property
-    def text(self) -> str:
-        return f"{self.metric} {'≤' if self.at_most else '≥'} {self.value:g}"
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from envkit.project import DEFAULT_CONFIG
 from envkit.project.experiments import Experiment, load_experiments, run_of
 from envkit.runs.comparison import command_sections, curves_of, notebook_cpu_mode
 from envkit.runs.environments import environment_facts, environment_line, environments_text, mark_environments
+from envkit.runs.goals import assign_goals
 from envkit.runs.model import NOTEBOOK_KEY, OURS, Report, Row, Section, notebook_label
 from envkit.runs.published import (
     describe_work,
@@ -234,6 +235,7 @@ def build_report(
             assign_speedups(section.rows, baseline, orders.get(section.experiment, ()))
         flag_beyond(section.rows)
         mark_environments(section)
+        assign_goals(section)
     ordered = [sections[key] for key in sorted(sections)]
     if strict:
         _refuse_mixed_environments(ordered)
