@@ -28,8 +28,8 @@ DECLARED = "named by --baseline"
 LISTED = "the first target of the experiment's list ({targets}) that ran with its device checked"
 FIRST = "the first row, in the table's order, that ran with its device checked"
 METHOD = (
-    f"[low–high]: the ratio's {CONFIDENCE:.0%} interval, Welch's t interval on the log of the runs' times "
-    "(each run one sample); faster or slower where it excludes 1, else no difference shown; "
+    f"Its verdict: ({CONFIDENCE:.0%} low–high) is the ratio's interval, Welch's t interval on the log of the runs' "
+    "times (each run one sample); faster or slower where it excludes 1, else no difference shown; "
     "a row or baseline of one run gives no verdict. A CPU stand-in or an unchecked device gets no speed-up"
 )
 
