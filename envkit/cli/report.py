@@ -94,8 +94,8 @@ def _add_report_options(parser: argparse.ArgumentParser) -> None:
         metavar="LABEL",
         default=None,
         help="configuration the speed-ups are relative to, e.g. 'cpu ×1', or a command's target (else its place), "
-        "e.g. 'cpu on envkit-cpu:latest' (default: the first single-device one; a command's: its cpu target, "
-        "else the first)",
+        "e.g. 'cpu on envkit-cpu:latest' (default: the first target of the experiment's list, else the first row, "
+        "that ran with its device checked; never a CPU stand-in)",
     )
     parser.add_argument(
         "--strict",

@@ -13,6 +13,7 @@ from typing import Any
 
 from envkit.runs.model import OURS, Row, Section
 from envkit.runs.results import Stat
+from envkit.runs.speedups import verdict_text
 
 NOT_APPLICABLE = "–"
 LOCK_DIGITS = 12  # a lock's sha256 is told apart by its first 12 digits, like an image ID
@@ -53,8 +54,15 @@ def _speedup_cell(row: Row) -> str:
         return NOT_APPLICABLE
     if row.speedup_beyond is not None:  # the ratio measured, never as a result
         return f"{row.speedup:.2f}× ({row.speedup_beyond})"
-    spread = f" ± {row.speedup_std:.2f}" if row.speedup_std is not None else ""
-    return f"{row.speedup:.2f}×{spread}"
+    return f"{row.speedup:.2f}× {verdict_text(row)}"
+
+
+def _verdict_flat(row: Row) -> tuple:
+    """The speed-up's interval and verdict (null where the row has no speed-up, or it is not a result)."""
+    if row.speedup is None or row.speedup_beyond is not None:
+        return None, None, None
+    low, high = row.speedup_interval or (None, None)
+    return _rounded(low), _rounded(high), row.verdict
 
 
 def _rounded(value: float | None) -> float | None:
@@ -211,6 +219,9 @@ COLUMNS = {
             ("speedup_beyond",),
             lambda row: (f"{row.speedup:.2f}× {row.speedup_beyond}" if row.speedup_beyond else None,),
         ),
+        # The speed-up's verdict (envkit.runs.speedups): its interval from the runs, and faster, slower, no
+        # difference shown, no verdict (a side of one run) or baseline.
+        Column("verdict", None, ("speedup_low", "speedup_high", "speedup_verdict"), _verdict_flat),
         # A command's rows (the run wrapper's records): where they ran (csv/json: configuration), how many
         # failed, and the wall time of the rest.
         Column("where", "where", (), lambda row: (), lambda row: row.label),
@@ -234,8 +245,7 @@ COLUMNS = {
             measure=lambda row: (row.wall_time_s.mean, row.wall_time_s.std) if row.wall_time_s else None,
             axis="wall time (s)",
         ),
-        # A comparison's rows: the speed-up's spread, what the runs really used, and the lock they ran on.
-        Column("speedup_std", None, ("speedup_std",), lambda row: (_rounded(row.speedup_std),)),
+        # A comparison's rows: what the runs really used, and the lock they ran on.
         _plain("device_used", "device used", lambda row: row.device),
         Column(
             "lock",
@@ -248,7 +258,7 @@ COLUMNS = {
 }
 # A command's columns: in csv/json only where the report holds a command's rows, so that a recipe's
 # report keeps its bytes (and its last columns, the experiment's).
-COMMAND_COLUMNS = ("where", "failed", "wall_time_s", "speedup_std", "device_used", "lock")
+COMMAND_COLUMNS = ("where", "failed", "wall_time_s", "device_used", "lock")
 FLAT_FIELDS = tuple(key for name, column in COLUMNS.items() if name not in COMMAND_COLUMNS for key in column.flat_keys)
 
 

@@ -13,7 +13,7 @@ notebook), and the environment's lock. The run block's device, where the record 
 really initialised: a run on a GPU or TPU target that initialised no accelerator is a CPU run, a row of its own
 kept out of speed-ups.
 A row's wall time and every metric are mean ± std over its successful runs; counters (report.yaml ``counters``:
-dvclive's ``step``) are not metrics; series are curves, their first step apart from the steady state.
+dvclive's ``step``) are not metrics; series are curves with each run's final value, their first step apart.
 """
 
 from __future__ import annotations
@@ -84,9 +84,20 @@ def promised(run: RunResult) -> str | None:
     return block["label"] if "label" in block else run.environment.get("device_type")
 
 
+def notebook_cpu_mode(run: RunResult) -> bool:
+    """A notebook run in CPU mode (``notebook.cpu_mode`` in the record): its accelerator's name, the CPU's work."""
+    return bool((run.notebook or {}).get("cpu_mode"))
+
+
 def cpu_stand_in(run: RunResult) -> bool:
-    """A run of an accelerator's target (its label is not the cpu) that initialised no accelerator."""
-    return promised(run) not in NO_ACCELERATOR and used_device(run)[1] is False
+    """A run of an accelerator's target (its label is not the cpu) that initialised no accelerator, or a notebook
+    run in CPU mode, whatever its device block says."""
+    return notebook_cpu_mode(run) or (promised(run) not in NO_ACCELERATOR and used_device(run)[1] is False)
+
+
+def stand_in_label(target: str, runs: list[RunResult]) -> str:
+    """A stand-in's row, named so in every table, figure and file: 'colab-t4 (CPU mode)', 'cuda (CPU run)'."""
+    return f"{target} (CPU mode)" if notebook_cpu_mode(runs[0]) else f"{target} (CPU run)"
 
 
 def _data_key(run: RunResult) -> str | None:
@@ -108,12 +119,22 @@ def is_counter(name: str) -> bool:
 
 def _curve(runs: list[RunResult], name: str) -> Curve | None:
     """The mean curve of series ``name`` over ``runs`` (those that wrote it), bounded to CURVE_POINTS points."""
-    return mean_curve([run.series[name] for run in runs if run.series.get(name, {}).get("step")])
+    written = [run.series[name] for run in runs if run.series.get(name, {}).get("step")]
+    return mean_curve(written, per_step=all(run.recipe is None for run in runs))
 
 
-def mean_curve(written: list[dict]) -> Curve | None:
+def curves_of(runs: list[RunResult]) -> dict[str, Curve]:
+    """The mean curve of each series ``runs`` wrote (counters are not series), by name: a command's row's and a
+    recipe's alike."""
+    names = sorted({name for run in runs for name in run.series if not is_counter(name)})
+    curves = {name: _curve(runs, name) for name in names}
+    return {name: curve for name, curve in curves.items() if curve is not None}
+
+
+def mean_curve(written: list[dict], per_step: bool = True) -> Curve | None:
     """The mean curve of one series as several runs wrote it (each {"step": [...], "value": [...]}), bounded to
-    CURVE_POINTS points; None where none wrote it."""
+    CURVE_POINTS points, with each run's final value; None where none wrote it. ``per_step``: False for a seed
+    recipe's per-epoch lists."""
     if not written:
         return None
     by_step: dict[int, list[float]] = {}
@@ -123,14 +144,14 @@ def mean_curve(written: list[dict]) -> Curve | None:
     steps = sorted(by_step)
     stride = max(1, math.ceil(len(steps) / CURVE_POINTS))
     kept = steps[::stride]
-    later = [value for series in written for value in series["value"][1:]]
     return Curve(
         steps=tuple(kept),
         values=tuple(sum(by_step[step]) / len(by_step[step]) for step in kept),
         runs=len(written),
         first=Stat(**stat_of([series["value"][0] for series in written])),
-        steady=_stat(later),
+        final=Stat(**stat_of([series["value"][-1] for series in written])),
         stride=stride,
+        per_step=per_step,
     )
 
 
@@ -140,8 +161,6 @@ def _row(target: str, runs: list[RunResult], facts: dict) -> Row:
     environments = sorted({environment_line(run.environment) for run in runs})
     names = sorted({name for run in done for name in (*run.metrics, *run.not_finite) if not is_counter(name)})
     values = {name: [run.metrics[name] for run in done if name in run.metrics] for name in names}
-    series = sorted({name for run in done for name in run.series if not is_counter(name)})
-    curves = {name: _curve(done, name) for name in series}
     return Row(
         source=OURS,
         source_short=OURS,
@@ -156,7 +175,7 @@ def _row(target: str, runs: list[RunResult], facts: dict) -> Row:
         experiment=runs[0].experiment,
         environments=tuple(sorted({environment_facts(run) for run in runs}, key=json.dumps)),
         facts=facts,
-        place=f"{target} (CPU run)" if cpu_stand_in(runs[0]) else target,
+        place=stand_in_label(target, runs) if cpu_stand_in(runs[0]) else target,
         failed=len(runs) - len(done),
         wall_time_s=_stat([run.run["wall_time_s"] for run in done]),
         metrics={name: stat for name in names if (stat := _stat(values[name])) is not None},
@@ -164,9 +183,10 @@ def _row(target: str, runs: list[RunResult], facts: dict) -> Row:
         lock=runs[0].environment.get("lock_sha256"),
         device=" / ".join(sorted({used_device(run)[0] for run in runs})),
         cpu_stand_in=cpu_stand_in(runs[0]),
+        device_checked=all(used_device(run)[1] is not None for run in runs),
         reported={name: len(values[name]) for name in names},
         not_finite={name: count for name in names if (count := sum(name in run.not_finite for run in done)) > 0},
-        curves={name: curve for name, curve in curves.items() if curve is not None},
+        curves=curves_of(done),
         warnings=sorted(
             {warning for run in runs for warning in run.run.get("warnings") or () if isinstance(warning, str)}
         ),
@@ -266,34 +286,3 @@ def command_sections(
                 differs=_differences(work, by_experiment[experiment], lock),
             )
     return sections
-
-
-def _wall(row: Row) -> Stat | None:
-    return row.wall_time_s if row.wall_time_s and row.wall_time_s.mean > 0 else None
-
-
-def assign_speedups(rows: list[Row], baseline: str | None) -> None:
-    """Speed-up = the baseline row's wall time ÷ the row's, with its spread (both wall times' relative std, added
-    in quadrature); the baseline is ``baseline`` (a row's label), else the cpu target's row, else the first.
-    A CPU run of an accelerator's target gets none, and is never the baseline."""
-    measured = [row for row in rows if not row.cpu_stand_in and _wall(row)]
-    if baseline is not None:
-        reference = next((row for row in measured if row.label == baseline), None)
-    else:
-        reference = next((row for row in measured if row.configuration["device"] == "cpu"), None)
-        reference = reference or next(iter(measured), None)
-    if reference is None:
-        return
-    base = _wall(reference)
-    for row in measured:
-        wall = _wall(row)
-        row.speedup = base.mean / wall.mean
-        # The baseline's own ratio is 1 by definition: no spread.
-        row.speedup_std = None if row is reference else speedup_spread(base, wall)
-        row.baseline = reference.label
-
-
-def speedup_spread(base: Stat, measured: Stat) -> float:
-    """The spread of the speed-up base.mean ÷ measured.mean: both sides' relative std, added in quadrature."""
-    spread = math.hypot(base.std / base.mean if base.mean else 0.0, measured.std / measured.mean)
-    return base.mean / measured.mean * spread

@@ -71,6 +71,19 @@ def mark_environments(section: Section) -> None:
         row.mark = ",".join(environment_letter(seen.index(facts)) for facts in row.environments)
 
 
+def environment_groups(section: Section) -> list[tuple[str, list[RunResult]]]:
+    """The section's environments as its table letters them (mark_environments: report.yaml's environment_facts),
+    each with its runs in the table's order: the one identity the table, its note and the page's differences share.
+    None where its measured runs ran in one environment."""
+    return [
+        (
+            environment_letter(index),
+            [run for row in section.rows for run in row.results if environment_facts(run) == facts],
+        )
+        for index, facts in enumerate(section.environments)
+    ]
+
+
 def environment_letter(index: int) -> str:
     return string.ascii_uppercase[index % 26] + (str(index // 26) if index >= 26 else "")
 

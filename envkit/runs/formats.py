@@ -10,6 +10,7 @@ from envkit.project.secrets import redacted
 from envkit.runs.columns import (
     COLUMNS,
     COMMAND_COLUMNS,
+    NOT_APPLICABLE,
     Column,
     column_of,
     counted,
@@ -21,6 +22,7 @@ from envkit.runs.columns import (
 from envkit.runs.comparison import arguments_text
 from envkit.runs.environments import environments_text
 from envkit.runs.model import OURS, Report, Section
+from envkit.runs.speedups import METHOD, baseline_text
 
 
 def markdown_columns(section: Section, reference: bool) -> list[Column]:
@@ -48,7 +50,8 @@ def _recipe_intro(section: Section, report: Report) -> list[str]:
     within = words_and([COLUMNS[key].short_name for key in facts["comparable_by"]])
     lines = [
         f"Seconds are wall-clock; s/iter and s/epoch are mean ± std over all iterations/epochs of all runs. "
-        f"Speed-up = baseline {metric} ÷ row {metric}, within the same {within}; baseline: {report.baseline_rule}."
+        f"Speed-up = baseline {metric} ÷ row {metric}, within the same {within}; baseline: "
+        f"{baseline_text(section.rows, report.baseline)}. {METHOD}."
     ]
     if report.reference:
         lines.append('Rows whose source starts with "published" are the published numbers, not measured here.')
@@ -58,20 +61,14 @@ def _recipe_intro(section: Section, report: Report) -> list[str]:
 
 
 def _command_intro(section: Section, report: Report) -> list[str]:
-    baseline = next((row.baseline for row in section.rows if row.baseline), None)
     work = section.work
     data = f", data {json.dumps(work['data'], sort_keys=True)}" if work.get("data") is not None else ""
     lines = [
         f"Runs of `{section.experiment}` that did the same work (arguments {arguments_text(work.get('arguments', []))}"
         f"{data}), a row per target on its own lock: the run wrapper's wall time in seconds and each metric the "
         "program reported, mean ± std over its successful runs (failed runs are counted, not measured). "
-        "Speed-up = baseline wall time ÷ row wall time, ± its spread from both wall times' std; baseline: "
-        f"{baseline or 'none'} "
-        + (
-            "(--baseline)."
-            if report.baseline_rule.endswith("(--baseline)")
-            else "(the cpu run, else the first; choose with --baseline)."
-        )
+        f"Speed-up = baseline wall time ÷ row wall time; baseline: {baseline_text(section.rows, report.baseline)}. "
+        f"{METHOD}."
     ]
     if section.differs:
         lines.append(
@@ -89,12 +86,13 @@ def command_notes(section: Section) -> list[str]:
     if stand_ins:
         notes.append(
             f"{words_and(stand_ins)}: runs of an accelerator's target whose device block shows no accelerator "
-            "initialised: CPU runs, kept out of the speed-ups."
+            "initialised, or a notebook's CPU mode: CPU runs, kept out of the speed-ups."
         )
-    if any(row.device and row.device.endswith("(not checked)") for row in rows):
+    if not all(row.device_checked for row in rows):
         notes.append(
             "device used (not checked): the record has no device block, or its program ran no Python that "
-            "reported one, so the target's label stands for what the program initialised."
+            "reported one, so the target's label stands for what the program initialised; such a row is kept out "
+            "of the speed-ups (nothing says what it measured)."
         )
     notes += [f"{row.label}: the run wrapper warns: {warning}" for row in rows for warning in row.warnings]
     if any(row.not_finite for row in rows):
@@ -104,32 +102,39 @@ def command_notes(section: Section) -> list[str]:
     return [_md_text(note) for note in notes]
 
 
-SERIES_HEADERS = ("where", "series", "runs", "steps", "first step", "steady state")
+SERIES_HEADERS = ("where", "series", "runs", "steps", "final value", "first step")
 
 
 def series_rows(section: Section) -> list[list[str]]:
-    """Each row's series (dvclive's per-step files) as table cells: the first step apart from the steady state."""
+    """Each row's series (dvclive's per-step files, a seed recipe's per-epoch lists) as table cells: each run's
+    final value across the runs; a per-step series' first step apart (a per-epoch series has none apart)."""
     rows = []
     for row in section.rows:
         for name in section.series_names:
             curve = row.curves.get(name)
             if curve is not None:
-                steps = f"{curve.steps[0]}–{curve.steps[-1]}"
-                rows.append(
-                    [row.label, name, str(curve.runs), steps, significant(curve.first), significant(curve.steady)]
-                )
+                steps = f"{curve.unit}s {curve.steps[0]}–{curve.steps[-1]}"
+                first = significant(curve.first) if curve.per_step else NOT_APPLICABLE
+                where = row.label if row.run is None else f"{row.run}: {row.label}"
+                rows.append([where, name, str(curve.runs), steps, significant(curve.final), first])
     return rows
 
 
+SERIES_INTRO = (
+    "Series (the figures draw them as curves): each run's final value, mean ± std across the runs that wrote the "
+    "series; a per-step series' first step apart (it holds compilation and warm-up); a per-epoch series' first "
+    "epoch is timed apart instead."
+)
+
+
 def _series_markdown(section: Section) -> list[str]:
-    """Each row's series: the first step apart from the steady state."""
+    """Each row's series: its final value across the runs, a per-step series' first step apart."""
     rows = series_rows(section)
     if not rows:
         return []
     return [
         "",
-        "Series, per step (the plot draws them as curves): the first step's value apart from the steady state "
-        "(every later step), mean ± std over the runs that wrote the series.",
+        SERIES_INTRO,
         "",
         _md_line(list(SERIES_HEADERS)),
         _md_line(["---"] * len(SERIES_HEADERS)),
@@ -197,13 +202,16 @@ def format_markdown(report: Report) -> str:
 
 
 def _flat_columns(report: Report) -> list[Column]:
-    """The csv/json columns: FLAT_FIELDS', then, where the report holds a command's rows, the command's
-    columns and a column per metric they reported."""
-    columns = [column for name, column in COLUMNS.items() if name not in COMMAND_COLUMNS]
-    if not any(row.place for section in report.sections for row in section.rows):
-        return columns
+    """The csv/json columns that have a value in at least one of the report's rows (issue 40 §11: a command's
+    experiment has no recipe columns, a recipe's none of a command's), in FLAT_FIELDS' order, then the command's
+    columns and a column per metric the rows reported; a report without rows keeps FLAT_FIELDS' header."""
+    rows = [row for section in report.sections for row in section.rows]
     names = sorted({name for section in report.sections for name in section.metric_names})
-    return columns + [COLUMNS[name] for name in COMMAND_COLUMNS] + [metric_column(name) for name in names]
+    fixed = [column for name, column in COLUMNS.items() if name not in COMMAND_COLUMNS]
+    if not rows:
+        return fixed
+    columns = fixed + [COLUMNS[name] for name in COMMAND_COLUMNS] + [metric_column(name) for name in names]
+    return [column for column in columns if any(value is not None for row in rows for value in column.flat(row))]
 
 
 def flat_rows(report: Report) -> list[dict]:

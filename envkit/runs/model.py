@@ -51,14 +51,23 @@ class Row:
     target: str | None = None  # the target it ran on (the record's), else where it ran (place)
     lock: str | None = None  # the lock_sha256 its runs ran on; None: unlocked
     device: str | None = None  # what its runs really initialised, in words (the record's device block)
-    cpu_stand_in: bool = False  # an accelerator target's runs that initialised no accelerator: no speed-up
-    speedup_std: float | None = None  # the speed-up's spread, from both wall times' std
+    # An accelerator target's runs that initialised no accelerator (--allow-cpu, a notebook's CPU mode): no speed-up.
+    cpu_stand_in: bool = False
+    device_checked: bool = True  # the record says what its runs initialised (a recipe's always does): may be baseline
+    # Its speed-up's verdict (envkit.runs.speedups): the ratio's interval (None: a side of one run), "faster",
+    # "slower", "no difference shown", "no verdict" or "baseline", the runs on each side, and the baseline's rule.
+    speedup_interval: tuple[float, float] | None = None
+    verdict: str | None = None
+    speedup_runs: tuple[int, int] = (0, 0)
+    baseline_rule: str | None = None
     # Why its speed-up is not a result: beyond what its devices could give against the baseline's (speedup_bounds).
     speedup_beyond: str | None = None
     reported: dict = field(default_factory=dict)  # metric -> successful runs that reported it as a finite number
     not_finite: dict = field(default_factory=dict)  # metric -> successful runs that reported it as NaN or ±inf
     curves: dict = field(default_factory=dict)  # series name -> Curve, over its successful runs
     warnings: list[str] = field(default_factory=list)  # what the run wrapper found wrong (a lock that did not run)
+    time_to_goal: Stat | None = None  # seconds until its section's goal, over the runs that reached it (goals)
+    goal_reached: tuple[int, int] = (0, 0)  # (runs that reached the goal, successful runs that recorded its series)
     results: tuple = ()  # the runs behind it, for the HTML page's differences and goals (none for published rows)
 
     @property
@@ -95,16 +104,60 @@ class Row:
 
 @dataclass(frozen=True)
 class Curve:
-    """One series of a row's runs (dvclive's plots/metrics/<name>.tsv): the mean value per step over the runs
-    that reached it, at most a bounded number of points (every ``stride``-th step); the first step apart from the
-    steady state (every later step: compile and warm-up show in the first)."""
+    """One series of a row's runs (dvclive's plots/metrics/<name>.tsv, a seed recipe's per-epoch lists): the mean
+    value per step over the runs that reached it, at most a bounded number of points (every ``stride``-th step); each
+    run's final value over the runs; and a per-step series' first step apart (compilation and warm-up show there: a
+    recipe's first epoch is timed apart instead, and its first value is a whole epoch's)."""
 
     steps: tuple[int, ...]
     values: tuple[float, ...]
     runs: int  # the runs that wrote the series
     first: Stat  # the first step's value over those runs
-    steady: Stat | None  # every later step's value over those runs (None: one step only)
+    final: Stat  # each run's last value, mean ± std across the runs (not over the steps of a curve still moving)
     stride: int = 1  # >1: the curve keeps every stride-th step of a longer series
+    per_step: bool = True  # False: a seed recipe's per-epoch list
+
+    @property
+    def unit(self) -> str:
+        return "step" if self.per_step else "epoch"
+
+
+def identical(curves: list[Curve | None]) -> list[int | None]:
+    """For each curve, the index of an earlier one it repeats point for point (None: its own): two targets'
+    identical curves would draw as one line, so the figures tell them apart and say so."""
+    seen: dict[tuple, int] = {}
+    repeats: list[int | None] = []
+    for index, curve in enumerate(curves):
+        key = None if curve is None else (curve.steps, curve.values)
+        repeats.append(seen.get(key) if key is not None else None)
+        if key is not None:
+            seen.setdefault(key, index)
+    return repeats
+
+
+def identical_groups(labels: list[str], repeats: list[int | None]) -> list[str]:
+    """'a and b' for each group of curves that repeat one another (``repeats``: identical's), named by ``labels``."""
+    groups: dict[int, list[str]] = {}
+    for index, first in enumerate(repeats):
+        if first is not None:
+            groups.setdefault(first, [labels[first]]).append(labels[index])
+    return [" and ".join(names) for names in groups.values()]
+
+
+# Line styles and markers for the curves of several targets, so that identical curves stay apart.
+LINE_STYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "x")
+
+
+@dataclass(frozen=True)
+class Goal:
+    metric: str
+    value: float
+    at_most: bool = False  # reached when the metric falls to the value (a loss), else when it rises to it
+
+    @property
+    def text(self) -> str:
+        return f"{self.metric} {'≤' if self.at_most else '≥'} {self.value:g}"
 
 
 @dataclass
@@ -152,6 +205,7 @@ class Report:
     reference: bool
     copies: int = 0  # records that repeat another's run name and start: counted once
     warnings: list[str] = field(default_factory=list)  # what the reader should know: each copy, each NaN reported
+    baseline: str | None = None  # the row label --baseline names
 
 
 def configuration_label(configuration: dict) -> str:

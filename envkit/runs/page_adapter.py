@@ -1,18 +1,16 @@
 """The page's data (envkit.runs.page_model) from the report's model: the one place that knows both.
 
 One comparison per report section (envkit.runs.comparison groups a command's runs, envkit.runs.report a
-recipe's): the table's cells are the report's own columns, the speed-up's spread the model's, the curves the
-model's (Row.curves: the first step apart from the steady state), the lines around the table the markdown
-report's. What the model does not hold is found here: the environment differences come from `envkit diff`'s
-comparison (envkit.image.diff over each run's inventory), a seed recipe's per-epoch lists (``epoch_loss``,
-``epoch_test_accuracy``) are read from its files and averaged by the model's own curve function, a recipe row's
-speed-up spread uses the model's formula, and the time to reach report.yaml's ``goal`` is read from each run's
-series.
+recipe's): the table's cells are the report's own columns, the speed-up and its interval the model's
+(envkit.runs.speedups, as markdown, csv and json give them), the curves the model's (Row.curves: each run's
+final value, a per-step series' first step apart), the lines around the table the markdown report's. What the
+model does not hold is found here: the environment differences come from `envkit diff`'s comparison
+(envkit.image.diff over each run's inventory); the time to reach report.yaml's ``goal`` is the model's too
+(envkit.runs.goals).
 """
 
 from __future__ import annotations
 
-import json
 from itertools import combinations
 from pathlib import Path
 
@@ -20,25 +18,22 @@ from envkit.errors import EnvkitError
 from envkit.image.diff import compare, dict_changes, format_sections
 from envkit.image.inventory import from_environment
 from envkit.runs.columns import counted
-from envkit.runs.comparison import mean_curve, speedup_spread
-from envkit.runs.environments import environment_letter, environments_text
+from envkit.runs.environments import environment_groups, environments_text
 from envkit.runs.formats import (
     SERIES_HEADERS,
+    SERIES_INTRO,
     command_notes,
     markdown_columns,
     section_headers,
     section_intro,
     series_rows,
 )
+from envkit.runs.goals import goal_of
 from envkit.runs.html_page import MAX_FIGURE_COMPARISONS, write_page
-from envkit.runs.model import OURS, Curve, Report, Row, Section
-from envkit.runs.page_model import Comparison, Difference, Goal, Measure, Page, Target
-from envkit.runs.report import speedup_stat
-from envkit.runs.results import RunResult, stat_of
-from envkit.support.bounded_load import load_json
+from envkit.runs.model import OURS, Report, Row, Section
+from envkit.runs.page_model import Comparison, Difference, Interval, Page, Target
+from envkit.runs.speedups import baseline_text
 
-# A seed recipe's per-epoch lists (its metrics), by the name of the metric they end at.
-RECIPE_SERIES = {"epoch_loss": "loss", "epoch_test_accuracy": "test_accuracy"}
 # What a run recorded about where it ran that an inventory does not hold: compared the way `envkit diff` compares.
 RUN_FACTS = (
     "host",
@@ -54,81 +49,14 @@ RUN_FACTS = (
 ALL_PAIRS = 5  # up to this many environments every pair is shown; beyond, each against the first
 
 
-def _recipe_series(run: RunResult) -> dict[str, dict]:
-    """A seed recipe's per-epoch lists as series ({"step": [1, ...], "value": [...]}): the report's model keeps
-    none, so they are read from its file. The report's loader read it within its bounds a moment ago; one
-    that has gone or changed since then just draws no curve."""
-    try:
-        document = load_json(run.path)
-    except EnvkitError:
-        return {}
-    metrics = document.get("metrics") if isinstance(document, dict) else None
-    if not isinstance(metrics, dict):
-        return {}
-    return {
-        name: {"step": list(range(1, len(metrics[key]) + 1)), "value": metrics[key]}
-        for key, name in RECIPE_SERIES.items()
-        if isinstance(metrics.get(key), list) and metrics[key]
-    }
-
-
-def _series(run: RunResult) -> dict[str, dict]:
-    """A run's series by name: a command's as the model loaded them, a recipe's from its file."""
-    return run.series if run.recipe is None else _recipe_series(run)
-
-
-def _curves(row: Row, series: list[dict[str, dict]]) -> dict[str, Curve]:
-    """The row's curves: the model's (a command's), else the model's mean of its runs' recipe series."""
-    if row.recipe is None:
-        return dict(row.curves)
-    names = sorted({name for one in series for name in one})
-    curves = {name: mean_curve([one[name] for one in series if name in one]) for name in names}
-    return {name: curve for name, curve in curves.items() if curve is not None}
-
-
-def _reached(goal: Goal, values: list[float]) -> int | None:
-    """The index of the first point that meets the goal."""
-    return next(
-        (i for i, value in enumerate(values) if (value <= goal.value if goal.at_most else value >= goal.value)), None
-    )
-
-
-def _time_to_goal(goal: Goal, runs: list[RunResult], series: list[dict]) -> tuple[Measure | None, tuple[int, int]]:
-    """Seconds until the goal per successful run: a recipe's first epoch plus its later epochs' mean each; a
-    command's wall time in proportion to the steps (steps taken as equally long)."""
-    times = []
-    recorded = 0
-    for run, one in zip(runs, series):
-        if goal.metric not in one or not run.succeeded:
-            continue
-        recorded += 1
-        values = one[goal.metric]["value"]
-        index = _reached(goal, values)
-        if index is None:
-            continue
-        if run.recipe is not None:
-            steady = run.timing.get("steady_epoch_s")
-            times.append(run.timing["first_epoch_s"] + index * (steady.mean if steady else 0.0))
-        else:
-            times.append(run.run["wall_time_s"] * (index + 1) / len(values))
-    if not times:
-        return None, (0, recorded)
-    stat = stat_of(times)
-    return (stat["mean"], stat["std"]), (len(times), recorded)
-
-
-def _speedup(row: Row, section: Section) -> Measure | None:
-    """The row's speed-up with its spread: the model's (a comparison's rows); a recipe's row, whose model keeps
-    none, by the model's formula from both sides' measure; none where it is beyond the devices used (not a result)."""
+def _speedup(row: Row) -> Interval | None:
+    """The row's speed-up with its interval (envkit.runs.speedups, as every format gives it): (ratio, low, high),
+    the ratio itself at both ends where no interval exists; none where it is beyond the devices used (not a
+    result)."""
     if row.speedup is None or row.speedup_beyond is not None:
         return None
-    if row.recipe is None or row.speedup_std is not None:
-        return row.speedup, row.speedup_std or 0.0
-    base = next(r for r in section.rows if r.label == row.baseline and r.comparable_key() == row.comparable_key())
-    if base is row:  # the baseline against itself: 1 exactly
-        return row.speedup, 0.0
-    sides = speedup_stat(base), speedup_stat(row)
-    return row.speedup, speedup_spread(*sides) if all(sides) else 0.0
+    low, high = row.speedup_interval or (row.speedup, row.speedup)
+    return row.speedup, low, high
 
 
 def _left_out(row: Row) -> tuple[str, ...]:
@@ -160,39 +88,31 @@ def _label(row: Row) -> str:
     return label if row.source == OURS else f"{label} (published: {row.source_short})"
 
 
-def _target(row: Row, section: Section, columns: list, goal: Goal | None, drawn: bool) -> Target:
-    """The row's cells as the report writes them (a recipe's speed-up cell with the spread its model lacks), its
-    speed-up with its spread; ``drawn``: its comparison gets figures (html_page.MAX_FIGURE_COMPARISONS)."""
-    series = [_series(run) for run in row.results] if drawn or goal else []
-    time_to_goal, reached = _time_to_goal(goal, list(row.results), series) if goal else (None, (0, 0))
+def _target(row: Row, columns: list, drawn: bool) -> Target:
+    """The row's cells as the report writes them, its speed-up with its interval; ``drawn``: its comparison gets
+    figures (html_page.MAX_FIGURE_COMPARISONS)."""
     steady = row.stats.get("steady_epoch_s")
-    speedup = _speedup(row, section)
-    spread = f" ± {speedup[1]:.2f}" if speedup and speedup[1] > 0 and row.speedup_std is None else ""
     return Target(
         label=_label(row),
-        cells=tuple(column.cell(row) + (spread if column.key == "speedup" else "") for column in columns),
+        cells=tuple(column.cell(row) for column in columns),
         published=None if row.source == OURS else row.source,
-        speedup=speedup,
+        speedup=_speedup(row),
         first_epoch=row.first_epoch_s,
         steady_epoch=(steady.mean, steady.std) if steady else None,
-        curves=_curves(row, series) if drawn else {},
+        curves=dict(row.curves) if drawn else {},
         steps_name="step" if row.recipe is None else "epoch",
-        time_to_goal=time_to_goal,
-        goal_reached=reached,
+        time_to_goal=(row.time_to_goal.mean, row.time_to_goal.std) if row.time_to_goal else None,
+        goal_reached=row.goal_reached,
         failed=_left_out(row),
     )
 
 
 def _differences(section: Section) -> tuple[tuple[Difference, ...], str | None]:
-    """`envkit diff` between the distinct environments the section's runs recorded."""
-    named: dict[str, tuple[dict, list[str]]] = {}
-    for row in section.rows:
-        for run in row.results:
-            key = json.dumps(run.environment, sort_keys=True, default=str)
-            named.setdefault(key, (run.environment, []))[1].append(run.run_name)
+    """`envkit diff` between the environments the section's table letters (environments.environment_groups: the
+    same letters and runs), each by its first run's record."""
     environments = [
-        (f"environment {environment_letter(i)} (runs: {_listed(runs)})", environment)
-        for i, (environment, runs) in enumerate(named.values())
+        (f"environment {letter} (runs: {_listed([run.run_name for run in runs])})", runs[0].environment)
+        for letter, runs in environment_groups(section)
     ]
     inventories = {name: from_environment(name, environment) for name, environment in environments}
     pairs = list(combinations(environments, 2))
@@ -231,19 +151,13 @@ def _notes(section: Section) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def _goal(facts: dict) -> Goal | None:
-    goal = facts.get("goal")
-    return Goal(goal["metric"], float(goal["value"]), goal.get("at_most", False)) if goal else None
-
-
 def page_from_report(report: Report, warnings: list[str]) -> Page:
     """The page of ``report`` (built with its runs), with the files the report skipped (``warnings``)."""
     comparisons = []
     for index, section in enumerate(report.sections):
         columns = markdown_columns(section, report.reference)
         speedup_name = section.facts.get("speedup", {}).get("name", "")
-        goal = _goal(section.facts)
-        targets = tuple(_target(row, section, columns, goal, index < MAX_FIGURE_COMPARISONS) for row in section.rows)
+        targets = tuple(_target(row, columns, index < MAX_FIGURE_COMPARISONS) for row in section.rows)
         differences, left_out = _differences(section)
         comparisons.append(
             Comparison(
@@ -253,12 +167,13 @@ def page_from_report(report: Report, warnings: list[str]) -> Page:
                 targets=targets,
                 notes=_notes(section),
                 speedup_name=speedup_name,
-                baseline=next((row.baseline for row in section.rows if row.baseline), None),
-                goal=goal,
+                baseline=baseline_text(section.rows, report.baseline),
+                goal=goal_of(section.facts),
                 differences=differences,
                 differences_left_out=left_out,
                 series_headers=SERIES_HEADERS,
                 series_rows=tuple(tuple(cells) for cells in series_rows(section)),
+                series_intro=SERIES_INTRO,
             )
         )
     configurations = sum(1 for section in report.sections for row in section.rows if row.source == OURS)

@@ -13,9 +13,11 @@ import io
 from dataclasses import dataclass
 
 from envkit.runs.comparison import CURVE_POINTS
+from envkit.runs.model import LINE_STYLES, MARKERS, identical, identical_groups
 from envkit.runs.page_model import Comparison, Curve, Target
+from envkit.runs.welch import CONFIDENCE
 
-MAX_TARGETS = 16
+MAX_TARGETS = 16  # bars or lines per figure, on the page and in the PNG plot (plot.MAX_ROWS)
 MAX_POINTS = 250
 MAX_CURVES = 4  # series drawn per comparison
 HATCH = "//"  # published rows: hatched, so they cannot pass for ours
@@ -56,13 +58,25 @@ def _bounded(targets: list[Target], what: str) -> tuple[list[Target], str]:
     return targets[:MAX_TARGETS], f" The first {MAX_TARGETS} of {len(targets)} {what} are drawn; the table lists all."
 
 
-def _bars(axes, labels: list[str], given: list[tuple[float, float] | None], published: list[bool], colour: str) -> None:
-    """Horizontal bars in the table's order; a row without a measure gets no bar and no number."""
-    measures = [measure or (0.0, 0.0) for measure in given]
+def _errors(given: list[tuple | None]) -> list[list[float]]:
+    """matplotlib's error bars, below and above each value: a (mean, spread) measure's spread on both sides, a
+    (value, low, high) interval's ends (0 where a row has no measure)."""
+    below, above = [], []
+    for measure in given:
+        value, *ends = measure or (0.0, 0.0)
+        low, high = (value - ends[0], value + ends[0]) if len(ends) == 1 else ends
+        below.append(value - low)
+        above.append(high - value)
+    return [below, above]
+
+
+def _bars(axes, labels: list[str], given: list[tuple | None], published: list[bool], colour: str) -> None:
+    """Horizontal bars in the table's order, error bars a measure's spread or an interval's ends; a row without
+    a measure gets no bar and no number."""
     drawn = axes.barh(
         range(len(labels)),
-        [mean for mean, _ in measures],
-        xerr=[spread for _, spread in measures],
+        [measure[0] if measure else 0.0 for measure in given],
+        xerr=_errors(given),
         capsize=3,
         color=colour,
         edgecolor="black",
@@ -96,10 +110,10 @@ def speedup_figure(comparison: Comparison, salt: str) -> Figure | None:
         targets, [target.speedup for target in targets], [target.published is not None for target in targets], "C0"
     )
     axes.axvline(1.0, color="grey", linewidth=0.8, linestyle="--")
-    axes.set_xlabel(f"speed-up ({comparison.speedup_name}) against {comparison.baseline or 'the baseline'}")
+    axes.set_xlabel(f"speed-up ({comparison.speedup_name}) against the baseline")
     caption = (
-        f"Speed-up against {comparison.baseline or 'the baseline'}: error bars are the spread of the ratio "
-        "(the runs' std of both sides, propagated)."
+        f"Speed-up against the baseline, {comparison.baseline}: error bars are the ratio's {CONFIDENCE:.0%} "
+        "interval from the runs (Welch's t interval on log times; none for a side of one run)."
         + (" Hatched bars are published numbers." if any(target.published for target in targets) else "")
         + left_out
     )
@@ -139,9 +153,39 @@ def _thinned(curve: Curve) -> tuple[list[float], list[float]]:
     return [curve.steps[i] for i in picked], [curve.values[i] for i in picked]
 
 
-def _first_and_steady(label: str, curve: Curve) -> str:
-    steady = f"{curve.steady.mean:.4g} ± {curve.steady.std:.2g}" if curve.steady else "none (one step)"
-    return f"{label}: first {curve.first.mean:.4g} ± {curve.first.std:.2g}, steady state {steady}"
+def draw_series(axes, lines: list[tuple[str, Curve]]) -> tuple[list[int | None], bool]:
+    """One series' curves on ``axes``, a (label, curve) each: the page's SVG and the PNG plot draw them with this one
+    function. Each line gets its own colour, line style and marker, so identical curves stay apart; a per-step
+    series' first step is a hollow marker of its own (compile and warm-up show there). Returns which curve each
+    repeats (model.identical) and whether a line was thinned to MAX_POINTS."""
+    thinned = False
+    for index, (label, curve) in enumerate(lines):
+        steps, values = _thinned(curve)
+        thinned = thinned or len(steps) < len(curve.steps)
+        colour, style, marker = f"C{index % 10}", LINE_STYLES[index % len(LINE_STYLES)], MARKERS[index % len(MARKERS)]
+        axes.plot(
+            steps,
+            values,
+            marker=marker if len(steps) <= 30 else None,
+            markersize=3,
+            color=colour,
+            label=label,
+            linestyle=style,
+        )
+        if curve.per_step:
+            axes.plot(steps[:1], values[:1], marker="o", markersize=7, fillstyle="none", linestyle="none", color=colour)
+    return identical([curve for _, curve in lines]), thinned
+
+
+def _final_and_first(label: str, curve: Curve) -> str:
+    """'cpu: final 0.95 ± 0.01' and, for a per-step series, its first step apart."""
+    first = f", first step {curve.first.mean:.4g} ± {curve.first.std:.2g}" if curve.per_step else ""
+    return f"{label}: final {curve.final.mean:.4g} ± {curve.final.std:.2g}{first}"
+
+
+def _identical(labels: list[str], repeats: list[int | None]) -> str:
+    listed = "; ".join(identical_groups(labels, repeats))
+    return f" Identical curves (drawn in other line styles and markers): {listed}." if listed else ""
 
 
 def curve_names(comparison: Comparison) -> list[str]:
@@ -156,28 +200,20 @@ def curve_figure(comparison: Comparison, name: str, salt: str) -> Figure | None:
     pyplot = _pyplot()
     figure, axes = pyplot.subplots(figsize=(7, 3.6))
     figure.subplots_adjust(left=0.12, right=0.98, bottom=0.13, top=0.97)
-    thinned = False
-    for index, target in enumerate(targets):
-        curve = target.curves[name]
-        steps, values = _thinned(curve)
-        thinned = thinned or len(steps) < len(curve.steps)
-        colour = f"C{index % 10}"
-        axes.plot(
-            steps, values, marker="o" if len(steps) <= 30 else None, markersize=3, color=colour, label=target.label
-        )
-        # The first step (compile, warm-up) apart from the steady state: a hollow marker of its own.
-        axes.plot(steps[:1], values[:1], marker="o", markersize=7, fillstyle="none", linestyle="none", color=colour)
+    repeats, thinned = draw_series(axes, [(target.label, target.curves[name]) for target in targets])
     if comparison.goal is not None and comparison.goal.metric == name:
         axes.axhline(comparison.goal.value, color="grey", linewidth=0.8, linestyle="--", label=comparison.goal.text)
     axes.set_xlabel(targets[0].steps_name)
     axes.set_ylabel(name)
     axes.legend(fontsize=7, loc="best")
     steps_name = targets[0].steps_name
+    first = " and the first step (hollow marker: compile and warm-up)" if targets[0].curves[name].per_step else ""
     caption = (
-        f"{name} per {steps_name}, one line per target: the mean over its runs. The first {steps_name} (hollow "
-        f"marker: compile and warm-up) apart from the steady state, mean ± std over the runs: "
-        + "; ".join(_first_and_steady(target.label, target.curves[name]) for target in targets)
+        f"{name} per {steps_name}, one line per target: the mean over its runs. Each run's final value{first}, "
+        "mean ± std across the runs: "
+        + "; ".join(_final_and_first(target.label, target.curves[name]) for target in targets)
         + "."
+        + _identical([target.label for target in targets], repeats)
         + (f" Lines are thinned to {MAX_POINTS} evenly spaced points." if thinned else "")
         + (
             f" A series longer than {CURVE_POINTS} steps keeps every n-th step (the report's curves)."

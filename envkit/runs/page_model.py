@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# A target's curve is the report model's own: its mean per step, the first step apart from the steady state.
-from envkit.runs.model import Curve
+# A target's curve is the report model's own: its mean per step, each run's final value, the first step apart.
+from envkit.runs.model import Curve, Goal  # the report model's own
 
-Measure = tuple[float, float]  # (mean, spread: std over the runs, or the propagated spread of a ratio)
+Measure = tuple[float, float]  # (mean, spread: std over the runs)
+Interval = tuple[float, float, float]  # (value, low, high): a speed-up and its interval (envkit.runs.speedups)
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class Target:
     label: str
     cells: tuple[str, ...]  # the table's cells, as the report formats them (same order as Comparison.headers)
     published: str | None = None  # the published source's label, else None (ours)
-    speedup: Measure | None = None
+    speedup: Interval | None = None
     first_epoch: float | None = None  # seconds: compile and warm-up, apart from the steady state
     steady_epoch: Measure | None = None  # seconds per epoch after the first
     curves: dict[str, Curve] = field(default_factory=dict)  # series name -> its curve
@@ -44,17 +45,6 @@ class Difference:
 
 
 @dataclass(frozen=True)
-class Goal:
-    metric: str
-    value: float
-    at_most: bool = False  # reached when the metric falls to the value (a loss), else when it rises to it
-
-    @property
-    def text(self) -> str:
-        return f"{self.metric} {'≤' if self.at_most else '≥'} {self.value:g}"
-
-
-@dataclass(frozen=True)
 class Comparison:
     """One table of the report: the targets that did the same work, side by side."""
 
@@ -68,8 +58,9 @@ class Comparison:
     goal: Goal | None = None
     differences: tuple[Difference, ...] = ()
     differences_left_out: str | None = None  # why fewer pairs are shown than the comparison has
-    series_headers: tuple[str, ...] = ()  # the table of each target's series: first step apart from the steady state
+    series_headers: tuple[str, ...] = ()  # the table of each target's series: final value, a per-step first step apart
     series_rows: tuple[tuple[str, ...], ...] = ()
+    series_intro: str = ""  # what the series table's numbers are (formats.SERIES_INTRO)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ from pathlib import Path
 from envkit import DISTRIBUTION
 from envkit.errors import EnvkitError
 from envkit.runs.columns import METRICS, column_of
-from envkit.runs.model import OURS, Report, Row, Section
+from envkit.runs.model import OURS, Report, Row, Section, identical_groups
+from envkit.runs.page_figures import MAX_TARGETS, draw_series
 from envkit.support.atomic import atomic_stream
 
 INSTALL_HINT = f"pip install '{DISTRIBUTION}[report]'"
@@ -29,7 +30,7 @@ MIN_SLOTS = 4
 # the figure's width in inches (at 110 dpi), and how many left-out names a line gives.
 MAX_SECTIONS = 8
 MAX_PANELS = 6
-MAX_ROWS = 16
+MAX_ROWS = MAX_TARGETS  # the page's bound: one limit for the PNG and the SVG figures
 MAX_WIDTH = 24.0
 NAMED = 5
 
@@ -104,16 +105,16 @@ def _draw_panel(axes, drawn_bars: list[tuple[str, str]], rows: list[Row], source
 
 
 def _draw_curves(axes, name: str, rows: list[Row]) -> None:
-    """One series as a curve per row; the first step marked apart (compile and warm-up show there)."""
-    for index, row in enumerate(rows):
-        curve = row.curves.get(name)
-        if curve is None:
-            continue
-        axes.plot(curve.steps, curve.values, color=f"C{index % 10}", linewidth=1.2, label=_tick_label(row))
-        axes.plot(curve.steps[:1], curve.values[:1], "o", color=f"C{index % 10}", markersize=4)
-    axes.set_xlabel("step (first step marked)")
+    """One series as a curve per row, drawn as the page draws it (page_figures.draw_series: identical curves apart,
+    and the title names them)."""
+    drawn = [row for row in rows if name in row.curves]
+    repeats, _ = draw_series(axes, [(_tick_label(row), row.curves[name]) for row in drawn])
+    unit = drawn[0].curves[name].unit if drawn else "step"
+    axes.set_xlabel(f"{unit} (first {unit} marked)" if unit == "step" else unit)
     axes.set_ylabel(name)
-    axes.set_title(_wrapped(f"{name} per step", axes), fontsize=10)
+    labels = [row.label if row.run is None else row.run for row in drawn]
+    same = "; ".join(identical_groups(labels, repeats))
+    axes.set_title(_wrapped(f"{name} per {unit}" + (f" (identical: {same})" if same else ""), axes), fontsize=10)
     axes.legend(fontsize=7, loc="best")
 
 

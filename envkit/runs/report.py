@@ -17,9 +17,10 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.project import DEFAULT_CONFIG
-from envkit.project.experiments import Experiment, run_of
-from envkit.runs.comparison import assign_speedups, command_sections
+from envkit.project.experiments import Experiment, load_experiments, run_of
+from envkit.runs.comparison import command_sections, curves_of, notebook_cpu_mode
 from envkit.runs.environments import environment_facts, environment_line, environments_text, mark_environments
+from envkit.runs.goals import assign_goals
 from envkit.runs.model import NOTEBOOK_KEY, OURS, Report, Row, Section, notebook_label
 from envkit.runs.published import (
     describe_work,
@@ -35,6 +36,7 @@ from envkit.runs.published import (
 )
 from envkit.runs.results import CONFIGURATION_KEYS, RunResult, Stat, stat_of
 from envkit.runs.speedup_bounds import flag_beyond
+from envkit.runs.speedups import DECLARED, FIRST, LISTED, assign_speedups, may_compare
 
 # processes_per_node follows from the mode, world size and nodes (and version 1 files were upgraded
 # to processes_per_node = world_size, which DP and SPMD runs would not record): rows ignore it.
@@ -78,42 +80,23 @@ def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult], fact
         environments=tuple(sorted({environment_facts(run) for run in runs}, key=json.dumps)),
         facts=facts,
         results=tuple(runs),
+        cpu_stand_in=any(notebook_cpu_mode(run) for run in runs),  # named so by its notebook label
+        curves=curves_of(runs),
         **placement,
     )
 
 
-def _stat(row: Row, name: str | None) -> Stat | None:
-    return {"total_s": row.total_s, "wall_time_s": row.wall_time_s}.get(name) or row.stats.get(name)
-
-
-def speedup_stat(row: Row) -> Stat | None:
-    """The row's measure its speed-up divides: its section's speed-up metric, else that metric's fallback."""
-    speedup = row.facts["speedup"]
-    return _stat(row, speedup["metric"]) or _stat(row, speedup.get("fallback"))
-
-
-def _speedup_value(row: Row) -> float | None:
-    stat = speedup_stat(row)
-    return stat.mean if stat else None
-
-
-def _assign_speedups(rows: list[Row], baseline: str | None) -> None:
-    groups: dict[tuple, list[Row]] = {}
-    for row in rows:
-        groups.setdefault(row.comparable_key(), []).append(row)
-    for group in groups.values():
-        if baseline is None:
-            reference = next((row for row in group if (row.configuration.get("world_size") or 1) == 1), None)
-        else:
-            reference = next((row for row in group if row.label == baseline), None)
-        if reference is None:
-            continue
-        base_value = _speedup_value(reference)
-        for row in group:
-            value = _speedup_value(row)
-            if base_value and value:
-                row.speedup = base_value / value
-                row.baseline = reference.label
+def _check_baseline(baseline: str, rows: list[Row]) -> None:
+    """``--baseline``: one line (EnvkitError) where it names no row, or only rows that cannot be the baseline (a
+    CPU stand-in, an unchecked device: nothing says what they measured)."""
+    labels = sorted({row.label for row in rows if may_compare(row)})
+    if baseline in labels:
+        return
+    if any(row.label == baseline for row in rows):
+        why = "a CPU stand-in or a device not checked, which is never the baseline"
+    else:
+        why = "matches no configuration"
+    raise EnvkitError(f"--baseline {baseline!r} {why}; choose one of: {', '.join(labels) or 'none'}")
 
 
 def _refuse_mixed_environments(sections: list[Section]) -> None:
@@ -242,36 +225,41 @@ def build_report(
     commands = [run for run in runs if run.recipe is None]
     sections.update(command_sections(commands, facts, current_locks))
     if baseline is not None:
-        labels = sorted({row.label for section in sections.values() for row in section.rows})
-        if baseline not in labels:
-            raise EnvkitError(f"--baseline {baseline!r} matches no configuration; choose one of: {', '.join(labels)}")
+        _check_baseline(baseline, [row for section in sections.values() for row in section.rows])
     if reference:
         _place_published(sections, works)
+    orders = _target_orders(config)
     for section in sections.values():
         section.rows.sort(key=Row.sort_key)
-        if section.recipe is None:
-            assign_speedups(section.rows, baseline)
-        elif "speedup" in section.facts:
-            _assign_speedups(section.rows, baseline)
+        if "speedup" in section.facts:
+            assign_speedups(section.rows, baseline, orders.get(section.experiment, ()))
         flag_beyond(section.rows)
         mark_environments(section)
+        assign_goals(section)
     ordered = [sections[key] for key in sorted(sections)]
     if strict:
         _refuse_mixed_environments(ordered)
     rule = (
-        f"the configuration {baseline} (--baseline)"
+        f"the configuration {baseline} ({DECLARED})"
         if baseline is not None
-        else "the first single-device configuration of each group (choose with --baseline)"
+        else f"{LISTED.format(targets='envkit.yaml targets')}, else {FIRST}"
     )
     return Report(
         sections=ordered,
         runs=len(runs),
         skipped=skipped,
         baseline_rule=rule,
+        baseline=baseline,
         reference=reference,
         copies=len(copies),
         warnings=copies + _not_finite_lines(runs),
     )
+
+
+def _target_orders(config: Path) -> dict[str, tuple[str, ...]]:
+    """Each experiment's targets, in its list's order (the baseline is the first that ran, checked); none for
+    results read outside a project."""
+    return {name: entry.targets for name, entry in load_experiments(config).items()} if config.is_file() else {}
 
 
 def _place_published(sections: dict[tuple, Section], works: dict[tuple, list[dict]]) -> None:

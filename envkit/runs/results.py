@@ -85,7 +85,8 @@ class RunResult:
     metrics: dict[str, float] = field(default_factory=dict)  # every numeric metric reported, nested keys joined by "."
     # What the report compares a run by, where the record carries it (each optional: older records lack them).
     started_at: str | None = None  # the run block's (UTC, ISO 8601), else the record's own
-    series: dict = field(default_factory=dict)  # a command's per-step series: name -> {"step": [...], "value": [...]}
+    # name -> {"step": [...], "value": [...]}: a command's per-step series, a seed recipe's per-epoch lists
+    series: dict = field(default_factory=dict)
     device: dict | None = None  # the run block's device (the run wrapper's): what the program really initialised
     target: str | None = None  # the envkit target it ran on, where the record names it
     data: object = None  # the data it read, where the record names it (any JSON value)
@@ -126,6 +127,20 @@ def not_finite_metrics(metrics: dict, prefix: str = "") -> tuple[str, ...]:
         elif isinstance(value, float) and not math.isfinite(value):
             names.append(f"{prefix}{key}")
     return tuple(names)
+
+
+# A seed recipe's per-epoch lists (its metrics), by the name of the metric they end at: its series, as any
+# command's per-step series are, so the report draws both alike.
+RECIPE_SERIES = {"epoch_loss": "loss", "epoch_test_accuracy": "test_accuracy"}
+
+
+def recipe_series(metrics: dict) -> dict[str, dict]:
+    """A seed recipe's per-epoch lists as series ({"step": [1, ...], "value": [...]})."""
+    return {
+        name: {"step": list(range(1, len(metrics[key]) + 1)), "value": metrics[key]}
+        for key, name in RECIPE_SERIES.items()
+        if isinstance(metrics.get(key), list) and metrics[key]
+    }
 
 
 def _record_facts(document: dict) -> dict:
@@ -321,6 +336,7 @@ def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
         # n == 0: the run measured nothing of this kind (e.g. stopped by --max-steps).
         if value is not None and value["n"] > 0:
             timing[key] = Stat(float(value["mean"]), float(value["std"]), int(value["n"]))
+    facts = _record_facts(document)
     result = RunResult(
         path=path,
         recipe=document["recipe"],
@@ -335,7 +351,7 @@ def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
         settings=document.get("settings") or {},
         run=document.get("run"),
         metrics=flat_metrics(document["metrics"]),
-        **_record_facts(document),
+        **(facts | {"series": facts["series"] or recipe_series(document["metrics"])}),
     )
     return result, note
 

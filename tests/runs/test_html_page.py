@@ -4,7 +4,6 @@ bounds, and bad input by envkit report's one-line rules."""
 from __future__ import annotations
 
 import json
-import math
 import re
 import statistics
 import subprocess
@@ -21,6 +20,7 @@ from envkit.runs.html_page import LISTED, MAX_FIGURE_COMPARISONS, render_page
 from envkit.runs.model import Curve
 from envkit.runs.page_model import Comparison, Page, Target
 from envkit.runs.results import Stat
+from envkit.runs.welch import ratio_interval
 
 RESULTS = DATA / "results"
 PROJECT = DATA / "page" / "envkit.yaml"  # not there: report.yaml beside it names the goal of `train`
@@ -126,13 +126,18 @@ def test_the_tables_hold_the_reports_numbers(tmp_path, capsys):
     rows = [line.strip("|").split(" | ") for line in markdown.splitlines() if line.startswith("| ")]
     table, series = _Page(text).tables[:2]
     expected = [[cell.strip() for cell in row] for row in rows if row[0].strip() != "---"]
-    assert table + series == expected  # the speed-up's spread too: the model's, in both
-    assert series[0] == ["where", "series", "runs", "steps", "first step", "steady state"]
+    assert table + series == expected  # the speed-up's interval and verdict too: the model's, in both
+    assert series[0] == ["where", "series", "runs", "steps", "final value", "first step"]
     assert ["cpu on envkit-cpu:latest", "3", "0", "42.233 ± 1.021"] == table[1][:4]
-    # the speed-up with its spread: both sides' relative std, propagated
-    cpu, cuda = (statistics.pstdev(w) / statistics.mean(w) for w in ((41.0, 43.5, 42.2), (6.1, 5.8)))
+    # Before: the page computed a spread of its own. Now the model's interval (Welch on log times) and verdict.
     speedup = statistics.mean((41.0, 43.5, 42.2)) / statistics.mean((6.1, 5.8))
-    assert table[2][6] == f"{speedup:.2f}× ± {speedup * math.hypot(cpu, cuda):.2f}"
+    low, high = ratio_interval([41.0, 43.5, 42.2], [6.1, 5.8])
+    assert table[1][6] == "1.00× baseline"
+    assert table[2][6] == f"{speedup:.2f}× faster (95% {low:.2f}–{high:.2f}; 3 and 2 runs)"
+    caption = (
+        "baseline: cpu on envkit-cpu:latest (the first row, in the table's order, that ran with its device checked)"
+    )
+    assert caption in markdown and any(caption in line for line in _Page(text).lines)
 
 
 def test_runs_left_out_say_why(tmp_path, capsys):
@@ -304,3 +309,13 @@ def test_a_recipes_time_to_the_goal_is_its_first_epoch_then_its_steady_ones(tmp_
         run = document["run_name"].removeprefix("e3-batch-scaling-")
         found = [line.split(" | ", 1)[1] for line in lines if line.startswith(f"{run}: ") and " of 1 | " in line]
         assert found == [f"1 of 1 | {seconds:.3f} ± 0.000" if reached else "0 of 1 | –"]
+
+
+def test_identical_curves_are_drawn_apart_and_the_caption_says_identical():
+    """Issue 40 §10: before, two targets' identical curves drew as one line, and nothing said so."""
+    curve = Curve(steps=(0, 1, 2), values=(2.0, 1.0, 0.5), runs=1, first=Stat(2.0, 0.0, 1), final=Stat(0.5, 0.0, 1))
+    targets = tuple(Target(label=label, cells=(), curves={"loss": curve}) for label in ("cpu", "cpu-1t"))
+    figure = page_figures.curve_figure(Comparison("t", (), (), targets), "loss", "salt")
+    assert "Identical curves (drawn in other line styles and markers): cpu and cpu-1t." in figure.caption
+    assert "final 0.5 ± 0, first step 2 ± 0" in figure.caption
+    assert "stroke-dasharray" in figure.svg  # the second line is dashed

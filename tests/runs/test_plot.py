@@ -13,7 +13,7 @@ from paths import DATA, REPO_ROOT
 from envkit.cli import main
 from envkit.errors import EnvkitError
 from envkit.runs.model import Report
-from envkit.runs.plot import require_matplotlib, write_plot
+from envkit.runs.plot import _draw_curves, require_matplotlib, write_plot
 from envkit.runs.report import build_report
 from envkit.runs.results import load_results
 
@@ -166,3 +166,40 @@ def test_no_title_runs_into_another_or_the_figures(tmp_path):
             assert not any(box.overlaps(other) for other in boxes[index + 1 :]), "two titles overlap"
     finally:
         pyplot.close(figure)
+
+
+def test_identical_curves_of_two_targets_are_told_apart_and_named(tmp_path):
+    """Issue 40 §10: before, two targets' identical curves drew as one line (only the last colour showed)."""
+    from run_records import record
+
+    from envkit.runs.model import identical, identical_groups
+
+    results = tmp_path / "results"
+    series = {"loss": {"step": [0, 1, 2], "value": [2.0, 1.0, 0.5]}}
+    for name, target in (("a", "cpu"), ("b", "cpu-1t"), ("c", "cpu-2t")):
+        other = {"loss": {"step": [0, 1, 2], "value": [2.0, 1.5, 1.0]}} if target == "cpu-2t" else series
+        record(results, name, device="cpu", image=None, wall=1.0, target=target, series=other)
+    (section,) = build_report(load_results(results)[0]).sections
+    curves = [row.curves["loss"] for row in section.rows]
+    assert identical(curves) == [None, 0, None]
+    assert identical_groups([row.label for row in section.rows], identical(curves)) == ["cpu and cpu-1t"]
+    require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots()
+    _draw_curves(axes, "loss", section.rows)
+    assert "(identical: cpu and cpu-1t)" in axes.get_title()
+    lines = [line for line in axes.get_lines() if len(line.get_xdata()) > 1]
+    assert len({line.get_linestyle() for line in lines}) == 3  # one line style each: the two identical ones apart
+    pyplot.close(figure)
+
+
+def test_the_png_plot_draws_curves_with_the_pages_function_and_bound():
+    """Issue 41 §1: before, plot.py and page_figures.py each drew curves their own way, under their own limits."""
+    from envkit.runs import page_figures, plot
+
+    assert plot.MAX_ROWS == page_figures.MAX_TARGETS
+    assert plot.draw_series is page_figures.draw_series

@@ -117,9 +117,14 @@ def test_reference_rows_are_labelled_and_carry_published_numbers(mixed):
     official_8 = [r for r in rows if r.startswith("| published (Colab 2020, official-example notebook) | tpu xmp×8 |")]
     assert len(official_8) == 1  # next to the real-data runs of its 10 epochs, not the fake-data ones
     assert "| 32.868 | 0.0190 ± 0.0430 | 2.362 ± 1.287 |" in official_8[0]
-    assert "| 2.48× |" in official_8[0]  # 81.551 / 32.868, against the published 1-core row
+    # 81.551 / 32.868, against the published 1-core row: published numbers, no runs behind them to judge
+    assert "| 2.48× published: no runs to judge |" in official_8[0]
     ddp_256 = [r for r in rows if "| cuda DDP×4 | mobilenet_v2 | 256 |" in r]
-    assert len(ddp_256) == 1 and "| 13.520 | 1.110 |" in ddp_256[0] and "| 1.89× |" in ddp_256[0]
+    assert (
+        len(ddp_256) == 1
+        and "| 13.520 | 1.110 |" in ddp_256[0]
+        and "| 1.89× published: no runs to judge |" in ddp_256[0]
+    )
     ours = [line for line in text.splitlines() if line.startswith("| ours |")]
     assert len(ours) == 6 and not any("published" in r for r in ours)
     # without --reference nothing published appears
@@ -204,8 +209,10 @@ def test_output_does_not_depend_on_file_order(mixed):
 def test_baseline_is_selectable(mixed):
     results, _ = mixed
     text = render_report(build_report(results, baseline="cuda ×1"), "md")
-    assert "baseline: the configuration cuda ×1 (--baseline)" in text
-    assert "| tpu ×1 | mnist-net | 128 | 1 | 80.000 |" in text and "| 0.62× |" in text  # 50 / 80
+    assert "baseline: cuda ×1 (named by --baseline)" in text
+    assert (
+        "| tpu ×1 | mnist-net | 128 | 1 | 80.000 |" in text and "| 0.62× no verdict (1 run against 1) |" in text
+    )  # 50 / 80
     with pytest.raises(
         EnvkitError, match=r"--baseline 'gpu' matches no configuration; choose one of: cpu DDP×2, cpu ×1, "
     ):
@@ -298,7 +305,9 @@ def test_torch_tpu_row_sits_beside_torch_xla_and_is_named():
 def test_rows_of_differing_environments_are_marked():
     results, _ = load_results(BACKENDS)
     text = render_report(build_report(results), "md")
-    assert "| 1.20× | B | TPU v5e ×8, python 3.12.3, torch 2.13.0, torch_tpu 0.2.0," in text
+    assert (
+        "| 1.20× no verdict (1 run against 1) | B | TPU v5e ×8, python 3.12.3, torch 2.13.0, torch_tpu 0.2.0," in text
+    )
     assert (
         "env: these rows ran in 2 environments that differ in torch, backend and lock_sha256 "
         "(A = python 3.12, torch 2.9.0, backend torch_xla, lock_sha256 111111111111; "

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from results_contract import assert_valid_results
+from run_records import record
 
 from envkit.cli import main
 from envkit.errors import EnvkitError
@@ -26,61 +27,6 @@ from envkit.support import provenance
 ENVIRONMENT = "a device, python 3.11.7, torch 2.13.0, image {image}, lock abababababab"
 
 
-def record(
-    directory: Path,
-    name: str,
-    *,
-    device: str,
-    image: str | None,
-    wall: float,
-    status: int = 0,
-    metrics=None,
-    argv=("python", "train.py"),
-    lock: str | None = "ab" * 32,
-    started_at: str = "2026-11-25T22:00:00+00:00",
-    series=None,
-    used: dict | None = None,
-    **extra,
-):
-    """A results file as envkit_run.py writes it for a command that keeps no record of its own; ``extra``: the
-    record's optional facts (target, data); ``used``: the run block's device (what the program initialised)."""
-    directory.mkdir(exist_ok=True)
-    document = {
-        "schema_version": 3,
-        "run_name": name,
-        "run": {
-            "record_version": 1,
-            "experiment": "train",
-            "argv": list(argv),
-            "exit_status": status,
-            "started_at": started_at,
-            "wall_time_s": wall,
-            **({"device": used} if used is not None else {}),
-        },
-        "metrics": metrics,
-        "series": series or {},
-        **extra,
-        "environment": {
-            "host": "box",
-            "device_type": device,
-            "device_name": "a device",
-            "python": "3.11.7",
-            "torch": "2.13.0",
-            "torch_xla": None,
-            "torch_tpu": None,
-            "image": image,
-            "image_id": None,
-            "image_digest": None,
-            "lock_sha256": lock,
-            "git_revision": "0123456789abcdef",
-            "git_dirty": True,
-            "distributions": [],
-        },
-    }
-    (directory / f"{name}.json").write_text(json.dumps(document))
-    return document
-
-
 @pytest.fixture
 def runs(tmp_path) -> Path:
     """Two cpu runs, a cuda run and a failed cuda run of `train`."""
@@ -91,6 +37,35 @@ def runs(tmp_path) -> Path:
     record(results, "c", device="cuda", image="envkit-cuda:latest", wall=2.75, metrics={"acc": 0.9})
     record(results, "d", device="cuda", image="envkit-cuda:latest", wall=99.0, status=1)
     return results
+
+
+def test_a_command_experiments_csv_lists_only_the_columns_with_values(runs):
+    """Issue 40 §11: before, the csv of a command experiment had 56 columns, most of them a recipe's, all empty."""
+    header = render_report(build_report(load_results(runs)[0]), "csv").splitlines()[0].split(",")
+    assert header == [
+        "source",
+        "configuration",
+        "device",
+        "runs",
+        "speedup",
+        "baseline",
+        "environment",
+        "experiment",
+        "speedup_low",
+        "speedup_high",
+        "speedup_verdict",
+        "failed",
+        "wall_time_s",
+        "wall_time_s_std",
+        "device_used",
+        "lock",
+        "metrics.acc_mean",
+        "metrics.acc_std",
+        "metrics.train.loss_mean",
+        "metrics.train.loss_std",
+    ]
+    document = json.loads(render_report(build_report(load_results(runs)[0]), "json"))
+    assert set(document["rows"][0]) == set(header)
 
 
 def test_a_commands_record_keeps_the_generic_core_of_the_schema(tmp_path):
@@ -151,7 +126,7 @@ def test_without_a_cpu_run_the_first_place_is_the_baseline(runs):
     results, _ = load_results(runs)
     cuda = [run for run in results if run.environment["device_type"] == "cuda"]
     text = render_report(build_report(cuda), "md")
-    assert "baseline: cuda on envkit-cuda:latest" in text and "| 1.00× |" in text
+    assert "baseline: cuda on envkit-cuda:latest" in text and "| 1.00× baseline |" in text
 
 
 def test_csv_and_json_carry_wall_time_and_every_metric(runs, capsys):
@@ -316,10 +291,10 @@ def test_records_of_one_experiment_on_several_targets_form_one_comparison_a_row_
         record(results, name, device=device, image=None, wall=wall, target=target)
     (section,) = _sections(results)
     assert [(row.label, row.runs, row.speedup) for row in section.rows] == [("cpu", 2, 1.0), ("tpu-vm", 1, 5.0)]
-    # 10 ± 2 s against 2 s: the spread is the baseline's relative std
-    assert section.rows[1].speedup_std == pytest.approx(5.0 * 2 / 10)
+    # one tpu-vm run against two cpu runs: no interval, no verdict, and the cell says so
+    assert (section.rows[1].speedup_interval, section.rows[1].verdict) == (None, "no verdict")
     text = render_report(build_report(load_results(results)[0]), "md")
-    assert "| tpu-vm | 1 | 0 | 2.000 | 5.00× ± 1.00 |" in text
+    assert "| tpu-vm | 1 | 0 | 2.000 | 5.00× no verdict (1 run against 2) |" in text
 
 
 def test_a_gpu_targets_run_that_initialised_no_accelerator_is_a_cpu_run_without_a_speedup(tmp_path):
@@ -351,10 +326,24 @@ def test_a_counter_is_no_metric_and_series_are_curves_with_the_first_step_apart(
     assert list(row.metrics) == ["acc"] and list(row.curves) == ["acc"]
     curve = row.curves["acc"]
     assert curve.steps == (0, 1, 2, 3) and curve.first.mean == 0.1
-    assert curve.steady.mean == pytest.approx(0.6) and curve.steady.n == 3
+    assert (curve.final.mean, curve.final.n) == (0.7, 1)
     text = render_report(build_report(load_results(results)[0]), "md")
-    assert "| step |" not in text and "| where | series | runs | steps | first step | steady state |" in text
-    assert "| cpu on box | acc | 1 | 0–3 | 0.1 | 0.6 ± 0.082 |" in text
+    assert "| step |" not in text and "| where | series | runs | steps | final value | first step |" in text
+    assert "| cpu on box | acc | 1 | steps 0–3 | 0.7 | 0.1 |" in text
+
+
+def test_the_series_table_gives_each_runs_final_value_across_runs_not_the_spread_over_steps(tmp_path):
+    """Issue 40 §9: before, three identical runs of a falling loss read "steady state 0.2077 ± 0.41", the spread
+    over steps 1-29; now the final value and its spread across the runs (0 here), the first step apart."""
+    results = tmp_path / "results"
+    loss = [1.7 * 0.8**step for step in range(30)]
+    for name in ("a", "b", "c"):
+        record(
+            results, name, device="cpu", image=None, wall=5.0, series={"loss": {"step": list(range(30)), "value": loss}}
+        )
+    text = render_report(build_report(load_results(results)[0]), "md")
+    assert f"| cpu on box | loss | 3 | steps 0–29 | {loss[-1]:.4g} ± 0 | 1.7 ± 0 |" in text
+    assert "each run's final value, mean ± std across the runs" in text
 
 
 def test_a_long_series_is_a_bounded_curve(tmp_path):
@@ -499,7 +488,8 @@ def test_a_run_whose_program_reported_no_device_keeps_its_label_unchecked(tmp_pa
     unseen = {"observed": False, "accelerator": None, "label": "cuda"}
     record(results, "a", device="cuda", image=None, wall=3.0, target="cuda", used=unseen)
     ((row,),) = [section.rows for section in _sections(results)]
-    assert row.device == "a device (not checked)" and not row.cpu_stand_in and row.speedup == 1.0
+    # Nothing says what it measured: not the baseline, no speed-up (before: 1.00×), and the note says why.
+    assert row.device == "a device (not checked)" and not row.cpu_stand_in and row.speedup is None
 
 
 def test_a_commands_gpu_row_beyond_its_gpus_against_a_gpu_baseline_is_flagged(tmp_path):

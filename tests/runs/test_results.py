@@ -283,3 +283,15 @@ def test_a_record_left_running_elsewhere_is_read_as_running_or_lost_and_counted_
     assert warnings == [
         f"{tmp_path / 'train-1.json'}: {read.outcome}: counted among the failed runs, left out of the numbers"
     ]
+
+
+def test_a_seed_recipes_per_epoch_lists_are_its_series():
+    """Issue 41 §1: before, the model kept no curve of a recipe's run and the page read its file again to draw one;
+    now its per-epoch lists are series, as a command's per-step files are, and its row's curves the model's."""
+    path = DATA / "results" / "e3" / "mnist-e3-batch-scaling-b128.json"
+    metrics = json.loads(path.read_text(encoding="utf-8"))["metrics"]
+    (run,) = [run for run in results.load_results(path.parent)[0] if run.path == path]
+    assert run.series == {
+        "loss": {"step": list(range(1, 11)), "value": metrics["epoch_loss"]},
+        "test_accuracy": {"step": list(range(1, 11)), "value": metrics["epoch_test_accuracy"]},
+    }
