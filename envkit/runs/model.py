@@ -6,6 +6,7 @@ json, envkit.runs.plot draws it: nothing here reads a file or formats a cell.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 from envkit.runs.results import Stat, results_schema
@@ -91,6 +92,16 @@ class Row:
             self.place or "",
             json.dumps([c, self.settings], sort_keys=True),  # last: never a tie, whatever the file order
         )
+
+
+# The largest magnitude a figure draws: matplotlib's axis arithmetic overflows near float's limit (a series holding
+# 1.7e308 raised "arange: cannot compute length"), so a value past it, or not finite, is left out of the drawing.
+DRAWN_LIMIT = 1e300
+
+
+def drawable(value: float) -> float:
+    """``value`` as a figure draws it: NaN (matplotlib leaves a gap) where it is not finite or past DRAWN_LIMIT."""
+    return value if math.isfinite(value) and abs(value) <= DRAWN_LIMIT else math.nan
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import io
 from dataclasses import dataclass
 
 from envkit.runs.comparison import CURVE_POINTS
+from envkit.runs.model import drawable
 from envkit.runs.page_model import Comparison, Curve, Target
 
 MAX_TARGETS = 16
@@ -32,6 +33,7 @@ def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False  # a name is drawn as written: "loss$\\x$" is no formula
     from matplotlib import pyplot
 
     return pyplot
@@ -61,8 +63,8 @@ def _bars(axes, labels: list[str], given: list[tuple[float, float] | None], publ
     measures = [measure or (0.0, 0.0) for measure in given]
     drawn = axes.barh(
         range(len(labels)),
-        [mean for mean, _ in measures],
-        xerr=[spread for _, spread in measures],
+        [drawable(mean) for mean, _ in measures],
+        xerr=[drawable(spread) for _, spread in measures],
         capsize=3,
         color=colour,
         edgecolor="black",
@@ -160,6 +162,7 @@ def curve_figure(comparison: Comparison, name: str, salt: str) -> Figure | None:
     for index, target in enumerate(targets):
         curve = target.curves[name]
         steps, values = _thinned(curve)
+        values = [drawable(value) for value in values]
         thinned = thinned or len(steps) < len(curve.steps)
         colour = f"C{index % 10}"
         axes.plot(

@@ -19,7 +19,7 @@ from pathlib import Path
 from envkit import DISTRIBUTION
 from envkit.errors import EnvkitError
 from envkit.runs.columns import METRICS, column_of
-from envkit.runs.model import OURS, Report, Row, Section
+from envkit.runs.model import OURS, Report, Row, Section, drawable
 from envkit.support.atomic import atomic_stream
 
 INSTALL_HINT = f"pip install '{DISTRIBUTION}[report]'"
@@ -71,12 +71,12 @@ def _draw_panel(axes, drawn_bars: list[tuple[str, str]], rows: list[Row], source
     for index, (key, name) in enumerate(drawn_bars):
         offsets = [p + (index - (len(drawn_bars) - 1) / 2) * width for p in positions]
         measured = [column_of(key).measure(row) or (0.0, 0.0) for row in rows]
-        means = [mean for mean, _ in measured]
+        means = [drawable(mean) for mean, _ in measured]
         drawn = axes.bar(
             offsets,
             means,
             width,
-            yerr=[spread for _, spread in measured],
+            yerr=[drawable(spread) for _, spread in measured],
             capsize=3,
             color=f"C{index}",
             label=name,
@@ -109,8 +109,9 @@ def _draw_curves(axes, name: str, rows: list[Row]) -> None:
         curve = row.curves.get(name)
         if curve is None:
             continue
-        axes.plot(curve.steps, curve.values, color=f"C{index % 10}", linewidth=1.2, label=_tick_label(row))
-        axes.plot(curve.steps[:1], curve.values[:1], "o", color=f"C{index % 10}", markersize=4)
+        values = [drawable(value) for value in curve.values]
+        axes.plot(curve.steps, values, color=f"C{index % 10}", linewidth=1.2, label=_tick_label(row))
+        axes.plot(curve.steps[:1], values[:1], "o", color=f"C{index % 10}", markersize=4)
     axes.set_xlabel("step (first step marked)")
     axes.set_ylabel(name)
     axes.set_title(_wrapped(f"{name} per step", axes), fontsize=10)
@@ -202,6 +203,7 @@ def write_plot(report: Report, path: Path) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False  # a name is drawn as written: "loss$\\x$" is no formula
     from matplotlib import pyplot
 
     drawable, left_out = plotted(report)

@@ -105,13 +105,22 @@ class RunResult:
         return name if isinstance(name, str) else self.run_name
 
 
+def _float(value: int | float) -> float:
+    """``value`` as a float; inf for an integer past a float's range (JSON's 1 followed by 400 zeros), which
+    float() refuses with an OverflowError."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
 def not_finite_metrics(metrics: dict, prefix: str = "") -> tuple[str, ...]:
     """The names (as flat_metrics joins them) of the metrics reported as NaN or ±inf."""
     names: list[str] = []
     for key, value in metrics.items():
         if isinstance(value, dict):
             names += not_finite_metrics(value, f"{prefix}{key}.")
-        elif isinstance(value, float) and not math.isfinite(value):
+        elif isinstance(value, int | float) and not isinstance(value, bool) and not math.isfinite(_float(value)):
             names.append(f"{prefix}{key}")
     return tuple(names)
 
@@ -140,7 +149,7 @@ def flat_metrics(metrics: dict, prefix: str = "") -> dict[str, float]:
         name = f"{prefix}{key}"
         if isinstance(value, dict):
             flat.update(flat_metrics(value, f"{name}."))
-        elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(_float(value)):
             flat[name] = float(value)
     return flat
 

@@ -466,6 +466,47 @@ def test_huge_finite_values_average_to_what_they_are(tmp_path, capsys, values, c
     assert cell in out and "inf" not in out
 
 
+SERIES = {"step": [0, 1, 2], "value": [2.0, 1.0, 0.5]}
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("a-metric-past-a-floats-range", "| – (2 NaN/inf) |"),
+        ("a-formula-in-a-series-name", "loss$\\undefinedzz$"),
+        ("a-formula-in-a-target-name", "gpu$\\frac{a}$"),
+        ("a-series-near-the-floats-limit", "| loss | 1 |"),
+        ("a-skipped-file-named-in-undecodable-bytes", "| cpu on box |"),
+    ],
+)
+def test_what_a_run_can_write_never_ends_the_report_in_a_traceback(tmp_path, capsys, case, said):
+    """Before: an OverflowError (an integer metric of 1 followed by 400 zeros), matplotlib's mathtext raising on
+    a `$...$` name in --html and --plot, `arange: cannot compute length` for a series value of 1.7e308 in --html
+    and --plot, and a UnicodeEncodeError writing the page for a skipped file named bad-\\xff.json."""
+    results = tmp_path / "results"
+    series, metrics, extra = {"loss": SERIES}, {"acc": 0.5}, {}
+    if case == "a-metric-past-a-floats-range":
+        metrics = {"acc": 10**400, "loss": 0.5}
+    elif case == "a-formula-in-a-series-name":
+        series = {"loss$\\undefinedzz$": SERIES}
+    elif case == "a-formula-in-a-target-name":
+        extra = {"target": "gpu$\\frac{a}$"}
+    elif case == "a-series-near-the-floats-limit":
+        series = {"loss": {"step": [0, 1, 2], "value": [2.0, 1.7e308, 0.5]}}
+    # Two runs, but one where a mean would pass a float's range (two values of 1.7e308 average to inf).
+    for name in ("a",) if case == "a-series-near-the-floats-limit" else ("a", "b"):
+        record(
+            results, name, device="cpu", image=None, wall=1.0, metrics=metrics, series=series, started_at=name, **extra
+        )
+    if case == "a-skipped-file-named-in-undecodable-bytes":
+        with open(os.path.join(os.fsencode(results), b"bad-\xff.json"), "w") as skipped:
+            skipped.write('{"schema_version": 99}')
+    page, plot = tmp_path / "page.html", tmp_path / "plot.png"
+    assert main(["report", str(results), "--html", str(page), "--plot", str(plot)]) == 0
+    assert said in capsys.readouterr().out
+    assert plot.stat().st_size > 0 and "</html>" in page.read_text()
+
+
 def test_csv_and_json_keep_a_small_metric_rather_than_zero(tmp_path, capsys):
     """Before: a learning rate of 3e-7 and a loss of 1.234567e-5 read 0.0 and 1.2e-05 in csv and json, which
     round to 6 decimal places; now each keeps at least 4 significant digits, and larger values are as before."""
