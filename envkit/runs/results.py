@@ -13,6 +13,7 @@ into the results directory, and the report refuses it (one line naming it) rathe
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import statistics
@@ -57,6 +58,9 @@ class NotAnObject(ValueError):
         self.found = found
 
 
+# The longest text a report shows of one field of a record (an argument, a name, a line of stderr); a longer one is
+# cut and says so (``shown``).
+FIELD_CHARS = 500
 JSON_KINDS = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "true or false"}
 
 
@@ -293,6 +297,27 @@ def schema_error(document: dict) -> str | None:
     return None if error is None else f"{_where(error)}: {error.message}"
 
 
+def shown(text: str) -> str:
+    """``text`` cut to FIELD_CHARS characters, the cut said with the length and a hash of the whole, so that two
+    long values that differ after the cut stay two values (a run's arguments group its runs)."""
+    if len(text) <= FIELD_CHARS:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{text[:FIELD_CHARS]}… [cut: {len(text):,} characters, sha256 {digest}]"
+
+
+def _fields_cut(value):
+    """Every string of a parsed record, keys too, as ``shown``: a report shows each field of a run, and a record
+    may hold a 15 MB argument, which would be 15 MB of every page, table and warning that names it."""
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, dict):
+        return {shown(key): _fields_cut(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_fields_cut(item) for item in value]
+    return value
+
+
 def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
     """Parse one file's text; raise ValueError with a one-line reason when unusable (NotAnObject when
     it holds no JSON object)."""
@@ -302,6 +327,8 @@ def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
         raise NotAnObject(str(exc), "it is empty" if not text.strip() else str(exc)) from None
     if not isinstance(document, dict):
         raise NotAnObject("not a results object", f"it holds {JSON_KINDS.get(type(document), 'null')}")
+    # Cut before the schema check too: its reason for a skipped file quotes the value it refused.
+    document = _fields_cut(document)
     document, note = upgrade(document)
     # A newer file is read by the fields this version knows.
     problem = schema_error(dict(document, schema_version=SCHEMA_VERSION))

@@ -579,3 +579,21 @@ def test_a_token_in_a_runs_arguments_or_stderr_is_redacted_in_every_report(tmp_p
     # the title's arguments in markdown; on the page those and the failed run's stderr line
     assert outputs["md"].count("[a GitHub token, redacted]") == 1
     assert outputs["html"].count("[a GitHub token, redacted]") == 2
+
+
+def test_a_huge_field_is_cut_in_every_report_and_warning_and_keeps_its_runs_apart(tmp_path, capsys):
+    """Before: three records whose argument was a 15 MB string gave a 45 MB page and a 15 MB markdown title, and a
+    skipped record whose `run` was one echoed it whole in its warning (45 MB of stderr for three)."""
+    results = tmp_path / "results"
+    huge = "x" * 2_000_000
+    for name, tail in (("a", "1"), ("b", "1"), ("c", "2")):  # a and c share the first 2 MB: two comparisons
+        record(results, name, device="cpu", image=None, wall=1.0, argv=("python", huge + tail), started_at=name)
+    skipped = record(results, "skipped", device="cpu", image=None, wall=1.0)
+    (results / "skipped.json").write_text(json.dumps(dict(skipped, run="y" * 2_000_000)))
+    page = tmp_path / "page.html"
+    assert main(["report", str(results), "--html", str(page)]) == 0
+    out, err = capsys.readouterr()
+    assert len(out) < 20_000 and len(err) < 2_000 and page.stat().st_size < 200_000
+    assert "… [cut: 2,000,001 characters, sha256 " in out
+    assert "skipped.json: run: 'yyy" in err and "… [cut: 2,000,000 characters, sha256 " in err
+    assert "3 runs in 2 configurations; 1 file skipped" in out
