@@ -61,6 +61,7 @@ class NotAnObject(ValueError):
 # The longest text a report shows of one field of a record (an argument, a name, a line of stderr); a longer one is
 # cut and says so (``shown``).
 FIELD_CHARS = 500
+LONG_RUN = re.compile(f'[^"]{{{FIELD_CHARS + 1}}}')
 JSON_KINDS = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "true or false"}
 
 
@@ -327,8 +328,10 @@ def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
         raise NotAnObject(str(exc), "it is empty" if not text.strip() else str(exc)) from None
     if not isinstance(document, dict):
         raise NotAnObject("not a results object", f"it holds {JSON_KINDS.get(type(document), 'null')}")
-    # Cut before the schema check too: its reason for a skipped file quotes the value it refused.
-    document = _fields_cut(document)
+    # Cut before the schema check too: its reason for a skipped file quotes the value it refused. A string past
+    # FIELD_CHARS is a run of as many characters without a quote in the text: without one there is nothing to cut.
+    if LONG_RUN.search(text):
+        document = _fields_cut(document)
     document, note = upgrade(document)
     # A newer file is read by the fields this version knows.
     problem = schema_error(dict(document, schema_version=SCHEMA_VERSION))

@@ -597,3 +597,22 @@ def test_a_huge_field_is_cut_in_every_report_and_warning_and_keeps_its_runs_apar
     assert "… [cut: 2,000,001 characters, sha256 " in out
     assert "skipped.json: run: 'yyy" in err and "… [cut: 2,000,000 characters, sha256 " in err
     assert "3 runs in 2 configurations; 1 file skipped" in out
+
+
+def test_a_table_shows_the_metrics_most_runs_reported_and_says_how_many_it_left_out(tmp_path, capsys):
+    """Before: runs naming their metrics apart (a metric per step, per run) made a column of each in the markdown
+    and on the page: 5,000 runs of 20 such names gave a 10.9 MB page and 6.3 MB of markdown."""
+    results = tmp_path / "results"
+    for index in range(30):
+        metrics = {"loss": 0.5, **{f"m{index}_{j}": 1.0 for j in range(3)}}
+        record(results, f"r{index}", device="cpu", image=None, wall=1.0, metrics=metrics, started_at=str(index))
+    page = tmp_path / "page.html"
+    assert main(["report", str(results), "--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("| where"))
+    assert header.count(" | m") == 15 and "| loss |" in header  # loss, reported by every run, and 15 more
+    said = "75 more metrics left out of this table: it shows the 16 the most runs reported"
+    assert said in out and said in page.read_text()
+    assert main(["report", str(results), "--format", "csv"]) == 0
+    columns = capsys.readouterr().out.splitlines()[0].split(",")
+    assert sum(1 for column in columns if column.startswith("metrics.") and column.endswith("_mean")) == 91
