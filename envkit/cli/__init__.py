@@ -17,6 +17,7 @@ naming those that have one (``dry_run_commands``: README's list is checked again
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import sys
@@ -174,6 +175,11 @@ def _command(argv: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # What a command prints may hold a name the file system gave as undecodable bytes (a lone surrogate): it is
+    # printed as its escape, never a UnicodeEncodeError, whatever stream stands in for stdout or stderr.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     try:
         try:
             code = _run(argv)

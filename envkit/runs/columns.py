@@ -304,7 +304,6 @@ def column_of(key: str) -> Column:
 
 
 def expanded(keys: list[str], section: Section) -> list[str]:
-    """``keys`` with ``metrics`` replaced by every metric the section's rows reported."""
-    return [
-        name for key in keys for name in ([f"{METRICS}.{m}" for m in section.metric_names] if key == METRICS else [key])
-    ]
+    """``keys`` with ``metrics`` replaced by the metrics the section's tables show (Section.shown_metric_names)."""
+    metrics = [f"{METRICS}.{name}" for name in section.shown_metric_names]
+    return [name for key in keys for name in (metrics if key == METRICS else [key])]

@@ -159,8 +159,15 @@ def _row(target: str, runs: list[RunResult], facts: dict) -> Row:
     """One target's runs on one lock: wall time and each metric over the successful runs; failed runs counted."""
     done = [run for run in runs if run.succeeded]
     environments = sorted({environment_line(run.environment) for run in runs})
-    names = sorted({name for run in done for name in (*run.metrics, *run.not_finite) if not is_counter(name)})
-    values = {name: [run.metrics[name] for run in done if name in run.metrics] for name in names}
+    # One pass over the runs: 5,000 runs of 20 metrics each, all named apart, made name x run 500 million steps.
+    values: dict[str, list[float]] = {}
+    not_finite: dict[str, int] = {}
+    for run in done:
+        for name, value in run.metrics.items():
+            values.setdefault(name, []).append(value)
+        for name in run.not_finite:
+            not_finite[name] = not_finite.get(name, 0) + 1
+    names = sorted(name for name in {*values, *not_finite} if not is_counter(name))
     return Row(
         source=OURS,
         source_short=OURS,
@@ -178,14 +185,14 @@ def _row(target: str, runs: list[RunResult], facts: dict) -> Row:
         place=stand_in_label(target, runs) if cpu_stand_in(runs[0]) else target,
         failed=len(runs) - len(done),
         wall_time_s=_stat([run.run["wall_time_s"] for run in done]),
-        metrics={name: stat for name in names if (stat := _stat(values[name])) is not None},
+        metrics={name: stat for name in names if (stat := _stat(values.get(name, []))) is not None},
         target=target,
         lock=runs[0].environment.get("lock_sha256"),
         device=" / ".join(sorted({used_device(run)[0] for run in runs})),
         cpu_stand_in=cpu_stand_in(runs[0]),
         device_checked=all(used_device(run)[1] is not None for run in runs),
-        reported={name: len(values[name]) for name in names},
-        not_finite={name: count for name in names if (count := sum(name in run.not_finite for run in done)) > 0},
+        reported={name: len(values.get(name, ())) for name in names},
+        not_finite={name: not_finite[name] for name in names if name in not_finite},
         curves=curves_of(done),
         warnings=sorted(
             {warning for run in runs for warning in run.run.get("warnings") or () if isinstance(warning, str)}

@@ -21,7 +21,7 @@ from envkit.runs.columns import (
 )
 from envkit.runs.comparison import arguments_text
 from envkit.runs.environments import environments_text
-from envkit.runs.model import OURS, Report, Section
+from envkit.runs.model import OURS, SHOWN_METRICS, Report, Section
 from envkit.runs.speedups import METHOD, baseline_text
 
 
@@ -99,6 +99,12 @@ def command_notes(section: Section) -> list[str]:
         notes.append("NaN/inf: values a run reported as NaN or ±inf are counted in the cell, left out of its mean.")
     if any(0 < count < row.succeeded for row in rows for count in row.reported.values()):
         notes.append("k of n runs: a metric only some of the row's successful runs reported; its mean is theirs.")
+    left_out = len(section.metric_names) - len(section.shown_metric_names)
+    if left_out:
+        notes.append(
+            f"{counted(left_out, 'more metric')} left out of this table: it shows the {SHOWN_METRICS} the most runs "
+            "reported; `envkit report --format csv` (or json) lists every one."
+        )
     return [_md_text(note) for note in notes]
 
 

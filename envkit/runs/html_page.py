@@ -91,7 +91,9 @@ def render_page(page: Page) -> str:
 
 def write_page(page: Page, path: Path) -> int:
     """Write the page atomically; its size in bytes."""
-    data = render_page(page).encode("utf-8")
+    # A name the file system gave as undecodable bytes (a skipped bad-\xff.json) holds a lone surrogate, which
+    # UTF-8 cannot encode: it is written as the escape Python prints for it.
+    data = render_page(page).encode("utf-8", "backslashreplace")
     path.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(path, data)
     return len(data)

@@ -13,7 +13,7 @@ import io
 from dataclasses import dataclass
 
 from envkit.runs.comparison import CURVE_POINTS
-from envkit.runs.model import LINE_STYLES, MARKERS, identical, identical_groups
+from envkit.runs.model import LINE_STYLES, MARKERS, drawn_value, identical, identical_groups
 from envkit.runs.page_model import Comparison, Curve, Target
 from envkit.runs.welch import CONFIDENCE
 
@@ -34,6 +34,7 @@ def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False  # a name is drawn as written: "loss$\\x$" is no formula
     from matplotlib import pyplot
 
     return pyplot
@@ -75,8 +76,8 @@ def _bars(axes, labels: list[str], given: list[tuple | None], published: list[bo
     a measure gets no bar and no number."""
     drawn = axes.barh(
         range(len(labels)),
-        [measure[0] if measure else 0.0 for measure in given],
-        xerr=_errors(given),
+        [drawn_value(measure[0]) if measure else 0.0 for measure in given],
+        xerr=[[drawn_value(error) for error in side] for side in _errors(given)],
         capsize=3,
         color=colour,
         edgecolor="black",
@@ -161,6 +162,7 @@ def draw_series(axes, lines: list[tuple[str, Curve]]) -> tuple[list[int | None],
     thinned = False
     for index, (label, curve) in enumerate(lines):
         steps, values = _thinned(curve)
+        values = [drawn_value(value) for value in values]
         thinned = thinned or len(steps) < len(curve.steps)
         colour, style, marker = f"C{index % 10}", LINE_STYLES[index % len(LINE_STYLES)], MARKERS[index % len(MARKERS)]
         axes.plot(

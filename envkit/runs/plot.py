@@ -19,7 +19,7 @@ from pathlib import Path
 from envkit import DISTRIBUTION
 from envkit.errors import EnvkitError
 from envkit.runs.columns import METRICS, column_of
-from envkit.runs.model import OURS, Report, Row, Section, identical_groups
+from envkit.runs.model import OURS, Report, Row, Section, drawn_value, identical_groups
 from envkit.runs.page_figures import MAX_TARGETS, draw_series
 from envkit.support.atomic import atomic_stream
 
@@ -72,12 +72,12 @@ def _draw_panel(axes, drawn_bars: list[tuple[str, str]], rows: list[Row], source
     for index, (key, name) in enumerate(drawn_bars):
         offsets = [p + (index - (len(drawn_bars) - 1) / 2) * width for p in positions]
         measured = [column_of(key).measure(row) or (0.0, 0.0) for row in rows]
-        means = [mean for mean, _ in measured]
+        means = [drawn_value(mean) for mean, _ in measured]
         drawn = axes.bar(
             offsets,
             means,
             width,
-            yerr=[spread for _, spread in measured],
+            yerr=[drawn_value(spread) for _, spread in measured],
             capsize=3,
             color=f"C{index}",
             label=name,
@@ -203,6 +203,7 @@ def write_plot(report: Report, path: Path) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False  # a name is drawn as written: "loss$\\x$" is no formula
     from matplotlib import pyplot
 
     drawable, left_out = plotted(report)

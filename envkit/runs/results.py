@@ -13,6 +13,7 @@ into the results directory, and the report refuses it (one line naming it) rathe
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import statistics
@@ -58,6 +59,10 @@ class NotAnObject(ValueError):
         self.found = found
 
 
+# The longest text a report shows of one field of a record (an argument, a name, a line of stderr); a longer one is
+# cut and says so (``shown``).
+FIELD_CHARS = 500
+LONG_RUN = re.compile(f'[^"]{{{FIELD_CHARS + 1}}}')
 JSON_KINDS = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "true or false"}
 
 
@@ -118,13 +123,22 @@ class RunResult:
         return name if isinstance(name, str) else self.run_name
 
 
+def _float(value: int | float) -> float:
+    """``value`` as a float; inf for an integer past a float's range (JSON's 1 followed by 400 zeros), which
+    float() refuses with an OverflowError."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
 def not_finite_metrics(metrics: dict, prefix: str = "") -> tuple[str, ...]:
     """The names (as flat_metrics joins them) of the metrics reported as NaN or ±inf."""
     names: list[str] = []
     for key, value in metrics.items():
         if isinstance(value, dict):
             names += not_finite_metrics(value, f"{prefix}{key}.")
-        elif isinstance(value, float) and not math.isfinite(value):
+        elif isinstance(value, int | float) and not isinstance(value, bool) and not math.isfinite(_float(value)):
             names.append(f"{prefix}{key}")
     return tuple(names)
 
@@ -167,7 +181,7 @@ def flat_metrics(metrics: dict, prefix: str = "") -> dict[str, float]:
         name = f"{prefix}{key}"
         if isinstance(value, dict):
             flat.update(flat_metrics(value, f"{name}."))
-        elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(_float(value)):
             flat[name] = float(value)
     return flat
 
@@ -311,6 +325,27 @@ def schema_error(document: dict) -> str | None:
     return None if error is None else f"{_where(error)}: {error.message}"
 
 
+def shown(text: str) -> str:
+    """``text`` cut to FIELD_CHARS characters, the cut said with the length and a hash of the whole, so that two
+    long values that differ after the cut stay two values (a run's arguments group its runs)."""
+    if len(text) <= FIELD_CHARS:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{text[:FIELD_CHARS]}… [cut: {len(text):,} characters, sha256 {digest}]"
+
+
+def _fields_cut(value):
+    """Every string of a parsed record, keys too, as ``shown``: a report shows each field of a run, and a record
+    may hold a 15 MB argument, which would be 15 MB of every page, table and warning that names it."""
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, dict):
+        return {shown(key): _fields_cut(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_fields_cut(item) for item in value]
+    return value
+
+
 def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
     """Parse one file's text; raise ValueError with a one-line reason when unusable (NotAnObject when
     it holds no JSON object)."""
@@ -320,6 +355,10 @@ def parse(path: Path, text: str) -> tuple[RunResult, str | None]:
         raise NotAnObject(str(exc), "it is empty" if not text.strip() else str(exc)) from None
     if not isinstance(document, dict):
         raise NotAnObject("not a results object", f"it holds {JSON_KINDS.get(type(document), 'null')}")
+    # Cut before the schema check too: its reason for a skipped file quotes the value it refused. A string past
+    # FIELD_CHARS is a run of as many characters without a quote in the text: without one there is nothing to cut.
+    if LONG_RUN.search(text):
+        document = _fields_cut(document)
     document, note = upgrade(document)
     # A newer file is read by the fields this version knows.
     problem = schema_error(dict(document, schema_version=SCHEMA_VERSION))

@@ -57,3 +57,27 @@ def test_a_script_the_image_cannot_hold_is_one_line(project, capsys, name, says)
     code, out, err = run(capsys, project, name)
     assert (code, out) == (2, "")
     assert err.startswith("envkit: error: " + says.format(root=project)) and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("rendered", [False, True], ids=["not-rendered", "not-executable"])
+def test_a_run_sh_that_is_missing_or_cannot_start_is_one_line(project, capsys, monkeypatch, rendered):
+    """Before: `envkit run cpu train.py` in a project whose docker/cpu/run.sh was never rendered ended in a
+    FileNotFoundError traceback (a PermissionError one after `chmod -x run.sh`), once the host check passed."""
+    from envkit.host import doctor
+    from envkit.image import build
+    from envkit.support import docker_client
+
+    monkeypatch.setattr(doctor, "require", lambda *args, **kwargs: None)
+    monkeypatch.setattr(doctor, "inspect_host", lambda: None)
+    monkeypatch.setattr(build, "resolve_image", lambda *args, **kwargs: None)
+    monkeypatch.setattr(docker_client, "connect_docker", lambda: None)
+    run_sh = project / "docker" / "cpu" / "run.sh"
+    if rendered:
+        assert main(["render", "--all", "--config", str(project / "envkit.yaml")]) == 0
+        run_sh.chmod(0o644)
+    capsys.readouterr()
+    code = main(["run", "cpu", "--config", str(project / "envkit.yaml"), "train.py"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    says = "cannot be started (Permission denied)" if rendered else "is missing: cpu's files are not rendered"
+    assert err.startswith(f"envkit: error: {run_sh} {says}") and err.count("\n") == 1, err

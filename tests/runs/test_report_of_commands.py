@@ -455,6 +455,47 @@ def test_huge_finite_values_average_to_what_they_are(tmp_path, capsys, values, c
     assert cell in out and "inf" not in out
 
 
+SERIES = {"step": [0, 1, 2], "value": [2.0, 1.0, 0.5]}
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("a-metric-past-a-floats-range", "| – (2 NaN/inf) |"),
+        ("a-formula-in-a-series-name", "loss$\\undefinedzz$"),
+        ("a-formula-in-a-target-name", "gpu$\\frac{a}$"),
+        ("a-series-near-the-floats-limit", "| loss | 1 |"),
+        ("a-skipped-file-named-in-undecodable-bytes", "| cpu on box |"),
+    ],
+)
+def test_what_a_run_can_write_never_ends_the_report_in_a_traceback(tmp_path, capsys, case, said):
+    """Before: an OverflowError (an integer metric of 1 followed by 400 zeros), matplotlib's mathtext raising on
+    a `$...$` name in --html and --plot, `arange: cannot compute length` for a series value of 1.7e308 in --html
+    and --plot, and a UnicodeEncodeError writing the page for a skipped file named bad-\\xff.json."""
+    results = tmp_path / "results"
+    series, metrics, extra = {"loss": SERIES}, {"acc": 0.5}, {}
+    if case == "a-metric-past-a-floats-range":
+        metrics = {"acc": 10**400, "loss": 0.5}
+    elif case == "a-formula-in-a-series-name":
+        series = {"loss$\\undefinedzz$": SERIES}
+    elif case == "a-formula-in-a-target-name":
+        extra = {"target": "gpu$\\frac{a}$"}
+    elif case == "a-series-near-the-floats-limit":
+        series = {"loss": {"step": [0, 1, 2], "value": [2.0, 1.7e308, 0.5]}}
+    # Two runs, but one where a mean would pass a float's range (two values of 1.7e308 average to inf).
+    for name in ("a",) if case == "a-series-near-the-floats-limit" else ("a", "b"):
+        record(
+            results, name, device="cpu", image=None, wall=1.0, metrics=metrics, series=series, started_at=name, **extra
+        )
+    if case == "a-skipped-file-named-in-undecodable-bytes":
+        with open(os.path.join(os.fsencode(results), b"bad-\xff.json"), "w") as skipped:
+            skipped.write('{"schema_version": 99}')
+    page, plot = tmp_path / "page.html", tmp_path / "plot.png"
+    assert main(["report", str(results), "--html", str(page), "--plot", str(plot)]) == 0
+    assert said in capsys.readouterr().out
+    assert plot.stat().st_size > 0 and "</html>" in page.read_text()
+
+
 def test_csv_and_json_keep_a_small_metric_rather_than_zero(tmp_path, capsys):
     """Before: a learning rate of 3e-7 and a loss of 1.234567e-5 read 0.0 and 1.2e-05 in csv and json, which
     round to 6 decimal places; now each keeps at least 4 significant digits, and larger values are as before."""
@@ -528,3 +569,40 @@ def test_a_token_in_a_runs_arguments_or_stderr_is_redacted_in_every_report(tmp_p
     # the title's arguments in markdown; on the page those and the failed run's stderr line
     assert outputs["md"].count("[a GitHub token, redacted]") == 1
     assert outputs["html"].count("[a GitHub token, redacted]") == 2
+
+
+def test_a_huge_field_is_cut_in_every_report_and_warning_and_keeps_its_runs_apart(tmp_path, capsys):
+    """Before: three records whose argument was a 15 MB string gave a 45 MB page and a 15 MB markdown title, and a
+    skipped record whose `run` was one echoed it whole in its warning (45 MB of stderr for three)."""
+    results = tmp_path / "results"
+    huge = "x" * 2_000_000
+    for name, tail in (("a", "1"), ("b", "1"), ("c", "2")):  # a and c share the first 2 MB: two comparisons
+        record(results, name, device="cpu", image=None, wall=1.0, argv=("python", huge + tail), started_at=name)
+    skipped = record(results, "skipped", device="cpu", image=None, wall=1.0)
+    (results / "skipped.json").write_text(json.dumps(dict(skipped, run="y" * 2_000_000)))
+    page = tmp_path / "page.html"
+    assert main(["report", str(results), "--html", str(page)]) == 0
+    out, err = capsys.readouterr()
+    assert len(out) < 20_000 and len(err) < 2_000 and page.stat().st_size < 200_000
+    assert "… [cut: 2,000,001 characters, sha256 " in out
+    assert "skipped.json: run: 'yyy" in err and "… [cut: 2,000,000 characters, sha256 " in err
+    assert "3 runs in 2 configurations; 1 file skipped" in out
+
+
+def test_a_table_shows_the_metrics_most_runs_reported_and_says_how_many_it_left_out(tmp_path, capsys):
+    """Before: runs naming their metrics apart (a metric per step, per run) made a column of each in the markdown
+    and on the page: 5,000 runs of 20 such names gave a 10.9 MB page and 6.3 MB of markdown."""
+    results = tmp_path / "results"
+    for index in range(30):
+        metrics = {"loss": 0.5, **{f"m{index}_{j}": 1.0 for j in range(3)}}
+        record(results, f"r{index}", device="cpu", image=None, wall=1.0, metrics=metrics, started_at=str(index))
+    page = tmp_path / "page.html"
+    assert main(["report", str(results), "--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("| where"))
+    assert header.count(" | m") == 15 and "| loss |" in header  # loss, reported by every run, and 15 more
+    said = "75 more metrics left out of this table: it shows the 16 the most runs reported"
+    assert said in out and said in page.read_text()
+    assert main(["report", str(results), "--format", "csv"]) == 0
+    columns = capsys.readouterr().out.splitlines()[0].split(",")
+    assert sum(1 for column in columns if column.startswith("metrics.") and column.endswith("_mean")) == 91
