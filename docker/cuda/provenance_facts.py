@@ -26,8 +26,14 @@ except ImportError:  # run as a script (envkit_run.py, shipped): its modules are
     import provenance_records as records
 
 DEVICE_VARIABLE = "ENVKIT_DEVICE"
+# The device the run's target promises, where the program is told another: a CPU stand-in of a GPU target
+# (--allow-cpu) runs with ENVKIT_DEVICE=cpu, and its record's label stays the target's (the report's "CPU run").
+TARGET_DEVICE_VARIABLE = "ENVKIT_TARGET_DEVICE"
 # The venv marker envkit venv writes (envkit/host/venv.py), which names the lock it installed.
 VENV_LOCK_MARKER = "envkit-lock.json"
+# The lock an environment with ENVKIT_LOCK_SHA256 was installed from, where it is not requirements.lock beside the
+# wrapper (as in an image): a notebook's, which in CPU mode is the wheelhouse's.
+LOCK_FILE_VARIABLE = "ENVKIT_LOCK_FILE"
 # The results schema's patterns (tests/support/test_provenance.py holds them equal): a value that is none is null.
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _REVISION = re.compile(r"^[0-9a-f]{7,64}$")
@@ -36,24 +42,41 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 def environment() -> dict:
     """Where the run ran, found without importing the command's libraries."""
-    device = os.environ.get(DEVICE_VARIABLE) or None
+    known = known_at_once()
     revision, dirty = git_state()
     return {
-        "host": socket.gethostname(),
-        "device_type": device,
-        "device_name": device_name(device),
-        "python": platform.python_version(),
+        **known,
+        "device_name": device_name(known["device_type"]),
         "torch": _version("torch"),
         "torch_xla": _version("torch_xla"),
         "torch_tpu": _version("torch-tpu"),
-        "image": os.environ.get("ENVKIT_IMAGE") or None,
-        "image_id": os.environ.get("ENVKIT_IMAGE_ID") or None,
-        "image_digest": _matching(_DIGEST, os.environ.get("ENVKIT_IMAGE_DIGEST", "")),
-        "lock_sha256": lock_sha256(),
         "git_revision": revision,
         "git_dirty": dirty,
         "distributions": distributions(),
     }
+
+
+def known_at_once() -> dict:
+    """What the record of a run's start says of where it runs: what needs no command, no scan of the installed
+    packages, no import (the rest is null until the run ends)."""
+    return {
+        "host": socket.gethostname(),
+        "device_type": os.environ.get(DEVICE_VARIABLE) or None,
+        "device_name": None,
+        "python": platform.python_version(),
+        "torch": None,
+        "torch_xla": None,
+        "image": os.environ.get("ENVKIT_IMAGE") or None,
+        "image_id": os.environ.get("ENVKIT_IMAGE_ID") or None,
+        "image_digest": _matching(_DIGEST, os.environ.get("ENVKIT_IMAGE_DIGEST", "")),
+        "lock_sha256": lock_sha256(),
+    }
+
+
+def device_label() -> str | None:
+    """The device the run's target promises: ENVKIT_TARGET_DEVICE where a stand-in is told another, else
+    ENVKIT_DEVICE."""
+    return os.environ.get(TARGET_DEVICE_VARIABLE) or os.environ.get(DEVICE_VARIABLE) or None
 
 
 def device_name(device: str | None) -> str | None:
@@ -187,7 +210,9 @@ def facts_of(device: dict) -> dict:
 def lock_drift() -> list[str]:
     """How the packages here differ from the lock they were installed from (an image's, a venv's marker's)."""
     sha = lock_sha256()
-    path = Path(__file__).with_name("requirements.lock") if os.environ.get("ENVKIT_LOCK_SHA256") else None
+    # an image's lock is beside the wrapper; a notebook names the one it installed (in CPU mode the wheelhouse's)
+    beside = os.environ.get(LOCK_FILE_VARIABLE) or Path(__file__).with_name("requirements.lock")
+    path = Path(beside) if os.environ.get("ENVKIT_LOCK_SHA256") else None
     try:
         if path is None and sha:
             path = Path(records.parse_json(records.read_regular(Path(sys.prefix, VENV_LOCK_MARKER)))["lock"])
@@ -209,6 +234,71 @@ def lock_drift() -> list[str]:
     return [f"the packages that ran differ from the lock {path}: {', '.join(drift[:5])}{more}"] if drift else []
 
 
+# What sets a CPU library's threads in the program: OpenMP's (torch's intra-op pool), MKL's, OpenBLAS's, numexpr's.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def conditions(env: dict[str, str], reports: list[dict], wall: float, cpu_time: float) -> dict:
+    """The conditions of the run's measurement (issue 40 §5): the thread budget the program got (``env``, the
+    variables it ran with; torch's intra-op threads as its Python processes reported them at exit, ``reports``), the
+    CPUs it may use (this process's affinity, which it inherits, under a container's CPU quota) and the share of
+    them its CPU time took over the wall time: on a busy host, or one thread on two CPUs, well under 1."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = cpu_quota()
+    usable = min(cpus, quota) if quota is not None else cpus
+    return {
+        "thread_variables": {name: env.get(name) for name in THREAD_VARIABLES},
+        "torch_threads": sorted({r["torch_threads"] for r in reports if isinstance(r.get("torch_threads"), int)}),
+        "cpus": cpus,
+        "cpu_quota": quota,
+        "usable_cpus": usable,
+        "cpu_share": round(cpu_time / (wall * usable), 3) if wall > 0 else None,
+    }
+
+
+def cpu_quota(proc: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The CPUs this process's cgroup and its parents allow (cgroup v2's cpu.max, v1's CFS quota over its period;
+    docker run --cpus sets it), the smallest; None where none is set or none can be read."""
+    try:
+        lines = proc.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    limits = []
+    for line in lines:
+        if line.count(":") < 2:
+            continue
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2: one hierarchy
+            limits += [_v2_limit(folder) for folder in _up_from(root / path.lstrip("/"), root)]
+        elif "cpu" in controllers.split(","):
+            top = root / "cpu"
+            limits += [_v1_limit(folder) for folder in _up_from(top / path.lstrip("/"), top)]
+    found = [limit for limit in limits if limit is not None]
+    return round(min(found), 2) if found else None
+
+
+def _up_from(folder: Path, top: Path) -> list[Path]:
+    """``folder`` and its parents up to ``top``: a parent's limit holds for its children too."""
+    return [folder, *(parent for parent in folder.parents if parent.is_relative_to(top))]
+
+
+def _v2_limit(folder: Path) -> float | None:
+    try:
+        quota, period = (folder / "cpu.max").read_text(encoding="utf-8").split()
+        return int(quota) / int(period) if quota != "max" else None
+    except (OSError, ValueError):
+        return None
+
+
+def _v1_limit(folder: Path) -> float | None:
+    try:
+        quota = int((folder / "cpu.cfs_quota_us").read_text(encoding="utf-8"))
+        period = int((folder / "cpu.cfs_period_us").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
 def truthful_environment(environment: dict, device: dict, facts: dict) -> dict:
     """The record's environment with the device the run used, where it was observed, instead of the label, and
     the versions of the interpreter that ran."""
@@ -221,3 +311,59 @@ def truthful_environment(environment: dict, device: dict, facts: dict) -> dict:
 
 if __name__ == "__main__":
     print(json.dumps(interpreter_facts()))
+
+
+def wrapper() -> dict:
+    """The wrapper that writes the run's record, as the report later tells whether it still runs (wrapper_state):
+    its host, the host's boot and PID namespace, its pid and that process's start (a pid is reused)."""
+    return {
+        "host": socket.gethostname(),
+        "boot_id": _first_line("/proc/sys/kernel/random/boot_id"),
+        "pid_namespace": _link("/proc/self/ns/pid"),
+        "pid": os.getpid(),
+        "pid_started": _process_start(os.getpid()),
+    }
+
+
+def wrapper_state(recorded: object) -> str:
+    """A record left "running": "running" (its wrapper is alive), "killed or lost" (on this host, boot and PID
+    namespace no such process runs), else "running or lost" (another host, container or boot: not known here)."""
+    here = wrapper()
+    same = ("host", "boot_id", "pid_namespace")
+    if not isinstance(recorded, dict) or any(recorded.get(key) != here[key] for key in same):
+        return "running or lost"
+    pid = recorded.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return "running or lost"
+    if here["pid_started"] is not None:  # /proc: the very process, not another one given its pid since
+        return "running" if _process_start(pid) == recorded.get("pid_started") else "killed or lost"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return "killed or lost"
+    except OSError:  # another user's: it exists
+        pass
+    return "running"
+
+
+def _process_start(pid: int) -> int | None:
+    """When the process started, in clock ticks since the boot (/proc/<pid>/stat's 22nd field); None: none, or no
+    /proc."""
+    stat = _first_line(f"/proc/{pid}/stat") or ""
+    fields = stat.rpartition(")")[2].split()  # the command's name, in parentheses, may hold spaces
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+
+
+def _first_line(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.readline().strip() or None
+    except OSError:
+        return None
+
+
+def _link(path: str) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None

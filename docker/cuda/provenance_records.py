@@ -20,6 +20,8 @@ from pathlib import Path
 # The wrapper's name beside the command: docker/<target>/ and the image's /opt/envkit/, a notebook's folder.
 FILE_NAME = "envkit_run.py"
 PROG = Path(FILE_NAME).stem  # how its lines begin
+# Where results go without ENVKIT_RESULTS_DIR: the one home of the name (envkit, its templates, make, the notebooks).
+RESULTS_FOLDER = "results"
 # What it reads of the program's files, as envkit's reader caps them (bounded_load's MAX_BYTES and MAX_DEPTH;
 # tests/support/test_provenance_hostile.py holds them equal): a record past either is one the report refuses.
 MAX_READ = 16 * 2**20
@@ -116,6 +118,8 @@ def read_metrics(path: Path, unread: list[str]) -> dict | None:
     """The program's key/value metrics (dvclive's metrics.json; nested keys kept), or None."""
     if not os.path.lexists(path):
         return None
+    if linked := _linked(path.parent, 0):
+        return _unread(unread, linked, "a symbolic link, not followed")
     try:
         metrics = parse_json(read_regular(path), MAX_DEPTH - 1)  # one level down in the record
     except Unreadable as exc:
@@ -128,6 +132,9 @@ def read_metrics(path: Path, unread: list[str]) -> dict | None:
 def read_series(folder: Path, unread: list[str]) -> dict[str, dict[str, list]]:
     """dvclive's per-step series (plots/metrics/<name>.tsv: step, then the value): name -> steps and values."""
     series, points = {}, 0
+    if linked := _linked(folder, 2):  # plots/metrics -> / was walked whole (issue 39 §11)
+        _unread(unread, linked, "a symbolic link, not followed")
+        return series
     for path in _tsv_files(folder):
         name = path.relative_to(folder).with_suffix("").as_posix()
         try:
@@ -144,11 +151,16 @@ def read_series(folder: Path, unread: list[str]) -> dict[str, dict[str, list]]:
 
 
 def _tsv_files(folder: Path) -> list[Path]:
-    """Every ``*.tsv`` file under ``folder``; linked folders are not entered."""
+    """Every ``*.tsv`` file under ``folder``; linked folders are not entered (nor read: read_regular)."""
     found = []
-    for directory, _folders, files in os.walk(folder):
+    for directory, _folders, files in os.walk(folder, followlinks=False):
         found += [Path(directory, name) for name in files if name.endswith(".tsv")]
     return sorted(found)
+
+
+def _linked(path: Path, levels: int) -> Path | None:
+    """The first of ``path`` and its ``levels`` parents (the metrics folder, ./dvclive) that is a symbolic link."""
+    return next((each for each in [path, *list(path.parents)[:levels]] if os.path.islink(each)), None)
 
 
 def _parse_series(data: bytes, column: str) -> tuple[list[int], list[float]]:
@@ -177,13 +189,13 @@ def _unread(unread: list[str], path: Path, why: str) -> None:
 
 def within_limit(record: dict, unread: list[str]) -> bytes:
     """The record as written, no larger than the report reads: the series, then the metrics give way."""
-    data = _serialised(record)
+    data = serialised(record)
     for key, nothing in (("series", {}), ("metrics", None)):
         if len(data) <= MAX_READ:
             break
         record[key] = nothing
         _unread(unread, Path(record["run_name"]), f"its {key} take the record past {MAX_READ // 2**20} MiB")
-        data = _serialised(record)
+        data = serialised(record)
     return data
 
 
@@ -202,27 +214,26 @@ def adopt(path: Path, document: dict, run_block: dict, facts: dict) -> None:
     (a recipe's: the device torch initialised, torch's build) are kept over this wrapper's, which cannot know them."""
     own = document.get("environment")
     document.update(run=run_block, environment={**facts, **(own if isinstance(own, dict) else {})})
-    _write(path, _serialised(document))
+    replace(path, serialised(document))
 
 
-def _serialised(document: dict) -> bytes:
+def serialised(document: dict) -> bytes:
     return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
-def _write(path: Path, data: bytes, replace=os.replace) -> None:
-    """Whole or not at all: a reader never sees half a file."""
+def replace(path: Path, data: bytes, put=os.replace) -> None:
+    """Whole or not at all: a reader never sees half a file, and none is left behind (a full disk, issue 39 §8)."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_bytes(data)
     try:
-        replace(temporary, path)
+        temporary.write_bytes(data)
+        put(temporary, path)
     finally:
-        if replace is os.link:
-            temporary.unlink()
+        temporary.unlink(missing_ok=True)  # linked into place (write_new), or not written whole
 
 
 def write_new(path: Path, data: bytes) -> None:
     """Whole, and never over another file: linked into place, which fails where a file is (FileExistsError)."""
-    _write(path, data, os.link)
+    replace(path, data, os.link)
 
 
 def warn(message: str) -> None:

@@ -19,6 +19,7 @@ except ImportError:  # shipped: beside envkit_run.py, which put its folder on sy
     import provenance_facts as facts
 
 DEVICE_REPORTS_VARIABLE = "ENVKIT_DEVICE_REPORTS"
+DVCLIVE_VARIABLE = "ENVKIT_DVCLIVE_DIR"  # the absolute ./dvclive of the run, whose writes the hook reports
 ACCELERATORS = {"cuda": "cuda", "tpu": "tpu"}  # a label (ENVKIT_DEVICE) that promises an accelerator
 
 
@@ -29,18 +30,36 @@ def device_hook() -> None:
     a runtime the program did not start."""
     import atexit
     import os
+    import sys
 
     folder = os.environ.get("ENVKIT_DEVICE_REPORTS")
+    dvclive = os.environ.get("ENVKIT_DVCLIVE_DIR")
+    wrote: list = []
+
+    def audit(event: str, args: tuple) -> None:
+        # whether this process opened a file under ./dvclive to write it: that folder is every run's in this working
+        # directory, and only a run that wrote it takes its metrics (issue 39 §10). Cheap: one test per event.
+        if event != "open" or wrote or len(args) != 3:
+            return
+        path, mode, flags = args
+        writes = (
+            any(c in mode for c in "wax+") if isinstance(mode, str) else bool((flags or 0) & (os.O_WRONLY | os.O_RDWR))
+        )
+        if writes and isinstance(path, (str, bytes, os.PathLike)):
+            if os.path.abspath(os.fsdecode(path)).startswith(dvclive + os.sep):
+                wrote.append(True)
 
     def report() -> None:
         import json
-        import sys
 
         torch = getattr(sys.modules.get("torch"), "__version__", None)
         seen: dict = {"torch": str(torch) if torch else None, "prefix": sys.prefix, "executable": sys.executable}
-        if "dvclive" in sys.modules:  # its ./dvclive is this run's, not another run's in the same folder
-            seen["dvclive"] = True
+        if wrote:  # ./dvclive is this run's, not another run's in the same folder
+            seen["dvclive_written"] = True
         try:
+            threads = getattr(sys.modules.get("torch"), "get_num_threads", None)
+            if threads is not None:  # the intra-op threads it computed with (the record's conditions)
+                seen["torch_threads"] = threads()
             cuda = getattr(sys.modules.get("torch"), "cuda", None)
             if cuda is not None and cuda.is_initialized():
                 used = [i for i in range(cuda.device_count()) if cuda.max_memory_allocated(i) > 0]
@@ -64,6 +83,8 @@ def device_hook() -> None:
 
     if folder:
         atexit.register(report)
+        if dvclive and hasattr(sys, "addaudithook"):  # Python 3.8+
+            sys.addaudithook(audit)
 
 
 _CHAIN = """
@@ -83,9 +104,9 @@ _envkit_chain()
 """
 
 
-def watched(env: dict[str, str], folder: Path) -> dict[str, str]:
+def watched(env: dict[str, str], folder: Path, dvclive: Path) -> dict[str, str]:
     """``env`` with the device hook on PYTHONPATH (torchrun's workers and every other Python the command starts
-    inherit it), writing its reports under ``folder``."""
+    inherit it), writing its reports under ``folder``, and the ``dvclive`` folder whose writes it reports."""
     import inspect
 
     (folder / "hook").mkdir()
@@ -96,7 +117,8 @@ def watched(env: dict[str, str], folder: Path) -> dict[str, str]:
     # does: torchrun and accelerate are the venv's, not another one's on PATH.
     venv = [os.path.dirname(sys.executable)] if sys.prefix != sys.base_prefix else []
     search = os.pathsep.join(dict.fromkeys([*venv, *env.get("PATH", os.defpath).split(os.pathsep)]))
-    return {**env, "PATH": search, "PYTHONPATH": path, DEVICE_REPORTS_VARIABLE: str(folder / "reports")}
+    reports = {DEVICE_REPORTS_VARIABLE: str(folder / "reports"), DVCLIVE_VARIABLE: str(dvclive.absolute())}
+    return {**env, "PATH": search, "PYTHONPATH": path, **reports}
 
 
 def observed_device(reports: list[dict], label: str | None) -> dict:
@@ -124,10 +146,11 @@ def observed_device(reports: list[dict], label: str | None) -> dict:
     }
 
 
-def imported_dvclive(reports: list[dict]) -> bool:
-    """Whether a Python process of the run imported dvclive: only then is ./dvclive, which every run started in
-    the same folder shares, this run's. ``reports``: process_reports'."""
-    return any(report.get("dvclive") is True for report in reports)
+def wrote_dvclive(reports: list[dict]) -> bool:
+    """Whether a Python process of the run wrote a file under ./dvclive: only then is that folder, which every run
+    started in the same working directory shares, this run's (importing dvclive is not enough: a run that failed
+    before it wrote took an overlapping run's accuracy, issue 39 §10). ``reports``: process_reports'."""
+    return any(report.get("dvclive_written") is True for report in reports)
 
 
 def process_reports(folder: Path) -> list[dict]:

@@ -13,7 +13,7 @@
 # NNODES, NODE_RANK, RDZV_ENDPOINT, RDZV_ID, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME (multi-node
 # torchrun: passed into the container when set; NNODES above 1 runs on the host network),
 # ENVKIT_EXPERIMENT (the experiment its results file names), ENVKIT_ENV (names of variables passed into the
-# container as they are set here: an experiment's env),
+# container as they are set here, each of which must be: an experiment's env, envkit launch's --env),
 # ENVKIT_DRY_RUN=1 (print the docker command instead of running it),
 # ENVKIT_IMAGE_DIGEST (the image's manifest digest for the results; found for name@sha256: and buildah's images).
 set -euo pipefail
@@ -72,6 +72,8 @@ done
 env_args=()
 for name in ${ENVKIT_ENV:-}; do
   [[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || fail "ENVKIT_ENV must be variable names; got '$name'"
+  # envkit launch --on hosts prints no --env value: each host exports it, and one it forgot is named here.
+  [[ -n ${!name+set} ]] || fail "ENVKIT_ENV names $name, which is not set here; export it first"
   env_args+=(-e "$name")
 done
 [[ ${NNODES:-1} =~ ^[1-9][0-9]*$ ]] || fail "NNODES must be a number of hosts, 1 or more; got '$NNODES'"
