@@ -70,13 +70,18 @@ def beyond_reason(row: Row, base: Row) -> str | None:
 
 
 def flag_beyond(rows: list[Row]) -> None:
-    """Mark each row whose speed-up exceeds what its devices could give against its baseline (Row.speedup_beyond)."""
+    """Mark each row whose speed-up is not a like-for-like result against its baseline (Row.speedup_beyond): one
+    that exceeds what its devices could give, else one measured on a busy host or under another thread budget
+    (conditions_flag)."""
     for row in rows:
         base = next(
             (other for other in rows if other.label == row.baseline and other.comparable_key() == row.comparable_key()),
             None,
         )
-        row.speedup_beyond = None if base is None else beyond_reason(row, base)
+        if base is None or row.speedup is None or row is base:
+            row.speedup_beyond = None
+            continue
+        row.speedup_beyond = beyond_reason(row, base) or conditions_flag(list(row.results), list(base.results))
 
 
 def conditions_flag(results: list, base: list) -> str | None:
@@ -85,7 +90,7 @@ def conditions_flag(results: list, base: list) -> str | None:
     ``base``: its baseline's (RunResult). A host busy beyond its usable CPUs as a run started (other work alone), or
     as it ended beyond the CPUs plus the run's own threads: "host busy: load 9.1 on 2 CPUs; this speed-up is not a
     result". Else threads or usable CPUs other than the baseline's: "1 thread on 2 CPUs, the baseline 2 threads on 2
-    CPUs". None where neither, or the records do not say (older ones)."""
+    CPUs: not like for like". None where neither, or the records do not say (older ones)."""
     for run in (*results, *base):
         block = run.run or {}
         conditions, load = block.get("conditions"), block.get("load_average") or []
@@ -97,7 +102,7 @@ def conditions_flag(results: list, base: list) -> str | None:
     mine, theirs = _budget(results), _budget(base)
     if mine is None or theirs is None or mine == theirs:
         return None
-    return f"{_budget_text(*mine)}, the baseline {_budget_text(*theirs)}"
+    return f"{_budget_text(*mine)}, the baseline {_budget_text(*theirs)}: not like for like"
 
 
 def _threads(conditions: dict) -> int:

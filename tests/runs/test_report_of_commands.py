@@ -606,3 +606,28 @@ def test_a_table_shows_the_metrics_most_runs_reported_and_says_how_many_it_left_
     assert main(["report", str(results), "--format", "csv"]) == 0
     columns = capsys.readouterr().out.splitlines()[0].split(",")
     assert sum(1 for column in columns if column.startswith("metrics.") and column.endswith("_mean")) == 91
+
+
+def test_a_speedup_measured_on_a_busy_host_is_flagged_in_the_table_and_on_the_page(tmp_path, capsys):
+    """Issue 40 §5: on a host with load 9 on 2 cores, `cpu` (2 threads) took 34.9 s and `cpu-1t` 19.5 s, and the
+    report and the page read "1.79× faster" with nothing recorded or shown to explain it."""
+    results = tmp_path / "results"
+    for name, target, wall, threads in (("a", "cpu", 34.9, 2), ("b", "cpu-1t", 19.5, 1)):
+        document = record(results, name, device="cpu", image=None, wall=wall, target=target, started_at=name)
+        conditions = {
+            "thread_variables": {"OMP_NUM_THREADS": str(threads)},
+            "torch_threads": [threads],
+            "cpus": 2,
+            "cpu_quota": None,
+            "usable_cpus": 2,
+            "cpu_share": 0.4,
+        }
+        document["run"].update(target=target, conditions=conditions, load_average=[9.1, 8.7])
+        (results / f"{name}.json").write_text(json.dumps(document))
+    page = tmp_path / "page.html"
+    assert main(["report", str(results), "--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    busy = "host busy: load 9.1 on 2 CPUs; this speed-up is not a result"
+    (row,) = [line for line in out.splitlines() if line.startswith("| cpu-1t")]
+    assert f"1.79× ({busy})" in row and "faster" not in row
+    assert busy in page.read_text()
