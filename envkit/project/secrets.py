@@ -23,6 +23,8 @@ import os
 import re
 import string
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import BinaryIO
 
@@ -89,47 +91,66 @@ _DECORATION = re.compile(
 
 # envkit's own content rules: only what detect-secrets' detectors lack (docs/secrets.md has the table). A
 # private key's header (PEM, OpenSSH, PGP, PuTTY) or a token whose prefix its issuer fixed: few false alarms.
+# None begins with \b, which would cost re its search for the literal prefix (four times slower): a match that
+# begins inside a word is refused after (_alone), as a detector's is.
 SECRET_CONTENT = (
     # detect-secrets' PrivateKeyDetector lists eight headers (not PKCS#8's ENCRYPTED PRIVATE KEY, not PuTTY 3)
     ("a private key", rb"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----|PuTTY-User-Key-File-\d"),
-    ("a GitHub token", rb"\bgithub_pat_[0-9A-Za-z_]{82}\b"),  # detect-secrets has the classic ghp_... only
-    ("a Hugging Face token", rb"\b(?:hf_|api_org_)[A-Za-z]{34}\b"),
+    ("a GitHub token", rb"github_pat_[0-9A-Za-z_]{82}\b"),  # detect-secrets has the classic ghp_... only
+    ("a Hugging Face token", rb"(?:hf_|api_org_)[A-Za-z]{34}\b"),
     # detect-secrets' needs 20 letters or digits on each side of T3BlbkFJ; project keys hold - and _ there
-    ("an OpenAI key", rb"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}T3BlbkFJ[A-Za-z0-9_-]{20,}"),
-    ("an Anthropic key", rb"\bsk-ant-(?:api|admin)\d\d-[A-Za-z0-9_-]{80,}"),
-    ("a Google API key", rb"\bAIza[0-9A-Za-z_-]{35}\b"),
-    ("a Google OAuth client secret", rb"\bGOCSPX-[0-9A-Za-z_-]{28}"),
-    ("a Slack app token", rb"\bxapp-\d+-[0-9A-Za-z]+-\d+-[0-9A-Za-z]{16,}"),
-    ("an npm token", rb"\bnpm_[A-Za-z0-9]{36}\b"),  # detect-secrets' needs .npmrc's //host/:_authToken= before it
-    ("a package index upload token", rb"\bpypi-AgE[A-Za-z0-9_-]{50,}"),  # detect-secrets': two indexes' only
-    ("a Replicate token", rb"\br8_[0-9A-Za-z]{37}\b"),
-    ("a Groq key", rb"\bgsk_[0-9A-Za-z]{52}\b"),
-    ("a Databricks token", rb"\bdapi[0-9a-h]{32}(?:-\d)?\b"),
+    ("an OpenAI key", rb"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}T3BlbkFJ[A-Za-z0-9_-]{20,}"),
+    ("an Anthropic key", rb"sk-ant-(?:api|admin)\d\d-[A-Za-z0-9_-]{80,}"),
+    ("a Google API key", rb"AIza[0-9A-Za-z_-]{35}\b"),
+    ("a Google OAuth client secret", rb"GOCSPX-[0-9A-Za-z_-]{28}"),
+    ("a Slack app token", rb"xapp-\d+-[0-9A-Za-z]+-\d+-[0-9A-Za-z]{16,}"),
+    ("an npm token", rb"npm_[A-Za-z0-9]{36}\b"),  # detect-secrets' needs .npmrc's //host/:_authToken= before it
+    ("a package index upload token", rb"pypi-AgE[A-Za-z0-9_-]{50,}"),  # detect-secrets': two indexes' only
+    ("a Replicate token", rb"r8_[0-9A-Za-z]{37}\b"),
+    ("a Groq key", rb"gsk_[0-9A-Za-z]{52}\b"),
+    ("a Databricks token", rb"dapi[0-9a-h]{32}(?:-\d)?\b"),
     # docker login's config.json (auths: {registry: {auth: base64 of user:password}}), under any name
     ("a registry login", rb'"auths"\s*:\s*\{(?s:.){0,4096}?"(?:auth|identitytoken)"\s*:\s*"[^"\s]{8,}"'),
     # a URL's password before its host, the user may be empty (redis://:pw@); a placeholder for it is none: a
     # variable ($TOKEN, ${TOKEN}, $(TOKEN)), one in angle or curly brackets, stars. detect-secrets' rule
-    # refuses a $ anywhere in the password (so misses pa$$word) and an empty user, and takes <password>.
+    # refuses a $ anywhere in the password (so misses pa$$word) and an empty user, and takes <password>. It
+    # begins at :// (a literal, which re searches fast), the scheme before it being any.
     (
         "a password in a URL",
-        rb"(?i:\b[a-z][a-z0-9+.-]{1,20})://[^\s:/?#@'\"<>`]*:"
+        rb"://[^\s:/?#@'\"<>`]*:"
         rb"(?!\$(?:\{\w+\}|\(\w+\)|\w+)@)[^\s/?#@'\"<>`{}*]{3,}@",
     ),
 )
-_CONTENT = re.compile(b"|".join(b"(" + pattern + b")" for _, pattern in SECRET_CONTENT))
 _PRIVATE_KEY = re.compile(SECRET_CONTENT[0][1])
 # "-----BEGIN " in base64 begins a PEM block stored encoded, as a kubeconfig's client-key-data and a Kubernetes
 # Secret's tls.key are: its first 90 bytes decoded hold the header.
-_BASE64_PEM = re.compile(rb"LS0tLS1CRUdJTi[A-Za-z0-9+/]{8,106}")
+_BASE64_PEM = re.compile(r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{8,106}")
 # detect-secrets' detectors left unused: envkit's rules above cover more (BasicAuthDetector,
-# PrivateKeyDetector), or a public IP address is no credential. Those that guess from entropy or a keyword
-# (Base64HighEntropyString, HexHighEntropyString, KeywordDetector) are not regex-based and so never taken.
-_UNUSED_DETECTORS = ("BasicAuthDetector", "PrivateKeyDetector", "IPPublicDetector")
+# PrivateKeyDetector); a public IP address is no credential; and four decide by a keyword before a value, whose
+# prefix may be empty (IbmCloudIamDetector takes any token = "<44 characters>", IbmCosHmacDetector any
+# secret_key = "<48 hex digits>"), as KeywordDetector does, and took two thirds of the scan's time. Those that
+# guess from entropy or a keyword (Base64HighEntropyString, HexHighEntropyString, KeywordDetector) are not
+# regex-based and so never taken.
+_UNUSED_DETECTORS = (
+    "BasicAuthDetector",
+    "PrivateKeyDetector",
+    "IPPublicDetector",
+    "IbmCloudIamDetector",
+    "IbmCosHmacDetector",
+    "CloudantDetector",
+    "SoftlayerDetector",
+)
 # Read in blocks when a file is searched for secrets, each block with the end of the one before it: a key
 # header or a token straddling two blocks is found too (none is longer than this overlap).
 SCAN_BLOCK = 1 << 20
 SCAN_OVERLAP = 4096
-_BASE64_CHARACTERS = frozenset(string.ascii_letters + string.digits + "+/")
+# A token begins a word: a match that begins inside a run of these is none (a zip's zero bytes encode in base64
+# as ABIAAAAA..., which AWSKeyDetector's pattern, with no boundary, takes for a key: a notebook's embedded files).
+_WORD_CHARACTERS = frozenset(string.ascii_letters + string.digits + "_+/")
+# detect-secrets' patterns are written for a line (its own scanner feeds them one at a time), and NpmDetector's
+# //.+/:_authToken takes time quadratic in a line's length: a notebook's embedded file or minified code is one
+# line of megabytes. Longer lines are cut into windows that overlap by SCAN_OVERLAP.
+_LINE = 1 << 16
 # Windows' PowerShell writes text (`Out-File`, `>`) in UTF-16 with a byte order mark: read as its characters.
 _UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 
@@ -172,18 +193,16 @@ def _undecorated(name: str) -> str:
 
 def by_content(data: bytes) -> str | None:
     """What secret ``data`` holds (a private key, a GitHub token...), or None."""
-    found = _CONTENT.search(data)
-    if found is not None:
-        return f"holds {SECRET_CONTENT[found.lastindex - 1][0]}"
-    for encoded in _BASE64_PEM.finditer(data):
-        text = encoded.group()
-        if _PRIVATE_KEY.search(base64.b64decode(text[: len(text) // 4 * 4])):
+    text = _windowed(data.decode("utf-8", "surrogateescape"))
+    own = _first(_OWN_RULES, text)
+    if own is not None:
+        return f"holds {own.secret_type}"
+    for encoded in _BASE64_PEM.finditer(text):
+        found = encoded.group()
+        if _PRIVATE_KEY.search(base64.b64decode(found[: len(found) // 4 * 4])):
             return f"holds {SECRET_CONTENT[0][0]} (base64)"
-    text = data.decode("utf-8", "surrogateescape")
-    for detector in _detectors():
-        if any(_accepted(detector, found) for pattern in detector.denylist for found in pattern.finditer(text)):
-            return f'holds a secret detect-secrets calls "{detector.secret_type}"'
-    return None
+    detector = _first(_detectors(), text)
+    return None if detector is None else f'holds a secret detect-secrets calls "{detector.secret_type}"'
 
 
 def in_stream(stream: BinaryIO) -> str | None:
@@ -204,34 +223,69 @@ def in_stream(stream: BinaryIO) -> str | None:
 def redacted(text: str) -> str:
     """``text`` with each secret the content rules find replaced by what it is: for what envkit publishes besides
     files (a report's arguments and a failed run's stderr, which a program may have printed a token into)."""
-
-    def what(found: re.Match) -> bytes:
-        return f"[{SECRET_CONTENT[found.lastindex - 1][0]}, redacted]".encode()
-
-    text = _CONTENT.sub(what, text.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
-    for detector in _detectors():
-        # Each detector's own patterns, matched whole: what analyze_string yields is a pattern's group where it
-        # has one (GitHubTokenDetector's is the prefix, ghp, alone).
-        for pattern in detector.denylist:
-            text = pattern.sub(functools.partial(_labelled, detector), text)
+    for rule in _OWN_RULES + _detectors():
+        # Each pattern matched whole: what a detector's analyze_string yields is the pattern's group where it has
+        # one (GitHubTokenDetector's is the prefix, ghp, alone).
+        for pattern in rule.denylist:
+            text = pattern.sub(functools.partial(_labelled, rule), text)
     return text
 
 
-def _accepted(detector, found: re.Match) -> bool:
-    """Whether a detector's match is a token: one that begins inside a longer run of base64 is none (a zip's zero
-    bytes encode as ABIAAAAA..., which AWSKeyDetector's pattern takes for a key: a notebook's embedded files, a
-    plot's PNG), and the detector must accept it (JwtTokenDetector decodes its JSON)."""
+@dataclass(frozen=True)
+class _Rule:
+    """One of envkit's content rules, shaped as a detect-secrets detector is, so that both are matched alike."""
+
+    secret_type: str
+    denylist: tuple[re.Pattern, ...]
+
+    def analyze_string(self, string: str) -> Iterator[str]:
+        yield string  # the pattern's match is the token
+
+
+_OWN_RULES = tuple(_Rule(what, (re.compile(pattern.decode()),)) for what, pattern in SECRET_CONTENT)
+
+
+def _first(rules: tuple, text: str):
+    """The first of ``rules`` that finds a token in ``text``, or None."""
+    return next(
+        (
+            rule
+            for rule in rules
+            for pattern in rule.denylist
+            for found in pattern.finditer(text)
+            if _accepted(rule, found)
+        ),
+        None,
+    )
+
+
+def _accepted(rule, found: re.Match) -> bool:
+    """Whether a rule's match is a token: it begins a word (``_WORD_CHARACTERS``), and the rule accepts it
+    (JwtTokenDetector decodes its JSON)."""
     token, start = found.group(), found.start()
-    alone = token[:1] not in _BASE64_CHARACTERS or start == 0 or found.string[start - 1] not in _BASE64_CHARACTERS
-    return alone and next(detector.analyze_string(token), None) is not None
+    alone = token[:1] not in _WORD_CHARACTERS or start == 0 or found.string[start - 1] not in _WORD_CHARACTERS
+    return alone and next(rule.analyze_string(token), None) is not None
 
 
-def _labelled(detector, found: re.Match) -> str:
-    """The match with the token replaced by what it is; the space or quote some detectors match around it stays."""
+def _labelled(rule, found: re.Match) -> str:
+    """The match with the token replaced by what it is; the space, quote, : or :// that some rules match around it
+    stays."""
     token = found.group()
-    if not _accepted(detector, found):
+    if not _accepted(rule, found):
         return token
-    return token.replace(token.strip(" \t\r\n\"'"), f"[{detector.secret_type}, redacted]")
+    return token.replace(token.strip(" \t\r\n\"':/"), f"[{rule.secret_type}, redacted]")
+
+
+def _windowed(text: str) -> str:
+    """``text`` with each line over ``_LINE`` characters cut into windows of ``_LINE``, each the next's start."""
+    if len(text) <= _LINE:
+        return text
+    step = _LINE - SCAN_OVERLAP
+    lines = (
+        [line] if len(line) <= _LINE else [line[index : index + _LINE] for index in range(0, len(line), step)]
+        for line in text.split("\n")
+    )
+    return "\n".join(window for windows in lines for window in windows)
 
 
 @functools.cache
