@@ -92,7 +92,7 @@ _DECORATION = re.compile(
 # envkit's own content rules: only what detect-secrets' detectors lack (docs/secrets.md has the table). A
 # private key's header (PEM, OpenSSH, PGP, PuTTY) or a token whose prefix its issuer fixed: few false alarms.
 # None begins with \b, which would cost re its search for the literal prefix (four times slower): a match that
-# begins inside a word is refused after (_alone), as a detector's is.
+# begins inside a word is refused after (_accepted), as a detector's is.
 SECRET_CONTENT = (
     # detect-secrets' PrivateKeyDetector lists eight headers (not PKCS#8's ENCRYPTED PRIVATE KEY, not PuTTY 3)
     ("a private key", rb"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----|PuTTY-User-Key-File-\d"),
@@ -128,7 +128,7 @@ _BASE64_PEM = re.compile(r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{8,106}")
 # detect-secrets' detectors left unused: envkit's rules above cover more (BasicAuthDetector,
 # PrivateKeyDetector); a public IP address is no credential; and four decide by a keyword before a value, whose
 # prefix may be empty (IbmCloudIamDetector takes any token = "<44 characters>", IbmCosHmacDetector any
-# secret_key = "<48 hex digits>"), as KeywordDetector does, and took two thirds of the scan's time. Those that
+# secret_key = "<48 hex digits>"), as KeywordDetector does, and took more than half the scan's time. Those that
 # guess from entropy or a keyword (Base64HighEntropyString, HexHighEntropyString, KeywordDetector) are not
 # regex-based and so never taken.
 _UNUSED_DETECTORS = (
