@@ -67,3 +67,11 @@ def test_detect_secrets_is_imported_when_content_is_first_read_never_at_start():
         "assert 'detect_secrets' in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_token_in_a_line_of_megabytes_is_found_where_the_line_is_cut():
+    """detect-secrets' patterns see a long line (a notebook's embedded file) in windows: a token across the end
+    of one window is whole in the next."""
+    for offset in (0, secrets._LINE - 30, 3 * secrets._LINE + 7):
+        line = "x" * offset + f" {SLACK_WEBHOOK} " + "y" * (4 * secrets._LINE)
+        assert secrets.by_content(line.encode()) == 'holds a secret detect-secrets calls "Slack Token"', offset
