@@ -22,6 +22,7 @@ from pathlib import Path, PurePosixPath
 
 from envkit.errors import EnvkitError
 from envkit.project import secrets
+from envkit.project.archives import in_archive
 from envkit.project.marks import written_by_envkit
 from envkit.project.output import DEFAULT_OUTPUT, Output
 from envkit.support.bounded_load import Refused, load_text, note, open_regular, volatile
@@ -31,10 +32,6 @@ IGNORE_FILE = ".dockerignore"
 DEFAULT_LIMIT_MB = 100
 # Named in the refusal: enough to find the culprit, few enough for one line.
 LARGEST_NAMED = 3
-# Read in blocks when a file is searched for secrets, each block with the end of the one before it: a key
-# header or a token straddling two blocks is found too (none is longer than this overlap).
-SCAN_BLOCK = 1 << 20
-SCAN_OVERLAP = 4096
 # In a folder git does not track, also the runs' data and results (run.sh's defaults), the venvs, the caches
 # (make's render stamp in .cache/ among them) and editors' folders, which a repository's .gitignore keeps out:
 # else every run would change the next image. gitignore's syntax: git lists the folder's files.
@@ -260,21 +257,15 @@ def refuse_secret_values(path: Path, root: Path, values, include_secrets: tuple[
 
 
 def _in_content(path: Path) -> str | None:
-    """What secret the file's bytes hold; None when they hold none."""
+    """What secret the file's bytes hold, or an archive's members (envkit.project.archives); None when none."""
     try:
         with open_regular(path) as stream:
-            tail = b""
-            while block := stream.read(SCAN_BLOCK):
-                why = secrets.by_content(tail + block)
-                if why is not None:
-                    return why
-                tail = block[-SCAN_OVERLAP:]
+            return secrets.in_stream(stream) or in_archive(path.name, stream)
     except (OSError, Refused) as exc:
         why = exc.reason if isinstance(exc, Refused) else exc.strerror or exc
         raise EnvkitError(
             f"cannot read {path} to see whether it holds a secret: {why}; make it readable or list it in {IGNORE_FILE}"
         ) from None
-    return None
 
 
 def _refuse_over_limit(root: Path, kept: list[tuple[str, int]], tracked: bool, limit_mb: int) -> None:

@@ -1,22 +1,32 @@
 """Files that look like secrets, by name or by content: kept out of images and notebooks unless listed.
 
 An image is pushed and a notebook is committed or shared: either publishes every file it holds. A file
-whose name says it holds credentials (``.env``, ``id_rsa``, ``.netrc``, ``*.pem``...) or whose bytes hold
-a private key or a token with a well-known prefix is left out, and the caller names it in one line; the
-project's ``include_secrets`` list in envkit.yaml is the only way in (docs/secrets.md says why these lists).
+whose name says it holds credentials (``.env``, ``id_rsa``, ``.netrc``, ``*.pem``...), or a backup or copy of
+one (``.netrc.bak``, ``kaggle (1).json``), or whose bytes hold a private key or a token is left out, and the
+caller names it in one line; the project's ``include_secrets`` list in envkit.yaml is the only way in
+(docs/secrets.md says why these lists).
 
-The names are the union of what ``docker init`` writes into a new .dockerignore (``.env`` and a
-development secrets YAML file) and the credential files gitleaks' and GitHub's secret scanning look for; the contents
-are gitleaks' and detect-secrets' private-key and token-prefix rules, only those with a fixed prefix (a
-32-hex string may be a hash as easily as a key; guessing from entropy would leave out ordinary files).
+Names are envkit's own rules: the union of what ``docker init`` writes into a new .dockerignore and the
+credential files gitleaks' and GitHub's secret scanning look for. Contents are detect-secrets' detectors that
+decide by a token's form (its plugins, imported when a file is first read, so that no command pays for them at
+start), and envkit's own rules only for what those lack (``SECRET_CONTENT``). Neither guesses from entropy or a
+nearby keyword: a 32-hex string may be a hash as easily as a key, and such a rule would leave out ordinary files.
 """
 
 from __future__ import annotations
 
 import base64
+import codecs
 import fnmatch
+import functools
+import os
 import re
+import string
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import BinaryIO
 
 # Whole-name patterns (fnmatch) of one path component: a file so named, or any file under a folder so named.
 SECRET_NAMES = (
@@ -35,13 +45,7 @@ SECRET_NAMES = (
     "id_dsa*",
     "id_ecdsa*",
     "id_ed25519*",
-    ".netrc",
     "_netrc",
-    ".git-credentials",
-    ".pgpass",
-    ".htpasswd",
-    ".npmrc",
-    ".pypirc",
     "credentials",
     "credentials*.json",
     "client_secret*.json",
@@ -53,35 +57,102 @@ SECRET_NAMES = (
     "*.keytab",
     "kaggle.json",
     "application_default_credentials.json",
+    "kubeconfig",
+    "kubeconfig.*",
+    "*.kubeconfig",
+)
+# A tool's dotfile that holds its credentials whole. Copied into a project it loses its dot or gains an
+# extension (npmrc, pypirc.cfg, .yarnrc.yml) and holds the same: either is a secret too.
+CREDENTIAL_DOTFILES = (
+    ".netrc",
+    ".npmrc",
+    ".yarnrc",
+    ".pypirc",
+    ".git-credentials",
+    ".pgpass",
+    ".htpasswd",
     ".s3cfg",
     ".boto",
     ".dockercfg",
+    ".vault-token",
+    ".databrickscfg",
 )
+CONFIG_EXTENSIONS = ("", ".cfg", ".conf", ".ini", ".txt", ".yml", ".yaml", ".json", ".toml")
 SECRET_FOLDERS = (".aws", ".azure", ".ssh", ".gnupg", ".docker", ".kube", ".kaggle", ".huggingface", "secrets")
-
-# A private key's header (PEM, OpenSSH, PGP, PuTTY) or a token whose prefix its issuer fixed: few false alarms.
-SECRET_CONTENT = (
-    ("a private key", rb"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----|PuTTY-User-Key-File-\d"),
-    ("an AWS access key", rb"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"),
-    ("a GitHub token", rb"\b(?:gh[pousr]_[0-9A-Za-z]{36}|github_pat_[0-9A-Za-z_]{82})\b"),
-    ("a GitLab token", rb"\bglpat-[0-9A-Za-z_-]{20}\b"),
-    ("a Slack token", rb"\bxox[abprs]-[0-9A-Za-z-]{10,}"),
-    ("a Hugging Face token", rb"\bhf_[A-Za-z]{34}\b"),
-    ("an OpenAI key", rb"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}T3BlbkFJ[A-Za-z0-9_-]{20,}"),
-    ("an Anthropic key", rb"\bsk-ant-(?:api|admin)\d\d-[A-Za-z0-9_-]{80,}"),
-    ("a Google API key", rb"\bAIza[0-9A-Za-z_-]{35}\b"),
-    ("a Stripe key", rb"\b[rs]k_live_[0-9A-Za-z]{24,}"),
-    ("an npm token", rb"\bnpm_[A-Za-z0-9]{36}\b"),
-    ("a package index upload token", rb"\bpypi-AgE[A-Za-z0-9_-]{50,}"),
-    # detect-secrets' basic-auth rule: a URL's user and password before its host (a placeholder for the password,
-    # a shell variable or one in angle brackets, is none)
-    ("a password in a URL", rb"(?i:\b[a-z][a-z0-9+.-]{1,20})://[^\s:/?#@'\"<>`]+:[^\s/?#@'\"<>`${}*]{3,}@"),
+# A token file that only its folder names: the Hugging Face CLI's (~/.cache/huggingface/token) and gcloud's.
+SECRET_PATHS = ("huggingface/token", "huggingface/stored_tokens", "gcloud/credentials.db", "gcloud/access_tokens.db")
+# What an editor, a backup or a copy adds to a name: ~ and #name# (Emacs), .swp (Vim, which also adds a leading
+# dot), .bak/.orig/.old... by hand or by patch, .1 by rotation (and terraform.tfstate.<time>.backup), and a file
+# manager's or a browser's copy before the extension (kaggle (1).json, .env copy).
+_DECORATION = re.compile(
+    r"~$|\.(?:bak|backup|orig|old|save|sav|tmp|prev|copy|sw[a-p]|\d+)$|^#(?=.+#$)|(?<=.)#$"
+    r"|(?: - copy| copy(?: \d+)?| ?\(\d+\))(?=\.[^.]*$|$)"
 )
-_CONTENT = re.compile(b"|".join(b"(" + pattern + b")" for _, pattern in SECRET_CONTENT))
+
+# envkit's own content rules: only what detect-secrets' detectors lack (docs/secrets.md has the table). A
+# private key's header (PEM, OpenSSH, PGP, PuTTY) or a token whose prefix its issuer fixed: few false alarms.
+# None begins with \b, which would cost re its search for the literal prefix (four times slower): a match that
+# begins inside a word is refused after (_accepted), as a detector's is.
+SECRET_CONTENT = (
+    # detect-secrets' PrivateKeyDetector lists eight headers (not PKCS#8's ENCRYPTED PRIVATE KEY, not PuTTY 3)
+    ("a private key", rb"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----|PuTTY-User-Key-File-\d"),
+    ("a GitHub token", rb"github_pat_[0-9A-Za-z_]{82}\b"),  # detect-secrets has the classic ghp_... only
+    ("a Hugging Face token", rb"(?:hf_|api_org_)[A-Za-z]{34}\b"),
+    # detect-secrets' needs 20 letters or digits on each side of T3BlbkFJ; project keys hold - and _ there
+    ("an OpenAI key", rb"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}T3BlbkFJ[A-Za-z0-9_-]{20,}"),
+    ("an Anthropic key", rb"sk-ant-(?:api|admin)\d\d-[A-Za-z0-9_-]{80,}"),
+    ("a Google API key", rb"AIza[0-9A-Za-z_-]{35}\b"),
+    ("a Google OAuth client secret", rb"GOCSPX-[0-9A-Za-z_-]{28}"),
+    ("a Slack app token", rb"xapp-\d+-[0-9A-Za-z]+-\d+-[0-9A-Za-z]{16,}"),
+    ("an npm token", rb"npm_[A-Za-z0-9]{36}\b"),  # detect-secrets' needs .npmrc's //host/:_authToken= before it
+    ("a package index upload token", rb"pypi-AgE[A-Za-z0-9_-]{50,}"),  # detect-secrets': two indexes' only
+    ("a Replicate token", rb"r8_[0-9A-Za-z]{37}\b"),
+    ("a Groq key", rb"gsk_[0-9A-Za-z]{52}\b"),
+    ("a Databricks token", rb"dapi[0-9a-h]{32}(?:-\d)?\b"),
+    # docker login's config.json (auths: {registry: {auth: base64 of user:password}}), under any name
+    ("a registry login", rb'"auths"\s*:\s*\{(?s:.){0,4096}?"(?:auth|identitytoken)"\s*:\s*"[^"\s]{8,}"'),
+    # a URL's password before its host, the user may be empty (redis://:pw@); a placeholder for it is none: a
+    # variable ($TOKEN, ${TOKEN}, $(TOKEN)), one in angle or curly brackets, stars. detect-secrets' rule
+    # refuses a $ anywhere in the password (so misses pa$$word) and an empty user, and takes <password>. It
+    # begins at :// (a literal, which re searches fast), the scheme before it being any.
+    (
+        "a password in a URL",
+        rb"://[^\s:/?#@'\"<>`]*:"
+        rb"(?!\$(?:\{\w+\}|\(\w+\)|\w+)@)[^\s/?#@'\"<>`{}*]{3,}@",
+    ),
+)
 _PRIVATE_KEY = re.compile(SECRET_CONTENT[0][1])
 # "-----BEGIN " in base64 begins a PEM block stored encoded, as a kubeconfig's client-key-data and a Kubernetes
 # Secret's tls.key are: its first 90 bytes decoded hold the header.
-_BASE64_PEM = re.compile(rb"LS0tLS1CRUdJTi[A-Za-z0-9+/]{8,106}")
+_BASE64_PEM = re.compile(r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{8,106}")
+# detect-secrets' detectors left unused: envkit's rules above cover more (BasicAuthDetector,
+# PrivateKeyDetector); a public IP address is no credential; and four decide by a keyword before a value, whose
+# prefix may be empty (IbmCloudIamDetector takes any token = "<44 characters>", IbmCosHmacDetector any
+# secret_key = "<48 hex digits>"), as KeywordDetector does, and took more than half the scan's time. Those that
+# guess from entropy or a keyword (Base64HighEntropyString, HexHighEntropyString, KeywordDetector) are not
+# regex-based and so never taken.
+_UNUSED_DETECTORS = (
+    "BasicAuthDetector",
+    "PrivateKeyDetector",
+    "IPPublicDetector",
+    "IbmCloudIamDetector",
+    "IbmCosHmacDetector",
+    "CloudantDetector",
+    "SoftlayerDetector",
+)
+# Read in blocks when a file is searched for secrets, each block with the end of the one before it: a key
+# header or a token straddling two blocks is found too (none is longer than this overlap).
+SCAN_BLOCK = 1 << 20
+SCAN_OVERLAP = 4096
+# A token begins a word: a match that begins inside a run of these is none (a zip's zero bytes encode in base64
+# as ABIAAAAA..., which AWSKeyDetector's pattern, with no boundary, takes for a key: a notebook's embedded files).
+_WORD_CHARACTERS = frozenset(string.ascii_letters + string.digits + "_+/")
+# detect-secrets' patterns are written for a line (its own scanner feeds them one at a time), and NpmDetector's
+# //.+/:_authToken takes time quadratic in a line's length: a notebook's embedded file or minified code is one
+# line of megabytes. Longer lines are cut into windows that overlap by SCAN_OVERLAP.
+_LINE = 1 << 16
+# Windows' PowerShell writes text (`Out-File`, `>`) in UTF-16 with a byte order mark: read as its characters.
+_UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 
 
 def by_name(path: str) -> str | None:
@@ -91,30 +162,151 @@ def by_name(path: str) -> str | None:
     for folder in parts[:-1]:
         if folder.lower() in SECRET_FOLDERS:
             return f"under {folder}/"
+    for pattern in SECRET_PATHS:
+        if fnmatch.fnmatchcase("/".join(parts[-pattern.count("/") - 1 :]).lower(), pattern):
+            return f"named {pattern}"
     name = parts[-1].lower()
-    return next((f"named {pattern}" for pattern in SECRET_NAMES if fnmatch.fnmatchcase(name, pattern)), None)
+    why, plain = _named(name), _undecorated(name)
+    if why is not None or plain == name:
+        return why
+    # Vim's swap file of kaggle.json is .kaggle.json.swp: the dot is Vim's
+    why = _named(plain) or (_named(plain[1:]) if plain.startswith(".") else None)
+    return None if why is None else f"{why} (a backup or copy)"
+
+
+def _named(name: str) -> str | None:
+    pattern = next((pattern for pattern in SECRET_NAMES if fnmatch.fnmatchcase(name, pattern)), None)
+    if pattern is not None:
+        return f"named {pattern}"
+    stem, extension = os.path.splitext(name.removeprefix("."))
+    if f".{stem}" in CREDENTIAL_DOTFILES and extension in CONFIG_EXTENSIONS:
+        return f"named .{stem}" if name == f".{stem}" else f"named like .{stem}"
+    return None
+
+
+def _undecorated(name: str) -> str:
+    """``name`` less every backup or copy decoration (.netrc.bak.1 -> .netrc); ``name`` when it has none."""
+    while (plain := _DECORATION.sub("", name)) not in (name, ""):
+        name = plain
+    return name
 
 
 def by_content(data: bytes) -> str | None:
     """What secret ``data`` holds (a private key, a GitHub token...), or None."""
-    found = _CONTENT.search(data)
-    if found is not None:
-        return f"holds {SECRET_CONTENT[found.lastindex - 1][0]}"
-    for encoded in _BASE64_PEM.finditer(data):
-        text = encoded.group()
-        if _PRIVATE_KEY.search(base64.b64decode(text[: len(text) // 4 * 4])):
+    text = _windowed(data.decode("utf-8", "surrogateescape"))
+    own = _first(_OWN_RULES, text)
+    if own is not None:
+        return f"holds {own.secret_type}"
+    for encoded in _BASE64_PEM.finditer(text):
+        found = encoded.group()
+        if _PRIVATE_KEY.search(base64.b64decode(found[: len(found) // 4 * 4])):
             return f"holds {SECRET_CONTENT[0][0]} (base64)"
+    detector = _first(_detectors(), text)
+    return None if detector is None else f'holds a secret detect-secrets calls "{detector.secret_type}"'
+
+
+def in_stream(stream: BinaryIO) -> str | None:
+    """What secret a binary stream holds (``by_content``), read in blocks of ``SCAN_BLOCK`` bytes."""
+    tail, decoder = b"", None
+    while raw := stream.read(SCAN_BLOCK):
+        if decoder is None:  # the first block says whether the text is UTF-16
+            utf16 = raw.startswith(_UTF16_BOMS)
+            decoder = codecs.getincrementaldecoder("utf-16")("replace") if utf16 else False
+        block = decoder.decode(raw).encode("utf-8", "surrogatepass") if decoder else raw
+        why = by_content(tail + block)
+        if why is not None:
+            return why
+        tail = block[-SCAN_OVERLAP:]
     return None
 
 
 def redacted(text: str) -> str:
     """``text`` with each secret the content rules find replaced by what it is: for what envkit publishes besides
     files (a report's arguments and a failed run's stderr, which a program may have printed a token into)."""
+    for rule in _OWN_RULES + _detectors():
+        # Each pattern matched whole: what a detector's analyze_string yields is the pattern's group where it has
+        # one (GitHubTokenDetector's is the prefix, ghp, alone).
+        for pattern in rule.denylist:
+            text = pattern.sub(functools.partial(_labelled, rule), text)
+    return text
 
-    def what(found: re.Match) -> bytes:
-        return f"[{SECRET_CONTENT[found.lastindex - 1][0]}, redacted]".encode()
 
-    return _CONTENT.sub(what, text.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
+@dataclass(frozen=True)
+class _Rule:
+    """One of envkit's content rules, shaped as a detect-secrets detector is, so that both are matched alike."""
+
+    secret_type: str
+    denylist: tuple[re.Pattern, ...]
+
+    def analyze_string(self, string: str) -> Iterator[str]:
+        yield string  # the pattern's match is the token
+
+
+_OWN_RULES = tuple(_Rule(what, (re.compile(pattern.decode()),)) for what, pattern in SECRET_CONTENT)
+
+
+def _first(rules: tuple, text: str):
+    """The first of ``rules`` that finds a token in ``text``, or None."""
+    return next(
+        (
+            rule
+            for rule in rules
+            for pattern in rule.denylist
+            for found in pattern.finditer(text)
+            if _accepted(rule, found)
+        ),
+        None,
+    )
+
+
+def _accepted(rule, found: re.Match) -> bool:
+    """Whether a rule's match is a token: it begins a word (``_WORD_CHARACTERS``), and the rule accepts it
+    (JwtTokenDetector decodes its JSON)."""
+    token, start = found.group(), found.start()
+    alone = token[:1] not in _WORD_CHARACTERS or start == 0 or found.string[start - 1] not in _WORD_CHARACTERS
+    return alone and next(rule.analyze_string(token), None) is not None
+
+
+def _labelled(rule, found: re.Match) -> str:
+    """The match with the token replaced by what it is; the space, quote, : or :// that some rules match around it
+    stays."""
+    token = found.group()
+    if not _accepted(rule, found):
+        return token
+    return token.replace(token.strip(" \t\r\n\"':/"), f"[{rule.secret_type}, redacted]")
+
+
+def _windowed(text: str) -> str:
+    """``text`` with each line over ``_LINE`` characters cut into windows of ``_LINE``, each the next's start."""
+    if len(text) <= _LINE:
+        return text
+    step = _LINE - SCAN_OVERLAP
+    lines = (
+        [line] if len(line) <= _LINE else [line[index : index + _LINE] for index in range(0, len(line), step)]
+        for line in text.split("\n")
+    )
+    return "\n".join(window for windows in lines for window in windows)
+
+
+@functools.cache
+def _detectors() -> tuple:
+    """detect-secrets' regex detectors, less ``_UNUSED_DETECTORS``, by class name; none, said once on stderr,
+    where the package is not installed (a notebook's kernel, whose report redacts with envkit's rules alone)."""
+    try:
+        from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+        from detect_secrets.plugins.base import RegexBasedDetector
+    except ImportError:
+        print(
+            "envkit: detect-secrets is not installed in this Python, so secrets are found by envkit's own rules "
+            "alone, which miss AWS, GitHub (ghp_), GitLab, Slack, Stripe and Azure keys among others "
+            "(docs/secrets.md): pip install detect-secrets",
+            file=sys.stderr,
+        )
+        return ()
+    classes = sorted(get_mapping_from_secret_type_to_class().values(), key=lambda cls: cls.__name__)
+    return tuple(
+        cls() for cls in classes if issubclass(cls, RegexBasedDetector) and cls.__name__ not in _UNUSED_DETECTORS
+    )
 
 
 # A URL's credentials that the content rules leave to its scheme: a user alone before an http(s) host (an index's

@@ -123,7 +123,7 @@ def _tracked_project(root: Path, names: dict[str, str]) -> Path:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     _git(root, "init", "-q")
-    _git(root, "add", "-f", *names)
+    _git(root, "add", "-f", ".")  # every file the test wrote, binary ones too
     return root
 
 
@@ -134,7 +134,10 @@ def test_files_that_look_like_secrets_by_name_or_content_are_left_out_and_named(
     assert files.paths == ("train.py",)
     left_out = dict(files.secrets)
     assert set(left_out) == set(names) - {"train.py"}
-    assert left_out["deploy.py"] == "holds a GitHub token" and left_out["notes.txt"] == "holds a private key"
+    assert (
+        left_out["deploy.py"] == 'holds a secret detect-secrets calls "GitHub Token"'
+        and left_out["notes.txt"] == "holds a private key"
+    )
     assert left_out["keys/id_rsa"] == "named id_rsa*" and left_out[".aws/credentials"] == "under .aws/"
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("envkit: left out 13 file(s) that look like secrets")
@@ -212,9 +215,9 @@ def test_a_private_key_in_base64_is_a_secret(tmp_path):
 
 
 def test_a_secret_straddling_two_read_blocks_is_found(tmp_path):
-    from envkit.project import files as module
+    from envkit.project import secrets
 
-    padding = "x" * (module.SCAN_BLOCK - 10)
+    padding = "x" * (secrets.SCAN_BLOCK - 10)
     files = project_files(_tracked_project(tmp_path / "mine", {"big.txt": padding + PRIVATE_KEY}), quiet=True)
     assert files.paths == () and dict(files.secrets) == {"big.txt": "holds a private key"}
 
@@ -313,3 +316,117 @@ def test_a_commands_script_that_git_does_not_track_is_refused_in_one_line(reposi
         files.require_program(("python", "new.py"))
     assert str(refused.value).startswith(f"new.py is not among the files git tracks in {repository}")
     assert "git add, then commit" in str(refused.value)
+
+
+def test_credential_files_under_other_names_and_backups_of_secrets_are_secrets(tmp_path):
+    """Before (issue 39 §5): each went into build contexts and notebooks' archives with nothing named: a dotfile
+    without its dot or with an extension, tools' token files, and the backups and copies of a secret's name."""
+    secret = {
+        "npmrc": "named like .npmrc",
+        ".yarnrc.yml": "named like .yarnrc",
+        "pypirc.cfg": "named like .pypirc",
+        "deploy/kubeconfig": "named kubeconfig",
+        ".vault-token": "named .vault-token",
+        ".databrickscfg": "named .databrickscfg",
+        ".cache/huggingface/token": "named huggingface/token",
+        "terraform.tfstate.backup": "named *.tfstate (a backup or copy)",
+        "infra/.tfstate.backup": "named *.tfstate (a backup or copy)",
+        ".netrc.bak": "named .netrc (a backup or copy)",
+        ".env~": "named .env (a backup or copy)",
+        "kaggle (1).json": "named kaggle.json (a backup or copy)",
+        ".pgpass.orig": "named .pgpass (a backup or copy)",
+        ".git-credentials.old": "named .git-credentials (a backup or copy)",
+        ".kaggle.json.swp": "named kaggle.json (a backup or copy)",
+        "#.netrc#": "named .netrc (a backup or copy)",
+    }
+    # Names that only look alike: a module named after a tool, a conda environment, an ordinary backup.
+    kept = ("boto.py", "netrc.py", "env.yml", "notes.md.bak", "config.json", "tokenizer/token.py")
+    names = {name: "x = 1\n" for name in (*secret, *kept)}
+    files = project_files(_tracked_project(tmp_path / "mine", names), quiet=True)
+    assert files.paths == tuple(sorted(kept))
+    assert dict(files.secrets) == secret
+
+
+# Fake tokens of the forms each issuer fixes, put together here as PRIVATE_KEY is.
+SLACK_WEBHOOK = "https://hooks.slack.com" + "/services/T0AB12CD3/B0EF45GH6/" + "aB3dE6gH9jK2mN5pQ8sT1vW4"
+AZURE_KEY = "AccountKey=" + "Zm9vYmFy" * 11
+FAKE_TOKENS = {
+    "notify.py": (f"URL = '{SLACK_WEBHOOK}'\n", 'holds a secret detect-secrets calls "Slack Token"'),
+    "storage.py": (
+        f"CONN = 'DefaultEndpointsProtocol=https;AccountName=runs;{AZURE_KEY};EndpointSuffix=core.windows.net'\n",
+        'holds a secret detect-secrets calls "Azure Storage Account access key"',
+    ),
+    "cluster.yaml": (
+        "users:\n- name: ci\n  user:\n    token: eyJhbGciOiJSUzI1NiJ9" + ".eyJzdWIiOiJjaSJ9.c2lnbmF0dXJl\n",
+        'holds a secret detect-secrets calls "JSON Web Token"',
+    ),
+    "bot.py": (
+        "TOKEN = 'xapp" + "-1-A0123456789-1234567890123-" + "0a1b2c3d4e5f6a7b8c9d'\n",
+        "holds a Slack app token",
+    ),
+    "client.json": (
+        '{"client_secret": "GOCSPX' + '-aB3dE6gH9jK2mN5pQ8sT1vW4xY7z"}\n',
+        "holds a Google OAuth client secret",
+    ),
+    "gen.py": ("KEY = 'r8" + "_aB3dE6gH9jK2mN5pQ8sT1vW4xY7zA0cF3iL6o'\n", "holds a Replicate token"),
+    "llm.py": ("KEY = 'gsk" + "_" + "aB3dE6gH9jK2mN5pQ8sT1vW4" * 2 + "xY7z'\n", "holds a Groq key"),
+    "jobs.py": ("HOST_TOKEN = 'dapi" + "0123456789abcdef0123456789abcdef'\n", "holds a Databricks token"),
+    "hub.py": ("ORG = 'api_org" + "_aBcDeFgHiJkLmNoPqRsTuVwXyZaBcDeFgH'\n", "holds a Hugging Face token"),
+    "cache.py": ("REDIS = 'redis://" + ":Xk7pQ2vR9@cache:6379/0'\n", "holds a password in a URL"),
+    "settings.py": ("DB = 'postgresql://" + "admin:pa$$w0rd@db/runs'\n", "holds a password in a URL"),
+    "config.json": (
+        '{\n  "auths"' + ': {\n    "ghcr.io": {\n      "auth": "dXNlcjpnaHBfc2VjcmV0"\n    }\n  }\n}\n',
+        "holds a registry login",
+    ),
+}
+
+
+def test_tokens_that_detect_secrets_or_envkit_knows_are_secrets_by_content(tmp_path):
+    """Before (issue 39 §5): each file went into build contexts and notebooks' archives with nothing named;
+    detect-secrets' detectors find the first three, envkit's own rules (what those lack) the others."""
+    names = {name: text for name, (text, _) in FAKE_TOKENS.items()}
+    # Not secrets: a login held by a credential helper, a password that is a variable, a URL with a port.
+    names |= {
+        "docker.json": '{"auths": {"ghcr.io": {}}, "credsStore": "desktop"}\n',
+        "deploy.py": "URL = 'postgresql://admin:$DB_PASSWORD@db/runs'  # or $(DB_PASSWORD) or ${DB_PASSWORD}\n",
+        "serve.py": "URL = 'http://localhost:8080/a@b'\n",
+    }
+    files = project_files(_tracked_project(tmp_path / "mine", names), quiet=True)
+    assert files.paths == ("deploy.py", "docker.json", "serve.py")
+    assert dict(files.secrets) == {name: why for name, (_, why) in FAKE_TOKENS.items()}
+
+
+def test_a_private_key_in_utf16_is_a_secret(tmp_path):
+    """Before (issue 39 §5): a key saved by Windows' PowerShell (UTF-16 with a byte order mark) went out unseen."""
+    root = tmp_path / "mine"
+    root.mkdir()
+    (root / "key.txt").write_bytes(PRIVATE_KEY.encode("utf-16"))
+    (root / "big.txt").write_bytes(b"\xfe\xff" + ("x" * (1 << 20) + PRIVATE_KEY).encode("utf-16-be"))  # two blocks
+    files = project_files(_tracked_project(root, {}), quiet=True)
+    assert files.paths == ()
+    assert dict(files.secrets) == {"key.txt": "holds a private key", "big.txt": "holds a private key"}
+
+
+def test_a_key_inside_an_archive_is_a_secret(tmp_path):
+    """Before (issue 39 §5): a .zip or .tgz holding a key went into images and notebooks; what the archive holds
+    is looked at as the project's files are (envkit.project.archives)."""
+    import tarfile
+    import zipfile
+
+    root = tmp_path / "mine"
+    root.mkdir()
+    with zipfile.ZipFile(root / "deploy.zip", "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("deploy/run.sh", "echo run\n")
+        archive.writestr("deploy/id_ed25519", "x\n")
+    (tmp_path / "notes.txt").write_text(PRIVATE_KEY)
+    with tarfile.open(root / "backup.tgz", "w:gz") as archive:
+        archive.add(tmp_path / "notes.txt", "backup/notes.txt")
+    (tmp_path / "model.py").write_text("x = 1\n")
+    with tarfile.open(root / "code.tar.gz", "w:gz") as archive:
+        archive.add(tmp_path / "model.py", "code/model.py")
+    files = project_files(_tracked_project(root, {}), quiet=True)
+    assert files.paths == ("code.tar.gz",)
+    assert dict(files.secrets) == {
+        "deploy.zip": "holds deploy/id_ed25519 (named id_ed25519*)",
+        "backup.tgz": "holds backup/notes.txt (holds a private key)",
+    }

@@ -83,7 +83,10 @@ def test_a_speedup_measured_on_a_busy_host_or_under_other_conditions_says_so():
     assert conditions_flag([one], [two]) == "host busy: load 9.1 on 2 CPUs; this speed-up is not a result"
     # a run's own threads are its load, not another job's: two threads on two CPUs end with a load of 4 or so
     quiet_one, quiet_two = measured([0.2, 1.1], "1", [1]), measured([0.1, 3.9], "2", [2])
-    assert conditions_flag([quiet_one], [quiet_two]) == "1 thread on 2 CPUs, the baseline 2 threads on 2 CPUs: not like for like"
+    assert (
+        conditions_flag([quiet_one], [quiet_two])
+        == "1 thread on 2 CPUs, the baseline 2 threads on 2 CPUs: not like for like"
+    )
     assert conditions_flag([quiet_two, quiet_two], [quiet_two]) is None  # like for like
     # the thread budget from OMP_NUM_THREADS where torch was not imported; older records say nothing
     assert conditions_flag([measured([0.1, 0.9], "4", [], usable=4)], [quiet_two]) == (

@@ -1,0 +1,77 @@
+"""envkit.project.secrets: what looks like a secret by content, with detect-secrets' detectors and without them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from envkit.project import secrets
+
+# Put together, so that this file holds no token a scanner would flag.
+AWS_KEY = "AKIA" + "Q2XW7ZJ5K3B4N6P8"
+SLACK_WEBHOOK = "https://hooks.slack.com" + "/services/T0AB12CD3/B0EF45GH6/" + "aB3dE6gH9jK2mN5pQ8sT1vW4"
+HF_TOKEN = "hf" + "_aBcDeFgHiJkLmNoPqRsTuVwXyZaBcDeFgH"
+
+
+@pytest.fixture
+def without_detect_secrets(monkeypatch):
+    """This Python as a notebook's kernel is: no detect-secrets to import."""
+    for name in ["detect_secrets", *(name for name in sys.modules if name.startswith("detect_secrets."))]:
+        monkeypatch.setitem(sys.modules, name, None)  # imported already by another test: its modules too
+    secrets._detectors.cache_clear()
+    yield
+    secrets._detectors.cache_clear()
+
+
+def test_detect_secrets_tokens_are_redacted_whole_with_what_each_is():
+    """Before (issue 39 §5): a Slack webhook or an AWS key in a run's arguments or stderr reached the report."""
+    text = f"--notify {SLACK_WEBHOOK} --key {AWS_KEY} --hub {HF_TOKEN} done"
+    assert secrets.redacted(text) == (
+        "--notify [Slack Token, redacted] --key [AWS Access Key, redacted] --hub [a Hugging Face token, redacted] done"
+    )
+
+
+def test_a_token_form_inside_a_run_of_base64_is_not_a_secret():
+    """A notebook's or a page's embedded zip or PNG: zero bytes encode as runs of A, which AWSKeyDetector's pattern
+    (no word boundary) takes for a key: envkit's own notebooks were flagged."""
+    import base64
+    import io
+    import zipfile
+
+    stream = io.BytesIO()
+    with zipfile.ZipFile(stream, "w") as archive:
+        archive.writestr("envkit_notebook.py", "x = 1\n" * 4000)
+    blob = base64.b64encode(stream.getvalue()).decode()
+    assert "ABIA" in blob  # the zip's headers
+    text = f'{{"source": ["{blob}"], "key": "{AWS_KEY}"}}'
+    assert secrets.by_content(blob.encode()) is None
+    assert secrets.redacted(text) == text.replace(AWS_KEY, "[AWS Access Key, redacted]")
+
+
+def test_without_detect_secrets_envkits_own_rules_still_hold_and_one_line_says_so(without_detect_secrets, capsys):
+    assert secrets.by_content(HF_TOKEN.encode()) == "holds a Hugging Face token"
+    assert secrets.by_content(AWS_KEY.encode()) is None  # detect-secrets' detector finds it
+    assert secrets.redacted(f"{AWS_KEY} {HF_TOKEN}") == f"{AWS_KEY} [a Hugging Face token, redacted]"
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("envkit: detect-secrets is not installed in this Python")
+    assert "pip install detect-secrets" in err
+
+
+def test_detect_secrets_is_imported_when_content_is_first_read_never_at_start():
+    """Its import (about 0.4 s, requests with it) stays off every command's start-up."""
+    code = (
+        "import sys, envkit.cli, envkit.runs.formats; from envkit.project import secrets; "
+        "assert 'detect_secrets' not in sys.modules; secrets.by_content(b'x'); "
+        "assert 'detect_secrets' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_token_in_a_line_of_megabytes_is_found_where_the_line_is_cut():
+    """detect-secrets' patterns see a long line (a notebook's embedded file) in windows: a token across the end
+    of one window is whole in the next."""
+    for offset in (0, secrets._LINE - 30, 3 * secrets._LINE + 7):
+        line = "x" * offset + f" {SLACK_WEBHOOK} " + "y" * (4 * secrets._LINE)
+        assert secrets.by_content(line.encode()) == 'holds a secret detect-secrets calls "Slack Token"', offset
