@@ -83,8 +83,10 @@ def cpu_mode_env(wheelhouse: Path, work: Path, output: Path | None = None) -> di
         "ENVKIT_NOTEBOOK_WORK": str(work),
         "PATH": f"{Path(uv_binary()).parent}{os.pathsep}{os.environ['PATH']}",
         # uv keys its cache by the wheelhouse's path, new each session: in the user's cache every session would
-        # leave another unpacked torch (700 MB) behind. Beside the wheelhouse, it goes with the session's files.
-        "UV_CACHE_DIR": str(wheelhouse.with_name(f"{wheelhouse.name}-uv-cache")),
+        # leave another unpacked torch (700 MB) behind. Beside the wheelhouse, it goes with the session's files,
+        # and the notebooks' venvs link their files from it. Through XDG_CACHE_HOME (uv's default cache is
+        # $XDG_CACHE_HOME/uv): the runtime drops every UV_* variable before it calls uv (runtime_venv._clean_env).
+        "XDG_CACHE_HOME": str(wheelhouse.with_name(f"{wheelhouse.name}-cache")),
     }
     if output is not None:
         env[runtime_shared.OUTPUT] = str(output)
