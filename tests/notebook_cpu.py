@@ -19,8 +19,10 @@ from nbclient import NotebookClient
 from envkit.lock.resolve import uv_binary
 from envkit.notebook import runtime_shared
 
-# torch 2.13.0: the CPU build pip takes from local disk on envkit's development machines.
-CPU_REQUIREMENTS = ("torch==2.13.0", "tqdm", "numpy")
+# torch 2.13.0's CPU build, which pip takes from local disk on envkit's development machines and CI. Named by its
+# local version: where pip's sources have only the default index's torch (its CUDA build, whose CUDA libraries
+# are GBs), the download stops at once and the tests skip, saying so.
+CPU_REQUIREMENTS = ("torch==2.13.0+cpu", "tqdm", "numpy")
 
 
 def build_wheelhouse(folder: Path) -> Path:
