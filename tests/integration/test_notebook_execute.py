@@ -75,8 +75,9 @@ def executed(wheelhouse, tmp_path_factory, repo_root):
         name = f"{target}/{path.stem}"  # as under notebooks/
         notebook, seconds = execute(path, wheelhouse, root / name / "work", root / name / "output")
         # one venv at a time: each holds torch (its files linked from uv's cache where the disk allows, copied
-        # where not) and no test reads it once its notebook has run
-        shutil.rmtree(root / name / "work" / "venv")
+        # where not) and no test reads it once its notebook has run; the runtime variant makes none
+        if packages == "lock":
+            shutil.rmtree(root / name / "work" / "venv")
         runs[name] = {
             "notebook": notebook,
             "seconds": seconds,
