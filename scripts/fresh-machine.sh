@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The README's first commands on a machine that is not ours: a Debian 13 root made by
-# debootstrap (python3 is 3.13, and there is no 3.11), entered as a chroot in its own mount
-# and UTS namespace whose /etc/hosts does not name its host (as on many a cloud or container
-# host: no 127.0.1.1 line). Inside it, as README says: git clone, make demo, then the fast
-# suite (every test that runs without --slow; TEST ARGS narrow or add to it). Prints each
-# step's wall time, and the venv's size, on stdout ("step: <name> <seconds> s").
+# debootstrap with README's prerequisites alone (python3 is 3.13, and there is no 3.11; make; git
+# and ca-certificates to clone), entered as a chroot in its own mount and UTS namespace whose
+# /etc/hosts does not name its host (as on many a cloud or container host: no 127.0.1.1 line).
+# Inside it, as an ordinary user (useradd -m) and as README says: git clone, make demo, then
+# make test (TEST ARGS, if any, are its PYTEST_ARGS: a part of the suite). Prints each step's wall
+# time and exit status, the venv's size and the disk the root took at its peak, on stdout
+# ("step: <name> <seconds> s (exit <status>)").
 #
 #   scripts/fresh-machine.sh REPO [TEST ARGS...]    e.g. scripts/fresh-machine.sh . tests/host/test_venv.py
 #
@@ -30,9 +32,9 @@ hostname=envkit-fresh
 since() { awk -v start="$1" -v now="$(date +%s.%N)" 'BEGIN { printf "%.1f", now - start }'; }
 
 start=$(date +%s.%N)
-tarball=$(ENVKIT_BASE_SUITE="${ENVKIT_FRESH_SUITE:-trixie}" ENVKIT_BASE_INCLUDE=python3,python3-venv,make,git,ca-certificates \
+tarball=$(ENVKIT_BASE_SUITE="${ENVKIT_FRESH_SUITE:-trixie}" ENVKIT_BASE_INCLUDE=python3,make,git,ca-certificates \
     "$here/rootfs.sh" tarball)
-echo "step: root $(since "$start") s"
+echo "step: root $(since "$start") s (exit 0)"
 root=$(mktemp -d "${TMPDIR:-/tmp}/envkit-fresh.XXXXXX")
 cleanup() { [ "${ENVKIT_FRESH_KEEP:-}" = 1 ] || rm -rf --one-file-system "$root"; }
 trap cleanup EXIT
@@ -45,17 +47,42 @@ cp "${ENVKIT_FRESH_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}" "$root/etc/ss
 printf '127.0.0.1 localhost\n' >"$root/etc/hosts"
 echo "$hostname" >"$root/etc/hostname"
 
-# What runs inside: the README's commands, each timed, as a user with a home directory.
+# What runs inside: the README's commands, each timed, as an ordinary user with a home directory.
 cat >"$root/fresh.sh" <<'INSIDE'
 set -euo pipefail
-step() { local name=$1 start; shift; start=$(date +%s.%N); "$@"; echo "step: $name $(python3 -c "import time; print(round(time.time() - $start, 1))") s"; }
-cd /root
+user=envkit-user
+/usr/sbin/useradd -m "$user"
+chown -R "$user:" /srv/envkit.git  # git refuses a repository another user owns ("dubious ownership")
+# The host's uv cache, the user's: its directories (a directory's copy-up copies no file) and uv's own markers
+# at its top (.lock, each bucket's .git), which uv opens for writing.
+if [ -d /uv-cache ]; then
+    find /uv-cache -type d -exec chown "$user:" {} +
+    find /uv-cache -maxdepth 2 -type f -exec chown "$user:" {} +
+fi
+# A command line run by the user in their home, as they would type it.
+as_user() { /usr/sbin/runuser -u "$user" -- env HOME="/home/$user" bash -c "cd && $1"; }
+step() {
+    local name=$1 start code=0
+    start=$(date +%s.%N)
+    as_user "$2" || code=$?
+    echo "step: $name $(python3 -c "import time; print(round(time.time() - $start, 1))") s (exit $code)"
+    return "$code"
+}
+# The root's disk (this file system only: not the host's uv cache below it), once a minute: its peak, said
+# however the steps end.
+(while sleep 60; do du -sxk / 2>/dev/null | cut -f1; done) >/var/tmp/disk-samples &
+sampler=$!
+gigabytes() { awk '{ printf "%.1f GB", $1 / 1048576 }'; }
+disk() {
+    kill "$sampler"
+    echo "disk: peak $( (cat /var/tmp/disk-samples; du -sxk /) | sort -n | tail -1 | gigabytes), at the end $(du -sxk / | gigabytes)"
+}
+trap disk EXIT
 echo "python3: $(python3 --version); python3.11: $(command -v python3.11 || echo none)"
-step clone git clone --quiet /srv/envkit.git envkit
-cd envkit
-step demo make demo
-echo "venv: $(du -sh .venv | cut -f1)"
-step test .venv/bin/pytest -p no:cacheprovider --durations=10 "$@"
+step clone "git clone --quiet /srv/envkit.git envkit"
+step demo "cd envkit && make demo"
+echo "venv: $(du -sh "/home/$user/envkit/.venv" | cut -f1)"
+step test "cd envkit && make test${1:+ PYTEST_ARGS=$(printf '%q' "$*")}"
 INSIDE
 
 # Its own mount and UTS namespaces: the mounts and the host name vanish with it.
@@ -68,7 +95,6 @@ unshare --mount --uts --fork -- bash -euo pipefail -c '
     mount --rbind /dev "$root/dev"
     mount -t proc proc "$root/proc"
     mount -t sysfs sysfs "$root/sys"
-    mount -t tmpfs tmpfs "$root/tmp"
     if [ -d "$uv_cache" ]; then
         mount -t overlay overlay -o "lowerdir=$uv_cache,upperdir=$root/var/uv-upper,workdir=$root/var/uv-work" "$root/uv-cache"
     fi

@@ -16,8 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import cifar
 import pytest
+from paths import REPO_ROOT
 from results_contract import assert_valid_results
 
 LABEL_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
@@ -44,6 +44,10 @@ def write_cifar10(root: Path, *, train_per_batch: int = 8, test_size: int = 16, 
     The images are ``cifar.fake_images`` with sample seeds ``seed + 1`` (train) and ``seed + 2`` (test),
     the same as ``--dataset fake --seed SEED``, so tests can compare the two paths. Returns the folder.
     """
+    # The recipe imports torch: only when data is written, so that the root conftest, which loads this
+    # plugin, lets tests of packages that never touch torch collect and run where torch is not installed.
+    import cifar
+
     folder = Path(root) / "cifar-10-batches-py"
     folder.mkdir(parents=True, exist_ok=True)
     train_images, train_labels = cifar.fake_images(TRAIN_BATCHES * train_per_batch, seed=seed, sample_seed=seed + 1)
@@ -59,7 +63,7 @@ def write_cifar10(root: Path, *, train_per_batch: int = 8, test_size: int = 16, 
     return folder
 
 
-RECIPE = Path(cifar.__file__)
+RECIPE = REPO_ROOT / "recipes" / "cifar.py"
 
 
 TRAIN_PER_BATCH = 52  # x 5 training batches = 260 images: 16 steps of 16 per epoch

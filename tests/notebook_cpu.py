@@ -19,8 +19,10 @@ from nbclient import NotebookClient
 from envkit.lock.resolve import uv_binary
 from envkit.notebook import runtime_shared
 
-# torch 2.13.0: the CPU build pip takes from local disk on envkit's development machines.
-CPU_REQUIREMENTS = ("torch==2.13.0", "tqdm", "numpy")
+# torch 2.13.0's CPU build, which pip takes from local disk on envkit's development machines and CI. Named by its
+# local version: where pip's sources have only the default index's torch (its CUDA build, whose CUDA libraries
+# are GBs), the download stops at once and the tests skip, saying so.
+CPU_REQUIREMENTS = ("torch==2.13.0+cpu", "tqdm", "numpy")
 
 
 def build_wheelhouse(folder: Path) -> Path:
@@ -83,8 +85,10 @@ def cpu_mode_env(wheelhouse: Path, work: Path, output: Path | None = None) -> di
         "ENVKIT_NOTEBOOK_WORK": str(work),
         "PATH": f"{Path(uv_binary()).parent}{os.pathsep}{os.environ['PATH']}",
         # uv keys its cache by the wheelhouse's path, new each session: in the user's cache every session would
-        # leave another unpacked torch (700 MB) behind. Beside the wheelhouse, it goes with the session's files.
-        "UV_CACHE_DIR": str(wheelhouse.with_name(f"{wheelhouse.name}-uv-cache")),
+        # leave another unpacked torch (700 MB) behind. Beside the wheelhouse, it goes with the session's files,
+        # and the notebooks' venvs link their files from it. Through XDG_CACHE_HOME (uv's default cache is
+        # $XDG_CACHE_HOME/uv): the runtime drops every UV_* variable before it calls uv (runtime_venv._clean_env).
+        "XDG_CACHE_HOME": str(wheelhouse.with_name(f"{wheelhouse.name}-cache")),
     }
     if output is not None:
         env[runtime_shared.OUTPUT] = str(output)

@@ -123,18 +123,22 @@ def _configure(config: Path, change: dict) -> None:
         raise AssertionError(f"unknown config change {kind}")
 
 
-def snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
-    """Every file: size, modification time and (for small files) a digest of the bytes."""
+def snapshot(root: Path) -> dict[str, tuple[int, int, int, str]]:
+    """Every file: mode, size, modification time and (for small files this user may read) a digest of the bytes.
+
+    A case's mode-000 file is unreadable to an ordinary user (root reads it anyway): its mode, size and time
+    still show any change."""
     import hashlib
 
     state = {}
     for path in sorted(root.rglob("*")):
         if path.is_file():
             stat = path.stat()
-            digest = hashlib.sha256(path.read_bytes()).hexdigest() if stat.st_size < 2**20 else ""
-            state[path.relative_to(root).as_posix()] = (stat.st_size, stat.st_mtime_ns, digest)
+            readable = stat.st_size < 2**20 and os.access(path, os.R_OK)
+            digest = hashlib.sha256(path.read_bytes()).hexdigest() if readable else ""
+            state[path.relative_to(root).as_posix()] = (stat.st_mode, stat.st_size, stat.st_mtime_ns, digest)
         else:
-            state[path.relative_to(root).as_posix() + "/"] = (0, 0, "")
+            state[path.relative_to(root).as_posix() + "/"] = (0, 0, 0, "")
     return state
 
 

@@ -5,7 +5,8 @@ Debian's headless Firefox ESR, driven over Marionette (tests/marionette.py) from
 It asserts that the page requested nothing but itself (chromium's network log; Firefox's resource timing, which
 lists failed requests too) and broke no Content-Security-Policy, that its tables hold the runs' figures, that each
 figure drew (a laid-out, non-empty SVG), and keeps a full-page screenshot under the test's temporary folder.
-Firefox is skipped where it is not installed, and fails instead with ENVKIT_REQUIRE_FIREFOX=1 (CI).
+One rule for both browsers: a test skips where its browser (or a network namespace) is missing, and fails instead
+with ENVKIT_REQUIRE_BROWSERS=1 (CI, which installs both).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.slow
 
 CHROMIUM = shutil.which("chromium")
 FIREFOX = shutil.which("firefox-esr") or shutil.which("firefox")
+REQUIRED_BY = "ENVKIT_REQUIRE_BROWSERS"
 MARIONETTE = Path(__file__).resolve().parents[1] / "marionette.py"
 # In an empty namespace, where any request fails: the loopback interface up for Marionette's socket alone.
 IN_EMPTY_NETWORK = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "browser"]
@@ -124,7 +126,7 @@ class DevTools:
 @pytest.fixture
 def browser(tmp_path):
     if CHROMIUM is None:
-        pytest.fail("chromium is not installed (Debian: apt-get install chromium)")
+        environment_missing("chromium is not installed (Debian: apt-get install chromium)", REQUIRED_BY)
     _require_a_network_namespace()
     argv = [
         *IN_EMPTY_NETWORK, CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe", "--no-first-run",
@@ -138,7 +140,9 @@ def browser(tmp_path):
 
 def _require_a_network_namespace() -> None:
     if subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode != 0:
-        pytest.skip("cannot make a network namespace here (unshare --net), and the browser gets no other network")
+        environment_missing(
+            "cannot make a network namespace here (unshare --net), and the browser gets no other network", REQUIRED_BY
+        )
 
 
 def _open(browser: DevTools, page: Path) -> tuple[str, list[str], list[str]]:
@@ -216,7 +220,7 @@ def _assert_shown(markdown: str, tables: list, figures: list) -> None:
 def _in_firefox(tmp_path: Path, pages: list[dict]) -> list[dict]:
     """Each of ``pages`` (tests/marionette.py's job) in one headless Firefox in an empty network namespace."""
     if FIREFOX is None:
-        environment_missing("firefox is not installed (Debian: apt-get install firefox-esr)", "ENVKIT_REQUIRE_FIREFOX")
+        environment_missing("firefox is not installed (Debian: apt-get install firefox-esr)", REQUIRED_BY)
     _require_a_network_namespace()
     job = {"firefox": FIREFOX, "profile": str(tmp_path / "firefox-profile"), "pages": pages}
     done = subprocess.run(

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import jsonschema
@@ -45,12 +46,17 @@ IMAGE_RESULT = DATA / "results" / "backends" / "mnist-tpu-xla.json"
 
 
 @pytest.fixture(scope="session")
-def wheelhouse(tmp_path_factory) -> Path:
+def wheelhouse(tmp_path_factory) -> Iterator[Path]:
     """Wheels for a CPU lock, and that lock (requirements.lock), resolved by uv from them offline."""
+    folder = tmp_path_factory.mktemp("wheelhouse")
     try:
-        return build_wheelhouse(tmp_path_factory.mktemp("wheelhouse"))
+        yield build_wheelhouse(folder)
     except RuntimeError as exc:
         environment_missing(str(exc), "ENVKIT_REQUIRE_NOTEBOOK")
+    # the wheels and uv's cache beside them (notebook_cpu.cpu_mode_env, torch unpacked): about 1 GB, gone with the
+    # tests that use them rather than at the session's end
+    for made in (folder, folder.with_name(f"{folder.name}-cache")):
+        shutil.rmtree(made, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -68,6 +74,10 @@ def executed(wheelhouse, tmp_path_factory, repo_root):
             path.write_text(builder.render_notebook(config, experiment, target, packages).text)
         name = f"{target}/{path.stem}"  # as under notebooks/
         notebook, seconds = execute(path, wheelhouse, root / name / "work", root / name / "output")
+        # one venv at a time: each holds torch (its files linked from uv's cache where the disk allows, copied
+        # where not) and no test reads it once its notebook has run; the runtime variant makes none
+        if packages == "lock":
+            shutil.rmtree(root / name / "work" / "venv")
         runs[name] = {
             "notebook": notebook,
             "seconds": seconds,

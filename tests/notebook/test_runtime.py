@@ -13,6 +13,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+from notebook_cpu import build_wheelhouse, cpu_mode_env
+from wheel_index import IndexServer
 
 from envkit.notebook import builder, runtime, runtime_stream, runtime_venv
 from envkit.notebook.runtime_shared import CPU_MODE
@@ -151,6 +153,42 @@ def test_cpu_mode_names_a_wheelhouse_not_a_switch(tmp_path, monkeypatch, value):
         f"{CPU_MODE}={value} is not a directory: it names CPU mode's wheelhouse (a CPU requirements.lock "
         "and its wheels), not a switch; unset it to run on the accelerator"
     )
+
+
+def test_the_tests_cpu_mode_keeps_uvs_cache_beside_the_wheelhouse_not_in_the_users(tmp_path, monkeypatch):
+    """Issue 44 §4: the runtime drops every UV_* variable before it calls uv, so the tests' UV_CACHE_DIR never
+    reached it and each session left another unpacked torch in the user's cache (about 5 GB after a few runs)."""
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    (wheelhouse / "requirements.lock").write_text("")  # no package: the venv alone, made by uv through its cache
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    for name, value in cpu_mode_env(wheelhouse, tmp_path / "work").items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(runtime_venv.INSTALLER, "uv")
+    monkeypatch.chdir(tmp_path)
+    runtime.create_environment({"lock": {"path": "unused", "python": "unused"}})
+    assert (tmp_path / "venv" / "bin" / "python").exists()
+    assert not (tmp_path / "home").exists()
+    assert (tmp_path / "wheelhouse-cache" / "uv").is_dir()  # beside the wheelhouse: it goes with the session's files
+
+
+def test_the_tests_cpu_wheelhouse_takes_torchs_cpu_build_or_says_it_is_missing(tmp_path, monkeypatch):
+    """Issue 44 §4: where pip's sources have only the default index's torch (its CUDA build), the wheelhouse of
+    CPU mode downloaded it and its CUDA libraries (GBs); it asks for the CPU build and says it is not there."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # no find-links folder of local wheels: the index alone
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    with IndexServer(tmp_path / "www") as server:
+        index = server.index("pypi")
+        index.add("torch", "2.13.0", "nvidia-cublas==13.0")
+        index.add("nvidia-cublas", "13.0")
+        for name, version in (("tqdm", "4.67.1"), ("numpy", "2.3.0")):
+            index.add(name, version)
+        monkeypatch.setenv("PIP_INDEX_URL", index.url)
+        with pytest.raises(RuntimeError, match=r"pip cannot download torch==2\.13\.0\+cpu .*for the CPU wheelhouse"):
+            build_wheelhouse(tmp_path / "wheelhouse")
+    assert not list((tmp_path / "wheelhouse").glob("nvidia*"))
 
 
 def test_an_edited_file_is_one_line_naming_the_rerender(tmp_path, monkeypatch):

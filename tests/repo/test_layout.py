@@ -1,5 +1,9 @@
 """Tests are found by path: tests/<package>/test_<module>*.py tests envkit/<package>/<module>.py.
 
+Not every module has a file of its own: one that serves others (a helper split off a larger module, a command's
+module in envkit/cli, support's shared pieces) is tested through the modules and commands that use it, so every
+module is either named by a test file or imported, through envkit's own imports, by one.
+
 The folders mirror envkit's packages; the recipes' tests sit in tests/recipes/, suites that cross
 packages (a real engine, Slurm, notebooks executed, the Makefile) in tests/integration/, and checks
 of the repository as a whole (layers, docs) in tests/repo/. Helpers shared by tests are modules at
@@ -9,10 +13,13 @@ conftest.py, the one other file its folder may hold.
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
 from paths import REPO_ROOT, TESTS
+
+from envkit import cli
 
 TEST_IMPORT = re.compile(r"\b(?:from|import) test_\w+")
 # Folders whose tests are not about one module, and what each holds.
@@ -89,3 +96,56 @@ def test_helpers_at_the_top_are_not_test_files_and_folders_hold_no_strays():
         if path.parent.name in folders and not path.name.startswith("test_") and path.name != "conftest.py"
     ]
     assert strays == []
+
+
+def envkit_imports(path: Path, modules: set[str]) -> set[str]:
+    """The modules of envkit (dotted names, among ``modules``) that a file imports."""
+    package = path.relative_to(REPO_ROOT).parts[:-1]  # what `from .` names; `from ..` the one above
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            above = package[: len(package) + 1 - node.level] if node.level else ()
+            base = ".".join(filter(None, [*above, node.module]))
+            names += [base, *(f"{base}.{alias.name}" for alias in node.names)]
+    return {name for name in names if name in modules}
+
+
+def named_module(test: Path) -> set[str]:
+    """The module of envkit that tests/<package>/test_<module>*.py is named after (test_<package>*.py: the package)."""
+    package = REPO_ROOT / "envkit" / test.parent.name
+    if not (package / "__init__.py").is_file():
+        return set()
+    return {
+        "envkit." + (package.name if module == package.name else f"{package.name}.{module}")
+        for module in package_modules(package)
+        if names_a_module(test.stem, {module})
+    }
+
+
+def untested_modules() -> list[str]:
+    """The modules of envkit that no test file is named after or reaches through what it imports (envkit.cli
+    imports its commands' modules by name, from cli.COMMANDS)."""
+    paths = {
+        ".".join(path.relative_to(REPO_ROOT).with_suffix("").parts).removesuffix(".__init__"): path
+        for path in (REPO_ROOT / "envkit").rglob("*.py")
+    }
+    edges = {module: envkit_imports(path, set(paths)) for module, path in paths.items()}
+    edges["envkit.cli"] |= {f"envkit.cli.{module}" for module in cli.COMMANDS.values()}
+    tests = all_test_files()
+    reached = set().union(*map(named_module, tests))
+    # envkit/__main__.py runs as `python -m envkit`, as the tests run envkit in a child process
+    reached |= (
+        {"envkit.__main__"} if any('"-m", "envkit"' in path.read_text(encoding="utf-8") for path in tests) else set()
+    )
+    reached |= set().union(*(envkit_imports(path, set(paths)) for path in tests))
+    frontier = set(reached)
+    while frontier:
+        frontier = set().union(*(edges[module] for module in frontier)) - reached
+        reached |= frontier
+    return sorted(set(paths) - reached)
+
+
+def test_every_module_is_named_by_a_test_file_or_reached_through_one():
+    assert untested_modules() == []
