@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's first commands on a machine that is not ours: a Debian 13 root made by
-# debootstrap with README's prerequisites alone (python3 is 3.13, and there is no 3.11; make; git
-# and ca-certificates to clone), entered as a chroot in its own mount and UTS namespace whose
+# debootstrap with README's prerequisites alone (python3 is 3.13, and there is no 3.11; python3-venv, which
+# README names for Debian; make; git and ca-certificates to clone), entered as a chroot in its own mount and UTS namespace whose
 # /etc/hosts does not name its host (as on many a cloud or container host: no 127.0.1.1 line).
 # Inside it, as an ordinary user (useradd -m) and as README says: git clone, make demo, then
 # make test (TEST ARGS, if any, are its PYTEST_ARGS: a part of the suite). Prints each step's wall
@@ -32,7 +32,7 @@ hostname=envkit-fresh
 since() { awk -v start="$1" -v now="$(date +%s.%N)" 'BEGIN { printf "%.1f", now - start }'; }
 
 start=$(date +%s.%N)
-tarball=$(ENVKIT_BASE_SUITE="${ENVKIT_FRESH_SUITE:-trixie}" ENVKIT_BASE_INCLUDE=python3,make,git,ca-certificates \
+tarball=$(ENVKIT_BASE_SUITE="${ENVKIT_FRESH_SUITE:-trixie}" ENVKIT_BASE_INCLUDE=python3,python3-venv,make,git,ca-certificates \
     "$here/rootfs.sh" tarball)
 echo "step: root $(since "$start") s (exit 0)"
 root=$(mktemp -d "${TMPDIR:-/tmp}/envkit-fresh.XXXXXX")
