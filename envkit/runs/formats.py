@@ -120,9 +120,12 @@ def series_rows(section: Section) -> list[list[str]]:
             curve = row.curves.get(name)
             if curve is not None:
                 steps = f"{curve.unit}s {curve.steps[0]}–{curve.steps[-1]}"
-                first = significant(curve.first) if curve.per_step else NOT_APPLICABLE
+                first = significant(curve.first) if curve.per_step and curve.first.n else NOT_APPLICABLE
+                final = significant(curve.final) if curve.final.n else NOT_APPLICABLE
+                if curve.not_finite:
+                    final += f" ({curve.not_finite} NaN/inf logged, left out)"
                 where = row.label if row.run is None else f"{row.run}: {row.label}"
-                rows.append([where, name, str(curve.runs), steps, significant(curve.final), first])
+                rows.append([where, name, str(curve.runs), steps, final, first])
     return rows
 
 

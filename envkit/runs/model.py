@@ -129,6 +129,7 @@ class Curve:
     final: Stat  # each run's last value, mean ± std across the runs (not over the steps of a curve still moving)
     stride: int = 1  # >1: the curve keeps every stride-th step of a longer series
     per_step: bool = True  # False: a seed recipe's per-epoch list
+    not_finite: int = 0  # values the runs logged as NaN or ±inf: counted, left out of every mean
 
     @property
     def unit(self) -> str:
