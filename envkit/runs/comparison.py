@@ -137,22 +137,36 @@ def mean_curve(written: list[dict], per_step: bool = True) -> Curve | None:
     recipe's per-epoch lists."""
     if not written:
         return None
+    # A NaN or inf a run logged (a loss that diverged) is counted and said, and left out of every mean: a mean
+    # over it read "nan ± nan" with no word.
     by_step: dict[int, list[float]] = {}
+    not_finite = 0
     for series in written:
         for step, value in zip(series["step"], series["value"]):
-            by_step.setdefault(step, []).append(value)
+            if math.isfinite(value):
+                by_step.setdefault(step, []).append(value)
+            else:
+                by_step.setdefault(step, [])
+                not_finite += 1
     steps = sorted(by_step)
     stride = max(1, math.ceil(len(steps) / CURVE_POINTS))
     kept = steps[::stride]
     return Curve(
         steps=tuple(kept),
-        values=tuple(sum(by_step[step]) / len(by_step[step]) for step in kept),
+        values=tuple(sum(by_step[step]) / len(by_step[step]) if by_step[step] else math.nan for step in kept),
         runs=len(written),
-        first=Stat(**stat_of([series["value"][0] for series in written])),
-        final=Stat(**stat_of([series["value"][-1] for series in written])),
+        first=_finite_stat([series["value"][0] for series in written]),
+        final=_finite_stat([series["value"][-1] for series in written]),
         stride=stride,
         per_step=per_step,
+        not_finite=not_finite,
     )
+
+
+def _finite_stat(values: list[float]) -> Stat:
+    """The runs' values as mean ± std over the finite ones (NaN where none is: the cell says how many were not)."""
+    finite = [value for value in values if math.isfinite(value)]
+    return Stat(**stat_of(finite)) if finite else Stat(math.nan, math.nan, 0)
 
 
 def _row(target: str, runs: list[RunResult], facts: dict) -> Row:

@@ -21,7 +21,7 @@ from envkit.runs.columns import (
 )
 from envkit.runs.comparison import arguments_text
 from envkit.runs.environments import environments_text
-from envkit.runs.model import OURS, SHOWN_METRICS, Report, Section
+from envkit.runs.model import OURS, SHOWN_METRICS, SHOWN_ROWS, Report, Section
 from envkit.runs.speedups import METHOD, baseline_text
 
 
@@ -99,6 +99,12 @@ def command_notes(section: Section) -> list[str]:
         notes.append("NaN/inf: values a run reported as NaN or ±inf are counted in the cell, left out of its mean.")
     if any(0 < count < row.succeeded for row in rows for count in row.reported.values()):
         notes.append("k of n runs: a metric only some of the row's successful runs reported; its mean is theirs.")
+    rows_left_out = len(section.rows) - len(section.shown_rows)
+    if rows_left_out:
+        notes.append(
+            f"{counted(rows_left_out, 'more row')} left out of this table: it shows the first {SHOWN_ROWS} and each "
+            "one's baseline; `envkit report --format csv` (or json) lists every one."
+        )
     left_out = len(section.metric_names) - len(section.shown_metric_names)
     if left_out:
         notes.append(
@@ -115,14 +121,17 @@ def series_rows(section: Section) -> list[list[str]]:
     """Each row's series (dvclive's per-step files, a seed recipe's per-epoch lists) as table cells: each run's
     final value across the runs; a per-step series' first step apart (a per-epoch series has none apart)."""
     rows = []
-    for row in section.rows:
+    for row in section.shown_rows:
         for name in section.series_names:
             curve = row.curves.get(name)
             if curve is not None:
                 steps = f"{curve.unit}s {curve.steps[0]}–{curve.steps[-1]}"
-                first = significant(curve.first) if curve.per_step else NOT_APPLICABLE
+                first = significant(curve.first) if curve.per_step and curve.first.n else NOT_APPLICABLE
+                final = significant(curve.final) if curve.final.n else NOT_APPLICABLE
+                if curve.not_finite:
+                    final += f" ({curve.not_finite} NaN/inf logged, left out)"
                 where = row.label if row.run is None else f"{row.run}: {row.label}"
-                rows.append([where, name, str(curve.runs), steps, significant(curve.final), first])
+                rows.append([where, name, str(curve.runs), steps, final, first])
     return rows
 
 
@@ -183,7 +192,7 @@ def _section_markdown(section: Section, report: Report) -> list[str]:
     columns = markdown_columns(section, report.reference)
     headers = section_headers(section, columns)
     lines += [_md_line(headers), _md_line(["---"] * len(headers))]
-    lines += [_md_line([column.cell(row) for column in columns]) for row in section.rows]
+    lines += [_md_line([column.cell(row) for column in columns]) for row in section.shown_rows]
     if section.environments:
         lines += ["", f"env: these rows ran in {environments_text(section)}; `--strict` refuses to compare them."]
     if section.recipe is None:

@@ -105,6 +105,7 @@ class Row:
 
 # The most metric columns a table of the markdown report and the page shows; csv and json list every one.
 SHOWN_METRICS = 16
+SHOWN_ROWS = 50  # rows a table of the markdown report and the page shows, likewise
 # The largest magnitude a figure draws: matplotlib's axis arithmetic overflows near float's limit (a series holding
 # 1.7e308 raised "arange: cannot compute length"), so a value past it, or not finite, is left out of the drawing.
 DRAWN_LIMIT = 1e300
@@ -129,6 +130,7 @@ class Curve:
     final: Stat  # each run's last value, mean ± std across the runs (not over the steps of a curve still moving)
     stride: int = 1  # >1: the curve keeps every stride-th step of a longer series
     per_step: bool = True  # False: a seed recipe's per-epoch list
+    not_finite: int = 0  # values the runs logged as NaN or ±inf: counted, left out of every mean
 
     @property
     def unit(self) -> str:
@@ -202,6 +204,17 @@ class Section:
     def metric_names(self) -> list[str]:
         """Every metric its rows report, sorted."""
         return sorted({name for row in self.rows for name in (*row.metrics, *row.not_finite)})
+
+    @property
+    def shown_rows(self) -> list[Row]:
+        """The rows a table of this section shows: the first SHOWN_ROWS in its order, each one's baseline kept (a
+        results folder may hold thousands of targets or locks; csv and json list every row)."""
+        if len(self.rows) <= SHOWN_ROWS:
+            return self.rows
+        shown = self.rows[:SHOWN_ROWS]
+        bases = {row.baseline for row in shown if row.baseline}
+        missing = [row for row in self.rows[SHOWN_ROWS:] if row.label in bases]
+        return shown[: SHOWN_ROWS - len(missing)] + missing
 
     @property
     def shown_metric_names(self) -> list[str]:

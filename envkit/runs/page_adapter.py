@@ -157,7 +157,7 @@ def page_from_report(report: Report, warnings: list[str]) -> Page:
     for index, section in enumerate(report.sections):
         columns = markdown_columns(section, report.reference)
         speedup_name = section.facts.get("speedup", {}).get("name", "")
-        targets = tuple(_target(row, columns, index < MAX_FIGURE_COMPARISONS) for row in section.rows)
+        targets = tuple(_target(row, columns, index < MAX_FIGURE_COMPARISONS) for row in section.shown_rows)
         differences, left_out = _differences(section)
         comparisons.append(
             Comparison(

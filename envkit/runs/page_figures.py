@@ -181,8 +181,10 @@ def draw_series(axes, lines: list[tuple[str, Curve]]) -> tuple[list[int | None],
 
 def _final_and_first(label: str, curve: Curve) -> str:
     """'cpu: final 0.95 ± 0.01' and, for a per-step series, its first step apart."""
-    first = f", first step {curve.first.mean:.4g} ± {curve.first.std:.2g}" if curve.per_step else ""
-    return f"{label}: final {curve.final.mean:.4g} ± {curve.final.std:.2g}{first}"
+    first = f", first step {curve.first.mean:.4g} ± {curve.first.std:.2g}" if curve.per_step and curve.first.n else ""
+    final = f"final {curve.final.mean:.4g} ± {curve.final.std:.2g}" if curve.final.n else "no finite final value"
+    said = f" ({curve.not_finite} NaN/inf logged: gaps in the line)" if curve.not_finite else ""
+    return f"{label}: {final}{first}{said}"
 
 
 def _identical(labels: list[str], repeats: list[int | None]) -> str:

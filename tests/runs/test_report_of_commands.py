@@ -631,3 +631,35 @@ def test_a_speedup_measured_on_a_busy_host_is_flagged_in_the_table_and_on_the_pa
     (row,) = [line for line in out.splitlines() if line.startswith("| cpu-1t")]
     assert f"1.79× ({busy})" in row and "faster" not in row
     assert busy in page.read_text()
+
+
+def test_a_nan_or_inf_inside_a_series_is_counted_and_said_never_averaged(tmp_path, capsys):
+    """Before: a series holding NaN or inf read `nan ± nan` with no word in the series table and the page."""
+    results = tmp_path / "results"
+    for name, values in (("a", [2.0, 1.0, 0.5]), ("b", [2.0, float("nan"), float("inf")])):
+        series = {"loss": {"step": [0, 1, 2], "value": values}}
+        record(results, name, device="cpu", image=None, wall=1.0, series=series, started_at=name)
+    page = tmp_path / "page.html"
+    assert main(["report", str(results), "--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith("| cpu on box | loss |")]
+    assert "| 0.5 (2 NaN/inf logged, left out) |" in row and "nan" not in row
+    assert "(2 NaN/inf logged: gaps in the line)" in page.read_text() and "nan ±" not in page.read_text()
+
+
+def test_a_table_shows_fifty_rows_and_says_how_many_it_left_out(tmp_path, capsys):
+    """Before: a results folder of runs on 60 targets made a table of 60 rows in the markdown and on the page, with
+    no bound (a folder of thousands of targets or locks, thousands of rows)."""
+    results = tmp_path / "results"
+    for index in range(60):
+        record(
+            results, f"r{index:02d}", device="cpu", image=None, wall=1.0, target=f"t{index:02d}", started_at=str(index)
+        )
+    page = tmp_path / "page.html"
+    assert main(["report", str(results), "--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    assert sum(1 for line in out.splitlines() if line.startswith("| t")) == 50
+    said = "10 more rows left out of this table: it shows the first 50 and each one"  # the page escapes the '
+    assert said in out and said in page.read_text()
+    assert main(["report", str(results), "--format", "csv"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 61  # csv lists every row
