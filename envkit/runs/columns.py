@@ -240,7 +240,7 @@ COLUMNS = {
                 _rounded(row.wall_time_s.mean) if row.wall_time_s else None,
                 _rounded(row.wall_time_s.std) if row.wall_time_s else None,
             ),
-            lambda row: _mean_std(row.wall_time_s),
+            lambda row: significant(row.wall_time_s),  # 42.23 ± 1, not 42.233 ± 1.021: what the spread allows
             "wall time",
             measure=lambda row: (row.wall_time_s.mean, row.wall_time_s.std) if row.wall_time_s else None,
             axis="wall time (s)",

@@ -172,7 +172,7 @@ def _finite_stat(values: list[float]) -> Stat:
 def _row(target: str, runs: list[RunResult], facts: dict) -> Row:
     """One target's runs on one lock: wall time and each metric over the successful runs; failed runs counted."""
     done = [run for run in runs if run.succeeded]
-    environments = sorted({environment_line(run.environment) for run in runs})
+    environments = sorted({environment_line(run.environment, with_lock=False) for run in runs})
     # One pass over the runs: 5,000 runs of 20 metrics each, all named apart, made name x run 500 million steps.
     values: dict[str, list[float]] = {}
     not_finite: dict[str, int] = {}

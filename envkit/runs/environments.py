@@ -19,7 +19,8 @@ def short(value) -> str:
     return "none" if value is None else value[:12] if len(str(value)) == 64 else str(value)
 
 
-def environment_line(environment: dict) -> str:
+def environment_line(environment: dict, with_lock: bool = True) -> str:
+    """The environment in words; ``with_lock`` False where the table has a lock column of its own (a command's)."""
     count = environment.get("device_count")
     name = environment.get("device_name") or environment.get("device_type") or "unknown device"
     # For CPUs device_count is the logical CPUs, which "×2" would read as two sockets.
@@ -34,7 +35,7 @@ def environment_line(environment: dict) -> str:
     for key in keys:
         if environment.get(key):
             parts.append(f"{'cuda' if key == 'torch_cuda_build' else key} {environment[key]}")
-    if environment.get("lock_sha256"):
+    if with_lock and environment.get("lock_sha256"):
         parts.append(f"lock {short(environment['lock_sha256'])}")
     return ", ".join(parts)
 

@@ -32,7 +32,7 @@ from envkit.runs.goals import goal_of
 from envkit.runs.html_page import MAX_FIGURE_COMPARISONS, write_page
 from envkit.runs.model import OURS, Report, Row, Section
 from envkit.runs.page_model import Comparison, Difference, Interval, Page, Target
-from envkit.runs.speedups import baseline_text
+from envkit.runs.speedups import baseline_text, in_short
 
 # What a run recorded about where it ran that an inventory does not hold: compared the way `envkit diff` compares.
 RUN_FACTS = (
@@ -174,6 +174,7 @@ def page_from_report(report: Report, warnings: list[str]) -> Page:
                 series_headers=SERIES_HEADERS,
                 series_rows=tuple(tuple(cells) for cells in series_rows(section)),
                 series_intro=SERIES_INTRO,
+                in_short=tuple(in_short(section.rows)),
             )
         )
     configurations = sum(1 for section in report.sections for row in section.rows if row.source == OURS)

@@ -49,7 +49,7 @@ class Comparison:
     """One table of the report: the targets that did the same work, side by side."""
 
     title: str
-    intro: tuple[str, ...]
+    intro: tuple[str, ...]  # how the table was made: shown after it, the comparison's result first
     headers: tuple[str, ...]
     targets: tuple[Target, ...]
     notes: tuple[str, ...] = ()  # lines under the table (environments that differ, rows left out)
@@ -61,6 +61,7 @@ class Comparison:
     series_headers: tuple[str, ...] = ()  # the table of each target's series: final value, a per-step first step apart
     series_rows: tuple[tuple[str, ...], ...] = ()
     series_intro: str = ""  # what the series table's numbers are (formats.SERIES_INTRO)
+    in_short: tuple[str, ...] = ()  # the result in a student's words, before the table (speedups.in_short)
 
 
 @dataclass(frozen=True)

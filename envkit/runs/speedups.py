@@ -133,3 +133,29 @@ def baseline_text(rows: list[Row], declared: str | None = None) -> str:
     if declared is not None:
         return f"none (--baseline {declared} is not a row here that ran with its device checked)"
     return "none (no row ran with its device checked and a measured time)"
+
+
+def in_short(rows: list[Row]) -> list[str]:
+    """The comparison in a student's words, before the table (issue 40 §12): a sentence per row with a speed-up,
+    saying how much faster or slower than its baseline, how sure, from how many runs; one that is no result
+    (beyond its devices, a busy host, another thread budget) says why instead."""
+    lines = []
+    for row in rows:
+        if row.speedup is None or row.verdict == BASELINE or row.source != OURS:
+            continue
+        ratio = f"{row.speedup:.2f}×"
+        if row.speedup_beyond is not None:
+            lines.append(f"{row.label}: {ratio} against {row.baseline}, which is not a result ({row.speedup_beyond}).")
+            continue
+        base, own = row.speedup_runs
+        runs = f"{own} run{'s' if own != 1 else ''} against {base}"
+        if row.speedup_interval is None:
+            lines.append(f"{row.label}: {ratio} against {row.baseline}, no verdict: {runs}; run each more than once.")
+            continue
+        low, high = row.speedup_interval
+        sure = f"{CONFIDENCE:.0%} interval {low:.2f}–{high:.2f}×, {runs}"
+        if row.verdict == NO_DIFFERENCE:
+            lines.append(f"{row.label}: no difference from {row.baseline} shown ({ratio}; {sure}).")
+        else:
+            lines.append(f"{row.label} is {row.verdict} than {row.baseline}: {ratio} ({sure}).")
+    return lines

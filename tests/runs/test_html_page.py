@@ -128,7 +128,7 @@ def test_the_tables_hold_the_reports_numbers(tmp_path, capsys):
     expected = [[cell.strip() for cell in row] for row in rows if row[0].strip() != "---"]
     assert table + series == expected  # the speed-up's interval and verdict too: the model's, in both
     assert series[0] == ["where", "series", "runs", "steps", "final value", "first step"]
-    assert ["cpu on envkit-cpu:latest", "3", "0", "42.233 ± 1.021"] == table[1][:4]
+    assert ["cpu on envkit-cpu:latest", "3", "0", "42.23 ± 1"] == table[1][:4]
     # Before: the page computed a spread of its own. Now the model's interval (Welch on log times) and verdict.
     speedup = statistics.mean((41.0, 43.5, 42.2)) / statistics.mean((6.1, 5.8))
     low, high = ratio_interval([41.0, 43.5, 42.2], [6.1, 5.8])
@@ -319,3 +319,17 @@ def test_identical_curves_are_drawn_apart_and_the_caption_says_identical():
     assert "Identical curves (drawn in other line styles and markers): cpu and cpu-1t." in figure.caption
     assert "final 0.5 ± 0, first step 2 ± 0" in figure.caption
     assert "stroke-dasharray" in figure.svg  # the second line is dashed
+
+
+def test_the_page_says_the_result_in_words_before_the_table_and_how_it_was_made_after(tmp_path):
+    """Issue 40 §12: the page opened on a paragraph of jargon ("a row per target on its own lock…"), wall times to
+    three decimals and the lock's hash twice in each row; a student reads what was faster, by how much and how
+    sure first, and the details after."""
+    page = tmp_path / "page.html"
+    assert main(["report", str(DATA / "results" / "commands"), "--html", str(page)]) == 0
+    text = page.read_text()
+    said = "cuda on envkit-cuda:latest is faster than cpu on envkit-cpu:latest: 7.10× (95% interval 6.20–8.13×"
+    assert text.index(said) < text.index("<table>") < text.index("How this table was made")
+    assert text.index("How this table was made") < text.index("a row per target on its own lock")
+    row = next(line for line in text.splitlines() if line.startswith("<tr><td>cpu on envkit-cpu:latest"))
+    assert "42.23 ± 1<" in row and row.count("abababababab") == 1
