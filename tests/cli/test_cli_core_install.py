@@ -24,8 +24,9 @@ from envkit.cli import build_parser
 from envkit.project import DEFAULT_CONFIG
 
 # What the report extra and the recipes bring, none of it in a core-only install; and the Docker SDK, a core
-# dependency, hidden too: an environment without it gets one line naming how to install it.
-OPTIONAL = ("docker", "matplotlib", "numpy", "torch", "torchvision", "torch_xla", "tqdm", "requests", "urllib3")
+# dependency, hidden too: an environment without it gets one line naming how to install it. requests stays: the
+# SDK brings it, and so does detect-secrets, a core dependency whose detectors import it.
+OPTIONAL = ("docker", "matplotlib", "numpy", "torch", "torchvision", "torch_xla", "tqdm")
 SDK_LINE = "envkit: error: the Docker SDK for Python is missing: pip install 'envkit-hw[docker]' (or run 'make venv')\n"
 BLOCKER = f"""
 import sys

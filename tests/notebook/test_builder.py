@@ -407,8 +407,8 @@ def test_render_check_finds_a_notebook_no_target_lists(capsys, project):
 
 
 def test_render_never_removes_a_notebook_in_a_folder_that_links_elsewhere(capsys, project, tmp_path):
-    """Issue 39 §1 (every path envkit removes): notebooks/old -> a folder elsewhere holding a notebook render once
-    wrote for target old: render --all removed it there, outside the project."""
+    """Issue 39 §1 (every path envkit removes): a link named old in the notebooks folder, to a folder elsewhere
+    holding a notebook render once wrote for target old: render --all removed it there, outside the project."""
     text = (project / "notebooks" / "colab-t4" / "gpu-mnist.ipynb").read_text()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -455,7 +455,11 @@ AWS_KEY = "AKIA" + "IOSFODNN7EXAMPLE"
     ("setting", "path", "why"),
     [
         (f"env: {{HF_TOKEN: {HF_TOKEN}}}", "targets/cpu/env/HF_TOKEN", "holds a Hugging Face token"),
-        (f"env: {{AWS_ACCESS_KEY_ID: {AWS_KEY}}}", "targets/cpu/env/AWS_ACCESS_KEY_ID", "holds an AWS access key"),
+        (
+            f"env: {{AWS_ACCESS_KEY_ID: {AWS_KEY}}}",
+            "targets/cpu/env/AWS_ACCESS_KEY_ID",
+            'holds a secret detect-secrets calls "AWS Access Key"',
+        ),
         ("env: {DATABASE_URL: 'postgresql://admin:pw@db/x'}", "targets/cpu/env/DATABASE_URL", "holds a password"),
         ("env: {WANDB_API_KEY: 0123456789abcdef0123}", "targets/cpu/env/WANDB_API_KEY", "holds a value its name"),
         ("pip_index_url: https://Tk9xQ2vR7@pkgs.example.org/me/", "targets/cpu/pip_index_url", "holds a token as"),
