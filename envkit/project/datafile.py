@@ -1,4 +1,4 @@
-"""envkit's data tables: where they live (DATA_DIR) and loading one checked against its JSON Schema."""
+"""envkit's data tables: where they live (DATA_DIR), and loading a document checked against its JSON Schema."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from envkit.errors import EnvkitError
-from envkit.support.bounded_load import load_bytes, load_json, load_yaml
-from envkit.support.cache import schema_checked
+from envkit.project import validators
+from envkit.support.bounded_load import load_json, load_yaml
 
 # The one place that knows where envkit/data/ is; every module names its file relative to it.
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -22,12 +22,16 @@ def load_checked(path: Path, schema_path: Path, load: Callable[[Path], Any] = lo
 
 
 def check(path: Path, schema_path: Path, data: Any) -> None:
-    """Check ``data``, read from ``path``, against the JSON Schema at ``schema_path``: one line naming where."""
-    schema_checked(load_bytes(schema_path), data, lambda: _validate(path, load_json(schema_path), data))
+    """Check ``data``, read from ``path``, against the JSON Schema at ``schema_path``: one line naming where.
+
+    The check is the validator generated from that schema (scripts/generate_validators.py); jsonschema words the
+    error once it rejects."""
+    if not validators.valid(schema_path.name, data):
+        _validate(path, load_json(schema_path), data)
 
 
 def _validate(path: Path, schema: dict, data: Any) -> None:
-    import jsonschema  # only on a cache miss: render must not pay for the import
+    import jsonschema  # only for a document the generated validator rejected: render must not pay for it
 
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(data))
     if error is not None:
