@@ -4,7 +4,6 @@ Schema, and a locator that names 'file:line: field' for the error lines of every
 
 from __future__ import annotations
 
-import difflib
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -114,6 +113,8 @@ def _validate_schema(data: Any, where: Locator) -> None:
     error = best_match(unknown_keys or errors)
     doc_path = tuple(error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        import difflib  # a typo's suggestion: only for a config that fails
+
         allowed = sorted(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - set(allowed))[0]
         close = difflib.get_close_matches(str(unknown), allowed, n=1)
