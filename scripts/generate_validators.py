@@ -35,6 +35,16 @@ class JsonSchemaValueException(ValueError):
 
 JsonSchemaValuesException = JsonSchemaValueException
 
+
+class _Compiled(dict):
+    """Each pattern compiled when a document first reaches it: a config compiles only those of the keys it has."""
+
+    def __missing__(self, pattern):
+        self[pattern] = compiled = re.compile(_PATTERNS[pattern])
+        return compiled
+
+
+REGEX_PATTERNS = _Compiled()
 '''
 FOOTER = '''
 
@@ -86,13 +96,14 @@ def generate() -> str:
         first = None
         for node in tree.body:
             if isinstance(node, ast.Assign) and node.targets[0].id == "REGEX_PATTERNS":
-                patterns.update(zip([key.value for key in node.value.keys], node.value.values))
+                # pattern -> re.compile(what it compiles): kept as the text to compile, compiled on first use
+                patterns.update((key.value, value.args[0]) for key, value in zip(node.value.keys, node.value.values))
             elif isinstance(node, ast.FunctionDef):
                 first = first or node.name
                 functions[node.name] = _Slim().visit(node)
         entries.append(f"{name!r}: {first}")
     regexes = ast.Dict([ast.Constant(key) for key in patterns], list(patterns.values()))
-    body = [ast.Assign([ast.Name("REGEX_PATTERNS")], regexes, lineno=0), *functions.values()]
+    body = [ast.Assign([ast.Name("_PATTERNS")], regexes, lineno=0), *functions.values()]
     code = "\n\n\n".join(ast.unparse(node) for node in body)
     header = HEADER.format(version=fastjsonschema.VERSION, schemas=", ".join(schemas()))
     text = header + "NoneType = type(None)\n" + code + FOOTER.format(entries=", ".join(entries))

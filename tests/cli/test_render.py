@@ -330,13 +330,21 @@ def test_an_index_url_with_a_password_is_never_rendered_unless_listed(capsys, pr
 def test_a_render_after_a_lock_changed_imports_only_what_it_uses(tmp_path, repo_root):
     """Issue 42: on a cold cache and a memo miss, render parses no requirement with packaging (the project's
     requirements pin torch, which must allow the target's), checks envkit.yaml without jsonschema, and loads
-    neither the run wrapper, doctor nor the run plans."""
+    neither the run wrapper, doctor nor the run plans, nor platform (only a host lock asks which host this is)."""
     project = tmp_path / "project"
     shutil.copytree(repo_root / "tests" / "example_project", project)
     (project / "envkit.yaml").write_text(
         "requirements: requirements.txt\ntargets:\n  cuda: {kind: cuda, torch: '2.9.0', pip_packages: ['rich>=13,<14']}\n"
     )
-    watched = ("packaging", "jsonschema", "difflib", "envkit.support.provenance", "envkit.host", "envkit.runs")
+    watched = (
+        "packaging",
+        "jsonschema",
+        "difflib",
+        "platform",
+        "envkit.support.provenance",
+        "envkit.host",
+        "envkit.runs",
+    )
     probe = (
         "import sys, json; from envkit.cli import main; code = main(['render', '--target', 'cuda', '--stdout']);"
         f"print(json.dumps([code, sorted(m for m in sys.modules if m == 'envkit.support.provenance' or "
