@@ -1,9 +1,12 @@
-"""Write envkit/project/validators.py: the validators of envkit's schemas, generated ahead of time with
-fastjsonschema's compile_to_code (as validate-pyproject ships setuptools' own), so that checking envkit.yaml
-imports neither jsonschema nor fastjsonschema (issue 42: jsonschema's import alone made a cold render 1.8x hpccm).
+"""Write envkit/project/validators.py and envkit/data/tables.json, ahead of time (issue 42).
 
-tests/project/test_validators.py regenerates the module and compares: rerun this after editing a schema,
-kinds.yaml or notebook_platforms.yaml (envkit.yaml's schema takes its kinds and platforms from them).
+validators.py: the validators of envkit's schemas, generated with fastjsonschema's compile_to_code (as
+validate-pyproject ships setuptools' own), so that checking envkit.yaml imports neither jsonschema nor
+fastjsonschema (jsonschema's import alone made a cold render 1.8x hpccm). tables.json: envkit's own YAML tables
+parsed, read in a tenth of PyYAML's time (envkit.project.datafile.load_table).
+
+tests/project/test_validators.py regenerates both and compares: rerun this after editing a schema, kinds.yaml,
+matrix.yaml or notebook_platforms.yaml (envkit.yaml's schema takes its kinds and platforms from them too).
 
 usage: PYTHONPATH=$PWD python scripts/generate_validators.py
 """
@@ -11,6 +14,8 @@ usage: PYTHONPATH=$PWD python scripts/generate_validators.py
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -112,9 +117,25 @@ def generate() -> str:
     return subprocess.run(command, input=text, capture_output=True, text=True, check=True, cwd=REPO).stdout
 
 
+def tables() -> str:
+    """envkit/data/tables.json's text: envkit's own YAML tables parsed, each with the sha256 of its text."""
+    from envkit.project.datafile import DATA_DIR, TABLE_NAMES
+    from envkit.support.bounded_load import load_text, parse_yaml
+
+    parsed = {}
+    for name in TABLE_NAMES:
+        text = load_text(DATA_DIR / name)
+        parsed[name] = {"sha256": hashlib.sha256(text.encode()).hexdigest(), "data": parse_yaml(text)}
+    generated = f"scripts/generate_validators.py from envkit/data/{', '.join(TABLE_NAMES)}: do not edit"
+    return json.dumps({"generated": generated, "tables": parsed}, indent=1) + "\n"  # in the files' order
+
+
 def main() -> int:
+    from envkit.project.datafile import TABLES
+
+    TABLES.write_text(tables(), encoding="utf-8")  # first: the schema takes its kinds from the tables
     MODULE.write_text(generate(), encoding="utf-8")
-    print(f"wrote {MODULE.relative_to(REPO)}", file=sys.stderr)
+    print(f"wrote {MODULE.relative_to(REPO)} and {TABLES.relative_to(REPO)}", file=sys.stderr)
     return 0
 
 

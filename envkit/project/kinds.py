@@ -15,8 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from envkit.errors import EnvkitError
-from envkit.project.datafile import DATA_DIR
-from envkit.support.bounded_load import load_yaml
+from envkit.project.datafile import DATA_DIR, load_table
 
 KINDS_PATH = DATA_DIR / "kinds.yaml"
 # envkit's own table, checked against its schema by tests/project/test_kinds.py, not at every run (issue 42).
@@ -64,7 +63,7 @@ class Kind:
 @cache
 def load_kinds(path: Path = KINDS_PATH) -> dict[str, Kind]:
     """Name -> Kind, in the file's order; a malformed file is one line."""
-    data = load_yaml(path)
+    data = load_table(path)
     kinds = {}
     for name, entry in data["kinds"].items():
         host, run = entry["host"], entry["run"]

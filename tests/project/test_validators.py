@@ -8,12 +8,13 @@ import json
 import re
 
 import pytest
+import yaml
 from jsonschema import Draft202012Validator
 from paths import REPO_ROOT
 
 from envkit.errors import EnvkitError
 from envkit.project import validators
-from envkit.project.datafile import DATA_DIR
+from envkit.project.datafile import DATA_DIR, TABLE_NAMES, TABLES, load_table
 from envkit.project.document import schema
 from envkit.project.load import load_config
 
@@ -32,6 +33,21 @@ def test_the_committed_module_is_what_the_schemas_generate_today():
     """Fails after a schema, kinds.yaml or notebook_platforms.yaml changed: run scripts/generate_validators.py."""
     assert validators.__file__ == str(generator().MODULE)
     assert generator().generate() == generator().MODULE.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name", TABLE_NAMES)
+def test_the_tables_shipped_ready_to_load_are_their_yaml_today(name):
+    """Fails after kinds.yaml, matrix.yaml or notebook_platforms.yaml changed: run scripts/generate_validators.py.
+    (A table that differs from its parsed copy is parsed from its YAML: never wrong, only slower.)"""
+    assert generator().tables() == TABLES.read_text(encoding="utf-8")
+    text = (DATA_DIR / name).read_text(encoding="utf-8")
+    assert json.dumps(load_table(DATA_DIR / name)) == json.dumps(yaml.safe_load(text))  # the keys' order too
+
+
+def test_an_edited_copy_of_a_table_is_parsed_from_its_yaml(tmp_path):
+    copy = tmp_path / "kinds.yaml"
+    copy.write_text((DATA_DIR / "kinds.yaml").read_text().replace("user: root", "user: caller"))
+    assert load_table(copy) == yaml.safe_load(copy.read_text()) != load_table(DATA_DIR / "kinds.yaml")
 
 
 def test_the_generated_module_needs_the_standard_library_alone():
