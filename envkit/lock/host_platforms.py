@@ -8,7 +8,6 @@ envkit/host/venv.py reads it before any environment exists.
 
 from __future__ import annotations
 
-import platform
 import sys
 from dataclasses import dataclass
 
@@ -41,6 +40,8 @@ MACOS_OLDEST = (14, 0)
 
 def this_platform() -> str:
     """This host's platform name, or one line saying it is not one envkit's host environments run on."""
+    import platform  # here: render imports this module for its table, and never asks this
+
     machine = platform.machine().lower()
     arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, machine)
     if sys.platform.startswith("linux"):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.project.requirement import allows, plain_requirement, requirement_name
 from envkit.support.bounded_load import Refused, read_text
 
 PYPROJECT = "pyproject.toml"
@@ -47,6 +48,9 @@ def read_dependencies(path: Path, shown: str | None = None) -> tuple[Dependency,
 
 
 def _dependency(line: str, where: str) -> Dependency:
+    plain = plain_requirement(line)
+    if plain:
+        return Dependency(line, where, *plain)
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
@@ -127,15 +131,11 @@ def with_dependencies(
     installs it, so the line is skipped here). ``own``: the target's own pip_packages by name, each with
     where it is written. A dependency on a pinned package must allow the pin, and one the target also
     names in pip_packages must say the same: either conflict is one line naming both pins."""
-    from packaging.specifiers import SpecifierSet
-
-    from envkit.project.requirement import requirement_name
-
     added = []
     for dependency in dependencies:
         if dependency.name in pins:
             pin = pins[dependency.name]
-            if pin is not None and not SpecifierSet(dependency.specifier).contains(pin, prereleases=True):
+            if pin is not None and not allows(dependency.specifier, pin):
                 raise EnvkitError(
                     f"{dependency.where}: {dependency.line!r} conflicts with target {target}'s "
                     f"{dependency.name}=={pin}: change one of the two pins"

@@ -4,7 +4,6 @@ Schema, and a locator that names 'file:line: field' for the error lines of every
 
 from __future__ import annotations
 
-import difflib
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -13,10 +12,9 @@ from typing import Any
 import yaml
 
 from envkit.errors import EnvkitError
-from envkit.project import kinds, notebook_platforms
+from envkit.project import kinds, notebook_platforms, validators
 from envkit.project.datafile import DATA_DIR
 from envkit.support.bounded_load import Refused, load_json, parse_yaml, read_text
-from envkit.support.cache import schema_checked
 
 SCHEMA_PATH = DATA_DIR / "envkit.schema.json"
 
@@ -28,8 +26,10 @@ def read_document(path: Path) -> tuple[dict[str, Any], Locator]:
     """envkit.yaml's mapping, valid against the schema, and the locator of its lines."""
     data, lines = _parse_yaml(path)
     where = Locator(path, lines)
-    # The effective schema, kinds included: a kind removed from kinds.yaml must not pass from the cache.
-    schema_checked(json.dumps(schema(), sort_keys=True).encode(), data, lambda: _validate_schema(data, where))
+    # The validator generated from the effective schema, kinds included (scripts/generate_validators.py); jsonschema
+    # is imported only to word what it rejects.
+    if not validators.valid(SCHEMA_PATH.name, data):
+        _validate_schema(data, where)
     return data, where
 
 
@@ -113,6 +113,8 @@ def _validate_schema(data: Any, where: Locator) -> None:
     error = best_match(unknown_keys or errors)
     doc_path = tuple(error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        import difflib  # a typo's suggestion: only for a config that fails
+
         allowed = sorted(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - set(allowed))[0]
         close = difflib.get_close_matches(str(unknown), allowed, n=1)

@@ -11,8 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.project.datafile import DATA_DIR
-from envkit.support.bounded_load import load_yaml
+from envkit.project.datafile import DATA_DIR, load_table
 
 MATRIX_PATH = DATA_DIR / "matrix.yaml"
 TPU_BACKENDS = ("torch_xla", "torch_tpu")
@@ -171,7 +170,7 @@ def _join_minors(minors: list[str]) -> str:
 
 @lru_cache(maxsize=1)
 def load_matrix(path: Path = MATRIX_PATH) -> Matrix:
-    raw = load_yaml(path)
+    raw = load_table(path)
     torch = {
         minor: TorchRelease(
             minor,

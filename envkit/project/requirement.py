@@ -3,13 +3,66 @@ render share."""
 
 from __future__ import annotations
 
+import operator
+import re
 from functools import cache
+
+# A name alone, or pinned by release numbers (torch==2.9.0, tqdm>=4.6,<5): the shape of nearly every requirement a
+# render reads (the matrix's recipe packages, a target's pip_packages, a project's requirements), which packaging
+# would read as written. Read here, it spares every render the import of packaging (a sixth of a render after a
+# lock changed: issue 42); any other shape (extras, markers, ~=, wildcards, local or pre-releases, URLs) goes to
+# packaging.
+_COMPARE = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">=": operator.ge,
+    "<=": operator.le,
+    "<": operator.lt,
+    ">": operator.gt,
+}
+_OPERATOR = "|".join(_COMPARE)
+_NUMBER = r"[0-9]+(?:\.[0-9]+)*"
+_RELEASE = rf"(?:{_OPERATOR}){_NUMBER}"
+_PLAIN = re.compile(rf"([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)(?:{_RELEASE}(?:,{_RELEASE})*)?")
+_PIN = re.compile(rf"({_OPERATOR})({_NUMBER})")
+_SEPARATORS = re.compile(r"[-_.]+")
+
+
+def plain_requirement(requirement: str) -> tuple[str, str] | None:
+    """(normalised name, specifier) of a requirement of the plain shape, as packaging gives them, else None."""
+    match = _PLAIN.fullmatch(requirement)
+    if match is None:
+        return None
+    pins = requirement[match.end(1) :].split(",")
+    # packaging.utils.canonicalize_name's rule; a SpecifierSet writes its specifiers sorted, each once.
+    return _SEPARATORS.sub("-", match.group(1)).lower(), ",".join(sorted(set(filter(None, pins))))
 
 
 @cache
 def requirement_name(requirement: str) -> str:
     """The normalised name (PEP 503) of a requirement (PEP 508) such as ``torch_xla[tpu]==2.9.0``, or of a bare name."""
+    plain = plain_requirement(requirement)
+    if plain:
+        return plain[0]
     from packaging.requirements import Requirement  # imported here: loading the config needs no parser
     from packaging.utils import canonicalize_name
 
     return canonicalize_name(Requirement(requirement).name)
+
+
+def allows(specifier: str, version: str) -> bool:
+    """Whether ``specifier`` (such as ">=1.26,<3") allows ``version``, pre-releases included, as packaging's
+    SpecifierSet says: read here for a final release and release-number pins, where PEP 440 compares the release
+    numbers padded with zeros."""
+    pins = [_PIN.fullmatch(pin) for pin in specifier.split(",")] if specifier else []
+    if not re.fullmatch(_NUMBER, version) or not all(pins):
+        from packaging.specifiers import SpecifierSet
+
+        return SpecifierSet(specifier).contains(version, prereleases=True)
+    return all(_COMPARE[pin.group(1)](*_padded(version, pin.group(2))) for pin in pins)
+
+
+def _padded(*versions: str) -> list[tuple[int, ...]]:
+    releases = [tuple(map(int, version.split("."))) for version in versions]
+    width = max(map(len, releases))
+    return [release + (0,) * (width - len(release)) for release in releases]

@@ -152,13 +152,13 @@ def envkit_marks() -> dict[str, bytes]:
     """How the files render writes into docker/<target>/ begin (its three templates and the run wrapper's files it
     copies): render removes only what it wrote. A file without its mark is someone else's, and so is a
     lock (`envkit lock` wrote it): render keeps both, and --check does not ask for their removal."""
-    from envkit.support import provenance
+    from envkit.support.provenance_records import shipped
 
     return {
         "Dockerfile": marks.RENDERED,
         "run.sh": marks.RENDERED,
         ".dockerignore": marks.RENDERED,
-        **dict.fromkeys(provenance.shipped(), marks.WRAPPER),
+        **dict.fromkeys(shipped(), marks.WRAPPER),
     }
 
 

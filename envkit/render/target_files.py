@@ -23,7 +23,7 @@ from envkit.project.requirement import requirement_name
 from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
 from envkit.render.output import RenderedFile
 from envkit.render.template_cache import template_cache
-from envkit.support import provenance
+from envkit.support import provenance_records
 from envkit.support.bounded_load import Refused, note, read_text
 from envkit.support.packaged import packaged_templates
 from envkit.support.provenance_records import RESULTS_FOLDER
@@ -68,7 +68,8 @@ def render_targets(config: ProjectConfig, names: list[str], locks: Path | None =
         # The run wrapper every command in the image starts through (standard library only: the image has no envkit),
         # its files together.
         files += [
-            RenderedFile(Path(name) / file, read_text(path), 0o644) for file, path in provenance.shipped().items()
+            RenderedFile(Path(name) / file, read_text(path), 0o644)
+            for file, path in provenance_records.shipped().items()
         ]
     return files
 
@@ -231,7 +232,9 @@ def _context(config: ProjectConfig, target: Target, lock: LockFile | None, input
         "requirements": target.requirements(),
         "lock": lock,
         "lock_file": LOCK_FILE,
-        "wrapper_files": list(provenance.shipped()),  # envkit_run.py and its modules, staged beside the Dockerfile
+        "wrapper_files": list(
+            provenance_records.shipped()
+        ),  # envkit_run.py and its modules, staged beside the Dockerfile
         "torch_find_links": torch_find_links(target, inputs),
         "base_image": base,
         "base_digest": base_digest or "",

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from envkit import __version__
 from envkit.support.atomic import write_bytes_atomic
 
 
@@ -18,25 +16,6 @@ def cache_dir() -> Path:
     if configured:
         return Path(configured)
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envkit"
-
-
-def schema_checked(schema: bytes, document: object, validate: Callable[[], None]) -> None:
-    """Run ``validate()`` unless this ``document`` already passed ``schema`` (its exact bytes).
-
-    Importing jsonschema costs about 45 ms, a third of `envkit render`, to confirm
-    what the last run already confirmed. A document that passed a schema passes it
-    again, so an empty marker file named by the sha256 of the schema's bytes and the
-    document remembers the success. Failures are never remembered: every error line
-    still comes from jsonschema itself.
-    """
-    # repr() of what YAML's safe loader builds (dicts, lists, strings, numbers, bools,
-    # None, dates) tells every two different documents apart, types included.
-    key = hashlib.sha256(b"\0".join([__version__.encode(), schema, repr(document).encode()]))
-    marker = cache_dir() / "schema-checked" / key.hexdigest()
-    if marker.exists():
-        return
-    validate()
-    keep(marker, b"")
 
 
 _keeping = [True]  # False while a dry run runs: it writes nothing anywhere, the cache included

@@ -368,3 +368,32 @@ def test_an_index_url_with_a_password_is_never_rendered_unless_listed(capsys, pr
     config.write_text("include_secrets: [envkit.yaml]\n" + text)  # the one way in
     assert run(capsys, "render", "--target", "cpu", "--config", str(config))[0] == 0
     assert password in (project / "docker" / "cpu" / "Dockerfile").read_text()
+
+
+def test_a_render_after_a_lock_changed_imports_only_what_it_uses(tmp_path, repo_root):
+    """Issue 42: on a cold cache and a memo miss, render parses no requirement with packaging (the project's
+    requirements pin torch, which must allow the target's), checks envkit.yaml without jsonschema, and loads
+    neither the run wrapper, doctor nor the run plans, nor platform (only a host lock asks which host this is)."""
+    project = tmp_path / "project"
+    shutil.copytree(repo_root / "tests" / "example_project", project)
+    (project / "envkit.yaml").write_text(
+        "requirements: requirements.txt\ntargets:\n  cuda: {kind: cuda, torch: '2.9.0', pip_packages: ['rich>=13,<14']}\n"
+    )
+    watched = (
+        "packaging",
+        "jsonschema",
+        "difflib",
+        "platform",
+        "envkit.support.provenance",
+        "envkit.host",
+        "envkit.runs",
+    )
+    probe = (
+        "import sys, json; from envkit.cli import main; code = main(['render', '--target', 'cuda', '--stdout']);"
+        f"print(json.dumps([code, sorted(m for m in sys.modules if m == 'envkit.support.provenance' or "
+        f"m.split('.')[0] in {watched!r} or m.rsplit('.', 1)[0] in {watched!r})]), file=sys.stderr)"
+    )
+    env = {**os.environ, "ENVKIT_CACHE_DIR": str(tmp_path / "cache")}
+    result = subprocess.run([sys.executable, "-c", probe], cwd=project, capture_output=True, text=True, env=env)
+    assert json.loads(result.stderr.splitlines()[-1]) == [0, []], result.stderr
+    assert "FROM " in result.stdout and "rich>=13,<14" in result.stdout

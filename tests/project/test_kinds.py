@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from jsonschema import Draft202012Validator
 from linters import linter
 from paths import REPO_ROOT
 
@@ -115,11 +116,15 @@ def test_unknown_kind_is_one_line():
         kinds.kind("rocm")
 
 
-def test_a_malformed_kinds_file_is_one_line(tmp_path):
-    broken = tmp_path / "kinds.yaml"
-    broken.write_text(kinds.KINDS_PATH.read_text().replace("user: root", "user: admin"))
-    with pytest.raises(EnvkitError, match=r"kinds\.yaml: kinds/tpu-vm/run/user: 'admin' is not one of"):
-        kinds.load_kinds(broken)
+def test_the_shipped_kinds_follow_their_schema():
+    """kinds.yaml is checked here, in CI, and not at every run (issue 42)."""
+    schema = json.loads(kinds.SCHEMA_PATH.read_text())
+    Draft202012Validator.check_schema(schema)
+    assert list(Draft202012Validator(schema).iter_errors(yaml.safe_load(kinds.KINDS_PATH.read_text()))) == []
+    broken = yaml.safe_load(kinds.KINDS_PATH.read_text().replace("user: root", "user: admin"))
+    assert [error.message for error in Draft202012Validator(schema).iter_errors(broken)] == [
+        "'admin' is not one of ['caller', 'root']"
+    ]
 
 
 def python_files(root: Path) -> dict[str, str]:
