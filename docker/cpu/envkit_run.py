@@ -69,8 +69,8 @@ except ImportError:  # run as a script (envkit_run.py, shipped): its modules are
     import provenance_records as records
 
 FILE_NAME = records.FILE_NAME  # its name beside the command
-# Its modules, shipped beside it under their own names (a name of envkit's: no project's module is shadowed).
-MODULES = ("provenance_records", "provenance_facts", "provenance_device", "provenance_output", "provenance_files")
+MODULES = records.MODULES
+shipped = records.shipped
 RESULTS_VARIABLE = "ENVKIT_RESULTS_DIR"
 EXPERIMENT_VARIABLE = "ENVKIT_EXPERIMENT"
 # Set by whatever starts the run as a target's (envkit experiment, run.sh, the launch engines, the notebooks): two
@@ -297,12 +297,6 @@ def _from_keyboard(number: int) -> bool:
         return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
     except (AttributeError, OSError, ValueError):  # no stdin, or not a terminal
         return False
-
-
-def shipped() -> dict[str, Path]:
-    """The wrapper's files by their names where they ship (docker/<target>/, /opt/envkit/, a notebook's folder)."""
-    here = Path(__file__).parent
-    return {FILE_NAME: Path(__file__), **{f"{module}.py": here / f"{module}.py" for module in MODULES}}
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ FILE_NAME = "envkit_run.py"
 PROG = Path(FILE_NAME).stem  # how its lines begin
 # Where results go without ENVKIT_RESULTS_DIR: the one home of the name (envkit, its templates, make, the notebooks).
 RESULTS_FOLDER = "results"
+# Its modules, shipped beside it under their own names (a name of envkit's: no project's module is shadowed).
+MODULES = ("provenance_records", "provenance_facts", "provenance_device", "provenance_output", "provenance_files")
 # What it reads of the program's files, as envkit's reader caps them (bounded_load's MAX_BYTES and MAX_DEPTH;
 # tests/support/test_provenance_hostile.py holds them equal): a record past either is one the report refuses.
 MAX_READ = 16 * 2**20
@@ -242,3 +244,11 @@ def warn(message: str) -> None:
 
 def reason(error: BaseException) -> str:
     return (error.strerror if isinstance(error, OSError) else None) or str(error) or type(error).__name__
+
+
+def shipped() -> dict[str, Path]:
+    """The wrapper's files by their names where they ship (docker/<target>/, /opt/envkit/, a notebook's folder).
+
+    Here, not in provenance.py: render asks it, and importing the whole wrapper cost every render (issue 42)."""
+    here = Path(__file__).parent
+    return {FILE_NAME: here / "provenance.py", **{f"{module}.py": here / f"{module}.py" for module in MODULES}}
