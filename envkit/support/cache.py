@@ -39,6 +39,18 @@ def schema_checked(schema: bytes, document: object, validate: Callable[[], None]
     keep(marker, b"")
 
 
+def remembered(name: str, key: str, succeeds: Callable[[], bool]) -> bool:
+    """Whether ``succeeds()``, asked once for each ``key``: a success is kept (an empty marker named by the key's
+    sha256 under the cache's ``name`` folder) and not asked again; a failure is asked again every time."""
+    marker = cache_dir() / name / hashlib.sha256(key.encode()).hexdigest()
+    if marker.exists():
+        return True
+    if not succeeds():
+        return False
+    keep(marker, b"")
+    return True
+
+
 _keeping = [True]  # False while a dry run runs: it writes nothing anywhere, the cache included
 
 
