@@ -71,9 +71,6 @@ FILE_NAME = records.FILE_NAME  # its name beside the command
 MODULES = ("provenance_records", "provenance_facts", "provenance_device", "provenance_output", "provenance_files")
 RESULTS_VARIABLE = "ENVKIT_RESULTS_DIR"
 EXPERIMENT_VARIABLE = "ENVKIT_EXPERIMENT"
-# Set by whatever starts the run as a target's (envkit experiment, run.sh, the launch engines, the notebooks): two
-# targets of one kind on one host are two rows of the report, not one "cpu on host" (issue 32 §2).
-TARGET_VARIABLE = "ENVKIT_TARGET"
 METRICS_VARIABLE = "ENVKIT_METRICS_DIR"
 RUN_ID_VARIABLE = "ENVKIT_RUN_ID"
 # A multi-node engine starts the wrapper on every node; the first node records the run, the others only
@@ -118,7 +115,7 @@ def main(argv: list[str]) -> int:
         "status": "running",  # until the end replaces this record: one left so is a run whose wrapper died
         "wrapper": facts.wrapper(),
         "experiment": experiment,
-        "target": os.environ.get(TARGET_VARIABLE) or None,
+        "target": os.environ.get(records.TARGET_VARIABLE) or None,
         "argv": list(argv),
         "exit_status": None,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", started_at),

@@ -26,9 +26,6 @@ except ImportError:  # run as a script (envkit_run.py, shipped): its modules are
     import provenance_records as records
 
 DEVICE_VARIABLE = "ENVKIT_DEVICE"
-# The device the run's target promises, where the program is told another: a CPU stand-in of a GPU target
-# (--allow-cpu) runs with ENVKIT_DEVICE=cpu, and its record's label stays the target's (the report's "CPU run").
-TARGET_DEVICE_VARIABLE = "ENVKIT_TARGET_DEVICE"
 # The venv marker envkit venv writes (envkit/host/venv.py), which names the lock it installed.
 VENV_LOCK_MARKER = "envkit-lock.json"
 # The lock an environment with ENVKIT_LOCK_SHA256 was installed from, where it is not requirements.lock beside the
@@ -76,7 +73,7 @@ def known_at_once() -> dict:
 def device_label() -> str | None:
     """The device the run's target promises: ENVKIT_TARGET_DEVICE where a stand-in is told another, else
     ENVKIT_DEVICE."""
-    return os.environ.get(TARGET_DEVICE_VARIABLE) or os.environ.get(DEVICE_VARIABLE) or None
+    return os.environ.get(records.TARGET_DEVICE_VARIABLE) or os.environ.get(DEVICE_VARIABLE) or None
 
 
 def device_name(device: str | None) -> str | None:
