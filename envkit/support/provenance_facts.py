@@ -112,11 +112,11 @@ def git_state() -> tuple[str | None, bool | None]:
     revision = os.environ.get("ENVKIT_REVISION", "").strip()
     if revision:
         return _matching(_REVISION, revision), None
-    head = _matching(_REVISION, _output("git", "rev-parse", "HEAD"))
-    if head is None:
-        return None, None
-    status = _output("git", "status", "--porcelain", "--untracked-files=no")
-    return head, None if status is None else bool(status)
+    # One git, not two (rev-parse, then status): its commit is the branch.oid header line, a changed file any other.
+    status = _output("git", "status", "--porcelain=v2", "--branch", "--untracked-files=no")
+    lines = (status or "").splitlines()
+    head = _matching(_REVISION, next((line.split()[-1] for line in lines if line.startswith("# branch.oid ")), None))
+    return (head, any(not line.startswith("#") for line in lines)) if head else (None, None)
 
 
 def _output(*argv: str) -> str | None:
