@@ -253,7 +253,7 @@ def relaunch_under_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
             f"{PROG}: starting {args.world_size} processes: torchrun {torchrun_args} ...",
             file=sys.stderr,
         )
-    return subprocess.run(command, check=False).returncode
+    return subprocess.run(command, env=ddp.torchrun_env(args.device), check=False).returncode
 
 
 # ------------------------------------------------------------------ data

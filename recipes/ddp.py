@@ -167,6 +167,17 @@ def torchrun_command(args: argparse.Namespace, script: str, argv: list[str]) -> 
     return [sys.executable, "-m", "torch.distributed.run", *rendezvous, "--", script, *argv]
 
 
+def torchrun_env(device: str) -> dict[str, str]:
+    """The environment torchrun starts with: on a CPU, OMP_NUM_THREADS set to the run's thread
+    budget (harness.devices.thread_budget), which its processes share (share_threads); torchrun
+    itself would give each process one thread where it is unset. Another device's processes keep
+    torchrun's default."""
+    if device != "cpu":
+        return dict(os.environ)
+    budget, _ = harness.devices.thread_budget()
+    return {**os.environ, harness.devices.THREADS_VARIABLE: str(budget)}
+
+
 def process_group_arguments(device: torch.device) -> dict:
     """init_process_group's arguments: nccl told its GPU up front (else its first barrier guesses
     one), gloo on CPU."""

@@ -80,17 +80,20 @@ def register(subparsers) -> None:
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     from envkit.errors import EnvkitError
-    from envkit.host.doctor import parse_gpus
-    from envkit.project.experiments import check_recipe_args, experiment
+    from envkit.project.experiments import experiment
     from envkit.project.load import load_config
-    from envkit.project.placement import place
-    from envkit.runs.plans import experiment_gpus, experiment_plan, format_plan, run_in_order
 
     if args.list or args.name is None:
         return _list(args)
     entry = experiment(args.name, args.config)
     if args.python is not None:
         return _run_here(_placed_here(load_config(args.config), entry, args.target), args)
+    # Imported here, not above: a run on this host (--python) needs neither the host checks nor the image plans.
+    from envkit.host.doctor import parse_gpus
+    from envkit.project.experiments import check_recipe_args
+    from envkit.project.placement import place
+    from envkit.runs.plans import experiment_gpus, experiment_plan, format_plan, run_in_order
+
     if args.allow_cpu:
         raise EnvkitError(
             "--allow-cpu goes with --python (a run on this host's interpreter); an image runs only where its device is"

@@ -150,9 +150,10 @@ def build_options_argv(args) -> tuple[str, ...]:
     argv += ("--wheelhouse", str(args.wheelhouse)) if args.wheelhouse else ()
     for cert in args.ca_cert:
         argv += ("--ca-cert", str(cert))
-    from envkit.image.build_context import INDEX_ARG, INDEX_SECRET_ENV, credentials, parse_build_arg
-
     for build_arg in args.build_arg:
+        # imported here: build_context is 10-60 ms of imports a command without --build-arg does not need
+        from envkit.image.build_context import INDEX_ARG, INDEX_SECRET_ENV, credentials, parse_build_arg
+
         key, value = parse_build_arg(build_arg)
         why = credentials(value)
         if why:

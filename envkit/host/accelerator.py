@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 
 from envkit.errors import EnvkitError
-from envkit.host import doctor
 from envkit.project import kinds
 
 ALLOW_CPU = "--allow-cpu"
@@ -34,6 +33,8 @@ def missing_device(kind: str) -> str | None:
     check = kinds.kind(kind).host
     if check.check == "none" or os.environ.get(XLA_ON_CPU[0]) == XLA_ON_CPU[1]:
         return None
+    from envkit.host import doctor  # 50 ms of imports a CPU experiment's run need not wait for (issue 42)
+
     facts = doctor.HostFacts(nvidia_runtime=True)  # no image here: the engine's runtime does not matter
     if check.check == "nvidia":
         facts.gpus = doctor.nvidia_gpus()

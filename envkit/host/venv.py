@@ -34,6 +34,7 @@ from envkit.lock.lockfile import LockFile, read_lock, requirement_entry
 from envkit.project import marks
 from envkit.support.atomic import write_text_atomic
 from envkit.support.bounded_load import load_json
+from envkit.support.cache import remembered
 from envkit.support.install_log import hash_mismatch, uv_hash_mismatch
 from envkit.support.uv import find_uv
 
@@ -259,9 +260,21 @@ def check_interpreter(given: str) -> str:
             else ""
         )
         raise EnvkitError(f"--python {given} {what}: give a Python interpreter{hint}")
-    if _version(path) is None:
+    if not _runs(path):
         raise EnvkitError(f"--python {given} is not a Python interpreter: `{given} -c 'import sys'` does not run")
     return path
+
+
+def _runs(python: str) -> bool:
+    """Whether ``python`` runs: started once, then remembered by its path, size and mtime, since starting it cost
+    each `envkit experiment --python` 30-50 ms (issue 42)."""
+    try:
+        real = os.path.realpath(python)
+        found = os.stat(real)
+    except OSError:
+        return _version(python) is not None
+    key = f"{python}\0{real}\0{found.st_size}\0{found.st_mtime_ns}"
+    return remembered("interpreters", key, lambda: _version(python) is not None)
 
 
 def _version(python: str) -> str | None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -16,6 +17,18 @@ def cache_dir() -> Path:
     if configured:
         return Path(configured)
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envkit"
+
+
+def remembered(name: str, key: str, succeeds: Callable[[], bool]) -> bool:
+    """Whether ``succeeds()``, asked once for each ``key``: a success is kept (an empty marker named by the key's
+    sha256 under the cache's ``name`` folder) and not asked again; a failure is asked again every time."""
+    marker = cache_dir() / name / hashlib.sha256(key.encode()).hexdigest()
+    if marker.exists():
+        return True
+    if not succeeds():
+        return False
+    keep(marker, b"")
+    return True
 
 
 _keeping = [True]  # False while a dry run runs: it writes nothing anywhere, the cache included

@@ -182,17 +182,39 @@ class Replicas:
         return tensor.tolist()
 
 
-def share_threads(replicas: Replicas) -> dict:
-    """On a CPU, gives this process its share of the threads the run may use (the CPUs it may
-    run on), so that one process and N DDP processes use the same threads in total: torchrun
-    gives each of its processes OMP_NUM_THREADS=1 while one process takes every core, and a
-    speed-up would then measure thread counts, not processes (issue 32: DDP×2 read 6.27× over
-    one process on two cores). Elsewhere the threads stay as they are. Returns what the record
-    keeps: the budget, this host's processes and the threads each used."""
+# The threads a run's program may use on its host, where the user (or envkit) gives a number:
+# the budget its processes share. torchrun sets it to 1 for each process it starts unless it is
+# set; a recipe that starts torchrun itself sets it to the budget first (ddp.torchrun_env).
+THREADS_VARIABLE = "OMP_NUM_THREADS"
+
+
+def thread_budget() -> tuple[int, str]:
+    """The threads this run may use on its host and where that number came from:
+    OMP_NUM_THREADS where it is a positive whole number (the budget the run was given), else the
+    CPUs this process may run on."""
+    given = os.environ.get(THREADS_VARIABLE, "").strip()
+    if given.isdigit() and int(given) > 0:
+        return int(given), THREADS_VARIABLE
     cpus = (
         os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
     )
-    budget, processes = len(cpus), replicas.processes_per_node
+    return len(cpus), "cpus"
+
+
+def share_threads(replicas: Replicas) -> dict:
+    """On a CPU, gives this process its share of the run's thread budget (thread_budget), so
+    that one process and N DDP processes use the same threads in total: torchrun gives each of
+    its processes OMP_NUM_THREADS=1 while one process takes every core, and a speed-up would
+    then measure thread counts, not processes (issue 32: DDP×2 read 6.27× over one process on
+    two cores). Elsewhere the threads stay as they are. Returns what the record keeps: the
+    budget and where it came from, this host's processes and the threads each used."""
+    budget, source = thread_budget()
+    processes = replicas.processes_per_node
     if replicas.device.type == "cpu":
         torch.set_num_threads(max(1, budget // processes))
-    return {"budget": budget, "processes": processes, "per_process": torch.get_num_threads()}
+    return {
+        "budget": budget,
+        "budget_from": source,
+        "processes": processes,
+        "per_process": torch.get_num_threads(),
+    }

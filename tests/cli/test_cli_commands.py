@@ -43,6 +43,21 @@ def test_render_loads_only_the_render_commands(tmp_path):
     assert json.loads(done.stdout.splitlines()[-1]) == [0, ["envkit.cli.options", "envkit.cli.render"]]
 
 
+def test_a_run_here_imports_no_host_check_image_context_or_run_wrapper(tmp_path):
+    """Issue 42 goal 2: `envkit experiment NAME --python PY` imported envkit.host.doctor (its GPU parser, the
+    accelerator check's probes: about 50 ms) for a CPU experiment that needs none of it, the image's build context
+    (to check --build-arg values it was not given) and the run wrapper, which runs in its own process."""
+    config = str(REPO_ROOT / "envkit.yaml")
+    probe = (
+        "import json, sys; from envkit.cli import main;"
+        f"code = main(['experiment', 'cpu-mnist', '--config', {config!r}, '--python', sys.executable, '--dry-run']);"
+        "unused = ('envkit.host.doctor', 'envkit.image.build_context', 'envkit.support.provenance');"
+        "print(json.dumps([code, sorted(set(unused) & set(sys.modules))]))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert json.loads(done.stdout.splitlines()[-1]) == [0, []]
+
+
 def test_help_and_an_unknown_command_still_list_every_command():
     done = subprocess.run([sys.executable, "-m", "envkit", "nope"], capture_output=True, text=True, cwd=REPO_ROOT)
     assert done.returncode == 2 and done.stderr.count("\n") == 1

@@ -434,6 +434,18 @@ def test_one_host_relaunches_standalone(no_host_environment):
     ]
 
 
+def test_a_cpu_relaunch_gives_torchrun_the_thread_budget(no_host_environment):
+    """torchrun gives each process OMP_NUM_THREADS=1 where it is unset: on a CPU the relaunch sets the run's
+    budget first (the CPUs, or the OMP_NUM_THREADS given), which its processes then share (issue 42 goal 3)."""
+    no_host_environment.setattr(harness.devices.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    no_host_environment.delenv("OMP_NUM_THREADS", raising=False)
+    assert ddp.torchrun_env("cpu")["OMP_NUM_THREADS"] == "3"
+    no_host_environment.setenv("OMP_NUM_THREADS", "8")
+    assert ddp.torchrun_env("cpu")["OMP_NUM_THREADS"] == "8"
+    no_host_environment.delenv("OMP_NUM_THREADS")
+    assert "OMP_NUM_THREADS" not in ddp.torchrun_env("cuda")  # a GPU's processes keep torchrun's one thread
+
+
 def test_several_hosts_relaunch_with_a_c10d_rendezvous(no_host_environment):
     no_host_environment.setenv("NNODES", "2")
     no_host_environment.setenv("RDZV_ENDPOINT", "node1:29400")

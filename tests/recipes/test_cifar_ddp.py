@@ -40,8 +40,21 @@ def test_ddp_splits_the_global_batch_and_matches_one_process(tmp_path, data_dir,
     assert (configuration["global_batch"], configuration["per_device_batch"]) == (16, 8)
     # One thread budget for both (issue 32): torchrun alone would give each process one thread, one process all.
     budget = single["threads"]["budget"]
-    assert single["threads"] == {"budget": budget, "processes": 1, "per_process": budget}
-    assert distributed["threads"] == {"budget": budget, "processes": 2, "per_process": max(1, budget // 2)}
+    # Both were given OMP_NUM_THREADS (cifar_files.recipe's), the budget they share; the DDP run's relaunch passed it
+    # on to torchrun, whose own default is one thread a process whatever the budget (issue 42 goal 3).
+    assert single["threads"] == {
+        "budget": budget,
+        "budget_from": "OMP_NUM_THREADS",
+        "processes": 1,
+        "per_process": budget,
+    }
+    assert budget == 1  # cifar_files.recipe's OMP_NUM_THREADS, not the CPUs (which the recipe took before)
+    assert distributed["threads"] == {
+        "budget": budget,
+        "budget_from": "OMP_NUM_THREADS",
+        "processes": 2,
+        "per_process": max(1, budget // 2),
+    }
     # Only rank 0 writes: one results file, one checkpoint, no temp files.
     assert sorted(p.name for p in ddp_results.rglob("*") if p.is_file()) == [
         "cifar-mobilenet_v2-b16-cpu-x2-ddp.json",

@@ -450,18 +450,40 @@ def test_cpu_processes_share_one_thread_budget(monkeypatch):
     """Issue 32, make demo on 2 CPUs: one process and DDP×2 get the same threads in total (torchrun gave each
     DDP process one), so a speed-up measures the processes, not a thread count."""
     monkeypatch.setattr(harness.devices.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     before = torch.get_num_threads()
     try:
         single = harness.devices.share_threads(harness.Replicas(torch.device("cpu")))
-        assert single == {"budget": 4, "processes": 1, "per_process": 4} and torch.get_num_threads() == 4
+        expected = {"budget": 4, "budget_from": "cpus", "processes": 1, "per_process": 4}
+        assert single == expected and torch.get_num_threads() == 4
         two = harness.devices.share_threads(harness.Replicas(torch.device("cpu"), rank=1, world_size=2))
-        assert two == {"budget": 4, "processes": 2, "per_process": 2} and torch.get_num_threads() == 2
+        assert two == {**expected, "processes": 2, "per_process": 2} and torch.get_num_threads() == 2
         # More processes than CPUs: one thread each, and the record says the budget was overdrawn.
         many = harness.devices.share_threads(harness.Replicas(torch.device("cpu"), world_size=8))
-        assert many == {"budget": 4, "processes": 8, "per_process": 1}
+        assert many == {**expected, "processes": 8, "per_process": 1}
         # One process feeding several replicas (DP, SPMD) is one process: the whole budget.
         spmd = harness.devices.share_threads(harness.Replicas(torch.device("cpu"), replicas=8))
         assert spmd["per_process"] == 4
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_cpu_threads_take_the_budget_the_run_is_given(monkeypatch):
+    """Issue 42 goal 3: OMP_NUM_THREADS is the run's budget on its host (a target's env, the user's shell),
+    shared by its DDP processes, and the record says so; a value that is not a count of threads is not one."""
+    monkeypatch.setattr(harness.devices.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        single = harness.devices.share_threads(harness.Replicas(torch.device("cpu")))
+        assert single == {"budget": 1, "budget_from": "OMP_NUM_THREADS", "processes": 1, "per_process": 1}
+        assert torch.get_num_threads() == 1
+        monkeypatch.setenv("OMP_NUM_THREADS", "6")
+        two = harness.devices.share_threads(harness.Replicas(torch.device("cpu"), rank=1, world_size=2))
+        assert (two["budget"], two["per_process"], torch.get_num_threads()) == (6, 3, 3)
+        for unusable in ("0", "two", ""):
+            monkeypatch.setenv("OMP_NUM_THREADS", unusable)
+            assert harness.devices.thread_budget() == (4, "cpus")
     finally:
         torch.set_num_threads(before)
 

@@ -118,6 +118,7 @@ def test_results_json_has_every_contract_key(trained):
     # One process on the CPU: every CPU the run may use, as the threads the record says it used.
     assert document["threads"] == {
         "budget": len(os.sched_getaffinity(0)),
+        "budget_from": "cpus",  # no OMP_NUM_THREADS given
         "processes": 1,
         "per_process": len(os.sched_getaffinity(0)),
     }

@@ -233,6 +233,34 @@ def test_git_revision_is_the_full_hash_here_and_null_when_no_hash(monkeypatch):
     assert provenance_facts.git_state() == ("0123456789abcdef0123456789abcdef01234567", None)
 
 
+def test_git_state_asks_git_once_for_the_commit_and_the_changed_tracked_files(tmp_path, monkeypatch):
+    """Issue 42 goal 2: two gits after every run (rev-parse, then status); one now. Untracked files are not a change,
+    and a repository without a commit has no revision."""
+    monkeypatch.delenv("ENVKIT_REVISION", raising=False)
+    monkeypatch.chdir(tmp_path)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    started = []
+    run = provenance_facts.subprocess.run
+    monkeypatch.setattr(provenance_facts.subprocess, "run", lambda argv, **kw: started.append(argv) or run(argv, **kw))
+
+    def state() -> tuple:
+        started.clear()
+        found = provenance_facts.git_state()
+        assert len(started) == 1, started
+        return found
+
+    assert state() == (None, None)  # no commit yet
+    (tmp_path / "train.py").write_text("print(1)\n")
+    subprocess.run([*git, "add", "train.py"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / "notes.txt").write_text("untracked\n")
+    assert state() == (head, False)
+    (tmp_path / "train.py").write_text("print(2)\n")
+    assert state() == (head, True)
+
+
 def test_the_wrapper_checks_values_by_the_results_schemas_own_patterns():
     """One schema, one pattern: the wrapper cannot read envkit/data where it runs, so its copies are held equal."""
     schema = json.loads((Path(provenance.__file__).parents[1] / "data" / "results.schema.json").read_text())
