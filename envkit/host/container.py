@@ -50,14 +50,14 @@ def run_recipe(
     from envkit.image.build import resolve_image
     from envkit.support.docker_client import connect_docker  # looked up here: tests replace the engine
 
+    doctor.require(doctor.inspect_host(), target.kind, gpus)
+    resolve_image(connect_docker(), target.name, tag)  # one line now if it was never built
     run_sh = Path(argv[0])
     if not run_sh.is_file():
         raise EnvkitError(
             f"{run_sh} is missing: {target.name}'s files are not rendered; run `envkit render --all` (and commit "
             "docker/), then try again"
         )
-    doctor.require(doctor.inspect_host(), target.kind, gpus)
-    resolve_image(connect_docker(), target.name, tag)  # one line now if it was never built
     # Created here so they belong to the caller; docker would create them as root.
     for directory in (results_dir, data_dir):
         directory.mkdir(parents=True, exist_ok=True)
