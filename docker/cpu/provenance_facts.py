@@ -26,9 +26,6 @@ except ImportError:  # run as a script (envkit_run.py, shipped): its modules are
     import provenance_records as records
 
 DEVICE_VARIABLE = "ENVKIT_DEVICE"
-# The device the run's target promises, where the program is told another: a CPU stand-in of a GPU target
-# (--allow-cpu) runs with ENVKIT_DEVICE=cpu, and its record's label stays the target's (the report's "CPU run").
-TARGET_DEVICE_VARIABLE = "ENVKIT_TARGET_DEVICE"
 # The venv marker envkit venv writes (envkit/host/venv.py), which names the lock it installed.
 VENV_LOCK_MARKER = "envkit-lock.json"
 # The lock an environment with ENVKIT_LOCK_SHA256 was installed from, where it is not requirements.lock beside the
@@ -76,7 +73,7 @@ def known_at_once() -> dict:
 def device_label() -> str | None:
     """The device the run's target promises: ENVKIT_TARGET_DEVICE where a stand-in is told another, else
     ENVKIT_DEVICE."""
-    return os.environ.get(TARGET_DEVICE_VARIABLE) or os.environ.get(DEVICE_VARIABLE) or None
+    return os.environ.get(records.TARGET_DEVICE_VARIABLE) or os.environ.get(DEVICE_VARIABLE) or None
 
 
 def device_name(device: str | None) -> str | None:
@@ -115,11 +112,11 @@ def git_state() -> tuple[str | None, bool | None]:
     revision = os.environ.get("ENVKIT_REVISION", "").strip()
     if revision:
         return _matching(_REVISION, revision), None
-    head = _matching(_REVISION, _output("git", "rev-parse", "HEAD"))
-    if head is None:
-        return None, None
-    status = _output("git", "status", "--porcelain", "--untracked-files=no")
-    return head, None if status is None else bool(status)
+    # One git, not two (rev-parse, then status): its commit is the branch.oid header line, a changed file any other.
+    status = _output("git", "status", "--porcelain=v2", "--branch", "--untracked-files=no")
+    lines = (status or "").splitlines()
+    head = _matching(_REVISION, next((line.split()[-1] for line in lines if line.startswith("# branch.oid ")), None))
+    return (head, any(not line.startswith("#") for line in lines)) if head else (None, None)
 
 
 def _output(*argv: str) -> str | None:

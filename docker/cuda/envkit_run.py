@@ -42,7 +42,6 @@ provenance_files.py (what it left in an image's project folder, kept).
 from __future__ import annotations
 
 import contextlib
-import datetime
 import errno
 import os
 import re
@@ -51,7 +50,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 try:  # in envkit: modules of envkit.support
@@ -73,9 +71,6 @@ MODULES = records.MODULES
 shipped = records.shipped
 RESULTS_VARIABLE = "ENVKIT_RESULTS_DIR"
 EXPERIMENT_VARIABLE = "ENVKIT_EXPERIMENT"
-# Set by whatever starts the run as a target's (envkit experiment, run.sh, the launch engines, the notebooks): two
-# targets of one kind on one host are two rows of the report, not one "cpu on host" (issue 32 §2).
-TARGET_VARIABLE = "ENVKIT_TARGET"
 METRICS_VARIABLE = "ENVKIT_METRICS_DIR"
 RUN_ID_VARIABLE = "ENVKIT_RUN_ID"
 # A multi-node engine starts the wrapper on every node; the first node records the run, the others only
@@ -103,12 +98,12 @@ def main(argv: list[str]) -> int:
         return run(argv, dict(os.environ))
     results = Path(os.environ.get(RESULTS_VARIABLE) or records.RESULTS_FOLDER)
     experiment = os.environ.get(EXPERIMENT_VARIABLE) or command_name(argv)
-    # datetime.UTC needs 3.11, and a notebook's Python may be older
-    started_at = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017
-    run_id = uuid.uuid4().hex
+    # time and os rather than datetime and uuid, which the wrapper would import for these two lines alone
+    started_at = time.gmtime()
+    run_id = os.urandom(16).hex()  # 128 random bits, as uuid4().hex's 32 hex digits
     env = {**os.environ, RUN_ID_VARIABLE: run_id}
     try:
-        run_name, folder = claim(results, f"{_NAME.sub('-', experiment)}-{started_at:%Y%m%dT%H%M%SZ}")
+        run_name, folder = claim(results, f"{_NAME.sub('-', experiment)}-{time.strftime('%Y%m%dT%H%M%SZ', started_at)}")
     except OSError as exc:
         # It runs all the same (what it prints or saves elsewhere outweighs a record); this line says so at once.
         why = records.reason(exc)
@@ -120,10 +115,10 @@ def main(argv: list[str]) -> int:
         "status": "running",  # until the end replaces this record: one left so is a run whose wrapper died
         "wrapper": facts.wrapper(),
         "experiment": experiment,
-        "target": os.environ.get(TARGET_VARIABLE) or None,
+        "target": os.environ.get(records.TARGET_VARIABLE) or None,
         "argv": list(argv),
         "exit_status": None,
-        "started_at": started_at.isoformat(timespec="seconds"),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", started_at),
         "wall_time_s": None,
         "device": devices.observed_device([], facts.device_label()),  # none seen yet
         "unread": [],

@@ -20,6 +20,13 @@ from pathlib import Path
 # The wrapper's name beside the command: docker/<target>/ and the image's /opt/envkit/, a notebook's folder.
 FILE_NAME = "envkit_run.py"
 PROG = Path(FILE_NAME).stem  # how its lines begin
+# Set by whatever starts the run as a target's (envkit experiment, run.sh, the launch engines, the notebooks): two
+# targets of one kind on one host are two rows of the report, not one "cpu on host" (issue 32 §2). Here, with the
+# next one, so that envkit's plans name them without importing the rest of the wrapper (issue 42).
+TARGET_VARIABLE = "ENVKIT_TARGET"
+# The device the run's target promises, where the program is told another: a CPU stand-in of a GPU target
+# (--allow-cpu) runs with ENVKIT_DEVICE=cpu, and its record's label stays the target's (the report's "CPU run").
+TARGET_DEVICE_VARIABLE = "ENVKIT_TARGET_DEVICE"
 # Where results go without ENVKIT_RESULTS_DIR: the one home of the name (envkit, its templates, make, the notebooks).
 RESULTS_FOLDER = "results"
 # Its modules, shipped beside it under their own names (a name of envkit's: no project's module is shadowed).
