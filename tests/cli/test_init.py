@@ -366,9 +366,11 @@ def test_the_make_include_honours_docs_variables_or_stops_in_one_line(repo, caps
         'import os\nrank = int(os.environ["LOCAL_RANK"])\nif __name__ == "__main__":\n    pass\n'
     )
     assert init(capsys, repo)[0] == 0
-    launched = make(repo, "ddp", "ON=slurm", "NNODES=2", "TARGET=cuda", "DRY_RUN=1")
+    # gpus: all names no count: GPUS_PER_NODE gives it (without, one line asks for it: tests/launch/test_job.py)
+    launched = make(repo, "ddp", "ON=slurm", "NNODES=2", "GPUS_PER_NODE=4", "TARGET=cuda", "DRY_RUN=1")
     assert launched.returncode == 0, launched.stderr
     assert "#SBATCH --nodes=2" in launched.stdout and "doctor --require" not in launched.stdout
+    assert "#SBATCH --gpus-per-node=4\n" in launched.stdout
     here = make(repo, "train", "RECIPE_PYTHON=/usr/bin/python3", "DRY_RUN=1")
     assert here.returncode == 0 and "/usr/bin/python3 train.py" in here.stdout, here.stderr
     built = make(repo, "train", "NO_CACHE=1", "BASE_IMAGE=mine:1", "DRY_RUN=1")
