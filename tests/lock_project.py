@@ -65,7 +65,10 @@ def write_project(root: Path, pypi_url: str, **changes) -> Path:
         target["pip_index_url"] = pypi_url
         target.update(changes.get(name, {}))
     config = root / "envkit.yaml"
-    config.write_text(yaml.safe_dump({"targets": targets}, sort_keys=False))
+    # A project that runs a seed recipe: its locks hold the recipes' packages (tqdm), as this repository's do.
+    recipe = {"summary": "mnist", "kind": "cpu", "recipe": "mnist", "gpus": "none", "scale": "single"}
+    experiments = {"cpu-mnist": {**recipe, "title": "mnist", "args": [], "published": None}}
+    config.write_text(yaml.safe_dump({"experiments": experiments, "targets": targets}, sort_keys=False))
     return config
 
 

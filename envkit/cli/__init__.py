@@ -101,7 +101,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         epilog="envkit's options may stand anywhere on the command line; experiment, run and launch take the "
         "recipe's arguments after '--' (envkit experiment cpu-mnist --dry-run -- --epochs 1). --dry-run, "
         "where a command has it (its --help says so), prints exactly what would run and builds, pushes, writes "
-        "or runs nothing; make's DRY_RUN=1 does the same for every make target.",
+        "or runs nothing; make's DRY_RUN=1 does the same for every make target. A mistyped option is answered "
+        "with the command's closest one (--pyhton: did you mean --python?).",
     )
     parser.add_argument("--version", action="version", version=f"envkit {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
@@ -115,14 +116,28 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 DRY_RUN = "--dry-run"
 
 
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The commands registered in ``parser``, by name."""
+    (subparsers,) = (action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    return subparsers.choices
+
+
 def dry_run_commands(parser: argparse.ArgumentParser) -> list[str]:
     """The commands registered in ``parser`` that take --dry-run."""
-    (subparsers,) = (action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
     return sorted(
         name
-        for name, command in subparsers.choices.items()
+        for name, command in _commands(parser).items()
         if any(DRY_RUN in action.option_strings for action in command._actions)
     )
+
+
+def _close_options(parser: argparse.ArgumentParser, command: str, unknown: list[str]) -> list[str]:
+    """For each unknown --option, the command's option it is a typo of (--pyhton: --python), where one is close."""
+    import difflib
+
+    options = [option for action in _commands(parser)[command]._actions for option in action.option_strings]
+    words = (word.split("=", 1)[0] for word in unknown if word.startswith("--"))
+    return list(dict.fromkeys(match for word in words for match in difflib.get_close_matches(word, options, 1, 0.8)))
 
 
 def _as_given(words: list[str], argv: list[str]) -> list[str]:
@@ -156,12 +171,14 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
         args.dry_run = True
         unknown = [word for word in unknown if word != DRY_RUN]
     if unknown:
-        hint = ""
+        close = _close_options(parser, args.command, unknown)
+        hint = f"; did you mean {' '.join(close)}?" if close else ""
+        recipe = " (else {}: {})" if close else "; {}: {}"
         if takes_recipe_args:
             known = list(argv[:split])
             for word in unknown:
                 known.remove(word)
-            hint = f"; {RECIPE_ARGS_HINT}: {shlex.join(['envkit', *known, '--', *unknown])}"
+            hint += recipe.format(RECIPE_ARGS_HINT, shlex.join(["envkit", *known, "--", *unknown]))
         parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
     if split < len(argv) and not takes_recipe_args:
         parser.error(f"'--' passes arguments to a recipe, and {args.command} runs none (experiment, run and launch do)")

@@ -9,16 +9,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+# The skipped files init names one by one; past these, it counts them (a folder of modules is not a list to read).
+SHOWN_SKIPPED = 20
+
 
 def register(subparsers) -> None:
     init = subparsers.add_parser(
         "init",
         help="make this repository an envkit project: envkit.yaml, its experiments and a make include",
         description="Write envkit.yaml (the default targets at the torch your requirements name, your "
-        "requirements wired into every lock, one experiment per entry script on every default target) and "
+        "requirements wired into every lock, one experiment per entry script on every default target, or on the GPU "
+        "targets only for a script that opens CUDA only) and "
         "envkit.mk (make <experiment> [TARGET=cuda]), plus a Makefile that includes it where there is none. "
-        "An existing file is "
-        "never overwritten: init stops, naming it, and writes nothing.",
+        "An entry script is a top-level *.py with a __main__ guard, or top-level code that trains (it imports torch "
+        "or another framework and calls .backward(), optimizer.step(), .fit()), or train.py, main.py, ... with "
+        "top-level code; init names each one it found and each file it skipped, with the reason. An existing file "
+        "is never overwritten: init stops, naming it, and writes nothing.",
     )
     init.add_argument("--dir", type=Path, default=Path("."), help="the repository (default: here)")
     init.set_defaults(func=cmd_init)
@@ -50,14 +56,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     files = plan.files | ({".gitignore": plan.gitignore} if plan.gitignore is not None else {})
     _write_all(root, files)
     print(f"envkit: wrote {', '.join(files)} (torch {plan.torch})", file=sys.stderr)
-    if plan.torchrun:
-        print(f"envkit: {', '.join(plan.torchrun)} read the rank torchrun gives: scale: torchrun", file=sys.stderr)
-    if plan.skipped:
-        print(
-            f"envkit: {len(plan.scripts) + plan.skipped} entry scripts: the first {len(plan.scripts)} have an "
-            "experiment; add the others you run to envkit.yaml",
-            file=sys.stderr,
-        )
+    _print_survey(plan)
     if plan.requirements is None:
         print(
             "envkit: no requirements.in, requirements.txt or pyproject dependencies found: add requirements: FILE",
@@ -65,12 +64,6 @@ def cmd_init(args: argparse.Namespace) -> int:
         )
     if "Makefile" not in plan.files:
         print(f"envkit: add `include {MAKE_INCLUDE}` to your Makefile for make <experiment>", file=sys.stderr)
-    if not plan.scripts:
-        print(
-            'envkit: no entry script (a top-level *.py with if __name__ == "__main__", or train.py, main.py, ... '
-            "with top-level code): add experiments to envkit.yaml",
-            file=sys.stderr,
-        )
     if not in_work_tree(root):
         print(
             "envkit: not a git repository: its images and notebooks will hold every file here less .dockerignore; "
@@ -79,6 +72,34 @@ def cmd_init(args: argparse.Namespace) -> int:
         )
     print("next: envkit lock --all && envkit render --all && make help", file=sys.stderr)
     return 0
+
+
+def _print_survey(plan) -> None:
+    """Each top-level *.py init looked at: the entry scripts it found (why, and how they run) and the skipped (why)."""
+    from envkit.project.scaffold import MAX_SCRIPTS
+
+    found = plan.found
+    skipped = [script for script in plan.surveyed if not script.entry]
+    if not found:
+        print("envkit: no entry script found among the top-level *.py: add experiments to envkit.yaml", file=sys.stderr)
+    lines = []
+    for script in found[:MAX_SCRIPTS]:
+        how = [script.reason]
+        if script.torchrun:
+            how.append("reads the rank torchrun gives: scale: torchrun")
+        if script.cuda_only:
+            how.append(f"{', '.join(script.cuda_only)} with no CPU path: GPU targets only (it fails on cpu)")
+        lines.append(f"envkit: found {script.name}: {'; '.join(how)}")
+    if len(found) > MAX_SCRIPTS:
+        lines.append(
+            f"envkit: {len(found)} entry scripts: the first {MAX_SCRIPTS} have an experiment; add the others you run "
+            "to envkit.yaml"
+        )
+    lines += [f"envkit: skipped {script.name}: {script.reason}" for script in skipped[:SHOWN_SKIPPED]]
+    if len(skipped) > SHOWN_SKIPPED:
+        lines.append(f"envkit: skipped {len(skipped) - SHOWN_SKIPPED} more *.py files")
+    for line in lines:
+        print(line, file=sys.stderr)
 
 
 def _refuse_git_internals(root: Path) -> None:

@@ -180,13 +180,19 @@ def print_report(
         print(f"envkit: wrote {plot}", file=sys.stderr)
     if html is not None:
         from envkit.runs.page_adapter import write_report_page
+        from envkit.runs.plot import INSTALL_HINT, matplotlib_problem
 
         size = write_report_page(report, warnings, html)
         print(f"envkit: wrote {html} ({size / 1e6:.2f} MB)", file=sys.stderr)
+        if problem := matplotlib_problem():
+            print(
+                f"envkit: the page has its tables without figures: matplotlib {problem}; {INSTALL_HINT}",
+                file=sys.stderr,
+            )
 
 
 def _check_html(html: Path) -> None:
-    """Before anything prints: the page's name, and matplotlib for its figures."""
+    """Before anything prints: the page's name (without matplotlib the page is written without its figures)."""
     from envkit.errors import EnvkitError
 
     if html.suffix.lower() not in (".html", ".htm"):
@@ -196,7 +202,6 @@ def _check_html(html: Path) -> None:
     existing = next(parent for parent in html.absolute().parents if parent.exists())
     if not existing.is_dir():
         raise EnvkitError(f"--html {html}: {existing} is not a directory, so the page cannot go there")
-    _require_matplotlib()
 
 
 def _require_matplotlib() -> None:

@@ -242,6 +242,20 @@ def row_problem(facts: HostFacts, kind: str) -> str | None:
     return problem
 
 
+# What a "yes" row rests on, and what doctor cannot know from this host: said under the rows and in --json, so a
+# "yes" is not read as "the experiment will run" (issue 40 §18: every row said yes where no image could be built).
+CHECKED = (
+    "the container engine answers",
+    "each target kind's devices (NVIDIA GPUs and their container runtime, TPU devices)",
+)
+NOT_CHECKED = (
+    "that the base images and the package index can be reached: the first envkit build pulls them "
+    "(make <experiment> DRY_RUN=1 prints each step)",
+    "that a script runs on its target's device (a script that needs CUDA fails on cpu): "
+    "envkit doctor --probe trains briefly on each device here",
+)
+
+
 def format_report(facts: HostFacts, config: Path = DEFAULT_CONFIG) -> str:
     lines = [
         f"docker engine   {facts.docker_version or 'none'}" + (f": {facts.docker_error}" if facts.docker_error else ""),
@@ -256,6 +270,9 @@ def format_report(facts: HostFacts, config: Path = DEFAULT_CONFIG) -> str:
         f"host name       {facts.hostname}  ({facts.hostname_problem or 'resolves'})",
         f"free disk       {facts.free_disk_gb:.1f} GB"
         + ("  (low: images and datasets need ~10 GB)" if facts.free_disk_gb < LOW_DISK_GB else ""),
+        "",
+        f"checked: {'; '.join(CHECKED)}",
+        *(f"not checked: {line}" for line in NOT_CHECKED),
         "",
         "make targets on this host:",
     ]
@@ -284,4 +301,9 @@ def as_json(facts: HostFacts, config: Path = DEFAULT_CONFIG) -> dict:
     record = asdict(facts)
     for name, files in record.pop("devices").items():
         record[f"{name}_devices"] = files
-    return {**record, "runnable": runnable_experiments(facts, config)}
+    return {
+        **record,
+        "runnable": runnable_experiments(facts, config),
+        "checked": list(CHECKED),
+        "not_checked": list(NOT_CHECKED),
+    }

@@ -233,7 +233,7 @@ def build_job(
         )
     _check_fits(experiment, engine, nodes, fitting)
     if gpus_per_node is None:
-        gpus_per_node = _default_gpus(experiment, target)
+        gpus_per_node = _default_gpus(experiment, target, engine)
     check_gpus(experiment, gpus_per_node)
     check_recipe_args(experiment, extra_args, config)
     processes = _processes_per_node(experiment, gpus_per_node, nproc_per_node)
@@ -288,13 +288,23 @@ def _check_fits(experiment, engine: Engine, nodes: int, fitting: tuple[str, ...]
         )
 
 
-def _default_gpus(experiment, target) -> int:
+def _default_gpus(experiment, target, engine: Engine) -> int:
     """--gpus-per-node's default: none for a CPU experiment, one for ``gpus: first``, and for ``gpus: all`` the GPUs
-    the target names (its gpus: 0,2), else the devices the experiment's setting needs (its ``devices``)."""
+    the target names (its gpus: 0,2), else the GPUs the experiment's setting needs (its ``devices``, above 1).
+    Where none names a count, an engine that asks nodes for GPUs stops: "all" is every GPU of a node, which it can
+    only ask for by number (a Slurm --gres=gpu without one is one GPU), and one GPU in its stead would run another
+    setting. An engine that asks for none (Kaggle: the notebook's accelerator decides) keeps ``devices``."""
     if experiment.gpus != "all":
         return 0 if experiment.gpus == "none" else 1
     named = getattr(target, "gpus", None)
-    return len(named.split(",")) if named and named != "all" else experiment.devices
+    if named and named != "all":
+        return len(named.split(","))
+    if experiment.devices > 1 or "gpus" not in engine.accelerators:
+        return experiment.devices
+    raise EnvkitError(
+        f"{experiment.name}: gpus: all is every GPU of a node, and --on {engine.name} asks for GPUs by number: give "
+        "--gpus-per-node N (make: GPUS_PER_NODE=N), or devices: N in its envkit.yaml entry"
+    )
 
 
 def _processes_per_node(experiment, gpus_per_node: int, nproc_per_node: int | None) -> int:

@@ -30,10 +30,13 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> ProjectConfig:
         path, root, {key: value for key, value in data.items() if key != "experiments"}, include_secrets
     )
     matrix = load_matrix()
-    targets = {name: build_target(name, raw, root, matrix, where) for name, raw in data["targets"].items()}
+    # A malformed experiment is bad input to every command that reads the project. The recipes' packages (tqdm)
+    # go into the images of a project that runs a seed recipe only: a project of its own commands locks its
+    # requirements, plus what envkit's run wrapper needs at run time (nothing: it is standard library only).
+    recipes = any(experiment.recipe is not None for experiment in load_experiments(path).values())
+    targets = {name: build_target(name, raw, root, matrix, where, recipes) for name, raw in data["targets"].items()}
     if "requirements" in data:
         targets = with_project_requirements(targets, data, root, where)
-    load_experiments(path)  # a malformed experiment is bad input to every command that reads the project
     return ProjectConfig(
         path=path,
         root=root,

@@ -3,9 +3,9 @@
 Its envkit.yaml names the default targets (cpu, cuda, tpu-vm and the notebook targets) at the torch
 the user's requirements pin (else the newest release that cpu, cuda and tpu-vm all have a build of, which
 their specifier allows), wires those requirements into every lock (``requirements:``), and holds one
-experiment for each entry script that runs on every default target: a top-level ``*.py`` with
-``if __name__ == "__main__"``, or one named as scripts are run (train.py, main.py, ...) with top-level
-code. A script that reads LOCAL_RANK or RANK, or calls init_process_group, runs under torchrun. envkit.mk gives
+experiment for each entry script (envkit.project.entries: found by what it is) on every default target, or on
+the GPU targets only where it opens CUDA only. A script that reads LOCAL_RANK or RANK, or calls
+init_process_group, runs under torchrun. envkit.mk gives
 them make targets; a Makefile that includes it is written only where there is none. The caller writes the files,
 all or none: nothing here touches the disk but reading.
 """
@@ -21,6 +21,7 @@ from envkit.errors import EnvkitError
 from envkit.project import DEFAULT_CONFIG
 from envkit.project.config import DEFAULT_PYTHON
 from envkit.project.dependencies import PYPROJECT, Dependency, read_dependencies
+from envkit.project.entries import Script, survey
 from envkit.project.matrix import Matrix, load_matrix, version_in_range, version_key
 from envkit.support.bounded_load import Refused, read_text
 from envkit.support.provenance_records import RESULTS_FOLDER
@@ -28,14 +29,6 @@ from envkit.support.provenance_records import RESULTS_FOLDER
 MAKE_INCLUDE = "envkit.mk"
 # Where a project's requirements are looked for, in order: a .in file is the input a lock is made from.
 REQUIREMENTS_FILES = ("requirements.in", "requirements.txt", PYPROJECT)
-_ENTRY = re.compile(r"^if\s+__name__\s*==\s*['\"]__main__['\"]\s*:", re.MULTILINE)
-# A script run as it is, without a main guard: these names, with a statement at the top level that does something.
-ENTRY_NAMES = ("train", "main", "run", "finetune", "fine_tune", "pretrain", "evaluate", "eval", "benchmark", "bench")
-_TOP_LEVEL_CODE = re.compile(r"^(?!(import|from|def|class|async|@|#|if __name__)\b)[A-Za-z_][^\n]*\(", re.MULTILINE)
-# What torchrun gives each process (or what only a process group needs): such a script runs under torchrun.
-_TORCHRUN = re.compile(
-    r"""(environ(\.get)?\s*[\[(]\s*|getenv\s*\(\s*)['"](LOCAL_RANK|RANK|LOCAL_WORLD_SIZE)['"]|init_process_group\s*\("""
-)
 # More entry scripts than this at the top of a repository are not scripts a user runs one by one.
 MAX_SCRIPTS = 100
 # What envkit makes inside a project, which git should not track (.gitignore's block, marked to be found again):
@@ -43,20 +36,28 @@ MAX_SCRIPTS = 100
 # host's paths, and each launch writes them again).
 GITIGNORE_MARK = "# envkit: what envkit makes here (envkit init)"
 GITIGNORE = (GITIGNORE_MARK, "/.venv*/", f"/{RESULTS_FOLDER}/", "/data/", "/.cache/", "/jobs/")
-_NOT_ENTRY = re.compile(r"^(setup|conftest|test_.*|.*_test)\.py$")
 # The image targets init writes, the first the default of `envkit experiment` and make.
 IMAGE_TARGETS = ("cpu", "cuda", "tpu-vm")
+# The targets init writes that have a GPU: a script that opens CUDA only (and no CPU path) runs on these alone.
+GPU_TARGETS = ("cuda", "colab-t4")
 
 
 @dataclass(frozen=True)
 class Scaffold:
     files: dict[str, str]  # path relative to the project -> text
     requirements: str | None  # the file wired in, or None
-    scripts: tuple[str, ...]
+    surveyed: tuple[Script, ...]  # every top-level *.py: the entry scripts and the skipped, each with its reason
     torch: str
-    torchrun: tuple[str, ...] = ()  # the scripts that run under torchrun
     gitignore: str | None = None  # .gitignore's new text (its block added), or None where it has the block
-    skipped: int = 0  # entry scripts past MAX_SCRIPTS, which get no experiment
+
+    @property
+    def found(self) -> tuple[Script, ...]:
+        return tuple(script for script in self.surveyed if script.entry)
+
+    @property
+    def scripts(self) -> tuple[str, ...]:
+        """The entry scripts that have an experiment: the first MAX_SCRIPTS."""
+        return tuple(script.name for script in self.found[:MAX_SCRIPTS])
 
 
 def scaffold(root: Path, make_include: str) -> Scaffold:
@@ -64,17 +65,16 @@ def scaffold(root: Path, make_include: str) -> Scaffold:
     requirements, lines = _requirements(root)
     matrix = load_matrix()
     torch = _torch(matrix, lines)
-    found = {path.name: kind for path in sorted(root.glob("*.py")) if (kind := _entry_kind(path)) is not None}
-    scripts = tuple(found)[:MAX_SCRIPTS]
-    torchrun = tuple(script for script in scripts if found[script] == "torchrun")
-    config = _config(matrix, torch, requirements, scripts, torchrun)
+    surveyed = survey(root)
+    found = tuple(script for script in surveyed if script.entry)[:MAX_SCRIPTS]
+    config = _config(matrix, torch, requirements, found)
     files = {DEFAULT_CONFIG.as_posix(): config, MAKE_INCLUDE: _make_include(make_include)}
     if not any(os.path.lexists(root / name) for name in ("Makefile", "makefile", "GNUmakefile")):
         # make alone lists the targets: the include keeps a Makefile's own first target the default.
         files["Makefile"] = (
             f"# envkit's targets: make help lists them.\ninclude {MAKE_INCLUDE}\n\n.DEFAULT_GOAL := help\n"
         )
-    return Scaffold(files, requirements, scripts, torch, torchrun, _gitignore(root), len(found) - len(scripts))
+    return Scaffold(files, requirements, surveyed, torch, _gitignore(root))
 
 
 def _make_include(template: str) -> str:
@@ -145,22 +145,7 @@ def _supported(matrix: Matrix) -> list[str]:
     )
 
 
-def _entry_kind(path: Path) -> str | None:
-    """ "single" or "torchrun" for an entry script (a main guard, or an entry name with top-level code), else None."""
-    if _NOT_ENTRY.match(path.name) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*\.py", path.name):
-        return None
-    try:
-        text = read_text(path)
-    except (OSError, Refused):  # not a script a user runs: huge, binary, or not a regular file
-        return None
-    if _ENTRY.search(text) is None and not (path.stem.lower() in ENTRY_NAMES and _TOP_LEVEL_CODE.search(text)):
-        return None
-    return "torchrun" if _TORCHRUN.search(text) else "single"
-
-
-def _config(
-    matrix: Matrix, torch: str, requirements: str | None, scripts: tuple[str, ...], torchrun: tuple[str, ...]
-) -> str:
+def _config(matrix: Matrix, torch: str, requirements: str | None, found: tuple[Script, ...]) -> str:
     release = matrix.torch_release("torch", torch)
     cuda = matrix.cuda[release.cuda_choices()[0]].cuda if release.cuda_choices() else None
     xla = next((x for rel in matrix.torch_xla.values() for t, x in rel.pairs if t == torch), None)
@@ -185,12 +170,14 @@ def _config(
         "# A script that only prints its metrics gets them read from its output by a regex with one group each:",
         "#   metrics: {patterns: {accuracy: 'Accuracy: \\d+/\\d+ \\((\\d+%)\\)'}}   (57% is 0.57; docs/experiments.md)",
     ]
-    lines.append("experiments:" if scripts else "experiments: {}")
-    for name, script in experiment_names(scripts).items():
-        lines += [f"  {name}:", f"    summary: {script}", f"    command: [python, {script}]"]
-        lines += [f"    targets: [{', '.join(targets)}]"]
+    lines.append("experiments:" if found else "experiments: {}")
+    for name, script in zip(experiment_names(tuple(s.name for s in found)), found, strict=True):
+        lines += [f"  {name}:", f"    summary: {script.name}", f"    command: [python, {script.name}]"]
+        if script.cuda_only:
+            lines += [f"    # {', '.join(script.cuda_only)} and no CPU path: the GPU targets only"]
+        lines += [f"    targets: [{', '.join(GPU_TARGETS if script.cuda_only else targets)}]"]
         # A torchrun script: one process per GPU of the target (every GPU), or per TPU/CPU device it is given.
-        lines += ["    scale: torchrun", "    gpus: all"] if script in torchrun else ["    gpus: first"]
+        lines += ["    scale: torchrun", "    gpus: all"] if script.torchrun else ["    gpus: first"]
     lines += ["", "targets:", "  cpu:", "    kind: cpu", f"    torch: {q}", f"    python: {py}"]
     lines += ["  cuda:", "    kind: cuda", f"    torch: {q}"] + ([f'    cuda: "{cuda}"'] if cuda else [])
     lines += [f"    python: {py}", f"    base_image: python:{DEFAULT_PYTHON}-slim-bookworm"]

@@ -43,7 +43,10 @@ IMAGE_ONLY_KEYS = (
 NOTEBOOK_ONLY_KEYS = ("accelerator", "notebooks")
 
 
-def build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, where: Locator) -> Target:
+def build_target(
+    name: str, raw: dict[str, Any], root: Path, matrix: Matrix, where: Locator, recipes: bool = True
+) -> Target:
+    """The target ``name``; ``recipes``: the project runs seed recipes, whose packages (tqdm) its images get."""
     at = ("targets", name)
     runtime = _notebook_runtime(raw, at, where)
     spec = _kind(raw, runtime, at, where)
@@ -91,7 +94,7 @@ def build_target(name: str, raw: dict[str, Any], root: Path, matrix: Matrix, whe
             pip_index_url=raw.get("pip_index_url"),
             find_links=tuple(find_links),
             apt_packages=tuple(dict.fromkeys(apt_packages)),
-            pip_packages=_pip_packages(raw.get("pip_packages", []), matrix, where, at),
+            pip_packages=_pip_packages(raw.get("pip_packages", []), matrix, where, at, recipes),
             env={key: str(value) for key, value in sorted(raw.get("env", {}).items())},
             ca_certificates=_certificates(raw.get("ca_certificates", []), root, where, at),
             shm_size=raw.get("shm_size", spec.run.shm_size) if runtime is None else None,
@@ -243,7 +246,9 @@ def _torchvision(raw: dict[str, Any], release: TorchRelease, patch: str, torch: 
     return value
 
 
-def _pip_packages(extra: list[str], matrix: Matrix, where: Locator, at: DocPath) -> tuple[str, ...]:
+def _pip_packages(extra: list[str], matrix: Matrix, where: Locator, at: DocPath, recipes: bool) -> tuple[str, ...]:
+    """The target's pip_packages, after the recipes' packages (tqdm) where the project runs seed recipes: a
+    project of its own commands locks its requirements and what envkit's run wrapper needs (nothing: stdlib)."""
     for index, requirement in enumerate(extra):
         if requirement_name(requirement) in MATRIX_OWNED:
             raise EnvkitError(
@@ -252,7 +257,7 @@ def _pip_packages(extra: list[str], matrix: Matrix, where: Locator, at: DocPath)
             )
     # A user's own tqdm (or other recipe package) spec replaces envkit's default pin.
     overridden = {requirement_name(r) for r in extra}
-    defaults = [r for r in matrix.recipe_packages if requirement_name(r) not in overridden]
+    defaults = [r for r in matrix.recipe_packages if recipes and requirement_name(r) not in overridden]
     return tuple(dict.fromkeys([*defaults, *extra]))
 
 

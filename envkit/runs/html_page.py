@@ -17,10 +17,12 @@ from pathlib import Path
 from envkit.project.secrets import redacted
 from envkit.runs.page_figures import Figure, comparison_figures
 from envkit.runs.page_model import Comparison, Measure, Page
+from envkit.runs.plot import INSTALL_HINT, matplotlib_problem
 from envkit.support.atomic import write_bytes_atomic
 
 TEMPLATE = "report/page.html.j2"
 MAX_FIGURE_COMPARISONS = 8
+NO_FIGURES = "This page has its tables without figures"
 LISTED = 20  # failed runs per comparison and skipped files listed by name; the rest are counted
 NUMBER = re.compile(r"^[-+]?[\d.]+(e[-+]?\d+)?[×%]?( ± [\d.]+(e[-+]?\d+)?)?[×%]?$")
 
@@ -71,20 +73,25 @@ def _environment():
 
 def render_page(page: Page) -> str:
     """The page's HTML text: the same page gives the same text."""
+    # Without matplotlib (the report extra) the page keeps its tables, and says what would draw its figures.
+    problem = matplotlib_problem()
     drawn = []
     for index, comparison in enumerate(page.comparisons):
-        if index < MAX_FIGURE_COMPARISONS:
+        if index < MAX_FIGURE_COMPARISONS and problem is None:
             figures, left_out = comparison_figures(comparison, f"envkit-{index}")
         else:
             figures, left_out = [], ""
         drawn.append(_Drawn(comparison, figures, left_out))
     beyond = len(page.comparisons) - MAX_FIGURE_COMPARISONS
-    left_out = (
-        f"Figures are drawn for the first {MAX_FIGURE_COMPARISONS} comparisons; "
-        f"the other {beyond} have their tables only."
-        if beyond > 0
-        else ""
-    )
+    if problem:
+        left_out = f"{NO_FIGURES}: matplotlib {problem}; {INSTALL_HINT} draws them."
+    elif beyond > 0:
+        left_out = (
+            f"Figures are drawn for the first {MAX_FIGURE_COMPARISONS} comparisons; "
+            f"the other {beyond} have their tables only."
+        )
+    else:
+        left_out = ""
     text = _environment().get_template(TEMPLATE).render(page=page, comparisons=drawn, left_out=left_out, listed=LISTED)
     return redacted(text)  # a token a run's arguments or stderr hold: the page is committed and sent
 

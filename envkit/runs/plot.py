@@ -7,7 +7,8 @@ a curve panel per series it wrote. The picture is bounded (``plotted``): what it
 said, a line each.
 matplotlib is imported inside ``write_plot`` (and forced onto the headless Agg
 backend) so that the rest of envkit never pays for it or needs a display; it is
-the optional extra ``report``, and ``require_matplotlib`` says so in one line.
+the optional extra ``report``, and ``require_matplotlib`` says so in one line. The HTML page is written without
+it, its tables whole and its figures left out with one line saying what to install (``matplotlib_problem``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ from envkit.runs.model import OURS, Report, Row, Section, drawn_value, identical
 from envkit.runs.page_figures import MAX_TARGETS, draw_series
 from envkit.support.atomic import atomic_stream
 
-INSTALL_HINT = f"pip install '{DISTRIBUTION}[report]'"
+# For each installer: a `uv tool install` environment has no pip, and pipx's is its own.
+INSTALL_HINT = (
+    f"uv tool install '{DISTRIBUTION}[report]', pipx install '{DISTRIBUTION}[report]' "
+    f"or pip install '{DISTRIBUTION}[report]'"
+)
 HATCHES = ("", "//", "..", "xx")
 MIN_SLOTS = 4
 # The plot's bounds (a results directory may hold thousands of runs): sections, panels per section, rows per panel,
@@ -35,14 +40,20 @@ MAX_WIDTH = 24.0
 NAMED = 5
 
 
-def require_matplotlib() -> None:
-    """One line naming the extra to install (EnvkitError, exit 2) when matplotlib cannot be imported."""
+def matplotlib_problem() -> str | None:
+    """Why matplotlib cannot draw here ("is not installed", "does not import here (...)"), or None."""
     try:
         import matplotlib  # noqa: F401
     except ImportError as exc:
-        if exc.name == "matplotlib":
-            raise EnvkitError(f"plotting needs matplotlib, which is not installed: {INSTALL_HINT}") from None
-        raise EnvkitError(f"plotting needs matplotlib, which does not import here ({exc}): {INSTALL_HINT}") from None
+        return "is not installed" if exc.name == "matplotlib" else f"does not import here ({exc})"
+    return None
+
+
+def require_matplotlib() -> None:
+    """One line naming the extra to install (EnvkitError, exit 2) when matplotlib cannot be imported."""
+    problem = matplotlib_problem()
+    if problem:
+        raise EnvkitError(f"plotting needs matplotlib, which {problem}: {INSTALL_HINT}")
 
 
 def panels(section: Section) -> list[list[tuple[str, str]]]:

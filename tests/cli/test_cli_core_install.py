@@ -154,7 +154,9 @@ def test_every_install_hint_names_the_distribution():
     from envkit.runs.plot import INSTALL_HINT
     from envkit.support.docker_client import SDK_MISSING
 
-    assert INSTALL_HINT == "pip install 'envkit-hw[report]'"
+    assert INSTALL_HINT == (
+        "uv tool install 'envkit-hw[report]', pipx install 'envkit-hw[report]' or pip install 'envkit-hw[report]'"
+    )
     assert "pip install 'envkit-hw[docker]'" in SDK_MISSING
     # No hint in the code, the docs or the templates installs the other project.
     wrong = re.compile(r"pip install '?envkit(\[|\b(?!-hw))")

@@ -111,3 +111,24 @@ def test_words_envkit_does_not_know_are_named_in_the_order_given_whatever_argpar
 
     argv = ["experiment", "cpu-mnist", "--epochs", "1", "--gpus", "x"]
     assert _as_given(["1", "--epochs"], argv) == _as_given(["--epochs", "1"], argv) == ["--epochs", "1"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["experiment", "cpu-mnist", "--pyhton", "/usr/bin/python3"],
+            "unrecognized arguments: --pyhton /usr/bin/python3; did you mean --python? (else recipe arguments follow "
+            "'--': envkit experiment cpu-mnist -- --pyhton /usr/bin/python3)",
+        ),
+        (["doctor", "--jsno"], "unrecognized arguments: --jsno; did you mean --json?"),
+        (["render", "--target=cpu", "--stdot"], "unrecognized arguments: --stdot; did you mean --stdout?"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else "",
+)
+def test_a_mistyped_option_is_answered_with_the_close_option_first(capsys, argv, said):
+    """Issue 40 §19: before, --pyhton was answered with "recipe arguments follow '--'" alone."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == f"envkit: error: {said} (see 'envkit --help')\n"

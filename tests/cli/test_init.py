@@ -56,6 +56,8 @@ def test_init_makes_a_project_of_a_users_repository(repo, capsys):
     assert {name: (e.kind, e.command, e.targets, e.scale) for name, e in table.items()} == {
         "ddp": ("cpu", ("python", "ddp.py"), tuple(config.targets), "torchrun"),  # it reads LOCAL_RANK
         "train": ("cpu", ("python", "train.py"), tuple(config.targets), "single"),
+        # top-level code, no main guard, a name init does not know: found by what it is (issue 40 §13)
+        "train-dvclive": ("cpu", ("python", "train_dvclive.py"), tuple(config.targets), "single"),
     }
     assert [table["train"].on(target).gpus for target in config.targets.values()] == [
         "none",
@@ -117,7 +119,7 @@ def test_pyproject_dependencies_and_a_torch_pin_set_the_targets(repo, capsys):
     config = load_config(repo / "envkit.yaml")
     assert re.search(r"^requirements: pyproject.toml$", (repo / "envkit.yaml").read_text(), re.MULTILINE)
     assert {target.torch for target in config.targets.values()} == {"2.8.0"}
-    assert list(load_experiments(repo / "envkit.yaml")) == ["ddp", "sweep", "train"]
+    assert list(load_experiments(repo / "envkit.yaml")) == ["ddp", "sweep", "train", "train-dvclive"]
 
 
 def test_a_requirements_line_no_lock_can_hold_stops_init_before_it_writes(repo, capsys):
@@ -146,14 +148,20 @@ def test_the_make_include_names_only_targets_no_experiment_may_take():
 
 def test_the_example_project_holds_nothing_of_this_repository():
     ours = {hashlib.sha256(p.read_bytes()).hexdigest() for p in (paths.REPO_ROOT / "recipes").rglob("*.py")}
-    assert sorted(p.name for p in EXAMPLE.iterdir()) == ["README.md", "ddp.py", "requirements.txt", "train.py"]
+    assert sorted(p.name for p in EXAMPLE.iterdir()) == [
+        "README.md",
+        "ddp.py",
+        "requirements.txt",
+        "train.py",
+        "train_dvclive.py",
+    ]
     assert not {hashlib.sha256(p.read_bytes()).hexdigest() for p in EXAMPLE.iterdir()} & ours
 
 
 def test_a_script_named_like_a_make_target_gets_a_name_of_its_own(repo, capsys):
     (repo / "test.py").write_text('if __name__ == "__main__":\n    pass\n')
     assert init(capsys, repo)[0] == 0
-    assert list(load_experiments(repo / "envkit.yaml")) == ["ddp", "run-test", "train"]
+    assert list(load_experiments(repo / "envkit.yaml")) == ["ddp", "run-test", "train", "train-dvclive"]
 
 
 def test_scripts_without_a_main_guard_and_torchrun_scripts_are_found(repo, capsys):
@@ -167,12 +175,73 @@ def test_scripts_without_a_main_guard_and_torchrun_scripts_are_found(repo, capsy
     (repo / "helpers.py").write_text("def f():\n    return 1\n\n\nprint(f())\n")  # not an entry name: a module
     (repo / "main.py").write_text("def main():\n    pass\n")  # an entry name, but nothing runs
     code, err = init(capsys, repo)
-    assert code == 0 and "envkit: ddp.py read the rank torchrun gives: scale: torchrun" in err
+    assert (
+        code == 0
+        and ('envkit: found ddp.py: an if __name__ == "__main__" guard; reads the rank torchrun gives: scale: torchrun')
+        in err
+    )
     table = load_experiments(repo / "envkit.yaml")
     assert {name: (e.command, e.scale, e.gpus_rule) for name, e in table.items()} == {
         "ddp": (("python", "ddp.py"), "torchrun", "all"),
         "train": (("python", "train.py"), "single", "first"),
+        "train-dvclive": (("python", "train_dvclive.py"), "single", "first"),
     }
+    assert "envkit: skipped helpers.py: no __main__ guard, and no top-level code that trains" in err
+    assert "envkit: skipped main.py: no __main__ guard, and no top-level code that trains" in err
+
+
+def test_init_finds_training_scripts_by_what_they_are_and_says_what_it_skipped(repo, capsys):
+    """Issue 40 §13: before, train_dvclive.py (top-level code, an unusual name) got no experiment and init said
+    nothing; only train.py, main.py, ... were scripts without a main guard."""
+    (repo / "fit_lightning.py").write_text(
+        "import lightning as L\nfrom model import Net\n\nL.Trainer(max_epochs=1).fit(Net())\n"
+    )
+    (repo / "steps.py").write_text(
+        "import torch\n\nfor _ in range(3):\n    opt = torch.optim.SGD([torch.zeros(1)], lr=0.1)\n    opt.step()\n"
+    )
+    (repo / "model.py").write_text("import torch\n\n\ndef fit(loss):\n    loss.backward()\n")  # a module
+    (repo / "notes.py").write_text("print('no framework')\n")
+    (repo / "broken.py").write_text("def f(:\n")
+    (repo / "huge.py").write_text("# " + "x" * 2**20 + "\n")
+    (repo / "setup.py").write_text("from setuptools import setup\nsetup()\n")
+    code, err = init(capsys, repo)
+    assert code == 0
+    assert list(load_experiments(repo / "envkit.yaml")) == ["ddp", "fit-lightning", "steps", "train", "train-dvclive"]
+    assert "envkit: found train_dvclive.py: top-level code that trains (loss.backward())\n" in err
+    assert "envkit: found fit_lightning.py: top-level code that trains (Trainer.fit())\n" in err
+    assert "envkit: found steps.py: top-level code that trains (opt.step())\n" in err
+    skipped = [line for line in err.splitlines() if line.startswith("envkit: skipped")]
+    assert skipped == [
+        "envkit: skipped broken.py: not Python that parses (line 1)",
+        "envkit: skipped huge.py: over 1 MiB: generated or data, not read",
+        "envkit: skipped model.py: trains (loss.backward()) but nothing runs at its top level and it has no "
+        "__main__ guard: a module",
+        "envkit: skipped notes.py: no __main__ guard, and no top-level code that trains",
+        "envkit: skipped setup.py: packaging or tests, not a script one runs",
+    ]
+
+
+def test_a_script_that_opens_cuda_only_gets_the_gpu_targets_only(repo, capsys):
+    """Issue 40 §14: before, the DDP tutorial's script (torch.cuda.set_device, NCCL only) had cpu as its default
+    target, where it fails. The example's ddp.py picks gloo without CUDA: it keeps every target."""
+    (repo / "ddp_tutorial.py").write_text(
+        "import os\nimport torch\nimport torch.distributed as dist\n\n\ndef main():\n"
+        '    local_rank = int(os.environ["LOCAL_RANK"])\n    torch.cuda.set_device(local_rank)\n'
+        '    dist.init_process_group(backend="nccl")\n\n\nif __name__ == "__main__":\n    main()\n'
+    )
+    code, err = init(capsys, repo)
+    assert code == 0
+    table = load_experiments(repo / "envkit.yaml")
+    assert table["ddp-tutorial"].targets == ("cuda", "colab-t4") and table["ddp-tutorial"].scale == "torchrun"
+    assert table["ddp"].targets == tuple(load_config(repo / "envkit.yaml").targets)
+    assert (
+        'envkit: found ddp_tutorial.py: an if __name__ == "__main__" guard; reads the rank torchrun gives: '
+        "scale: torchrun; torch.cuda.set_device, nccl with no CPU path: GPU targets only (it fails on cpu)\n"
+    ) in err
+    assert (
+        "    # torch.cuda.set_device, nccl and no CPU path: the GPU targets only\n"
+        in (repo / "envkit.yaml").read_text()
+    )
 
 
 def test_torch_follows_the_users_specifier_and_the_gitignore_gets_a_block(repo, capsys):
@@ -263,7 +332,7 @@ def test_thousands_of_entry_scripts_give_a_config_every_command_reads(repo, caps
     for index in range(3200):
         (repo / f"s{index:04d}.py").write_text('if __name__ == "__main__":\n    pass\n')
     code, err = init(capsys, repo)
-    assert code == 0 and "3202 entry scripts: the first 100 have an experiment" in err
+    assert code == 0 and "envkit: 3203 entry scripts: the first 100 have an experiment" in err
     assert len(load_experiments(repo / "envkit.yaml")) == 100
     assert main(["targets", "--config", str(repo / "envkit.yaml")]) == 0
 
@@ -297,9 +366,11 @@ def test_the_make_include_honours_docs_variables_or_stops_in_one_line(repo, caps
         'import os\nrank = int(os.environ["LOCAL_RANK"])\nif __name__ == "__main__":\n    pass\n'
     )
     assert init(capsys, repo)[0] == 0
-    launched = make(repo, "ddp", "ON=slurm", "NNODES=2", "TARGET=cuda", "DRY_RUN=1")
+    # gpus: all names no count: GPUS_PER_NODE gives it (without, one line asks for it: tests/launch/test_job.py)
+    launched = make(repo, "ddp", "ON=slurm", "NNODES=2", "GPUS_PER_NODE=4", "TARGET=cuda", "DRY_RUN=1")
     assert launched.returncode == 0, launched.stderr
     assert "#SBATCH --nodes=2" in launched.stdout and "doctor --require" not in launched.stdout
+    assert "#SBATCH --gpus-per-node=4\n" in launched.stdout
     here = make(repo, "train", "RECIPE_PYTHON=/usr/bin/python3", "DRY_RUN=1")
     assert here.returncode == 0 and "/usr/bin/python3 train.py" in here.stdout, here.stderr
     built = make(repo, "train", "NO_CACHE=1", "BASE_IMAGE=mine:1", "DRY_RUN=1")

@@ -402,3 +402,16 @@ def test_doctor_sees_the_engine(client, project):
     report = json.loads(envkit("doctor", "--json", cwd=project).stdout)
     assert report["docker_version"] and report["docker_error"] is None
     assert "cpu-mnist" in report["runnable"]
+
+
+def test_doctor_says_what_it_checked_and_what_it_could_not():
+    """Issue 40 §18: before, every row said yes on a host where no base image could be pulled and nothing said
+    that doctor had not looked: a yes is the engine and the device, never "it will run"."""
+    text = doctor.format_report(facts())
+    head, rows = text.split("make targets on this host:\n")
+    assert "checked: the container engine answers; each target kind's devices" in head
+    assert "not checked: that the base images and the package index can be reached: the first envkit build" in head
+    assert "not checked: that a script runs on its target's device (a script that needs CUDA fails on cpu): " in head
+    assert all(row.startswith(("  yes ", "  no  ")) for row in rows.splitlines())
+    record = doctor.as_json(facts())
+    assert record["checked"] == list(doctor.CHECKED) and record["not_checked"] == list(doctor.NOT_CHECKED)

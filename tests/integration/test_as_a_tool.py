@@ -110,7 +110,7 @@ def test_a_users_repository_from_init_to_its_locks_and_render(tool, tmp_path):
     )
     assert run([envkit, "render", "--all", "--check"], project).returncode == 0
     listed = run([envkit, "experiment", "--list"], project)
-    assert listed.stdout.split() == ["ddp", "train"]
+    assert listed.stdout.split() == ["ddp", "train", "train-dvclive"]
     planned = run(["make", "-s", "train", "TARGET=cuda", f"ENVKIT={envkit}", "DRY_RUN=1"], project)
     assert planned.returncode == 0 and "experiment train" in planned.stdout, planned.stderr
     assert "build the cuda image" in planned.stdout
@@ -206,7 +206,8 @@ def test_a_users_experiment_runs_in_its_image_and_on_a_host_lock_then_reports_an
     assert record["environment"]["image_id"].startswith("sha256:") and record["environment"]["lock_sha256"]
     image = client.images.get("envkit-cpu-local:latest")
     listed = client.containers.run(image, ["find", ".", "-type", "f"], remove=True).decode().split()
-    assert sorted(listed) == ["./README.md", "./ddp.py", "./requirements.txt", "./train.py"]  # git's files; not data/
+    # git's files; not data/
+    assert sorted(listed) == ["./README.md", "./ddp.py", "./requirements.txt", "./train.py", "./train_dvclive.py"]
     # The DDP script in the same image starts under torchrun, two gloo processes (issue 32 §7; before, run.sh ran
     # it as plain python: KeyError: 'LOCAL_RANK').
     ddp = run(

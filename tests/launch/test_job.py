@@ -270,3 +270,28 @@ def test_a_targets_env_reaches_the_launched_program(capsys, project, engine, sho
     argv = ["--hosts", "a,b"] if engine == "hosts" else []
     code, out, err = run(capsys, "launch", "cpu-ddp-cifar", "--on", engine, "--nodes", "2", *argv, "--dry-run")
     assert code == 0 and shown in out, err + out
+
+
+@pytest.mark.parametrize(
+    ("engine", "asked"), [("slurm", "#SBATCH --gpus-per-node=8\n"), ("pytorchjob", "nvidia.com/gpu: 8\n")]
+)
+def test_gpus_all_without_a_count_stops_the_launch_in_one_line(engine, asked, tmp_path, capsys, monkeypatch):
+    """Issue 40 §17: before, init's ddp (gpus: all, no devices) was planned with --gpus-per-node=1 on Slurm: one
+    GPU where the experiment says every GPU of the node."""
+    import shutil
+
+    from envkit.cli import main
+
+    project = tmp_path / "project"
+    shutil.copytree(TESTS / "example_project", project)
+    assert main(["init", "--dir", str(project)]) == 0
+    monkeypatch.chdir(project)
+    capsys.readouterr()
+    argv = ["launch", "ddp", "--on", engine, "--target", "cuda", "--dry-run"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"envkit: error: ddp: gpus: all is every GPU of a node, and --on {engine} asks for GPUs by number: give "
+        "--gpus-per-node N (make: GPUS_PER_NODE=N), or devices: N in its envkit.yaml entry\n"
+    )
+    assert main([*argv, "--gpus-per-node", "8"]) == 0
+    assert asked in capsys.readouterr().out

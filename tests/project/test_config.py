@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import paths
 import pytest
 from jsonschema import Draft202012Validator
 
@@ -490,3 +491,20 @@ def test_a_secret_anywhere_in_envkit_yaml_is_refused_by_its_key_path_unless_list
 )
 def test_settings_that_only_look_like_secrets_load(tmp_path, setting):
     load_config(write_config(tmp_path, f'targets:\n  cpu: {{kind: cpu, torch: "2.9.0", {setting}}}\n'))
+
+
+def test_the_recipes_packages_go_only_into_a_project_that_runs_a_seed_recipe(tmp_path, capsys):
+    """Issue 40 §16: before, tqdm (a package of envkit's recipes) went into every lock of a user's project; now a
+    project of its own commands gets its requirements (and the run wrapper needs nothing: standard library)."""
+    from envkit.cli import main
+
+    project = tmp_path / "project"
+    shutil.copytree(paths.TESTS / "example_project", project)
+    assert main(["init", "--dir", str(project)]) == 0
+    users = load_config(project / "envkit.yaml")
+    assert all(
+        not any(p.startswith("tqdm") for p in target.pip_packages) and "tabulate==0.9.0" in target.pip_packages
+        for target in users.targets.values()
+    )
+    ours = load_config(paths.REPO_ROOT / "envkit.yaml")  # its experiments run seed recipes: their tqdm stays
+    assert all("tqdm==4.67.1" in target.pip_packages for target in ours.targets.values() if target.base_image)

@@ -26,7 +26,8 @@ DOCKER = SimpleNamespace(gpus=[], devices={}, docker_version="27.3.1", docker_er
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
-    """The example project after envkit init: ddp (scale: torchrun, it reads LOCAL_RANK) and train (single)."""
+    """The example project after envkit init: ddp (scale: torchrun, it reads LOCAL_RANK), train and train-dvclive
+    (single)."""
     root = tmp_path_factory.mktemp("torchrun") / "repo"
     shutil.copytree(paths.TESTS / "example_project", root)
     assert main(["init", "--dir", str(root)]) == 0
@@ -86,4 +87,5 @@ def test_the_demo_runs_it_under_torchrun_in_the_cpu_image(repo, tmp_path):
     assert in_image == {
         "ddp.py": ("python", *TORCHRUN.split()[1:], "2", "ddp.py"),
         "train.py": ("python", "train.py"),
+        "train_dvclive.py": ("python", "train_dvclive.py"),
     }

@@ -89,7 +89,8 @@ sys.meta_path.insert(0, Hide())
 from envkit.cli import main
 sys.exit(main(sys.argv[1:]))
 """
-MISSING_LINE = "envkit: error: plotting needs matplotlib, which is not installed: pip install 'envkit-hw[report]'"
+HINT = "uv tool install 'envkit-hw[report]', pipx install 'envkit-hw[report]' or pip install 'envkit-hw[report]'"
+MISSING_LINE = f"envkit: error: plotting needs matplotlib, which is not installed: {HINT}"
 
 
 def _without_matplotlib(*argv, cwd: Path, hide: str = "matplotlib") -> subprocess.CompletedProcess:
@@ -113,6 +114,22 @@ def test_report_plot_without_matplotlib_is_one_line_naming_the_extra(tmp_path):
     assert _without_matplotlib("report", RESULTS, cwd=tmp_path).returncode == 0
 
 
+def test_the_page_without_matplotlib_has_its_tables_and_says_what_draws_its_figures(tmp_path):
+    """Issue 40 §15: before, `report --html` exited 2 asking for the [report] extra, with a pip hint that a
+    `uv tool install` environment (no pip) cannot follow: the page, envkit's main output, was not written."""
+    page = tmp_path / "page.html"
+    done = _without_matplotlib("report", RESULTS, "--html", page, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        f"envkit: the page has its tables without figures: matplotlib is not installed; {HINT}"
+    )
+    text = page.read_text()
+    assert "<table" in text and "<svg" not in text
+    assert f"This page has its tables without figures: matplotlib is not installed; {HINT} draws them." in (
+        text.replace("&#39;", "'")
+    )
+
+
 def test_demo_without_matplotlib_refuses_before_running_anything(tmp_path):
     done = _without_matplotlib(
         "demo", "--no-docker", "--results-dir", tmp_path / "demo", "--config", REPO_ROOT / "envkit.yaml", cwd=tmp_path
@@ -125,8 +142,7 @@ def test_matplotlib_that_does_not_import_says_why(tmp_path):
     done = _without_matplotlib("report", RESULTS, "--plot", tmp_path / "chart.png", cwd=tmp_path, hide="numpy")
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.splitlines() == [
-        "envkit: error: plotting needs matplotlib, which does not import here "
-        "(No module named 'numpy'): pip install 'envkit-hw[report]'"
+        f"envkit: error: plotting needs matplotlib, which does not import here (No module named 'numpy'): {HINT}"
     ]
 
 
