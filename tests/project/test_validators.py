@@ -57,6 +57,7 @@ def test_the_generated_module_needs_the_standard_library_alone():
 
 def test_every_anchor_matches_the_end_of_the_value_only():
     """Python's $ also matches before a trailing newline, which the generated validators' \\Z does not."""
+    assert GENERATED_SCHEMAS
     for name in GENERATED_SCHEMAS:
         patterns = re.findall(r'"pattern": "((?:[^"\\]|\\.)*)"', (DATA_DIR / name).read_text())
         assert patterns, name
