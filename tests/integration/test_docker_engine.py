@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -218,6 +219,69 @@ def test_a_checkpoint_saved_in_the_image_s_project_folder_reaches_the_host_s_run
     data = copy.read_bytes()
     assert data[:2] == b"PK" and (len(data), hashlib.sha256(data).hexdigest()) == (entry["size"], entry["sha256"])
     assert (copy.stat().st_uid, copy.stat().st_gid) == (os.getuid(), os.getgid())
+
+
+@engine_test
+def test_docker_kill_leaves_the_runs_log_and_a_record_the_report_counts(project, docker_cli, built, tmp_path):
+    """Issue 39 §7: while a program printed a line a second, `docker kill` of its container left a 0-byte
+    stdout.log and no record, and `envkit report` said "no results"; now the log holds what it printed, the record
+    of its start stays, and the report counts the run (from the host it cannot tell killed from running)."""
+    results, token = tmp_path / "results", f"envkit-kill-{os.getpid()}"
+    program = f"import time\nfor i in range(600):\n    print({token!r}, i)\n    time.sleep(0.2)\n"
+    env = {**os.environ, "DOCKER": docker_cli, "RESULTS_DIR": str(results), "DATA_DIR": str(tmp_path / "data")}
+    started = subprocess.Popen(
+        [str(project / "docker" / "cpu" / "run.sh"), "python", "-c", program],
+        cwd=project,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not any(token in log.read_text() for log in results.glob("*/stdout.log")):
+            assert time.monotonic() < deadline and started.poll() is None, started.stderr and started.stderr.read()
+            time.sleep(0.5)
+        listed = subprocess.run([docker_cli, "ps", "-q", "--no-trunc"], capture_output=True, text=True, check=True)
+        (container,) = [
+            name
+            for name in listed.stdout.split()
+            if token in subprocess.run([docker_cli, "inspect", name], capture_output=True, text=True).stdout
+        ]
+        subprocess.run([docker_cli, "kill", container], check=True, capture_output=True)
+        started.wait(timeout=60)
+    finally:
+        if started.poll() is None:
+            started.kill()
+    (path,) = results.glob("*.json")
+    record = json.loads(path.read_text())
+    assert record["run"]["status"] == "running" and record["run"]["exit_status"] is None
+    (log,) = results.glob("*/stdout.log")
+    assert f"{token} 0" in log.read_text()
+    report = envkit("report", str(results), cwd=project)
+    assert "| 1 | 1 |" in report.stdout and "running or lost" in report.stderr, report.stdout + report.stderr
+
+
+@engine_test
+def test_an_index_password_given_as_a_build_arg_stays_out_of_the_image_and_its_history(
+    client, project, build_flags, built, docker_cli
+):
+    """Issue 39 §4: `envkit build --build-arg PIP_INDEX_URL=https://u:pw@host/simple` left the password in
+    `docker history` and the image's config, which `envkit push` publishes; now pip gets the URL as a build secret
+    and the ARG the URL without its credentials."""
+    password = f"s3cret{os.getpid()}"
+    url = f"https://ci:{password}@index.invalid/simple"
+    try:
+        done = envkit("build", "cpu", *build_flags, "--build-arg", f"PIP_INDEX_URL={url}", cwd=project)
+        tag = done.stdout.strip()
+        history = subprocess.run(
+            [docker_cli, "history", "--no-trunc", tag], capture_output=True, text=True, check=True
+        ).stdout
+        assert "https://index.invalid/simple" in history  # the ARG, without what it must not keep
+        assert password not in history and password not in json.dumps(client.images.get(tag).attrs)
+        assert password not in done.stdout + done.stderr
+    finally:
+        client.images.get(built).tag("envkit-cpu", "latest")  # the session's image stays the one later tests run
 
 
 @engine_test
