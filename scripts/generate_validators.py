@@ -73,7 +73,7 @@ def schemas() -> dict[str, dict]:
     from envkit.support.bounded_load import load_json
 
     found = {SCHEMA_PATH.name: schema()}  # with kinds.yaml's kinds and the notebook platforms as its choices
-    for name in ("experiments.schema.json", "pushed.schema.json"):
+    for name in ("experiments.schema.json", "pushed.schema.json", "results.schema.json"):
         loaded = load_json(DATA_DIR / name)
         # fastjsonschema resolves a relative $id as a URL to fetch: an absolute one resolves within the schema.
         found[name] = {**loaded, "$id": f"https://envkit.dev/schema/{name}"}
