@@ -284,6 +284,10 @@ def _copy_repository(copy) -> None:
             shutil.copy2(source, copy / name)
     _git(copy, "init", "-q")
     _git(copy, "add", "-A")
+    # ../shared beside the checkout (the published CRDs the Kubernetes tests check against), as CI lays it
+    shared = REPO_ROOT.parent / "shared"
+    if shared.is_dir():
+        (copy.parent / "shared").symlink_to(shared)
 
 
 def test_a_new_engine_passes_ci_with_its_module_and_one_registry_line(tmp_path):
