@@ -36,10 +36,12 @@ tarball=$(ENVKIT_BASE_SUITE="${ENVKIT_FRESH_SUITE:-trixie}" ENVKIT_BASE_INCLUDE=
     "$here/rootfs.sh" tarball)
 echo "step: root $(since "$start") s (exit 0)"
 root=$(mktemp -d "${TMPDIR:-/tmp}/envkit-fresh.XXXXXX")
-chmod 755 "$root"  # mktemp's 0700 would be the chroot's /, which an ordinary user could not enter
 cleanup() { [ "${ENVKIT_FRESH_KEEP:-}" = 1 ] || rm -rf --one-file-system "$root"; }
 trap cleanup EXIT
 tar -xf "$tarball" -C "$root"
+# The tarball's "." (a root made in mktemp's 0700 folder) would be the chroot's /, which an ordinary user could
+# not enter ("runuser: failed to execute env: Permission denied").
+chmod 755 "$root"
 git clone --quiet --bare --no-local "$repo" "$root/srv/envkit.git"
 mkdir -p "$root/uv-cache" "$root/var/uv-upper" "$root/var/uv-work"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
