@@ -117,9 +117,9 @@ def verdict_text(row: Row) -> str:
         return BASELINE
     if row.source != OURS:
         return "published: no runs to judge"
-    base, own = row.speedup_runs
     if row.speedup_interval is None:
-        return f"{NO_VERDICT} ({own} run{'s' if own != 1 else ''} against {base})"
+        return f"{NO_VERDICT} ({_runs_text(row)})"
+    base, own = row.speedup_runs
     low, high = row.speedup_interval
     return f"{row.verdict} ({CONFIDENCE:.0%} {low:.2f}–{high:.2f}; {base} and {own} runs)"
 
@@ -147,8 +147,7 @@ def in_short(rows: list[Row]) -> list[str]:
         if row.speedup_beyond is not None:
             lines.append(f"{row.label}: {ratio} against {row.baseline}, which is not a result ({row.speedup_beyond}).")
             continue
-        base, own = row.speedup_runs
-        runs = f"{own} run{'s' if own != 1 else ''} against {base}"
+        runs = _runs_text(row)
         if row.speedup_interval is None:
             lines.append(f"{row.label}: {ratio} against {row.baseline}, no verdict: {runs}; run each more than once.")
             continue
@@ -159,3 +158,9 @@ def in_short(rows: list[Row]) -> list[str]:
         else:
             lines.append(f"{row.label} is {row.verdict} than {row.baseline}: {ratio} ({sure}).")
     return lines
+
+
+def _runs_text(row: Row) -> str:
+    """'2 runs against 3': the row's runs against its baseline's."""
+    base, own = row.speedup_runs
+    return f"{own} run{'s' if own != 1 else ''} against {base}"
