@@ -15,6 +15,13 @@ from envkit.cli import main
 NO_REGISTRY = "127.0.0.1:9"
 
 
+def seed_recipe_experiment(kind: str) -> dict:
+    """envkit.yaml's experiments for a project that runs a seed recipe (MNIST) on targets of ``kind``: its locks
+    hold the recipes' packages (tqdm), as this repository's do; a project without one locks its own packages alone."""
+    entry = {"summary": "mnist", "title": "mnist", "kind": kind, "recipe": "mnist", "args": [], "gpus": "none"}
+    return {f"{kind}-mnist": {**entry, "scale": "single", "published": None}}
+
+
 @pytest.fixture()
 def indexes(tmp_path, monkeypatch):
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
@@ -65,9 +72,7 @@ def write_project(root: Path, pypi_url: str, **changes) -> Path:
         target["pip_index_url"] = pypi_url
         target.update(changes.get(name, {}))
     config = root / "envkit.yaml"
-    # A project that runs a seed recipe: its locks hold the recipes' packages (tqdm), as this repository's do.
-    recipe = {"summary": "mnist", "kind": "cpu", "recipe": "mnist", "gpus": "none", "scale": "single"}
-    experiments = {"cpu-mnist": {**recipe, "title": "mnist", "args": [], "published": None}}
+    experiments = seed_recipe_experiment("cpu")
     config.write_text(yaml.safe_dump({"experiments": experiments, "targets": targets}, sort_keys=False))
     return config
 

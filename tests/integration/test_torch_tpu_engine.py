@@ -14,12 +14,14 @@ import shutil
 import subprocess
 
 import pytest
+import yaml
 from docker_engine import (
     engine_test,
     envkit,
     fill_wheelhouse,
     locked_build,
 )
+from lock_project import seed_recipe_experiment
 from xla_env import NO_TPU_LINE
 
 from envkit.image.build_context import staging_path
@@ -41,7 +43,8 @@ targets:
 def project(tmp_path, repo_root):
     shutil.copytree(repo_root / "templates", tmp_path / "templates")
     shutil.copytree(repo_root / "recipes", tmp_path / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
-    (tmp_path / "envkit.yaml").write_text(CONFIG)
+    # The image runs the MNIST recipe: the project says so, so that its lock holds the recipe's tqdm.
+    (tmp_path / "envkit.yaml").write_text(yaml.safe_dump({"experiments": seed_recipe_experiment("tpu-vm")}) + CONFIG)
     envkit("render", "--all", "--config", "envkit.yaml", cwd=tmp_path)
     yield tmp_path
     shutil.rmtree(staging_path(tmp_path, TARGET), ignore_errors=True)

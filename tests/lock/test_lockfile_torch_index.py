@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from lock_project import seed_recipe_experiment
 from paths import REPO_ROOT
 from wheel_index import IndexServer, file_sha256
 from xla_env import environment_missing
@@ -105,7 +106,9 @@ def project(root: Path, pypi_url: str) -> Path:
         "pip_index_url": pypi_url,
         "base_image": "127.0.0.1:9/python:3.11-slim-bookworm",
     }
-    (root / "envkit.yaml").write_text(yaml.safe_dump({"targets": {"cpu": target}}))
+    # A recipe runs in the venv below: the project declares it, so its lock holds tqdm.
+    config = {"experiments": seed_recipe_experiment("cpu"), "targets": {"cpu": target}}
+    (root / "envkit.yaml").write_text(yaml.safe_dump(config))
     return root / "envkit.yaml"
 
 
