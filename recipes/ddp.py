@@ -8,6 +8,7 @@ from a Slurm script or a Kubernetes operator, it never starts torchrun again.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import socket
 import sys
@@ -162,9 +163,25 @@ def torchrun_command(args: argparse.Namespace, script: str, argv: list[str]) -> 
             args.rdzv_id,
         ]
         rendezvous += ["--node-rank", str(args.node_rank)] if args.node_rank is not None else []
+        if _on_loopback(args.rdzv_endpoint):
+            # Every "host" is this machine (a rehearsal before a cluster): each node's address is
+            # loopback too, or a machine whose name does not resolve waits out the rendezvous's
+            # timeouts, as above.
+            rendezvous += ["--local-addr", "127.0.0.1"]
     # "--": otherwise torchrun's parser reads our options as (abbreviations of) its own, e.g.
     # --nproc.
     return [sys.executable, "-m", "torch.distributed.run", *rendezvous, "--", script, *argv]
+
+
+def _on_loopback(endpoint: str) -> bool:
+    """Whether a rendezvous endpoint (host:port, [v6]:port or a host alone) names this machine's
+    loopback."""
+    host = endpoint.rsplit(":", 1)[0] if endpoint.count(":") == 1 or "]" in endpoint else endpoint
+    host = host.strip("[]")
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def torchrun_env(device: str) -> dict[str, str]:

@@ -79,6 +79,8 @@ def sbatch_script(job: jobs.Job) -> str:
             FIRST_HOST,
             ': "${head:?scontrol found no host in SLURM_JOB_NODELIST}"',
             "set -o pipefail",
+            # docker's run.sh starts torchrun itself, from NNODES and RDZV_ENDPOINT (_docker)
+            *(_rendezvous(job) if job.uses_torchrun and options.container != "docker" else []),
             *(_podman_check(job) if options.container == "podman" else []),
             # podman, unlike docker, refuses to bind-mount a directory that does not exist.
             line("mkdir", "-p", "--", job.results_dir, *([job.data_dir] if options.container == "podman" else [])),
@@ -94,22 +96,24 @@ def _exports(env) -> list[str]:
     return [line("export", f"{key}={value}") for key, value in env]
 
 
+def _rendezvous(job: jobs.Job) -> list[str]:
+    """torchrun's rendezvous, chosen when the job runs (sbatch --nodes may change the directive): one node needs
+    none across hosts, and on loopback a node whose own name does not resolve (no 127.0.1.1 line) still starts,
+    where a c10d store at that name waits out two 300 s timeouts; several meet on the first host."""
+    across = line(
+        *("--nnodes", Raw('"$SLURM_NNODES"'), "--rdzv-backend", "c10d", "--rdzv-endpoint"),
+        *(Raw(f'"$head":{job.rdzv_port}'), "--rdzv-id", Raw('"$SLURM_JOB_ID"')),
+    )
+    return [
+        'if [ "$SLURM_NNODES" = 1 ]; then rendezvous=(--standalone --local-addr 127.0.0.1)',
+        f"else rendezvous=({across}); fi",
+    ]
+
+
 def _torchrun(job: jobs.Job) -> list | None:
     if not job.uses_torchrun:
         return None
-    return [
-        "torchrun",
-        "--nnodes",
-        Raw('"$SLURM_NNODES"'),
-        "--nproc-per-node",
-        str(job.processes_per_node),
-        "--rdzv-backend",
-        "c10d",
-        "--rdzv-endpoint",
-        Raw(f'"$head":{job.rdzv_port}'),
-        "--rdzv-id",
-        Raw('"$SLURM_JOB_ID"'),
-    ]
+    return ["torchrun", Raw('"${rendezvous[@]}"'), "--nproc-per-node", str(job.processes_per_node)]
 
 
 def _srun() -> list[str]:

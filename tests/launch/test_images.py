@@ -342,4 +342,8 @@ def test_the_check_pulls_a_pushed_image_by_digest_and_the_job_then_runs_it_witho
         " -e ENVKIT_RESULTS_DIR -e ENVKIT_DEVICE -e SLURM_NODEID"
         f" -v {tmp_path}/data:/workspace/data "
     ) in job_run
-    assert f" {REGISTRY}/envkit-cpu@{DIGEST} python /opt/envkit/envkit_run.py torchrun --nnodes 1 " in job_run
+    # One node: torchrun on loopback, with no rendezvous across hosts (the node's own name need not resolve).
+    assert (
+        f" {REGISTRY}/envkit-cpu@{DIGEST} python /opt/envkit/envkit_run.py torchrun --standalone --local-addr 127.0.0.1 "
+        in job_run
+    )

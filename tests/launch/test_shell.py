@@ -146,14 +146,14 @@ def test_slurm_script_passes_hostile_arguments_as_words(sandbox, container):
         assert recorded[1][1:12] == [
             "--nnodes",
             "2",
-            "--nproc-per-node",
-            "2",
             "--rdzv-backend",
             "c10d",
             "--rdzv-endpoint",
             "node1:29500",
             "--rdzv-id",
             "42",
+            "--nproc-per-node",
+            "2",
             "recipes/cifar.py",  # from the project's root (srun --chdir)
         ]
         assert f"--chdir={sandbox['root']}" in script

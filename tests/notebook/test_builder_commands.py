@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -125,7 +126,11 @@ def test_the_command_runs_from_the_projects_root_through_the_run_wrapper(project
         runtime.check_files(settings, group)
     monkeypatch.setenv(runtime_shared.CPU_MODE, str(tmp_path))
     if packages == "lock":  # a venv of this interpreter stands in for the lock's: the command must get its Python
-        venv.create(work / "venv", system_site_packages=True)
+        venv.create(work / "venv")
+        # This interpreter's packages (pytest among them), by a .pth file: a venv's system site-packages are the
+        # base Python's, which on a fresh machine hold no pytest.
+        site_packages = next((work / "venv" / "lib").glob("python3*/site-packages"))
+        (site_packages / "this-interpreter.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
         python = str(work / "venv" / "bin" / "python")
     else:
         python = sys.executable

@@ -496,6 +496,20 @@ def test_several_hosts_relaunch_with_a_c10d_rendezvous(no_host_environment):
     ]
 
 
+@pytest.mark.parametrize(
+    ("endpoint", "loopback"),
+    [("127.0.0.1:29400", True), ("localhost:29400", True), ("[::1]:29400", True), ("127.0.0.2", True),
+     ("node1:29400", False), ("10.0.0.1:29400", False), ("[fe80::1]:29400", False)],
+)  # fmt: skip
+def test_hosts_meeting_on_loopback_give_each_node_the_loopback_address(no_host_environment, endpoint, loopback):
+    """Several "hosts" on one machine (the rendezvous on loopback) must not need the machine's own name to resolve:
+    a fresh machine without a 127.0.1.1 line hung in torchrun's rendezvous."""
+    args = cifar.parse_args(["--parallel", "ddp", "--nproc", "1", "--nnodes", "2", "--rdzv-endpoint", endpoint])
+    command = ddp.torchrun_command(args, "cifar.py", [])
+    assert (command[-4:-2] == ["--local-addr", "127.0.0.1"]) is loopback
+    assert command.count("--local-addr") == int(loopback)
+
+
 def test_inside_torchrun_its_settings_count(no_host_environment):
     for name, value in {"LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "RANK": "3"}.items():
         no_host_environment.setenv(name, value)
