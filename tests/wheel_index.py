@@ -1,5 +1,5 @@
-"""Package indexes for tests: tiny wheels written directly as zip files, served over
-PEP 503 "simple" pages by http.server on 127.0.0.1, so locks resolve without a network.
+"""Package indexes for tests: tiny wheels written directly as zip files (and source distributions as tar.gz),
+served over PEP 503 "simple" pages by http.server on 127.0.0.1, so locks resolve without a network.
 
 Wheels are byte-identical on every run (fixed zip timestamps, sorted entries), so
 their sha256 hashes, and the locks that record them, can be golden text.
@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import base64
 import functools
+import gzip
 import hashlib
 import html
 import io
 import os
 import re
 import shutil
+import tarfile
 import threading
 import urllib.parse
 import zipfile
@@ -45,6 +47,20 @@ def wheel_bytes(
     return f"{dist}-{tag}.whl", buffer.getvalue()
 
 
+def sdist_bytes(name: str, version: str) -> tuple[str, bytes]:
+    """(file name, contents) of a source distribution holding its PKG-INFO alone, byte-identical on every run: a
+    resolver that builds nothing (uv's --no-build) only sees that it is there and no wheel is."""
+    dist = f"{re.sub(r'[-_.]+', '_', name)}-{version}"
+    info = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+    member = tarfile.TarInfo(f"{dist}/PKG-INFO")
+    member.size = len(info)
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as compressed:
+        with tarfile.open(fileobj=compressed, mode="w") as archive:
+            archive.addfile(member, io.BytesIO(info))
+    return f"{dist}.tar.gz", buffer.getvalue()
+
+
 def _digest(text: str) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
 
@@ -73,7 +89,13 @@ class SimpleIndex:
 
     def add(self, name: str, version: str, *requires: str, tag: str = "py3-none-any") -> str:
         """Publish a wheel; returns its sha256."""
-        filename, data = wheel_bytes(name, version, requires, tag)
+        return self._publish(name, *wheel_bytes(name, version, requires, tag))
+
+    def add_sdist(self, name: str, version: str) -> str:
+        """Publish a version as a source distribution only (no wheel); returns its sha256."""
+        return self._publish(name, *sdist_bytes(name, version))
+
+    def _publish(self, name: str, filename: str, data: bytes) -> str:
         project = self.root / re.sub(r"[-_.]+", "-", name).lower()
         project.mkdir(exist_ok=True)
         (project / filename).write_bytes(data)
@@ -83,7 +105,7 @@ class SimpleIndex:
     def _write_pages(self, project: Path) -> None:
         links = "".join(
             f'<a href="{urllib.parse.quote(wheel.name)}{self._fragment(wheel)}">{html.escape(wheel.name)}</a>\n'
-            for wheel in sorted(project.glob("*.whl"))
+            for wheel in sorted(project.glob("*.whl")) + sorted(project.glob("*.tar.gz"))
         )
         (project / "index.html").write_text(f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n")
         names = "".join(f'<a href="{p.name}/">{p.name}</a>\n' for p in sorted(self.root.iterdir()) if p.is_dir())

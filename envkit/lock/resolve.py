@@ -10,6 +10,9 @@ itself and cannot be pointed at a mirror or at the tests' local index.
 
 A target's previous lock is handed to uv as its preferences, so relocking after
 one pin changed moves only what must move; `--upgrade-package P` lets P float.
+
+A lock holds a pre-release only where a requirement names one, as pip chooses: a resolution that took one
+unasked is resolved again by that rule, or refused in one line (_named_prereleases_only).
 """
 
 from __future__ import annotations
@@ -28,7 +31,14 @@ from envkit.lock.base_digest import resolve_base
 from envkit.lock.header import lock_header
 from envkit.lock.host_platforms import PLATFORMS, PYTHONS
 from envkit.lock.inputs import TORCH_INDEX_PACKAGES, LockInputs, lock_inputs, requirements_inputs
-from envkit.lock.lockfile import UNIVERSAL, lock_path, normalise, read_lock, requirements_lock_path
+from envkit.lock.lockfile import (
+    UNIVERSAL,
+    lock_path,
+    normalise,
+    read_lock,
+    requirement_entries,
+    requirements_lock_path,
+)
 from envkit.lock.manylinux import host_manylinux, target_manylinux
 from envkit.project import marks
 from envkit.project.config import ProjectConfig, Target
@@ -214,6 +224,33 @@ def _compile(
         "--index-strategy", "first-index",
         "--no-build",
     ]  # fmt: skip
+    try:
+        body = _uv_compile(inputs, previous, upgrade, torch_index, uv[0], flags)
+    except _UvFailed as exc:
+        raise _failure(inputs, exc.stderr, torch_index) from None
+    taken = _prereleases(body)
+    if taken:  # a lock without one was resolved as it always was, so its header's command stays what it was
+        flags, body = _named_prereleases_only(inputs, previous, upgrade, torch_index, uv[0], flags, taken)
+    return body, " ".join([*uv[1:], "pip", "compile", *flags])
+
+
+class _UvFailed(Exception):
+    """uv pip compile exited non-zero; ``stderr`` says why."""
+
+    def __init__(self, stderr: str):
+        super().__init__(stderr)
+        self.stderr = stderr
+
+
+def _uv_compile(
+    inputs: LockInputs,
+    previous: str | None,
+    upgrade: list[str],
+    torch_index: str | None,
+    uv_binary: str,
+    flags: list[str],
+) -> str:
+    """The lock body uv resolves with ``flags``; raises _UvFailed."""
     locations = ["--default-index", inputs.index_url] if inputs.index_url else []
     for link in inputs.find_links:
         locations += ["--find-links", link]
@@ -222,7 +259,7 @@ def _compile(
         output = Path(work, "requirements.lock")
         if previous is not None:
             output.write_text(previous, encoding="utf-8")  # uv keeps the versions it finds there
-        argv = [uv[0], "pip", "compile", "pyproject.toml", "--output-file", output.name, *flags, *locations]
+        argv = [uv_binary, "pip", "compile", "pyproject.toml", "--output-file", output.name, *flags, *locations]
         argv += ["--no-header", "--no-annotate", "--no-config", "--quiet", "--color", "never"]
         # The target's Python is --python-version; naming this interpreter spares uv a
         # search (or a download) for one that --no-build never runs.
@@ -234,10 +271,63 @@ def _compile(
         except subprocess.TimeoutExpired:
             raise EnvkitError(f"{inputs.subject}: uv did not finish resolving within {UV_TIMEOUT_S} s") from None
         if done.returncode != 0:
-            raise _failure(inputs, done.stderr, torch_index)
-        body = load_text(output)
-    command = " ".join([*uv[1:], "pip", "compile", *flags])
-    return body, command
+            raise _UvFailed(done.stderr)
+        return load_text(output)
+
+
+def _prereleases(body: str) -> list[str]:
+    """The pre-releases a lock body pins (``name==version``), in its order, each once."""
+    from packaging.version import Version
+
+    pins = dict.fromkeys(entry.split()[0].split(";")[0] for entry in requirement_entries(body))
+    return [pin for pin in pins if Version(pin.partition("==")[2]).is_prerelease]
+
+
+# uv's hint where a dependency's requirement names a pre-release (hydra-core 1.4.0rc3's omegaconf>=2.4.0rc1).
+_NAMED_BY_A_DEPENDENCY = re.compile(r"`([^`]+)` was requested with a pre-release marker")
+
+
+def _named_prereleases_only(
+    inputs: LockInputs,
+    previous: str | None,
+    upgrade: list[str],
+    torch_index: str | None,
+    uv_binary: str,
+    flags: list[str],
+    taken: list[str],
+) -> tuple[list[str], str]:
+    """(flags, body) resolved again by pip's rule: a pre-release only where a requirement names one.
+
+    uv's default strategy takes a pre-release once every release is rejected: hydra-core 1.3.2 is, under
+    --no-build, because its antlr4-python3-runtime 4.9 has no wheel, so uv took 1.4.0rc3. uv's `explicit` allows
+    the pre-releases the requirements name; one that a dependency names uv reports, and it is allowed in turn (the
+    set grows each round, so this ends). uv's hint speaks of the ranges of its explanation, not of what was
+    written, so a requirement's own package is never allowed this way: `explicit` has read its specifier itself.
+    ``taken``: the pre-releases uv's default took, named if none of this resolves."""
+    top_level = {requirement_name(r) for r in inputs.requirements}
+    named: list[str] = []
+    while True:
+        strict = [*flags, "--prerelease", "explicit"]
+        for name in named:
+            strict += ["--prerelease-package", f"{name}=if-necessary"]
+        try:
+            return strict, _uv_compile(inputs, previous, upgrade, torch_index, uv_binary, strict)
+        except _UvFailed as exc:
+            more = sorted({normalise(n) for n in _NAMED_BY_A_DEPENDENCY.findall(exc.stderr)} - top_level - set(named))
+            if not more:
+                raise _prerelease_refusal(inputs, exc.stderr, taken, top_level) from None
+            named += more
+
+
+def _prerelease_refusal(inputs: LockInputs, stderr: str, taken: list[str], top_level: set[str]) -> EnvkitError:
+    """One line: why the releases do not resolve (uv's reason), the pre-releases that would, and the ways out."""
+    example = next((pin for pin in taken if normalise(pin.partition("==")[0]) in top_level), taken[0])
+    return EnvkitError(
+        f"{inputs.subject}: its releases do not resolve, and a lock holds a pre-release only where a requirement "
+        f"names one (pip's rule): {_uv_reason(stderr)}; uv's default would take pre-releases ({', '.join(taken)}): "
+        f"name the pre-release to take it (e.g. {example}), or pin releases whose dependencies all have wheels "
+        "(envkit locks wheels only)"
+    )
 
 
 def _input_project(inputs: LockInputs, torch_index: str | None) -> str:
@@ -277,11 +367,17 @@ def _failure(inputs: LockInputs, stderr: str, torch_index: str | None) -> Envkit
             f"{inputs.subject}: {index} cannot be reached ({reason}, fetching {fetched}); "
             f"check the network or set the target's pip_index_url to a reachable mirror"
         )
-    # uv's verdict, then the first step of its explanation ("Because X was not found ..."), which names the culprit.
+    return EnvkitError(f"{inputs.subject}: uv cannot resolve its requirements: {_uv_reason(stderr)}")
+
+
+def _uv_reason(stderr: str) -> str:
+    """uv's verdict, then the first step of its explanation ("Because X was not found ..."), which names the
+    culprit."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     plain = [line.removeprefix("error:").removeprefix("cause:").lstrip("×╰─▶ ").strip().rstrip(":") for line in lines]
     cause = next((line for line in plain[1:] if line.startswith("Because ")), plain[-1] if len(plain) > 1 else "")
     summary = ": ".join(part for part in (plain[0] if plain else "", cause) if part)
-    return EnvkitError(f"{inputs.subject}: uv cannot resolve its requirements: {' '.join(summary.split())[:400]}")
+    return " ".join(summary.split())[:400]
 
 
 class TorchIndexUnreachable(EnvkitError):
