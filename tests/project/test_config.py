@@ -544,3 +544,22 @@ def test_an_experiments_schema_error_never_shows_a_secret(tmp_path, entry, secre
 def test_the_secret_check_names_a_key_that_holds_a_secret_without_showing_it(tmp_path):
     message = config_error(tmp_path, f'targets:\n  cpu: {{kind: cpu, torch: "2.9.0", env: {{{HF_TOKEN}: x}}}}\n')
     assert HF_TOKEN not in message and "targets/cpu/env/[a Hugging Face token, redacted]" in message, message
+
+
+@pytest.mark.parametrize(
+    ("requirement", "reason"),
+    [
+        ("foo~=1", "~= needs two release parts"),
+        ("foo==1.*.2", "Expected comma"),
+        ("foo~=1.0.*", ".* suffix can only be used with `==` or `!=` operators"),
+        ("foo==1.0+", "Expected comma"),
+    ],
+)
+def test_a_pip_package_the_schema_passes_but_packaging_cannot_read_is_one_line(tmp_path, requirement, reason):
+    """Before: `pip_packages: [foo~=1]` passed the schema's pattern, and packaging's InvalidRequirement reached the
+    user as a traceback (rc 1) from every command that loads the project, render included."""
+    message = config_error(
+        tmp_path, f'targets:\n  cpu: {{kind: cpu, torch: "2.9.0", pip_packages: ["{requirement}"]}}\n'
+    )
+    assert message.startswith(f"{tmp_path / 'envkit.yaml'}:2: targets.cpu.pip_packages[0]: {requirement!r} is not a ")
+    assert reason in message and "allowed: a pip requirement with a version, such as name==1.2" in message, message
