@@ -141,6 +141,8 @@ def plan(job: jobs.Job, output: Path) -> LaunchPlan:
 
 
 def check(job: jobs.Job) -> None:
+    # gcloud's ssh passes no variable of this machine's to the workers: a value reaches them in a file, copied
+    jobs.refuse_secret_env(job, "the env file copied to every worker (docker run --env-file)")
     if job.uses_torchrun:
         raise EnvkitError(
             f"--on tpu-pod starts {job.experiment}'s program once on every worker, and it is a scale torchrun "
