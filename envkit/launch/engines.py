@@ -77,5 +77,6 @@ def build_job(on: str, experiment, target, **choices) -> jobs.Job:
 
 
 def render_job(on: str, job: jobs.Job, output: Path) -> LaunchPlan:
-    """The engine's plan; its files are its owner's alone where they hold --env values (a secret, maybe)."""
-    return replace(engine(on).plan(job, output), private=bool(job.given_env))
+    """The engine's plan; its files are its owner's alone where they hold --env values, and its clients get the
+    secrets among them (``Job.secret_env``) in their environment, which no file holds."""
+    return replace(engine(on).plan(job, output), private=bool(job.given_env), environment=job.secret_values())

@@ -18,7 +18,7 @@ from typing import Any
 from envkit.errors import EnvkitError
 from envkit.launch.spec import Engine
 from envkit.lock.base_digest import split_reference
-from envkit.project import DEFAULT_CONFIG, RENDERED
+from envkit.project import DEFAULT_CONFIG, RENDERED, secrets
 from envkit.project.experiments import PYTHONS, check_recipe_args
 from envkit.project.kinds import kind as target_kind
 from envkit.support import provenance
@@ -85,6 +85,10 @@ class Job:
     # The names --env gave: their values reach the program through a launch file or the environment, never a
     # command line, which the run's record keeps as its argv (and the report and page show).
     given_env: tuple[str, ...] = ()
+    # Those of them whose value is a secret by envkit's one check (envkit.project.secrets.in_values: by its form or
+    # its name): no engine writes or prints it; each passes it by name from its client's environment
+    # (plan.LaunchPlan.environment), or refuses it (refuse_secret_env).
+    secret_env: tuple[str, ...] = ()
     options: SimpleNamespace = field(default_factory=SimpleNamespace)  # the engine's settings (its Options)
     image_id: str | None = None  # sha256:<hex> of the image config, when known before the job starts
     config: str = str(DEFAULT_CONFIG)  # the project's envkit.yaml (a notebook engine renders the notebook from it)
@@ -129,6 +133,14 @@ class Job:
         """``command`` through the run wrapper, which writes the results file."""
         return ["python", wrapper, *command]
 
+    def written_env(self) -> tuple[tuple[str, str], ...]:
+        """``env`` less the secrets (``secret_env``): what a launch file may hold."""
+        return tuple((name, value) for name, value in self.env if name not in self.secret_env)
+
+    def secret_values(self) -> tuple[tuple[str, str], ...]:
+        """The (name, value) of each ``secret_env``: for the engine client's environment alone."""
+        return tuple((name, value) for name, value in self.env if name in self.secret_env)
+
     def run_env(self, data_dir: str, results_dir: str) -> tuple[tuple[str, str], ...]:
         """Where the command finds its data and writes its results, its device, its experiment and its target, as
         run.sh passes them."""
@@ -162,6 +174,18 @@ class Job:
         return (
             f"{self.image} names no registry: every node must already have it; "
             f"push it (envkit push {self.target} --registry R) and pass --registry R",
+        )
+
+
+def refuse_secret_env(job: Job, written: str, other: str = "") -> None:
+    """One line where an --env value is a secret (``Job.secret_env``) and the engine can pass a value only
+    ``written`` (into a file it writes); the way out is an engine that passes it by name, or ``other``."""
+    if job.secret_env:
+        name = job.secret_env[0]
+        why = secrets.in_values({name: dict(job.env)[name]})[1]
+        raise EnvkitError(
+            f"--env {name} {why}, and this engine passes a value only written into {written}: --on skypilot and "
+            f"--on slurm pass it by name from the environment their client runs in, written nowhere{other}"
         )
 
 
@@ -264,6 +288,7 @@ def build_job(
         rdzv_id=name,
         env=tuple({**experiment.env, **dict(given)}.items()),
         given_env=tuple(name for name, _ in given),
+        secret_env=tuple(name for name, value in given if secrets.in_values({name: value})),
         options=settings,
         config=str(config),
         extra_args=tuple(extra_args),

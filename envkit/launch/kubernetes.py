@@ -180,7 +180,17 @@ def plan_jobset(job: jobs.Job, output: Path) -> LaunchPlan:
     return _plan(job, output, jobset(job), "jobset")
 
 
+def check(job: jobs.Job) -> None:
+    """kubectl apply takes every value from the manifest: an --env secret would be written there."""
+    jobs.refuse_secret_env(
+        job,
+        "the manifest kubectl applies",
+        "; or make a Kubernetes Secret and name it in the manifest --dry-run prints (env: valueFrom: secretKeyRef)",
+    )
+
+
 def check_jobset(job: jobs.Job) -> None:
+    check(job)
     if job.devices["accelerator"] == "slice" and not (job.options.tpu_accelerator and job.options.tpu_topology):
         raise EnvkitError(
             "a TPU JobSet needs --tpu-accelerator (GKE's name, e.g. tpu-v5-lite-podslice) and --tpu-topology (e.g. 4x4)"
@@ -201,6 +211,7 @@ PYTORCHJOB = Engine(
     accelerators=("none", "gpus"),
     options=(VOLUME_CLAIM,),
     plan=plan_pytorchjob,
+    check=check,
     job_name=JOB_NAME,
     reserved_env=("PET_",),
 )

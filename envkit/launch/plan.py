@@ -46,6 +46,9 @@ class LaunchPlan:
     brief: tuple[tuple[str, str], ...] = ()  # (path, what it is): files the dry run names instead of printing
     before: Callable[[], object] | None = None  # checked before anything is written (the client, its login)
     private: bool = False  # the files hold --env values: readable by their owner alone (600, 700 if executable)
+    # (name, value) of the --env secrets: set in the environment the commands run in, never written nor printed; the
+    # engine passes each by name from there (sbatch exports its environment, sky launch --env NAME reads it).
+    environment: tuple[tuple[str, str], ...] = ()
 
 
 def describe(plan: LaunchPlan) -> str:
@@ -59,6 +62,9 @@ def describe(plan: LaunchPlan) -> str:
     for where, argv in plan.elsewhere:
         out += [f"# --- on {where}", line(*argv)]
     out += [f"# {note}" for note in plan.notes]
+    if plan.environment and plan.commands:
+        names = " ".join(name for name, _ in plan.environment)
+        out.append(f"# {names}: --env secrets, in no file: the commands get them from their environment (export them)")
     out.append(f"# results: {plan.results}")
     return "\n".join(out) + "\n"
 
@@ -107,13 +113,16 @@ def submit(plan: LaunchPlan) -> None:
         plan.before()
     write_files(plan)
     for step in plan.commands:
-        step.run() if isinstance(step, Step) else run_client(step)
+        step.run() if isinstance(step, Step) else run_client(step, plan.environment)
 
 
-def run_client(argv: tuple[str, ...]) -> None:
-    """Run an engine client with its output live (a TPU run streams for hours); a failure is one line."""
+def run_client(argv: tuple[str, ...], environment: tuple[tuple[str, str], ...] = ()) -> None:
+    """Run an engine client with its output live (a TPU run streams for hours), ``environment`` added to its
+    environment; a failure is one line."""
     try:
-        client = subprocess.Popen(list(argv), stderr=subprocess.PIPE, text=True)
+        client = subprocess.Popen(
+            list(argv), stderr=subprocess.PIPE, text=True, env={**os.environ, **dict(environment)}
+        )
     except FileNotFoundError:
         raise EnvkitError(
             f"{argv[0]} not found on PATH: install the engine's client, or submit --dry-run's output yourself"

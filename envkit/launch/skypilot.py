@@ -73,7 +73,7 @@ def task(job: jobs.Job) -> dict[str, Any]:
     # The data and results directories are absolute only on the node, so the run script sets them.
     envs = {name: value for name, value in (*job.image_env(), *job.run_env(DATA, RESULTS)) if name not in RUN_SETS}
     envs.update(job.kind_run.env)
-    envs.update(job.env)
+    envs.update(job.written_env())  # an --env secret goes by name: sky launch --env NAME (plan)
     return {"name": job.name, "num_nodes": job.nodes, "resources": resources, "envs": envs, "run": run_script(job)}
 
 
@@ -82,10 +82,15 @@ def plan(job: jobs.Job, output: Path) -> LaunchPlan:
     fetch = line("rsync", "-a", f"{job.name}:{RESULTS}/", f"{RESULTS_FOLDER}/")
     return LaunchPlan(
         files=((path, f"{MARK}experiment {job.experiment}, target {job.target}.\n{dump(task(job))}"),),
-        commands=(("sky", "launch", "--yes", "--cluster", job.name, path),),
+        # --env NAME alone: sky reads its value from the environment it runs in (envkit's plan.environment)
+        commands=(("sky", "launch", "--yes", "--cluster", job.name, *_by_name(job), path),),
         results=f"~/{RESULTS} on the head node (rank 0): {fetch}",
         notes=(*job.image_notes(), f"stop it: {line('sky', 'down', '--yes', job.name)}"),
     )
+
+
+def _by_name(job: jobs.Job) -> list[str]:
+    return [word for name in job.secret_env for word in ("--env", name)]
 
 
 def check(job: jobs.Job) -> None:

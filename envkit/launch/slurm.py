@@ -84,7 +84,9 @@ def sbatch_script(job: jobs.Job) -> str:
             *(_podman_check(job) if options.container == "podman" else []),
             # podman, unlike docker, refuses to bind-mount a directory that does not exist.
             line("mkdir", "-p", "--", job.results_dir, *([job.data_dir] if options.container == "podman" else [])),
-            *_exports(job.env),
+            *_exports(job.written_env()),
+            # an --env secret is in no file: sbatch exports the environment it is run in (envkit's plan.environment)
+            *(f': "${{{name}:?set it where sbatch runs: envkit writes no --env secret}}"' for name in job.secret_env),
             *body,
             "",
         ]

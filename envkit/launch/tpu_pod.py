@@ -71,7 +71,7 @@ def remote_command(job: jobs.Job) -> str:
         "HOME=/tmp",
         *_kind_flags(job),
         *(word for key, value in (*job.container_env(), *_settings(job)) for word in ("-e", f"{key}={value}")),
-        *(("--env-file", Raw(f'"$HOME"/{WORKER_DIR}/{env_file_name(job)}')) if job.given_env else ()),
+        *(("--env-file", _worker_env_file(job)) if job.given_env else ()),
         "-v",
         Raw(f'"$HOME"/{WORKER_DIR}/data:{jobs.CONTAINER_DATA}'),
         "-v",
@@ -79,7 +79,16 @@ def remote_command(job: jobs.Job) -> str:
         job.image,
         *job.wrapped(job.command()),
     )
-    return " && ".join([line("mkdir", "-p", *dirs), fetch, run])
+    steps = " && ".join([line("mkdir", "-p", *dirs), fetch, run])
+    if not job.given_env:
+        return steps
+    # The env file holds the --env values: gone from the worker as its command exits, however the run ended (the
+    # exit status stays the run's); docker read it when the container started.
+    return f"{line('trap', line('rm', '-f', '--', _worker_env_file(job)), 'EXIT')}; {steps}"
+
+
+def _worker_env_file(job: jobs.Job) -> Raw:
+    return Raw(f'"$HOME"/{WORKER_DIR}/{env_file_name(job)}')
 
 
 def _settings(job: jobs.Job) -> tuple[tuple[str, str], ...]:
@@ -141,6 +150,8 @@ def plan(job: jobs.Job, output: Path) -> LaunchPlan:
 
 
 def check(job: jobs.Job) -> None:
+    # gcloud's ssh passes no variable of this machine's to the workers: a value reaches them in a file, copied
+    jobs.refuse_secret_env(job, "the env file copied to every worker (docker run --env-file)")
     if job.uses_torchrun:
         raise EnvkitError(
             f"--on tpu-pod starts {job.experiment}'s program once on every worker, and it is a scale torchrun "

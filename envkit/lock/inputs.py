@@ -15,7 +15,7 @@ from envkit.errors import EnvkitError
 from envkit.lock.host_platforms import PLATFORMS, PYTHONS, check_names
 from envkit.lock.lockfile import UNIVERSAL
 from envkit.lock.manylinux import target_manylinux
-from envkit.project.requirement import requirement_name
+from envkit.project.requirement import requirement_name, unreadable
 from envkit.support.bounded_load import Refused, read_text
 
 if TYPE_CHECKING:
@@ -132,13 +132,9 @@ def requirements_inputs(path: Path) -> LockInputs:
 
 
 def _check_requirement(requirement: str, where: str) -> None:
-    from packaging.requirements import InvalidRequirement
-
-    try:
-        requirement_name(requirement)
-    except InvalidRequirement as exc:
-        reason = str(exc).splitlines()[0]  # packaging's message goes on with the line and a caret under it
-        raise EnvkitError(f"{where}: {requirement}: not a requirement ({reason}), e.g. tqdm>=4.60") from None
+    reason = unreadable(requirement)
+    if reason is not None:
+        raise EnvkitError(f"{where}: {requirement}: not a requirement ({reason}), e.g. tqdm>=4.60")
 
 
 def _requirement_list(path: Path) -> tuple[list[str], list[str], list[str]]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from envkit.errors import EnvkitError
-from envkit.project import validators
+from envkit.project import secrets, validators
 from envkit.support.bounded_load import load_json, load_text, load_yaml
 
 # The one place that knows where envkit/data/ is; every module names its file relative to it.
@@ -51,4 +51,5 @@ def _validate(path: Path, schema: dict, data: Any) -> None:
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(data))
     if error is not None:
         where = "/".join(str(part) for part in error.absolute_path) or "top level"
-        raise EnvkitError(f"{path}: {where}: {error.message}")
+        # the message quotes what the schema rejects: envkit.yaml's experiments are checked for secrets after it
+        raise EnvkitError(secrets.concealed(f"{path}: {where}: {error.message}", data))

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from envkit.errors import EnvkitError
-from envkit.project import kinds, notebook_platforms, validators
+from envkit.project import kinds, notebook_platforms, secrets, validators
 from envkit.project.datafile import DATA_DIR
 from envkit.support.bounded_load import Refused, load_json, parse_yaml, read_text
 
@@ -28,8 +28,10 @@ def read_document(path: Path) -> tuple[dict[str, Any], Locator]:
     where = Locator(path, lines)
     # The validator generated from the effective schema, kinds included (scripts/generate_validators.py); jsonschema
     # is imported only to word what it rejects.
-    if not validators.valid(SCHEMA_PATH.name, data):
-        _validate_schema(data, where)
+    line = None if validators.valid(SCHEMA_PATH.name, data) else _schema_error(data, where)
+    if line is not None:
+        # the line quotes what the schema rejects, and the secret check runs after this one
+        raise EnvkitError(secrets.concealed(line, data))
     return data, where
 
 
@@ -79,7 +81,8 @@ def _index_lines(node: yaml.Node, doc_path: DocPath, lines: dict[DocPath, int], 
         for key_node, value_node in node.value:
             key = key_node.value
             if key in seen:
-                raise EnvkitError(f"{path}:{key_node.start_mark.line + 1}: {_dotted(doc_path + (key,))}: duplicate key")
+                line = f"{path}:{key_node.start_mark.line + 1}: {_dotted(doc_path + (key,))}: duplicate key"
+                raise EnvkitError(secrets.concealed(line, list(doc_path + (key,))))
             seen.add(key)
             lines[doc_path + (key,)] = key_node.start_mark.line + 1
             _index_lines(value_node, doc_path + (key,), lines, path)
@@ -101,13 +104,14 @@ def schema() -> dict[str, Any]:
     return loaded
 
 
-def _validate_schema(data: Any, where: Locator) -> None:
+def _schema_error(data: Any, where: Locator) -> str | None:
+    """The error line of ``data``, which the generated validator rejects; None where jsonschema finds no error."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
     errors = list(Draft202012Validator(schema()).iter_errors(data))
     if not errors:
-        return
+        return None
     # A misspelt key also leaves a required one missing: name the typo, it is the cause.
     unknown_keys = [error for error in errors if error.validator == "additionalProperties"]
     error = best_match(unknown_keys or errors)
@@ -119,20 +123,19 @@ def _validate_schema(data: Any, where: Locator) -> None:
         unknown = sorted(set(error.instance) - set(allowed))[0]
         close = difflib.get_close_matches(str(unknown), allowed, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise EnvkitError(
-            f"{where(doc_path + (unknown,))}: unknown key {unknown!r}; {hint}allowed: {', '.join(allowed)}"
-        )
+        return f"{where(doc_path + (unknown,))}: unknown key {unknown!r}; {hint}allowed: {', '.join(allowed)}"
     if error.validator == "required":
-        raise EnvkitError(f"{where(doc_path)}: {error.message}")
+        return f"{where(doc_path)}: {error.message}"
     description = error.schema.get("description") or _parent_description(doc_path)
     value = json.dumps(error.instance) if not isinstance(error.instance, str) else repr(error.instance)
+    value = secrets.concealed(value, data)  # before it is cut, which would leave part of a secret unrecognised
     if len(value) > 60:
         value = value[:57] + "..."
     allowed = f"; allowed: {description}" if description else f" ({error.message})"
     if error.validator == "type" and isinstance(error.instance, (int, float)) and not isinstance(error.instance, bool):
         # YAML reads 3.10 as the number 3.1: versions must be quoted.
         allowed += '; quote versions in YAML ("3.10", not 3.10)'
-    raise EnvkitError(f"{where(doc_path)}: {value} is not valid{allowed}")
+    return f"{where(doc_path)}: {value} is not valid{allowed}"
 
 
 def _parent_description(doc_path: DocPath) -> str | None:

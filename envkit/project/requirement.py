@@ -26,6 +26,8 @@ _RELEASE = rf"(?:{_OPERATOR}){_NUMBER}"
 _PLAIN = re.compile(rf"([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)(?:{_RELEASE}(?:,{_RELEASE})*)?")
 _PIN = re.compile(rf"({_OPERATOR})({_NUMBER})")
 _SEPARATORS = re.compile(r"[-_.]+")
+# PEP 440's rule that ~= takes a release of two parts or more (~=1.2): packaging's message for ~=1 names no rule.
+_ONE_PART_COMPATIBLE = re.compile(r"~=\s*[0-9]+(?![0-9.])")
 
 
 def plain_requirement(requirement: str) -> tuple[str, str] | None:
@@ -48,6 +50,22 @@ def requirement_name(requirement: str) -> str:
     from packaging.utils import canonicalize_name
 
     return canonicalize_name(Requirement(requirement).name)
+
+
+def unreadable(requirement: str) -> str | None:
+    """Why packaging cannot read ``requirement`` (PEP 508), in one line, or None where it can: envkit.yaml's schema
+    checks a requirement's characters and operators, not PEP 440's rules (~=1, 1.*.2, ~=1.0.*)."""
+    if plain_requirement(requirement):
+        return None  # read without packaging, as requirement_name reads it
+    from packaging.requirements import InvalidRequirement
+
+    try:
+        requirement_name(requirement)
+    except InvalidRequirement as exc:
+        if _ONE_PART_COMPATIBLE.search(requirement):
+            return "~= needs two release parts or more, such as ~=1.2"
+        return str(exc).splitlines()[0]  # packaging's message goes on with the line and a caret under it
+    return None
 
 
 def allows(specifier: str, version: str) -> bool:

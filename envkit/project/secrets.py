@@ -19,6 +19,7 @@ import base64
 import codecs
 import fnmatch
 import functools
+import json
 import os
 import re
 import string
@@ -140,6 +141,12 @@ _UNUSED_DETECTORS = (
     "CloudantDetector",
     "SoftlayerDetector",
 )
+
+# A detector's pattern that stops short of its token, replaced where text is redacted (the detector still decides
+# whether a match is one): JwtTokenDetector's ends lazily (``\.?[...]*?``), so its match is the header and the
+# payload, and the signature, which identifies the token as well, was left after the label. A JWE's five parts are
+# one token too; a sentence's full stop after it is not part of it.
+_REDACTED_WHOLE = {"JwtTokenDetector": (re.compile(r"eyJ[A-Za-z0-9_=-]+\.[A-Za-z0-9_=-]+(?:\.[A-Za-z0-9_+/=-]+)*"),)}
 # Read in blocks when a file is searched for secrets, each block with the end of the one before it: a key
 # header or a token straddling two blocks is found too (none is longer than this overlap).
 SCAN_BLOCK = 1 << 20
@@ -226,7 +233,7 @@ def redacted(text: str) -> str:
     for rule in _OWN_RULES + _detectors():
         # Each pattern matched whole: what a detector's analyze_string yields is the pattern's group where it has
         # one (GitHubTokenDetector's is the prefix, ghp, alone).
-        for pattern in rule.denylist:
+        for pattern in _REDACTED_WHOLE.get(type(rule).__name__, rule.denylist):
             text = pattern.sub(functools.partial(_labelled, rule), text)
     return text
 
@@ -273,7 +280,12 @@ def _labelled(rule, found: re.Match) -> str:
     token = found.group()
     if not _accepted(rule, found):
         return token
-    return token.replace(token.strip(" \t\r\n\"':/"), f"[{rule.secret_type}, redacted]")
+    return token.replace(token.strip(" \t\r\n\"':/"), _label(rule.secret_type))
+
+
+def _label(what: str) -> str:
+    """What stands for a secret where it is left out: what it is (``holds a Hugging Face token`` or its type)."""
+    return f"[{what.removeprefix('holds ')}, redacted]"
 
 
 def _windowed(text: str) -> str:
@@ -338,16 +350,37 @@ def in_values(values, at: str = "") -> tuple[str, str] | None:
     its key path (``targets/cpu/env/HF_TOKEN``) and what it holds; else None. Every string leaf and key is read
     alike, so that no field of envkit.yaml that reaches a Dockerfile, a notebook, a launch file or a record is
     left out because nobody listed it."""
+    return next(((where, why) for where, _, why in _held(values, at)), None)
+
+
+def concealed(line: str, values) -> str:
+    """``line``, an error line about ``values`` (a loaded YAML document or a part of it), with every string of
+    ``values`` that holds a secret (``in_values``' rules) replaced by what it holds, however the line quotes it
+    (as it is, as Python's repr, as JSON): a value the schema rejects is quoted before the secret check runs."""
+    held = {text: why for _, text, why in _held(values)}
+    for text in sorted(held, key=len, reverse=True):  # a string inside another is replaced after it
+        for form in sorted({text, repr(text)[1:-1], json.dumps(text)[1:-1]}, key=len, reverse=True):
+            line = line.replace(form, _label(held[text]))
+    return line
+
+
+def _held(values, at: str = "") -> Iterator[tuple[str, str, str]]:
+    """Each string of ``values`` (keys included) that holds a secret: its key path, the string, what it holds."""
     if isinstance(values, str):
         why = by_content(values.encode("utf-8", "surrogateescape")) or in_url(values)
-        return None if why is None else (at, why)
+        if why is not None:
+            yield at, values, why
+        return
     children = values.items() if isinstance(values, dict) else enumerate(values) if isinstance(values, list) else ()
     for key, value in children:
         where = f"{at}/{key}" if at else str(key)
-        found = (in_values(key, where) if isinstance(key, str) else None) or in_values(value, where)
-        if found is not None:
-            return found
+        if isinstance(key, str):
+            # the path names a key that is itself a secret by what it holds, never by the key
+            held = next(_held(key), None)
+            if held is not None:
+                where = f"{at}/{_label(held[2])}" if at else _label(held[2])
+                yield where, key, held[2]
+        yield from _held(value, where)
         named = isinstance(key, str) and _SECRET_KEY.search(key) and isinstance(value, str)
         if named and len(value) >= _SECRET_VALUE_MIN and not value.startswith("$"):
-            return where, f"holds a value its name ({key}) says is a secret"
-    return None
+            yield where, value, f"holds a value its name ({key}) says is a secret"

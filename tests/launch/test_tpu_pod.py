@@ -62,3 +62,32 @@ def test_a_tpu_pod_env_value_is_on_no_command_line(capsys, project, fake_path):
     assert env_file.stat().st_mode & 0o777 == 0o600  # a launch file holding --env values is its owner's alone
     code, out, err = run(capsys, "launch", *base, "--registry", "registry.example:5000", "--env", "A=x\ny")
     assert (code, out) == (2, "") and err.count("\n") == 1 and "--env A: --on tpu-pod passes it in docker's" in err
+
+
+def test_the_env_file_is_removed_from_each_worker_when_the_run_ends(capsys, project, fake_path, tmp_path):
+    """Before: ~/envkit/<job>.env, holding the --env values, stayed on every worker after the run. Now the worker's
+    command removes it as it exits, whether the run succeeded or not, and keeps the run's exit status. The command
+    gcloud was given runs here, on a stand-in worker whose docker reads the file as docker run --env-file would."""
+    import subprocess
+
+    log = fake_client(fake_path, "gcloud")
+    argv = ["tpu-mnist", "--on", "tpu-pod", "--tpu", "my-v4", "--zone", "us-central2-b", "--image", "envkit-tpu-vm:x"]
+    assert run(capsys, "launch", *argv, "--output", "jobs", "--env", "GLOO_SOCKET_IFNAME=eth0")[0] == 0
+    command = calls(log)[-1][-1]
+    worker, tools = tmp_path / "worker", tmp_path / "tools"
+    tools.mkdir()
+    (tools / "sudo").write_text('#!/bin/bash\nexec "$@"\n')
+    # docker run reads its --env-file: the file is there while the container runs
+    (tools / "docker").write_text(
+        '#!/bin/bash\n[ "$1" = run ] || exit 0\ngrep -q GLOO_SOCKET_IFNAME=eth0 "$HOME/envkit/tpu-mnist.env" || exit 9\n'
+        'exit "$RUN_EXIT"\n'
+    )
+    for tool in ("sudo", "docker"):
+        (tools / tool).chmod(0o755)
+    for status in (0, 3):
+        (worker / "envkit").mkdir(parents=True, exist_ok=True)
+        (worker / "envkit" / "tpu-mnist.env").write_text((project / "jobs" / "tpu-mnist.env").read_text())
+        env = {"HOME": str(worker), "PATH": f"{tools}:/usr/bin:/bin", "RUN_EXIT": str(status)}
+        ran = subprocess.run(["bash", "-c", command], env=env, check=False)
+        assert ran.returncode == status
+        assert not (worker / "envkit" / "tpu-mnist.env").exists()

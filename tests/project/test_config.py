@@ -508,3 +508,58 @@ def test_the_recipes_packages_go_only_into_a_project_that_runs_a_seed_recipe(tmp
     )
     ours = load_config(paths.REPO_ROOT / "envkit.yaml")  # its experiments run seed recipes: their tqdm stays
     assert all("tqdm==4.67.1" in target.pip_packages for target in ours.targets.values() if target.base_image)
+
+
+@pytest.mark.parametrize(
+    ("setting", "secret"),
+    [
+        (f"base_image: '{HF_TOKEN} x'", HF_TOKEN),  # a string of the wrong form
+        (f"pip_index_url: [{AWS_KEY}]", AWS_KEY),  # the wrong type
+        ("env: {X: ['https://admin:hunter2pass@db.example.org/x']}", "hunter2pass"),
+        ("env: {HF_TOKEN: 'abc$defghijk'}", "abc$defghijk"),  # a secret by its key's name
+        (f"env: {{{HF_TOKEN}: [1]}}", HF_TOKEN),  # a key, in the error line's path
+        (f"{HF_TOKEN}: 1", HF_TOKEN),  # an unknown key
+        (f"python: '{'x' * 50} {HF_TOKEN}'", HF_TOKEN[:6]),  # a value cut to its first 57 characters
+    ],
+)
+def test_a_schema_error_never_shows_a_secret_it_quotes(tmp_path, setting, secret):
+    """Issue 39: before, the schema's error line quoted the value it rejected whole, before the secret check ran."""
+    message = config_error(tmp_path, f'targets:\n  cpu: {{kind: cpu, torch: "2.9.0", {setting}}}\n')
+    assert secret not in message and "redact" in message, message  # a value cut at 57 characters: redact...
+
+
+@pytest.mark.parametrize(
+    ("entry", "secret"),
+    [
+        (f"args: {HF_TOKEN}", HF_TOKEN),  # the wrong type
+        (f"{HF_TOKEN}: 1", HF_TOKEN),  # an unknown key
+    ],
+)
+def test_an_experiments_schema_error_never_shows_a_secret(tmp_path, entry, secret):
+    text = f'experiments:\n  train: {{summary: t, command: [python, t.py], {entry}}}\ntargets:\n  cpu: {{kind: cpu, torch: "2.9.0"}}\n'
+    message = config_error(tmp_path, text)
+    assert secret not in message and "redacted]" in message, message
+
+
+def test_the_secret_check_names_a_key_that_holds_a_secret_without_showing_it(tmp_path):
+    message = config_error(tmp_path, f'targets:\n  cpu: {{kind: cpu, torch: "2.9.0", env: {{{HF_TOKEN}: x}}}}\n')
+    assert HF_TOKEN not in message and "targets/cpu/env/[a Hugging Face token, redacted]" in message, message
+
+
+@pytest.mark.parametrize(
+    ("requirement", "reason"),
+    [
+        ("foo~=1", "~= needs two release parts"),
+        ("foo==1.*.2", "Expected comma"),
+        ("foo~=1.0.*", ".* suffix can only be used with `==` or `!=` operators"),
+        ("foo==1.0+", "Expected comma"),
+    ],
+)
+def test_a_pip_package_the_schema_passes_but_packaging_cannot_read_is_one_line(tmp_path, requirement, reason):
+    """Before: `pip_packages: [foo~=1]` passed the schema's pattern, and packaging's InvalidRequirement reached the
+    user as a traceback (rc 1) from every command that loads the project, render included."""
+    message = config_error(
+        tmp_path, f'targets:\n  cpu: {{kind: cpu, torch: "2.9.0", pip_packages: ["{requirement}"]}}\n'
+    )
+    assert message.startswith(f"{tmp_path / 'envkit.yaml'}:2: targets.cpu.pip_packages[0]: {requirement!r} is not a ")
+    assert reason in message and "allowed: a pip requirement with a version, such as name==1.2" in message, message

@@ -75,3 +75,14 @@ def test_a_token_in_a_line_of_megabytes_is_found_where_the_line_is_cut():
     for offset in (0, secrets._LINE - 30, 3 * secrets._LINE + 7):
         line = "x" * offset + f" {SLACK_WEBHOOK} " + "y" * (4 * secrets._LINE)
         assert secrets.by_content(line.encode()) == 'holds a secret detect-secrets calls "Slack Token"', offset
+
+
+# A JWT's three parts: a header and a payload that decode as JSON (JwtTokenDetector checks), then a signature.
+JWT = "eyJhbGciOiAiSFMyNTYifQ" + ".eyJzdWIiOiAiMTIzNDU2Nzg5MCJ9." + "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+
+
+@pytest.mark.parametrize("around", ["--jwt {} done", '{{"jwt": "{}"}}', "Authorization: Bearer {}\n", "it was {}."])
+def test_a_jwt_is_redacted_whole_signature_included(around):
+    """Before: JwtTokenDetector's pattern ends lazily (``*?``), so its match stopped before the signature, which the
+    redacted text kept after the label; now nothing of the token is left, as with every other redaction."""
+    assert secrets.redacted(around.format(JWT)) == around.format("[JSON Web Token, redacted]")
