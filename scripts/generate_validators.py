@@ -1,16 +1,19 @@
-"""Write envkit/project/validators.py, envkit/data/tables.json and envkit/project/detectors.py, ahead of time
-(issue 42).
+"""Write envkit/project/validators.py, envkit/data/tables.json, envkit/project/detectors.py and
+envkit/data/templates.json, ahead of time (issue 42).
 
 validators.py: the validators of envkit's schemas, generated with fastjsonschema's compile_to_code (as
 validate-pyproject ships setuptools' own), so that checking envkit.yaml imports neither jsonschema nor
 fastjsonschema (jsonschema's import alone made a cold render 1.8x hpccm). tables.json: envkit's own YAML tables
 parsed, read in a tenth of PyYAML's time (envkit.project.datafile.load_table). detectors.py: the patterns of the
 detect-secrets detectors envkit uses, so that reading envkit.yaml imports detect-secrets (and requests with it,
-most of a render's time) only where a pattern matches (envkit.project.secrets).
+most of a render's time) only where a pattern matches (envkit.project.secrets). templates.json: the Python code Jinja
+generates for each of envkit's templates, so that a render on a cold cache does not parse and generate it
+(envkit.render.template_cache).
 
-tests/project/test_validators.py regenerates the first two and compares, tests/project/test_secrets.py the third:
-rerun this after editing a schema, kinds.yaml, matrix.yaml or notebook_platforms.yaml (envkit.yaml's schema takes
-its kinds and platforms from them too), secrets.py's detectors or detect-secrets' pin.
+tests/project/test_validators.py regenerates the first three and compares, tests/render/test_template_cache.py the
+last: rerun this after editing a schema, kinds.yaml, matrix.yaml or notebook_platforms.yaml (envkit.yaml's schema
+takes its kinds and platforms from them too), secrets.py's detectors or detect-secrets' pin, a template under
+templates/ or Jinja's pin.
 
 usage: PYTHONPATH=$PWD python scripts/generate_validators.py
 """
@@ -159,13 +162,34 @@ def tables() -> str:
     return json.dumps({"generated": generated, "tables": parsed}, indent=1) + "\n"  # in the files' order
 
 
+def templates() -> str:
+    """envkit/data/templates.json's text: each template envkit renders in target_files' environment (templates/*.j2:
+    the images' and the notebooks') as Jinja's compile generates its code there, with the sha256 of its text and
+    that environment's settings."""
+    from envkit.render.target_files import template_environment
+    from envkit.render.template_cache import settings_key
+
+    environment = template_environment(REPO)
+    compiled = {}
+    # report/ is the HTML page's, which envkit.runs.html_page renders in an environment of its own
+    for name in environment.list_templates(filter_func=lambda name: name.endswith(".j2") and "report/" not in name):
+        source = environment.loader.get_source(environment, name)[0]
+        code = environment.compile(source, name, raw=True)
+        compiled[name] = {"sha256": hashlib.sha256(source.encode()).hexdigest(), "code": code}
+    generated = "scripts/generate_validators.py from templates/*.j2: do not edit"
+    shipped = {"generated": generated, "settings": settings_key(environment), "templates": compiled}
+    return json.dumps(shipped, indent=1) + "\n"
+
+
 def main() -> int:
     from envkit.project.datafile import TABLES
+    from envkit.render.template_cache import SHIPPED
 
     TABLES.write_text(tables(), encoding="utf-8")  # first: the schema takes its kinds from the tables
     MODULE.write_text(generate(), encoding="utf-8")
     DETECTORS.write_text(detectors(), encoding="utf-8")
-    written = (path.relative_to(REPO).as_posix() for path in (MODULE, TABLES, DETECTORS))
+    SHIPPED.write_text(templates(), encoding="utf-8")
+    written = (path.relative_to(REPO).as_posix() for path in (MODULE, TABLES, DETECTORS, SHIPPED))
     print(f"wrote {', '.join(written)}", file=sys.stderr)
     return 0
 
