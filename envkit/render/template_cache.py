@@ -18,6 +18,7 @@ import hashlib
 
 import jinja2
 
+from envkit.errors import EnvkitError
 from envkit.project.datafile import DATA_DIR
 from envkit.support.bounded_load import load_json
 from envkit.support.cache import cache_dir
@@ -97,6 +98,6 @@ def _shipped() -> dict:
     """templates.json's templates under the settings key they were generated with; none where it is missing."""
     try:
         shipped = load_json(SHIPPED)
-    except Exception:  # noqa: BLE001 - a missing or unreadable file only costs the time of compiling
+        return {shipped["settings"]: shipped["templates"]}
+    except (EnvkitError, KeyError, TypeError):  # missing or malformed: compiling, as before, only costs time
         return {}
-    return {shipped["settings"]: shipped["templates"]}

@@ -63,3 +63,20 @@ def test_a_projects_own_template_is_compiled_from_its_own_text(repo_root, tmp_pa
     files = {str(file.path): file.text for file in render_targets(load_config(project / "envkit.yaml"), ["cpu"])}
     assert files["cpu/.dockerignore"].endswith("# the project's own line\n")
     assert jinja_compiles == ["dockerignore.j2"]
+
+
+def test_without_the_shipped_file_jinja_compiles_them_as_before(repo_root, tmp_path, monkeypatch, jinja_compiles):
+    """A wheel built without envkit/data/templates.json, or a malformed one, costs the compile, never the render."""
+    config = load_config(repo_root / "envkit.yaml")
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "shipped"))
+    shipped = render_targets(config, ["cpu"])
+    for text in (None, '{"templates": {}}'):
+        path = tmp_path / "templates.json"
+        if text is not None:
+            path.write_text(text)
+        monkeypatch.setattr(template_cache, "SHIPPED", path)
+        template_cache._shipped.cache_clear()
+        monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / f"cold-{text is None}"))
+        assert render_targets(config, ["cpu"]) == shipped
+    template_cache._shipped.cache_clear()
+    assert jinja_compiles.count("Dockerfile.j2") == 2
