@@ -194,7 +194,8 @@ def _notebook_runtime(raw: dict[str, Any], at: DocPath, where: Locator) -> noteb
                 from envkit.project.notebook_platforms import names
 
                 raise EnvkitError(
-                    f"{where(at + (key,))}: {key!r} applies to notebook targets only: add platform ({', '.join(names())})"
+                    f"{where(at + (key,))}: {key!r} applies to notebook targets only: "
+                    f"add platform ({', '.join(names())})"
                 )
         return None
     from envkit.project import notebook_platforms
