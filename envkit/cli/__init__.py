@@ -28,7 +28,7 @@ def _interrupted_while_loading(signum, frame) -> None:
     raise SystemExit(130)
 
 
-def _is_the_program() -> bool:
+def is_the_program() -> bool:
     """Whether this process is envkit itself: its console script, or python -m envkit."""
     program = (getattr(sys, "argv", None) or [""])[0]
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,7 +39,7 @@ def _is_the_program() -> bool:
 # only in envkit's own process: a program or test that imports envkit.cli keeps its own SIGINT handling. Only
 # where Python's own handler is in place: a SIGINT ignored from the start (a shell's background job, nohup) stays
 # ignored, as Python itself leaves it.
-if _is_the_program() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+if is_the_program() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     try:
         signal.signal(signal.SIGINT, _interrupted_while_loading)
     except ValueError:  # not the main thread: signals are not ours to set

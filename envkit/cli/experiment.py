@@ -202,4 +202,7 @@ def _run_here(entry, args: argparse.Namespace) -> int:
     if args.dry_run:
         sys.stdout.write(format_plan(plan))
         return 0
-    return run_in_order(plan)
+    from envkit.cli import is_the_program
+
+    # In envkit's own process, its last run replaces it: a program or a test calling main keeps its process.
+    return run_in_order(plan, hand_over=is_the_program())

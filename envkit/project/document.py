@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from envkit.errors import EnvkitError
-from envkit.project import kinds, notebook_platforms, secrets, validators
+from envkit.project import kinds, secrets, validators
 from envkit.project.datafile import DATA_DIR
 from envkit.support.bounded_load import Refused, load_json, parse_yaml, read_text
 
@@ -98,6 +98,10 @@ def schema() -> dict[str, Any]:
     loaded = load_json(SCHEMA_PATH)
     names = kinds.names()
     loaded["$defs"]["target"]["properties"]["kind"] = {"description": f"one of {', '.join(names)}", "enum": names}
+    # here, not above: the schema is built only to word a rejection (or by the generator); a config without
+    # notebook targets then never builds the platforms' records (issue 42: their dataclasses at import)
+    from envkit.project import notebook_platforms
+
     platforms = notebook_platforms.names()
     loaded["$defs"]["target"]["properties"]["platform"]["enum"] = platforms
     loaded["$defs"]["target"]["properties"]["platform"]["description"] += f": one of {', '.join(platforms)}"

@@ -14,19 +14,19 @@ A file that looks like a secret (envkit.project.secrets) is left out unless envk
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from envkit.errors import EnvkitError
 from envkit.project import secrets
-from envkit.project.archives import in_archive
 from envkit.project.marks import written_by_envkit
 from envkit.project.output import DEFAULT_OUTPUT, Output
 from envkit.support.bounded_load import Refused, load_text, note, open_regular, volatile
-from envkit.support.docker_client import docker_sdk
+
+if TYPE_CHECKING:
+    import subprocess
 
 IGNORE_FILE = ".dockerignore"
 DEFAULT_LIMIT_MB = 100
@@ -146,6 +146,8 @@ def _ignore_patterns(root: Path) -> list[str]:
 
 def _git(root: Path, *argv: str, git_dir: str | None = None) -> subprocess.CompletedProcess:
     """git's answer in ``root`` (bytes), or one line when git is not installed."""
+    import subprocess  # here, not above: a render reads envkit.yaml through this module and lists no files
+
     where = [f"--git-dir={git_dir}", f"--work-tree={root}"] if git_dir else ["-C", str(root)]
     try:
         return subprocess.run(["git", *where, *argv], capture_output=True, check=False)
@@ -158,6 +160,8 @@ def _git(root: Path, *argv: str, git_dir: str | None = None) -> subprocess.Compl
 
 def in_work_tree(root: Path) -> bool:
     """Whether ``root`` is in a git work tree (its own or a parent's); False where git is not installed."""
+    import subprocess
+
     try:
         inside = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"], capture_output=True, text=True, check=False
@@ -169,6 +173,8 @@ def in_work_tree(root: Path) -> bool:
 
 def git_index(root: Path) -> Path | None:
     """The index of the work tree ``root`` is in (it changes when a file is tracked or untracked), if any."""
+    import subprocess
+
     if not in_work_tree(root):
         return None
     found = subprocess.run(
@@ -219,6 +225,8 @@ def _unignored(root: Path) -> list[str]:
     """Every file under ``root`` (not a work tree) that its .gitignore files and UNTRACKED_OUTPUT leave in: git
     lists them from a scratch repository whose work tree is ``root``, so ignoring is git's own. The whole folder
     is read: a render that reads it is not remembered."""
+    import tempfile
+
     volatile()
     with tempfile.TemporaryDirectory(prefix="envkit-files-") as scratch:
         _git(root, "init", "-q", "--bare", scratch)
@@ -258,6 +266,8 @@ def refuse_secret_values(path: Path, root: Path, values, include_secrets: tuple[
 
 def _in_content(path: Path) -> str | None:
     """What secret the file's bytes hold, or an archive's members (envkit.project.archives); None when none."""
+    from envkit.project.archives import in_archive  # tarfile, zipfile and lzma: only where files are read
+
     try:
         with open_regular(path) as stream:
             return secrets.in_stream(stream) or in_archive(path.name, stream)
@@ -300,6 +310,8 @@ def project_files(
     tracked = _tracked(root)
     listed, submodules = tracked if tracked is not None else (_unignored(root), [])
     undecodable = [name for name in listed if not _is_utf8(name)]
+    from envkit.support.docker_client import docker_sdk
+
     matcher = docker_sdk().utils.build.PatternMatcher(_ignore_patterns(root))
     # What envkit writes in a project is never its files: render's output (the image folder, staged into an
     # image beside the project's files; the notebook folder, whose committed notebooks cannot carry themselves),

@@ -19,6 +19,7 @@ import base64
 import codecs
 import fnmatch
 import functools
+import importlib.util
 import json
 import os
 import re
@@ -26,7 +27,7 @@ import string
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 # Whole-name patterns (fnmatch) of one path component: a file so named, or any file under a folder so named.
@@ -303,7 +304,25 @@ def _windowed(text: str) -> str:
 @functools.cache
 def _detectors() -> tuple:
     """detect-secrets' regex detectors, less ``_UNUSED_DETECTORS``, by class name; none, said once on stderr,
-    where the package is not installed (a notebook's kernel, whose report redacts with envkit's rules alone)."""
+    where the package is not installed (a notebook's kernel, whose report redacts with envkit's rules alone).
+    Where the version envkit/project/detectors.py was generated from is installed, its patterns stand in for
+    them, and detect-secrets (requests with it: most of a render's time) is imported only when one matches."""
+    from envkit.project import detectors  # generated from the detectors below (scripts/generate_validators.py)
+
+    spec = importlib.util.find_spec("detect_secrets")
+    # its distribution's metadata beside it names the version, found without importlib.metadata (50 ms)
+    shipped = f"detect_secrets-{detectors.VERSION}.dist-info"
+    if spec is None or not spec.origin or not os.path.isdir(Path(spec.origin).parent.parent / shipped):
+        return tuple(imported_detectors().values())  # which says so when there are none
+    return tuple(
+        _Shipped(secret_type, tuple(re.compile(text, flags) for text, flags in patterns))
+        for secret_type, patterns in detectors.DETECTORS
+    )
+
+
+@functools.cache
+def imported_detectors() -> dict:
+    """detect-secrets' detectors that ``_detectors`` stands for, by secret type, imported."""
     try:
         from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
         from detect_secrets.plugins.base import RegexBasedDetector
@@ -314,11 +333,22 @@ def _detectors() -> tuple:
             "(docs/secrets.md): pip install detect-secrets",
             file=sys.stderr,
         )
-        return ()
+        return {}
     classes = sorted(get_mapping_from_secret_type_to_class().values(), key=lambda cls: cls.__name__)
-    return tuple(
-        cls() for cls in classes if issubclass(cls, RegexBasedDetector) and cls.__name__ not in _UNUSED_DETECTORS
-    )
+    return {
+        cls.secret_type: cls()
+        for cls in classes
+        if issubclass(cls, RegexBasedDetector) and cls.__name__ not in _UNUSED_DETECTORS
+    }
+
+
+class _Shipped(_Rule):
+    """A detector as envkit/project/detectors.py holds it: its patterns search; detect-secrets' own detector,
+    imported then, decides whether a match is a token."""
+
+    def analyze_string(self, string: str) -> Iterator[str]:
+        detector = imported_detectors().get(self.secret_type)
+        return iter(()) if detector is None else detector.analyze_string(string)
 
 
 # A URL's credentials that the content rules leave to its scheme: a user alone before an http(s) host (an index's

@@ -9,10 +9,10 @@ import hashlib
 import json
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envkit.errors import EnvkitError
-from envkit.project import kinds, notebook_platforms, wheels
+from envkit.project import kinds, wheels
 from envkit.project.config import DEFAULT_PYTHON, Target
 from envkit.project.dependencies import read_dependencies, with_dependencies
 from envkit.project.document import DocPath, Locator, schema
@@ -20,6 +20,9 @@ from envkit.project.experiments import load_experiments
 from envkit.project.matrix import Matrix, TorchRelease, minor_of, python_in_range
 from envkit.project.requirement import requirement_name, unreadable
 from envkit.support.bounded_load import note
+
+if TYPE_CHECKING:
+    from envkit.project import notebook_platforms
 
 # Packages whose versions the matrix owns; a pip_packages entry must not re-pin them.
 MATRIX_OWNED = {"torch", "torchvision", "torch-xla", "torch-tpu", "libtpu", "libtpu-nightly"}
@@ -139,6 +142,8 @@ def _kind(raw: dict[str, Any], runtime, at: DocPath, where: Locator) -> kinds.Ki
     """The target's kind (a notebook's follows from its accelerator), with every key it sets applying to it."""
     kind = raw.get("kind")
     if runtime is not None:
+        from envkit.project import notebook_platforms
+
         accelerator = notebook_platforms.platform(raw["platform"]).accelerator(raw["accelerator"])
         if kind is not None and kind != accelerator.kind:
             raise EnvkitError(
@@ -181,14 +186,20 @@ def _base_image(
 
 def _notebook_runtime(raw: dict[str, Any], at: DocPath, where: Locator) -> notebook_platforms.Runtime | None:
     """The platform runtime a notebook target runs in (its Python and glibc are the lock's platform), or None."""
+    # notebook_platforms is imported only where a target is or could be a notebook's: a config without notebook
+    # targets never builds the platforms' records (issue 42: their dataclasses at import)
     if "platform" not in raw:
         for key in NOTEBOOK_ONLY_KEYS:
             if key in raw:
+                from envkit.project.notebook_platforms import names
+
                 raise EnvkitError(
                     f"{where(at + (key,))}: {key!r} applies to notebook targets only: "
-                    f"add platform ({', '.join(notebook_platforms.names())})"
+                    f"add platform ({', '.join(names())})"
                 )
         return None
+    from envkit.project import notebook_platforms
+
     for key in IMAGE_ONLY_KEYS:
         if key in raw:
             raise EnvkitError(
@@ -215,7 +226,9 @@ def _notebook_experiments(target: str, raw: dict[str, Any], kind: str, where: Lo
                 f"{where(at + ('notebooks', index))}: {name!r} is not an experiment that runs on {target} ({kind}); "
                 f"{choices}"
             )
-        notebook_platforms.refuse_too_few_devices(
+        from envkit.project.notebook_platforms import refuse_too_few_devices
+
+        refuse_too_few_devices(
             table[name], target, raw["platform"], raw["accelerator"], f"{where(at + ('notebooks', index))}: "
         )
     return tuple(names)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envkit.errors import EnvkitError
-from envkit.project import notebook_platforms
 from envkit.project.matrix import Matrix, TorchRelease, minor_of, python_in_range, version_key
+
+if TYPE_CHECKING:
+    from envkit.project import notebook_platforms
 
 # Keys that belong to one TPU backend only.
 BACKEND_ONLY_KEYS = {"torch_xla": ("torch_xla",), "torch_tpu": ("torch_tpu",)}

@@ -1,12 +1,10 @@
 """What `envkit experiment`, `envkit compare` and `envkit demo` run: plans of plain commands.
 
-A plan is data (a list of ``Step``), so ``--dry-run`` prints exactly what a real
-run would execute and tests compare that text. An experiment of
-the project's (envkit.yaml's experiments) is three steps: the host check, the (cached) build,
-and the recipe in the image through docker/<target>/run.sh. Which steps compare
-and demo plan depends on the host facts of ``envkit.host.doctor`` (docs/design.md §5):
-with a usable Docker engine the experiments run in the images (``envkit
-experiment``, ``run.sh``), otherwise the recipes run on the current Python.
+A plan is data (a list of ``Step``), so ``--dry-run`` prints exactly what a real run would execute and tests
+compare that text. An experiment of the project's (envkit.yaml's experiments) is three steps: the host check, the
+(cached) build, and the recipe in the image through docker/<target>/run.sh. Which steps compare and demo plan
+depends on the host facts of ``envkit.host.doctor`` (docs/design.md §5): with a usable Docker engine the
+experiments run in the images (``envkit experiment``, ``run.sh``), otherwise the recipes run on the current Python.
 """
 
 from __future__ import annotations
@@ -474,27 +472,29 @@ def execute(plan: RunPlan, *, dry_run: bool) -> bool:
     return not failed
 
 
-def run_in_order(plan: RunPlan) -> int:
-    """Run the steps until one fails (each needs the one before); its exit status, else 0."""
-    for step in plan.steps:
-        returncode = run_step(step)
+def run_in_order(plan: RunPlan, *, hand_over: bool = False) -> int:
+    """Run the steps until one fails (each needs the one before); its exit status, else 0. ``hand_over``: the last
+    step, a run wrapper's (host_step), runs in this process's place, as envkit has nothing left to do after it."""
+    for number, step in enumerate(plan.steps, start=1):
+        returncode = run_step(step, hand_over=hand_over and number == len(plan.steps))
         if returncode != 0:
             return returncode
     return 0
 
 
-def run_step(step: Step) -> int:
-    """Run one step with its environment, saying what and how long; its exit status."""
+def run_step(step: Step, *, hand_over: bool = False) -> int:
+    """Run one step with its environment, saying what and how long; its exit status. ``hand_over``: it replaces this
+    process (os.execvpe: no wait, no teardown), its run wrapper says how it ended; returns only if it cannot start."""
     print(f"envkit: {step.title}: {step.shell()}", file=sys.stderr, flush=True)
-    started = time.perf_counter()
+    started, env = time.perf_counter(), {**os.environ, **step.env}
     try:
-        returncode = subprocess.run(step.argv, env={**os.environ, **step.env}, cwd=step.cwd, check=False).returncode
+        if hand_over:
+            sys.stdout.flush()
+            os.chdir(step.cwd or os.curdir)
+            os.execvpe(step.argv[0], step.argv, {**env, provenance_records.TITLE_VARIABLE: step.title})
+        returncode = subprocess.run(step.argv, env=env, cwd=step.cwd, check=False).returncode
     except OSError as exc:  # e.g. no run.sh where the config says
         print(f"envkit: cannot start {step.argv[0]}: {exc.strerror or exc}", file=sys.stderr)
         returncode = 127
-    print(
-        f"envkit: {step.title}: exit {returncode} after {time.perf_counter() - started:.1f} s",
-        file=sys.stderr,
-        flush=True,
-    )
+    print(provenance_records.ended(step.title, returncode, time.perf_counter() - started), file=sys.stderr, flush=True)
     return returncode

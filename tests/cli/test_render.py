@@ -373,7 +373,8 @@ def test_an_index_url_with_a_password_is_never_rendered_unless_listed(capsys, pr
 def test_a_render_after_a_lock_changed_imports_only_what_it_uses(tmp_path, repo_root):
     """Issue 42: on a cold cache and a memo miss, render parses no requirement with packaging (the project's
     requirements pin torch, which must allow the target's), checks envkit.yaml without jsonschema, and loads
-    neither the run wrapper, doctor nor the run plans, nor platform (only a host lock asks which host this is)."""
+    neither the run wrapper, doctor nor the run plans, nor platform (only a host lock asks which host this is), nor
+    detect-secrets (envkit ships its patterns), subprocess, tarfile or zipfile (only listing files needs them)."""
     project = tmp_path / "project"
     shutil.copytree(repo_root / "tests" / "example_project", project)
     (project / "envkit.yaml").write_text(
@@ -387,6 +388,10 @@ def test_a_render_after_a_lock_changed_imports_only_what_it_uses(tmp_path, repo_
         "envkit.support.provenance",
         "envkit.host",
         "envkit.runs",
+        "detect_secrets",
+        "subprocess",
+        "tarfile",
+        "zipfile",
     )
     probe = (
         "import sys, json; from envkit.cli import main; code = main(['render', '--target', 'cuda', '--stdout']);"

@@ -240,3 +240,20 @@ def test_without_python_a_notebook_target_takes_its_runtimes(tmp_path):
     target = {key: value for key, value in NOTEBOOK_TARGET.items() if key != "python"}
     config = load_config(write_config(tmp_path, **{**target, "platform": "kaggle", "accelerator": "TpuV5E8"}))
     assert config.targets["nb"].python == "3.12"  # Kaggle's TPU runtime
+
+
+def test_a_config_without_notebook_targets_loads_without_the_platforms_records(tmp_path):
+    """Issue 42: every config load imported this module and built its five frozen dataclasses (about 4 ms of a
+    `envkit experiment --python` that runs no notebook); a notebook target still loads them."""
+    import subprocess
+    import sys
+
+    (tmp_path / "envkit.yaml").write_text("targets:\n  cpu: {kind: cpu, torch: '2.9.0'}\n")
+    probe = (
+        "import sys; from pathlib import Path; from envkit.project.load import load_config; "
+        "load_config(Path(sys.argv[1])); print('envkit.project.notebook_platforms' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path / "envkit.yaml")], capture_output=True, text=True, check=True
+    )
+    assert done.stdout == "False\n"

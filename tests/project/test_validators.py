@@ -35,6 +35,11 @@ def test_the_committed_module_is_what_the_schemas_generate_today():
     assert generator().generate() == generator().MODULE.read_text(encoding="utf-8")
 
 
+def test_the_shipped_detector_patterns_are_those_of_the_installed_detect_secrets_today():
+    """Fails after secrets.py's detectors or detect-secrets' pin changed: run scripts/generate_validators.py."""
+    assert generator().detectors() == generator().DETECTORS.read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize("name", TABLE_NAMES)
 def test_the_tables_shipped_ready_to_load_are_their_yaml_today(name):
     """Fails after kinds.yaml, matrix.yaml or notebook_platforms.yaml changed: run scripts/generate_validators.py.
