@@ -295,4 +295,8 @@ def _from_keyboard(number: int) -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    title, began = os.environ.pop(records.TITLE_VARIABLE, None), time.perf_counter()
+    exit_status = main(sys.argv[1:])
+    if title:  # envkit experiment handed this run over: it ends here, as envkit would have said
+        print(records.ended(title, exit_status, time.perf_counter() - began), file=sys.stderr, flush=True)
+    sys.exit(exit_status)

@@ -27,6 +27,9 @@ TARGET_VARIABLE = "ENVKIT_TARGET"
 # The device the run's target promises, where the program is told another: a CPU stand-in of a GPU target
 # (--allow-cpu) runs with ENVKIT_DEVICE=cpu, and its record's label stays the target's (the report's "CPU run").
 TARGET_DEVICE_VARIABLE = "ENVKIT_TARGET_DEVICE"
+# Set by envkit experiment where it hands its last run over to the wrapper (os.execvpe): the run's title, so that the
+# wrapper says how the run ended as envkit would have (ended), and the program is not told it.
+TITLE_VARIABLE = "ENVKIT_RUN_TITLE"
 # Where results go without ENVKIT_RESULTS_DIR: the one home of the name (envkit, its templates, make, the notebooks).
 RESULTS_FOLDER = "results"
 # Its modules, shipped beside it under their own names (a name of envkit's: no project's module is shadowed).
@@ -243,6 +246,11 @@ def replace(path: Path, data: bytes, put=os.replace) -> None:
 def write_new(path: Path, data: bytes) -> None:
     """Whole, and never over another file: linked into place, which fails where a file is (FileExistsError)."""
     replace(path, data, os.link)
+
+
+def ended(title: str, status: int, seconds: float) -> str:
+    """envkit's line at the end of a run it started: the wrapper prints it where envkit handed the run over."""
+    return f"envkit: {title}: exit {status} after {seconds:.1f} s"
 
 
 def warn(message: str) -> None:
