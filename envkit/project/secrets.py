@@ -143,11 +143,12 @@ _UNUSED_DETECTORS = (
     "SoftlayerDetector",
 )
 
-# A detector's pattern that stops short of its token, replaced where text is redacted (the detector still decides
+# A detector's pattern that stops short of its token, by secret type (the same for detect-secrets' detectors and
+# the patterns shipped from them), replaced where text is redacted (the detector still decides
 # whether a match is one): JwtTokenDetector's ends lazily (``\.?[...]*?``), so its match is the header and the
 # payload, and the signature, which identifies the token as well, was left after the label. A JWE's five parts are
 # one token too; a sentence's full stop after it is not part of it.
-_REDACTED_WHOLE = {"JwtTokenDetector": (re.compile(r"eyJ[A-Za-z0-9_=-]+\.[A-Za-z0-9_=-]+(?:\.[A-Za-z0-9_+/=-]+)*"),)}
+_REDACTED_WHOLE = {"JSON Web Token": (re.compile(r"eyJ[A-Za-z0-9_=-]+\.[A-Za-z0-9_=-]+(?:\.[A-Za-z0-9_+/=-]+)*"),)}
 # Read in blocks when a file is searched for secrets, each block with the end of the one before it: a key
 # header or a token straddling two blocks is found too (none is longer than this overlap).
 SCAN_BLOCK = 1 << 20
@@ -234,7 +235,7 @@ def redacted(text: str) -> str:
     for rule in _OWN_RULES + _detectors():
         # Each pattern matched whole: what a detector's analyze_string yields is the pattern's group where it has
         # one (GitHubTokenDetector's is the prefix, ghp, alone).
-        for pattern in _REDACTED_WHOLE.get(type(rule).__name__, rule.denylist):
+        for pattern in _REDACTED_WHOLE.get(rule.secret_type, rule.denylist):
             text = pattern.sub(functools.partial(_labelled, rule), text)
     return text
 
