@@ -3,7 +3,8 @@
 One comparison per report section (envkit.runs.comparison groups a command's runs, envkit.runs.report a
 recipe's): the table's cells are the report's own columns, the speed-up and its interval the model's
 (envkit.runs.speedups, as markdown, csv and json give them), the curves the model's (Row.curves: each run's
-final value, a per-step series' first step apart), the lines around the table the markdown report's. What the
+final value, a per-step series' first step apart), the lines around the table the model's (Section.intro and
+notes, envkit.runs.section_words: the markdown report shows the same), its series table for every section. What the
 model does not hold is found here: the environment differences come from `envkit diff`'s comparison
 (envkit.image.diff over each run's inventory); the time to reach report.yaml's ``goal`` is the model's too
 (envkit.runs.goals). Its comparisons are also what `envkit report --plot` draws (envkit.runs.plot): one set of
@@ -20,17 +21,9 @@ from envkit.errors import EnvkitError
 from envkit.image.diff import compare, dict_changes, format_sections
 from envkit.image.inventory import from_environment
 from envkit.runs.columns import METRICS, column_of, counted
-from envkit.runs.environments import environment_groups, environments_text
+from envkit.runs.environments import environment_groups
 from envkit.runs.figures import MAX_SECTIONS
-from envkit.runs.formats import (
-    SERIES_HEADERS,
-    SERIES_INTRO,
-    command_notes,
-    markdown_columns,
-    section_headers,
-    section_intro,
-    series_rows,
-)
+from envkit.runs.formats import SERIES_HEADERS, SERIES_INTRO, markdown_columns, section_headers, series_rows
 from envkit.runs.goals import goal_of
 from envkit.runs.html_page import write_page
 from envkit.runs.model import OURS, Report, Row, Section
@@ -103,7 +96,7 @@ def _target(row: Row, columns: list, drawn: bool, keys: set[str]) -> Target:
         first_epoch=row.first_epoch_s,
         steady_epoch=(steady.mean, steady.std) if steady else None,
         curves=dict(row.curves) if drawn else {},
-        steps_name="step" if row.recipe is None else "epoch",
+        steps_name=next((curve.unit for curve in row.curves.values()), "step"),
         time_to_goal=(row.time_to_goal.mean, row.time_to_goal.std) if row.time_to_goal else None,
         goal_reached=row.goal_reached,
         failed=_left_out(row),
@@ -147,14 +140,6 @@ def _text(value) -> str | None:
     return None if value is None else str(value)
 
 
-def _notes(section: Section) -> tuple[str, ...]:
-    """The lines under the table: the environments its rows ran in, and a comparison's notes (CPU stand-ins,
-    unchecked devices, the run wrapper's warnings, NaN), as the markdown report writes them."""
-    notes = [f"env: these rows ran in {environments_text(section)}."] if section.environments else []
-    notes += command_notes(section) if section.recipe is None else []
-    return tuple(notes)
-
-
 def panels(section: Section) -> tuple[Panel, ...]:
     """What the section's rows measured, as figures draw it: per report.yaml panel (``metrics``: one per metric its
     rows reported) its axis and the (column, legend name) of the bars drawn side by side per row."""
@@ -172,10 +157,10 @@ def comparison_of(section: Section, report: Report, drawn: bool) -> Comparison:
     keys = {key for _, bars in drawn_panels for key, _ in bars}
     return Comparison(
         title=section.title,
-        intro=tuple(line for line in section_intro(section, report) if line),
+        intro=tuple(line for line in section.intro if line),
         headers=tuple(section_headers(section, columns)),
         targets=tuple(_target(row, columns, drawn, keys) for row in section.shown_rows),
-        notes=_notes(section),
+        notes=tuple(section.notes),
         speedup_name=section.facts.get("speedup", {}).get("name", ""),
         baseline=baseline_text(section.rows, report.baseline),
         goal=goal_of(section.facts),
