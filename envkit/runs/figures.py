@@ -59,7 +59,7 @@ def require_matplotlib() -> None:
 @dataclass(frozen=True)
 class Figure:
     title: str
-    drawn: object  # the matplotlib figure, saved as SVG (svg_text) or PNG (png_pixels), then closed (close)
+    drawn: object  # the matplotlib figure, saved as SVG (svg_text) or PNG (png_bytes), then closed (close)
     caption: str
     left_out: str = ""  # what its bounds left out, in words ("" when nothing)
     tight: bool = True  # fit the saved figure to its (long) tick labels; a curve's fixed margins need none
@@ -89,16 +89,13 @@ def svg_text(figure: Figure, salt: str) -> str:
     return text[text.index("<svg") :]  # the XML prolog and DOCTYPE have no place inside HTML
 
 
-def png_pixels(figure: Figure, dpi: int):
-    """The figure saved as PNG (no "Software" chunk: the same figure gives the same bytes), read back as pixels."""
-    from matplotlib import image
-
+def png_bytes(figure: Figure, dpi: int) -> bytes:
+    """The figure as PNG (no "Software" chunk: the same figure gives the same bytes)."""
     buffer = io.BytesIO()
     figure.drawn.savefig(
         buffer, format="png", dpi=dpi, metadata={"Software": None}, bbox_inches="tight" if figure.tight else None
     )
-    buffer.seek(0)
-    return image.imread(buffer, format="png")
+    return buffer.getvalue()
 
 
 def close(figures: list[Figure]) -> None:
@@ -332,12 +329,10 @@ def measured_figure(comparison: Comparison) -> Figure | None:
         left_out = " ".join(
             filter(None, [left_out, f"The panels {_named(names)} are left out (at most {MAX_PANELS})."])
         )
+    # No layout engine: the saved figure is fitted to its tick labels (svg_text's tight box), and only the first
+    # panel names the rows; constrained layout cost 0.8 of a 3-panel figure's 1.2 s.
     figure, axes = _pyplot().subplots(
-        1,
-        len(panels),
-        figsize=(max(7.0, 4.5 * len(panels) + 1), _height(len(targets))),
-        squeeze=False,
-        layout="constrained",
+        1, len(panels), figsize=(max(7.0, 4.5 * len(panels) + 1), _height(len(targets))), squeeze=False
     )
     labels, published = [target.label for target in targets], [target.published is not None for target in targets]
     for index, (axis, bars) in enumerate(panels):

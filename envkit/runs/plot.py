@@ -8,11 +8,14 @@ said, a line each.
 
 from __future__ import annotations
 
+import io
+import struct
 import textwrap
+import zlib
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.runs.figures import MAX_SECTIONS, Figure, close, comparison_figures, png_pixels, require_matplotlib
+from envkit.runs.figures import MAX_SECTIONS, Figure, close, comparison_figures, png_bytes, require_matplotlib
 from envkit.runs.model import Report
 from envkit.runs.page_adapter import comparison_of
 from envkit.support.atomic import atomic_stream
@@ -27,8 +30,8 @@ def _named(titles: list[str]) -> str:
     return shown + (f" and {len(titles) - NAMED} more" if len(titles) > NAMED else "")
 
 
-def _title(text: str, points: float):
-    """A title line as pixels, wrapped to TITLE_WIDTH: a long title (an experiment's arguments, a lock) must not
+def _title(text: str, points: float) -> bytes:
+    """A title line as PNG, wrapped to TITLE_WIDTH: a long title (an experiment's arguments, a lock) must not
     run off the picture (bug B4)."""
     from matplotlib import pyplot
 
@@ -36,14 +39,14 @@ def _title(text: str, points: float):
     figure = pyplot.figure(figsize=(TITLE_WIDTH, (len(lines) * 1.5 + 0.5) * points / 72))
     figure.text(0.01, 0.5, "\n".join(lines), fontsize=points, va="center", ha="left")
     try:
-        return png_pixels(Figure(text, figure, "", tight=False), DPI)
+        return png_bytes(Figure(text, figure, "", tight=False), DPI)
     finally:
         pyplot.close(figure)
 
 
-def _tiles(report: Report) -> tuple[list, list[str]]:
-    """The PNG's parts top to bottom (pixels): the report's title, then per comparison with figures its title and
-    each figure under its own; and a line for each thing the bounds left out."""
+def _tiles(report: Report) -> tuple[list[bytes], list[str]]:
+    """The PNG's parts top to bottom, each a PNG of its own: the report's title, then per comparison with figures
+    its title and each figure under its own; and a line for each thing the bounds left out."""
     tiles, left_out = [], []
     for section in report.sections[:MAX_SECTIONS]:
         comparison = comparison_of(section, report, drawn=True)
@@ -53,7 +56,7 @@ def _tiles(report: Report) -> tuple[list, list[str]]:
         tiles.append(_title(comparison.title, 12))
         try:
             for figure in figures:
-                tiles += [_title(figure.title, 10), png_pixels(figure, DPI)]
+                tiles += [_title(figure.title, 10), png_bytes(figure, DPI)]
         finally:
             close(figures)
         left_out += [
@@ -72,24 +75,44 @@ def _heading(report: Report) -> str:
     return "envkit comparison (mean ± std" + ("; hatched bars: published numbers)" if published else ")")
 
 
-def _stacked(tiles: list):
-    """The tiles one under another on white, left-aligned, as one RGBA image."""
-    import numpy
+def _chunk(stream, kind: bytes, data: bytes) -> None:
+    stream.write(struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data)))
 
-    width = max(tile.shape[1] for tile in tiles)
-    padded = []
+
+def _write_stacked(stream, tiles: list[bytes]) -> None:
+    """The tiles one under another on white, left-aligned, written as one RGB PNG row by row: a tile is decoded
+    (pillow: matplotlib's own dependency) only as it is written, so the picture is never held whole (5,000 runs'
+    figures are 1607 × 11350 pixels). No text chunk (no software, no date): the same tiles give the same bytes."""
+    from PIL import Image
+
+    sizes = []
     for tile in tiles:
-        rgba = tile if tile.shape[2] == 4 else numpy.dstack([tile, numpy.ones(tile.shape[:2], tile.dtype)])
-        padded.append(numpy.pad(rgba, ((0, 0), (0, width - tile.shape[1]), (0, 0)), constant_values=1.0))
-    return numpy.vstack(padded)
+        with Image.open(io.BytesIO(tile)) as opened:
+            sizes.append(opened.size)
+    width = max(tile_width for tile_width, _ in sizes)
+    stream.write(b"\x89PNG\r\n\x1a\n")
+    _chunk(stream, b"IHDR", struct.pack(">IIBBBBB", width, sum(height for _, height in sizes), 8, 2, 0, 0, 0))
+    per_metre = round(DPI / 0.0254)
+    _chunk(stream, b"pHYs", struct.pack(">IIB", per_metre, per_metre, 1))
+    compressor = zlib.compressobj(6)
+    for tile, (tile_width, height) in zip(tiles, sizes):
+        with Image.open(io.BytesIO(tile)) as opened:
+            pixels = opened.convert("RGB").tobytes()
+        margin = b"\xff" * 3 * (width - tile_width)
+        for row in range(height):
+            # Each row: filter type 0 (none), the tile's pixels, white to the picture's width.
+            if packed := compressor.compress(
+                b"\x00" + pixels[row * 3 * tile_width : (row + 1) * 3 * tile_width] + margin
+            ):
+                _chunk(stream, b"IDAT", packed)
+    _chunk(stream, b"IDAT", compressor.flush())
+    _chunk(stream, b"IEND", b"")
 
 
 def write_plot(report: Report, path: Path) -> list[str]:
     """Write the PNG atomically: the page's figures of each comparison, under its title; return what the bounds
     left out, a line each."""
     require_matplotlib()
-    from matplotlib import image
-
     tiles, left_out = _tiles(report)
     if not tiles:
         raise EnvkitError(
@@ -98,6 +121,5 @@ def write_plot(report: Report, path: Path) -> list[str]:
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_stream(path) as stream:
-        # No "Software" text chunk: the same report gives the same bytes.
-        image.imsave(stream, _stacked(tiles), format="png", dpi=DPI, metadata={"Software": None})
+        _write_stacked(stream, tiles)
     return left_out

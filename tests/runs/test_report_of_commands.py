@@ -364,7 +364,7 @@ def test_a_long_series_is_a_bounded_curve(tmp_path):
 def test_the_plot_draws_series_as_curves_and_says_what_it_leaves_out(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     from envkit.runs import plot
-    from envkit.runs.figures import MAX_SECTIONS, png_pixels
+    from envkit.runs.figures import MAX_SECTIONS, png_bytes
 
     results = tmp_path / "results"
     series = {"acc": {"step": [0, 1, 2], "value": [0.1, 0.5, 0.6]}}
@@ -375,7 +375,7 @@ def test_the_plot_draws_series_as_curves_and_says_what_it_leaves_out(tmp_path, m
     saved = []
     # The figures, not the title lines above them (a title line has no caption).
     monkeypatch.setattr(
-        plot, "png_pixels", lambda f, dpi: saved.append(f.title if f.caption else "") or png_pixels(f, dpi)
+        plot, "png_bytes", lambda f, dpi: saved.append(f.title if f.caption else "") or png_bytes(f, dpi)
     )
     assert plot.write_plot(report, tmp_path / "plot.png") == [
         f"2 sections after the first {MAX_SECTIONS}: experiment train · arguments `--seed 8`, "
