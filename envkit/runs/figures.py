@@ -18,6 +18,7 @@ rest of envkit never pays for it or needs a display; it is the optional extra ``
 from __future__ import annotations
 
 import io
+import textwrap
 from dataclasses import dataclass
 
 from envkit import DISTRIBUTION
@@ -310,8 +311,19 @@ def goal_figure(comparison: Comparison) -> Figure | None:
     return Figure(f"Time to reach {goal.text}", figure, caption, left_out)
 
 
-def _named(titles: list[str], shown: int = 5) -> str:
+def named(titles: list[str], shown: int = 5) -> str:
+    """The first ``shown`` of ``titles``, and how many more: what a bound left out, in one line."""
     return ", ".join(titles[:shown]) + (f" and {len(titles) - shown} more" if len(titles) > shown else "")
+
+
+def title_figure(text: str, points: float, width: float) -> Figure:
+    """A title as a figure of its own, ``width`` inches wide, wrapped to it: a long title (an experiment's
+    arguments, a lock) must not run off the picture (bug B4)."""
+    # An average character is about 0.55 of the font's size wide.
+    lines = textwrap.wrap(text, max(12, int(width * 72 / (0.55 * points)))) or [text]
+    figure = _pyplot().figure(figsize=(width, (len(lines) * 1.5 + 0.5) * points / 72))
+    figure.text(0.01, 0.5, "\n".join(lines), fontsize=points, va="center", ha="left")
+    return Figure(text, figure, "", tight=False)
 
 
 def measured_figure(comparison: Comparison) -> Figure | None:
@@ -326,9 +338,7 @@ def measured_figure(comparison: Comparison) -> Figure | None:
     panels = comparison.panels[:MAX_PANELS]
     if len(comparison.panels) > MAX_PANELS:
         names = [" + ".join(name for _, name in bars) for _, bars in comparison.panels[MAX_PANELS:]]
-        left_out = " ".join(
-            filter(None, [left_out, f"The panels {_named(names)} are left out (at most {MAX_PANELS})."])
-        )
+        left_out = " ".join(filter(None, [left_out, f"The panels {named(names)} are left out (at most {MAX_PANELS})."]))
     # No layout engine: the saved figure is fitted to its tick labels (svg_text's tight box), and only the first
     # panel names the rows; constrained layout cost 0.8 of a 3-panel figure's 1.2 s.
     figure, axes = _pyplot().subplots(

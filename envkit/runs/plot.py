@@ -10,38 +10,34 @@ from __future__ import annotations
 
 import io
 import struct
-import textwrap
 import zlib
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.runs.figures import MAX_SECTIONS, Figure, close, comparison_figures, png_bytes, require_matplotlib
-from envkit.runs.model import Report
+from envkit.runs.figures import (
+    MAX_SECTIONS,
+    close,
+    comparison_figures,
+    named,
+    png_bytes,
+    require_matplotlib,
+    title_figure,
+)
+from envkit.runs.model import OURS, Report
 from envkit.runs.page_adapter import comparison_of
 from envkit.support.atomic import atomic_stream
 
 DPI = 110
 TITLE_WIDTH = 9.0  # inches: a title line wraps at this width
-NAMED = 5  # titles named in a line of what was left out
-
-
-def _named(titles: list[str]) -> str:
-    shown = ", ".join(titles[:NAMED])
-    return shown + (f" and {len(titles) - NAMED} more" if len(titles) > NAMED else "")
 
 
 def _title(text: str, points: float) -> bytes:
-    """A title line as PNG, wrapped to TITLE_WIDTH: a long title (an experiment's arguments, a lock) must not
-    run off the picture (bug B4)."""
-    from matplotlib import pyplot
-
-    lines = textwrap.wrap(text, max(12, int(TITLE_WIDTH * 72 / (0.55 * points)))) or [text]
-    figure = pyplot.figure(figsize=(TITLE_WIDTH, (len(lines) * 1.5 + 0.5) * points / 72))
-    figure.text(0.01, 0.5, "\n".join(lines), fontsize=points, va="center", ha="left")
+    """A title line as PNG, TITLE_WIDTH wide."""
+    figure = title_figure(text, points, TITLE_WIDTH)
     try:
-        return png_bytes(Figure(text, figure, "", tight=False), DPI)
+        return png_bytes(figure, DPI)
     finally:
-        pyplot.close(figure)
+        close([figure])
 
 
 def _tiles(report: Report) -> tuple[list[bytes], list[str]]:
@@ -64,14 +60,14 @@ def _tiles(report: Report) -> tuple[list[bytes], list[str]]:
         ]
     if len(report.sections) > MAX_SECTIONS:
         titles = [section.title for section in report.sections[MAX_SECTIONS:]]
-        left_out.append(f"{len(titles)} sections after the first {MAX_SECTIONS}: {_named(titles)}")
+        left_out.append(f"{len(titles)} sections after the first {MAX_SECTIONS}: {named(titles)}")
     if tiles:
         tiles.insert(0, _title(_heading(report), 14))
     return tiles, left_out
 
 
 def _heading(report: Report) -> str:
-    published = any(row.source != "ours" for section in report.sections for row in section.rows)
+    published = any(row.source != OURS for section in report.sections for row in section.rows)
     return "envkit comparison (mean ± std" + ("; hatched bars: published numbers)" if published else ")")
 
 

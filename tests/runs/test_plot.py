@@ -241,3 +241,11 @@ def test_the_tiles_are_stacked_left_aligned_on_white_row_by_row():
     assert (picture.size, picture.mode, round(picture.info["dpi"][0])) == ((5, 3), "RGB", 110)
     assert [picture.getpixel((x, 0)) for x in range(5)] == [(255, 0, 0)] * 3 + [(255, 255, 255)] * 2
     assert [picture.getpixel((x, 2)) for x in range(5)] == [(0, 0, 255)] * 5
+
+
+def test_a_title_is_drawn_as_written_never_as_a_formula():
+    """A comparison's title holds the program's arguments and names: "loss$\\x$" is text, not mathtext (before, the
+    PNG's title lines were drawn with matplotlib's defaults, and this one raised ValueError)."""
+    from envkit.runs.plot import _title
+
+    assert _title("experiment train · arguments `--name loss$\\x$`", 12).startswith(b"\x89PNG")
