@@ -4,7 +4,7 @@ The files are command runs as the run wrapper writes them: 40 experiments on 5 p
 place, each with two recorded series of 200 steps and 60 distributions (one place's lock differs). Prints
 the wall time of `envkit report` with and without --html (median of --repeat runs, each in its own process),
 their ratio, then in one process where the time goes (reading the files, grouping them, the page's data, the
-page itself), the page's size and how many figures it drew (figures are bounded: see envkit/runs/page_figures.py
+page itself), the page's size and how many figures it drew (figures are bounded: see envkit/runs/figures.py
 and html_page.py). Issue 34 asks for the page in 10 s or less. Figures only: nothing is asserted.
 
 usage: python benchmarks/bench_html_page.py [--repeat N] [--files N]

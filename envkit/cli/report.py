@@ -179,8 +179,8 @@ def print_report(
             print(f"envkit: the plot leaves out {line}", file=sys.stderr)
         print(f"envkit: wrote {plot}", file=sys.stderr)
     if html is not None:
+        from envkit.runs.figures import INSTALL_HINT, matplotlib_problem
         from envkit.runs.page_adapter import write_report_page
-        from envkit.runs.plot import INSTALL_HINT, matplotlib_problem
 
         size = write_report_page(report, warnings, html)
         print(f"envkit: wrote {html} ({size / 1e6:.2f} MB)", file=sys.stderr)
@@ -206,7 +206,7 @@ def _check_html(html: Path) -> None:
 
 def _require_matplotlib() -> None:
     """Before anything runs or prints: a plot without matplotlib is one line naming the extra."""
-    from envkit.runs.plot import require_matplotlib
+    from envkit.runs.figures import require_matplotlib
 
     require_matplotlib()
 

@@ -28,6 +28,7 @@ from envkit.support.bounded_load import Refused, load_text, read_bytes
 
 if TYPE_CHECKING:
     from envkit.project.config import ProjectConfig
+    from envkit.project.output import Output
 
 LOCK_FILE = "requirements.lock"
 INPUTS_LINE = "# inputs-sha256: "
@@ -73,9 +74,14 @@ class LockFile:
 
 
 def lock_path(config: ProjectConfig, name: str) -> Path:
-    if config.target(name).is_notebook:  # no image folder: the lock sits beside its notebooks
-        return config.output.notebook_folder(config.root, name) / LOCK_FILE
-    return config.output.image_folder(config.root, name) / LOCK_FILE
+    return target_lock_path(config.root, config.output, name, config.target(name).is_notebook)
+
+
+def target_lock_path(root: Path, output: Output, name: str, notebook: bool) -> Path:
+    """Where target ``name``'s lock lives: a notebook target has no image folder, its lock sits beside its notebooks
+    (``output``: the config's folders)."""
+    folder = output.notebook_folder(root, name) if notebook else output.image_folder(root, name)
+    return folder / LOCK_FILE
 
 
 def requirements_lock_path(path: Path) -> Path:

@@ -249,9 +249,10 @@ def show_report(settings: dict) -> None:
         import yaml  # noqa: F401 - imported where the report reads its report.yaml, after this guard
 
         from envkit.errors import EnvkitError  # envkit's own one-line errors, from the embedded copy
+        from envkit.runs.figures import require_matplotlib
         from envkit.runs.formats import render_report
         from envkit.runs.page_adapter import write_report_page
-        from envkit.runs.plot import require_matplotlib, write_plot
+        from envkit.runs.plot import write_plot
         from envkit.runs.report import build_report
         from envkit.runs.results import load_results
     except ImportError as exc:

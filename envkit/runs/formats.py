@@ -17,12 +17,9 @@ from envkit.runs.columns import (
     expanded,
     metric_column,
     significant,
-    words_and,
 )
-from envkit.runs.comparison import arguments_text
-from envkit.runs.environments import environments_text
-from envkit.runs.model import OURS, SHOWN_METRICS, SHOWN_ROWS, Report, Section
-from envkit.runs.speedups import METHOD, baseline_text
+from envkit.runs.model import OURS, Report, Section
+from envkit.runs.section_words import one_line
 
 
 def markdown_columns(section: Section, reference: bool) -> list[Column]:
@@ -30,88 +27,13 @@ def markdown_columns(section: Section, reference: bool) -> list[Column]:
     keys = expanded(list(section.facts["columns"]), section)
     if section.environments:  # next to the environment it names
         keys.insert(keys.index("environment") if "environment" in keys else len(keys), "env")
-    if reference and not section.experiment:
+    if reference and section.takes_published:
         keys.insert(0, "source")
     return [column_of(key) for key in keys]
 
 
-def _md_text(text: str) -> str:
-    """``text`` on one markdown line: a metric's or experiment's name may hold a newline (a program's own key)."""
-    return text.replace("\r", "\\r").replace("\n", "\\n")
-
-
 def _md_line(cells: list[str]) -> str:
-    return "| " + " | ".join(_md_text(cell).replace("|", "\\|") for cell in cells) + " |"
-
-
-def _recipe_intro(section: Section, report: Report) -> list[str]:
-    facts = section.facts
-    metric = COLUMNS[facts["speedup"]["metric"]].short_name
-    within = words_and([COLUMNS[key].short_name for key in facts["comparable_by"]])
-    lines = [
-        f"Seconds are wall-clock; s/iter and s/epoch are mean ± std over all iterations/epochs of all runs. "
-        f"Speed-up = baseline {metric} ÷ row {metric}, within the same {within}; baseline: "
-        f"{baseline_text(section.rows, report.baseline)}. {METHOD}."
-    ]
-    if report.reference:
-        lines.append('Rows whose source starts with "published" are the published numbers, not measured here.')
-    if section.apart:
-        lines.append(section.apart)
-    return lines
-
-
-def _command_intro(section: Section, report: Report) -> list[str]:
-    work = section.work
-    data = f", data {json.dumps(work['data'], sort_keys=True)}" if work.get("data") is not None else ""
-    lines = [
-        f"Runs of `{section.experiment}` that did the same work (arguments {arguments_text(work.get('arguments', []))}"
-        f"{data}), a row per target on its own lock: the run wrapper's wall time in seconds and each metric the "
-        "program reported, mean ± std over its successful runs (failed runs are counted, not measured). "
-        f"Speed-up = baseline wall time ÷ row wall time; baseline: {baseline_text(section.rows, report.baseline)}. "
-        f"{METHOD}."
-    ]
-    if section.differs:
-        lines.append(
-            f"Not pooled with the other runs of `{section.experiment}`: they differ in {words_and(section.differs)} "
-            "(a comparison each)."
-        )
-    return [_md_text(line) for line in lines]
-
-
-def command_notes(section: Section) -> list[str]:
-    """Under a comparison's table: its CPU runs of accelerator targets, unchecked devices, NaN, partial metrics."""
-    rows = section.rows
-    notes = []
-    stand_ins = [row.label for row in rows if row.cpu_stand_in]
-    if stand_ins:
-        notes.append(
-            f"{words_and(stand_ins)}: runs of an accelerator's target whose device block shows no accelerator "
-            "initialised, or a notebook's CPU mode: CPU runs, kept out of the speed-ups."
-        )
-    if not all(row.device_checked for row in rows):
-        notes.append(
-            "device used (not checked): the record has no device block, or its program ran no Python that "
-            "reported one, so the target's label stands for what the program initialised; such a row is kept out "
-            "of the speed-ups (nothing says what it measured)."
-        )
-    notes += [f"{row.label}: the run wrapper warns: {warning}" for row in rows for warning in row.warnings]
-    if any(row.not_finite for row in rows):
-        notes.append("NaN/inf: values a run reported as NaN or ±inf are counted in the cell, left out of its mean.")
-    if any(0 < count < row.succeeded for row in rows for count in row.reported.values()):
-        notes.append("k of n runs: a metric only some of the row's successful runs reported; its mean is theirs.")
-    rows_left_out = len(section.rows) - len(section.shown_rows)
-    if rows_left_out:
-        notes.append(
-            f"{counted(rows_left_out, 'more row')} left out of this table: it shows the first {SHOWN_ROWS} and each "
-            "one's baseline; `envkit report --format csv` (or json) lists every one."
-        )
-    left_out = len(section.metric_names) - len(section.shown_metric_names)
-    if left_out:
-        notes.append(
-            f"{counted(left_out, 'more metric')} left out of this table: it shows the {SHOWN_METRICS} the most runs "
-            "reported; `envkit report --format csv` (or json) lists every one."
-        )
-    return [_md_text(note) for note in notes]
+    return "| " + " | ".join(one_line(cell).replace("|", "\\|") for cell in cells) + " |"
 
 
 SERIES_HEADERS = ("where", "series", "runs", "steps", "final value", "first step")
@@ -157,19 +79,6 @@ def _series_markdown(section: Section) -> list[str]:
     ]
 
 
-def _experiment_intro(section: Section) -> list[str]:
-    """What the experiment varies, then each of its runs here with the summary the experiments table gives it."""
-    summaries = section.run_summaries
-    shown = list(dict.fromkeys(row.run for row in section.rows))
-    return [
-        f"{section.facts.get('intro', '')} Seconds are wall-clock, mean ± std over all epochs of all runs; "
-        "the test accuracy "
-        f"is the last epoch's. Runs of `{section.experiment}` (the project's experiments):",
-        "",
-        *(f"- {run}: {summaries[run]}" for run in shown),
-    ]
-
-
 def section_headers(section: Section, columns: list[Column]) -> list[str]:
     """The headers of a section's columns; only the speed-up's names its metric: a metric's own name may hold
     braces."""
@@ -179,26 +88,14 @@ def section_headers(section: Section, columns: list[Column]) -> list[str]:
     ]
 
 
-def section_intro(section: Section, report: Report) -> list[str]:
-    """The lines before a section's table (markdown; the HTML page shows them too): what its rows measure, its
-    baseline, and what sets a comparison apart from its experiment's others."""
-    if section.recipe is None:
-        return _command_intro(section, report)
-    return _experiment_intro(section) if section.experiment else _recipe_intro(section, report)
-
-
 def _section_markdown(section: Section, report: Report) -> list[str]:
-    lines = [f"## {_md_text(section.title)}", "", *section_intro(section, report), ""]
+    lines = [f"## {one_line(section.title)}", "", *section.intro, ""]
     columns = markdown_columns(section, report.reference)
     headers = section_headers(section, columns)
     lines += [_md_line(headers), _md_line(["---"] * len(headers))]
     lines += [_md_line([column.cell(row) for column in columns]) for row in section.shown_rows]
-    if section.environments:
-        lines += ["", f"env: these rows ran in {environments_text(section)}; `--strict` refuses to compare them."]
-    if section.recipe is None:
-        notes = command_notes(section)
-        lines += ["", *notes] if notes else []
-        lines += _series_markdown(section)
+    lines += ["", *section.notes] if section.notes else []
+    lines += _series_markdown(section)
     lines.append("")
     return lines
 

@@ -2,10 +2,10 @@
 
 The page is drawn from plain data (envkit.runs.page_model), so it holds no grouping or formatting of its
 own: real HTML tables (a screen reader, a text browser and grep read them), figures as inline SVG
-(envkit.runs.page_figures), and `envkit diff`'s environment differences in <details>. It has no script
+(envkit.runs.figures), and `envkit diff`'s environment differences in <details>. It has no script
 and requests nothing; its Content-Security-Policy forbids any load. The template is
 templates/report/page.html.j2 (envkit/templates/ in the wheel). Figures per page are bounded
-(MAX_FIGURE_COMPARISONS comparisons get figures; the rest are tables alone, and the page says so).
+(figures.MAX_SECTIONS comparisons get figures; the rest are tables alone, and the page says so).
 """
 
 from __future__ import annotations
@@ -15,22 +15,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.project.secrets import redacted
-from envkit.runs.page_figures import Figure, comparison_figures
+from envkit.runs.figures import INSTALL_HINT, MAX_SECTIONS, close, comparison_figures, matplotlib_problem, svg_text
 from envkit.runs.page_model import Comparison, Measure, Page
-from envkit.runs.plot import INSTALL_HINT, matplotlib_problem
 from envkit.support.atomic import write_bytes_atomic
 
 TEMPLATE = "report/page.html.j2"
-MAX_FIGURE_COMPARISONS = 8
 NO_FIGURES = "This page has its tables without figures"
 LISTED = 20  # failed runs per comparison and skipped files listed by name; the rest are counted
 NUMBER = re.compile(r"^[-+]?[\d.]+(e[-+]?\d+)?[×%]?( ± [\d.]+(e[-+]?\d+)?)?[×%]?$")
 
 
 @dataclass(frozen=True)
+class _Shown:
+    """A figure as the page holds it: its <svg> element."""
+
+    title: str
+    svg: str
+    caption: str
+
+
+@dataclass(frozen=True)
 class _Drawn:
     comparison: Comparison
-    figures: list[Figure]
+    figures: list[_Shown]
     left_out: str
 
     @property
@@ -77,18 +84,17 @@ def render_page(page: Page) -> str:
     problem = matplotlib_problem()
     drawn = []
     for index, comparison in enumerate(page.comparisons):
-        if index < MAX_FIGURE_COMPARISONS and problem is None:
-            figures, left_out = comparison_figures(comparison, f"envkit-{index}")
-        else:
-            figures, left_out = [], ""
-        drawn.append(_Drawn(comparison, figures, left_out))
-    beyond = len(page.comparisons) - MAX_FIGURE_COMPARISONS
+        figures, left_out = comparison_figures(comparison) if index < MAX_SECTIONS and problem is None else ([], "")
+        # Each figure its own salt: two figures' clip-path IDs never clash.
+        shown = [_Shown(f.title, svg_text(f, f"envkit-{index}-{n}"), f.caption) for n, f in enumerate(figures)]
+        close(figures)
+        drawn.append(_Drawn(comparison, shown, left_out))
+    beyond = len(page.comparisons) - MAX_SECTIONS
     if problem:
         left_out = f"{NO_FIGURES}: matplotlib {problem}; {INSTALL_HINT} draws them."
     elif beyond > 0:
         left_out = (
-            f"Figures are drawn for the first {MAX_FIGURE_COMPARISONS} comparisons; "
-            f"the other {beyond} have their tables only."
+            f"Figures are drawn for the first {MAX_SECTIONS} comparisons; the other {beyond} have their tables only."
         )
     else:
         left_out = ""

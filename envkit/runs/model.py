@@ -1,6 +1,7 @@
 """The report as plain data: sections of rows, each row the runs of one configuration (or place) measured
-here, or a published source's numbers. envkit.runs.report fills it, envkit.runs.formats writes it as md, csv or
-json, envkit.runs.plot draws it: nothing here reads a file or formats a cell.
+here, or a published source's numbers, and the words around each table. envkit.runs.report fills it,
+envkit.runs.formats writes it as md, csv or json, envkit.runs.page_adapter makes it the HTML page's data and
+envkit.runs.figures draws it: nothing here reads a file or formats a cell.
 """
 
 from __future__ import annotations
@@ -190,6 +191,13 @@ class Section:
     # section: how its work (epochs, step cap, train images) differs from its recipe and dataset's other sections.
     work: dict = field(default_factory=dict)
     differs: list[str] = field(default_factory=list)
+    # A recipe's own section: published rows of the same work join it (--reference), and its table names each row's
+    # source (envkit.runs.report).
+    takes_published: bool = False
+    # The words around its table, the same in every view (envkit.runs.section_words): the lines before it, the notes
+    # under it.
+    intro: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def title(self) -> str:

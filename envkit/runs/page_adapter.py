@@ -3,35 +3,31 @@
 One comparison per report section (envkit.runs.comparison groups a command's runs, envkit.runs.report a
 recipe's): the table's cells are the report's own columns, the speed-up and its interval the model's
 (envkit.runs.speedups, as markdown, csv and json give them), the curves the model's (Row.curves: each run's
-final value, a per-step series' first step apart), the lines around the table the markdown report's. What the
+final value, a per-step series' first step apart), the lines around the table the model's (Section.intro and
+notes, envkit.runs.section_words: the markdown report shows the same), its series table for every section. What the
 model does not hold is found here: the environment differences come from `envkit diff`'s comparison
 (envkit.image.diff over each run's inventory); the time to reach report.yaml's ``goal`` is the model's too
-(envkit.runs.goals).
+(envkit.runs.goals). Its comparisons are also what `envkit report --plot` draws (envkit.runs.plot): one set of
+figures (envkit.runs.figures) for the page and the PNG.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import combinations
 from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.image.diff import compare, dict_changes, format_sections
 from envkit.image.inventory import from_environment
-from envkit.runs.columns import counted
-from envkit.runs.environments import environment_groups, environments_text
-from envkit.runs.formats import (
-    SERIES_HEADERS,
-    SERIES_INTRO,
-    command_notes,
-    markdown_columns,
-    section_headers,
-    section_intro,
-    series_rows,
-)
+from envkit.runs.columns import METRICS, column_of, counted
+from envkit.runs.environments import environment_groups
+from envkit.runs.figures import MAX_SECTIONS
+from envkit.runs.formats import SERIES_HEADERS, SERIES_INTRO, markdown_columns, section_headers, series_rows
 from envkit.runs.goals import goal_of
-from envkit.runs.html_page import MAX_FIGURE_COMPARISONS, write_page
+from envkit.runs.html_page import write_page
 from envkit.runs.model import OURS, Report, Row, Section
-from envkit.runs.page_model import Comparison, Difference, Interval, Page, Target
+from envkit.runs.page_model import Comparison, Difference, Interval, Page, Panel, Target
 from envkit.runs.speedups import baseline_text, in_short
 
 # What a run recorded about where it ran that an inventory does not hold: compared the way `envkit diff` compares.
@@ -88,9 +84,9 @@ def _label(row: Row) -> str:
     return label if row.source == OURS else f"{label} (published: {row.source_short})"
 
 
-def _target(row: Row, columns: list, drawn: bool) -> Target:
-    """The row's cells as the report writes them, its speed-up with its interval; ``drawn``: its comparison gets
-    figures (html_page.MAX_FIGURE_COMPARISONS)."""
+def _target(row: Row, columns: list, drawn: bool, keys: set[str]) -> Target:
+    """The row's cells as the report writes them, its speed-up with its interval, its measure of each of the
+    panels' columns (``keys``); ``drawn``: its comparison gets figures (figures.MAX_SECTIONS)."""
     steady = row.stats.get("steady_epoch_s")
     return Target(
         label=_label(row),
@@ -100,10 +96,11 @@ def _target(row: Row, columns: list, drawn: bool) -> Target:
         first_epoch=row.first_epoch_s,
         steady_epoch=(steady.mean, steady.std) if steady else None,
         curves=dict(row.curves) if drawn else {},
-        steps_name="step" if row.recipe is None else "epoch",
+        steps_name=next((curve.unit for curve in row.curves.values()), "step"),
         time_to_goal=(row.time_to_goal.mean, row.time_to_goal.std) if row.time_to_goal else None,
         goal_reached=row.goal_reached,
         failed=_left_out(row),
+        measured={key: measure for key in sorted(keys) if (measure := column_of(key).measure(row)) is not None},
     )
 
 
@@ -143,40 +140,45 @@ def _text(value) -> str | None:
     return None if value is None else str(value)
 
 
-def _notes(section: Section) -> tuple[str, ...]:
-    """The lines under the table: the environments its rows ran in, and a comparison's notes (CPU stand-ins,
-    unchecked devices, the run wrapper's warnings, NaN), as the markdown report writes them."""
-    notes = [f"env: these rows ran in {environments_text(section)}."] if section.environments else []
-    notes += command_notes(section) if section.recipe is None else []
-    return tuple(notes)
+def panels(section: Section) -> tuple[Panel, ...]:
+    """What the section's rows measured, as figures draw it: per report.yaml panel (``metrics``: one per metric its
+    rows reported) its axis and the (column, legend name) of the bars drawn side by side per row."""
+    drawn = []
+    for panel in section.facts["panels"]:
+        drawn += [[f"{METRICS}.{name}"] for name in section.metric_names] if panel == METRICS else [panel]
+    return tuple((column_of(keys[0]).axis, tuple((key, column_of(key).short_name) for key in keys)) for keys in drawn)
+
+
+def comparison_of(section: Section, report: Report, drawn: bool) -> Comparison:
+    """The section as the page shows it and the figures draw it (without `envkit diff`'s differences, which only
+    the page shows); ``drawn``: its comparison gets figures (figures.MAX_SECTIONS)."""
+    columns = markdown_columns(section, report.reference)
+    drawn_panels = panels(section)
+    keys = {key for _, bars in drawn_panels for key, _ in bars}
+    return Comparison(
+        title=section.title,
+        intro=tuple(line for line in section.intro if line),
+        headers=tuple(section_headers(section, columns)),
+        targets=tuple(_target(row, columns, drawn, keys) for row in section.shown_rows),
+        notes=tuple(section.notes),
+        speedup_name=section.facts.get("speedup", {}).get("name", ""),
+        baseline=baseline_text(section.rows, report.baseline),
+        goal=goal_of(section.facts),
+        series_headers=SERIES_HEADERS,
+        series_rows=tuple(tuple(cells) for cells in series_rows(section)),
+        series_intro=SERIES_INTRO,
+        in_short=tuple(in_short(section.rows)),
+        panels=drawn_panels,
+    )
 
 
 def page_from_report(report: Report, warnings: list[str]) -> Page:
     """The page of ``report`` (built with its runs), with the files the report skipped (``warnings``)."""
     comparisons = []
     for index, section in enumerate(report.sections):
-        columns = markdown_columns(section, report.reference)
-        speedup_name = section.facts.get("speedup", {}).get("name", "")
-        targets = tuple(_target(row, columns, index < MAX_FIGURE_COMPARISONS) for row in section.shown_rows)
         differences, left_out = _differences(section)
-        comparisons.append(
-            Comparison(
-                title=section.title,
-                intro=tuple(line for line in section_intro(section, report) if line),
-                headers=tuple(section_headers(section, columns)),
-                targets=targets,
-                notes=_notes(section),
-                speedup_name=speedup_name,
-                baseline=baseline_text(section.rows, report.baseline),
-                goal=goal_of(section.facts),
-                differences=differences,
-                differences_left_out=left_out,
-                series_headers=SERIES_HEADERS,
-                series_rows=tuple(tuple(cells) for cells in series_rows(section)),
-                series_intro=SERIES_INTRO,
-                in_short=tuple(in_short(section.rows)),
-            )
-        )
+        comparison = comparison_of(section, report, index < MAX_SECTIONS)
+        comparisons.append(replace(comparison, differences=differences, differences_left_out=left_out))
     configurations = sum(1 for section in report.sections for row in section.rows if row.source == OURS)
     summary = f"{counted(report.runs, 'run')} in {counted(configurations, 'configuration')}"
     skipped = tuple(line.removeprefix("skipped ") for line in warnings if line.startswith("skipped "))

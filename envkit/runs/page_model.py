@@ -16,6 +16,9 @@ from envkit.runs.model import Curve, Goal  # the report model's own
 
 Measure = tuple[float, float]  # (mean, spread: std over the runs)
 Interval = tuple[float, float, float]  # (value, low, high): a speed-up and its interval (envkit.runs.speedups)
+# One panel of what a comparison measured (report.yaml panels): its axis, and the (column key, legend name) of each
+# bar drawn side by side per row.
+Panel = tuple[str, tuple[tuple[str, str], ...]]
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class Target:
     time_to_goal: Measure | None = None  # seconds until the goal was reached (mean over the runs that reached it)
     goal_reached: tuple[int, int] = (0, 0)  # (runs that reached the goal, runs that recorded its series)
     failed: tuple[str, ...] = ()  # one line per run left out of the numbers: which, and why
+    measured: dict[str, Measure] = field(default_factory=dict)  # column key of a panel -> its measure (none: absent)
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ class Comparison:
     series_rows: tuple[tuple[str, ...], ...] = ()
     series_intro: str = ""  # what the series table's numbers are (formats.SERIES_INTRO)
     in_short: tuple[str, ...] = ()  # the result in a student's words, before the table (speedups.in_short)
+    panels: tuple[Panel, ...] = ()  # what its rows measured, drawn as bars (report.yaml panels)
 
 
 @dataclass(frozen=True)

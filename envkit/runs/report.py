@@ -35,6 +35,7 @@ from envkit.runs.published import (
     work_differences,
 )
 from envkit.runs.results import CONFIGURATION_KEYS, RunResult, Stat, stat_of
+from envkit.runs.section_words import describe
 from envkit.runs.speedup_bounds import flag_beyond
 from envkit.runs.speedups import DECLARED, FIRST, LISTED, assign_speedups, may_compare
 
@@ -191,6 +192,7 @@ def _recipe_sections(
                 section_facts(facts, recipe, owner),
                 experiment=owner or None,
                 run_summaries={run.label: run.summary for run in owners[owner].runs} if owner else {},
+                takes_published=not owner,
             ),
         )
         placement = dict(experiment=owner, run=name, run_rank=rank, settings=settings) if owner else {}
@@ -239,6 +241,7 @@ def build_report(
     ordered = [sections[key] for key in sorted(sections)]
     if strict:
         _refuse_mixed_environments(ordered)
+    describe(ordered, baseline, reference)
     rule = (
         f"the configuration {baseline} ({DECLARED})"
         if baseline is not None
@@ -266,8 +269,8 @@ def _place_published(sections: dict[tuple, Section], works: dict[tuple, list[dic
     """Each published source joins the recipe's sections whose every run did its work (nothing was published
     per run of an experiment); a source that joins none stands apart, in a section that says why, so a short
     run on generated data is never set beside a published full epoch of real data."""
-    for recipe in sorted({section.recipe for section in sections.values() if not section.experiment}):
-        own = [key for key, section in sections.items() if section.recipe == recipe and not section.experiment]
+    for recipe in sorted({section.recipe for section in sections.values() if section.takes_published}):
+        own = [key for key, section in sections.items() if section.recipe == recipe and section.takes_published]
         for source in load_published().get(recipe, []):
             work = published_work(source)
             fitting = [key for key in own if all(same_work(work, measured) for measured in works[key])]
@@ -284,6 +287,7 @@ def _place_published(sections: dict[tuple, Section], works: dict[tuple, list[dic
                         source["dataset"],
                         sections[own[0]].facts,
                         apart=apart + "they stand apart, compared with none.",
+                        takes_published=True,
                     ),
                 )
             for key in fitting:  # fresh rows for each section: a row's speed-up is its section's

@@ -151,7 +151,7 @@ def test_the_distribution_is_named_once_and_the_command_stays_envkit():
 
 
 def test_every_install_hint_names_the_distribution():
-    from envkit.runs.plot import INSTALL_HINT
+    from envkit.runs.figures import INSTALL_HINT
     from envkit.support.docker_client import SDK_MISSING
 
     assert INSTALL_HINT == (

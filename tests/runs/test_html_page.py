@@ -15,8 +15,9 @@ from paths import DATA
 from report_golden import check_golden
 
 from envkit.cli import main
-from envkit.runs import page_figures
-from envkit.runs.html_page import LISTED, MAX_FIGURE_COMPARISONS, render_page
+from envkit.runs import figures
+from envkit.runs.figures import MAX_SECTIONS
+from envkit.runs.html_page import LISTED, render_page
 from envkit.runs.model import Curve
 from envkit.runs.page_model import Comparison, Page, Target
 from envkit.runs.results import Stat
@@ -200,7 +201,7 @@ def test_every_figure_draws(tmp_path, capsys):
     text, _ = _write("commands", tmp_path)
     figures = re.findall(r"<figure.*?</figure>", text, flags=re.S)
     titles = [re.search(r'aria-label="([^"]*)"', figure)[1] for figure in figures]
-    assert titles == ["Speed-up", "Time to reach acc ≥ 0.8", "acc", "loss"]
+    assert titles == ["Measured", "Speed-up", "Time to reach acc ≥ 0.8", "acc", "loss"]
     for figure in figures:
         assert figure.count("<svg") == 1 and len(re.findall(r"<path", figure)) > 10
 
@@ -222,11 +223,12 @@ def _target(index: int, points: int = 3) -> Target:
 
 def test_figures_are_bounded_and_say_what_they_left_out():
     many = Comparison("many", (), ("target",), tuple(_target(i, points=5000) for i in range(40)))
-    figures, _ = page_figures.comparison_figures(many, "salt")
-    speedup, curve = figures
-    assert speedup.svg.count(">target ") == page_figures.MAX_TARGETS
-    assert f"The first {page_figures.MAX_TARGETS} of 40 rows with a speed-up are drawn" in speedup.caption
-    assert f"thinned to {page_figures.MAX_POINTS} evenly spaced points" in curve.caption
+    drawn, _ = figures.comparison_figures(many)
+    speedup, curve = drawn
+    assert figures.svg_text(speedup, "salt").count(">target ") == figures.MAX_TARGETS
+    assert f"The first {figures.MAX_TARGETS} of 40 rows with a speed-up are drawn" in speedup.caption
+    assert f"thinned to {figures.MAX_POINTS} evenly spaced points" in curve.caption
+    figures.close(drawn)
     page = Page(
         "bounded",
         "",
@@ -236,8 +238,8 @@ def test_figures_are_bounded_and_say_what_they_left_out():
     text = render_page(page)
     assert f"file{LISTED - 1}.json" in text and f"file{LISTED}.json" not in text
     assert "and 5 more (envkit report warns of each)" in text
-    assert text.count("<figure") == 2 * MAX_FIGURE_COMPARISONS
-    beyond = 20 - MAX_FIGURE_COMPARISONS
+    assert text.count("<figure") == 2 * MAX_SECTIONS
+    beyond = 20 - MAX_SECTIONS
     assert f"the other {beyond} have their tables only" in text
 
 
@@ -315,10 +317,11 @@ def test_identical_curves_are_drawn_apart_and_the_caption_says_identical():
     """Issue 40 §10: before, two targets' identical curves drew as one line, and nothing said so."""
     curve = Curve(steps=(0, 1, 2), values=(2.0, 1.0, 0.5), runs=1, first=Stat(2.0, 0.0, 1), final=Stat(0.5, 0.0, 1))
     targets = tuple(Target(label=label, cells=(), curves={"loss": curve}) for label in ("cpu", "cpu-1t"))
-    figure = page_figures.curve_figure(Comparison("t", (), (), targets), "loss", "salt")
+    figure = figures.curve_figure(Comparison("t", (), (), targets), "loss")
     assert "Identical curves (drawn in other line styles and markers): cpu and cpu-1t." in figure.caption
     assert "final 0.5 ± 0, first step 2 ± 0" in figure.caption
-    assert "stroke-dasharray" in figure.svg  # the second line is dashed
+    assert "stroke-dasharray" in figures.svg_text(figure, "salt")  # the second line is dashed
+    figures.close([figure])
 
 
 def test_the_page_says_the_result_in_words_before_the_table_and_how_it_was_made_after(tmp_path):

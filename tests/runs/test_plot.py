@@ -12,8 +12,9 @@ from paths import DATA, REPO_ROOT
 
 from envkit.cli import main
 from envkit.errors import EnvkitError
+from envkit.runs.figures import require_matplotlib
 from envkit.runs.model import Report
-from envkit.runs.plot import _draw_curves, require_matplotlib, write_plot
+from envkit.runs.plot import write_plot
 from envkit.runs.report import build_report
 from envkit.runs.results import load_results
 
@@ -154,68 +155,97 @@ def test_require_matplotlib_passes_where_it_is_installed():
             require_matplotlib()
 
 
-def test_no_title_runs_into_another_or_the_figures(tmp_path):
-    """Bug B4: each panel repeated its long section title, and the titles overlapped each other and the figure's."""
-    import matplotlib
+def test_no_title_runs_off_the_picture(tmp_path):
+    """Bug B4: long section titles ran into each other and the figure's; each title is now a line of its own,
+    wrapped to the picture's width."""
+    from envkit.runs.plot import DPI, TITLE_WIDTH, _title
 
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
-    from envkit.runs.plot import figure_of, plotted
-
-    results, _ = load_results(RESULTS)
     long_title = "experiment train · cpu on a-long-host-name on lock 75a20fe120ea (" + "a reason " * 12 + ")"
-    report = build_report(results, reference=True)
-    for section in report.sections:
-        section.differs = [long_title]
-    figure = figure_of(report, plotted(report)[0])
-    try:
-        figure.canvas.draw()
-        renderer = figure.canvas.get_renderer()
-        titles = [figure._suptitle] + [sub._suptitle for sub in figure.subfigs]
-        titles += [axes.title for axes in figure.get_axes()]
-        boxes = [text.get_window_extent(renderer) for text in titles if text is not None and text.get_text()]
-        assert len(boxes) == 1 + 2 * len(plotted(report)[0])  # the figure's, each section's, each panel's
-        whole = figure.bbox
-        for index, box in enumerate(boxes):
-            assert whole.x0 <= box.x0 and box.x1 <= whole.x1, "a title runs off the figure"
-            assert not any(box.overlaps(other) for other in boxes[index + 1 :]), "two titles overlap"
-    finally:
-        pyplot.close(figure)
+    import io
+
+    import numpy
+    from PIL import Image
+
+    short, long = (Image.open(io.BytesIO(_title(text, 12))).convert("RGB") for text in ("experiment train", long_title))
+    assert long.width == short.width == round(TITLE_WIDTH * DPI)
+    assert long.height > short.height  # wrapped onto a second line
+    assert numpy.asarray(long)[:, -5:].min() == 255  # nothing drawn at the right edge: no text runs off
+
+
+def test_the_png_stacks_the_pages_own_figures(tmp_path, monkeypatch):
+    """Issue 41 §1: before, plot.py and page_figures.py each drew their own charts (the PNG's bars per
+    configuration, the page's speed-ups, first epochs and goals) under their own limits; now the PNG holds the
+    page's figures, in its order, drawn by envkit.runs.figures."""
+    import re
+
+    from envkit.runs import plot
+
+    saved = []
+
+    def recording(figure, dpi):
+        if figure.caption:  # a figure, not a title line above one
+            saved.append(figure.title)
+        return png_bytes(figure, dpi)
+
+    from envkit.runs.figures import png_bytes
+
+    monkeypatch.setattr(plot, "png_bytes", recording)
+    page = tmp_path / "page.html"
+    assert main(["report", str(RESULTS), "--reference", "--plot", str(tmp_path / "p.png"), "--html", str(page)]) == 0
+    assert saved == re.findall(r'<figure role="img" aria-label="([^"]*)"', page.read_text())
+    assert saved[:3] == ["Measured", "Speed-up", "First epoch and steady state"]
 
 
 def test_identical_curves_of_two_targets_are_told_apart_and_named(tmp_path):
     """Issue 40 §10: before, two targets' identical curves drew as one line (only the last colour showed)."""
     from run_records import record
 
+    from envkit.runs import figures
     from envkit.runs.model import identical, identical_groups
+    from envkit.runs.page_adapter import comparison_of
 
     results = tmp_path / "results"
     series = {"loss": {"step": [0, 1, 2], "value": [2.0, 1.0, 0.5]}}
     for name, target in (("a", "cpu"), ("b", "cpu-1t"), ("c", "cpu-2t")):
         other = {"loss": {"step": [0, 1, 2], "value": [2.0, 1.5, 1.0]}} if target == "cpu-2t" else series
         record(results, name, device="cpu", image=None, wall=1.0, target=target, series=other)
-    (section,) = build_report(load_results(results)[0]).sections
+    report = build_report(load_results(results)[0])
+    (section,) = report.sections
     curves = [row.curves["loss"] for row in section.rows]
     assert identical(curves) == [None, 0, None]
     assert identical_groups([row.label for row in section.rows], identical(curves)) == ["cpu and cpu-1t"]
-    require_matplotlib()
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
-    figure, axes = pyplot.subplots()
-    _draw_curves(axes, "loss", section.rows)
-    assert "(identical: cpu and cpu-1t)" in axes.get_title()
-    lines = [line for line in axes.get_lines() if len(line.get_xdata()) > 1]
+    figure = figures.curve_figure(comparison_of(section, report, drawn=True), "loss")
+    assert "Identical curves (drawn in other line styles and markers): cpu and cpu-1t." in figure.caption
+    lines = [line for line in figure.drawn.axes[0].get_lines() if len(line.get_xdata()) > 1]
     assert len({line.get_linestyle() for line in lines}) == 3  # one line style each: the two identical ones apart
-    pyplot.close(figure)
+    figures.close([figure])
 
 
-def test_the_png_plot_draws_curves_with_the_pages_function_and_bound():
-    """Issue 41 §1: before, plot.py and page_figures.py each drew curves their own way, under their own limits."""
-    from envkit.runs import page_figures, plot
+def test_the_tiles_are_stacked_left_aligned_on_white_row_by_row():
+    """The PNG is written a row at a time, never held whole (5,000 runs' figures: 1607 × 11350 pixels, whose
+    RGBA float copies peaked at 1137 MB against the report's 300 MB figure; now 274 MB)."""
+    import io
 
-    assert plot.MAX_ROWS == page_figures.MAX_TARGETS
-    assert plot.draw_series is page_figures.draw_series
+    from PIL import Image
+
+    from envkit.runs.plot import _write_stacked
+
+    def tile(size, colour):
+        buffer = io.BytesIO()
+        Image.new("RGBA", size, colour).save(buffer, format="png")
+        return buffer.getvalue()
+
+    stream = io.BytesIO()
+    _write_stacked(stream, [tile((3, 2), (255, 0, 0, 255)), tile((5, 1), (0, 0, 255, 255))])
+    picture = Image.open(io.BytesIO(stream.getvalue()))
+    assert (picture.size, picture.mode, round(picture.info["dpi"][0])) == ((5, 3), "RGB", 110)
+    assert [picture.getpixel((x, 0)) for x in range(5)] == [(255, 0, 0)] * 3 + [(255, 255, 255)] * 2
+    assert [picture.getpixel((x, 2)) for x in range(5)] == [(0, 0, 255)] * 5
+
+
+def test_a_title_is_drawn_as_written_never_as_a_formula():
+    """A comparison's title holds the program's arguments and names: "loss$\\x$" is text, not mathtext (before, the
+    PNG's title lines were drawn with matplotlib's defaults, and this one raised ValueError)."""
+    from envkit.runs.plot import _title
+
+    assert _title("experiment train · arguments `--name loss$\\x$`", 12).startswith(b"\x89PNG")

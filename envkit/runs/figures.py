@@ -1,33 +1,69 @@
-"""The page's figures as inline SVG drawn by matplotlib: speed-up bars, the first epoch beside the steady
-state, the recorded series as curves (one line per target) and the time to reach the experiment's goal.
+"""The report's figures, drawn once by matplotlib: the HTML page saves each as inline SVG, `envkit report --plot`
+the same figures as one PNG (envkit.runs.plot), so their bounds, labels and order are this module's alone.
+
+Each comparison (a report section, as envkit.runs.page_adapter gives it) gets what it measured (report.yaml's
+panels), its speed-ups, the first epoch beside the steady state, the time to reach its goal and its recorded
+series as curves (one line per target). Every figure is bounded: at most MAX_TARGETS bars or lines, MAX_POINTS
+points per line, MAX_PANELS panels and MAX_CURVES series, and its caption says what was left out; figures are
+drawn for the first MAX_SECTIONS comparisons.
 
 Inline SVG needs no script and loads nothing: text stays text (svg.fonttype none, in the reader's own
 sans-serif font), and each figure gets its own hash salt so that two figures' clip-path IDs never clash
-while the same report still gives the same bytes (no date in the metadata). Every figure is bounded:
-at most MAX_TARGETS bars or lines and MAX_POINTS points per line, and the caption says what was left out.
+while the same report still gives the same bytes (no date in the SVG's metadata, no software in the PNG's).
+matplotlib is imported inside the functions that draw (and forced onto the headless Agg backend) so that the
+rest of envkit never pays for it or needs a display; it is the optional extra ``report``, and
+``require_matplotlib`` says so in one line.
 """
 
 from __future__ import annotations
 
 import io
+import textwrap
 from dataclasses import dataclass
 
+from envkit import DISTRIBUTION
+from envkit.errors import EnvkitError
 from envkit.runs.comparison import CURVE_POINTS
 from envkit.runs.model import LINE_STYLES, MARKERS, drawn_value, identical, identical_groups
 from envkit.runs.page_model import Comparison, Curve, Target
 from envkit.runs.welch import CONFIDENCE
 
-MAX_TARGETS = 16  # bars or lines per figure, on the page and in the PNG plot (plot.MAX_ROWS)
+MAX_TARGETS = 16  # bars or lines per figure
 MAX_POINTS = 250
 MAX_CURVES = 4  # series drawn per comparison
+MAX_PANELS = 6  # panels of what a comparison measured
+MAX_SECTIONS = 8  # comparisons that get figures, on the page and in the PNG
 HATCH = "//"  # published rows: hatched, so they cannot pass for ours
+# For each installer: a `uv tool install` environment has no pip, and pipx's is its own.
+INSTALL_HINT = (
+    f"uv tool install '{DISTRIBUTION}[report]', pipx install '{DISTRIBUTION}[report]' "
+    f"or pip install '{DISTRIBUTION}[report]'"
+)
+
+
+def matplotlib_problem() -> str | None:
+    """Why matplotlib cannot draw here ("is not installed", "does not import here (...)"), or None."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        return "is not installed" if exc.name == "matplotlib" else f"does not import here ({exc})"
+    return None
+
+
+def require_matplotlib() -> None:
+    """One line naming the extra to install (EnvkitError, exit 2) when matplotlib cannot be imported."""
+    problem = matplotlib_problem()
+    if problem:
+        raise EnvkitError(f"plotting needs matplotlib, which {problem}: {INSTALL_HINT}")
 
 
 @dataclass(frozen=True)
 class Figure:
     title: str
-    svg: str  # an <svg> element, ready to sit in the page
+    drawn: object  # the matplotlib figure, saved as SVG (svg_text) or PNG (png_bytes), then closed (close)
     caption: str
+    left_out: str = ""  # what its bounds left out, in words ("" when nothing)
+    tight: bool = True  # fit the saved figure to its (long) tick labels; a curve's fixed margins need none
 
 
 def _pyplot():
@@ -40,23 +76,43 @@ def _pyplot():
     return pyplot
 
 
-def _svg(figure, salt: str, tight: bool = True) -> str:
-    """``tight``: fit the figure to its (long) tick labels, at the cost of a second draw (a layout engine
-    costs more); a curve's fixed margins need none."""
+def svg_text(figure: Figure, salt: str) -> str:
+    """The figure as an <svg> element, ready to sit in the page (``tight``: at the cost of a second draw; a layout
+    engine costs more)."""
     import matplotlib
 
     with matplotlib.rc_context({"svg.hashsalt": salt, "svg.fonttype": "none", "font.family": "sans-serif"}):
         buffer = io.StringIO()
-        figure.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight" if tight else None)
-    _pyplot().close(figure)
+        figure.drawn.savefig(
+            buffer, format="svg", metadata={"Date": None}, bbox_inches="tight" if figure.tight else None
+        )
     text = buffer.getvalue()
     return text[text.index("<svg") :]  # the XML prolog and DOCTYPE have no place inside HTML
 
 
+def png_bytes(figure: Figure, dpi: int) -> bytes:
+    """The figure as PNG (no "Software" chunk: the same figure gives the same bytes)."""
+    buffer = io.BytesIO()
+    figure.drawn.savefig(
+        buffer, format="png", dpi=dpi, metadata={"Software": None}, bbox_inches="tight" if figure.tight else None
+    )
+    return buffer.getvalue()
+
+
+def close(figures: list[Figure]) -> None:
+    for figure in figures:
+        _pyplot().close(figure.drawn)
+
+
 def _bounded(targets: list[Target], what: str) -> tuple[list[Target], str]:
+    """The first MAX_TARGETS targets, and what that left out in words (the caption's and the plot's)."""
     if len(targets) <= MAX_TARGETS:
         return targets, ""
-    return targets[:MAX_TARGETS], f" The first {MAX_TARGETS} of {len(targets)} {what} are drawn; the table lists all."
+    return targets[:MAX_TARGETS], f"The first {MAX_TARGETS} of {len(targets)} {what} are drawn; the table lists all."
+
+
+def _said(left_out: str) -> str:
+    return f" {left_out}" if left_out else ""
 
 
 def _errors(given: list[tuple | None]) -> list[list[float]]:
@@ -74,18 +130,29 @@ def _errors(given: list[tuple | None]) -> list[list[float]]:
 def _bars(axes, labels: list[str], given: list[tuple | None], published: list[bool], colour: str) -> None:
     """Horizontal bars in the table's order, error bars a measure's spread or an interval's ends; a row without
     a measure gets no bar and no number."""
-    drawn = axes.barh(
-        range(len(labels)),
-        [drawn_value(measure[0]) if measure else 0.0 for measure in given],
-        xerr=[[drawn_value(error) for error in side] for side in _errors(given)],
-        capsize=3,
-        color=colour,
-        edgecolor="black",
-        linewidth=0.5,
-    )
-    for patch, is_published in zip(drawn, published):
-        patch.set_hatch(HATCH if is_published else "")
-    axes.bar_label(drawn, labels=[f"{m[0]:.3g}" if m else "" for m in given], padding=4, fontsize=8)
+    _grouped(axes, labels, [("", given, colour)], published)
+
+
+def _grouped(axes, labels: list[str], bars: list[tuple[str, list, str]], published: list[bool]) -> None:
+    """``_bars`` with several bars per row side by side: a (legend name, measures, colour) each."""
+    height = 0.8 / len(bars)
+    for index, (name, given, colour) in enumerate(bars):
+        drawn = axes.barh(
+            [row + (index - (len(bars) - 1) / 2) * height for row in range(len(labels))],
+            [drawn_value(measure[0]) if measure else 0.0 for measure in given],
+            height,
+            xerr=[[drawn_value(error) for error in side] for side in _errors(given)],
+            capsize=3,
+            color=colour,
+            edgecolor="black",
+            linewidth=0.5,
+            label=name or None,
+        )
+        for patch, is_published in zip(drawn, published):
+            patch.set_hatch(HATCH if is_published else "")
+        axes.bar_label(drawn, labels=[f"{m[0]:.3g}" if m else "" for m in given], padding=4, fontsize=8)
+    if len(bars) > 1:
+        axes.legend(fontsize=7, loc="best")
     axes.set_yticks(range(len(labels)), labels, fontsize=8)
     axes.invert_yaxis()  # the table's order, top to bottom
     axes.margins(x=0.2)
@@ -102,7 +169,7 @@ def _bar_chart(targets: list, values: list, published: list[bool], colour: str):
     return figure, axes
 
 
-def speedup_figure(comparison: Comparison, salt: str) -> Figure | None:
+def speedup_figure(comparison: Comparison) -> Figure | None:
     targets = [target for target in comparison.targets if target.speedup is not None]
     if not targets:
         return None
@@ -116,12 +183,12 @@ def speedup_figure(comparison: Comparison, salt: str) -> Figure | None:
         f"Speed-up against the baseline, {comparison.baseline}: error bars are the ratio's {CONFIDENCE:.0%} "
         "interval from the runs (Welch's t interval on log times; none for a side of one run)."
         + (" Hatched bars are published numbers." if any(target.published for target in targets) else "")
-        + left_out
+        + _said(left_out)
     )
-    return Figure("Speed-up", _svg(figure, salt), caption)
+    return Figure("Speed-up", figure, caption, left_out)
 
 
-def warmup_figure(comparison: Comparison, salt: str) -> Figure | None:
+def warmup_figure(comparison: Comparison) -> Figure | None:
     targets = [target for target in comparison.targets if target.first_epoch is not None]
     if not targets:
         return None
@@ -140,9 +207,9 @@ def warmup_figure(comparison: Comparison, salt: str) -> Figure | None:
         axes[0][1].tick_params(labelleft=False)  # the same rows as on the left: their names once
     caption = (
         "The first epoch (compilation on XLA, warm-up, data loading) apart from the steady state; "
-        "a row without later epochs (a one-epoch run) has no steady-state bar." + left_out
+        "a row without later epochs (a one-epoch run) has no steady-state bar." + _said(left_out)
     )
-    return Figure("First epoch and steady state", _svg(figure, salt), caption)
+    return Figure("First epoch and steady state", figure, caption, left_out)
 
 
 def _thinned(curve: Curve) -> tuple[list[float], list[float]]:
@@ -196,7 +263,7 @@ def curve_names(comparison: Comparison) -> list[str]:
     return sorted({name for target in comparison.targets for name in target.curves})
 
 
-def curve_figure(comparison: Comparison, name: str, salt: str) -> Figure | None:
+def curve_figure(comparison: Comparison, name: str) -> Figure | None:
     targets = [target for target in comparison.targets if name in target.curves]
     if not targets:
         return None
@@ -224,12 +291,12 @@ def curve_figure(comparison: Comparison, name: str, salt: str) -> Figure | None:
             if any(target.curves[name].stride > 1 for target in targets)
             else ""
         )
-        + left_out
+        + _said(left_out)
     )
-    return Figure(name, _svg(figure, salt, tight=False), caption)
+    return Figure(name, figure, caption, left_out, tight=False)
 
 
-def goal_figure(comparison: Comparison, salt: str) -> Figure | None:
+def goal_figure(comparison: Comparison) -> Figure | None:
     goal = comparison.goal
     targets = [target for target in comparison.targets if target.time_to_goal is not None]
     if goal is None or not targets:
@@ -238,24 +305,77 @@ def goal_figure(comparison: Comparison, salt: str) -> Figure | None:
     figure, axes = _bar_chart(targets, [target.time_to_goal for target in targets], [False] * len(targets), "C3")
     axes.set_xlabel(f"seconds to reach {goal.text}")
     caption = (
-        f"Time until {goal.text}, mean ± std over the runs that reached it (the table says how many did)." + left_out
+        f"Time until {goal.text}, mean ± std over the runs that reached it (the table says how many did)."
+        + _said(left_out)
     )
-    return Figure(f"Time to reach {goal.text}", _svg(figure, salt), caption)
+    return Figure(f"Time to reach {goal.text}", figure, caption, left_out)
 
 
-def comparison_figures(comparison: Comparison, salt: str) -> tuple[list[Figure], str]:
-    """Every figure of one comparison (salted ``salt``-0, -1, ...), and what was left out of them."""
+def named(titles: list[str], shown: int = 5) -> str:
+    """The first ``shown`` of ``titles``, and how many more: what a bound left out, in one line."""
+    return ", ".join(titles[:shown]) + (f" and {len(titles) - shown} more" if len(titles) > shown else "")
+
+
+def title_figure(text: str, points: float, width: float) -> Figure:
+    """A title as a figure of its own, ``width`` inches wide, wrapped to it: a long title (an experiment's
+    arguments, a lock) must not run off the picture (bug B4)."""
+    # An average character is about 0.55 of the font's size wide.
+    lines = textwrap.wrap(text, max(12, int(width * 72 / (0.55 * points)))) or [text]
+    figure = _pyplot().figure(figsize=(width, (len(lines) * 1.5 + 0.5) * points / 72))
+    figure.text(0.01, 0.5, "\n".join(lines), fontsize=points, va="center", ha="left")
+    return Figure(text, figure, "", tight=False)
+
+
+def measured_figure(comparison: Comparison) -> Figure | None:
+    """What each row measured, mean ± std over its runs: a panel per report.yaml panel, its columns' bars side by
+    side per row (E3: test accuracy beside seconds per epoch; a command's comparison: wall time, then a panel per
+    metric)."""
+    keys = {key for _, bars in comparison.panels for key, _ in bars}
+    targets = [target for target in comparison.targets if any(target.measured.get(key) for key in keys)]
+    if not targets:
+        return None
+    targets, left_out = _bounded(targets, "rows with a measure")
+    panels = comparison.panels[:MAX_PANELS]
+    if len(comparison.panels) > MAX_PANELS:
+        names = [" + ".join(name for _, name in bars) for _, bars in comparison.panels[MAX_PANELS:]]
+        left_out = " ".join(filter(None, [left_out, f"The panels {named(names)} are left out (at most {MAX_PANELS})."]))
+    # No layout engine: the saved figure is fitted to its tick labels (svg_text's tight box), and only the first
+    # panel names the rows; constrained layout cost 0.8 of a 3-panel figure's 1.2 s.
+    figure, axes = _pyplot().subplots(
+        1, len(panels), figsize=(max(7.0, 4.5 * len(panels) + 1), _height(len(targets))), squeeze=False
+    )
+    labels, published = [target.label for target in targets], [target.published is not None for target in targets]
+    for index, (axis, bars) in enumerate(panels):
+        drawn = [
+            (name, [target.measured.get(key) for target in targets], f"C{n}") for n, (key, name) in enumerate(bars)
+        ]
+        _grouped(axes[0][index], labels, drawn, published)
+        axes[0][index].set_xlabel(axis)
+        if index:
+            axes[0][index].tick_params(labelleft=False)  # the same rows as on the left: their names once
+    names = "; ".join(" + ".join(name for _, name in bars) for _, bars in panels)
+    caption = (
+        f"What each row measured ({names}), mean ± std over its runs."
+        + (" Hatched bars are published numbers." if any(published) else "")
+        + _said(left_out)
+    )
+    return Figure("Measured", figure, caption, left_out)
+
+
+def comparison_figures(comparison: Comparison) -> tuple[list[Figure], str]:
+    """Every figure of one comparison, in the order the page shows them and the plot stacks them, and which
+    series were left out of them ("" when none)."""
     names = curve_names(comparison)
-    drawers = [
-        lambda s: speedup_figure(comparison, s),
-        lambda s: warmup_figure(comparison, s),
-        lambda s: goal_figure(comparison, s),
+    drawn = [
+        measured_figure(comparison),
+        speedup_figure(comparison),
+        warmup_figure(comparison),
+        goal_figure(comparison),
+        *(curve_figure(comparison, name) for name in names[:MAX_CURVES]),
     ]
-    drawers += [lambda s, name=name: curve_figure(comparison, name, s) for name in names[:MAX_CURVES]]
-    figures = [figure for index, draw in enumerate(drawers) if (figure := draw(f"{salt}-{index}")) is not None]
     left_out = (
         f"Curves of {len(names) - MAX_CURVES} more series are left out: {', '.join(names[MAX_CURVES:])}."
         if len(names) > MAX_CURVES
         else ""
     )
-    return figures, left_out
+    return [figure for figure in drawn if figure is not None], left_out
