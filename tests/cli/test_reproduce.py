@@ -1,0 +1,175 @@
+"""`envkit reproduce` (issue 43) end to end on the host: a tiny project in a git clone, its runs recorded by
+`envkit experiment --python`, run again from the recorded revision in a worktree and judged."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envkit.cli import main
+
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
+CONFIG = """experiments:
+  train:
+    summary: train.py
+    command: [python, train.py]
+    targets: [cpu, cpu-2]
+    reproduce: {accuracy: 0.05}
+targets:
+  cpu:
+    kind: cpu
+    torch: "2.14.1"
+    python: "3.11"
+  cpu-2:
+    kind: cpu
+    torch: "2.14.1"
+    python: "3.11"
+"""
+# The user's program: its metric follows its --seed, and OFFSET (a file git does not track) moves it.
+TRAIN = """import json, os, sys
+from pathlib import Path
+seed = int(sys.argv[sys.argv.index("--seed") + 1])
+offset = float(Path("offset").read_text()) if Path("offset").exists() else 0.0
+Path(os.environ["ENVKIT_METRICS_DIR"], "metrics.json").write_text(json.dumps({"accuracy": 0.5 + seed / 100 + offset}))
+"""
+
+
+def git(root: Path, *argv: str) -> str:
+    return subprocess.run([*GIT, *argv], cwd=root, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch) -> Path:
+    """The project committed, two runs of `train -- --seed 3` recorded in results/, envkit run from its root."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "envkit.yaml").write_text(CONFIG)
+    (root / "train.py").write_text(TRAIN)
+    (root / ".gitignore").write_text("results/\noffset\n")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "project")
+    monkeypatch.chdir(root)
+    for _ in range(2):
+        assert (
+            main(["experiment", "train", "--python", sys.executable, "--results-dir", "results", "--", "--seed", "3"])
+            == 0
+        )
+    return root
+
+
+def tree(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+def records(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.json"))
+
+
+def edit(path: Path, **environment) -> None:
+    document = json.loads(path.read_text())
+    document["environment"] |= environment
+    path.write_text(json.dumps(document))
+
+
+def worktrees(root: Path) -> int:
+    return git(root, "worktree", "list").count("\n")
+
+
+def test_a_host_run_is_reproduced_from_its_results_folder(project, capsys):
+    original = tree(project / "results")
+    assert main(["reproduce", "results", "--results-dir", "again"]) == 0
+    out = capsys.readouterr().out
+    assert "## train on cpu, arguments `--seed 3`: reproduced" in out
+    assert "| accuracy | 0.53 ± 0 (n=2) | 0.53 ± 0 (n=2) | +0 | 0.05 (declared) | held |" in out
+    assert "2 run(s) of envkit experiment train --config <worktree>/envkit.yaml --python" in out
+    assert (project / "again" / "reproduction.md").read_text() == out
+    assert len(records(project / "again")) == 2
+    reproduced = json.loads(records(project / "again")[0].read_text())
+    assert reproduced["environment"]["git_revision"] == git(project, "rev-parse", "HEAD").strip()
+    assert reproduced["environment"]["git_dirty"] is False
+    assert tree(project / "results") == original  # nothing of the original touched
+    assert worktrees(project) == 1  # the temporary worktree is gone
+
+
+def test_a_result_that_moved_differs_and_says_what(project, capsys):
+    """An original whose metric lies past the declared tolerance from what the revision gives."""
+    first = records(project / "results")[0]
+    document = json.loads(first.read_text())
+    document["metrics"]["accuracy"] = 0.63
+    first.write_text(json.dumps(document))
+    assert main(["reproduce", str(first), "--runs", "2", "--results-dir", "again"]) == 1
+    out = capsys.readouterr().out
+    assert "## train on cpu, arguments `--seed 3`: differs: accuracy -0.1 (tolerance 0.05)" in out
+    assert len(records(project / "again")) == 2
+
+
+def test_another_target_runs_there_and_expects_a_difference(project, capsys):
+    assert main(["reproduce", "results", "--target", "cpu-2", "--runs", "1", "--results-dir", "again"]) == 0
+    assert "Note: reproduced on another target (cpu-2; the original ran on cpu)" in capsys.readouterr().out
+    assert json.loads(records(project / "again")[0].read_text())["run"]["target"] == "cpu-2"
+
+
+def test_dry_run_prints_the_plan_and_runs_nothing(project, capsys):
+    assert main(["reproduce", "results", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# 1. train on cpu, arguments `--seed 3`: the project at ")
+    assert out.endswith("--target cpu -- --seed 3\n") and out.count("\n") == 1
+    assert sorted(path.name for path in (project / "results").iterdir() if path.suffix != ".json") == sorted(
+        path.stem for path in records(project / "results")
+    )  # no reproduce-* folder
+    assert worktrees(project) == 1
+
+
+@pytest.mark.parametrize(
+    ("environment", "expected"),
+    [
+        ({"git_dirty": True}, "it ran on a work tree with uncommitted changes at "),
+        ({"git_revision": "ab" * 20}, "revision abababababab is not in the clone at "),
+        ({"git_revision": None}, "the record names no git revision"),
+    ],
+)
+def test_a_record_that_cannot_be_run_again_is_one_line(project, capsys, environment, expected):
+    before = tree(project)
+    for path in records(project / "results"):
+        edit(path, **environment)
+    changed = tree(project)
+    assert main(["reproduce", "results"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("envkit: error: ") and err.count("\n") == 1 and expected in err
+    assert tree(project) == changed != before and worktrees(project) == 1
+
+
+def test_the_worktree_is_removed_when_the_experiment_is_gone_at_the_revision(project, capsys):
+    config = project / "envkit.yaml"
+    config.write_text(CONFIG.replace("  train:", "  fit:"))
+    git(project, "commit", "-q", "-am", "renamed")
+    for path in records(project / "results"):
+        edit(path, git_revision=git(project, "rev-parse", "HEAD").strip())
+    assert main(["reproduce", "results", "--results-dir", "again"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "train" in err and worktrees(project) == 1
+
+
+@pytest.mark.slow
+def test_envkit_reproduce_runs_a_host_record_end_to_end_as_a_user_runs_it(project):
+    """The console command, in another clone: the record is all it is given; a changed environment differs."""
+    clone = project.parent / "clone"
+    git(project.parent, "clone", "-q", str(project), str(clone))
+    record = records(project / "results")[0]
+    command = [sys.executable, "-m", "envkit", "reproduce", str(record), "--results-dir", "again"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(command, cwd=clone, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert ": reproduced\n" in done.stdout and (clone / "again" / "reproduction.md").is_file()
+    (clone / "offset").write_text("0.2")
+    moved = subprocess.run([*command[:-1], "moved"], cwd=clone, capture_output=True, text=True, env=env, timeout=300)
+    assert moved.returncode == 0, moved.stderr  # untracked, so not in the worktree: the revision's project ran
