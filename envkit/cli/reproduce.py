@@ -20,17 +20,22 @@ VERDICT_FILE = "reproduction.md"
 def register(subparsers) -> None:
     reproduce = subparsers.add_parser(
         "reproduce",
-        help="run a shared record or results folder again at its revision and say whether the numbers held",
-        description="SOURCE is a results record (results/*.json) or a results folder (each of its comparisons). "
-        "Each is run again from the project at the recorded git revision (a temporary git worktree of the clone "
-        "--config is in, removed after), on this host with --python as envkit experiment runs it, into a results "
-        "folder of its own. The verdict puts the original beside the reproduction: each metric against the "
-        "experiment's tolerance (envkit.yaml: reproduce: {accuracy: 0.005}; else 1% of the original's mean), the "
-        "wall time's ratio with its 95% interval, the environment's difference (envkit diff's), and one word per "
-        "row: reproduced, differs or not comparable. Exit 0 when every row reproduced, 1 when one did not, "
-        "2 for input it cannot run again (a dirty or missing revision, a newer record).",
+        help="run a shared record, results folder or page again at its revision and say whether the numbers held",
+        description="SOURCE is a results record (results/*.json), a results folder (each of its comparisons) or "
+        "a page envkit report --html wrote. Each is run again from the project at the recorded git revision (a "
+        "temporary git worktree of the clone --config is in, removed after), on this host with --python as "
+        "envkit experiment runs it, into a results folder of its own. The verdict puts the original beside the "
+        "reproduction: each metric against the experiment's tolerance (envkit.yaml: reproduce: {accuracy: 0.005}; "
+        "else 1% of the original's mean), the wall time's ratio with its 95% interval, the environment's "
+        "difference (envkit diff's), and one word per row: reproduced, differs or not comparable. Exit 0 when "
+        "every row reproduced, 1 when one did not, 2 for input it cannot run again (a dirty or missing revision, "
+        "a newer record).",
     )
-    reproduce.add_argument("source", metavar="SOURCE", help="a results record (.json) or a results folder")
+    reproduce.add_argument(
+        "source",
+        metavar="SOURCE",
+        help="a results record (.json), a results folder or a page (.html) of envkit report --html",
+    )
     add_config(reproduce)
     add_target(reproduce, "run on another target of the same experiment (the verdict then expects a difference)")
     reproduce.add_argument(

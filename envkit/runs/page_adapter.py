@@ -32,6 +32,7 @@ from envkit.runs.goals import goal_of
 from envkit.runs.html_page import MAX_FIGURE_COMPARISONS, write_page
 from envkit.runs.model import OURS, Report, Row, Section
 from envkit.runs.page_model import Comparison, Difference, Interval, Page, Target
+from envkit.runs.page_records import page_data
 from envkit.runs.speedups import baseline_text, in_short
 
 # What a run recorded about where it ran that an inventory does not hold: compared the way `envkit diff` compares.
@@ -181,12 +182,15 @@ def page_from_report(report: Report, warnings: list[str]) -> Page:
     summary = f"{counted(report.runs, 'run')} in {counted(configurations, 'configuration')}"
     skipped = tuple(line.removeprefix("skipped ") for line in warnings if line.startswith("skipped "))
     sources = {row.source: row.environment for s in report.sections for row in s.rows if row.source != OURS}
+    carried = [run for s in report.sections for row in s.rows for run in row.results if run.run is not None]
     return Page(
         title="envkit comparison report",
         summary=summary + (f"; {counted(len(skipped), 'file')} skipped" if skipped else "") + ".",
         comparisons=tuple(comparisons),
         skipped=skipped,
         sources=tuple(f"{label}: {note}" for label, note in sources.items()),
+        reproduction=page_data(carried),
+        runs_carried=len({str(run.path) for run in carried}),
     )
 
 

@@ -27,8 +27,9 @@ from envkit.image.inventory import from_environment
 from envkit.runs import results
 from envkit.runs.comparison import arguments_of, arguments_text, command_sections
 from envkit.runs.model import Row
+from envkit.runs.page_records import page_records
 from envkit.runs.published import report_facts
-from envkit.runs.speedups import BASELINE, FASTER, SLOWER, assign_speedups, verdict_text
+from envkit.runs.speedups import FASTER, SLOWER, assign_speedups, verdict_text
 from envkit.support.bounded_load import Refused, parse_json, read_text
 
 # A metric the experiment gives no tolerance may differ by this share of the original's mean (stated in the verdict).
@@ -57,15 +58,25 @@ class Case:
         return f"{self.experiment} on {self.target or 'no named target'}, arguments {arguments_text(self.arguments)}"
 
 
-def read_record(path: Path) -> results.RunResult:
-    """One record, as strictly as the report reads it; a newer schema or a run no wrapper started is refused."""
+SOURCES = "give a results record (results/*.json), a results folder or a page envkit report --html wrote"
+
+
+def _read(path: Path) -> str:
     try:
-        text = read_text(path)
-        document = parse_json(text)
+        return read_text(path)
     except OSError as exc:
         raise EnvkitError(f"cannot read {path}: {exc.strerror or exc}") from None
     except Refused as exc:
-        raise EnvkitError(f"{exc.at(path)}; give a results record (results/*.json) or a results folder") from None
+        raise EnvkitError(f"{exc.at(path)}; {SOURCES}") from None
+
+
+def parse_record(path: Path, text: str) -> results.RunResult:
+    """One record's text, as strictly as the report reads it; a newer schema or a run no wrapper started is
+    refused."""
+    try:
+        document = parse_json(text)
+    except Refused as exc:
+        raise EnvkitError(f"{exc.at(path)}; {SOURCES}") from None
     version = document.get("schema_version") if isinstance(document, dict) else None
     if isinstance(version, int) and version > results.SCHEMA_VERSION:
         raise EnvkitError(
@@ -81,8 +92,13 @@ def read_record(path: Path) -> results.RunResult:
     return run
 
 
+def read_record(path: Path) -> results.RunResult:
+    """One record file (see parse_record)."""
+    return parse_record(path, _read(path))
+
+
 def read_source(source: Path) -> tuple[list[results.RunResult], list[str]]:
-    """The runs a record or a results folder holds, and the warnings of the files it skipped."""
+    """The runs a record, a results folder or a page holds, and the warnings of the files it skipped."""
     if source.is_dir():
         runs, warnings = results.load_results(source)
         kept = [run for run in runs if run.run is not None]
@@ -94,7 +110,9 @@ def read_source(source: Path) -> tuple[list[results.RunResult], list[str]]:
         return kept, warnings
     if source.suffix == ".json":
         return [read_record(source)], []
-    raise EnvkitError(f"{source}: not a record (.json) or a results folder; give one of them")
+    if source.suffix in (".html", ".htm"):
+        return [parse_record(path, text) for path, text in page_records(source, _read(source))], []
+    raise EnvkitError(f"{source}: neither a record (.json), a results folder nor a page (.html); {SOURCES}")
 
 
 def cases_of(runs: list[results.RunResult]) -> list[Case]:
@@ -311,16 +329,18 @@ def _stat(stat: results.Stat | None) -> str:
     return f"{stat.mean:.6g} ± {stat.std:.2g} (n={stat.n})"
 
 
+def _table_row(*cells: str) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
 def _time_line(verdict: Verdict) -> str:
+    """The wall time of both sides, the reproduction's speed against the original's and its verdict."""
     original, reproduction = verdict.original, verdict.reproduction
+    times = (_stat(original.wall_time_s), _stat(reproduction.wall_time_s))
     if reproduction.speedup is None:
-        why = "no measured wall time" if reproduction.verdict is None else reproduction.verdict
-        return f"| wall time (s) | {_stat(original.wall_time_s)} | {_stat(reproduction.wall_time_s)} | — | — | {why} |"
-    text = verdict_text(reproduction) if reproduction.verdict != BASELINE else BASELINE
+        return _table_row("wall time (s)", *times, "—", "—", "no measured wall time on a side to compare")
     ratio = f"{reproduction.speedup:.3g}× the original's speed"
-    return (
-        f"| wall time (s) | {_stat(original.wall_time_s)} | {_stat(reproduction.wall_time_s)} | {ratio} | — | {text} |"
-    )
+    return _table_row("wall time (s)", *times, ratio, "—", verdict_text(reproduction))
 
 
 def _metric_line(metric: Metric) -> str:
@@ -334,8 +354,7 @@ def _metric_line(metric: Metric) -> str:
         source = "declared" if metric.declared else f"default: {DEFAULT_TOLERANCE:.0%} of the original"
         tolerance = f"{metric.tolerance:.4g} ({source})"
     word = "held" if metric.held else DIFFERS
-    cells = (metric.name, _stat(metric.original), _stat(metric.reproduction), difference, tolerance, word)
-    return "| " + " | ".join(cells) + " |"
+    return _table_row(metric.name, _stat(metric.original), _stat(metric.reproduction), difference, tolerance, word)
 
 
 def verdict_markdown(verdicts: list[Verdict], source: str, results_dir: Path, steps: list[str]) -> str:

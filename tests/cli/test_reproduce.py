@@ -100,6 +100,15 @@ def test_a_host_run_is_reproduced_from_its_results_folder(project, capsys):
     assert worktrees(project) == 1  # the temporary worktree is gone
 
 
+def test_the_page_of_the_report_is_reproduced(project, capsys):
+    assert main(["report", "results", "--html", "page.html"]) == 0
+    capsys.readouterr()
+    assert main(["reproduce", "page.html", "--results-dir", "again"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# Reproduction of page.html\n") and "`--seed 3`: reproduced\n" in out
+    assert len(records(project / "again")) == 2
+
+
 def test_a_result_that_moved_differs_and_says_what(project, capsys):
     """An original whose metric lies past the declared tolerance from what the revision gives."""
     first = records(project / "results")[0]

@@ -125,5 +125,7 @@ def test_a_newer_record_and_an_empty_folder_are_refused(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(EnvkitError, match="no record of a run the run wrapper started"):
         read_source(tmp_path / "empty")
-    with pytest.raises(EnvkitError, match="not a record"):
+    with pytest.raises(
+        EnvkitError, match=r"page.txt: neither a record \(.json\), a results folder nor a page \(.html\); give"
+    ):
         read_source(tmp_path / "page.txt")
