@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from envkit.cli.options import add_config, add_target, directory_option
@@ -82,42 +83,151 @@ def _results_dir(args: argparse.Namespace) -> Path:
     return folder
 
 
-def _experiment_argv(case, config: Path, python: str, out: Path, args, recipe_args) -> list[str]:
-    """`envkit experiment`'s command line for one run of the case."""
-    argv = ["experiment", case.experiment, "--config", str(config), "--python", python, "--results-dir", str(out)]
-    target = args.target or case.target
-    argv += ["--target", target] if target else []
-    argv += ["--data-dir", str(args.data_dir)] if args.data_dir is not None else []
-    return [*argv, "--", *recipe_args]
+@dataclass
+class _Reproduction:
+    """One case being run again: where (the worktree), how (the command line's options), and what it said."""
+
+    case: object  # envkit.runs.reproduce.Case
+    tree: Path  # the project at the revision
+    config: Path  # its envkit.yaml
+    out: Path
+    args: argparse.Namespace
+    recipe_args: tuple[str, ...]
+    steps: list[str]
+
+    @property
+    def target(self) -> str | None:
+        return self.args.target or self.case.target
+
+    @property
+    def runs(self) -> int:
+        return self.args.runs or len(self.case.runs)
+
+    def say(self, step: str) -> None:
+        self.steps.append(f"{self.case.title}: {step.replace(str(self.tree), '<worktree>')}")
+
+    def envkit(self, argv: list[str], times: int = 1) -> None:
+        """An envkit command at the revision, through its own parser and handler (one code path with the CLI)."""
+        from envkit.cli import build_parser, parse
+
+        for _ in range(0 if self.args.dry_run else times):
+            command = parse(build_parser(argv[0]), argv)
+            command.func(command)  # a failed run is a record too: the verdict says so
+
+    def experiment_argv(self, python: str | None) -> list[str]:
+        """`envkit experiment`'s command line for one run of the case: on this host with ``python``, else in the
+        target's image."""
+        argv = ["experiment", self.case.experiment, "--config", str(self.config), "--results-dir", str(self.out)]
+        argv += ["--python", python] if python else []
+        argv += ["--target", self.target] if self.target else []
+        argv += ["--data-dir", str(self.args.data_dir)] if self.args.data_dir is not None else []
+        return [*argv, "--", *self.recipe_args]
+
+
+def _on_host(job: _Reproduction, python: str) -> None:
+    from envkit.support.shellquote import command_line
+
+    argv = job.experiment_argv(python)
+    job.say(
+        f"the project at {job.case.revision[:12]} (git worktree), {job.runs} run(s) of envkit {command_line({}, argv)}"
+    )
+    job.envkit(argv, job.runs)
+
+
+def _engine():
+    """A Docker client whose engine answers, else None."""
+    from envkit.errors import EnvkitError
+    from envkit.support.docker_client import connect_docker
+
+    try:
+        return connect_docker()
+    except EnvkitError:
+        return None
+
+
+def _in_image(job: _Reproduction) -> None:
+    """An image run: the image by digest, else a rebuild proved the same, else a host venv (reproduce_image)."""
+    from envkit.errors import EnvkitError
+    from envkit.project.load import load_config
+    from envkit.runs.reproduce_image import PULL, REBUILD, choose
+
+    if job.target is None:
+        raise EnvkitError(f"{job.case.title}: the record names no target, so no image to run it in")
+    engine = _engine()
+    choice = choose(job.case.runs[0].environment, load_config(job.config), job.target, engine is not None)
+    job.say(choice.said)
+    if choice.how == PULL:
+        return _pulled(job, engine, choice.reference)
+    if choice.how == REBUILD:
+        job.say(f"{job.runs} run(s) of envkit {' '.join(job.experiment_argv(None))} (its build cached after the first)")
+        job.envkit(job.experiment_argv(None), job.runs)
+        return None if job.args.dry_run else _prove(job, engine)
+    venv = job.tree.parent / "venv"  # beside the worktree: removed with it
+    job.say(f"envkit venv {job.target} --path <temporary venv>")
+    job.envkit(["venv", job.target, "--config", str(job.config), "--path", str(venv)])
+    return _on_host(job, str(venv / "bin" / "python"))
+
+
+def _pulled(job: _Reproduction, engine, reference: str) -> None:
+    """The image pulled by digest, then the experiment's run.sh steps with IMAGE set to it (no build)."""
+    from envkit.errors import EnvkitError
+    from envkit.host import doctor
+    from envkit.project.experiments import experiment
+    from envkit.project.load import load_config
+    from envkit.project.placement import place
+    from envkit.runs.plans import RunPlan, experiment_gpus, experiment_plan, format_plan, run_in_order
+    from envkit.support.docker_client import docker_sdk
+
+    config = load_config(job.config)
+    entry, target = place(config, experiment(job.case.experiment, job.config), job.target)
+    plan = experiment_plan(
+        entry, target, config=job.config, output=config.output, gpus=None, results_dir=job.out,
+        data_dir=job.args.data_dir, recipe_args=job.recipe_args,
+    )  # fmt: skip
+    steps = [replace(step, env={**step.env, "IMAGE": reference}) for step in plan.steps[2:]]
+    job.say(f"docker pull {reference}, then {job.runs} time(s):\n{format_plan(RunPlan(steps))}".rstrip())
+    if job.args.dry_run:
+        return
+    doctor.require(doctor.inspect_host(), entry.kind, experiment_gpus(entry, None, target.gpus))
+    try:
+        engine.images.pull(reference)
+    except docker_sdk().errors.DockerException as exc:
+        reason = (str(exc).strip().splitlines() or ["no reason given"])[0]
+        raise EnvkitError(f"cannot pull {reference}: its registry did not answer ({reason})") from None
+    for _ in range(job.runs):
+        run_in_order(RunPlan(steps))
+
+
+def _prove(job: _Reproduction, engine) -> None:
+    """Whether the rebuilt image holds what the record lists (verify's rule on a record's facts): said, and the
+    verdict's environment difference names what differs."""
+    from envkit.image.build import LATEST, repository
+    from envkit.image.inventory import from_engine_image
+    from envkit.runs.reproduce_image import proof
+
+    reference = f"{repository(job.target)}:{LATEST}"
+    same, text = proof(from_engine_image(engine, reference), job.case.runs[0].environment)
+    job.say(f"the rebuilt {reference} " + ("holds the record's Python packages" if same else f"differs: {text}"))
 
 
 def _run_case(case, root: Path, relative: Path, out: Path, args, steps: list[str]):
     """The case run again in a worktree at its revision: its new records and the experiment's tolerances."""
-    from envkit.cli import build_parser, parse
     from envkit.errors import EnvkitError
     from envkit.project.experiments import experiment
-    from envkit.runs.reproduce import recipe_arguments, recorded_python, worktree
-    from envkit.support.shellquote import command_line
+    from envkit.runs.reproduce import read_record, recipe_arguments, recorded_python, worktree
 
-    python = args.python or recorded_python(case) or sys.executable
-    runs = args.runs or len(case.runs)
     with worktree(root, case.revision) as tree:
         config = tree / relative
         entry = experiment(case.experiment, config)
         recipe_args = recipe_arguments(case, [run.argv for run in entry.runs])
-        argv = _experiment_argv(case, config, python, out.resolve(), args, recipe_args)
-        steps.append(
-            f"{case.title}: the project at {case.revision[:12]} (git worktree), {runs} run(s) of "
-            f"envkit {command_line({}, argv).replace(str(tree), '<worktree>')}"
-        )
+        job = _Reproduction(case, tree, config, out.resolve(), args, recipe_args, steps)
+        before = set(out.glob("*.json"))
+        if case.image is None or args.python:  # an image run with --python: on this host, as asked
+            _on_host(job, args.python or recorded_python(case) or sys.executable)
+        else:
+            _in_image(job)
         if args.dry_run:
             return [], entry.reproduce
-        before = set(out.glob("*.json"))
-        for _ in range(runs):
-            command = parse(build_parser("experiment"), argv)
-            command.func(command)  # a failed run is a record too: the verdict says so
-        from envkit.runs.reproduce import read_record
-
         new = sorted(set(out.glob("*.json")) - before)
         if not new:
             raise EnvkitError(f"{case.title}: the runs left no record in {out}")
@@ -149,11 +259,17 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     out = _results_dir(args)
     steps: list[str] = []
     outcomes = []
-    if not args.dry_run:
-        out.mkdir(parents=True, exist_ok=True)
-    for case in cases:
-        reproduced, tolerances = _run_case(case, root, relative, out, args, steps)
-        outcomes.append((case, reproduced, tolerances))
+    made = not args.dry_run and not out.exists()
+    if made:
+        out.mkdir(parents=True)
+    try:
+        for case in cases:
+            reproduced, tolerances = _run_case(case, root, relative, out, args, steps)
+            outcomes.append((case, reproduced, tolerances))
+    except BaseException:
+        if made and not any(out.iterdir()):  # refused before any run: nothing of it stays
+            out.rmdir()
+        raise
     if args.dry_run:
         sys.stdout.write("".join(f"# {number}. {step}\n" for number, step in enumerate(steps, start=1)))
         return 0

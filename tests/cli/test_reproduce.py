@@ -90,7 +90,7 @@ def test_a_host_run_is_reproduced_from_its_results_folder(project, capsys):
     out = capsys.readouterr().out
     assert "## train on cpu, arguments `--seed 3`: reproduced" in out
     assert "| accuracy | 0.53 ± 0 (n=2) | 0.53 ± 0 (n=2) | +0 | 0.05 (declared) | held |" in out
-    assert "2 run(s) of envkit experiment train --config <worktree>/envkit.yaml --python" in out
+    assert "2 run(s) of envkit experiment train --config <worktree>/envkit.yaml --results-dir " in out
     assert (project / "again" / "reproduction.md").read_text() == out
     assert len(records(project / "again")) == 2
     reproduced = json.loads(records(project / "again")[0].read_text())
@@ -166,6 +166,90 @@ def test_the_worktree_is_removed_when_the_experiment_is_gone_at_the_revision(pro
     assert main(["reproduce", "results", "--results-dir", "again"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "train" in err and worktrees(project) == 1
+
+
+LOCK = "# envkit lock\ntabulate==0.9.0 \\\n    --hash=sha256:" + "a" * 64 + "\n"
+DIGEST = "sha256:" + "2" * 64
+
+
+def image_records(project: Path, pushed: bool) -> None:
+    """The records made image runs of the cpu target at a revision that holds its lock (and its push)."""
+    folder = project / "docker" / "cpu"
+    folder.mkdir(parents=True)
+    (folder / "requirements.lock").write_text(LOCK)
+    if pushed:
+        from envkit.image.pushed import Pushed, record
+
+        record(folder, "cpu", [Pushed("reg.example:5000/envkit-cpu", "latest", DIGEST, "sha256:" + "1" * 64)])
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "locked")
+    for path in records(project / "results"):
+        edit(
+            path,
+            git_revision=git(project, "rev-parse", "HEAD").strip(),
+            image="envkit-cpu:latest",
+            image_id="sha256:" + "1" * 64,
+            lock_sha256=hashlib.sha256(LOCK.encode()).hexdigest(),
+        )
+
+
+def test_an_image_run_without_an_engine_runs_in_a_venv_of_its_lock(project, capsys, monkeypatch):
+    image_records(project, pushed=True)
+    monkeypatch.setattr("envkit.cli.reproduce._engine", lambda: None)
+    assert main(["reproduce", "results", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(
+        "no Docker engine here: a host venv from the lock "
+        f"{hashlib.sha256(LOCK.encode()).hexdigest()[:12]} (its push is not pulled without an engine: "
+        f"reg.example:5000/envkit-cpu@{DIGEST})"
+    )
+    assert lines[1].endswith(": envkit venv cpu --path <temporary venv>")
+    assert "2 run(s) of envkit experiment train --config <worktree>/envkit.yaml" in lines[2]
+    assert "/venv/bin/python --target cpu -- --seed 3" in lines[2]
+    assert worktrees(project) == 1
+
+
+class Images:
+    def __init__(self, error: Exception | None = None):
+        self.error, self.pulled = error, []
+
+    def pull(self, reference):
+        self.pulled.append(reference)
+        if self.error:
+            raise self.error
+
+
+class Engine:
+    def __init__(self, error: Exception | None = None):
+        self.images = Images(error)
+
+
+def test_an_image_run_pushed_from_the_revision_is_pulled_by_digest_and_run_without_a_build(
+    project, capsys, monkeypatch
+):
+    image_records(project, pushed=True)
+    monkeypatch.setattr("envkit.cli.reproduce._engine", Engine)
+    assert main(["reproduce", "results", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"the recorded image by digest: reg.example:5000/envkit-cpu@{DIGEST}" in out
+    assert f"docker pull reg.example:5000/envkit-cpu@{DIGEST}, then 2 time(s):" in out
+    assert f"IMAGE=reg.example:5000/envkit-cpu@{DIGEST}" in out and "/docker/cpu/run.sh python train.py --seed 3" in out
+    assert "build" not in out
+
+
+def test_a_registry_that_does_not_answer_is_one_line(project, capsys, monkeypatch):
+    import docker
+
+    image_records(project, pushed=True)
+    engine = Engine(docker.errors.APIError("500 Server Error: connection refused\nmore"))
+    monkeypatch.setattr("envkit.cli.reproduce._engine", lambda: engine)
+    monkeypatch.setattr("envkit.host.doctor.require", lambda *args: None)
+    assert main(["reproduce", "results", "--results-dir", "again"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"cannot pull reg.example:5000/envkit-cpu@{DIGEST}: its registry did not answer (500 Server" in err
+    assert engine.images.pulled == [f"reg.example:5000/envkit-cpu@{DIGEST}"]
+    assert not (project / "again").exists() and worktrees(project) == 1
 
 
 @pytest.mark.slow
