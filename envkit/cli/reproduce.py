@@ -8,6 +8,7 @@ The verdict (envkit.runs.reproduce) is printed and written beside the reproduced
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -55,6 +56,12 @@ def register(subparsers) -> None:
         help=f"where the reproduced runs and {VERDICT_FILE} go (default: ./{RESULTS_FOLDER}/reproduce-<source name>)",
     )
     reproduce.add_argument("--data-dir", type=directory_option, default=None, help="datasets (default: the program's)")
+    reproduce.add_argument(
+        "--torch-index-url",
+        metavar="URL",
+        help="where a host venv of an image run's lock takes torch from: a mirror of the target's PyTorch index, "
+        "as envkit venv takes it",
+    )
     reproduce.add_argument("--dry-run", action="store_true", help="print the plan (worktree, runs) and run nothing")
     reproduce.set_defaults(func=cmd_reproduce)
 
@@ -112,7 +119,8 @@ class _Reproduction:
 
         for _ in range(0 if self.args.dry_run else times):
             command = parse(build_parser(argv[0]), argv)
-            command.func(command)  # a failed run is a record too: the verdict says so
+            with contextlib.redirect_stdout(sys.stderr):  # what it says is progress: stdout is the verdict's
+                command.func(command)  # a failed run is a record too: the verdict says so
 
     def experiment_argv(self, python: str | None) -> list[str]:
         """`envkit experiment`'s command line for one run of the case: on this host with ``python``, else in the
@@ -164,7 +172,8 @@ def _in_image(job: _Reproduction) -> None:
         return None if job.args.dry_run else _prove(job, engine)
     venv = job.tree.parent / "venv"  # beside the worktree: removed with it
     job.say(f"envkit venv {job.target} --path <temporary venv>")
-    job.envkit(["venv", job.target, "--config", str(job.config), "--path", str(venv)])
+    mirror = ["--torch-index-url", job.args.torch_index_url] if job.args.torch_index_url else []
+    job.envkit(["venv", job.target, "--config", str(job.config), "--path", str(venv), *mirror])
     return _on_host(job, str(venv / "bin" / "python"))
 
 

@@ -266,3 +266,49 @@ def test_envkit_reproduce_runs_a_host_record_end_to_end_as_a_user_runs_it(projec
     (clone / "offset").write_text("0.2")
     moved = subprocess.run([*command[:-1], "moved"], cwd=clone, capture_output=True, text=True, env=env, timeout=300)
     assert moved.returncode == 0, moved.stderr  # untracked, so not in the worktree: the revision's project ran
+
+
+@pytest.mark.slow
+def test_an_image_run_without_an_engine_runs_again_in_a_host_venv_of_its_lock(project, capsys, monkeypatch):
+    """The venv path for real: the revision's cpu lock (a made-up wheel, served on 127.0.0.1 with a stand-in for
+    PyTorch's pages) installed by envkit venv, the runs started with its interpreter, which records the lock."""
+    from wheel_index import IndexServer
+
+    from envkit.lock.inputs import lock_inputs
+    from envkit.project.load import load_config
+
+    monkeypatch.setenv("UV_CACHE_DIR", str(project.parent / "uv-cache"))
+    monkeypatch.setattr("envkit.cli.reproduce._engine", lambda: None)
+    with IndexServer(project.parent / "www") as server:
+        index, torch = server.index("simple"), server.index("torch-mirror")
+        sha = index.add("envkit-probe-a", "1.0")
+        for name in ("torch", "torchvision"):
+            torch.add(name, "0.0.1")
+        config = project / "envkit.yaml"
+        config.write_text(
+            CONFIG.replace('    python: "3.11"\n', f'    python: "3.11"\n    pip_index_url: {index.url}\n', 1)
+        )
+        digest = lock_inputs(load_config(config).target("cpu")).digest()
+        python = "{}.{}".format(*sys.version_info[:2])
+        lock = f"# envkit lock\n# inputs-sha256: {digest}\n# platform: x86_64-manylinux_2_36, python {python}\n"
+        lock += f"envkit-probe-a==1.0 \\\n    --hash=sha256:{sha}\n"
+        (project / "docker" / "cpu").mkdir(parents=True)
+        (project / "docker" / "cpu" / "requirements.lock").write_text(lock)
+        git(project, "add", "-A")
+        git(project, "commit", "-q", "-m", "locked")
+        revision = git(project, "rev-parse", "HEAD").strip()
+        lock_sha = hashlib.sha256(lock.encode()).hexdigest()
+        for path in records(project / "results"):
+            edit(path, git_revision=revision, image="envkit-cpu:latest", lock_sha256=lock_sha)
+        argv = ["reproduce", "results", "--runs", "1", "--results-dir", "again", "--torch-index-url", torch.url]
+        code = main(argv)
+    out = capsys.readouterr().out
+    assert out.startswith("# Reproduction of results\n")
+    assert f"no Docker engine here: a host venv from the lock {lock_sha[:12]}" in out
+    (reproduced,) = (json.loads(path.read_text()) for path in records(project / "again"))
+    assert reproduced["environment"]["lock_sha256"] == lock_sha
+    assert "envkit-probe-a==1.0" in reproduced["environment"]["distributions"]
+    assert reproduced["run"]["exit_status"] == 0 and reproduced["metrics"] == {"accuracy": 0.53}
+    # The original ran on another interpreter's packages: said, and the verdict is not "reproduced".
+    assert code == 1 and ": differs: environment: versions: - torch 2.14.1 (only in A); " in out
+    assert "; environment: python packages: " in out and worktrees(project) == 1
