@@ -37,6 +37,7 @@ RUN_KEYS = (
     "wall_time_s",
     "cpu_time_s",
     "load_average",
+    "conditions",
     "device",
     "data",
 )

@@ -29,6 +29,7 @@ from envkit.runs.comparison import arguments_of, arguments_text, command_section
 from envkit.runs.model import Row
 from envkit.runs.page_records import page_records
 from envkit.runs.published import report_facts
+from envkit.runs.speedup_bounds import flag_beyond
 from envkit.runs.speedups import FASTER, SLOWER, assign_speedups, verdict_text
 from envkit.support.bounded_load import Refused, parse_json, read_text
 
@@ -308,6 +309,7 @@ def judge(case: Case, reproduced: list[results.RunResult], tolerances: dict[str,
     if why is not None:
         return Verdict(case, NOT_COMPARABLE, (why,), original, reproduction, notes=notes)
     assign_speedups([original, reproduction], declared=ORIGINAL)
+    flag_beyond([original, reproduction])  # a busy host or another thread budget: the time is no result
     metrics = _metrics(original, reproduction, tolerances)
     reasons = [problem for metric in metrics if (problem := metric.problem())]
     first_original = next(run for run in case.runs if run.succeeded)
@@ -315,7 +317,9 @@ def judge(case: Case, reproduced: list[results.RunResult], tolerances: dict[str,
     text, software = _environment(first_original, first_reproduced)
     reasons += [f"environment: {line}" for line in software]
     same_host = first_original.environment.get("host") == first_reproduced.environment.get("host")
-    if reproduction.verdict in (FASTER, SLOWER) and same_host:
+    if reproduction.speedup_beyond is not None:
+        notes += (f"wall time not judged: {reproduction.speedup_beyond}",)
+    elif reproduction.verdict in (FASTER, SLOWER) and same_host:
         reasons.append(f"wall time {verdict_text(reproduction)}")
     elif reproduction.verdict in (FASTER, SLOWER):
         notes += ("wall time on another host: shown, not judged",)

@@ -80,6 +80,23 @@ def test_the_wall_time_is_judged_by_the_reports_one_rule_on_the_same_host(tmp_pa
     assert elsewhere.word == REPRODUCED and elsewhere.notes == ("wall time on another host: shown, not judged",)
 
 
+def test_a_wall_time_measured_on_a_busy_host_is_not_judged(tmp_path):
+    """The report's rule for a busy host (speedup_bounds.conditions_flag) holds the time's verdict back."""
+    before, after = [1.0, 1.01, 0.99], [2.0, 2.02, 1.98]
+    original = _records(tmp_path / "a", "o", before)
+    reproduced = _records(tmp_path / "b", "r", after)
+    conditions = {"thread_variables": {}, "torch_threads": [], "cpus": 2, "cpu_quota": None, "usable_cpus": 2}
+    busy = []
+    for run in reproduced:
+        document = json.loads(run.path.read_text())
+        document["run"] |= {"conditions": {**conditions, "cpu_share": 0.5}, "load_average": [9.1, 9.0]}
+        run.path.write_text(json.dumps(document))
+        busy.append(read_record(run.path))
+    verdict = _verdict(tmp_path, original, busy)
+    assert verdict.word == REPRODUCED
+    assert verdict.notes == ("wall time not judged: host busy: load 9.1 on 2 CPUs; this speed-up is not a result",)
+
+
 def test_a_failed_reproduction_is_not_comparable(tmp_path):
     original = _records(tmp_path / "a", "o", [1.0])
     verdict = _verdict(tmp_path, original, _records(tmp_path / "b", "r", [1.0], status=3))
