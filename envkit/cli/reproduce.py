@@ -17,6 +17,7 @@ from envkit.cli.options import add_config, add_target, directory_option
 from envkit.support.provenance_records import RESULTS_FOLDER
 
 VERDICT_FILE = "reproduction.md"
+VERDICT_PAGE = "reproduction.html"  # the same verdict as a page: both sides' runs, as envkit report --html shows them
 
 
 def register(subparsers) -> None:
@@ -252,6 +253,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         read_source,
         refuse_unreproducible,
         verdict_markdown,
+        verdict_page,
     )
     from envkit.support.atomic import write_text_atomic
 
@@ -285,5 +287,6 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     verdicts = [judge(case, reproduced, tolerances, args.target) for case, reproduced, tolerances in outcomes]
     text = verdict_markdown(verdicts, str(source), out, steps)
     write_text_atomic(out / VERDICT_FILE, text)
+    verdict_page(verdicts, out / VERDICT_PAGE, args.config)
     sys.stdout.write(text)
     return exit_status(verdicts)

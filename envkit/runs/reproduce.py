@@ -30,7 +30,7 @@ from envkit.runs.model import Row
 from envkit.runs.page_records import page_records
 from envkit.runs.published import report_facts
 from envkit.runs.speedup_bounds import flag_beyond
-from envkit.runs.speedups import FASTER, SLOWER, assign_speedups, verdict_text
+from envkit.runs.speedups import FASTER, SLOWER, assign_speedups, may_compare, verdict_text
 from envkit.support.bounded_load import Refused, parse_json, read_text
 
 # A metric the experiment gives no tolerance may differ by this share of the original's mean (stated in the verdict).
@@ -367,8 +367,7 @@ def verdict_markdown(verdicts: list[Verdict], source: str, results_dir: Path, st
     lines += [f"- {step}" for step in steps]
     for verdict in verdicts:
         case = verdict.case
-        word = verdict.word + (f": {'; '.join(verdict.reasons)}" if verdict.reasons else "")
-        lines += ["", f"## {case.title}: {word}", ""]
+        lines += ["", f"## {case.title}: {_word(verdict)}", ""]
         lines.append(f"revision {case.revision}, lock {case.lock or 'none'}, image {case.image or 'none (a host run)'}")
         lines += [f"Note: {note}" for note in verdict.notes]
         if verdict.original is None or verdict.reproduction is None or verdict.word == NOT_COMPARABLE:
@@ -385,6 +384,31 @@ def verdict_markdown(verdicts: list[Verdict], source: str, results_dir: Path, st
         lines += ["", "Environment (envkit diff of the first successful run of each side):", "", "```"]
         lines += [verdict.environment, "```"]
     return "\n".join(lines) + "\n"
+
+
+def verdict_page(verdicts: list[Verdict], path: Path, config: Path) -> int:
+    """The verdict as a page (envkit report --html's): the report of both sides' runs, a row each for the original
+    and the reproduction under the report's own rules (the original the baseline), its summary the verdict's words.
+    Its records keep their targets (the row labels are the page's alone). The page's size in bytes."""
+    from envkit.runs.html_page import write_page
+    from envkit.runs.page_adapter import page_from_report
+    from envkit.runs.report import build_report
+
+    runs = [
+        replace(run, target=label)
+        for verdict in verdicts
+        for label, side in ((ORIGINAL, verdict.original), (REPRODUCTION, verdict.reproduction))
+        if side is not None
+        for run in side.results
+    ]
+    declared = ORIGINAL if any(verdict.original and may_compare(verdict.original) for verdict in verdicts) else None
+    page = page_from_report(build_report(runs, baseline=declared, config=config), [])
+    words = " ".join(f"{verdict.case.title}: {_word(verdict)}." for verdict in verdicts)
+    return write_page(replace(page, title="envkit reproduce: the original and its reproduction", summary=words), path)
+
+
+def _word(verdict: Verdict) -> str:
+    return verdict.word + (f": {'; '.join(verdict.reasons)}" if verdict.reasons else "")
 
 
 def exit_status(verdicts: list[Verdict]) -> int:

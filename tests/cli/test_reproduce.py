@@ -92,6 +92,10 @@ def test_a_host_run_is_reproduced_from_its_results_folder(project, capsys):
     assert "| accuracy | 0.53 ± 0 (n=2) | 0.53 ± 0 (n=2) | +0 | 0.05 (declared) | held |" in out
     assert "2 run(s) of envkit experiment train --config <worktree>/envkit.yaml --results-dir " in out
     assert (project / "again" / "reproduction.md").read_text() == out
+    page = (project / "again" / "reproduction.html").read_text()
+    assert "<title>envkit reproduce: the original and its reproduction</title>" in page and "<script" not in page
+    assert "train on cpu, arguments `--seed 3`: reproduced." in page
+    assert "<td>original</td>" in page and "<td>reproduction</td>" in page
     assert len(records(project / "again")) == 2
     reproduced = json.loads(records(project / "again")[0].read_text())
     assert reproduced["environment"]["git_revision"] == git(project, "rev-parse", "HEAD").strip()
