@@ -56,7 +56,12 @@ def register(subparsers) -> None:
         default=None,
         help=f"where the reproduced runs and {VERDICT_FILE} go (default: ./{RESULTS_FOLDER}/reproduce-<source name>)",
     )
-    reproduce.add_argument("--data-dir", type=directory_option, default=None, help="datasets (default: the program's)")
+    reproduce.add_argument(
+        "--data-dir",
+        type=directory_option,
+        default=None,
+        help="datasets (default: data/ beside --config where it exists: the worktree holds only what git tracks)",
+    )
     reproduce.add_argument(
         "--torch-index-url",
         metavar="URL",
@@ -108,6 +113,12 @@ class _Reproduction:
         return self.args.target or self.case.target
 
     @property
+    def data_dir(self) -> Path | None:
+        """--data-dir, else the clone's data/ beside --config (untracked, so not in the worktree), where it exists."""
+        clones = self.args.config.resolve().parent / "data"
+        return self.args.data_dir.resolve() if self.args.data_dir else clones if clones.is_dir() else None
+
+    @property
     def runs(self) -> int:
         return self.args.runs or len(self.case.runs)
 
@@ -129,7 +140,7 @@ class _Reproduction:
         argv = ["experiment", self.case.experiment, "--config", str(self.config), "--results-dir", str(self.out)]
         argv += ["--python", python] if python else []
         argv += ["--target", self.target] if self.target else []
-        argv += ["--data-dir", str(self.args.data_dir)] if self.args.data_dir is not None else []
+        argv += ["--data-dir", str(self.data_dir)] if self.data_dir is not None else []
         return [*argv, "--", *self.recipe_args]
 
 
@@ -192,7 +203,7 @@ def _pulled(job: _Reproduction, engine, reference: str) -> None:
     entry, target = place(config, experiment(job.case.experiment, job.config), job.target)
     plan = experiment_plan(
         entry, target, config=job.config, output=config.output, gpus=None, results_dir=job.out,
-        data_dir=job.args.data_dir, recipe_args=job.recipe_args,
+        data_dir=job.data_dir, recipe_args=job.recipe_args,
     )  # fmt: skip
     steps = [replace(step, env={**step.env, "IMAGE": reference}) for step in plan.steps[2:]]
     job.say(f"docker pull {reference}, then {job.runs} time(s):\n{format_plan(RunPlan(steps))}".rstrip())

@@ -285,10 +285,15 @@ def _environment(original: results.RunResult, reproduction: results.RunResult) -
 
 
 def _not_comparable(original: Row | None, reproduction: Row | None) -> str | None:
-    if original is None or original.succeeded == 0:
+    """Why the two sides cannot be compared (None: they can). A side of no row is one whose runs split into
+    several rows of a comparison (envkit.runs.comparison: a CPU stand-in among accelerator runs)."""
+    for side, row in ((ORIGINAL, original), (REPRODUCTION, reproduction)):
+        if row is None:
+            return f"the {side}'s runs are not one row of a comparison (a CPU stand-in among them)"
+    if original.succeeded == 0:
         return "the original has no successful run"
-    if reproduction is None or reproduction.succeeded == 0:
-        outcomes = sorted({run.outcome for run in reproduction.results}) if reproduction else ["no record"]
+    if reproduction.succeeded == 0:
+        outcomes = sorted({run.outcome for run in reproduction.results})
         return f"no run of the reproduction succeeded ({', '.join(outcomes)})"
     if original.device != reproduction.device:
         return f"another device: {reproduction.device} against the original's {original.device}"

@@ -31,11 +31,12 @@ targets:
     torch: "2.14.1"
     python: "3.11"
 """
-# The user's program: its metric follows its --seed, and OFFSET (a file git does not track) moves it.
+# The user's program: its metric follows its --seed, and an offset file in its data folder (untracked) moves it.
 TRAIN = """import json, os, sys
 from pathlib import Path
 seed = int(sys.argv[sys.argv.index("--seed") + 1])
-offset = float(Path("offset").read_text()) if Path("offset").exists() else 0.0
+offset = Path(os.environ.get("ENVKIT_DATA_DIR", "data"), "offset")
+offset = float(offset.read_text()) if offset.exists() else 0.0
 Path(os.environ["ENVKIT_METRICS_DIR"], "metrics.json").write_text(json.dumps({"accuracy": 0.5 + seed / 100 + offset}))
 """
 
@@ -51,7 +52,7 @@ def project(tmp_path, monkeypatch) -> Path:
     root.mkdir()
     (root / "envkit.yaml").write_text(CONFIG)
     (root / "train.py").write_text(TRAIN)
-    (root / ".gitignore").write_text("results/\noffset\n")
+    (root / ".gitignore").write_text("results/\ndata/\n")
     git(root, "init", "-q", "-b", "main")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "project")
@@ -61,6 +62,12 @@ def project(tmp_path, monkeypatch) -> Path:
             main(["experiment", "train", "--python", sys.executable, "--results-dir", "results", "--", "--seed", "3"])
             == 0
         )
+    # Wall times spread wide, so a busy test host's timing never decides a verdict here (the wall-time rule has its
+    # own tests in tests/runs/test_reproduce.py).
+    for path, wall in zip(records(root / "results"), (0.01, 5.0), strict=True):
+        document = json.loads(path.read_text())
+        document["run"]["wall_time_s"] = wall
+        path.write_text(json.dumps(document))
     return root
 
 
@@ -129,6 +136,16 @@ def test_another_target_runs_there_and_expects_a_difference(project, capsys):
     assert main(["reproduce", "results", "--target", "cpu-2", "--runs", "1", "--results-dir", "again"]) == 0
     assert "Note: reproduced on another target (cpu-2; the original ran on cpu)" in capsys.readouterr().out
     assert json.loads(records(project / "again")[0].read_text())["run"]["target"] == "cpu-2"
+
+
+def test_the_clones_data_folder_is_the_reproductions_data(project, capsys):
+    """data/ is not tracked, so not in the worktree: the runs are told the clone's."""
+    (project / "data").mkdir()
+    (project / "data" / "offset").write_text("0.1")
+    assert main(["reproduce", "results", "--results-dir", "again"]) == 1
+    out = capsys.readouterr().out
+    assert f"--data-dir {project / 'data'} " in out
+    assert "## train on cpu, arguments `--seed 3`: differs: accuracy +0.1 (tolerance 0.05)\n" in out
 
 
 def test_dry_run_prints_the_plan_and_runs_nothing(project, capsys):
@@ -258,7 +275,8 @@ def test_a_registry_that_does_not_answer_is_one_line(project, capsys, monkeypatc
 
 @pytest.mark.slow
 def test_envkit_reproduce_runs_a_host_record_end_to_end_as_a_user_runs_it(project):
-    """The console command, in another clone: the record is all it is given; a changed environment differs."""
+    """The console command, in another clone: the record is all it is given; the clone's uncommitted change is
+    never what runs."""
     clone = project.parent / "clone"
     git(project.parent, "clone", "-q", str(project), str(clone))
     record = records(project / "results")[0]
@@ -267,9 +285,10 @@ def test_envkit_reproduce_runs_a_host_record_end_to_end_as_a_user_runs_it(projec
     done = subprocess.run(command, cwd=clone, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert ": reproduced\n" in done.stdout and (clone / "again" / "reproduction.md").is_file()
-    (clone / "offset").write_text("0.2")
+    (clone / "train.py").write_text(TRAIN.replace("0.5 +", "0.9 +"))  # the clone's own change, not committed
     moved = subprocess.run([*command[:-1], "moved"], cwd=clone, capture_output=True, text=True, env=env, timeout=300)
-    assert moved.returncode == 0, moved.stderr  # untracked, so not in the worktree: the revision's project ran
+    assert moved.returncode == 0, moved.stderr  # the revision's train.py ran, not the clone's
+    assert ": reproduced\n" in moved.stdout
 
 
 @pytest.mark.slow
