@@ -180,9 +180,10 @@ def print_report(
         print(f"envkit: wrote {plot}", file=sys.stderr)
     if html is not None:
         from envkit.runs.page_adapter import write_report_page
+        from envkit.runs.page_records import git_remote
         from envkit.runs.plot import INSTALL_HINT, matplotlib_problem
 
-        size = write_report_page(report, warnings, html)
+        size = write_report_page(report, warnings, html, git_remote(config.resolve().parent))
         print(f"envkit: wrote {html} ({size / 1e6:.2f} MB)", file=sys.stderr)
         if problem := matplotlib_problem():
             print(

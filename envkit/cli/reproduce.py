@@ -269,13 +269,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from envkit.support.atomic import write_text_atomic
 
     source = Path(args.source)
-    runs, warnings = read_source(source)
+    runs, warnings, remote = read_source(source)
     config = args.config.resolve()
     root = git_root(config.parent)
     relative = config.relative_to(root.resolve())
     cases = cases_of(runs)
     for case in cases:  # every case checked before anything runs
-        refuse_unreproducible(case, root)
+        refuse_unreproducible(case, root, remote)
     for warning in warnings:
         print(f"envkit: warning: {warning}", file=sys.stderr)
     out = _results_dir(args)

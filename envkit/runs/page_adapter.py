@@ -152,8 +152,9 @@ def _notes(section: Section) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def page_from_report(report: Report, warnings: list[str]) -> Page:
-    """The page of ``report`` (built with its runs), with the files the report skipped (``warnings``)."""
+def page_from_report(report: Report, warnings: list[str], remote: str | None = None) -> Page:
+    """The page of ``report`` (built with its runs), with the files the report skipped (``warnings``) and the
+    clone's origin (``remote``) among the runs' records it carries."""
     comparisons = []
     for index, section in enumerate(report.sections):
         columns = markdown_columns(section, report.reference)
@@ -189,15 +190,15 @@ def page_from_report(report: Report, warnings: list[str]) -> Page:
         comparisons=tuple(comparisons),
         skipped=skipped,
         sources=tuple(f"{label}: {note}" for label, note in sources.items()),
-        reproduction=page_data(carried),
+        reproduction=page_data(carried, remote),
         runs_carried=len({str(run.path) for run in carried}),
     )
 
 
-def write_report_page(report: Report, warnings: list[str], path: Path) -> int:
+def write_report_page(report: Report, warnings: list[str], path: Path, remote: str | None = None) -> int:
     """`envkit report --html`: the page of ``report`` written atomically to ``path``; its size in bytes.
     A path it cannot write is one line (EnvkitError)."""
     try:
-        return write_page(page_from_report(report, warnings), path)
+        return write_page(page_from_report(report, warnings, remote), path)
     except OSError as exc:
         raise EnvkitError(f"cannot write the page {path}: {exc.strerror or exc}") from None

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import urllib.parse
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -43,8 +45,24 @@ RUN_KEYS = (
 )
 
 
-def page_data(runs: list[RunResult]) -> str:
-    """The JSON a page carries: each run the wrapper started, once, in its records' order."""
+def git_remote(directory: Path) -> str | None:
+    """The clone's origin, where the runs' revisions can be fetched from, without any user or password its URL
+    holds (the page is shared); None outside a clone or without an origin."""
+    done = subprocess.run(
+        ["git", "-C", str(directory), "remote", "get-url", "origin"], capture_output=True, text=True, check=False
+    )
+    url = done.stdout.strip()
+    if done.returncode != 0 or not url:
+        return None
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme and "@" in parts.netloc:
+        url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+    return url
+
+
+def page_data(runs: list[RunResult], remote: str | None = None) -> str:
+    """The JSON a page carries: each run the wrapper started, once, in its records' order, and the clone's origin
+    (``remote``) where one is known."""
     distributions: dict[str, list[str]] = {}
     records = []
     for run in sorted({str(run.path): run for run in runs if run.run is not None}.values(), key=lambda r: str(r.path)):
@@ -65,7 +83,8 @@ def page_data(runs: list[RunResult]) -> str:
         )
     if not records:
         return ""
-    return json.dumps({"format": FORMAT, "distributions": distributions, "records": records}, sort_keys=True)
+    data = {"format": FORMAT, "distributions": distributions, "records": records}
+    return json.dumps(data | ({"remote": remote} if remote else {}), sort_keys=True)
 
 
 class _Finder(HTMLParser):
@@ -82,8 +101,9 @@ class _Finder(HTMLParser):
             self.data = values.get("value")
 
 
-def page_records(path: Path, text: str) -> list[tuple[Path, str]]:
-    """Each run a page carries, as (where it came from: ``PAGE#run name``, its record's text)."""
+def page_records(path: Path, text: str) -> tuple[str | None, list[tuple[Path, str]]]:
+    """The origin a page names (None: none), and each run it carries as (where it came from: ``PAGE#run name``, its
+    record's text)."""
     finder = _Finder()
     finder.feed(text)
     if finder.generator != GENERATOR:
@@ -103,6 +123,7 @@ def page_records(path: Path, text: str) -> list[tuple[Path, str]]:
             if isinstance(environment.get("distributions"), str):
                 environment["distributions"] = distributions[environment["distributions"]]
             found.append((Path(f"{path}#{record['run_name']}"), json.dumps(record)))
-        return found
+        remote = data.get("remote")
+        return (remote if isinstance(remote, str) else None), found
     except (Refused, ValueError, KeyError, TypeError) as exc:
         raise EnvkitError(f"{path}: its reproduction data cannot be read ({type(exc).__name__}: {exc})") from None

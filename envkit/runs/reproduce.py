@@ -98,8 +98,9 @@ def read_record(path: Path) -> results.RunResult:
     return parse_record(path, _read(path))
 
 
-def read_source(source: Path) -> tuple[list[results.RunResult], list[str]]:
-    """The runs a record, a results folder or a page holds, and the warnings of the files it skipped."""
+def read_source(source: Path) -> tuple[list[results.RunResult], list[str], str | None]:
+    """The runs a record, a results folder or a page holds, the warnings of the files it skipped, and the origin a
+    page names (None elsewhere)."""
     if source.is_dir():
         runs, warnings = results.load_results(source)
         kept = [run for run in runs if run.run is not None]
@@ -108,11 +109,12 @@ def read_source(source: Path) -> tuple[list[results.RunResult], list[str]]:
         ]
         if not kept:
             raise EnvkitError(f"{source}: no record of a run the run wrapper started, so nothing to run again")
-        return kept, warnings
+        return kept, warnings, None
     if source.suffix == ".json":
-        return [read_record(source)], []
+        return [read_record(source)], [], None
     if source.suffix in (".html", ".htm"):
-        return [parse_record(path, text) for path, text in page_records(source, _read(source))], []
+        remote, found = page_records(source, _read(source))
+        return [parse_record(path, text) for path, text in found], [], remote
     raise EnvkitError(f"{source}: neither a record (.json), a results folder nor a page (.html); {SOURCES}")
 
 
@@ -134,8 +136,9 @@ def cases_of(runs: list[results.RunResult]) -> list[Case]:
     return [Case(*key, runs=tuple(group)) for key, group in grouped.items()]
 
 
-def refuse_unreproducible(case: Case, git_root: Path) -> None:
-    """A case whose project cannot be had as it ran: no revision, a dirty tree, a revision the clone lacks."""
+def refuse_unreproducible(case: Case, git_root: Path, remote: str | None = None) -> None:
+    """A case whose project cannot be had as it ran: no revision, a dirty tree, a revision the clone lacks (where
+    ``remote``, the origin a page names, is known, the line says where to fetch it from)."""
     where = f"{case.title} ({case.runs[0].path})"
     if case.revision is None:
         raise EnvkitError(f"{where}: the record names no git revision, so the project it ran cannot be had again")
@@ -148,9 +151,9 @@ def refuse_unreproducible(case: Case, git_root: Path) -> None:
         ["git", "-C", str(git_root), "cat-file", "-e", f"{case.revision}^{{commit}}"], capture_output=True, check=False
     )
     if found.returncode != 0:
+        fetch = f"git fetch {remote} {case.revision}" if remote else "git fetch it (or clone the project it came from)"
         raise EnvkitError(
-            f"{where}: revision {case.revision[:12]} is not in the clone at {git_root}: git fetch it (or clone the "
-            "project it came from) and run again"
+            f"{where}: revision {case.revision[:12]} is not in the clone at {git_root}: {fetch} and run again"
         )
 
 

@@ -178,6 +178,18 @@ def test_a_record_that_cannot_be_run_again_is_one_line(project, capsys, environm
     assert tree(project) == changed != before and worktrees(project) == 1
 
 
+def test_a_page_says_where_to_fetch_a_revision_the_clone_lacks(project, capsys):
+    git(project, "remote", "add", "origin", "https://git.example.com/team/project.git")
+    for path in records(project / "results"):
+        edit(path, git_revision="ab" * 20)
+    assert main(["report", "results", "--html", "page.html"]) == 0
+    capsys.readouterr()
+    assert main(["reproduce", "page.html"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"git fetch https://git.example.com/team/project.git {'ab' * 20} and run again" in err
+
+
 def test_the_worktree_is_removed_when_the_experiment_is_gone_at_the_revision(project, capsys):
     config = project / "envkit.yaml"
     config.write_text(CONFIG.replace("  train:", "  fit:"))

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import html
 import json
+import subprocess
 
 import pytest
 from run_records import record
 
 from envkit.cli import main
 from envkit.errors import EnvkitError
-from envkit.runs.page_records import ELEMENT_ID, page_records
+from envkit.runs.page_records import ELEMENT_ID, git_remote, page_records
 from envkit.runs.reproduce import read_source
 from envkit.runs.results import load_results
 
@@ -34,7 +35,8 @@ def page(tmp_path, capsys):
 
 
 def test_a_page_gives_back_the_runs_it_was_made_of(page):
-    runs, warnings = read_source(page)
+    runs, warnings, remote = read_source(page)
+    assert remote is None  # the report was written outside a clone
     originals, _ = load_results(page.parent / "results")
     assert warnings == [] and [str(run.path) for run in runs] == [f"{page}#{name}" for name in "abc"]
     for run, original in zip(runs, originals, strict=True):
@@ -73,3 +75,21 @@ def test_a_page_without_envkits_data_is_one_line(tmp_path, text, expected):
     with pytest.raises(EnvkitError, match=expected) as raised:
         page_records(tmp_path / "page.html", text)
     assert "\n" not in str(raised.value)
+
+
+def test_a_page_names_the_clones_origin_without_its_credentials(tmp_path, capsys):
+    """Where a collaborator fetches a revision their clone lacks; a token in the origin's URL stays out of the page."""
+    project = tmp_path / "project"
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    origin = "https://alice:s3cret@git.example.com/team/project.git"
+    subprocess.run(["git", "-C", str(project), "remote", "add", "origin", origin], check=True)
+    assert git_remote(project) == "https://git.example.com/team/project.git"
+    assert git_remote(tmp_path) is None
+    record(project / "results", "a", device="cpu", image=None, wall=1.0, metrics={"acc": 0.5})
+    page = project / "page.html"
+    assert (
+        main(["report", str(project / "results"), "--config", str(project / "envkit.yaml"), "--html", str(page)]) == 0
+    )
+    capsys.readouterr()
+    assert "s3cret" not in page.read_text()
+    assert read_source(page)[2] == "https://git.example.com/team/project.git"
