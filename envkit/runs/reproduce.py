@@ -185,11 +185,13 @@ def worktree(root: Path, revision: str) -> Iterator[Path]:
             raise EnvkitError(f"git worktree add {revision[:12]} failed: {last}")
         yield tree
     finally:
-        subprocess.run(
+        removed = subprocess.run(
             ["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], capture_output=True, check=False
         )
         shutil.rmtree(folder, ignore_errors=True)
-        subprocess.run(["git", "-C", str(root), "worktree", "prune"], capture_output=True, check=False)
+        if added.returncode == 0 and removed.returncode != 0:
+            # Only then: prune also forgets the user's own worktrees whose folders are away (an unmounted disk).
+            subprocess.run(["git", "-C", str(root), "worktree", "prune"], capture_output=True, check=False)
 
 
 PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")

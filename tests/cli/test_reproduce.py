@@ -190,6 +190,14 @@ def test_a_page_says_where_to_fetch_a_revision_the_clone_lacks(project, capsys):
     assert f"git fetch https://git.example.com/team/project.git {'ab' * 20} and run again" in err
 
 
+def test_the_users_own_worktree_on_an_absent_disk_is_never_pruned(project, capsys):
+    """Before: reproduce ran `git worktree prune`, which forgets every worktree whose folder is away."""
+    git(project, "worktree", "add", "-q", "--detach", str(project.parent / "away"))
+    (project.parent / "away").rename(project.parent / "unmounted")
+    assert main(["reproduce", "results", "--results-dir", "again"]) == 0
+    assert str(project.parent / "away") in git(project, "worktree", "list")
+
+
 def test_the_worktree_is_removed_when_the_experiment_is_gone_at_the_revision(project, capsys):
     config = project / "envkit.yaml"
     config.write_text(CONFIG.replace("  train:", "  fit:"))
