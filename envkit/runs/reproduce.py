@@ -405,7 +405,9 @@ def verdict_page(verdicts: list[Verdict], path: Path, config: Path) -> int:
     from envkit.runs.report import build_report
 
     runs = [
-        replace(run, target=label)
+        # Named by side too: a reproduction started within the original's second has its run name and start, which
+        # the report would count as a copy of it (report.unique_runs).
+        replace(run, target=label, run_name=f"{label} {run.run_name}")
         for verdict in verdicts
         for label, side in ((ORIGINAL, verdict.original), (REPRODUCTION, verdict.reproduction))
         if side is not None

@@ -102,6 +102,7 @@ def test_a_host_run_is_reproduced_from_its_results_folder(project, capsys):
     page = (project / "again" / "reproduction.html").read_text()
     assert "<title>envkit reproduce: the original and its reproduction</title>" in page and "<script" not in page
     assert "train on cpu, arguments `--seed 3`: reproduced." in page
+    # Both rows, whenever the reproduction started: in the original's second its run name and start are the same
     assert "<td>original</td>" in page and "<td>reproduction</td>" in page
     assert len(records(project / "again")) == 2
     reproduced = json.loads(records(project / "again")[0].read_text())

@@ -119,6 +119,17 @@ def test_another_target_says_a_difference_is_expected(tmp_path):
     assert verdict.notes == ("reproduced on another target (cpu-2; the original ran on cpu): a difference is expected",)
 
 
+def test_the_verdicts_page_has_both_sides_even_where_the_reproduction_shares_the_run_names_and_starts(tmp_path):
+    """Before: a reproduction started within the original's second (its run name and start alike) was taken by the
+    report for a copy of the original, and left off the page."""
+    original = _records(tmp_path / "a", "o", [1.0, 1.1])
+    verdict = _verdict(tmp_path, original, _records(tmp_path / "b", "o", [1.05, 1.0]))
+    assert reproduce.verdict_page([verdict], tmp_path / "v.html", tmp_path / "envkit.yaml") > 0
+    page = (tmp_path / "v.html").read_text()
+    assert "<td>original</td>" in page and "<td>reproduction</td>" in page and "<script" not in page
+    assert "train on cpu, arguments `--seed 1`: reproduced." in page
+
+
 def test_cases_are_the_runs_of_one_revision_and_arguments(tmp_path):
     runs = _records(tmp_path / "a", "o", [1.0, 1.1]) + _records(tmp_path / "b", "p", [1.0], git_revision="ab" * 20)
     cases = cases_of(runs)
