@@ -235,7 +235,7 @@ def _run_case(case, root: Path, relative: Path, out: Path, args, steps: list[str
     """The case run again in a worktree at its revision: its new records and the experiment's tolerances."""
     from envkit.errors import EnvkitError
     from envkit.project.experiments import experiment
-    from envkit.runs.reproduce import read_record, recipe_arguments, recorded_python, worktree
+    from envkit.runs.reproduce import read_record, recipe_arguments, recorded_python, same_work, worktree
 
     with worktree(root, case.revision) as tree:
         config = tree / relative
@@ -252,7 +252,7 @@ def _run_case(case, root: Path, relative: Path, out: Path, args, steps: list[str
         new = sorted(set(out.glob("*.json")) - before)
         if not new:
             raise EnvkitError(f"{case.title}: the runs left no record in {out}")
-        return [read_record(path) for path in new], entry.reproduce
+        return same_work(case, [read_record(path) for path in new]), entry.reproduce
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:

@@ -37,6 +37,7 @@ from envkit.support.bounded_load import Refused, parse_json, read_text
 DEFAULT_TOLERANCE = 0.01
 REPRODUCED, DIFFERS, NOT_COMPARABLE = "reproduced", "differs", "not comparable"
 ORIGINAL, REPRODUCTION = "original", "reproduction"
+NO_SAME_WORK = "no run of the reproduction did the original's work (its experiment and arguments)"
 # The environment's sections whose difference is a difference of the run's software (envkit diff's titles).
 SOFTWARE = ("versions", "python packages")
 
@@ -217,6 +218,12 @@ def recipe_arguments(case: Case, run_arguments: list[tuple[str, ...]]) -> tuple[
     )
 
 
+def same_work(case: Case, runs: list[results.RunResult]) -> list[results.RunResult]:
+    """The reproduction's runs that did the case's work: an experiment of several runs (`runs:` in the table)
+    runs them all, and only the one whose arguments the original's were is compared."""
+    return [run for run in runs if run.experiment == case.experiment and arguments_of(run) == case.arguments]
+
+
 @dataclass(frozen=True)
 class Metric:
     name: str
@@ -315,7 +322,7 @@ def judge(case: Case, reproduced: list[results.RunResult], tolerances: dict[str,
         notes = (
             f"reproduced on another target ({target}; the original ran on {case.target}): a difference is expected",
         )
-    why = _not_comparable(original, reproduction)
+    why = _not_comparable(original, reproduction) if reproduced else NO_SAME_WORK
     if why is not None:
         return Verdict(case, NOT_COMPARABLE, (why,), original, reproduction, notes=notes)
     assign_speedups([original, reproduction], declared=ORIGINAL)

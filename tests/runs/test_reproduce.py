@@ -130,6 +130,18 @@ def test_the_verdicts_page_has_both_sides_even_where_the_reproduction_shares_the
     assert "train on cpu, arguments `--seed 1`: reproduced." in page
 
 
+def test_only_the_reproductions_runs_of_the_originals_work_are_compared(tmp_path):
+    """An experiment of several runs runs them all: the others are left out, and none of the work is no verdict."""
+    (case,) = cases_of(_records(tmp_path / "a", "o", [1.0]))
+    same = _records(tmp_path / "b", "r", [1.0])
+    other = record(tmp_path / "b", "x", device="cpu", image=None, wall=1.0, argv=("python", "train.py", "--seed", "2"))
+    (tmp_path / "b" / "x.json").write_text(json.dumps(other))
+    found = reproduce.same_work(case, [*same, read_record(tmp_path / "b" / "x.json")])
+    assert found == same
+    verdict = judge(case, reproduce.same_work(case, [read_record(tmp_path / "b" / "x.json")]), {}, None)
+    assert verdict.word == NOT_COMPARABLE and verdict.reasons == (reproduce.NO_SAME_WORK,)
+
+
 def test_cases_are_the_runs_of_one_revision_and_arguments(tmp_path):
     runs = _records(tmp_path / "a", "o", [1.0, 1.1]) + _records(tmp_path / "b", "p", [1.0], git_revision="ab" * 20)
     cases = cases_of(runs)
