@@ -74,6 +74,7 @@ COMMANDS = {
     "venv": "venv",
     "verify": "verify",
     "diff": "verify",
+    "reproduce": "reproduce",
     "launch": "launch",
     "notebook": "notebook",
 }

@@ -181,8 +181,9 @@ def print_report(
     if html is not None:
         from envkit.runs.figures import INSTALL_HINT, matplotlib_problem
         from envkit.runs.page_adapter import write_report_page
+        from envkit.runs.page_records import git_remote
 
-        size = write_report_page(report, warnings, html)
+        size = write_report_page(report, warnings, html, git_remote(config.resolve().parent))
         print(f"envkit: wrote {html} ({size / 1e6:.2f} MB)", file=sys.stderr)
         if problem := matplotlib_problem():
             print(

@@ -73,10 +73,22 @@ def record(folder: Path, target_name: str, pushes: list[Pushed]) -> Path:
     return path
 
 
+def _pushed(repository: str, tag: str, entry: dict) -> Pushed:
+    platforms = tuple((platform, each["image_id"]) for platform, each in entry.get("platforms", {}).items())
+    return Pushed(repository, tag, entry["digest"], entry["image_id"], platforms)
+
+
 def lookup(folder: Path, target_name: str, repository: str, tag: str) -> Pushed | None:
     """What the last push of ``repository:tag`` recorded, or None when it was never pushed from this project."""
     entry = _read(record_path(folder), target_name)["images"].get(repository, {}).get(tag)
-    if entry is None:
-        return None
-    platforms = tuple((platform, each["image_id"]) for platform, each in entry.get("platforms", {}).items())
-    return Pushed(repository, tag, entry["digest"], entry["image_id"], platforms)
+    return None if entry is None else _pushed(repository, tag, entry)
+
+
+def pushes(folder: Path, target_name: str) -> list[Pushed]:
+    """Every push the target's record holds, by repository and tag (envkit reproduce finds a run's image here)."""
+    images = _read(record_path(folder), target_name)["images"]
+    return [
+        _pushed(repository, tag, images[repository][tag])
+        for repository in sorted(images)
+        for tag in sorted(images[repository])
+    ]

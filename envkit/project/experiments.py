@@ -68,6 +68,8 @@ class Experiment:
     devices: int = 1  # the GPUs or TPU cores its setting needs at least (a notebook accelerator with fewer is refused)
     targets: tuple[str, ...] = ()  # the config's targets it runs on, the default first; () runs on any of its kind
     gpus_rule: str | None = None  # the GPU rule it gives; None: its target kind's default
+    # envkit reproduce's tolerance per metric (absolute): how far a reproduction's mean may lie from the original's
+    reproduce: dict[str, float] = field(default_factory=dict)
 
     def fits(self, target) -> bool:
         """Whether it runs on the config's ``target`` (a Target): one it names, or (naming none) any of its kind."""
@@ -230,6 +232,7 @@ def _experiment(path: Path, name: str, entry: dict, targets: dict) -> Experiment
         targets=named,
         gpus_rule=entry.get("gpus"),
         devices=entry.get("devices", 1),
+        reproduce=dict(entry.get("reproduce", {})),
         recipe=fields.get("recipe"),
         image_title=fields.get("image_title"),
     )

@@ -1039,6 +1039,52 @@ def validate_https___envkit_dev_schema_experiments_schema_json(data, custom_form
                                 data__experiments_value__published = data__experiments_value["published"]
                                 if not isinstance(data__experiments_value__published, (str, NoneType)):
                                     raise JsonSchemaValueException()
+                            if "reproduce" in data__experiments_value_keys:
+                                data__experiments_value_keys.remove("reproduce")
+                                data__experiments_value__reproduce = data__experiments_value["reproduce"]
+                                if not isinstance(data__experiments_value__reproduce, dict):
+                                    raise JsonSchemaValueException()
+                                data__experiments_value__reproduce_is_dict = isinstance(
+                                    data__experiments_value__reproduce, dict
+                                )
+                                if data__experiments_value__reproduce_is_dict:
+                                    data__experiments_value__reproduce_keys = set(
+                                        data__experiments_value__reproduce.keys()
+                                    )
+                                    for (
+                                        data__experiments_value__reproduce_key
+                                    ) in data__experiments_value__reproduce_keys:
+                                        if data__experiments_value__reproduce_key not in []:
+                                            data__experiments_value__reproduce_value = (
+                                                data__experiments_value__reproduce.get(
+                                                    data__experiments_value__reproduce_key
+                                                )
+                                            )
+                                            if not isinstance(
+                                                data__experiments_value__reproduce_value, (int, float, Decimal)
+                                            ) or isinstance(data__experiments_value__reproduce_value, bool):
+                                                raise JsonSchemaValueException()
+                                            if isinstance(
+                                                data__experiments_value__reproduce_value, (int, float, Decimal)
+                                            ) and (not isinstance(data__experiments_value__reproduce_value, bool)):
+                                                if data__experiments_value__reproduce_value < 0:
+                                                    raise JsonSchemaValueException()
+                                    data__experiments_value__reproduce_len = len(data__experiments_value__reproduce)
+                                    if data__experiments_value__reproduce_len != 0:
+                                        data__experiments_value__reproduce_property_names = True
+                                        for (
+                                            data__experiments_value__reproduce_key
+                                        ) in data__experiments_value__reproduce:
+                                            try:
+                                                if isinstance(data__experiments_value__reproduce_key, str):
+                                                    if not REGEX_PATTERNS["^[A-Za-z_][A-Za-z0-9_.-]*$(?!\\n)"].search(
+                                                        data__experiments_value__reproduce_key
+                                                    ):
+                                                        raise JsonSchemaValueException()
+                                            except (JsonSchemaValueException, JsonSchemaValuesException):
+                                                data__experiments_value__reproduce_property_names = False
+                                        if not data__experiments_value__reproduce_property_names:
+                                            raise JsonSchemaValueException()
                             if "devices" in data__experiments_value_keys:
                                 data__experiments_value_keys.remove("devices")
                                 data__experiments_value__devices = data__experiments_value["devices"]

@@ -28,6 +28,7 @@ from envkit.runs.goals import goal_of
 from envkit.runs.html_page import write_page
 from envkit.runs.model import OURS, Report, Row, Section
 from envkit.runs.page_model import Comparison, Difference, Interval, Page, Panel, Target
+from envkit.runs.page_records import page_data
 from envkit.runs.speedups import baseline_text, in_short
 
 # What a run recorded about where it ran that an inventory does not hold: compared the way `envkit diff` compares.
@@ -172,8 +173,9 @@ def comparison_of(section: Section, report: Report, drawn: bool) -> Comparison:
     )
 
 
-def page_from_report(report: Report, warnings: list[str]) -> Page:
-    """The page of ``report`` (built with its runs), with the files the report skipped (``warnings``)."""
+def page_from_report(report: Report, warnings: list[str], remote: str | None = None) -> Page:
+    """The page of ``report`` (built with its runs), with the files the report skipped (``warnings``) and the
+    clone's origin (``remote``) among the runs' records it carries."""
     comparisons = []
     for index, section in enumerate(report.sections):
         differences, left_out = _differences(section)
@@ -183,19 +185,22 @@ def page_from_report(report: Report, warnings: list[str]) -> Page:
     summary = f"{counted(report.runs, 'run')} in {counted(configurations, 'configuration')}"
     skipped = tuple(line.removeprefix("skipped ") for line in warnings if line.startswith("skipped "))
     sources = {row.source: row.environment for s in report.sections for row in s.rows if row.source != OURS}
+    carried = [run for s in report.sections for row in s.rows for run in row.results if run.run is not None]
     return Page(
         title="envkit comparison report",
         summary=summary + (f"; {counted(len(skipped), 'file')} skipped" if skipped else "") + ".",
         comparisons=tuple(comparisons),
         skipped=skipped,
         sources=tuple(f"{label}: {note}" for label, note in sources.items()),
+        reproduction=page_data(carried, remote),
+        runs_carried=len({str(run.path) for run in carried}),
     )
 
 
-def write_report_page(report: Report, warnings: list[str], path: Path) -> int:
+def write_report_page(report: Report, warnings: list[str], path: Path, remote: str | None = None) -> int:
     """`envkit report --html`: the page of ``report`` written atomically to ``path``; its size in bytes.
     A path it cannot write is one line (EnvkitError)."""
     try:
-        return write_page(page_from_report(report, warnings), path)
+        return write_page(page_from_report(report, warnings, remote), path)
     except OSError as exc:
         raise EnvkitError(f"cannot write the page {path}: {exc.strerror or exc}") from None

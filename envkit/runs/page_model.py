@@ -76,3 +76,5 @@ class Page:
     comparisons: tuple[Comparison, ...]
     skipped: tuple[str, ...] = ()  # files left out of every table, one line each with the reason
     sources: tuple[str, ...] = ()  # the published sources shown beside our rows, each named
+    reproduction: str = ""  # the runs' records for envkit reproduce (envkit.runs.page_records), JSON; "" for none
+    runs_carried: int = 0  # how many runs it holds

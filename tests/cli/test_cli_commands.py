@@ -72,6 +72,7 @@ DRY_RUN_LINES = {
     "experiment": ["experiment", "cpu-mnist"],
     "launch": ["launch", "cpu-mnist", "--on", "slurm"],
     "prune": ["prune", "cpu"],
+    "reproduce": ["reproduce", "results"],
     "run": ["run", "cpu", "mnist"],
 }
 
@@ -120,7 +121,7 @@ def test_a_command_without_a_dry_run_refuses_it_naming_those_that_have_one(argv,
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "'--'" not in done.stderr, done.stderr
     assert f"{argv[1] if argv[0] == '--dry-run' else argv[0]} has no --dry-run" in done.stderr
-    assert "compare, demo, experiment, launch, prune, run" in done.stderr
+    assert "compare, demo, experiment, launch, prune, reproduce, run" in done.stderr
 
 
 def test_readme_names_exactly_the_commands_that_take_dry_run():

@@ -108,6 +108,7 @@ def test_config_is_one_option_wherever_it_appears():
         "verify",
         "diff",
         "notebook",
+        "reproduce",  # the clone its project is in, and the experiment's tolerances
     }
     assert {(options[n].default, options[n].metavar, options[n].help, options[n].type) for n in with_config} == {
         (DEFAULT_CONFIG, "FILE", f"project config (default: ./{DEFAULT_CONFIG})", Path)

@@ -574,9 +574,10 @@ def test_a_token_in_a_runs_arguments_or_stderr_is_redacted_in_every_report(tmp_p
     assert main(["report", str(results), "--html", str(tmp_path / "page.html")]) == 0
     outputs["html"] = (tmp_path / "page.html").read_text()
     assert not [output for output, text in outputs.items() if token in text]
-    # the title's arguments in markdown; on the page those and the failed run's stderr line
+    # the title's arguments in markdown; on the page those and the failed run's stderr line, and each run's argv in
+    # the records the page carries for envkit reproduce (envkit.runs.page_records)
     assert outputs["md"].count("[GitHub Token, redacted]") == 1
-    assert outputs["html"].count("[GitHub Token, redacted]") == 2
+    assert outputs["html"].count("[GitHub Token, redacted]") == 4
 
 
 def test_a_huge_field_is_cut_in_every_report_and_warning_and_keeps_its_runs_apart(tmp_path, capsys):
