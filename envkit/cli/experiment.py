@@ -75,7 +75,9 @@ def register(subparsers) -> None:
     experiment.add_argument(
         "--dry-run", action="store_true", help="print the commands (host check, build, run) instead of running them"
     )
-    experiment.set_defaults(func=cmd_experiment)
+    # hand_over: the last run may replace envkit's process (below); a command that runs experiment's handler and
+    # has more to do after it (envkit reproduce, its verdict) sets it False.
+    experiment.set_defaults(func=cmd_experiment, hand_over=True)
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
@@ -205,4 +207,4 @@ def _run_here(entry, args: argparse.Namespace) -> int:
     from envkit.cli import is_the_program
 
     # In envkit's own process, its last run replaces it: a program or a test calling main keeps its process.
-    return run_in_order(plan, hand_over=is_the_program())
+    return run_in_order(plan, hand_over=args.hand_over and is_the_program())

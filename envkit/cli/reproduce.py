@@ -86,7 +86,8 @@ def _results_dir(args: argparse.Namespace) -> Path:
         if args.results_dir.is_dir() and any(args.results_dir.glob("*.json")):
             raise EnvkitError(f"--results-dir {args.results_dir} holds records already; name a new or empty folder")
         return args.results_dir
-    stem = Path(args.source).name.removesuffix(".json") or "source"
+    # a folder's name, or a record's or a page's without its suffix: results/reproduce-page, not reproduce-page.html
+    stem = Path(args.source).name.removesuffix(".json").removesuffix(".html") or "source"
     base = Path(RESULTS_FOLDER) / f"reproduce-{stem}"
     taken = 1
     folder = base
@@ -131,6 +132,7 @@ class _Reproduction:
 
         for _ in range(0 if self.args.dry_run else times):
             command = parse(build_parser(argv[0]), argv)
+            command.hand_over = False  # the verdict comes after the runs: envkit experiment must not replace us
             with contextlib.redirect_stdout(sys.stderr):  # what it says is progress: stdout is the verdict's
                 command.func(command)  # a failed run is a record too: the verdict says so
 
