@@ -23,7 +23,7 @@ import math
 from collections.abc import Iterable
 
 from envkit.runs.environments import environment_facts, environment_line, short
-from envkit.runs.model import OURS, Curve, Row, Section, notebook_label
+from envkit.runs.model import OURS, Curve, Row, Section, comparison_device_rank, notebook_label
 from envkit.runs.published import report_facts, section_facts
 from envkit.runs.results import RunResult, Stat, stat_of
 
@@ -182,11 +182,13 @@ def _row(target: str, runs: list[RunResult], facts: dict) -> Row:
         for name in run.not_finite:
             not_finite[name] = not_finite.get(name, 0) + 1
     names = sorted(name for name in {*values, *not_finite} if not is_counter(name))
+    configuration = {"device": "cpu" if cpu_stand_in(runs[0]) else promised(runs[0])}
     return Row(
         source=OURS,
         source_short=OURS,
         recipe=None,
-        configuration={"device": "cpu" if cpu_stand_in(runs[0]) else promised(runs[0])},
+        configuration=configuration,
+        device_rank=comparison_device_rank(configuration),
         runs=len(runs),
         total_s=None,
         first_epoch_s=None,
@@ -301,6 +303,7 @@ def command_sections(
                 None,
                 None,
                 own,
+                [own.get("title") or f"experiment {experiment}"],
                 rows,
                 experiment=experiment,
                 work={"arguments": list(work[1]), "data": work_runs[0].data},

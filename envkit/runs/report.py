@@ -21,7 +21,7 @@ from envkit.project.experiments import Experiment, load_experiments, run_of
 from envkit.runs.comparison import command_sections, curves_of, notebook_cpu_mode
 from envkit.runs.environments import environment_facts, environment_line, environments_text, mark_environments
 from envkit.runs.goals import assign_goals
-from envkit.runs.model import NOTEBOOK_KEY, OURS, Report, Row, Section, notebook_label
+from envkit.runs.model import NOTEBOOK_KEY, OURS, Report, Row, Section, device_rank, notebook_label
 from envkit.runs.published import (
     describe_work,
     load_published,
@@ -72,6 +72,7 @@ def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult], fact
         source_short=OURS,
         recipe=recipe,
         configuration=configuration,
+        device_rank=device_rank(configuration),
         runs=len(runs),
         total_s=Stat(totals["mean"], totals["std"], totals["n"]),
         first_epoch_s=sum(run.timing["first_epoch_s"] for run in runs) / len(runs),
@@ -184,12 +185,14 @@ def _recipe_sections(
     for (work, owner, name, rank, recipe, _, _), (configuration, settings, runs) in grouped.items():
         # Experiment sections come after the recipes' ("" sorts first), each of its own.
         key = (owner, recipe, configuration["dataset"], work)
+        own = section_facts(facts, recipe, owner)
         section = sections.setdefault(
             key,
             Section(
                 recipe,
                 configuration["dataset"],
-                section_facts(facts, recipe, owner),
+                own,
+                [own["title"] if owner else recipe, f"dataset {configuration['dataset']}"],
                 experiment=owner or None,
                 run_summaries={run.label: run.summary for run in owners[owner].runs} if owner else {},
                 takes_published=not owner,
@@ -286,6 +289,7 @@ def _place_published(sections: dict[tuple, Section], works: dict[tuple, list[dic
                         recipe,
                         source["dataset"],
                         sections[own[0]].facts,
+                        [recipe, f"dataset {source['dataset']}"],
                         apart=apart + "they stand apart, compared with none.",
                         takes_published=True,
                     ),
