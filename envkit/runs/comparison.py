@@ -23,7 +23,8 @@ import math
 from collections.abc import Iterable
 
 from envkit.runs.environments import environment_facts, environment_line, short
-from envkit.runs.model import OURS, Curve, Row, Section, notebook_label
+from envkit.runs.grouping import Placement
+from envkit.runs.model import OURS, Curve, Row, Section, comparison_device_rank, notebook_label
 from envkit.runs.published import report_facts, section_facts
 from envkit.runs.results import RunResult, Stat, stat_of
 
@@ -182,11 +183,13 @@ def _row(target: str, runs: list[RunResult], facts: dict) -> Row:
         for name in run.not_finite:
             not_finite[name] = not_finite.get(name, 0) + 1
     names = sorted(name for name in {*values, *not_finite} if not is_counter(name))
+    configuration = {"device": "cpu" if cpu_stand_in(runs[0]) else promised(runs[0])}
     return Row(
         source=OURS,
         source_short=OURS,
         recipe=None,
-        configuration={"device": "cpu" if cpu_stand_in(runs[0]) else promised(runs[0])},
+        configuration=configuration,
+        device_rank=comparison_device_rank(configuration),
         runs=len(runs),
         total_s=None,
         first_epoch_s=None,
@@ -273,37 +276,53 @@ def _differences(work: tuple, all_works: list[tuple], lock: tuple[str, str | Non
     return differs
 
 
-def command_sections(
-    runs: list[RunResult], facts: dict, current: dict[str, str | None] | None = None
-) -> dict[tuple, Section]:
-    """The comparisons of a command's runs, keyed for the report's order: by experiment (after the recipes'
-    sections), then arguments and data, each target's other locks after; ``current``: the project's targets'
-    locks (sha256, None where unlocked), which a named target's runs join on."""
+def _lock_groups(
+    runs: list[RunResult], current: dict[str, str | None]
+) -> dict[int, tuple[str, str | None, str] | None]:
+    """Each run's lock, by id: None where it joins its work's comparison, else (target, lock, why apart)."""
     works: dict[tuple, list[RunResult]] = {}
     for run in runs:
         works.setdefault(_work_key(run), []).append(run)
-    by_experiment: dict[str, list[tuple]] = {}
-    for work in works:
-        by_experiment.setdefault(work[0], []).append(work)
-    sections: dict[tuple, Section] = {}
-    for work, work_runs in works.items():
-        experiment = work[0]
-        own = section_facts(facts, None, experiment)
-        joined, apart = _split_by_lock(work_runs, current or {})
-        groups = [(None, joined)] + [((target, lock, why), lock_runs) for target, lock, lock_runs, why in apart]
-        for lock, group in groups:
-            by_target: dict[str, list[RunResult]] = {}
-            for run in group:
-                by_target.setdefault((target_of(run), cpu_stand_in(run)), []).append(run)
-            rows = [_row(target, target_runs, own) for (target, _), target_runs in by_target.items()]
-            key = ("~", experiment, work[1], work[2] or "", "" if lock is None else json.dumps(lock[:2]))
-            sections[key] = Section(
-                None,
-                None,
-                own,
-                rows,
-                experiment=experiment,
-                work={"arguments": list(work[1]), "data": work_runs[0].data},
-                differs=_differences(work, by_experiment[experiment], lock),
-            )
-    return sections
+    groups: dict[int, tuple[str, str | None, str] | None] = {}
+    for work_runs in works.values():
+        joined, apart = _split_by_lock(work_runs, current)
+        groups.update({id(run): None for run in joined})
+        groups.update({id(run): (target, lock, why) for target, lock, lock_runs, why in apart for run in lock_runs})
+    return groups
+
+
+def command_placements(
+    runs: list[RunResult], facts: dict, current: dict[str, str | None] | None = None
+) -> list[tuple[RunResult, Placement]]:
+    """Where each of a command's runs goes (envkit.runs.grouping): its comparison, keyed for the report's order by
+    experiment (after the recipes' sections), then arguments and data, each target's other locks after; its row,
+    by target (a CPU stand-in apart). ``current``: the project's targets' locks (sha256, None where unlocked), which
+    a named target's runs join on."""
+    locks = _lock_groups(runs, current or {})
+    return [(run, _placement(run, facts, locks[id(run)])) for run in runs]
+
+
+def _placement(run: RunResult, facts: dict, lock: tuple[str, str | None, str] | None) -> Placement:
+    work = _work_key(run)
+    experiment = work[0]
+    own = section_facts(facts, None, experiment)
+
+    def section(works: list[tuple]) -> Section:
+        return Section(
+            None,
+            None,
+            own,
+            [own.get("title") or f"experiment {experiment}"],
+            experiment=experiment,
+            work={"arguments": list(work[1]), "data": run.data},
+            differs=_differences(work, works, lock),
+        )
+
+    return Placement(
+        section_key=("~", experiment, work[1], work[2] or "", "" if lock is None else json.dumps(lock[:2])),
+        row_key=(target_of(run), cpu_stand_in(run)),
+        siblings=("~", experiment),
+        work=work,
+        section=section,
+        row=lambda runs, made: _row(target_of(runs[0]), runs, made.facts),
+    )

@@ -36,6 +36,9 @@ class Row:
     test_accuracy: float | None
     environment: str
     source_rank: int = 0  # published sources keep their order in published.yaml
+    # Its device's place in its section's order, set where the row is made: a comparison's places start from the cpu
+    # run, its default baseline (comparison_device_rank); a recipe's and a published row's, as published (device_rank).
+    device_rank: int = len(DEVICE_ORDER)
     experiment: str | None = None  # the experiment whose run this row is (report.yaml experiments): its own section
     run: str | None = None  # that run's name within the experiment
     run_rank: int = 0  # the run's place in the experiment
@@ -93,8 +96,7 @@ class Row:
             self.run_rank,
             self.source_rank,
             comparable,
-            # A command's places start from the cpu run, its default baseline; a recipe's, as published.
-            int(c.get("device") != "cpu") if self.place else DEVICE_ORDER.get(c.get("device"), 9),
+            self.device_rank,
             c.get("world_size") or 1,
             MODE_ORDER.get(mode, 9),
             c.get("nodes") or 1,
@@ -115,6 +117,16 @@ DRAWN_LIMIT = 1e300
 def drawn_value(value: float) -> float:
     """``value`` as a figure draws it: NaN (matplotlib leaves a gap) where it is not finite or past DRAWN_LIMIT."""
     return value if math.isfinite(value) and abs(value) <= DRAWN_LIMIT else math.nan
+
+
+def device_rank(configuration: dict) -> int:
+    """A recipe's or a published row's device in the published tables' order: TPU, CUDA, CPU, then any other."""
+    return DEVICE_ORDER.get(configuration.get("device"), len(DEVICE_ORDER))
+
+
+def comparison_device_rank(configuration: dict) -> int:
+    """A comparison's row: the cpu first, its default baseline (envkit.runs.speedups), then every other device."""
+    return int(configuration.get("device") != "cpu")
 
 
 @dataclass(frozen=True)
@@ -181,6 +193,9 @@ class Section:
     recipe: str | None  # None: a command's experiment
     dataset: str | None  # None: a command's (the program's data is its own)
     facts: dict
+    # What it is, before its differences, as its grouping named it: a comparison's title (report.yaml's, else
+    # "experiment NAME"); a recipe's name or its experiment's title, and its dataset.
+    heading: list[str]
     rows: list[Row] = field(default_factory=list)
     environments: list[tuple] = field(default_factory=list)  # set only when its measured rows differ
     experiment: str | None = None  # an experiment's section (report.yaml experiments), else the recipe's
@@ -201,11 +216,7 @@ class Section:
 
     @property
     def title(self) -> str:
-        if self.recipe is None:
-            title = self.facts.get("title") or f"experiment {self.experiment}"
-            return " · ".join([title, *self.differs])
-        title = " · ".join([f"{self.facts['title'] if self.experiment else self.recipe}", f"dataset {self.dataset}"])
-        title = " · ".join([title, *self.differs])
+        title = " · ".join([*self.heading, *self.differs])
         return title + (" · published, compared with no run here" if self.apart else "")
 
     @property

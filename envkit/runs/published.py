@@ -15,7 +15,7 @@ from envkit.errors import EnvkitError
 from envkit.project import DEFAULT_CONFIG
 from envkit.project.datafile import DATA_DIR
 from envkit.runs.columns import COLUMNS, METRICS, column_of, counted
-from envkit.runs.model import UNLABELLED_BACKEND, Row
+from envkit.runs.model import UNLABELLED_BACKEND, Row, device_rank
 from envkit.runs.results import Stat
 from envkit.support.bounded_load import load_yaml
 
@@ -201,6 +201,7 @@ def published_rows(recipe: str) -> list[Row]:
                     source_rank=rank,
                     recipe=recipe,
                     configuration=configuration,
+                    device_rank=device_rank(configuration),
                     runs=0,
                     total_s=Stat(total, 0.0, 1) if total is not None else None,
                     first_epoch_s=None,

@@ -1,4 +1,4 @@
-"""Group result files into the report's sections and rows (envkit.runs.model).
+"""Group result files into the report's sections and rows (envkit.runs.model), by one grouping (envkit.runs.grouping).
 
 Any command's runs (the run wrapper's records, issue 25 §7) are comparisons (envkit.runs.comparison):
 the runs that did the same work, a row per target on its own lock. The seed recipes' runs are grouped
@@ -18,10 +18,11 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.project import DEFAULT_CONFIG
 from envkit.project.experiments import Experiment, load_experiments, run_of
-from envkit.runs.comparison import command_sections, curves_of, notebook_cpu_mode
+from envkit.runs.comparison import command_placements, curves_of, notebook_cpu_mode
 from envkit.runs.environments import environment_facts, environment_line, environments_text, mark_environments
 from envkit.runs.goals import assign_goals
-from envkit.runs.model import NOTEBOOK_KEY, OURS, Report, Row, Section, notebook_label
+from envkit.runs.grouping import Placement, group
+from envkit.runs.model import NOTEBOOK_KEY, OURS, Report, Row, Section, device_rank, notebook_label
 from envkit.runs.published import (
     describe_work,
     load_published,
@@ -72,6 +73,7 @@ def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult], fact
         source_short=OURS,
         recipe=recipe,
         configuration=configuration,
+        device_rank=device_rank(configuration),
         runs=len(runs),
         total_s=Stat(totals["mean"], totals["std"], totals["n"]),
         first_epoch_s=sum(run.timing["first_epoch_s"] for run in runs) / len(runs),
@@ -150,58 +152,52 @@ def _not_finite_lines(runs: list[RunResult]) -> list[str]:
     ]
 
 
-def _recipe_sections(
-    results: list[RunResult], facts: dict, config: Path
-) -> tuple[dict[tuple, Section], dict[tuple, list[dict]]]:
-    """A recipe's runs by recipe, dataset, work and configuration (an experiment's runs that report.yaml names: a
-    section of their own, a row per run); and each section's runs' work, which published rows must share.
-    Runs of other work (epochs, a step cap, a fake set's size) are never pooled: a section each, its title
-    saying what differs."""
-    owners: dict[str, Experiment] = {}
-    grouped: dict[tuple, tuple[dict, dict, list[RunResult]]] = {}
-    work_of: dict[str, dict] = {}  # a key's work, as text (hashable), -> the work it was made from
-    for run in results:
-        configuration = {key: run.configuration[key] for key in ROW_KEYS}
-        if run.notebook is not None:
-            configuration[NOTEBOOK_KEY] = notebook_label(run.notebook)
-        entry, name, rank = _experiment_run(run, config, facts)
-        owner = None if entry is None else owners.setdefault(entry.name, entry).name
-        settings = {key: run.settings.get(key) for key in shown_settings(facts, owner)}
-        work = run_work(configuration["dataset"], run.settings)
-        work_of.setdefault(json.dumps(work, sort_keys=True), work)
-        key = (
-            json.dumps(work, sort_keys=True),
-            owner or "",
-            name,
-            rank,
+def _recipe_placement(run: RunResult, facts: dict, config: Path) -> Placement:
+    """Where a recipe's run goes (envkit.runs.grouping): its section by recipe, dataset, work and configuration (an
+    experiment's run that report.yaml names: its experiment's section, a row per run of it), its row by its
+    configuration and shown settings. Runs of other work (epochs, a step cap, a fake set's size) are never pooled: a
+    section each, its title saying what differs from its recipe and dataset's other sections."""
+    configuration = {key: run.configuration[key] for key in ROW_KEYS}
+    if run.notebook is not None:
+        configuration[NOTEBOOK_KEY] = notebook_label(run.notebook)
+    entry, name, rank = _experiment_run(run, config, facts)
+    owner = None if entry is None else entry.name
+    settings = {key: run.settings.get(key) for key in shown_settings(facts, owner)}
+    dataset = configuration["dataset"]
+    work = json.dumps(run_work(dataset, run.settings), sort_keys=True)
+    own = section_facts(facts, run.recipe, owner)
+
+    def section(works: list[str]) -> Section:
+        return Section(
             run.recipe,
-            json.dumps(configuration, sort_keys=True),
-            json.dumps(settings, sort_keys=True),
+            dataset,
+            own,
+            [own["title"] if owner else run.recipe, f"dataset {dataset}"],
+            experiment=owner,
+            run_summaries={entry_run.label: entry_run.summary for entry_run in entry.runs} if entry else {},
+            takes_published=not owner,
+            differs=work_differences(json.loads(work), [json.loads(other) for other in dict.fromkeys(works)]),
         )
-        grouped.setdefault(key, (configuration, settings, []))[2].append(run)
-    sections: dict[tuple, Section] = {}
-    works: dict[tuple, list[dict]] = {}  # section -> the work of each of its runs
-    for (work, owner, name, rank, recipe, _, _), (configuration, settings, runs) in grouped.items():
+
+    placement = dict(experiment=owner, run=name, run_rank=rank, settings=settings) if owner else {}
+    return Placement(
         # Experiment sections come after the recipes' ("" sorts first), each of its own.
-        key = (owner, recipe, configuration["dataset"], work)
-        section = sections.setdefault(
-            key,
-            Section(
-                recipe,
-                configuration["dataset"],
-                section_facts(facts, recipe, owner),
-                experiment=owner or None,
-                run_summaries={run.label: run.summary for run in owners[owner].runs} if owner else {},
-                takes_published=not owner,
-            ),
-        )
-        placement = dict(experiment=owner, run=name, run_rank=rank, settings=settings) if owner else {}
-        section.rows.append(_row_from_runs(recipe, configuration, runs, section.facts, **placement))
-        works.setdefault(key, []).extend(run_work(configuration["dataset"], run.settings) for run in runs)
-    for key, section in sections.items():
-        others = [work_of[other[3]] for other in sections if other[:3] == key[:3]]
-        section.differs = work_differences(work_of[key[3]], others)
-    return sections, works
+        section_key=(owner or "", run.recipe, dataset, work),
+        row_key=(name, rank, json.dumps(configuration, sort_keys=True), json.dumps(settings, sort_keys=True)),
+        siblings=(owner or "", run.recipe, dataset),
+        work=work,
+        section=section,
+        row=lambda runs, made: _row_from_runs(made.recipe, configuration, runs, made.facts, **placement),
+    )
+
+
+def _works(sections: dict[tuple, Section]) -> dict[tuple, list[dict]]:
+    """The work of each run of each section that takes published rows, which those rows must share."""
+    return {
+        key: [run_work(section.dataset, run.settings) for row in section.rows for run in row.results]
+        for key, section in sections.items()
+        if section.takes_published
+    }
 
 
 def build_report(
@@ -222,14 +218,13 @@ def build_report(
     """
     facts = project_facts(config)
     runs, copies = unique_runs(results)
-    sections, works = _recipe_sections([run for run in runs if run.recipe is not None], facts, config)
+    recipes = [(run, _recipe_placement(run, facts, config)) for run in runs if run.recipe is not None]
     # After the recipes' sections ("~" sorts after the recipes and their experiments').
-    commands = [run for run in runs if run.recipe is None]
-    sections.update(command_sections(commands, facts, current_locks))
+    sections = group(recipes + command_placements([run for run in runs if run.recipe is None], facts, current_locks))
     if baseline is not None:
         _check_baseline(baseline, [row for section in sections.values() for row in section.rows])
     if reference:
-        _place_published(sections, works)
+        _place_published(sections, _works(sections))
     orders = _target_orders(config)
     for section in sections.values():
         section.rows.sort(key=Row.sort_key)
@@ -286,6 +281,7 @@ def _place_published(sections: dict[tuple, Section], works: dict[tuple, list[dic
                         recipe,
                         source["dataset"],
                         sections[own[0]].facts,
+                        [recipe, f"dataset {source['dataset']}"],
                         apart=apart + "they stand apart, compared with none.",
                         takes_published=True,
                     ),

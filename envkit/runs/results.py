@@ -144,13 +144,13 @@ def not_finite_metrics(metrics: dict, prefix: str = "") -> tuple[str, ...]:
     return tuple(names)
 
 
-# A seed recipe's per-epoch lists (its metrics), by the name of the metric they end at: its series, as any
-# command's per-step series are, so the report draws both alike.
+# A seed recipe's older records (before it wrote its series, recipes/harness/records.py's SERIES): the per-epoch
+# lists of its metrics, by the series name its newer records give them, read as its series.
 RECIPE_SERIES = {"epoch_loss": "loss", "epoch_test_accuracy": "test_accuracy"}
 
 
 def recipe_series(metrics: dict) -> dict[str, dict]:
-    """A seed recipe's per-epoch lists as series ({"step": [1, ...], "value": [...]})."""
+    """An older recipe record's per-epoch lists as series ({"step": [1, ...], "value": [...]})."""
     return {
         name: {"step": list(range(1, len(metrics[key]) + 1)), "value": metrics[key]}
         for key, name in RECIPE_SERIES.items()

@@ -121,10 +121,13 @@ def build_results(
     configuration: dict,
     timing: dict,
     metrics: dict,
+    series: dict,
     environment: dict,
     threads: dict | None = None,
 ) -> dict:
-    """The results document (envkit/data/results.schema.json)."""
+    """The results document (envkit/data/results.schema.json): the core any command's record has
+    (``metrics``, ``series``, the environment) and the recipe section (``configuration``,
+    ``timing``, ``settings``)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "recipe": recipe,
@@ -135,6 +138,7 @@ def build_results(
         "configuration": configuration,
         "timing": timing,
         "metrics": metrics,
+        "series": series,
         "environment": environment,
         "threads": threads,
     }
@@ -184,6 +188,22 @@ def summarize(values: Sequence[float]) -> dict:
     mean = sum(values) / n
     variance = sum((v - mean) ** 2 for v in values) / n
     return {"mean": mean, "std": variance**0.5, "n": n}
+
+
+# The per-epoch lists of a history that are the record's ``series``, by series name: the loss,
+# the test accuracy and the epoch's time. envkit reads an older record's metrics.epoch_loss and
+# epoch_test_accuracy as the first two (envkit/runs/results.py's RECIPE_SERIES).
+SERIES = {"loss": "epoch_loss", "test_accuracy": "epoch_accuracy", "epoch_s": "epoch_s"}
+
+
+def series_record(history: Any) -> dict:
+    """The results' ``series``, as a command's (dvclive's per-step TSV) are written: per series
+    ``{"step": [...], "value": [...]}``, a recipe's step being the epoch (1, 2, ...)."""
+    return {
+        name: {"step": list(range(1, len(values) + 1)), "value": list(values)}
+        for name, attribute in SERIES.items()
+        if (values := getattr(history, attribute))
+    }
 
 
 def timing_record(history: Any, total_s: float) -> dict:

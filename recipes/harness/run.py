@@ -40,6 +40,7 @@ from .records import (
     build_results,
     capture_environment,
     now_iso,
+    series_record,
     settings_record,
     timing_record,
     write_results,
@@ -238,6 +239,7 @@ class Run:
             configuration=configuration,
             timing=timing_record(history, self.elapsed_s()),
             metrics=metrics,
+            series=series_record(history),
             environment=capture_environment(self.replicas.device, self.args.device),
             threads=self.threads,
         )

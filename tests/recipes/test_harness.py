@@ -211,6 +211,7 @@ def test_write_results_is_deterministic_and_never_overwrites(tmp_path):
         configuration={},
         timing={},
         metrics={"test_accuracy": 0.5},
+        series={},
         environment={},
     )
     first = harness.records.write_results(tmp_path, dict(results))
@@ -231,6 +232,7 @@ def test_results_must_be_json_numbers(tmp_path):
         configuration={},
         timing={},
         metrics={"final_loss": float("nan")},
+        series={},
         environment={},
     )
     with pytest.raises(ValueError):
@@ -309,7 +311,9 @@ def test_the_harness_records_only_what_needs_torch(monkeypatch):
 
 def test_the_record_carries_the_run_id_the_wrapper_gave(monkeypatch):
     """The wrapper adopts only the records that name its run (two runs may share a results folder)."""
-    fields = dict.fromkeys(("recipe", "run_name", "started_at", "settings", "configuration", "timing", "metrics"))
+    fields = dict.fromkeys(
+        ("recipe", "run_name", "started_at", "settings", "configuration", "timing", "metrics", "series")
+    )
     monkeypatch.setenv("ENVKIT_RUN_ID", "ab" * 16)
     assert harness.records.build_results(**fields, environment={})["run_id"] == "ab" * 16
     monkeypatch.delenv("ENVKIT_RUN_ID")
@@ -329,6 +333,7 @@ def test_files_go_to_the_results_owner_when_root(tmp_path, monkeypatch):
             configuration={},
             timing={},
             metrics={},
+            series={},
             environment={},
         ),
     )
@@ -530,6 +535,7 @@ def test_results_are_the_schema_files_version():
             configuration={},
             timing={},
             metrics={},
+            series={},
             environment={},
         )["schema_version"]
         == version

@@ -16,6 +16,8 @@ import pytest
 import torch
 from mnist_files import RECIPE, checkpoint_weights, read_results, run_mnist, write_mnist
 
+from envkit.runs.results import load_results, recipe_series
+
 TINY = ("--per-device-batch", "32", "--quiet", "--no-download")
 
 RESULT_KEYS = {
@@ -27,6 +29,7 @@ RESULT_KEYS = {
     "configuration",
     "timing",
     "metrics",
+    "series",
     "environment",
     "run_id",
     "run",
@@ -135,6 +138,25 @@ def test_results_json_has_every_contract_key(trained):
     assert settings["lr"] == 1.0 and settings["effective_lr"] == 0.25  # linear scaling: 1.0 x 32/128
     assert settings["gamma"] == 0.7 and settings["epochs"] == 2 and settings["run_name"] == "cpu"
     assert "test accuracy" in done.stdout and done.stderr == ""  # --quiet: no progress bars
+
+
+def test_the_record_carries_a_commands_core(trained):
+    """metrics, series and timing as any command's record has them (envkit/data/results.schema.json, which
+    read_results checks the record against): the series per epoch, named as envkit names an older record's lists,
+    and envkit reads the series the recipe wrote."""
+    results, _ = trained
+    document = read_results(results, "cpu")
+    metrics, series = document["metrics"], document["series"]
+    assert set(series) == {"loss", "test_accuracy", "epoch_s"}
+    assert series["loss"] == {"step": [1, 2], "value": metrics["epoch_loss"]}
+    assert series["test_accuracy"] == {"step": [1, 2], "value": metrics["epoch_test_accuracy"]}
+    assert series["test_accuracy"]["value"][-1] == metrics["test_accuracy"]
+    epochs = series["epoch_s"]["value"]
+    assert series["epoch_s"]["step"] == [1, 2] and epochs[0] == document["timing"]["first_epoch_s"]
+    assert sum(epochs) / len(epochs) == pytest.approx(document["timing"]["epoch_s"]["mean"])
+    assert recipe_series(metrics).items() <= series.items()
+    (run,), _ = load_results(results)
+    assert run.series == series
 
 
 def test_checkpoint_written_each_epoch_holds_the_state(trained):
