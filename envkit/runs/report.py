@@ -39,6 +39,7 @@ from envkit.runs.results import CONFIGURATION_KEYS, RunResult, Stat, stat_of
 from envkit.runs.section_words import describe
 from envkit.runs.speedup_bounds import flag_beyond
 from envkit.runs.speedups import DECLARED, FIRST, LISTED, assign_speedups, may_compare
+from envkit.support.bounded_load import parse_json
 
 # processes_per_node follows from the mode, world size and nodes (and version 1 files were upgraded
 # to processes_per_node = world_size, which DP and SPMD runs would not record): rows ignore it.
@@ -176,7 +177,7 @@ def _recipe_placement(run: RunResult, facts: dict, config: Path) -> Placement:
             experiment=owner,
             run_summaries={entry_run.label: entry_run.summary for entry_run in entry.runs} if entry else {},
             takes_published=not owner,
-            differs=work_differences(json.loads(work), [json.loads(other) for other in dict.fromkeys(works)]),
+            differs=work_differences(parse_json(work), [parse_json(other) for other in dict.fromkeys(works)]),
         )
 
     placement = dict(experiment=owner, run=name, run_rank=rank, settings=settings) if owner else {}

@@ -25,7 +25,8 @@ from envkit.errors import EnvkitError
 from envkit.image.diff import compare, format_sections
 from envkit.image.inventory import from_environment
 from envkit.runs import results
-from envkit.runs.comparison import arguments_of, arguments_text, command_sections
+from envkit.runs.comparison import arguments_of, arguments_text, command_placements
+from envkit.runs.grouping import group
 from envkit.runs.model import Row
 from envkit.runs.page_records import page_records
 from envkit.runs.published import report_facts
@@ -267,7 +268,7 @@ def _row(runs: list[results.RunResult], label: str) -> Row | None:
     """The runs as one row of the report's comparison (envkit.runs.comparison), labelled ``label``."""
     if not runs:
         return None
-    sections = command_sections(runs, report_facts())
+    sections = group(command_placements(runs, report_facts()))
     rows = [row for section in sections.values() for row in section.rows]
     return replace(rows[0], place=label) if len(rows) == 1 else None
 
