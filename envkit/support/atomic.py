@@ -58,8 +58,6 @@ def partial_prefix(name: str) -> str:
     return f".{name}.{os.getpid()}-"
 
 
-# mkstemp's flags: the file is new (never one a link or another writer put there) and its user's alone.
-_STAGED_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _STAGED_TRIES = 100
 
 
@@ -70,7 +68,8 @@ def _staged(path: Path) -> tuple[int, str]:
     for _ in range(_STAGED_TRIES):
         name = str(path.parent / f"{partial_prefix(path.name)}{os.urandom(6).hex()}{PARTIAL_SUFFIX}")
         try:
-            return os.open(name, _STAGED_FLAGS, 0o600), name
+            # mkstemp's flags: the file is new (never one a link or another writer put there) and its user's alone
+            return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), name
         except FileExistsError:
             continue  # 48 random bits taken: as mkstemp, another name
     raise FileExistsError(errno.EEXIST, f"no new name to stage a file in after {_STAGED_TRIES} tries", str(path.parent))
