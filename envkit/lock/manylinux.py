@@ -11,8 +11,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from envkit.errors import EnvkitError
-from envkit.project.datafile import DATA_DIR
-from envkit.support.bounded_load import load_yaml
+from envkit.project.datafile import DATA_DIR, load_table
 
 if TYPE_CHECKING:
     from envkit.project.config import Target
@@ -22,7 +21,7 @@ GLIBC_PATH = DATA_DIR / "base_glibc.yaml"
 
 @lru_cache(maxsize=1)
 def _glibc_table() -> dict[str, str]:
-    return load_yaml(GLIBC_PATH)["glibc"]
+    return load_table(GLIBC_PATH)["glibc"]  # parsed ahead of time: a render after a lock changed imports no PyYAML
 
 
 # The newest manylinux tag uv's --python-platform knows (uv 0.13: manylinux_2_40). A newer glibc

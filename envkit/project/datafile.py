@@ -16,12 +16,12 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 # envkit's own YAML tables parsed ahead of time, each with the sha256 of the text parsed (scripts/generate_validators.py
 # writes it; tests/project/test_validators.py regenerates and compares).
 TABLES = DATA_DIR / "tables.json"
-TABLE_NAMES = ("kinds.yaml", "matrix.yaml", "notebook_platforms.yaml")
+TABLE_NAMES = ("kinds.yaml", "matrix.yaml", "notebook_platforms.yaml", "base_glibc.yaml")
 
 
 def load_table(path: Path) -> Any:
-    """envkit's own YAML table at ``path`` (kinds.yaml, matrix.yaml, notebook_platforms.yaml), unchecked (its
-    tests check it): as parsed ahead of time while its text is the one parsed, else parsed now (an edited copy)."""
+    """envkit's own YAML table at ``path`` (one of TABLE_NAMES), unchecked (its tests check it): as parsed ahead of
+    time while its text is the one parsed, else parsed now (an edited copy)."""
     # Read whole each time (a fraction of a millisecond): each caller gets its own objects, as from YAML.
     parsed = load_json(TABLES)["tables"].get(path.name) if path.parent == DATA_DIR else None
     if parsed is not None and parsed["sha256"] == hashlib.sha256(load_text(path).encode()).hexdigest():

@@ -9,12 +9,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from envkit.errors import EnvkitError
 from envkit.project import kinds, secrets, validators
 from envkit.project.datafile import DATA_DIR
-from envkit.support.bounded_load import Refused, load_json, parse_yaml, read_text
+from envkit.support.bounded_load import Refused, load_json, parse_yaml_kept, read_text
 
 SCHEMA_PATH = DATA_DIR / "envkit.schema.json"
 
@@ -63,9 +61,8 @@ def _parse_yaml(path: Path) -> tuple[Any, dict[DocPath, int]]:
         raise EnvkitError(f"cannot read config file {path}: {exc.strerror or exc}") from None
     except Refused as exc:  # a directory, a FIFO, a device, too large, not UTF-8 text
         raise EnvkitError(f"{exc.at(path)}; pass --config FILE with a YAML file") from None
-    lines: dict[DocPath, int] = {}
     try:
-        data = parse_yaml(text, index=lambda node: _index_lines(node, (), lines, path))
+        data, lines = parse_yaml_kept(text, "envkit.yaml's lines", lambda node: _lines(node, path))
     except Refused as exc:
         raise EnvkitError(exc.at(path)) from None
     if not isinstance(data, dict):
@@ -74,8 +71,16 @@ def _parse_yaml(path: Path) -> tuple[Any, dict[DocPath, int]]:
     return data, lines
 
 
-def _index_lines(node: yaml.Node, doc_path: DocPath, lines: dict[DocPath, int], path: Path) -> None:
-    # Records the line of every key and item so that schema errors point at the line to fix.
+def _lines(node: Any, path: Path) -> dict[DocPath, int]:
+    """The line of every key and item, so that schema errors point at the line to fix."""
+    lines: dict[DocPath, int] = {}
+    _index_lines(node, (), lines, path)
+    return lines
+
+
+def _index_lines(node: Any, doc_path: DocPath, lines: dict[DocPath, int], path: Path) -> None:
+    import yaml  # imported by the parse that composed ``node``: a kept document imports no PyYAML
+
     if isinstance(node, yaml.MappingNode):
         seen: set[Any] = set()
         for key_node, value_node in node.value:

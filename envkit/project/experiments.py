@@ -19,7 +19,7 @@ from envkit.project import DEFAULT_CONFIG, kinds
 from envkit.project.datafile import DATA_DIR, check, load_checked
 from envkit.project.files import refuse_secret_values
 from envkit.project.metric_patterns import metric_variables
-from envkit.support.bounded_load import load_yaml, note
+from envkit.support.bounded_load import load_yaml_kept, note
 
 SCHEMA_PATH = DATA_DIR / "experiments.schema.json"
 # The make include's own targets (and `build-<target>`): an experiment named like one would
@@ -160,7 +160,7 @@ def _stamp(path: Path) -> tuple[int, int]:
 @cache
 def _load(config: Path, *stamps: tuple[int, int]) -> tuple[Path, dict[str, Experiment], dict[str, dict]]:
     """``stamps``: the modification time and size of the files read, so an edited one is read again."""
-    data = load_yaml(config)
+    data = load_yaml_kept(config)
     data = data if isinstance(data, dict) else {}
     targets = data.get("targets") if isinstance(data.get("targets"), dict) else {}
     named = data.get("experiments")

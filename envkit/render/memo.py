@@ -7,7 +7,8 @@ records it as it is read (a file tried and absent too: a lock or a template over
 change). What a reader cannot open is noted where it is looked at (a folder's listing, git's index, a
 module whose parse is cached in the process), and a render whose inputs are more than files (a folder
 walked whole, outside git) is not remembered. The memo stores the rendered files with the sha256 of each
-of those paths, and of envkit's own package (its code and data); a later render of the same config and
+of those paths, and of envkit's own package (its code and data, told apart by each file's size and times as git's
+index does, and by its bytes where it just changed); a later render of the same config and
 selection whose paths all hash the same is that render, so its files are written from the memo and
 neither Jinja, PyYAML nor the config schema is imported. Any difference, a missing or unreadable entry,
 or a new envkit is a miss, and a miss renders in full. Errors are never remembered: bad input always
@@ -28,6 +29,7 @@ import hashlib
 import json
 import os
 import stat
+import time
 from pathlib import Path
 
 from envkit import __version__
@@ -93,11 +95,19 @@ def remember(config: Path, selection: str, render: dict | list, read: set[str]) 
     keep(_entry(config, selection), json.dumps(entry, sort_keys=True).encode())
 
 
+# A write within the same tick of the file system's clock may leave a file's times as they were (git's "racily
+# clean" index entries): a file changed this recently is identified by its bytes too.
+RACY_NS = 2 * 10**9
+
+
 # Once per process: the code that runs is the code loaded when the process started.
 @functools.cache
 def _code_digest(package: Path) -> str:
-    """The sha256 of envkit's own package, every module and data file under ``package``: a changed one may change
-    what a render gives, and envkit reads its data tables through caches that outlive one render."""
+    """The sha256 of what identifies envkit's own package, every module and data file under ``package``: a changed one
+    may change what a render gives, and envkit reads its data tables through caches that outlive one render. Each file
+    by its size, modification and change times and inode, as git's index tells a changed file (a write sets the change
+    time, which no tool sets back), and by its bytes as well while that time is within RACY_NS of now: reading and
+    hashing every file cost each remembered render about 6 ms of CPU (benchmarks/bench_render.py)."""
     # os.walk, not Path.rglob: rglob's pattern matching cost more than reading and hashing the files (remembered
     # renders ran it every time, benchmarks/bench_render.py).
     files = []
@@ -105,8 +115,17 @@ def _code_digest(package: Path) -> str:
         folders[:] = [name for name in folders if name != "__pycache__"]
         files += [Path(folder, name).relative_to(package).parts for name in names]
     digest = hashlib.sha256()
+    now = time.time_ns()
     for parts in sorted(files):
-        path = package.joinpath(*parts)
-        if path.is_file():
-            digest.update("/".join(parts).encode() + b"\0" + read_bytes(path) + b"\0")
+        path = os.path.join(package, *parts)
+        try:
+            found = os.stat(path)
+        except FileNotFoundError:
+            continue  # gone since the walk
+        if not stat.S_ISREG(found.st_mode):
+            continue
+        times = f"{found.st_size}:{found.st_mtime_ns}:{found.st_ctime_ns}:{found.st_ino}"
+        digest.update("/".join(parts).encode() + b"\0" + times.encode() + b"\0")
+        if now - found.st_ctime_ns < RACY_NS:
+            digest.update(read_bytes(path) + b"\0")
     return digest.hexdigest()

@@ -15,9 +15,9 @@ would leave: the replaced file's bits, or for a new file 0o666 less the umask
 
 from __future__ import annotations
 
+import errno
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,7 +32,7 @@ def atomic_stream(path: str | os.PathLike, *, mode: int | None = None) -> Iterat
     that wants a file object (matplotlib); otherwise use write_bytes_atomic.
     """
     path = Path(path)
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=partial_prefix(path.name), suffix=PARTIAL_SUFFIX)
+    handle, name = _staged(path)
     try:
         with os.fdopen(handle, "wb") as stream:
             os.fchmod(stream.fileno(), _mode_for(path, mode))
@@ -56,6 +56,23 @@ _PARTIAL = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)-[^.]+\.partial$")
 
 def partial_prefix(name: str) -> str:
     return f".{name}.{os.getpid()}-"
+
+
+_STAGED_TRIES = 100
+
+
+def _staged(path: Path) -> tuple[int, str]:
+    """A new file beside ``path`` to stage its bytes in, open: (descriptor, name). What tempfile.mkstemp does, without
+    importing tempfile: its imports (shutil, random, weakref) cost every envkit command about 5 ms of CPU, a
+    remembered render's among them (benchmarks/bench_render.py)."""
+    for _ in range(_STAGED_TRIES):
+        name = str(path.parent / f"{partial_prefix(path.name)}{os.urandom(6).hex()}{PARTIAL_SUFFIX}")
+        try:
+            # mkstemp's flags: the file is new (never one a link or another writer put there) and its user's alone
+            return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), name
+        except FileExistsError:
+            continue  # 48 random bits taken: as mkstemp, another name
+    raise FileExistsError(errno.EEXIST, f"no new name to stage a file in after {_STAGED_TRIES} tries", str(path.parent))
 
 
 def abandoned(path: Path) -> str | None:

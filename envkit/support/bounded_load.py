@@ -20,16 +20,22 @@ when YAML is read: a remembered render (envkit.render.memo) reads JSON alone. A 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
+import marshal
 import os
 import re
 import stat
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import cache, lru_cache
+from pathlib import Path
 from typing import IO, Any, BinaryIO
 
+from envkit import __version__
 from envkit.errors import EnvkitError
+from envkit.support.cache import cache_dir, keep
 
 MAX_BYTES = 16 * 2**20  # a results file with every installed distribution is about 20 KB
 MAX_DEPTH = 64  # nesting of mappings and lists, aliases expanded
@@ -225,6 +231,52 @@ def load_json(path: str | os.PathLike) -> Any:
 def load_yaml(path: str | os.PathLike) -> Any:
     """The YAML file at ``path`` (one document, safe types only); any problem is one EnvkitError line naming it."""
     return _load(path, parse_yaml)
+
+
+def load_yaml_kept(path: str | os.PathLike) -> Any:
+    """load_yaml, the document kept in envkit's cache as parse_yaml_kept keeps it."""
+    return _load(path, lambda text: parse_yaml_kept(text, "data")[0])
+
+
+def parse_yaml_kept(text: str, name: str, index: Callable[[Any], Any] | None = None) -> tuple[Any, Any]:
+    """parse_yaml's document and what ``index`` made of its composed tree (None without one), kept in envkit's
+    cache by the text's sha256 and ``name`` (what ``index`` makes), so that a document read again unchanged (a
+    project's envkit.yaml at every render and experiment) is read without importing PyYAML: about 15 ms of CPU
+    (benchmarks/bench_render.py). Only what marshal gives back whole is kept (a date is not); an error is never."""
+    entry = _kept_entry(text, name, index)
+    try:
+        with open(entry, "rb") as stream:
+            kept = marshal.loads(stream.read())
+        if isinstance(kept, tuple) and len(kept) == 2:
+            return kept
+    except (OSError, EOFError, ValueError, TypeError):
+        pass  # not kept yet, or damaged: parsed again
+    indexed = []
+    document = parse_yaml(text, None if index is None else lambda node: indexed.append(index(node)))
+    parsed = (document, indexed[0] if indexed else None)
+    try:
+        keep(entry, marshal.dumps(parsed))
+    except ValueError:
+        pass  # a type marshal does not write (a date): parsed every time
+    return parsed
+
+
+def _kept_entry(text: str, name: str, index: Callable[[Any], Any] | None) -> Path:
+    """The cache file of ``text`` parsed for ``name`` by this envkit (its version, this module's loader and caps,
+    the source of ``index``'s module) and this PyYAML (its package's path, size and modification time: an upgrade
+    rewrites it)."""
+    spec = importlib.util.find_spec("yaml")
+    found = os.stat(spec.origin) if spec and spec.origin else None
+    sources = [__file__, getattr(sys.modules[index.__module__], "__file__", None) if index is not None else None]
+    key = [__version__, name, text, [_source_digest(source) for source in sources if source]]
+    key += [spec.origin, found.st_size, found.st_mtime_ns] if found else []
+    return cache_dir() / "yaml" / f"{hashlib.sha256(json.dumps(key).encode()).hexdigest()}.marshal"
+
+
+@cache
+def _source_digest(path: str) -> str:
+    with open(path, "rb") as stream:
+        return hashlib.sha256(stream.read()).hexdigest()
 
 
 def load_text(path: str | os.PathLike) -> str:

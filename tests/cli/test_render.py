@@ -374,7 +374,8 @@ def test_a_render_after_a_lock_changed_imports_only_what_it_uses(tmp_path, repo_
     """Issue 42: on a cold cache and a memo miss, render parses no requirement with packaging (the project's
     requirements pin torch, which must allow the target's), checks envkit.yaml without jsonschema, and loads
     neither the run wrapper, doctor nor the run plans, nor platform (only a host lock asks which host this is), nor
-    detect-secrets (envkit ships its patterns), subprocess, tarfile or zipfile (only listing files needs them)."""
+    detect-secrets (envkit ships its patterns), subprocess, tarfile or zipfile (only listing files needs them); and
+    once envkit.yaml was read, PyYAML neither."""
     project = tmp_path / "project"
     shutil.copytree(repo_root / "tests" / "example_project", project)
     (project / "envkit.yaml").write_text(
@@ -393,12 +394,21 @@ def test_a_render_after_a_lock_changed_imports_only_what_it_uses(tmp_path, repo_
         "tarfile",
         "zipfile",
     )
-    probe = (
-        "import sys, json; from envkit.cli import main; code = main(['render', '--target', 'cuda', '--stdout']);"
-        f"print(json.dumps([code, sorted(m for m in sys.modules if m == 'envkit.support.provenance' or "
-        f"m.split('.')[0] in {watched!r} or m.rsplit('.', 1)[0] in {watched!r})]), file=sys.stderr)"
-    )
-    env = {**os.environ, "ENVKIT_CACHE_DIR": str(tmp_path / "cache")}
-    result = subprocess.run([sys.executable, "-c", probe], cwd=project, capture_output=True, text=True, env=env)
-    assert json.loads(result.stderr.splitlines()[-1]) == [0, []], result.stderr
+
+    def imported(watched: tuple[str, ...]) -> tuple[subprocess.CompletedProcess, list]:
+        probe = (
+            "import sys, json; from envkit.cli import main; code = main(['render', '--target', 'cuda', '--stdout']);"
+            f"print(json.dumps([code, sorted(m for m in sys.modules if m == 'envkit.support.provenance' or "
+            f"m.split('.')[0] in {watched!r} or m.rsplit('.', 1)[0] in {watched!r})]), file=sys.stderr)"
+        )
+        env = {**os.environ, "ENVKIT_CACHE_DIR": str(tmp_path / "cache")}
+        result = subprocess.run([sys.executable, "-c", probe], cwd=project, capture_output=True, text=True, env=env)
+        return result, json.loads(result.stderr.splitlines()[-1])
+
+    result, found = imported(watched)
+    assert found == [0, []], result.stderr
     assert "FROM " in result.stdout and "rich>=13,<14" in result.stdout
+    # Again after the lock changed (the memo misses): envkit.yaml and envkit's own tables are read without PyYAML.
+    shutil.rmtree(tmp_path / "cache" / "render-memo")
+    again, found = imported((*watched, "yaml"))
+    assert found == [0, []] and again.stdout == result.stdout, again.stderr

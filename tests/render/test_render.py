@@ -265,7 +265,7 @@ def test_unwritable_output_even_as_root(repo_config, tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied", str(tmp_path / "docker" / "cpu"))
 
-    monkeypatch.setattr(atomic.tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(atomic, "_staged", refuse)
     with pytest.raises(EnvkitError, match="cannot write to .*: Permission denied; choose a writable --output DIR"):
         rendered.write(tmp_path / "docker", render.render_targets(repo_config, ["cpu"]))
     assert not (tmp_path / "docker").exists(), "directories made for the failed write are removed"

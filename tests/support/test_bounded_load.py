@@ -8,6 +8,7 @@ alias bomb ended in a MemoryError traceback and the deep nesting in a segfault o
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import resource
@@ -215,3 +216,34 @@ def test_every_yaml_and_json_reader_goes_through_the_bounded_loader():
                 if parser.search(line)
             ]
     assert offenders == []
+
+
+def test_a_kept_document_is_the_parsed_one_and_imports_no_yaml(tmp_path, monkeypatch):
+    """Issue 42: envkit.yaml read again unchanged comes from envkit's cache, as parsed, without PyYAML; a date
+    (which marshal does not write) and a damaged entry are parsed again."""
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
+    text = "a: [1, 2.5, true, null, {b: c}]\n1: x\ns: !!set {m: null}\nt: &t [x]\nu: *t\n"
+
+    def index(node):
+        return {"first key line": node.value[0][0].start_mark.line}
+
+    parsed = bounded_load.parse_yaml_kept(text, "test", index)
+    assert parsed == (parse_yaml(text), {"first key line": 0})
+    assert bounded_load.parse_yaml_kept(text, "test", index) == parsed
+    plain = bounded_load.parse_yaml_kept(text, "plain")
+    assert plain == (parse_yaml(text), None)
+    probe = (
+        "import json, sys; from envkit.support import bounded_load;"
+        f"kept = bounded_load.parse_yaml_kept({text!r}, 'plain');"
+        "print(json.dumps([repr(kept), 'yaml' in sys.modules]))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.strip() == json.dumps([repr(plain), False])
+    dated = "when: 2026-11-29\n"
+    assert bounded_load.parse_yaml_kept(dated, "test")[0] == parse_yaml(dated)
+    entries = sorted((tmp_path / "cache" / "yaml").iterdir())
+    assert len(entries) == 2  # the dated document is not kept
+    for entry in entries:
+        entry.write_bytes(b"\x00damaged")
+    assert bounded_load.parse_yaml_kept(text, "test", index) == parsed
