@@ -58,9 +58,11 @@ user=envkit-user
 chown -R "$user:" /srv/envkit.git  # git refuses a repository another user owns ("dubious ownership")
 # The host's uv cache, the user's: its directories (a directory's copy-up copies no file) and uv's own markers
 # at its top (.lock, each bucket's .git), which uv opens for writing.
+# uv on this host may be writing its cache meanwhile (CI runs its suite beside this check): an entry of its that
+# vanishes while find walks it, or before chown reaches it, is no failure (CI's run stopped on a .tmp folder).
 if [ -d /uv-cache ]; then
-    find /uv-cache -type d -exec chown "$user:" {} +
-    find /uv-cache -maxdepth 2 -type f -exec chown "$user:" {} +
+    find /uv-cache -ignore_readdir_race -type d -exec chown "$user:" {} + || true
+    find /uv-cache -ignore_readdir_race -maxdepth 2 -type f -exec chown "$user:" {} + || true
 fi
 # A command line run by the user in their home, as they would type it.
 as_user() { /usr/sbin/runuser -u "$user" -- env HOME="/home/$user" bash -c "cd && $1"; }

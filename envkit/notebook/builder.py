@@ -306,7 +306,7 @@ def _embedded_files(
         "lock": {"requirements.lock": (lock.sha256, lock.text.encode("utf-8"))},
         "program": program,
         "report": {
-            **{f"report/{path.relative_to(package_parent).as_posix()}": entry(path) for path in report},
+            **{f"report/{name}": entry(path) for name, path in report.items()},
             f"report/{EXPERIMENTS}": entry(excerpt(config.path, experiment.name, experiment.kind)),
         },
     }

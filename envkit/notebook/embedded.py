@@ -125,9 +125,11 @@ def helper_files() -> dict[str, Path]:
 
 
 @cache
-def report_files(root: Path) -> list[Path]:
+def report_files(root: Path) -> dict[str, Path]:
     """envkit's report modules, every envkit module they import (with its packages' __init__.py),
-    the files of envkit/data/ they name, and the page's template, sorted."""
+    the files of envkit/data/ they name, and the page's template, sorted, by their names under ``root``. The
+    template is templates/<name> however envkit is installed (an installed wheel holds it in envkit/templates/):
+    where envkit.support.packaged finds it in the notebook's report/ folder, and the same notebook from any install."""
     data = {path.name: path for path in (root / "envkit" / "data").iterdir()}
     found = _closure(
         root, [_module_path(root, name) for name in REPORT_MODULES], lambda name: name.startswith("envkit")
@@ -135,8 +137,8 @@ def report_files(root: Path) -> list[Path]:
     for path in list(found):
         text = load_text(path)
         found.update(data[name] for name in data if f'"{name}"' in text or f"'{name}'" in text)
-    found.add(packaged_templates() / PAGE_TEMPLATE)
-    return sorted(found)
+    named = {path.relative_to(root).as_posix(): path for path in sorted(found)}
+    return {**named, f"templates/{PAGE_TEMPLATE}": packaged_templates() / PAGE_TEMPLATE}
 
 
 def _module_path(root: Path, name: str) -> Path | None:

@@ -119,8 +119,11 @@ def test_config_is_one_option_wherever_it_appears():
 def test_a_real_core_only_install_runs_help_and_render(tmp_path, repo_root):
     """`pip install .` into a fresh virtualenv: core dependencies only, from the default index."""
     source = tmp_path / "source"  # pip builds in the source tree: keep build/ and *.egg-info out of the checkout
-    shutil.copytree(repo_root / "envkit", source / "envkit", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
+    # What `pip install .` builds from: the package, and templates/, which setup.py puts into the wheel as
+    # envkit/templates/ (a render needs envkit's own templates beside any a project overrides).
+    for folder in ("envkit", "templates"):
+        shutil.copytree(repo_root / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(repo_root / name, source / name)
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)

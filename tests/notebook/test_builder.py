@@ -115,7 +115,7 @@ def test_it_reads_top_to_bottom_and_carries_what_it_runs(config, repo_root, tmp_
     }
     recipes = repo_root / "recipes"
     sources.update({f"recipes/{p.relative_to(recipes).as_posix()}": p for p in embedded.recipe_files(recipes, "mnist")})
-    sources.update({f"report/{p.relative_to(repo_root).as_posix()}": p for p in embedded.report_files(repo_root)})
+    sources.update({f"report/{name}": p for name, p in embedded.report_files(repo_root).items()})
     # the report's own table: the notebook's experiment alone, as envkit.yaml defines it
     (tmp_path / EXPERIMENTS).write_text(written.pop(f"report/{EXPERIMENTS}"))
     assert load_experiments(tmp_path / EXPERIMENTS) == {experiment: config.experiments[experiment]}

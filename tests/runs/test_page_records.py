@@ -21,8 +21,10 @@ ENVKIT_PAGE = '<meta name="generator" content="envkit report --html">'
 
 
 @pytest.fixture
-def page(tmp_path, capsys):
-    """A page of three runs: two cpu runs of one environment, a cuda run of another."""
+def page(tmp_path, capsys, monkeypatch):
+    """A page of three runs: two cpu runs of one environment, a cuda run of another, written outside a clone (the
+    checkout the suite runs in has an origin in CI's clone)."""
+    monkeypatch.chdir(tmp_path)
     results = tmp_path / "results"
     for name, device, wall in (("a", "cpu", 10.0), ("b", "cpu", 12.0), ("c", "cuda", 3.0)):
         document = record(results, name, device=device, image=None, wall=wall, metrics={"acc": 0.5, "n": {"x": 1}})
