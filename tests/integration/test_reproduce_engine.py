@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 
 from docker_engine import MNIST_SMOKE, engine_test, envkit, locked_build
 
@@ -31,6 +32,10 @@ def test_a_second_user_reproduces_a_pushed_image_run_from_the_page_alone(
     first = tmp_path / "first"
     shutil.copytree(locked_root, first, ignore=shutil.ignore_patterns("results", "__pycache__"))
     (first / ".gitignore").write_text("results/\n")
+    # A file of its own among what the image holds: an image of the same inputs built before (the locked project's,
+    # at no revision: it is no git repository; or this test's in an earlier run, at a commit no longer there) would
+    # be reused under the same content tag, and its runs would record a revision this clone cannot check out.
+    (first / "recipes" / "first_user.txt").write_text(f"{uuid.uuid4()}\n")
     git("init", "-q", cwd=first)
     git("add", "-A", cwd=first)
     git("commit", "-q", "-m", "the project", cwd=first)
