@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from envkit.cli.options import add_config, add_target, directory_option
+from envkit.cli.options import add_build_options, add_config, add_target, build_options_argv, directory_option
 from envkit.support.provenance_records import RESULTS_FOLDER
 
 VERDICT_FILE = "reproduction.md"
@@ -68,6 +68,9 @@ def register(subparsers) -> None:
         help="where a host venv of an image run's lock takes torch from: a mirror of the target's PyTorch index, "
         "as envkit venv takes it",
     )
+    # A rebuild of an image run (no push of it to pull) is envkit build's: a collaborator offline or behind a proxy
+    # builds it as they build their own images (--wheelhouse, --base-image, --ca-cert).
+    add_build_options(reproduce)
     reproduce.add_argument("--dry-run", action="store_true", help="print the plan (worktree, runs) and run nothing")
     reproduce.set_defaults(func=cmd_reproduce)
 
@@ -140,7 +143,7 @@ class _Reproduction:
         """`envkit experiment`'s command line for one run of the case: on this host with ``python``, else in the
         target's image."""
         argv = ["experiment", self.case.experiment, "--config", str(self.config), "--results-dir", str(self.out)]
-        argv += ["--python", python] if python else []
+        argv += ["--python", python] if python else list(build_options_argv(self.args))
         argv += ["--target", self.target] if self.target else []
         argv += ["--data-dir", str(self.data_dir)] if self.data_dir is not None else []
         return [*argv, "--", *self.recipe_args]
@@ -222,15 +225,16 @@ def _pulled(job: _Reproduction, engine, reference: str) -> None:
 
 
 def _prove(job: _Reproduction, engine) -> None:
-    """Whether the rebuilt image holds what the record lists (verify's rule on a record's facts): said, and the
-    verdict's environment difference names what differs."""
+    """Whether the rebuilt image holds what the record lists (verify's rule on a record's facts), said; the
+    verdict's environment difference, from the reproduced runs' own records, names it too."""
     from envkit.image.build import LATEST, repository
     from envkit.image.inventory import from_engine_image
     from envkit.runs.reproduce_image import proof
 
     reference = f"{repository(job.target)}:{LATEST}"
-    same, text = proof(from_engine_image(engine, reference), job.case.runs[0].environment)
-    job.say(f"the rebuilt {reference} " + ("holds the record's Python packages" if same else f"differs: {text}"))
+    differences = proof(from_engine_image(engine, reference), job.case.runs[0].environment)
+    held = "; ".join(differences) or "none: it holds the record's Python packages"
+    job.say(f"the rebuilt {reference}'s differences from the record: {held}")
 
 
 def _run_case(case, root: Path, relative: Path, out: Path, args, steps: list[str]):

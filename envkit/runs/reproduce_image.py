@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.image.diff import compare, format_sections
+from envkit.image.diff import compare
 from envkit.image.inventory import Inventory, from_environment
 from envkit.image.pushed import pushes
 from envkit.lock.lockfile import lock_path
@@ -72,9 +72,9 @@ def choose(environment: dict, config: ProjectConfig, target: str, engine: bool) 
     return Choice(VENV, None, lock, f"no Docker engine here: a host venv from the lock {recorded[:12]}{missing}")
 
 
-def proof(rebuilt: Inventory, environment: dict) -> tuple[bool, str]:
-    """Whether the rebuilt image holds what the record lists (verify's rule, on what a record holds: the Python
-    distributions by name and version), and envkit diff's lines of that section."""
+def proof(rebuilt: Inventory, environment: dict) -> tuple[str, ...]:
+    """What the rebuilt image holds otherwise than the record lists (verify's rule, on what a record holds: the
+    Python distributions by name and version), in envkit diff's words, one line each: none when it is the same."""
     recorded = from_environment("the record", environment)
     sections = [section for section in compare(recorded, rebuilt) if section.title in PROVED_BY]
-    return not any(section.differs for section in sections), format_sections(sections, recorded, rebuilt)
+    return tuple(f"{section.title}: {change}" for section in sections for change in section.changes)
