@@ -4,6 +4,7 @@ Skips with the reason when the engine or a tool is missing, and fails instead wh
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -95,17 +96,24 @@ def project(tmp_path_factory) -> Path:
 @pytest.fixture
 def registry(tmp_path):
     """Debian's docker-registry on a free local port (dockerd trusts 127.0.0.0/8 over plain http)."""
+    with served_registry(tmp_path) as address:
+        yield address
+
+
+@contextlib.contextmanager
+def served_registry(folder: Path):
+    """docker-registry serving from ``folder`` on a free local port while the block runs: its address."""
     binary = shutil.which("docker-registry")
     if binary is None:
         unavailable("docker-registry is not installed (apt-get install docker-registry)")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    (tmp_path / "registry.yml").write_text(
-        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'store'}\nhttp:\n  addr: 127.0.0.1:{port}\n"
+    (folder / "registry.yml").write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {folder / 'store'}\nhttp:\n  addr: 127.0.0.1:{port}\n"
     )
     server = subprocess.Popen(
-        [binary, "serve", str(tmp_path / "registry.yml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [binary, "serve", str(folder / "registry.yml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         for _ in range(50):

@@ -1,0 +1,146 @@
+"""`envkit reproduce`'s time against the run it reproduces (issue 43's figures), paired and interleaved in one run:
+each round runs the experiment directly (run.sh in the image by its digest, as `envkit experiment` runs it), then
+reproduces it from the page with the image pulled by its digest (pull + run + report), then from a record of an
+unpushed image, rebuilt from the lock with no build cache as a collaborator's machine has none (rebuild + run +
+report). Also what the page's reproduction data adds to its size.
+
+    .venv/bin/python benchmarks/bench_reproduce_run.py --base-image "$(scripts/base-image.sh)" [--rounds 3]
+
+The project is the engine tests' locked offline cpu project (tests/docker_engine.py), a git repository, pushed to
+Debian's docker-registry on 127.0.0.1; the run is five MNIST steps on generated data. It builds and tags
+envkit-cpu images as `envkit build cpu` does, and removes the ones it made. Needs a running Docker engine and
+docker-registry; prints figures, asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "benchmarks")]
+
+import pytest  # noqa: E402  (the engine tests' helpers say what is missing by pytest's outcomes)
+from docker_engine import MNIST_SMOKE, locked_build, locked_project, served_registry  # noqa: E402
+
+VARIANTS = ("direct run", "reproduce: pull + run + report", "reproduce: rebuild + run + report")
+
+
+def timed(
+    command: list[str], cwd: Path, env: dict | None = None, allowed: tuple[int, ...] = (0,)
+) -> tuple[float, float]:
+    """Wall and CPU seconds (user + system, children included) of a command that must end with an ``allowed``
+    status (a reproduction whose verdict differs exits 1: its time is the figure all the same)."""
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode not in allowed:
+        sys.exit(f"bench_reproduce_run: {' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def git(*args: str, cwd: Path) -> None:
+    identity = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid"}
+    identity |= {"GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.invalid"}
+    subprocess.run(["git", *args], cwd=cwd, env={**os.environ, **identity}, check=True, capture_output=True)
+
+
+def remove(client, *references: str) -> None:
+    for reference in references:
+        try:
+            client.images.remove(reference, force=True)
+        except Exception:  # noqa: BLE001  (gone already, with another of its tags)
+            pass
+
+
+def data_bytes(page: Path) -> int:
+    """The bytes of the page's reproduction data: its one <data> element (envkit.runs.page_records)."""
+    found = re.search(r'<data id="envkit-reproduce"[^>]*>', page.read_text(encoding="utf-8"))
+    return len(found.group(0).encode()) if found else 0
+
+
+def envkit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "envkit", *args], cwd=cwd, check=True, capture_output=True, text=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base-image", required=True, help="the base to build on (scripts/base-image.sh makes one)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the three (default 3)")
+    args = parser.parse_args()
+    from envkit.support.docker_client import connect_docker
+
+    client = connect_docker()
+    with tempfile.TemporaryDirectory(prefix="envkit-bench-") as tmp:
+        root = Path(tmp)
+        project, wheels = locked_project(root / "locked")
+        (project / ".gitignore").write_text("results/\n")
+        (project / "recipes" / "bench.txt").write_text(f"{uuid.uuid4()}\n")  # its own content tag: no reuse
+        git("init", "-q", cwd=project)
+        git("add", "-A", cwd=project)
+        git("commit", "-q", "-m", "the project", cwd=project)
+        built = locked_build(project, wheels, args.base_image).stdout.strip()
+
+        def direct(folder: str, image: str) -> tuple[float, float]:
+            env = {**os.environ, "IMAGE": image, "ENVKIT_EXPERIMENT": "cpu-mnist", "RESULTS_DIR": str(root / folder)}
+            return timed(["docker/cpu/run.sh", *MNIST_SMOKE], project, env)
+
+        direct("unpushed", built)  # a record of an image no push names (yet): reproduced by a rebuild
+        (root / "registry").mkdir()
+        with served_registry(root / "registry") as registry:
+            pushed = envkit("push", "cpu", "--config", "envkit.yaml", "--registry", f"{registry}/bench", cwd=project)
+            by_digest = pushed.stdout.split()[-1]
+            direct("shared", by_digest)
+            envkit(
+                "report",
+                str(root / "shared"),
+                "--html",
+                str(root / "page.html"),
+                "--config",
+                "envkit.yaml",
+                cwd=project,
+            )
+            [record] = (root / "unpushed").glob("*.json")
+            second = root / "second"
+            subprocess.run(["git", "clone", "-q", str(project), str(second)], check=True)
+            reproduce = [sys.executable, "-m", "envkit", "reproduce", "--config", "envkit.yaml"]
+            rebuild = ["--no-cache", "--wheelhouse", str(wheels), "--base-image", args.base_image]
+            figures: dict[str, list[tuple[float, float]]] = {variant: [] for variant in VARIANTS}
+            for number in range(args.rounds):
+                figures[VARIANTS[0]].append(direct(f"direct-{number}", by_digest))
+                remove(client, by_digest)
+                out = ["--results-dir", str(root / f"pulled-{number}")]
+                figures[VARIANTS[1]].append(timed([*reproduce, str(root / "page.html"), *out], second, None, (0, 1)))
+                out = ["--results-dir", str(root / f"rebuilt-{number}")]
+                figures[VARIANTS[2]].append(timed([*reproduce, str(record), *rebuild, *out], second, None, (0, 1)))
+        page = root / "page.html"
+        print(f"configuration  the locked offline cpu project, {' '.join(MNIST_SMOKE)}; {args.rounds} rounds")
+        base_wall = statistics.median(wall for wall, _ in figures[VARIANTS[0]])
+        for variant in VARIANTS:
+            walls = [wall for wall, _ in figures[variant]]
+            cpus = [cpu for _, cpu in figures[variant]]
+            spread = f"{min(walls):.1f}-{max(walls):.1f} s"
+            print(
+                f"{variant:36} wall median {statistics.median(walls):6.1f} s ({spread}), CPU median "
+                f"{statistics.median(cpus):6.1f} s; {statistics.median(walls) / base_wall:5.1f}x the direct run's wall"
+            )
+        size, data = page.stat().st_size, data_bytes(page)
+        print(f"page           {size / 1e3:.1f} KB for one run, of which its reproduction data {data / 1e3:.1f} KB")
+        remove(client, built, "envkit-cpu:latest")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        raise SystemExit(main())
+    except (pytest.skip.Exception, pytest.fail.Exception) as exc:
+        sys.exit(f"bench_reproduce_run: {exc}")
