@@ -414,8 +414,9 @@ def verdict_page(verdicts: list[Verdict], path: Path, config: Path) -> int:
 
     runs = [
         # Named by side too: a reproduction started within the original's second has its run name and start, which
-        # the report would count as a copy of it (report.unique_runs).
-        replace(run, target=label, run_name=f"{label} {run.run_name}")
+        # the report would count as a copy of it (report.unique_runs). As the verdict's rows (_row), each side's
+        # runs are one command comparison's row: a seed recipe's would pool into one row of their configuration.
+        replace(run, target=label, run_name=f"{label} {run.run_name}", recipe=None)
         for verdict in verdicts
         for label, side in ((ORIGINAL, verdict.original), (REPRODUCTION, verdict.reproduction))
         if side is not None

@@ -124,4 +124,4 @@ def test_a_rebuild_whose_packages_are_not_the_records_differs_naming_the_package
         rf"^## .*: differs: environment: python packages: tqdm: 4.0.0 -> {locked_version}", done.stdout, re.M
     )
     [again] = (second / "results" / "reproduce-shared").glob("*.json")
-    assert json.loads(again.read_text())["exit_status"] == 0  # the run itself went well: its environment differs
+    assert json.loads(again.read_text())["run"]["exit_status"] == 0  # the run itself went well: its environment differs

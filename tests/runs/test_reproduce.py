@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from paths import DATA
 from run_records import record
 
 from envkit.errors import EnvkitError
@@ -128,6 +129,27 @@ def test_the_verdicts_page_has_both_sides_even_where_the_reproduction_shares_the
     page = (tmp_path / "v.html").read_text()
     assert "<td>original</td>" in page and "<td>reproduction</td>" in page and "<script" not in page
     assert "train on cpu, arguments `--seed 1`: reproduced." in page
+
+
+def test_the_verdicts_page_has_both_sides_of_a_seed_recipes_runs(tmp_path):
+    """Before: a seed recipe's records (recipe, configuration, timing: mnist's) pooled on the page into one row of
+    their configuration, so the original, the page's declared baseline, matched no row: envkit reproduce of an
+    image run of recipes/mnist.py stopped with "--baseline 'original' matches no configuration", no page written."""
+    recipe = json.loads((DATA / "results" / "e3" / "mnist-e3-batch-scaling-b128-scaled.json").read_text())
+    sides = []
+    for side, prefix in (("a", "o"), ("b", "r")):
+        records = _records(tmp_path / side, prefix, [1.0, 1.1])
+        for run in records:
+            document = json.loads(run.path.read_text())
+            document |= {key: recipe[key] for key in ("recipe", "configuration", "settings", "timing")}
+            document["environment"] = recipe["environment"] | document["environment"]
+            run.path.write_text(json.dumps(document))
+        sides.append([read_record(run.path) for run in records])
+    verdict = _verdict(tmp_path, *sides)
+    assert verdict.word == REPRODUCED
+    assert reproduce.verdict_page([verdict], tmp_path / "v.html", tmp_path / "envkit.yaml") > 0
+    page = (tmp_path / "v.html").read_text()
+    assert "<td>original</td>" in page and "<td>reproduction</td>" in page
 
 
 def test_only_the_reproductions_runs_of_the_originals_work_are_compared(tmp_path):
