@@ -22,15 +22,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from envkit.runs.environments import short
+from envkit.runs.environments import cpu_stand_in, notebook_cpu_mode, promised, short, used_device
 from envkit.runs.grouping import Placement
 from envkit.runs.model import Section, comparison_device_rank, notebook_label
 from envkit.runs.published import section_facts
 from envkit.runs.results import RunResult
 from envkit.runs.rows import measured_row
-
-# The device block's words for "no accelerator initialised".
-NO_ACCELERATOR = (None, "", "none", "cpu")
 
 
 def arguments_of(run: RunResult) -> tuple[str, ...]:
@@ -61,40 +58,6 @@ def target_of(run: RunResult) -> str:
     return run.target or place_of(run)
 
 
-def used_device(run: RunResult) -> tuple[str, bool | None]:
-    """What the run really initialised, in words, and whether it was an accelerator; (the label's device, None)
-    where the record has no device block, or one that observed nothing (a program that is not Python). The
-    block (the run wrapper's run.device) names the ``accelerator`` initialised (cuda, tpu, else cpu), its
-    ``name`` and ``count``, and the target's ``label``."""
-    block = run.device
-    if block is None or block.get("observed") is False:
-        label = run.environment.get("device_name") or run.environment.get("device_type") or "unknown device"
-        return f"{label} (not checked)", None
-    kind = block.get("accelerator")
-    name = block.get("name") or kind or "CPU"
-    if kind in NO_ACCELERATOR:
-        return f"{name} (no accelerator)", False
-    count = block.get("count")
-    return (f"{name} ×{count}" if isinstance(count, int) and count > 1 else str(name)), True
-
-
-def promised(run: RunResult) -> str | None:
-    """The device the run's target promised: the device block's label, else the environment's device type."""
-    block = run.device or {}
-    return block["label"] if "label" in block else run.environment.get("device_type")
-
-
-def notebook_cpu_mode(run: RunResult) -> bool:
-    """A notebook run in CPU mode (``notebook.cpu_mode`` in the record): its accelerator's name, the CPU's work."""
-    return bool((run.notebook or {}).get("cpu_mode"))
-
-
-def cpu_stand_in(run: RunResult) -> bool:
-    """A run of an accelerator's target (its label is not the cpu) that initialised no accelerator, or a notebook
-    run in CPU mode, whatever its device block says."""
-    return notebook_cpu_mode(run) or (promised(run) not in NO_ACCELERATOR and used_device(run)[1] is False)
-
-
 def stand_in_label(target: str, runs: list[RunResult]) -> str:
     """A stand-in's row, named so in every table, figure and file: 'colab-t4 (CPU mode)', 'cuda (CPU run)'."""
     return f"{target} (CPU mode)" if notebook_cpu_mode(runs[0]) else f"{target} (CPU run)"
@@ -122,7 +85,6 @@ def _given(target: str, runs: list[RunResult]) -> dict:
         target=target,
         lock=runs[0].environment.get("lock_sha256"),
         device=" / ".join(sorted({used_device(run)[0] for run in runs})),
-        cpu_stand_in=stand_in,
         device_checked=all(used_device(run)[1] is not None for run in runs),
     )
 

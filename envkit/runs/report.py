@@ -17,7 +17,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.project import DEFAULT_CONFIG
 from envkit.project.experiments import Experiment, load_experiments, run_of
-from envkit.runs.comparison import command_placements, notebook_cpu_mode
+from envkit.runs.comparison import command_placements
 from envkit.runs.environments import environments_text, mark_environments
 from envkit.runs.goals import assign_goals
 from envkit.runs.grouping import Placement, group
@@ -150,7 +150,6 @@ def _recipe_placement(run: RunResult, facts: dict, config: Path) -> Placement:
             recipe=made.recipe,
             configuration=configuration,
             device_rank=device_rank(configuration),
-            cpu_stand_in=any(notebook_cpu_mode(run) for run in runs),  # named so by its notebook label
             **placement,
         ),
     )

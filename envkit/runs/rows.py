@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 
-from envkit.runs.environments import environment_facts, environment_line
+from envkit.runs.environments import cpu_stand_in, environment_facts, environment_line
 from envkit.runs.model import OURS, Curve, Row
 from envkit.runs.published import report_facts
 from envkit.runs.results import RunResult, Stat, stat_of
@@ -152,6 +152,8 @@ def measured_row(runs: list[RunResult], facts: dict, **given) -> Row:
             {warning for run in runs for warning in (run.run or {}).get("warnings") or () if isinstance(warning, str)}
         ),
         results=tuple(runs),
+        # A run of an accelerator's target that initialised none, or a notebook's in CPU mode: never in a speed-up.
+        cpu_stand_in=any(cpu_stand_in(run) for run in runs),
         **_timing(done),
         **_metrics(done),
         **given,

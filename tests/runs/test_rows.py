@@ -47,3 +47,18 @@ def test_a_recipes_failed_run_is_counted_and_left_out_of_its_rows_numbers_as_a_c
     assert "cuda ×1: the run wrapper warns: the lock did not run" in section.notes
     assert ",failed," in render_report(report, "csv").splitlines()[0]
     assert row.metrics == {}  # the recipe's test accuracy is its column, never a metric column too
+
+
+def test_a_recipes_run_whose_device_block_shows_no_accelerator_is_a_cpu_stand_in_as_a_commands_is():
+    """Before: a recipe's row was a stand-in only in a notebook's CPU mode, so a cuda run the run wrapper saw
+    initialise no GPU got a speed-up as a GPU's; a command's such run is a CPU run, kept out. Now one rule."""
+    runs = {
+        run.run_name: run for run in load_results(DATA / "results" / "mixed")[0] if run.run_name in ("cuda", "tpu1")
+    }
+    block = {"label": "cuda", "accelerator": "cpu", "name": "AMD EPYC", "observed": True}
+    cpu_run = dataclasses.replace(runs["cuda"], device=block)
+    (section,) = build_report([runs["tpu1"], cpu_run]).sections
+    rows = {row.label: row for row in section.rows}
+    assert (rows["cuda ×1"].cpu_stand_in, rows["cuda ×1"].speedup) == (True, None)
+    assert rows["tpu ×1"].verdict == "baseline"
+    assert any(note.startswith("cuda ×1: runs of an accelerator's target") for note in section.notes)
