@@ -229,7 +229,8 @@ COLUMNS = {
             "failed",
             "failed",
             ("failed",),
-            lambda row: (row.failed if row.place else None,),
+            # A command's row always says it; a recipe's where the run wrapper saw one of its runs fail.
+            lambda row: (row.failed if row.place or row.failed else None,),
             lambda row: str(row.failed),
         ),
         Column(

@@ -12,26 +12,22 @@ records (``run.target``, ENVKIT_TARGET; a record without it: where the run ran, 
 notebook), and the environment's lock. The run block's device, where the record has one, says what the program
 really initialised: a run on a GPU or TPU target that initialised no accelerator is a CPU run, a row of its own
 kept out of speed-ups.
-A row's wall time and every metric are mean ± std over its successful runs; counters (report.yaml ``counters``:
-dvclive's ``step``) are not metrics; series are curves with each run's final value, their first step apart.
+A row's wall time and every metric are mean ± std over its successful runs, as envkit.runs.rows makes any row;
+counters (report.yaml ``counters``: dvclive's ``step``) are not metrics; series are curves with each run's final
+value, their first step apart.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable
 
-from envkit.runs.environments import environment_facts, environment_line, short
+from envkit.runs.environments import cpu_stand_in, notebook_cpu_mode, promised, short, used_device
 from envkit.runs.grouping import Placement
-from envkit.runs.model import OURS, Curve, Row, Section, comparison_device_rank, notebook_label
-from envkit.runs.published import report_facts, section_facts
-from envkit.runs.results import RunResult, Stat, stat_of
-
-# The device block's words for "no accelerator initialised".
-NO_ACCELERATOR = (None, "", "none", "cpu")
-# A curve keeps at most this many points: a plot and a page stay small whatever a series' length.
-CURVE_POINTS = 200
+from envkit.runs.model import Section, comparison_device_rank, notebook_label
+from envkit.runs.published import section_facts
+from envkit.runs.results import RunResult
+from envkit.runs.rows import measured_row
 
 
 def arguments_of(run: RunResult) -> tuple[str, ...]:
@@ -62,40 +58,6 @@ def target_of(run: RunResult) -> str:
     return run.target or place_of(run)
 
 
-def used_device(run: RunResult) -> tuple[str, bool | None]:
-    """What the run really initialised, in words, and whether it was an accelerator; (the label's device, None)
-    where the record has no device block, or one that observed nothing (a program that is not Python). The
-    block (the run wrapper's run.device) names the ``accelerator`` initialised (cuda, tpu, else cpu), its
-    ``name`` and ``count``, and the target's ``label``."""
-    block = run.device
-    if block is None or block.get("observed") is False:
-        label = run.environment.get("device_name") or run.environment.get("device_type") or "unknown device"
-        return f"{label} (not checked)", None
-    kind = block.get("accelerator")
-    name = block.get("name") or kind or "CPU"
-    if kind in NO_ACCELERATOR:
-        return f"{name} (no accelerator)", False
-    count = block.get("count")
-    return (f"{name} ×{count}" if isinstance(count, int) and count > 1 else str(name)), True
-
-
-def promised(run: RunResult) -> str | None:
-    """The device the run's target promised: the device block's label, else the environment's device type."""
-    block = run.device or {}
-    return block["label"] if "label" in block else run.environment.get("device_type")
-
-
-def notebook_cpu_mode(run: RunResult) -> bool:
-    """A notebook run in CPU mode (``notebook.cpu_mode`` in the record): its accelerator's name, the CPU's work."""
-    return bool((run.notebook or {}).get("cpu_mode"))
-
-
-def cpu_stand_in(run: RunResult) -> bool:
-    """A run of an accelerator's target (its label is not the cpu) that initialised no accelerator, or a notebook
-    run in CPU mode, whatever its device block says."""
-    return notebook_cpu_mode(run) or (promised(run) not in NO_ACCELERATOR and used_device(run)[1] is False)
-
-
 def stand_in_label(target: str, runs: list[RunResult]) -> str:
     """A stand-in's row, named so in every table, figure and file: 'colab-t4 (CPU mode)', 'cuda (CPU run)'."""
     return f"{target} (CPU mode)" if notebook_cpu_mode(runs[0]) else f"{target} (CPU run)"
@@ -109,112 +71,21 @@ def _work_key(run: RunResult) -> tuple:
     return (run.experiment, arguments_of(run), _data_key(run))
 
 
-def _stat(values: list[float]) -> Stat | None:
-    return Stat(**stat_of(values)) if values else None
-
-
-def is_counter(name: str) -> bool:
-    """A counter the program logs beside its metrics (dvclive's ``step``), by its last name part."""
-    return name.rsplit(".", 1)[-1] in report_facts()["counters"]
-
-
-def _curve(runs: list[RunResult], name: str) -> Curve | None:
-    """The mean curve of series ``name`` over ``runs`` (those that wrote it), bounded to CURVE_POINTS points."""
-    written = [run.series[name] for run in runs if run.series.get(name, {}).get("step")]
-    return mean_curve(written, per_step=all(run.recipe is None for run in runs))
-
-
-def curves_of(runs: list[RunResult]) -> dict[str, Curve]:
-    """The mean curve of each series ``runs`` wrote (counters are not series), by name: a command's row's and a
-    recipe's alike."""
-    names = sorted({name for run in runs for name in run.series if not is_counter(name)})
-    curves = {name: _curve(runs, name) for name in names}
-    return {name: curve for name, curve in curves.items() if curve is not None}
-
-
-def mean_curve(written: list[dict], per_step: bool = True) -> Curve | None:
-    """The mean curve of one series as several runs wrote it (each {"step": [...], "value": [...]}), bounded to
-    CURVE_POINTS points, with each run's final value; None where none wrote it. ``per_step``: False for a seed
-    recipe's per-epoch lists."""
-    if not written:
-        return None
-    # A NaN or inf a run logged (a loss that diverged) is counted and said, and left out of every mean: a mean
-    # over it read "nan ± nan" with no word.
-    by_step: dict[int, list[float]] = {}
-    not_finite = 0
-    for series in written:
-        for step, value in zip(series["step"], series["value"]):
-            if math.isfinite(value):
-                by_step.setdefault(step, []).append(value)
-            else:
-                by_step.setdefault(step, [])
-                not_finite += 1
-    steps = sorted(by_step)
-    stride = max(1, math.ceil(len(steps) / CURVE_POINTS))
-    kept = steps[::stride]
-    return Curve(
-        steps=tuple(kept),
-        values=tuple(sum(by_step[step]) / len(by_step[step]) if by_step[step] else math.nan for step in kept),
-        runs=len(written),
-        first=_finite_stat([series["value"][0] for series in written]),
-        final=_finite_stat([series["value"][-1] for series in written]),
-        stride=stride,
-        per_step=per_step,
-        not_finite=not_finite,
-    )
-
-
-def _finite_stat(values: list[float]) -> Stat:
-    """The runs' values as mean ± std over the finite ones (NaN where none is: the cell says how many were not)."""
-    finite = [value for value in values if math.isfinite(value)]
-    return Stat(**stat_of(finite)) if finite else Stat(math.nan, math.nan, 0)
-
-
-def _row(target: str, runs: list[RunResult], facts: dict) -> Row:
-    """One target's runs on one lock: wall time and each metric over the successful runs; failed runs counted."""
-    done = [run for run in runs if run.succeeded]
-    environments = sorted({environment_line(run.environment, with_lock=False) for run in runs})
-    # One pass over the runs: 5,000 runs of 20 metrics each, all named apart, made name x run 500 million steps.
-    values: dict[str, list[float]] = {}
-    not_finite: dict[str, int] = {}
-    for run in done:
-        for name, value in run.metrics.items():
-            values.setdefault(name, []).append(value)
-        for name in run.not_finite:
-            not_finite[name] = not_finite.get(name, 0) + 1
-    names = sorted(name for name in {*values, *not_finite} if not is_counter(name))
-    configuration = {"device": "cpu" if cpu_stand_in(runs[0]) else promised(runs[0])}
-    return Row(
-        source=OURS,
-        source_short=OURS,
+def _given(target: str, runs: list[RunResult]) -> dict:
+    """What a comparison knows of a target's runs on one lock before their numbers (envkit.runs.rows pools those):
+    the device its target promised (the cpu for a stand-in), where they ran, the lock, and what they initialised."""
+    stand_in = cpu_stand_in(runs[0])
+    configuration = {"device": "cpu" if stand_in else promised(runs[0])}
+    return dict(
         recipe=None,
         configuration=configuration,
         device_rank=comparison_device_rank(configuration),
-        runs=len(runs),
-        total_s=None,
-        first_epoch_s=None,
-        stats={},
-        test_accuracy=None,
-        environment=environments[0] if len(environments) == 1 else "mixed: " + "; ".join(environments),
         experiment=runs[0].experiment,
-        environments=tuple(sorted({environment_facts(run) for run in runs}, key=json.dumps)),
-        facts=facts,
-        place=stand_in_label(target, runs) if cpu_stand_in(runs[0]) else target,
-        failed=len(runs) - len(done),
-        wall_time_s=_stat([run.run["wall_time_s"] for run in done]),
-        metrics={name: stat for name in names if (stat := _stat(values.get(name, []))) is not None},
+        place=stand_in_label(target, runs) if stand_in else target,
         target=target,
         lock=runs[0].environment.get("lock_sha256"),
         device=" / ".join(sorted({used_device(run)[0] for run in runs})),
-        cpu_stand_in=cpu_stand_in(runs[0]),
         device_checked=all(used_device(run)[1] is not None for run in runs),
-        reported={name: len(values.get(name, ())) for name in names},
-        not_finite={name: not_finite[name] for name in names if name in not_finite},
-        curves=curves_of(done),
-        warnings=sorted(
-            {warning for run in runs for warning in run.run.get("warnings") or () if isinstance(warning, str)}
-        ),
-        results=tuple(runs),
     )
 
 
@@ -324,5 +195,5 @@ def _placement(run: RunResult, facts: dict, lock: tuple[str, str | None, str] | 
         siblings=("~", experiment),
         work=work,
         section=section,
-        row=lambda runs, made: _row(target_of(runs[0]), runs, made.facts),
+        row=lambda runs, made: measured_row(runs, made.facts, **_given(target_of(runs[0]), runs)),
     )

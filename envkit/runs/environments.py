@@ -1,4 +1,5 @@
-"""How the report names a run's environment, and tells a section's environments apart.
+"""How the report names a run's environment and what it really initialised (the run wrapper's device block: a CPU
+stand-in for an accelerator's target), and tells a section's environments apart.
 
 Two runs ran one environment when report.yaml's ``environment_facts`` agree (python major.minor, torch, TPU
 backend, lock): rows whose runs differ get a letter each (A, B, ...) and a note under their table.
@@ -13,10 +14,47 @@ from envkit.runs.model import Section
 from envkit.runs.published import report_facts
 from envkit.runs.results import ENVIRONMENT_KEYS, RunResult
 
+# The device block's words for "no accelerator initialised".
+NO_ACCELERATOR = (None, "", "none", "cpu")
+
 
 def short(value) -> str:
     # A sha256 is told apart by its first 12 digits, like an image ID.
     return "none" if value is None else value[:12] if len(str(value)) == 64 else str(value)
+
+
+def used_device(run: RunResult) -> tuple[str, bool | None]:
+    """What the run really initialised, in words, and whether it was an accelerator; (the label's device, None)
+    where the record has no device block, or one that observed nothing (a program that is not Python). The
+    block (the run wrapper's run.device) names the ``accelerator`` initialised (cuda, tpu, else cpu), its
+    ``name`` and ``count``, and the target's ``label``."""
+    block = run.device
+    if block is None or block.get("observed") is False:
+        label = run.environment.get("device_name") or run.environment.get("device_type") or "unknown device"
+        return f"{label} (not checked)", None
+    kind = block.get("accelerator")
+    name = block.get("name") or kind or "CPU"
+    if kind in NO_ACCELERATOR:
+        return f"{name} (no accelerator)", False
+    count = block.get("count")
+    return (f"{name} ×{count}" if isinstance(count, int) and count > 1 else str(name)), True
+
+
+def promised(run: RunResult) -> str | None:
+    """The device the run's target promised: the device block's label, else the environment's device type."""
+    block = run.device or {}
+    return block["label"] if "label" in block else run.environment.get("device_type")
+
+
+def notebook_cpu_mode(run: RunResult) -> bool:
+    """A notebook run in CPU mode (``notebook.cpu_mode`` in the record): its accelerator's name, the CPU's work."""
+    return bool((run.notebook or {}).get("cpu_mode"))
+
+
+def cpu_stand_in(run: RunResult) -> bool:
+    """A run of an accelerator's target (its label is not the cpu) that initialised no accelerator, or a notebook
+    run in CPU mode, whatever its device block says."""
+    return notebook_cpu_mode(run) or (promised(run) not in NO_ACCELERATOR and used_device(run)[1] is False)
 
 
 def environment_line(environment: dict, with_lock: bool = True) -> str:

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 from envkit import DISTRIBUTION
 from envkit.errors import EnvkitError
-from envkit.runs.comparison import CURVE_POINTS
 from envkit.runs.model import LINE_STYLES, MARKERS, drawn_value, identical, identical_groups
 from envkit.runs.page_model import Comparison, Curve, Target
+from envkit.runs.rows import CURVE_POINTS
 from envkit.runs.welch import CONFIDENCE
 
 MAX_TARGETS = 16  # bars or lines per figure

@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.project import DEFAULT_CONFIG
 from envkit.project.experiments import Experiment, load_experiments, run_of
-from envkit.runs.comparison import command_placements, curves_of, notebook_cpu_mode
-from envkit.runs.environments import environment_facts, environment_line, environments_text, mark_environments
+from envkit.runs.comparison import command_placements
+from envkit.runs.environments import environments_text, mark_environments
 from envkit.runs.goals import assign_goals
 from envkit.runs.grouping import Placement, group
-from envkit.runs.model import NOTEBOOK_KEY, OURS, Report, Row, Section, device_rank, notebook_label
+from envkit.runs.model import NOTEBOOK_KEY, Report, Row, Section, device_rank, notebook_label
 from envkit.runs.published import (
     describe_work,
     load_published,
@@ -35,7 +34,8 @@ from envkit.runs.published import (
     shown_settings,
     work_differences,
 )
-from envkit.runs.results import CONFIGURATION_KEYS, RunResult, Stat, stat_of
+from envkit.runs.results import CONFIGURATION_KEYS, RunResult
+from envkit.runs.rows import measured_row
 from envkit.runs.section_words import describe
 from envkit.runs.speedup_bounds import flag_beyond
 from envkit.runs.speedups import DECLARED, FIRST, LISTED, assign_speedups, may_compare
@@ -44,50 +44,6 @@ from envkit.support.bounded_load import parse_json
 # processes_per_node follows from the mode, world size and nodes (and version 1 files were upgraded
 # to processes_per_node = world_size, which DP and SPMD runs would not record): rows ignore it.
 ROW_KEYS = tuple(key for key in CONFIGURATION_KEYS if key != "processes_per_node")
-
-
-def pooled(stats: list[Stat]) -> Stat:
-    """Mean and population std over all samples behind several (mean, std, n)."""
-    total = sum(s.n for s in stats)
-    mean = sum(s.mean * s.n for s in stats) / total
-    variance = sum(s.n * (s.std**2 + (s.mean - mean) ** 2) for s in stats) / total
-    return Stat(mean, math.sqrt(variance), total)
-
-
-def _row_from_runs(recipe: str, configuration: dict, runs: list[RunResult], facts: dict, **placement) -> Row:
-    """One measured row; ``placement``: the experiment, run, run_rank and settings of an experiment's row."""
-    stat_names = sorted({name for run in runs for name, value in run.timing.items() if isinstance(value, Stat)})
-    stats = {}
-    for name in stat_names:
-        present = [run.timing[name] for run in runs if name in run.timing]
-        # A statistic only some runs recorded would describe a subset: leave it out.
-        if len(present) == len(runs):
-            stats[name] = pooled(present)
-    totals = stat_of([run.timing["total_s"] for run in runs])
-    accuracies = [
-        run.test_accuracy for run in runs if run.test_accuracy is not None and math.isfinite(run.test_accuracy)
-    ]
-    environments = sorted({environment_line(run.environment) for run in runs})
-    environment = environments[0] if len(environments) == 1 else "mixed: " + "; ".join(environments)
-    return Row(
-        source=OURS,
-        source_short=OURS,
-        recipe=recipe,
-        configuration=configuration,
-        device_rank=device_rank(configuration),
-        runs=len(runs),
-        total_s=Stat(totals["mean"], totals["std"], totals["n"]),
-        first_epoch_s=sum(run.timing["first_epoch_s"] for run in runs) / len(runs),
-        stats=stats,
-        test_accuracy=sum(accuracies) / len(accuracies) if accuracies else None,
-        environment=environment,
-        environments=tuple(sorted({environment_facts(run) for run in runs}, key=json.dumps)),
-        facts=facts,
-        results=tuple(runs),
-        cpu_stand_in=any(notebook_cpu_mode(run) for run in runs),  # named so by its notebook label
-        curves=curves_of(runs),
-        **placement,
-    )
 
 
 def _check_baseline(baseline: str, rows: list[Row]) -> None:
@@ -188,7 +144,14 @@ def _recipe_placement(run: RunResult, facts: dict, config: Path) -> Placement:
         siblings=(owner or "", run.recipe, dataset),
         work=work,
         section=section,
-        row=lambda runs, made: _row_from_runs(made.recipe, configuration, runs, made.facts, **placement),
+        row=lambda runs, made: measured_row(
+            runs,
+            made.facts,
+            recipe=made.recipe,
+            configuration=configuration,
+            device_rank=device_rank(configuration),
+            **placement,
+        ),
     )
 
 

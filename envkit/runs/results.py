@@ -118,6 +118,13 @@ class RunResult:
         return f"exit status {self.run['exit_status']}" if self.run else "ended"
 
     @property
+    def program_metrics(self) -> tuple[dict[str, float], tuple[str, ...]]:
+        """The metrics its program reported (finite ones by name, and the names reported as NaN or ±inf): a command's
+        metrics.json. A seed recipe's metrics block holds its recipe's own fields instead (the test accuracy, the final
+        loss, the per-epoch lists), which its row carries as columns and curves of their own: none."""
+        return (self.metrics, self.not_finite) if self.recipe is None else ({}, ())
+
+    @property
     def requested_name(self) -> str:
         """The run name the run was started with: a repeated run's file adds -2, -3, ... to it, its settings do not."""
         name = self.settings.get("run_name")

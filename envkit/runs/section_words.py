@@ -97,6 +97,13 @@ def section_notes(section: Section) -> list[str]:
             "of the speed-ups (nothing says what it measured)."
         )
     notes += [f"{row.label}: the run wrapper warns: {warning}" for row in rows for warning in row.warnings]
+    if "failed" not in section.facts["columns"]:  # a recipe's run the run wrapper saw fail: never left out unsaid
+        notes += [
+            f"{row.label}: {row.failed} of its {counted(row.runs, 'run')} failed (the run wrapper's exit status): "
+            "counted in runs, left out of its numbers."
+            for row in rows
+            if row.failed
+        ]
     if any(row.not_finite for row in rows):
         notes.append("NaN/inf: values a run reported as NaN or ±inf are counted in the cell, left out of its mean.")
     if any(0 < count < row.succeeded for row in rows for count in row.reported.values()):

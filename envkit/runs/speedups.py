@@ -53,14 +53,12 @@ def speedup_stat(row: Row) -> Stat | None:
 
 def run_values(row: Row) -> list[float]:
     """The row's measure, one value per run behind it (a run's own mean for a per-epoch statistic): the samples
-    of its verdict. A command's failed runs are left out, as from its mean; a published row has none."""
+    of its verdict. Failed runs are left out, as from its mean (envkit.runs.rows); a published row has none."""
     name = speedup_name(row)
     values = []
-    for run in row.results:
-        if row.recipe is None:
-            value = run.run.get("wall_time_s") if run.succeeded else None
-        else:
-            value = run.timing.get(name)
+    for run in (run for run in row.results if run.succeeded):
+        # The run wrapper's wall time, else the recipe's timing (a command's record has none).
+        value = (run.run or {}).get(name) if name == "wall_time_s" else run.timing.get(name)
         value = value.mean if isinstance(value, Stat) else value
         if isinstance(value, (int, float)) and value > 0:
             values.append(float(value))

@@ -14,8 +14,8 @@ from report_golden import check_golden
 from envkit.cli import main
 from envkit.errors import EnvkitError
 from envkit.runs.formats import render_report
-from envkit.runs.report import build_report, pooled
-from envkit.runs.results import Stat, load_results, parse, stat_of
+from envkit.runs.report import build_report
+from envkit.runs.results import Stat, load_results, parse
 
 RESULTS = DATA / "results" / "mixed"
 GOLDEN = paths.GOLDEN / "report"
@@ -181,15 +181,6 @@ def test_repeated_runs_and_schema_versions_aggregate(mixed):
     assert any("cifar-cpu-none-v4.json: schema_version 4 is newer" in w for w in warnings)
     text = render_report(build_report(results), "md")
     assert "| cpu ×1 | mnist-net | 128 | 3 | 13.000 ± 0.408 |" in text
-
-
-def test_pooled_stats_equal_stats_of_all_samples():
-    first, second = [1.0, 2.0, 4.0], [3.0, 7.0]
-    combined = pooled([Stat(**stat_of(first)), Stat(**stat_of(second))])
-    expected = stat_of(first + second)
-    assert combined.mean == pytest.approx(expected["mean"])
-    assert combined.std == pytest.approx(expected["std"])
-    assert combined.n == 5
 
 
 def test_output_does_not_depend_on_file_order(mixed):
@@ -441,7 +432,7 @@ def test_a_new_recipe_is_reported_from_data_alone(monkeypatch, tmp_path):
 
 
 def test_a_cpu_count_reads_as_cpus_not_sockets():
-    from envkit.runs.report import environment_line
+    from envkit.runs.environments import environment_line
 
     assert environment_line({"device_type": "cpu", "device_name": "AMD EPYC", "device_count": 2}) == "AMD EPYC, 2 CPUs"
     assert environment_line({"device_type": "tpu", "device_name": "TPU v5e", "device_count": 8}) == "TPU v5e ×8"

@@ -351,7 +351,7 @@ def test_the_series_table_gives_each_runs_final_value_across_runs_not_the_spread
 
 
 def test_a_long_series_is_a_bounded_curve(tmp_path):
-    from envkit.runs.comparison import CURVE_POINTS
+    from envkit.runs.rows import CURVE_POINTS
 
     results = tmp_path / "results"
     steps = list(range(10_000))
