@@ -8,13 +8,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .arguments import RESULTS_FOLDER, RESULTS_VARIABLE
 from .devices import Replicas, is_xla
 from .errors import RecipeError
 from .files import json_bytes, write_temp
@@ -35,21 +35,20 @@ def _package_version(distribution: str) -> str | None:
         return None
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+def wrapper_adopts(results_dir: Path) -> bool:
+    """Whether the run wrapper that started this run (it names the run in ENVKIT_RUN_ID) adopts
+    the record written into ``results_dir``: it watches its own results folder alone."""
+    watched = Path(os.environ.get(RESULTS_VARIABLE) or RESULTS_FOLDER)
+    return bool(os.environ.get(RUN_ID_VARIABLE)) and results_dir.resolve() == watched.resolve()
 
 
-def capture_environment(device: torch.device, device_kind: str) -> dict:
-    """What of the ``environment`` block (envkit/data/results.schema.json) needs torch: the device
-    it initialised and its own build. The process's facts (host, Python, image, lock, git,
-    distributions) are the run wrapper's, which adds them to the record it adopts
-    (envkit/support/provenance.py): a run started without it records these alone."""
+def capture_environment(device: torch.device, device_kind: str, results_dir: Path) -> dict:
+    """What of the ``environment`` block (envkit/data/results.schema.json) the harness owns: the
+    devices it initialised, named as torch names them where it does (a CUDA GPU, XLA:CPU or
+    XLA:TPU, TorchTPU; the run wrapper's observation calls XLA:CPU a CPU), torchvision and the CUDA
+    release torch was built for. Every other fact has one owner, the run wrapper
+    (envkit/support/provenance_facts.py), which adds them to the record it adopts: the CPU's model,
+    torch's and torch_xla's versions, host, Python, image, lock, git and distributions."""
     if device.type == "cuda":
         name, count = torch.cuda.get_device_name(device), torch.cuda.device_count()
     elif is_xla(device):
@@ -59,20 +58,29 @@ def capture_environment(device: torch.device, device_kind: str) -> dict:
         name, count = f"XLA:{xm.xla_device_hw(device)}", xr.global_runtime_device_count()
     elif device.type == "tpu":  # TorchTPU
         name, count = "TPU (torch_tpu)", torch.accelerator.device_count()
-    else:
-        name, count = _cpu_name(), os.cpu_count() or 1
-    xla_used = is_xla(device) or device_kind == "tpu"
-    torch_xla_version = _package_version("torch_xla") if xla_used else None
-    return {
-        "device_type": device_kind,
-        "device_name": name,
+    else:  # the CPU: its model is the wrapper's to look up
+        name, count = None, os.cpu_count() or 1
+    named = {"device_type": device_kind, "device_name": name} if name else {}
+    own = {
+        **named,
         "device_count": count,
-        "torch": torch.__version__,
         "torchvision": _package_version("torchvision"),
-        "torch_xla": torch_xla_version,
         # The CUDA release this torch was built for, whatever device ran (a CPU run on a CUDA build
         # names one too).
         "torch_cuda_build": torch.version.cuda,
+    }
+    if wrapper_adopts(results_dir):
+        return own
+    # python recipes/mnist.py: no wrapper adopts the record, which must still name the device and
+    # torch (the schema requires them). torch's and torch_xla's by the wrapper's rule, the installed
+    # distribution's version (torch.__version__ may add a local tag, +cu130, that the distribution
+    # and its lock do not have); no CPU model.
+    return {
+        "device_type": device_kind,
+        "device_name": None,
+        "torch": _package_version("torch"),
+        "torch_xla": _package_version("torch_xla"),
+        **own,
     }
 
 

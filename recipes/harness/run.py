@@ -240,7 +240,9 @@ class Run:
             timing=timing_record(history, self.elapsed_s()),
             metrics=metrics,
             series=series_record(history),
-            environment=capture_environment(self.replicas.device, self.args.device),
+            environment=capture_environment(
+                self.replicas.device, self.args.device, self.args.results_dir
+            ),
             threads=self.threads,
         )
         path = write_results(self.args.results_dir, results)

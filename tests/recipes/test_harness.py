@@ -8,6 +8,7 @@ import os
 import random
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
 import harness
@@ -291,22 +292,39 @@ def test_check_resumable_names_the_differences(tmp_path):
         harness.checkpoints.check_resumable(tmp_path, {"lr": 1.0}, {"lr": 2.0})
 
 
-def test_the_harness_records_only_what_needs_torch(monkeypatch):
-    """The process's facts (host, Python, image, lock, git, distributions) are the run wrapper's
-    (tests/support/test_provenance.py): the harness names the device torch initialised and torch's build."""
+def test_a_recipe_the_wrapper_adopts_leaves_every_fact_of_the_wrapper_s_to_it(tmp_path, monkeypatch):
+    """One owner per fact (issue 41 §3): the run wrapper (envkit/support/provenance_facts.py) writes the device the
+    run used, the CPU's model, torch's versions, host, Python, image, lock, git and distributions; the harness of a
+    run it adopts writes only what it alone counts or builds. The recipes never import envkit: compared here."""
+    from envkit.support import provenance_facts
+
+    monkeypatch.setenv("ENVKIT_RUN_ID", "ab" * 16)
+    monkeypatch.setenv("ENVKIT_RESULTS_DIR", str(tmp_path))
+    environment = harness.records.capture_environment(torch.device("cpu"), "cpu", tmp_path)
+    assert set(environment) == {"device_count", "torchvision", "torch_cuda_build"}
+    assert set(environment).isdisjoint(provenance_facts.environment())
+    assert environment["device_count"] == os.cpu_count()
+
+
+def test_a_recipe_run_without_the_wrapper_names_the_device_and_torch_but_no_cpu_model(tmp_path, monkeypatch):
+    """python recipes/mnist.py: no wrapper adopts the record, which still has the keys the schema requires; the
+    CPU's model is the wrapper's to look up (one look-up: envkit/support/provenance_facts.py's device_name)."""
+    monkeypatch.delenv("ENVKIT_RUN_ID", raising=False)
     monkeypatch.setenv("ENVKIT_IMAGE", "envkit-cpu:abc")
-    environment = harness.records.capture_environment(torch.device("cpu"), "cpu")
-    assert environment["torch"] == torch.__version__ and environment["device_type"] == "cpu"
-    assert environment["torch_xla"] is None and environment["device_count"] >= 1
-    assert set(environment) == {
-        "device_type",
-        "device_name",
-        "device_count",
-        "torch",
-        "torchvision",
-        "torch_xla",
-        "torch_cuda_build",
+    environment = harness.records.capture_environment(torch.device("cpu"), "cpu", tmp_path)
+    assert environment == {
+        "device_type": "cpu",
+        "device_name": None,
+        "device_count": os.cpu_count(),
+        "torch": metadata.version("torch"),  # the wrapper's rule: the distribution's, not torch.__version__
+        "torchvision": environment["torchvision"],
+        "torch_xla": None,  # not installed here
+        "torch_cuda_build": torch.version.cuda,
     }
+    # run by a wrapper that watches another results folder: not adopted, so a record whole on its own
+    monkeypatch.setenv("ENVKIT_RUN_ID", "ab" * 16)
+    monkeypatch.setenv("ENVKIT_RESULTS_DIR", str(tmp_path / "elsewhere"))
+    assert harness.records.capture_environment(torch.device("cpu"), "cpu", tmp_path) == environment
 
 
 def test_the_record_carries_the_run_id_the_wrapper_gave(monkeypatch):
@@ -544,7 +562,7 @@ def test_results_are_the_schema_files_version():
 
 
 def test_the_cuda_torch_was_built_for_is_named_as_such_not_as_a_device():
-    environment = harness.records.capture_environment(torch.device("cpu"), "cpu")
+    environment = harness.records.capture_environment(torch.device("cpu"), "cpu", Path("results"))
     assert "cuda" not in environment and environment["torch_cuda_build"] == torch.version.cuda
 
 

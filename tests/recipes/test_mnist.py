@@ -17,6 +17,7 @@ import torch
 from mnist_files import RECIPE, checkpoint_weights, read_results, run_mnist, write_mnist
 
 from envkit.runs.results import load_results, recipe_series
+from envkit.support import provenance_facts
 
 TINY = ("--per-device-batch", "32", "--quiet", "--no-download")
 
@@ -127,7 +128,9 @@ def test_results_json_has_every_contract_key(trained):
     }
     assert document["environment"]["image"] == "envkit-cpu:test"
     assert document["environment"]["git_revision"] == "abc1234"
-    assert document["environment"]["torch"] == torch.__version__
+    # the wrapper's facts, the harness's not written: torch's distribution and the CPU's model as it looks them up
+    assert document["environment"]["torch"] == provenance_facts.installed()["torch"]
+    assert document["environment"]["device_name"] == provenance_facts.device_name("cpu")
     timing = document["timing"]
     assert timing["total_s"] >= timing["epoch_s"]["mean"] * 2 > 0
     assert timing["first_epoch_s"] > 0

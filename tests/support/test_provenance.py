@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from paths import REPO_ROOT
 from results_contract import assert_valid_results
 
 from envkit.runs.results import load_results
@@ -182,6 +183,16 @@ def test_the_wrapper_owns_the_process_facts_and_a_recipe_record_keeps_what_torch
     assert (environment["image"], environment["git_revision"]) == ("envkit-cpu:abc", "abc1234")
     assert environment["python"] == platform.python_version() and environment["host"] == socket.gethostname()
     assert any(entry.startswith("pytest==") for entry in environment["distributions"])
+
+
+def test_the_cpu_s_model_is_looked_up_in_one_place():
+    """The wrapper's device_name names the CPU, one rule for every record (a recipe's harness, which looked it up too
+    with another fallback, leaves it to the wrapper: tests/recipes/test_harness.py)."""
+    sources = [*(REPO_ROOT / "envkit").rglob("*.py"), *(REPO_ROOT / "recipes").rglob("*.py")]
+    readers = [
+        path.relative_to(REPO_ROOT).as_posix() for path in sorted(sources) if "/proc/cpuinfo" in path.read_text()
+    ]
+    assert readers == ["envkit/support/provenance_facts.py"]
 
 
 def test_image_lock_and_digest_come_from_the_image_and_values_that_are_none_are_null(monkeypatch, tmp_path):
