@@ -222,8 +222,10 @@ def hand_over(*paths: Path) -> None:
 
 
 def adopt(path: Path, document: dict, run_block: dict, facts: dict) -> None:
-    """A record the program wrote gains the run block and the process's facts; the program's own environment keys
-    (a recipe's: the device torch initialised, torch's build) are kept over this wrapper's, which cannot know them."""
+    """A record the program wrote gains the run block and the process's facts, of which this wrapper is the one owner
+    (torch's versions, the CPU's model: a recipe's harness leaves them to it). The program's own keys are kept: a
+    recipe's devices, as torch named and counted what it initialised (XLA:CPU ×8, which this wrapper's observation
+    calls a CPU), torchvision and torch's CUDA build."""
     own = document.get("environment")
     document.update(run=run_block, environment={**facts, **(own if isinstance(own, dict) else {})})
     replace(path, serialised(document))
