@@ -268,7 +268,9 @@ def _row(runs: list[results.RunResult], label: str) -> Row | None:
     """The runs as one row of the report's comparison (envkit.runs.comparison), labelled ``label``."""
     if not runs:
         return None
-    sections = group(command_placements(runs, report_facts()))
+    # Every record judged by the command core: a seed recipe's scalar metrics (its test accuracy, final loss) are
+    # what it reported, which the report shows in columns of a recipe's own instead (RunResult.program_metrics).
+    sections = group(command_placements([replace(run, recipe=None) for run in runs], report_facts()))
     rows = [row for section in sections.values() for row in section.rows]
     return replace(rows[0], place=label) if len(rows) == 1 else None
 
@@ -414,7 +416,7 @@ def verdict_page(verdicts: list[Verdict], path: Path, config: Path) -> int:
 
     runs = [
         # Named by side too: a reproduction started within the original's second has its run name and start, which
-        # the report would count as a copy of it (report.unique_runs). As the verdict's rows (_row), each side's
+        # the report would count as a copy of it (report.unique_runs). As in the verdict's rows (_row), each side's
         # runs are one command comparison's row: a seed recipe's would pool into one row of their configuration.
         replace(run, target=label, run_name=f"{label} {run.run_name}", recipe=None)
         for verdict in verdicts

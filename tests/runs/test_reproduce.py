@@ -131,7 +131,7 @@ def test_the_verdicts_page_has_both_sides_even_where_the_reproduction_shares_the
     assert "train on cpu, arguments `--seed 1`: reproduced." in page
 
 
-def test_the_verdicts_page_has_both_sides_of_a_seed_recipes_runs(tmp_path):
+def test_a_seed_recipes_runs_are_judged_by_their_metrics_and_the_page_has_both_sides(tmp_path):
     """Before: a seed recipe's records (recipe, configuration, timing: mnist's) pooled on the page into one row of
     their configuration, so the original, the page's declared baseline, matched no row: envkit reproduce of an
     image run of recipes/mnist.py stopped with "--baseline 'original' matches no configuration", no page written."""
@@ -146,7 +146,8 @@ def test_the_verdicts_page_has_both_sides_of_a_seed_recipes_runs(tmp_path):
             run.path.write_text(json.dumps(document))
         sides.append([read_record(run.path) for run in records])
     verdict = _verdict(tmp_path, *sides)
-    assert verdict.word == REPRODUCED
+    # Its metrics are judged as a command's (after the one row builder, a recipe's row had none: nothing compared).
+    assert verdict.word == REPRODUCED and [metric.name for metric in verdict.metrics] == ["accuracy"]
     assert reproduce.verdict_page([verdict], tmp_path / "v.html", tmp_path / "envkit.yaml") > 0
     page = (tmp_path / "v.html").read_text()
     assert "<td>original</td>" in page and "<td>reproduction</td>" in page
