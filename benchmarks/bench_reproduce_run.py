@@ -17,20 +17,19 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "benchmarks")]
 
+import bench_reproduce  # noqa: E402
 import pytest  # noqa: E402  (the engine tests' helpers say what is missing by pytest's outcomes)
-from docker_engine import MNIST_SMOKE, locked_project, served_registry  # noqa: E402
+from docker_engine import MNIST_SMOKE, envkit, locked_project, served_registry  # noqa: E402
 
 VARIANTS = ("direct run", "reproduce: pull + run + report", "reproduce: rebuild + run + report")
 
@@ -38,14 +37,12 @@ VARIANTS = ("direct run", "reproduce: pull + run + report", "reproduce: rebuild 
 def timed(
     command: list[str], cwd: Path, env: dict | None = None, allowed: tuple[int, ...] = (0,)
 ) -> tuple[float, float]:
-    """Wall and CPU seconds (user + system, children included) of a command that must end with an ``allowed``
-    status (a reproduction whose verdict differs exits 1: its time is the figure all the same)."""
-    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
-    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    """Wall and CPU seconds (bench_reproduce.timed's) of a command that must end with an ``allowed`` status (a
+    reproduction whose verdict differs exits 1: its time is the figure all the same)."""
+    done, wall, cpu = bench_reproduce.timed(command, cwd, env)
     if done.returncode not in allowed:
         sys.exit(f"bench_reproduce_run: {' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
 
 
 def git(*args: str, cwd: Path) -> None:
@@ -70,10 +67,6 @@ def data_bytes(page: Path) -> int:
     """The bytes of the page's reproduction data: its one <data> element (envkit.runs.page_records)."""
     found = re.search(r'<data id="envkit-reproduce"[^>]*>', page.read_text(encoding="utf-8"))
     return len(found.group(0).encode()) if found else 0
-
-
-def envkit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "envkit", *args], cwd=cwd, check=True, capture_output=True, text=True)
 
 
 def main() -> int:

@@ -416,9 +416,9 @@ def verdict_page(verdicts: list[Verdict], path: Path, config: Path) -> int:
 
     runs = [
         # Named by side too: a reproduction started within the original's second has its run name and start, which
-        # the report would count as a copy of it (report.unique_runs). As in the verdict's rows (_row), each side's
-        # runs are one command comparison's row: a seed recipe's would pool into one row of their configuration.
-        replace(run, target=label, run_name=f"{label} {run.run_name}", recipe=None)
+        # the report would count as a copy of it (report.unique_runs). Each side's runs are the verdict's row's
+        # (_row), judged as a command's: a seed recipe's would otherwise pool into one row of their configuration.
+        replace(run, target=label, run_name=f"{label} {run.run_name}")
         for verdict in verdicts
         for label, side in ((ORIGINAL, verdict.original), (REPRODUCTION, verdict.reproduction))
         if side is not None
