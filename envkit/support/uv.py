@@ -36,9 +36,14 @@ UV_ENV_KEPT = {"UV_CACHE_DIR", "UV_NATIVE_TLS", "UV_HTTP_TIMEOUT", "UV_HTTP_RETR
 # enough to ride out a blip, and `envkit lock --all` stays quick where PyTorch's
 # index is out of reach. UV_HTTP_RETRIES overrides it.
 UV_DEFAULT_RETRIES = "1"
+# envkit reads uv's messages (the cause of a failed resolution) from lines uv wraps at COLUMNS: a
+# caller's COLUMNS=80 cut "Because libtpu has no wheels with a matching Python ABI tag (e.g., cp313)"
+# before the tag. One message is one line however wide the caller's terminal is.
+UV_COLUMNS = "100000"
 
 
 def uv_env() -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("UV_") or key in UV_ENV_KEPT}
     env.setdefault("UV_HTTP_RETRIES", UV_DEFAULT_RETRIES)
+    env["COLUMNS"] = UV_COLUMNS
     return env

@@ -225,8 +225,10 @@ def test_a_lock_for_the_runtimes_python(tmp_path, capsys, tpu_index):
     assert "# base-image: none: runs in colab's tpu runtime (Ubuntu 22.04.5 LTS, glibc 2.35)\n" in text
 
 
-def test_a_lock_that_cannot_resolve_for_the_platforms_python_is_one_line(tmp_path, capsys, tpu_index):
-    # The runtime's own Python (3.13): libtpu has no wheel for it.
+def test_a_lock_that_cannot_resolve_for_the_platforms_python_is_one_line(tmp_path, capsys, tpu_index, monkeypatch):
+    # The runtime's own Python (3.13): libtpu has no wheel for it. A narrow terminal's COLUMNS (uv wraps its
+    # messages at it) must not cut the line before the tag.
+    monkeypatch.setenv("COLUMNS", "60")
     target = {key: value for key, value in NOTEBOOK_TARGET.items() if key != "python"}
     config = write_config(tmp_path, **target, pip_index_url=tpu_index.url)
     code, out, err = envkit(capsys, "lock", "--target", "nb", "--config", str(config))
