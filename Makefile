@@ -255,7 +255,7 @@ test-no-torch: | $(ENVKIT) ## the tests of the packages that never import torch,
 	.venv-notorch/bin/pytest $(NO_TORCH_TESTS)
 
 # --durations: what each image build and cluster costs, in every CI log. pytest-xdist runs the suite on one
-# worker per CPU, at most 4 (the Docker engine's tests share one worker, each other slow module one:
+# worker per CPU, at most 4 (the slow tests on one of them, in order, as without it:
 # tests/conftest.py); PYTEST_WORKERS=0 runs it in this process.
 PYTEST_WORKERS ?= auto
 test: | $(ENVKIT) ## the whole test suite, integration tests included (PYTEST_ARGS: a part of it, more options)

@@ -35,26 +35,19 @@ def _flag(config, option: str, env: str) -> bool:
 
 def pytest_collection_modifyitems(config, items):
     if _flag(config, "--slow", "ENVKIT_SLOW"):
-        _group_slow_tests([item for item in items if "slow" in item.keywords])
+        # Under pytest-xdist (make test: `--dist loadgroup`) the slow tests run on one worker, one after another,
+        # as without it: they share session fixtures a second worker would make again (the base image, the
+        # committed images, wheelhouses), and their disk peaks (images, venvs, a cluster's store) must not add up.
+        # The fast tests fill the other workers.
+        slow = pytest.mark.xdist_group("slow")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(slow)
         return
     skip = pytest.mark.skip(reason="slow integration test: run with --slow or ENVKIT_SLOW=1")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
-
-
-def _group_slow_tests(slow: list) -> None:
-    """Each slow test's worker group under pytest-xdist (make test: `--dist loadgroup`).
-
-    A slow module's tests share its fixtures (a wheelhouse, a cluster): each module runs on one worker. The
-    modules on the Docker engine share its session's images (the base image, the committed targets' images),
-    which a second worker would build again: they run on one worker together. The fast tests fill whichever
-    worker is free."""
-    module = {item: item.nodeid.split("::", 1)[0] for item in slow}
-    on_engine = {module[item] for item in slow if "client" in item.fixturenames}
-    for item in slow:
-        group = "docker-engine" if module[item] in on_engine else module[item]
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
