@@ -139,7 +139,8 @@ def _version(distribution: str) -> str | None:
 
 def distributions() -> list[str]:
     """name==version of every distribution this interpreter has, sorted, with PEP 503 names: the results
-    schema's form (as the recipes' harness writes it), which `envkit report` validates."""
+    schema's form, which `envkit report` validates (every record's, a seed recipe's included: the wrapper alone
+    writes it)."""
     return sorted(f"{name}=={version}" for name, version in installed().items())
 
 
