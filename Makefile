@@ -254,9 +254,6 @@ test-no-torch: | $(ENVKIT) ## the tests of the packages that never import torch,
 	@! .venv-notorch/bin/python -c 'import torch' 2>/dev/null || { echo 'torch is in .venv-notorch' >&2; exit 1; }
 	.venv-notorch/bin/pytest $(NO_TORCH_TESTS)
 
-# --durations: what each image build and cluster costs, in every CI log. pytest-xdist runs the suite on one
-# worker per CPU, at most 4 (the slow tests on one of them, in order, as without it:
-# tests/conftest.py); PYTEST_WORKERS=0 runs it in this process.
-PYTEST_WORKERS ?= auto
+# --durations: what each image build and cluster costs, in every CI log.
 test: | $(ENVKIT) ## the whole test suite, integration tests included (PYTEST_ARGS: a part of it, more options)
-	$(VENV)/bin/pytest --slow --durations=30 -n $(PYTEST_WORKERS) --maxprocesses 4 --dist loadgroup $(PYTEST_ARGS)
+	$(VENV)/bin/pytest --slow --durations=30 $(PYTEST_ARGS)

@@ -35,14 +35,6 @@ def _flag(config, option: str, env: str) -> bool:
 
 def pytest_collection_modifyitems(config, items):
     if _flag(config, "--slow", "ENVKIT_SLOW"):
-        # Under pytest-xdist (make test: `--dist loadgroup`) the slow tests run on one worker, one after another,
-        # as without it: they share session fixtures a second worker would make again (the base image, the
-        # committed images, wheelhouses), and their disk peaks (images, venvs, a cluster's store) must not add up.
-        # The fast tests fill the other workers.
-        slow = pytest.mark.xdist_group("slow")
-        for item in items:
-            if "slow" in item.keywords:
-                item.add_marker(slow)
         return
     skip = pytest.mark.skip(reason="slow integration test: run with --slow or ENVKIT_SLOW=1")
     for item in items:

@@ -524,12 +524,7 @@ def test_report_and_test_targets(project):
         ".venv/bin/envkit compare --results-dir /r --html /r/comparison.html --epochs 1 --dataset fake"
     ]
     assert dry_run(project, "demo") == [".venv/bin/envkit demo"]
-    assert dry_run(project, "test") == [
-        ".venv/bin/pytest --slow --durations=30 -n auto --maxprocesses 4 --dist loadgroup"
-    ]
-    assert dry_run(project, "test", "PYTEST_WORKERS=0") == [
-        ".venv/bin/pytest --slow --durations=30 -n 0 --maxprocesses 4 --dist loadgroup"
-    ]
+    assert dry_run(project, "test") == [".venv/bin/pytest --slow --durations=30"]
 
 
 def test_an_experiment_stops_before_building_when_the_host_cannot_run_it(project, tmp_path, repo_root):
