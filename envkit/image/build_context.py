@@ -275,7 +275,34 @@ def staging_area(root: Path, target_name: str):
     """
     context = staging_path(root, target_name)
     private_folder(context.parent)  # it holds the project's files
-    with open(context.parent / f".{context.name}.lock", "w") as lock:
+    with open(context.parent / f".{context.name}.lock", "w") as lock:  # its time: this context's last use
         fcntl.flock(lock, fcntl.LOCK_EX)  # two builds of one target must not stage into each other
         shutil.rmtree(context, ignore_errors=True)
+        _trim_contexts(context.parent, context)
         yield context
+
+
+# Staged contexts kept (each the size of a target's wheelhouse and project files): those of the projects and targets
+# built lately. One is made for every project folder built, and a project moved or removed left its context behind.
+CONTEXTS_KEPT = 16
+
+
+def _trim_contexts(folder: Path, current: Path) -> None:
+    """The least recently used contexts beyond CONTEXTS_KEPT removed, each only while no build holds its lock."""
+    locks = sorted(folder.glob(".*.lock"), key=_last_use)
+    others = [lock for lock in locks if lock.name != f".{current.name}.lock"]
+    for lock_path in others[: max(0, len(others) + 1 - CONTEXTS_KEPT)]:
+        try:
+            with open(lock_path, "a") as lock:  # "a": taking it must not make it the most recently used
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(folder / lock_path.name[1 : -len(".lock")], ignore_errors=True)
+                lock_path.unlink()
+        except OSError:
+            continue  # in use by a build (or gone): kept
+
+
+def _last_use(lock: Path) -> int:
+    try:
+        return lock.stat().st_mtime_ns
+    except OSError:
+        return 0  # gone since the listing

@@ -34,9 +34,13 @@ from pathlib import Path
 
 from envkit import __version__
 from envkit.support.bounded_load import VOLATILE, Refused, parse_json, read_bytes, sha256
-from envkit.support.cache import cache_dir, keep
+from envkit.support.cache import cache_dir, keep, used
 
 PACKAGE = Path(__file__).resolve().parent.parent
+
+
+# Renders remembered: one per project and selection (a target, --all) rendered lately is what saves time.
+MEMO_ENTRIES = 128
 
 
 def _entry(config: Path, selection: str) -> Path:
@@ -68,11 +72,13 @@ def _digest(path: str) -> str | None:
 def recall(config: Path, selection: str) -> dict | list | None:
     """The remembered render of ``selection`` (a target name or "--all"): what remember() was given, or None."""
     try:
-        entry = parse_json(read_bytes(_entry(config, selection)))
+        kept = _entry(config, selection)
+        entry = parse_json(read_bytes(kept))
         if entry["code"] != _code_digest(PACKAGE) or any(
             _digest(path) != digest for path, digest in entry["read"].items()
         ):
             return None
+        used(kept)
         return entry["render"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -92,7 +98,7 @@ def remember(config: Path, selection: str, render: dict | list, read: set[str]) 
         }
     except (OSError, Refused):
         return  # a file that changed into one envkit refuses: the next render is a miss, which only costs time
-    keep(_entry(config, selection), json.dumps(entry, sort_keys=True).encode())
+    keep(_entry(config, selection), json.dumps(entry, sort_keys=True).encode(), at_most=MEMO_ENTRIES)
 
 
 # A write within the same tick of the file system's clock may leave a file's times as they were (git's "racily

@@ -35,7 +35,7 @@ from typing import IO, Any, BinaryIO
 
 from envkit import __version__
 from envkit.errors import EnvkitError
-from envkit.support.cache import cache_dir, keep
+from envkit.support.cache import cache_dir, keep, used
 
 MAX_BYTES = 16 * 2**20  # a results file with every installed distribution is about 20 KB
 MAX_DEPTH = 64  # nesting of mappings and lists, aliases expanded
@@ -238,6 +238,10 @@ def load_yaml_kept(path: str | os.PathLike) -> Any:
     return _load(path, lambda text: parse_yaml_kept(text, "data")[0])
 
 
+# Documents kept parsed: a user's projects' configs and envkit's own tables, each as its last few edits left it.
+PARSED_ENTRIES = 512
+
+
 def parse_yaml_kept(text: str, name: str, index: Callable[[Any], Any] | None = None) -> tuple[Any, Any]:
     """parse_yaml's document and what ``index`` made of its composed tree (None without one), kept in envkit's
     cache by the text's sha256 and ``name`` (what ``index`` makes), so that a document read again unchanged (a
@@ -248,6 +252,7 @@ def parse_yaml_kept(text: str, name: str, index: Callable[[Any], Any] | None = N
         with open(entry, "rb") as stream:
             kept = marshal.loads(stream.read())
         if isinstance(kept, tuple) and len(kept) == 2:
+            used(entry)
             return kept
     except (OSError, EOFError, ValueError, TypeError):
         pass  # not kept yet, or damaged: parsed again
@@ -255,7 +260,7 @@ def parse_yaml_kept(text: str, name: str, index: Callable[[Any], Any] | None = N
     document = parse_yaml(text, None if index is None else lambda node: indexed.append(index(node)))
     parsed = (document, indexed[0] if indexed else None)
     try:
-        keep(entry, marshal.dumps(parsed))
+        keep(entry, marshal.dumps(parsed), at_most=PARSED_ENTRIES)
     except ValueError:
         pass  # a type marshal does not write (a date): parsed every time
     return parsed

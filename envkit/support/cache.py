@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Iterator
@@ -58,12 +59,36 @@ def private_folder(folder: Path) -> None:
     folder.chmod(PRIVATE_FOLDER)
 
 
-def keep(path: Path, data: bytes) -> None:
-    """``data`` kept at ``path`` in the cache (mode 0600 in 0700 folders), unless a dry run is running."""
+def keep(path: Path, data: bytes, at_most: int | None = None) -> None:
+    """``data`` kept at ``path`` in the cache (mode 0600 in 0700 folders), unless a dry run is running; ``at_most``:
+    the entries its folder keeps, the least recently used (used()) going first."""
     if not _keeping[-1]:
         return
     try:
         private_folder(path.parent)
         write_bytes_atomic(path, data, mode=PRIVATE_FILE)
     except OSError:
-        pass  # a cache that cannot be written only costs time
+        return  # a cache that cannot be written only costs time
+    if at_most is not None:
+        _trim(path.parent, at_most)
+
+
+def used(path: Path) -> None:
+    """An entry just read from the cache: the most recently used now, the last its folder's bound removes."""
+    if _keeping[-1]:
+        with contextlib.suppress(OSError):
+            os.utime(path)
+
+
+def _trim(folder: Path, at_most: int) -> None:
+    """The oldest entries of ``folder`` (by their last use) removed until ``at_most`` are left. Every project, config
+    and envkit release adds entries that nothing else removes: unbounded, a day of test runs left 4.4 GB of rendered
+    files and 3,700 parsed configs in one user's cache. A file another process is staging (.name.partial) is not an
+    entry."""
+    try:
+        entries = [(entry.stat().st_mtime_ns, entry.path) for entry in os.scandir(folder) if entry.name[:1] != "."]
+    except OSError:
+        return
+    for _, path in sorted(entries)[: max(0, len(entries) - at_most)]:
+        with contextlib.suppress(OSError):
+            os.unlink(path)

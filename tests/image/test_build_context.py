@@ -5,6 +5,7 @@ The real engine builds the staged context in tests/integration/test_docker_engin
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import subprocess
@@ -216,6 +217,31 @@ def test_staging_area_is_fixed_per_project_and_starts_empty(tmp_path, monkeypatc
     assert build_context.staging_path(tmp_path / "b", "cpu") != first
     assert build_context.staging_path(tmp_path / "a", "cuda") != first
     assert first.parent == tmp_path / "cache" / "contexts"
+
+
+def test_staging_keeps_the_most_recently_used_contexts_and_never_one_a_build_holds(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
+    kept = build_context.CONTEXTS_KEPT
+    projects = [tmp_path / f"project{number}" for number in range(kept + 3)]
+    for age, project in enumerate(projects):  # as earlier builds left them: project0 used last, the last one first
+        context = build_context.staging_path(project, "cpu")
+        context.mkdir(parents=True)
+        (context / "wheel.whl").write_bytes(b"w")
+        lock = context.parent / f".{context.name}.lock"
+        lock.touch()
+        os.utime(lock, ns=(10**18 - age * 10**12,) * 2)
+    oldest = [build_context.staging_path(project, "cpu") for project in projects[-3:]]
+    # a build of the oldest one holds its lock: it stays, whatever its age
+    with open(oldest[-1].parent / f".{oldest[-1].name}.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with build_context.staging_area(tmp_path / "new", "cpu") as context:
+            context.mkdir()
+    left = {path.name for path in (tmp_path / "cache" / "contexts").iterdir() if not path.name.startswith(".")}
+    locks = {path.name for path in (tmp_path / "cache" / "contexts").glob(".*.lock")}
+    assert oldest[-1].name in left and f".{oldest[-1].name}.lock" in locks
+    assert oldest[0].name not in left and f".{oldest[0].name}.lock" not in locks
+    assert build_context.staging_path(projects[0], "cpu").name in left
+    assert len(locks) == kept + 1  # the kept ones, the new one's and the held one's beyond the bound
 
 
 # ---------------------------------------------------------------- build with a recording docker client

@@ -12,7 +12,10 @@ import pytest
 
 from envkit.errors import EnvkitError
 from envkit.project.load import load_config
+from envkit.render import memo
 from envkit.render import target_files as render
+from envkit.support import bounded_load
+from envkit.support.cache import keep, nothing_kept, used
 
 
 @pytest.fixture()
@@ -83,3 +86,47 @@ def test_a_dry_run_keeps_nothing_in_the_cache(cache, repo_root, monkeypatch, cap
     assert not cache.exists() or not any(cache.rglob("*")), sorted(cache.rglob("*"))
     assert main(["render", "--all", "--stdout"]) == 0  # a run that is not dry keeps its compiled templates
     assert any(cache.rglob("*"))
+
+
+def test_a_bounded_folder_keeps_its_most_recently_used_entries(cache):
+    folder = cache / "kept"
+    for number in range(5):
+        keep(folder / f"{number}.json", b"{}", at_most=5)
+        os.utime(folder / f"{number}.json", ns=(10**18 + number * 10**12,) * 2)  # 0 the oldest, 4 the newest
+    (folder / ".5.json.123-abc.partial").write_bytes(b"")  # another process staging an entry: not one yet
+    used(folder / "0.json")  # read again: now the most recently used
+    keep(folder / "5.json", b"{}", at_most=5)
+    keep(folder / "6.json", b"{}", at_most=5)
+    assert sorted(path.name for path in folder.iterdir()) == [
+        ".5.json.123-abc.partial",
+        "0.json",
+        "3.json",
+        "4.json",
+        "5.json",
+        "6.json",
+    ]
+
+
+def test_a_dry_run_neither_keeps_nor_marks_an_entry_used(cache):
+    keep(cache / "kept" / "a.json", b"{}", at_most=1)
+    os.utime(cache / "kept" / "a.json", ns=(10**18,) * 2)
+    with nothing_kept():
+        used(cache / "kept" / "a.json")
+        keep(cache / "kept" / "b.json", b"{}", at_most=1)
+    assert [path.name for path in (cache / "kept").iterdir()] == ["a.json"]
+    assert (cache / "kept" / "a.json").stat().st_mtime_ns == 10**18
+
+
+def test_renders_and_parsed_configs_are_kept_in_bounded_folders(cache, tmp_path, monkeypatch):
+    monkeypatch.setattr(memo, "MEMO_ENTRIES", 2)
+    monkeypatch.setattr(bounded_load, "PARSED_ENTRIES", 2)
+    for number in range(4):
+        (tmp_path / f"p{number}").mkdir()
+        config = tmp_path / f"p{number}" / "envkit.yaml"
+        config.write_text(f"# project {number}\ntargets:\n  cpu: {{kind: cpu}}\n")
+        memo.remember(config, "--all", {"files": number}, {str(config)})
+        bounded_load.parse_yaml_kept(config.read_text(), "config")
+    assert len(list((cache / "render-memo").iterdir())) == 2
+    assert len(list((cache / "yaml").iterdir())) == 2
+    assert memo.recall(tmp_path / "p3" / "envkit.yaml", "--all") == {"files": 3}
+    assert memo.recall(tmp_path / "p0" / "envkit.yaml", "--all") is None  # the oldest went
