@@ -31,7 +31,7 @@ from envkit.project.files import DEFAULT_LIMIT_MB, project_files
 from envkit.project.output import DEFAULT_OUTPUT, Output
 from envkit.support import provenance
 from envkit.support.bounded_load import hash_file, load_bytes, load_text
-from envkit.support.cache import cache_dir, private_folder
+from envkit.support.cache import beyond, cache_dir, private_folder
 
 TAG_HEX = 12
 # Build args that say where the image came from rather than what is in it: they do
@@ -288,10 +288,10 @@ CONTEXTS_KEPT = 16
 
 
 def _trim_contexts(folder: Path, current: Path) -> None:
-    """The least recently used contexts beyond CONTEXTS_KEPT removed, each only while no build holds its lock."""
-    locks = sorted(folder.glob(".*.lock"), key=_last_use)
-    others = [lock for lock in locks if lock.name != f".{current.name}.lock"]
-    for lock_path in others[: max(0, len(others) + 1 - CONTEXTS_KEPT)]:
+    """The least recently used contexts beyond CONTEXTS_KEPT removed, each only while no build holds its lock (its
+    time is the context's last use)."""
+    others = [lock for lock in folder.glob(".*.lock") if lock.name != f".{current.name}.lock"]
+    for lock_path in beyond(others, CONTEXTS_KEPT - 1):  # the current one is the most recently used
         try:
             with open(lock_path, "a") as lock:  # "a": taking it must not make it the most recently used
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -299,10 +299,3 @@ def _trim_contexts(folder: Path, current: Path) -> None:
                 lock_path.unlink()
         except OSError:
             continue  # in use by a build (or gone): kept
-
-
-def _last_use(lock: Path) -> int:
-    try:
-        return lock.stat().st_mtime_ns
-    except OSError:
-        return 0  # gone since the listing

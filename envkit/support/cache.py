@@ -86,9 +86,22 @@ def _trim(folder: Path, at_most: int) -> None:
     files and 3,700 parsed configs in one user's cache. A file another process is staging (.name.partial) is not an
     entry."""
     try:
-        entries = [(entry.stat().st_mtime_ns, entry.path) for entry in os.scandir(folder) if entry.name[:1] != "."]
+        entries = [Path(entry.path) for entry in os.scandir(folder) if entry.name[:1] != "."]
     except OSError:
         return
-    for _, path in sorted(entries)[: max(0, len(entries) - at_most)]:
+    for path in beyond(entries, at_most):
         with contextlib.suppress(OSError):
             os.unlink(path)
+
+
+def beyond(entries: list[Path], at_most: int) -> list[Path]:
+    """The least recently used of ``entries`` (by modification time, which used() sets) past the ``at_most`` most
+    recently used, oldest first; one gone since it was listed counts as the oldest."""
+
+    def last_use(path: Path) -> int:
+        try:
+            return path.stat().st_mtime_ns
+        except OSError:
+            return 0
+
+    return sorted(entries, key=last_use)[: max(0, len(entries) - at_most)]
