@@ -254,6 +254,12 @@ test-no-torch: | $(ENVKIT) ## the tests of the packages that never import torch,
 	@! .venv-notorch/bin/python -c 'import torch' 2>/dev/null || { echo 'torch is in .venv-notorch' >&2; exit 1; }
 	.venv-notorch/bin/pytest $(NO_TORCH_TESTS)
 
+# The whole suite is two pytest runs at once (scripts/test-suite.sh): the integration tests, and the others at a
+# lower priority in the time those wait on the disk and the engine. PYTEST_ARGS runs one pytest with them instead.
 # --durations: what each image build and cluster costs, in every CI log.
 test: | $(ENVKIT) ## the whole test suite, integration tests included (PYTEST_ARGS: a part of it, more options)
+ifeq ($(strip $(PYTEST_ARGS)),)
+	scripts/test-suite.sh $(VENV)/bin/pytest
+else
 	$(VENV)/bin/pytest --slow --durations=30 $(PYTEST_ARGS)
+endif

@@ -43,7 +43,7 @@ def test_a_fresh_debian_13_runs_the_demo_and_the_tests(repo_root):
     print(done.stdout[-4000:], *figures, sep="\n")
     print(
         f"fresh Debian 13, as an ordinary user: make demo {steps.get('demo', 'not run')}; "
-        f"make test {steps.get('test', 'not run')}: {counts[-1] if counts else 'no test counts'}"
+        f"make test {steps.get('test', 'not run')}: {'; '.join(counts) or 'no test counts'}"
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert re.search(r"^python3: Python 3\.13\.\d+; python3\.11: none$", done.stdout, re.MULTILINE)

@@ -485,15 +485,25 @@ def test_a_side_environment_is_remade_when_its_input_or_its_lock_changes(project
     assert (dry_run(project, "xla-env") != ["make: Nothing to be done for 'xla-env'."]) == remade
 
 
+def made_before_the_suite(ci: str) -> list[str]:
+    """The targets of .ci/run's make lines before `make test`, in order (its options left out)."""
+    before = ci[: ci.index("\nmake test")]
+    lines = [line.split()[1:] for line in before.splitlines() if line.startswith("make ")]
+    return [word for words in lines for word in words if not word.startswith("-")]
+
+
 def test_ci_checks_skypilot_and_the_kubernetes_schemas(repo_root):
     ci = (repo_root / ".ci" / "run").read_text()
-    assert '\nmake sky-env\nexport ENVKIT_SKY_PYTHON="$PWD/.venv-sky/bin/python"\n' in ci
+    assert "sky-env" in made_before_the_suite(ci)
+    made = next(n for n, line in enumerate(ci.splitlines()) if line.startswith("make ") and "sky-env" in line)
+    assert ci.splitlines()[made + 1] == 'export ENVKIT_SKY_PYTHON="$PWD/.venv-sky/bin/python"'
     assert "ENVKIT_REQUIRE_K8S_SCHEMAS=1" in ci and "ENVKIT_REQUIRE_SKY=1" in ci
 
 
-def test_ci_requires_the_torch_tpu_environment(repo_root):
+def test_ci_requires_the_torch_tpu_and_xla_environments(repo_root):
     ci = (repo_root / ".ci" / "run").read_text()
-    assert "\nmake tpu-env\n" in ci and "ENVKIT_REQUIRE_TPU_ENV=1" in ci
+    assert {"tpu-env", "xla-env"} <= set(made_before_the_suite(ci))
+    assert "ENVKIT_REQUIRE_TPU_ENV=1" in ci and "ENVKIT_REQUIRE_XLA=1" in ci
 
 
 def test_sharing_targets(project):
@@ -524,7 +534,10 @@ def test_report_and_test_targets(project):
         ".venv/bin/envkit compare --results-dir /r --html /r/comparison.html --epochs 1 --dataset fake"
     ]
     assert dry_run(project, "demo") == [".venv/bin/envkit demo"]
-    assert dry_run(project, "test") == [".venv/bin/pytest --slow --durations=30"]
+    assert dry_run(project, "test") == ["scripts/test-suite.sh .venv/bin/pytest"]
+    assert dry_run(project, "test", "PYTEST_ARGS=tests/runs -x") == [
+        ".venv/bin/pytest --slow --durations=30 tests/runs -x"
+    ]
 
 
 def test_an_experiment_stops_before_building_when_the_host_cannot_run_it(project, tmp_path, repo_root):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,62 @@ def test_base_image_name_is_keyed_by_its_inputs(repo_root, tmp_path):
     assert name() == default
     assert name(ENVKIT_BASE_INCLUDE="python3,python3-venv,ca-certificates,curl") != default
     assert name(ENVKIT_BASE_SUITE="trixie").startswith("envkit-base:trixie-")
+
+
+def fake_pytest(directory: Path) -> Path:
+    """A pytest that says which half it ran, with its arguments, niceness and ignored signals, writes its PID
+    where a test finds it (slow.pid, other.pid) and exits with $SLOW_RC or $OTHER_RC; the other half ends last."""
+    return fake_tool(
+        directory,
+        "pytest",
+        'nice="nice $(cut -d " " -f 19 /proc/$$/stat), $(grep SigIgn /proc/$$/status)"\n'
+        'case " $* " in\n'
+        f'  *" -m slow "*) echo $$ > "{directory}/slow.pid"; echo "integration run: $* ($nice)"; '
+        'sleep "${SLOW_S:-0}"; exit "${SLOW_RC:-0}" ;;\n'
+        f'  *) echo $$ > "{directory}/other.pid"; sleep "${{OTHER_S:-0.3}}"; echo "other run: $* ($nice)"; '
+        'exit "${OTHER_RC:-0}" ;;\n'
+        "esac\n",
+    )
+
+
+@pytest.mark.parametrize(("slow_rc", "other_rc", "status"), [(0, 0, 0), (0, 1, 1), (1, 0, 1), (2, 1, 2), (0, 5, 5)])
+def test_the_suite_runs_both_halves_at_once_and_fails_with_either(repo_root, tmp_path, slow_rc, other_rc, status):
+    done = subprocess.run(
+        [str(repo_root / "scripts" / "test-suite.sh"), str(fake_pytest(tmp_path))],
+        env={**os.environ, "SLOW_RC": str(slow_rc), "OTHER_RC": str(other_rc)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == status, done.stderr
+    # the integration tests' output as it comes, the others' after it, whole, from a lower priority; both ignore
+    # the signals a child of this process ignores, and no more (a background command of bash's would ignore Ctrl-C)
+    own = int(Path("/proc/self/stat").read_text().split()[18])
+    ignored = subprocess.run(["grep", "SigIgn", "/proc/self/status"], capture_output=True, text=True).stdout.strip()
+    assert done.stdout == (
+        f"integration run: --slow -m slow --durations=30 (nice {own}, {ignored})\n"
+        f"other run: -m not slow --durations=10 (nice {min(own + 10, 19)}, {ignored})\n"
+    )
+
+
+def test_ctrl_c_ends_the_other_half_too(repo_root, tmp_path):
+    """Ctrl-C reaches the terminal's process group, where the other half, a background job, ignores it."""
+    started = subprocess.Popen(
+        [str(repo_root / "scripts" / "test-suite.sh"), str(fake_pytest(tmp_path))],
+        env={**os.environ, "SLOW_S": "30", "OTHER_S": "30"},
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    other, slow = tmp_path / "other.pid", tmp_path / "slow.pid"
+    for _ in range(600):  # both halves running, so the script has set its trap
+        if all(path.exists() and path.read_text().strip() for path in (other, slow)):
+            break
+        subprocess.run(["sleep", "0.05"])
+    pid = int(other.read_text())
+    os.killpg(started.pid, signal.SIGINT)
+    out, _ = started.communicate(timeout=20)
+    assert started.returncode == 130
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert out.startswith("integration run: ")
