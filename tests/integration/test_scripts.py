@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -150,7 +151,7 @@ def test_ctrl_c_ends_the_other_half_too(repo_root, tmp_path):
     for _ in range(600):  # both halves running, so the script has set its trap
         if all(path.exists() and path.read_text().strip() for path in (other, slow)):
             break
-        subprocess.run(["sleep", "0.05"])
+        time.sleep(0.05)
     pid = int(other.read_text())
     os.killpg(started.pid, signal.SIGINT)
     out, _ = started.communicate(timeout=20)
