@@ -9,13 +9,12 @@ the engine pulled or pushed also knows its digest locally.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from envkit.errors import EnvkitError
 
 
-@dataclass(frozen=True)
-class BaseDigest:
+class BaseDigest(NamedTuple):
     reference: str  # name:tag, no digest
     digest: str | None  # sha256:..., None when nothing could tell
     note: str | None  # why it is unresolved or unverified, for a warning line

@@ -9,15 +9,14 @@ envkit/host/venv.py reads it before any environment exists.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from envkit.errors import EnvkitError
 
 PYTHONS = ("3.11", "3.12", "3.13")
 
 
-@dataclass(frozen=True)
-class HostPlatform:
+class HostPlatform(NamedTuple):
     name: str  # as docker names platforms: linux/amd64
     uv_platform: str  # uv's --python-platform; {manylinux} is the glibc the lock is checked against
     uv_env: tuple[tuple[str, str], ...]  # what uv needs besides to pick this platform's wheels

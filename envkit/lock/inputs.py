@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from envkit.errors import EnvkitError
 from envkit.lock.host_platforms import PLATFORMS, PYTHONS, check_names
@@ -30,8 +29,7 @@ PLATFORMS_DIRECTIVE = "# platforms:"
 PYTHONS_DIRECTIVE = "# python:"
 
 
-@dataclass(frozen=True)
-class LockInputs:
+class LockInputs(NamedTuple):
     """Everything a lock is resolved from; its digest goes into the lock's header."""
 
     target: str
@@ -52,7 +50,7 @@ class LockInputs:
         return (mirror or self.torch_index) if self.torch_index else None
 
     def digest(self) -> str:
-        fields = asdict(self)
+        fields = self._asdict()
         if fields["source"] == "target":
             fields.pop("source")  # target locks keep the digest they were made with
         text = json.dumps(fields, sort_keys=True, separators=(",", ":"))

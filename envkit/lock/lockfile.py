@@ -19,9 +19,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import MappingProxyType
+from typing import TYPE_CHECKING, NamedTuple
 
 from envkit.errors import EnvkitError
 from envkit.support.bounded_load import Refused, load_text, read_bytes
@@ -44,8 +45,9 @@ NO_WHEEL = "no wheel for "
 UNIVERSAL = "universal: "
 
 
-@dataclass(frozen=True)
-class LockFile:
+class LockFile(NamedTuple):
+    """A lock file as read: its header's records and its pinned packages."""
+
     inputs_sha256: str | None
     base_image: str | None  # as recorded: name:tag@sha256:... or name:tag (...)
     packages: dict[str, str]  # normalised name -> version
@@ -55,9 +57,9 @@ class LockFile:
     body_sha256: str = ""  # what packages-sha256 must be for the lock as it is now (packages_digest)
     platform: str | None = None  # uv's --python-platform it was resolved for, or "universal: ..." (a host lock)
     python: str | None = None  # major.minor it was resolved for (a host lock: those it must serve, space-separated)
-    text: str = field(default="", repr=False)  # the whole file, as sha256 hashes it (a notebook carries it)
+    text: str = ""  # the whole file, as sha256 hashes it (a notebook carries it)
     # A host lock's coverage: (platform, python) -> the packages without a wheel there (empty: it installs there).
-    wheels: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    wheels: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType({})
 
     @property
     def pythons(self) -> tuple[str, ...]:

@@ -5,8 +5,8 @@ envkit.project.load.load_config builds them from envkit.yaml (design.md section 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from envkit.errors import EnvkitError
 from envkit.project.experiments import Experiment, load_experiments
@@ -16,8 +16,11 @@ from envkit.project.output import DEFAULT_OUTPUT, Output
 DEFAULT_PYTHON = "3.11"
 
 
-@dataclass(frozen=True)
-class Target:
+# envkit's records are NamedTuples, not frozen dataclasses: every command builds their classes at import, where a
+# frozen dataclass costs about 0.7 ms each (issue 42; tests/render/test_memo.py counts them).
+class Target(NamedTuple):
+    """One target of envkit.yaml, resolved against the matrix: what its image or notebook is made of."""
+
     name: str
     kind: str  # a kind of envkit/data/kinds.yaml
     base_image: str | None  # None for a notebook target: it runs in the platform's runtime
@@ -49,7 +52,7 @@ class Target:
     platforms: tuple[str, ...] = ()
     # Why `envkit lock --check` may pass while the target has no lock (unlocked: {allowed: REASON}), or None.
     unlocked_allowed: str | None = None
-    config_hash: str = field(default="", compare=False)
+    config_hash: str = ""
 
     @property
     def is_notebook(self) -> bool:
@@ -86,8 +89,9 @@ class Target:
         return pinned + list(self.pip_packages)
 
 
-@dataclass(frozen=True)
-class ProjectConfig:
+class ProjectConfig(NamedTuple):
+    """envkit.yaml loaded: its targets and the project's settings."""
+
     path: Path
     root: Path
     source: str | None

@@ -10,8 +10,8 @@ install, a pip option) can never be in one, so it is refused here, once, naming 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from envkit.errors import EnvkitError
 from envkit.project.requirement import allows, plain_requirement, requirement_name
@@ -21,8 +21,7 @@ PYPROJECT = "pyproject.toml"
 _VCS = re.compile(r"^(git|hg|svn|bzr)\+", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class Dependency:
+class Dependency(NamedTuple):
     line: str  # as written, its comment stripped
     where: str  # file:line, for the one line that names it
     name: str  # PEP 503 normal form

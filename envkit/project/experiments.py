@@ -10,9 +10,11 @@ form, a ``recipe`` (recipes/<recipe>.py with envkit's recipe flags).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
+from types import MappingProxyType
+from typing import NamedTuple
 
 from envkit.errors import EnvkitError
 from envkit.project import DEFAULT_CONFIG, kinds
@@ -32,8 +34,7 @@ RECIPES = "recipes"
 PYTHONS = ("python", "python3")
 
 
-@dataclass(frozen=True)
-class RecipeRun:
+class RecipeRun(NamedTuple):
     """One run of an experiment's recipe."""
 
     label: str | None  # its name in the table (E3: b16, b16-scaled, ...), None for a one-run experiment
@@ -48,8 +49,10 @@ class RecipeRun:
         return (*self.args, *self.defaults)
 
 
-@dataclass(frozen=True)
-class Experiment:
+class Experiment(NamedTuple):
+    """One experiment of the project (envkit.yaml's experiments, or the file they name): a seed recipe or a
+    command."""
+
     name: str
     summary: str
     title: str  # a run on this host in compare and demo: {gpus} and {processes} are filled in
@@ -63,13 +66,13 @@ class Experiment:
     defaults: tuple[str, ...] = ()  # recipe arguments the user may change (its size)
     runs: tuple[RecipeRun, ...] = ()  # one, or the table's runs in order (E3: a batch and learning-rate rule each)
     command: tuple[str, ...] | None = None  # an argv run from the project root, or None for a recipe
-    env: dict[str, str] = field(default_factory=dict)  # environment variables it runs with
+    env: Mapping[str, str] = MappingProxyType({})  # environment variables it runs with
     target: str | None = None  # the config's target it runs in: the chosen one (on), else its first
     devices: int = 1  # the GPUs or TPU cores its setting needs at least (a notebook accelerator with fewer is refused)
     targets: tuple[str, ...] = ()  # the config's targets it runs on, the default first; () runs on any of its kind
     gpus_rule: str | None = None  # the GPU rule it gives; None: its target kind's default
     # envkit reproduce's tolerance per metric (absolute): how far a reproduction's mean may lie from the original's
-    reproduce: dict[str, float] = field(default_factory=dict)
+    reproduce: Mapping[str, float] = MappingProxyType({})
 
     def fits(self, target) -> bool:
         """Whether it runs on the config's ``target`` (a Target): one it names, or (naming none) any of its kind."""
@@ -85,7 +88,7 @@ class Experiment:
         (host, image, notebook, launch) gets its variables from here, so ``cpu-1t: {env: {OMP_NUM_THREADS: "1"}}``
         is one thread wherever it runs."""
         env = {**target.env, **self.env}
-        return replace(self, kind=target.kind, target=target.name, gpus=_gpus(self.gpus_rule, target.kind), env=env)
+        return self._replace(kind=target.kind, target=target.name, gpus=_gpus(self.gpus_rule, target.kind), env=env)
 
     @property
     def program(self) -> tuple[str, ...]:

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from envkit.errors import EnvkitError
 from envkit.project import secrets
@@ -50,8 +49,9 @@ UNTRACKED_OUTPUT = (
 )
 
 
-@dataclass(frozen=True)
-class ProjectFiles:
+class ProjectFiles(NamedTuple):
+    """The project's files an image or a notebook holds: their paths and sizes, and what was left out."""
+
     root: Path
     paths: tuple[str, ...]  # relative, POSIX, sorted
     sizes: tuple[int, ...]
@@ -255,7 +255,7 @@ def refuse_secret_values(path: Path, root: Path, values, include_secrets: tuple[
     the value: any value of it may become a Dockerfile's ENV or ARG, a notebook's settings, a launch file's line or
     a run's argv in its record, each published. Listing the file under include_secrets is the one way in."""
     name = path.resolve().relative_to(root.resolve()).as_posix()
-    found = None if _listed(include_secrets, name) else secrets.in_values(values)
+    found = None if _listed(include_secrets, name) else secrets.in_values_once(values)
     if found is not None:
         raise EnvkitError(
             f"{path}: {found[0]} {found[1]}, which envkit would publish (a Dockerfile, an image, a notebook, a "

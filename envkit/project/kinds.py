@@ -8,11 +8,10 @@ kind names, so a new kind is data plus its run.sh fragment
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from envkit.errors import EnvkitError
 from envkit.project.datafile import DATA_DIR, load_table
@@ -24,8 +23,7 @@ SCHEMA_PATH = DATA_DIR / "kinds.schema.json"
 DEFAULT_PLATFORMS = ("linux/amd64",)
 
 
-@dataclass(frozen=True)
-class HostCheck:
+class HostCheck(NamedTuple):
     check: str  # "none" | "nvidia" | "devices"
     name: str | None = None  # how doctor labels the devices found
     globs: tuple[str, ...] = ()
@@ -34,18 +32,16 @@ class HostCheck:
     module: str | None = None  # what the recipes import to run on this Python without an image
 
 
-@dataclass(frozen=True)
-class RunSettings:
+class RunSettings(NamedTuple):
     user: str  # "caller" | "root"
     shm_size: str | None  # None: share the host's IPC namespace
     docker_args: tuple[str, ...] = ()
     host_network: bool = False
-    env: dict[str, str] = field(default_factory=dict)
-    ulimits: dict[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = MappingProxyType({})
+    ulimits: Mapping[str, str] = MappingProxyType({})
 
 
-@dataclass(frozen=True)
-class Kind:
+class Kind(NamedTuple):
     name: str
     summary: str
     wheels: str  # "cpu" | "cuda" | "torch_xla": the rule envkit/project/wheels.py applies
@@ -57,7 +53,7 @@ class Kind:
     python_base_image: str  # format string with {python}, for base_image "python"
     platforms: tuple[str, ...] = DEFAULT_PLATFORMS  # docker's names: linux/amd64, linux/arm64
     # How envkit launch's engines ask a node for the devices (kinds.yaml's launch; read by envkit/launch/).
-    launch: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({"accelerator": "none"}))
+    launch: Mapping[str, Any] = MappingProxyType({"accelerator": "none"})
 
 
 @cache

@@ -6,9 +6,9 @@ that names the field and the valid choices: a variant is never guessed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 from envkit.errors import EnvkitError
 from envkit.project.datafile import DATA_DIR, load_table
@@ -17,8 +17,7 @@ MATRIX_PATH = DATA_DIR / "matrix.yaml"
 TPU_BACKENDS = ("torch_xla", "torch_tpu")
 
 
-@dataclass(frozen=True)
-class CudaVariant:
+class CudaVariant(NamedTuple):
     variant: str  # wheel local version tag, e.g. "cu126"
     cuda: str  # toolkit version, e.g. "12.6"
     index_url: str  # PyTorch's index for this variant's wheels
@@ -27,8 +26,7 @@ class CudaVariant:
     source: str
 
 
-@dataclass(frozen=True)
-class TorchRelease:
+class TorchRelease(NamedTuple):
     minor: str  # "2.9"
     versions: tuple[str, ...]  # every release of the minor: "2.9.0", "2.9.1"
     torchvision: str | None  # minor release of torchvision, "0.24"; None: none exists yet
@@ -43,8 +41,7 @@ class TorchRelease:
         return tuple(dict.fromkeys([*([self.pypi_cuda] if self.pypi_cuda else []), *self.cuda_variants]))
 
 
-@dataclass(frozen=True)
-class XlaRelease:
+class XlaRelease(NamedTuple):
     minor: str
     pairs: tuple[tuple[str, str], ...]  # (torch, torch_xla)
     libtpu_package: str
@@ -53,16 +50,14 @@ class XlaRelease:
     find_links: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class TorchTpuRelease:
+class TorchTpuRelease(NamedTuple):
     version: str
     torch: tuple[str, str]  # oldest, newest torch release it supports
     libtpu: str  # the oldest libtpu it accepts
     python: tuple[str, str]
 
 
-@dataclass(frozen=True)
-class Matrix:
+class Matrix(NamedTuple):
     recipe_packages: tuple[str, ...]
     torch: dict[str, TorchRelease]
     cpu_index_url: str

@@ -9,9 +9,9 @@ kaggle` ask these records; nothing else names a platform.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 from envkit.errors import EnvkitError
 from envkit.project.datafile import DATA_DIR, load_table
@@ -22,8 +22,7 @@ PLATFORMS_PATH = DATA_DIR / "notebook_platforms.yaml"
 SCHEMA_PATH = DATA_DIR / "notebook_platforms.schema.json"
 
 
-@dataclass(frozen=True)
-class Fact:
+class Fact(NamedTuple):
     value: str
     source: str
     date: str
@@ -33,8 +32,7 @@ class Fact:
         return f"{self.source}, {self.date}" + ("" if self.verified else ", unverified")
 
 
-@dataclass(frozen=True)
-class Runtime:
+class Runtime(NamedTuple):
     name: str  # "tpu" | "gpu": the platform's runtime behind the accelerator
     facts: dict[str, Fact]  # os, python, glibc, and the preinstalled torch, torch_xla, libtpu, uv where known
 
@@ -55,8 +53,7 @@ class Runtime:
         return {name: self.facts[name].value for name in ("torch", "torch_xla", "libtpu") if name in self.facts}
 
 
-@dataclass(frozen=True)
-class Accelerator:
+class Accelerator(NamedTuple):
     name: str  # the platform's own name: v5e-1, T4, TpuV5E8, NvidiaTeslaT4
     label: str  # what the platform's menu shows
     kind: str  # the target kind (kinds.yaml) whose wheels and device flag apply
@@ -76,8 +73,7 @@ class Accelerator:
         return "TPU cores" if self.is_tpu else "GPUs"
 
 
-@dataclass(frozen=True)
-class Platform:
+class Platform(NamedTuple):
     name: str
     title: str
     select: str  # with {label} and {name}
@@ -102,8 +98,7 @@ class Platform:
         return self.select.format(label=accelerator.label, name=accelerator.name)
 
 
-@dataclass(frozen=True)
-class PlatformData:
+class PlatformData(NamedTuple):
     checked: str
     tpu_vendor: str
     tpu_chips: dict[str, dict]  # PCI device id (or device:subsystem) -> {chip, cores}

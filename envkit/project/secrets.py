@@ -19,6 +19,7 @@ import base64
 import codecs
 import fnmatch
 import functools
+import hashlib
 import importlib.util
 import json
 import os
@@ -26,9 +27,8 @@ import re
 import string
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 # Whole-name patterns (fnmatch) of one path component: a file so named, or any file under a folder so named.
 SECRET_NAMES = (
@@ -203,7 +203,7 @@ def _undecorated(name: str) -> str:
 def by_content(data: bytes) -> str | None:
     """What secret ``data`` holds (a private key, a GitHub token...), or None."""
     text = _windowed(data.decode("utf-8", "surrogateescape"))
-    own = _first(_OWN_RULES, text)
+    own = _first(_own_rules(), text)
     if own is not None:
         return f"holds {own.secret_type}"
     for encoded in _BASE64_PEM.finditer(text):
@@ -232,7 +232,7 @@ def in_stream(stream: BinaryIO) -> str | None:
 def redacted(text: str) -> str:
     """``text`` with each secret the content rules find replaced by what it is: for what envkit publishes besides
     files (a report's arguments and a failed run's stderr, which a program may have printed a token into)."""
-    for rule in _OWN_RULES + _detectors():
+    for rule in _own_rules() + _detectors():
         # Each pattern matched whole: what a detector's analyze_string yields is the pattern's group where it has
         # one (GitHubTokenDetector's is the prefix, ghp, alone).
         for pattern in _REDACTED_WHOLE.get(rule.secret_type, rule.denylist):
@@ -240,8 +240,7 @@ def redacted(text: str) -> str:
     return text
 
 
-@dataclass(frozen=True)
-class _Rule:
+class _Rule(NamedTuple):
     """One of envkit's content rules, shaped as a detect-secrets detector is, so that both are matched alike."""
 
     secret_type: str
@@ -251,7 +250,10 @@ class _Rule:
         yield string  # the pattern's match is the token
 
 
-_OWN_RULES = tuple(_Rule(what, (re.compile(pattern.decode()),)) for what, pattern in SECRET_CONTENT)
+@functools.cache
+def _own_rules() -> tuple[_Rule, ...]:
+    # compiled when first matched, not at import: a render whose config's clean verdict is kept matches none
+    return tuple(_Rule(what, (re.compile(pattern.decode()),)) for what, pattern in SECRET_CONTENT)
 
 
 def _first(rules: tuple, text: str):
@@ -310,15 +312,23 @@ def _detectors() -> tuple:
     them, and detect-secrets (requests with it: most of a render's time) is imported only when one matches."""
     from envkit.project import detectors  # generated from the detectors below (scripts/generate_validators.py)
 
-    spec = importlib.util.find_spec("detect_secrets")
-    # its distribution's metadata beside it names the version, found without importlib.metadata (50 ms)
-    shipped = f"detect_secrets-{detectors.VERSION}.dist-info"
-    if spec is None or not spec.origin or not os.path.isdir(Path(spec.origin).parent.parent / shipped):
+    if not _shipped_release_installed():
         return tuple(imported_detectors().values())  # which says so when there are none
     return tuple(
         _Shipped(secret_type, tuple(re.compile(text, flags) for text, flags in patterns))
         for secret_type, patterns in detectors.DETECTORS
     )
+
+
+@functools.cache
+def _shipped_release_installed() -> bool:
+    """Whether the detect-secrets release envkit/project/detectors.py was generated from is the one installed."""
+    from envkit.project import detectors
+
+    spec = importlib.util.find_spec("detect_secrets")
+    # its distribution's metadata beside it names the version, found without importlib.metadata (50 ms)
+    shipped = f"detect_secrets-{detectors.VERSION}.dist-info"
+    return bool(spec and spec.origin and os.path.isdir(Path(spec.origin).parent.parent / shipped))
 
 
 @functools.cache
@@ -382,6 +392,36 @@ def in_values(values, at: str = "") -> tuple[str, str] | None:
     alike, so that no field of envkit.yaml that reaches a Dockerfile, a notebook, a launch file or a record is
     left out because nobody listed it."""
     return next(((where, why) for where, _, why in _held(values, at)), None)
+
+
+# The documents (envkit.yaml, an experiments file, each as it was) whose values envkit's cache remembers clean.
+CLEAN_ENTRIES = 512
+
+
+def in_values_once(values) -> tuple[str, str] | None:
+    """``in_values``, with a clean verdict kept in envkit's cache by the values and the rules that judged them:
+    an unchanged envkit.yaml is read by some fifty patterns at every render and experiment otherwise (about 5 ms of
+    CPU, compiling them most of it: issue 42). A secret found is never kept: it is found, and said, every time;
+    nothing is kept where another detect-secrets release than the shipped patterns' judges (or none, said on
+    stderr at every check)."""
+    if not _shipped_release_installed():
+        return in_values(values)
+    from envkit.project import detectors
+    from envkit.support.bounded_load import read_bytes
+    from envkit.support.cache import remembered
+
+    rules = hashlib.sha256()
+    for source in (__file__, detectors.__file__):
+        rules.update(read_bytes(source))
+    found = None
+
+    def clean() -> bool:
+        nonlocal found
+        found = in_values(values)
+        return found is None
+
+    remembered("clean-values", f"{rules.hexdigest()}\n{values!r}", clean, at_most=CLEAN_ENTRIES)
+    return found
 
 
 def concealed(line: str, values) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -134,7 +133,7 @@ def with_project_requirements(targets: dict[str, Target], data: dict, root: Path
         }
         owned = {requirement_name(r): (r, where(at + (index,))) for index, r in enumerate(own)}
         packages = with_dependencies(name, pins, target.pip_packages, owned, dependencies)
-        merged[name] = _with_hash(replace(target, pip_packages=packages), root)
+        merged[name] = _with_hash(target._replace(pip_packages=packages), root)
     return merged
 
 
@@ -314,7 +313,7 @@ def _gpus(value: str | list[int]) -> str:
 def _with_hash(target: Target, root: Path) -> Target:
     # Hash what decides the image, with paths made relative so that the same
     # config yields the same hash on every machine.
-    fields = asdict(target)
+    fields = target._asdict()
     fields.pop("config_hash")
     fields.pop("unlocked_allowed")  # a gate's setting, not the image's
     # Keys added later enter the hash only when set, so unchanged configs keep their hash.
@@ -323,7 +322,7 @@ def _with_hash(target: Target, root: Path) -> Target:
             fields.pop(later)
     fields["ca_certificates"] = [_relative(path, root) for path in target.ca_certificates]
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    return replace(target, config_hash=digest)
+    return target._replace(config_hash=digest)
 
 
 def _relative(path: Path, root: Path) -> str:

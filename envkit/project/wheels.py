@@ -8,8 +8,7 @@ its own keys against the matrix and fails with one line naming the field.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from envkit.errors import EnvkitError
 from envkit.project.matrix import Matrix, TorchRelease, minor_of, python_in_range, version_key
@@ -21,8 +20,7 @@ if TYPE_CHECKING:
 BACKEND_ONLY_KEYS = {"torch_xla": ("torch_xla",), "torch_tpu": ("torch_tpu",)}
 
 
-@dataclass(frozen=True)
-class Ask:
+class Ask(NamedTuple):
     """What every resolver reads: the target's keys, the matrix and its torch release, and where errors point."""
 
     raw: dict[str, Any]
@@ -37,8 +35,7 @@ class Ask:
         return self.raw["torch"]
 
 
-@dataclass(frozen=True)
-class Wheels:
+class Wheels(NamedTuple):
     python_range: tuple[str, str]  # the Pythons every pinned wheel supports
     default_python: str
     torch_variant: str | None  # the wheel's local tag; None for the default index's own build

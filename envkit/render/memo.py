@@ -114,12 +114,14 @@ def _code_digest(package: Path) -> str:
     by its size, modification and change times and inode, as git's index tells a changed file (a write sets the change
     time, which no tool sets back), and by its bytes as well while that time is within RACY_NS of now: reading and
     hashing every file cost each remembered render about 6 ms of CPU (benchmarks/bench_render.py)."""
-    # os.walk, not Path.rglob: rglob's pattern matching cost more than reading and hashing the files (remembered
-    # renders ran it every time, benchmarks/bench_render.py).
+    # os.walk and strings, not Path.rglob or Path objects: rglob's pattern matching cost more than reading and
+    # hashing the files, and a Path per file about 2 ms (remembered renders ran it every time, bench_render.py).
     files = []
+    top = os.path.join(package, "")
     for folder, folders, names in os.walk(package):
         folders[:] = [name for name in folders if name != "__pycache__"]
-        files += [Path(folder, name).relative_to(package).parts for name in names]
+        under = tuple(os.path.join(folder, "").removeprefix(top).split(os.sep)[:-1])
+        files += [(*under, name) for name in names]
     digest = hashlib.sha256()
     now = time.time_ns()
     for parts in sorted(files):

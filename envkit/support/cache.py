@@ -20,15 +20,17 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envkit"
 
 
-def remembered(name: str, key: str, succeeds: Callable[[], bool]) -> bool:
+def remembered(name: str, key: str, succeeds: Callable[[], bool], at_most: int | None = None) -> bool:
     """Whether ``succeeds()``, asked once for each ``key``: a success is kept (an empty marker named by the key's
-    sha256 under the cache's ``name`` folder) and not asked again; a failure is asked again every time."""
+    sha256 under the cache's ``name`` folder, which keeps ``at_most`` of them, keep()) and not asked again; a
+    failure is asked again every time."""
     marker = cache_dir() / name / hashlib.sha256(key.encode()).hexdigest()
     if marker.exists():
+        used(marker)
         return True
     if not succeeds():
         return False
-    keep(marker, b"")
+    keep(marker, b"", at_most)
     return True
 
 

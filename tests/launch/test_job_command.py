@@ -8,7 +8,6 @@ container's command and env as the kubelet expands them, the SkyPilot task's env
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from pathlib import Path
 
@@ -200,7 +199,7 @@ def test_torchrun_starts_one_process_per_gpu_the_target_names_else_per_device_th
 
     from envkit.launch.engines import build_job
 
-    experiment = dataclasses.replace(ddp("cuda"), devices=8)
+    experiment = ddp("cuda")._replace(devices=8)
     at = dict(nodes=1, root=Path("/p"), data_dir=Path("/d"), results_dir=Path("/r"), image="envkit-cuda:latest")
     for target, processes in (
         (SimpleNamespace(name="cuda", gpus="0,2"), 2),
@@ -208,7 +207,7 @@ def test_torchrun_starts_one_process_per_gpu_the_target_names_else_per_device_th
     ):
         job_ = build_job("jobset", experiment, target, **at)
         assert (job_.gpus_per_node, job_.processes_per_node) == (processes, processes)
-    first = dataclasses.replace(experiment, gpus="first", scale="single")
+    first = experiment._replace(gpus="first", scale="single")
     assert build_job("jobset", first, SimpleNamespace(name="cuda", gpus="0,2"), **at).gpus_per_node == 1
 
 

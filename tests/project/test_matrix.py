@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import io
 import zipfile
@@ -208,7 +207,7 @@ def test_default_cuda_variant_is_the_default_indexs_own_build(matrix):
 
 
 def test_a_release_with_no_cuda_build_anywhere_is_one_line(matrix):
-    bare = dataclasses.replace(matrix.torch["2.15"], pypi_cuda=None)
+    bare = matrix.torch["2.15"]._replace(pypi_cuda=None)
     with pytest.raises(
         EnvkitError, match=r"torch 2\.15 has no CUDA wheel variant in envkit's matrix; torch releases with CUDA"
     ):

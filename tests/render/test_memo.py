@@ -57,6 +57,40 @@ def test_an_unchanged_project_renders_from_the_memo_without_jinja_yaml_dataclass
         assert path.is_dir() or (twin.read_bytes() == path.read_bytes() and twin.stat().st_mode == path.stat().st_mode)
 
 
+# A render in a fresh process that says which dataclasses it built and which patterns it compiled.
+COUNTING = """import dataclasses, json, sys, re._compiler
+built, compiled = [], []
+build, compile_ = dataclasses._process_class, re._compiler.compile
+dataclasses._process_class = lambda cls, *args: built.append(cls.__qualname__) or build(cls, *args)
+re._compiler.compile = lambda pattern, flags=0: compiled.append(pattern) or compile_(pattern, flags)
+from envkit.cli import main
+code = main(sys.argv[1:])
+print(json.dumps([sorted(built), [str(pattern) for pattern in compiled]]))
+sys.exit(code)
+"""
+
+
+def test_a_render_after_a_lock_changed_builds_no_dataclass_and_compiles_no_secret_pattern(project, tmp_path):
+    """Issue 42: envkit's tables and the config's records are NamedTuples (a frozen dataclass cost about 0.7 ms at
+    import, 26 of them 18 ms of such a render) and envkit.yaml's clean verdict is kept (its some 50 secret patterns
+    cost about 5 ms to compile), so a render the memo misses builds no dataclass and compiles no secret pattern."""
+    from envkit.project import detectors, secrets
+
+    argv = ["render", "--target", "cuda", "--config", str(project / "envkit.yaml"), "--output", str(tmp_path / "out")]
+    for _ in range(2):  # the first keeps envkit.yaml's clean verdict; the second misses the memo
+        shutil.rmtree(tmp_path / "cache" / "render-memo", ignore_errors=True)
+        done = subprocess.run(
+            [sys.executable, "-c", COUNTING, *argv], capture_output=True, text=True, env=os.environ, cwd=REPO_ROOT
+        )
+        assert done.returncode == 0, done.stderr
+    built, compiled = json.loads(done.stdout.splitlines()[-1])
+    assert built == []
+    rules = {text for _, patterns in detectors.DETECTORS for text, _ in patterns}
+    rules |= {pattern.decode() for _, pattern in secrets.SECRET_CONTENT}
+    rules |= {text for _, text in secrets._URL_CREDENTIALS}
+    assert rules and not rules & set(compiled)
+
+
 @pytest.mark.parametrize("change", ["config", "template", "lock", "certificate"])
 def test_a_change_to_anything_the_render_read_renders_again(project, change):
     render(project, "--all", "--check")

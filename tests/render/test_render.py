@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import shlex
@@ -26,7 +25,7 @@ GOLDEN_TARGETS = ["cpu", "cuda", "tpu-vm", "cpu-local", "tpu-vm-tpu"]
 @pytest.fixture(scope="module")
 def golden_config(repo_root):
     # The fixture lives beside its golden files; templates come from the repo.
-    return dataclasses.replace(load_config(GOLDEN / "envkit.yaml"), root=repo_root)
+    return load_config(GOLDEN / "envkit.yaml")._replace(root=repo_root)
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +158,7 @@ def test_a_locked_cpu_target_takes_torch_from_pytorchs_pages_and_its_base_by_the
 
 def test_a_configured_base_digest_is_used_as_is(golden_config):
     digest = "sha256:" + "ab" * 32
-    target = dataclasses.replace(golden_config.targets["cpu"], base_image=f"python:3.11-slim-bookworm@{digest}")
+    target = golden_config.targets["cpu"]._replace(base_image=f"python:3.11-slim-bookworm@{digest}")
     assert render.base_reference(target, None) == (f"python:3.11-slim-bookworm@{digest}", digest)
     assert render.base_reference(golden_config.targets["cpu"], None) == ("python:3.11-slim-bookworm", None)
 
@@ -305,7 +304,7 @@ def test_strict_undefined_turns_template_mistakes_into_one_line(repo_config, tmp
     (tmp_path / "templates").mkdir()
     for name in ("Dockerfile.j2", "run.sh.j2", "dockerignore.j2"):
         (tmp_path / "templates" / name).write_text("{{ no_such_variable }}\n")
-    broken = dataclasses.replace(repo_config, root=tmp_path)
+    broken = repo_config._replace(root=tmp_path)
     with pytest.raises(EnvkitError, match="cannot render Dockerfile.j2: 'no_such_variable' is undefined"):
         render.render_targets(broken, ["cpu"])
 
@@ -314,7 +313,7 @@ def test_strict_undefined_turns_template_mistakes_into_one_line(repo_config, tmp
 def test_build_stops_with_one_line_when_the_base_has_another_python(tmp_path, repo_root, wanted):
     config_path = tmp_path / "envkit.yaml"
     config_path.write_text(f'targets:\n  cpu: {{kind: cpu, torch: "2.9.0", python: "{wanted}"}}\n')
-    config = dataclasses.replace(load_config(config_path), root=repo_root)
+    config = load_config(config_path)._replace(root=repo_root)
     dockerfile = by_path(render.render_targets(config, ["cpu"]))["cpu/Dockerfile"].text
     check = re.search(r"python3 -c ('.*?') \\", dockerfile).group(1)
     result = subprocess.run([sys.executable, "-c", shlex.split(check)[0]], capture_output=True, text=True)
@@ -332,7 +331,7 @@ def test_build_stops_with_one_line_when_the_base_has_another_python(tmp_path, re
 def test_a_project_renders_with_envkits_templates_and_overrides_them_file_by_file(repo_config, tmp_path):
     """Before: a project without templates/ beside its config could not render (an installed envkit shipped none)."""
     shipped = {file.path: file.text for file in render.render_targets(repo_config, ["cpu"])}
-    elsewhere = dataclasses.replace(repo_config, root=tmp_path)
+    elsewhere = repo_config._replace(root=tmp_path)
     assert {file.path: file.text for file in render.render_targets(elsewhere, ["cpu"])} == shipped
     (tmp_path / "templates").mkdir()
     (tmp_path / "templates" / "dockerignore.j2").write_text("# the project's own\n")
@@ -350,7 +349,7 @@ def test_a_project_renders_with_envkits_templates_and_overrides_them_file_by_fil
 def test_missing_packaged_templates_are_one_line(repo_config, tmp_path, monkeypatch):
     monkeypatch.setattr(render, "packaged_templates", lambda: tmp_path / "gone")
     with pytest.raises(EnvkitError, match="envkit's templates are missing at .*gone: reinstall envkit"):
-        render.render_targets(dataclasses.replace(repo_config, root=tmp_path), ["cpu"])
+        render.render_targets(repo_config._replace(root=tmp_path), ["cpu"])
 
 
 def test_render_knows_the_mark_of_every_file_it_writes(repo_root):
