@@ -8,7 +8,6 @@ docker/<target>/run.sh. Python never calls make.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 
 from envkit.cli.options import (
@@ -133,7 +132,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from envkit.host import doctor
 
     doctor.require(doctor.inspect_host(), entry.kind, experiment_gpus(entry, args.gpus, target.gpus))
-    return run_in_order(dataclasses.replace(plan, steps=plan.steps[1:]))
+    return run_in_order(plan._replace(steps=plan.steps[1:]))
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.cli.options import add_build_options, add_config, add_target, build_options_argv, directory_option
@@ -210,7 +210,7 @@ def _pulled(job: _Reproduction, engine, reference: str) -> None:
         entry, target, config=job.config, output=config.output, gpus=None, results_dir=job.out,
         data_dir=job.data_dir, recipe_args=job.recipe_args,
     )  # fmt: skip
-    steps = [replace(step, env={**step.env, "IMAGE": reference}) for step in plan.steps[2:]]
+    steps = [step._replace(env={**step.env, "IMAGE": reference}) for step in plan.steps[2:]]
     job.say(f"docker pull {reference}, then {job.runs} time(s):\n{format_plan(RunPlan(steps))}".rstrip())
     if job.args.dry_run:
         return

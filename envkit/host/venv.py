@@ -25,8 +25,8 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from envkit.errors import EnvkitError
 from envkit.lock.host_platforms import PLATFORMS, this_platform
@@ -56,16 +56,14 @@ NETWORK_RETRIES = 1
 _BOUNDS = f"{NETWORK_TIMEOUT_S} s per connection, {NETWORK_RETRIES} retry"
 
 
-@dataclass(frozen=True)
-class Sources:
+class Sources(NamedTuple):
     """Where the lock's files come from: the index (None: the installer's default) and find-links pages."""
 
     index_url: str | None = None
     find_links: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Made:
+class Made(NamedTuple):
     path: Path
     lock: LockFile
     python: str  # the interpreter's full version

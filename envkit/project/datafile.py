@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
+import marshal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,19 +24,19 @@ TABLE_NAMES = ("kinds.yaml", "matrix.yaml", "notebook_platforms.yaml", "base_gli
 def load_table(path: Path) -> Any:
     """envkit's own YAML table at ``path`` (one of TABLE_NAMES), unchecked (its tests check it): as parsed ahead of
     time while its text is the one parsed, else parsed now (an edited copy)."""
-    # Parsed whole each time (a tenth of a millisecond): each caller gets its own objects, as from YAML.
-    parsed = json.loads(_tables_text())["tables"].get(path.name) if path.parent == DATA_DIR else None
+    # Each caller gets its own objects, as from YAML: a copy of the table parsed once (marshal copies it whole).
+    kept = _shipped_tables().get(path.name) if path.parent == DATA_DIR else None
+    parsed = marshal.loads(kept) if kept is not None else None
     if parsed is not None and parsed["sha256"] == hashlib.sha256(load_text(path).encode()).hexdigest():
         return parsed["data"]  # JSON: a tenth of the time PyYAML takes over the same table (issue 42)
     return load_yaml(path)
 
 
 @functools.cache
-def _tables_text() -> str:
-    """tables.json's text, read and checked by the bounded reader once per process: its depth walk over the whole
-    file, at each of a render's five tables, was about 2 ms (issue 42)."""
-    load_json(TABLES)  # a malformed file is one line naming it
-    return load_text(TABLES)
+def _shipped_tables() -> dict[str, bytes]:
+    """tables.json's tables, read and checked by the bounded reader once per process (its depth walk over the whole
+    file, at each of a render's five tables, was about 2 ms: issue 42), each kept as marshal's bytes."""
+    return {name: marshal.dumps(table) for name, table in load_json(TABLES)["tables"].items()}
 
 
 def load_checked(path: Path, schema_path: Path, load: Callable[[Path], Any] = load_yaml) -> Any:

@@ -15,8 +15,10 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
+from typing import NamedTuple
 
 from envkit.errors import EnvkitError
 from envkit.host.venv import describe_interpreter
@@ -58,11 +60,10 @@ REAL_DATA_NOTE = (
 DEMO_KIND = "cpu"
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
     title: str
     argv: tuple[str, ...]
-    env: dict = field(default_factory=dict)  # added to the caller's environment, shown in this order
+    env: Mapping[str, str] = MappingProxyType({})  # added to the caller's environment, shown in this order
     needs_torch: bool = False  # runs a recipe on this Python, which then needs torch
     cwd: str | None = None  # where it runs (a command experiment: the project's root), else where envkit runs
 
@@ -71,13 +72,12 @@ class Step:
         return f"cd {shlex.quote(self.cwd)} && {line}" if self.cwd else line
 
 
-@dataclass
-class RunPlan:
+class RunPlan(NamedTuple):
     """The steps `envkit experiment`, `compare` and `demo` run on this host (what an engine is handed is
     envkit.launch.plan.LaunchPlan)."""
 
     steps: list[Step]
-    notes: list[str] = field(default_factory=list)  # said before running, e.g. why Docker is not used
+    notes: tuple[str, ...] | list[str] = ()  # said before running, e.g. why Docker is not used
     fallback: RunPlan | None = None  # run instead when a step marked by ``fallback_after`` fails
     fallback_after: int | None = None  # index of the step whose failure switches to ``fallback``
 
