@@ -19,7 +19,6 @@ import base64
 import codecs
 import fnmatch
 import functools
-import hashlib
 import importlib.util
 import json
 import os
@@ -407,12 +406,10 @@ def in_values_once(values) -> tuple[str, str] | None:
     if not _shipped_release_installed():
         return in_values(values)
     from envkit.project import detectors
-    from envkit.support.bounded_load import read_bytes
+    from envkit.support.bounded_load import source_digest
     from envkit.support.cache import remembered
 
-    rules = hashlib.sha256()
-    for source in (__file__, detectors.__file__):
-        rules.update(read_bytes(source))
+    rules = " ".join(source_digest(source) for source in (__file__, detectors.__file__))
     found = None
 
     def clean() -> bool:
@@ -420,7 +417,7 @@ def in_values_once(values) -> tuple[str, str] | None:
         found = in_values(values)
         return found is None
 
-    remembered("clean-values", f"{rules.hexdigest()}\n{values!r}", clean, at_most=CLEAN_ENTRIES)
+    remembered("clean-values", f"{rules}\n{values!r}", clean, at_most=CLEAN_ENTRIES)
     return found
 
 

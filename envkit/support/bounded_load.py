@@ -273,13 +273,14 @@ def _kept_entry(text: str, name: str, index: Callable[[Any], Any] | None) -> Pat
     spec = importlib.util.find_spec("yaml")
     found = os.stat(spec.origin) if spec and spec.origin else None
     sources = [__file__, getattr(sys.modules[index.__module__], "__file__", None) if index is not None else None]
-    key = [__version__, name, text, [_source_digest(source) for source in sources if source]]
+    key = [__version__, name, text, [source_digest(source) for source in sources if source]]
     key += [spec.origin, found.st_size, found.st_mtime_ns] if found else []
     return cache_dir() / "yaml" / f"{hashlib.sha256(json.dumps(key).encode()).hexdigest()}.marshal"
 
 
 @cache
-def _source_digest(path: str) -> str:
+def source_digest(path: str) -> str:
+    """The sha256 of one of envkit's own modules, read once per process: what a kept result is keyed by."""
     with open(path, "rb") as stream:
         return hashlib.sha256(stream.read()).hexdigest()
 

@@ -27,7 +27,7 @@ ALLOWED = {
     ("support/bounded_load.py", "open_regular"): "the bounded reader itself",
     ("support/bounded_load.py", "parse_yaml_kept"): "envkit's own cache entry (keep(): 0600 in a 0700 folder), read "
     "unrecorded: a render memo keys on the document the entry was parsed from, not on the cache",
-    ("support/bounded_load.py", "_source_digest"): "envkit's own modules, hashed into a kept document's key",
+    ("support/bounded_load.py", "source_digest"): "envkit's own modules, hashed into a kept document's key",
     **{
         (f"notebook/{module}.py", "*"): "runs inside a notebook (standard library only): it cannot import envkit"
         for module in ("runtime_shared", "runtime_accelerator", "runtime_venv")
