@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from envkit.host.doctor import HostFacts  # noqa: E402
-from envkit.runs.plans import Plan, demo_plan, execute  # noqa: E402
+from envkit.runs.plans import RunPlan, demo_plan  # noqa: E402
+from envkit.runs.run_steps import execute  # noqa: E402
 
 TARGET_S = 300.0
 
@@ -40,7 +41,7 @@ def main() -> int:
         timings = []
         for step in plan.steps:
             started = time.perf_counter()
-            ok = execute(Plan([step]), dry_run=False)
+            ok = execute(RunPlan([step]), dry_run=False)
             timings.append((step.title, time.perf_counter() - started, ok))
         table = subprocess.run(
             [sys.executable, "-m", "envkit", "report", str(results), "--format", "json"],

@@ -93,7 +93,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from envkit.host.doctor import parse_gpus
     from envkit.project.experiments import check_recipe_args
     from envkit.project.placement import place
-    from envkit.runs.plans import experiment_gpus, experiment_plan, format_plan, run_in_order
+    from envkit.runs.plans import experiment_gpus, experiment_plan, format_plan
+    from envkit.runs.run_steps import run_in_order
 
     if args.allow_cpu:
         raise EnvkitError(
@@ -166,7 +167,8 @@ def _run_here(entry, args: argparse.Namespace) -> int:
     """--python: the experiment's runs with that interpreter on this host, in order; no host check, no build."""
     from envkit.errors import EnvkitError
     from envkit.project.experiments import check_recipe_args
-    from envkit.runs.plans import format_plan, local_experiment_plan, run_in_order
+    from envkit.runs.plans import format_plan, local_experiment_plan
+    from envkit.runs.run_steps import run_in_order
 
     image_only = [
         option

@@ -250,7 +250,8 @@ def _report_args(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from envkit.runs.plans import compare_plan, execute
+    from envkit.runs.plans import compare_plan
+    from envkit.runs.run_steps import execute
 
     _check_project(args.config)
     if args.plot is not None and not args.dry_run:
@@ -272,7 +273,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from envkit.runs.plans import demo_plan, execute
+    from envkit.runs.plans import demo_plan
+    from envkit.runs.run_steps import execute
 
     _check_project(args.config)
     if not args.dry_run:  # the demo ends with a plot

@@ -201,7 +201,8 @@ def _pulled(job: _Reproduction, engine, reference: str) -> None:
     from envkit.project.experiments import experiment
     from envkit.project.load import load_config
     from envkit.project.placement import place
-    from envkit.runs.plans import RunPlan, experiment_gpus, experiment_plan, format_plan, run_in_order
+    from envkit.runs.plans import RunPlan, experiment_gpus, experiment_plan, format_plan
+    from envkit.runs.run_steps import run_in_order
     from envkit.support.docker_client import docker_sdk
 
     config = load_config(job.config)

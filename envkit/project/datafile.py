@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from envkit.errors import EnvkitError
-from envkit.project import secrets, validators
+from envkit.project import validators
 from envkit.support.bounded_load import load_json, load_text, load_yaml
 
 # The one place that knows where envkit/data/ is; every module names its file relative to it.
@@ -57,6 +57,8 @@ def check(path: Path, schema_path: Path, data: Any) -> None:
 
 def _validate(path: Path, schema: dict, data: Any) -> None:
     import jsonschema  # only for a document the generated validator rejected: render must not pay for it
+
+    from envkit.project import secrets  # likewise (a clean envkit.yaml's verdict is kept: secret_verdicts)
 
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(data))
     if error is not None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from envkit.errors import EnvkitError
-from envkit.project import kinds, secrets, validators
+from envkit.project import kinds, validators
 from envkit.project.datafile import DATA_DIR
 from envkit.support.bounded_load import Refused, load_json, parse_yaml_kept, read_text
 
@@ -29,8 +29,16 @@ def read_document(path: Path) -> tuple[dict[str, Any], Locator]:
     line = None if validators.valid(SCHEMA_PATH.name, data) else _schema_error(data, where)
     if line is not None:
         # the line quotes what the schema rejects, and the secret check runs after this one
-        raise EnvkitError(secrets.concealed(line, data))
+        raise EnvkitError(_concealed(line, data))
     return data, where
+
+
+def _concealed(line: str, values) -> str:
+    """secrets.concealed, imported for an error line alone: a valid envkit.yaml is read without the secret rules,
+    whose verdict on its values is kept (envkit.project.secret_verdicts)."""
+    from envkit.project import secrets
+
+    return secrets.concealed(line, values)
 
 
 class Locator:
@@ -87,7 +95,7 @@ def _index_lines(node: Any, doc_path: DocPath, lines: dict[DocPath, int], path: 
             key = key_node.value
             if key in seen:
                 line = f"{path}:{key_node.start_mark.line + 1}: {_dotted(doc_path + (key,))}: duplicate key"
-                raise EnvkitError(secrets.concealed(line, list(doc_path + (key,))))
+                raise EnvkitError(_concealed(line, list(doc_path + (key,))))
             seen.add(key)
             lines[doc_path + (key,)] = key_node.start_mark.line + 1
             _index_lines(value_node, doc_path + (key,), lines, path)
@@ -137,7 +145,7 @@ def _schema_error(data: Any, where: Locator) -> str | None:
         return f"{where(doc_path)}: {error.message}"
     description = error.schema.get("description") or _parent_description(doc_path)
     value = json.dumps(error.instance) if not isinstance(error.instance, str) else repr(error.instance)
-    value = secrets.concealed(value, data)  # before it is cut, which would leave part of a secret unrecognised
+    value = _concealed(value, data)  # before it is cut, which would leave part of a secret unrecognised
     if len(value) > 60:
         value = value[:57] + "..."
     allowed = f"; allowed: {description}" if description else f" ({error.message})"

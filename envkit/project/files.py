@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, NamedTuple
 
 from envkit.errors import EnvkitError
-from envkit.project import secrets
+from envkit.project import secret_verdicts
 from envkit.project.marks import written_by_envkit
 from envkit.project.output import DEFAULT_OUTPUT, Output
 from envkit.support.bounded_load import Refused, load_text, note, open_regular, volatile
@@ -255,7 +255,7 @@ def refuse_secret_values(path: Path, root: Path, values, include_secrets: tuple[
     the value: any value of it may become a Dockerfile's ENV or ARG, a notebook's settings, a launch file's line or
     a run's argv in its record, each published. Listing the file under include_secrets is the one way in."""
     name = path.resolve().relative_to(root.resolve()).as_posix()
-    found = None if _listed(include_secrets, name) else secrets.in_values_once(values)
+    found = None if _listed(include_secrets, name) else secret_verdicts.in_values_once(values, _secret_in_values)
     if found is not None:
         raise EnvkitError(
             f"{path}: {found[0]} {found[1]}, which envkit would publish (a Dockerfile, an image, a notebook, a "
@@ -264,8 +264,16 @@ def refuse_secret_values(path: Path, root: Path, values, include_secrets: tuple[
         )
 
 
+def _secret_in_values(values) -> tuple[str, str] | None:
+    """envkit.project.secrets.in_values, imported only where envkit.yaml's clean verdict is not kept."""
+    from envkit.project import secrets
+
+    return secrets.in_values(values)
+
+
 def _in_content(path: Path) -> str | None:
     """What secret the file's bytes hold, or an archive's members (envkit.project.archives); None when none."""
+    from envkit.project import secrets  # where files are read: a render reads envkit.yaml through this module
     from envkit.project.archives import in_archive  # tarfile, zipfile and lzma: only where files are read
 
     try:
@@ -310,6 +318,7 @@ def project_files(
     tracked = _tracked(root)
     listed, submodules = tracked if tracked is not None else (_unignored(root), [])
     undecodable = [name for name in listed if not _is_utf8(name)]
+    from envkit.project import secrets
     from envkit.support.docker_client import docker_sdk
 
     matcher = docker_sdk().utils.build.PatternMatcher(_ignore_patterns(root))

@@ -19,15 +19,16 @@ import base64
 import codecs
 import fnmatch
 import functools
-import importlib.util
 import json
 import os
 import re
 import string
 import sys
 from collections.abc import Iterator
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import BinaryIO, NamedTuple
+
+from envkit.project.secret_verdicts import shipped_release_installed
 
 # Whole-name patterns (fnmatch) of one path component: a file so named, or any file under a folder so named.
 SECRET_NAMES = (
@@ -311,23 +312,12 @@ def _detectors() -> tuple:
     them, and detect-secrets (requests with it: most of a render's time) is imported only when one matches."""
     from envkit.project import detectors  # generated from the detectors below (scripts/generate_validators.py)
 
-    if not _shipped_release_installed():
+    if not shipped_release_installed():
         return tuple(imported_detectors().values())  # which says so when there are none
     return tuple(
         _Shipped(secret_type, tuple(re.compile(text, flags) for text, flags in patterns))
         for secret_type, patterns in detectors.DETECTORS
     )
-
-
-@functools.cache
-def _shipped_release_installed() -> bool:
-    """Whether the detect-secrets release envkit/project/detectors.py was generated from is the one installed."""
-    from envkit.project import detectors
-
-    spec = importlib.util.find_spec("detect_secrets")
-    # its distribution's metadata beside it names the version, found without importlib.metadata (50 ms)
-    shipped = f"detect_secrets-{detectors.VERSION}.dist-info"
-    return bool(spec and spec.origin and os.path.isdir(Path(spec.origin).parent.parent / shipped))
 
 
 @functools.cache
@@ -391,34 +381,6 @@ def in_values(values, at: str = "") -> tuple[str, str] | None:
     alike, so that no field of envkit.yaml that reaches a Dockerfile, a notebook, a launch file or a record is
     left out because nobody listed it."""
     return next(((where, why) for where, _, why in _held(values, at)), None)
-
-
-# The documents (envkit.yaml, an experiments file, each as it was) whose values envkit's cache remembers clean.
-CLEAN_ENTRIES = 512
-
-
-def in_values_once(values) -> tuple[str, str] | None:
-    """``in_values``, with a clean verdict kept in envkit's cache by the values and the rules that judged them:
-    an unchanged envkit.yaml is read by some fifty patterns at every render and experiment otherwise (about 5 ms of
-    CPU, compiling them most of it: issue 42). A secret found is never kept: it is found, and said, every time;
-    nothing is kept where another detect-secrets release than the shipped patterns' judges (or none, said on
-    stderr at every check)."""
-    if not _shipped_release_installed():
-        return in_values(values)
-    from envkit.project import detectors
-    from envkit.support.bounded_load import source_digest
-    from envkit.support.cache import remembered
-
-    rules = " ".join(source_digest(source) for source in (__file__, detectors.__file__))
-    found = None
-
-    def clean() -> bool:
-        nonlocal found
-        found = in_values(values)
-        return found is None
-
-    remembered("clean-values", f"{rules}\n{values!r}", clean, at_most=CLEAN_ENTRIES)
-    return found
 
 
 def concealed(line: str, values) -> str:

@@ -12,9 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shlex
-import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -333,14 +331,6 @@ def _docker_usable(facts) -> bool:
     return facts.docker_version is not None and not facts.docker_error
 
 
-def _check_local_python() -> None:
-    if importlib.util.find_spec("torch") is None:
-        raise EnvkitError(
-            f"torch is not installed in {sys.executable}: run 'make venv' (or use a host with Docker) to run "
-            "the experiments"
-        )
-
-
 def compare_plan(
     results_dir: Path,
     *,
@@ -448,53 +438,3 @@ def format_plan(plan: RunPlan) -> str:
             lines.append("#    if this fails:")
             lines += [f"#    {step_line}" for step_line in format_plan(plan.fallback).splitlines()]
     return "\n".join(lines) + "\n"
-
-
-def execute(plan: RunPlan, *, dry_run: bool) -> bool:
-    """Run every step (a failed experiment does not stop the others); True when all succeeded."""
-    if dry_run:
-        sys.stdout.write(format_plan(plan))
-        return True
-    for note in plan.notes:
-        print(f"envkit: {note}", file=sys.stderr)
-    if any(step.needs_torch for step in plan.steps):
-        _check_local_python()
-    failed = []
-    for index, step in enumerate(plan.steps):
-        returncode = run_step(step)
-        if returncode == 0:
-            continue
-        if plan.fallback is not None and index == plan.fallback_after:
-            return execute(plan.fallback, dry_run=False)
-        failed.append(f"{step.title} (exit {returncode})")
-    for failure in failed:
-        print(f"envkit: failed: {failure}", file=sys.stderr)
-    return not failed
-
-
-def run_in_order(plan: RunPlan, *, hand_over: bool = False) -> int:
-    """Run the steps until one fails (each needs the one before); its exit status, else 0. ``hand_over``: the last
-    step, a run wrapper's (host_step), runs in this process's place, as envkit has nothing left to do after it."""
-    for number, step in enumerate(plan.steps, start=1):
-        returncode = run_step(step, hand_over=hand_over and number == len(plan.steps))
-        if returncode != 0:
-            return returncode
-    return 0
-
-
-def run_step(step: Step, *, hand_over: bool = False) -> int:
-    """Run one step with its environment, saying what and how long; its exit status. ``hand_over``: it replaces this
-    process (os.execvpe: no wait, no teardown), its run wrapper says how it ended; returns only if it cannot start."""
-    print(f"envkit: {step.title}: {step.shell()}", file=sys.stderr, flush=True)
-    started, env = time.perf_counter(), {**os.environ, **step.env}
-    try:
-        if hand_over:
-            sys.stdout.flush()
-            os.chdir(step.cwd or os.curdir)
-            os.execvpe(step.argv[0], step.argv, {**env, provenance_records.TITLE_VARIABLE: step.title})
-        returncode = subprocess.run(step.argv, env=env, cwd=step.cwd, check=False).returncode
-    except OSError as exc:  # e.g. no run.sh where the config says
-        print(f"envkit: cannot start {step.argv[0]}: {exc.strerror or exc}", file=sys.stderr)
-        returncode = 127
-    print(provenance_records.ended(step.title, returncode, time.perf_counter() - started), file=sys.stderr, flush=True)
-    return returncode

@@ -41,3 +41,52 @@ def test_envkit_hands_its_last_run_over_to_the_wrapper_which_records_it_and_says
     (record,) = results.glob("probe-*.json")
     run = json.loads(record.read_text())["run"]
     assert (run["status"], run["exit_status"], run["argv"][1:]) == ("ended", 3, ["probe.py"])
+
+
+# Each exec of this process, as the interpreter's own sitecustomize (the wrapper's site hook runs it too) sees it.
+EXEC_WATCH = """import os, sys
+def _watch(event, args):
+    if event == "os.exec":
+        with open(os.environ["EXEC_SEEN"], "a") as seen:
+            seen.write(os.fsdecode(args[0]) + "\\n")
+sys.addaudithook(_watch)
+"""
+
+
+def test_the_wrapper_runs_in_envkits_process_when_it_would_start_envkits_own_interpreter(tmp_path):
+    """Issue 42 goal 2: the exec started a second interpreter that imported, again, what envkit had (about 30 ms of
+    each run); with --python naming the interpreter envkit runs in, the wrapper's main runs in envkit's process
+    (the same process the exec made), and the run is recorded alike. Another interpreter is still exec'd."""
+    (tmp_path / "probe.py").write_text(PROGRAM)
+    (tmp_path / "envkit.yaml").write_text(CONFIG)
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(EXEC_WATCH)
+    (tmp_path / "other").symlink_to(sys.executable)  # the same binary under another name: another interpreter's path
+    seen = tmp_path / "exec-seen.txt"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(tmp_path / "site")]),
+        "ENVKIT_CACHE_DIR": str(tmp_path / "cache"),
+        "EXEC_SEEN": str(seen),
+    }
+    for python, execs in ((sys.executable, []), (str(tmp_path / "other"), [str(tmp_path / "other")])):
+        results = tmp_path / f"results-{len(execs)}"
+        argv = [
+            sys.executable,
+            "-m",
+            "envkit",
+            "experiment",
+            "probe",
+            "--python",
+            python,
+            "--results-dir",
+            str(results),
+        ]
+        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 3, done.stderr
+        assert done.stderr.splitlines()[-1].startswith("envkit: experiment probe: exit 3 after "), done.stderr
+        assert (seen.read_text().splitlines() if seen.exists() else []) == execs
+        seen.unlink(missing_ok=True)
+        (record,) = results.glob("probe-*.json")
+        run = json.loads(record.read_text())["run"]
+        assert (run["status"], run["exit_status"], run["argv"]) == ("ended", 3, [python, "probe.py"])

@@ -13,7 +13,8 @@ from envkit.cli import main
 from envkit.cli import report as cli_report
 from envkit.host.doctor import HostFacts
 from envkit.host.venv import MARKER
-from envkit.runs.plans import RunPlan, Step, execute
+from envkit.runs.plans import RunPlan, Step
+from envkit.runs.run_steps import execute
 from envkit.support import provenance
 
 PY = sys.executable

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from envkit.project import secrets
+from envkit.project import secret_verdicts, secrets
 
 # Put together, so that this file holds no token a scanner would flag.
 AWS_KEY = "AKIA" + "Q2XW7ZJ5K3B4N6P8"
@@ -21,7 +21,7 @@ def without_detect_secrets(monkeypatch):
     """This Python as a notebook's kernel is: no detect-secrets to import."""
     for name in ["detect_secrets", *(name for name in sys.modules if name.startswith("detect_secrets."))]:
         monkeypatch.setitem(sys.modules, name, None)  # imported already by another test: its modules too
-    cached = (secrets._detectors, secrets.imported_detectors, secrets._shipped_release_installed)
+    cached = (secrets._detectors, secrets.imported_detectors, secret_verdicts.shipped_release_installed)
     for function in cached:
         function.cache_clear()
     yield
@@ -31,11 +31,16 @@ def without_detect_secrets(monkeypatch):
 
 @pytest.fixture
 def counted(tmp_path, monkeypatch):
-    """in_values_once with its cache in ``tmp_path``: the values in_values itself was asked about, in order."""
+    """in_values_once with its cache in ``tmp_path``: the values secrets.in_values itself was asked about, in order."""
     monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path))
     asked, real = [], secrets.in_values
     monkeypatch.setattr(secrets, "in_values", lambda values: asked.append(values) or real(values))
     return asked
+
+
+def judged(values):
+    """The judge envkit.project.files gives: secrets.in_values, looked up at each call (``counted`` counts them)."""
+    return secrets.in_values(values)
 
 
 CLEAN = {"targets": {"cpu": {"kind": "cpu", "env": {"MODE": "fast"}}}}
@@ -46,34 +51,34 @@ def test_a_clean_verdict_is_kept_and_a_secret_is_found_every_time(counted, tmp_p
     """Issue 42: an unchanged envkit.yaml is not read by the patterns again at every render (about 5 ms, compiling
     them); a secret is never remembered away, and the rules that judged are in the key: changed, all is read again."""
     found = ("targets/cpu/env/HF_TOKEN", "holds a Hugging Face token")
-    assert [secrets.in_values_once(CLEAN) for _ in range(3)] == [None] * 3
-    assert [secrets.in_values_once(HELD) for _ in range(2)] == [found] * 2
+    assert [secret_verdicts.in_values_once(CLEAN, judged) for _ in range(3)] == [None] * 3
+    assert [secret_verdicts.in_values_once(HELD, judged) for _ in range(2)] == [found] * 2
     assert counted == [CLEAN, HELD, HELD]
-    assert secrets.in_values_once({**CLEAN, "source": "mine"}) is None
+    assert secret_verdicts.in_values_once({**CLEAN, "source": "mine"}, judged) is None
     assert len(counted) == 4  # other values: read
     changed = tmp_path / "secrets.py"
     changed.write_text(open(secrets.__file__).read() + "# a rule changed\n")
-    monkeypatch.setattr(secrets, "__file__", str(changed))
-    assert secrets.in_values_once(CLEAN) is None
+    monkeypatch.setattr(secret_verdicts, "RULE_SOURCES", (str(changed), secret_verdicts.RULE_SOURCES[1]))
+    assert secret_verdicts.in_values_once(CLEAN, judged) is None
     assert counted[4:] == [CLEAN]
 
 
 def test_clean_verdicts_are_kept_in_a_bounded_folder(counted, tmp_path, monkeypatch):
-    monkeypatch.setattr(secrets, "CLEAN_ENTRIES", 2)
+    monkeypatch.setattr(secret_verdicts, "ENTRIES", 2)
     folder, seen = tmp_path / "clean-values", set()
     for number in range(4):
-        assert secrets.in_values_once({"source": f"run {number}"}) is None
+        assert secret_verdicts.in_values_once({"source": f"run {number}"}, judged) is None
         for entry in set(folder.iterdir()) - seen:  # its verdict's marker: times a tick apart, run 0 the oldest
             os.utime(entry, ns=(10**18 + number * 10**12,) * 2)
             seen.add(entry)
     assert len(list(folder.iterdir())) == 2
-    secrets.in_values_once({"source": "run 0"})  # the oldest went: read again
+    secret_verdicts.in_values_once({"source": "run 0"}, judged)  # the oldest went: read again
     assert len(counted) == 5
 
 
 def test_no_verdict_is_kept_where_the_shipped_patterns_do_not_judge(counted, tmp_path, without_detect_secrets):
     """Another detect-secrets release (or none, said at every check) decides what the shipped patterns would."""
-    assert [secrets.in_values_once(CLEAN) for _ in range(2)] == [None] * 2
+    assert [secret_verdicts.in_values_once(CLEAN, judged) for _ in range(2)] == [None] * 2
     assert counted == [CLEAN, CLEAN]
     assert not (tmp_path / "clean-values").exists()
 

@@ -65,7 +65,7 @@ dataclasses._process_class = lambda cls, *args: built.append(cls.__qualname__) o
 re._compiler.compile = lambda pattern, flags=0: compiled.append(pattern) or compile_(pattern, flags)
 from envkit.cli import main
 code = main(sys.argv[1:])
-print(json.dumps([sorted(built), [str(pattern) for pattern in compiled]]))
+print(json.dumps([sorted(built), [str(pattern) for pattern in compiled], "envkit.project.secrets" in sys.modules]))
 sys.exit(code)
 """
 
@@ -73,7 +73,8 @@ sys.exit(code)
 def test_a_render_after_a_lock_changed_builds_no_dataclass_and_compiles_no_secret_pattern(project, tmp_path):
     """Issue 42: envkit's tables and the config's records are NamedTuples (a frozen dataclass cost about 0.7 ms at
     import, 26 of them 18 ms of such a render) and envkit.yaml's clean verdict is kept (its some 50 secret patterns
-    cost about 5 ms to compile), so a render the memo misses builds no dataclass and compiles no secret pattern."""
+    cost about 5 ms to compile), so a render the memo misses builds no dataclass and compiles no secret pattern;
+    nor imports envkit.project.secrets (its rules and imports, about 5 ms), which only a new value needs."""
     from envkit.project import detectors, secrets
 
     argv = ["render", "--target", "cuda", "--config", str(project / "envkit.yaml"), "--output", str(tmp_path / "out")]
@@ -83,8 +84,8 @@ def test_a_render_after_a_lock_changed_builds_no_dataclass_and_compiles_no_secre
             [sys.executable, "-c", COUNTING, *argv], capture_output=True, text=True, env=os.environ, cwd=REPO_ROOT
         )
         assert done.returncode == 0, done.stderr
-    built, compiled = json.loads(done.stdout.splitlines()[-1])
-    assert built == []
+    built, compiled, secrets_imported = json.loads(done.stdout.splitlines()[-1])
+    assert built == [] and not secrets_imported
     rules = {text for _, patterns in detectors.DETECTORS for text, _ in patterns}
     rules |= {pattern.decode() for _, pattern in secrets.SECRET_CONTENT}
     rules |= {text for _, text in secrets._URL_CREDENTIALS}

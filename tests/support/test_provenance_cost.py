@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import socket
 import subprocess
 import sys
@@ -50,8 +51,9 @@ def test_the_record_says_the_programs_cpu_time_and_the_hosts_load_beside_its_wal
 
 def test_the_wrapper_starts_a_run_without_inspect_its_tokenizer_uuid_datetime_or_socket(tmp_path):
     """Issue 42 goal 2: inspect.getsource (inspect and its tokenizer's regexes), uuid and datetime were 40-75 ms of
-    the wrapper's start, each run, and socket (for the host's name) about 10 ms more; the hook it writes is the
-    device hook's source as inspect gives it."""
+    the wrapper's start, each run, socket (for the host's name) about 10 ms more, and platform (for the Python
+    version: its import compiles nine patterns) a few ms; the hook it writes is the device hook's source as inspect
+    gives it."""
     import inspect
 
     from envkit.support import provenance_device
@@ -59,7 +61,7 @@ def test_the_wrapper_starts_a_run_without_inspect_its_tokenizer_uuid_datetime_or
     probe = (
         "import json, runpy, sys; sys.argv = sys.argv[1:]\n"
         "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\nexcept SystemExit:\n    pass\n"
-        "print(json.dumps(sorted({'inspect', 'tokenize', 'uuid', 'datetime', 'socket'} & set(sys.modules))))"
+        "print(json.dumps(sorted({'inspect', 'tokenize', 'uuid', 'datetime', 'socket', 'platform'} & set(sys.modules))))"
     )
     env = {"PATH": os.environ["PATH"], "ENVKIT_RESULTS_DIR": str(tmp_path / "results")}
     done = subprocess.run(
@@ -75,4 +77,5 @@ def test_the_wrapper_starts_a_run_without_inspect_its_tokenizer_uuid_datetime_or
     run = json.loads(record.read_text())["run"]
     assert len(run["run_id"]) == 32 and int(run["run_id"], 16) >= 0 and run["started_at"].endswith("+00:00")
     assert run["wrapper"]["host"] == socket.gethostname()
+    assert json.loads(record.read_text())["environment"]["python"] == platform.python_version()
     assert provenance_device._source(provenance_device.device_hook) == inspect.getsource(provenance_device.device_hook)
