@@ -62,6 +62,8 @@ def device_hook() -> None:
             return {True: "true", False: "false", None: "null"}[value]
         if isinstance(value, int):
             return str(int(value))
+        if isinstance(value, float):  # as json.dumps writes one, non-finite ones included
+            return {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}.get(repr(value), repr(value))
         if isinstance(value, dict):
             return "{" + ", ".join(f"{quoted(str(key))}: {encoded(item)}" for key, item in value.items()) + "}"
         if isinstance(value, (list, tuple)):

@@ -64,7 +64,7 @@ def run_step(step: Step, *, hand_over: bool = False) -> int:
     except OSError as exc:  # e.g. no run.sh where the config says
         print(f"envkit: cannot start {step.argv[0]}: {exc.strerror or exc}", file=sys.stderr)
         returncode = 127
-    if returncode is None:
+    if returncode is None:  # here, past the try: the wrapper's own errors are not a start's
         returncode = _wrap_here(step.argv[2:], step.env)
     print(provenance_records.ended(step.title, returncode, time.perf_counter() - started), file=sys.stderr, flush=True)
     return returncode
