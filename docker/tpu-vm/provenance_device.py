@@ -60,10 +60,9 @@ def device_hook() -> None:
 
         if isinstance(value, bool) or value is None:
             return {True: "true", False: "false", None: "null"}[value]
-        if isinstance(value, int):
-            return str(int(value))
-        if isinstance(value, float):  # as json.dumps writes one, non-finite ones included
-            return {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}.get(repr(value), repr(value))
+        if isinstance(value, (int, float)):  # as json.dumps writes a number, non-finite floats included
+            text = int.__repr__(value) if isinstance(value, int) else float.__repr__(value)
+            return {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}.get(text, text)
         if isinstance(value, dict):
             return "{" + ", ".join(f"{quoted(str(key))}: {encoded(item)}" for key, item in value.items()) + "}"
         if isinstance(value, (list, tuple)):
