@@ -232,7 +232,8 @@ def main() -> int:
         return [case / hpccm for case, hpccm in zip(rounds[name][which], hpccm_times[which])]
 
     def paired(name: str, which: int) -> str:
-        return f"{min(ratios(name, which)):.2f} / {statistics.median(ratios(name, which)):.2f} / {max(ratios(name, which)):.2f}"
+        each = ratios(name, which)
+        return f"{min(each):.2f} / {statistics.median(each):.2f} / {max(each):.2f}"
 
     goals = {"remembered": GOAL_RATIO, "miss": MISS_GOAL_RATIO, "cold": MISS_GOAL_RATIO}
     print(f"ratio to hpccm within each round, min / median / max over {args.repeat} rounds:")
