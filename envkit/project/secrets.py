@@ -24,7 +24,7 @@ import os
 import re
 import string
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import PurePosixPath
 from typing import BinaryIO, NamedTuple
 
@@ -86,7 +86,7 @@ SECRET_PATHS = ("huggingface/token", "huggingface/stored_tokens", "gcloud/creden
 # What an editor, a backup or a copy adds to a name: ~ and #name# (Emacs), .swp (Vim, which also adds a leading
 # dot), .bak/.orig/.old... by hand or by patch, .1 by rotation (and terraform.tfstate.<time>.backup), and a file
 # manager's or a browser's copy before the extension (kaggle (1).json, .env copy).
-_DECORATION = re.compile(
+_DECORATION = (
     r"~$|\.(?:bak|backup|orig|old|save|sav|tmp|prev|copy|sw[a-p]|\d+)$|^#(?=.+#$)|(?<=.)#$"
     r"|(?: - copy| copy(?: \d+)?| ?\(\d+\))(?=\.[^.]*$|$)"
 )
@@ -123,10 +123,9 @@ SECRET_CONTENT = (
         rb"(?!\$(?:\{\w+\}|\(\w+\)|\w+)@)[^\s/?#@'\"<>`{}*]{3,}@",
     ),
 )
-_PRIVATE_KEY = re.compile(SECRET_CONTENT[0][1])
 # "-----BEGIN " in base64 begins a PEM block stored encoded, as a kubeconfig's client-key-data and a Kubernetes
 # Secret's tls.key are: its first 90 bytes decoded hold the header.
-_BASE64_PEM = re.compile(r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{8,106}")
+BASE64_PEM = r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{8,106}"
 # detect-secrets' detectors left unused: envkit's rules above cover more (BasicAuthDetector,
 # PrivateKeyDetector); a public IP address is no credential; and four decide by a keyword before a value, whose
 # prefix may be empty (IbmCloudIamDetector takes any token = "<44 characters>", IbmCosHmacDetector any
@@ -148,7 +147,7 @@ _UNUSED_DETECTORS = (
 # whether a match is one): JwtTokenDetector's ends lazily (``\.?[...]*?``), so its match is the header and the
 # payload, and the signature, which identifies the token as well, was left after the label. A JWE's five parts are
 # one token too; a sentence's full stop after it is not part of it.
-_REDACTED_WHOLE = {"JSON Web Token": (re.compile(r"eyJ[A-Za-z0-9_=-]+\.[A-Za-z0-9_=-]+(?:\.[A-Za-z0-9_+/=-]+)*"),)}
+_REDACTED_WHOLE = {"JSON Web Token": r"eyJ[A-Za-z0-9_=-]+\.[A-Za-z0-9_=-]+(?:\.[A-Za-z0-9_+/=-]+)*"}
 # Read in blocks when a file is searched for secrets, each block with the end of the one before it: a key
 # header or a token straddling two blocks is found too (none is longer than this overlap).
 SCAN_BLOCK = 1 << 20
@@ -195,7 +194,7 @@ def _named(name: str) -> str | None:
 
 def _undecorated(name: str) -> str:
     """``name`` less every backup or copy decoration (.netrc.bak.1 -> .netrc); ``name`` when it has none."""
-    while (plain := _DECORATION.sub("", name)) not in (name, ""):
+    while (plain := re.sub(_DECORATION, "", name)) not in (name, ""):
         name = plain
     return name
 
@@ -206,9 +205,9 @@ def by_content(data: bytes) -> str | None:
     own = _first(_own_rules(), text)
     if own is not None:
         return f"holds {own.secret_type}"
-    for encoded in _BASE64_PEM.finditer(text):
+    for encoded in _pattern(BASE64_PEM).finditer(text):
         found = encoded.group()
-        if _PRIVATE_KEY.search(base64.b64decode(found[: len(found) // 4 * 4])):
+        if re.search(SECRET_CONTENT[0][1], base64.b64decode(found[: len(found) // 4 * 4])):
             return f"holds {SECRET_CONTENT[0][0]} (base64)"
     detector = _first(_detectors(), text)
     return None if detector is None else f'holds a secret detect-secrets calls "{detector.secret_type}"'
@@ -235,16 +234,50 @@ def redacted(text: str) -> str:
     for rule in _own_rules() + _detectors():
         # Each pattern matched whole: what a detector's analyze_string yields is the pattern's group where it has
         # one (GitHubTokenDetector's is the prefix, ghp, alone).
-        for pattern in _REDACTED_WHOLE.get(rule.secret_type, rule.denylist):
+        whole = _REDACTED_WHOLE.get(rule.secret_type)
+        for pattern in rule.denylist if whole is None else (_pattern(whole),):
             text = pattern.sub(functools.partial(_labelled, rule), text)
     return text
+
+
+class _Pattern(NamedTuple):
+    """A rule's pattern, searched with (compiled, then kept in re's cache) only in a text that has what each match
+    needs: as many characters as its shortest match (``width``) and the characters every match holds in a row
+    (``run``). envkit.yaml's values are mostly shorter than a token, or lack its prefix: compiling some fifty
+    patterns was most of the time a new envkit.yaml's check took (issue 42)."""
+
+    text: str
+    flags: int
+    width: int
+    run: str | None
+
+    def finditer(self, text: str) -> Iterator[re.Match]:
+        return re.finditer(self.text, text, self.flags) if self.may_match(text) else iter(())
+
+    def search(self, text: str) -> re.Match | None:
+        return re.search(self.text, text, self.flags) if self.may_match(text) else None
+
+    def sub(self, replace: Callable[[re.Match], str], text: str) -> str:
+        return re.sub(self.text, replace, text, flags=self.flags) if self.may_match(text) else text
+
+    def may_match(self, text: str) -> bool:
+        return len(text) >= self.width and (self.run is None or self.run in text)
+
+
+@functools.cache
+def _pattern(text: str, flags: int = 0) -> _Pattern:
+    """``text`` as a _Pattern, what its matches need from the table generated ahead of time (envkit.project.detectors'
+    NEEDS); nothing, searched in every text, where it is not there."""
+    from envkit.project import detectors
+
+    return _Pattern(text, flags, *detectors.NEEDS.get((text, flags), (0, None)))
 
 
 class _Rule(NamedTuple):
     """One of envkit's content rules, shaped as a detect-secrets detector is, so that both are matched alike."""
 
     secret_type: str
-    denylist: tuple[re.Pattern, ...]
+    denylist: tuple[_Pattern, ...]
 
     def analyze_string(self, string: str) -> Iterator[str]:
         yield string  # the pattern's match is the token
@@ -253,7 +286,7 @@ class _Rule(NamedTuple):
 @functools.cache
 def _own_rules() -> tuple[_Rule, ...]:
     # compiled when first matched, not at import: a render whose config's clean verdict is kept matches none
-    return tuple(_Rule(what, (re.compile(pattern.decode()),)) for what, pattern in SECRET_CONTENT)
+    return tuple(_Rule(what, (_pattern(pattern.decode()),)) for what, pattern in SECRET_CONTENT)
 
 
 def _first(rules: tuple, text: str):
@@ -315,7 +348,7 @@ def _detectors() -> tuple:
     if not shipped_release_installed():
         return tuple(imported_detectors().values())  # which says so when there are none
     return tuple(
-        _Shipped(secret_type, tuple(re.compile(text, flags) for text, flags in patterns))
+        _Shipped(secret_type, tuple(_pattern(text, flags) for text, flags in patterns))
         for secret_type, patterns in detectors.DETECTORS
     )
 
@@ -364,7 +397,7 @@ _URL_CREDENTIALS = (
     ),
 )
 # A mapping key that names a secret (HF_TOKEN, WANDB_API_KEY, DB_PASSWORD): its value is one, whatever its form.
-_SECRET_KEY = re.compile(r"(?i)(?:^|[_.-])(?:token|secret|password|passwd|api[_-]?key|access[_-]?key|private[_-]?key)$")
+_SECRET_KEY = r"(?i)(?:^|[_.-])(?:token|secret|password|passwd|api[_-]?key|access[_-]?key|private[_-]?key)$"
 # A shorter value, or a reference (${HF_TOKEN}), is a setting or a placeholder, not a secret.
 _SECRET_VALUE_MIN = 8
 
@@ -372,7 +405,7 @@ _SECRET_VALUE_MIN = 8
 def in_url(text: str) -> str | None:
     """What credentials a URL in ``text`` carries beyond the content rules' (a token as its user, a password of any
     length, a token in its query), or None: an index URL, a database URL, a signed link."""
-    return next((f"holds {what}" for what, pattern in _URL_CREDENTIALS if re.search(pattern, text)), None)
+    return next((f"holds {what}" for what, pattern in _URL_CREDENTIALS if _pattern(pattern).search(text)), None)
 
 
 def in_values(values, at: str = "") -> tuple[str, str] | None:
@@ -411,6 +444,6 @@ def _held(values, at: str = "") -> Iterator[tuple[str, str, str]]:
                 where = f"{at}/{_label(held[2])}" if at else _label(held[2])
                 yield where, key, held[2]
         yield from _held(value, where)
-        named = isinstance(key, str) and _SECRET_KEY.search(key) and isinstance(value, str)
+        named = isinstance(key, str) and re.search(_SECRET_KEY, key) and isinstance(value, str)
         if named and len(value) >= _SECRET_VALUE_MIN and not value.startswith("$"):
             yield where, value, f"holds a value its name ({key}) says is a secret"

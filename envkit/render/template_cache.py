@@ -6,25 +6,23 @@ targets on the development machine); loading the compiled code back takes about 
 Jinja reuses code only while the template's source checksum matches, and the code
 does not depend on the values rendered, so the output stays byte-identical.
 On a cold cache (a new machine, a fresh ENVKIT_CACHE_DIR), the Python source Jinja would generate for each of
-envkit's own templates is read from envkit/data/templates.json (scripts/generate_validators.py writes it; a test
-regenerates it), where the template's text and Jinja's settings are those it was generated from: about 20 ms of
-parsing and code generation a cold render no longer pays (issue 42).
+envkit's own templates is a module of envkit.render.shipped_templates (scripts/generate_validators.py writes them;
+a test regenerates them), taken where the template's text and Jinja's settings are those it was generated from:
+about 20 ms of parsing and code generation a cold render no longer pays (issue 42). Its code is read as Python
+reads a module's, from the bytecode pip compiled at install (or Python wrote at the first read), never executed
+as a module: compiling the code itself was another 8 ms of a cold render of one target.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
+import importlib.util
+from types import CodeType
 
 import jinja2
 
-from envkit.errors import EnvkitError
-from envkit.project.datafile import DATA_DIR
-from envkit.support.bounded_load import load_json
+from envkit.render import shipped_templates
 from envkit.support.cache import cache_dir
-
-# envkit's templates as Jinja compiles them, generated ahead of time: the settings and each template's sha256 and code.
-SHIPPED = DATA_DIR / "templates.json"
 
 # Jinja keys compiled code by template path and source only; these settings change
 # the code too, so they name the directory it is kept in.
@@ -81,23 +79,35 @@ def template_cache(environment: jinja2.Environment) -> jinja2.BytecodeCache | No
 
 
 class Environment(jinja2.Environment):
-    """Jinja's environment, compiling envkit's own templates from the code generated ahead of time."""
+    """Jinja's environment, taking envkit's own templates' code from the modules generated ahead of time."""
 
     def compile(self, source, name=None, filename=None, raw=False, defer_init=False):
-        # A template's code as Jinja's compile(source, name, filename) gives it (its generated Python, compiled),
-        # where envkit's own template has the text and this environment the settings it was generated with.
+        # A template's code as Jinja's compile(source, name, filename) gives it, where envkit's own template has the
+        # text and this environment the settings its module was generated with.
         plain = isinstance(source, str) and not (raw or defer_init)
-        shipped = _shipped().get(settings_key(self), {}).get(name) if plain else None
-        if shipped is not None and shipped["sha256"] == hashlib.sha256(source.encode()).hexdigest():
-            return compile(shipped["code"], filename or "<template>", "exec")
+        code = shipped_code(self, source, name) if plain else None
+        if code is not None:
+            return _named(code, filename or "<template>")
         return super().compile(source, name, filename, raw, defer_init)
 
 
-@functools.cache
-def _shipped() -> dict:
-    """templates.json's templates under the settings key they were generated with; none where it is missing."""
-    try:
-        shipped = load_json(SHIPPED)
-        return {shipped["settings"]: shipped["templates"]}
-    except (EnvkitError, KeyError, TypeError):  # missing or malformed: compiling, as before, only costs time
-        return {}
+def shipped_code(environment: jinja2.Environment, source: str, name: str | None) -> CodeType | None:
+    """The code of the module generated from template ``name``, where ``source`` is the text and ``environment``
+    has the settings it was generated from; None otherwise, or where the module is missing (a wheel built
+    without it): Jinja compiles the template then, which only costs time."""
+    module, sha256 = shipped_templates.TEMPLATES.get(name, (None, None))
+    if module is None or shipped_templates.SETTINGS != settings_key(environment):
+        return None
+    if sha256 != hashlib.sha256(source.encode()).hexdigest():
+        return None  # the project's own template of that name, or an edited one
+    spec = importlib.util.find_spec(f"{shipped_templates.__name__}.{module}")
+    return None if spec is None or spec.loader is None else spec.loader.get_code(spec.name)
+
+
+def _named(code: CodeType, filename: str) -> CodeType:
+    """``code`` and the functions in it with ``filename``, as compile(source, filename) names them: Jinja takes a
+    template's file from its code, and its tracebacks name the template, not the generated module."""
+    constants = tuple(
+        _named(constant, filename) if isinstance(constant, CodeType) else constant for constant in code.co_consts
+    )
+    return code.replace(co_filename=filename, co_consts=constants)

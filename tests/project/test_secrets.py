@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-from envkit.project import secret_verdicts, secrets
+from envkit.project import detectors, secret_verdicts, secrets
 
 # Put together, so that this file holds no token a scanner would flag.
 AWS_KEY = "AKIA" + "Q2XW7ZJ5K3B4N6P8"
@@ -148,3 +149,24 @@ def test_a_jwt_is_redacted_whole_signature_included(around):
     """Before: JwtTokenDetector's pattern ends lazily (``*?``), so its match stopped before the signature, which the
     redacted text kept after the label; now nothing of the token is left, as with every other redaction."""
     assert secrets.redacted(around.format(JWT)) == around.format("[JSON Web Token, redacted]")
+
+
+def test_a_pattern_is_compiled_only_for_a_text_that_has_what_its_matches_need():
+    """Issue 42: compiling some fifty patterns was most of the time a new envkit.yaml's check took, whose values are
+    shorter than most tokens or lack their prefix; a token in them is found all the same."""
+    values = {"targets": {"cuda": {"base_image": "python:3.11-slim-bookworm", "env": {"HUB": HF_TOKEN}}}}
+    code = (
+        "import json, re, sys; from envkit.project import secrets; "
+        "found = secrets.in_values(json.loads(sys.argv[1])); "
+        "print(json.dumps([found, [key[1] for key in re._cache if isinstance(key[1], str)]]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(values)], capture_output=True, text=True, check=True)
+    found, compiled = json.loads(done.stdout)
+    assert found == ["targets/cuda/env/HUB", "holds a Hugging Face token"]
+    texts = ["targets", "cuda", "base_image", "python:3.11-slim-bookworm", "env", "HUB", HF_TOKEN]
+    needed = {
+        text
+        for (text, _), (width, run) in detectors.NEEDS.items()
+        if any(len(value) >= width and (run is None or run in value) for value in texts)
+    }
+    assert needed and set(compiled) & set(text for text, _ in detectors.NEEDS) == needed

@@ -40,6 +40,25 @@ def test_the_shipped_detector_patterns_are_those_of_the_installed_detect_secrets
     assert generator().detectors() == generator().DETECTORS.read_text(encoding="utf-8")
 
 
+@pytest.mark.parametrize(
+    "pattern, flags, needs",
+    [
+        (r"sk-ant-(?:api|admin)\d\d-x", 0, (14, "sk-ant-a")),  # re takes the branches' common "a" out of them
+        (r"ab?cd", 0, (3, "cd")),  # what may be absent ends a run
+        (r"(?:\s|^)AKC[a-z]{3}", 0, (6, "AKC")),
+        (r"(ghp|gho)_x", 0, (5, "_x")),  # a group is no plain character
+        (r"a|bcd", 0, (1, None)),  # no character is in every match
+        (r"(?i:ab)cd", 0, (4, "cd")),
+        (r"xox-\d+", re.IGNORECASE, (5, "-")),  # under IGNORECASE a letter matches its other case
+        (r"(?i)token=[^&]", 0, (7, "=")),
+        ("\u00dfx://", re.IGNORECASE, (5, "://")),  # ß matches ẞ: no letter, ASCII or not
+    ],
+)
+def test_what_a_patterns_matches_need_is_its_shortest_length_and_a_run_every_match_holds(pattern, flags, needs):
+    """envkit.project.secrets searches a text with a pattern only where the text has it (issue 42)."""
+    assert generator().needed(pattern, flags) == needs
+
+
 @pytest.mark.parametrize("name", TABLE_NAMES)
 def test_the_tables_shipped_ready_to_load_are_their_yaml_today(name):
     """Fails after kinds.yaml, matrix.yaml or notebook_platforms.yaml changed: run scripts/generate_validators.py.

@@ -1,18 +1,19 @@
-"""envkit.render.template_cache: envkit's templates compiled ahead of time (envkit/data/templates.json), Jinja's
-bytecode cache for the rest."""
+"""envkit.render.template_cache: envkit's templates compiled ahead of time (envkit/render/shipped_templates/),
+Jinja's bytecode cache for the rest."""
 
 from __future__ import annotations
 
 import importlib.util
 import shutil
+from pathlib import Path
 
 import jinja2
 import pytest
 from paths import REPO_ROOT
 
 from envkit.project.load import load_config
-from envkit.render import template_cache
-from envkit.render.target_files import render_targets
+from envkit.render import shipped_templates
+from envkit.render.target_files import render_targets, template_environment
 
 GENERATOR = REPO_ROOT / "scripts" / "generate_validators.py"
 
@@ -22,7 +23,10 @@ def test_the_shipped_templates_are_what_jinja_compiles_from_templates_today():
     spec = importlib.util.spec_from_file_location("generate_validators", GENERATOR)
     generator = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(generator)
-    assert generator.templates() == template_cache.SHIPPED.read_text(encoding="utf-8")
+    generated = generator.templates()
+    folder = Path(shipped_templates.__file__).parent
+    assert sorted(generated) == sorted(folder.glob("*.py"))
+    assert all(path.read_text(encoding="utf-8") == text for path, text in generated.items())
 
 
 @pytest.fixture
@@ -47,7 +51,7 @@ def test_a_cold_render_compiles_none_of_envkits_templates_and_renders_the_same(
     monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cold"))
     shipped = render_targets(config, ["cuda"])
     assert jinja_compiles == []
-    monkeypatch.setattr(template_cache, "_shipped", lambda: {})  # as Jinja alone compiles them
+    monkeypatch.setattr(shipped_templates, "TEMPLATES", {})  # as Jinja alone compiles them
     monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "colder"))
     assert render_targets(config, ["cuda"]) == shipped and jinja_compiles
 
@@ -65,18 +69,39 @@ def test_a_projects_own_template_is_compiled_from_its_own_text(repo_root, tmp_pa
     assert jinja_compiles == ["dockerignore.j2"]
 
 
-def test_without_the_shipped_file_jinja_compiles_them_as_before(repo_root, tmp_path, monkeypatch, jinja_compiles):
-    """A wheel built without envkit/data/templates.json, or a malformed one, costs the compile, never the render."""
+def test_without_the_shipped_modules_jinja_compiles_them_as_before(repo_root, tmp_path, monkeypatch, jinja_compiles):
+    """A wheel built without a template's module, or with an index of other settings, costs the compile, never the
+    render."""
     config = load_config(repo_root / "envkit.yaml")
     monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "shipped"))
     shipped = render_targets(config, ["cpu"])
-    for text in (None, '{"templates": {}}'):
-        path = tmp_path / "templates.json"
-        if text is not None:
-            path.write_text(text)
-        monkeypatch.setattr(template_cache, "SHIPPED", path)
-        template_cache._shipped.cache_clear()
-        monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / f"cold-{text is None}"))
-        assert render_targets(config, ["cpu"]) == shipped
-    template_cache._shipped.cache_clear()
+    assert jinja_compiles == []
+    missing = {name: ("no_such_module", sha256) for name, (_, sha256) in shipped_templates.TEMPLATES.items()}
+    for attribute, value in (("TEMPLATES", missing), ("SETTINGS", "other settings")):
+        with monkeypatch.context() as patched:
+            patched.setattr(shipped_templates, attribute, value)
+            patched.setenv("ENVKIT_CACHE_DIR", str(tmp_path / attribute))
+            assert render_targets(config, ["cpu"]) == shipped
     assert jinja_compiles.count("Dockerfile.j2") == 2
+
+
+def test_a_shipped_templates_code_names_the_template_as_jinjas_compile_does(repo_root, tmp_path, monkeypatch):
+    """Jinja takes a template's file from its code, and its tracebacks name it: the template, not the module."""
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cold"))
+    environment = template_environment(repo_root)
+    source = environment.loader.get_source(environment, "run.sh.j2")[0]
+    filename = str(repo_root / "templates" / "run.sh.j2")
+    shipped = environment.compile(source, "run.sh.j2", filename)
+    compiled = jinja2.Environment.compile(environment, source, "run.sh.j2", filename)
+    assert shipped.co_filename == filename and code_files(shipped) == code_files(compiled) == {filename}
+    template = environment.get_template("run.sh.j2")
+    assert (
+        template.filename == filename
+        and template.debug_info == jinja2.Template.from_code(environment, compiled, environment.globals).debug_info
+    )
+
+
+def code_files(code) -> set[str]:
+    """The file names of ``code`` and of every function inside it."""
+    inner = (code_files(constant) for constant in code.co_consts if isinstance(constant, type(code)))
+    return {code.co_filename}.union(*inner)
