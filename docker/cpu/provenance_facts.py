@@ -30,9 +30,9 @@ VENV_LOCK_MARKER = "envkit-lock.json"
 # wrapper (as in an image): a notebook's, which in CPU mode is the wheelhouse's.
 LOCK_FILE_VARIABLE = "ENVKIT_LOCK_FILE"
 # The results schema's patterns (tests/support/test_provenance.py holds them equal): a value that is none is null.
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_REVISION = re.compile(r"^[0-9a-f]{7,64}$")
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_SHA256 = r"^[0-9a-f]{64}$"
+_REVISION = r"^[0-9a-f]{7,64}$"
+_DIGEST = r"^sha256:[0-9a-f]{64}$"
 
 
 def environment() -> dict:
@@ -115,8 +115,8 @@ def lock_sha256() -> str | None:
     return _matching(_SHA256, sha)
 
 
-def _matching(pattern: re.Pattern, value: object) -> str | None:
-    return value if isinstance(value, str) and pattern.match(value) else None
+def _matching(pattern: str, value: object) -> str | None:
+    return value if isinstance(value, str) and re.match(pattern, value) else None
 
 
 def git_state() -> tuple[str | None, bool | None]:
@@ -179,13 +179,13 @@ def _add_distribution(path: Path) -> None:
                 header = "".join(itertools.takewhile(str.strip, itertools.islice(handle, 500)))  # to a blank line
         except OSError:  # not there, or a folder
             continue
-        fields = dict(_HEADER.findall(header))
+        fields = dict(re.findall(_HEADER, header))
         if fields.get("Name") and fields.get("Version"):
             _INSTALLED.setdefault(re.sub(r"[-_.]+", "-", fields["Name"]).lower(), fields["Version"])
         return
 
 
-_HEADER = re.compile(r"^(Name|Version):[ \t]*(\S+)[ \t]*$", re.MULTILINE)
+_HEADER = r"(?m)^(Name|Version):[ \t]*(\S+)[ \t]*$"
 
 
 def interpreter_facts() -> dict:

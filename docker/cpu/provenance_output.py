@@ -33,7 +33,7 @@ LOG_BYTES = 16 * 2**20
 LONGEST_LINE = 65536  # a longer line is matched by its first 64 KiB: the patterns' memory is bounded
 TAIL_EVERY_S = 1.0  # the kept tail reaches the log at most this late (a killed wrapper loses no more)
 STDERR_TAIL_LINES = 20
-_KEY_VALUE = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*:\s*(-?[0-9.]+(?:[eE][-+]?[0-9]+)?%?)\s*$")
+_KEY_VALUE = r"^\s*([A-Za-z_][\w.-]*)\s*:\s*(-?[0-9.]+(?:[eE][-+]?[0-9]+)?%?)\s*$"
 
 
 class Matcher:
@@ -42,6 +42,8 @@ class Matcher:
 
     def __init__(self, wanted: dict, patterns: dict) -> None:
         self.wanted, self.patterns, self.found = wanted, patterns, {}
+        # compiled where it is wanted: a program with no metrics compiles no pattern
+        self.key_value = re.compile(_KEY_VALUE) if wanted.get("key_value") else None
         self.line, self.longer = b"", False
 
     @classmethod
@@ -78,7 +80,7 @@ class Matcher:
     def _match(self, data: bytes) -> None:
         line = data[:LONGEST_LINE].decode("utf-8", "replace").rstrip("\r")
         pairs = [(name, m.group(1)) for name, pattern in self.patterns.items() if (m := pattern.search(line))]
-        key_value = _KEY_VALUE.match(line) if self.wanted.get("key_value") else None
+        key_value = self.key_value.match(line) if self.key_value is not None else None
         for name, text in pairs + ([key_value.groups()] if key_value else []):
             try:
                 self.found[name] = float(text[:-1]) / 100 if text.endswith("%") else float(text)

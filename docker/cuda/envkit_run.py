@@ -82,7 +82,7 @@ RECORD_VERSION = 1
 DVCLIVE_DIR = "dvclive"
 METRICS_FILE = "metrics.json"
 SERIES_DIR = Path("plots", "metrics")
-_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+_NAME = r"[^A-Za-z0-9._-]+"
 # A run's stop, cancel, preemption or hang-up: the command gets them (else this process alone would end, unrecorded).
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 FORWARDED = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
@@ -103,7 +103,9 @@ def main(argv: list[str]) -> int:
     run_id = os.urandom(16).hex()  # 128 random bits, as uuid4().hex's 32 hex digits
     env = {**os.environ, RUN_ID_VARIABLE: run_id}
     try:
-        run_name, folder = claim(results, f"{_NAME.sub('-', experiment)}-{time.strftime('%Y%m%dT%H%M%SZ', started_at)}")
+        run_name, folder = claim(
+            results, f"{re.sub(_NAME, '-', experiment)}-{time.strftime('%Y%m%dT%H%M%SZ', started_at)}"
+        )
     except OSError as exc:
         # It runs all the same (what it prints or saves elsewhere outweighs a record); this line says so at once.
         why = records.reason(exc)

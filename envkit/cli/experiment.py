@@ -189,7 +189,7 @@ def _run_here(entry, args: argparse.Namespace) -> int:
     if args.dry_run:  # the plan whether or not the interpreter is there yet (make DRY_RUN=1), as it would run here
         stand_in = args.allow_cpu and missing_device(entry.kind) is not None
     else:
-        from envkit.host.venv import check_interpreter
+        from envkit.host.interpreter import check_interpreter
 
         check_interpreter(args.python)
         stand_in = require_accelerator(entry.name, entry.kind, args.allow_cpu)

@@ -29,17 +29,15 @@ from pathlib import Path
 from typing import NamedTuple
 
 from envkit.errors import EnvkitError
+from envkit.host.interpreter import MARKER
+from envkit.host.interpreter import version as python_version
 from envkit.lock.host_platforms import PLATFORMS, this_platform
 from envkit.lock.lockfile import LockFile, read_lock, requirement_entry
 from envkit.project import marks
 from envkit.support.atomic import write_text_atomic
-from envkit.support.bounded_load import load_json
-from envkit.support.cache import remembered
 from envkit.support.install_log import hash_mismatch, uv_hash_mismatch
 from envkit.support.uv import find_uv
 
-# In the venv's root; recipes/harness/records.py reads it by this name (tests/host/test_venv.py checks both agree).
-MARKER = "envkit-lock.json"
 # What `python -m venv` (.gitignore since 3.13), pip (share/, etc/: packages' data files) and uv (.lock, CACHEDIR.TAG)
 # leave at a venv's top, and envkit's own files: a folder holding anything else (src/, .git, train.py) is not
 # only a venv, and envkit never replaces it.
@@ -48,7 +46,6 @@ VENV_ENTRIES = frozenset(
     | {MARKER, marks.VENV_FILE}
 )
 INSTALLERS = ("auto", "uv", "pip")
-_VERSION_PROBE = "import sys; print('%d.%d.%d' % sys.version_info[:3])"
 # An index or --find-links page that does not answer: pip's own defaults (15 s, 5 retries with
 # back-off, per page) kept `envkit venv` silent for 6.5 minutes on one unreachable page.
 NETWORK_TIMEOUT_S = 20
@@ -198,7 +195,7 @@ def find_python(wanted: tuple[str, ...], given: str | None = None) -> tuple[str,
     found = []
     for name in dict.fromkeys(names):
         path = shutil.which(name)
-        version = _version(path) if path else None
+        version = python_version(path) if path else None
         if version and version.rsplit(".", 1)[0] in wanted:
             return path, version
         if path:
@@ -232,55 +229,10 @@ def _uv_python(version: str) -> tuple[tuple[str, str] | None, str]:
         return None, f"{why}: install one (python{version} on PATH) or pass --python PATH"
     done = subprocess.run([uv, "python", "find", version], capture_output=True, text=True, errors="replace")
     path = done.stdout.strip()
-    found = _version(path) if done.returncode == 0 and path else None
+    found = python_version(path) if done.returncode == 0 and path else None
     if found is None:
         return None, f"`uv python find {version}` named no Python that runs: pass --python PATH"
     return (path, found), ""
-
-
-def check_interpreter(given: str) -> str:
-    """The path of ``given``, a Python interpreter that runs here; else one line saying what it is instead.
-
-    Checked before anything runs: a recipe started with /etc/passwd or a venv not made yet
-    would fail in the shell (exit 127, three lines) after the plan's first lines were printed.
-    """
-    path = shutil.which(given)
-    if path is None:
-        if os.path.isdir(given):
-            what = "is a directory"
-        elif os.path.lexists(given):
-            what = "is not executable"
-        else:
-            what = "does not exist" if os.sep in given else "is not on PATH"
-        hint = (
-            " (make it first: `make xla-env` makes .venv-xla, `envkit venv` any other)"
-            if Path(given).parent.parent.name.startswith(".venv")  # .venv-xla/bin/python
-            else ""
-        )
-        raise EnvkitError(f"--python {given} {what}: give a Python interpreter{hint}")
-    if not _runs(path):
-        raise EnvkitError(f"--python {given} is not a Python interpreter: `{given} -c 'import sys'` does not run")
-    return path
-
-
-def _runs(python: str) -> bool:
-    """Whether ``python`` runs: started once, then remembered by its path, size and mtime, since starting it cost
-    each `envkit experiment --python` 30-50 ms (issue 42)."""
-    try:
-        real = os.path.realpath(python)
-        found = os.stat(real)
-    except OSError:
-        return _version(python) is not None
-    key = f"{python}\0{real}\0{found.st_size}\0{found.st_mtime_ns}"
-    return remembered("interpreters", key, lambda: _version(python) is not None)
-
-
-def _version(python: str) -> str | None:
-    try:
-        done = subprocess.run([python, "-c", _VERSION_PROBE], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
 
 
 def _new_venv(interpreter: str, version: str, path: Path, uv: str | None) -> None:
@@ -408,9 +360,10 @@ def _completed(argv: list[str], env: dict[str, str] | None = None) -> subprocess
 
 # What pip (Python's ssl) and uv (rustls) say when a certificate chain ends at a CA they do not trust: a network
 # that re-signs TLS (a company proxy) makes pip report "no versions of uv==…" and uv "UnknownIssuer".
-_UNTRUSTED = re.compile(
-    r"(certificate verify failed: [^()'\"]*[^()'\" ]|invalid peer certificate: \w+|self[- ]signed certificate[\w ]*)",
-    re.IGNORECASE,
+# (Compiled where a failed install's log is read, not at import: issue 42.)
+_UNTRUSTED = (
+    r"(?i)(certificate verify failed: [^()'\"]*[^()'\" ]|invalid peer certificate: \w+"
+    r"|self[- ]signed certificate[\w ]*)"
 )
 TRUST_A_CA = (
     "on a network that re-signs TLS, add its CA to the system's store (update-ca-certificates), then set "
@@ -426,31 +379,11 @@ def _reason(output: str, what: str) -> str:
     mismatch = hash_mismatch(lines) or uv_hash_mismatch(lines)
     if mismatch:
         return mismatch
-    untrusted = next((found.group(1).strip() for line in lines if (found := _UNTRUSTED.search(line))), None)
+    untrusted = next((found.group(1).strip() for line in lines if (found := re.search(_UNTRUSTED, line))), None)
     if untrusted:
         return f"{what} failed: the index's TLS certificate is not trusted here ({untrusted}): {TRUST_A_CA}"
     errors = [line for line in lines if line.lower().startswith(("error:", "cause:", "caused by:"))]
     return f"{what} failed: " + " ".join(" ".join(errors or lines[-1:] or ["no output"]).split())[:400]
-
-
-def interpreter_lock() -> dict | None:
-    """The marker of the venv this interpreter runs in ({"lock": path, "lock_sha256": ...}), or None."""
-    path = Path(sys.prefix, MARKER)
-    try:
-        marker = load_json(path) if path.is_file() else None
-    except EnvkitError:
-        return None
-    return marker if isinstance(marker, dict) and isinstance(marker.get("lock_sha256"), str) else None
-
-
-def describe_interpreter() -> str:
-    """This interpreter and the lock its runs will name, for the plans' notes."""
-    marker = interpreter_lock()
-    if marker is None:
-        return f"{sys.executable} (made from no lock: its results record lock_sha256 null)"
-    return (
-        f"{sys.executable} (made from {marker.get('lock')}: its results name lock sha256 {marker['lock_sha256'][:12]})"
-    )
 
 
 def describe(made: Made, lock_path: Path) -> str:

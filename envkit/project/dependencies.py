@@ -18,7 +18,7 @@ from envkit.project.requirement import allows, plain_requirement, requirement_na
 from envkit.support.bounded_load import Refused, read_text
 
 PYPROJECT = "pyproject.toml"
-_VCS = re.compile(r"^(git|hg|svn|bzr)\+", re.IGNORECASE)
+_VCS = r"(?i)^(git|hg|svn|bzr)\+"
 
 
 class Dependency(NamedTuple):
@@ -57,7 +57,7 @@ def _dependency(line: str, where: str) -> Dependency:
     if line.startswith("-"):
         kind = "an editable install" if line.split()[0] in ("-e", "--editable") else "a pip option"
         raise EnvkitError(f"{where}: {line!r} is {kind}; {unlockable}")
-    if _VCS.match(line):
+    if re.match(_VCS, line):
         raise EnvkitError(f"{where}: {line!r} is a VCS URL; {unlockable}")
     try:
         requirement = Requirement(line)
@@ -68,7 +68,7 @@ def _dependency(line: str, where: str) -> Dependency:
     if requirement.url:
         what = (
             "a VCS URL"
-            if _VCS.match(requirement.url)
+            if re.match(_VCS, requirement.url)
             else ("a local path" if requirement.url.startswith("file:") else "a URL")
         )
         raise EnvkitError(f"{where}: {line!r} is {what}; {unlockable}")
@@ -76,7 +76,7 @@ def _dependency(line: str, where: str) -> Dependency:
 
 
 # pip-compile --generate-hashes writes `name==1.0 \` then `--hash=sha256:...` lines: the lock makes its own hashes.
-_HASH_OPTION = re.compile(r"(^|\s)--hash[=\s]\S+")
+_HASH_OPTION = r"(^|\s)--hash[=\s]\S+"
 
 
 def _text_lines(text: str) -> list[tuple[int, str]]:
@@ -92,11 +92,11 @@ def _text_lines(text: str) -> list[tuple[int, str]]:
             pending = (start, joined)
             continue
         pending = None
-        joined = _HASH_OPTION.sub(" ", joined).strip()
+        joined = re.sub(_HASH_OPTION, " ", joined).strip()
         if joined:
             lines.append((start, joined))
-    if pending is not None and _HASH_OPTION.sub(" ", pending[1]).strip():
-        lines.append((pending[0], _HASH_OPTION.sub(" ", pending[1]).strip()))
+    if pending is not None and re.sub(_HASH_OPTION, " ", pending[1]).strip():
+        lines.append((pending[0], re.sub(_HASH_OPTION, " ", pending[1]).strip()))
     return lines
 
 

@@ -23,21 +23,23 @@ _COMPARE = {
 _OPERATOR = "|".join(_COMPARE)
 _NUMBER = r"[0-9]+(?:\.[0-9]+)*"
 _RELEASE = rf"(?:{_OPERATOR}){_NUMBER}"
-_PLAIN = re.compile(rf"([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)(?:{_RELEASE}(?:,{_RELEASE})*)?")
-_PIN = re.compile(rf"({_OPERATOR})({_NUMBER})")
-_SEPARATORS = re.compile(r"[-_.]+")
+# Patterns as text, compiled by re where first used (and kept in its cache): a command that reads no requirement
+# compiles none at import (issue 42). The same holds for the other modules a render or an experiment imports.
+_PLAIN = rf"([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)(?:{_RELEASE}(?:,{_RELEASE})*)?"
+_PIN = rf"({_OPERATOR})({_NUMBER})"
+_SEPARATORS = r"[-_.]+"
 # PEP 440's rule that ~= takes a release of two parts or more (~=1.2): packaging's message for ~=1 names no rule.
-_ONE_PART_COMPATIBLE = re.compile(r"~=\s*[0-9]+(?![0-9.])")
+_ONE_PART_COMPATIBLE = r"~=\s*[0-9]+(?![0-9.])"
 
 
 def plain_requirement(requirement: str) -> tuple[str, str] | None:
     """(normalised name, specifier) of a requirement of the plain shape, as packaging gives them, else None."""
-    match = _PLAIN.fullmatch(requirement)
+    match = re.fullmatch(_PLAIN, requirement)
     if match is None:
         return None
     pins = requirement[match.end(1) :].split(",")
     # packaging.utils.canonicalize_name's rule; a SpecifierSet writes its specifiers sorted, each once.
-    return _SEPARATORS.sub("-", match.group(1)).lower(), ",".join(sorted(set(filter(None, pins))))
+    return re.sub(_SEPARATORS, "-", match.group(1)).lower(), ",".join(sorted(set(filter(None, pins))))
 
 
 @cache
@@ -62,7 +64,7 @@ def unreadable(requirement: str) -> str | None:
     try:
         requirement_name(requirement)
     except InvalidRequirement as exc:
-        if _ONE_PART_COMPATIBLE.search(requirement):
+        if re.search(_ONE_PART_COMPATIBLE, requirement):
             return "~= needs two release parts or more, such as ~=1.2"
         return str(exc).splitlines()[0]  # packaging's message goes on with the line and a caret under it
     return None
@@ -72,7 +74,7 @@ def allows(specifier: str, version: str) -> bool:
     """Whether ``specifier`` (such as ">=1.26,<3") allows ``version``, pre-releases included, as packaging's
     SpecifierSet says: read here for a final release and release-number pins, where PEP 440 compares the release
     numbers padded with zeros."""
-    pins = [_PIN.fullmatch(pin) for pin in specifier.split(",")] if specifier else []
+    pins = [re.fullmatch(_PIN, pin) for pin in specifier.split(",")] if specifier else []
     if not re.fullmatch(_NUMBER, version) or not all(pins):
         from packaging.specifiers import SpecifierSet
 

@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from envkit.errors import EnvkitError
-from envkit.host.venv import describe_interpreter
+from envkit.host.interpreter import describe_interpreter
 from envkit.project import DEFAULT_CONFIG, kinds
 from envkit.project.experiments import PYTHONS, Experiment, RecipeRun, load_experiments
 from envkit.project.load import load_config

@@ -51,7 +51,7 @@ def atomic_stream(path: str | os.PathLike, *, mode: int | None = None) -> Iterat
 # A staged file is .<name>.<pid>-<random>.partial: SIGKILL runs no cleanup, and the writer's
 # process ID tells a later run (render's leftover check) whether its writer is gone.
 PARTIAL_SUFFIX = ".partial"
-_PARTIAL = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)-[^.]+\.partial$")
+_PARTIAL = r"^\.(?P<name>.+)\.(?P<pid>\d+)-[^.]+\.partial$"
 
 
 def partial_prefix(name: str) -> str:
@@ -77,7 +77,7 @@ def _staged(path: Path) -> tuple[int, str]:
 
 def abandoned(path: Path) -> str | None:
     """The name of the file ``path`` was staged for, when it is a staged file whose writer is gone; else None."""
-    match = _PARTIAL.match(path.name)
+    match = re.match(_PARTIAL, path.name)
     if match is None:
         return None
     try:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import re
 
 # BuildKit prefixes each line of a RUN step's output with "#<step> <seconds> ".
-_STEP_PREFIX = re.compile(r"^#\d+ \d+\.\d+ ")
+_STEP_PREFIX = r"^#\d+ \d+\.\d+ "
 
 
 def hash_mismatch(log: list[str]) -> str | None:
     """pip's refusal of a file whose sha256 the lock does not list, as one line naming the package."""
-    lines = [_STEP_PREFIX.sub("", line).strip() for line in log]
+    lines = [re.sub(_STEP_PREFIX, "", line).strip() for line in log]
     try:
         start = next(i for i, line in enumerate(lines) if "DO NOT MATCH THE HASHES" in line)
     except StopIteration:

@@ -715,22 +715,22 @@ def test_an_interpreter_that_ran_is_not_started_again_until_it_changes(tmp_path,
     """Issue 42 goal 2: `envkit experiment --python PY` started PY once more on every run to see it is a Python
     (30-50 ms); now once, until the file at that path changes. A failure is never remembered."""
     from envkit.errors import EnvkitError
-    from envkit.host import venv
+    from envkit.host import interpreter
 
     monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
     python = tmp_path / "python"
     python.write_text("#!/bin/sh\necho 3.11.7\n")
     python.chmod(0o755)
     started = []
-    probe = venv._version
-    monkeypatch.setattr(venv, "_version", lambda path: started.append(path) or probe(path))
-    assert [venv.check_interpreter(str(python)) for _ in range(3)] == [str(python)] * 3
+    probe = interpreter.version
+    monkeypatch.setattr(interpreter, "version", lambda path: started.append(path) or probe(path))
+    assert [interpreter.check_interpreter(str(python)) for _ in range(3)] == [str(python)] * 3
     assert started == [str(python)]
     os.utime(python, ns=(0, 0))  # another file at that path
-    venv.check_interpreter(str(python))
+    interpreter.check_interpreter(str(python))
     assert len(started) == 2
     python.write_text("#!/bin/sh\nexit 1\n")
     for _ in range(2):
         with pytest.raises(EnvkitError, match="is not a Python interpreter"):
-            venv.check_interpreter(str(python))
+            interpreter.check_interpreter(str(python))
     assert len(started) == 4

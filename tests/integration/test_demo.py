@@ -283,7 +283,7 @@ def test_demo_runs_end_to_end_without_docker(repo_root, tmp_path, monkeypatch, c
     assert (results / "comparison.png").read_bytes().startswith(b"\x89PNG")
     assert "<table" in (results / "comparison.html").read_text(encoding="utf-8")
     # Every run names the lock this interpreter's venv was made from (make venv: requirements/dev.lock).
-    from envkit.host.venv import interpreter_lock
+    from envkit.host.interpreter import interpreter_lock
 
     marker = interpreter_lock()
     recorded = {json.loads((results / name).read_text())["environment"]["lock_sha256"] for name in names}

@@ -276,9 +276,9 @@ def test_the_wrapper_checks_values_by_the_results_schemas_own_patterns():
     """One schema, one pattern: the wrapper cannot read envkit/data where it runs, so its copies are held equal."""
     schema = json.loads((Path(provenance.__file__).parents[1] / "data" / "results.schema.json").read_text())
     environment = schema["properties"]["environment"]["properties"]
-    assert provenance_facts._REVISION.pattern == environment["git_revision"]["pattern"]
-    assert provenance_facts._SHA256.pattern == environment["lock_sha256"]["pattern"]
-    assert provenance_facts._DIGEST.pattern == environment["image_digest"]["pattern"]
+    assert provenance_facts._REVISION == environment["git_revision"]["pattern"]
+    assert provenance_facts._SHA256 == environment["lock_sha256"]["pattern"]
+    assert provenance_facts._DIGEST == environment["image_digest"]["pattern"]
 
 
 def test_a_killed_wrapper_leaves_its_log_and_a_running_record_the_report_counts_and_its_program_dies(tmp_path):
