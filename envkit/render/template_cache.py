@@ -94,14 +94,17 @@ class Environment(jinja2.Environment):
 def shipped_code(environment: jinja2.Environment, source: str, name: str | None) -> CodeType | None:
     """The code of the module generated from template ``name``, where ``source`` is the text and ``environment``
     has the settings it was generated from; None otherwise, or where the module is missing (a wheel built
-    without it): Jinja compiles the template then, which only costs time."""
+    without it) or damaged: Jinja compiles the template then, which only costs time."""
     module, sha256 = shipped_templates.TEMPLATES.get(name, (None, None))
     if module is None or shipped_templates.SETTINGS != settings_key(environment):
         return None
     if sha256 != hashlib.sha256(source.encode()).hexdigest():
         return None  # the project's own template of that name, or an edited one
-    spec = importlib.util.find_spec(f"{shipped_templates.__name__}.{module}")
-    return None if spec is None or spec.loader is None else spec.loader.get_code(spec.name)
+    try:
+        spec = importlib.util.find_spec(f"{shipped_templates.__name__}.{module}")
+        return None if spec is None or spec.loader is None else spec.loader.get_code(spec.name)
+    except (ImportError, OSError, SyntaxError, ValueError):  # unreadable or damaged: compiled from the text
+        return None
 
 
 def _named(code: CodeType, filename: str) -> CodeType:

@@ -70,19 +70,22 @@ def test_a_projects_own_template_is_compiled_from_its_own_text(repo_root, tmp_pa
 
 
 def test_without_the_shipped_modules_jinja_compiles_them_as_before(repo_root, tmp_path, monkeypatch, jinja_compiles):
-    """A wheel built without a template's module, or with an index of other settings, costs the compile, never the
-    render."""
+    """A wheel built without a template's module, with an index of other settings or a damaged module, costs the
+    compile, never the render."""
     config = load_config(repo_root / "envkit.yaml")
     monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "shipped"))
     shipped = render_targets(config, ["cpu"])
     assert jinja_compiles == []
     missing = {name: ("no_such_module", sha256) for name, (_, sha256) in shipped_templates.TEMPLATES.items()}
-    for attribute, value in (("TEMPLATES", missing), ("SETTINGS", "other settings")):
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "dockerfile_j2.py").write_text("def root(:\n")  # a module that does not parse
+    for attribute, value in (("TEMPLATES", missing), ("SETTINGS", "other settings"), ("__path__", [str(damaged)])):
         with monkeypatch.context() as patched:
             patched.setattr(shipped_templates, attribute, value)
             patched.setenv("ENVKIT_CACHE_DIR", str(tmp_path / attribute))
             assert render_targets(config, ["cpu"]) == shipped
-    assert jinja_compiles.count("Dockerfile.j2") == 2
+    assert jinja_compiles.count("Dockerfile.j2") == 3
 
 
 def test_a_shipped_templates_code_names_the_template_as_jinjas_compile_does(repo_root, tmp_path, monkeypatch):
