@@ -140,8 +140,8 @@ def _formatted(text: str, module: Path) -> str:
 
 def detectors() -> str:
     """envkit/project/detectors.py's text: each detector envkit.project.secrets takes from the installed
-    detect-secrets, as its secret type and its patterns (text, flags), in secrets.py's order; and the width of
-    every pattern secrets.py searches a text with, theirs and its own."""
+    detect-secrets, as its secret type and its patterns (text, flags), in secrets.py's order; and what a text needs
+    for each pattern secrets.py searches with (theirs and its own) to match in it (``needed``)."""
     from detect_secrets.__version__ import VERSION
 
     from envkit.project import secrets
