@@ -194,7 +194,7 @@ def _named(name: str) -> str | None:
 
 def _undecorated(name: str) -> str:
     """``name`` less every backup or copy decoration (.netrc.bak.1 -> .netrc); ``name`` when it has none."""
-    while (plain := re.sub(_DECORATION, "", name)) not in (name, ""):
+    while (plain := _compiled(_DECORATION).sub("", name)) not in (name, ""):
         name = plain
     return name
 
@@ -207,7 +207,7 @@ def by_content(data: bytes) -> str | None:
         return f"holds {own.secret_type}"
     for encoded in _pattern(BASE64_PEM).finditer(text):
         found = encoded.group()
-        if re.search(SECRET_CONTENT[0][1], base64.b64decode(found[: len(found) // 4 * 4])):
+        if _compiled(SECRET_CONTENT[0][1]).search(base64.b64decode(found[: len(found) // 4 * 4])):
             return f"holds {SECRET_CONTENT[0][0]} (base64)"
     detector = _first(_detectors(), text)
     return None if detector is None else f'holds a secret detect-secrets calls "{detector.secret_type}"'
@@ -240,8 +240,13 @@ def redacted(text: str) -> str:
     return text
 
 
+# Each pattern compiled at its first use, and kept: re's own cache drops its oldest entry once a process has compiled
+# 512 patterns (a long one, a test session), and these are used for every file and name a scan reads.
+_compiled = functools.cache(re.compile)
+
+
 class _Pattern(NamedTuple):
-    """A rule's pattern, searched with (compiled, then kept in re's cache) only in a text that has what each match
+    """A rule's pattern, searched with (compiled at its first use) only in a text that has what each match
     needs: as many characters as its shortest match (``width``) and the characters every match holds in a row
     (``run``). envkit.yaml's values are mostly shorter than a token, or lack its prefix: compiling some fifty
     patterns was most of the time a new envkit.yaml's check took (issue 42)."""
@@ -252,13 +257,13 @@ class _Pattern(NamedTuple):
     run: str | None
 
     def finditer(self, text: str) -> Iterator[re.Match]:
-        return re.finditer(self.text, text, self.flags) if self.may_match(text) else iter(())
+        return _compiled(self.text, self.flags).finditer(text) if self.may_match(text) else iter(())
 
     def search(self, text: str) -> re.Match | None:
-        return re.search(self.text, text, self.flags) if self.may_match(text) else None
+        return _compiled(self.text, self.flags).search(text) if self.may_match(text) else None
 
     def sub(self, replace: Callable[[re.Match], str], text: str) -> str:
-        return re.sub(self.text, replace, text, flags=self.flags) if self.may_match(text) else text
+        return _compiled(self.text, self.flags).sub(replace, text) if self.may_match(text) else text
 
     def may_match(self, text: str) -> bool:
         return len(text) >= self.width and (self.run is None or self.run in text)
@@ -444,6 +449,6 @@ def _held(values, at: str = "") -> Iterator[tuple[str, str, str]]:
                 where = f"{at}/{_label(held[2])}" if at else _label(held[2])
                 yield where, key, held[2]
         yield from _held(value, where)
-        named = isinstance(key, str) and re.search(_SECRET_KEY, key) and isinstance(value, str)
+        named = isinstance(key, str) and _compiled(_SECRET_KEY).search(key) and isinstance(value, str)
         if named and len(value) >= _SECRET_VALUE_MIN and not value.startswith("$"):
             yield where, value, f"holds a value its name ({key}) says is a secret"
