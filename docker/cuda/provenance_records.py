@@ -7,7 +7,6 @@ reader reads (envkit/support/bounded_load.py); what could not be read is named, 
 
 from __future__ import annotations
 
-import csv
 import errno
 import io
 import json
@@ -176,6 +175,10 @@ def _linked(path: Path, levels: int) -> Path | None:
 
 
 def _parse_series(data: bytes, column: str) -> tuple[list[int], list[float]]:
+    # Here, not at the top: only a run that writes a metric's series has one read, while envkit.project.output's
+    # RESULTS_FOLDER brought csv into every render (issue 42).
+    import csv
+
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -7,8 +7,6 @@ whose digest is not the tag's. The registry is asked through the Docker engine
 the engine pulled or pushed also knows its digest locally.
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 from envkit.errors import EnvkitError

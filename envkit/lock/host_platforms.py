@@ -6,8 +6,6 @@ must serve (`# platforms:` and `# python:` lines, default all). Standard library
 envkit/host/venv.py reads it before any environment exists.
 """
 
-from __future__ import annotations
-
 import sys
 from typing import NamedTuple
 

@@ -3,8 +3,6 @@
 their digest, so a changed input shows as a stale lock without contacting any index (envkit/lock/status.py).
 """
 
-from __future__ import annotations
-
 import hashlib
 import json
 from pathlib import Path
@@ -62,7 +60,7 @@ class LockInputs(NamedTuple):
         return f"target {self.target}" if self.source == "target" else self.target
 
 
-def lock_inputs(target: Target) -> LockInputs:
+def lock_inputs(target: "Target") -> LockInputs:
     torch_index = torch_index_of(target.torch_variant)
     return LockInputs(
         target=target.name,
@@ -76,7 +74,7 @@ def lock_inputs(target: Target) -> LockInputs:
     )
 
 
-def _target_platform(target: Target) -> str:
+def _target_platform(target: "Target") -> str:
     """What a target's lock is resolved for: uv's --python-platform for an image of one platform (a notebook
     runtime is Linux x86-64), or one universal lock, markers per platform, for an image of several: each
     architecture's build installs the entries of its own, natively. The universal resolution reads no glibc;

@@ -14,8 +14,6 @@ makes locks with uv. Reading a lock needs the standard library alone (envkit/hos
 environment exists).
 """
 
-from __future__ import annotations
-
 import hashlib
 import os
 import re
@@ -75,11 +73,11 @@ class LockFile(NamedTuple):
         return bool(self.platform and self.platform.startswith(UNIVERSAL))
 
 
-def lock_path(config: ProjectConfig, name: str) -> Path:
+def lock_path(config: "ProjectConfig", name: str) -> Path:
     return target_lock_path(config.root, config.output, name, config.target(name).is_notebook)
 
 
-def target_lock_path(root: Path, output: Output, name: str, notebook: bool) -> Path:
+def target_lock_path(root: Path, output: "Output", name: str, notebook: bool) -> Path:
     """Where target ``name``'s lock lives: a notebook target has no image folder, its lock sits beside its notebooks
     (``output``: the config's folders)."""
     folder = output.notebook_folder(root, name) if notebook else output.image_folder(root, name)

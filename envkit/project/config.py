@@ -3,8 +3,6 @@
 envkit.project.load.load_config builds them from envkit.yaml (design.md section 1).
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import NamedTuple
 

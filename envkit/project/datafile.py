@@ -34,9 +34,9 @@ def load_table(path: Path) -> Any:
 
 @functools.cache
 def _shipped_tables() -> dict[str, bytes]:
-    """tables.json's tables, read and checked by the bounded reader once per process (its depth walk over the whole
-    file, at each of a render's five tables, was about 2 ms: issue 42), each kept as marshal's bytes."""
-    return {name: marshal.dumps(table) for name, table in load_json(TABLES)["tables"].items()}
+    """tables.json's tables, read once per process by the bounded reader (envkit's own file: not walked for its
+    depth, parse_json), each kept as marshal's bytes."""
+    return {name: marshal.dumps(table) for name, table in load_json(TABLES, walk=False)["tables"].items()}
 
 
 def load_checked(path: Path, schema_path: Path, load: Callable[[Path], Any] = load_yaml) -> Any:

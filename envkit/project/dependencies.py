@@ -7,8 +7,6 @@ A lock holds released packages of an index, pinned by version and hash, and the 
 install, a pip option) can never be in one, so it is refused here, once, naming the file and line.
 """
 
-from __future__ import annotations
-
 import re
 from pathlib import Path
 from typing import NamedTuple

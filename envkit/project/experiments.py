@@ -8,8 +8,6 @@ An experiment runs a ``command`` (an argv list, from the project root) or, the s
 form, a ``recipe`` (recipes/<recipe>.py with envkit's recipe flags).
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -82,7 +80,7 @@ class Experiment(NamedTuple):
         """Whether it runs on the target named ``target``, of ``kind``."""
         return target in self.targets if self.targets else kind == self.kind
 
-    def on(self, target) -> Experiment:
+    def on(self, target) -> "Experiment":
         """The experiment as it runs on ``target`` (one it fits): that target's kind, the GPU rule on it, and the
         target's env: under the experiment's own, over what envkit would set (a CPU's thread budget): every run
         (host, image, notebook, launch) gets its variables from here, so ``cpu-1t: {env: {OMP_NUM_THREADS: "1"}}``

@@ -11,8 +11,6 @@ A file that looks like a secret (envkit.project.secrets) is left out unless envk
 ``include_secrets`` lists it, and named in one line on stderr.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 from pathlib import Path, PurePosixPath
@@ -144,7 +142,7 @@ def _ignore_patterns(root: Path) -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
-def _git(root: Path, *argv: str, git_dir: str | None = None) -> subprocess.CompletedProcess:
+def _git(root: Path, *argv: str, git_dir: str | None = None) -> "subprocess.CompletedProcess":
     """git's answer in ``root`` (bytes), or one line when git is not installed."""
     import subprocess  # here, not above: a render reads envkit.yaml through this module and lists no files
 
@@ -186,7 +184,7 @@ def git_index(root: Path) -> Path | None:
     return Path(found.stdout.strip()) if found.returncode == 0 and found.stdout.strip() else None
 
 
-def _names(listed: subprocess.CompletedProcess, root: Path) -> list[str]:
+def _names(listed: "subprocess.CompletedProcess", root: Path) -> list[str]:
     if listed.returncode != 0:
         raise EnvkitError(f"git ls-files in {root} failed: {listed.stderr.decode(errors='replace').strip()}")
     # fsdecode: a file name that is not UTF-8 keeps its bytes (as surrogates) until it is named or left out.

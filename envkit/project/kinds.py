@@ -5,8 +5,6 @@ kind names, so a new kind is data plus its run.sh fragment
 (templates/kinds/<kind>.run.sh.j2), and no Python.
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path

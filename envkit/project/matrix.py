@@ -4,8 +4,6 @@ Every lookup either returns a listed combination or raises one EnvkitError line
 that names the field and the valid choices: a variant is never guessed.
 """
 
-from __future__ import annotations
-
 from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple

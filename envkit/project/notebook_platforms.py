@@ -7,8 +7,6 @@ notebook's results go. Config, lock, the notebook builder and `envkit launch --o
 kaggle` ask these records; nothing else names a platform.
 """
 
-from __future__ import annotations
-
 from functools import cache
 from pathlib import Path
 from typing import NamedTuple

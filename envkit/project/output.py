@@ -6,8 +6,6 @@ The schema already refused absolute paths, '.' and '..' parts; this checks what 
 different folders, neither inside the other, and none holding a file the config names as the project's own.
 """
 
-from __future__ import annotations
-
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath

@@ -5,8 +5,6 @@ and a notebook's CUDA, which installs the default index's build into the platfor
 its own keys against the matrix and fails with one line naming the field.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -26,7 +24,7 @@ class Ask(NamedTuple):
     raw: dict[str, Any]
     matrix: Matrix
     release: TorchRelease
-    runtime: notebook_platforms.Runtime | None  # a notebook target's platform runtime
+    runtime: "notebook_platforms.Runtime | None"  # a notebook target's platform runtime
     default_python: str  # an image's, when nothing else decides it
     where: Callable[..., str]  # where(key) -> "file:line: targets.<name>.<key>"; where() the target itself
 

@@ -8,8 +8,6 @@ module (only `render --all` looks for leftovers): those imports were a fifth of 
 remembered render's time (benchmarks/bench_render.py).
 """
 
-from __future__ import annotations
-
 from contextlib import ExitStack
 from pathlib import Path
 from typing import NamedTuple

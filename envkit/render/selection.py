@@ -5,8 +5,6 @@ The notebooks are rendered by the caller's function (envkit.notebook.committed.r
 above render.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple

@@ -25,11 +25,14 @@ from typing import BinaryIO
 
 
 @contextmanager
-def atomic_stream(path: str | os.PathLike, *, mode: int | None = None) -> Iterator[BinaryIO]:
+def atomic_stream(path: str | os.PathLike, *, mode: int | None = None, durable: bool = True) -> Iterator[BinaryIO]:
     """A binary stream whose bytes replace ``path`` when the block ends without an exception.
 
     For output too large to hold in memory (image tarballs) or written by a library
     that wants a file object (matplotlib); otherwise use write_bytes_atomic.
+    ``durable=False``: not fsync'ed, for what is only kept to save time (envkit's cache), whose reader takes a file
+    a crash left empty or short for a missing one: a cold render's nine cache entries, fsync'ed, cost it about 1 ms
+    of CPU and 3 ms of wall time (issue 42).
     """
     path = Path(path)
     handle, name = _staged(path)
@@ -38,7 +41,8 @@ def atomic_stream(path: str | os.PathLike, *, mode: int | None = None) -> Iterat
             os.fchmod(stream.fileno(), _mode_for(path, mode))
             yield stream
             stream.flush()
-            os.fsync(stream.fileno())
+            if durable:
+                os.fsync(stream.fileno())
         os.replace(name, path)
     except BaseException:
         try:
@@ -89,8 +93,8 @@ def abandoned(path: Path) -> str | None:
     return None
 
 
-def write_bytes_atomic(path: str | os.PathLike, data: bytes, *, mode: int | None = None) -> None:
-    with atomic_stream(path, mode=mode) as stream:
+def write_bytes_atomic(path: str | os.PathLike, data: bytes, *, mode: int | None = None, durable: bool = True) -> None:
+    with atomic_stream(path, mode=mode, durable=durable) as stream:
         stream.write(data)
 
 

@@ -189,8 +189,10 @@ def _too_large(limit: int) -> str:
     return f"larger than {limit // 2**20} MiB, more than any file envkit reads; is it the right file?"
 
 
-def parse_json(text: str | bytes) -> Any:
-    """A JSON document nested at most MAX_DEPTH deep."""
+def parse_json(text: str | bytes, *, walk: bool = True) -> Any:
+    """A JSON document nested at most MAX_DEPTH deep. ``walk=False``: not walked for its depth, which guards envkit
+    against a user's documents, for a file envkit ships and its tests regenerate (the tables of envkit/data/: the
+    walk was a third of a millisecond of every render that loads one, issue 42)."""
     try:
         document = json.loads(text)
     except RecursionError:
@@ -201,7 +203,8 @@ def parse_json(text: str | bytes) -> Any:
         ) from None
     except ValueError as exc:  # e.g. an integer longer than Python converts
         raise Refused(f"not valid JSON ({_in_words(exc)})") from None
-    _check_depth(document)
+    if walk:
+        _check_depth(document)
     return document
 
 
@@ -223,9 +226,9 @@ def _check_depth(document: Any) -> None:
             pending.extend((child, depth + 1) for child in (value.values() if isinstance(value, dict) else value))
 
 
-def load_json(path: str | os.PathLike) -> Any:
-    """The JSON file at ``path``; any problem is one EnvkitError line naming it."""
-    return _load(path, parse_json)
+def load_json(path: str | os.PathLike, *, walk: bool = True) -> Any:
+    """The JSON file at ``path``; any problem is one EnvkitError line naming it. ``walk``: as parse_json's."""
+    return _load(path, lambda text: parse_json(text, walk=walk))
 
 
 def load_yaml(path: str | os.PathLike) -> Any:
@@ -247,12 +250,16 @@ def parse_yaml_kept(text: str, name: str, index: Callable[[Any], Any] | None = N
     cache by the text's sha256 and ``name`` (what ``index`` makes), so that a document read again unchanged (a
     project's envkit.yaml at every render and experiment) is read without importing PyYAML: about 15 ms of CPU
     (benchmarks/bench_render.py). Only what marshal gives back whole is kept (a date is not); an error is never."""
+    if index is None and text in _read_here:
+        return marshal.loads(_read_here[text])[0], None
     entry = _kept_entry(text, name, index)
     try:
         with open(entry, "rb") as stream:
-            kept = marshal.loads(stream.read())
+            data = stream.read()
+        kept = marshal.loads(data)
         if isinstance(kept, tuple) and len(kept) == 2:
             used(entry)
+            _here(text, data)
             return kept
     except (OSError, EOFError, ValueError, TypeError):
         pass  # not kept yet, or damaged: parsed again
@@ -260,10 +267,27 @@ def parse_yaml_kept(text: str, name: str, index: Callable[[Any], Any] | None = N
     document = parse_yaml(text, None if index is None else lambda node: indexed.append(index(node)))
     parsed = (document, indexed[0] if indexed else None)
     try:
-        keep(entry, marshal.dumps(parsed), at_most=PARSED_ENTRIES)
+        data = marshal.dumps(parsed)
     except ValueError:
-        pass  # a type marshal does not write (a date): parsed every time
+        return parsed  # a type marshal does not write (a date): parsed every time
+    keep(entry, data, at_most=PARSED_ENTRIES)
+    _here(text, data)
     return parsed
+
+
+# The documents this process parsed or read back lately, by their text, as marshal wrote them: a second reader of
+# a text with no index (the experiments table's, after envkit.yaml's own read with its lines) takes a copy of the
+# document, neither parsing it again nor keeping a second entry (about 1 ms of a cold render, issue 42). A few: a
+# command reads one project's envkit.yaml; a test session reads thousands.
+READ_HERE = 4
+_read_here: dict[str, bytes] = {}
+
+
+def _here(text: str, data: bytes) -> None:
+    _read_here.pop(text, None)
+    _read_here[text] = data
+    while len(_read_here) > READ_HERE:
+        del _read_here[next(iter(_read_here))]  # the least recently read
 
 
 def _kept_entry(text: str, name: str, index: Callable[[Any], Any] | None) -> Path:

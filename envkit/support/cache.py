@@ -63,12 +63,13 @@ def private_folder(folder: Path) -> None:
 
 def keep(path: Path, data: bytes, at_most: int | None = None) -> None:
     """``data`` kept at ``path`` in the cache (mode 0600 in 0700 folders), unless a dry run is running; ``at_most``:
-    the entries its folder keeps, the least recently used (used()) going first."""
+    the entries its folder keeps, the least recently used (used()) going first. Replaced whole, never fsync'ed:
+    every reader of the cache takes an entry a crash left empty or short for a missing one."""
     if not _keeping[-1]:
         return
     try:
         private_folder(path.parent)
-        write_bytes_atomic(path, data, mode=PRIVATE_FILE)
+        write_bytes_atomic(path, data, mode=PRIVATE_FILE, durable=False)
     except OSError:
         return  # a cache that cannot be written only costs time
     if at_most is not None:

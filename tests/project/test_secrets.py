@@ -92,6 +92,32 @@ def test_detect_secrets_tokens_are_redacted_whole_with_what_each_is():
     )
 
 
+def test_another_detect_secrets_release_finds_and_redacts_with_its_own_patterns(monkeypatch):
+    """Where the installed detect-secrets is not the release envkit/project/detectors.py was generated from, its own
+    detectors' patterns are searched in every text, each match judged by its detector, as the shipped ones are."""
+    text = f"--notify {SLACK_WEBHOOK} --key {AWS_KEY} --hub {HF_TOKEN} done"
+    shipped = [secrets.by_content(value.encode()) for value in (AWS_KEY, SLACK_WEBHOOK, "--epochs 3")]
+    monkeypatch.setattr(secrets, "shipped_release_installed", lambda: False)
+    secrets._detectors.cache_clear()
+    try:
+        installed = secrets.imported_detectors().values()
+        assert [
+            (rule.secret_type, [(pattern.text, pattern.flags) for pattern in rule.denylist])
+            for rule in secrets._detectors()
+        ] == [
+            (detector.secret_type, [(pattern.pattern, pattern.flags) for pattern in detector.denylist])
+            for detector in installed
+        ]
+        assert [secrets.by_content(value.encode()) for value in (AWS_KEY, SLACK_WEBHOOK, "--epochs 3")] == shipped
+        assert shipped[:2] == [
+            'holds a secret detect-secrets calls "AWS Access Key"',
+            'holds a secret detect-secrets calls "Slack Token"',
+        ]
+        assert secrets.redacted(text).startswith("--notify [Slack Token, redacted] --key [AWS Access Key, redacted]")
+    finally:
+        secrets._detectors.cache_clear()
+
+
 def test_a_token_form_inside_a_run_of_base64_is_not_a_secret():
     """A notebook's or a page's embedded zip or PNG: zero bytes encode as runs of A, which AWSKeyDetector's pattern
     (no word boundary) takes for a key: envkit's own notebooks were flagged."""

@@ -15,6 +15,7 @@ from envkit.project.load import load_config
 from envkit.render import memo
 from envkit.render import target_files as render
 from envkit.support import bounded_load
+from envkit.support.atomic import write_bytes_atomic
 from envkit.support.cache import keep, nothing_kept, used
 
 
@@ -29,6 +30,8 @@ def test_render_on_a_cold_or_warm_cache_skips_jsonschema_and_gives_the_same_byte
     shutil.copy(repo_root / "envkit.yaml", tmp_path / "envkit.yaml")
     for folder in ("templates", "notebooks", "recipes"):  # the notebook targets render from their locks and the recipes
         shutil.copytree(repo_root / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(tmp_path / "templates" / "dockerignore.j2", "a") as own:  # the project's own .dockerignore template
+        own.write("# the project's own\n")
     probe = (
         # An image target: a notebook target's render imports nbformat, which imports jsonschema.
         "import sys, json; from envkit.cli import main; code = main(['render', '--target', 'cpu', '--stdout']);"
@@ -43,7 +46,10 @@ def test_render_on_a_cold_or_warm_cache_skips_jsonschema_and_gives_the_same_byte
     ]
     assert [json.loads(run.stderr.splitlines()[-1]) for run in runs] == [[0, False], [0, False]]
     assert runs[0].stdout == runs[1].stdout and "FROM " in runs[0].stdout
-    assert list((tmp_path / "cache" / "templates").glob("*/__jinja2_*.cache")), "compiled templates are kept"
+    assert "# the project's own" in runs[0].stdout
+    # The project's own template compiled once and kept; envkit's own, read from their generated modules, are not
+    # copied into the cache.
+    assert len(list((tmp_path / "cache" / "templates").glob("*/__jinja2_*.cache"))) == 1
 
 
 def test_compiled_templates_render_what_fresh_ones_do(cache, repo_root, tmp_path, monkeypatch):
@@ -105,6 +111,32 @@ def test_a_bounded_folder_keeps_its_most_recently_used_entries(cache):
         "5.json",
         "6.json",
     ]
+
+
+def test_an_entry_is_not_fsynced_and_what_a_crash_may_leave_of_one_is_a_miss(cache, tmp_path, monkeypatch):
+    """The cache only saves time (issue 42): its entries are replaced whole but not fsync'ed, as what envkit writes
+    for its user is; a crash may then leave an entry empty or short, which its reader takes for a missing one."""
+    synced = []
+    fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda descriptor: synced.append(descriptor) or fsync(descriptor))
+    keep(cache / "kept" / "a.json", b"{}")
+    assert synced == []
+    write_bytes_atomic(tmp_path / "rendered", b"FROM x\n")
+    assert len(synced) == 1
+    text = "a: [1, 2.5, {b: c}]\n"
+    parsed = bounded_load.parse_yaml_kept(text, "test")
+    config, read = tmp_path / "envkit.yaml", tmp_path / "input"
+    read.write_text("a")
+    memo.remember(config, "--all", {"files": 1}, {str(read)})
+    for folder, again in (("yaml", lambda: bounded_load.parse_yaml_kept(text, "test")), ("render-memo", None)):
+        entry = next((cache / folder).iterdir())
+        whole = entry.read_bytes()
+        for torn in (b"", whole[: len(whole) // 2]):
+            entry.write_bytes(torn)
+            if again is None:
+                assert memo.recall(config, "--all") is None
+            else:
+                assert again() == parsed
 
 
 def test_a_dry_run_neither_keeps_nor_marks_an_entry_used(cache):
