@@ -55,6 +55,11 @@ PRIVATE_FILE = 0o600
 
 def private_folder(folder: Path) -> None:
     """``folder`` and the parents it lacks made with mode 0700; ``folder`` itself set to 0700 if it was there."""
+    try:
+        folder.chmod(PRIVATE_FOLDER)  # there already: one call, not one per parent (every entry kept asks)
+        return
+    except FileNotFoundError:
+        pass
     missing = [parent for parent in [folder, *folder.parents] if not parent.exists()]
     for parent in reversed(missing):
         parent.mkdir(mode=PRIVATE_FOLDER, exist_ok=True)
@@ -92,6 +97,8 @@ def _trim(folder: Path, at_most: int) -> None:
         entries = [Path(entry.path) for entry in os.scandir(folder) if entry.name[:1] != "."]
     except OSError:
         return
+    if len(entries) <= at_most:
+        return  # within its bound: no entry's time read (a full folder's 512 cost a kept entry about 1 ms)
     for path in beyond(entries, at_most):
         with contextlib.suppress(OSError):
             os.unlink(path)
