@@ -52,10 +52,10 @@ if is_the_program() and signal.getsignal(signal.SIGINT) is signal.default_int_ha
 # while some 200 modules load, each older collection walking all they made, and at exit a last collection of every
 # object left, which the process's end frees anyway. In envkit's own process only, a young collection comes every
 # GC_THRESHOLD new objects (cyclic garbage is still collected: memory stays bounded, by some megabytes more), and
-# what is left at exit is frozen, out of that last collection: the first handler registered is the last to run,
-# after every other (a temporary folder's removal, a log's flush). Objects are still freed as their modules are
-# cleared; only cycles are left to the process's end, as Python leaves any object alive at exit. A program or test
-# that imports envkit.cli keeps Python's settings.
+# what is left at exit is frozen, out of that last collection, by an exit handler registered as envkit.cli loads:
+# the last to run of envkit's and its libraries' (a temporary folder's removal, a log's flush). Objects are still
+# freed as their modules are cleared; only cycles are left to the process's end, as Python leaves any object alive
+# at exit. A program or test that imports envkit.cli keeps Python's settings.
 GC_THRESHOLD = 50_000
 if is_the_program():
     gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])

@@ -350,8 +350,9 @@ def _detectors() -> tuple:
     from envkit.project import detectors  # generated from the detectors below (scripts/generate_validators.py)
 
     if not shipped_release_installed():
-        # another release's patterns, searched in every text (nothing known of what they need), as _Shipped rules
-        # are: its detector decides whether a match is a token. None, said once, where it is not installed.
+        # Another release's patterns as _Shipped rules: each searched only in a text that has what its matches need
+        # where it is one of the shipped patterns (NEEDS, by its text), in every text otherwise; its detector decides
+        # whether a match is a token. None, said once, where detect-secrets is not installed.
         return tuple(
             _Shipped(
                 detector.secret_type, tuple(_pattern(pattern.pattern, pattern.flags) for pattern in detector.denylist)
