@@ -3,6 +3,7 @@ recognise and refuse, its file check, and both as one line inside a real kernel 
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import threading
@@ -323,7 +324,7 @@ def test_a_run_returns_when_the_program_ends_not_when_a_child_it_left_running_do
     try:
         assert ended == [(3, "trained")], "the run waited for the program's background child"
     finally:
-        with open(os.open(release, os.O_WRONLY | os.O_NONBLOCK), "w") as writer:  # the child may go now
+        with open(open_for_the_reader(release), "w") as writer:  # the child may go now
             writer.write("go\n")
     for _ in range(1200):  # the child's late line, copied by the thread once the child writes it
         if "late" in capfd.readouterr().out:
@@ -331,6 +332,20 @@ def test_a_run_returns_when_the_program_ends_not_when_a_child_it_left_running_do
         time.sleep(0.1)
     else:
         pytest.fail("the background child's output was not shown")
+
+
+def open_for_the_reader(fifo: Path) -> int:
+    """A FIFO opened to write once its reader has opened it: the program may end before its background child has
+    been scheduled to open it, and a non-blocking open without a reader fails (ENXIO); a blocking one would hang the
+    test if the child never came."""
+    for _ in range(1200):
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as error:
+            if error.errno != errno.ENXIO:
+                raise
+        time.sleep(0.1)
+    pytest.fail("the background child never opened its FIFO")
 
 
 def left_behind(folder: Path, case: str) -> Path:
