@@ -18,12 +18,13 @@ from __future__ import annotations
 import hashlib
 import os
 from importlib.machinery import SourceFileLoader
+from pathlib import Path
 from types import CodeType
 
 import jinja2
 
 from envkit.render import shipped_templates
-from envkit.support.cache import cache_dir
+from envkit.support.cache import cache_dir, private_folder
 
 # Jinja keys compiled code by template path and source only; these settings change
 # the code too, so they name the directory it is kept in.
@@ -63,8 +64,17 @@ class _OptionalBytecodeCache(jinja2.FileSystemBytecodeCache):
         # of a project (tests make hundreds) render.
         return super().get_cache_key(name)
 
-    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
         try:
+            super().load_bytecode(bucket)
+        except OSError:
+            pass  # no folder yet, or a file in its way: the template is compiled, which only costs time
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        # The folder is made here, where an entry is written: a render of envkit's own templates alone (their code
+        # shipped) writes none, and a folder made for nothing cost a cold render two of its eight (issue 42).
+        try:
+            private_folder(Path(self.directory))
             super().dump_bytecode(bucket)
         except OSError:
             pass  # a cache that cannot be written only costs time
@@ -80,14 +90,10 @@ def settings_key(environment: jinja2.Environment) -> str:
     return hashlib.sha256(repr(settings).encode()).hexdigest()[:16]
 
 
-def template_cache(environment: jinja2.Environment) -> jinja2.BytecodeCache | None:
-    """A bytecode cache for ``environment``, or None where the cache directory cannot be made."""
-    directory = cache_dir() / "templates" / settings_key(environment)
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return None
-    return _OptionalBytecodeCache(str(directory))
+def template_cache(environment: jinja2.Environment) -> jinja2.BytecodeCache:
+    """A bytecode cache for ``environment``, in envkit's cache directory (made, its user's alone, where an entry is
+    first written; where it cannot be, nothing is kept, which only costs time)."""
+    return _OptionalBytecodeCache(str(cache_dir() / "templates" / settings_key(environment)))
 
 
 class Environment(jinja2.Environment):

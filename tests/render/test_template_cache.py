@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import stat
 from pathlib import Path
 
 import jinja2
@@ -51,6 +52,7 @@ def test_a_cold_render_compiles_none_of_envkits_templates_and_renders_the_same(
     monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cold"))
     shipped = render_targets(config, ["cuda"])
     assert jinja_compiles == []
+    assert not (tmp_path / "cold" / "templates").exists()  # nothing kept, so no folder made for it
     monkeypatch.setattr(shipped_templates, "TEMPLATES", {})  # as Jinja alone compiles them
     monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "colder"))
     assert render_targets(config, ["cuda"]) == shipped and jinja_compiles
@@ -67,6 +69,9 @@ def test_a_projects_own_template_is_compiled_from_its_own_text(repo_root, tmp_pa
     files = {str(file.path): file.text for file in render_targets(load_config(project / "envkit.yaml"), ["cpu"])}
     assert files["cpu/.dockerignore"].endswith("# the project's own line\n")
     assert jinja_compiles == ["dockerignore.j2"]
+    # its code kept, in a folder made where it was written, its user's alone as the rest of envkit's cache
+    (kept,) = (tmp_path / "cache" / "templates").glob("*/__jinja2_*.cache")
+    assert [stat.S_IMODE(folder.stat().st_mode) for folder in (kept.parent, kept.parent.parent)] == [0o700, 0o700]
 
 
 def test_without_the_shipped_modules_jinja_compiles_them_as_before(repo_root, tmp_path, monkeypatch, jinja_compiles):
