@@ -23,6 +23,11 @@ here stays unlocked and is named; the cuda target must lock). Measures, side by 
 and reports whether torch, docker, matplotlib (or, on a warm cache, jsonschema) were imported on that path.
 Every render writes into a fresh directory, so every file is written: the slow case.
 
+A render creates files and folders (on a cold cache 13 and 5), hpccm none: on ext4 each creation costs more for
+minutes after many files were removed from the same file system (its inode allocator passes over inodes freed
+lately), and that cost rose a cold render's CPU time by a fifth in back-to-back runs, each after the last one's
+clean-up. Start it some minutes after a test run, CI or another benchmark (docs/benchmarks.md, the eighth round).
+
 CPU time (user + system of the child) is printed beside wall time because on a shared,
 loaded machine wall time mostly measures the other processes.
 Subprocesses run with bytecode writing allowed (PYTHONDONTWRITEBYTECODE removed), as an

@@ -72,7 +72,7 @@ class _OptionalBytecodeCache(jinja2.FileSystemBytecodeCache):
 
     def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
         # The folder is made here, where an entry is written: a render of envkit's own templates alone (their code
-        # shipped) writes none, and a folder made for nothing cost a cold render two of its eight (issue 42).
+        # shipped) writes none, and made two of a cold render's seven folders for it (issue 42).
         try:
             private_folder(Path(self.directory))
             super().dump_bytecode(bucket)
