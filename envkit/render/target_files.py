@@ -22,7 +22,7 @@ from envkit.project.config import ProjectConfig, Target
 from envkit.project.requirement import requirement_name
 from envkit.render.labels import BASE_DIGEST_LABEL, LOCK_LABEL
 from envkit.render.output import RenderedFile
-from envkit.render.template_cache import Environment, template_cache
+from envkit.render.template_cache import template_cache
 from envkit.support import provenance_records
 from envkit.support.bounded_load import Refused, note, read_text
 from envkit.support.packaged import packaged_templates
@@ -88,7 +88,7 @@ def template_environment(root: Path) -> jinja2.Environment:
     directories = template_dirs(root)
     if not directories[-1].is_dir():
         raise EnvkitError(f"envkit's templates are missing at {directories[-1]}: reinstall envkit ({DISTRIBUTION})")
-    env = Environment(
+    env = jinja2.Environment(
         loader=_BoundedLoader([str(directory) for directory in directories]),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,

@@ -96,17 +96,6 @@ def template_cache(environment: jinja2.Environment) -> jinja2.BytecodeCache:
     return _OptionalBytecodeCache(str(cache_dir() / "templates" / settings_key(environment)))
 
 
-class Environment(jinja2.Environment):
-    """Jinja's environment, taking envkit's own templates' code from the modules generated ahead of time."""
-
-    def compile(self, source, name=None, filename=None, raw=False, defer_init=False):
-        # A template's code as Jinja's compile(source, name, filename) gives it, where envkit's own template has the
-        # text and this environment the settings its module was generated with.
-        plain = isinstance(source, str) and not (raw or defer_init)
-        code = shipped(self, source, name, filename) if plain else None
-        return code if code is not None else super().compile(source, name, filename, raw, defer_init)
-
-
 def shipped(environment: jinja2.Environment, source: str, name: str | None, filename: str | None) -> CodeType | None:
     """shipped_code, named as Jinja's compile(source, name, filename) names its code."""
     code = shipped_code(environment, source, name)

@@ -13,7 +13,7 @@ import pytest
 from paths import REPO_ROOT
 
 from envkit.project.load import load_config
-from envkit.render import shipped_templates
+from envkit.render import shipped_templates, template_cache
 from envkit.render.target_files import render_targets, template_environment
 
 GENERATOR = REPO_ROOT / "scripts" / "generate_validators.py"
@@ -99,7 +99,7 @@ def test_a_shipped_templates_code_names_the_template_as_jinjas_compile_does(repo
     environment = template_environment(repo_root)
     source = environment.loader.get_source(environment, "run.sh.j2")[0]
     filename = str(repo_root / "templates" / "run.sh.j2")
-    shipped = environment.compile(source, "run.sh.j2", filename)
+    shipped = template_cache.shipped(environment, source, "run.sh.j2", filename)
     compiled = jinja2.Environment.compile(environment, source, "run.sh.j2", filename)
     assert shipped.co_filename == filename and code_files(shipped) == code_files(compiled) == {filename}
     template = environment.get_template("run.sh.j2")
