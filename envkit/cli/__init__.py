@@ -63,7 +63,6 @@ if is_the_program():
 
 import argparse  # noqa: E402 - after the handler, which covers these imports too
 import importlib  # noqa: E402
-import shlex  # noqa: E402
 
 from envkit import __version__  # noqa: E402
 from envkit.errors import EnvkitError  # noqa: E402
@@ -192,6 +191,8 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
         hint = f"; did you mean {' '.join(close)}?" if close else ""
         recipe = " (else {}: {})" if close else "; {}: {}"
         if takes_recipe_args:
+            import shlex  # here, where a stray word is answered: a remembered render imports it nowhere else (issue 42)
+
             known = list(argv[:split])
             for word in unknown:
                 known.remove(word)

@@ -32,7 +32,7 @@ def project(tmp_path, monkeypatch):
 
 # What a render from the memo need not import: the render's own libraries, and dataclasses (with inspect) and
 # tempfile (with random), which a remembered render spent about 14 ms of CPU on (issue 42).
-WATCHED = ("jinja2", "yaml", "jsonschema", "dataclasses", "tempfile")
+WATCHED = ("jinja2", "yaml", "jsonschema", "dataclasses", "tempfile", "shlex")
 
 
 def render(project: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
@@ -47,7 +47,7 @@ def render(project: Path, *args: str) -> tuple[subprocess.CompletedProcess, list
     return done, (json.loads(lines[-1]) if lines else [])
 
 
-def test_an_unchanged_project_renders_from_the_memo_without_jinja_yaml_dataclasses_or_tempfile(project):
+def test_an_unchanged_project_renders_from_the_memo_without_jinja_yaml_dataclasses_tempfile_or_shlex(project):
     first, imported = render(project, "--all", "--output", str(project / "a"))
     assert first.returncode == 0 and "jinja2" in imported
     again, imported = render(project, "--all", "--output", str(project / "b"))
