@@ -72,6 +72,11 @@ def test_a_projects_own_template_is_compiled_from_its_own_text(repo_root, tmp_pa
     # its code kept, in a folder made where it was written, its user's alone as the rest of envkit's cache
     (kept,) = (tmp_path / "cache" / "templates").glob("*/__jinja2_*.cache")
     assert [stat.S_IMODE(folder.stat().st_mode) for folder in (kept.parent, kept.parent.parent)] == [0o700, 0o700]
+    # a file where the cache's folder would be: nothing read or kept, the template compiled again, the same files
+    (tmp_path / "in-the-way").write_text("")
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "in-the-way" / "cache"))
+    again = {str(file.path): file.text for file in render_targets(load_config(project / "envkit.yaml"), ["cpu"])}
+    assert again == files and jinja_compiles == ["dockerignore.j2"] * 2
 
 
 def test_without_the_shipped_modules_jinja_compiles_them_as_before(repo_root, tmp_path, monkeypatch, jinja_compiles):
